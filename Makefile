@@ -1,0 +1,36 @@
+# compose-lens: the two commands of the README are `make reproduce` and `make test`.
+# Each installs what it needs into .venv first (torch's CPU build, then the package).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUN ?= runs/paper
+
+.PHONY: install test reproduce bench paper-model clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+# The unit and integration tests (tiny configurations; minutes on 2 cores).
+test: install
+	$(BIN)/python -m pytest
+
+# The main job: train the paper model from scratch on CPU, evaluate it, print the table.
+reproduce: install
+	$(BIN)/python experiments/reproduce.py --out $(RUN)
+
+# Speed: the project's training step and patching against the plain TransformerLens way.
+bench: install
+	$(BIN)/python experiments/bench_training.py
+
+# Re-make the paper model shipped in compose_lens/assets/paper from a full run.
+paper-model: install
+	$(BIN)/python experiments/reproduce.py --out runs/paper-model --install-paper-model
+
+clean:
+	rm -rf $(VENV) .pytest_cache

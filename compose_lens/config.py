@@ -1,0 +1,353 @@
+"""Configurations: the task, the model and the training recipe, as frozen dataclasses.
+
+Every number of the study is a default here and nothing else in the package
+hard-codes it. A configuration is immutable, round-trips through JSON
+(``to_dict`` / ``from_dict``), and is validated when it is made: a bad value is
+refused with one :class:`ConfigError` line that says what is wrong and how to fix
+it, before any work starts.
+
+>>> task = TaskConfig(modulus=11, n_vars=6)
+>>> TaskConfig.from_dict(task.to_dict()) == task
+True
+>>> TaskConfig(modulus=1)
+Traceback (most recent call last):
+...
+compose_lens.config.ConfigError: modulus=1: the modulus must be at least 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import string
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+VARIABLE_LETTERS = string.ascii_lowercase
+QUERY_LENGTH = 4  # "+ LHS RHS ="
+
+
+class ComposeLensError(Exception):
+    """An error whose message is one line a user can act on (bad input, not a bug)."""
+
+
+class ConfigError(ComposeLensError, ValueError):
+    """A configuration value that cannot work."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+class _JsonConfig:
+    """JSON round trip shared by the configuration classes."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown {cls.__name__} key(s) {', '.join(unknown)}; known keys: {', '.join(known)}"
+            )
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()}
+        return cls(**kwargs)  # type: ignore[call-arg]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def replace(self: T, **changes: Any) -> T:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class TaskConfig(_JsonConfig):
+    """The task of SPEC sections 1-2: modular addition with in-context variables.
+
+    ``r`` follows the reference's definition: every training pair gets
+    ``two_var_rows`` candidate 2-var rows and each is kept with probability ``r``,
+    beside ``zero_var_rows`` 0-var rows and one 1-var row per allowed variable and
+    side. The expected ratio #2-var / #0-var is therefore
+    ``r * two_var_rows / zero_var_rows`` (10 r / 12 at the defaults).
+    """
+
+    modulus: int = 59
+    n_vars: int = 12
+    seq_len: int = 16
+    max_assignments: int = 6
+    left_forbidden: tuple[str, ...] = ("k", "l")
+    right_forbidden: tuple[str, ...] = ("a", "b")
+    f: float = 0.7
+    r: float = 1.0
+    zero_var_rows: int = 12
+    two_var_rows: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.modulus, int) and self.modulus >= 2,
+               f"modulus={self.modulus}: the modulus must be at least 2")
+        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars <= len(VARIABLE_LETTERS),
+               f"n_vars={self.n_vars}: the number of variables must be between 2 and "
+               f"{len(VARIABLE_LETTERS)} (they are named a..z)")
+        _check(isinstance(self.seq_len, int) and self.seq_len >= QUERY_LENGTH + 4,
+               f"seq_len={self.seq_len}: a sequence needs room for two assignments (4 tokens) "
+               f"plus the {QUERY_LENGTH}-token query; use seq_len >= {QUERY_LENGTH + 4}")
+        context = self.seq_len - QUERY_LENGTH
+        _check(isinstance(self.max_assignments, int)
+               and 2 <= self.max_assignments <= context // 2,
+               f"max_assignments={self.max_assignments}: must be between 2 and {context // 2} "
+               f"(the {context}-token context holds at most {context // 2} 'VAR VALUE' pairs)")
+        _check(self.max_assignments <= self.n_vars,
+               f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
+               f"each variable is assigned at most once")
+        names = self.variable_names
+        for side, forbidden in (("left_forbidden", self.left_forbidden),
+                                ("right_forbidden", self.right_forbidden)):
+            bad = [v for v in forbidden if v not in names]
+            _check(not bad, f"{side}={list(forbidden)}: unknown variable(s) {bad}; "
+                            f"the variables are {names[0]}..{names[-1]}")
+        both = sorted(set(self.left_forbidden) & set(self.right_forbidden))
+        _check(not both, f"variable(s) {both} are forbidden on both sides, so they would never "
+                         f"be queried in training; forbid each on one side at most")
+        _check(len(self.allowed_two_var_pairs) > 0,
+               "no ordered variable pair is allowed for 2-var training queries; "
+               "forbid fewer variables")
+        _check(isinstance(self.f, (int, float)) and 0 < self.f <= 1,
+               f"f={self.f}: the fraction of training pairs must be in (0, 1]")
+        _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
+               f"r={self.r}: the 2-var keep probability must be in [0, 1]")
+        _check(self.zero_var_rows >= 1 and self.two_var_rows >= 0,
+               "zero_var_rows must be >= 1 and two_var_rows >= 0")
+        _check(int(self.f * self.modulus ** 2) >= 1,
+               f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
+
+    # The vocabulary of SPEC section 1, derived from the modulus and variable count.
+    @property
+    def plus_token(self) -> int:
+        return self.modulus
+
+    @property
+    def equals_token(self) -> int:
+        return self.modulus + 1
+
+    @property
+    def pad_token(self) -> int:
+        return self.modulus + 2
+
+    @property
+    def first_var_token(self) -> int:
+        return self.modulus + 3
+
+    @property
+    def d_vocab(self) -> int:
+        return self.modulus + 3 + self.n_vars
+
+    @property
+    def context_len(self) -> int:
+        return self.seq_len - QUERY_LENGTH
+
+    @property
+    def variable_names(self) -> tuple[str, ...]:
+        return tuple(VARIABLE_LETTERS[: self.n_vars])
+
+    def var_index(self, name: str) -> int:
+        return self.variable_names.index(name)
+
+    @property
+    def allowed_left(self) -> tuple[int, ...]:
+        """Variable indices allowed as the left operand in training."""
+        return tuple(i for i, v in enumerate(self.variable_names) if v not in self.left_forbidden)
+
+    @property
+    def allowed_right(self) -> tuple[int, ...]:
+        return tuple(i for i, v in enumerate(self.variable_names) if v not in self.right_forbidden)
+
+    @property
+    def allowed_two_var_pairs(self) -> tuple[tuple[int, int], ...]:
+        """Ordered (v, w), v != w, both in allowed slots: 92 at the defaults."""
+        return tuple((v, w) for v in self.allowed_left for w in self.allowed_right if v != w)
+
+    def restricted_two_var_pairs(self, n_forbidden: int) -> tuple[tuple[int, int], ...]:
+        """Ordered pairs with exactly ``n_forbidden`` operands in forbidden slots (36 / 4)."""
+        left, right = set(self.allowed_left), set(self.allowed_right)
+        out = []
+        for v in range(self.n_vars):
+            for w in range(self.n_vars):
+                if v != w and (v not in left) + (w not in right) == n_forbidden:
+                    out.append((v, w))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class ModelConfig(_JsonConfig):
+    """The model of SPEC section 4. Field names follow TransformerLens's config.
+
+    ``mlp_layers`` lists the blocks that have an MLP (the paper: only block 1, the
+    study's "layer 2"); the others keep a zero, frozen MLP so TransformerLens sees
+    the usual block layout. ``trained_biases=False`` keeps every bias at zero and
+    frozen, as the reference did.
+    """
+
+    n_layers: int = 2
+    d_model: int = 128
+    d_head: int = 128
+    n_heads: int = 1
+    d_mlp: int = 512
+    act_fn: str = "relu"
+    normalization_type: str | None = None
+    n_ctx: int = 16
+    d_vocab: int = 74
+    d_vocab_out: int = 59
+    mlp_layers: tuple[int, ...] = (1,)
+    trained_biases: bool = False
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab", "d_vocab_out"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+        _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
+               f"act_fn={self.act_fn!r}: use one of relu, gelu, gelu_new, silu")
+        _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
+               f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
+        bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
+        _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
+                        f"{self.n_layers}-layer model (layers count from 0)")
+        _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
+
+    @classmethod
+    def for_task(cls, task: TaskConfig, **overrides: Any) -> "ModelConfig":
+        """The paper model sized for ``task`` (vocabulary, outputs, context)."""
+        base = dict(d_vocab=task.d_vocab, d_vocab_out=task.modulus, n_ctx=task.seq_len)
+        base.update(overrides)
+        return cls(**base)
+
+    def check_task(self, task: TaskConfig) -> None:
+        _check(self.d_vocab == task.d_vocab and self.d_vocab_out == task.modulus
+               and self.n_ctx == task.seq_len,
+               f"model (d_vocab={self.d_vocab}, d_vocab_out={self.d_vocab_out}, n_ctx={self.n_ctx}) "
+               f"does not fit the task (d_vocab={task.d_vocab}, modulus={task.modulus}, "
+               f"seq_len={task.seq_len}); build it with ModelConfig.for_task(task)")
+
+
+@dataclass(frozen=True)
+class TrainConfig(_JsonConfig):
+    """The recipe of SPEC section 5, plus where and how fast to run it."""
+
+    steps: int = 30_000
+    batch_size: int = 512
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.02
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    pool_size: int = 2000
+    seed: int = 0
+    device: str = "cpu"
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
+    fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
+    threads: int = 0  # 0: torch's default
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_every", "checkpoint_every", "pool_size"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+        _check(self.lr > 0, f"lr={self.lr}: the learning rate must be positive")
+        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "betas must be in [0, 1)")
+        _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")
+        _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
+        _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
+        _check(self.device == "cpu" or self.device.startswith("cuda"),
+               f"device={self.device!r}: use cpu or cuda")
+
+
+@dataclass(frozen=True)
+class RunConfig(_JsonConfig):
+    """Everything a training run needs: the three configurations together."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        self.model.check_task(self.task)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task.to_dict(), "model": self.model.to_dict(), "train": self.train.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        unknown = sorted(set(data) - {"task", "model", "train"})
+        _check(not unknown, f"unknown run-config section(s) {unknown}; use task, model, train")
+        task = TaskConfig.from_dict(data.get("task", {}))
+        model_data = dict(data.get("model", {}))
+        model = ModelConfig.from_dict({**ModelConfig.for_task(task).to_dict(), **model_data})
+        return cls(task=task, model=model, train=TrainConfig.from_dict(data.get("train", {})))
+
+    def with_overrides(self, assignments: list[str]) -> "RunConfig":
+        """Apply ``section.key=value`` (or bare ``key=value``) overrides from the CLI.
+
+        A bare key is looked up in task, then model, then train. Values are JSON
+        (``0.5``, ``true``, ``[1]``) or plain strings.
+        """
+        data = self.to_dict()
+        task_changed = False
+        for item in assignments:
+            _check("=" in item, f"--set {item!r}: write key=value, e.g. --set f=0.5")
+            key, raw = item.split("=", 1)
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+            if "." in key:
+                section, name = key.split(".", 1)
+                _check(section in data and name in data[section],
+                       f"--set {key}: no such setting; see `compose-lens train --help` for the sections")
+            else:
+                owners = [s for s in ("task", "model", "train") if key in data[s]]
+                _check(bool(owners), f"--set {key}: no such setting in task, model or train")
+                section, name = owners[0], key
+            data[section][name] = value
+            task_changed |= section == "task"
+        if task_changed:  # keep the model sized for the task unless the user set those too
+            task = TaskConfig.from_dict(data["task"])
+            sized = ModelConfig.for_task(task).to_dict()
+            for name in ("d_vocab", "d_vocab_out", "n_ctx"):
+                if not any(a.split("=", 1)[0] in (name, f"model.{name}") for a in assignments):
+                    data["model"][name] = sized[name]
+        return RunConfig.from_dict(data)
+
+
+def load_json(path: str | Path) -> Any:
+    """Read a JSON file, turning a missing or malformed file into one clear line."""
+    path = Path(path)
+    if not path.exists():
+        raise ComposeLensError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ComposeLensError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+    tmp.replace(path)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")

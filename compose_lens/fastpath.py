@@ -1,0 +1,121 @@
+"""The fast path: the paper model's logits at the ``=`` position, without (B, n, d) tensors.
+
+Loss and accuracy are read at the last position only, and the model is small in a
+way that lets the forward pass be rewritten exactly (up to float rounding) in
+terms of *tables* over the vocabulary and the positions:
+
+* **Layer 1 (``blocks.0``) sees only embeddings.** Its residual input at position
+  i is ``E[t_i] + P[i]``, so every query-key score is a sum of four small tables,
+  ``(E Wq)(E Wk)^T`` (V x V), ``(E Wq)(P Wk)^T``, ``(P Wq)(E Wk)^T`` and
+  ``(P Wq)(P Wk)^T``, gathered at the tokens: the (B, n, n) attention pattern
+  A0 costs gathers, not matrix products. Its output at i is
+  ``sum_j A0[i, j] (E OV0 [t_j] + P OV0 [j])``.
+* **Layer 2 (``blocks.1``) is needed at the last position only.** Its query is
+  one vector per sequence; its scores against every key are that query dotted
+  with the same tables pushed through ``W_K``, combined by one (B, n, n) x (B, n)
+  product with A0. Its output is a token histogram of the attention weights
+  (``scatter_add`` over the vocabulary) times a (V, d) table, plus a positional
+  term.
+* The MLP and the unembedding act on one (B, d) vector per sequence.
+
+No tensor of shape (batch, positions, d_model) is ever made, so a training step
+costs a few small matrix products and gathers; the baseline forward makes a
+dozen (B n) x d x d products. :func:`supports` says whether a configuration is
+covered (two layers, one head each, an MLP only in the last layer, no
+normalisation, frozen zero biases); the trainer falls back to the plain
+TransformerLens forward for everything else.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from compose_lens import lens
+from compose_lens.config import ModelConfig
+
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def supports(cfg: ModelConfig) -> bool:
+    """Is the fast path exact for this configuration?"""
+    return (
+        cfg.n_layers == 2
+        and cfg.n_heads == 1
+        and tuple(cfg.mlp_layers) == (1,)
+        and cfg.normalization_type is None
+        and not cfg.trained_biases
+    )
+
+
+def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits (B, d_vocab_out) at the last position, as the TransformerLens forward gives them.
+
+    ``params`` are the model's live parameters (:func:`compose_lens.lens.parameters`),
+    so gradients reach the model.
+    """
+    B, n = tokens.shape
+    V = cfg.d_vocab
+    scale = 1.0 / math.sqrt(cfg.d_head)
+
+    def w(name: str) -> torch.Tensor:
+        return params[name]
+
+    # Table rows: the V token embeddings, then the n position embeddings.
+    X = torch.cat([params["embed.weight"], params["pos_embed.weight"][:n]])  # (V + n, d)
+    positions = torch.arange(n, device=tokens.device).expand(B, n)
+
+    def spread(weights: torch.Tensor) -> torch.Tensor:
+        """(B, n) weights on positions -> (B, V + n) weights on table rows (tokens, positions)."""
+        return torch.cat([weights.new_zeros(B, V).scatter_add(1, tokens, weights), weights], dim=1)
+
+    # ---- layer 1 (blocks.0): attention pattern from one (V+n) x (V+n) score table -----
+    # S0[a, b]: query row a (a token or a position) against key row b, before scaling.
+    S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T
+    R = V + n
+    query_rows = torch.stack([tokens, tokens, positions + V]).unsqueeze(3)  # token / token / position
+    key_rows = torch.stack([tokens, positions + V, tokens]).unsqueeze(2)    # token / position / token
+    pairs = S0.flatten().gather(0, (query_rows * R + key_rows).flatten()).view(3, B, n, n)
+    scores0 = pairs.sum(0) + S0[V:, V:]  # + query position against key position
+    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
+    A0 = (scores0 * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)  # (B, n, n)
+
+    # Y: what each table row writes into the residual stream, directly and through layer 1's OV.
+    XOV0 = (X @ w("blocks.0.attn.v.weight").T) @ w("blocks.0.attn.o.weight").T
+    Y = torch.cat([X, XOV0])  # (2 (V + n), d)
+
+    # residual stream after layer 1 at the last position, as weights on the rows of Y
+    last = torch.zeros(B, V + n, dtype=X.dtype, device=X.device)
+    last[:, V + n - 1] = 1.0
+    last.scatter_(1, tokens[:, -1:], 1.0)
+    resid1_last = torch.cat([last, spread(A0[:, -1])], dim=1) @ Y  # (B, d)
+
+    # ---- layer 2 (blocks.1): query at the last position, keys from the tables --------
+    q1 = resid1_last @ w("blocks.1.attn.q.weight").T  # (B, d_head)
+    u = q1 @ (Y @ w("blocks.1.attn.k.weight").T).T  # (B, 2 (V + n)): q1 . key of each row
+    tok_pos = torch.cat([tokens, positions + V], dim=1)  # row indices of a position's token and place
+    direct = u[:, : V + n].gather(1, tok_pos).view(B, 2, n).sum(1)
+    via_layer1 = u[:, V + n:].gather(1, tok_pos).view(B, 2, n).sum(1)
+    scores1 = direct + torch.bmm(A0, via_layer1.unsqueeze(2)).squeeze(2)
+    A1 = (scores1 * scale).softmax(dim=-1)  # (B, n): the last position sees every position
+
+    through = torch.bmm(A1.unsqueeze(1), A0).squeeze(1)  # A1 routed through layer 1, on positions
+    ov1 = w("blocks.1.attn.v.weight").T @ w("blocks.1.attn.o.weight").T
+    resid_mid = resid1_last + torch.cat([spread(A1), spread(through)], dim=1) @ (Y @ ov1)
+
+    # ---- MLP and unembedding at the last position ------------------------------------
+    hidden = _ACTIVATIONS[cfg.act_fn](resid_mid @ w("blocks.1.mlp.in.weight").T)
+    resid_post = resid_mid + hidden @ w("blocks.1.mlp.out.weight").T
+    return resid_post @ w("unembed.weight").T
+
+
+def plain_last_position_logits(model: lens.Model, tokens: torch.Tensor) -> torch.Tensor:
+    """The baseline: the full TransformerLens forward, read at the last position."""
+    return model(tokens)[:, -1]

@@ -1,0 +1,119 @@
+"""The one module that talks to TransformerLens.
+
+TransformerLens 4 removed ``HookedTransformer``; small models are now built from a
+``TransformerBridgeConfig`` with ``TransformerBridge.boot_native``. Everything the
+rest of compose-lens needs from TransformerLens goes through the functions here,
+so the next major version is a one-file change:
+
+* :func:`boot` builds the study's model (or any :class:`ModelConfig`) as a
+  ``TransformerBridge``: every TransformerLens hook name (``blocks.0.attn.hook_pattern``,
+  ``blocks.1.mlp.hook_post``, ...), ``run_with_cache``, ``run_with_hooks``,
+  ``W_Q`` / ``QK`` / ``OV`` and ``transformer_lens.patching`` work on it.
+* A layer without an MLP keeps a zero, frozen MLP (exactly what the study did),
+  so its ``hook_mlp_out`` is exactly zero and every helper that expects the
+  standard block layout works unchanged. Biases are zero and frozen unless the
+  configuration trains them.
+* :func:`parameters` gives the parameter tensors under their clean state-dict
+  names (``blocks.1.mlp.in.weight``), which the fast path and the checkpoint code use.
+* :func:`convert_legacy_state_dict` maps a pre-4.0 ``HookedTransformer`` state
+  dict (the study's ``.pth`` files) onto the bridge layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import torch
+from transformer_lens import ActivationCache  # noqa: F401  (re-exported for analyses)
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
+from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
+from compose_lens.config import ModelConfig
+
+Model = TransformerBridge
+
+
+def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
+    """The TransformerLens configuration of a :class:`ModelConfig`."""
+    return TransformerBridgeConfig(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        act_fn=cfg.act_fn,
+        normalization_type=cfg.normalization_type,
+        n_ctx=cfg.n_ctx,
+        d_vocab=cfg.d_vocab,
+        d_vocab_out=cfg.d_vocab_out,
+        positional_embedding_type="standard",
+        init_mode="gpt2",
+        seed=cfg.init_seed,
+        architecture="TransformerLensNative",
+    )
+
+
+def boot(cfg: ModelConfig, device: str | torch.device = "cpu") -> TransformerBridge:
+    """Build a freshly initialised model (seeded by ``cfg.init_seed``)."""
+    with contextlib.redirect_stdout(io.StringIO()):  # the bridge prints set-up chatter
+        model = TransformerBridge.boot_native(bridge_config(cfg), device=device)
+    apply_structure(model, cfg)
+    return model
+
+
+def parameters(model: TransformerBridge) -> dict[str, torch.Tensor]:
+    """Parameters and buffers under their clean names, as the live tensors (not copies)."""
+    return dict(model.state_dict(keep_vars=True))
+
+
+def frozen_names(cfg: ModelConfig) -> list[str]:
+    """Names of the tensors that stay exactly zero: absent MLPs, untrained biases."""
+    names = []
+    for layer in range(cfg.n_layers):
+        if layer not in cfg.mlp_layers:
+            names += [f"blocks.{layer}.mlp.{p}.{w}" for p in ("in", "out") for w in ("weight", "bias")]
+        if not cfg.trained_biases:
+            names += [f"blocks.{layer}.attn.{p}.bias" for p in ("q", "k", "v", "o")]
+            names += [f"blocks.{layer}.mlp.{p}.bias" for p in ("in", "out")]
+    if not cfg.trained_biases:
+        names.append("unembed.bias")
+    return sorted(set(names))
+
+
+def apply_structure(model: TransformerBridge, cfg: ModelConfig) -> None:
+    """Zero and freeze what the configuration says does not exist."""
+    params = parameters(model)
+    with torch.no_grad():
+        for name in frozen_names(cfg):
+            if name in params:
+                params[name].zero_()
+                params[name].requires_grad_(False)
+
+
+def trainable_parameters(model: TransformerBridge) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def convert_legacy_state_dict(state_dict: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """A pre-4.0 ``HookedTransformer`` state dict in the bridge's layout."""
+    converted = convert_tl_checkpoint(state_dict, bridge_config(cfg))
+    if "unembed.bias" not in converted:
+        converted["unembed.bias"] = torch.zeros(cfg.d_vocab_out)
+    return converted
+
+
+def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None:
+    """Load a bridge-layout state dict strictly (every key, every shape)."""
+    model.load_state_dict(state, strict=True)
+
+
+def run_with_cache(model: TransformerBridge, tokens: torch.Tensor, **kwargs: Any):
+    return model.run_with_cache(tokens, **kwargs)
+
+
+def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor, fwd_hooks, **kwargs: Any):
+    return model.run_with_hooks(tokens, fwd_hooks=fwd_hooks, **kwargs)

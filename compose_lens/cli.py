@@ -24,7 +24,7 @@ from compose_lens.config import ComposeLensError, ConfigError, RunConfig, TaskCo
 COMMAND_MODULES: tuple[str, ...] = ()
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line and exits 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -160,7 +160,7 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
 
 def _register_data(sub) -> None:
     data = sub.add_parser("data", help="generate the task: samples, splits, statistics")
-    dsub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    dsub = data.add_subparsers(dest="data_command", required=True, parser_class=Parser)
     sample = dsub.add_parser("sample", help="write sequences as JSON lines")
     sample.add_argument("--split", default="train", help="train, or a pool name such as 2var_train")
     sample.add_argument("--n", type=int, default=10, help="number of sequences")
@@ -263,8 +263,8 @@ def _register_train(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="compose-lens", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog="compose-lens", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     _register_data(sub)
     _register_train(sub)
     for name in COMMAND_MODULES:

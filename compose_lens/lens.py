@@ -65,6 +65,12 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu") -> TransformerBri
     return model
 
 
+def to_device(model: TransformerBridge, device: str | torch.device) -> TransformerBridge:
+    """Move a model without the bridge's console chatter."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return model.to(device)
+
+
 def parameters(model: TransformerBridge) -> dict[str, torch.Tensor]:
     """Parameters and buffers under their clean names, as the live tensors (not copies)."""
     return dict(model.state_dict(keep_vars=True))

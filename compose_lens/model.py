@@ -139,7 +139,7 @@ def load_model(spec: str | Path, split_file: str | Path | None = None, device: s
             split_file = path.parent / "split.json"
         split = Split.load(split_file) if split_file else Split.from_task(RunConfig().task)
         model, config = load_reference_pth(path, RunConfig(task=split.task))
-        return Loaded(model.to(device), config, split, str(path))
+        return Loaded(lens.to_device(model, device), config, split, str(path))
     if path.suffix == ".safetensors":
         path = path.parent
     model, config = load_model_dir(path, device)

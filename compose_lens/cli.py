@@ -21,7 +21,7 @@ from typing import Sequence
 from compose_lens.config import ComposeLensError, ConfigError, RunConfig, TaskConfig, load_json
 
 # Modules that add subcommands (each defines ``register(subparsers)``).
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("compose_lens.sweep",)
 
 
 class Parser(argparse.ArgumentParser):

@@ -425,3 +425,21 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dynamics)
+
+
+def load_checkpoint(source: str | Path, step: int | None = None, split_file: str | Path | None = None,
+                    device: str = "cpu"):
+    """The model of ``source`` at checkpoint ``step`` (the last one if None) as a
+    :class:`compose_lens.model.Loaded`, with the run's configuration and split."""
+    from compose_lens.model import Loaded
+
+    checkpoints, config, split = find_checkpoints(source, split_file)
+    chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
+    model = build_model(config, device)
+    load_weights(model, config, read_state(chosen, config), str(chosen.path))
+    return Loaded(model, config, split, f"{chosen.path} (step {chosen.step})")
+
+
+def checkpoint_steps(source: str | Path) -> list[int]:
+    """The steps of the checkpoints of ``source`` (see :func:`find_checkpoints`)."""
+    return [c.step for c in find_checkpoints(source)[0]]

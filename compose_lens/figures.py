@@ -1,0 +1,332 @@
+"""The study's figures, drawn with matplotlib (Agg backend), shared by experiments/ and the report.
+
+Each ``*_figure`` function takes numbers (a dynamics table, a matrix, an
+attention pattern), never a model, and returns ``(figure, data)``: the
+matplotlib figure and the :class:`pandas.DataFrame` it plotted. :func:`save`
+writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be re-plotted
+or checked without re-running the analysis; :func:`to_base64_png` gives the
+figure as an ``<img>`` source for the offline report.
+
+The figures of SPEC section 7:
+
+* :func:`accuracy_by_variable_count_figure`: the nine pools over training, one
+  panel per variable count, with the phase onsets marked;
+* :func:`progress_measures_figure`: the circuit measures over training with the
+  phase boundaries;
+* :func:`qk_heatmaps_figure`: layer-1 positional scores ``P QK1 P^T`` (a
+  previous-token head puts its maximum just below the diagonal) beside layer-2
+  variable identity ``(E_var OV1) QK2 (E_var OV1)^T`` (diagonal maxima);
+* :func:`attention_figure`: both layers' patterns on one sequence, the cells the
+  circuit predicts outlined (``=`` to the operands in layer 1, ``=`` to the
+  values in layer 2, each context value to its variable just before it);
+* :func:`early_jump_figure`: the same, plus the identity matrix, just before and
+  just after the variable-assignment jump;
+* :func:`refinement_figure`: the ``=`` query's score per variable key over
+  training, and the forbidden-slot accuracies (``b`` as the right operand last);
+* :func:`cosine_histograms_figure` and :func:`fourier_neuron_figure` for the
+  same-MLP and Fourier analyses.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+PHASE_STYLE = {"addition": ("tab:green", "addition"),
+               "assignment": ("tab:purple", "assignment"),
+               "refinement": ("tab:red", "refinement")}
+MARK_STYLE = {"operand": ("tab:blue", "-", "= to operand"),
+              "value": ("tab:orange", "-", "= to value"),
+              "previous": ("tab:green", "--", "previous token")}
+
+POOL_GROUPS = {
+    "0-var": ("0var_train", "0var_add_restricted"),
+    "1-var": ("1var_train", "1var_add_restricted", "1var_var_restricted"),
+    "2-var": ("2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2"),
+}
+
+# The progress measures of compose_lens.analysis.summary, in the order the study shows them.
+PROGRESS_MEASURES = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
+                     "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
+                     "ov_mlp_addition_accuracy", "key_frequency_strength", "restricted_loss", "excluded_loss")
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path) -> list[Path]:
+    """Write ``path`` as PNG and ``data`` beside it as CSV (same stem); close the figure."""
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    written = [path]
+    if data is not None:
+        data.to_csv(path.with_suffix(".csv"), index=False)
+        written.append(path.with_suffix(".csv"))
+    return written
+
+
+def to_base64_png(fig: plt.Figure, dpi: int = 100) -> str:
+    """The figure as a ``data:image/png;base64,...`` URI (the figure is closed)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# -- training curves -----------------------------------------------------------------------------
+
+
+def mark_phases(ax: plt.Axes, phases: Mapping | None, label: bool = True) -> None:
+    """Dashed vertical lines at the phase onsets of a ``phases.json`` ``phases`` entry."""
+    for name, phase in (phases or {}).items():
+        if phase.get("step") is None:
+            continue
+        color, text = PHASE_STYLE.get(name, ("gray", name))
+        ax.axvline(phase["step"], color=color, ls="--", lw=1.2, alpha=0.8,
+                   label=f"{text} ({phase['step']})" if label else None)
+
+
+def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None
+                                      ) -> tuple[plt.Figure, pd.DataFrame]:
+    """Pool accuracies over training, one panel per variable count (0, 1, 2)."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+    columns = ["step"]
+    for ax, (title, pools) in zip(axes, POOL_GROUPS.items()):
+        for pool in pools:
+            if pool in table:
+                ax.plot(table["step"], table[pool], marker=".", label=pool.split("_", 1)[1])
+                columns.append(pool)
+        mark_phases(ax, phases, label=ax is axes[-1])
+        ax.set_title(f"{title} sequences")
+        ax.set_xlabel("training step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0].set_ylabel("accuracy at =")
+    fig.suptitle("Accuracy by variable count over training (dashed: phase onsets)")
+    return fig, table[columns].copy()
+
+
+def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
+                             measures: Sequence[str] | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+    """One small panel per progress measure over training, phase boundaries marked.
+
+    Uses the circuit measures present in ``table`` (see :data:`PROGRESS_MEASURES`);
+    without them, the phase curves and the ``=`` score spread.
+    """
+    if measures is None:
+        measures = [m for m in PROGRESS_MEASURES if m in table]
+        if not measures:
+            measures = [m for m in ("addition_accuracy", "assignment_accuracy", "refinement_accuracy",
+                                    "equals_score_spread") if m in table]
+    n = len(measures)
+    cols = min(4, max(n, 1))
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, measures):
+        ax.plot(table["step"], table[name], marker=".", color="black", lw=1)
+        mark_phases(ax, phases, label=False)
+        ax.set_title(name.replace("_", " "), fontsize=10)
+        ax.grid(alpha=0.3)
+        if "loss" in name and (table[name] > 0).all():
+            ax.set_yscale("log")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], color=c, ls="--", label=t) for c, t in PHASE_STYLE.values()]
+    fig.legend(handles=handles, loc="upper right", fontsize=8)
+    fig.suptitle("Progress measures over training (dashed: phase onsets)")
+    fig.tight_layout()
+    return fig, table[["step", *measures]].copy()
+
+
+def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
+                      phases: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+    """Left: the ``=`` query's layer-1 score per variable key. Right: forbidden-slot accuracies."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
+    cmap = plt.get_cmap("tab20")
+    for i, col in enumerate(score_cols):
+        v = col.rsplit("_", 1)[1]
+        bold = v in forbidden
+        left.plot(table["step"], table[col], lw=2.2 if bold else 0.9, color=cmap(i % 20),
+                  label=v + (" (forbidden slot)" if bold else ""), alpha=1.0 if bold else 0.7)
+    mark_phases(left, phases, label=False)
+    left.set_title("layer-1 score of the = query for each variable key")
+    left.set_xlabel("training step")
+    left.set_ylabel("(E= + P_last) QK1 E_var / sqrt(d_head)")
+    left.legend(fontsize=7, ncol=2)
+    left.grid(alpha=0.3)
+    slot_cols = [c for c in table if c.startswith("slot_")]
+    for col in slot_cols:
+        right.plot(table["step"], table[col], marker=".", label=col[5:].replace("_", " "),
+                   ls="-" if col.startswith("slot_1var") else ":")
+    for pool in ("2var_var_restricted_1", "2var_var_restricted_2"):
+        if pool in table:
+            right.plot(table["step"], table[pool], color="black", lw=2, alpha=0.5, label=pool)
+    mark_phases(right, phases)
+    right.set_title("accuracy with a variable in a slot it never had in training")
+    right.set_xlabel("training step")
+    right.set_ylim(-0.02, 1.02)
+    right.legend(fontsize=7, ncol=2)
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    cols = ["step", *score_cols, *slot_cols] + [c for c in ("equals_score_spread",) if c in table]
+    return fig, table[cols].copy()
+
+
+# -- matrices and attention -----------------------------------------------------------------------
+
+
+def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence[str], ylabels: Sequence[str], title: str,
+            cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False) -> None:
+    m = np.asarray(matrix, dtype=float).copy()
+    if mask_upper:
+        m[np.triu(np.ones_like(m, dtype=bool), 1)] = np.nan
+    if centre:
+        lim = np.nanmax(np.abs(m)) or 1.0
+        im = ax.imshow(m, cmap=cmap, vmin=-lim, vmax=lim)
+    else:
+        im = ax.imshow(m, cmap=cmap, vmin=0)
+    ax.set_xticks(range(len(xlabels)), xlabels, fontsize=7, rotation=90)
+    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+    ax.set_title(title, fontsize=10)
+    plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def _matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], name: str) -> pd.DataFrame:
+    frame = pd.DataFrame(np.asarray(matrix), index=list(rows), columns=list(cols))
+    frame.index.name = name
+    return frame.reset_index()
+
+
+def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
+                       title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+    """Layer-1 positional QK over the context positions beside layer-2 variable identity."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
+    positions = [str(i) for i in range(len(positional))]
+    heatmap(a, positional, positions, positions, "layer 1: P QK1 P^T / sqrt(d) (query row, key column)",
+            mask_upper=True)
+    n = len(positional)
+    for i in range(1, n):
+        a.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
+    heatmap(b, identity, variables, variables, "layer 2: (E_var OV1) QK2 (E_var OV1)^T / sqrt(d)")
+    for i in range(len(variables)):
+        b.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
+    a.set_xlabel("key position")
+    a.set_ylabel("query position")
+    b.set_xlabel("key: value tagged with variable")
+    b.set_ylabel("query: = carrying variable")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    data = pd.concat([_matrix_frame(positional, [f"pos{i}" for i in range(n)], [f"pos{i}" for i in range(n)],
+                                    "layer1_positional_query").assign(matrix="layer1_positional_qk"),
+                      _matrix_frame(identity, list(variables), list(variables),
+                                    "layer2_identity_query").assign(matrix="layer2_variable_identity")])
+    return fig, data
+
+
+def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping[int, Sequence] | None = None,
+                     title: str = "", layer_names: Sequence[str] | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+    """Attention patterns (layers, n, n) of one sequence, with marked cells.
+
+    ``marks[layer]`` is a list of ``(query_position, key_position, kind)`` with kind
+    ``operand``, ``value`` or ``previous`` (see :data:`MARK_STYLE`).
+    """
+    patterns = np.asarray(patterns, dtype=float)
+    n_layers, n = patterns.shape[0], patterns.shape[-1]
+    names = list(layer_names or [f"layer {i + 1} (blocks.{i})" for i in range(n_layers)])
+    labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
+    fig, axes = plt.subplots(1, n_layers, figsize=(6.2 * n_layers, 5.6), squeeze=False)
+    seen = set()
+    for layer, ax in enumerate(axes[0]):
+        heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True)
+        for q, k, kind in (marks or {}).get(layer, ()):
+            color, ls, text = MARK_STYLE[kind]
+            ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, ec=color, ls=ls, lw=2,
+                                   label=text if (layer, kind) not in seen else None))
+            seen.add((layer, kind))
+        ax.set_xlabel("key (source)")
+        ax.set_ylabel("query (destination)")
+        if any(kind for _, _, kind in (marks or {}).get(layer, ())):
+            ax.legend(fontsize=7, loc="lower left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    frames = []
+    for layer in range(n_layers):
+        frame = _matrix_frame(patterns[layer], labels, labels, "query")
+        frames.append(frame.assign(layer=names[layer]))
+    return fig, pd.concat(frames)
+
+
+def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump.
+
+    ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
+    """
+    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
+    frames = []
+    for col, state in enumerate((before, after)):
+        labels = [f"{i}:{t}" for i, t in enumerate(state["tokens"])]
+        acc = f", assignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
+        heatmap(axes[0, col], state["pattern0"], labels, labels,
+                f"step {state['step']}: layer-1 attention{acc}", cmap="Blues", centre=False, mask_upper=True)
+        heatmap(axes[1, col], state["identity"], variables, variables,
+                f"step {state['step']}: layer-2 variable identity")
+        frames.append(_matrix_frame(state["pattern0"], labels, labels, "query").assign(
+            step=state["step"], matrix="layer1_attention"))
+        frames.append(_matrix_frame(state["identity"], variables, variables, "query").assign(
+            step=state["step"], matrix="layer2_variable_identity"))
+    fig.suptitle("The early generalisation jump: before and after")
+    fig.tight_layout()
+    return fig, pd.concat(frames)
+
+
+# -- same MLP and Fourier -------------------------------------------------------------------------
+
+
+def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+    """Overlaid histograms of cosine similarities, one per named group (matched, mismatched, ...)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bins = np.linspace(-1, 1, 81)
+    for name, values in groups.items():
+        values = np.asarray(values, dtype=float).ravel()
+        ax.hist(values, bins=bins, alpha=0.55, density=True, label=f"{name} (mean {values.mean():.2f})")
+    ax.set_xlabel("cosine similarity of the MLP2 input")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "same (x, y): constant vs variable operand, against mismatched pairs")
+    data = pd.concat([pd.DataFrame({"group": name, "cosine": np.asarray(v, dtype=float).ravel()})
+                      for name, v in groups.items()])
+    return fig, data
+
+
+def fourier_neuron_figure(neuron: np.ndarray, ideal: np.ndarray, title: str = "",
+                          ideal_title: str = "ideal pattern") -> tuple[plt.Figure, pd.DataFrame]:
+    """A neuron's activation over the p x p operand grid beside its ideal cosine pattern."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.8))
+    for ax, grid, name in ((a, neuron, title or "neuron"), (b, ideal, ideal_title)):
+        im = ax.imshow(np.asarray(grid, dtype=float), cmap="RdBu_r", origin="lower")
+        ax.set_xlabel("y")
+        ax.set_ylabel("x")
+        ax.set_title(name, fontsize=10)
+        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    p = np.asarray(neuron).shape[0]
+    xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
+    data = pd.DataFrame({"x": xs.ravel(), "y": ys.ravel(), "neuron": np.asarray(neuron, dtype=float).ravel(),
+                         "ideal": np.asarray(ideal, dtype=float).ravel()})
+    return fig, data

@@ -10,8 +10,8 @@ A sweep is a directory::
 
     SWEEP/sweep.json          what was asked: the parameter, values, seeds, base config
     SWEEP/runs/f=0.25_seed=0/ one ordinary run directory per point (see compose_lens.train)
-    SWEEP/results.csv         one row per point: final exhaustive accuracies, the step at
-                              which each of the nine pools first reached 90 %, status, error
+    SWEEP/results.csv         one row per point: final exhaustive and pool accuracies, the
+                              step at which each of the nine pools first reached 90 %, status, error
     SWEEP/thresholds.json     the threshold estimate per metric and level, per seed and spread
     SWEEP/sweep.png           accuracy against the parameter, one line per seed plus the mean
 
@@ -260,8 +260,8 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
     """The results.csv row of one point, read from its run directory."""
     row: dict[str, Any] = {"param": point.param, "value": format_value(point.value), "seed": point.seed,
                            "status": status, "error": error, "steps": "", "train_wall_time_s": ""}
-    for metric in METRICS:
-        row[f"{metric}_accuracy"] = ""
+    for name in METRICS + POOLS:  # final exhaustive accuracies, then final pool accuracies
+        row[f"{name}_accuracy"] = ""
     for pool in POOLS:
         row[f"first_step_90_{pool}"] = ""
     results_file = run_dir / "results.json"
@@ -271,6 +271,8 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
                    train_wall_time_s=results.get("train_wall_time_s", ""))
         for metric in METRICS:
             row[f"{metric}_accuracy"] = results["exhaustive"][metric]["accuracy"]
+        for pool in POOLS:
+            row[f"{pool}_accuracy"] = results.get("pools", {}).get(pool, "")
     elif not status and (run_dir / "error.json").exists():
         row.update(status="failed", error=load_json(run_dir / "error.json")["error"])
     elif not status:

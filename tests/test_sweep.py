@@ -1,0 +1,164 @@
+"""Sweeps: one row per point and seed, restarts that skip and resume, failures that stay local,
+the threshold rule, worker sizing, and Ray giving the local backend's numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from safetensors.torch import load_file
+
+from compose_lens.cli import main
+from compose_lens.config import ComposeLensError
+from compose_lens.sweep import (
+    SweepPoint,
+    check_points,
+    first_step_above,
+    parse_values,
+    plan_workers,
+    read_csv,
+    run_dir_of,
+    run_sweep,
+    threshold,
+    thresholds,
+)
+from compose_lens.train import Trainer
+
+
+def test_sweep_writes_one_row_per_point_and_seed(tiny_config, tmp_path):
+    result = run_sweep(tiny_config, "f", [0.6, 0.9], [0, 1], tmp_path, workers=1, threads=1, progress=False)
+    rows = read_csv(tmp_path / "results.csv")
+    assert [(r["value"], r["seed"]) for r in rows] == [("0.6", "0"), ("0.6", "1"), ("0.9", "0"), ("0.9", "1")]
+    assert all(r["status"] == "done" and r["steps"] == "40" for r in rows)
+    for r in rows:
+        run = json.loads((tmp_path / "runs" / f"f={r['value']}_seed={r['seed']}" / "results.json").read_text())
+        assert float(r["zero_var_heldout_accuracy"]) == run["exhaustive"]["zero_var_heldout"]["accuracy"]
+        assert float(r["two_var_union_accuracy"]) == run["exhaustive"]["two_var_union"]["accuracy"]
+        assert run["config"]["task"]["f"] == float(r["value"])
+        assert run["config"]["task"]["seed"] == run["config"]["train"]["seed"] == int(r["seed"])
+    assert (result.trained, result.skipped, result.failed) == (4, 0, 0)
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "thresholds.json").read_text())
+    assert set(saved["thresholds"]) == {"zero_var_heldout", "two_var_union"}
+
+
+def test_restarted_sweep_skips_finished_points_and_resumes_interrupted_ones(tiny_config, tmp_path):
+    run_sweep(tiny_config, "f", [0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    finished = run_dir_of(tmp_path, SweepPoint("f", 0.9, 0)) / "results.json"
+    finished_before = finished.read_text()
+
+    # a second point killed at step 25: its last checkpoint is step 20
+    point = SweepPoint("f", 0.6, 0)
+    interrupted = run_dir_of(tmp_path, point)
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_25(trainer):
+        if trainer.step == 25:
+            raise Killed
+
+    with pytest.raises(Killed):
+        Trainer(point.config(tiny_config), interrupted, progress=False).run(on_step=kill_at_25)
+    logged_before_kill = (interrupted / "metrics.jsonl").read_text().splitlines()[:2]
+
+    result = run_sweep(tiny_config, "f", [0.6, 0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    assert (result.trained, result.skipped) == (1, 1)
+    assert finished.read_text() == finished_before  # not trained again
+    metrics = (interrupted / "metrics.jsonl").read_text().splitlines()
+    assert metrics[:2] == logged_before_kill  # steps 10 and 20 kept: resumed, not restarted
+    assert [json.loads(m)["step"] for m in metrics] == [10, 20, 30, 40]
+    assert {r["status"] for r in result.rows} == {"done"}
+
+
+def test_a_failing_point_is_recorded_and_the_others_finish(tiny_config, tmp_path):
+    # f = 0.05 of 49 pairs leaves 2 training pairs: the split misses numbers, so that run fails
+    result = run_sweep(tiny_config, "f", [0.05, 0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    rows = {r["value"]: r for r in read_csv(tmp_path / "results.csv")}
+    assert rows["0.05"]["status"] == "failed" and "never use number" in rows["0.05"]["error"]
+    assert "\n" not in rows["0.05"]["error"]
+    assert rows["0.9"]["status"] == "done" and rows["0.9"]["two_var_union_accuracy"] != ""
+    assert result.failed == 1
+    assert (run_dir_of(tmp_path, SweepPoint("f", 0.05, 0)) / "error.json").exists()
+
+
+def test_threshold_is_the_last_upward_crossing_interpolated():
+    values = [0.1, 0.2, 0.3, 0.4, 0.5]
+    assert threshold(values, [0.0, 0.1, 0.3, 0.7, 0.95], 0.5) == pytest.approx(0.35)
+    assert threshold(values, [0.0, 0.1, 0.3, 0.7, 0.95], 0.9) == pytest.approx(0.48)
+    # a lucky point below the transition does not decide it
+    assert threshold(values, [0.0, 0.6, 0.2, 0.2, 0.8], 0.5) == pytest.approx(0.45)
+    # order of the input does not matter; failed (NaN) points are dropped
+    assert threshold([0.5, 0.1, 0.3], [1.0, 0.0, float("nan")], 0.5) == pytest.approx(0.3)
+    assert threshold(values, [0.9] * 5, 0.5) == 0.1  # at or below the swept range
+    assert math.isnan(threshold(values, [0.1] * 5, 0.5))  # above it
+
+
+def test_thresholds_give_each_seed_and_their_spread():
+    rows = []
+    for seed, accs in ((0, [0.0, 0.4, 0.6, 1.0]), (1, [0.0, 0.0, 0.4, 0.6])):
+        for value, acc in zip([0.1, 0.2, 0.3, 0.4], accs):
+            rows.append({"param": "f", "value": str(value), "seed": str(seed),
+                         "zero_var_heldout_accuracy": str(acc), "two_var_union_accuracy": ""})
+    found = thresholds(rows, metrics=("zero_var_heldout",), levels=(0.5,))["zero_var_heldout"]["0.5"]
+    assert found["per_seed"] == {"0": pytest.approx(0.25), "1": pytest.approx(0.35)}
+    assert found["mean"] == pytest.approx(0.3) and found["std"] == pytest.approx(0.1 / math.sqrt(2))
+    assert (found["min"], found["max"], found["n"]) == (pytest.approx(0.25), pytest.approx(0.35), 2)
+    assert found["of_mean_curve"] == pytest.approx(0.3)  # mean curve 0, 0.2, 0.5, 0.8
+
+
+def test_workers_times_threads_never_exceed_the_cores():
+    for n_points in (1, 3, 32):
+        for cores in (1, 2, 8, 16):
+            workers, threads = plan_workers(n_points, cores=cores)
+            assert workers * threads <= cores and workers <= n_points
+    assert plan_workers(32, threads=2, cores=8) == (4, 2)
+    with pytest.raises(ComposeLensError, match="oversubscribe"):
+        plan_workers(8, workers=4, threads=2, cores=4)
+
+
+def test_bad_sweep_input_is_one_clear_line(tiny_config):
+    with pytest.raises(ComposeLensError, match="point f=1.5_seed=0: f=1.5"):
+        check_points(tiny_config, [SweepPoint("f", 1.5, 0)])
+    with pytest.raises(ComposeLensError, match="no such setting"):
+        check_points(tiny_config, [SweepPoint("learning_speed", 1, 0)])
+    with pytest.raises(ComposeLensError, match="repeated"):
+        parse_values(["0.1", "0.1"])
+    assert parse_values(["0.1:0.3:3", "1"]) == [0.1, 0.2, 0.3, 1]
+    assert first_step_above([{"step": 10, "p": 0.2}], "p") is None
+
+
+def test_cli_sweep_in_worker_processes(tiny_config, tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    config.write_text(tiny_config.to_json())
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--config", str(config), "--param", "r", "--values", "0", "1", "--seeds", "3",
+            "--steps", "20", "--workers", "2", "--threads", "1", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    rows = read_csv(out / "results.csv")
+    assert [(r["value"], r["status"], r["steps"]) for r in rows] == [("0", "done", "20"), ("1", "done", "20")]
+    assert "2 points (2 trained" in capsys.readouterr().out
+    assert main(argv) == 0  # run again: nothing left to train
+    assert "0 trained, 2 already finished" in capsys.readouterr().out
+    oversubscribed = [a for a in argv if a != "--quiet"] + ["--workers", "64", "--threads", "64"]
+    assert main(oversubscribed) == 2
+    assert "oversubscribe" in capsys.readouterr().err
+
+
+def test_ray_backend_gives_the_local_numbers(tiny_config, tmp_path):
+    ray = pytest.importorskip("ray")
+    local = run_sweep(tiny_config, "r", [0.0, 1.0], [0], tmp_path / "local", workers=1, threads=1,
+                      progress=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = run_sweep(tiny_config, "r", [0.0, 1.0], [0], tmp_path / "ray", backend="ray", threads=1,
+                           progress=False)
+    finally:
+        ray.shutdown()
+    keys = [k for k in local.rows[0] if k not in ("run_dir", "train_wall_time_s")]
+    assert [{k: r[k] for k in keys} for r in remote.rows] == [{k: r[k] for k in keys} for r in local.rows]
+    for a, b in zip(local.rows, remote.rows):
+        wa = load_file(f"{a['run_dir']}/model.safetensors")
+        wb = load_file(f"{b['run_dir']}/model.safetensors")
+        assert all((wa[k] == wb[k]).all() for k in wa)

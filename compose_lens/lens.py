@@ -123,3 +123,48 @@ def run_with_cache(model: TransformerBridge, tokens: torch.Tensor, **kwargs: Any
 
 def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor, fwd_hooks, **kwargs: Any):
     return model.run_with_hooks(tokens, fwd_hooks=fwd_hooks, **kwargs)
+
+
+# -- activation patching, the TransformerLens way (the baseline of analysis.patching) ----------
+
+PATCH_HOOKS = {
+    "resid_pre": "blocks.{layer}.hook_resid_pre",
+    "resid_mid": "blocks.{layer}.hook_resid_mid",
+    "resid_post": "blocks.{layer}.hook_resid_post",
+    "attn_out": "blocks.{layer}.hook_attn_out",
+    "mlp_out": "blocks.{layer}.hook_mlp_out",
+    "z": "blocks.{layer}.attn.hook_z",
+}
+
+
+def hook_name(component: str, layer: int) -> str:
+    """The TransformerLens hook of a patching component (``z``: the per-head output)."""
+    return PATCH_HOOKS[component].format(layer=layer)
+
+
+def tl_patch_sweep(model: TransformerBridge, component: str, corrupted_tokens: torch.Tensor,
+                   clean_cache: Any, metric) -> torch.Tensor:
+    """``transformer_lens.patching``'s sweep over every (layer, position[, head]) of a component.
+
+    One forward of the whole corrupted batch per site, as TransformerLens does it.
+    ``metric`` maps logits (batch, pos, vocab) to a (batch,) tensor. Returns the
+    per-example values, shaped (layer, pos, batch) or (layer, pos, head, batch) for ``z``.
+    The model is put in eval mode for the sweep (TransformerLens requires it) and
+    its mode is restored afterwards.
+    """
+    from transformer_lens import patching as tl_patching
+
+    if component == "z":
+        setter, axes = tl_patching.layer_pos_head_vector_patch_setter, ["layer", "pos", "head_index"]
+    else:
+        setter, axes = tl_patching.layer_pos_patch_setter, ["layer", "pos"]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            result = tl_patching.generic_activation_patch(
+                model, corrupted_tokens, clean_cache, metric, setter, component,
+                index_axis_names=axes, reduce="none")
+    finally:
+        model.train(was_training)
+    return result.values

@@ -1,0 +1,506 @@
+"""Activation patching: which activations carry the answer from a clean prompt to a corrupted one.
+
+The method (ROME; Wang et al.'s IOI; TransformerLens ``patching``):
+
+1. Take a **clean** prompt and a **corrupted** prompt that differ in one detail and
+   so have different answers, e.g. ``b=17, + b 19 =`` (answer 36) against
+   ``b=20, + b 19 =`` (answer 39). Both have 16 tokens, so positions line up.
+2. Run the corrupted prompt, but at one *site* (a component, a layer, a position,
+   possibly a head) write in the activation the clean prompt had there; let the
+   rest of the forward pass follow from it.
+3. Read the **logit difference** ``LD = logit[clean answer] - logit[corrupted answer]``
+   at ``=``. The *normalised* logit difference of a site is
+
+       (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
+
+   0 when the site carries nothing that distinguishes the two prompts, 1 when it
+   alone restores the clean answer. Over many prompt pairs we report the ratio of
+   the mean differences (stable where single pairs have small denominators) and a
+   percentile bootstrap interval over the pairs.
+
+Components, in TransformerLens's hook names (:data:`compose_lens.lens.PATCH_HOOKS`):
+the residual stream before / between / after a block (``resid_pre``, ``resid_mid``,
+``resid_post``), the attention output ``attn_out``, the MLP output ``mlp_out`` and
+the head output ``z`` (one site per head). Paper layer 1 is ``blocks.0``, layer 2
+is ``blocks.1``.
+
+Corruptions (:func:`make_prompt_pairs`), each an edit of one token so the labels
+stay correct (read back with :func:`compose_lens.task.decode`):
+
+* ``value``: the value assigned to the queried variable changed (1-var prompts);
+* ``variable``: the queried variable swapped for a distractor with another value;
+* ``constant``: one constant operand changed (0-var prompts).
+
+**Why this is fast.** ``transformer_lens.patching`` runs one full forward of the
+whole batch per site (192 sites for the paper model). For the study's
+architecture (two layers, an MLP in the last one only, no normalisation) patching
+needs far less, and :func:`patched_logit_diffs` computes the same numbers from the
+weights, all sites of a kind at once on a (prompts x sites) batch:
+
+* only the logits at ``=`` are read, and layer 2 is the last layer, so layer 2 is
+  needed at the last position only: its query there, its keys and values at every
+  position. A layer-2 site before ``=`` other than ``resid_pre`` is read by nothing
+  later: patching it leaves the output exactly as in the corrupted run;
+* keys and values are computed per position, so patching one position of
+  ``blocks.1.hook_resid_pre`` changes one key row and one value row: the patched
+  keys are the corrupted ones with that row swapped, no new matrix products;
+* every layer-1 site except ``resid_pre`` only changes ``blocks.1.hook_resid_pre`` at
+  its own position, so it is the case above with another replacement vector;
+* ``blocks.0.hook_resid_pre`` needs a layer-1 recompute, again batched over sites.
+
+Other architectures go through the model's own hooks, still batched: one forward
+of (sites x prompts) rows per (component, layer), the hook writing each row's clean
+activation at that row's position (:func:`hook_batched_logit_diffs`).
+``experiments/bench_patching.py`` checks both against the TransformerLens loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from compose_lens import lens
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.sampler import Batch, make_pool
+from compose_lens.split import Split, derived_generator
+from compose_lens.task import decode
+
+COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
+CORRUPTIONS = ("value", "variable", "constant")
+_PAIR_STREAM = 40
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+                "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
+
+
+# -- prompt pairs -----------------------------------------------------------------------------
+
+
+@dataclass
+class PromptPairs:
+    """Aligned clean / corrupted prompts (N, seq_len) and both answers (N,)."""
+
+    clean: torch.Tensor
+    corrupted: torch.Tensor
+    clean_labels: torch.Tensor
+    corrupted_labels: torch.Tensor
+    corruption: str
+
+    def __len__(self) -> int:
+        return len(self.clean_labels)
+
+
+def _labels(split: Split, tokens: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([decode(split.task, row).label for row in tokens.tolist()], dtype=torch.long)
+
+
+def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", seed: int = 0) -> PromptPairs:
+    """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions."""
+    if corruption not in CORRUPTIONS:
+        raise ComposeLensError(f"corruption {corruption!r}: use one of {', '.join(CORRUPTIONS)}")
+    if n_pairs < 2:
+        raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 2 prompt pairs")
+    task = split.task
+    p, C = task.modulus, task.context_len
+    g = derived_generator(seed, _PAIR_STREAM, CORRUPTIONS.index(corruption))
+    lhs, rhs = C + 1, C + 2
+    if corruption == "constant":
+        clean = make_pool(split, "0var_train", n_pairs, seed).tokens
+        corrupted = clean.clone()
+        side = torch.where(torch.rand(n_pairs, generator=g) < 0.5, lhs, rhs)
+        shift = torch.randint(1, p, (n_pairs,), generator=g)
+        rows = torch.arange(n_pairs)
+        corrupted[rows, side] = (clean[rows, side] + shift) % p
+    elif corruption == "value":
+        clean = make_pool(split, "1var_train", n_pairs, seed).tokens
+        corrupted = clean.clone()
+        is_var = clean[:, lhs] >= task.first_var_token
+        queried = torch.where(is_var, clean[:, lhs], clean[:, rhs])
+        var_pos = (clean[:, :C] == queried.unsqueeze(1)).long().argmax(1)
+        rows = torch.arange(n_pairs)
+        shift = torch.randint(1, p, (n_pairs,), generator=g)
+        corrupted[rows, var_pos + 1] = (clean[rows, var_pos + 1] + shift) % p
+    else:  # variable: swap the queried variable for a distractor with a different value
+        pool = make_pool(split, "1var_train", 4 * n_pairs, seed).tokens
+        allowed_left = {task.first_var_token + i for i in task.allowed_left}
+        allowed_right = {task.first_var_token + i for i in task.allowed_right}
+        keep_clean, keep_corrupt = [], []
+        picks = torch.rand(len(pool), generator=g).tolist()
+        for row, pick in zip(pool.tolist(), picks):
+            slot = lhs if row[lhs] >= task.first_var_token else rhs
+            value = row[row[:C].index(row[slot]) + 1]
+            allowed = allowed_left if slot == lhs else allowed_right
+            options = [row[i] for i in range(C - 1)
+                       if row[i] >= task.first_var_token and row[i] != row[slot]
+                       and row[i + 1] != value and row[i] in allowed]
+            if options:
+                new = list(row)
+                new[slot] = options[int(pick * len(options))]
+                keep_clean.append(row)
+                keep_corrupt.append(new)
+            if len(keep_clean) == n_pairs:
+                break
+        if len(keep_clean) < n_pairs:
+            raise ComposeLensError(f"could only build {len(keep_clean)} 'variable' pairs of {n_pairs}; "
+                                   f"the task has too few distractors (raise max_assignments)")
+        clean, corrupted = torch.tensor(keep_clean), torch.tensor(keep_corrupt)
+    return PromptPairs(clean, corrupted, _labels(split, clean), _labels(split, corrupted), corruption)
+
+
+def logit_diff(logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
+    """(N,) ``logit[clean answer] - logit[corrupted answer]`` from last-position logits (N, V)."""
+    rows = torch.arange(len(logits))
+    return logits[rows, pairs.clean_labels] - logits[rows, pairs.corrupted_labels]
+
+
+# -- sites ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Site:
+    component: str
+    layer: int
+    position: int
+    head: int = -1  # -1: the whole component (not a head output)
+
+
+def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
+    """Every (component, layer, position[, head]) of a model, layer-major."""
+    sites = []
+    for component in components:
+        if component not in COMPONENTS:
+            raise ComposeLensError(f"component {component!r}: use one of {', '.join(COMPONENTS)}")
+        for layer in range(cfg.n_layers):
+            for position in range(cfg.n_ctx):
+                heads = range(cfg.n_heads) if component == "z" else [-1]
+                sites += [Site(component, layer, position, h) for h in heads]
+    return sites
+
+
+# -- the batched engine for the study's architecture -----------------------------------------
+
+
+def engine_supports(cfg: ModelConfig) -> bool:
+    """Can :func:`patched_logit_diffs` compute patching from the weights for this model?"""
+    return (cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,) and cfg.normalization_type is None
+            and cfg.act_fn in _ACTIVATIONS)
+
+
+class _Weights:
+    """The weights in the nn.Linear layout, detached, with the forward pieces patching needs."""
+
+    def __init__(self, model: lens.Model, cfg: ModelConfig):
+        params = {k: v.detach().float() for k, v in lens.parameters(model).items()}
+        self.p, self.cfg = params, cfg
+        self.H, self.dh = cfg.n_heads, cfg.d_head
+        self.act = _ACTIVATIONS[cfg.act_fn]
+
+    def heads(self, x: torch.Tensor, layer: int, kind: str) -> torch.Tensor:
+        """q / k / v of ``x`` (..., d) as (..., H, d_head)."""
+        w, b = self.p[f"blocks.{layer}.attn.{kind}.weight"], self.p[f"blocks.{layer}.attn.{kind}.bias"]
+        return (x @ w.T + b).unflatten(-1, (self.H, self.dh))
+
+    def attn_out(self, z: torch.Tensor, layer: int) -> torch.Tensor:
+        """(..., H, d_head) -> (..., d): the head outputs through W_O."""
+        return z.flatten(-2) @ self.p[f"blocks.{layer}.attn.o.weight"].T + self.p[f"blocks.{layer}.attn.o.bias"]
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.p["embed.weight"][tokens] + self.p["pos_embed.weight"][: tokens.shape[1]]
+
+    def layer0(self, resid_pre0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal attention of blocks.0 over all positions: z0 (R, n, H, dh), attn_out0 (R, n, d)."""
+        q, k, v = (self.heads(resid_pre0, 0, s) for s in "qkv")
+        n = resid_pre0.shape[1]
+        scores = torch.einsum("rihd,rjhd->rhij", q, k) / math.sqrt(self.dh)
+        causal = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+        pattern = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        z = torch.einsum("rhij,rjhd->rihd", pattern, v)
+        return z, self.attn_out(z, 0)
+
+    def layer1_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
+                    site: Site | None = None, clean: dict | None = None) -> torch.Tensor:
+        """Logits at the last position from layer 2's keys/values (R, n, H, dh) and resid_pre1[-1].
+
+        ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
+        """
+        def patch(component: str, value: torch.Tensor) -> torch.Tensor:
+            if site is None or site.component != component:
+                return value
+            if component == "z":
+                value = value.clone()
+                value[:, site.head] = clean["z"][:, site.head]
+                return value
+            return clean[component]
+
+        resid_last = patch("resid_pre", resid_last)
+        q = self.heads(resid_last, 1, "q")  # (R, H, dh)
+        pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
+        z = patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1))
+        resid_mid = patch("resid_mid", resid_last + patch("attn_out", self.attn_out(z, 1)))
+        hidden = self.act(resid_mid @ self.p["blocks.1.mlp.in.weight"].T + self.p["blocks.1.mlp.in.bias"])
+        mlp_out = patch("mlp_out", hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"])
+        resid_post = patch("resid_post", resid_mid + mlp_out)
+        return resid_post @ self.p["unembed.weight"].T + self.p["unembed.bias"]
+
+    def run(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every activation a site can read, for a batch of prompts."""
+        resid_pre0 = self.embed(tokens)
+        z0, attn_out0 = self.layer0(resid_pre0)
+        resid_mid0 = resid_pre0 + attn_out0
+        resid_pre1 = resid_mid0  # blocks.0 has no MLP: its output is exactly zero
+        k1, v1 = self.heads(resid_pre1, 1, "k"), self.heads(resid_pre1, 1, "v")
+        last = resid_pre1[:, -1]
+        q = self.heads(last, 1, "q")
+        pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
+        z1 = torch.einsum("rhj,rjhd->rhd", pattern, v1)
+        attn_out1 = self.attn_out(z1, 1)
+        resid_mid1 = last + attn_out1
+        hidden = self.act(resid_mid1 @ self.p["blocks.1.mlp.in.weight"].T + self.p["blocks.1.mlp.in.bias"])
+        mlp_out1 = hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"]
+        resid_post1 = resid_mid1 + mlp_out1
+        return {"resid_pre0": resid_pre0, "z0": z0, "attn_out0": attn_out0, "resid_mid0": resid_mid0,
+                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "logits": resid_post1 @ self.p["unembed.weight"].T
+                + self.p["unembed.bias"],
+                "last": {"resid_pre": last, "z": z1, "attn_out": attn_out1, "resid_mid": resid_mid1,
+                         "mlp_out": mlp_out1, "resid_post": resid_post1}}
+
+
+def _layer0_replacement(site: Site, clean: dict, corrupt: dict, W: _Weights) -> torch.Tensor:
+    """blocks.1.hook_resid_pre at ``site.position`` after patching a layer-1 site there (N, d)."""
+    i = site.position
+    if site.component == "attn_out":
+        return corrupt["resid_pre0"][:, i] + clean["attn_out0"][:, i]
+    if site.component == "z":
+        z = corrupt["z0"][:, i].clone()
+        z[:, site.head] = clean["z0"][:, i, site.head]
+        return corrupt["resid_pre0"][:, i] + W.attn_out(z, 0)
+    if site.component == "resid_mid":
+        return clean["resid_mid0"][:, i]
+    if site.component == "resid_post":
+        return clean["resid_pre1"][:, i]
+    if site.component == "mlp_out":  # zero in both runs: the patch leaves the corrupted stream
+        return corrupt["resid_mid0"][:, i]
+    raise AssertionError(site)
+
+
+def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
+                        replacement: torch.Tensor) -> torch.Tensor:
+    """Logits (N, S, V) when blocks.1.hook_resid_pre at ``positions[s]`` becomes ``replacement[:, s]``.
+
+    Keys and values are per position, so only one row of each changes per site.
+    """
+    N, S = replacement.shape[:2]
+    n = corrupt["k1"].shape[1]
+    sites = torch.arange(S)
+    k = corrupt["k1"].unsqueeze(1).expand(N, S, *corrupt["k1"].shape[1:]).clone()
+    v = corrupt["v1"].unsqueeze(1).expand(N, S, *corrupt["v1"].shape[1:]).clone()
+    k[:, sites, positions] = W.heads(replacement, 1, "k")
+    v[:, sites, positions] = W.heads(replacement, 1, "v")
+    last = corrupt["resid_pre1"][:, -1].unsqueeze(1).expand(N, S, -1).clone()
+    at_last = positions == n - 1
+    last[:, at_last] = replacement[:, at_last]
+    logits = W.layer1_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1))
+    return logits.view(N, S, -1)
+
+
+def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.Tensor:
+    """Patched logit differences (S, N) for one chunk of prompt pairs."""
+    clean, corrupt = W.run(pairs.clean), W.run(pairs.corrupted)
+    N, n = len(pairs), pairs.clean.shape[1]
+    corrupted_ld = logit_diff(corrupt["logits"], pairs)
+    out = torch.empty(len(sites), N)
+
+    def diffs(logits: torch.Tensor) -> torch.Tensor:  # (N, S, V) -> (S, N)
+        def at(labels: torch.Tensor) -> torch.Tensor:
+            return logits.gather(2, labels.view(N, 1, 1).expand(N, logits.shape[1], 1)).squeeze(2)
+        return (at(pairs.clean_labels) - at(pairs.corrupted_labels)).T
+
+    # layer-1 sites other than resid_pre: a replacement row of blocks.1.hook_resid_pre
+    row_sites = [j for j, s in enumerate(sites) if s.layer == 0 and s.component != "resid_pre"]
+    row_sites += [j for j, s in enumerate(sites) if s.layer == 1 and s.component == "resid_pre"]
+    if row_sites:
+        replacement = torch.stack([
+            clean["resid_pre1"][:, sites[j].position] if sites[j].layer == 1
+            else _layer0_replacement(sites[j], clean, corrupt, W) for j in row_sites], dim=1)
+        positions = torch.tensor([sites[j].position for j in row_sites])
+        out[row_sites] = diffs(_row_patched_logits(W, corrupt, positions, replacement))
+
+    # blocks.0.hook_resid_pre: a layer-1 recompute per site, batched over sites
+    embed_sites = [j for j, s in enumerate(sites) if s.layer == 0 and s.component == "resid_pre"]
+    if embed_sites:
+        S = len(embed_sites)
+        positions = torch.tensor([sites[j].position for j in embed_sites])
+        resid = corrupt["resid_pre0"].unsqueeze(1).expand(N, S, n, -1).clone()
+        resid[:, torch.arange(S), positions] = clean["resid_pre0"][:, positions]
+        resid = resid.flatten(0, 1)
+        resid_pre1 = resid + W.layer0(resid)[1]
+        logits = W.layer1_last(W.heads(resid_pre1, 1, "k"), W.heads(resid_pre1, 1, "v"), resid_pre1[:, -1])
+        out[embed_sites] = diffs(logits.view(N, S, -1))
+
+    # layer-2 sites other than resid_pre: only the last position is read by anything
+    for j, s in enumerate(sites):
+        if s.layer == 1 and s.component != "resid_pre":
+            if s.position < n - 1:
+                out[j] = corrupted_ld
+            else:
+                out[j] = logit_diff(W.layer1_last(corrupt["k1"], corrupt["v1"], corrupt["resid_pre1"][:, -1],
+                                                  site=s, clean=clean["last"]), pairs)
+    return out
+
+
+def _chunks(pairs: PromptPairs, size: int):
+    for start in range(0, len(pairs), size):
+        sl = slice(start, start + size)
+        yield PromptPairs(pairs.clean[sl], pairs.corrupted[sl], pairs.clean_labels[sl],
+                          pairs.corrupted_labels[sl], pairs.corruption)
+
+
+def patched_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: PromptPairs,
+                        sites: list[Site], chunk: int = 128) -> torch.Tensor:
+    """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones.
+
+    The study's architecture goes through the batched engine described in the
+    module docstring; anything else through :func:`hook_batched_logit_diffs`.
+    """
+    if not engine_supports(cfg):
+        return hook_batched_logit_diffs(model, pairs, sites)
+    W = _Weights(model, cfg)
+    with torch.no_grad():
+        return torch.cat([_engine_chunk(W, part, sites) for part in _chunks(pairs, chunk)], dim=1)
+
+
+def baseline_logit_diffs(model: lens.Model, pairs: PromptPairs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(clean, corrupted) logit differences (N,) from the model's own forward."""
+    with torch.no_grad():
+        return (logit_diff(model(pairs.clean)[:, -1].float(), pairs),
+                logit_diff(model(pairs.corrupted)[:, -1].float(), pairs))
+
+
+# -- the general path: the model's hooks, batched over sites ---------------------------------
+
+
+def hook_batched_logit_diffs(model: lens.Model, pairs: PromptPairs, sites: list[Site],
+                             max_rows: int = 8192) -> torch.Tensor:
+    """Patched logit differences (S, N) through the model's hooks, many sites per forward.
+
+    Sites of one (component, layer) share a hook: the batch holds the corrupted
+    prompts once per site, and the hook writes into row r the clean activation of
+    prompt ``r % N`` at the position (and head) of site ``r // N``.
+    """
+    N = len(pairs)
+    out = torch.empty(len(sites), N)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for j, s in enumerate(sites):
+        groups.setdefault((s.component, s.layer), []).append(j)
+    names = {lens.hook_name(c, layer) for c, layer in groups}
+    with torch.no_grad():
+        _, cache = model.run_with_cache(pairs.clean, names_filter=lambda name: name in names)
+        per_forward = max(1, max_rows // N)
+        for (component, layer), members in groups.items():
+            clean_act = cache[lens.hook_name(component, layer)]
+            for start in range(0, len(members), per_forward):
+                part = members[start: start + per_forward]
+                positions = torch.tensor([sites[j].position for j in part]).repeat_interleave(N)
+                heads = torch.tensor([sites[j].head for j in part]).repeat_interleave(N)
+                prompt = torch.arange(N).repeat(len(part))
+                rows = torch.arange(len(part) * N)
+
+                def write_clean(act, hook, positions=positions, heads=heads, prompt=prompt, rows=rows):
+                    # in place, as transformer_lens.patching does: some bridge hooks are
+                    # aliases whose returned tensor does not reach every reader
+                    if component == "z":
+                        act[rows, positions, heads] = clean_act[prompt, positions, heads]
+                    else:
+                        act[rows, positions] = clean_act[prompt, positions]
+                    return act
+
+                logits = model.run_with_hooks(pairs.corrupted.repeat(len(part), 1),
+                                              fwd_hooks=[(lens.hook_name(component, layer), write_clean)])
+                ld = logit_diff(logits[:, -1].float(), PromptPairs(
+                    pairs.clean.repeat(len(part), 1), pairs.corrupted.repeat(len(part), 1),
+                    pairs.clean_labels.repeat(len(part)), pairs.corrupted_labels.repeat(len(part)),
+                    pairs.corruption))
+                out[part] = ld.view(len(part), N)
+    return out
+
+
+def transformer_lens_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: PromptPairs,
+                                 components=COMPONENTS) -> tuple[list[Site], torch.Tensor]:
+    """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
+    _, cache = model.run_with_cache(pairs.clean)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return logit_diff(logits[:, -1].float(), pairs)
+
+    sites, values = [], []
+    for component in components:
+        table = lens.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
+        sites += all_sites(cfg, [component])
+        values.append(table.reshape(-1, len(pairs)).cpu())
+    return sites, torch.cat(values)
+
+
+# -- statistics and the table ----------------------------------------------------------------
+
+
+def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, *,
+                       n_boot: int = 1000, confidence: float = 0.95, seed: int = 0):
+    """Normalised logit difference per site, ratio of means over pairs, and its bootstrap interval.
+
+    ``patched`` (S, N), ``clean`` / ``corrupted`` (N,). The bootstrap resamples prompt
+    pairs with replacement (the same resample for every site) and recomputes the ratio.
+    """
+    S, N = patched.shape
+    gain = patched.double() - corrupted.double()
+    scale = clean.double() - corrupted.double()
+    value = gain.mean(1) / scale.mean()
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(n_boot, N, dtype=torch.float64)
+    counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
+    boot = (gain @ counts.T) / (counts @ scale).unsqueeze(0)  # (S, n_boot)
+    alpha = (1 - confidence) / 2
+    low, high = torch.quantile(boot, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=1)
+    return value.float(), low.float(), high.float()
+
+
+def _position_role(task, position: int) -> str:
+    if position < task.context_len:
+        return "context"
+    return ("+", "lhs", "rhs", "=")[position - task.context_len]
+
+
+def patching_table(model: lens.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
+                   corruption: str = "value", components=COMPONENTS, seed: int = 0,
+                   n_boot: int = 1000) -> pd.DataFrame:
+    """The full (component x layer x position[, head]) sweep over ``n_pairs`` prompt pairs.
+
+    Columns: component, layer, head (-1 but for ``z``), position, role (context, ``+``,
+    lhs, rhs, ``=``), mean (normalised logit difference), ci_low, ci_high (95 % bootstrap),
+    logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs, corruption.
+    """
+    pairs = make_prompt_pairs(split, n_pairs, corruption, seed)
+    sites = all_sites(config.model, components)
+    patched = patched_logit_diffs(model, config.model, pairs, sites)
+    clean, corrupted = baseline_logit_diffs(model, pairs)
+    if abs(float((clean - corrupted).mean())) < 1e-6:
+        raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
+                               "the model does not tell them apart, so nothing can be normalised")
+    mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
+    return pd.DataFrame({
+        "component": [s.component for s in sites],
+        "layer": [s.layer for s in sites],
+        "head": [s.head for s in sites],
+        "position": [s.position for s in sites],
+        "role": [_position_role(split.task, s.position) for s in sites],
+        "mean": mean.tolist(),
+        "ci_low": low.tolist(),
+        "ci_high": high.tolist(),
+        "logit_diff": patched.mean(1).tolist(),
+        "clean_logit_diff": float(clean.mean()),
+        "corrupted_logit_diff": float(corrupted.mean()),
+        "n_pairs": len(pairs),
+        "corruption": corruption,
+    })

@@ -1,0 +1,25 @@
+"""Analyses of a trained model: where each mechanism of the circuit is measured.
+
+The study's claim is a chain of four mechanisms; each has a module, and each
+measure is one function (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
+
+====================================  ===========================================  ==========================
+mechanism (SPEC section 6)            question                                     module
+====================================  ===========================================  ==========================
+1. previous-token head (layer 1)      is each value tagged with its variable?      :mod:`.probes`
+2. ``=`` gathers the operands (l. 1)  does ``=`` read the two operand tokens?       :mod:`.probes`
+3. variable-identity routing (l. 2)   does ``=`` find the values of its operands?  :mod:`.probes`
+4. the MLP adds (layer 2)             key frequencies, restricted/excluded loss    :mod:`.fourier`
+5. same MLP for constants/variables   correlational and causal comparisons         :mod:`.same_mlp`
+6. patching and ablation              which sites matter, for which pools          :mod:`.patching`, :mod:`.ablation`
+====================================  ===========================================  ==========================
+
+Supporting modules:
+
+* :mod:`.activations`: the activations all probes read, in one forward pass (a
+  table-based forward for the paper architecture, ``run_with_cache`` otherwise);
+* :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per
+  checkpoint, for training dynamics) and :func:`~.summary.circuit_summary`
+  (the full picture of one model);
+* :mod:`.cli`: ``compose-lens analyze`` and ``compose-lens fourier``.
+"""

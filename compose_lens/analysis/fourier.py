@@ -1,0 +1,489 @@
+"""The MLP adds: Fourier analysis of layer 2's MLP over the p x p grid of operand values.
+
+SPEC section 6, item 4. Once layer-2 attention has brought both operand values to
+``=``, the MLP input is (close to) ``OV2 e_x + OV2 e_y`` and the MLP must output
+``(x + y) mod p``. Modular-addition networks do this with a few *key frequencies*
+k: a neuron reads ``cos(2 pi k x / p + a)`` and ``cos(2 pi k y / p + b)``, its
+nonlinearity makes products of the two, i.e. terms in ``cos(2 pi k (x + y) / p)``,
+and ``W_out W_U`` reads those out as logits ``cos(2 pi k (x + y - z) / p)``, which
+peak at ``z = x + y``.
+
+The tools, one idea each, every one taking the modulus from its input:
+
+* :func:`fourier_basis` ``(p) -> (B, names)``: p orthonormal rows ``const, cos 1,
+  sin 1, ..., `` up to the top frequency ``p // 2`` (for even p only its cosine,
+  the alternating +-1 vector; its sine is zero). :func:`basis_frequencies` gives
+  each row's frequency.
+* :func:`fft1d` / :func:`fft2d`: coefficients in that basis along one axis or
+  over a (p, p, ...) grid, ``B G B^T``.
+* :func:`frequency_mask` / :func:`project_onto_frequency`: the components that
+  belong to frequency k on the grid: ``(k, 0)`` (x only), ``(0, k)`` (y only) and
+  ``(k, k)`` (the products; ``cos k(x+y)`` lives here). Cross terms ``(k, k')``
+  belong to no single frequency.
+* :func:`neuron_frequencies`: each MLP2 neuron's dominant frequency and the
+  fraction of its (non-constant) variance that frequency explains.
+  :func:`key_frequencies`: the frequencies that carry a real share of the MLP's
+  activity through neurons explained by them.
+* :func:`restricted_loss` keeps only the key frequencies (and the constant) of the
+  neuron activations or of the logits; :func:`excluded_loss` removes one key
+  frequency at a time. Low restricted and high excluded loss: the key
+  frequencies are what the MLP computes with.
+* :func:`unembed_fourier`: ``W_out W_U`` in the Fourier basis over the output classes.
+* :func:`best_neurons`: for each key frequency, the neuron it explains best, and
+  its correlation with the ideal pattern ``A cos(2 pi k (x + y) / p + phase) + c``.
+* :func:`ov_mlp_addition_accuracy`: the weights-only test of SPEC 6.4, MLP2 and the
+  unembedding applied to ``OV2 e_x + OV2 e_y`` for all p^2 pairs.
+
+The grids (:class:`AdditionGrid`) hold MLP2 at ``=`` for every (x, y): from
+constant-operand sequences ``+ x y =`` with random contexts (:func:`operand_grid`),
+from the same values reached through variables (``operands="left" | "right" |
+"both"``, assignments randomised) so constants and variables can be compared
+(:func:`compare_grids`), or from the weights alone (:func:`ov_grid`).
+
+>>> B, names = fourier_basis(10)
+>>> torch.allclose(B @ B.T, torch.eye(10), atol=1e-5), names[:3], names[-1]
+(True, ['const', 'cos 1', 'sin 1'], 'cos 5')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from compose_lens import lens
+from compose_lens.analysis.activations import activation_fn, collect
+from compose_lens.config import RunConfig
+from compose_lens.sampler import render
+from compose_lens.split import Split, derived_generator
+
+OPERAND_KINDS = ("constant", "left", "right", "both")
+_GRID_STREAM = 22
+
+
+# -- the basis ------------------------------------------------------------------------------
+
+
+def fourier_basis(p: int) -> tuple[torch.Tensor, list[str]]:
+    """(p, p) orthonormal Fourier basis over Z_p as rows, and their names.
+
+    Rows: ``const``, then ``cos k``, ``sin k`` for k = 1 .. (p - 1) // 2, then, for even p,
+    ``cos p/2`` (the sine of the Nyquist frequency vanishes on the integers).
+    """
+    x = torch.arange(p, dtype=torch.float64)
+    rows, names = [torch.ones(p, dtype=torch.float64)], ["const"]
+    for k in range(1, p // 2 + 1):
+        rows.append(torch.cos(2 * math.pi * k * x / p))
+        names.append(f"cos {k}")
+        if 2 * k != p:
+            rows.append(torch.sin(2 * math.pi * k * x / p))
+            names.append(f"sin {k}")
+    basis = torch.stack(rows)
+    return (basis / basis.norm(dim=1, keepdim=True)).float(), names
+
+
+def basis_frequencies(p: int) -> torch.Tensor:
+    """(p,) the frequency of each row of :func:`fourier_basis` (0 for ``const``)."""
+    return torch.tensor([0] + [int(name.split()[1]) for name in fourier_basis(p)[1][1:]])
+
+
+def fft1d(values: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Coefficients of ``values`` along ``dim`` (length p) in the Fourier basis."""
+    p = values.shape[dim]
+    basis = fourier_basis(p)[0].to(values)
+    moved = values.movedim(dim, 0)
+    return (basis @ moved.reshape(p, -1)).reshape(moved.shape).movedim(0, dim)
+
+
+def _apply_2d(matrix: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """``M G M^T`` on the first two axes of a (p, p, ...) grid, as two matrix products."""
+    p = grid.shape[0]
+    flat = grid.reshape(p, -1)  # x, (y ...)
+    once = (matrix @ flat).reshape(grid.shape).transpose(0, 1)  # y, i, ...
+    twice = (matrix @ once.reshape(p, -1)).reshape(once.shape)  # j, i, ...
+    return twice.transpose(0, 1)
+
+
+def fft2d(grid: torch.Tensor) -> torch.Tensor:
+    """(p, p, ...) grid over (x, y) -> coefficients ``B G B^T`` on its first two axes."""
+    return _apply_2d(fourier_basis(grid.shape[0])[0].to(grid), grid)
+
+
+def ifft2d(coefficients: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`fft2d` (the basis is orthonormal: ``B^T C B``)."""
+    return _apply_2d(fourier_basis(coefficients.shape[0])[0].to(coefficients).T, coefficients)
+
+
+def component_frequencies(p: int) -> torch.Tensor:
+    """(p, p) the frequency each 2-D component belongs to: k for ``(k, 0)``, ``(0, k)`` and
+    ``(k, k)``, 0 for the constant, -1 for cross terms ``(k, k')`` (k != k', both > 0)."""
+    f = basis_frequencies(p)
+    fx, fy = f.view(p, 1).expand(p, p), f.view(1, p).expand(p, p)
+    single = (fx == fy) | (fx == 0) | (fy == 0)
+    return torch.where(single, torch.maximum(fx, fy), torch.full_like(fx, -1))
+
+
+def frequency_mask(p: int, frequencies: int | list[int], constant: bool = False) -> torch.Tensor:
+    """(p, p) bool over 2-D components: ``(k, 0)``, ``(0, k)`` and ``(k, k)`` for each k given,
+    plus ``(0, 0)`` if ``constant``."""
+    freqs = [frequencies] if isinstance(frequencies, int) else list(frequencies)
+    owner = component_frequencies(p)
+    mask = torch.isin(owner, torch.tensor([k for k in freqs if k > 0], dtype=torch.long))
+    if constant:
+        mask |= owner == 0
+    return mask
+
+
+def project_onto_frequency(grid: torch.Tensor, frequencies: int | list[int],
+                           constant: bool = False) -> torch.Tensor:
+    """The part of a (p, p, ...) grid made of the given frequencies (see :func:`frequency_mask`)."""
+    mask = frequency_mask(grid.shape[0], frequencies, constant).to(grid.device)
+    coeffs = fft2d(grid)
+    return ifft2d(coeffs * mask.view(*mask.shape, *([1] * (grid.dim() - 2))).to(grid.dtype))
+
+
+def frequency_power(grid: torch.Tensor) -> torch.Tensor:
+    """(p // 2 + 1, ...) squared coefficients per frequency; row 0 is the constant alone.
+
+    Cross-frequency components belong to no row, so rows 1.. sum to at most the
+    non-constant power.
+    """
+    p = grid.shape[0]
+    power = fft2d(grid).pow(2).reshape(p * p, *grid.shape[2:])
+    owner = component_frequencies(p).flatten()
+    keep = owner >= 0
+    out = power.new_zeros(p // 2 + 1, *grid.shape[2:])
+    return out.index_add_(0, owner[keep], power[keep])
+
+
+def frequency_fractions(grid: torch.Tensor) -> torch.Tensor:
+    """(p // 2 + 1, ...) fraction of the non-constant power in each frequency (row 0: zero)."""
+    p = grid.shape[0]
+    coeffs = fft2d(grid)
+    non_constant = coeffs.pow(2).reshape(p * p, *grid.shape[2:]).sum(0) - coeffs[0, 0].pow(2)
+    fractions = frequency_power(grid) / non_constant.clamp_min(1e-30)
+    fractions[0] = 0
+    return fractions
+
+
+# -- the grids: MLP2 at "=" for every (x, y) -------------------------------------------------
+
+
+@dataclass
+class AdditionGrid:
+    """MLP2 at ``=`` over all operand values, indexed [x, y, ...]."""
+
+    operands: str  # constant / left / right / both / ov
+    resid_mid: torch.Tensor  # (p, p, d_model): the MLP2 input
+    mlp_pre: torch.Tensor  # (p, p, d_mlp)
+    mlp_post: torch.Tensor  # (p, p, d_mlp)
+    W_logit: torch.Tensor  # (d_mlp, d_vocab_out): W_out W_U, neuron -> logits
+    W_U: torch.Tensor  # (d_model, d_vocab_out)
+    tokens: torch.Tensor | None = None  # (p^2, seq_len), x-major, or None for the weights-only grid
+
+    @property
+    def modulus(self) -> int:
+        return self.resid_mid.shape[0]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        p = self.modulus
+        x = torch.arange(p)
+        return (x.view(p, 1) + x.view(1, p)) % p
+
+    def logits(self, mlp_post: torch.Tensor | None = None) -> torch.Tensor:
+        """(p, p, d_vocab_out) logits, optionally with replaced neuron activations."""
+        post = self.mlp_post if mlp_post is None else mlp_post
+        return self.resid_mid @ self.W_U + post @ self.W_logit
+
+    def accuracy(self) -> float:
+        return (self.logits().argmax(-1) == self.labels).float().mean().item()
+
+
+def _readout(model: lens.Model) -> tuple[torch.Tensor, torch.Tensor]:
+    params = lens.parameters(model)
+    W_U = params["unembed.weight"].detach().float().cpu().T  # (d, d_vocab_out)
+    W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu().T  # (d_mlp, d)
+    return W_out @ W_U, W_U
+
+
+def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:
+    """(p^2, 4) rows ``(x, y, v, w)``, x-major, for every pair of values.
+
+    ``constant``: ``+ x y =``. ``left`` / ``right``: one operand through a variable
+    drawn from the variables allowed on that side; ``both``: an allowed ordered
+    variable pair. The variables (and, in :func:`operand_grid`, the whole context)
+    are drawn per pair from a seeded generator.
+    """
+    if operands not in OPERAND_KINDS:
+        raise ValueError(f"operands={operands!r}: use one of {', '.join(OPERAND_KINDS)}")
+    task = split.task
+    p = task.modulus
+    g = derived_generator(seed, _GRID_STREAM, OPERAND_KINDS.index(operands))
+    x = torch.arange(p).repeat_interleave(p)
+    y = torch.arange(p).repeat(p)
+    v = torch.full_like(x, -1)
+    w = torch.full_like(x, -1)
+
+    def draw(options) -> torch.Tensor:
+        table = torch.tensor(options, dtype=torch.long)
+        return table[torch.randint(0, len(table), (p * p,), generator=g)]
+
+    if operands == "left":
+        v = draw(task.allowed_left)
+    elif operands == "right":
+        w = draw(task.allowed_right)
+    elif operands == "both":
+        v, w = draw(task.allowed_two_var_pairs).unbind(1)
+    return torch.stack([x, y, v, w], dim=1)
+
+
+def operand_grid(model: lens.Model, config: RunConfig, split: Split, operands: str = "constant",
+                 seed: int = 0) -> AdditionGrid:
+    """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded)."""
+    rows = grid_rows(split, operands, seed)
+    g = derived_generator(seed, _GRID_STREAM, 10 + OPERAND_KINDS.index(operands))
+    tokens = render(split, rows, g).tokens
+    acts = collect(model, config.model, tokens, resid=False)
+    p = config.task.modulus
+    W_logit, W_U = _readout(model)
+    return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
+                        acts.mlp_post.view(p, p, -1), W_logit, W_U, tokens)
+
+
+def ov_grid(model: lens.Model, config: RunConfig, scale: float = 1.0) -> AdditionGrid:
+    """The weights-only grid: MLP2 input ``scale (OV2 e_x + OV2 e_y)`` (layer 2 = ``blocks.1``).
+
+    ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
+    on ``scale`` (attention of about 1/2 on each value would give 1/2).
+    """
+    from compose_lens.analysis.probes import ov_matrix
+
+    p = config.task.modulus
+    E = lens.parameters(model)["embed.weight"].detach().float().cpu()[:p]
+    ov = E @ ov_matrix(model, 1, config.model.d_head)  # (p, d): OV2 e_x as rows
+    resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
+    pre = resid @ lens.parameters(model)["blocks.1.mlp.in.weight"].detach().float().cpu().T
+    post = activation_fn(config.model)(pre)
+    W_logit, W_U = _readout(model)
+    return AdditionGrid("ov", resid, pre, post, W_logit, W_U, None)
+
+
+def ov_mlp_addition_accuracy(model: lens.Model, config: RunConfig) -> float:
+    """Fraction of the p^2 pairs for which MLP2 and the unembedding, fed ``OV2 e_x + OV2 e_y``
+    (with that input also on the direct path), answer ``(x + y) mod p``."""
+    return ov_grid(model, config).accuracy()
+
+
+# -- neurons and key frequencies --------------------------------------------------------------
+
+
+def neuron_frequencies(mlp_post: torch.Tensor) -> pd.DataFrame:
+    """Per neuron of a (p, p, d_mlp) grid: dominant frequency, the fraction of its
+    non-constant variance that frequency explains, and that variance (0: a dead neuron)."""
+    p = mlp_post.shape[0]
+    fractions = frequency_fractions(mlp_post)  # (p//2 + 1, d_mlp)
+    best = fractions.max(dim=0)
+    variance = mlp_post.flatten(0, 1).var(dim=0, unbiased=False)
+    return pd.DataFrame({
+        "neuron": range(mlp_post.shape[-1]),
+        "frequency": best.indices.tolist(),
+        "fraction_explained": best.values.tolist(),
+        "variance": variance.tolist(),
+    }).assign(modulus=p)
+
+
+def frequency_shares(neurons: pd.DataFrame, min_fraction: float = 0.5) -> pd.Series:
+    """Share of the MLP's total activation variance held by neurons that one frequency explains
+    (>= ``min_fraction``), per frequency."""
+    total = neurons["variance"].sum()
+    clean = neurons[neurons["fraction_explained"] >= min_fraction]
+    if total <= 0 or clean.empty:
+        return pd.Series(dtype=float)
+    return (clean.groupby("frequency")["variance"].sum() / total).sort_values(ascending=False)
+
+
+def key_frequencies(grid_or_neurons: AdditionGrid | pd.DataFrame | torch.Tensor, *,
+                    min_fraction: float = 0.5, min_share: float = 0.03) -> list[int]:
+    """The key frequencies: those whose clean neurons (>= ``min_fraction`` of their variance
+    in that frequency) hold at least ``min_share`` of the MLP's activation variance. Sorted."""
+    if isinstance(grid_or_neurons, AdditionGrid):
+        neurons = neuron_frequencies(grid_or_neurons.mlp_post)
+    elif isinstance(grid_or_neurons, torch.Tensor):
+        neurons = neuron_frequencies(grid_or_neurons)
+    else:
+        neurons = grid_or_neurons
+    shares = frequency_shares(neurons, min_fraction)
+    return sorted(int(k) for k, share in shares.items() if share >= min_share and k > 0)
+
+
+def key_frequency_strength(grid: AdditionGrid, keys: list[int]) -> float:
+    """Fraction of the neuron activations' non-constant variance (all neurons together) that
+    lies in the key frequencies (0 when there are none)."""
+    if not keys:
+        return 0.0
+    power = frequency_power(grid.mlp_post)  # (p//2 + 1, d_mlp)
+    total = fft2d(grid.mlp_post).pow(2).sum() - power[0].sum()
+    return (power[keys].sum() / total.clamp_min(1e-30)).item()
+
+
+# -- losses -----------------------------------------------------------------------------------
+
+
+def grid_loss(grid: AdditionGrid, logits: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> float:
+    """Mean cross-entropy of ``(x + y) mod p`` over the grid (or the pairs where ``mask`` is true)."""
+    logits = grid.logits() if logits is None else logits
+    losses = F.cross_entropy(logits.flatten(0, 1), grid.labels.flatten(), reduction="none")
+    if mask is not None:
+        losses = losses[mask.flatten()]
+    return losses.mean().item()
+
+
+def _kept_logits(grid: AdditionGrid, frequencies: list[int], on: str, remove: bool) -> torch.Tensor:
+    """Logits with the neuron activations (or the logits) restricted to / stripped of frequencies.
+
+    Projecting over (x, y) commutes with the readout ``W_out W_U``, so the neurons'
+    projection is taken on their (p, p, d_vocab_out) logit contribution (cheaper than
+    on the (p, p, d_mlp) activations, and the same numbers).
+    """
+    if on not in ("neurons", "logits"):
+        raise ValueError(f"on={on!r}: use neurons or logits")
+    direct = grid.resid_mid @ grid.W_U
+    mlp = grid.mlp_post @ grid.W_logit
+    target = mlp if on == "neurons" else direct + mlp
+    if remove:
+        kept = target - project_onto_frequency(target, frequencies)
+    else:
+        kept = project_onto_frequency(target, frequencies, constant=True)
+    return direct + kept if on == "neurons" else kept
+
+
+def restricted_loss(grid: AdditionGrid, keys: list[int], *, on: str = "neurons",
+                    mask: torch.Tensor | None = None) -> float:
+    """Loss with only the key frequencies (and the constant) kept.
+
+    ``on="neurons"``: the MLP2 activations are projected, the direct path (the MLP
+    input read by the unembedding) is left alone. ``on="logits"``: the final logits
+    are projected, over (x, y), for every output class.
+    """
+    return grid_loss(grid, _kept_logits(grid, keys, on, remove=False), mask)
+
+
+def excluded_loss(grid: AdditionGrid, keys: list[int], *, on: str = "neurons",
+                  mask: torch.Tensor | None = None) -> dict[int, float]:
+    """Loss with one key frequency removed at a time: ``{k: loss}``."""
+    return {k: grid_loss(grid, _kept_logits(grid, [k], on, remove=True), mask) for k in keys}
+
+
+def excluded_loss_all(grid: AdditionGrid, keys: list[int], *, on: str = "neurons",
+                      mask: torch.Tensor | None = None) -> float:
+    """Loss with every key frequency removed at once (the progress-measures definition)."""
+    return grid_loss(grid, _kept_logits(grid, keys, on, remove=True), mask)
+
+
+# -- the readout and single neurons -----------------------------------------------------------
+
+
+def unembed_fourier(grid_or_model, config: RunConfig | None = None) -> pd.DataFrame:
+    """``W_out W_U`` (d_mlp, p) in the Fourier basis over the output classes.
+
+    One row per basis direction: its name, frequency and the norm of that
+    coefficient column over the neurons (the key frequencies stand out).
+    """
+    if isinstance(grid_or_model, AdditionGrid):
+        W_logit = grid_or_model.W_logit
+    else:
+        W_logit, _ = _readout(grid_or_model)
+    p = W_logit.shape[1]
+    coeffs = fft1d(W_logit, dim=1)  # (d_mlp, p)
+    _, names = fourier_basis(p)
+    return pd.DataFrame({"direction": names, "frequency": basis_frequencies(p).tolist(),
+                         "norm": coeffs.norm(dim=0).tolist()})
+
+
+def unembed_frequency_norms(table: pd.DataFrame) -> pd.Series:
+    """Per-frequency norm (root of the summed squares of its cos and sin rows)."""
+    return table.assign(sq=table["norm"] ** 2).groupby("frequency")["sq"].sum() ** 0.5
+
+
+def ideal_pattern(p: int, k: int, phase: float = 0.0) -> torch.Tensor:
+    """(p, p) ``cos(2 pi k (x + y) / p + phase)``."""
+    x = torch.arange(p, dtype=torch.float32)
+    return torch.cos(2 * math.pi * k * (x.view(p, 1) + x.view(1, p)) / p + phase)
+
+
+def fit_ideal_pattern(pattern: torch.Tensor, k: int) -> tuple[float, float, torch.Tensor]:
+    """Least-squares ``A cos(2 pi k (x + y) / p + phase) + c`` for a (p, p) pattern:
+    (Pearson correlation with the fit, phase, the fitted pattern)."""
+    p = pattern.shape[0]
+    cos, sin = ideal_pattern(p, k), ideal_pattern(p, k, -math.pi / 2)  # cos, sin of k(x+y)
+    centred = pattern - pattern.mean()
+    a = (centred * cos).sum() / cos.pow(2).sum()
+    b = (centred * sin).sum() / sin.pow(2).sum()
+    phase = math.atan2(-b.item(), a.item())
+    fitted = pattern.mean() + a * cos + b * sin
+    return correlation(pattern, fitted), phase, fitted
+
+
+def correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two same-shaped tensors (0 if either is constant)."""
+    a, b = a.flatten() - a.mean(), b.flatten() - b.mean()
+    denom = (a.norm() * b.norm()).item()
+    return (a @ b).item() / denom if denom > 0 else 0.0
+
+
+def ideal_neuron(mlp_pre: torch.Tensor, k: int, act=F.relu) -> torch.Tensor:
+    """The ideal frequency-k neuron for a (p, p) pre-activation: keep only its frequency-k
+    part (and its constant), then apply the nonlinearity."""
+    return act(project_onto_frequency(mlp_pre, k, constant=True))
+
+
+def best_neurons(grid: AdditionGrid, keys: list[int], neurons: pd.DataFrame | None = None) -> pd.DataFrame:
+    """For each key frequency, the neuron it explains best, and two correlations of that
+    neuron's (p, p) activation pattern:
+
+    * ``cos_correlation``: with the ideal ``A cos(2 pi k (x + y) / p + phase) + c`` (fitted);
+      a ReLU neuron also keeps the single-operand terms ``cos k x``, ``cos k y``, so this
+      stays well below 1 even for a clean neuron;
+    * ``ideal_neuron_correlation``: with :func:`ideal_neuron`, the nonlinearity applied to
+      the frequency-k part of its own pre-activation (1 for a pure frequency-k neuron).
+    """
+    fractions = frequency_fractions(grid.mlp_post)
+    variance = grid.mlp_post.flatten(0, 1).var(dim=0, unbiased=False)
+    rows = []
+    for k in keys:
+        neuron = int(fractions[k].masked_fill(variance <= 0, -1.0).argmax())
+        pattern = grid.mlp_post[:, :, neuron]
+        corr, phase, _ = fit_ideal_pattern(pattern, k)
+        ideal = ideal_neuron(grid.mlp_pre[:, :, neuron], k)
+        rows.append({"frequency": k, "neuron": neuron, "fraction_explained": fractions[k, neuron].item(),
+                     "cos_correlation": corr, "phase": phase,
+                     "ideal_neuron_correlation": correlation(pattern, ideal)})
+    return pd.DataFrame(rows, columns=["frequency", "neuron", "fraction_explained", "cos_correlation",
+                                       "phase", "ideal_neuron_correlation"])
+
+
+# -- constants against variables ---------------------------------------------------------------
+
+
+def compare_grids(first: AdditionGrid, second: AdditionGrid, **key_options) -> dict:
+    """Do two grids (e.g. constant and variable operands, same values) use the same MLP the
+    same way? Key frequencies of each, the share of live neurons with the same dominant
+    frequency, and the mean per-neuron correlation of the activation patterns."""
+    n1, n2 = neuron_frequencies(first.mlp_post), neuron_frequencies(second.mlp_post)
+    alive = (n1["variance"] > 0) & (n2["variance"] > 0)
+    a = first.mlp_post.flatten(0, 1)[:, torch.tensor(alive.to_numpy())]
+    b = second.mlp_post.flatten(0, 1)[:, torch.tensor(alive.to_numpy())]
+    a, b = a - a.mean(0), b - b.mean(0)
+    corr = (a * b).sum(0) / (a.norm(dim=0) * b.norm(dim=0)).clamp_min(1e-12)
+    return {
+        "operands": [first.operands, second.operands],
+        "key_frequencies": [key_frequencies(n1, **key_options), key_frequencies(n2, **key_options)],
+        "same_dominant_frequency": float((n1["frequency"][alive] == n2["frequency"][alive]).mean())
+        if alive.any() else float("nan"),
+        "mean_neuron_correlation": corr.mean().item() if len(corr) else float("nan"),
+        "accuracy": [first.accuracy(), second.accuracy()],
+    }

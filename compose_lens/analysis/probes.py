@@ -1,0 +1,336 @@
+"""Probes of the routing circuit: the previous-token head, operand gathering, identity routing.
+
+The study's circuit (SPEC section 6, items 1-3), in the order information flows
+(paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
+
+1. **Previous-token head (layer 1).** At a value position ``... v 17 ...`` layer-1
+   attention looks one token back, so the residual stream at ``17`` now carries
+   ``E_v OV1``: the value is tagged with the variable it was assigned to. Three
+   views of the same mechanism:
+
+   * weights: :func:`positional_qk_scores` is ``P QK1 P^T / sqrt(d_head)`` over the
+     context positions and :func:`prev_token_weight_score` the fraction of query
+     positions whose best earlier key is the previous position;
+   * activations: :func:`prev_token_attention_score`, the fraction of value
+     positions whose layer-1 attention peaks on the token before;
+   * a linear probe: :func:`prev_token_probe_accuracy` recovers the variable from
+     the residual stream after layer-1 attention at the value position.
+
+2. **``=`` gathers the operands (layer 1).** :func:`equals_to_operands_score`: do the
+   two largest layer-1 weights from ``=`` fall on the operand positions
+   (``seq_len - 3``, ``seq_len - 2``)? Then the ``=`` position carries ``E_v OV1``
+   for a variable operand, the same tag the value position carries.
+
+3. **Variable-identity routing (layer 2).** Layer 2's query (``=``, tagged with the
+   operand variable) matches keys (values, tagged with their variable):
+   :func:`variable_identity_matrix` is ``S = (E_var OV1) QK2 (E_var OV1)^T`` and
+   :func:`variable_identity_score` the fraction of rows whose maximum is on the
+   diagonal. In activations, :func:`equals_to_values_score`: do the two largest
+   layer-2 weights from ``=`` fall on the *value positions* (the operand itself for
+   a constant, the assigned number for a variable)?
+
+Activation probes read one :class:`~compose_lens.analysis.activations.Activations`
+of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
+parts); pass ``acts=`` to share one forward pass between several probes.
+
+>>> from compose_lens.config import RunConfig
+>>> from compose_lens.model import build_model
+>>> model = build_model(RunConfig())
+>>> positional_qk_scores(model, RunConfig().task).shape
+torch.Size([12, 12])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from compose_lens import lens
+from compose_lens.analysis.activations import Activations, collect
+from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.sampler import POOL_NAMES, Batch, make_pool
+from compose_lens.split import Split, derived_generator
+
+_PROBE_STREAM = 21
+
+
+def _weights(model: lens.Model, name: str, head: int = 0, d_head: int | None = None) -> torch.Tensor:
+    """One head's slice of a projection, in nn.Linear layout (out, in), float32 on CPU."""
+    weight = lens.parameters(model)[name].detach().float().cpu()
+    if d_head is None:
+        return weight
+    if name.endswith("o.weight"):  # (d_model, n_heads * d_head): the head's columns
+        return weight[:, head * d_head: (head + 1) * d_head]
+    return weight[head * d_head: (head + 1) * d_head]  # (n_heads * d_head, d_model): its rows
+
+
+def qk_matrix(model: lens.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
+    """QK = W_Q W_K^T (d_model, d_model): ``score(a, b) = a QK b^T / sqrt(d_head)``."""
+    Wq = _weights(model, f"blocks.{layer}.attn.q.weight", head, d_head)
+    Wk = _weights(model, f"blocks.{layer}.attn.k.weight", head, d_head)
+    return Wq.T @ Wk
+
+
+def ov_matrix(model: lens.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
+    """OV = W_V W_O (d_model, d_model): a row vector ``a`` is written as ``a OV``."""
+    Wv = _weights(model, f"blocks.{layer}.attn.v.weight", head, d_head)
+    Wo = _weights(model, f"blocks.{layer}.attn.o.weight", head, d_head)
+    return Wv.T @ Wo.T
+
+
+def _d_head(model: lens.Model) -> int:
+    return int(model.cfg.d_head)
+
+
+# -- 1. previous-token head: weights ------------------------------------------------------
+
+
+def positional_qk_scores(model: lens.Model, task: TaskConfig | RunConfig | None = None,
+                         head: int = 0) -> torch.Tensor:
+    """Layer-1 positional scores ``P QK1 P^T / sqrt(d_head)``, (C, C) over the context positions.
+
+    Entry (i, j) is how much query position i prefers key position j from position
+    alone; only j <= i is ever used (causal mask). Without a task, every position.
+    """
+    task = task.task if isinstance(task, RunConfig) else task
+    P = lens.parameters(model)["pos_embed.weight"].detach().float().cpu()
+    n = task.context_len if task is not None else P.shape[0]
+    d_head = _d_head(model)
+    return P[:n] @ qk_matrix(model, 0, d_head, head) @ P[:n].T / math.sqrt(d_head)
+
+
+def previous_position_fraction(scores: torch.Tensor) -> float:
+    """Fraction of query rows i >= 1 whose largest score among keys j < i is at j = i - 1."""
+    n = scores.shape[0]
+    if n < 2:
+        return float("nan")
+    earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    best = scores.masked_fill(~earlier, float("-inf"))[1:].argmax(dim=1)
+    return (best == torch.arange(n - 1)).float().mean().item()
+
+
+def prev_token_weight_score(model: lens.Model, task: TaskConfig | RunConfig | None = None,
+                            head: int = 0) -> float:
+    """Weight view of the previous-token head: :func:`previous_position_fraction` of the
+    positional scores. Position 1 has a single earlier key, so it always counts as a
+    hit: the chance level of a C-position context is ``(1/1 + 1/2 + ... + 1/(C-1)) / (C-1)``.
+    """
+    return previous_position_fraction(positional_qk_scores(model, task, head))
+
+
+# -- the batch and the activations the activation probes read ---------------------------
+
+
+def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
+    """``n`` sequences, every pool of SPEC section 3 in equal parts (all four sequence types)."""
+    per_pool = max(1, math.ceil(n / len(POOL_NAMES)))
+    parts = [make_pool(split, name, per_pool, seed=seed + 7919) for name in POOL_NAMES]
+    return Batch(torch.cat([b.tokens for b in parts])[:n], torch.cat([b.labels for b in parts])[:n],
+                 torch.cat([b.rows for b in parts])[:n])
+
+
+def probe_activations(model: lens.Model, config: RunConfig, split: Split, n: int = 900,
+                      seed: int = 0) -> Activations:
+    """The activations of :func:`probe_batch` (one forward pass shared by the activation probes)."""
+    return collect(model, config.model, probe_batch(split, n, seed).tokens)
+
+
+def _acts(model, config, split, n, seed, acts) -> Activations:
+    return acts if acts is not None else probe_activations(model, config, split, n, seed)
+
+
+def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sequence, position) indices of the numbers in the context: the assigned values.
+
+    In a valid sequence a context number always follows its variable.
+    """
+    context = tokens[:, : task.context_len]
+    seq, pos = ((context >= 0) & (context < task.modulus)).nonzero(as_tuple=True)
+    return seq, pos
+
+
+# -- 1. previous-token head: activations and a linear probe ------------------------------
+
+
+def prev_token_attention_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+                               seed: int = 0, acts: Activations | None = None) -> float:
+    """Fraction of context value positions whose layer-1 attention peaks on the previous token."""
+    acts = _acts(model, config, split, n, seed, acts)
+    seq, pos = value_positions(config.task, acts.tokens)
+    peak = acts.pattern0[seq, pos].argmax(dim=-1)
+    return (peak == pos - 1).float().mean().item()
+
+
+@dataclass
+class ProbeResult:
+    """A linear probe's accuracy on its training and held-out vectors."""
+
+    train_accuracy: float
+    test_accuracy: float
+    n_train: int
+    n_test: int
+    n_classes: int
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.n_classes
+
+
+def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor, n_classes: int,
+                     *, seed: int = 0, test_fraction: float = 0.3, weight_decay: float = 1e-3,
+                     max_iter: int = 100) -> ProbeResult:
+    """Multinomial logistic regression (features (N, d) -> labels (N,)) with a held-out test set.
+
+    ``groups`` (N,) names the sequence each vector came from; whole sequences go to
+    the test set (a seeded draw), so no sequence is seen on both sides. Features are
+    standardised with the training statistics; L-BFGS fits weights and biases with
+    an L2 penalty.
+    """
+    unique = groups.unique()
+    order = unique[torch.randperm(len(unique), generator=derived_generator(seed, _PROBE_STREAM))]
+    n_test_groups = max(1, int(round(test_fraction * len(unique))))
+    is_test = torch.isin(groups, order[:n_test_groups])
+    x_train, y_train = features[~is_test].float(), labels[~is_test]
+    x_test, y_test = features[is_test].float(), labels[is_test]
+    if len(x_train) == 0 or len(x_test) == 0:
+        return ProbeResult(float("nan"), float("nan"), len(x_train), len(x_test), n_classes)
+    mean, std = x_train.mean(0), x_train.std(0).clamp_min(1e-6)
+    x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+
+    weight = torch.zeros(features.shape[1], n_classes, requires_grad=True)
+    bias = torch.zeros(n_classes, requires_grad=True)
+    optimiser = torch.optim.LBFGS([weight, bias], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimiser.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x_train @ weight + bias, y_train)
+        loss = loss + weight_decay * weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimiser.step(closure)
+    with torch.no_grad():
+        train_acc = ((x_train @ weight + bias).argmax(1) == y_train).float().mean().item()
+        test_acc = ((x_test @ weight + bias).argmax(1) == y_test).float().mean().item()
+    return ProbeResult(train_acc, test_acc, len(x_train), len(x_test), n_classes)
+
+
+def prev_token_probe(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900, seed: int = 0,
+                     acts: Activations | None = None, **probe_options) -> ProbeResult:
+    """Probe the residual stream after layer-1 attention (``blocks.0.hook_resid_mid``; with no
+    layer-1 MLP it equals ``hook_resid_post``) at value positions for the assigned variable."""
+    acts = _acts(model, config, split, n, seed, acts)
+    if acts.resid_mid0 is None:
+        raise ValueError("these activations were collected without resid_mid0 (resid=False)")
+    task = config.task
+    seq, pos = value_positions(task, acts.tokens)
+    features = acts.resid_mid0[seq, pos]
+    labels = acts.tokens[seq, pos - 1] - task.first_var_token
+    return fit_linear_probe(features, labels, seq, task.n_vars, seed=seed, **probe_options)
+
+
+def prev_token_probe_accuracy(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+                              seed: int = 0, acts: Activations | None = None, **probe_options) -> float:
+    """Held-out accuracy of :func:`prev_token_probe` (chance: 1 / n_vars)."""
+    return prev_token_probe(model, config, split, n=n, seed=seed, acts=acts, **probe_options).test_accuracy
+
+
+# -- 2. "=" gathers the operands ----------------------------------------------------------
+
+
+def _top2_matches(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: are the two largest weights (B, n) exactly on the two targets (B, 2)?"""
+    top = weights.topk(2, dim=-1).indices.sort(dim=-1).values
+    return (top == targets.sort(dim=-1).values).all(dim=-1)
+
+
+def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
+    """(B,) bool: do layer-1's two largest weights from ``=`` fall on the operand positions?"""
+    n = task.seq_len
+    targets = torch.tensor([n - 3, n - 2]).expand(len(acts), 2)
+    return _top2_matches(acts.pattern0[:, -1], targets)
+
+
+def equals_to_operands_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+                             seed: int = 0, acts: Activations | None = None) -> float:
+    """Fraction of sequences whose layer-1 attention from ``=`` puts its top two weights on
+    positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
+    acts = _acts(model, config, split, n, seed, acts)
+    return equals_to_operands_hits(config.task, acts).float().mean().item()
+
+
+# -- 3. variable-identity routing ----------------------------------------------------------
+
+
+def variable_identity_matrix(model: lens.Model, config: RunConfig | TaskConfig, head: int = 0) -> torch.Tensor:
+    """``S = (E_var OV1) QK2 (E_var OV1)^T / sqrt(d_head)``, (n_vars, n_vars).
+
+    Row v: the ``=`` query carrying variable v (gathered by layer 1 from the operand)
+    against the key of a value position carrying variable w (written by the
+    previous-token head). Identity routing means each row peaks on the diagonal.
+    """
+    task = config.task if isinstance(config, RunConfig) else config
+    d_head = _d_head(model)
+    E = lens.parameters(model)["embed.weight"].detach().float().cpu()
+    tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, 0, d_head, head)
+    return tagged @ qk_matrix(model, 1, d_head, head) @ tagged.T / math.sqrt(d_head)
+
+
+def diagonal_max_fraction(matrix: torch.Tensor) -> float:
+    """Fraction of rows whose largest entry is on the diagonal."""
+    return (matrix.argmax(dim=1) == torch.arange(len(matrix))).float().mean().item()
+
+
+def variable_identity_score(model: lens.Model, config: RunConfig | TaskConfig, head: int = 0) -> float:
+    """:func:`diagonal_max_fraction` of :func:`variable_identity_matrix` (chance about 1 / n_vars)."""
+    return diagonal_max_fraction(variable_identity_matrix(model, config, head))
+
+
+def value_targets(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, 2) positions holding each operand's value: the operand's own position for a
+    constant, the position after the variable's assignment in the context for a variable."""
+    n, C = task.seq_len, task.context_len
+    targets = []
+    for offset in (3, 2):
+        operand = tokens[:, n - offset]
+        is_var = operand >= task.first_var_token
+        assigned_at = (tokens[:, :C] == operand.unsqueeze(1)).float().argmax(dim=1)
+        targets.append(torch.where(is_var, assigned_at + 1, torch.full_like(operand, n - offset)))
+    return torch.stack(targets, dim=1)
+
+
+def equals_to_values_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
+    """(B,) bool: do layer-2's two largest weights from ``=`` fall on the two value positions?"""
+    return _top2_matches(acts.pattern1_last, value_targets(task, acts.tokens))
+
+
+def equals_to_values_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+                           seed: int = 0, acts: Activations | None = None) -> float:
+    """Fraction of sequences whose layer-2 attention from ``=`` puts its top two weights on the
+    value positions (see :func:`value_targets`)."""
+    acts = _acts(model, config, split, n, seed, acts)
+    return equals_to_values_hits(config.task, acts).float().mean().item()
+
+
+def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:
+    """The per-sequence activation scores split by sequence type (0var, 1var_left, ...)."""
+    from compose_lens.task import SEQUENCE_TYPES
+
+    task = config.task
+    tokens = acts.tokens
+    lhs_var = tokens[:, -3] >= task.first_var_token
+    rhs_var = tokens[:, -2] >= task.first_var_token
+    kind = lhs_var.long() + 2 * rhs_var.long()
+    operands = equals_to_operands_hits(task, acts)
+    values = equals_to_values_hits(task, acts)
+    out = {}
+    for index, name in enumerate(SEQUENCE_TYPES):
+        mask = kind == index
+        if mask.any():
+            out[name] = {"n": int(mask.sum()),
+                         "equals_to_operands_score": operands[mask].float().mean().item(),
+                         "equals_to_values_score": values[mask].float().mean().item()}
+    return out

@@ -1,0 +1,170 @@
+"""Every probe and Fourier measure of one model, as numbers.
+
+* :func:`circuit_measures` is the cheap one (a fraction of a second for the
+  paper model on one CPU core): one float per measure, for the training-dynamics
+  tools, which call it on every checkpoint. It shares one forward pass of a mixed
+  batch between the activation probes and one forward pass of the constant-operand
+  grid between the Fourier measures.
+* :func:`circuit_summary` adds what a reader wants once: the key frequencies, the
+  probe's details, per-sequence-type scores, the best neuron per key frequency,
+  the readout's frequencies, and constants against variables.
+
+The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
+
+=============================  ====================================================
+``prev_token_weight_score``    layer-1 positional QK picks the previous position
+``prev_token_attention_score`` layer-1 attention at value positions peaks one back
+``prev_token_probe_accuracy``  linear probe recovers the variable at a value position
+``equals_to_operands_score``   layer-1 attention from ``=`` on the two operands
+``variable_identity_score``    ``(E_var OV1) QK2 (E_var OV1)^T`` peaks on the diagonal
+``equals_to_values_score``     layer-2 attention from ``=`` on the two value positions
+``ov_mlp_addition_accuracy``   MLP2 adds ``OV2 e_x + OV2 e_y`` for all p^2 pairs
+``key_frequency_strength``     share of MLP2 activation variance in the key frequencies
+``n_key_frequencies``          how many key frequencies
+``grid_loss``                  loss over the p^2 constant-operand grid
+``restricted_loss``            ... with MLP2 kept to the key frequencies
+``excluded_loss``              ... with one key frequency removed, mean over them
+``excluded_loss_all``          ... with all key frequencies removed
+=============================  ====================================================
+
+With no key frequency (early in training) the restricted loss keeps only the
+constant and the excluded losses remove nothing (they equal ``grid_loss``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+
+from compose_lens import code_version, lens
+from compose_lens.analysis import fourier, probes
+from compose_lens.config import RunConfig
+from compose_lens.split import Split
+
+MEASURE_KEYS = (
+    "prev_token_weight_score",
+    "prev_token_attention_score",
+    "prev_token_probe_accuracy",
+    "equals_to_operands_score",
+    "variable_identity_score",
+    "equals_to_values_score",
+    "ov_mlp_addition_accuracy",
+    "key_frequency_strength",
+    "n_key_frequencies",
+    "grid_loss",
+    "restricted_loss",
+    "excluded_loss",
+    "excluded_loss_all",
+)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads, then restore. The analyses are many small tensor ops,
+    which one thread runs fastest (and several threads slow down badly on a busy machine)."""
+    if not n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, float]:
+    full = fourier.grid_loss(grid)
+    excluded = fourier.excluded_loss(grid, keys)
+    return {
+        "key_frequency_strength": fourier.key_frequency_strength(grid, keys),
+        "n_key_frequencies": float(len(keys)),
+        "grid_loss": full,
+        "restricted_loss": fourier.restricted_loss(grid, keys),
+        "excluded_loss": sum(excluded.values()) / len(excluded) if excluded else full,
+        "excluded_loss_all": fourier.excluded_loss_all(grid, keys) if keys else full,
+    }
+
+
+def circuit_measures(model: lens.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
+                     threads: int | None = 1) -> dict[str, float]:
+    """The cheap per-checkpoint measures (see the module docstring for the keys).
+
+    ``n`` sequences (every pool in equal parts) feed the activation probes; the
+    Fourier measures read the p^2 constant-operand grid. Deterministic given ``seed``.
+    """
+    with torch_threads(threads), torch.no_grad():
+        acts = probes.probe_activations(model, config, split, n, seed)
+        out = {
+            "prev_token_weight_score": probes.prev_token_weight_score(model, config),
+            "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
+            "prev_token_probe_accuracy": probes.prev_token_probe_accuracy(model, config, split, acts=acts,
+                                                                          seed=seed),
+            "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
+            "variable_identity_score": probes.variable_identity_score(model, config),
+            "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config),
+        }
+        grid = fourier.operand_grid(model, config, split, "constant", seed)
+        out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
+    return {k: float(out[k]) for k in MEASURE_KEYS}
+
+
+def _clean(value):
+    """JSON-safe: NaN and infinities become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def circuit_summary(model: lens.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
+                    threads: int | None = 1) -> dict:
+    """Everything of :func:`circuit_measures`, plus the details (JSON-ready)."""
+    with torch_threads(threads), torch.no_grad():
+        acts = probes.probe_activations(model, config, split, n, seed)
+        probe = probes.prev_token_probe(model, config, split, acts=acts, seed=seed)
+        grid = fourier.operand_grid(model, config, split, "constant", seed)
+        neurons = fourier.neuron_frequencies(grid.mlp_post)
+        keys = fourier.key_frequencies(neurons)
+        ov = fourier.ov_grid(model, config)
+        variable = fourier.operand_grid(model, config, split, "both", seed)
+        readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
+        measures = {
+            "prev_token_weight_score": probes.prev_token_weight_score(model, config),
+            "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
+            "prev_token_probe_accuracy": probe.test_accuracy,
+            "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
+            "variable_identity_score": probes.variable_identity_score(model, config),
+            "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+            "ov_mlp_addition_accuracy": ov.accuracy(),
+            **_fourier_measures(grid, keys),
+        }
+        summary = {
+            **measures,
+            "key_frequencies": keys,
+            "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
+            "excluded_loss_by_frequency": fourier.excluded_loss(grid, keys),
+            "restricted_loss_logits": fourier.restricted_loss(grid, keys, on="logits"),
+            "neurons_explained_by_one_frequency": float((neurons["fraction_explained"] >= 0.5).mean()),
+            "live_neurons": float((neurons["variance"] > 0).mean()),
+            "constant_grid_accuracy": grid.accuracy(),
+            "ov_key_frequencies": fourier.key_frequencies(ov),
+            "constants_vs_variables": fourier.compare_grids(grid, variable),
+            "best_neurons": fourier.best_neurons(grid, keys, neurons).to_dict(orient="records"),
+            "readout_frequency_norms": {int(k): float(v) for k, v in readout.items()},
+            "prev_token_probe": {"train_accuracy": probe.train_accuracy, "test_accuracy": probe.test_accuracy,
+                                 "n_train": probe.n_train, "n_test": probe.n_test, "chance": probe.chance},
+            "scores_by_type": probes.scores_by_type(config, acts),
+            "n_sequences": len(acts),
+            "seed": seed,
+            "config": config.to_dict(),
+            "code_version": code_version(),
+        }
+    return _clean(summary)

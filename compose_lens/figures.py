@@ -25,6 +25,10 @@ The figures of SPEC section 7:
   training, and the forbidden-slot accuracies (``b`` as the right operand last);
 * :func:`cosine_histograms_figure` and :func:`fourier_neuron_figure` for the
   same-MLP and Fourier analyses.
+
+The ``*_from_model`` / ``*_from_source`` helpers at the end compute those numbers
+from a model with :mod:`compose_lens.analysis` (imported lazily), so the
+experiments/ scripts and the report draw the same figure the same way.
 """
 
 from __future__ import annotations
@@ -64,12 +68,19 @@ PROGRESS_MEASURES = ("prev_token_weight_score", "prev_token_attention_score", "p
 # -- writing -------------------------------------------------------------------------------------
 
 
-def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path) -> list[Path]:
+def png_bytes(fig: plt.Figure, dpi: int = 110) -> bytes:
+    """The figure as PNG bytes (the figure is closed)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110) -> list[Path]:
     """Write ``path`` as PNG and ``data`` beside it as CSV (same stem); close the figure."""
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    path.write_bytes(png_bytes(fig, dpi))
     written = [path]
     if data is not None:
         data.to_csv(path.with_suffix(".csv"), index=False)
@@ -77,12 +88,14 @@ def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path) -> list[P
     return written
 
 
-def to_base64_png(fig: plt.Figure, dpi: int = 100) -> str:
-    """The figure as a ``data:image/png;base64,...`` URI (the figure is closed)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+def data_uri(png: bytes) -> str:
+    """PNG bytes as a ``data:image/png;base64,...`` URI for an ``<img>`` of an offline page."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def to_base64_png(fig: plt.Figure, dpi: int = 110) -> str:
+    """The figure as a ``data:`` URI (the figure is closed)."""
+    return data_uri(png_bytes(fig, dpi))
 
 
 # -- training curves -----------------------------------------------------------------------------
@@ -330,3 +343,83 @@ def fourier_neuron_figure(neuron: np.ndarray, ideal: np.ndarray, title: str = ""
     data = pd.DataFrame({"x": xs.ravel(), "y": ys.ravel(), "neuron": np.asarray(neuron, dtype=float).ravel(),
                          "ideal": np.asarray(ideal, dtype=float).ravel()})
     return fig, data
+
+
+# -- from a model: the numbers the figures above plot --------------------------------------------
+# These helpers run the analyses of compose_lens.analysis (imported lazily, so the
+# plotting functions above work without them) and return (figure, data).
+
+
+def example_sequences(split, seed: int = 0) -> list[str]:
+    """One readable sequence of each kind the circuit must handle, drawn from the pools:
+    0-var held-out pair, 1-var, 2-var held-out pair, 2-var with both variables in
+    forbidden slots."""
+    from compose_lens.sampler import make_pool
+    from compose_lens.task import to_text
+
+    out = []
+    for pool in ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2"):
+        batch = make_pool(split, pool, size=1, seed=seed)
+        out.append(to_text(split.task, batch.tokens[0].tolist()))
+    return out
+
+
+def qk_heatmaps_from_model(model, config, title: str = ""):
+    from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix
+
+    return qk_heatmaps_figure(positional_qk_scores(model, config).numpy(),
+                              variable_identity_matrix(model, config).numpy(),
+                              config.task.variable_names, title)
+
+
+def attention_from_model(model, config, text: str):
+    from compose_lens.attention import sequence_views, view_figure
+
+    return view_figure(sequence_views(model, config, [text])[0])
+
+
+def jump_state(model, config, text: str, step: int, accuracy: float | None = None) -> dict:
+    """What :func:`early_jump_figure` shows for one checkpoint."""
+    from compose_lens.analysis.probes import variable_identity_matrix
+    from compose_lens.attention import sequence_views
+
+    view = sequence_views(model, config, [text])[0]
+    return {"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
+            "identity": variable_identity_matrix(model, config).numpy(), "accuracy": accuracy}
+
+
+def early_jump_from_source(source, before: int, after: int, text: str, table: pd.DataFrame | None = None,
+                           split_file=None):
+    """The early-jump figure between two checkpoint steps of a run or reference folder."""
+    from compose_lens.dynamics import load_checkpoint
+
+    states = []
+    for step in (before, after):
+        loaded = load_checkpoint(source, step, split_file)
+        acc = None
+        if table is not None and "assignment_accuracy" in table and (table["step"] == step).any():
+            acc = float(table.loc[table["step"] == step, "assignment_accuracy"].iloc[0])
+        states.append(jump_state(loaded.model, loaded.config, text, step, acc))
+    return early_jump_figure(*states, variables=loaded.config.task.variable_names)
+
+
+def fourier_neuron_from_model(model, config, split, frequency: int | None = None, seed: int = 0):
+    """The best neuron of a key frequency (the strongest one by default) beside its ideal pattern."""
+    from compose_lens.analysis import fourier
+
+    grid = fourier.operand_grid(model, config, split, "constant", seed)
+    keys = fourier.key_frequencies(grid)
+    if frequency is not None:
+        keys = [frequency]
+    if not keys:
+        raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
+    best = fourier.best_neurons(grid, keys).sort_values("ideal_correlation", ascending=False)
+    row = best.iloc[0]
+    k, neuron = int(row["frequency"]), int(row["neuron"])
+    pattern = grid.mlp_post[:, :, neuron]
+    corr, phase, fitted = fourier.fit_ideal_pattern(pattern, k)
+    fig, data = fourier_neuron_figure(
+        pattern.numpy(), fitted.numpy(),
+        title=f"MLP2 neuron {neuron} over (x, y): {row['fraction_explained']:.0%} of its variance at k = {k}",
+        ideal_title=f"ideal A cos(2 pi {k} (x + y) / {config.task.modulus} + phase) + c, correlation {corr:.3f}")
+    return fig, data.assign(neuron=neuron, frequency=k, key_frequencies=" ".join(map(str, keys)))

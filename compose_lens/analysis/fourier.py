@@ -47,6 +47,7 @@ from the same values reached through variables (``operands="left" | "right" |
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -73,6 +74,12 @@ def fourier_basis(p: int) -> tuple[torch.Tensor, list[str]]:
     Rows: ``const``, then ``cos k``, ``sin k`` for k = 1 .. (p - 1) // 2, then, for even p,
     ``cos p/2`` (the sine of the Nyquist frequency vanishes on the integers).
     """
+    basis, names = _fourier_basis(p)
+    return basis.clone(), list(names)
+
+
+@functools.lru_cache(maxsize=16)
+def _fourier_basis(p: int) -> tuple[torch.Tensor, tuple[str, ...]]:
     x = torch.arange(p, dtype=torch.float64)
     rows, names = [torch.ones(p, dtype=torch.float64)], ["const"]
     for k in range(1, p // 2 + 1):
@@ -82,18 +89,18 @@ def fourier_basis(p: int) -> tuple[torch.Tensor, list[str]]:
             rows.append(torch.sin(2 * math.pi * k * x / p))
             names.append(f"sin {k}")
     basis = torch.stack(rows)
-    return (basis / basis.norm(dim=1, keepdim=True)).float(), names
+    return (basis / basis.norm(dim=1, keepdim=True)).float(), tuple(names)
 
 
 def basis_frequencies(p: int) -> torch.Tensor:
     """(p,) the frequency of each row of :func:`fourier_basis` (0 for ``const``)."""
-    return torch.tensor([0] + [int(name.split()[1]) for name in fourier_basis(p)[1][1:]])
+    return torch.tensor([0] + [int(name.split()[1]) for name in _fourier_basis(p)[1][1:]])
 
 
 def fft1d(values: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """Coefficients of ``values`` along ``dim`` (length p) in the Fourier basis."""
     p = values.shape[dim]
-    basis = fourier_basis(p)[0].to(values)
+    basis = _fourier_basis(p)[0].to(values)
     moved = values.movedim(dim, 0)
     return (basis @ moved.reshape(p, -1)).reshape(moved.shape).movedim(0, dim)
 
@@ -109,12 +116,12 @@ def _apply_2d(matrix: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
 
 def fft2d(grid: torch.Tensor) -> torch.Tensor:
     """(p, p, ...) grid over (x, y) -> coefficients ``B G B^T`` on its first two axes."""
-    return _apply_2d(fourier_basis(grid.shape[0])[0].to(grid), grid)
+    return _apply_2d(_fourier_basis(grid.shape[0])[0].to(grid), grid)
 
 
 def ifft2d(coefficients: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`fft2d` (the basis is orthonormal: ``B^T C B``)."""
-    return _apply_2d(fourier_basis(coefficients.shape[0])[0].to(coefficients).T, coefficients)
+    return _apply_2d(_fourier_basis(coefficients.shape[0])[0].to(coefficients).T, coefficients)
 
 
 def component_frequencies(p: int) -> torch.Tensor:

@@ -140,7 +140,11 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     without them, the phase curves and the ``=`` score spread.
     """
     if measures is None:
-        measures = [m for m in PROGRESS_MEASURES if m in table]
+        try:
+            from compose_lens.analysis.summary import MEASURE_KEYS as known
+        except ImportError:
+            known = PROGRESS_MEASURES
+        measures = [m for m in known if m in table]
         if not measures:
             measures = [m for m in ("addition_accuracy", "assignment_accuracy", "refinement_accuracy",
                                     "equals_score_spread") if m in table]

@@ -1,0 +1,85 @@
+"""Attention views: the patterns, the marked cells, and HTML that needs no network."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from compose_lens.attention import (attention_patterns, circuitsvis_bundle, marked_cells, offline_page,
+                                    sequence_views, write_attention)
+from compose_lens.cli import main
+from compose_lens.model import build_model, save_model
+from compose_lens.task import parse_sequence
+
+EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
+
+
+def test_marked_cells_follow_the_circuit(tiny_task):
+    # tokens: PAD x6 | b 3 e 5 PAD PAD? -> the short form pads on the left
+    tokens = parse_sequence(tiny_task, "b=3, e=5, b+2=?")
+    b_at = tokens.index(tiny_task.first_var_token + 1)
+    marks = marked_cells(tiny_task, tokens)
+    last = tiny_task.seq_len - 1
+    assert (last, last - 2, "operand") in marks[0] and (last, last - 1, "operand") in marks[0]
+    previous = {(q, k) for q, k, kind in marks[0] if kind == "previous"}
+    assert previous == {(b_at + 1, b_at), (b_at + 3, b_at + 2)}
+    # layer 2: = to the value of b (after its assignment) and to the constant 2 itself
+    assert sorted(marks[1]) == sorted([(last, b_at + 1, "value"), (last, last - 1, "value")])
+
+
+def test_patterns_are_causal_distributions(tiny_config):
+    model = build_model(tiny_config)
+    tokens = torch.tensor([parse_sequence(tiny_config.task, "b=3, e=5, b+e=?")])
+    patterns, logits = attention_patterns(model, tokens)
+    assert patterns.shape == (1, 2, 1, tiny_config.task.seq_len, tiny_config.task.seq_len)
+    assert torch.allclose(patterns.sum(-1), torch.ones(1, 2, 1, tiny_config.task.seq_len), atol=1e-5)
+    assert patterns.triu(1).abs().max() == 0
+    assert logits.shape == (1, tiny_config.task.modulus)
+
+
+def test_offline_page_inlines_the_bundle_and_loads_nothing_from_the_network(tiny_config, tmp_path):
+    model = build_model(tiny_config)
+    texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d =", "c=1, 4+c=?"]
+    written, views = write_attention(model, tiny_config, texts, tmp_path, "tiny")
+    page = (tmp_path / "attention.html").read_text()
+    assert not EXTERNAL.search(page), "the page must not load anything from the network"
+    assert "unpkg" not in page and "sourceMappingURL" not in page
+    assert page.count("var CircuitsVis") == 1  # the bundle once, however many views
+    assert page.count("CircuitsVis.render(") == len(texts)
+    assert len(circuitsvis_bundle()) > 500_000
+    for i in range(len(texts)):
+        assert (tmp_path / f"attention_{i}.png").stat().st_size > 1000
+        assert (tmp_path / f"attention_{i}.csv").exists()
+    saved = json.loads((tmp_path / "attention.json").read_text())
+    assert [s["text"] for s in saved["sequences"]] == [v["text"] for v in views]
+    assert all(s["label"] == v["label"] for s, v in zip(saved["sequences"], views))
+
+
+def test_script_text_cannot_close_the_script_element():
+    page = offline_page("t", "<p>x</p>")
+    bundle_start = page.index("<script>") + len("<script>")
+    assert "</script" not in page[bundle_start: page.index("</script>", bundle_start)].lower()
+
+
+def test_attention_cli(tiny_config, tmp_path, capsys):
+    model_dir = save_model(build_model(tiny_config), tiny_config, tmp_path / "model")
+    assert main(["attention", str(model_dir), "b=3, e=5, b+2=?", "--out", str(tmp_path / "views")]) == 0
+    assert (tmp_path / "views" / "attention.html").exists()
+    assert "label" in capsys.readouterr().out
+    assert main(["attention", str(model_dir), "b=3, b+z=?", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_reference_model_attends_where_the_circuit_says(reference_final):
+    """The study's model: layer 1 = -> operands, layer 2 = -> values, on sequences it never saw."""
+    loaded = reference_final
+    texts = ["b=7, e=5, d=2, b+23=?", "PAD b 7 PAD e 5 PAD d 5 PAD PAD PAD + b d =", "a=40, j=18, k=9, 30+k=?"]
+    for view in sequence_views(loaded.model, loaded.config, texts):
+        assert view["correct"], view["text"]
+        pattern = view["patterns"][:, 0]
+        for layer in (0, 1):
+            operand_cells = [(q, k) for q, k, kind in view["marks"][layer] if kind in ("operand", "value")]
+            top2 = set(pattern[layer, -1].topk(2).indices.tolist())
+            assert top2 == {k for _, k in operand_cells}, (view["text"], layer)

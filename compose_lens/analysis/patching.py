@@ -221,7 +221,8 @@ class _Weights:
         return z, self.attn_out(z, 0)
 
     def layer1_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
-                    site: Site | None = None, clean: dict | None = None) -> torch.Tensor:
+                    site: Site | None = None, clean: dict | None = None,
+                    q: torch.Tensor | None = None) -> torch.Tensor:
         """Logits at the last position from layer 2's keys/values (R, n, H, dh) and resid_pre1[-1].
 
         ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
@@ -236,7 +237,7 @@ class _Weights:
             return clean[component]
 
         resid_last = patch("resid_pre", resid_last)
-        q = self.heads(resid_last, 1, "q")  # (R, H, dh)
+        q = self.heads(resid_last, 1, "q") if q is None else q  # (R, H, dh)
         pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
         z = patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1))
         resid_mid = patch("resid_mid", resid_last + patch("attn_out", self.attn_out(z, 1)))
@@ -253,7 +254,7 @@ class _Weights:
         resid_pre1 = resid_mid0  # blocks.0 has no MLP: its output is exactly zero
         k1, v1 = self.heads(resid_pre1, 1, "k"), self.heads(resid_pre1, 1, "v")
         last = resid_pre1[:, -1]
-        q = self.heads(last, 1, "q")
+        q = self.heads(last, 1, "q")  # (N, H, dh)
         pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
         z1 = torch.einsum("rhj,rjhd->rhd", pattern, v1)
         attn_out1 = self.attn_out(z1, 1)
@@ -262,7 +263,7 @@ class _Weights:
         mlp_out1 = hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"]
         resid_post1 = resid_mid1 + mlp_out1
         return {"resid_pre0": resid_pre0, "z0": z0, "attn_out0": attn_out0, "resid_mid0": resid_mid0,
-                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "logits": resid_post1 @ self.p["unembed.weight"].T
+                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "q1": q, "logits": resid_post1 @ self.p["unembed.weight"].T
                 + self.p["unembed.bias"],
                 "last": {"resid_pre": last, "z": z1, "attn_out": attn_out1, "resid_mid": resid_mid1,
                          "mlp_out": mlp_out1, "resid_post": resid_post1}}
@@ -300,10 +301,54 @@ def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
     k[:, sites, positions] = W.heads(replacement, 1, "k")
     v[:, sites, positions] = W.heads(replacement, 1, "v")
     last = corrupt["resid_pre1"][:, -1].unsqueeze(1).expand(N, S, -1).clone()
+    q = corrupt["q1"].unsqueeze(1).expand(N, S, *corrupt["q1"].shape[1:]).clone()
     at_last = positions == n - 1
     last[:, at_last] = replacement[:, at_last]
-    logits = W.layer1_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1))
+    q[:, at_last] = W.heads(replacement[:, at_last], 1, "q")
+    logits = W.layer1_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1), q=q.flatten(0, 1))
     return logits.view(N, S, -1)
+
+
+def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: torch.Tensor) -> torch.Tensor:
+    """Logits (N, S, V) when blocks.0.hook_resid_pre at ``positions[s]`` is patched from the clean run.
+
+    Only one row of layer 1's queries, keys and values changes, and layer 2 reads
+    layer 1 through linear maps, so everything per position is precomputed per
+    prompt and pushed through W_O and layer 2's W_K / W_V once:
+    ``K1 = resid_pre0 W_K1 + sum_h A_h (v_h W_O,h W_K1)``; only the attention
+    pattern is recomputed per site.
+    """
+    N, S = len(corrupt["resid_pre0"]), len(positions)
+    H, dh = W.H, W.dh
+    W_O = W.p["blocks.0.attn.o.weight"].T.unflatten(0, (H, dh))  # (H, dh, d)
+
+    def tables(run: dict) -> dict:
+        resid = run["resid_pre0"]
+        v0 = W.heads(resid, 0, "v")
+        vo = torch.einsum("nihd,hde->nihe", v0, W_O)  # (N, n, H, d): what each head writes
+        return {"q0": W.heads(resid, 0, "q"), "k0": W.heads(resid, 0, "k"), "vo": vo,
+                "rk": resid @ W.p["blocks.1.attn.k.weight"].T, "rv": resid @ W.p["blocks.1.attn.v.weight"].T,
+                "vok": vo @ W.p["blocks.1.attn.k.weight"].T, "vov": vo @ W.p["blocks.1.attn.v.weight"].T,
+                "resid": resid}
+
+    cor, cle = tables(corrupt), tables(clean)
+    sites = torch.arange(S)
+    patched = {}
+    for name, table in cor.items():
+        t = table.unsqueeze(1).expand(N, S, *table.shape[1:]).clone()
+        t[:, sites, positions] = cle[name][:, positions]
+        patched[name] = t.flatten(0, 1)
+    n = cor["resid"].shape[1]
+    scores = torch.einsum("rihd,rjhd->rhij", patched["q0"], patched["k0"]) / math.sqrt(dh)
+    causal = torch.ones(n, n, dtype=torch.bool).triu(1)
+    A = scores.masked_fill(causal, float("-inf")).softmax(-1)  # (R, H, n, n)
+    b_O = W.p["blocks.0.attn.o.bias"]
+    k1 = (patched["rk"] + torch.einsum("rhij,rjhe->rie", A, patched["vok"])
+          + b_O @ W.p["blocks.1.attn.k.weight"].T + W.p["blocks.1.attn.k.bias"]).unflatten(-1, (H, dh))
+    v1 = (patched["rv"] + torch.einsum("rhij,rjhe->rie", A, patched["vov"])
+          + b_O @ W.p["blocks.1.attn.v.weight"].T + W.p["blocks.1.attn.v.bias"]).unflatten(-1, (H, dh))
+    last = patched["resid"][:, -1] + torch.einsum("rhj,rjhe->re", A[:, :, -1], patched["vo"]) + b_O
+    return W.layer1_last(k1, v1, last).view(N, S, -1)
 
 
 def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.Tensor:
@@ -318,8 +363,14 @@ def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.T
             return logits.gather(2, labels.view(N, 1, 1).expand(N, logits.shape[1], 1)).squeeze(2)
         return (at(pairs.clean_labels) - at(pairs.corrupted_labels)).T
 
-    # layer-1 sites other than resid_pre: a replacement row of blocks.1.hook_resid_pre
-    row_sites = [j for j, s in enumerate(sites) if s.layer == 0 and s.component != "resid_pre"]
+    # layer-1 sites other than resid_pre: a replacement row of blocks.1.hook_resid_pre.
+    # blocks.0 has no MLP (its output is zero in both runs): patching it changes nothing.
+    # blocks.0.hook_resid_post is blocks.1.hook_resid_pre: computed once, copied.
+    for j, s in enumerate(sites):
+        if s.layer == 0 and s.component == "mlp_out":
+            out[j] = corrupted_ld
+    row_sites = [j for j, s in enumerate(sites)
+                 if s.layer == 0 and s.component in ("attn_out", "z", "resid_mid")]
     row_sites += [j for j, s in enumerate(sites) if s.layer == 1 and s.component == "resid_pre"]
     if row_sites:
         replacement = torch.stack([
@@ -327,18 +378,16 @@ def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.T
             else _layer0_replacement(sites[j], clean, corrupt, W) for j in row_sites], dim=1)
         positions = torch.tensor([sites[j].position for j in row_sites])
         out[row_sites] = diffs(_row_patched_logits(W, corrupt, positions, replacement))
+        same = {sites[j].position: j for j in row_sites if sites[j].layer == 1}
+        for j, s in enumerate(sites):
+            if s.layer == 0 and s.component == "resid_post":
+                out[j] = out[same[s.position]] if s.position in same else torch.nan
 
     # blocks.0.hook_resid_pre: a layer-1 recompute per site, batched over sites
     embed_sites = [j for j, s in enumerate(sites) if s.layer == 0 and s.component == "resid_pre"]
     if embed_sites:
-        S = len(embed_sites)
         positions = torch.tensor([sites[j].position for j in embed_sites])
-        resid = corrupt["resid_pre0"].unsqueeze(1).expand(N, S, n, -1).clone()
-        resid[:, torch.arange(S), positions] = clean["resid_pre0"][:, positions]
-        resid = resid.flatten(0, 1)
-        resid_pre1 = resid + W.layer0(resid)[1]
-        logits = W.layer1_last(W.heads(resid_pre1, 1, "k"), W.heads(resid_pre1, 1, "v"), resid_pre1[:, -1])
-        out[embed_sites] = diffs(logits.view(N, S, -1))
+        out[embed_sites] = diffs(_embed_patched_logits(W, clean, corrupt, positions))
 
     # layer-2 sites other than resid_pre: only the last position is read by anything
     for j, s in enumerate(sites):

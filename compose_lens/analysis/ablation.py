@@ -1,0 +1,262 @@
+"""Ablation: remove one part of the model and see which of the nine accuracy pools suffer.
+
+To *ablate* a component is to replace its activation with something that carries
+no information about the current prompt, then measure what the model loses:
+
+* **zero** ablation writes 0 (simple, but 0 may be far from anything the model
+  ever sees, so it can break more than the component's job);
+* **mean** ablation writes the component's mean over a reference batch of
+  training-distribution sequences, per position (keeps the typical offset,
+  removes the prompt-specific part);
+* **resample** ablation writes the activation the component had on a *random
+  other* reference sequence (keeps the distribution, destroys the information).
+
+Targets, in the study's words (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
+each attention **head** (its output ``blocks.L.attn.hook_z``), the layer-2 **MLP**
+(``blocks.1.hook_mlp_out``), **single neurons** of MLP2 (``blocks.1.mlp.hook_post``),
+the **neurons of one key frequency** together, and the **Fourier directions** of
+one frequency k in MLP2's output: the part of MLP2's contribution to the logits
+that is a cos / sin of frequency k over the output classes (the basis of
+:func:`compose_lens.analysis.fourier.fourier_basis`).
+
+Heads and the whole MLP are ablated with hooks (:func:`ablated` adds them for the
+duration of a ``with`` block and removes them after, so the model is left exactly
+as it was). Neurons and Fourier directions of MLP2 are ablated from the cached
+activations at ``=``: layer 2 is the last layer and the answer is read at ``=``,
+so a neuron at an earlier position feeds nothing that is read, and at ``=`` the
+logits are linear in the neuron activations (``resid_mid W_U + post W_out W_U``).
+All 512 single-neuron ablations then cost one batched product instead of 512
+forward passes; the tests check this shortcut against the hooked forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+import pandas as pd
+import torch
+
+from compose_lens import lens
+from compose_lens.analysis.activations import collect
+from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.sampler import POOL_NAMES, Batch, TrainingSampler, make_pools
+from compose_lens.split import Split, derived_generator
+
+ABLATION_KINDS = ("zero", "mean", "resample")
+_REFERENCE_STREAM, _RESAMPLE_STREAM = 50, 51
+
+Hook = tuple[str, Callable]
+
+
+def reference_tokens(split: Split, size: int = 1000, seed: int = 0) -> torch.Tensor:
+    """Training-distribution sequences whose activations define the mean and resample ablations."""
+    sampler = TrainingSampler(split, batch_size=1, seed=seed)
+    return sampler.sample(size, derived_generator(seed, _REFERENCE_STREAM)).tokens
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ABLATION_KINDS:
+        raise ComposeLensError(f"ablation {kind!r}: use one of {', '.join(ABLATION_KINDS)}")
+
+
+def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None = None,
+                     index: tuple = (), seed: int = 0) -> Hook:
+    """A hook that ablates ``act[:, :, *index]`` (e.g. ``index=(head,)`` on hook_z).
+
+    ``reference`` is the activation at this hook on the reference batch
+    (R, pos, ...), needed for mean and resample ablation.
+    """
+    _check_kind(kind)
+    if kind != "zero" and reference is None:
+        raise ComposeLensError(f"{kind} ablation needs reference activations")
+    sel = (slice(None), slice(None), *index)
+    mean = reference.mean(0)[(slice(None), *index)] if reference is not None else None
+    generator = torch.Generator().manual_seed(seed)
+
+    def ablate(act: torch.Tensor, hook=None) -> torch.Tensor:
+        act = act.clone()
+        if kind == "zero":
+            act[sel] = 0.0
+        elif kind == "mean":
+            act[sel] = mean.to(act.dtype)
+        else:
+            rows = torch.randint(0, len(reference), (act.shape[0],), generator=generator)
+            act[sel] = reference[rows][sel].to(act.dtype)
+        return act
+
+    return hook_name, ablate
+
+
+@contextlib.contextmanager
+def ablated(model: lens.Model, hooks: list[Hook]) -> Iterator[lens.Model]:
+    """Run the model with ablation hooks inside the block; they are removed on exit."""
+    with model.hooks(fwd_hooks=hooks):
+        yield model
+
+
+def ablated_logits(model: lens.Model, tokens: torch.Tensor, hooks: list[Hook], chunk: int = 4096) -> torch.Tensor:
+    """Last-position logits (N, V) with the hooks on, in chunks, without gradients."""
+    out = []
+    with torch.no_grad(), ablated(model, hooks):
+        for start in range(0, len(tokens), chunk):
+            out.append(model(tokens[start: start + chunk])[:, -1].float())
+    return torch.cat(out)
+
+
+def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple]]:
+    """(target, layer, index, hook name, index tuple) of every head and every real MLP."""
+    cfg = config.model
+    targets = [("head", layer, h, lens.hook_name("z", layer), (h,))
+               for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    targets += [("mlp", layer, -1, lens.hook_name("mlp_out", layer), ()) for layer in cfg.mlp_layers]
+    return targets
+
+
+# -- MLP2 at "=": neurons and Fourier directions from cached activations ----------------------
+
+
+class LastPositionMLP:
+    """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly."""
+
+    def __init__(self, model: lens.Model, config: RunConfig, tokens: torch.Tensor):
+        if config.model.n_layers != 2 or tuple(config.model.mlp_layers) != (1,):
+            raise ComposeLensError("neuron and Fourier-direction ablation needs the study's layout: "
+                                   "two layers, an MLP in the last one only")
+        acts = collect(model, config.model, tokens, resid=False)
+        params = lens.parameters(model)
+        W_U = params["unembed.weight"].detach().float().cpu()  # (V, d)
+        W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu()  # (d, d_mlp)
+        self.post = acts.mlp_post.float()  # (N, d_mlp)
+        self.W_logit = (W_U @ W_out).T  # (d_mlp, V): neuron -> logits
+        self.direct = (acts.resid_mid1_last.float() @ W_U.T + params["unembed.bias"].detach().float().cpu()
+                       + params["blocks.1.mlp.out.bias"].detach().float().cpu() @ W_U.T)
+
+    def logits(self, post: torch.Tensor | None = None) -> torch.Tensor:
+        return self.direct + (self.post if post is None else post) @ self.W_logit
+
+
+def _replacement(kind: str, own: torch.Tensor, reference: torch.Tensor, seed: int) -> torch.Tensor:
+    """(N, ...) what ablation writes in place of ``own``: zeros, the reference mean, or resampled rows."""
+    if kind == "zero":
+        return torch.zeros_like(own)
+    if kind == "mean":
+        return reference.mean(0, keepdim=True).expand_as(own)
+    g = derived_generator(seed, _RESAMPLE_STREAM)
+    return reference[torch.randint(0, len(reference), (len(own),), generator=g)]
+
+
+def neuron_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, neurons: list[int] | list[list[int]],
+                           kind: str, seed: int = 0):
+    """Yield (neuron set, logits (N, V)) with each neuron (or set of neurons) ablated at ``=``."""
+    _check_kind(kind)
+    repl = _replacement(kind, mlp.post, reference.post, seed)
+    base = mlp.logits()
+    for group in neurons:
+        idx = [group] if isinstance(group, int) else list(group)
+        delta = (repl[:, idx] - mlp.post[:, idx]) @ mlp.W_logit[idx]
+        yield group, base + delta
+
+
+def frequency_directions(p: int, k: int | list[int]) -> torch.Tensor:
+    """(m, p) the orthonormal cos / sin rows of frequency k (or of several) over the output classes."""
+    from compose_lens.analysis.fourier import basis_frequencies, fourier_basis
+
+    basis, _ = fourier_basis(p)
+    wanted = torch.tensor([k] if isinstance(k, int) else list(k))
+    return basis[torch.isin(basis_frequencies(p), wanted)].float()
+
+
+def fourier_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, k: int | list[int], kind: str,
+                            seed: int = 0) -> torch.Tensor:
+    """Logits (N, V) with MLP2's frequency-k directions (one k or several) over the output classes ablated."""
+    _check_kind(kind)
+    D = frequency_directions(mlp.W_logit.shape[1], k)  # (m, V)
+    own = (mlp.post @ mlp.W_logit) @ D.T  # (N, m): MLP2's frequency-k coefficients
+    ref = (reference.post @ reference.W_logit) @ D.T
+    return mlp.logits() + (_replacement(kind, own, ref, seed) - own) @ D
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def _pool_accuracy(logits: torch.Tensor, labels: torch.Tensor, pool_of_row: torch.Tensor) -> list[float]:
+    correct = (logits.argmax(-1) == labels).float()
+    n = int(pool_of_row.max()) + 1
+    total = torch.zeros(n).scatter_add_(0, pool_of_row, correct)
+    return (total / torch.bincount(pool_of_row, minlength=n).clamp_min(1)).tolist()
+
+
+def _concat(pools: dict[str, Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    names = list(pools)
+    tokens = torch.cat([pools[n].tokens for n in names])
+    labels = torch.cat([pools[n].labels for n in names])
+    pool_of_row = torch.cat([torch.full((len(pools[n]),), i) for i, n in enumerate(names)])
+    return tokens, labels, pool_of_row, names
+
+
+def neuron_groups_by_frequency(model: lens.Model, config: RunConfig, split: Split, seed: int = 0,
+                               min_fraction: float = 0.5) -> dict[int, list[int]]:
+    """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance."""
+    from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
+
+    grid = operand_grid(model, config, split, "constant", seed)
+    neurons = neuron_frequencies(grid.mlp_post)
+    keys = key_frequencies(neurons, min_fraction=min_fraction)
+    clean = neurons[neurons["fraction_explained"] >= min_fraction]
+    return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
+
+
+def ablation_table(model: lens.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
+                   seed: int = 0, kinds=ABLATION_KINDS, single_neurons: bool = True,
+                   reference_size: int = 1000) -> pd.DataFrame:
+    """Zero / mean / resample ablation of every head, MLP2, each neuron, each key frequency's
+    neurons and its Fourier directions, with the accuracy on each of the nine pools.
+
+    Long format, one row per (target, layer, index, kind, pool): accuracy,
+    baseline_accuracy (nothing ablated) and accuracy_drop. ``target`` is head, mlp,
+    neuron, frequency_neurons or fourier_directions; ``index`` the head, neuron or
+    frequency (-1 for the MLP).
+    """
+    for kind in kinds:
+        _check_kind(kind)
+    pools = make_pools(split, pool_size, seed)
+    tokens, labels, pool_of_row, names = _concat(pools)
+    ref_tokens = reference_tokens(split, reference_size, seed)
+    records: list[dict] = []
+
+    def add(target: str, layer: int, index: int, kind: str, logits: torch.Tensor) -> None:
+        for name, acc in zip(names, _pool_accuracy(logits, labels, pool_of_row)):
+            records.append({"target": target, "layer": layer, "index": index, "kind": kind,
+                            "pool": name, "accuracy": acc})
+
+    with torch.no_grad():
+        add("none", -1, -1, "none", ablated_logits(model, tokens, []))
+        targets = component_targets(config)
+        hook_names = {t[3] for t in targets}
+        _, ref_cache = model.run_with_cache(ref_tokens, names_filter=lambda n: n in hook_names)
+        for target, layer, index, name, sel in targets:
+            for kind in kinds:
+                hook = replacement_hook(name, kind, ref_cache[name].float(), sel, seed)
+                add(target, layer, index, kind, ablated_logits(model, tokens, [hook]))
+
+        if config.model.n_layers == 2 and tuple(config.model.mlp_layers) == (1,):
+            mlp = LastPositionMLP(model, config, tokens)
+            ref = LastPositionMLP(model, config, ref_tokens)
+            groups = neuron_groups_by_frequency(model, config, split, seed)
+            for kind in kinds:
+                if single_neurons:
+                    for neuron, logits in neuron_ablation_logits(mlp, ref, list(range(config.model.d_mlp)), kind, seed):
+                        add("neuron", 1, neuron, kind, logits)
+                for k, members in groups.items():
+                    if members:
+                        _, logits = next(neuron_ablation_logits(mlp, ref, [members], kind, seed))
+                        add("frequency_neurons", 1, k, kind, logits)
+                    add("fourier_directions", 1, k, kind, fourier_ablation_logits(mlp, ref, k, kind, seed))
+
+    table = pd.DataFrame.from_records(records)
+    baseline = table[table["target"] == "none"].set_index("pool")["accuracy"]
+    table["baseline_accuracy"] = table["pool"].map(baseline)
+    table["accuracy_drop"] = table["baseline_accuracy"] - table["accuracy"]
+    table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
+    return table

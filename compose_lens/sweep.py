@@ -561,10 +561,20 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     rows = rows_now()
     write_csv(rows, out / "results.csv")
     found = thresholds(rows)
-    write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param, "thresholds": found})
+    write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param,
+                                                "thresholds": _nan_to_null(found)})
     plot_sweep(rows, out / "sweep.png", title=f"sweep over {param}, seeds {list(seeds)}")
     failed = sum(1 for r in rows if r["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)
+
+
+def _nan_to_null(data: Any) -> Any:
+    """Strict JSON: NaN (not reached) becomes null."""
+    if isinstance(data, dict):
+        return {k: _nan_to_null(v) for k, v in data.items()}
+    if isinstance(data, float) and math.isnan(data):
+        return None
+    return data
 
 
 THRESHOLD_RULE = ("per seed: the smallest swept value from which on every accuracy is >= level, "
@@ -573,12 +583,18 @@ THRESHOLD_RULE = ("per seed: the smallest swept value from which on every accura
 
 
 def format_thresholds(found: dict, param: str) -> list[str]:
+    """One line per metric and level; 'not reached' where the accuracy never stays above it."""
+
+    def show(v: float) -> str:
+        return "not reached" if math.isnan(v) else f"{v:.3g}"
+
     lines = []
     for metric, by_level in found.items():
         for level, t in by_level.items():
-            seeds = ", ".join(f"seed {s}: {v:.3g}" for s, v in t["per_seed"].items())
-            lines.append(f"{metric} >= {float(level):.0%}: {param} = {t['mean']:.3g} +- {t['std']:.2g} "
-                         f"(range {t['min']:.3g}..{t['max']:.3g}; {seeds}; mean curve {t['of_mean_curve']:.3g})")
+            seeds = ", ".join(f"seed {s}: {show(v)}" for s, v in t["per_seed"].items())
+            head = (f"{param} = {t['mean']:.3g} +- {t['std']:.2g} (range {t['min']:.3g}..{t['max']:.3g}; "
+                    if t["n"] else f"{param}: not reached (")
+            lines.append(f"{metric} >= {float(level):.0%}: {head}{seeds}; mean curve {show(t['of_mean_curve'])})")
     return lines
 
 

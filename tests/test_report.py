@@ -1,0 +1,165 @@
+"""The offline report: one self-contained file that headless Chromium renders with networking off.
+
+The browser check copies the page with a small recorder script first in its head:
+it collects ``console.error`` calls, uncaught errors, unhandled promise rejections
+and failed resource loads, and on ``load`` writes them (and how many images
+decoded) into attributes of ``<body>``. ``chromium --dump-dom`` then returns the
+DOM after the scripts ran, so the test reads what happened in the page, and
+Chromium's own console log on stderr is checked for uncaught errors as well.
+Every host name resolves to nothing and every request goes to a dead proxy, so
+anything that tries the network fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html import unescape
+from pathlib import Path
+
+import pytest
+
+from compose_lens.cli import main
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
+
+RECORDER = """<script>
+(function () {
+  var problems = [];
+  var keep = function (kind, text) { problems.push(kind + ": " + String(text).slice(0, 300)); };
+  var error = console.error;
+  console.error = function () { keep("console.error", Array.prototype.join.call(arguments, " "));
+                                return error.apply(console, arguments); };
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    if (t && t !== window && (t.src || t.href)) { keep("failed to load", t.src || t.href); }
+    else { keep("uncaught", e.message); }
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { keep("unhandled rejection", e.reason); });
+  window.addEventListener("load", function () {
+    setTimeout(function () {
+      var images = Array.prototype.slice.call(document.images);
+      document.body.setAttribute("data-problems", JSON.stringify(problems));
+      document.body.setAttribute("data-images", images.length);
+      document.body.setAttribute("data-images-decoded",
+        images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length);
+    }, 1500);
+  });
+})();
+</script>"""
+
+
+def render_offline(page: Path, workdir: Path) -> tuple[str, str]:
+    """(DOM after the scripts ran, Chromium's stderr) for ``page``, with networking off."""
+    instrumented = workdir / ("checked_" + page.name)
+    text = page.read_text(encoding="utf-8")
+    instrumented.write_text(text.replace("<head>", "<head>\n" + RECORDER, 1), encoding="utf-8")
+    profile = workdir / "chromium-profile"
+    profile.mkdir(exist_ok=True)
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--no-first-run", f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
+               "--proxy-server=127.0.0.1:9", "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=10000", "--dump-dom", instrumented.as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return done.stdout, done.stderr
+
+
+def body_attribute(dom: str, name: str) -> str:
+    match = re.search(rf'<body[^>]*\s{name}="([^"]*)"', dom)
+    assert match, f"the page never finished loading (no {name} on <body>)"
+    return unescape(match.group(1))
+
+
+def drawn_views(dom: str) -> tuple[int, int]:
+    """(attention-view divs, those the circuitsvis JS drew into)."""
+    views = re.findall(r'<div id="circuits-vis-[^"]+" class="attention-view"[^>]*>(\s*<?)', dom)
+    return len(views), sum(1 for v in views if v.strip() == "<")
+
+
+def assert_clean_offline_render(page: Path, workdir: Path, min_views: int, min_images: int) -> str:
+    dom, log = render_offline(page, workdir)
+    problems = json.loads(body_attribute(dom, "data-problems"))
+    assert problems == [], problems
+    assert int(body_attribute(dom, "data-images-decoded")) == int(body_attribute(dom, "data-images")) >= min_images
+    views, drawn = drawn_views(dom)
+    assert views >= min_views and drawn == views, f"{drawn} of {views} attention views drawn"
+    uncaught = [line for line in log.splitlines() if "CONSOLE" in line and re.search(r"Uncaught|Error", line)]
+    assert uncaught == [], uncaught
+    return dom
+
+
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def reported_run(tmp_path_factory):
+    """A tiny trained run and its report."""
+    from compose_lens.report import build_report
+    from compose_lens.train import Trainer
+
+    task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
+    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=32, d_head=32, d_mlp=64),
+                       train=TrainConfig(steps=30, batch_size=64, eval_every=10, checkpoint_every=10, pool_size=64))
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    Trainer(config, run_dir, progress=False).run()
+    page, problems = build_report(run_dir, progress=False)
+    return run_dir, page, problems
+
+
+def test_report_is_one_self_contained_file(reported_run):
+    run_dir, page, _ = reported_run
+    assert page == run_dir / "report.html"
+    text = page.read_text()
+    assert not EXTERNAL.search(text), "the report must not load anything from the network"
+    assert "unpkg" not in text and "sourceMappingURL" not in text
+    assert text.count("var CircuitsVis") == 1
+    for title in ("Configuration", "Results: the study and this run", "Training dynamics and the three phases",
+                  "Circuit summary", "Attention on example sequences"):
+        assert title in text, title
+    assert "&gt; 98 %" in text  # the study's headline number beside this run's
+    assert text.count('src="data:image/png;base64,') >= 5
+    # the dynamics it needed were computed and kept with the run, the figures saved as PNG + CSV
+    assert (run_dir / "results" / "dynamics.csv").exists() and (run_dir / "results" / "phases.json").exists()
+    assert (run_dir / "figures" / "accuracy_by_variable_count.png").exists()
+    assert (run_dir / "figures" / "accuracy_by_variable_count.csv").exists()
+
+
+def test_report_cli_reuses_saved_dynamics(reported_run, tmp_path):
+    run_dir, _, _ = reported_run
+    before = (run_dir / "results" / "dynamics.csv").stat().st_mtime_ns
+    out = tmp_path / "again.html"
+    assert main(["report", str(run_dir), "--out", str(out), "--quiet", "--example", "b=3, e=5, b+e=?"]) == 0
+    assert out.exists() and "b=3, e=5, b+e=?" in out.read_text()
+    assert (run_dir / "results" / "dynamics.csv").stat().st_mtime_ns == before
+
+
+@needs_chromium
+def test_report_renders_offline_in_chromium(reported_run, tmp_path):
+    _, page, _ = reported_run
+    dom = assert_clean_offline_render(page, tmp_path, min_views=4, min_images=5)
+    assert "Attention on example sequences" in dom
+
+
+@needs_chromium
+def test_the_recorder_catches_errors_and_network_use(tmp_path):
+    """The check itself: a page with a script error and a remote image does not pass."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><head></head><body><img src="https://example.com/x.png">'
+                    "<script>console.error('boom'); notDefined();</script></body></html>")
+    dom, _ = render_offline(page, tmp_path)
+    problems = json.loads(body_attribute(dom, "data-problems"))
+    kinds = {p.split(":")[0] for p in problems}
+    assert {"console.error", "uncaught", "failed to load"} <= kinds, problems
+
+
+@needs_chromium
+def test_attention_page_renders_offline_in_chromium(tiny_config, tmp_path):
+    from compose_lens.attention import write_attention
+    from compose_lens.model import build_model
+
+    write_attention(build_model(tiny_config), tiny_config, ["b=3, e=5, b+2=?", "c=1, 4+c=?"], tmp_path / "v")
+    assert_clean_offline_render(tmp_path / "v" / "attention.html", tmp_path, min_views=2, min_images=0)

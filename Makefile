@@ -16,8 +16,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# The unit and integration tests (tiny configurations; minutes on 2 cores).
+# The unit and integration tests (tiny configurations; minutes on 2 cores). The report's
+# browser test needs Chromium: installed here when missing and we are root, else it skips.
 test: install
+	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
 	$(BIN)/python -m pytest
 
 # The main job: train the paper model from scratch on CPU, evaluate it, print the table.

@@ -1,0 +1,73 @@
+"""Ablation: the helpers leave the model as it was, and the at-'=' shortcut for neurons and
+Fourier directions equals the hooked forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compose_lens.analysis import ablation
+from compose_lens.model import build_model
+from compose_lens.sampler import POOL_NAMES, make_pool
+
+
+@pytest.fixture
+def tiny_model(tiny_config):
+    torch.manual_seed(0)
+    return build_model(tiny_config)
+
+
+def _logits(model, tokens):
+    with torch.no_grad():
+        return model(tokens)[:, -1]
+
+
+def test_ablation_hooks_restore_the_model(tiny_model, tiny_config, tiny_split):
+    tokens = make_pool(tiny_split, "1var_train", 16).tokens
+    before = _logits(tiny_model, tokens)
+    ref = ablation.reference_tokens(tiny_split, 32)
+    _, cache = tiny_model.run_with_cache(ref)
+    for target, layer, index, name, sel in ablation.component_targets(tiny_config):
+        for kind in ablation.ABLATION_KINDS:
+            hook = ablation.replacement_hook(name, kind, cache[name], sel)
+            with ablation.ablated(tiny_model, [hook]):
+                inside = _logits(tiny_model, tokens)
+            assert not torch.equal(inside, before), (target, layer, kind)
+    with pytest.raises(RuntimeError):
+        with ablation.ablated(tiny_model, [ablation.replacement_hook("blocks.0.attn.hook_z", "zero")]):
+            raise RuntimeError("interrupted")
+    assert torch.equal(_logits(tiny_model, tokens), before)
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean"])
+def test_neuron_shortcut_equals_the_hooked_forward(tiny_model, tiny_config, tiny_split, kind):
+    tokens = make_pool(tiny_split, "2var_train", 16).tokens
+    ref_tokens = ablation.reference_tokens(tiny_split, 32)
+    mlp = ablation.LastPositionMLP(tiny_model, tiny_config, tokens)
+    ref = ablation.LastPositionMLP(tiny_model, tiny_config, ref_tokens)
+    assert torch.allclose(mlp.logits(), _logits(tiny_model, tokens), atol=1e-5)
+    _, cache = tiny_model.run_with_cache(ref_tokens)
+    post = cache["blocks.1.mlp.hook_post"]
+    # mean ablation at "=" uses the mean at "=", the hooked one the mean at each position:
+    # only the last position is read, so the two must agree
+    for neuron in (0, 5, 17):
+        _, shortcut = next(ablation.neuron_ablation_logits(mlp, ref, [neuron], kind))
+        hook = ablation.replacement_hook("blocks.1.mlp.hook_post", kind, post, (neuron,))
+        assert torch.allclose(shortcut, ablation.ablated_logits(tiny_model, tokens, [hook]), atol=1e-5)
+
+
+def test_removing_every_frequency_removes_the_mlp(tiny_model, tiny_config, tiny_split):
+    tokens = make_pool(tiny_split, "0var_train", 16).tokens
+    mlp = ablation.LastPositionMLP(tiny_model, tiny_config, tokens)
+    every = list(range(tiny_config.task.modulus // 2 + 1))
+    logits = ablation.fourier_ablation_logits(mlp, mlp, every, "zero")
+    assert torch.allclose(logits, mlp.direct, atol=1e-5)
+
+
+def test_ablation_table_covers_every_pool(tiny_model, tiny_config, tiny_split):
+    table = ablation.ablation_table(tiny_model, tiny_config, tiny_split, pool_size=16, reference_size=32)
+    assert set(table["pool"].astype(str)) == set(POOL_NAMES)
+    assert {"head", "mlp", "neuron", "none"} <= set(table["target"])
+    assert (table[table.target == "none"]["accuracy_drop"] == 0).all()
+    neurons = table[(table.target == "neuron") & (table.kind == "zero")]
+    assert neurons["index"].nunique() == tiny_config.model.d_mlp

@@ -1,0 +1,85 @@
+"""Activation patching: self-patching is a no-op, other inputs change the output,
+the batched engines equal transformer_lens.patching, and the table's statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compose_lens.analysis import patching
+from compose_lens.model import build_model
+from compose_lens.task import decode
+
+
+@pytest.fixture
+def tiny_model(tiny_config):
+    return build_model(tiny_config)
+
+
+@pytest.mark.parametrize("corruption", patching.CORRUPTIONS)
+def test_prompt_pairs_edit_one_token_and_change_the_answer(tiny_split, corruption):
+    pairs = patching.make_prompt_pairs(tiny_split, 30, corruption, seed=1)
+    assert ((pairs.clean != pairs.corrupted).sum(1) == 1).all()
+    assert (pairs.clean_labels != pairs.corrupted_labels).all()
+    for row, label in zip(pairs.corrupted.tolist(), pairs.corrupted_labels.tolist()):
+        assert decode(tiny_split.task, row).label == label
+
+
+def test_patching_a_site_with_its_own_activation_changes_nothing(tiny_model, tiny_config, tiny_split):
+    pairs = patching.make_prompt_pairs(tiny_split, 12, "value")
+    same = patching.PromptPairs(pairs.corrupted, pairs.corrupted, pairs.clean_labels,
+                                pairs.corrupted_labels, "self")
+    sites = patching.all_sites(tiny_config.model)
+    _, unpatched = patching.baseline_logit_diffs(tiny_model, same)
+    for values in (patching.patched_logit_diffs(tiny_model, tiny_config.model, same, sites),
+                   patching.hook_batched_logit_diffs(tiny_model, same, sites)):
+        assert torch.allclose(values, unpatched.expand_as(values), atol=1e-5)
+
+
+def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config, tiny_split):
+    pairs = patching.make_prompt_pairs(tiny_split, 12, "constant")
+    sites = patching.all_sites(tiny_config.model)
+    values = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites)
+    clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs)
+    final = sites.index(patching.Site("resid_post", 1, tiny_config.model.n_ctx - 1))
+    assert torch.allclose(values[final], clean, atol=1e-5)  # the whole last residual: the clean run
+    assert not torch.allclose(clean, corrupted, atol=1e-3)
+    moved = (values - corrupted).abs().amax(1)
+    assert (moved > 1e-4).sum() >= 4
+
+
+def test_batched_patching_equals_transformer_lens(tiny_model, tiny_config, tiny_split):
+    pairs = patching.make_prompt_pairs(tiny_split, 10, "variable")
+    sites, reference = patching.transformer_lens_logit_diffs(tiny_model, tiny_config.model, pairs)
+    engine = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites)
+    hooks = patching.hook_batched_logit_diffs(tiny_model, pairs, sites)
+    assert torch.allclose(engine, reference, atol=1e-5)
+    assert torch.allclose(hooks, reference, atol=1e-5)
+
+
+def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):
+    table = patching.patching_table(tiny_model, tiny_config, tiny_split, n_pairs=20, n_boot=200)
+    assert {"component", "layer", "position", "mean", "ci_low", "ci_high"} <= set(table.columns)
+    assert len(table) == len(patching.all_sites(tiny_config.model))
+    assert (table["ci_low"] <= table["mean"] + 1e-6).all() and (table["mean"] <= table["ci_high"] + 1e-6).all()
+    last = table[(table.component == "resid_post") & (table.layer == 1) & (table.role == "=")]
+    assert last["mean"].iloc[0] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_unknown_corruption_is_refused(tiny_split):
+    from compose_lens.config import ComposeLensError
+
+    with pytest.raises(ComposeLensError, match="corruption"):
+        patching.make_prompt_pairs(tiny_split, 10, "colour")
+
+
+def test_reference_operand_positions_carry_a_changed_constant(reference_final):
+    """On the study's model, a changed constant operand lives at its query position (13 or 14)
+    before layer 1: patching those two positions of blocks.0.hook_resid_pre restores most of it."""
+    loaded = reference_final
+    table = patching.patching_table(loaded.model, loaded.config, loaded.split, n_pairs=120,
+                                    corruption="constant", components=("resid_pre",), n_boot=200)
+    first = table[(table.layer == 0)].set_index("role")["mean"]
+    assert first["lhs"] + first["rhs"] > 0.8
+    context = table[(table.layer == 0) & (table.role == "context")]["mean"].abs()
+    assert context.max() < 0.1

@@ -82,8 +82,8 @@ class TaskConfig(_JsonConfig):
     n_vars: int = 12
     seq_len: int = 16
     max_assignments: int = 6
-    left_forbidden: tuple[str, ...] = ("k", "l")
-    right_forbidden: tuple[str, ...] = ("a", "b")
+    left_forbidden: tuple[str, ...] | None = None  # None: the last two variables (k, l)
+    right_forbidden: tuple[str, ...] | None = None  # None: the first two variables (a, b)
     f: float = 0.7
     r: float = 1.0
     zero_var_rows: int = 12
@@ -108,6 +108,12 @@ class TaskConfig(_JsonConfig):
                f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
                f"each variable is assigned at most once")
         names = self.variable_names
+        if self.left_forbidden is None:
+            object.__setattr__(self, "left_forbidden", names[-2:])
+        if self.right_forbidden is None:
+            object.__setattr__(self, "right_forbidden", names[:2])
+        object.__setattr__(self, "left_forbidden", tuple(self.left_forbidden))
+        object.__setattr__(self, "right_forbidden", tuple(self.right_forbidden))
         for side, forbidden in (("left_forbidden", self.left_forbidden),
                                 ("right_forbidden", self.right_forbidden)):
             bad = [v for v in forbidden if v not in names]
@@ -317,6 +323,10 @@ class RunConfig(_JsonConfig):
                 section, name = owners[0], key
             data[section][name] = value
             task_changed |= section == "task"
+            if section == "task" and name == "n_vars":  # re-derive slots unless set explicitly
+                for side in ("left_forbidden", "right_forbidden"):
+                    if not any(a.split("=", 1)[0] in (side, f"task.{side}") for a in assignments):
+                        data["task"][side] = None
         if task_changed:  # keep the model sized for the task unless the user set those too
             task = TaskConfig.from_dict(data["task"])
             sized = ModelConfig.for_task(task).to_dict()

@@ -1,0 +1,141 @@
+"""The model: TransformerLens hooks, the fast path's exactness, the study's checkpoints."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from compose_lens import fastpath, lens
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.model import build_model, load_model, load_reference_pth, save_model, load_model_dir
+from compose_lens.sampler import TrainingSampler
+
+
+def direct_logits(sd: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """The study's model written out by hand from a HookedTransformer state dict (one head)."""
+    x = sd["embed.W_E"][tokens] + sd["pos_embed.W_pos"][: tokens.shape[1]]
+    n = tokens.shape[1]
+    mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+    for layer in range(2):
+        p = f"blocks.{layer}."
+        q = x @ sd[p + "attn.W_Q"][0]
+        k = x @ sd[p + "attn.W_K"][0]
+        v = x @ sd[p + "attn.W_V"][0]
+        scores = (q @ k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+        pattern = scores.masked_fill(mask, float("-inf")).softmax(-1)
+        x = x + (pattern @ v) @ sd[p + "attn.W_O"][0]
+        x = x + torch.relu(x @ sd[p + "mlp.W_in"]) @ sd[p + "mlp.W_out"]
+    return x @ sd["unembed.W_U"]
+
+
+def test_transformerlens_interface(tiny_config, tiny_split):
+    model = build_model(tiny_config)
+    tokens = TrainingSampler(tiny_split, 8, 0).batch(0).tokens
+    logits, cache = model.run_with_cache(tokens)
+    assert logits.shape == (8, tiny_config.task.seq_len, tiny_config.task.modulus)
+    for name in ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.1.mlp.hook_post",
+                 "blocks.0.hook_resid_mid", "blocks.1.hook_mlp_out"):
+        assert name in cache
+    assert torch.equal(cache["blocks.0.hook_mlp_out"], torch.zeros_like(cache["blocks.0.hook_mlp_out"]))
+    assert model.W_Q.shape == (2, 1, 32, 32)
+    assert model.OV.shape[-1] == 32 and model.QK.shape[-1] == 32
+    # a hook really changes the computation
+    patched = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_attn_out", lambda t, hook: t * 0)])
+    assert not torch.allclose(patched, logits)
+
+
+def test_same_seed_same_weights(tiny_config):
+    a, b = build_model(tiny_config), build_model(tiny_config)
+    c = build_model(RunConfig(task=tiny_config.task, model=tiny_config.model.replace(init_seed=1),
+                              train=tiny_config.train))
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["embed.weight"], sc["embed.weight"])
+
+
+def test_fast_path_matches_transformerlens(tiny_config, tiny_split):
+    model = build_model(tiny_config)
+    with torch.no_grad():  # make the weights less tame than at init
+        for name, p in lens.parameters(model).items():
+            if p.requires_grad:
+                p.mul_(3)
+    tokens = TrainingSampler(tiny_split, 256, 0).batch(0).tokens
+    with torch.no_grad():
+        fast = fastpath.last_position_logits(lens.parameters(model), tiny_config.model, tokens)
+        plain = fastpath.plain_last_position_logits(model, tokens)
+    assert torch.allclose(fast, plain, atol=1e-4, rtol=1e-4), (fast - plain).abs().max()
+
+
+def test_fast_path_gradients_match(tiny_config, tiny_split):
+    model = build_model(tiny_config)
+    batch = TrainingSampler(tiny_split, 128, 0).batch(0)
+    grads = []
+    for use_fast in (True, False):
+        model.zero_grad()
+        logits = (fastpath.last_position_logits(lens.parameters(model), tiny_config.model, batch.tokens)
+                  if use_fast else fastpath.plain_last_position_logits(model, batch.tokens))
+        torch.nn.functional.cross_entropy(logits, batch.labels).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-3), name
+
+
+@pytest.mark.parametrize("changes", [dict(n_layers=3, mlp_layers=(1, 2)), dict(n_heads=2, d_head=16),
+                                     dict(normalization_type="LN", mlp_layers=(0, 1)),
+                                     dict(trained_biases=True)])
+def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_split, changes):
+    cfg = tiny_config.model.replace(**changes)
+    assert not fastpath.supports(cfg)
+    model = build_model(RunConfig(task=tiny_config.task, model=cfg, train=tiny_config.train))
+    tokens = TrainingSampler(tiny_split, 4, 0).batch(0).tokens
+    assert model(tokens).shape == (4, tiny_config.task.seq_len, tiny_config.task.modulus)
+
+
+def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):
+    model = build_model(tiny_config)
+    save_model(model, tiny_config, tmp_path / "m")
+    again, config = load_model_dir(tmp_path / "m")
+    assert config == tiny_config
+    tokens = TrainingSampler(tiny_split, 16, 0).batch(0).tokens
+    assert torch.equal(model(tokens), again(tokens))
+
+
+def test_corrupt_checkpoint_is_refused_without_damage(tmp_path, tiny_config):
+    directory = save_model(build_model(tiny_config), tiny_config, tmp_path / "m")
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ComposeLensError, match="not a readable safetensors"):
+        load_model(directory)
+    assert weights.stat().st_size == 100  # nothing was rewritten
+    with pytest.raises(ComposeLensError, match="no such file"):
+        load_model(tmp_path / "absent")
+
+
+def test_reference_checkpoint_matches_direct_computation(reference_dir):
+    sd = torch.load(reference_dir / "final.pth", weights_only=True, map_location="cpu")
+    loaded = load_model(reference_dir / "final.pth")
+    tokens = TrainingSampler(loaded.split, 256, 0).batch(0).tokens
+    expected = direct_logits(sd, tokens)
+    with torch.no_grad():
+        got = loaded.model(tokens)
+        fast = fastpath.last_position_logits(lens.parameters(loaded.model), loaded.config.model, tokens)
+    assert torch.allclose(got, expected, atol=1e-3, rtol=1e-4)
+    assert torch.allclose(fast, expected[:, -1], atol=1e-3, rtol=1e-4)
+
+
+def test_reference_with_a_layer1_mlp_is_refused(reference_dir, tmp_path):
+    sd = torch.load(reference_dir / "final.pth", weights_only=True, map_location="cpu")
+    sd["blocks.0.mlp.W_in"] = torch.ones_like(sd["blocks.0.mlp.W_in"])
+    bad = tmp_path / "bad.pth"
+    torch.save(sd, bad)
+    with pytest.raises(ComposeLensError, match="layer-1 MLP"):
+        load_reference_pth(bad)
+
+
+def test_paper_model_config_is_the_spec():
+    cfg = ModelConfig()
+    assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, cfg.n_ctx) == (2, 1, 128, 128, 512, 16)
+    assert cfg.mlp_layers == (1,) and cfg.normalization_type is None and fastpath.supports(cfg)

@@ -40,13 +40,14 @@ reported too, since sparse checkpoints only bound the jump.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -259,10 +260,33 @@ def add_derived_columns(table: pd.DataFrame, variables: Sequence[str] = ()) -> p
     return table
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run with ``n`` torch threads (0: leave as is), then restore."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def trajectory(source: str | Path, split_file: str | Path | None = None, pool_size: int = 2000,
                slot_size: int = 500, seed: int = 0, circuit: bool = True, steps: Sequence[int] | None = None,
-               stride: int = 1, progress: bool = True, device: str = "cpu") -> Trajectory:
-    """Evaluate every (selected) checkpoint of ``source``; one row per checkpoint."""
+               stride: int = 1, progress: bool = True, device: str = "cpu", threads: int = 1) -> Trajectory:
+    """Evaluate every (selected) checkpoint of ``source``; one row per checkpoint.
+
+    ``threads=1`` by default: each checkpoint is a few hundred small tensor ops, which
+    one thread runs fastest; on a busy 2-core machine two threads were 5x slower.
+    """
+    with torch_threads(threads):
+        return _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
+                           device)
+
+
+def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
+                device) -> Trajectory:
     checkpoints, config, split = find_checkpoints(source, split_file)
     checkpoints = select_checkpoints(checkpoints, steps, stride)
     measures = circuit_measures_function() if circuit else None
@@ -397,7 +421,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     steps = [int(s) for s in args.steps.split(",")] if args.steps else None
     traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
                       seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
-                      progress=not args.quiet, device=args.device)
+                      progress=not args.quiet, device=args.device, threads=args.threads)
     doc = write_dynamics(traj, args.out)
     t = doc["timing"]
     print(f"{doc['checkpoints']} checkpoints in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
@@ -423,6 +447,7 @@ def register(sub) -> None:
     p.add_argument("--no-circuit", action="store_true", help="skip the circuit measures (pools only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dynamics)
 

@@ -408,22 +408,98 @@ def early_jump_from_source(source, before: int, after: int, text: str, table: pd
 
 
 def fourier_neuron_from_model(model, config, split, frequency: int | None = None, seed: int = 0):
-    """The best neuron of a key frequency (the strongest one by default) beside its ideal pattern."""
+    """The best neuron of a key frequency beside its ideal pattern.
+
+    The neuron is :func:`compose_lens.analysis.fourier.best_neurons`'s for ``frequency``
+    (default: the key frequency whose best neuron it explains most). The ideal is
+    ``fourier.ideal_neuron`` (the nonlinearity applied to the frequency-k part of the
+    neuron's own pre-activation) where the analysis provides it, else the fitted
+    ``A cos(2 pi k (x + y) / p + phase) + c``.
+    """
     from compose_lens.analysis import fourier
 
     grid = fourier.operand_grid(model, config, split, "constant", seed)
-    keys = fourier.key_frequencies(grid)
-    if frequency is not None:
-        keys = [frequency]
+    keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
     if not keys:
         raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
-    best = fourier.best_neurons(grid, keys).sort_values("ideal_correlation", ascending=False)
+    best = fourier.best_neurons(grid, keys).sort_values("fraction_explained", ascending=False)
     row = best.iloc[0]
     k, neuron = int(row["frequency"]), int(row["neuron"])
     pattern = grid.mlp_post[:, :, neuron]
-    corr, phase, fitted = fourier.fit_ideal_pattern(pattern, k)
+    if hasattr(fourier, "ideal_neuron"):
+        ideal = fourier.ideal_neuron(grid.mlp_pre[:, :, neuron], k)
+        corr = float(row.get("ideal_neuron_correlation", float("nan")))
+        ideal_title = f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {corr:.3f})"
+    else:
+        corr, _, ideal = fourier.fit_ideal_pattern(pattern, k)
+        ideal_title = f"ideal A cos(2 pi {k} (x + y) / {config.task.modulus} + phase) + c (correlation {corr:.3f})"
     fig, data = fourier_neuron_figure(
-        pattern.numpy(), fitted.numpy(),
+        pattern.numpy(), ideal.numpy(),
         title=f"MLP2 neuron {neuron} over (x, y): {row['fraction_explained']:.0%} of its variance at k = {k}",
-        ideal_title=f"ideal A cos(2 pi {k} (x + y) / {config.task.modulus} + phase) + c, correlation {corr:.3f}")
+        ideal_title=ideal_title)
     return fig, data.assign(neuron=neuron, frequency=k, key_frequencies=" ".join(map(str, keys)))
+
+
+def cosine_histograms_from_model(model, config, split, n: int = 1000, seed: int = 0):
+    """Centred cosines of the MLP2 input at ``=``: constant vs variable prompt of the same (x, y)
+    (matched) against pairs with different answers (mismatched), for a left and a right variable.
+
+    The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
+    MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
+    """
+    import torch
+
+    from compose_lens import lens
+    from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts
+
+    groups = {}
+    g = torch.Generator().manual_seed(seed)
+    for side in ("left", "right"):
+        const, var, labels = matched_prompts(split, n, side, seed)
+        with torch.no_grad():
+            h = [lens.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
+                 for t in (const, var)]
+        centre = torch.cat(h).mean(0)
+        a, b = h[0] - centre, h[1] - centre
+        partner = torch.randperm(len(labels), generator=g)
+        other = labels[partner] != labels
+        groups[f"matched, {side} variable"] = torch.cosine_similarity(a, b, dim=-1).numpy()
+        groups[f"mismatched, {side} variable"] = torch.cosine_similarity(a[other], b[partner][other], dim=-1).numpy()
+    return cosine_histograms_figure(groups, "MLP2 input (centred): + x y = against the same values through a "
+                                            "variable, and against other values")
+
+
+# -- the experiments/ scripts' shared command line -----------------------------------------------
+
+
+def experiment_parser(description: str, step: bool = True):
+    """The arguments every figure script takes: SOURCE, --out, --split, --dynamics (and --step)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("source", help="run directory, or a folder of the study's step_N.pth files")
+    p.add_argument("--out", default="figures", help="directory for the PNG and CSV (default: figures)")
+    p.add_argument("--split", help="split file (default: the run's own)")
+    p.add_argument("--dynamics", help="directory with dynamics.csv/phases.json; computed there if missing "
+                                      "(default: OUT/dynamics)")
+    if step:
+        p.add_argument("--step", type=int, help="checkpoint step (default: the final model)")
+    return p
+
+
+def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
+    """The dynamics table and phases document of ``args.source`` (computed and saved if missing)."""
+    from compose_lens.report import dynamics_for
+
+    directory = Path(args.dynamics) if args.dynamics else Path(args.out) / "dynamics"
+    return dynamics_for(Path(args.source), directory, args.split)
+
+
+def model_of(args):
+    """The model of ``args.source`` at ``args.step`` (the final one if None), as a Loaded."""
+    from compose_lens.dynamics import load_checkpoint
+    from compose_lens.report import final_model
+
+    if getattr(args, "step", None) is None:
+        return final_model(Path(args.source), args.split)[0]
+    return load_checkpoint(args.source, args.step, args.split)

@@ -29,6 +29,7 @@ reproduce: install
 # Speed: the project's training step and patching against the plain TransformerLens way.
 bench: install
 	$(BIN)/python experiments/bench_training.py
+	$(BIN)/python experiments/bench_patching.py
 
 # Re-make the paper model shipped in compose_lens/assets/paper from a full run.
 paper-model: install

@@ -6,7 +6,8 @@ give the same numbers, then prints both times and the ratio.
 
     .venv/bin/python experiments/bench_patching.py [MODEL] [--n-pairs 1000] [--corruption value]
 
-MODEL defaults to the study's reference checkpoint ../shared/reference/final.pth.
+MODEL defaults to the study's reference checkpoint ../shared/reference/final.pth, or to the
+shipped paper model where that folder is absent.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 from compose_lens.analysis import patching
 from compose_lens.model import load_model
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
+_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
+DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise
 
 
 def main() -> None:

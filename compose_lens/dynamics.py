@@ -242,10 +242,12 @@ class Trajectory:
     source: str
     seconds: float
     circuit: bool
+    evaluated: int = 0  # checkpoints evaluated now (the others came from a previous table)
+    settings: dict | None = None  # pool_size, slot_size, seed, circuit: what a reused table must match
 
     @property
     def seconds_per_checkpoint(self) -> float:
-        return self.seconds / max(len(self.table), 1)
+        return self.seconds / max(self.evaluated, 1)
 
 
 def add_derived_columns(table: pd.DataFrame, variables: Sequence[str] = ()) -> pd.DataFrame:
@@ -274,31 +276,39 @@ def torch_threads(n: int) -> Iterator[None]:
 
 def trajectory(source: str | Path, split_file: str | Path | None = None, pool_size: int = 2000,
                slot_size: int = 500, seed: int = 0, circuit: bool = True, steps: Sequence[int] | None = None,
-               stride: int = 1, progress: bool = True, device: str = "cpu", threads: int = 1) -> Trajectory:
+               stride: int = 1, progress: bool = True, device: str = "cpu", threads: int = 1,
+               known: pd.DataFrame | None = None) -> Trajectory:
     """Evaluate every (selected) checkpoint of ``source``; one row per checkpoint.
+
+    ``known``: rows already evaluated (a previous ``dynamics.csv`` of the same run and
+    settings); their steps are not evaluated again, so a growing run is updated cheaply.
 
     ``threads=1`` by default: each checkpoint is a few hundred small tensor ops, which
     one thread runs fastest; on a busy 2-core machine two threads were 5x slower.
     """
     with torch_threads(threads):
         return _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
-                           device)
+                           device, known)
 
 
 def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
-                device) -> Trajectory:
+                device, known) -> Trajectory:
     checkpoints, config, split = find_checkpoints(source, split_file)
     checkpoints = select_checkpoints(checkpoints, steps, stride)
+    wanted = {c.step for c in checkpoints}
+    known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
+    done = {int(r["step"]) for r in known_rows}
+    checkpoints = [c for c in checkpoints if c.step not in done]
     measures = circuit_measures_function() if circuit else None
     started = time.perf_counter()
     model = build_model(config, device)
     pools = make_pools(split, pool_size, seed)
     slots = forbidden_slot_batches(split, slot_size, seed)
     variables = config.task.variable_names
-    rows = []
+    rows: list[dict] = []
     bar = tqdm(total=len(checkpoints), disable=not progress, unit="ckpt", desc="dynamics", dynamic_ncols=True)
     with ThreadPoolExecutor(max_workers=1) as reader:
-        pending = reader.submit(read_state, checkpoints[0], config)
+        pending = reader.submit(read_state, checkpoints[0], config) if checkpoints else None
         for i, ckpt in enumerate(checkpoints):
             state = pending.result()
             if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
@@ -315,8 +325,14 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             bar.update(1)
             bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
     bar.close()
-    table = add_derived_columns(pd.DataFrame(rows), variables)
-    return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None)
+    derived = {"addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread"}
+    known_rows = [{k: v for k, v in r.items() if k not in derived} for r in known_rows]
+    table = pd.DataFrame(known_rows + rows).sort_values("step").reset_index(drop=True)
+    table = add_derived_columns(table, variables)
+    settings = {"pool_size": pool_size, "slot_size": slot_size, "seed": seed, "circuit": measures is not None,
+                "split_file": str(split_file) if split_file else None}
+    return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
+                      evaluated=len(rows), settings=settings)
 
 
 # -- the phases -------------------------------------------------------------------------------
@@ -395,7 +411,8 @@ def write_dynamics(traj: Trajectory, out: str | Path) -> dict:
         "checkpoints": n,
         "steps": [int(s) for s in traj.table["step"]],
         "circuit_measures": traj.circuit,
-        "timing": {"seconds": round(traj.seconds, 2),
+        "settings": traj.settings,
+        "timing": {"seconds": round(traj.seconds, 2), "evaluated_now": traj.evaluated,
                    "seconds_per_checkpoint": round(traj.seconds_per_checkpoint, 3),
                    "extrapolated_300_checkpoints_s": round(300 * traj.seconds_per_checkpoint, 1)},
         "config": traj.config.to_dict(),
@@ -414,17 +431,32 @@ def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
 
 
+def previous_table(directory: str | Path, settings: dict) -> pd.DataFrame | None:
+    """The rows of an earlier ``dynamics.csv`` in ``directory`` if it was made with ``settings``."""
+    directory = Path(directory)
+    if not (directory / DYNAMICS_FILE).exists() or not (directory / PHASES_FILE).exists():
+        return None
+    saved = load_json(directory / PHASES_FILE).get("settings")
+    if saved != settings:
+        raise ComposeLensError(f"{directory}: its dynamics were made with other settings ({saved}); "
+                               f"drop --update or use another --out")
+    return pd.read_csv(directory / DYNAMICS_FILE)
+
+
 # -- command line ---------------------------------------------------------------------------
 
 
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     steps = [int(s) for s in args.steps.split(",")] if args.steps else None
+    known = previous_table(args.out, {"pool_size": args.pool_size, "slot_size": args.slot_size, "seed": args.seed,
+                                      "circuit": not args.no_circuit and circuit_measures_function() is not None,
+                                      "split_file": args.split}) if args.update else None
     traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
                       seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
-                      progress=not args.quiet, device=args.device, threads=args.threads)
+                      progress=not args.quiet, device=args.device, threads=args.threads, known=known)
     doc = write_dynamics(traj, args.out)
     t = doc["timing"]
-    print(f"{doc['checkpoints']} checkpoints in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
+    print(f"{t['evaluated_now']} of {doc['checkpoints']} checkpoints evaluated in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
           f"300 checkpoints ~ {t['extrapolated_300_checkpoints_s'] / 60:.1f} min); circuit measures: "
           f"{'yes' if traj.circuit else 'no'}")
     for name, phase in doc["phases"].items():
@@ -448,6 +480,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
+    p.add_argument("--update", action="store_true",
+                   help="keep the rows of OUT/dynamics.csv (same settings) and evaluate only new checkpoints")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dynamics)
 

@@ -177,11 +177,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     # 1. configuration
     def configuration() -> str:
-        rows = [[section, key, json.dumps(value)] for section, values in config.to_dict().items()
-                for key, value in values.items()]
+        tables = "".join(f"<div>{_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
+                         for section, values in config.to_dict().items())
         return (f"<p>Run <code>{html.escape(str(run_dir))}</code>; model evaluated: {html.escape(which)}; "
                 f"split: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out.</p>"
-                + _table(rows, ["section", "setting", "value"]))
+                f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>')
 
     report.section("config", "Configuration", configuration)
 
@@ -230,13 +230,32 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     # 4. circuit summary
     def circuit_section() -> str:
-        from compose_lens.dynamics import circuit_measures_function
-
-        measures = circuit_measures_function()
-        if measures is None:
+        try:
+            from compose_lens.analysis.summary import circuit_summary
+        except ImportError:
             return '<p class="missing">compose_lens.analysis.summary is not installed: no circuit summary.</p>'
-        values = measures(model, config, split, seed=0)
-        return _table([[k, float(v)] for k, v in values.items()], ["measure (final model)", "value"])
+        summary = circuit_summary(model, config, split, seed=0)
+        numbers = [[k, float(v)] for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"]
+        parts = [_table(numbers, ["measure (final model)", "value"])]
+        if summary.get("key_frequencies") is not None:
+            parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
+        best = summary.get("best_neurons") or []
+        if best:
+            header = list(best[0])
+            parts.append("<h3>Best neuron per key frequency</h3>"
+                         + _table([[row[h] for h in header] for row in best], header))
+        by_type = summary.get("scores_by_type") or {}
+        if by_type:
+            kinds = list(by_type)
+            scores = sorted({k for v in by_type.values() for k in v})
+            parts.append("<h3>Attention scores by sequence type</h3>"
+                         + _table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in kinds],
+                                  ["type", *scores]))
+        rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
+        if rest:
+            parts.append("<details><summary>constants vs variables, probe details (JSON)</summary><pre>"
+                         + html.escape(json.dumps(rest, indent=1)) + "</pre></details>")
+        return "\n".join(parts)
 
     report.section("circuit", "Circuit summary", circuit_section)
 

@@ -37,7 +37,9 @@ directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
 killed sweep is restarted by running the same command again. A point that raises
 is recorded (``error.json`` in its directory, ``status=failed`` and the message
 in ``results.csv``) and the other points go on; the next run of the command tries
-it again.
+it again. While a point trains, its process holds a lock on ``runs/POINT.lock``, so
+a point is never trained by two processes at once (say, a restarted sweep and an
+orphaned worker of the killed one).
 
 **Backends.** ``local`` runs points in parallel worker processes sized to the
 machine: ``workers * threads <= cores``, each worker one torch thread pool of
@@ -56,6 +58,7 @@ system every Ray node can write.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
@@ -216,15 +219,23 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     directory = Path(run_dir)
-    (directory / "error.json").unlink(missing_ok=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    try:
-        Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
-    except Exception as exc:  # one failing point must not stop the sweep
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        directory.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
-        return {"status": "failed", "error": error, "wall_s": time.perf_counter() - started}
+    # the lock sits beside the run directory: the trainer wants that directory to itself
+    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+        try:  # a worker of an earlier, killed sweep may still be training this point
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return {"status": "failed", "error": f"{directory} is being trained by another process; "
+                                                  f"run the sweep again when it is done", "wall_s": 0.0}
+        (directory / "error.json").unlink(missing_ok=True)
+        try:
+            Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
+        except Exception as exc:  # one failing point must not stop the sweep
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            directory.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
+            return {"status": "failed", "error": error, "wall_s": time.perf_counter() - started}
     return {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
 
 

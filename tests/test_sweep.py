@@ -162,3 +162,18 @@ def test_ray_backend_gives_the_local_numbers(tiny_config, tmp_path):
         wa = load_file(f"{a['run_dir']}/model.safetensors")
         wb = load_file(f"{b['run_dir']}/model.safetensors")
         assert all((wa[k] == wb[k]).all() for k in wa)
+
+
+def test_a_point_held_by_another_process_is_left_alone(tiny_config, tmp_path):
+    import fcntl
+
+    from compose_lens.sweep import train_point
+
+    point = SweepPoint("f", 0.9, 0)
+    run_dir = run_dir_of(tmp_path, point)
+    run_dir.parent.mkdir(parents=True)
+    with open(run_dir.with_name(run_dir.name + ".lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        outcome = train_point(point.config(tiny_config).to_dict(), str(run_dir), threads=1)
+    assert outcome["status"] == "failed" and "another process" in outcome["error"]
+    assert not (run_dir / "results.json").exists()

@@ -158,3 +158,17 @@ def test_reference_phases_are_found_at_the_study_jumps(reference_dir):
     scores = row[[f"equals_score_{v}" for v in "abcdefghijkl"]]
     assert scores.loc[14501].idxmin() == "equals_score_b"
     assert row.loc[20001, "equals_score_spread"] < row.loc[14501, "equals_score_spread"]
+
+
+def test_update_evaluates_only_new_checkpoints(tiny_run, tmp_path):
+    out = tmp_path / "dyn"
+    common = ["--out", str(out), "--quiet", "--pool-size", "30", "--slot-size", "5", "--no-circuit"]
+    assert main(["dynamics", str(tiny_run), "--steps", "10,20", *common]) == 0
+    first = pd.read_csv(out / "dynamics.csv")
+    assert main(["dynamics", str(tiny_run), "--update", *common]) == 0
+    doc = json.loads((out / "phases.json").read_text())
+    assert doc["timing"]["evaluated_now"] == 1 and doc["steps"] == [10, 20, 30]
+    again = pd.read_csv(out / "dynamics.csv")
+    pd.testing.assert_frame_equal(again[again["step"] <= 20].reset_index(drop=True), first)
+    # rows made with other settings are not mixed in
+    assert main(["dynamics", str(tiny_run), "--update", *common[:-1], "--seed", "1", "--no-circuit"]) == 2

@@ -123,12 +123,28 @@ def _phase_text(phase: dict | None) -> str:
 
 def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int = 1, progress: bool = True,
                  recompute: bool = False) -> tuple[pd.DataFrame, dict]:
-    """The run's dynamics table and phases, computed and saved if missing."""
-    from compose_lens.dynamics import load_dynamics, trajectory, write_dynamics
+    """The run's dynamics table and phases, kept in ``results_dir``.
 
+    Computed if missing; if saved with the same settings but the run has written
+    checkpoints since, only the new ones are evaluated (a report of a run still
+    training stays current cheaply).
+    """
+    from compose_lens.dynamics import (circuit_measures_function, find_checkpoints, load_dynamics, previous_table,
+                                       select_checkpoints, trajectory, write_dynamics)
+
+    settings = {"pool_size": 2000, "slot_size": 500, "seed": 0, "circuit": circuit_measures_function() is not None,
+                "split_file": str(split_file) if split_file else None}
+    known = None
     if not recompute and (results_dir / "dynamics.csv").exists() and (results_dir / "phases.json").exists():
-        return load_dynamics(results_dir)
-    write_dynamics(trajectory(run_dir, split_file, stride=stride, progress=progress), results_dir)
+        table, doc = load_dynamics(results_dir)
+        wanted = [c.step for c in select_checkpoints(find_checkpoints(run_dir, split_file)[0], stride=stride)]
+        if set(wanted) <= set(int(s) for s in table["step"]):
+            return table, doc
+        try:
+            known = previous_table(results_dir, settings)
+        except ComposeLensError:
+            known = None  # made with other settings: start again
+    write_dynamics(trajectory(run_dir, split_file, stride=stride, progress=progress, known=known), results_dir)
     return load_dynamics(results_dir)
 
 

@@ -163,3 +163,19 @@ def test_attention_page_renders_offline_in_chromium(tiny_config, tmp_path):
 
     write_attention(build_model(tiny_config), tiny_config, ["b=3, e=5, b+2=?", "c=1, 4+c=?"], tmp_path / "v")
     assert_clean_offline_render(tmp_path / "v" / "attention.html", tmp_path, min_views=2, min_images=0)
+
+
+def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
+    """A report of a run still training evaluates only the checkpoints written since."""
+    import pandas as pd
+
+    from compose_lens.report import dynamics_for
+
+    run_dir, _, _ = reported_run
+    results = tmp_path / "results"
+    results.mkdir()
+    table = pd.read_csv(run_dir / "results" / "dynamics.csv")
+    table[table["step"] < 30].to_csv(results / "dynamics.csv", index=False)
+    (results / "phases.json").write_text((run_dir / "results" / "phases.json").read_text())
+    updated, doc = dynamics_for(run_dir, results, progress=False)
+    assert updated["step"].tolist() == [10, 20, 30] and doc["timing"]["evaluated_now"] == 1

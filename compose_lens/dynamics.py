@@ -364,8 +364,10 @@ def phase_onset(steps: Sequence[int], values: Sequence[float], threshold: float,
     """First step at/above ``threshold`` after which the curve never drops below ``threshold - margin``.
 
     Returns ``step`` (None if the curve never crosses and stays), ``bracket`` (the
-    checkpoint before it and it) and ``interpolated_step`` (where the straight line
-    between the bracket's two points meets the threshold).
+    checkpoint before it and it), ``interpolated_step`` (where the straight line
+    between the bracket's two points meets the threshold) and ``later_checkpoints``
+    (how many checkpoints after it show that it stays; 0 means provisional: a run
+    still training may yet fall back).
     """
     steps, values = list(map(int, steps)), list(map(float, values))
     onset = None
@@ -374,12 +376,15 @@ def phase_onset(steps: Sequence[int], values: Sequence[float], threshold: float,
             onset = i
             break
     if onset is None:
-        return {"step": None, "bracket": None, "interpolated_step": None}
+        return {"step": None, "bracket": None, "interpolated_step": None, "later_checkpoints": 0}
+    later = len(steps) - 1 - onset  # how many checkpoints confirm that it stays (0: provisional)
     if onset == 0:
-        return {"step": steps[0], "bracket": [steps[0], steps[0]], "interpolated_step": float(steps[0])}
+        return {"step": steps[0], "bracket": [steps[0], steps[0]], "interpolated_step": float(steps[0]),
+                "later_checkpoints": later}
     s0, s1, v0, v1 = steps[onset - 1], steps[onset], values[onset - 1], values[onset]
     frac = (threshold - v0) / (v1 - v0) if v1 > v0 else 1.0
-    return {"step": s1, "bracket": [s0, s1], "interpolated_step": round(s0 + frac * (s1 - s0), 1)}
+    return {"step": s1, "bracket": [s0, s1], "interpolated_step": round(s0 + frac * (s1 - s0), 1),
+            "later_checkpoints": later}
 
 
 def find_phases(table: pd.DataFrame, rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
@@ -461,7 +466,8 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
           f"{'yes' if traj.circuit else 'no'}")
     for name, phase in doc["phases"].items():
         where = (f"step {phase['step']} (between {phase['bracket'][0]} and {phase['bracket'][1]}, "
-                 f"crossing ~{phase['interpolated_step']:.0f})" if phase["step"] is not None else "not reached")
+                 f"crossing ~{phase['interpolated_step']:.0f}; {phase['later_checkpoints']} later checkpoints "
+                 f"confirm it)" if phase["step"] is not None else "not reached")
         print(f"  {name:11s} {where}   [study: {STUDY_PHASES[name]}]")
     print(f"wrote {Path(args.out) / DYNAMICS_FILE} and {Path(args.out) / PHASES_FILE}")
     return 0

@@ -115,7 +115,10 @@ def _phase_text(phase: dict | None) -> str:
     if not phase or phase.get("step") is None:
         return "not reached"
     lo, hi = phase["bracket"]
-    return f"step {phase['step']} (jump between {lo} and {hi}, crossing ~{phase['interpolated_step']:.0f})"
+    text = f"step {phase['step']} (jump between {lo} and {hi}, crossing ~{phase['interpolated_step']:.0f})"
+    if phase.get("later_checkpoints", 99) < 3:
+        text += "; provisional: too few later checkpoints to show that it stays"
+    return text
 
 
 # -- the pieces ----------------------------------------------------------------------------------
@@ -227,8 +230,9 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     # 3. dynamics
     def dynamics_section() -> str:
         t = phases_doc.get("timing", {})
-        parts = [f"<p>{len(table)} checkpoints evaluated (steps {int(table['step'].min())} to "
-                 f"{int(table['step'].max())}) in {t.get('seconds', float('nan')):.0f} s.</p>"]
+        parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
+                 f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
+                 f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
         parts.append(report.figure(figures.accuracy_by_variable_count_figure(table, phases),
                                    "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
                                    "dashed lines: phase onsets."))

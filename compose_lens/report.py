@@ -132,8 +132,8 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
     checkpoints since, only the new ones are evaluated (a report of a run still
     training stays current cheaply).
     """
-    from compose_lens.dynamics import (circuit_measures_function, find_checkpoints, load_dynamics, previous_table,
-                                       select_checkpoints, trajectory, write_dynamics)
+    from compose_lens.dynamics import (circuit_measures_function, find_checkpoints, find_phases, load_dynamics,
+                                       previous_table, select_checkpoints, trajectory, write_dynamics)
 
     settings = {"pool_size": 2000, "slot_size": 500, "seed": 0, "circuit": circuit_measures_function() is not None,
                 "split_file": str(split_file) if split_file else None}
@@ -142,7 +142,7 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
         table, doc = load_dynamics(results_dir)
         wanted = [c.step for c in select_checkpoints(find_checkpoints(run_dir, split_file)[0], stride=stride)]
         if set(wanted) <= set(int(s) for s in table["step"]):
-            return table, doc
+            return table, {**doc, "phases": find_phases(table)}  # the current rule, from the saved curves
         try:
             known = previous_table(results_dir, settings)
         except ComposeLensError:

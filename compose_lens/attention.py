@@ -205,10 +205,11 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    from compose_lens.cli import add_model_arguments
+
     p = sub.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
-    p.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
+    add_model_arguments(p)
     p.add_argument("sequences", nargs="+", help="readable sequences, e.g. 'b=7, e=5, b+23=?'")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--split", help="split file (default: the model's own)")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_attention)

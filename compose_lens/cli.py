@@ -46,6 +46,12 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--split-file", help="load held-out pairs and restrictions from a split file")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The MODEL positional argument and --split, as every analysis command takes them."""
+    parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
+    parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+
+
 def task_from_args(args: argparse.Namespace) -> TaskConfig:
     from compose_lens.split import Split
 
@@ -252,8 +258,7 @@ def _register_train(sub) -> None:
     train.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("evaluate", help="accuracy on the nine pools (and the exhaustive sets)")
-    ev.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
-    ev.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    add_model_arguments(ev)
     ev.add_argument("--exhaustive", action="store_true", help="also the 0-var held-out and 2-var union sets")
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--pool-size", type=int, default=2000)

@@ -249,19 +249,17 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from compose_lens.cli import Parser  # noqa: F401  (the parser class of the subcommands)
+    from compose_lens.cli import add_model_arguments
 
     analyze = subparsers.add_parser("analyze", help="probes, Fourier, same-MLP, patching: files into --out")
-    analyze.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
-    analyze.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=int, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
     analyze.set_defaults(func=_cmd_analyze)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
-    fourier.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
-    fourier.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
     fourier.add_argument("--seed", type=int, default=0)
     fourier.set_defaults(func=_cmd_fourier)

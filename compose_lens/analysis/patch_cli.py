@@ -102,11 +102,10 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from compose_lens.cli import Parser  # noqa: F401  (nested subparsers use it as parser_class)
+    from compose_lens.cli import add_model_arguments
 
     patch = subparsers.add_parser("patch", help="activation patching by component, layer and position")
-    patch.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
-    patch.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    add_model_arguments(patch)
     patch.add_argument("--corruption", default="value", help="value, variable or constant (default value)")
     patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
     patch.add_argument("--seed", type=int, default=0)
@@ -114,8 +113,7 @@ def register(subparsers) -> None:
     patch.set_defaults(func=_cmd_patch)
 
     ablate = subparsers.add_parser("ablate", help="zero/mean/resample ablation, accuracy on the nine pools")
-    ablate.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
-    ablate.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    add_model_arguments(ablate)
     ablate.add_argument("--pool-size", type=int, default=500, help="sequences per pool")
     ablate.add_argument("--seed", type=int, default=0)
     ablate.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")

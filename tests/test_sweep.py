@@ -150,7 +150,11 @@ def test_ray_backend_gives_the_local_numbers(tiny_config, tmp_path):
     ray = pytest.importorskip("ray")
     local = run_sweep(tiny_config, "r", [0.0, 1.0], [0], tmp_path / "local", workers=1, threads=1,
                       progress=False)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # Ray's own start-up (e.g. its raylet timing out on a loaded machine)
+        ray.shutdown()
+        pytest.skip(f"a local Ray did not start here: {str(exc).splitlines()[0]}")
     try:
         remote = run_sweep(tiny_config, "r", [0.0, 1.0], [0], tmp_path / "ray", backend="ray", threads=1,
                            progress=False)

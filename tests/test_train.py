@@ -92,7 +92,7 @@ def test_killed_cli_run_resumes(tmp_path, tiny_config):
            "--set", "modulus=7", "--set", "n_vars=6", "--set", "f=0.8", "--set", "model.d_model=32",
            "--set", "model.d_head=32", "--set", "model.d_mlp=64", "--set", "steps=1000",
            "--set", "batch_size=64", "--set", "eval_every=100", "--set", "checkpoint_every=100",
-           "--set", "pool_size=64"]
+           "--set", "pool_size=64", "--set", "threads=1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and not (run / "checkpoints" / "step_000200").exists():

@@ -29,6 +29,7 @@ TransformerLens forward for everything else.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from compose_lens import lens
 from compose_lens.config import ModelConfig
 
-_ACTIVATIONS = {
+ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
@@ -55,12 +56,44 @@ def supports(cfg: ModelConfig) -> bool:
     )
 
 
+@dataclass
+class AnswerActivations:
+    """What the forward computes on the way to the answer (TransformerLens hook in brackets)."""
+
+    pattern0: torch.Tensor  # (B, n, n) layer-1 attention [blocks.0.attn.hook_pattern, head 0]
+    resid_mid0_last: torch.Tensor  # (B, d) residual after layer 1 at "=" [blocks.0.hook_resid_mid]
+    pattern1_last: torch.Tensor  # (B, n) layer-2 attention from "=" [blocks.1.attn.hook_pattern]
+    resid_mid1_last: torch.Tensor  # (B, d) the MLP2 input at "=" [blocks.1.hook_resid_mid]
+    mlp_pre: torch.Tensor  # (B, d_mlp) [blocks.1.mlp.hook_pre]
+    mlp_post: torch.Tensor  # (B, d_mlp) [blocks.1.mlp.hook_post]
+    logits: torch.Tensor  # (B, d_vocab_out) at "="
+
+
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
     """Logits (B, d_vocab_out) at the last position, as the TransformerLens forward gives them.
 
     ``params`` are the model's live parameters (:func:`compose_lens.lens.parameters`),
     so gradients reach the model.
     """
+    return forward_at_answer(params, cfg, tokens).logits
+
+
+def layer1_rows(params: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``X = [E; P[:n]]`` (V + n, d) and what each row writes through layer 1's OV."""
+    X = torch.cat([params["embed.weight"], params["pos_embed.weight"][:n]])
+    return X, (X @ params["blocks.0.attn.v.weight"].T) @ params["blocks.0.attn.o.weight"].T
+
+
+def resid_after_layer1(params: dict[str, torch.Tensor], tokens: torch.Tensor, pattern0: torch.Tensor) -> torch.Tensor:
+    """The residual stream after layer 1 at every position, (B, n, d) (analyses only)."""
+    n = tokens.shape[1]
+    X, XOV0 = layer1_rows(params, n)
+    places = params["embed.weight"].shape[0] + torch.arange(n, device=tokens.device)
+    return X[tokens] + X[places] + pattern0 @ (XOV0[tokens] + XOV0[places])
+
+
+def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> AnswerActivations:
+    """The fast forward, keeping the activations on the way (see the module docstring)."""
     B, n = tokens.shape
     V = cfg.d_vocab
     scale = 1.0 / math.sqrt(cfg.d_head)
@@ -68,8 +101,8 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     def w(name: str) -> torch.Tensor:
         return params[name]
 
-    # Table rows: the V token embeddings, then the n position embeddings.
-    X = torch.cat([params["embed.weight"], params["pos_embed.weight"][:n]])  # (V + n, d)
+    # Table rows: the V token embeddings, then the n position embeddings; and their OV0 images.
+    X, XOV0 = layer1_rows(params, n)  # (V + n, d) each
     positions = torch.arange(n, device=tokens.device).expand(B, n)
 
     def spread(weights: torch.Tensor) -> torch.Tensor:
@@ -88,7 +121,6 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     A0 = (scores0 * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)  # (B, n, n)
 
     # Y: what each table row writes into the residual stream, directly and through layer 1's OV.
-    XOV0 = (X @ w("blocks.0.attn.v.weight").T) @ w("blocks.0.attn.o.weight").T
     Y = torch.cat([X, XOV0])  # (2 (V + n), d)
 
     # residual stream after layer 1 at the last position, as weights on the rows of Y
@@ -111,9 +143,10 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     resid_mid = resid1_last + torch.cat([spread(A1), spread(through)], dim=1) @ (Y @ ov1)
 
     # ---- MLP and unembedding at the last position ------------------------------------
-    hidden = _ACTIVATIONS[cfg.act_fn](resid_mid @ w("blocks.1.mlp.in.weight").T)
-    resid_post = resid_mid + hidden @ w("blocks.1.mlp.out.weight").T
-    return resid_post @ w("unembed.weight").T
+    mlp_pre = resid_mid @ w("blocks.1.mlp.in.weight").T
+    mlp_post = ACTIVATIONS[cfg.act_fn](mlp_pre)
+    logits = (resid_mid + mlp_post @ w("blocks.1.mlp.out.weight").T) @ w("unembed.weight").T
+    return AnswerActivations(A0, resid1_last, A1, resid_mid, mlp_pre, mlp_post, logits)
 
 
 def plain_last_position_logits(model: lens.Model, tokens: torch.Tensor) -> torch.Tensor:

@@ -28,11 +28,9 @@ checks that both give the same activations.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from compose_lens import fastpath, lens
 from compose_lens.config import ModelConfig
@@ -45,14 +43,6 @@ CACHED_HOOKS = (
     "blocks.1.mlp.hook_pre",
     "blocks.1.mlp.hook_post",
 )
-
-_ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
-
 
 @dataclass
 class Activations:
@@ -72,7 +62,7 @@ class Activations:
 
 
 def activation_fn(cfg: ModelConfig):
-    return _ACTIVATIONS[cfg.act_fn]
+    return fastpath.ACTIVATIONS[cfg.act_fn]
 
 
 @torch.no_grad()
@@ -80,66 +70,15 @@ def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: tor
                   resid: bool = True) -> Activations:
     """The activations of the paper architecture from weight tables (exact up to rounding).
 
-    Table rows are the V token embeddings then the n position embeddings, ``X = [E; P]``
-    (R = V + n rows). Layer 1's input at position i is ``X[t_i] + X[V + i]``, so
-
-    * its score i -> j is a sum of four entries of the (R, R) table ``(X Wq)(X Wk)^T``;
-    * its output at j is ``sum_i A0[j, i] (XOV0[t_i] + XOV0[V + i])``;
-    * layer 2's score from ``=`` to j is the query dotted with those same rows, pushed
-      through ``W_K``: one (B, 2R) table ``u`` of scalars gathered at the tokens;
-    * layer 2's output is a weighting of the rows ``[X; XOV0]`` through ``OV``.
-
-    ``resid=False`` skips ``resid_mid0`` at every position (the Fourier grids need only ``=``).
+    This is the training fast path (:func:`compose_lens.fastpath.forward_at_answer`)
+    read out at every step; ``resid=False`` skips ``resid_mid0`` at every position
+    (the Fourier grids need only ``=``).
     """
-    B, n = tokens.shape
-    V = params["embed.weight"].shape[0]
-    R = V + n
-    scale = 1.0 / math.sqrt(cfg.d_head)
-
-    def w(name: str) -> torch.Tensor:
-        return params[name].float()
-
-    X = torch.cat([w("embed.weight"), w("pos_embed.weight")[:n]])  # (R, d)
-    pos_rows = V + torch.arange(n, device=tokens.device)  # (n,)
-
-    def spread(weights: torch.Tensor) -> torch.Tensor:
-        """(B, n) weights on positions -> (B, R) weights on table rows (their tokens and places)."""
-        on_tokens = weights.new_zeros(B, V).scatter_add(1, tokens, weights)
-        return torch.cat([on_tokens, weights], dim=1)
-
-    # ---- layer 1 (blocks.0) -------------------------------------------------------------
-    S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T  # (R, R)
-    ti, tj = tokens.unsqueeze(2), tokens.unsqueeze(1)
-    pi, pj = pos_rows.view(1, n, 1), pos_rows.view(1, 1, n)
-    scores0 = S0[ti, tj] + S0[ti, pj] + S0[pi, tj] + S0[pi, pj]  # (B, n, n)
-    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
-    pattern0 = (scores0 * scale).masked_fill(causal, float("-inf")).softmax(-1)
-
-    XOV0 = X @ w("blocks.0.attn.v.weight").T @ w("blocks.0.attn.o.weight").T  # (R, d)
-    Y = torch.cat([X, XOV0])  # (2R, d): what a row writes directly and through layer 1
-    at_last = torch.zeros(B, R, device=X.device)
-    at_last[:, V + n - 1] = 1.0
-    at_last.scatter_(1, tokens[:, -1:], 1.0)
-    last = torch.cat([at_last, spread(pattern0[:, -1])], dim=1) @ Y  # resid_mid0 at "=": (B, d)
-    resid_mid0 = None
-    if resid:
-        resid_mid0 = X[tokens] + X[pos_rows] + pattern0 @ (XOV0[tokens] + XOV0[pos_rows])
-
-    # ---- layer 2 (blocks.1), at the last position ----------------------------------------
-    q1 = last @ w("blocks.1.attn.q.weight").T  # (B, dh)
-    u = q1 @ (Y @ w("blocks.1.attn.k.weight").T).T  # (B, 2R): the query against each row's key
-    direct = u[:, :R].gather(1, tokens) + u[:, pos_rows]
-    via_layer1 = u[:, R:].gather(1, tokens) + u[:, R + pos_rows]
-    scores1 = direct + (pattern0 @ via_layer1.unsqueeze(2)).squeeze(2)
-    pattern1_last = (scores1 * scale).softmax(-1)  # (B, n)
-    ov1 = w("blocks.1.attn.v.weight").T @ w("blocks.1.attn.o.weight").T
-    through = (pattern1_last.unsqueeze(1) @ pattern0).squeeze(1)  # layer-2 weights routed via layer 1
-    resid_mid1 = last + torch.cat([spread(pattern1_last), spread(through)], dim=1) @ (Y @ ov1)
-
-    mlp_pre = resid_mid1 @ w("blocks.1.mlp.in.weight").T
-    mlp_post = activation_fn(cfg)(mlp_pre)
-    logits = (resid_mid1 + mlp_post @ w("blocks.1.mlp.out.weight").T) @ w("unembed.weight").T
-    return Activations(tokens, pattern0, resid_mid0, pattern1_last, resid_mid1, mlp_pre, mlp_post, logits)
+    params = {k: v.float() for k, v in params.items()}
+    a = fastpath.forward_at_answer(params, cfg, tokens)
+    resid_mid0 = fastpath.resid_after_layer1(params, tokens, a.pattern0) if resid else None
+    return Activations(tokens, a.pattern0, resid_mid0, a.pattern1_last, a.resid_mid1_last,
+                       a.mlp_pre, a.mlp_post, a.logits)
 
 
 @torch.no_grad()

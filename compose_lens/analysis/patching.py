@@ -61,9 +61,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from compose_lens import lens
+from compose_lens import fastpath, lens
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.sampler import Batch, make_pool
 from compose_lens.split import Split, derived_generator
@@ -72,8 +71,6 @@ from compose_lens.task import decode
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 CORRUPTIONS = ("value", "variable", "constant")
 _PAIR_STREAM = 40
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-                "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
 
 
 # -- prompt pairs -----------------------------------------------------------------------------
@@ -186,7 +183,7 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
 def engine_supports(cfg: ModelConfig) -> bool:
     """Can :func:`patched_logit_diffs` compute patching from the weights for this model?"""
     return (cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,) and cfg.normalization_type is None
-            and cfg.act_fn in _ACTIVATIONS)
+            and cfg.act_fn in fastpath.ACTIVATIONS)
 
 
 class _Weights:
@@ -196,7 +193,7 @@ class _Weights:
         params = {k: v.detach().float() for k, v in lens.parameters(model).items()}
         self.p, self.cfg = params, cfg
         self.H, self.dh = cfg.n_heads, cfg.d_head
-        self.act = _ACTIVATIONS[cfg.act_fn]
+        self.act = fastpath.ACTIVATIONS[cfg.act_fn]
 
     def heads(self, x: torch.Tensor, layer: int, kind: str) -> torch.Tensor:
         """q / k / v of ``x`` (..., d) as (..., H, d_head)."""

@@ -108,7 +108,9 @@ class Trainer:
         if exists and resume:
             if not (d / RESUME_FILE).exists():
                 if (d / "config.json").exists() and not (d / "checkpoints").exists():
-                    pass  # stopped before the first checkpoint: start again in place
+                    # stopped before the first checkpoint: start again in place, forgetting
+                    # the evaluations logged by the first attempt
+                    (d / "metrics.jsonl").unlink(missing_ok=True)
                 else:
                     raise ComposeLensError(f"{d}: nothing to resume from (no {RESUME_FILE}); "
                                            f"start a new run with --overwrite")

@@ -88,9 +88,11 @@ class Trainer:
         self.model = build_model(config, str(self.device))
         self.params = lens.parameters(self.model)
         self.trainable = lens.trainable_parameters(self.model)
+        # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
-                                           weight_decay=t.weight_decay)
+                                           weight_decay=t.weight_decay, fused=True)
         self.fast = use_fast_path(config)
+        self.code_version = code_version()  # read now: the tree may change while the run trains
         self.step = 0
         self.elapsed = 0.0
         if self.resuming:
@@ -236,7 +238,7 @@ class Trainer:
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": exhaustive_accuracies(self.model, self.config, self.split),
             "config": self.config.to_dict(),
-            "code_version": code_version(),
+            "code_version": self.code_version,
             "compose_lens_version": __version__,
         }
         write_json_atomic(self.run_dir / "results.json", results)

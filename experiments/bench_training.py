@@ -57,7 +57,7 @@ def main() -> None:
     params = lens.parameters(model)
     t = config.train
     opt = torch.optim.AdamW(lens.trainable_parameters(model), lr=t.lr, betas=(t.beta1, t.beta2),
-                            weight_decay=t.weight_decay)
+                            weight_decay=t.weight_decay, fused=True)
 
     def step(logits_fn, autocast=False):
         def run(batch):

@@ -4,9 +4,9 @@
 
 Trains the paper configuration (SPEC sections 4-5: 30,000 steps, batch 512, seed 0)
 into a run directory, resuming it if it was interrupted, then prints the exhaustive
-0-var held-out and 2-var union accuracies next to the study's, the steps at which
-the pools first pass 90 % (the learning phases, read off ``metrics.jsonl``), and the
-wall time. Where ``../shared/reference`` exists, the study's own final checkpoint is
+0-var held-out and 2-var union accuracies next to the study's, the onsets of the
+three learning phases (the rule of :mod:`compose_lens.dynamics`, applied to the pool
+accuracies of ``metrics.jsonl``), and the wall time. Where ``../shared/reference`` exists, the study's own final checkpoint is
 evaluated on its own split in the same table. The table is also written to
 ``RUN/reproduction.json``.
 
@@ -23,32 +23,17 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
 from compose_lens.evaluate import exhaustive_accuracies
 from compose_lens.model import PAPER_MODEL_DIR, load_model
 from compose_lens.train import RESUME_FILE, Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 STUDY = {"zero_var_heldout": "> 98 % (generalises at f = 0.7)", "two_var_union": "> 98 %"}
-PHASE_POOLS = {"modular addition (0-var held-out >= 90 %)": "0var_add_restricted",
-               "variable structure (2-var held-out >= 90 %)": "2var_add_restricted",
-               "refinement (2-var var-restricted >= 90 %)": "2var_var_restricted_1"}
-STUDY_PHASES = ["~4.5k", "~6k", "~14k-16k"]
-
-
-def first_step_at(metrics: list[dict], pool: str, level: float = 0.9) -> int | None:
-    """First evaluated step from which ``pool`` stays at or above ``level``."""
-    step = None
-    for row in metrics:
-        if row[pool] >= level:
-            step = row["step"] if step is None else step
-        else:
-            step = None
-    return step
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/paper")
@@ -72,7 +57,6 @@ def main() -> int:
     except ComposeLensError as exc:
         print(f"reproduce: error: {exc}", file=sys.stderr)
         return 2
-    wall = time.perf_counter() - started
     results = load_json(out / "results.json")
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -81,24 +65,27 @@ def main() -> int:
         loaded = load_model(REFERENCE / "final.pth")
         reference = exhaustive_accuracies(loaded.model, loaded.config, loaded.split)
 
+    wall = time.perf_counter() - started
     rows = []
     print()
-    print(f"{'measure':44s} {'study':>22s} {'this run':>16s}" + (f" {'study ckpt':>14s}" if reference else ""))
+    print(f"{'measure':50s} {'study':>22s} {'this run':>16s}" + (f" {'study ckpt':>14s}" if reference else ""))
     for name, claim in STUDY.items():
         r = results["exhaustive"][name]
-        line = f"{name + ' accuracy':44s} {claim:>22s} {r['accuracy']:>16.4f}"
+        line = f"{name + ' accuracy':50s} {claim:>22s} {r['accuracy']:>16.4f}"
         row = {"measure": name, "study": claim, "this_run": r}
         if reference:
             line += f" {reference[name]['accuracy']:>14.4f}"
             row["study_checkpoint"] = reference[name]
         print(line)
         rows.append(row)
-    for (label, pool), study_step in zip(PHASE_POOLS.items(), STUDY_PHASES):
-        step = first_step_at(metrics, pool)
-        print(f"{label:44s} {study_step:>22s} {str(step):>16s}")
-        rows.append({"measure": label, "study": study_step, "this_run": step})
-    print(f"{'training wall time (s)':44s} {'~1 h (GPU, bf16)':>22s} {results['train_wall_time_s']:>16.1f}")
-    print(f"total wall time of this command: {wall:.1f} s")
+    phases = find_phases(add_derived_columns(pd.DataFrame(metrics)))
+    for rule in PHASE_RULES:
+        label = f"phase: {rule.name} ({rule.metric} >= {rule.threshold})"
+        step = phases[rule.name]["step"]
+        print(f"{label:50s} {STUDY_PHASES[rule.name]:>22s} {str(step):>16s}")
+        rows.append({"measure": label, "study": STUDY_PHASES[rule.name], "this_run": step})
+    print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
+    print(f"wall time of this command (training, if it trained, and evaluation): {wall:.1f} s")
     write_json_atomic(out / "reproduction.json", {"rows": rows, "train_wall_time_s": results["train_wall_time_s"],
                                                   "command_wall_time_s": round(wall, 1)})
 

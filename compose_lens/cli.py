@@ -81,8 +81,6 @@ def print_json(data) -> None:
 
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:
-    import torch
-
     from compose_lens.sampler import POOL_NAMES, TrainingSampler, make_pool
     from compose_lens.split import derived_generator
     from compose_lens.task import SEQUENCE_TYPES, decode, to_text
@@ -106,7 +104,6 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     finally:
         if args.out:
             out.close()
-    del torch
     return 0
 
 

@@ -43,6 +43,12 @@ def _check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _check_positive_ints(config: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+
+
 class _JsonConfig:
     """JSON round trip shared by the configuration classes."""
 
@@ -216,9 +222,8 @@ class ModelConfig(_JsonConfig):
     init_seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab", "d_vocab_out"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+        _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
+                             "d_vocab_out")
         _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
                f"act_fn={self.act_fn!r}: use one of relu, gelu, gelu_new, silu")
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
@@ -263,9 +268,7 @@ class TrainConfig(_JsonConfig):
     threads: int = 0  # 0: torch's default
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "eval_every", "checkpoint_every", "pool_size"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+        _check_positive_ints(self, "steps", "batch_size", "eval_every", "checkpoint_every", "pool_size")
         _check(self.lr > 0, f"lr={self.lr}: the learning rate must be positive")
         _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "betas must be in [0, 1)")
         _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")

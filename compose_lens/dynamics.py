@@ -57,7 +57,7 @@ from compose_lens import __version__, code_version, lens
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.evaluate import correct_mask, pool_accuracies
 from compose_lens.model import WEIGHTS_FILE, build_model, load_weights, _read_safetensors
-from compose_lens.sampler import POOL_NAMES, Batch, make_pools, render
+from compose_lens.sampler import Batch, make_pools, render
 from compose_lens.split import Split, derived_generator
 
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"

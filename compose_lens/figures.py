@@ -263,7 +263,7 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     ``operand``, ``value`` or ``previous`` (see :data:`MARK_STYLE`).
     """
     patterns = np.asarray(patterns, dtype=float)
-    n_layers, n = patterns.shape[0], patterns.shape[-1]
+    n_layers = patterns.shape[0]
     names = list(layer_names or [f"layer {i + 1} (blocks.{i})" for i in range(n_layers)])
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
     fig, axes = plt.subplots(1, n_layers, figsize=(6.2 * n_layers, 5.6), squeeze=False)

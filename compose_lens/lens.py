@@ -26,7 +26,6 @@ import io
 from typing import Any
 
 import torch
-from transformer_lens import ActivationCache  # noqa: F401  (re-exported for analyses)
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
@@ -119,10 +118,6 @@ def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None
 
 def run_with_cache(model: TransformerBridge, tokens: torch.Tensor, **kwargs: Any):
     return model.run_with_cache(tokens, **kwargs)
-
-
-def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor, fwd_hooks, **kwargs: Any):
-    return model.run_with_hooks(tokens, fwd_hooks=fwd_hooks, **kwargs)
 
 
 # -- activation patching, the TransformerLens way (the baseline of analysis.patching) ----------

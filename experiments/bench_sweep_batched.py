@@ -31,7 +31,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, vmap  # noqa: F401
+from torch.func import vmap
 
 from compose_lens import fastpath, lens
 from compose_lens.config import RunConfig

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 import torch
 
 from compose_lens.attention import (attention_patterns, circuitsvis_bundle, marked_cells, offline_page,

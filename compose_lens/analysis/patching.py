@@ -64,7 +64,7 @@ import torch
 
 from compose_lens import fastpath, lens
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
-from compose_lens.sampler import Batch, make_pool
+from compose_lens.sampler import make_pool
 from compose_lens.split import Split, derived_generator
 from compose_lens.task import decode
 

@@ -21,7 +21,14 @@ from typing import Sequence
 from compose_lens.config import ComposeLensError, ConfigError, RunConfig, TaskConfig, load_json
 
 # Modules that add subcommands (each defines ``register(subparsers)``).
-COMMAND_MODULES: tuple[str, ...] = ("compose_lens.sweep", "compose_lens.dynamics", "compose_lens.attention", "compose_lens.report", "compose_lens.analysis.cli", "compose_lens.analysis.patch_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "compose_lens.analysis.cli",
+    "compose_lens.analysis.patch_cli",
+    "compose_lens.dynamics",
+    "compose_lens.attention",
+    "compose_lens.report",
+    "compose_lens.sweep",
+)
 
 
 class Parser(argparse.ArgumentParser):

@@ -40,20 +40,20 @@ reported too, since sparse checkpoints only bound the jump.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from compose_lens import __version__, code_version, lens
+from compose_lens.analysis.activations import torch_threads
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.evaluate import correct_mask, pool_accuracies
 from compose_lens.model import WEIGHTS_FILE, build_model, load_weights, _read_safetensors
@@ -260,18 +260,6 @@ def add_derived_columns(table: pd.DataFrame, variables: Sequence[str] = ()) -> p
     if score_cols:
         table["equals_score_spread"] = table[score_cols].max(axis=1) - table[score_cols].min(axis=1)
     return table
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with ``n`` torch threads (0: leave as is), then restore."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def trajectory(source: str | Path, split_file: str | Path | None = None, pool_size: int = 2000,

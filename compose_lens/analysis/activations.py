@@ -28,7 +28,9 @@ checks that both give the same activations.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -59,6 +61,21 @@ class Activations:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads (0 or None: leave as is), then restore. The analyses are many
+    small tensor ops, which one thread runs fastest (several slow down badly on a busy machine)."""
+    if not n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def activation_fn(cfg: ModelConfig):

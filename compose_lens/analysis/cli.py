@@ -80,7 +80,7 @@ def write_fourier(loaded, out: Path, seed: int) -> dict:
     import torch
 
     from compose_lens.analysis import fourier
-    from compose_lens.analysis.summary import torch_threads
+    from compose_lens.analysis.activations import torch_threads
 
     model, config, split = loaded.model, loaded.config, loaded.split
     provenance = _provenance(config, seed, loaded.source)

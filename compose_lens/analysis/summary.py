@@ -33,14 +33,13 @@ constant and the excluded losses remove nothing (they equal ``grid_loss``).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterator
 
 import torch
 
 from compose_lens import code_version, lens
 from compose_lens.analysis import fourier, probes
+from compose_lens.analysis.activations import torch_threads
 from compose_lens.config import RunConfig
 from compose_lens.split import Split
 
@@ -59,21 +58,6 @@ MEASURE_KEYS = (
     "excluded_loss",
     "excluded_loss_all",
 )
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch threads, then restore. The analyses are many small tensor ops,
-    which one thread runs fastest (and several threads slow down badly on a busy machine)."""
-    if not n:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, float]:

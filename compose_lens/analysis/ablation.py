@@ -236,8 +236,9 @@ def ablation_table(model: lens.Model, config: RunConfig, split: Split, *, pool_s
         hook_names = {t[3] for t in targets}
         _, ref_cache = model.run_with_cache(ref_tokens, names_filter=lambda n: n in hook_names)
         for target, layer, index, name, sel in targets:
+            reference = ref_cache[name].float()
             for kind in kinds:
-                hook = replacement_hook(name, kind, ref_cache[name].float(), sel, seed)
+                hook = replacement_hook(name, kind, reference, sel, seed)
                 add(target, layer, index, kind, ablated_logits(model, tokens, [hook]))
 
         if config.model.n_layers == 2 and tuple(config.model.mlp_layers) == (1,):

@@ -66,7 +66,7 @@ from compose_lens import fastpath, lens
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.sampler import make_pool
 from compose_lens.split import Split, derived_generator
-from compose_lens.task import decode
+from compose_lens.task import label_of
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 CORRUPTIONS = ("value", "variable", "constant")
@@ -91,7 +91,7 @@ class PromptPairs:
 
 
 def _labels(split: Split, tokens: torch.Tensor) -> torch.Tensor:
-    return torch.tensor([decode(split.task, row).label for row in tokens.tolist()], dtype=torch.long)
+    return torch.tensor([label_of(split.task, row) for row in tokens.tolist()], dtype=torch.long)
 
 
 def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", seed: int = 0) -> PromptPairs:
@@ -224,6 +224,12 @@ class _Weights:
 
         ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
         """
+        return self._layer1_last_acts(k1, v1, resid_last, site, clean, q)["logits"]
+
+    def _layer1_last_acts(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
+                          site: Site | None = None, clean: dict | None = None,
+                          q: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Layer 2 at the last position: every component a site can read there, and the logits."""
         def patch(component: str, value: torch.Tensor) -> torch.Tensor:
             if site is None or site.component != component:
                 return value
@@ -237,11 +243,14 @@ class _Weights:
         q = self.heads(resid_last, 1, "q") if q is None else q  # (R, H, dh)
         pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
         z = patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1))
-        resid_mid = patch("resid_mid", resid_last + patch("attn_out", self.attn_out(z, 1)))
+        attn_out = patch("attn_out", self.attn_out(z, 1))
+        resid_mid = patch("resid_mid", resid_last + attn_out)
         hidden = self.act(resid_mid @ self.p["blocks.1.mlp.in.weight"].T + self.p["blocks.1.mlp.in.bias"])
         mlp_out = patch("mlp_out", hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"])
         resid_post = patch("resid_post", resid_mid + mlp_out)
-        return resid_post @ self.p["unembed.weight"].T + self.p["unembed.bias"]
+        return {"resid_pre": resid_last, "z": z, "attn_out": attn_out, "resid_mid": resid_mid,
+                "mlp_out": mlp_out, "resid_post": resid_post,
+                "logits": resid_post @ self.p["unembed.weight"].T + self.p["unembed.bias"]}
 
     def run(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every activation a site can read, for a batch of prompts."""
@@ -250,20 +259,11 @@ class _Weights:
         resid_mid0 = resid_pre0 + attn_out0
         resid_pre1 = resid_mid0  # blocks.0 has no MLP: its output is exactly zero
         k1, v1 = self.heads(resid_pre1, 1, "k"), self.heads(resid_pre1, 1, "v")
-        last = resid_pre1[:, -1]
-        q = self.heads(last, 1, "q")  # (N, H, dh)
-        pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
-        z1 = torch.einsum("rhj,rjhd->rhd", pattern, v1)
-        attn_out1 = self.attn_out(z1, 1)
-        resid_mid1 = last + attn_out1
-        hidden = self.act(resid_mid1 @ self.p["blocks.1.mlp.in.weight"].T + self.p["blocks.1.mlp.in.bias"])
-        mlp_out1 = hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"]
-        resid_post1 = resid_mid1 + mlp_out1
+        q = self.heads(resid_pre1[:, -1], 1, "q")  # (N, H, dh)
+        last = self._layer1_last_acts(k1, v1, resid_pre1[:, -1], q=q)
         return {"resid_pre0": resid_pre0, "z0": z0, "attn_out0": attn_out0, "resid_mid0": resid_mid0,
-                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "q1": q, "logits": resid_post1 @ self.p["unembed.weight"].T
-                + self.p["unembed.bias"],
-                "last": {"resid_pre": last, "z": z1, "attn_out": attn_out1, "resid_mid": resid_mid1,
-                         "mlp_out": mlp_out1, "resid_post": resid_post1}}
+                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "q1": q, "logits": last.pop("logits"),
+                "last": last}
 
 
 def _layer0_replacement(site: Site, clean: dict, corrupt: dict, W: _Weights) -> torch.Tensor:
@@ -465,11 +465,8 @@ def hook_batched_logit_diffs(model: lens.Model, pairs: PromptPairs, sites: list[
 
                 logits = model.run_with_hooks(pairs.corrupted.repeat(len(part), 1),
                                               fwd_hooks=[(lens.hook_name(component, layer), write_clean)])
-                ld = logit_diff(logits[:, -1].float(), PromptPairs(
-                    pairs.clean.repeat(len(part), 1), pairs.corrupted.repeat(len(part), 1),
-                    pairs.clean_labels.repeat(len(part)), pairs.corrupted_labels.repeat(len(part)),
-                    pairs.corruption))
-                out[part] = ld.view(len(part), N)
+                last = logits[:, -1].float().view(len(part), N, -1)
+                out[part] = torch.stack([logit_diff(site_logits, pairs) for site_logits in last])
     return out
 
 

@@ -116,8 +116,7 @@ def cosine_similarities(h_const: torch.Tensor, h_var: torch.Tensor, labels: torc
     return out
 
 
-def ov_prediction(model: lens.Model, config: RunConfig, tokens: torch.Tensor, x: torch.Tensor,
-                  y: torch.Tensor, attn_out: torch.Tensor) -> dict:
+def ov_prediction(model: lens.Model, x: torch.Tensor, y: torch.Tensor, attn_out: torch.Tensor) -> dict:
     """How well ``OV2 e_x + OV2 e_y`` predicts layer 2's attention output at ``=``: cosine, R^2 of a scale."""
     params = lens.parameters(model)
     E = params["embed.weight"].detach().float()
@@ -240,7 +239,7 @@ def same_mlp_report(model: lens.Model, config: RunConfig, split: Split, seed: in
     g = derived_generator(seed, _STREAM, 2)
     report: dict = {"seed": seed, "n_prompts": n_prompts, "pool_size": pool_size,
                     "config": config.to_dict(), "code_version": code_version(),
-                    "cosine": {}, "ov_prediction": {}, "patching": {}}
+                    "cosine": {}, "ov_prediction": {}, "patching": {}, "accuracy_unpatched": {}}
     was_training = model.training
     model.eval()
     try:
@@ -250,10 +249,8 @@ def same_mlp_report(model: lens.Model, config: RunConfig, split: Split, seed: in
             acts_var = _last(model, var, [MLP_IN, ATTN_OUT])
             report["cosine"][side] = cosine_similarities(acts_const[MLP_IN], acts_var[MLP_IN], labels, g)
             x, y = const[:, split.task.context_len + 1], const[:, split.task.context_len + 2]
-            report["ov_prediction"][f"constant_{side}"] = ov_prediction(
-                model, config, const, x, y, acts_const[ATTN_OUT])
-            report["ov_prediction"][f"variable_{side}"] = ov_prediction(model, config, var, x, y, acts_var[ATTN_OUT])
-            report["accuracy_unpatched"] = report.get("accuracy_unpatched", {})
+            report["ov_prediction"][f"constant_{side}"] = ov_prediction(model, x, y, acts_const[ATTN_OUT])
+            report["ov_prediction"][f"variable_{side}"] = ov_prediction(model, x, y, acts_var[ATTN_OUT])
             report["accuracy_unpatched"][f"constant_{side}"] = (acts_const["logits"].argmax(-1) == labels).float().mean().item()
             report["accuracy_unpatched"][f"variable_{side}"] = (acts_var["logits"].argmax(-1) == labels).float().mean().item()
             for key, value in patching_recovery(model, const, var, labels, acts_const, acts_var, g).items():

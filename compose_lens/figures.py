@@ -4,8 +4,8 @@ Each ``*_figure`` function takes numbers (a dynamics table, a matrix, an
 attention pattern), never a model, and returns ``(figure, data)``: the
 matplotlib figure and the :class:`pandas.DataFrame` it plotted. :func:`save`
 writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be re-plotted
-or checked without re-running the analysis; :func:`to_base64_png` gives the
-figure as an ``<img>`` source for the offline report.
+or checked without re-running the analysis; :func:`png_bytes` and :func:`data_uri`
+give the figure as an ``<img>`` source for the offline report.
 
 The figures of SPEC section 7:
 
@@ -91,11 +91,6 @@ def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int 
 def data_uri(png: bytes) -> str:
     """PNG bytes as a ``data:image/png;base64,...`` URI for an ``<img>`` of an offline page."""
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
-def to_base64_png(fig: plt.Figure, dpi: int = 110) -> str:
-    """The figure as a ``data:`` URI (the figure is closed)."""
-    return data_uri(png_bytes(fig, dpi))
 
 
 # -- training curves -----------------------------------------------------------------------------
@@ -485,6 +480,12 @@ def experiment_parser(description: str, step: bool = True):
     if step:
         p.add_argument("--step", type=int, help="checkpoint step (default: the final model)")
     return p
+
+
+def save_figure(figure: tuple[plt.Figure, pd.DataFrame | None], args, name: str) -> None:
+    """Save a script's (figure, data) as ``args.out``/NAME.png and .csv; print the paths."""
+    for path in save(*figure, Path(args.out) / name):
+        print(f"wrote {path}")
 
 
 def dynamics_of(args) -> tuple[pd.DataFrame, dict]:

@@ -72,12 +72,10 @@ from typing import Any, Callable, Iterable, Sequence
 from tqdm.auto import tqdm
 
 from compose_lens.config import ComposeLensError, ConfigError, RunConfig, load_json, write_json_atomic
+from compose_lens.sampler import EXHAUSTIVE_NAMES, POOL_NAMES
 
-POOLS = (  # the nine accuracy pools of SPEC section 3 (as in compose_lens.sampler.POOL_NAMES)
-    "0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
-    "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2",
-)
-METRICS = ("zero_var_heldout", "two_var_union")  # the two exhaustive end-of-training evaluations
+POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
+METRICS = EXHAUSTIVE_NAMES  # the two exhaustive end-of-training evaluations
 LEVELS = (0.5, 0.9)
 FIRST_PASS_LEVEL = 0.9
 BACKENDS = ("local", "ray")
@@ -449,7 +447,7 @@ def run_dir_of(out: Path, point: SweepPoint) -> Path:
     return out / "runs" / point.name
 
 
-def _check_finished(point: SweepPoint, config: RunConfig, run_dir: Path) -> None:
+def _check_finished(config: RunConfig, run_dir: Path) -> None:
     saved = load_json(run_dir / "results.json").get("config")
     if saved is not None and saved != config.to_dict():
         raise ComposeLensError(f"{run_dir} finished with another configuration than this sweep asks "
@@ -535,7 +533,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     for point in points:
         run_dir = run_dir_of(out, point)
         if (run_dir / "results.json").exists():
-            _check_finished(point, configs[point], run_dir)
+            _check_finished(configs[point], run_dir)
             skipped += 1
         else:
             jobs.append((point, configs[point].to_dict(), str(run_dir)))

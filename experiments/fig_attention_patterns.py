@@ -4,9 +4,7 @@
         [--sequence "b=7, e=5, d=2, b+23=?"] --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import attention_from_model, example_sequences, experiment_parser, model_of, save
+from compose_lens.figures import attention_from_model, example_sequences, experiment_parser, model_of, save_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--sequence", help="readable sequence (default: a 2-var sequence from the pools)")
@@ -14,5 +12,4 @@ args = parser.parse_args()
 loaded = model_of(args)
 text = args.sequence or example_sequences(loaded.split)[2]
 name = "attention_patterns" + (f"_step{args.step}" if args.step is not None else "")
-for path in save(*attention_from_model(loaded.model, loaded.config, text), Path(args.out) / name):
-    print(f"wrote {path}")
+save_figure(attention_from_model(loaded.model, loaded.config, text), args, name)

@@ -4,14 +4,11 @@ variable (matched) and against other values (mismatched).
     python experiments/fig_cosine_histograms.py RUN_OR_REFERENCE_DIR [--step N] [--n 1000] --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import cosine_histograms_from_model, experiment_parser, model_of, save
+from compose_lens.figures import cosine_histograms_from_model, experiment_parser, model_of, save_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--n", type=int, default=1000, help="prompt pairs per side")
 args = parser.parse_args()
 loaded = model_of(args)
 figure = cosine_histograms_from_model(loaded.model, loaded.config, loaded.split, n=args.n)
-for path in save(*figure, Path(args.out) / "cosine_histograms"):
-    print(f"wrote {path}")
+save_figure(figure, args, "cosine_histograms")

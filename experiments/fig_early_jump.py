@@ -6,10 +6,8 @@ matrix just before and just after the variable-assignment jump.
 Without --before/--after the bracket of the assignment phase found by `compose-lens dynamics` is used.
 """
 
-from pathlib import Path
-
 from compose_lens.dynamics import find_checkpoints
-from compose_lens.figures import dynamics_of, early_jump_from_source, example_sequences, experiment_parser, save
+from compose_lens.figures import dynamics_of, early_jump_from_source, example_sequences, experiment_parser, save_figure
 
 parser = experiment_parser(__doc__.splitlines()[0], step=False)
 parser.add_argument("--before", type=int, help="checkpoint step before the jump")
@@ -26,5 +24,4 @@ if before is None or after is None:
 split = find_checkpoints(args.source, args.split)[2]
 text = args.sequence or example_sequences(split)[1]
 figure = early_jump_from_source(args.source, before, after, text, table, args.split)
-for path in save(*figure, Path(args.out) / "early_jump"):
-    print(f"wrote {path}")
+save_figure(figure, args, "early_jump")

@@ -3,14 +3,11 @@
     python experiments/fig_fourier_neuron.py RUN_OR_REFERENCE_DIR [--step N] [--frequency K] --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import experiment_parser, fourier_neuron_from_model, model_of, save
+from compose_lens.figures import experiment_parser, fourier_neuron_from_model, model_of, save_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--frequency", type=int, help="key frequency (default: the neuron fitting its ideal best)")
 args = parser.parse_args()
 loaded = model_of(args)
 figure = fourier_neuron_from_model(loaded.model, loaded.config, loaded.split, args.frequency)
-for path in save(*figure, Path(args.out) / "fourier_neuron"):
-    print(f"wrote {path}")
+save_figure(figure, args, "fourier_neuron")

@@ -4,9 +4,7 @@ accuracy of each forbidden operand slot (b as the right operand is learned last)
     python experiments/fig_late_refinement.py RUN_OR_REFERENCE_DIR --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import dynamics_of, experiment_parser, refinement_figure, save
+from compose_lens.figures import dynamics_of, experiment_parser, refinement_figure, save_figure
 from compose_lens.config import RunConfig
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()
@@ -14,5 +12,4 @@ table, doc = dynamics_of(args)
 task = RunConfig.from_dict(doc["config"]).task
 figure = refinement_figure(table, task.variable_names, tuple(task.left_forbidden) + tuple(task.right_forbidden),
                            doc["phases"])
-for path in save(*figure, Path(args.out) / "late_refinement"):
-    print(f"wrote {path}")
+save_figure(figure, args, "late_refinement")

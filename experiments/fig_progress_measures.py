@@ -3,11 +3,8 @@
     python experiments/fig_progress_measures.py RUN_OR_REFERENCE_DIR --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import dynamics_of, experiment_parser, progress_measures_figure, save
+from compose_lens.figures import dynamics_of, experiment_parser, progress_measures_figure, save_figure
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()
 table, doc = dynamics_of(args)
-for path in save(*progress_measures_figure(table, doc["phases"]), Path(args.out) / "progress_measures"):
-    print(f"wrote {path}")
+save_figure(progress_measures_figure(table, doc["phases"]), args, "progress_measures")

@@ -3,13 +3,10 @@
     python experiments/fig_qk_heatmaps.py RUN_OR_REFERENCE_DIR [--step N] --out figures
 """
 
-from pathlib import Path
-
-from compose_lens.figures import experiment_parser, model_of, qk_heatmaps_from_model, save
+from compose_lens.figures import experiment_parser, model_of, qk_heatmaps_from_model, save_figure
 
 args = experiment_parser(__doc__.splitlines()[0]).parse_args()
 loaded = model_of(args)
 figure = qk_heatmaps_from_model(loaded.model, loaded.config, title=loaded.source)
 name = "qk_heatmaps" + (f"_step{args.step}" if args.step is not None else "")
-for path in save(*figure, Path(args.out) / name):
-    print(f"wrote {path}")
+save_figure(figure, args, name)

@@ -2,33 +2,74 @@
 
 The package reproduces and extends "Assign and Add" (arXiv 2605.31497): a 2-layer,
 single-head transformer that learns modular addition and in-context variable
-assignment, then composes them. The modules follow the flow of the work:
+assignment, then composes them. Its folders follow the flow of the work, and
+imports only point forward along it::
 
-* task and data: :mod:`~compose_lens.config`, :mod:`~compose_lens.task`,
-  :mod:`~compose_lens.split`, :mod:`~compose_lens.sampler`;
-* model: :mod:`~compose_lens.lens` (the only module that imports TransformerLens),
-  :mod:`~compose_lens.model`, :mod:`~compose_lens.fastpath`;
-* training and evaluation: :mod:`~compose_lens.train`, :mod:`~compose_lens.evaluate`;
-* analysis, figures, report and sweeps build on these;
-* :mod:`~compose_lens.cli` is a thin command line over the library.
+    config, provenance   settings, errors, where a result came from
+    data/                task (tokens, readable form), split, sampler (batches, pools)
+    model/               tl (the only module that imports TransformerLens), weights, fastpath
+    runs                 run and checkpoint directories: every file read or written
+    train, evaluate      the recipe of the study, accuracies
+    analysis/            probes, Fourier, patching, ablation, same MLP, attention, dynamics: numbers only
+    plots                every figure (matplotlib)
+    report/              the offline HTML report and the analysis output folders
+    sweep                sweeps over f, r or any setting, local or on Ray
+    cli/                 the compose-lens command
+
+The names below are the public API, e.g.::
+
+    import compose_lens as cl
+    loaded = cl.load_model("paper")
+    tokens = cl.parse_sequence(loaded.config.task, "b=7, e=5, b+23=?")
+
+They are imported on first use (PEP 562), so ``import compose_lens`` (and the
+command line's ``--help``) does not pay for torch and TransformerLens until a name
+that needs them is used.
 """
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
+import importlib
+from typing import Any
 
-__version__ = "0.1.0"
+from compose_lens.provenance import VERSION as __version__
+
+# public name -> the module that defines it
+_EXPORTS = {
+    # configuration and errors
+    "RunConfig": "compose_lens.config", "TaskConfig": "compose_lens.config",
+    "ModelConfig": "compose_lens.config", "TrainConfig": "compose_lens.config",
+    "ComposeLensError": "compose_lens.config", "code_version": "compose_lens.provenance",
+    # the task and its data
+    "parse_sequence": "compose_lens.data.task", "to_text": "compose_lens.data.task",
+    "decode": "compose_lens.data.task", "Split": "compose_lens.data.split",
+    "make_pool": "compose_lens.data.sampler", "make_pools": "compose_lens.data.sampler",
+    "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
+    # models, runs, training and evaluation
+    "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Loaded": "compose_lens.runs",
+    "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
+    "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
+    # the analyses
+    "circuit_summary": "compose_lens.analysis.summary", "circuit_measures": "compose_lens.analysis.summary",
+    "same_mlp_report": "compose_lens.analysis.same_mlp", "patching_table": "compose_lens.analysis.patching",
+    "ablation_table": "compose_lens.analysis.ablation", "sequence_views": "compose_lens.analysis.attention",
+    "trajectory": "compose_lens.analysis.dynamics", "find_phases": "compose_lens.analysis.dynamics",
+    "operand_grid": "compose_lens.analysis.fourier", "key_frequencies": "compose_lens.analysis.fourier",
+    # files and pages
+    "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
+    "run_sweep": "compose_lens.sweep",
+}
+
+__all__ = ["__version__", *_EXPORTS]
 
 
-def code_version() -> str:
-    """The git commit of the source tree (with ``-dirty`` if modified), else the version."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
-                             capture_output=True, text=True, timeout=5)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return __version__
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later uses skip this function
+        return value
+    raise AttributeError(f"module 'compose_lens' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

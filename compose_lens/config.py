@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -28,6 +29,10 @@ T = TypeVar("T")
 
 VARIABLE_LETTERS = string.ascii_lowercase
 QUERY_LENGTH = 4  # "+ LHS RHS ="
+# What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
+CORRUPTIONS = ("value", "variable", "constant")
+# Where the points of a sweep train (compose_lens.sweep)
+SWEEP_BACKENDS = ("local", "ray")
 
 
 class ComposeLensError(Exception):
@@ -356,6 +361,17 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
     tmp.replace(path)
+
+
+def json_safe(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (a threshold not reached, a score without data) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _json_default(obj: Any) -> Any:

@@ -2,15 +2,16 @@
 
 The answer is read at the last position over the p number classes (SPEC
 section 3). :func:`answer_logits` takes the fast path where it is exact
-(:mod:`compose_lens.fastpath`) and the plain TransformerLens forward otherwise,
+(:mod:`compose_lens.model.fastpath`) and the plain TransformerLens forward otherwise,
 in chunks, without gradients and in float32.
 
 >>> from compose_lens.config import RunConfig, TaskConfig, ModelConfig
 >>> task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))
 >>> config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32))
->>> from compose_lens.model import build_model
->>> from compose_lens.split import Split
->>> scores = pool_accuracies(build_model(config), config, make_pools(Split.from_task(task), size=50))
+>>> from compose_lens.model import tl
+>>> from compose_lens.data.split import Split
+>>> from compose_lens.data.sampler import POOL_NAMES, make_pools
+>>> scores = pool_accuracies(tl.boot(config.model), config, make_pools(Split.from_task(task), size=50))
 >>> sorted(scores) == sorted(POOL_NAMES)
 True
 """
@@ -19,17 +20,17 @@ from __future__ import annotations
 
 import torch
 
-from compose_lens import fastpath, lens
+from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.sampler import EXHAUSTIVE_NAMES, POOL_NAMES, Batch, make_exhaustive, make_pools  # noqa: F401
-from compose_lens.split import Split
+from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, make_exhaustive
+from compose_lens.data.split import Split
 
 
-def answer_logits(model: lens.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 8192,
+def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 8192,
                   fast: bool | None = None) -> torch.Tensor:
     """Logits (N, d_vocab_out) at the last position, fast path where exact."""
     use_fast = fastpath.supports(cfg) if fast is None else fast
-    params = lens.parameters(model)
+    params = tl.parameters(model)
     device = params["embed.weight"].device
     out = []
     with torch.no_grad():
@@ -42,15 +43,15 @@ def answer_logits(model: lens.Model, cfg: ModelConfig, tokens: torch.Tensor, chu
     return torch.cat(out) if out else torch.zeros(0, cfg.d_vocab_out)
 
 
-def correct_mask(model: lens.Model, cfg: ModelConfig, batch: Batch) -> torch.Tensor:
+def correct_mask(model: tl.Model, cfg: ModelConfig, batch: Batch) -> torch.Tensor:
     return answer_logits(model, cfg, batch.tokens).argmax(-1) == batch.labels
 
 
-def accuracy(model: lens.Model, cfg: ModelConfig, batch: Batch) -> float:
+def accuracy(model: tl.Model, cfg: ModelConfig, batch: Batch) -> float:
     return correct_mask(model, cfg, batch).float().mean().item() if len(batch) else float("nan")
 
 
-def pool_accuracies(model: lens.Model, config: RunConfig, pools: dict[str, Batch]) -> dict[str, float]:
+def pool_accuracies(model: tl.Model, config: RunConfig, pools: dict[str, Batch]) -> dict[str, float]:
     """Accuracy on each pool, the pools evaluated as one concatenated batch."""
     names = list(pools)
     tokens = torch.cat([pools[n].tokens for n in names])
@@ -64,7 +65,7 @@ def pool_accuracies(model: lens.Model, config: RunConfig, pools: dict[str, Batch
     return out
 
 
-def exhaustive_accuracies(model: lens.Model, config: RunConfig, split: Split, seed: int = 0) -> dict[str, dict]:
+def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> dict[str, dict]:
     """``zero_var_heldout`` and ``two_var_union``: correct, total, accuracy."""
     out = {}
     for name in EXHAUSTIVE_NAMES:

@@ -21,16 +21,8 @@ A sweep is a directory::
 deterministic given these and the thread count, so a point gives the same
 numbers on either backend.
 
-**The threshold rule** (:func:`threshold`). For one seed, sort the points by
-parameter value. The threshold at level L is where the accuracy curve crosses L
-for the last time from below: take the smallest value v_i from which on every
-accuracy is at least L, and interpolate linearly between (v_{i-1}, a_{i-1}) and
-(v_i, a_i). If even the smallest value reaches L the threshold is reported as
-that value (it lies at or below the swept range); if the largest value stays
-below L it is NaN (above the range). The spread is the mean, standard deviation,
-minimum and maximum over seeds; the threshold of the seed-mean curve is given too.
-"Last crossing from below" rather than "first value above L" keeps a single
-lucky point below the true transition from deciding the estimate.
+**Thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from
+``results.csv``; the figure is :func:`compose_lens.plots.sweep_figure`.
 
 **Faults.** Points whose ``results.json`` exists are skipped; a point whose
 directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
@@ -51,8 +43,6 @@ system every Ray node can write.
 **Batched training was measured and not shipped**: see
 ``experiments/bench_sweep_batched.py`` and ``experiments/results/SWEEPS.md``.
 
->>> threshold([0.1, 0.2, 0.3, 0.4], [0.0, 0.2, 0.8, 1.0], level=0.5)
-0.25
 """
 
 from __future__ import annotations
@@ -60,7 +50,7 @@ from __future__ import annotations
 import csv
 import fcntl
 import json
-import math
+import multiprocessing
 import os
 import time
 import traceback
@@ -69,16 +59,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
-from compose_lens.config import ComposeLensError, ConfigError, RunConfig, load_json, write_json_atomic
-from compose_lens.sampler import EXHAUSTIVE_NAMES, POOL_NAMES
+from compose_lens import runs
+from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
+from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, ConfigError, RunConfig, json_safe, load_json, write_json_atomic
+from compose_lens.data.sampler import POOL_NAMES
+from compose_lens.plots import save, sweep_figure
+from compose_lens.train import Trainer
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
-METRICS = EXHAUSTIVE_NAMES  # the two exhaustive end-of-training evaluations
-LEVELS = (0.5, 0.9)
-FIRST_PASS_LEVEL = 0.9
-BACKENDS = ("local", "ray")
 
 
 # -- the points of a sweep ----------------------------------------------------------------
@@ -211,10 +202,6 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     takes and returns plain data, and never raises: a failure comes back as
     ``{"status": "failed", "error": ...}`` and is written to ``error.json``.
     """
-    import torch
-
-    from compose_lens.train import Trainer
-
     torch.set_num_threads(threads)
     directory = Path(run_dir)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -238,31 +225,10 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
 
 
 def _init_worker(threads: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
 
 
 # -- reading a finished point ---------------------------------------------------------------
-
-
-def first_step_above(metrics: Sequence[dict], pool: str, level: float = FIRST_PASS_LEVEL) -> int | None:
-    """The first evaluated step at which ``pool`` reached ``level`` (None if never).
-
-    >>> first_step_above([{"step": 100, "x": 0.5}, {"step": 200, "x": 0.95}], "x")
-    200
-    """
-    for line in sorted(metrics, key=lambda m: m["step"]):
-        if line.get(pool, -1.0) >= level:
-            return int(line["step"])
-    return None
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "") -> dict:
@@ -286,7 +252,7 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
         row.update(status="failed", error=load_json(run_dir / "error.json")["error"])
     elif not status:
         row["status"] = "pending"
-    metrics = read_metrics(run_dir)
+    metrics = runs.read_metrics(run_dir)
     for pool in POOLS:
         step = first_step_above(metrics, pool)
         row[f"first_step_90_{pool}"] = "" if step is None else step
@@ -308,125 +274,6 @@ def write_csv(rows: Sequence[dict], path: Path) -> None:
 def read_csv(path: str | Path) -> list[dict]:
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
-
-
-# -- thresholds --------------------------------------------------------------------------
-
-
-def threshold(values: Sequence[float], accuracies: Sequence[float], level: float) -> float:
-    """Where the accuracy curve crosses ``level`` for the last time from below (module docstring).
-
-    NaN accuracies (failed points) are dropped first.
-
-    >>> threshold([0.1, 0.2, 0.3], [0.95, 0.97, 0.99], level=0.9)  # at or below the range
-    0.1
-    >>> threshold([0.1, 0.2, 0.3], [0.1, 0.2, 0.3], level=0.9)  # above the range
-    nan
-    >>> threshold([0.1, 0.2, 0.3, 0.4], [0.1, 0.9, 0.1, 0.9], level=0.5)  # the last crossing
-    0.35
-    """
-    curve = sorted((float(v), float(a)) for v, a in zip(values, accuracies) if not math.isnan(float(a)))
-    if not curve or curve[-1][1] < level:
-        return float("nan")
-    i = len(curve) - 1
-    while i > 0 and curve[i - 1][1] >= level:
-        i -= 1
-    if i == 0:
-        return curve[0][0]
-    (v0, a0), (v1, a1) = curve[i - 1], curve[i]
-    return round(v0 + (level - a0) / (a1 - a0) * (v1 - v0), 10)
-
-
-def _spread(estimates: Sequence[float]) -> dict[str, float | int]:
-    finite = [e for e in estimates if not math.isnan(e)]
-    if not finite:
-        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
-    mean = sum(finite) / len(finite)
-    std = math.sqrt(sum((e - mean) ** 2 for e in finite) / (len(finite) - 1)) if len(finite) > 1 else 0.0
-    return {"mean": mean, "std": std, "min": min(finite), "max": max(finite), "n": len(finite)}
-
-
-def _accuracy(row: dict, metric: str) -> float:
-    raw = row.get(f"{metric}_accuracy", "")
-    return float(raw) if raw not in ("", None) else float("nan")
-
-
-def _numeric(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def thresholds(rows: Sequence[dict], metrics: Sequence[str] = METRICS,
-               levels: Sequence[float] = LEVELS) -> dict:
-    """Per metric and level: the threshold of each seed, their spread, and that of the mean curve.
-
-    Only numeric parameter values have thresholds; for others this returns ``{}``.
-    """
-    if not rows or any(_numeric(r["value"]) is None for r in rows):
-        return {}
-    seeds = sorted({int(r["seed"]) for r in rows})
-    values = sorted({float(r["value"]) for r in rows})
-    out: dict[str, dict] = {}
-    for metric in metrics:
-        by_seed = {s: {float(r["value"]): _accuracy(r, metric) for r in rows if int(r["seed"]) == s}
-                   for s in seeds}
-        mean_curve = []
-        for v in values:
-            accs = [by_seed[s][v] for s in seeds if v in by_seed[s] and not math.isnan(by_seed[s][v])]
-            mean_curve.append(sum(accs) / len(accs) if accs else float("nan"))
-        out[metric] = {}
-        for level in levels:
-            per_seed = {str(s): threshold(list(by_seed[s]), list(by_seed[s].values()), level) for s in seeds}
-            out[metric][str(level)] = {
-                "per_seed": per_seed,
-                **_spread(list(per_seed.values())),
-                "of_mean_curve": threshold(values, mean_curve, level),
-            }
-    return out
-
-
-# -- the figure ----------------------------------------------------------------------------
-
-
-def plot_sweep(rows: Sequence[dict], path: Path, title: str = "") -> Path | None:
-    """Figure-3 style: each metric against the parameter, one thin line per seed, the mean bold."""
-    if not rows or any(_numeric(r["value"]) is None for r in rows):
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    param = rows[0]["param"]
-    seeds = sorted({int(r["seed"]) for r in rows})
-    values = sorted({float(r["value"]) for r in rows})
-    labels = {"zero_var_heldout": "0-var held-out accuracy", "two_var_union": "2-var union accuracy"}
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(5.2 * len(METRICS), 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], METRICS):
-        table = {(int(r["seed"]), float(r["value"])): _accuracy(r, metric) for r in rows}
-        for s in seeds:
-            ys = [table.get((s, v), float("nan")) for v in values]
-            ax.plot(values, ys, marker="o", ms=3, lw=1, alpha=0.55, label=f"seed {s}")
-        mean = []
-        for v in values:
-            accs = [table[(s, v)] for s in seeds if (s, v) in table and not math.isnan(table[(s, v)])]
-            mean.append(sum(accs) / len(accs) if accs else float("nan"))
-        ax.plot(values, mean, color="black", lw=2.2, marker="o", ms=4, label="mean")
-        for level in LEVELS:
-            ax.axhline(level, color="grey", lw=0.6, ls=":")
-        ax.set_xlabel(param)
-        ax.set_ylabel(labels.get(metric, metric))
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.25)
-    axes[0][0].legend(fontsize=8, loc="best")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 # -- running a sweep ---------------------------------------------------------------------
@@ -460,8 +307,6 @@ def _run_local(jobs: list[tuple[SweepPoint, dict, str]], workers: int, threads: 
         for point, config, run_dir in jobs:
             done(point, train_point(config, run_dir, threads))
         return
-    import multiprocessing
-
     # spawn: a fresh interpreter per worker, so no torch thread pool is copied by fork
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
@@ -483,7 +328,7 @@ def _run_local(jobs: list[tuple[SweepPoint, dict, str]], workers: int, threads: 
 def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
              done: Callable[[SweepPoint, dict], None]) -> None:
     try:
-        import ray
+        import ray  # optional dependency (the ray extra)
     except ImportError:
         raise ComposeLensError("the ray backend needs Ray: pip install 'compose-lens[ray]'") from None
     started_here = not ray.is_initialized()
@@ -518,8 +363,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
               backend: str = "local", workers: int | None = None, threads: int | None = None,
               address: str | None = None, progress: bool = True) -> SweepResult:
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png."""
-    if backend not in BACKENDS:
-        raise ComposeLensError(f"--backend {backend}: use {' or '.join(BACKENDS)}")
+    if backend not in SWEEP_BACKENDS:
+        raise ComposeLensError(f"--backend {backend}: use {' or '.join(SWEEP_BACKENDS)}")
     out = Path(out)
     points = sweep_points(param, values, seeds)
     configs = check_points(base, points)
@@ -571,89 +416,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     write_csv(rows, out / "results.csv")
     found = thresholds(rows)
     write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param,
-                                                "thresholds": _nan_to_null(found)})
-    plot_sweep(rows, out / "sweep.png", title=f"sweep over {param}, seeds {list(seeds)}")
+                                                "thresholds": json_safe(found)})
+    if rows and all(numeric(r["value"]) is not None for r in rows):
+        save(*sweep_figure(rows, title=f"sweep over {param}, seeds {list(seeds)}"), out / "sweep.png")
     failed = sum(1 for r in rows if r["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)
 
 
-def _nan_to_null(data: Any) -> Any:
-    """Strict JSON: NaN (not reached) becomes null."""
-    if isinstance(data, dict):
-        return {k: _nan_to_null(v) for k, v in data.items()}
-    if isinstance(data, float) and math.isnan(data):
-        return None
-    return data
-
-
-THRESHOLD_RULE = ("per seed: the smallest swept value from which on every accuracy is >= level, "
-                  "linearly interpolated with the value before it; the smallest value if all reach the "
-                  "level, NaN if the largest does not")
-
-
-def format_thresholds(found: dict, param: str) -> list[str]:
-    """One line per metric and level; 'not reached' where the accuracy never stays above it."""
-
-    def show(v: float) -> str:
-        return "not reached" if math.isnan(v) else f"{v:.3g}"
-
-    lines = []
-    for metric, by_level in found.items():
-        for level, t in by_level.items():
-            seeds = ", ".join(f"seed {s}: {show(v)}" for s, v in t["per_seed"].items())
-            head = (f"{param} = {t['mean']:.3g} +- {t['std']:.2g} (range {t['min']:.3g}..{t['max']:.3g}; "
-                    if t["n"] else f"{param}: not reached (")
-            lines.append(f"{metric} >= {float(level):.0%}: {head}{seeds}; mean curve {show(t['of_mean_curve'])})")
-    return lines
-
-
-# -- the command line ------------------------------------------------------------------------
-
-
-def _cmd_sweep(args) -> int:
-    from compose_lens.cli import run_config_from_args
-
-    base = run_config_from_args(args)
-    if args.steps is not None:
-        base = base.with_overrides([f"train.steps={args.steps}"])
-    if args.address and args.backend != "ray":
-        raise ComposeLensError("--address is for --backend ray")
-    result = run_sweep(base, args.param, parse_values(args.values), args.seeds, args.out,
-                       backend=args.backend, workers=args.workers, threads=args.threads,
-                       address=args.address, progress=not args.quiet)
-    print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
-          f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
-    for line in format_thresholds(result.thresholds, args.param):
-        print("  " + line)
-    for row in result.rows:
-        if row["status"] == "failed":
-            print(f"  failed: {args.param}={row['value']} seed {row['seed']}: {row['error']}")
-    print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
-          f"{result.directory / 'sweep.png'}")
-    return 1 if result.failed else 0
-
-
-def register(subparsers) -> None:
-    """Add ``compose-lens sweep`` to the command line."""
-    p = subparsers.add_parser(
-        "sweep", help="train one run per (value, seed) of a setting; accuracy and threshold against it",
-        description="Train one run per value x seed of a setting (f, r or any config key), in parallel, "
-                    "resumable; write results.csv, thresholds.json and sweep.png. Run the same command "
-                    "again to finish an interrupted sweep.")
-    p.add_argument("--param", required=True, help="the swept setting: f, r, or any config key (e.g. train.lr)")
-    p.add_argument("--values", required=True, nargs="+",
-                   help="values (JSON), or start:stop:num for evenly spaced ones, e.g. 0.05:1:20")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0],
-                   help="seeds; each sets the split, data order and initial weights (default: 0)")
-    p.add_argument("--steps", type=int, help="training steps per point (default: the config's)")
-    p.add_argument("--config", help="base run config JSON")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a base setting, e.g. --set r=1 --set eval_every=500")
-    p.add_argument("--out", required=True, help="sweep directory")
-    p.add_argument("--backend", choices=BACKENDS, default="local",
-                   help="local: worker processes on this machine; ray: tasks on a Ray cluster")
-    p.add_argument("--workers", type=int, help="parallel points (default: one per core)")
-    p.add_argument("--threads", type=int, help="torch threads per point (default: cores / workers)")
-    p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_sweep)

@@ -5,27 +5,20 @@ betas 0.9 / 0.999, weight decay 0.02, constant rate), batch 512 of fresh
 sequences every step. Every ``eval_every`` steps the nine pool accuracies go to
 ``metrics.jsonl``; every ``checkpoint_every`` steps a checkpoint is written.
 
-A run is a directory::
-
-    RUN/config.json                       the RunConfig
-    RUN/metrics.jsonl                     one line per evaluation
-    RUN/checkpoints/step_000100/          model.safetensors + config.json
-    RUN/resume.safetensors                weights + optimizer state of the last checkpoint
-    RUN/model.safetensors, RUN/config.json  final weights (a run is also a model directory)
-    RUN/results.json                      final pools and the two exhaustive evaluations
-
+A run is a directory (its files are read and written by :mod:`compose_lens.runs`):
+``config.json``, ``split.json``, ``metrics.jsonl``, ``checkpoints/step_NNNNNN/``,
+``resume.safetensors``, the final ``model.safetensors`` and ``results.json``.
 Every file is written to a temporary name and renamed, so an interruption never
 leaves half a checkpoint. Batches are a pure function of (seed, step)
-(:class:`~compose_lens.sampler.TrainingSampler`) and the optimizer state is saved
+(:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved
 with the weights, so a resumed run ends with exactly the weights of an
 uninterrupted one. The training forward is the fast path where it is exact
-(:mod:`compose_lens.fastpath`), the TransformerLens forward otherwise.
+(:mod:`compose_lens.model.fastpath`), the TransformerLens forward otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import time
 from pathlib import Path
@@ -33,21 +26,15 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from compose_lens import __version__, code_version, fastpath, lens
-from compose_lens.config import ComposeLensError, RunConfig, write_json_atomic
+from compose_lens import runs
+from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.data.sampler import TrainingSampler, make_pools
+from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.model import build_model, save_model
-from compose_lens.sampler import TrainingSampler, make_pools
-from compose_lens.split import Split
-
-RESUME_FILE = "resume.safetensors"
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}"
+from compose_lens.model import fastpath, tl
+from compose_lens.provenance import provenance
 
 
 def use_fast_path(config: RunConfig) -> bool:
@@ -85,21 +72,21 @@ class Trainer:
             raise ComposeLensError("device=cuda, but torch sees no GPU here; use --set device=cpu")
         self.sampler = TrainingSampler(self.split, t.batch_size, t.seed)
         self.pools = make_pools(self.split, t.pool_size, t.seed)
-        self.model = build_model(config, str(self.device))
-        self.params = lens.parameters(self.model)
-        self.trainable = lens.trainable_parameters(self.model)
+        self.model = tl.boot(config.model, str(self.device))
+        self.params = tl.parameters(self.model)
+        self.trainable = tl.trainable_parameters(self.model)
         # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
         self.fast = use_fast_path(config)
-        self.code_version = code_version()  # read now: the tree may change while the run trains
+        self.provenance = provenance(config, t.seed)  # read now: the tree may change while the run trains
         self.step = 0
         self.elapsed = 0.0
         if self.resuming:
             self._load_resume_state()
         else:
-            write_json_atomic(self.run_dir / "config.json", config.to_dict())
-            self.split.save(self.run_dir / "split.json")
+            write_json_atomic(self.run_dir / runs.CONFIG_FILE, config.to_dict())
+            self.split.save(self.run_dir / runs.SPLIT_FILE)
 
     # -- the run directory ----------------------------------------------------------
 
@@ -108,17 +95,16 @@ class Trainer:
         exists = d.exists() and any(d.iterdir())
         self.resuming = False
         if exists and resume:
-            if not (d / RESUME_FILE).exists():
-                if (d / "config.json").exists() and not (d / "checkpoints").exists():
+            if not (d / runs.RESUME_FILE).exists():
+                if (d / runs.CONFIG_FILE).exists() and not (d / runs.CHECKPOINTS_DIR).exists():
                     # stopped before the first checkpoint: start again in place, forgetting
                     # the evaluations logged by the first attempt
-                    (d / "metrics.jsonl").unlink(missing_ok=True)
+                    runs.truncate_metrics(d, None)
                 else:
-                    raise ComposeLensError(f"{d}: nothing to resume from (no {RESUME_FILE}); "
+                    raise ComposeLensError(f"{d}: nothing to resume from (no {runs.RESUME_FILE}); "
                                            f"start a new run with --overwrite")
             else:
-                saved = json.loads((d / "config.json").read_text())
-                if saved != self.config.to_dict():
+                if load_json(d / runs.CONFIG_FILE) != self.config.to_dict():
                     raise ComposeLensError(f"{d}: the run was started with another configuration; "
                                            f"resume without --config/--set, or use a new --out")
                 self.resuming = True
@@ -129,40 +115,9 @@ class Trainer:
             shutil.rmtree(d)
         d.mkdir(parents=True, exist_ok=True)
 
-    def _save_resume_state(self) -> None:
-        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
-        for i, p in enumerate(self.trainable):
-            for name, value in self.optimizer.state.get(p, {}).items():
-                tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous() \
-                    if name == "step" else value.detach().cpu().contiguous()
-        tmp = self.run_dir / (RESUME_FILE + ".tmp")
-        save_file(tensors, str(tmp), metadata={"step": str(self.step), "elapsed": str(self.elapsed)})
-        tmp.replace(self.run_dir / RESUME_FILE)
-
     def _load_resume_state(self) -> None:
-        path = self.run_dir / RESUME_FILE
-        from safetensors import safe_open
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata()
-        tensors = load_file(str(path))
-        self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-        state = {}
-        for i, p in enumerate(self.trainable):
-            entry = {name: tensors[f"opt.{i}.{name}"] for name in ("exp_avg", "exp_avg_sq", "step")
-                     if f"opt.{i}.{name}" in tensors}
-            if entry:
-                entry["step"] = entry["step"].reshape(())
-                state[i] = entry
-        self.optimizer.load_state_dict({"state": state,
-                                        "param_groups": self.optimizer.state_dict()["param_groups"]})
-        self.step = int(meta["step"])
-        self.elapsed = float(meta.get("elapsed", 0.0))
-        # drop evaluations logged after the checkpoint we resume from
-        metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
-            kept = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= self.step]
-            metrics.write_text("".join(line + "\n" for line in kept))
+        self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)
+        runs.truncate_metrics(self.run_dir, self.step)  # evaluations after the checkpoint are logged again
 
     # -- training -------------------------------------------------------------------
 
@@ -187,20 +142,12 @@ class Trainer:
         return pool_accuracies(self.model, self.config, self.pools)
 
     def save_checkpoint(self) -> None:
-        directory = self.run_dir / "checkpoints" / checkpoint_name(self.step)
-        tmp = directory.with_name(directory.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        save_model(self.model, self.config, tmp, extra={"step": str(self.step)})
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-        self._save_resume_state()
+        runs.write_checkpoint(self.model, self.config, self.run_dir, self.step)
+        runs.save_resume_state(self.run_dir, self.model, self.optimizer, self.trainable, self.step, self.elapsed)
 
     def run(self, on_step: Callable[["Trainer"], None] | None = None) -> dict:
         """Train to ``steps``; ``on_step`` is called after every step (tests use it to interrupt)."""
         t = self.config.train
-        metrics_file = self.run_dir / "metrics.jsonl"
         bar = tqdm(total=t.steps, initial=self.step, disable=not self.progress, unit="step",
                    desc="train", dynamic_ncols=True)
         last = {}
@@ -214,8 +161,7 @@ class Trainer:
                     self.elapsed = time.perf_counter() - started
                     last = {"step": self.step, "train_loss": loss, **self.evaluate_pools(),
                             "elapsed_s": round(self.elapsed, 3)}
-                    with open(metrics_file, "a") as fh:
-                        fh.write(json.dumps(last) + "\n")
+                    runs.append_metrics(self.run_dir, last)
                     bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{last['0var_add_restricted']:.2f}",
                                     acc2=f"{last['2var_add_restricted']:.2f}",
                                     r2=f"{last['2var_var_restricted_1']:.2f}")
@@ -230,18 +176,16 @@ class Trainer:
         return self.finish(last)
 
     def finish(self, last_pools: dict) -> dict:
-        save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})
+        runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})
         results = {
             "steps": self.step,
             "train_wall_time_s": round(self.elapsed, 2),
             "fast_path": self.fast,
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": exhaustive_accuracies(self.model, self.config, self.split),
-            "config": self.config.to_dict(),
-            "code_version": self.code_version,
-            "compose_lens_version": __version__,
+            **self.provenance,
         }
-        write_json_atomic(self.run_dir / "results.json", results)
+        write_json_atomic(self.run_dir / runs.RESULTS_FILE, results)
         return results
 
 

@@ -15,7 +15,7 @@ process, and prints the ratio. The batched step here feeds every point the same
 token batch: the fast path writes a one-hot in place, which ``vmap`` cannot do when
 the tokens differ per point, and a per-point-token version would do the same
 arithmetic on the same shapes, so the cost is the same. (Shipping it would need an
-out-of-place variant of that one line in ``compose_lens.fastpath``.)
+out-of-place variant of that one line in ``compose_lens.model.fastpath``.)
 
 Run: ``.venv/bin/python experiments/bench_sweep_batched.py [--points 4] [--full]``.
 """
@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-from compose_lens import fastpath, lens
+from compose_lens.model import fastpath, tl
 from compose_lens.config import RunConfig
-from compose_lens.model import build_model
-from compose_lens.sampler import TrainingSampler
-from compose_lens.split import Split
+
+from compose_lens.data.sampler import TrainingSampler
+from compose_lens.data.split import Split
 
 
 def point_configs(k: int) -> list[RunConfig]:
@@ -47,9 +47,9 @@ def point_configs(k: int) -> list[RunConfig]:
 def separate_step_time(config: RunConfig, steps: int, threads: int) -> float:
     """Seconds per training step of one point in this process (the sweep's worker loop)."""
     torch.set_num_threads(threads)
-    model = build_model(config)
-    params = lens.parameters(model)
-    opt = torch.optim.AdamW(lens.trainable_parameters(model), lr=1e-3, weight_decay=0.02)
+    model = tl.boot(config.model)
+    params = tl.parameters(model)
+    opt = torch.optim.AdamW(tl.trainable_parameters(model), lr=1e-3, weight_decay=0.02)
     sampler = TrainingSampler(Split.from_task(config.task), config.train.batch_size, config.train.seed)
     for step in range(steps + 5):
         if step == 5:
@@ -66,8 +66,8 @@ def batched_step_time(configs: list[RunConfig], steps: int, threads: int) -> flo
     """Seconds per training step of K points as one stacked model (vmap over the weights)."""
     torch.set_num_threads(threads)
     cfg = configs[0].model
-    models = [build_model(c) for c in configs]
-    per_model = [lens.parameters(m) for m in models]
+    models = [tl.boot(c.model) for c in configs]
+    per_model = [tl.parameters(m) for m in models]
     trainable = {name for name, p in per_model[0].items() if p.requires_grad}
     stacked = {k: torch.stack([p[k].detach() for p in per_model]) for k in per_model[0]}
     for k in trainable:

@@ -1,10 +1,10 @@
-"""Benchmark: one training step of the paper model, the plain TransformerLens way vs compose-lens.
+"""Benchmark: one training step of the paper model, the plain TransformerLens way vs compose-tl.
 
 Both run in this process on the same batches with the same optimizer settings:
 
 * baseline: the full-sequence TransformerLens forward (``model(tokens)``), fp32,
   cross-entropy at the last position, AdamW step;
-* project: the fast path (:mod:`compose_lens.fastpath`), fp32, same loss and step;
+* project: the fast path (:mod:`compose_lens.model.fastpath`), fp32, same loss and step;
 * project, bf16: the fast path under CPU bf16 autocast (reported, not the default);
 * sampler: rendering one batch of 512 fresh training sequences (amortised over
   the block of steps the sampler renders at once), as a share of a fast step.
@@ -24,11 +24,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from compose_lens import fastpath, lens
+from compose_lens.model import fastpath, tl
 from compose_lens.config import RunConfig
-from compose_lens.model import build_model
-from compose_lens.sampler import TrainingSampler
-from compose_lens.split import Split
+
+from compose_lens.data.sampler import TrainingSampler
+from compose_lens.data.split import Split
 
 
 def time_steps(step_fn, batches, warmup: int = 5) -> list[float]:
@@ -53,10 +53,10 @@ def main() -> None:
     split = Split.from_task(config.task)
     sampler = TrainingSampler(split, config.train.batch_size, seed=0)
     batches = [sampler.batch(i) for i in range(args.steps + 5)]
-    model = build_model(config)
-    params = lens.parameters(model)
+    model = tl.boot(config.model)
+    params = tl.parameters(model)
     t = config.train
-    opt = torch.optim.AdamW(lens.trainable_parameters(model), lr=t.lr, betas=(t.beta1, t.beta2),
+    opt = torch.optim.AdamW(tl.trainable_parameters(model), lr=t.lr, betas=(t.beta1, t.beta2),
                             weight_decay=t.weight_decay, fused=True)
 
     def step(logits_fn, autocast=False):

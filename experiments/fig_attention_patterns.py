@@ -4,7 +4,8 @@
         [--sequence "b=7, e=5, d=2, b+23=?"] --out figures
 """
 
-from compose_lens.figures import attention_from_model, example_sequences, experiment_parser, model_of, save_figure
+from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
+from compose_lens.plots import attention_from_model, example_sequences
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--sequence", help="readable sequence (default: a 2-var sequence from the pools)")

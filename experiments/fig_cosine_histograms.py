@@ -4,7 +4,8 @@ variable (matched) and against other values (mismatched).
     python experiments/fig_cosine_histograms.py RUN_OR_REFERENCE_DIR [--step N] [--n 1000] --out figures
 """
 
-from compose_lens.figures import cosine_histograms_from_model, experiment_parser, model_of, save_figure
+from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
+from compose_lens.plots import cosine_histograms_from_model
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--n", type=int, default=1000, help="prompt pairs per side")

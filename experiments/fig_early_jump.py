@@ -6,8 +6,9 @@ matrix just before and just after the variable-assignment jump.
 Without --before/--after the bracket of the assignment phase found by `compose-lens dynamics` is used.
 """
 
-from compose_lens.dynamics import find_checkpoints
-from compose_lens.figures import dynamics_of, early_jump_from_source, example_sequences, experiment_parser, save_figure
+from compose_lens.runs import find_checkpoints
+from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
+from compose_lens.plots import early_jump_from_source, example_sequences
 
 parser = experiment_parser(__doc__.splitlines()[0], step=False)
 parser.add_argument("--before", type=int, help="checkpoint step before the jump")

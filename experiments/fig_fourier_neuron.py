@@ -3,7 +3,8 @@
     python experiments/fig_fourier_neuron.py RUN_OR_REFERENCE_DIR [--step N] [--frequency K] --out figures
 """
 
-from compose_lens.figures import experiment_parser, fourier_neuron_from_model, model_of, save_figure
+from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
+from compose_lens.plots import fourier_neuron_from_model
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--frequency", type=int, help="key frequency (default: the neuron fitting its ideal best)")

@@ -4,7 +4,8 @@ accuracy of each forbidden operand slot (b as the right operand is learned last)
     python experiments/fig_late_refinement.py RUN_OR_REFERENCE_DIR --out figures
 """
 
-from compose_lens.figures import dynamics_of, experiment_parser, refinement_figure, save_figure
+from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
+from compose_lens.plots import refinement_figure
 from compose_lens.config import RunConfig
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()

@@ -3,7 +3,8 @@
     python experiments/fig_progress_measures.py RUN_OR_REFERENCE_DIR --out figures
 """
 
-from compose_lens.figures import dynamics_of, experiment_parser, progress_measures_figure, save_figure
+from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
+from compose_lens.plots import progress_measures_figure
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()
 table, doc = dynamics_of(args)

@@ -3,7 +3,8 @@
     python experiments/fig_qk_heatmaps.py RUN_OR_REFERENCE_DIR [--step N] --out figures
 """
 
-from compose_lens.figures import experiment_parser, model_of, qk_heatmaps_from_model, save_figure
+from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
+from compose_lens.plots import qk_heatmaps_from_model
 
 args = experiment_parser(__doc__.splitlines()[0]).parse_args()
 loaded = model_of(args)

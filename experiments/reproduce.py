@@ -5,7 +5,7 @@
 Trains the paper configuration (SPEC sections 4-5: 30,000 steps, batch 512, seed 0)
 into a run directory, resuming it if it was interrupted, then prints the exhaustive
 0-var held-out and 2-var union accuracies next to the study's, the onsets of the
-three learning phases (the rule of :mod:`compose_lens.dynamics`, applied to the pool
+three learning phases (the rule of :mod:`compose_lens.analysis.dynamics`, applied to the pool
 accuracies of ``metrics.jsonl``), and the wall time. Where ``../shared/reference`` exists, the study's own final checkpoint is
 evaluated on its own split in the same table. The table is also written to
 ``RUN/reproduction.json``.
@@ -27,10 +27,11 @@ import pandas as pd
 import torch
 
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
-from compose_lens.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
+from compose_lens.analysis.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
 from compose_lens.evaluate import exhaustive_accuracies
-from compose_lens.model import PAPER_MODEL_DIR, load_model
-from compose_lens.train import RESUME_FILE, Trainer
+from compose_lens.runs import PAPER_MODEL_DIR, load_model
+from compose_lens.runs import RESUME_FILE
+from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 STUDY = {"zero_var_heldout": "> 98 % (generalises at f = 0.7)", "two_var_union": "> 98 %"}

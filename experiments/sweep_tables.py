@@ -12,7 +12,8 @@ import math
 import sys
 from collections import defaultdict
 
-from compose_lens.sweep import format_thresholds, read_csv, thresholds
+from compose_lens.analysis.thresholds import format_thresholds, thresholds
+from compose_lens.sweep import read_csv
 
 
 def _num(raw: str) -> float:

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from compose_lens.analysis import ablation
-from compose_lens.model import build_model
-from compose_lens.sampler import POOL_NAMES, make_pool
+from compose_lens.model import tl
+from compose_lens.data.sampler import POOL_NAMES, make_pool
 
 
 @pytest.fixture
 def tiny_model(tiny_config):
     torch.manual_seed(0)
-    return build_model(tiny_config)
+    return tl.boot(tiny_config.model)
 
 
 def _logits(model, tokens):

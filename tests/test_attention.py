@@ -7,11 +7,13 @@ import re
 
 import torch
 
-from compose_lens.attention import (attention_patterns, circuitsvis_bundle, marked_cells, offline_page,
-                                    sequence_views, write_attention)
+from compose_lens.analysis.attention import attention_patterns, marked_cells, sequence_views
+from compose_lens.report.outputs import write_attention
+from compose_lens.report.page import circuitsvis_bundle, offline_page
 from compose_lens.cli import main
-from compose_lens.model import build_model, save_model
-from compose_lens.task import parse_sequence
+from compose_lens.model import tl
+from compose_lens.runs import save_model
+from compose_lens.data.task import parse_sequence
 
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
@@ -30,7 +32,7 @@ def test_marked_cells_follow_the_circuit(tiny_task):
 
 
 def test_patterns_are_causal_distributions(tiny_config):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     tokens = torch.tensor([parse_sequence(tiny_config.task, "b=3, e=5, b+e=?")])
     patterns, logits = attention_patterns(model, tokens)
     assert patterns.shape == (1, 2, 1, tiny_config.task.seq_len, tiny_config.task.seq_len)
@@ -40,7 +42,7 @@ def test_patterns_are_causal_distributions(tiny_config):
 
 
 def test_offline_page_inlines_the_bundle_and_loads_nothing_from_the_network(tiny_config, tmp_path):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d =", "c=1, 4+c=?"]
     written, views = write_attention(model, tiny_config, texts, tmp_path, "tiny")
     page = (tmp_path / "attention.html").read_text()
@@ -64,7 +66,7 @@ def test_script_text_cannot_close_the_script_element():
 
 
 def test_attention_cli(tiny_config, tmp_path, capsys):
-    model_dir = save_model(build_model(tiny_config), tiny_config, tmp_path / "model")
+    model_dir = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main(["attention", str(model_dir), "b=3, e=5, b+2=?", "--out", str(tmp_path / "views")]) == 0
     assert (tmp_path / "views" / "attention.html").exists()
     assert "label" in capsys.readouterr().out

@@ -10,10 +10,10 @@ import pytest
 
 from compose_lens.cli import main
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_checkpoints,
-                                   find_phases, forbidden_slot_batches, load_checkpoint, phase_onset,
-                                   select_checkpoints, trajectory, write_dynamics)
-from compose_lens.sampler import POOL_NAMES
+from compose_lens.analysis.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_phases,
+                                            forbidden_slot_batches, phase_onset, phases_document, trajectory)
+from compose_lens.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints, write_dynamics
+from compose_lens.data.sampler import POOL_NAMES
 
 # -- the rule on synthetic curves -----------------------------------------------------------------
 
@@ -106,8 +106,8 @@ def test_dynamics_cli_writes_one_row_per_checkpoint(tiny_run, tmp_path):
 def test_trajectory_matches_a_fresh_load_of_each_checkpoint(tiny_run):
     """Loading weights into one model gives what loading each checkpoint alone gives."""
     from compose_lens.evaluate import pool_accuracies
-    from compose_lens.model import load_model
-    from compose_lens.sampler import make_pools
+    from compose_lens.runs import load_model
+    from compose_lens.data.sampler import make_pools
 
     traj = trajectory(tiny_run, pool_size=40, slot_size=10, circuit=False, progress=False)
     loaded = load_model(tiny_run / "checkpoints" / "step_000020")
@@ -120,7 +120,7 @@ def test_trajectory_matches_a_fresh_load_of_each_checkpoint(tiny_run):
 
 
 def test_forbidden_slot_batches_put_the_variable_in_its_forbidden_slot(tiny_run):
-    from compose_lens.task import decode
+    from compose_lens.data.task import decode
 
     _, config, split = find_checkpoints(tiny_run)
     batches = forbidden_slot_batches(split, size=20)
@@ -135,9 +135,10 @@ def test_forbidden_slot_batches_put_the_variable_in_its_forbidden_slot(tiny_run)
 
 def test_write_dynamics_records_the_config_and_code_version(tiny_run, tmp_path):
     traj = trajectory(tiny_run, pool_size=20, slot_size=5, circuit=False, progress=False, steps=[30])
-    doc = write_dynamics(traj, tmp_path)
+    write_dynamics(traj.table, phases_document(traj), tmp_path)
+    table, doc = load_dynamics(tmp_path)
     assert doc["config"]["task"]["modulus"] == 7 and doc["code_version"]
-    assert doc["steps"] == [30]
+    assert doc["steps"] == [30] and list(table["step"]) == [30]
 
 
 # -- the study's checkpoints ------------------------------------------------------------------------

@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.analysis import fourier
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig
-from compose_lens.model import build_model
 
 
 def cos_grid(p: int, k: int, phase: float = 0.0) -> torch.Tensor:
@@ -65,8 +64,8 @@ def planted_adder(p: int, keys: list[int], phases: int = 12, readout_scale: floa
     d_mlp = phases * len(keys)
     config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=2 * len(keys) + d_mlp,
                                                              d_head=2 * len(keys) + d_mlp, d_mlp=d_mlp))
-    model = build_model(config)
-    params = lens.parameters(model)
+    model = tl.boot(config.model)
+    params = tl.parameters(model)
     x = torch.arange(p, dtype=torch.float32)
     d = config.model.d_model
     with torch.no_grad():

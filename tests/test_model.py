@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from compose_lens import fastpath, lens
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
-from compose_lens.model import build_model, load_model, load_reference_pth, save_model, load_model_dir
-from compose_lens.sampler import TrainingSampler
+from compose_lens.model import fastpath, tl
+from compose_lens.config import ComposeLensError, ModelConfig
+from compose_lens.runs import load_model, load_reference_pth, save_model, load_model_dir
+from compose_lens.data.sampler import TrainingSampler
 
 
 def direct_logits(sd: dict, tokens: torch.Tensor) -> torch.Tensor:
@@ -31,7 +31,7 @@ def direct_logits(sd: dict, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def test_transformerlens_interface(tiny_config, tiny_split):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     tokens = TrainingSampler(tiny_split, 8, 0).batch(0).tokens
     logits, cache = model.run_with_cache(tokens)
     assert logits.shape == (8, tiny_config.task.seq_len, tiny_config.task.modulus)
@@ -47,34 +47,33 @@ def test_transformerlens_interface(tiny_config, tiny_split):
 
 
 def test_same_seed_same_weights(tiny_config):
-    a, b = build_model(tiny_config), build_model(tiny_config)
-    c = build_model(RunConfig(task=tiny_config.task, model=tiny_config.model.replace(init_seed=1),
-                              train=tiny_config.train))
+    a, b = tl.boot(tiny_config.model), tl.boot(tiny_config.model)
+    c = tl.boot(tiny_config.model.replace(init_seed=1))
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert not torch.equal(sa["embed.weight"], sc["embed.weight"])
 
 
 def test_fast_path_matches_transformerlens(tiny_config, tiny_split):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     with torch.no_grad():  # make the weights less tame than at init
-        for name, p in lens.parameters(model).items():
+        for name, p in tl.parameters(model).items():
             if p.requires_grad:
                 p.mul_(3)
     tokens = TrainingSampler(tiny_split, 256, 0).batch(0).tokens
     with torch.no_grad():
-        fast = fastpath.last_position_logits(lens.parameters(model), tiny_config.model, tokens)
+        fast = fastpath.last_position_logits(tl.parameters(model), tiny_config.model, tokens)
         plain = fastpath.plain_last_position_logits(model, tokens)
     assert torch.allclose(fast, plain, atol=1e-4, rtol=1e-4), (fast - plain).abs().max()
 
 
 def test_fast_path_gradients_match(tiny_config, tiny_split):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     batch = TrainingSampler(tiny_split, 128, 0).batch(0)
     grads = []
     for use_fast in (True, False):
         model.zero_grad()
-        logits = (fastpath.last_position_logits(lens.parameters(model), tiny_config.model, batch.tokens)
+        logits = (fastpath.last_position_logits(tl.parameters(model), tiny_config.model, batch.tokens)
                   if use_fast else fastpath.plain_last_position_logits(model, batch.tokens))
         torch.nn.functional.cross_entropy(logits, batch.labels).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
@@ -89,13 +88,13 @@ def test_fast_path_gradients_match(tiny_config, tiny_split):
 def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_split, changes):
     cfg = tiny_config.model.replace(**changes)
     assert not fastpath.supports(cfg)
-    model = build_model(RunConfig(task=tiny_config.task, model=cfg, train=tiny_config.train))
+    model = tl.boot(cfg)
     tokens = TrainingSampler(tiny_split, 4, 0).batch(0).tokens
     assert model(tokens).shape == (4, tiny_config.task.seq_len, tiny_config.task.modulus)
 
 
 def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     save_model(model, tiny_config, tmp_path / "m")
     again, config = load_model_dir(tmp_path / "m")
     assert config == tiny_config
@@ -104,7 +103,7 @@ def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):
 
 
 def test_corrupt_checkpoint_is_refused_without_damage(tmp_path, tiny_config):
-    directory = save_model(build_model(tiny_config), tiny_config, tmp_path / "m")
+    directory = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "m")
     weights = directory / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ComposeLensError, match="not a readable safetensors"):
@@ -121,7 +120,7 @@ def test_reference_checkpoint_matches_direct_computation(reference_dir):
     expected = direct_logits(sd, tokens)
     with torch.no_grad():
         got = loaded.model(tokens)
-        fast = fastpath.last_position_logits(lens.parameters(loaded.model), loaded.config.model, tokens)
+        fast = fastpath.last_position_logits(tl.parameters(loaded.model), loaded.config.model, tokens)
     assert torch.allclose(got, expected, atol=1e-3, rtol=1e-4)
     assert torch.allclose(fast, expected[:, -1], atol=1e-3, rtol=1e-4)
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from compose_lens.analysis import patching
-from compose_lens.model import build_model
-from compose_lens.task import decode
+from compose_lens.model import tl
+from compose_lens.data.task import decode
 
 
 @pytest.fixture
 def tiny_model(tiny_config):
-    return build_model(tiny_config)
+    return tl.boot(tiny_config.model)
 
 
 @pytest.mark.parametrize("corruption", patching.CORRUPTIONS)

@@ -7,12 +7,11 @@ import math
 import pytest
 import torch
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.analysis import probes
 from compose_lens.analysis.activations import collect
-from compose_lens.model import build_model
-from compose_lens.sampler import make_pool
-from compose_lens.task import parse_sequence
+from compose_lens.data.sampler import make_pool
+from compose_lens.data.task import parse_sequence
 
 
 def one_hot_model(config, key_shift: int):
@@ -22,10 +21,10 @@ def one_hot_model(config, key_shift: int):
     key_shift=1 plants a previous-token head; key_shift=0 a head that attends to itself.
     Layer 1's OV copies the attended token and position into the residual stream.
     """
-    model = build_model(config)
+    model = tl.boot(config.model)
     n, V, d = config.task.seq_len, config.task.d_vocab, config.model.d_model
     assert n + V <= d
-    params = lens.parameters(model)
+    params = tl.parameters(model)
     with torch.no_grad():
         for tensor in params.values():
             tensor.zero_()
@@ -77,7 +76,7 @@ def test_variable_identity_matrix_finds_planted_routing_and_rejects_a_permutatio
     task = tiny_config.task
     n = task.seq_len
     var_dims = torch.arange(task.n_vars) + n + task.first_var_token
-    params = lens.parameters(model)
+    params = tl.parameters(model)
     with torch.no_grad():
         params["blocks.1.attn.q.weight"][var_dims, var_dims] = 1.0
         params["blocks.1.attn.k.weight"][var_dims, var_dims] = 1.0
@@ -101,9 +100,9 @@ def test_value_targets_point_at_the_values_of_the_operands(tiny_task):
 
 def test_table_forward_matches_run_with_cache(tiny_config, tiny_split):
     torch.manual_seed(0)
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     with torch.no_grad():  # a trained-looking model: larger weights than at init
-        for name, tensor in lens.parameters(model).items():
+        for name, tensor in tl.parameters(model).items():
             if tensor.requires_grad:
                 tensor.normal_(0, 0.3)
     tokens = make_pool(tiny_split, "2var_train", 64).tokens

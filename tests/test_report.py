@@ -158,10 +158,10 @@ def test_the_recorder_catches_errors_and_network_use(tmp_path):
 
 @needs_chromium
 def test_attention_page_renders_offline_in_chromium(tiny_config, tmp_path):
-    from compose_lens.attention import write_attention
-    from compose_lens.model import build_model
+    from compose_lens.report.outputs import write_attention
+    from compose_lens.model import tl
 
-    write_attention(build_model(tiny_config), tiny_config, ["b=3, e=5, b+2=?", "c=1, 4+c=?"], tmp_path / "v")
+    write_attention(tl.boot(tiny_config.model), tiny_config, ["b=3, e=5, b+2=?", "c=1, 4+c=?"], tmp_path / "v")
     assert_clean_offline_render(tmp_path / "v" / "attention.html", tmp_path, min_views=2, min_images=0)
 
 
@@ -169,7 +169,7 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     """A report of a run still training evaluates only the checkpoints written since."""
     import pandas as pd
 
-    from compose_lens.report import dynamics_for
+    from compose_lens.report.outputs import dynamics_for
 
     run_dir, _, _ = reported_run
     results = tmp_path / "results"

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from compose_lens.analysis import same_mlp
-from compose_lens.model import build_model
+from compose_lens.model import tl
 
 
 def test_report_is_json_and_the_verdict_follows_the_checks(tiny_config, tiny_split):
-    report = same_mlp.same_mlp_report(build_model(tiny_config), tiny_config, tiny_split,
+    report = same_mlp.same_mlp_report(tl.boot(tiny_config.model), tiny_config, tiny_split,
                                       n_prompts=40, pool_size=40)
     json.dumps(report)
     checks = report["conclusion"]["checks"]

@@ -6,10 +6,10 @@ import torch
 import pytest
 
 from compose_lens.config import ConfigError, TaskConfig
-from compose_lens.sampler import (POOL_NAMES, TrainingSampler, exhaustive_rows, make_exhaustive,
+from compose_lens.data.sampler import (POOL_NAMES, TrainingSampler, exhaustive_rows, make_exhaustive,
                                   make_pool, render)
-from compose_lens.split import Split, derived_generator, row_types, training_rows
-from compose_lens.task import decode
+from compose_lens.data.split import Split, derived_generator, row_types, training_rows
+from compose_lens.data.task import decode
 
 PAPER = TaskConfig()
 

@@ -6,7 +6,7 @@ import json
 import math
 
 from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, circuit_summary
-from compose_lens.model import build_model
+from compose_lens.model import tl
 
 REQUIRED = {"prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
             "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
@@ -14,7 +14,7 @@ REQUIRED = {"prev_token_weight_score", "prev_token_attention_score", "prev_token
 
 
 def test_circuit_measures_keys_ranges_and_determinism(tiny_config, tiny_split):
-    model = build_model(tiny_config)
+    model = tl.boot(tiny_config.model)
     first = circuit_measures(model, tiny_config, tiny_split, n=180, seed=3)
     assert REQUIRED <= set(first) and list(first) == list(MEASURE_KEYS)
     for key, value in first.items():
@@ -25,7 +25,7 @@ def test_circuit_measures_keys_ranges_and_determinism(tiny_config, tiny_split):
 
 
 def test_circuit_summary_is_json_and_records_its_provenance(tiny_config, tiny_split):
-    summary = circuit_summary(build_model(tiny_config), tiny_config, tiny_split, seed=1, n=180)
+    summary = circuit_summary(tl.boot(tiny_config.model), tiny_config, tiny_split, seed=1, n=180)
     text = json.dumps(summary)
     assert REQUIRED <= set(summary)
     assert isinstance(summary["key_frequencies"], list)
@@ -48,7 +48,7 @@ def test_reference_measures_find_the_whole_circuit(reference_final):
 
 
 def test_an_untrained_model_scores_low(tiny_config, tiny_split):
-    m = circuit_measures(build_model(tiny_config), tiny_config, tiny_split, n=180)
+    m = circuit_measures(tl.boot(tiny_config.model), tiny_config, tiny_split, n=180)
     assert m["ov_mlp_addition_accuracy"] < 0.5
     assert m["equals_to_values_score"] < 0.5
 
@@ -56,15 +56,14 @@ def test_an_untrained_model_scores_low(tiny_config, tiny_split):
 def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, monkeypatch):
     import pandas as pd
 
-    from compose_lens.analysis import cli as analysis_cli
     from compose_lens.cli import main
-    from compose_lens.model import save_model
+    from compose_lens.report import outputs
+    from compose_lens.runs import save_model
 
     # the same-MLP report is its own module's to test; here a stand-in shows where it lands
-    monkeypatch.setattr(analysis_cli, "_optional",
-                        lambda module, name: (lambda *a, **k: {"stand_in": True}) if name == "same_mlp_report" else None)
+    monkeypatch.setattr(outputs, "same_mlp_report", lambda *a, **k: {"stand_in": True})
 
-    save_model(build_model(tiny_config), tiny_config, tmp_path / "model")
+    save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main(["fourier", str(tmp_path / "model"), "--out", str(tmp_path / "fourier")]) == 0
     assert (tmp_path / "fourier" / "figures" / "frequency_shares.png").exists()
     assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
@@ -74,5 +73,8 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     assert summary["provenance"]["config"] == tiny_config.to_dict()
     neurons = pd.read_csv(tmp_path / "analysis" / "neuron_frequencies.csv", comment="#")
     assert len(neurons) == tiny_config.model.d_mlp
-    first_line = (tmp_path / "analysis" / "variable_identity.csv").read_text().splitlines()[0]
-    assert first_line.startswith("# provenance: ") and '"seed": 0' in first_line
+    # one provenance format: a JSON beside each CSV, so pandas reads the CSV as it is
+    identity = pd.read_csv(tmp_path / "analysis" / "variable_identity.csv")
+    assert list(identity.columns) == ["query_variable", *tiny_config.task.variable_names]
+    record = json.loads((tmp_path / "analysis" / "variable_identity.provenance.json").read_text())
+    assert record["seed"] == 0 and record["config"] == tiny_config.to_dict() and record["code_version"]

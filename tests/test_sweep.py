@@ -11,18 +11,8 @@ from safetensors.torch import load_file
 
 from compose_lens.cli import main
 from compose_lens.config import ComposeLensError
-from compose_lens.sweep import (
-    SweepPoint,
-    check_points,
-    first_step_above,
-    parse_values,
-    plan_workers,
-    read_csv,
-    run_dir_of,
-    run_sweep,
-    threshold,
-    thresholds,
-)
+from compose_lens.analysis.thresholds import first_step_above, threshold, thresholds
+from compose_lens.sweep import SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep
 from compose_lens.train import Trainer
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from compose_lens.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.task import SequenceError, decode, parse_sequence, to_text, to_token_string
+from compose_lens.data.task import SequenceError, decode, parse_sequence, to_text, to_token_string
 
 
 def test_paper_vocabulary():

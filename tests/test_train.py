@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.config import ComposeLensError
 from compose_lens.train import Trainer
 
@@ -40,8 +40,8 @@ def test_run_directory_layout_and_learning(tmp_path, tiny_config):
 def test_layer1_mlp_and_biases_stay_exactly_zero(tmp_path, tiny_config):
     trainer = Trainer(tiny_config.with_overrides(["steps=20"]), tmp_path / "run", progress=False)
     trainer.run()
-    params = lens.parameters(trainer.model)
-    for name in lens.frozen_names(tiny_config.model):
+    params = tl.parameters(trainer.model)
+    for name in tl.frozen_names(tiny_config.model):
         assert torch.count_nonzero(params[name]) == 0, name
     assert torch.count_nonzero(params["blocks.1.mlp.in.weight"]) > 0
 

@@ -37,11 +37,11 @@ from typing import Callable, Iterator
 import pandas as pd
 import torch
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.analysis.activations import collect
 from compose_lens.config import ComposeLensError, RunConfig
-from compose_lens.sampler import POOL_NAMES, Batch, TrainingSampler, make_pools
-from compose_lens.split import Split, derived_generator
+from compose_lens.data.sampler import POOL_NAMES, Batch, TrainingSampler, make_pools
+from compose_lens.data.split import Split, derived_generator
 
 ABLATION_KINDS = ("zero", "mean", "resample")
 _REFERENCE_STREAM, _RESAMPLE_STREAM = 50, 51
@@ -89,13 +89,13 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
 
 
 @contextlib.contextmanager
-def ablated(model: lens.Model, hooks: list[Hook]) -> Iterator[lens.Model]:
+def ablated(model: tl.Model, hooks: list[Hook]) -> Iterator[tl.Model]:
     """Run the model with ablation hooks inside the block; they are removed on exit."""
     with model.hooks(fwd_hooks=hooks):
         yield model
 
 
-def ablated_logits(model: lens.Model, tokens: torch.Tensor, hooks: list[Hook], chunk: int = 4096) -> torch.Tensor:
+def ablated_logits(model: tl.Model, tokens: torch.Tensor, hooks: list[Hook], chunk: int = 4096) -> torch.Tensor:
     """Last-position logits (N, V) with the hooks on, in chunks, without gradients."""
     out = []
     with torch.no_grad(), ablated(model, hooks):
@@ -107,9 +107,9 @@ def ablated_logits(model: lens.Model, tokens: torch.Tensor, hooks: list[Hook], c
 def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple]]:
     """(target, layer, index, hook name, index tuple) of every head and every real MLP."""
     cfg = config.model
-    targets = [("head", layer, h, lens.hook_name("z", layer), (h,))
+    targets = [("head", layer, h, tl.hook_name("z", layer), (h,))
                for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    targets += [("mlp", layer, -1, lens.hook_name("mlp_out", layer), ()) for layer in cfg.mlp_layers]
+    targets += [("mlp", layer, -1, tl.hook_name("mlp_out", layer), ()) for layer in cfg.mlp_layers]
     return targets
 
 
@@ -119,12 +119,12 @@ def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple
 class LastPositionMLP:
     """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly."""
 
-    def __init__(self, model: lens.Model, config: RunConfig, tokens: torch.Tensor):
+    def __init__(self, model: tl.Model, config: RunConfig, tokens: torch.Tensor):
         if config.model.n_layers != 2 or tuple(config.model.mlp_layers) != (1,):
             raise ComposeLensError("neuron and Fourier-direction ablation needs the study's layout: "
                                    "two layers, an MLP in the last one only")
         acts = collect(model, config.model, tokens, resid=False)
-        params = lens.parameters(model)
+        params = tl.parameters(model)
         W_U = params["unembed.weight"].detach().float().cpu()  # (V, d)
         W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu()  # (d, d_mlp)
         self.post = acts.mlp_post.float()  # (N, d_mlp)
@@ -195,7 +195,7 @@ def _concat(pools: dict[str, Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.
     return tokens, labels, pool_of_row, names
 
 
-def neuron_groups_by_frequency(model: lens.Model, config: RunConfig, split: Split, seed: int = 0,
+def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
                                min_fraction: float = 0.5) -> dict[int, list[int]]:
     """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance."""
     from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
@@ -207,7 +207,7 @@ def neuron_groups_by_frequency(model: lens.Model, config: RunConfig, split: Spli
     return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
 
 
-def ablation_table(model: lens.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
+def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
                    seed: int = 0, kinds=ABLATION_KINDS, single_neurons: bool = True,
                    reference_size: int = 1000) -> pd.DataFrame:
     """Zero / mean / resample ablation of every head, MLP2, each neuron, each key frequency's

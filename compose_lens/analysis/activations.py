@@ -16,7 +16,7 @@ field                       TransformerLens hook                    shape
 
 :func:`collect` reads them with the model's own ``run_with_cache``. That forward
 pass is slow for the thousands of sequences a Fourier grid needs, so for the
-paper's architecture (the one :func:`compose_lens.fastpath.supports` accepts:
+paper's architecture (the one :func:`compose_lens.model.fastpath.supports` accepts:
 two layers, one head each, an MLP in the last layer only, no normalisation, zero
 biases) :func:`table_forward` computes the same numbers from the weights with
 *tables*: layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are
@@ -34,7 +34,7 @@ from typing import Iterator
 
 import torch
 
-from compose_lens import fastpath, lens
+from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig
 
 CACHED_HOOKS = (
@@ -87,7 +87,7 @@ def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: tor
                   resid: bool = True) -> Activations:
     """The activations of the paper architecture from weight tables (exact up to rounding).
 
-    This is the training fast path (:func:`compose_lens.fastpath.forward_at_answer`)
+    This is the training fast path (:func:`compose_lens.model.fastpath.forward_at_answer`)
     read out at every step; ``resid=False`` skips ``resid_mid0`` at every position
     (the Fourier grids need only ``=``).
     """
@@ -99,7 +99,7 @@ def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: tor
 
 
 @torch.no_grad()
-def cached_forward(model: lens.Model, tokens: torch.Tensor) -> Activations:
+def cached_forward(model: tl.Model, tokens: torch.Tensor) -> Activations:
     """The same activations read from the model's own ``run_with_cache`` (any architecture)."""
     logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in CACHED_HOOKS)
     return Activations(
@@ -114,14 +114,14 @@ def cached_forward(model: lens.Model, tokens: torch.Tensor) -> Activations:
     )
 
 
-def collect(model: lens.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: int = 4096,
+def collect(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: int = 4096,
             fast: bool | None = None, resid: bool = True) -> Activations:
     """Activations of ``tokens`` (N, n) on CPU in float32; the table forward where it is exact.
 
     ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None).
     """
     use_tables = fastpath.supports(cfg) if fast is None else fast
-    params = lens.parameters(model)
+    params = tl.parameters(model)
     device = params["embed.weight"].device
     parts = []
     for start in range(0, len(tokens), chunk):

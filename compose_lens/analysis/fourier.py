@@ -55,11 +55,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.analysis.activations import activation_fn, collect
 from compose_lens.config import RunConfig
-from compose_lens.sampler import render
-from compose_lens.split import Split, derived_generator
+from compose_lens.data.sampler import render
+from compose_lens.data.split import Split, derived_generator
 
 OPERAND_KINDS = ("constant", "left", "right", "both")
 _GRID_STREAM = 22
@@ -210,8 +210,8 @@ class AdditionGrid:
         return (self.logits().argmax(-1) == self.labels).float().mean().item()
 
 
-def _readout(model: lens.Model) -> tuple[torch.Tensor, torch.Tensor]:
-    params = lens.parameters(model)
+def _readout(model: tl.Model) -> tuple[torch.Tensor, torch.Tensor]:
+    params = tl.parameters(model)
     W_U = params["unembed.weight"].detach().float().cpu().T  # (d, d_vocab_out)
     W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu().T  # (d_mlp, d)
     return W_out @ W_U, W_U
@@ -248,7 +248,7 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
     return torch.stack([x, y, v, w], dim=1)
 
 
-def operand_grid(model: lens.Model, config: RunConfig, split: Split, operands: str = "constant",
+def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
                  seed: int = 0) -> AdditionGrid:
     """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded)."""
     rows = grid_rows(split, operands, seed)
@@ -261,7 +261,7 @@ def operand_grid(model: lens.Model, config: RunConfig, split: Split, operands: s
                         acts.mlp_post.view(p, p, -1), W_logit, W_U, tokens)
 
 
-def ov_grid(model: lens.Model, config: RunConfig, scale: float = 1.0) -> AdditionGrid:
+def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0) -> AdditionGrid:
     """The weights-only grid: MLP2 input ``scale (OV2 e_x + OV2 e_y)`` (layer 2 = ``blocks.1``).
 
     ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
@@ -270,16 +270,16 @@ def ov_grid(model: lens.Model, config: RunConfig, scale: float = 1.0) -> Additio
     from compose_lens.analysis.probes import ov_matrix
 
     p = config.task.modulus
-    E = lens.parameters(model)["embed.weight"].detach().float().cpu()[:p]
+    E = tl.parameters(model)["embed.weight"].detach().float().cpu()[:p]
     ov = E @ ov_matrix(model, 1, config.model.d_head)  # (p, d): OV2 e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
-    pre = resid @ lens.parameters(model)["blocks.1.mlp.in.weight"].detach().float().cpu().T
+    pre = resid @ tl.parameters(model)["blocks.1.mlp.in.weight"].detach().float().cpu().T
     post = activation_fn(config.model)(pre)
     W_logit, W_U = _readout(model)
     return AdditionGrid("ov", resid, pre, post, W_logit, W_U, None)
 
 
-def ov_mlp_addition_accuracy(model: lens.Model, config: RunConfig) -> float:
+def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig) -> float:
     """Fraction of the p^2 pairs for which MLP2 and the unembedding, fed ``OV2 e_x + OV2 e_y``
     (with that input also on the direct path), answer ``(x + y) mod p``."""
     return ov_grid(model, config).accuracy()

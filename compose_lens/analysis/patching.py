@@ -18,14 +18,14 @@ The method (ROME; Wang et al.'s IOI; TransformerLens ``patching``):
    the mean differences (stable where single pairs have small denominators) and a
    percentile bootstrap interval over the pairs.
 
-Components, in TransformerLens's hook names (:data:`compose_lens.lens.PATCH_HOOKS`):
+Components, in TransformerLens's hook names (:data:`compose_lens.model.tl.PATCH_HOOKS`):
 the residual stream before / between / after a block (``resid_pre``, ``resid_mid``,
 ``resid_post``), the attention output ``attn_out``, the MLP output ``mlp_out`` and
 the head output ``z`` (one site per head). Paper layer 1 is ``blocks.0``, layer 2
 is ``blocks.1``.
 
 Corruptions (:func:`make_prompt_pairs`), each an edit of one token so the labels
-stay correct (read back with :func:`compose_lens.task.decode`):
+stay correct (read back with :func:`compose_lens.data.task.decode`):
 
 * ``value``: the value assigned to the queried variable changed (1-var prompts);
 * ``variable``: the queried variable swapped for a distractor with another value;
@@ -62,14 +62,13 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens import fastpath, lens
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
-from compose_lens.sampler import make_pool
-from compose_lens.split import Split, derived_generator
-from compose_lens.task import label_of
+from compose_lens.model import fastpath, tl
+from compose_lens.config import CORRUPTIONS, ComposeLensError, ModelConfig, RunConfig
+from compose_lens.data.sampler import make_pool
+from compose_lens.data.split import Split, derived_generator
+from compose_lens.data.task import label_of
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
-CORRUPTIONS = ("value", "variable", "constant")
 _PAIR_STREAM = 40
 
 
@@ -189,8 +188,8 @@ def engine_supports(cfg: ModelConfig) -> bool:
 class _Weights:
     """The weights in the nn.Linear layout, detached, with the forward pieces patching needs."""
 
-    def __init__(self, model: lens.Model, cfg: ModelConfig):
-        params = {k: v.detach().float() for k, v in lens.parameters(model).items()}
+    def __init__(self, model: tl.Model, cfg: ModelConfig):
+        params = {k: v.detach().float() for k, v in tl.parameters(model).items()}
         self.p, self.cfg = params, cfg
         self.H, self.dh = cfg.n_heads, cfg.d_head
         self.act = fastpath.ACTIVATIONS[cfg.act_fn]
@@ -404,7 +403,7 @@ def _chunks(pairs: PromptPairs, size: int):
                           pairs.corrupted_labels[sl], pairs.corruption)
 
 
-def patched_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: PromptPairs,
+def patched_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
                         sites: list[Site], chunk: int = 128) -> torch.Tensor:
     """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones.
 
@@ -418,7 +417,7 @@ def patched_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: PromptPairs,
         return torch.cat([_engine_chunk(W, part, sites) for part in _chunks(pairs, chunk)], dim=1)
 
 
-def baseline_logit_diffs(model: lens.Model, pairs: PromptPairs) -> tuple[torch.Tensor, torch.Tensor]:
+def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs) -> tuple[torch.Tensor, torch.Tensor]:
     """(clean, corrupted) logit differences (N,) from the model's own forward."""
     with torch.no_grad():
         return (logit_diff(model(pairs.clean)[:, -1].float(), pairs),
@@ -428,7 +427,7 @@ def baseline_logit_diffs(model: lens.Model, pairs: PromptPairs) -> tuple[torch.T
 # -- the general path: the model's hooks, batched over sites ---------------------------------
 
 
-def hook_batched_logit_diffs(model: lens.Model, pairs: PromptPairs, sites: list[Site],
+def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Site],
                              max_rows: int = 8192) -> torch.Tensor:
     """Patched logit differences (S, N) through the model's hooks, many sites per forward.
 
@@ -441,12 +440,12 @@ def hook_batched_logit_diffs(model: lens.Model, pairs: PromptPairs, sites: list[
     groups: dict[tuple[str, int], list[int]] = {}
     for j, s in enumerate(sites):
         groups.setdefault((s.component, s.layer), []).append(j)
-    names = {lens.hook_name(c, layer) for c, layer in groups}
+    names = {tl.hook_name(c, layer) for c, layer in groups}
     with torch.no_grad():
         _, cache = model.run_with_cache(pairs.clean, names_filter=lambda name: name in names)
         per_forward = max(1, max_rows // N)
         for (component, layer), members in groups.items():
-            clean_act = cache[lens.hook_name(component, layer)]
+            clean_act = cache[tl.hook_name(component, layer)]
             for start in range(0, len(members), per_forward):
                 part = members[start: start + per_forward]
                 positions = torch.tensor([sites[j].position for j in part]).repeat_interleave(N)
@@ -464,13 +463,13 @@ def hook_batched_logit_diffs(model: lens.Model, pairs: PromptPairs, sites: list[
                     return act
 
                 logits = model.run_with_hooks(pairs.corrupted.repeat(len(part), 1),
-                                              fwd_hooks=[(lens.hook_name(component, layer), write_clean)])
+                                              fwd_hooks=[(tl.hook_name(component, layer), write_clean)])
                 last = logits[:, -1].float().view(len(part), N, -1)
                 out[part] = torch.stack([logit_diff(site_logits, pairs) for site_logits in last])
     return out
 
 
-def transformer_lens_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: PromptPairs,
+def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
                                  components=COMPONENTS) -> tuple[list[Site], torch.Tensor]:
     """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
     _, cache = model.run_with_cache(pairs.clean)
@@ -480,7 +479,7 @@ def transformer_lens_logit_diffs(model: lens.Model, cfg: ModelConfig, pairs: Pro
 
     sites, values = [], []
     for component in components:
-        table = lens.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
+        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
         sites += all_sites(cfg, [component])
         values.append(table.reshape(-1, len(pairs)).cpu())
     return sites, torch.cat(values)
@@ -515,7 +514,7 @@ def _position_role(task, position: int) -> str:
     return ("+", "lhs", "rhs", "=")[position - task.context_len]
 
 
-def patching_table(model: lens.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
+def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
                    n_boot: int = 1000) -> pd.DataFrame:
     """The full (component x layer x position[, head]) sweep over ``n_pairs`` prompt pairs.

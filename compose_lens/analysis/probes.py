@@ -34,8 +34,8 @@ of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
 parts); pass ``acts=`` to share one forward pass between several probes.
 
 >>> from compose_lens.config import RunConfig
->>> from compose_lens.model import build_model
->>> model = build_model(RunConfig())
+>>> from compose_lens.model import tl
+>>> model = tl.boot(RunConfig().model)
 >>> positional_qk_scores(model, RunConfig().task).shape
 torch.Size([12, 12])
 """
@@ -47,18 +47,18 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.analysis.activations import Activations, collect
 from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.sampler import POOL_NAMES, Batch, make_pool
-from compose_lens.split import Split, derived_generator
+from compose_lens.data.sampler import POOL_NAMES, Batch, make_pool
+from compose_lens.data.split import Split, derived_generator
 
 _PROBE_STREAM = 21
 
 
-def _weights(model: lens.Model, name: str, head: int = 0, d_head: int | None = None) -> torch.Tensor:
+def _weights(model: tl.Model, name: str, head: int = 0, d_head: int | None = None) -> torch.Tensor:
     """One head's slice of a projection, in nn.Linear layout (out, in), float32 on CPU."""
-    weight = lens.parameters(model)[name].detach().float().cpu()
+    weight = tl.parameters(model)[name].detach().float().cpu()
     if d_head is None:
         return weight
     if name.endswith("o.weight"):  # (d_model, n_heads * d_head): the head's columns
@@ -66,28 +66,28 @@ def _weights(model: lens.Model, name: str, head: int = 0, d_head: int | None = N
     return weight[head * d_head: (head + 1) * d_head]  # (n_heads * d_head, d_model): its rows
 
 
-def qk_matrix(model: lens.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
+def qk_matrix(model: tl.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
     """QK = W_Q W_K^T (d_model, d_model): ``score(a, b) = a QK b^T / sqrt(d_head)``."""
     Wq = _weights(model, f"blocks.{layer}.attn.q.weight", head, d_head)
     Wk = _weights(model, f"blocks.{layer}.attn.k.weight", head, d_head)
     return Wq.T @ Wk
 
 
-def ov_matrix(model: lens.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
+def ov_matrix(model: tl.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
     """OV = W_V W_O (d_model, d_model): a row vector ``a`` is written as ``a OV``."""
     Wv = _weights(model, f"blocks.{layer}.attn.v.weight", head, d_head)
     Wo = _weights(model, f"blocks.{layer}.attn.o.weight", head, d_head)
     return Wv.T @ Wo.T
 
 
-def _d_head(model: lens.Model) -> int:
+def _d_head(model: tl.Model) -> int:
     return int(model.cfg.d_head)
 
 
 # -- 1. previous-token head: weights ------------------------------------------------------
 
 
-def positional_qk_scores(model: lens.Model, task: TaskConfig | RunConfig | None = None,
+def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = None,
                          head: int = 0) -> torch.Tensor:
     """Layer-1 positional scores ``P QK1 P^T / sqrt(d_head)``, (C, C) over the context positions.
 
@@ -95,7 +95,7 @@ def positional_qk_scores(model: lens.Model, task: TaskConfig | RunConfig | None 
     alone; only j <= i is ever used (causal mask). Without a task, every position.
     """
     task = task.task if isinstance(task, RunConfig) else task
-    P = lens.parameters(model)["pos_embed.weight"].detach().float().cpu()
+    P = tl.parameters(model)["pos_embed.weight"].detach().float().cpu()
     n = task.context_len if task is not None else P.shape[0]
     d_head = _d_head(model)
     return P[:n] @ qk_matrix(model, 0, d_head, head) @ P[:n].T / math.sqrt(d_head)
@@ -111,7 +111,7 @@ def previous_position_fraction(scores: torch.Tensor) -> float:
     return (best == torch.arange(n - 1)).float().mean().item()
 
 
-def prev_token_weight_score(model: lens.Model, task: TaskConfig | RunConfig | None = None,
+def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None = None,
                             head: int = 0) -> float:
     """Weight view of the previous-token head: :func:`previous_position_fraction` of the
     positional scores. Position 1 has a single earlier key, so it always counts as a
@@ -131,7 +131,7 @@ def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
                  torch.cat([b.rows for b in parts])[:n])
 
 
-def probe_activations(model: lens.Model, config: RunConfig, split: Split, n: int = 900,
+def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int = 900,
                       seed: int = 0) -> Activations:
     """The activations of :func:`probe_batch` (one forward pass shared by the activation probes)."""
     return collect(model, config.model, probe_batch(split, n, seed).tokens)
@@ -154,7 +154,7 @@ def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tenso
 # -- 1. previous-token head: activations and a linear probe ------------------------------
 
 
-def prev_token_attention_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                                seed: int = 0, acts: Activations | None = None) -> float:
     """Fraction of context value positions whose layer-1 attention peaks on the previous token."""
     acts = _acts(model, config, split, n, seed, acts)
@@ -218,7 +218,7 @@ def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch
     return ProbeResult(train_acc, test_acc, len(x_train), len(x_test), n_classes)
 
 
-def prev_token_probe(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900, seed: int = 0,
+def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900, seed: int = 0,
                      acts: Activations | None = None, **probe_options) -> ProbeResult:
     """Probe the residual stream after layer-1 attention (``blocks.0.hook_resid_mid``; with no
     layer-1 MLP it equals ``hook_resid_post``) at value positions for the assigned variable."""
@@ -232,7 +232,7 @@ def prev_token_probe(model: lens.Model, config: RunConfig, split: Split, *, n: i
     return fit_linear_probe(features, labels, seq, task.n_vars, seed=seed, **probe_options)
 
 
-def prev_token_probe_accuracy(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+def prev_token_probe_accuracy(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                               seed: int = 0, acts: Activations | None = None, **probe_options) -> float:
     """Held-out accuracy of :func:`prev_token_probe` (chance: 1 / n_vars)."""
     return prev_token_probe(model, config, split, n=n, seed=seed, acts=acts, **probe_options).test_accuracy
@@ -254,7 +254,7 @@ def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor
     return _top2_matches(acts.pattern0[:, -1], targets)
 
 
-def equals_to_operands_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_operands_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                              seed: int = 0, acts: Activations | None = None) -> float:
     """Fraction of sequences whose layer-1 attention from ``=`` puts its top two weights on
     positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
@@ -265,7 +265,7 @@ def equals_to_operands_score(model: lens.Model, config: RunConfig, split: Split,
 # -- 3. variable-identity routing ----------------------------------------------------------
 
 
-def variable_identity_matrix(model: lens.Model, config: RunConfig | TaskConfig, head: int = 0) -> torch.Tensor:
+def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0) -> torch.Tensor:
     """``S = (E_var OV1) QK2 (E_var OV1)^T / sqrt(d_head)``, (n_vars, n_vars).
 
     Row v: the ``=`` query carrying variable v (gathered by layer 1 from the operand)
@@ -274,7 +274,7 @@ def variable_identity_matrix(model: lens.Model, config: RunConfig | TaskConfig, 
     """
     task = config.task if isinstance(config, RunConfig) else config
     d_head = _d_head(model)
-    E = lens.parameters(model)["embed.weight"].detach().float().cpu()
+    E = tl.parameters(model)["embed.weight"].detach().float().cpu()
     tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, 0, d_head, head)
     return tagged @ qk_matrix(model, 1, d_head, head) @ tagged.T / math.sqrt(d_head)
 
@@ -284,7 +284,7 @@ def diagonal_max_fraction(matrix: torch.Tensor) -> float:
     return (matrix.argmax(dim=1) == torch.arange(len(matrix))).float().mean().item()
 
 
-def variable_identity_score(model: lens.Model, config: RunConfig | TaskConfig, head: int = 0) -> float:
+def variable_identity_score(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0) -> float:
     """:func:`diagonal_max_fraction` of :func:`variable_identity_matrix` (chance about 1 / n_vars)."""
     return diagonal_max_fraction(variable_identity_matrix(model, config, head))
 
@@ -307,7 +307,7 @@ def equals_to_values_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
     return _top2_matches(acts.pattern1_last, value_targets(task, acts.tokens))
 
 
-def equals_to_values_score(model: lens.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                            seed: int = 0, acts: Activations | None = None) -> float:
     """Fraction of sequences whose layer-2 attention from ``=`` puts its top two weights on the
     value positions (see :func:`value_targets`)."""
@@ -317,7 +317,7 @@ def equals_to_values_score(model: lens.Model, config: RunConfig, split: Split, *
 
 def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:
     """The per-sequence activation scores split by sequence type (0var, 1var_left, ...)."""
-    from compose_lens.task import SEQUENCE_TYPES
+    from compose_lens.data.task import SEQUENCE_TYPES
 
     task = config.task
     tokens = acts.tokens

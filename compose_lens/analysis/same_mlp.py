@@ -35,13 +35,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from compose_lens import code_version, lens
+from compose_lens.provenance import provenance
+from compose_lens.model import tl
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, neuron_groups_by_frequency,
     reference_tokens)
 from compose_lens.config import ComposeLensError, RunConfig
-from compose_lens.sampler import make_pool, render
-from compose_lens.split import Split, derived_generator
+from compose_lens.data.sampler import make_pool, render
+from compose_lens.data.split import Split, derived_generator
 
 _STREAM = 60
 MLP_IN = "blocks.1.mlp.hook_in"
@@ -76,7 +77,7 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
     return const.tokens, varb.tokens, const.labels
 
 
-def _last(model: lens.Model, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
+def _last(model: tl.Model, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
     out = {n: cache[n][:, -1].float() for n in names}
@@ -116,9 +117,9 @@ def cosine_similarities(h_const: torch.Tensor, h_var: torch.Tensor, labels: torc
     return out
 
 
-def ov_prediction(model: lens.Model, x: torch.Tensor, y: torch.Tensor, attn_out: torch.Tensor) -> dict:
+def ov_prediction(model: tl.Model, x: torch.Tensor, y: torch.Tensor, attn_out: torch.Tensor) -> dict:
     """How well ``OV2 e_x + OV2 e_y`` predicts layer 2's attention output at ``=``: cosine, R^2 of a scale."""
-    params = lens.parameters(model)
+    params = tl.parameters(model)
     E = params["embed.weight"].detach().float()
     W_V, W_O = params["blocks.1.attn.v.weight"].detach().float(), params["blocks.1.attn.o.weight"].detach().float()
     pred = (E[x] + E[y]) @ W_V.T @ W_O.T
@@ -129,7 +130,7 @@ def ov_prediction(model: lens.Model, x: torch.Tensor, y: torch.Tensor, attn_out:
             "r2": (1 - residual / total).item()}
 
 
-def patch_last(model: lens.Model, receiver: torch.Tensor, donor_act: torch.Tensor, hook: str) -> torch.Tensor:
+def patch_last(model: tl.Model, receiver: torch.Tensor, donor_act: torch.Tensor, hook: str) -> torch.Tensor:
     """Last-position logits of ``receiver`` with ``hook`` at ``=`` replaced by ``donor_act`` (N, d).
 
     ``blocks.1.mlp.hook_in`` gets a new tensor (only the MLP reads it); other hooks are
@@ -146,7 +147,7 @@ def patch_last(model: lens.Model, receiver: torch.Tensor, donor_act: torch.Tenso
         return model.run_with_hooks(receiver, fwd_hooks=[(hook, write)])[:, -1].float()
 
 
-def patching_recovery(model: lens.Model, const: torch.Tensor, var: torch.Tensor, labels: torch.Tensor,
+def patching_recovery(model: tl.Model, const: torch.Tensor, var: torch.Tensor, labels: torch.Tensor,
                       acts_const: dict, acts_var: dict, g: torch.Generator) -> dict:
     """Accuracy after patching between constant and variable runs, matched and mismatched donors."""
     partner = _mismatch(labels, g)
@@ -164,7 +165,7 @@ def patching_recovery(model: lens.Model, const: torch.Tensor, var: torch.Tensor,
     return out
 
 
-def ablation_losses(model: lens.Model, config: RunConfig, split: Split, pool_size: int, seed: int) -> dict:
+def ablation_losses(model: tl.Model, config: RunConfig, split: Split, pool_size: int, seed: int) -> dict:
     """Accuracy lost on the 0-var, 1-var and 2-var training pools when MLP2's key frequencies
     are mean-ablated: all key directions together, each frequency's directions, each one's neurons."""
     pools = {name: make_pool(split, f"{name}_train", pool_size, seed) for name in ("0var", "1var", "2var")}
@@ -230,15 +231,14 @@ def _verdict(report: dict) -> dict:
     return {"verdict": verdict, "checks": checks, "thresholds": dict(THRESHOLDS)}
 
 
-def same_mlp_report(model: lens.Model, config: RunConfig, split: Split, seed: int = 0, *,
+def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
                     n_prompts: int = 1000, pool_size: int = 1000) -> dict:
     """The three tests of the module docstring; a JSON-serialisable dict with the conclusion."""
     if config.model.n_layers != 2 or tuple(config.model.mlp_layers) != (1,):
         raise ComposeLensError("the same-MLP test is about the study's layout: two layers, "
                                "an MLP in the second (blocks.1) only")
     g = derived_generator(seed, _STREAM, 2)
-    report: dict = {"seed": seed, "n_prompts": n_prompts, "pool_size": pool_size,
-                    "config": config.to_dict(), "code_version": code_version(),
+    report: dict = {**provenance(config, seed), "n_prompts": n_prompts, "pool_size": pool_size,
                     "cosine": {}, "ov_prediction": {}, "patching": {}, "accuracy_unpatched": {}}
     was_training = model.training
     model.eval()

@@ -33,15 +33,15 @@ constant and the excluded losses remove nothing (they equal ``grid_loss``).
 
 from __future__ import annotations
 
-import math
 
 import torch
 
-from compose_lens import code_version, lens
+from compose_lens.provenance import provenance
+from compose_lens.model import tl
 from compose_lens.analysis import fourier, probes
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.config import RunConfig
-from compose_lens.split import Split
+from compose_lens.config import RunConfig, json_safe
+from compose_lens.data.split import Split
 
 MEASURE_KEYS = (
     "prev_token_weight_score",
@@ -73,7 +73,7 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
-def circuit_measures(model: lens.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
+def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
                      threads: int | None = 1) -> dict[str, float]:
     """The cheap per-checkpoint measures (see the module docstring for the keys).
 
@@ -97,18 +97,7 @@ def circuit_measures(model: lens.Model, config: RunConfig, split: Split, *, n: i
     return {k: float(out[k]) for k in MEASURE_KEYS}
 
 
-def _clean(value):
-    """JSON-safe: NaN and infinities become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def circuit_summary(model: lens.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
+def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
                     threads: int | None = 1) -> dict:
     """Everything of :func:`circuit_measures`, plus the details (JSON-ready)."""
     with torch_threads(threads), torch.no_grad():
@@ -147,8 +136,6 @@ def circuit_summary(model: lens.Model, config: RunConfig, split: Split, seed: in
                                  "n_train": probe.n_train, "n_test": probe.n_test, "chance": probe.chance},
             "scores_by_type": probes.scores_by_type(config, acts),
             "n_sequences": len(acts),
-            "seed": seed,
-            "config": config.to_dict(),
-            "code_version": code_version(),
+            **provenance(config, seed),
         }
-    return _clean(summary)
+    return json_safe(summary)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -44,7 +45,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
+
+from compose_lens.analysis import fourier  # noqa: E402
+from compose_lens.analysis.attention import sequence_views  # noqa: E402
+from compose_lens.analysis.thresholds import LEVELS, METRICS, accuracy_of  # noqa: E402
+from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix  # noqa: E402
+from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts  # noqa: E402
+from compose_lens.data.sampler import make_pool  # noqa: E402
+from compose_lens.data.task import to_text  # noqa: E402
+from compose_lens.model import tl  # noqa: E402
+from compose_lens.runs import load_checkpoint  # noqa: E402
 
 PHASE_STYLE = {"addition": ("tab:green", "addition"),
                "assignment": ("tab:purple", "assignment"),
@@ -353,9 +365,6 @@ def example_sequences(split, seed: int = 0) -> list[str]:
     """One readable sequence of each kind the circuit must handle, drawn from the pools:
     0-var held-out pair, 1-var, 2-var held-out pair, 2-var with both variables in
     forbidden slots."""
-    from compose_lens.sampler import make_pool
-    from compose_lens.task import to_text
-
     out = []
     for pool in ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2"):
         batch = make_pool(split, pool, size=1, seed=seed)
@@ -364,24 +373,24 @@ def example_sequences(split, seed: int = 0) -> list[str]:
 
 
 def qk_heatmaps_from_model(model, config, title: str = ""):
-    from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix
-
     return qk_heatmaps_figure(positional_qk_scores(model, config).numpy(),
                               variable_identity_matrix(model, config).numpy(),
                               config.task.variable_names, title)
 
 
-def attention_from_model(model, config, text: str):
-    from compose_lens.attention import sequence_views, view_figure
+def view_figure(view: dict):
+    """The PNG heatmap of one view (head 0 of each layer) with the predicted cells outlined."""
+    verdict = "correct" if view["correct"] else "wrong"
+    return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
+                            title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")
 
+
+def attention_from_model(model, config, text: str):
     return view_figure(sequence_views(model, config, [text])[0])
 
 
 def jump_state(model, config, text: str, step: int, accuracy: float | None = None) -> dict:
     """What :func:`early_jump_figure` shows for one checkpoint."""
-    from compose_lens.analysis.probes import variable_identity_matrix
-    from compose_lens.attention import sequence_views
-
     view = sequence_views(model, config, [text])[0]
     return {"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
             "identity": variable_identity_matrix(model, config).numpy(), "accuracy": accuracy}
@@ -390,8 +399,6 @@ def jump_state(model, config, text: str, step: int, accuracy: float | None = Non
 def early_jump_from_source(source, before: int, after: int, text: str, table: pd.DataFrame | None = None,
                            split_file=None):
     """The early-jump figure between two checkpoint steps of a run or reference folder."""
-    from compose_lens.dynamics import load_checkpoint
-
     states = []
     for step in (before, after):
         loaded = load_checkpoint(source, step, split_file)
@@ -411,8 +418,6 @@ def fourier_neuron_from_model(model, config, split, frequency: int | None = None
     neuron's own pre-activation) where the analysis provides it, else the fitted
     ``A cos(2 pi k (x + y) / p + phase) + c``.
     """
-    from compose_lens.analysis import fourier
-
     grid = fourier.operand_grid(model, config, split, "constant", seed)
     keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
     if not keys:
@@ -442,17 +447,12 @@ def cosine_histograms_from_model(model, config, split, n: int = 1000, seed: int 
     The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
     MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
     """
-    import torch
-
-    from compose_lens import lens
-    from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts
-
     groups = {}
     g = torch.Generator().manual_seed(seed)
     for side in ("left", "right"):
         const, var, labels = matched_prompts(split, n, side, seed)
         with torch.no_grad():
-            h = [lens.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
+            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
                  for t in (const, var)]
         centre = torch.cat(h).mean(0)
         a, b = h[0] - centre, h[1] - centre
@@ -464,43 +464,34 @@ def cosine_histograms_from_model(model, config, split, n: int = 1000, seed: int 
                                             "variable, and against other values")
 
 
-# -- the experiments/ scripts' shared command line -----------------------------------------------
+def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+    """Figure-3 style: each metric against the parameter, one thin line per seed, the mean bold.
 
-
-def experiment_parser(description: str, step: bool = True):
-    """The arguments every figure script takes: SOURCE, --out, --split, --dynamics (and --step)."""
-    import argparse
-
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("source", help="run directory, or a folder of the study's step_N.pth files")
-    p.add_argument("--out", default="figures", help="directory for the PNG and CSV (default: figures)")
-    p.add_argument("--split", help="split file (default: the run's own)")
-    p.add_argument("--dynamics", help="directory with dynamics.csv/phases.json; computed there if missing "
-                                      "(default: OUT/dynamics)")
-    if step:
-        p.add_argument("--step", type=int, help="checkpoint step (default: the final model)")
-    return p
-
-
-def save_figure(figure: tuple[plt.Figure, pd.DataFrame | None], args, name: str) -> None:
-    """Save a script's (figure, data) as ``args.out``/NAME.png and .csv; print the paths."""
-    for path in save(*figure, Path(args.out) / name):
-        print(f"wrote {path}")
-
-
-def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
-    """The dynamics table and phases document of ``args.source`` (computed and saved if missing)."""
-    from compose_lens.report import dynamics_for
-
-    directory = Path(args.dynamics) if args.dynamics else Path(args.out) / "dynamics"
-    return dynamics_for(Path(args.source), directory, args.split)
-
-
-def model_of(args):
-    """The model of ``args.source`` at ``args.step`` (the final one if None), as a Loaded."""
-    from compose_lens.dynamics import load_checkpoint
-    from compose_lens.report import final_model
-
-    if getattr(args, "step", None) is None:
-        return final_model(Path(args.source), args.split)[0]
-    return load_checkpoint(args.source, args.step, args.split)
+    ``rows`` are a sweep's ``results.csv`` rows, with numeric values.
+    """
+    param = rows[0]["param"]
+    seeds = sorted({int(r["seed"]) for r in rows})
+    values = sorted({float(r["value"]) for r in rows})
+    labels = {"zero_var_heldout": "0-var held-out accuracy", "two_var_union": "2-var union accuracy"}
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(5.2 * len(METRICS), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], METRICS):
+        table = {(int(r["seed"]), float(r["value"])): accuracy_of(r, metric) for r in rows}
+        for s in seeds:
+            ys = [table.get((s, v), float("nan")) for v in values]
+            ax.plot(values, ys, marker="o", ms=3, lw=1, alpha=0.55, label=f"seed {s}")
+        mean = []
+        for v in values:
+            accs = [table[(s, v)] for s in seeds if (s, v) in table and not math.isnan(table[(s, v)])]
+            mean.append(sum(accs) / len(accs) if accs else float("nan"))
+        ax.plot(values, mean, color="black", lw=2.2, marker="o", ms=4, label="mean")
+        for level in LEVELS:
+            ax.axhline(level, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel(param)
+        ax.set_ylabel(labels.get(metric, metric))
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.25)
+    axes[0][0].legend(fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig, pd.DataFrame(rows)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from compose_lens import lens
+from compose_lens.model import tl
 from compose_lens.config import ModelConfig
 
 ACTIVATIONS = {
@@ -72,7 +72,7 @@ class AnswerActivations:
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
     """Logits (B, d_vocab_out) at the last position, as the TransformerLens forward gives them.
 
-    ``params`` are the model's live parameters (:func:`compose_lens.lens.parameters`),
+    ``params`` are the model's live parameters (:func:`compose_lens.model.tl.parameters`),
     so gradients reach the model.
     """
     return forward_at_answer(params, cfg, tokens).logits
@@ -149,6 +149,6 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     return AnswerActivations(A0, resid1_last, A1, resid_mid, mlp_pre, mlp_post, logits)
 
 
-def plain_last_position_logits(model: lens.Model, tokens: torch.Tensor) -> torch.Tensor:
+def plain_last_position_logits(model: tl.Model, tokens: torch.Tensor) -> torch.Tensor:
     """The baseline: the full TransformerLens forward, read at the last position."""
     return model(tokens)[:, -1]

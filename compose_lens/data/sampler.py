@@ -1,6 +1,6 @@
 """Rendering sequences: the training sampler, the nine accuracy pools, the exhaustive sets.
 
-Every sequence starts as a *row* ``(x, y, v, w)`` (see :mod:`compose_lens.split`)
+Every sequence starts as a *row* ``(x, y, v, w)`` (see :mod:`compose_lens.data.split`)
 and is *rendered* into tokens with a fresh random context, exactly as SPEC
 section 1 says:
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.split import Split, derived_generator, row_types, training_rows
+from compose_lens.data.split import Split, derived_generator, row_types, training_rows
 
 POOL_NAMES = (
     "0var_train",

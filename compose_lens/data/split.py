@@ -13,7 +13,7 @@ Three things decide what the model may see in training:
   row per variable allowed on each side, and ``two_var_rows`` 2-var rows (distinct
   allowed variable pairs), each kept with probability r. Training draws rows
   uniformly with replacement and renders a fresh context at every draw
-  (:mod:`compose_lens.sampler`).
+  (:mod:`compose_lens.data.sampler`).
 
 A split is saved and loaded in the reference's ``split.json`` shape, so the
 study's checkpoints can be evaluated on the split they were trained with.

@@ -7,7 +7,7 @@
    2-var sequences (the exhaustive 2-var union; the study reports over 98 %),
    0-var held-out accuracy, and the onsets of the three phases (study: about 4.5k,
    6k and 14k-16k steps), then the nine pool accuracies of the final model;
-3. the training dynamics (:mod:`compose_lens.dynamics`; computed and saved to
+3. the training dynamics (:mod:`compose_lens.analysis.dynamics`; computed and saved to
    ``RUN_DIR/results/`` if missing): accuracy by variable count, the progress
    measures and the late refinement, each with the phase onsets marked;
 4. the circuit summary (:func:`compose_lens.analysis.summary.circuit_measures`
@@ -18,7 +18,7 @@
    jump before/after, the best Fourier neuron.
 
 Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.attention`), so the page has no
+circuitsvis bundle once, see :mod:`compose_lens.analysis.attention`), so the page has no
 external reference at all; the figures are also saved as PNG + CSV under
 ``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
 page instead of stopping the report.
@@ -26,18 +26,20 @@ page instead of stopping the report.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import html
 import json
-import traceback
 from pathlib import Path
-from typing import Callable
 
-import pandas as pd
-
-from compose_lens import __version__, code_version
-from compose_lens.config import ComposeLensError, load_json
+from compose_lens import plots, runs
+from compose_lens.analysis.attention import sequence_views
+from compose_lens.analysis.summary import circuit_summary
+from compose_lens.config import ComposeLensError
+from compose_lens.data.sampler import POOL_NAMES, make_pools
+from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.provenance import VERSION, code_version
+from compose_lens.report.outputs import dynamics_for
+from compose_lens.report.page import Report, html_table, view_html
 
 STUDY = {
     "two_var_union": "> 98 %",
@@ -46,70 +48,6 @@ STUDY = {
     "assignment": "~6k",
     "refinement": "~14k-16k",
 }
-
-STYLE = """
-body{font-family:system-ui,-apple-system,sans-serif;max-width:1250px;margin:1.5em auto;padding:0 1em;color:#222;
-line-height:1.45}
-h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2.2em}
-table{border-collapse:collapse;margin:.8em 0}td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}
-th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 .3em}
-.note{color:#666;font-size:.92em}.missing{color:#a33}nav a{margin-right:1em}
-figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
-"""
-
-
-class Report:
-    """An HTML page built section by section; a failing section becomes a note, not a crash."""
-
-    def __init__(self, figure_dir: Path | None = None):
-        self.sections: list[tuple[str, str, str]] = []  # (anchor, title, html)
-        self.figure_dir = figure_dir
-        self.problems: list[str] = []
-
-    def section(self, anchor: str, title: str, build: Callable[[], str]) -> None:
-        try:
-            body = build()
-        except Exception as exc:  # one analysis failing must not lose the rest of the report
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            self.problems.append(f"{title}: {detail}")
-            body = f'<p class="missing">This section could not be made: {html.escape(detail)}</p>'
-        self.sections.append((anchor, title, body))
-
-    def figure(self, fig_and_data, name: str, caption: str) -> str:
-        """Embed a (figure, data) pair; also save it as PNG + CSV under figure_dir (one render)."""
-        from compose_lens.figures import data_uri, png_bytes
-
-        fig, data = fig_and_data
-        png = png_bytes(fig)
-        if self.figure_dir is not None:
-            self.figure_dir.mkdir(parents=True, exist_ok=True)
-            (self.figure_dir / f"{name}.png").write_bytes(png)
-            if data is not None:
-                data.to_csv(self.figure_dir / f"{name}.csv", index=False)
-        return (f'<figure><img alt="{html.escape(name)}" src="{data_uri(png)}">'
-                f"<figcaption>{caption}</figcaption></figure>")
-
-    def render(self, title: str, subtitle: str) -> str:
-        from compose_lens.attention import offline_page
-
-        nav = " ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in self.sections)
-        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p><nav>{nav}</nav>"]
-        for anchor, title_, content in self.sections:
-            body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
-        return offline_page(title, "\n".join(body), STYLE)
-
-
-def _table(rows: list[list], header: list[str]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return f'<td class="num">{v:.4f}</td>'
-        return f"<td>{html.escape(str(v))}</td>"
-
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
 
 def _phase_text(phase: dict | None) -> str:
     if not phase or phase.get("step") is None:
@@ -124,48 +62,6 @@ def _phase_text(phase: dict | None) -> str:
 # -- the pieces ----------------------------------------------------------------------------------
 
 
-def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int = 1, progress: bool = True,
-                 recompute: bool = False) -> tuple[pd.DataFrame, dict]:
-    """The run's dynamics table and phases, kept in ``results_dir``.
-
-    Computed if missing; if saved with the same settings but the run has written
-    checkpoints since, only the new ones are evaluated (a report of a run still
-    training stays current cheaply).
-    """
-    from compose_lens.dynamics import (circuit_measures_function, find_checkpoints, find_phases, load_dynamics,
-                                       previous_table, select_checkpoints, trajectory, write_dynamics)
-
-    settings = {"pool_size": 2000, "slot_size": 500, "seed": 0, "circuit": circuit_measures_function() is not None,
-                "split_file": str(split_file) if split_file else None}
-    known = None
-    if not recompute and (results_dir / "dynamics.csv").exists() and (results_dir / "phases.json").exists():
-        table, doc = load_dynamics(results_dir)
-        wanted = [c.step for c in select_checkpoints(find_checkpoints(run_dir, split_file)[0], stride=stride)]
-        if set(wanted) <= set(int(s) for s in table["step"]):
-            return table, {**doc, "phases": find_phases(table)}  # the current rule, from the saved curves
-        try:
-            known = previous_table(results_dir, settings)
-        except ComposeLensError:
-            known = None  # made with other settings: start again
-    write_dynamics(trajectory(run_dir, split_file, stride=stride, progress=progress, known=known), results_dir)
-    return load_dynamics(results_dir)
-
-
-def final_model(run_dir: Path, split_file=None):
-    """The run's final model (``model.safetensors`` in the run directory), else its last checkpoint."""
-    from compose_lens.dynamics import find_checkpoints, load_checkpoint
-    from compose_lens.model import load_model
-
-    if (run_dir / "model.safetensors").exists():
-        loaded = load_model(run_dir, split_file or (run_dir / "split.json" if (run_dir / "split.json").exists()
-                                                    else None))
-        return loaded, "final"
-    if (run_dir / "final.pth").exists():  # the study's folder
-        return load_model(run_dir / "final.pth", split_file), "final.pth"
-    steps = [c.step for c in find_checkpoints(run_dir, split_file)[0]]
-    return load_checkpoint(run_dir, steps[-1], split_file), f"step {steps[-1]} (run not finished)"
-
-
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
                  stride: int = 1, progress: bool = True, recompute: bool = False) -> tuple[Path, list[str]]:
     """Write the report of ``run_dir`` (default ``run_dir/report.html``).
@@ -173,11 +69,6 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     Returns the page's path and the sections that could not be made (each also
     explained on the page itself).
     """
-    from compose_lens import figures
-    from compose_lens.attention import sequence_views, view_figure, view_html
-    from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-    from compose_lens.sampler import POOL_NAMES, make_pools
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ComposeLensError(f"{run_dir}: not a run directory")
@@ -189,14 +80,13 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute)
     phases = phases_doc["phases"]
-    loaded, which = final_model(run_dir, split_file)
+    loaded, which = runs.final_model(run_dir, split_file)
     model, config, split = loaded.model, loaded.config, loaded.split
-    results_file = run_dir / "results.json"
-    results = load_json(results_file) if results_file.exists() else None
+    results = runs.read_results(run_dir)
 
     # 1. configuration
     def configuration() -> str:
-        tables = "".join(f"<div>{_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
+        tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
                          for section, values in config.to_dict().items())
         return (f"<p>Run <code>{html.escape(str(run_dir))}</code>; model evaluated: {html.escape(which)}; "
                 f"split: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out.</p>"
@@ -218,12 +108,12 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         for name in ("addition", "assignment", "refinement"):
             rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
         source = "results.json" if results else "computed now on the last checkpoint"
-        return (_table(rows, ["measure", "study", "this run"])
+        return (html_table(rows, ["measure", "study", "this run"])
                 + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: {html.escape(phases_doc['rule'])}."
                   f" Thresholds: " + "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
                                                  for k, v in phases.items()) + ".</p>"
                 + "<h3>Pool accuracies of the final model</h3>"
-                + _table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
+                + html_table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
 
     report.section("results", "Results: the study and this run", results_section)
 
@@ -233,13 +123,13 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
                  f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
                  f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-        parts.append(report.figure(figures.accuracy_by_variable_count_figure(table, phases),
+        parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases),
                                    "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
                                    "dashed lines: phase onsets."))
-        parts.append(report.figure(figures.progress_measures_figure(table, phases), "progress_measures",
+        parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
                                    "Progress measures over training with the phase boundaries."))
         parts.append(report.figure(
-            figures.refinement_figure(table, config.task.variable_names,
+            plots.refinement_figure(table, config.task.variable_names,
                                       tuple(config.task.left_forbidden) + tuple(config.task.right_forbidden),
                                       phases), "late_refinement",
             "The late refinement: the layer-1 = query's score for each variable key equalises when the "
@@ -250,26 +140,22 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     # 4. circuit summary
     def circuit_section() -> str:
-        try:
-            from compose_lens.analysis.summary import circuit_summary
-        except ImportError:
-            return '<p class="missing">compose_lens.analysis.summary is not installed: no circuit summary.</p>'
         summary = circuit_summary(model, config, split, seed=0)
         numbers = [[k, float(v)] for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"]
-        parts = [_table(numbers, ["measure (final model)", "value"])]
+        parts = [html_table(numbers, ["measure (final model)", "value"])]
         if summary.get("key_frequencies") is not None:
             parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
         best = summary.get("best_neurons") or []
         if best:
             header = list(best[0])
             parts.append("<h3>Best neuron per key frequency</h3>"
-                         + _table([[row[h] for h in header] for row in best], header))
+                         + html_table([[row[h] for h in header] for row in best], header))
         by_type = summary.get("scores_by_type") or {}
         if by_type:
             kinds = list(by_type)
             scores = sorted({k for v in by_type.values() for k in v})
             parts.append("<h3>Attention scores by sequence type</h3>"
-                         + _table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in kinds],
+                         + html_table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in kinds],
                                   ["type", *scores]))
         rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
         if rest:
@@ -280,7 +166,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     report.section("circuit", "Circuit summary", circuit_section)
 
     # 5. attention views
-    texts = examples or figures.example_sequences(split)
+    texts = examples or plots.example_sequences(split)
 
     def attention_section() -> str:
         views = sequence_views(model, config, texts)
@@ -288,7 +174,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                  "see where it attends. Below each, the same patterns with the circuit's cells outlined.</p>"]
         for i, view in enumerate(views):
             parts.append(view_html(view))
-            parts.append(report.figure(view_figure(view), f"attention_{i}", "Layer 1: = to the operands (blue), "
+            parts.append(report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands (blue), "
                                        "each value to its variable (green, dashed); layer 2: = to the values "
                                        "(orange)."))
         return "\n".join(parts)
@@ -297,7 +183,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     # 6. analysis figures
     def qk_section() -> str:
-        return report.figure(figures.qk_heatmaps_from_model(model, config), "qk_heatmaps",
+        return report.figure(plots.qk_heatmaps_from_model(model, config), "qk_heatmaps",
                              "Layer-1 positional scores (outlined: the previous position) and layer-2 "
                              "variable-identity scores (outlined: the diagonal).")
 
@@ -307,7 +193,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         bracket = phases["assignment"].get("bracket")
         if not bracket or bracket[0] == bracket[1]:
             return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
-        return report.figure(figures.early_jump_from_source(run_dir, bracket[0], bracket[1], texts[1], table,
+        return report.figure(plots.early_jump_from_source(run_dir, bracket[0], bracket[1], texts[1], table,
                                                             split_file),
                              "early_jump", f"Layer-1 attention on <code>{html.escape(texts[1])}</code> and the "
                              f"layer-2 identity matrix at steps {bracket[0]} and {bracket[1]}.")
@@ -315,23 +201,20 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     report.section("jump", "The early generalisation jump", jump_section)
 
     def fourier_section() -> str:
-        return report.figure(figures.fourier_neuron_from_model(model, config, split), "fourier_neuron",
+        return report.figure(plots.fourier_neuron_from_model(model, config, split), "fourier_neuron",
                              "The MLP2 neuron best explained by a key frequency, over all (x, y) of "
                              "constant-operand sequences, beside its fitted ideal pattern.")
 
     report.section("fourier", "The MLP adds: best Fourier neuron", fourier_section)
 
     def same_mlp_section() -> str:
-        hist = getattr(figures, "cosine_histograms_from_model", None)
-        if hist is None:
-            return '<p class="missing">The same-MLP cosine histograms are not available in this version.</p>'
-        return report.figure(hist(model, config, split), "cosine_histograms",
+        return report.figure(plots.cosine_histograms_from_model(model, config, split), "cosine_histograms",
                              "Cosine similarity of the MLP2 input, constant against variable operand.")
 
     report.section("same-mlp", "Same MLP for constants and variables", same_mlp_section)
 
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    subtitle = (f"compose-lens {__version__}, code {html.escape(code_version())}, written {stamp}. "
+    subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
                 f"embedded: it works offline.")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -339,24 +222,3 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
-                                  progress=not args.quiet, recompute=args.recompute)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
-    for problem in problems:
-        print(f"  section skipped: {problem}")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("report", help="write RUN_DIR/report.html: one offline page with every result")
-    p.add_argument("run_dir", help="run directory (or a folder of the study's step_N.pth files with --out)")
-    p.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
-    p.add_argument("--split", help="split file (default: the run's split.json)")
-    p.add_argument("--example", action="append", help="example sequence for the attention views (repeatable)")
-    p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
-    p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_cmd_report)

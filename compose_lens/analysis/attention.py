@@ -1,0 +1,90 @@
+"""Attention patterns: what both heads look at on sequences you type, and where the circuit says.
+
+:func:`sequence_views` parses each readable sequence
+(:func:`compose_lens.data.task.parse_sequence`), runs the model once with
+``run_with_cache`` and reads ``blocks.{0,1}.attn.hook_pattern``; it returns, per
+sequence, the patterns, the model's answer, the label and the cells the study's
+circuit predicts (:func:`marked_cells`). :mod:`compose_lens.report.page` turns a
+view into an offline circuitsvis widget, :mod:`compose_lens.plots` into a heatmap.
+
+What to look for (SPEC section 6, items 1-3): in layer 1 each context value
+attends to the variable just before it (previous-token head) and ``=`` attends to
+the two operands; in layer 2 ``=`` attends to the two *values*, the operand
+itself for a constant and the assigned number for a variable.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from compose_lens.model import tl
+from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.data.task import decode, parse_sequence, to_text, token_name
+
+HOOK = "blocks.{layer}.attn.hook_pattern"
+
+
+# -- the patterns --------------------------------------------------------------------------------
+
+
+def attention_patterns(model: tl.Model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out)."""
+    n_layers = int(model.cfg.n_layers)
+    names = {HOOK.format(layer=i) for i in range(n_layers)}
+    device = tl.parameters(model)["embed.weight"].device
+    with torch.no_grad():
+        logits, cache = tl.run_with_cache(model, tokens.to(device), names_filter=lambda n: n in names)
+    patterns = torch.stack([cache[HOOK.format(layer=i)] for i in range(n_layers)], dim=1)
+    return patterns.float().cpu(), logits[:, -1].float().cpu()
+
+
+def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tuple[int, int, str]]]:
+    """The cells the study's circuit predicts, per layer: ``(query, key, kind)``.
+
+    Layer 1 (index 0): ``=`` to each operand position (``operand``) and each
+    context value to its variable just before it (``previous``). Layer 2 (index 1):
+    ``=`` to each value position (``value``): the operand itself for a constant,
+    the number after the variable's assignment for a variable.
+    """
+    tokens = [int(t) for t in tokens]
+    n, C = task.seq_len, task.context_len
+    last = n - 1
+    layer1 = [(last, n - 3, "operand"), (last, n - 2, "operand")]
+    layer1 += [(i, i - 1, "previous") for i in range(1, C)
+               if 0 <= tokens[i] < task.modulus and tokens[i - 1] >= task.first_var_token]
+    layer2 = []
+    for position in (n - 3, n - 2):
+        operand = tokens[position]
+        if operand >= task.first_var_token:
+            layer2.append((last, tokens[:C].index(operand) + 1, "value"))
+        else:
+            layer2.append((last, position, "value"))
+    return {0: layer1, 1: layer2}
+
+
+# -- one call for a list of sequences --------------------------------------------------------------
+
+
+def head_names(model: tl.Model) -> list[str]:
+    n_layers, n_heads = int(model.cfg.n_layers), int(model.cfg.n_heads)
+    return [f"layer {layer + 1} (blocks.{layer}) head {head}" if n_heads > 1 else f"layer {layer + 1} (blocks.{layer})"
+            for layer in range(n_layers) for head in range(n_heads)]
+
+
+def sequence_views(model: tl.Model, config: RunConfig, texts: Sequence[str]) -> list[dict]:
+    """Parse, run and describe each sequence: tokens, words, patterns, answer, label, marks."""
+    task = config.task
+    token_rows = [parse_sequence(task, text) for text in texts]
+    tokens = torch.tensor(token_rows, dtype=torch.long)
+    patterns, logits = attention_patterns(model, tokens)
+    names = head_names(model)
+    views = []
+    for i, row in enumerate(token_rows):
+        d = decode(task, row)
+        answer = int(logits[i].argmax())
+        views.append({"text": to_text(task, row), "tokens": row, "words": [token_name(task, t) for t in row],
+                      "patterns": patterns[i], "head_names": names, "answer": answer, "label": d.label,
+                      "correct": answer == d.label, "type": d.type, "marks": marked_cells(task, row)})
+    return views

@@ -1,0 +1,5 @@
+"""``python -m compose_lens.cli``: the compose-lens command."""
+
+from compose_lens.cli import main
+
+raise SystemExit(main())

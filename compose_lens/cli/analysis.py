@@ -1,0 +1,80 @@
+"""``compose-lens analyze``, ``fourier`` and ``attention``: the analyses of one model, as files.
+
+MODEL is anything :func:`compose_lens.runs.load_model` accepts; what each command
+writes is described in :mod:`compose_lens.report.outputs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from compose_lens.cli.common import add_model_arguments
+
+SUMMARY_KEYS = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
+                "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
+                "ov_mlp_addition_accuracy", "key_frequency_strength")
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from compose_lens.report.outputs import write_analysis  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+
+    loaded = load_model(args.model, args.split, device="cpu")
+    summary = write_analysis(loaded, Path(args.out), args.seed, causal=not args.skip_causal)
+    print(f"model: {loaded.source}")
+    for key in SUMMARY_KEYS:
+        print(f"  {key:30s} {summary[key]:.4f}")
+    print(f"  {'key_frequencies':30s} {summary['key_frequencies']}")
+    print(f"wrote {args.out}/summary.json and the tables and figures beside it")
+    return 0
+
+
+def _cmd_fourier(args: argparse.Namespace) -> int:
+    from compose_lens.report.outputs import write_fourier  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+
+    loaded = load_model(args.model, args.split, device="cpu")
+    facts = write_fourier(loaded, Path(args.out), args.seed)
+    print(f"model: {loaded.source}")
+    print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
+    print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
+          f"all keys excluded {facts['excluded_loss_all']:.4g}")
+    print(f"  OV2 -> MLP2 addition accuracy {facts['ov_mlp_addition_accuracy']:.4f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_attention(args: argparse.Namespace) -> int:
+    from compose_lens.report.outputs import write_attention  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+
+    loaded = load_model(args.model, args.split, device=args.device)
+    written, views = write_attention(loaded.model, loaded.config, args.sequences, args.out, loaded.source)
+    for view in views:
+        mark = "ok " if view["correct"] else "WRONG"
+        print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
+    print(f"wrote {written[0]} (opens offline) and {len(written) - 2} PNG/CSV files in {args.out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    analyze = subparsers.add_parser("analyze", help="probes, Fourier, same-MLP, patching: files into --out")
+    add_model_arguments(analyze)
+    analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
+    analyze.add_argument("--seed", type=int, default=0)
+    analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
+    analyze.set_defaults(func=_cmd_analyze)
+
+    fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
+    add_model_arguments(fourier)
+    fourier.add_argument("--out", required=True, help="directory for the tables and figures")
+    fourier.add_argument("--seed", type=int, default=0)
+    fourier.set_defaults(func=_cmd_fourier)
+
+    attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
+    add_model_arguments(attention)
+    attention.add_argument("sequences", nargs="+", help="readable sequences, e.g. 'b=7, e=5, b+23=?'")
+    attention.add_argument("--out", required=True, help="output directory")
+    attention.add_argument("--device", default="cpu")
+    attention.set_defaults(func=_cmd_attention)

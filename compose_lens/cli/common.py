@@ -1,0 +1,68 @@
+"""What every command shares: the one-line error parser and the arguments many commands take.
+
+Nothing here imports torch or TransformerLens: ``compose-lens --help`` and an
+argument error answer before any heavy import (see :mod:`compose_lens.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from compose_lens.config import RunConfig, TaskConfig, load_json
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def add_task_options(parser: argparse.ArgumentParser) -> None:
+    """--f, --r, --modulus, ... and --set key=value for the task."""
+    g = parser.add_argument_group("task")
+    g.add_argument("--f", type=float, help="fraction of addition pairs used in training (0, 1]")
+    g.add_argument("--r", type=float, help="keep probability of each 2-var row [0, 1]")
+    g.add_argument("--modulus", type=int, help="the modulus p")
+    g.add_argument("--n-vars", type=int, help="number of variables")
+    g.add_argument("--task-seed", type=int, help="seed of the split (pairs and 2-var rows)")
+    g.add_argument("--split-file", help="load held-out pairs and restrictions from a split file")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The MODEL positional argument and --split, as every analysis command takes them."""
+    parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
+    parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+
+
+def task_from_args(args: argparse.Namespace) -> TaskConfig:
+    from compose_lens.data.split import Split  # lazy: torch
+
+    if getattr(args, "split_file", None):
+        return Split.load(args.split_file).task
+    changes = {k: v for k, v in (("f", args.f), ("r", args.r), ("modulus", args.modulus),
+                                  ("n_vars", args.n_vars), ("seed", args.task_seed)) if v is not None}
+    return TaskConfig(**changes)
+
+
+def split_from_args(args: argparse.Namespace):
+    from compose_lens.data.split import Split  # lazy: torch
+
+    if getattr(args, "split_file", None):
+        task = Split.load(args.split_file).task
+        if args.r is not None:
+            task = task.replace(r=args.r)
+        return Split.load(args.split_file, task)
+    return Split.from_task(task_from_args(args))
+
+
+def print_json(data) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+    config = RunConfig.from_dict(load_json(args.config)) if args.config else RunConfig()
+    return config.with_overrides(args.set or [])

@@ -1,0 +1,113 @@
+"""``compose-lens data sample|split|stats``: the task's sequences, splits and sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args
+from compose_lens.config import ComposeLensError
+
+
+def _cmd_data_sample(args: argparse.Namespace) -> int:
+    from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, make_pool  # lazy: torch
+    from compose_lens.data.split import derived_generator  # lazy: torch
+    from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
+
+    split = split_from_args(args)
+    if args.n < 1:
+        raise ComposeLensError(f"--n {args.n}: ask for at least one sequence")
+    if args.split == "train":
+        batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, 9))
+    elif args.split in POOL_NAMES:
+        batch = make_pool(split, args.split, args.n, args.seed)
+    else:
+        raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
+    task = split.task
+    out = open(args.out, "w") if args.out else sys.stdout
+    try:
+        for tokens, label, kind in zip(batch.tokens.tolist(), batch.labels.tolist(), batch.types.tolist()):
+            d = decode(task, tokens)
+            out.write(json.dumps({"tokens": tokens, "text": to_text(task, tokens),
+                                  "type": SEQUENCE_TYPES[kind], "x": d.x, "y": d.y, "label": label}) + "\n")
+    finally:
+        if args.out:
+            out.close()
+    return 0
+
+
+def _cmd_data_split(args: argparse.Namespace) -> int:
+    split = split_from_args(args)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ComposeLensError(f"{out} exists; pass --overwrite to replace it")
+    split.save(out)
+    print(f"wrote {out}: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out")
+    return 0
+
+
+def data_stats(split) -> dict:
+    from compose_lens.data.sampler import POOL_NAMES, exhaustive_rows  # lazy: torch
+    from compose_lens.data.split import row_types, training_rows  # lazy: torch
+    from compose_lens.data.task import SEQUENCE_TYPES  # lazy: torch
+
+    task = split.task
+    rows = training_rows(split)
+    counts = row_types(rows).bincount(minlength=4).tolist()
+    return {
+        "task": task.to_dict(),
+        "train_pairs": len(split.train_pairs),
+        "heldout_pairs": len(split.heldout_pairs),
+        "allowed_two_var_pairs": len(task.allowed_two_var_pairs),
+        "one_forbidden_two_var_pairs": len(task.restricted_two_var_pairs(1)),
+        "two_forbidden_two_var_pairs": len(task.restricted_two_var_pairs(2)),
+        "training_rows": dict(zip(SEQUENCE_TYPES, counts)),
+        "two_var_to_zero_var_ratio": counts[3] / counts[0],
+        "expected_two_var_to_zero_var_ratio": task.r * task.two_var_rows / task.zero_var_rows,
+        "pools": list(POOL_NAMES),
+        "exhaustive": {"zero_var_heldout": len(exhaustive_rows(split, "zero_var_heldout")),
+                       "two_var_union": len(exhaustive_rows(split, "two_var_union"))},
+    }
+
+
+def _cmd_data_stats(args: argparse.Namespace) -> int:
+    stats = data_stats(split_from_args(args))
+    if args.json:
+        print_json(stats)
+        return 0
+    t = stats["task"]
+    print(f"task: p={t['modulus']}, {t['n_vars']} variables, seq_len {t['seq_len']}, f={t['f']}, r={t['r']}")
+    print(f"addition pairs: {stats['train_pairs']} training, {stats['heldout_pairs']} held out")
+    print(f"2-var variable pairs: {stats['allowed_two_var_pairs']} allowed, "
+          f"{stats['one_forbidden_two_var_pairs']} with one forbidden slot, "
+          f"{stats['two_forbidden_two_var_pairs']} with two")
+    print("training rows: " + ", ".join(f"{k} {v}" for k, v in stats["training_rows"].items()))
+    print(f"#2-var / #0-var rows: {stats['two_var_to_zero_var_ratio']:.4f} "
+          f"(expected r * {t['two_var_rows']} / {t['zero_var_rows']} = "
+          f"{stats['expected_two_var_to_zero_var_ratio']:.4f})")
+    print("exhaustive sets: " + ", ".join(f"{k} {v}" for k, v in stats["exhaustive"].items()))
+    print("pools: " + ", ".join(stats["pools"]))
+    return 0
+
+
+def register(sub) -> None:
+    data = sub.add_parser("data", help="generate the task: samples, splits, statistics")
+    dsub = data.add_subparsers(dest="data_command", required=True, parser_class=Parser)
+    sample = dsub.add_parser("sample", help="write sequences as JSON lines")
+    sample.add_argument("--split", default="train", help="train, or a pool name such as 2var_train")
+    sample.add_argument("--n", type=int, default=10, help="number of sequences")
+    sample.add_argument("--seed", type=int, default=0, help="sampling seed")
+    sample.add_argument("--out", help="file to write (default: stdout)")
+    add_task_options(sample)
+    sample.set_defaults(func=_cmd_data_sample)
+    split = dsub.add_parser("split", help="write the held-out pairs and slot restrictions")
+    split.add_argument("--out", required=True)
+    split.add_argument("--overwrite", action="store_true")
+    add_task_options(split)
+    split.set_defaults(func=_cmd_data_split)
+    stats = dsub.add_parser("stats", help="sizes of the split, the pools and the type mix")
+    stats.add_argument("--json", action="store_true")
+    add_task_options(stats)
+    stats.set_defaults(func=_cmd_data_stats)

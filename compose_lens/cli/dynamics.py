@@ -1,0 +1,80 @@
+"""``compose-lens dynamics`` (every checkpoint of a run, and the three phases) and
+``compose-lens report`` (one offline HTML page with every result of a run)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _cmd_dynamics(args: argparse.Namespace) -> int:
+    from compose_lens import runs  # lazy: torch
+    from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory
+
+    steps = [int(s) for s in args.steps.split(",")] if args.steps else None
+    known = runs.previous_dynamics(args.out, {"pool_size": args.pool_size, "slot_size": args.slot_size,
+                                              "seed": args.seed, "circuit": not args.no_circuit,
+                                              "split_file": args.split}) if args.update else None
+    traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
+                      seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
+                      progress=not args.quiet, device=args.device, threads=args.threads, known=known)
+    doc = phases_document(traj)
+    runs.write_dynamics(traj.table, doc, args.out)
+    t = doc["timing"]
+    print(f"{t['evaluated_now']} of {doc['checkpoints']} checkpoints evaluated in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
+          f"300 checkpoints ~ {t['extrapolated_300_checkpoints_s'] / 60:.1f} min); circuit measures: "
+          f"{'yes' if traj.circuit else 'no'}")
+    for name, phase in doc["phases"].items():
+        where = (f"step {phase['step']} (between {phase['bracket'][0]} and {phase['bracket'][1]}, "
+                 f"crossing ~{phase['interpolated_step']:.0f}; {phase['later_checkpoints']} later checkpoints "
+                 f"confirm it)" if phase["step"] is not None else "not reached")
+        print(f"  {name:11s} {where}   [study: {STUDY_PHASES[name]}]")
+    print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE} and {Path(args.out) / runs.PHASES_FILE}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from compose_lens.report import build_report  # lazy: torch
+
+    path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
+                                  progress=not args.quiet, recompute=args.recompute)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
+    for problem in problems:
+        print(f"  section skipped: {problem}")
+    return 0
+
+
+def register(sub) -> None:
+    _register_dynamics(sub)
+    _register_report(sub)
+
+
+def _register_dynamics(sub) -> None:
+    p = sub.add_parser("dynamics", help="evaluate every checkpoint of a run and find the three phases")
+    p.add_argument("source", help="run directory, its checkpoints/ folder, or a folder of step_N.pth files")
+    p.add_argument("--split", help="split file (default: the run's split.json)")
+    p.add_argument("--out", required=True, help="directory for dynamics.csv and phases.json")
+    p.add_argument("--pool-size", type=int, default=2000, help="sequences per accuracy pool")
+    p.add_argument("--slot-size", type=int, default=500, help="sequences per forbidden-slot batch")
+    p.add_argument("--steps", help="only these checkpoint steps, comma-separated")
+    p.add_argument("--stride", type=int, default=1, help="every k-th checkpoint (the last always kept)")
+    p.add_argument("--no-circuit", action="store_true", help="skip the circuit measures (pools only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
+    p.add_argument("--update", action="store_true",
+                   help="keep the rows of OUT/dynamics.csv (same settings) and evaluate only new checkpoints")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_dynamics)
+
+
+def _register_report(sub) -> None:
+    p = sub.add_parser("report", help="write RUN_DIR/report.html: one offline page with every result")
+    p.add_argument("run_dir", help="run directory (or a folder of the study's step_N.pth files with --out)")
+    p.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
+    p.add_argument("--split", help="split file (default: the run's split.json)")
+    p.add_argument("--example", action="append", help="example sequence for the attention views (repeatable)")
+    p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
+    p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_report)

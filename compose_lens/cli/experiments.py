@@ -1,0 +1,48 @@
+"""The command line the experiments/ figure scripts share: SOURCE, --out, --split, --dynamics, --step.
+
+Each script in ``experiments/`` draws one figure of the study from a run
+directory or the study's checkpoint folder; these helpers give them the same
+arguments and the same way to find the dynamics table and the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from compose_lens import plots, runs
+from compose_lens.report.outputs import dynamics_for
+
+
+def experiment_parser(description: str, step: bool = True):
+    """The arguments every figure script takes: SOURCE, --out, --split, --dynamics (and --step)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("source", help="run directory, or a folder of the study's step_N.pth files")
+    p.add_argument("--out", default="figures", help="directory for the PNG and CSV (default: figures)")
+    p.add_argument("--split", help="split file (default: the run's own)")
+    p.add_argument("--dynamics", help="directory with dynamics.csv/phases.json; computed there if missing "
+                                      "(default: OUT/dynamics)")
+    if step:
+        p.add_argument("--step", type=int, help="checkpoint step (default: the final model)")
+    return p
+
+
+def save_figure(figure: tuple, args, name: str) -> None:
+    """Save a script's (figure, data) as ``args.out``/NAME.png and .csv; print the paths."""
+    for path in plots.save(*figure, Path(args.out) / name):
+        print(f"wrote {path}")
+
+
+def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
+    """The dynamics table and phases document of ``args.source`` (computed and saved if missing)."""
+    directory = Path(args.dynamics) if args.dynamics else Path(args.out) / "dynamics"
+    return dynamics_for(Path(args.source), directory, args.split)
+
+
+def model_of(args):
+    """The model of ``args.source`` at ``args.step`` (the final one if None), as a Loaded."""
+    if getattr(args, "step", None) is None:
+        return runs.final_model(Path(args.source), args.split)[0]
+    return runs.load_checkpoint(args.source, args.step, args.split)

@@ -1,0 +1,56 @@
+"""``compose-lens sweep``: one training run per (value, seed) of a setting, and its thresholds."""
+
+from __future__ import annotations
+
+from compose_lens.cli.common import run_config_from_args
+from compose_lens.config import SWEEP_BACKENDS, ComposeLensError
+
+
+def _cmd_sweep(args) -> int:
+    from compose_lens.analysis.thresholds import format_thresholds  # lazy: torch
+    from compose_lens.sweep import parse_values, run_sweep
+
+    base = run_config_from_args(args)
+    if args.steps is not None:
+        base = base.with_overrides([f"train.steps={args.steps}"])
+    if args.address and args.backend != "ray":
+        raise ComposeLensError("--address is for --backend ray")
+    result = run_sweep(base, args.param, parse_values(args.values), args.seeds, args.out,
+                       backend=args.backend, workers=args.workers, threads=args.threads,
+                       address=args.address, progress=not args.quiet)
+    print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
+          f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
+    for line in format_thresholds(result.thresholds, args.param):
+        print("  " + line)
+    for row in result.rows:
+        if row["status"] == "failed":
+            print(f"  failed: {args.param}={row['value']} seed {row['seed']}: {row['error']}")
+    print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
+          f"{result.directory / 'sweep.png'}")
+    return 1 if result.failed else 0
+
+
+def register(subparsers) -> None:
+    """Add ``compose-lens sweep`` to the command line."""
+    p = subparsers.add_parser(
+        "sweep", help="train one run per (value, seed) of a setting; accuracy and threshold against it",
+        description="Train one run per value x seed of a setting (f, r or any config key), in parallel, "
+                    "resumable; write results.csv, thresholds.json and sweep.png. Run the same command "
+                    "again to finish an interrupted sweep.")
+    p.add_argument("--param", required=True, help="the swept setting: f, r, or any config key (e.g. train.lr)")
+    p.add_argument("--values", required=True, nargs="+",
+                   help="values (JSON), or start:stop:num for evenly spaced ones, e.g. 0.05:1:20")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0],
+                   help="seeds; each sets the split, data order and initial weights (default: 0)")
+    p.add_argument("--steps", type=int, help="training steps per point (default: the config's)")
+    p.add_argument("--config", help="base run config JSON")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a base setting, e.g. --set r=1 --set eval_every=500")
+    p.add_argument("--out", required=True, help="sweep directory")
+    p.add_argument("--backend", choices=SWEEP_BACKENDS, default="local",
+                   help="local: worker processes on this machine; ray: tasks on a Ray cluster")
+    p.add_argument("--workers", type=int, help="parallel points (default: one per core)")
+    p.add_argument("--threads", type=int, help="torch threads per point (default: cores / workers)")
+    p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)

@@ -1,0 +1,84 @@
+"""``compose-lens train`` and ``compose-lens evaluate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compose_lens.cli.common import add_model_arguments, print_json, run_config_from_args
+from compose_lens.config import RunConfig, load_json
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from compose_lens.data.split import Split  # lazy: torch
+    from compose_lens.train import Trainer  # lazy: torch
+
+    out = Path(args.out)
+    if args.resume and (out / "config.json").exists() and not args.config and not args.set:
+        config = RunConfig.from_dict(load_json(out / "config.json"))
+    else:
+        config = run_config_from_args(args)
+    split = Split.load(args.split_file, config.task) if args.split_file else None
+    if split is not None:
+        config = RunConfig(task=split.task, model=config.model, train=config.train)
+    trainer = Trainer(config, out, split=split, resume=args.resume, overwrite=args.overwrite,
+                      progress=not args.quiet)
+    try:
+        results = trainer.run()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ninterrupted at step {trainer.step}; the last checkpoint is kept: "
+                         f"continue with `compose-lens train --out {out} --resume`\n")
+        return 130
+    ex = results["exhaustive"]
+    print(f"trained {results['steps']} steps in {results['train_wall_time_s']:.1f} s "
+          f"(fast path: {results['fast_path']})")
+    for name, r in ex.items():
+        print(f"{name}: {r['correct']}/{r['total']} = {r['accuracy']:.4f}")
+    print(f"results: {out / 'results.json'}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.data.sampler import make_pools  # lazy: torch
+
+    loaded = load_model(args.model, args.split, device=args.device)
+    pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
+    result = {"model": loaded.source, "pools": pools}
+    if args.exhaustive:
+        result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"model: {loaded.source}")
+    for name, acc in pools.items():
+        print(f"  {name:24s} {acc:.4f}")
+    for name in ("zero_var_heldout", "two_var_union"):
+        if name in result:
+            r = result[name]
+            print(f"  {name:24s} {r['accuracy']:.4f} ({r['correct']}/{r['total']})")
+    return 0
+
+
+def register(sub) -> None:
+    train = sub.add_parser("train", help="train a model (the paper recipe by default)")
+    train.add_argument("--config", help="run config JSON ({task: ..., model: ..., train: ...})")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a setting, e.g. --set steps=2000 --set f=0.5 --set model.d_model=64")
+    train.add_argument("--out", required=True, help="run directory")
+    train.add_argument("--split-file", help="train on this split file's held-out pairs")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("evaluate", help="accuracy on the nine pools (and the exhaustive sets)")
+    add_model_arguments(ev)
+    ev.add_argument("--exhaustive", action="store_true", help="also the 0-var held-out and 2-var union sets")
+    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--pool-size", type=int, default=2000)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--device", default="cpu")
+    ev.set_defaults(func=_cmd_evaluate)

@@ -1,0 +1,284 @@
+"""The analyses of one model as files: tables (CSV, with a provenance JSON beside each),
+documents (JSON) and figures (PNG), for ``compose-lens analyze``, ``fourier``, ``patch``,
+``ablate`` and ``attention``.
+
+Each ``write_*`` function composes: it asks :mod:`compose_lens.analysis` for the
+numbers, :mod:`compose_lens.runs` to write them and :mod:`compose_lens.plots` (or
+matplotlib here) to draw them. It computes nothing of its own.
+
+``write_analysis(loaded, DIR)`` writes
+
+* ``summary.json``: :func:`~compose_lens.analysis.summary.circuit_summary` (every probe
+  and Fourier measure, the key frequencies) and ``same_mlp`` (the constants-vs-variables
+  report of :mod:`compose_lens.analysis.same_mlp`);
+* one CSV per analysis: ``positional_qk.csv``, ``variable_identity.csv``,
+  ``scores_by_type.csv`` and the Fourier tables of :func:`write_fourier`, plus
+  ``patching.csv`` and ``ablation.csv`` (unless ``causal=False``);
+* PNG figures under ``DIR/figures``.
+
+:func:`write_fourier` writes only the Fourier part: ``neuron_frequencies.csv``,
+``key_frequencies.json``, ``best_neurons.csv``, ``readout_fourier.csv``,
+``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+
+from compose_lens.analysis import fourier, probes
+from compose_lens.analysis.ablation import ablation_table
+from compose_lens.analysis.activations import torch_threads
+from compose_lens.analysis.attention import sequence_views
+from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory
+from compose_lens.analysis.patching import patching_table
+from compose_lens.analysis.same_mlp import same_mlp_report
+from compose_lens.analysis.summary import circuit_summary
+from compose_lens import runs
+from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.model import tl
+from compose_lens.plots import plt, save, view_figure
+from compose_lens.provenance import provenance
+from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
+from compose_lens.runs import Loaded, write_document, write_table
+
+
+def _heatmap(matrix, labels, title: str, path: Path, xlabel: str, ylabel: str) -> None:
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-abs(matrix).max(), vmax=abs(matrix).max())
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _heatmap_grid(path: Path, matrix, row_labels, col_labels, title: str, label: str, center: bool) -> None:
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(col_labels)), max(3, 0.4 * len(row_labels))))
+    vmax = max(1e-9, float(abs(matrix).max())) if center else None
+    im = ax.imshow(matrix, cmap="RdBu_r" if center else "viridis", aspect="auto",
+                   vmin=-vmax if center else None, vmax=vmax)
+    ax.set_xticks(range(len(col_labels)), col_labels, rotation=90 if len(col_labels) > 12 else 0, fontsize=8)
+    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label=label)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- training dynamics ----
+
+
+def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int = 1, progress: bool = True,
+                 recompute: bool = False) -> tuple[pd.DataFrame, dict]:
+    """The run's dynamics table and phases, kept in ``results_dir``.
+
+    Computed if missing; if saved with the same settings but the run has written
+    checkpoints since, only the new ones are evaluated (a report of a run still
+    training stays current cheaply).
+    """
+    settings = {"pool_size": 2000, "slot_size": 500, "seed": 0, "circuit": True,
+                "split_file": str(split_file) if split_file else None}
+    known = None
+    if not recompute and (results_dir / runs.DYNAMICS_FILE).exists() and (results_dir / runs.PHASES_FILE).exists():
+        table, doc = runs.load_dynamics(results_dir)
+        wanted = [c.step for c in runs.select_checkpoints(runs.find_checkpoints(run_dir, split_file)[0],
+                                                          stride=stride)]
+        if set(wanted) <= set(int(s) for s in table["step"]):
+            return table, {**doc, "phases": find_phases(table)}  # the current rule, from the saved curves
+        try:
+            known = runs.previous_dynamics(results_dir, settings)
+        except ComposeLensError:
+            known = None  # made with other settings: start again
+    traj = trajectory(run_dir, split_file, stride=stride, progress=progress, known=known)
+    runs.write_dynamics(traj.table, phases_document(traj), results_dir)
+    return runs.load_dynamics(results_dir)
+
+
+# -- the Fourier part ----
+
+
+def write_fourier(loaded, out: Path, seed: int) -> dict:
+    """Write the Fourier tables and figures of one model; return the key facts."""
+    model, config, split = loaded.model, loaded.config, loaded.split
+    record = provenance(config, seed, loaded.source)
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    with torch_threads(1), torch.no_grad():
+        grid = fourier.operand_grid(model, config, split, "constant", seed)
+        variable = fourier.operand_grid(model, config, split, "both", seed)
+        neurons = fourier.neuron_frequencies(grid.mlp_post)
+        keys = fourier.key_frequencies(neurons)
+        best = fourier.best_neurons(grid, keys, neurons)
+        readout = fourier.unembed_fourier(grid)
+        excluded = fourier.excluded_loss(grid, keys)
+        facts = {
+            "key_frequencies": keys,
+            "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
+            "key_frequency_strength": fourier.key_frequency_strength(grid, keys),
+            "grid_loss": fourier.grid_loss(grid),
+            "restricted_loss": fourier.restricted_loss(grid, keys),
+            "restricted_loss_logits": fourier.restricted_loss(grid, keys, on="logits"),
+            "excluded_loss_all": fourier.excluded_loss_all(grid, keys) if keys else fourier.grid_loss(grid),
+            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config),
+            "constant_grid_accuracy": grid.accuracy(),
+        }
+        comparison = fourier.compare_grids(grid, variable)
+    write_table(neurons, out / "neuron_frequencies.csv", record)
+    write_table(best, out / "best_neurons.csv", record)
+    write_table(readout, out / "readout_fourier.csv", record)
+    write_table(pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
+               out / "excluded_loss.csv", record)
+    write_document(facts, out / "key_frequencies.json", record)
+    write_document(comparison, out / "constants_vs_variables.json", record)
+
+    p = config.task.modulus
+    shares = fourier.frequency_fractions(grid.mlp_post)
+    variance = grid.mlp_post.flatten(0, 1).var(0, unbiased=False)
+    weighted = (shares * variance).sum(1) / variance.sum().clamp_min(1e-30)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar(range(p // 2 + 1), weighted.tolist(),
+           color=["tab:red" if k in keys else "tab:gray" for k in range(p // 2 + 1)])
+    ax.set_xlabel("frequency k")
+    ax.set_ylabel("share of MLP2 variance")
+    ax.set_title(f"MLP2 activations by frequency (key: {keys})")
+    fig.tight_layout()
+    fig.savefig(figures / "frequency_shares.png", dpi=120)
+    plt.close(fig)
+
+    norms = fourier.unembed_frequency_norms(readout)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar(norms.index, norms.values, color=["tab:red" if k in keys else "tab:gray" for k in norms.index])
+    ax.set_xlabel("frequency k")
+    ax.set_ylabel("norm of W_out W_U")
+    ax.set_title("the readout in the Fourier basis")
+    fig.tight_layout()
+    fig.savefig(figures / "readout_fourier.png", dpi=120)
+    plt.close(fig)
+
+    if len(best):
+        fig, axes = plt.subplots(len(best), 2, figsize=(6, 2.8 * len(best)), squeeze=False)
+        for row, record in enumerate(best.itertuples()):
+            pattern = grid.mlp_post[:, :, record.neuron]
+            _, _, fitted = fourier.fit_ideal_pattern(pattern, record.frequency)
+            axes[row, 0].imshow(pattern, cmap="viridis")
+            axes[row, 0].set_title(f"neuron {record.neuron} (k={record.frequency})", fontsize=9)
+            axes[row, 1].imshow(fitted, cmap="viridis")
+            axes[row, 1].set_title(f"ideal cos k(x+y), r={record.cos_correlation:.2f}", fontsize=9)
+            for ax in axes[row]:
+                ax.set_xlabel("y")
+                ax.set_ylabel("x")
+        fig.tight_layout()
+        fig.savefig(figures / "best_neurons.png", dpi=100)
+        plt.close(fig)
+    return {**facts, "constants_vs_variables": comparison}
+
+
+def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True) -> dict:
+    """Write every analysis of one model into ``out``; return ``summary.json``'s content."""
+    model, config, split = loaded.model, loaded.config, loaded.split
+    out.mkdir(parents=True, exist_ok=True)
+    figures = out / "figures"
+    figures.mkdir(exist_ok=True)
+    record = provenance(config, seed, loaded.source)
+    summary = circuit_summary(model, config, split, seed=seed)
+
+    positional = probes.positional_qk_scores(model, config)
+    C = positional.shape[0]
+    write_table(pd.DataFrame(positional.numpy(), index=range(C), columns=range(C))
+               .rename_axis("query_position").reset_index(), out / "positional_qk.csv", record)
+    _heatmap(positional.masked_fill(~positional.new_ones(C, C, dtype=bool).tril(), 0).numpy(),
+             list(range(C)), "layer 1: P QK1 P^T (context)", figures / "positional_qk.png", "key position",
+             "query position")
+    identity = probes.variable_identity_matrix(model, config)
+    names = list(config.task.variable_names)
+    write_table(pd.DataFrame(identity.numpy(), index=names, columns=names).rename_axis("query_variable")
+               .reset_index(), out / "variable_identity.csv", record)
+    _heatmap(identity.numpy(), names, "layer 2: (E_var OV1) QK2 (E_var OV1)^T", figures / "variable_identity.png",
+             "key variable", "query variable")
+    by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
+    write_table(by_type, out / "scores_by_type.csv", record)
+
+    fourier_facts = write_fourier(loaded, out, seed)
+    summary["constants_vs_variables"] = fourier_facts["constants_vs_variables"]
+
+    summary["same_mlp"] = same_mlp_report(model, config, split, seed=seed)
+    if causal:
+        write_table(patching_table(model, config, split, seed=seed), out / "patching.csv", record)
+        write_table(ablation_table(model, config, split, seed=seed), out / "ablation.csv", record)
+    summary.pop("config", None)
+    summary.pop("code_version", None)
+    summary.pop("seed", None)
+    write_document(summary, out / "summary.json", record)
+    return summary
+
+
+# -- patching and ablation ----
+
+
+def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int = 1000, seed: int = 0
+                   ) -> pd.DataFrame:
+    """``patching_<corruption>.csv`` (+ provenance) and its heatmap into ``out``; returns the table."""
+    table = patching_table(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs,
+                           corruption=corruption, seed=seed)
+    stem = f"patching_{corruption}"
+    write_table(table, out / f"{stem}.csv",
+                provenance(loaded.config, seed, loaded.source, corruption=corruption, n_pairs=n_pairs))
+    table = table.assign(site=[f"{c}{'' if h < 0 else f'.h{h}'} L{layer + 1}" for c, h, layer
+                               in zip(table["component"], table["head"], table["layer"])])
+    grid = table.pivot_table(index="site", columns="position", values="mean", sort=False)
+    roles = table.drop_duplicates("position").set_index("position")["role"]
+    _heatmap_grid(out / f"{stem}.png", grid.to_numpy(), list(grid.index),
+                  [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns],
+                  f"activation patching ({corruption} corrupted), {len(loaded.split.task.variable_names)} vars",
+                  "normalised logit difference", center=True)
+    return table
+
+
+def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 0) -> pd.DataFrame:
+    """``ablation.csv`` (+ provenance) and its heatmap into ``out``; returns the table."""
+    table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
+    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
+    shown = table[~table["target"].isin(["neuron", "none"])]
+    shown = shown.assign(name=[f"{t} L{layer + 1}{'' if i < 0 else f' #{i}'} {k}" for t, layer, i, k
+                               in zip(shown["target"], shown["layer"], shown["index"], shown["kind"])])
+    grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
+    _heatmap_grid(out / "ablation.png", grid.to_numpy(), list(grid.index), [str(c) for c in grid.columns],
+                  "ablation: accuracy lost per pool", "accuracy drop", center=True)
+    return table
+
+
+# -- attention ----
+
+
+def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], out: str | Path,
+                    source: str = "") -> tuple[list[Path], list[dict]]:
+    """Write attention.html (offline), attention_<i>.png/.csv and attention.json into ``out``.
+
+    Returns the files written (the page first) and the views (:func:`sequence_views`).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    views = sequence_views(model, config, texts)
+    written = []
+    body = [f"<h1>Attention views</h1><p>model: <code>{html.escape(source)}</code></p>",
+            "<p>Click a head to enlarge it; hover a token to see where it attends.</p>"]
+    for i, view in enumerate(views):
+        body.append(view_html(view))
+        fig, data = view_figure(view)
+        written += save(fig, data, out / f"attention_{i}.png")
+    page = out / "attention.html"
+    page.write_text(offline_page("compose-lens attention", "\n".join(body), PAGE_STYLE), encoding="utf-8")
+    summary = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]
+    (out / "attention.json").write_text(json.dumps({"model": source, "sequences": summary}))
+    return [page, out / "attention.json", *written], views

@@ -1,0 +1,416 @@
+"""Runs, checkpoints and result files: the one module that reads or writes them.
+
+A **run** is a directory (the SAELens layout: ``model.safetensors`` + ``config.json``)::
+
+    RUN/config.json                       the RunConfig (task, model, train)
+    RUN/split.json                        held-out pairs and slot restrictions
+    RUN/metrics.jsonl                     one line per evaluation: step, loss, nine pools
+    RUN/checkpoints/step_NNNNNN/          model.safetensors + config.json every checkpoint_every steps
+    RUN/resume.safetensors                weights + optimizer state of the last checkpoint
+    RUN/model.safetensors, config.json    the final model
+    RUN/results.json                      final pools, exhaustive accuracies, wall time, provenance
+    RUN/results/dynamics.csv, phases.json the training dynamics (written by ``compose-lens dynamics``)
+
+Nothing is ever unpickled: weights are safetensors, and the study's ``.pth``
+files are read with ``torch.load(weights_only=True)``, which accepts plain tensors
+only. Every file is written to a temporary name and renamed, so a crash leaves
+the previous version, never half a file.
+
+:func:`load_model` takes what a user types on the command line:
+
+* ``paper``: the paper model trained by this project, shipped in the package;
+* a model directory, a run directory (its final weights) or a checkpoint directory;
+* a ``.safetensors`` file beside its ``config.json``;
+* a study checkpoint ``*.pth`` (pre-4.0 ``HookedTransformer`` layout). A
+  ``split.json`` beside it is used as its split unless another is given.
+
+:func:`find_checkpoints` lists the checkpoints of a run directory, or of a folder
+of the study's ``step_N.pth`` files, for the training-dynamics analyses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.data.split import Split
+from compose_lens.model import tl
+
+PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
+WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
+METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resume.safetensors"
+CHECKPOINTS_DIR = "checkpoints"
+DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
+STUDY_FINAL = "final.pth"  # the study's final checkpoint in its folder of step_N.pth files
+
+
+@dataclass
+class Loaded:
+    """A model with the configuration and the split it belongs to."""
+
+    model: tl.Model
+    config: RunConfig
+    split: Split
+    source: str
+
+
+# -- weights ------------------------------------------------------------------------------------
+
+
+def state_dict(model: tl.Model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+
+
+def save_model(model: tl.Model, config: RunConfig, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into ``directory`` (atomically per file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (WEIGHTS_FILE + ".tmp")
+    save_file(state_dict(model), str(tmp), metadata={"format": "compose-lens", **(extra or {})})
+    tmp.replace(directory / WEIGHTS_FILE)
+    write_json_atomic(directory / CONFIG_FILE, config.to_dict())
+    return directory
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ComposeLensError(f"{path}: not a readable safetensors file ({exc}); "
+                               f"the checkpoint may be truncated: re-save or pick another") from None
+
+
+def read_pth(path: Path, config: RunConfig) -> dict[str, torch.Tensor]:
+    """One of the study's ``HookedTransformer`` state dicts, checked and converted to the bridge layout."""
+    try:
+        legacy = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises several types for bad files
+        raise ComposeLensError(f"{path}: cannot be read as a plain tensor state dict "
+                               f"({type(exc).__name__}); only weights-only .pth files are loaded") from None
+    if not isinstance(legacy, dict) or "embed.W_E" not in legacy:
+        raise ComposeLensError(f"{path}: not a HookedTransformer state dict (no embed.W_E)")
+    mlp0 = [k for k in ("blocks.0.mlp.W_in", "blocks.0.mlp.W_out") if k in legacy]
+    if any(legacy[k].abs().max() > 0 for k in mlp0):
+        raise ComposeLensError(f"{path}: the layer-1 MLP (blocks.0.mlp) is not zero; the study's "
+                               f"model has no MLP there, so this is not one of its checkpoints")
+    try:
+        return tl.convert_legacy_state_dict(legacy, config.model)
+    except ValueError as exc:
+        raise ComposeLensError(f"{path}: {exc}") from None
+
+
+def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load a state dict after checking keys, shapes and the zero structure."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ComposeLensError(f"{source}: weights do not match the model config "
+                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    for key, shape in expected.items():
+        if tuple(state[key].shape) != shape:
+            raise ComposeLensError(f"{source}: {key} has shape {tuple(state[key].shape)}, "
+                                   f"the config says {shape}")
+    for key in tl.frozen_names(config.model):
+        if key in state and state[key].abs().max() > 0:
+            raise ComposeLensError(f"{source}: {key} is not zero, but the config says it does not "
+                                   f"exist (mlp_layers={list(config.model.mlp_layers)}, "
+                                   f"trained_biases={config.model.trained_biases})")
+    tl.load_state(model, {k: v.float() for k, v in state.items()})
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+
+def load_model_dir(directory: str | Path, device: str = "cpu") -> tuple[tl.Model, RunConfig]:
+    directory = Path(directory)
+    weights = directory / WEIGHTS_FILE
+    if not weights.exists():
+        raise ComposeLensError(f"{directory}: no {WEIGHTS_FILE} here; expected a model, run or "
+                               f"checkpoint directory")
+    config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
+    model = tl.boot(config.model, device)
+    load_weights(model, config, read_safetensors(weights), str(weights))
+    return model, config
+
+
+def load_reference_pth(path: str | Path, config: RunConfig | None = None) -> tuple[tl.Model, RunConfig]:
+    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's)."""
+    path, config = Path(path), config or RunConfig()
+    state = read_pth(path, config)
+    model = tl.boot(config.model)
+    load_weights(model, config, state, str(path))
+    return model, config
+
+
+def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu") -> Loaded:
+    """Load what ``spec`` names (see the module docstring) with its split."""
+    spec_str = str(spec)
+    path = PAPER_MODEL_DIR if spec_str == "paper" else Path(spec_str)
+    if spec_str == "paper" and not (path / WEIGHTS_FILE).exists():
+        raise ComposeLensError("the paper model is not installed; train it with `make paper-model`")
+    if not path.exists():
+        raise ComposeLensError(f"{spec_str}: no such file or directory; give a run or checkpoint "
+                               f"directory, a .safetensors or .pth file, or 'paper'")
+    if path.suffix == ".pth":
+        if split_file is None and (path.parent / SPLIT_FILE).exists():
+            split_file = path.parent / SPLIT_FILE
+        split = Split.load(split_file) if split_file else Split.from_task(RunConfig().task)
+        model, config = load_reference_pth(path, RunConfig(task=split.task))
+        return Loaded(tl.to_device(model, device), config, split, str(path))
+    if path.suffix == ".safetensors":
+        path = path.parent
+    model, config = load_model_dir(path, device)
+    split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
+    return Loaded(model, config.__class__(task=split.task, model=config.model, train=config.train),
+                  split, str(path))
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One saved model of a training run: its step and where its weights are."""
+
+    step: int
+    path: Path
+    kind: str  # "safetensors" (a compose-lens checkpoint directory) or "pth" (the study's)
+
+
+_RUN_CKPT = re.compile(r"^step_(\d+)$")
+_PTH_CKPT = re.compile(r"^step_(\d+)\.pth$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def find_checkpoints(source: str | Path, split_file: str | Path | None = None
+                     ) -> tuple[list[Checkpoint], RunConfig, Split]:
+    """The checkpoints of ``source`` in step order, with the run's configuration and split.
+
+    ``source`` is a run directory (``config.json``, ``split.json``,
+    ``checkpoints/step_NNNNNN/``), its ``checkpoints`` folder, or a folder of
+    ``step_N.pth`` files with a ``split.json`` (the study's layout; ``final.pth``
+    has no step in its name and is left out).
+    """
+    source = Path(source)
+    if not source.is_dir():
+        raise ComposeLensError(f"{source}: not a directory; give a run directory or a folder of "
+                               f"step_N.pth checkpoints")
+    pth = sorted((int(m.group(1)), p) for p in source.iterdir() if (m := _PTH_CKPT.match(p.name)))
+    if pth:
+        split_path = split_file or (source / SPLIT_FILE)
+        if not Path(split_path).exists():
+            raise ComposeLensError(f"{source}: the study's checkpoints need their split.json; "
+                                   f"pass --split FILE")
+        split = Split.load(split_path)
+        return [Checkpoint(s, p, "pth") for s, p in pth], RunConfig(task=split.task), split
+    run_dir = source.parent if source.name == CHECKPOINTS_DIR else source
+    ckpt_dir = run_dir / CHECKPOINTS_DIR
+    if not ckpt_dir.is_dir():
+        raise ComposeLensError(f"{source}: no checkpoints/ folder and no step_N.pth files here")
+    found = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir()
+                   if (m := _RUN_CKPT.match(p.name)) and (p / WEIGHTS_FILE).exists())
+    if not found:
+        raise ComposeLensError(f"{ckpt_dir}: no step_NNNNNN/{WEIGHTS_FILE} checkpoints yet")
+    config_file = run_dir / CONFIG_FILE
+    if not config_file.exists():
+        config_file = found[0][1] / CONFIG_FILE
+    config = RunConfig.from_dict(load_json(config_file))
+    if split_file is None and (run_dir / SPLIT_FILE).exists():
+        split_file = run_dir / SPLIT_FILE
+    split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
+    config = RunConfig(task=split.task, model=config.model, train=config.train)
+    return [Checkpoint(s, p, "safetensors") for s, p in found], config, split
+
+
+def select_checkpoints(checkpoints: list[Checkpoint], steps: Sequence[int] | None = None,
+                       stride: int = 1) -> list[Checkpoint]:
+    """Keep the listed steps (all if None), then every ``stride``-th one (the last always kept)."""
+    if steps:
+        wanted = set(int(s) for s in steps)
+        missing = sorted(wanted - {c.step for c in checkpoints})
+        if missing:
+            raise ComposeLensError(f"no checkpoint at step(s) {missing[:5]}; available: "
+                                   f"{[c.step for c in checkpoints][:10]}...")
+        checkpoints = [c for c in checkpoints if c.step in wanted]
+    if stride > 1:
+        kept = checkpoints[::stride]
+        if kept[-1] is not checkpoints[-1]:
+            kept.append(checkpoints[-1])
+        checkpoints = kept
+    return checkpoints
+
+
+def read_state(checkpoint: Checkpoint, config: RunConfig) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights in the bridge layout (the study's .pth files converted and checked)."""
+    if checkpoint.kind == "pth":
+        return read_pth(checkpoint.path, config)
+    return read_safetensors(checkpoint.path / WEIGHTS_FILE)
+
+
+def load_checkpoint(source: str | Path, step: int | None = None, split_file: str | Path | None = None,
+                    device: str = "cpu") -> Loaded:
+    """The model of ``source`` at checkpoint ``step`` (the last one if None), with the run's
+    configuration and split."""
+    checkpoints, config, split = find_checkpoints(source, split_file)
+    chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
+    model = tl.boot(config.model, device)
+    load_weights(model, config, read_state(chosen, config), str(chosen.path))
+    return Loaded(model, config, split, f"{chosen.path} (step {chosen.step})")
+
+
+def final_model(run_dir: str | Path, split_file=None) -> tuple[Loaded, str]:
+    """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint.
+
+    Returns the model and a word on which one it is.
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / WEIGHTS_FILE).exists():
+        own = run_dir / SPLIT_FILE
+        return load_model(run_dir, split_file or (own if own.exists() else None)), "final"
+    if (run_dir / STUDY_FINAL).exists():
+        return load_model(run_dir / STUDY_FINAL, split_file), STUDY_FINAL
+    steps = [c.step for c in find_checkpoints(run_dir, split_file)[0]]
+    return load_checkpoint(run_dir, steps[-1], split_file), f"step {steps[-1]} (run not finished)"
+
+
+def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: int) -> Path:
+    """Write ``checkpoints/step_NNNNNN/`` whole: into a temporary folder, then renamed."""
+    directory = run_dir / CHECKPOINTS_DIR / checkpoint_name(step)
+    tmp = directory.with_name(directory.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_model(model, config, tmp, extra={"step": str(step)})
+    if directory.exists():
+        shutil.rmtree(directory)
+    tmp.rename(directory)
+    return directory
+
+
+# -- the resume state -------------------------------------------------------------------------------
+
+
+def save_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,
+                      trainable: Sequence[torch.nn.Parameter], step: int, elapsed: float) -> None:
+    """Weights and AdamW state of the last checkpoint in ``resume.safetensors``."""
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    for i, p in enumerate(trainable):
+        for name, value in optimizer.state.get(p, {}).items():
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous() \
+                if name == "step" else value.detach().cpu().contiguous()
+    tmp = run_dir / (RESUME_FILE + ".tmp")
+    save_file(tensors, str(tmp), metadata={"step": str(step), "elapsed": str(elapsed)})
+    tmp.replace(run_dir / RESUME_FILE)
+
+
+def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,
+                      trainable: Sequence[torch.nn.Parameter]) -> tuple[int, float]:
+    """Restore what :func:`save_resume_state` wrote; returns (step, elapsed seconds)."""
+    path = run_dir / RESUME_FILE
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    tensors = read_safetensors(path)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    state = {}
+    for i, _ in enumerate(trainable):
+        entry = {name: tensors[f"opt.{i}.{name}"] for name in ("exp_avg", "exp_avg_sq", "step")
+                 if f"opt.{i}.{name}" in tensors}
+        if entry:
+            entry["step"] = entry["step"].reshape(())
+            state[i] = entry
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+    return int(meta["step"]), float(meta.get("elapsed", 0.0))
+
+
+# -- metrics.jsonl and results.json ----------------------------------------------------------------
+
+
+def append_metrics(run_dir: Path, line: dict) -> None:
+    with open(run_dir / METRICS_FILE, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The evaluations a run logged, in file order (empty if it logged none yet)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(run_dir: Path, last_step: int | None) -> None:
+    """Forget the evaluations after ``last_step`` (all of them if None): a resumed run logs them again."""
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return
+    if last_step is None:
+        path.unlink()
+        return
+    kept = [line for line in read_metrics(run_dir) if line["step"] <= last_step]
+    path.write_text("".join(json.dumps(line) + "\n" for line in kept))
+
+
+def read_results(run_dir: str | Path) -> dict | None:
+    path = Path(run_dir) / RESULTS_FILE
+    return load_json(path) if path.exists() else None
+
+
+# -- result tables and documents -------------------------------------------------------------------
+
+
+def write_table(table: pd.DataFrame, path: str | Path, provenance: dict | None = None) -> Path:
+    """A CSV that ``pandas.read_csv`` reads as it is; the provenance goes to ``NAME.json`` beside it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(path)
+    if provenance is not None:
+        write_json_atomic(path.with_suffix(".provenance.json"), provenance)
+    return path
+
+
+def write_document(data: dict, path: str | Path, provenance: dict) -> Path:
+    """A JSON result with its provenance under the key ``provenance``."""
+    write_json_atomic(path, {**data, "provenance": provenance})
+    return Path(path)
+
+
+def write_dynamics(table: pd.DataFrame, phases_doc: dict, out: str | Path) -> None:
+    """``dynamics.csv`` and ``phases.json`` into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(table, out / DYNAMICS_FILE)
+    write_json_atomic(out / PHASES_FILE, phases_doc)
+
+
+def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:
+    """Read back what :func:`write_dynamics` wrote."""
+    directory = Path(directory)
+    if not (directory / DYNAMICS_FILE).exists():
+        raise ComposeLensError(f"{directory}: no {DYNAMICS_FILE}; run `compose-lens dynamics RUN --out {directory}`")
+    return pd.read_csv(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
+
+
+def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | None:
+    """The rows of an earlier ``dynamics.csv`` in ``directory`` if it was made with ``settings``."""
+    directory = Path(directory)
+    if not (directory / DYNAMICS_FILE).exists() or not (directory / PHASES_FILE).exists():
+        return None
+    saved = load_json(directory / PHASES_FILE).get("settings")
+    if saved != settings:
+        raise ComposeLensError(f"{directory}: its dynamics were made with other settings ({saved}); "
+                               f"drop --update or use another --out")
+    return pd.read_csv(directory / DYNAMICS_FILE)

@@ -26,10 +26,12 @@ test: install
 reproduce: install
 	$(BIN)/python experiments/reproduce.py --out $(RUN)
 
-# Speed: the project's training step and patching against the plain TransformerLens way.
+# Speed: the project's training step and patching against the plain TransformerLens way,
+# and how fast the command line answers (--help, argument errors).
 bench: install
 	$(BIN)/python experiments/bench_training.py
 	$(BIN)/python experiments/bench_patching.py
+	$(BIN)/python experiments/bench_cli.py
 
 # Re-make the paper model shipped in compose_lens/assets/paper from a full run.
 paper-model: install

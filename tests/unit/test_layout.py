@@ -1,0 +1,164 @@
+"""The package's layout: imports point one way, sit at the top, and the command line starts light.
+
+The flow of the work is config -> data -> model -> runs -> train/evaluate -> analysis ->
+plots -> report -> sweep -> cli. A module may import from its own layer or an earlier
+one, never a later one, and no two modules import each other through any path. The
+test reads the source with ``ast`` (nothing is imported), so a cycle hidden in a
+function body is found too.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
+
+# Layer of each top-level part of the package; a module imports only from layers <= its own.
+LAYERS = {
+    "config": 0, "provenance": 0,
+    "data": 1,
+    "model": 2,
+    "runs": 3,
+    "train": 4, "evaluate": 4,
+    "analysis": 5,
+    "plots": 6,
+    "report": 7,
+    "sweep": 8,
+    "cli": 9,
+}
+
+# Imports allowed inside functions, with the reason.
+LAZY_ALLOWED = {
+    "cli": "start-up time: `compose-lens --help` must not import torch",
+    "sweep": "ray is an optional dependency",
+    "report.page": "circuitsvis is read for its bundle file only",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, tree: ast.Module, inside_functions: bool | None = None) -> set[str]:
+    """compose_lens modules that ``name`` imports (anywhere, or only inside / outside functions)."""
+    lazy: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lazy |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    package = name if (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists() else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if inside_functions is not None and (id(node) in lazy) != inside_functions:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        found |= {t for t in targets if t.startswith("compose_lens")}
+    return found
+
+
+def resolve(target: str, known: set[str]) -> str | None:
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def graph() -> dict[str, set[str]]:
+    trees = modules()
+    known = set(trees)
+    edges = {}
+    for name, tree in trees.items():
+        targets = {resolve(t, known) for t in imported(name, tree)} - {None, name}
+        edges[name] = {t for t in targets if not name.startswith(t + ".")}  # a package's own __init__
+    return edges
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in modules() if m != "compose_lens" and layer(m) is None]
+    assert not unplaced, f"give these a layer in LAYERS: {unplaced}"
+
+
+def test_imports_point_forward_only():
+    backward = [f"{a} -> {b}" for a, targets in graph().items() for b in targets
+                if a != "compose_lens" and layer(b) is not None and layer(b) > layer(a)]
+    assert not backward, "imports pointing back up the flow: " + "; ".join(sorted(backward))
+
+
+def test_no_import_cycles():
+    edges = graph()
+    cycles = []
+    for start in edges:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges.get(node, ()):
+                if nxt == start:
+                    cycles.append(" -> ".join(path + [start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    assert not cycles, "import cycles: " + "; ".join(sorted(cycles)[:5])
+
+
+def test_imports_sit_at_the_top_unless_a_reason_is_stated():
+    hidden = []
+    for name, tree in modules().items():
+        short = name.removeprefix("compose_lens.")
+        if any(short == k or short.startswith(k + ".") for k in LAZY_ALLOWED):
+            continue
+        lazy = imported(name, tree, inside_functions=True)
+        if lazy:
+            hidden.append(f"{name}: {sorted(lazy)}")
+    assert not hidden, "imports inside functions: " + "; ".join(hidden)
+
+
+def test_only_model_tl_imports_transformer_lens():
+    users = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "transformer_lens" for n in names):
+                users.append(module_name(path))
+    assert set(users) == {"compose_lens.model.tl"}, users
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["evaluate"], ["sweep", "--param"]])
+def test_the_command_line_answers_without_torch(argv):
+    """--help and argument errors are answered before torch or TransformerLens is imported."""
+    probe = ("import sys\nfrom compose_lens.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "heavy = [m for m in ('torch', 'transformer_lens', 'pandas', 'matplotlib') if m in sys.modules]\n"
+             "print('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in out.stdout, out.stdout[-300:] + out.stderr[-300:]
+
+
+def test_public_api_names_resolve_lazily():
+    probe = ("import sys, compose_lens as cl\nassert 'torch' not in sys.modules\n"
+             "missing = [n for n in cl.__all__ if getattr(cl, n, None) is None]\nprint('MISSING', missing)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "MISSING []" in out.stdout, out.stderr[-500:]

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import torch
 
-from compose_lens.model import fastpath, tl
+from compose_lens.model import fastpath, tl, weights
 from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, make_exhaustive
+from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive
 from compose_lens.data.split import Split
 
 
 def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 8192,
                   fast: bool | None = None) -> torch.Tensor:
     """Logits (N, d_vocab_out) at the last position, fast path where exact."""
-    use_fast = fastpath.supports(cfg) if fast is None else fast
+    use_fast = weights.is_paper_architecture(cfg) if fast is None else fast
     params = tl.parameters(model)
     device = params["embed.weight"].device
     out = []
@@ -51,18 +51,23 @@ def accuracy(model: tl.Model, cfg: ModelConfig, batch: Batch) -> float:
     return correct_mask(model, cfg, batch).float().mean().item() if len(batch) else float("nan")
 
 
+def accuracy_by_group(correct: torch.Tensor, groups: dict[str, slice]) -> dict[str, float]:
+    """Accuracy of each group of rows of a (N,) correctness mask (groups from
+    :func:`~compose_lens.data.sampler.concat_batches`)."""
+    return {name: correct[rows].float().mean().item() for name, rows in groups.items()}
+
+
+def batch_accuracies(model: tl.Model, cfg: ModelConfig, batches: dict[str, Batch]) -> dict[str, float]:
+    """Accuracy on each named batch, the batches evaluated as one concatenated batch."""
+    if not batches:
+        return {}
+    joined, groups = concat_batches(batches)
+    return accuracy_by_group(correct_mask(model, cfg, joined), groups)
+
+
 def pool_accuracies(model: tl.Model, config: RunConfig, pools: dict[str, Batch]) -> dict[str, float]:
     """Accuracy on each pool, the pools evaluated as one concatenated batch."""
-    names = list(pools)
-    tokens = torch.cat([pools[n].tokens for n in names])
-    labels = torch.cat([pools[n].labels for n in names])
-    correct = answer_logits(model, config.model, tokens).argmax(-1) == labels
-    out, start = {}, 0
-    for name in names:
-        size = len(pools[name])
-        out[name] = correct[start: start + size].float().mean().item()
-        start += size
-    return out
+    return batch_accuracies(model, config.model, pools)
 
 
 def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> dict[str, dict]:

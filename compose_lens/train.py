@@ -33,17 +33,17 @@ from compose_lens.config import ComposeLensError, RunConfig, load_json, write_js
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.model import fastpath, tl
+from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
 
 
 def use_fast_path(config: RunConfig) -> bool:
     mode = config.train.fast_path
-    if mode == "on" and not fastpath.supports(config.model):
+    if mode == "on" and not weights.is_paper_architecture(config.model):
         raise ComposeLensError("fast_path=on, but the fast path does not cover this model "
                                "(it needs 2 layers, 1 head, an MLP in layer 1 only, no norm, "
                                "frozen biases); use fast_path=auto")
-    return mode == "on" or (mode == "auto" and fastpath.supports(config.model))
+    return mode == "on" or (mode == "auto" and weights.is_paper_architecture(config.model))
 
 
 def autocast_context(config: RunConfig):

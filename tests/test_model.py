@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from compose_lens.model import fastpath, tl
+from compose_lens.model.weights import is_paper_architecture
 from compose_lens.config import ComposeLensError, ModelConfig
 from compose_lens.runs import load_model, load_reference_pth, save_model, load_model_dir
 from compose_lens.data.sampler import TrainingSampler
@@ -87,7 +88,7 @@ def test_fast_path_gradients_match(tiny_config, tiny_split):
                                      dict(trained_biases=True)])
 def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_split, changes):
     cfg = tiny_config.model.replace(**changes)
-    assert not fastpath.supports(cfg)
+    assert not is_paper_architecture(cfg)
     model = tl.boot(cfg)
     tokens = TrainingSampler(tiny_split, 4, 0).batch(0).tokens
     assert model(tokens).shape == (4, tiny_config.task.seq_len, tiny_config.task.modulus)
@@ -137,4 +138,4 @@ def test_reference_with_a_layer1_mlp_is_refused(reference_dir, tmp_path):
 def test_paper_model_config_is_the_spec():
     cfg = ModelConfig()
     assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, cfg.n_ctx) == (2, 1, 128, 128, 512, 16)
-    assert cfg.mlp_layers == (1,) and cfg.normalization_type is None and fastpath.supports(cfg)
+    assert cfg.mlp_layers == (1,) and cfg.normalization_type is None and is_paper_architecture(cfg)

@@ -8,7 +8,8 @@ import pytest
 from compose_lens.config import ConfigError, TaskConfig
 from compose_lens.data.sampler import (POOL_NAMES, TrainingSampler, exhaustive_rows, make_exhaustive,
                                   make_pool, render)
-from compose_lens.data.split import Split, derived_generator, row_types, training_rows
+from compose_lens.data.split import Split, row_types, training_rows
+from compose_lens.data.streams import derived_generator
 from compose_lens.data.task import decode
 
 PAPER = TaskConfig()

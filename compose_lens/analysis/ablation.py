@@ -32,19 +32,23 @@ forward passes; the tests check this shortcut against the hooked forward.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Callable, Iterator
 
 import pandas as pd
 import torch
 
-from compose_lens.model import tl
 from compose_lens.analysis.activations import collect
+from compose_lens.analysis.fourier import (
+    basis_frequencies, fourier_basis, key_frequencies, neuron_frequencies, operand_grid)
 from compose_lens.config import ComposeLensError, RunConfig
-from compose_lens.data.sampler import POOL_NAMES, Batch, TrainingSampler, make_pools
-from compose_lens.data.split import Split, derived_generator
+from compose_lens.data import streams
+from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, concat_batches, make_pools
+from compose_lens.data.split import Split
+from compose_lens.evaluate import accuracy_by_group
+from compose_lens.model import tl, weights
 
 ABLATION_KINDS = ("zero", "mean", "resample")
-_REFERENCE_STREAM, _RESAMPLE_STREAM = 50, 51
 
 Hook = tuple[str, Callable]
 
@@ -52,7 +56,7 @@ Hook = tuple[str, Callable]
 def reference_tokens(split: Split, size: int = 1000, seed: int = 0) -> torch.Tensor:
     """Training-distribution sequences whose activations define the mean and resample ablations."""
     sampler = TrainingSampler(split, batch_size=1, seed=seed)
-    return sampler.sample(size, derived_generator(seed, _REFERENCE_STREAM)).tokens
+    return sampler.sample(size, streams.derived_generator(seed, streams.ABLATION_REFERENCE)).tokens
 
 
 def _check_kind(kind: str) -> None:
@@ -72,7 +76,7 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
         raise ComposeLensError(f"{kind} ablation needs reference activations")
     sel = (slice(None), slice(None), *index)
     mean = reference.mean(0)[(slice(None), *index)] if reference is not None else None
-    generator = torch.Generator().manual_seed(seed)
+    generator = streams.seeded_generator(seed)
 
     def ablate(act: torch.Tensor, hook=None) -> torch.Tensor:
         act = act.clone()
@@ -91,7 +95,7 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
 @contextlib.contextmanager
 def ablated(model: tl.Model, hooks: list[Hook]) -> Iterator[tl.Model]:
     """Run the model with ablation hooks inside the block; they are removed on exit."""
-    with model.hooks(fwd_hooks=hooks):
+    with tl.hooks(model, hooks):
         yield model
 
 
@@ -120,17 +124,14 @@ class LastPositionMLP:
     """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly."""
 
     def __init__(self, model: tl.Model, config: RunConfig, tokens: torch.Tensor):
-        if config.model.n_layers != 2 or tuple(config.model.mlp_layers) != (1,):
+        if not weights.has_paper_layout(config.model):
             raise ComposeLensError("neuron and Fourier-direction ablation needs the study's layout: "
                                    "two layers, an MLP in the last one only")
         acts = collect(model, config.model, tokens, resid=False)
-        params = tl.parameters(model)
-        W_U = params["unembed.weight"].detach().float().cpu()  # (V, d)
-        W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu()  # (d, d_mlp)
+        readout = weights.linear_readout(model)
         self.post = acts.mlp_post.float()  # (N, d_mlp)
-        self.W_logit = (W_U @ W_out).T  # (d_mlp, V): neuron -> logits
-        self.direct = (acts.resid_mid1_last.float() @ W_U.T + params["unembed.bias"].detach().float().cpu()
-                       + params["blocks.1.mlp.out.bias"].detach().float().cpu() @ W_U.T)
+        self.W_logit = readout.W_logit  # (d_mlp, V): neuron -> logits
+        self.direct = readout.direct(acts.resid_mid1_last.float())  # (N, V): the logits no neuron writes
 
     def logits(self, post: torch.Tensor | None = None) -> torch.Tensor:
         return self.direct + (self.post if post is None else post) @ self.W_logit
@@ -142,7 +143,7 @@ def _replacement(kind: str, own: torch.Tensor, reference: torch.Tensor, seed: in
         return torch.zeros_like(own)
     if kind == "mean":
         return reference.mean(0, keepdim=True).expand_as(own)
-    g = derived_generator(seed, _RESAMPLE_STREAM)
+    g = streams.derived_generator(seed, streams.ABLATION_RESAMPLE)
     return reference[torch.randint(0, len(reference), (len(own),), generator=g)]
 
 
@@ -160,8 +161,6 @@ def neuron_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, neu
 
 def frequency_directions(p: int, k: int | list[int]) -> torch.Tensor:
     """(m, p) the orthonormal cos / sin rows of frequency k (or of several) over the output classes."""
-    from compose_lens.analysis.fourier import basis_frequencies, fourier_basis
-
     basis, _ = fourier_basis(p)
     wanted = torch.tensor([k] if isinstance(k, int) else list(k))
     return basis[torch.isin(basis_frequencies(p), wanted)].float()
@@ -180,31 +179,47 @@ def fourier_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, k:
 # -- the table --------------------------------------------------------------------------------
 
 
-def _pool_accuracy(logits: torch.Tensor, labels: torch.Tensor, pool_of_row: torch.Tensor) -> list[float]:
-    correct = (logits.argmax(-1) == labels).float()
-    n = int(pool_of_row.max()) + 1
-    total = torch.zeros(n).scatter_add_(0, pool_of_row, correct)
-    return (total / torch.bincount(pool_of_row, minlength=n).clamp_min(1)).tolist()
-
-
-def _concat(pools: dict[str, Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    names = list(pools)
-    tokens = torch.cat([pools[n].tokens for n in names])
-    labels = torch.cat([pools[n].labels for n in names])
-    pool_of_row = torch.cat([torch.full((len(pools[n]),), i) for i, n in enumerate(names)])
-    return tokens, labels, pool_of_row, names
-
-
 def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
                                min_fraction: float = 0.5) -> dict[int, list[int]]:
     """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance."""
-    from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
-
     grid = operand_grid(model, config, split, "constant", seed)
     neurons = neuron_frequencies(grid.mlp_post)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
     return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
+
+
+Ablated = tuple[str, int, int, str, torch.Tensor]  # target, layer, index, kind, logits (N, V)
+
+
+def _component_ablations(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ref_tokens: torch.Tensor,
+                         kinds, seed: int) -> Iterator[Ablated]:
+    """Every head and real MLP, ablated with hooks (reference activations cached once)."""
+    targets = component_targets(config)
+    hook_names = {t[3] for t in targets}
+    _, ref_cache = tl.run_with_cache(model, ref_tokens, names_filter=lambda n: n in hook_names)
+    for target, layer, index, name, sel in targets:
+        reference = ref_cache[name].float()
+        for kind in kinds:
+            hook = replacement_hook(name, kind, reference, sel, seed)
+            yield target, layer, index, kind, ablated_logits(model, tokens, [hook])
+
+
+def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: torch.Tensor,
+                    ref_tokens: torch.Tensor, kinds, seed: int, single_neurons: bool) -> Iterator[Ablated]:
+    """MLP2's neurons, each key frequency's neurons and its Fourier directions, ablated at ``=``."""
+    mlp = LastPositionMLP(model, config, tokens)
+    ref = LastPositionMLP(model, config, ref_tokens)
+    groups = neuron_groups_by_frequency(model, config, split, seed)
+    for kind in kinds:
+        if single_neurons:
+            for neuron, logits in neuron_ablation_logits(mlp, ref, list(range(config.model.d_mlp)), kind, seed):
+                yield "neuron", 1, neuron, kind, logits
+        for k, members in groups.items():
+            if members:
+                _, logits = next(neuron_ablation_logits(mlp, ref, [members], kind, seed))
+                yield "frequency_neurons", 1, k, kind, logits
+            yield "fourier_directions", 1, k, kind, fourier_ablation_logits(mlp, ref, k, kind, seed)
 
 
 def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
@@ -220,40 +235,19 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     """
     for kind in kinds:
         _check_kind(kind)
-    pools = make_pools(split, pool_size, seed)
-    tokens, labels, pool_of_row, names = _concat(pools)
+    joined, groups = concat_batches(make_pools(split, pool_size, seed))
     ref_tokens = reference_tokens(split, reference_size, seed)
     records: list[dict] = []
-
-    def add(target: str, layer: int, index: int, kind: str, logits: torch.Tensor) -> None:
-        for name, acc in zip(names, _pool_accuracy(logits, labels, pool_of_row)):
-            records.append({"target": target, "layer": layer, "index": index, "kind": kind,
-                            "pool": name, "accuracy": acc})
-
     with torch.no_grad():
-        add("none", -1, -1, "none", ablated_logits(model, tokens, []))
-        targets = component_targets(config)
-        hook_names = {t[3] for t in targets}
-        _, ref_cache = model.run_with_cache(ref_tokens, names_filter=lambda n: n in hook_names)
-        for target, layer, index, name, sel in targets:
-            reference = ref_cache[name].float()
-            for kind in kinds:
-                hook = replacement_hook(name, kind, reference, sel, seed)
-                add(target, layer, index, kind, ablated_logits(model, tokens, [hook]))
-
-        if config.model.n_layers == 2 and tuple(config.model.mlp_layers) == (1,):
-            mlp = LastPositionMLP(model, config, tokens)
-            ref = LastPositionMLP(model, config, ref_tokens)
-            groups = neuron_groups_by_frequency(model, config, split, seed)
-            for kind in kinds:
-                if single_neurons:
-                    for neuron, logits in neuron_ablation_logits(mlp, ref, list(range(config.model.d_mlp)), kind, seed):
-                        add("neuron", 1, neuron, kind, logits)
-                for k, members in groups.items():
-                    if members:
-                        _, logits = next(neuron_ablation_logits(mlp, ref, [members], kind, seed))
-                        add("frequency_neurons", 1, k, kind, logits)
-                    add("fourier_directions", 1, k, kind, fourier_ablation_logits(mlp, ref, k, kind, seed))
+        ablations = [iter([("none", -1, -1, "none", ablated_logits(model, joined.tokens, []))]),
+                     _component_ablations(model, config, joined.tokens, ref_tokens, kinds, seed)]
+        if weights.has_paper_layout(config.model):
+            ablations.append(_mlp2_ablations(model, config, split, joined.tokens, ref_tokens, kinds, seed,
+                                             single_neurons))
+        for target, layer, index, kind, logits in itertools.chain(*ablations):
+            accuracies = accuracy_by_group(logits.argmax(-1) == joined.labels, groups)
+            records += [{"target": target, "layer": layer, "index": index, "kind": kind, "pool": name,
+                         "accuracy": acc} for name, acc in accuracies.items()]
 
     table = pd.DataFrame.from_records(records)
     baseline = table[table["target"] == "none"].set_index("pool")["accuracy"]

@@ -16,7 +16,7 @@ field                       TransformerLens hook                    shape
 
 :func:`collect` reads them with the model's own ``run_with_cache``. That forward
 pass is slow for the thousands of sequences a Fourier grid needs, so for the
-paper's architecture (the one :func:`compose_lens.model.fastpath.supports` accepts:
+paper's architecture (:func:`compose_lens.model.weights.is_paper_architecture`:
 two layers, one head each, an MLP in the last layer only, no normalisation, zero
 biases) :func:`table_forward` computes the same numbers from the weights with
 *tables*: layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are
@@ -34,8 +34,8 @@ from typing import Iterator
 
 import torch
 
-from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig
+from compose_lens.model import fastpath, tl, weights
 
 CACHED_HOOKS = (
     "blocks.0.attn.hook_pattern",
@@ -45,6 +45,7 @@ CACHED_HOOKS = (
     "blocks.1.mlp.hook_pre",
     "blocks.1.mlp.hook_post",
 )
+
 
 @dataclass
 class Activations:
@@ -78,10 +79,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def activation_fn(cfg: ModelConfig):
-    return fastpath.ACTIVATIONS[cfg.act_fn]
-
-
 @torch.no_grad()
 def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
                   resid: bool = True) -> Activations:
@@ -101,7 +98,7 @@ def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: tor
 @torch.no_grad()
 def cached_forward(model: tl.Model, tokens: torch.Tensor) -> Activations:
     """The same activations read from the model's own ``run_with_cache`` (any architecture)."""
-    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in CACHED_HOOKS)
+    logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in CACHED_HOOKS)
     return Activations(
         tokens=tokens,
         pattern0=cache["blocks.0.attn.hook_pattern"][:, 0].float(),
@@ -120,7 +117,7 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: i
 
     ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None).
     """
-    use_tables = fastpath.supports(cfg) if fast is None else fast
+    use_tables = weights.is_paper_architecture(cfg) if fast is None else fast
     params = tl.parameters(model)
     device = params["embed.weight"].device
     parts = []

@@ -31,7 +31,7 @@ HOOK = "blocks.{layer}.attn.hook_pattern"
 
 def attention_patterns(model: tl.Model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out)."""
-    n_layers = int(model.cfg.n_layers)
+    n_layers = tl.size(model, "n_layers")
     names = {HOOK.format(layer=i) for i in range(n_layers)}
     device = tl.parameters(model)["embed.weight"].device
     with torch.no_grad():
@@ -68,7 +68,7 @@ def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tupl
 
 
 def head_names(model: tl.Model) -> list[str]:
-    n_layers, n_heads = int(model.cfg.n_layers), int(model.cfg.n_heads)
+    n_layers, n_heads = tl.size(model, "n_layers"), tl.size(model, "n_heads")
     return [f"layer {layer + 1} (blocks.{layer}) head {head}" if n_heads > 1 else f"layer {layer + 1} (blocks.{layer})"
             for layer in range(n_layers) for head in range(n_heads)]
 

@@ -54,13 +54,12 @@ from compose_lens import runs
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.summary import circuit_measures
 from compose_lens.config import RunConfig
+from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
-from compose_lens.data.split import Split, derived_generator
-from compose_lens.evaluate import correct_mask, pool_accuracies
-from compose_lens.model import tl
+from compose_lens.data.split import Split
+from compose_lens.evaluate import batch_accuracies, pool_accuracies
+from compose_lens.model import tl, weights
 from compose_lens.provenance import provenance
-
-_SLOT_STREAM = 7  # generator stream of the forbidden-slot batches
 
 # Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")
@@ -77,17 +76,14 @@ def equals_variable_scores(model: tl.Model, config: RunConfig, head: int = 0) ->
     (a..l), from the weights alone. Key positions are left out: the score says
     which variable *tokens* the ``=`` query prefers.
     """
+    task = config.task
+    w = weights.head_weights(model, 0, head)
     params = tl.parameters(model)
-    task, cfg = config.task, config.model
-    d_head = cfg.d_head
-    rows = slice(head * d_head, (head + 1) * d_head)
     with torch.no_grad():
-        E, P = params["embed.weight"].float(), params["pos_embed.weight"].float()
-        query = E[task.equals_token] + P[task.seq_len - 1]
-        q = query @ params["blocks.0.attn.q.weight"][rows].float().T
-        var_tokens = torch.arange(task.first_var_token, task.d_vocab, device=E.device)
-        keys = E[var_tokens] @ params["blocks.0.attn.k.weight"][rows].float().T
-        return (keys @ q / math.sqrt(d_head)).cpu()
+        E, P = params["embed.weight"].detach().float().cpu(), params["pos_embed.weight"].detach().float().cpu()
+        q = (E[task.equals_token] + P[task.seq_len - 1]) @ w.W_Q  # (d_head,)
+        keys = E[task.first_var_token: task.d_vocab] @ w.W_K  # (n_vars, d_head)
+        return keys @ q / math.sqrt(config.model.d_head)
 
 
 def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict[str, Batch]:
@@ -101,7 +97,7 @@ def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict
     out: dict[str, Batch] = {}
     slots = [("left", v) for v in task.left_forbidden] + [("right", v) for v in task.right_forbidden]
     for index, (side, name) in enumerate(slots):
-        g = derived_generator(seed, _SLOT_STREAM, index)
+        g = streams.derived_generator(seed, streams.FORBIDDEN_SLOTS, index)
         var = task.var_index(name)
         pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (size,), generator=g)]
         none = torch.full((size,), -1, dtype=torch.long)
@@ -118,17 +114,8 @@ def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict
 
 
 def slot_accuracies(model: tl.Model, config: RunConfig, batches: dict[str, Batch]) -> dict[str, float]:
-    names = list(batches)
-    if not names:
-        return {}
-    joined = Batch(torch.cat([batches[n].tokens for n in names]), torch.cat([batches[n].labels for n in names]),
-                   torch.cat([batches[n].rows for n in names]))
-    correct = correct_mask(model, config.model, joined)
-    out, start = {}, 0
-    for name in names:
-        out[f"slot_{name}"] = correct[start: start + len(batches[name])].float().mean().item()
-        start += len(batches[name])
-    return out
+    """Accuracy on each :func:`forbidden_slot_batches` batch, as ``slot_<name>``."""
+    return {f"slot_{name}": acc for name, acc in batch_accuracies(model, config.model, batches).items()}
 
 
 # -- the trajectory --------------------------------------------------------------------------

@@ -55,14 +55,14 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from compose_lens.model import tl
-from compose_lens.analysis.activations import activation_fn, collect
+from compose_lens.analysis.activations import collect
 from compose_lens.config import RunConfig
+from compose_lens.data import streams
 from compose_lens.data.sampler import render
-from compose_lens.data.split import Split, derived_generator
+from compose_lens.data.split import Split
+from compose_lens.model import tl, weights
 
 OPERAND_KINDS = ("constant", "left", "right", "both")
-_GRID_STREAM = 22
 
 
 # -- the basis ------------------------------------------------------------------------------
@@ -187,8 +187,7 @@ class AdditionGrid:
     resid_mid: torch.Tensor  # (p, p, d_model): the MLP2 input
     mlp_pre: torch.Tensor  # (p, p, d_mlp)
     mlp_post: torch.Tensor  # (p, p, d_mlp)
-    W_logit: torch.Tensor  # (d_mlp, d_vocab_out): W_out W_U, neuron -> logits
-    W_U: torch.Tensor  # (d_model, d_vocab_out)
+    readout: weights.LinearReadout  # MLP2 + unembedding, linear in the neurons (W_logit: neuron -> logits)
     tokens: torch.Tensor | None = None  # (p^2, seq_len), x-major, or None for the weights-only grid
 
     @property
@@ -203,18 +202,10 @@ class AdditionGrid:
 
     def logits(self, mlp_post: torch.Tensor | None = None) -> torch.Tensor:
         """(p, p, d_vocab_out) logits, optionally with replaced neuron activations."""
-        post = self.mlp_post if mlp_post is None else mlp_post
-        return self.resid_mid @ self.W_U + post @ self.W_logit
+        return self.readout.logits(self.resid_mid, self.mlp_post if mlp_post is None else mlp_post)
 
     def accuracy(self) -> float:
         return (self.logits().argmax(-1) == self.labels).float().mean().item()
-
-
-def _readout(model: tl.Model) -> tuple[torch.Tensor, torch.Tensor]:
-    params = tl.parameters(model)
-    W_U = params["unembed.weight"].detach().float().cpu().T  # (d, d_vocab_out)
-    W_out = params["blocks.1.mlp.out.weight"].detach().float().cpu().T  # (d_mlp, d)
-    return W_out @ W_U, W_U
 
 
 def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:
@@ -229,7 +220,7 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
         raise ValueError(f"operands={operands!r}: use one of {', '.join(OPERAND_KINDS)}")
     task = split.task
     p = task.modulus
-    g = derived_generator(seed, _GRID_STREAM, OPERAND_KINDS.index(operands))
+    g = streams.derived_generator(seed, streams.OPERAND_GRID, OPERAND_KINDS.index(operands))
     x = torch.arange(p).repeat_interleave(p)
     y = torch.arange(p).repeat(p)
     v = torch.full_like(x, -1)
@@ -252,13 +243,12 @@ def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str
                  seed: int = 0) -> AdditionGrid:
     """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded)."""
     rows = grid_rows(split, operands, seed)
-    g = derived_generator(seed, _GRID_STREAM, 10 + OPERAND_KINDS.index(operands))
+    g = streams.derived_generator(seed, streams.OPERAND_GRID, 10 + OPERAND_KINDS.index(operands))
     tokens = render(split, rows, g).tokens
     acts = collect(model, config.model, tokens, resid=False)
     p = config.task.modulus
-    W_logit, W_U = _readout(model)
     return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
-                        acts.mlp_post.view(p, p, -1), W_logit, W_U, tokens)
+                        acts.mlp_post.view(p, p, -1), weights.linear_readout(model), tokens)
 
 
 def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0) -> AdditionGrid:
@@ -267,16 +257,12 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0) -> AdditionG
     ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
     on ``scale`` (attention of about 1/2 on each value would give 1/2).
     """
-    from compose_lens.analysis.probes import ov_matrix
-
     p = config.task.modulus
-    E = tl.parameters(model)["embed.weight"].detach().float().cpu()[:p]
-    ov = E @ ov_matrix(model, 1, config.model.d_head)  # (p, d): OV2 e_x as rows
+    params = weights.detached_parameters(model)
+    ov = params["embed.weight"][:p] @ weights.ov_matrix(model, 1)  # (p, d): OV2 e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
-    pre = resid @ tl.parameters(model)["blocks.1.mlp.in.weight"].detach().float().cpu().T
-    post = activation_fn(config.model)(pre)
-    W_logit, W_U = _readout(model)
-    return AdditionGrid("ov", resid, pre, post, W_logit, W_U, None)
+    pre, post = weights.mlp_neurons(params, config.model, resid)
+    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model), None)
 
 
 def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig) -> float:
@@ -358,8 +344,8 @@ def _kept_logits(grid: AdditionGrid, frequencies: list[int], on: str, remove: bo
     """
     if on not in ("neurons", "logits"):
         raise ValueError(f"on={on!r}: use neurons or logits")
-    direct = grid.resid_mid @ grid.W_U
-    mlp = grid.mlp_post @ grid.W_logit
+    direct = grid.readout.direct(grid.resid_mid)
+    mlp = grid.mlp_post @ grid.readout.W_logit
     target = mlp if on == "neurons" else direct + mlp
     if remove:
         kept = target - project_onto_frequency(target, frequencies)
@@ -400,10 +386,8 @@ def unembed_fourier(grid_or_model, config: RunConfig | None = None) -> pd.DataFr
     One row per basis direction: its name, frequency and the norm of that
     coefficient column over the neurons (the key frequencies stand out).
     """
-    if isinstance(grid_or_model, AdditionGrid):
-        W_logit = grid_or_model.W_logit
-    else:
-        W_logit, _ = _readout(grid_or_model)
+    readout = grid_or_model.readout if isinstance(grid_or_model, AdditionGrid) else weights.linear_readout(grid_or_model)
+    W_logit = readout.W_logit
     p = W_logit.shape[1]
     coeffs = fft1d(W_logit, dim=1)  # (d_mlp, p)
     _, names = fourier_basis(p)

@@ -62,14 +62,14 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens.model import fastpath, tl
 from compose_lens.config import CORRUPTIONS, ComposeLensError, ModelConfig, RunConfig
+from compose_lens.data import streams
 from compose_lens.data.sampler import make_pool
-from compose_lens.data.split import Split, derived_generator
+from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
+from compose_lens.model import tl, weights
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
-_PAIR_STREAM = 40
 
 
 # -- prompt pairs -----------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", see
         raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 2 prompt pairs")
     task = split.task
     p, C = task.modulus, task.context_len
-    g = derived_generator(seed, _PAIR_STREAM, CORRUPTIONS.index(corruption))
+    g = streams.derived_generator(seed, streams.PATCH_PAIRS, CORRUPTIONS.index(corruption))
     lhs, rhs = C + 1, C + 2
     if corruption == "constant":
         clean = make_pool(split, "0var_train", n_pairs, seed).tokens
@@ -180,9 +180,13 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
 
 
 def engine_supports(cfg: ModelConfig) -> bool:
-    """Can :func:`patched_logit_diffs` compute patching from the weights for this model?"""
-    return (cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,) and cfg.normalization_type is None
-            and cfg.act_fn in fastpath.ACTIVATIONS)
+    """Can :func:`patched_logit_diffs` compute patching from the weights for this model?
+
+    The paper's layout (:func:`~compose_lens.model.weights.has_paper_layout`) without
+    normalisation; any number of heads and trained biases are fine.
+    """
+    return (weights.has_paper_layout(cfg) and cfg.normalization_type is None
+            and cfg.act_fn in weights.ACTIVATIONS)
 
 
 class _Weights:
@@ -192,7 +196,6 @@ class _Weights:
         params = {k: v.detach().float() for k, v in tl.parameters(model).items()}
         self.p, self.cfg = params, cfg
         self.H, self.dh = cfg.n_heads, cfg.d_head
-        self.act = fastpath.ACTIVATIONS[cfg.act_fn]
 
     def heads(self, x: torch.Tensor, layer: int, kind: str) -> torch.Tensor:
         """q / k / v of ``x`` (..., d) as (..., H, d_head)."""
@@ -216,19 +219,14 @@ class _Weights:
         z = torch.einsum("rhij,rjhd->rihd", pattern, v)
         return z, self.attn_out(z, 0)
 
-    def layer1_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
+    def layer2_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
                     site: Site | None = None, clean: dict | None = None,
-                    q: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits at the last position from layer 2's keys/values (R, n, H, dh) and resid_pre1[-1].
+                    q: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Layer 2 at the last position from its keys/values (R, n, H, dh) and resid_pre1[-1] (R, d):
+        every component a site can read there, and the logits.
 
         ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
         """
-        return self._layer1_last_acts(k1, v1, resid_last, site, clean, q)["logits"]
-
-    def _layer1_last_acts(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
-                          site: Site | None = None, clean: dict | None = None,
-                          q: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Layer 2 at the last position: every component a site can read there, and the logits."""
         def patch(component: str, value: torch.Tensor) -> torch.Tensor:
             if site is None or site.component != component:
                 return value
@@ -244,12 +242,10 @@ class _Weights:
         z = patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1))
         attn_out = patch("attn_out", self.attn_out(z, 1))
         resid_mid = patch("resid_mid", resid_last + attn_out)
-        hidden = self.act(resid_mid @ self.p["blocks.1.mlp.in.weight"].T + self.p["blocks.1.mlp.in.bias"])
-        mlp_out = patch("mlp_out", hidden @ self.p["blocks.1.mlp.out.weight"].T + self.p["blocks.1.mlp.out.bias"])
+        mlp_out = patch("mlp_out", weights.mlp_out(self.p, self.cfg, resid_mid)[2])
         resid_post = patch("resid_post", resid_mid + mlp_out)
         return {"resid_pre": resid_last, "z": z, "attn_out": attn_out, "resid_mid": resid_mid,
-                "mlp_out": mlp_out, "resid_post": resid_post,
-                "logits": resid_post @ self.p["unembed.weight"].T + self.p["unembed.bias"]}
+                "mlp_out": mlp_out, "resid_post": resid_post, "logits": weights.unembed(self.p, self.cfg, resid_post)}
 
     def run(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every activation a site can read, for a batch of prompts."""
@@ -259,7 +255,7 @@ class _Weights:
         resid_pre1 = resid_mid0  # blocks.0 has no MLP: its output is exactly zero
         k1, v1 = self.heads(resid_pre1, 1, "k"), self.heads(resid_pre1, 1, "v")
         q = self.heads(resid_pre1[:, -1], 1, "q")  # (N, H, dh)
-        last = self._layer1_last_acts(k1, v1, resid_pre1[:, -1], q=q)
+        last = self.layer2_last(k1, v1, resid_pre1[:, -1], q=q)
         return {"resid_pre0": resid_pre0, "z0": z0, "attn_out0": attn_out0, "resid_mid0": resid_mid0,
                 "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "q1": q, "logits": last.pop("logits"),
                 "last": last}
@@ -301,7 +297,7 @@ def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
     at_last = positions == n - 1
     last[:, at_last] = replacement[:, at_last]
     q[:, at_last] = W.heads(replacement[:, at_last], 1, "q")
-    logits = W.layer1_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1), q=q.flatten(0, 1))
+    logits = W.layer2_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1), q=q.flatten(0, 1))["logits"]
     return logits.view(N, S, -1)
 
 
@@ -344,7 +340,7 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
     v1 = (patched["rv"] + torch.einsum("rhij,rjhe->rie", A, patched["vov"])
           + b_O @ W.p["blocks.1.attn.v.weight"].T + W.p["blocks.1.attn.v.bias"]).unflatten(-1, (H, dh))
     last = patched["resid"][:, -1] + torch.einsum("rhj,rjhe->re", A[:, :, -1], patched["vo"]) + b_O
-    return W.layer1_last(k1, v1, last).view(N, S, -1)
+    return W.layer2_last(k1, v1, last)["logits"].view(N, S, -1)
 
 
 def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.Tensor:
@@ -391,8 +387,9 @@ def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.T
             if s.position < n - 1:
                 out[j] = corrupted_ld
             else:
-                out[j] = logit_diff(W.layer1_last(corrupt["k1"], corrupt["v1"], corrupt["resid_pre1"][:, -1],
-                                                  site=s, clean=clean["last"]), pairs)
+                patched = W.layer2_last(corrupt["k1"], corrupt["v1"], corrupt["resid_pre1"][:, -1],
+                                        site=s, clean=clean["last"])
+                out[j] = logit_diff(patched["logits"], pairs)
     return out
 
 
@@ -442,7 +439,7 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
         groups.setdefault((s.component, s.layer), []).append(j)
     names = {tl.hook_name(c, layer) for c, layer in groups}
     with torch.no_grad():
-        _, cache = model.run_with_cache(pairs.clean, names_filter=lambda name: name in names)
+        _, cache = tl.run_with_cache(model, pairs.clean, names_filter=lambda name: name in names)
         per_forward = max(1, max_rows // N)
         for (component, layer), members in groups.items():
             clean_act = cache[tl.hook_name(component, layer)]
@@ -462,8 +459,8 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
                         act[rows, positions] = clean_act[prompt, positions]
                     return act
 
-                logits = model.run_with_hooks(pairs.corrupted.repeat(len(part), 1),
-                                              fwd_hooks=[(tl.hook_name(component, layer), write_clean)])
+                logits = tl.run_with_hooks(model, pairs.corrupted.repeat(len(part), 1),
+                                           [(tl.hook_name(component, layer), write_clean)])
                 last = logits[:, -1].float().view(len(part), N, -1)
                 out[part] = torch.stack([logit_diff(site_logits, pairs) for site_logits in last])
     return out
@@ -472,7 +469,7 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
 def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
                                  components=COMPONENTS) -> tuple[list[Site], torch.Tensor]:
     """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
-    _, cache = model.run_with_cache(pairs.clean)
+    _, cache = tl.run_with_cache(model, pairs.clean)
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         return logit_diff(logits[:, -1].float(), pairs)
@@ -499,7 +496,7 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
     gain = patched.double() - corrupted.double()
     scale = clean.double() - corrupted.double()
     value = gain.mean(1) / scale.mean()
-    g = torch.Generator().manual_seed(seed)
+    g = streams.seeded_generator(seed)
     counts = torch.zeros(n_boot, N, dtype=torch.float64)
     counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
     boot = (gain @ counts.T) / (counts @ scale).unsqueeze(0)  # (S, n_boot)

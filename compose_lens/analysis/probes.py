@@ -47,42 +47,14 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.model import tl
 from compose_lens.analysis.activations import Activations, collect
 from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.data.sampler import POOL_NAMES, Batch, make_pool
-from compose_lens.data.split import Split, derived_generator
-
-_PROBE_STREAM = 21
-
-
-def _weights(model: tl.Model, name: str, head: int = 0, d_head: int | None = None) -> torch.Tensor:
-    """One head's slice of a projection, in nn.Linear layout (out, in), float32 on CPU."""
-    weight = tl.parameters(model)[name].detach().float().cpu()
-    if d_head is None:
-        return weight
-    if name.endswith("o.weight"):  # (d_model, n_heads * d_head): the head's columns
-        return weight[:, head * d_head: (head + 1) * d_head]
-    return weight[head * d_head: (head + 1) * d_head]  # (n_heads * d_head, d_model): its rows
-
-
-def qk_matrix(model: tl.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
-    """QK = W_Q W_K^T (d_model, d_model): ``score(a, b) = a QK b^T / sqrt(d_head)``."""
-    Wq = _weights(model, f"blocks.{layer}.attn.q.weight", head, d_head)
-    Wk = _weights(model, f"blocks.{layer}.attn.k.weight", head, d_head)
-    return Wq.T @ Wk
-
-
-def ov_matrix(model: tl.Model, layer: int, d_head: int, head: int = 0) -> torch.Tensor:
-    """OV = W_V W_O (d_model, d_model): a row vector ``a`` is written as ``a OV``."""
-    Wv = _weights(model, f"blocks.{layer}.attn.v.weight", head, d_head)
-    Wo = _weights(model, f"blocks.{layer}.attn.o.weight", head, d_head)
-    return Wv.T @ Wo.T
-
-
-def _d_head(model: tl.Model) -> int:
-    return int(model.cfg.d_head)
-
+from compose_lens.data import streams
+from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool
+from compose_lens.data.split import Split
+from compose_lens.data.task import SEQUENCE_TYPES
+from compose_lens.model import tl
+from compose_lens.model.weights import ov_matrix, qk_matrix
 
 # -- 1. previous-token head: weights ------------------------------------------------------
 
@@ -97,8 +69,7 @@ def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = 
     task = task.task if isinstance(task, RunConfig) else task
     P = tl.parameters(model)["pos_embed.weight"].detach().float().cpu()
     n = task.context_len if task is not None else P.shape[0]
-    d_head = _d_head(model)
-    return P[:n] @ qk_matrix(model, 0, d_head, head) @ P[:n].T / math.sqrt(d_head)
+    return P[:n] @ qk_matrix(model, 0, head) @ P[:n].T / math.sqrt(tl.size(model, "d_head"))
 
 
 def previous_position_fraction(scores: torch.Tensor) -> float:
@@ -126,9 +97,9 @@ def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None
 def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
     """``n`` sequences, every pool of SPEC section 3 in equal parts (all four sequence types)."""
     per_pool = max(1, math.ceil(n / len(POOL_NAMES)))
-    parts = [make_pool(split, name, per_pool, seed=seed + 7919) for name in POOL_NAMES]
-    return Batch(torch.cat([b.tokens for b in parts])[:n], torch.cat([b.labels for b in parts])[:n],
-                 torch.cat([b.rows for b in parts])[:n])
+    seed = seed + streams.PROBE_POOL_SEED_OFFSET  # not the evaluation pools of the same seed
+    joined, _ = concat_batches({name: make_pool(split, name, per_pool, seed=seed) for name in POOL_NAMES})
+    return joined[:n]
 
 
 def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int = 900,
@@ -189,7 +160,7 @@ def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch
     an L2 penalty.
     """
     unique = groups.unique()
-    order = unique[torch.randperm(len(unique), generator=derived_generator(seed, _PROBE_STREAM))]
+    order = unique[torch.randperm(len(unique), generator=streams.derived_generator(seed, streams.PROBE_TEST_SPLIT))]
     n_test_groups = max(1, int(round(test_fraction * len(unique))))
     is_test = torch.isin(groups, order[:n_test_groups])
     x_train, y_train = features[~is_test].float(), labels[~is_test]
@@ -273,10 +244,9 @@ def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, he
     previous-token head). Identity routing means each row peaks on the diagonal.
     """
     task = config.task if isinstance(config, RunConfig) else config
-    d_head = _d_head(model)
     E = tl.parameters(model)["embed.weight"].detach().float().cpu()
-    tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, 0, d_head, head)
-    return tagged @ qk_matrix(model, 1, d_head, head) @ tagged.T / math.sqrt(d_head)
+    tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, 0, head)
+    return tagged @ qk_matrix(model, 1, head) @ tagged.T / math.sqrt(tl.size(model, "d_head"))
 
 
 def diagonal_max_fraction(matrix: torch.Tensor) -> float:
@@ -317,8 +287,6 @@ def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, 
 
 def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:
     """The per-sequence activation scores split by sequence type (0var, 1var_left, ...)."""
-    from compose_lens.data.task import SEQUENCE_TYPES
-
     task = config.task
     tokens = acts.tokens
     lhs_var = tokens[:, -3] >= task.first_var_token

@@ -35,16 +35,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from compose_lens.provenance import provenance
-from compose_lens.model import tl
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, neuron_groups_by_frequency,
     reference_tokens)
 from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.data import streams
 from compose_lens.data.sampler import make_pool, render
-from compose_lens.data.split import Split, derived_generator
+from compose_lens.data.split import Split
+from compose_lens.model import tl, weights
+from compose_lens.provenance import provenance
 
-_STREAM = 60
 MLP_IN = "blocks.1.mlp.hook_in"
 ATTN_OUT = "blocks.1.hook_attn_out"
 
@@ -64,7 +64,7 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
     are drawn independently for the two prompts.
     """
     task = split.task
-    g = derived_generator(seed, _STREAM, 0 if side == "left" else 1)
+    g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
     none = torch.full((n,), -1, dtype=torch.long)
     allowed = torch.tensor(task.allowed_left if side == "left" else task.allowed_right)
@@ -79,7 +79,7 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
 
 def _last(model: tl.Model, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
-        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+        logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda n: n in names)
     out = {n: cache[n][:, -1].float() for n in names}
     out["logits"] = logits[:, -1].float()
     return out
@@ -119,10 +119,10 @@ def cosine_similarities(h_const: torch.Tensor, h_var: torch.Tensor, labels: torc
 
 def ov_prediction(model: tl.Model, x: torch.Tensor, y: torch.Tensor, attn_out: torch.Tensor) -> dict:
     """How well ``OV2 e_x + OV2 e_y`` predicts layer 2's attention output at ``=``: cosine, R^2 of a scale."""
-    params = tl.parameters(model)
-    E = params["embed.weight"].detach().float()
-    W_V, W_O = params["blocks.1.attn.v.weight"].detach().float(), params["blocks.1.attn.o.weight"].detach().float()
-    pred = (E[x] + E[y]) @ W_V.T @ W_O.T
+    E = tl.parameters(model)["embed.weight"].detach().float().cpu()
+    ov = weights.head_weights(model, 1, head=None)  # every head: OV2 is their sum
+    pred = (E[x] + E[y]) @ ov.W_V @ ov.W_O
+    attn_out = attn_out.float().cpu()
     scale = (pred * attn_out).sum() / (pred * pred).sum()
     residual = (attn_out - scale * pred).pow(2).sum()
     total = (attn_out - attn_out.mean(0)).pow(2).sum()
@@ -144,7 +144,7 @@ def patch_last(model: tl.Model, receiver: torch.Tensor, donor_act: torch.Tensor,
 
     hook_is_mlp_in = hook == MLP_IN
     with torch.no_grad():
-        return model.run_with_hooks(receiver, fwd_hooks=[(hook, write)])[:, -1].float()
+        return tl.run_with_hooks(model, receiver, [(hook, write)])[:, -1].float()
 
 
 def patching_recovery(model: tl.Model, const: torch.Tensor, var: torch.Tensor, labels: torch.Tensor,
@@ -234,10 +234,10 @@ def _verdict(report: dict) -> dict:
 def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
                     n_prompts: int = 1000, pool_size: int = 1000) -> dict:
     """The three tests of the module docstring; a JSON-serialisable dict with the conclusion."""
-    if config.model.n_layers != 2 or tuple(config.model.mlp_layers) != (1,):
+    if not weights.has_paper_layout(config.model):
         raise ComposeLensError("the same-MLP test is about the study's layout: two layers, "
                                "an MLP in the second (blocks.1) only")
-    g = derived_generator(seed, _STREAM, 2)
+    g = streams.derived_generator(seed, streams.SAME_MLP, 2)
     report: dict = {**provenance(config, seed), "n_prompts": n_prompts, "pool_size": pool_size,
                     "cosine": {}, "ov_prediction": {}, "patching": {}, "accuracy_unpatched": {}}
     was_training = model.training

@@ -13,14 +13,14 @@ from compose_lens.config import ComposeLensError
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, make_pool  # lazy: torch
-    from compose_lens.data.split import derived_generator  # lazy: torch
+    from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
     from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
 
     split = split_from_args(args)
     if args.n < 1:
         raise ComposeLensError(f"--n {args.n}: ask for at least one sequence")
     if args.split == "train":
-        batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, 9))
+        batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, DATA_SAMPLE))
     elif args.split in POOL_NAMES:
         batch = make_pool(split, args.split, args.n, args.seed)
     else:

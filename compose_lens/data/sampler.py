@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.data.split import Split, derived_generator, row_types, training_rows
+from compose_lens.data.split import Split, row_types, training_rows
+from compose_lens.data import streams
 
 POOL_NAMES = (
     "0var_train",
@@ -40,8 +41,6 @@ POOL_NAMES = (
     "2var_var_restricted_2",
 )
 EXHAUSTIVE_NAMES = ("zero_var_heldout", "two_var_union")
-
-_TRAIN_STREAM, _POOL_STREAM, _EXHAUSTIVE_STREAM = 2, 3, 4
 
 
 @dataclass
@@ -129,7 +128,7 @@ class TrainingSampler:
         self._block: Batch | None = None
 
     def render_block(self, index: int) -> Batch:
-        g = derived_generator(self.seed, _TRAIN_STREAM, index)
+        g = streams.derived_generator(self.seed, streams.TRAIN_BATCHES, index)
         picks = torch.randint(0, len(self.rows), (self.block_steps * self.batch_size,), generator=g)
         return render(self.split, self.rows[picks], g)
 
@@ -189,12 +188,28 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     """One of the nine accuracy pools of SPEC section 3, ``size`` random sequences."""
     if name not in POOL_NAMES:
         raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(POOL_NAMES)}")
-    g = derived_generator(seed, _POOL_STREAM, POOL_NAMES.index(name))
+    g = streams.derived_generator(seed, streams.POOLS, POOL_NAMES.index(name))
     return render(split, _pool_rows(split, name, size, g), g)
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
     return {name: make_pool(split, name, size, seed) for name in POOL_NAMES}
+
+
+def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:
+    """Named batches as one batch (in the dict's order) and the rows of each name in it.
+
+    Evaluate the joined batch in one pass, then read each name's results back with
+    ``results[groups[name]]``.
+    """
+    groups, start = {}, 0
+    for name, batch in batches.items():
+        groups[name] = slice(start, start + len(batch))
+        start += len(batch)
+    parts = list(batches.values())
+    joined = Batch(torch.cat([b.tokens for b in parts]), torch.cat([b.labels for b in parts]),
+                   torch.cat([b.rows for b in parts]))
+    return joined, groups
 
 
 def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
@@ -218,5 +233,5 @@ def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
 
 
 def make_exhaustive(split: Split, name: str, seed: int = 0) -> Batch:
-    g = derived_generator(seed, _EXHAUSTIVE_STREAM, EXHAUSTIVE_NAMES.index(name))
+    g = streams.derived_generator(seed, streams.EXHAUSTIVE, EXHAUSTIVE_NAMES.index(name))
     return render(split, exhaustive_rows(split, name), g)

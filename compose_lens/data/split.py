@@ -27,16 +27,7 @@ from pathlib import Path
 import torch
 
 from compose_lens.config import ConfigError, TaskConfig, load_json, write_json_atomic
-
-# Sub-seeds, so that the pair draw and the 2-var row draw are independent streams.
-_PAIR_STREAM, _ROW_STREAM = 0, 1
-
-
-def derived_generator(seed: int, stream: int, index: int = 0) -> torch.Generator:
-    """A torch generator for one named stream of one seed (stable across runs)."""
-    g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + stream * 10_007 + index) % (2**63 - 1))
-    return g
+from compose_lens.data import streams
 
 
 @dataclass(frozen=True)
@@ -51,7 +42,7 @@ class Split:
     def from_task(cls, task: TaskConfig) -> "Split":
         p = task.modulus
         n_train = int(task.f * p * p)
-        order = torch.randperm(p * p, generator=derived_generator(task.seed, _PAIR_STREAM))
+        order = torch.randperm(p * p, generator=streams.derived_generator(task.seed, streams.SPLIT_PAIRS))
         is_train = torch.zeros(p * p, dtype=torch.bool)
         is_train[order[:n_train]] = True
         return cls._from_mask(task, is_train)
@@ -152,7 +143,7 @@ def training_rows(split: Split) -> torch.Tensor:
     allowed = torch.tensor(task.allowed_two_var_pairs, dtype=torch.long)
     k = min(task.two_var_rows, len(allowed))
     if k and task.r > 0:
-        g = derived_generator(task.seed, _ROW_STREAM)
+        g = streams.derived_generator(task.seed, streams.SPLIT_ROWS)
         # k distinct allowed variable pairs per training pair, each kept with probability r
         choice = torch.rand(n, len(allowed), generator=g).argsort(dim=1)[:, :k]
         keep = torch.rand(n, k, generator=g) < task.r

@@ -20,9 +20,10 @@ terms of *tables* over the vocabulary and the positions:
 
 No tensor of shape (batch, positions, d_model) is ever made, so a training step
 costs a few small matrix products and gathers; the baseline forward makes a
-dozen (B n) x d x d products. :func:`supports` says whether a configuration is
-covered (two layers, one head each, an MLP only in the last layer, no
-normalisation, frozen zero biases); the trainer falls back to the plain
+dozen (B n) x d x d products. It is exact for the paper architecture
+(:func:`compose_lens.model.weights.is_paper_architecture`: two layers, one head
+each, an MLP only in the last layer, no normalisation, frozen zero biases); the
+trainer falls back to the plain
 TransformerLens forward for everything else.
 """
 
@@ -32,29 +33,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from compose_lens.model import tl
 from compose_lens.config import ModelConfig
-
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
-
-
-def supports(cfg: ModelConfig) -> bool:
-    """Is the fast path exact for this configuration?"""
-    return (
-        cfg.n_layers == 2
-        and cfg.n_heads == 1
-        and tuple(cfg.mlp_layers) == (1,)
-        and cfg.normalization_type is None
-        and not cfg.trained_biases
-    )
-
+from compose_lens.model import tl, weights
 
 @dataclass
 class AnswerActivations:
@@ -105,9 +86,9 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     X, XOV0 = layer1_rows(params, n)  # (V + n, d) each
     positions = torch.arange(n, device=tokens.device).expand(B, n)
 
-    def spread(weights: torch.Tensor) -> torch.Tensor:
+    def spread(on_positions: torch.Tensor) -> torch.Tensor:
         """(B, n) weights on positions -> (B, V + n) weights on table rows (tokens, positions)."""
-        return torch.cat([weights.new_zeros(B, V).scatter_add(1, tokens, weights), weights], dim=1)
+        return torch.cat([on_positions.new_zeros(B, V).scatter_add(1, tokens, on_positions), on_positions], dim=1)
 
     # ---- layer 1 (blocks.0): attention pattern from one (V+n) x (V+n) score table -----
     # S0[a, b]: query row a (a token or a position) against key row b, before scaling.
@@ -143,9 +124,7 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     resid_mid = resid1_last + torch.cat([spread(A1), spread(through)], dim=1) @ (Y @ ov1)
 
     # ---- MLP and unembedding at the last position ------------------------------------
-    mlp_pre = resid_mid @ w("blocks.1.mlp.in.weight").T
-    mlp_post = ACTIVATIONS[cfg.act_fn](mlp_pre)
-    logits = (resid_mid + mlp_post @ w("blocks.1.mlp.out.weight").T) @ w("unembed.weight").T
+    mlp_pre, mlp_post, logits = weights.mlp_readout(params, cfg, resid_mid)
     return AnswerActivations(A0, resid1_last, A1, resid_mid, mlp_pre, mlp_post, logits)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 from transformer_lens.config import TransformerBridgeConfig
@@ -116,8 +116,28 @@ def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None
     model.load_state_dict(state, strict=True)
 
 
+def size(model: TransformerBridge, name: str) -> int:
+    """A size of a booted model from its TransformerLens config: ``n_layers``, ``n_heads``,
+    ``d_head``, ``d_model``, ``d_mlp``, ``n_ctx``, ``d_vocab``, ``d_vocab_out``."""
+    return int(getattr(model.cfg, name))
+
+
 def run_with_cache(model: TransformerBridge, tokens: torch.Tensor, **kwargs: Any):
+    """``(logits, cache)``; pass ``names_filter`` to keep only some hooks."""
     return model.run_with_cache(tokens, **kwargs)
+
+
+def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor,
+                   fwd_hooks: list[tuple[str, Callable]]) -> torch.Tensor:
+    """Logits of one forward pass with ``(hook name, function)`` forward hooks on for it only."""
+    return model.run_with_hooks(tokens, fwd_hooks=fwd_hooks)
+
+
+@contextlib.contextmanager
+def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> Iterator[TransformerBridge]:
+    """Forward hooks on every forward pass inside the block, removed on exit."""
+    with model.hooks(fwd_hooks=fwd_hooks):
+        yield model
 
 
 # -- activation patching, the TransformerLens way (the baseline of analysis.patching) ----------

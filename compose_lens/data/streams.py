@@ -1,0 +1,76 @@
+"""Every random stream of the package, named in one table.
+
+Reproducibility here means: the same seed gives the same numbers, and two
+consumers of one seed never share random draws by accident. Each consumer of
+randomness therefore draws from its own *stream*: :func:`derived_generator`
+turns ``(seed, stream, index)`` into an independent ``torch.Generator``, so the
+held-out pairs, the training batches, the evaluation pools, the probe's test
+split and so on can each change without shifting any of the others.
+
+The ids below are the values the results were produced with; changing one
+changes every number drawn from it. A new consumer takes a new id (the next free
+one in its decade) and adds a line here.
+
+=======================  ====  ==========================================================
+name                     id    consumer (``index`` in brackets)
+=======================  ====  ==========================================================
+``SPLIT_PAIRS``          0     :class:`~compose_lens.data.split.Split`: training pairs
+``SPLIT_ROWS``           1     ``training_rows``: which 2-var rows are kept
+``TRAIN_BATCHES``        2     ``TrainingSampler`` (block of steps)
+``POOLS``                3     ``make_pool`` (pool's position in ``POOL_NAMES``)
+``EXHAUSTIVE``           4     ``make_exhaustive`` (position in ``EXHAUSTIVE_NAMES``)
+``FORBIDDEN_SLOTS``      7     ``analysis.dynamics.forbidden_slot_batches`` (slot)
+``DATA_SAMPLE``          9     ``compose-lens data sample --split train``
+``PROBE_TEST_SPLIT``     21    ``analysis.probes.fit_linear_probe``: held-out sequences
+``OPERAND_GRID``         22    ``analysis.fourier`` grids (kind; 10 + kind for contexts)
+``PATCH_PAIRS``          40    ``analysis.patching.make_prompt_pairs`` (corruption)
+``ABLATION_REFERENCE``   50    ``analysis.ablation.reference_tokens``
+``ABLATION_RESAMPLE``    51    ``analysis.ablation`` resample ablation at ``=``
+``SAME_MLP``             60    ``analysis.same_mlp`` (0 / 1: left / right prompts,
+                               2: the mismatched partners)
+=======================  ====  ==========================================================
+
+Two draws use the seed itself rather than a stream, through :func:`seeded_generator`:
+the patching bootstrap and the resample ablation hooks. And the probe batch
+draws its pools with ``seed + PROBE_POOL_SEED_OFFSET``, so its sequences are not
+the evaluation pools of the same seed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SPLIT_PAIRS = 0
+SPLIT_ROWS = 1
+TRAIN_BATCHES = 2
+POOLS = 3
+EXHAUSTIVE = 4
+FORBIDDEN_SLOTS = 7
+DATA_SAMPLE = 9
+PROBE_TEST_SPLIT = 21
+OPERAND_GRID = 22
+PATCH_PAIRS = 40
+ABLATION_REFERENCE = 50
+ABLATION_RESAMPLE = 51
+SAME_MLP = 60
+
+PROBE_POOL_SEED_OFFSET = 7919
+
+STREAMS = {
+    "SPLIT_PAIRS": SPLIT_PAIRS, "SPLIT_ROWS": SPLIT_ROWS, "TRAIN_BATCHES": TRAIN_BATCHES, "POOLS": POOLS,
+    "EXHAUSTIVE": EXHAUSTIVE, "FORBIDDEN_SLOTS": FORBIDDEN_SLOTS, "DATA_SAMPLE": DATA_SAMPLE,
+    "PROBE_TEST_SPLIT": PROBE_TEST_SPLIT, "OPERAND_GRID": OPERAND_GRID, "PATCH_PAIRS": PATCH_PAIRS,
+    "ABLATION_REFERENCE": ABLATION_REFERENCE, "ABLATION_RESAMPLE": ABLATION_RESAMPLE, "SAME_MLP": SAME_MLP,
+}
+
+
+def derived_generator(seed: int, stream: int, index: int = 0) -> torch.Generator:
+    """A torch generator for one named stream of one seed (stable across runs)."""
+    g = torch.Generator()
+    g.manual_seed((seed * 1_000_003 + stream * 10_007 + index) % (2**63 - 1))
+    return g
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A torch generator seeded with ``seed`` itself (the two draws named in the module docstring)."""
+    return torch.Generator().manual_seed(seed)

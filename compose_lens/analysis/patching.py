@@ -93,56 +93,74 @@ def _labels(split: Split, tokens: torch.Tensor) -> torch.Tensor:
     return torch.tensor([label_of(split.task, row) for row in tokens.tolist()], dtype=torch.long)
 
 
+def _constant_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
+    """0-var prompts, one constant operand shifted by a random non-zero amount mod p."""
+    p, C = split.task.modulus, split.task.context_len
+    clean = make_pool(split, "0var_train", n_pairs, seed).tokens
+    corrupted = clean.clone()
+    side = torch.where(torch.rand(n_pairs, generator=g) < 0.5, C + 1, C + 2)
+    shift = torch.randint(1, p, (n_pairs,), generator=g)
+    rows = torch.arange(n_pairs)
+    corrupted[rows, side] = (clean[rows, side] + shift) % p
+    return clean, corrupted
+
+
+def _value_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
+    """1-var prompts, the value assigned to the queried variable shifted mod p."""
+    task = split.task
+    p, C = task.modulus, task.context_len
+    clean = make_pool(split, "1var_train", n_pairs, seed).tokens
+    corrupted = clean.clone()
+    is_var = clean[:, C + 1] >= task.first_var_token
+    queried = torch.where(is_var, clean[:, C + 1], clean[:, C + 2])
+    var_pos = (clean[:, :C] == queried.unsqueeze(1)).long().argmax(1)
+    rows = torch.arange(n_pairs)
+    shift = torch.randint(1, p, (n_pairs,), generator=g)
+    corrupted[rows, var_pos + 1] = (clean[rows, var_pos + 1] + shift) % p
+    return clean, corrupted
+
+
+def _variable_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
+    """1-var prompts, the queried variable swapped for an allowed distractor with another value."""
+    task = split.task
+    C = task.context_len
+    lhs, rhs = C + 1, C + 2
+    pool = make_pool(split, "1var_train", 4 * n_pairs, seed).tokens
+    allowed_left = {task.first_var_token + i for i in task.allowed_left}
+    allowed_right = {task.first_var_token + i for i in task.allowed_right}
+    keep_clean, keep_corrupt = [], []
+    picks = torch.rand(len(pool), generator=g).tolist()
+    for row, pick in zip(pool.tolist(), picks):
+        slot = lhs if row[lhs] >= task.first_var_token else rhs
+        value = row[row[:C].index(row[slot]) + 1]
+        allowed = allowed_left if slot == lhs else allowed_right
+        options = [row[i] for i in range(C - 1)
+                   if row[i] >= task.first_var_token and row[i] != row[slot]
+                   and row[i + 1] != value and row[i] in allowed]
+        if options:
+            new = list(row)
+            new[slot] = options[int(pick * len(options))]
+            keep_clean.append(row)
+            keep_corrupt.append(new)
+        if len(keep_clean) == n_pairs:
+            break
+    if len(keep_clean) < n_pairs:
+        raise ComposeLensError(f"could only build {len(keep_clean)} 'variable' pairs of {n_pairs}; "
+                               f"the task has too few distractors (raise max_assignments)")
+    return torch.tensor(keep_clean), torch.tensor(keep_corrupt)
+
+
+_PAIR_MAKERS = {"constant": _constant_pairs, "value": _value_pairs, "variable": _variable_pairs}
+
+
 def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", seed: int = 0) -> PromptPairs:
     """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions."""
     if corruption not in CORRUPTIONS:
         raise ComposeLensError(f"corruption {corruption!r}: use one of {', '.join(CORRUPTIONS)}")
     if n_pairs < 2:
         raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 2 prompt pairs")
-    task = split.task
-    p, C = task.modulus, task.context_len
     g = streams.derived_generator(seed, streams.PATCH_PAIRS, CORRUPTIONS.index(corruption))
-    lhs, rhs = C + 1, C + 2
-    if corruption == "constant":
-        clean = make_pool(split, "0var_train", n_pairs, seed).tokens
-        corrupted = clean.clone()
-        side = torch.where(torch.rand(n_pairs, generator=g) < 0.5, lhs, rhs)
-        shift = torch.randint(1, p, (n_pairs,), generator=g)
-        rows = torch.arange(n_pairs)
-        corrupted[rows, side] = (clean[rows, side] + shift) % p
-    elif corruption == "value":
-        clean = make_pool(split, "1var_train", n_pairs, seed).tokens
-        corrupted = clean.clone()
-        is_var = clean[:, lhs] >= task.first_var_token
-        queried = torch.where(is_var, clean[:, lhs], clean[:, rhs])
-        var_pos = (clean[:, :C] == queried.unsqueeze(1)).long().argmax(1)
-        rows = torch.arange(n_pairs)
-        shift = torch.randint(1, p, (n_pairs,), generator=g)
-        corrupted[rows, var_pos + 1] = (clean[rows, var_pos + 1] + shift) % p
-    else:  # variable: swap the queried variable for a distractor with a different value
-        pool = make_pool(split, "1var_train", 4 * n_pairs, seed).tokens
-        allowed_left = {task.first_var_token + i for i in task.allowed_left}
-        allowed_right = {task.first_var_token + i for i in task.allowed_right}
-        keep_clean, keep_corrupt = [], []
-        picks = torch.rand(len(pool), generator=g).tolist()
-        for row, pick in zip(pool.tolist(), picks):
-            slot = lhs if row[lhs] >= task.first_var_token else rhs
-            value = row[row[:C].index(row[slot]) + 1]
-            allowed = allowed_left if slot == lhs else allowed_right
-            options = [row[i] for i in range(C - 1)
-                       if row[i] >= task.first_var_token and row[i] != row[slot]
-                       and row[i + 1] != value and row[i] in allowed]
-            if options:
-                new = list(row)
-                new[slot] = options[int(pick * len(options))]
-                keep_clean.append(row)
-                keep_corrupt.append(new)
-            if len(keep_clean) == n_pairs:
-                break
-        if len(keep_clean) < n_pairs:
-            raise ComposeLensError(f"could only build {len(keep_clean)} 'variable' pairs of {n_pairs}; "
-                                   f"the task has too few distractors (raise max_assignments)")
-        clean, corrupted = torch.tensor(keep_clean), torch.tensor(keep_corrupt)
+    clean, corrupted = _PAIR_MAKERS[corruption](split, n_pairs, seed, g)
     return PromptPairs(clean, corrupted, _labels(split, clean), _labels(split, corrupted), corruption)
 
 

@@ -1,0 +1,170 @@
+"""The numbers behind the study's model figures, as arrays and tables (no drawing here).
+
+:mod:`compose_lens.plots` draws; it never runs a model. Each function below runs
+the analyses of this package on one model (or two checkpoints) and returns what
+one figure shows, so the offline report, the ``experiments/fig_*.py`` scripts and
+the ``compose-lens`` output writers draw the same numbers the same way:
+
+* :func:`example_sequences`: one readable sequence of each kind the circuit must
+  handle, drawn from the pools (the report's attention views, the default of the
+  figure scripts);
+* :func:`qk_matrices`: layer-1 positional ``P QK1 P^T`` and layer-2 variable
+  identity ``(E_var OV1) QK2 (E_var OV1)^T`` (:mod:`.probes`);
+* :func:`jump_state` / :func:`jump_states`: layer-1 attention on one sequence and
+  the identity matrix at the checkpoints just before and after the
+  variable-assignment jump;
+* :func:`fourier_neuron`: the MLP2 neuron best explained by a key frequency and its
+  ideal pattern (:mod:`.fourier`);
+* :func:`frequency_variance_shares` and :func:`best_neuron_patterns`: the MLP2
+  variance per frequency, and each best neuron's pattern beside its fitted
+  ``A cos(2 pi k (x + y) / p + phase) + c``;
+* :func:`cosine_groups`: centred cosines of the MLP2 input, constant against
+  variable operand of the same (x, y), against mismatched pairs (:mod:`.same_mlp`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from compose_lens.analysis import fourier
+from compose_lens.analysis.attention import sequence_views
+from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix
+from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts
+from compose_lens.config import RunConfig
+from compose_lens.data.sampler import make_pool
+from compose_lens.data.split import Split
+from compose_lens.data.task import to_text
+from compose_lens.model import tl
+from compose_lens.runs import load_checkpoint
+
+# the pools of example_sequences: 0-var held-out pair, 1-var, 2-var held-out pair,
+# 2-var with both variables in forbidden slots
+EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2")
+
+
+def example_sequences(split: Split, seed: int = 0) -> list[str]:
+    """One readable sequence from each of :data:`EXAMPLE_POOLS`."""
+    out = []
+    for pool in EXAMPLE_POOLS:
+        batch = make_pool(split, pool, size=1, seed=seed)
+        out.append(to_text(split.task, batch.tokens[0].tolist()))
+    return out
+
+
+def qk_matrices(model: tl.Model, config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(layer-1 positional QK over the context, layer-2 variable identity), both scaled by sqrt(d_head)."""
+    return positional_qk_scores(model, config).numpy(), variable_identity_matrix(model, config).numpy()
+
+
+# -- the early jump ------------------------------------------------------------------------------
+
+
+def jump_state(model: tl.Model, config: RunConfig, text: str, step: int, accuracy: float | None = None) -> dict:
+    """One side of the early-jump figure: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``."""
+    view = sequence_views(model, config, [text])[0]
+    return {"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
+            "identity": variable_identity_matrix(model, config).numpy(), "accuracy": accuracy}
+
+
+def accuracy_at(table: pd.DataFrame | None, step: int, column: str = "assignment_accuracy") -> float | None:
+    """``column`` of the dynamics table at ``step``, None where the table lacks it."""
+    if table is None or column not in table or not (table["step"] == step).any():
+        return None
+    return float(table.loc[table["step"] == step, column].iloc[0])
+
+
+def jump_states(source: str | Path, before: int, after: int, text: str, table: pd.DataFrame | None = None,
+                split_file=None) -> tuple[dict, dict, list[str]]:
+    """(state before, state after, variable names) between two checkpoint steps of a run or reference folder."""
+    states = []
+    for step in (before, after):
+        loaded = load_checkpoint(source, step, split_file)
+        states.append(jump_state(loaded.model, loaded.config, text, step, accuracy_at(table, step)))
+    return states[0], states[1], list(loaded.config.task.variable_names)
+
+
+# -- the MLP adds in the Fourier basis -----------------------------------------------------------
+
+
+@dataclass
+class FourierNeuron:
+    """The best neuron of a key frequency: its (p, p) activation and its ideal pattern."""
+
+    neuron: int
+    frequency: int
+    fraction_explained: float
+    correlation: float  # with the ideal neuron
+    pattern: np.ndarray
+    ideal: np.ndarray
+    keys: list[int]
+
+
+def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: int | None = None,
+                   seed: int = 0) -> FourierNeuron:
+    """:func:`fourier.best_neurons`'s neuron for ``frequency`` (default: the key frequency whose best
+    neuron it explains most), over all (x, y) of constant-operand sequences.
+
+    The ideal is :func:`fourier.ideal_neuron`: the nonlinearity applied to the
+    frequency-k part of the neuron's own pre-activation.
+    """
+    grid = fourier.operand_grid(model, config, split, "constant", seed)
+    keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
+    if not keys:
+        raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
+    best = fourier.best_neurons(grid, keys).sort_values("fraction_explained", ascending=False)
+    row = best.iloc[0]
+    k, neuron = int(row["frequency"]), int(row["neuron"])
+    return FourierNeuron(neuron=neuron, frequency=k, fraction_explained=float(row["fraction_explained"]),
+                         correlation=float(row["ideal_neuron_correlation"]),
+                         pattern=grid.mlp_post[:, :, neuron].numpy(),
+                         ideal=fourier.ideal_neuron(grid.mlp_pre[:, :, neuron], k).numpy(), keys=list(keys))
+
+
+def frequency_variance_shares(grid: fourier.AdditionGrid) -> np.ndarray:
+    """(p // 2 + 1,) share of the MLP2 activation variance at each frequency (neurons weighted by variance)."""
+    shares = fourier.frequency_fractions(grid.mlp_post)
+    variance = grid.mlp_post.flatten(0, 1).var(0, unbiased=False)
+    return ((shares * variance).sum(1) / variance.sum().clamp_min(1e-30)).numpy()
+
+
+def best_neuron_patterns(grid: fourier.AdditionGrid, best: pd.DataFrame) -> list[dict]:
+    """Per row of :func:`fourier.best_neurons`: the neuron's (p, p) pattern and its fitted ideal cosine."""
+    out = []
+    for row in best.itertuples():
+        pattern = grid.mlp_post[:, :, row.neuron]
+        _, _, fitted = fourier.fit_ideal_pattern(pattern, row.frequency)
+        out.append({"neuron": row.neuron, "frequency": row.frequency, "cos_correlation": row.cos_correlation,
+                    "pattern": pattern.numpy(), "fitted": fitted.numpy()})
+    return out
+
+
+# -- one MLP for constants and variables ---------------------------------------------------------
+
+
+def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 1000, seed: int = 0
+                  ) -> dict[str, np.ndarray]:
+    """Centred cosines of the MLP2 input at ``=``: constant vs variable prompt of the same (x, y)
+    (matched) against pairs with different answers (mismatched), for a left and a right variable.
+
+    The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
+    MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
+    """
+    groups = {}
+    g = torch.Generator().manual_seed(seed)
+    for side in ("left", "right"):
+        const, var, labels = matched_prompts(split, n, side, seed)
+        with torch.no_grad():
+            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
+                 for t in (const, var)]
+        centre = torch.cat(h).mean(0)
+        a, b = h[0] - centre, h[1] - centre
+        partner = torch.randperm(len(labels), generator=g)
+        other = labels[partner] != labels
+        groups[f"matched, {side} variable"] = torch.cosine_similarity(a, b, dim=-1).numpy()
+        groups[f"mismatched, {side} variable"] = torch.cosine_similarity(a[other], b[partner][other], dim=-1).numpy()
+    return groups

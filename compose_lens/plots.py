@@ -1,34 +1,44 @@
-"""The study's figures, drawn with matplotlib (Agg backend), shared by experiments/ and the report.
+"""The study's figures, drawn with matplotlib (Agg backend): drawing only, from numbers.
 
 Each ``*_figure`` function takes numbers (a dynamics table, a matrix, an
-attention pattern), never a model, and returns ``(figure, data)``: the
-matplotlib figure and the :class:`pandas.DataFrame` it plotted. :func:`save`
-writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be re-plotted
-or checked without re-running the analysis; :func:`png_bytes` and :func:`data_uri`
-give the figure as an ``<img>`` source for the offline report.
+attention pattern, an analysis table), never a model, and returns ``(figure,
+data)``: the matplotlib figure and the :class:`pandas.DataFrame` it plotted.
+:func:`save` writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be
+re-plotted or checked without re-running the analysis; :func:`png_bytes` and
+:func:`data_uri` give the figure as an ``<img>`` source for the offline report.
+The numbers of the model figures come from
+:mod:`compose_lens.analysis.figure_data` (which runs the model); every matrix is
+drawn by the one :func:`heatmap` helper.
 
-The figures of SPEC section 7:
+Training curves (SPEC section 7):
 
 * :func:`accuracy_by_variable_count_figure`: the nine pools over training, one
   panel per variable count, with the phase onsets marked;
-* :func:`progress_measures_figure`: the circuit measures over training with the
+* :func:`progress_measures_figure`: the circuit measures
+  (:data:`compose_lens.analysis.summary.MEASURE_KEYS`) over training with the
   phase boundaries;
+* :func:`refinement_figure`: the ``=`` query's score per variable key over
+  training, and the forbidden-slot accuracies (``b`` as the right operand last).
+
+Attention and QK:
+
 * :func:`qk_heatmaps_figure`: layer-1 positional scores ``P QK1 P^T`` (a
   previous-token head puts its maximum just below the diagonal) beside layer-2
   variable identity ``(E_var OV1) QK2 (E_var OV1)^T`` (diagonal maxima);
-* :func:`attention_figure`: both layers' patterns on one sequence, the cells the
-  circuit predicts outlined (``=`` to the operands in layer 1, ``=`` to the
-  values in layer 2, each context value to its variable just before it);
-* :func:`early_jump_figure`: the same, plus the identity matrix, just before and
-  just after the variable-assignment jump;
-* :func:`refinement_figure`: the ``=`` query's score per variable key over
-  training, and the forbidden-slot accuracies (``b`` as the right operand last);
-* :func:`cosine_histograms_figure` and :func:`fourier_neuron_figure` for the
-  same-MLP and Fourier analyses.
+  :func:`positional_qk_figure` and :func:`variable_identity_figure` draw each alone;
+* :func:`attention_figure` / :func:`view_figure`: both layers' patterns on one
+  sequence, the cells the circuit predicts outlined (``=`` to the operands in
+  layer 1, ``=`` to the values in layer 2, each context value to its variable);
+* :func:`early_jump_figure`: layer-1 attention and the identity matrix, just
+  before and just after the variable-assignment jump.
 
-The ``*_from_model`` / ``*_from_source`` helpers at the end compute those numbers
-from a model with :mod:`compose_lens.analysis` (imported lazily), so the
-experiments/ scripts and the report draw the same figure the same way.
+The MLP, patching and ablation:
+
+* :func:`fourier_neuron_figure`, :func:`frequency_shares_figure`,
+  :func:`readout_fourier_figure`, :func:`best_neurons_figure`: the Fourier analysis;
+* :func:`cosine_histograms_figure`: one MLP for constants and variables;
+* :func:`patching_figure` and :func:`ablation_figure`: the causal tables as heatmaps;
+* :func:`sweep_figure`: a sweep's accuracy against its parameter (Figure 3).
 """
 
 from __future__ import annotations
@@ -45,18 +55,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from compose_lens.analysis import fourier  # noqa: E402
-from compose_lens.analysis.attention import sequence_views  # noqa: E402
+from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
+from compose_lens.analysis.summary import MEASURE_KEYS  # noqa: E402
 from compose_lens.analysis.thresholds import LEVELS, METRICS, accuracy_of  # noqa: E402
-from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix  # noqa: E402
-from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts  # noqa: E402
-from compose_lens.data.sampler import make_pool  # noqa: E402
-from compose_lens.data.task import to_text  # noqa: E402
-from compose_lens.model import tl  # noqa: E402
-from compose_lens.runs import load_checkpoint  # noqa: E402
 
 PHASE_STYLE = {"addition": ("tab:green", "addition"),
                "assignment": ("tab:purple", "assignment"),
@@ -71,10 +74,8 @@ POOL_GROUPS = {
     "2-var": ("2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2"),
 }
 
-# The progress measures of compose_lens.analysis.summary, in the order the study shows them.
-PROGRESS_MEASURES = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
-                     "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
-                     "ov_mlp_addition_accuracy", "key_frequency_strength", "restricted_loss", "excluded_loss")
+# shown by progress_measures_figure when a table has none of MEASURE_KEYS
+PHASE_CURVES = ("addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread")
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -143,18 +144,11 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
                              measures: Sequence[str] | None = None) -> tuple[plt.Figure, pd.DataFrame]:
     """One small panel per progress measure over training, phase boundaries marked.
 
-    Uses the circuit measures present in ``table`` (see :data:`PROGRESS_MEASURES`);
-    without them, the phase curves and the ``=`` score spread.
+    Uses the circuit measures present in ``table`` (:data:`MEASURE_KEYS`, in that
+    order); without them, the phase curves and the ``=`` score spread.
     """
     if measures is None:
-        try:
-            from compose_lens.analysis.summary import MEASURE_KEYS as known
-        except ImportError:
-            known = PROGRESS_MEASURES
-        measures = [m for m in known if m in table]
-        if not measures:
-            measures = [m for m in ("addition_accuracy", "assignment_accuracy", "refinement_accuracy",
-                                    "equals_score_spread") if m in table]
+        measures = [m for m in MEASURE_KEYS if m in table] or [m for m in PHASE_CURVES if m in table]
     n = len(measures)
     cols = min(4, max(n, 1))
     rows = max(1, -(-n // cols))
@@ -213,23 +207,31 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
 # -- matrices and attention -----------------------------------------------------------------------
 
 
-def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence[str], ylabels: Sequence[str], title: str,
-            cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False) -> None:
+def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, title: str,
+            cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False, fontsize: float = 7,
+            rotation: float = 90, aspect: str | None = None, colorbar_label: str | None = None) -> None:
+    """Draw ``matrix`` on ``ax``: the one heatmap of every figure.
+
+    ``centre``: a diverging scale symmetric about 0 (else from 0 up); ``mask_upper``:
+    blank the cells above the diagonal (a causal attention pattern).
+    """
     m = np.asarray(matrix, dtype=float).copy()
     if mask_upper:
         m[np.triu(np.ones_like(m, dtype=bool), 1)] = np.nan
     if centre:
         lim = np.nanmax(np.abs(m)) or 1.0
-        im = ax.imshow(m, cmap=cmap, vmin=-lim, vmax=lim)
+        im = ax.imshow(m, cmap=cmap, vmin=-lim, vmax=lim, aspect=aspect)
     else:
-        im = ax.imshow(m, cmap=cmap, vmin=0)
-    ax.set_xticks(range(len(xlabels)), xlabels, fontsize=7, rotation=90)
-    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+        im = ax.imshow(m, cmap=cmap, vmin=0, aspect=aspect)
+    ax.set_xticks(range(len(xlabels)), [str(x) for x in xlabels], fontsize=fontsize, rotation=rotation)
+    ax.set_yticks(range(len(ylabels)), [str(y) for y in ylabels], fontsize=fontsize)
     ax.set_title(title, fontsize=10)
-    plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    bar = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if colorbar_label:
+        bar.set_label(colorbar_label)
 
 
-def _matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], name: str) -> pd.DataFrame:
+def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str) -> pd.DataFrame:
     frame = pd.DataFrame(np.asarray(matrix), index=list(rows), columns=list(cols))
     frame.index.name = name
     return frame.reset_index()
@@ -260,6 +262,34 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
                       _matrix_frame(identity, list(variables), list(variables),
                                     "layer2_identity_query").assign(matrix="layer2_variable_identity")])
     return fig, data
+
+
+def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str, ylabel: str,
+                   mask_upper: bool = False) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, mask_upper=mask_upper)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    fig.tight_layout()
+    return fig
+
+
+def positional_qk_figure(positional: np.ndarray) -> tuple[plt.Figure, pd.DataFrame]:
+    """Layer-1 ``P QK1 P^T`` over the context positions, the cells above the diagonal blank.
+
+    The data is the whole matrix, one row per query position.
+    """
+    n = len(positional)
+    fig = _square_figure(positional, list(range(n)), "layer 1: P QK1 P^T (context)", "key position",
+                         "query position", mask_upper=True)
+    return fig, _matrix_frame(positional, range(n), range(n), "query_position")
+
+
+def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Layer-2 ``(E_var OV1) QK2 (E_var OV1)^T``: a query variable's score for each key variable."""
+    fig = _square_figure(identity, list(variables), "layer 2: (E_var OV1) QK2 (E_var OV1)^T", "key variable",
+                         "query variable")
+    return fig, _matrix_frame(identity, variables, variables, "query_variable")
 
 
 def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping[int, Sequence] | None = None,
@@ -296,6 +326,13 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     return fig, pd.concat(frames)
 
 
+def view_figure(view: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+    """:func:`attention_figure` of one :func:`compose_lens.analysis.attention.sequence_views` entry (head 0)."""
+    verdict = "correct" if view["correct"] else "wrong"
+    return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
+                            title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")
+
+
 def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[plt.Figure, pd.DataFrame]:
     """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump.
 
@@ -322,7 +359,11 @@ def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str])
 # -- same MLP and Fourier -------------------------------------------------------------------------
 
 
-def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+COSINE_TITLE = "MLP2 input (centred): + x y = against the same values through a variable, and against other values"
+
+
+def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSINE_TITLE
+                             ) -> tuple[plt.Figure, pd.DataFrame]:
     """Overlaid histograms of cosine similarities, one per named group (matched, mismatched, ...)."""
     fig, ax = plt.subplots(figsize=(7, 4))
     bins = np.linspace(-1, 1, 81)
@@ -332,136 +373,116 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = "") 
     ax.set_xlabel("cosine similarity of the MLP2 input")
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
-    ax.set_title(title or "same (x, y): constant vs variable operand, against mismatched pairs")
+    ax.set_title(title)
     data = pd.concat([pd.DataFrame({"group": name, "cosine": np.asarray(v, dtype=float).ravel()})
                       for name, v in groups.items()])
     return fig, data
 
 
-def fourier_neuron_figure(neuron: np.ndarray, ideal: np.ndarray, title: str = "",
-                          ideal_title: str = "ideal pattern") -> tuple[plt.Figure, pd.DataFrame]:
-    """A neuron's activation over the p x p operand grid beside its ideal cosine pattern."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.8))
-    for ax, grid, name in ((a, neuron, title or "neuron"), (b, ideal, ideal_title)):
+def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[plt.Figure, pd.DataFrame]:
+    """A neuron's activation over the p x p operand grid beside its ideal pattern
+    (:func:`compose_lens.analysis.figure_data.fourier_neuron`)."""
+    k = chosen.frequency
+    titles = (f"MLP2 neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its variance at k = {k}",
+              f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):
         im = ax.imshow(np.asarray(grid, dtype=float), cmap="RdBu_r", origin="lower")
         ax.set_xlabel("y")
         ax.set_ylabel("x")
         ax.set_title(name, fontsize=10)
         plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    p = np.asarray(neuron).shape[0]
+    p = np.asarray(chosen.pattern).shape[0]
     xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
-    data = pd.DataFrame({"x": xs.ravel(), "y": ys.ravel(), "neuron": np.asarray(neuron, dtype=float).ravel(),
-                         "ideal": np.asarray(ideal, dtype=float).ravel()})
-    return fig, data
+    data = pd.DataFrame({"x": xs.ravel(), "y": ys.ravel(),
+                         "neuron": np.asarray(chosen.pattern, dtype=float).ravel(),
+                         "ideal": np.asarray(chosen.ideal, dtype=float).ravel()})
+    return fig, data.assign(neuron=chosen.neuron, frequency=k, key_frequencies=" ".join(map(str, chosen.keys)))
 
 
-# -- from a model: the numbers the figures above plot --------------------------------------------
-# These helpers run the analyses of compose_lens.analysis (imported lazily, so the
-# plotting functions above work without them) and return (figure, data).
+def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: Sequence[int], ylabel: str,
+                    title: str, column: str) -> tuple[plt.Figure, pd.DataFrame]:
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar(frequencies, values, color=["tab:red" if k in keys else "tab:gray" for k in frequencies])
+    ax.set_xlabel("frequency k")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig, pd.DataFrame({"frequency": list(frequencies), column: list(values),
+                              "key": [k in keys for k in frequencies]})
 
 
-def example_sequences(split, seed: int = 0) -> list[str]:
-    """One readable sequence of each kind the circuit must handle, drawn from the pools:
-    0-var held-out pair, 1-var, 2-var held-out pair, 2-var with both variables in
-    forbidden slots."""
-    out = []
-    for pool in ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2"):
-        batch = make_pool(split, pool, size=1, seed=seed)
-        out.append(to_text(split.task, batch.tokens[0].tolist()))
-    return out
+def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Bars: share of the MLP2 variance at each frequency, key frequencies in red
+    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`)."""
+    shares = [float(v) for v in shares]
+    return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2 variance",
+                           f"MLP2 activations by frequency (key: {list(keys)})", "variance_share")
 
 
-def qk_heatmaps_from_model(model, config, title: str = ""):
-    return qk_heatmaps_figure(positional_qk_scores(model, config).numpy(),
-                              variable_identity_matrix(model, config).numpy(),
-                              config.task.variable_names, title)
+def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Bars: the norm of ``W_out W_U`` per frequency (:func:`compose_lens.analysis.fourier.unembed_frequency_norms`)."""
+    return _frequency_bars(list(norms.values), list(norms.index), keys, "norm of W_out W_U",
+                           "the readout in the Fourier basis", "norm")
 
 
-def view_figure(view: dict):
-    """The PNG heatmap of one view (head 0 of each layer) with the predicted cells outlined."""
-    verdict = "correct" if view["correct"] else "wrong"
-    return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
-                            title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")
+def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.DataFrame]:
+    """One row per key frequency: its best neuron's (p, p) pattern beside the fitted ideal cosine
+    (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`)."""
+    fig, axes = plt.subplots(len(neurons), 2, figsize=(6, 2.8 * len(neurons)), squeeze=False)
+    frames = []
+    for row, n in enumerate(neurons):
+        axes[row, 0].imshow(n["pattern"], cmap="viridis")
+        axes[row, 0].set_title(f"neuron {n['neuron']} (k={n['frequency']})", fontsize=9)
+        axes[row, 1].imshow(n["fitted"], cmap="viridis")
+        axes[row, 1].set_title(f"ideal cos k(x+y), r={n['cos_correlation']:.2f}", fontsize=9)
+        for ax in axes[row]:
+            ax.set_xlabel("y")
+            ax.set_ylabel("x")
+        p = np.asarray(n["pattern"]).shape[0]
+        xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
+        frames.append(pd.DataFrame({"neuron": n["neuron"], "frequency": n["frequency"], "x": xs.ravel(),
+                                    "y": ys.ravel(), "activation": np.asarray(n["pattern"], dtype=float).ravel(),
+                                    "fitted": np.asarray(n["fitted"], dtype=float).ravel()}))
+    fig.tight_layout()
+    return fig, pd.concat(frames) if frames else pd.DataFrame()
 
 
-def attention_from_model(model, config, text: str):
-    return view_figure(sequence_views(model, config, [text])[0])
+# -- patching and ablation ------------------------------------------------------------------------
 
 
-def jump_state(model, config, text: str, step: int, accuracy: float | None = None) -> dict:
-    """What :func:`early_jump_figure` shows for one checkpoint."""
-    view = sequence_views(model, config, [text])[0]
-    return {"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
-            "identity": variable_identity_matrix(model, config).numpy(), "accuracy": accuracy}
+def _grid_figure(grid: pd.DataFrame, columns: Sequence[str], title: str, label: str) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(columns)), max(3, 0.4 * len(grid.index))))
+    heatmap(ax, grid.to_numpy(), columns, list(grid.index), title, aspect="auto", fontsize=8,
+            rotation=90 if len(columns) > 12 else 0, colorbar_label=label)
+    fig.tight_layout()
+    return fig
 
 
-def early_jump_from_source(source, before: int, after: int, text: str, table: pd.DataFrame | None = None,
-                           split_file=None):
-    """The early-jump figure between two checkpoint steps of a run or reference folder."""
-    states = []
-    for step in (before, after):
-        loaded = load_checkpoint(source, step, split_file)
-        acc = None
-        if table is not None and "assignment_accuracy" in table and (table["step"] == step).any():
-            acc = float(table.loc[table["step"] == step, "assignment_accuracy"].iloc[0])
-        states.append(jump_state(loaded.model, loaded.config, text, step, acc))
-    return early_jump_figure(*states, variables=loaded.config.task.variable_names)
+def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """Normalised logit difference per site (rows) and position (columns) of
+    :func:`compose_lens.analysis.patching.patching_table`; returns the table with its ``site`` labels."""
+    table = table.assign(site=[f"{c}{'' if h < 0 else f'.h{h}'} L{layer + 1}" for c, h, layer
+                               in zip(table["component"], table["head"], table["layer"])])
+    grid = table.pivot_table(index="site", columns="position", values="mean", sort=False)
+    roles = table.drop_duplicates("position").set_index("position")["role"]
+    columns = [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns]
+    return _grid_figure(grid, columns, title, "normalised logit difference"), table
 
 
-def fourier_neuron_from_model(model, config, split, frequency: int | None = None, seed: int = 0):
-    """The best neuron of a key frequency beside its ideal pattern.
-
-    The neuron is :func:`compose_lens.analysis.fourier.best_neurons`'s for ``frequency``
-    (default: the key frequency whose best neuron it explains most). The ideal is
-    ``fourier.ideal_neuron`` (the nonlinearity applied to the frequency-k part of the
-    neuron's own pre-activation) where the analysis provides it, else the fitted
-    ``A cos(2 pi k (x + y) / p + phase) + c``.
-    """
-    grid = fourier.operand_grid(model, config, split, "constant", seed)
-    keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
-    if not keys:
-        raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
-    best = fourier.best_neurons(grid, keys).sort_values("fraction_explained", ascending=False)
-    row = best.iloc[0]
-    k, neuron = int(row["frequency"]), int(row["neuron"])
-    pattern = grid.mlp_post[:, :, neuron]
-    if hasattr(fourier, "ideal_neuron"):
-        ideal = fourier.ideal_neuron(grid.mlp_pre[:, :, neuron], k)
-        corr = float(row.get("ideal_neuron_correlation", float("nan")))
-        ideal_title = f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {corr:.3f})"
-    else:
-        corr, _, ideal = fourier.fit_ideal_pattern(pattern, k)
-        ideal_title = f"ideal A cos(2 pi {k} (x + y) / {config.task.modulus} + phase) + c (correlation {corr:.3f})"
-    fig, data = fourier_neuron_figure(
-        pattern.numpy(), ideal.numpy(),
-        title=f"MLP2 neuron {neuron} over (x, y): {row['fraction_explained']:.0%} of its variance at k = {k}",
-        ideal_title=ideal_title)
-    return fig, data.assign(neuron=neuron, frequency=k, key_frequencies=" ".join(map(str, keys)))
+def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+    """Accuracy lost per pool (columns) for each ablated component (rows) of
+    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out)."""
+    shown = table[~table["target"].isin(["neuron", "none"])]
+    shown = shown.assign(name=[f"{t} L{layer + 1}{'' if i < 0 else f' #{i}'} {k}" for t, layer, i, k
+                               in zip(shown["target"], shown["layer"], shown["index"], shown["kind"])])
+    grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
+    fig = _grid_figure(grid, [str(c) for c in grid.columns], "ablation: accuracy lost per pool", "accuracy drop")
+    return fig, shown
 
 
-def cosine_histograms_from_model(model, config, split, n: int = 1000, seed: int = 0):
-    """Centred cosines of the MLP2 input at ``=``: constant vs variable prompt of the same (x, y)
-    (matched) against pairs with different answers (mismatched), for a left and a right variable.
-
-    The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
-    MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
-    """
-    groups = {}
-    g = torch.Generator().manual_seed(seed)
-    for side in ("left", "right"):
-        const, var, labels = matched_prompts(split, n, side, seed)
-        with torch.no_grad():
-            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
-                 for t in (const, var)]
-        centre = torch.cat(h).mean(0)
-        a, b = h[0] - centre, h[1] - centre
-        partner = torch.randperm(len(labels), generator=g)
-        other = labels[partner] != labels
-        groups[f"matched, {side} variable"] = torch.cosine_similarity(a, b, dim=-1).numpy()
-        groups[f"mismatched, {side} variable"] = torch.cosine_similarity(a[other], b[partner][other], dim=-1).numpy()
-    return cosine_histograms_figure(groups, "MLP2 input (centred): + x y = against the same values through a "
-                                            "variable, and against other values")
+# -- sweeps --------------------------------------------------------------------------------------
 
 
 def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.DataFrame]:

@@ -5,7 +5,9 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.plots import attention_from_model, example_sequences
+from compose_lens.analysis.attention import sequence_views
+from compose_lens.analysis.figure_data import example_sequences
+from compose_lens.plots import view_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--sequence", help="readable sequence (default: a 2-var sequence from the pools)")
@@ -13,4 +15,4 @@ args = parser.parse_args()
 loaded = model_of(args)
 text = args.sequence or example_sequences(loaded.split)[2]
 name = "attention_patterns" + (f"_step{args.step}" if args.step is not None else "")
-save_figure(attention_from_model(loaded.model, loaded.config, text), args, name)
+save_figure(view_figure(sequence_views(loaded.model, loaded.config, [text])[0]), args, name)

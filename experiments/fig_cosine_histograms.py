@@ -5,11 +5,12 @@ variable (matched) and against other values (mismatched).
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.plots import cosine_histograms_from_model
+from compose_lens.analysis.figure_data import cosine_groups
+from compose_lens.plots import cosine_histograms_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--n", type=int, default=1000, help="prompt pairs per side")
 args = parser.parse_args()
 loaded = model_of(args)
-figure = cosine_histograms_from_model(loaded.model, loaded.config, loaded.split, n=args.n)
+figure = cosine_histograms_figure(cosine_groups(loaded.model, loaded.config, loaded.split, n=args.n))
 save_figure(figure, args, "cosine_histograms")

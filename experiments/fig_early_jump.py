@@ -8,7 +8,8 @@ Without --before/--after the bracket of the assignment phase found by `compose-l
 
 from compose_lens.runs import find_checkpoints
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
-from compose_lens.plots import early_jump_from_source, example_sequences
+from compose_lens.analysis.figure_data import example_sequences, jump_states
+from compose_lens.plots import early_jump_figure
 
 parser = experiment_parser(__doc__.splitlines()[0], step=False)
 parser.add_argument("--before", type=int, help="checkpoint step before the jump")
@@ -24,5 +25,5 @@ if before is None or after is None:
     before, after = bracket
 split = find_checkpoints(args.source, args.split)[2]
 text = args.sequence or example_sequences(split)[1]
-figure = early_jump_from_source(args.source, before, after, text, table, args.split)
+figure = early_jump_figure(*jump_states(args.source, before, after, text, table, args.split))
 save_figure(figure, args, "early_jump")

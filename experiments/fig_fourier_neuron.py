@@ -4,11 +4,12 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.plots import fourier_neuron_from_model
+from compose_lens.analysis.figure_data import fourier_neuron
+from compose_lens.plots import fourier_neuron_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--frequency", type=int, help="key frequency (default: the neuron fitting its ideal best)")
 args = parser.parse_args()
 loaded = model_of(args)
-figure = fourier_neuron_from_model(loaded.model, loaded.config, loaded.split, args.frequency)
+figure = fourier_neuron_figure(fourier_neuron(loaded.model, loaded.config, loaded.split, args.frequency))
 save_figure(figure, args, "fourier_neuron")

@@ -4,10 +4,12 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.plots import qk_heatmaps_from_model
+from compose_lens.analysis.figure_data import qk_matrices
+from compose_lens.plots import qk_heatmaps_figure
 
 args = experiment_parser(__doc__.splitlines()[0]).parse_args()
 loaded = model_of(args)
-figure = qk_heatmaps_from_model(loaded.model, loaded.config, title=loaded.source)
+figure = qk_heatmaps_figure(*qk_matrices(loaded.model, loaded.config), loaded.config.task.variable_names,
+                            title=loaded.source)
 name = "qk_heatmaps" + (f"_step{args.step}" if args.step is not None else "")
 save_figure(figure, args, name)

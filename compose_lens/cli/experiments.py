@@ -1,8 +1,11 @@
 """The command line the experiments/ figure scripts share: SOURCE, --out, --split, --dynamics, --step.
 
 Each script in ``experiments/`` draws one figure of the study from a run
-directory or the study's checkpoint folder; these helpers give them the same
-arguments and the same way to find the dynamics table and the model.
+directory or the study's checkpoint folder: it takes the numbers from
+:mod:`compose_lens.analysis.figure_data` (model figures) or the dynamics table
+(training curves) and draws them with :mod:`compose_lens.plots`, as the offline
+report does. These helpers give the scripts the same arguments and the same way
+to find the dynamics table and the model, and save each (figure, data) pair.
 """
 
 from __future__ import annotations

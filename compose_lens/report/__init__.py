@@ -1,24 +1,33 @@
 """The offline HTML report of a run: one file that opens anywhere, with no network.
 
-``compose-lens report RUN_DIR`` writes ``RUN_DIR/report.html``:
+``compose-lens report RUN_DIR`` writes ``RUN_DIR/report.html``. :func:`build_report`
+loads what every section needs once (:class:`ReportInputs`: the final model, its
+configuration and split, the dynamics table and phases, ``results.json``) and
+then composes one function per section, each taking those inputs and returning
+HTML. A section composes: it asks :mod:`compose_lens.analysis` (and
+:mod:`compose_lens.evaluate`) for numbers, :mod:`compose_lens.plots` for figures,
+and lays them out; the maths is elsewhere.
 
-1. the configuration (task, model, training) and the code version;
-2. the results table, the study's numbers beside this run's: accuracy on unseen
-   2-var sequences (the exhaustive 2-var union; the study reports over 98 %),
-   0-var held-out accuracy, and the onsets of the three phases (study: about 4.5k,
-   6k and 14k-16k steps), then the nine pool accuracies of the final model;
-3. the training dynamics (:mod:`compose_lens.analysis.dynamics`; computed and saved to
-   ``RUN_DIR/results/`` if missing): accuracy by variable count, the progress
-   measures and the late refinement, each with the phase onsets marked;
-4. the circuit summary (:func:`compose_lens.analysis.summary.circuit_measures`
-   on the final model, where that module is installed);
-5. interactive circuitsvis attention views of a few example sequences, and their
-   PNG heatmaps with the circuit's cells outlined;
-6. the analysis figures: layer-1 positional and layer-2 identity QK, the early
-   jump before/after, the best Fourier neuron.
+1. :func:`configuration_section`: the configuration (task, model, training);
+2. :func:`results_section`: the study's numbers beside this run's: accuracy on
+   unseen 2-var sequences (the exhaustive 2-var union; the study reports over
+   98 %), 0-var held-out accuracy, and the onsets of the three phases (study:
+   about 4.5k, 6k and 14k-16k steps), then the nine pool accuracies of the final model;
+3. :func:`dynamics_section`: the training dynamics
+   (:mod:`compose_lens.analysis.dynamics`; computed and saved to ``RUN_DIR/results/``
+   if missing): accuracy by variable count, the progress measures and the late
+   refinement, each with the phase onsets marked;
+4. :func:`circuit_section`: :func:`compose_lens.analysis.summary.circuit_summary`
+   of the final model;
+5. :func:`attention_section`: interactive circuitsvis attention views of a few
+   example sequences, and their PNG heatmaps with the circuit's cells outlined;
+6. the analysis figures: :func:`qk_section` (layer-1 positional and layer-2
+   identity QK), :func:`jump_section` (the early jump before/after),
+   :func:`fourier_section` (the best Fourier neuron) and :func:`same_mlp_section`
+   (MLP2 input cosines, constants against variables).
 
 Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.analysis.attention`), so the page has no
+circuitsvis bundle once, see :mod:`compose_lens.report.page`), so the page has no
 external reference at all; the figures are also saved as PNG + CSV under
 ``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
 page instead of stopping the report.
@@ -27,16 +36,24 @@ page instead of stopping the report.
 from __future__ import annotations
 
 import datetime
+import functools
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+import pandas as pd
 
 from compose_lens import plots, runs
+from compose_lens.analysis import figure_data
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.summary import circuit_summary
-from compose_lens.config import ComposeLensError
+from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
+from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.report.page import Report, html_table, view_html
@@ -49,6 +66,39 @@ STUDY = {
     "refinement": "~14k-16k",
 }
 
+
+@dataclass
+class ReportInputs:
+    """What the sections of one report read: loaded once by :func:`load_inputs`."""
+
+    run_dir: Path
+    split_file: str | Path | None
+    model: tl.Model
+    config: RunConfig
+    split: Split
+    which: str  # which model of the run: "final", or the checkpoint used
+    table: pd.DataFrame  # the dynamics table, one row per checkpoint
+    phases_doc: dict  # phases.json: the rule, timing and "phases"
+    results: dict | None  # results.json, None if the run has not finished
+    texts: list[str]  # the example sequences
+    report: Report  # where figures go (embedded and saved)
+
+    @property
+    def phases(self) -> dict:
+        return self.phases_doc["phases"]
+
+
+def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=None, examples: list[str] | None = None,
+                stride: int = 1, progress: bool = True, recompute: bool = False) -> ReportInputs:
+    """Load (computing the dynamics if missing) everything the sections read."""
+    table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute)
+    loaded, which = runs.final_model(run_dir, split_file)
+    return ReportInputs(run_dir=run_dir, split_file=split_file, model=loaded.model, config=loaded.config,
+                        split=loaded.split, which=which, table=table, phases_doc=phases_doc,
+                        results=runs.read_results(run_dir),
+                        texts=examples or figure_data.example_sequences(loaded.split), report=report)
+
+
 def _phase_text(phase: dict | None) -> str:
     if not phase or phase.get("step") is None:
         return "not reached"
@@ -59,7 +109,140 @@ def _phase_text(phase: dict | None) -> str:
     return text
 
 
-# -- the pieces ----------------------------------------------------------------------------------
+# -- the sections ----------------------------------------------------------------------------------
+
+
+def configuration_section(inp: ReportInputs) -> str:
+    tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
+                     for section, values in inp.config.to_dict().items())
+    return (f"<p>Run <code>{html.escape(str(inp.run_dir))}</code>; model evaluated: {html.escape(inp.which)}; "
+            f"split: {len(inp.split.train_pairs)} training pairs, {len(inp.split.heldout_pairs)} held out.</p>"
+            f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>')
+
+
+def results_section(inp: ReportInputs) -> str:
+    model, config, split, phases = inp.model, inp.config, inp.split, inp.phases
+    exhaustive = inp.results["exhaustive"] if inp.results else exhaustive_accuracies(model, config, split)
+    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
+    ex2, ex0 = exhaustive["two_var_union"], exhaustive["zero_var_heldout"]
+    rows = [
+        ["unseen 2-var sequences (2-var union, exhaustive)", STUDY["two_var_union"],
+         f"{ex2['accuracy']:.2%} ({ex2['correct']}/{ex2['total']})"],
+        ["0-var held-out pairs (exhaustive)", STUDY["zero_var_heldout"],
+         f"{ex0['accuracy']:.2%} ({ex0['correct']}/{ex0['total']})"],
+    ]
+    for name in ("addition", "assignment", "refinement"):
+        rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
+    source = "results.json" if inp.results else "computed now on the last checkpoint"
+    thresholds = "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
+                           for k, v in phases.items())
+    return (html_table(rows, ["measure", "study", "this run"])
+            + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
+              f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
+            + "<h3>Pool accuracies of the final model</h3>"
+            + html_table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
+
+
+def dynamics_section(inp: ReportInputs) -> str:
+    table, phases, task, report = inp.table, inp.phases, inp.config.task, inp.report
+    t = inp.phases_doc.get("timing", {})
+    parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
+             f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
+             f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
+    parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases),
+                               "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
+                               "dashed lines: phase onsets."))
+    parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
+                               "Progress measures over training with the phase boundaries."))
+    forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
+    parts.append(report.figure(
+        plots.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
+        "The late refinement: the layer-1 = query's score for each variable key equalises when the "
+        "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
+    return "\n".join(parts)
+
+
+def circuit_section(inp: ReportInputs) -> str:
+    summary = circuit_summary(inp.model, inp.config, inp.split, seed=0)
+    numbers = [[k, float(v)] for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"]
+    parts = [html_table(numbers, ["measure (final model)", "value"])]
+    if summary.get("key_frequencies") is not None:
+        parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
+    best = summary.get("best_neurons") or []
+    if best:
+        header = list(best[0])
+        parts.append("<h3>Best neuron per key frequency</h3>"
+                     + html_table([[row[h] for h in header] for row in best], header))
+    by_type = summary.get("scores_by_type") or {}
+    if by_type:
+        scores = sorted({k for v in by_type.values() for k in v})
+        parts.append("<h3>Attention scores by sequence type</h3>"
+                     + html_table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in by_type],
+                                  ["type", *scores]))
+    rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
+    if rest:
+        parts.append("<details><summary>constants vs variables, probe details (JSON)</summary><pre>"
+                     + html.escape(json.dumps(rest, indent=1)) + "</pre></details>")
+    return "\n".join(parts)
+
+
+def attention_section(inp: ReportInputs) -> str:
+    parts = ["<p>Interactive views (circuitsvis, drawn offline): pick a head to enlarge it, hover a token to "
+             "see where it attends. Below each, the same patterns with the circuit's cells outlined.</p>"]
+    for i, view in enumerate(sequence_views(inp.model, inp.config, inp.texts)):
+        parts.append(view_html(view))
+        parts.append(inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
+                                       "(blue), each value to its variable (green, dashed); layer 2: = to the "
+                                       "values (orange)."))
+    return "\n".join(parts)
+
+
+def qk_section(inp: ReportInputs) -> str:
+    positional, identity = figure_data.qk_matrices(inp.model, inp.config)
+    return inp.report.figure(plots.qk_heatmaps_figure(positional, identity, inp.config.task.variable_names),
+                             "qk_heatmaps", "Layer-1 positional scores (outlined: the previous position) and "
+                             "layer-2 variable-identity scores (outlined: the diagonal).")
+
+
+def jump_section(inp: ReportInputs) -> str:
+    bracket = inp.phases["assignment"].get("bracket")
+    if not bracket or bracket[0] == bracket[1]:
+        return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
+    text = inp.texts[1]
+    states = figure_data.jump_states(inp.run_dir, bracket[0], bracket[1], text, inp.table, inp.split_file)
+    return inp.report.figure(plots.early_jump_figure(*states), "early_jump",
+                             f"Layer-1 attention on <code>{html.escape(text)}</code> and the layer-2 identity "
+                             f"matrix at steps {bracket[0]} and {bracket[1]}.")
+
+
+def fourier_section(inp: ReportInputs) -> str:
+    chosen = figure_data.fourier_neuron(inp.model, inp.config, inp.split)
+    return inp.report.figure(plots.fourier_neuron_figure(chosen), "fourier_neuron",
+                             "The MLP2 neuron best explained by a key frequency, over all (x, y) of "
+                             "constant-operand sequences, beside its fitted ideal pattern.")
+
+
+def same_mlp_section(inp: ReportInputs) -> str:
+    groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
+    return inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
+                             "Cosine similarity of the MLP2 input, constant against variable operand.")
+
+
+# (anchor, title, section) in page order
+SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = (
+    ("config", "Configuration", configuration_section),
+    ("results", "Results: the study and this run", results_section),
+    ("dynamics", "Training dynamics and the three phases", dynamics_section),
+    ("circuit", "Circuit summary", circuit_section),
+    ("attention", "Attention on example sequences", attention_section),
+    ("qk", "Previous-token head and variable-identity routing", qk_section),
+    ("jump", "The early generalisation jump", jump_section),
+    ("fourier", "The MLP adds: best Fourier neuron", fourier_section),
+    ("same-mlp", "Same MLP for constants and variables", same_mlp_section),
+)
+
+
+# -- the page --------------------------------------------------------------------------------------
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
@@ -75,144 +258,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     writable = out is None or Path(out).parent.resolve() == run_dir.resolve()
     out = Path(out) if out else run_dir / "report.html"
     base = run_dir if writable else out.parent / (out.stem + "_files")
-    results_dir, figure_dir = base / "results", base / "figures"
-    report = Report(figure_dir)
-
-    table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute)
-    phases = phases_doc["phases"]
-    loaded, which = runs.final_model(run_dir, split_file)
-    model, config, split = loaded.model, loaded.config, loaded.split
-    results = runs.read_results(run_dir)
-
-    # 1. configuration
-    def configuration() -> str:
-        tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
-                         for section, values in config.to_dict().items())
-        return (f"<p>Run <code>{html.escape(str(run_dir))}</code>; model evaluated: {html.escape(which)}; "
-                f"split: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out.</p>"
-                f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>')
-
-    report.section("config", "Configuration", configuration)
-
-    # 2. results
-    def results_section() -> str:
-        exhaustive = results["exhaustive"] if results else exhaustive_accuracies(model, config, split)
-        pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
-        ex2, ex0 = exhaustive["two_var_union"], exhaustive["zero_var_heldout"]
-        rows = [
-            ["unseen 2-var sequences (2-var union, exhaustive)", STUDY["two_var_union"],
-             f"{ex2['accuracy']:.2%} ({ex2['correct']}/{ex2['total']})"],
-            ["0-var held-out pairs (exhaustive)", STUDY["zero_var_heldout"],
-             f"{ex0['accuracy']:.2%} ({ex0['correct']}/{ex0['total']})"],
-        ]
-        for name in ("addition", "assignment", "refinement"):
-            rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
-        source = "results.json" if results else "computed now on the last checkpoint"
-        return (html_table(rows, ["measure", "study", "this run"])
-                + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: {html.escape(phases_doc['rule'])}."
-                  f" Thresholds: " + "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
-                                                 for k, v in phases.items()) + ".</p>"
-                + "<h3>Pool accuracies of the final model</h3>"
-                + html_table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
-
-    report.section("results", "Results: the study and this run", results_section)
-
-    # 3. dynamics
-    def dynamics_section() -> str:
-        t = phases_doc.get("timing", {})
-        parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
-                 f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
-                 f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-        parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases),
-                                   "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
-                                   "dashed lines: phase onsets."))
-        parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
-                                   "Progress measures over training with the phase boundaries."))
-        parts.append(report.figure(
-            plots.refinement_figure(table, config.task.variable_names,
-                                      tuple(config.task.left_forbidden) + tuple(config.task.right_forbidden),
-                                      phases), "late_refinement",
-            "The late refinement: the layer-1 = query's score for each variable key equalises when the "
-            "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
-        return "\n".join(parts)
-
-    report.section("dynamics", "Training dynamics and the three phases", dynamics_section)
-
-    # 4. circuit summary
-    def circuit_section() -> str:
-        summary = circuit_summary(model, config, split, seed=0)
-        numbers = [[k, float(v)] for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"]
-        parts = [html_table(numbers, ["measure (final model)", "value"])]
-        if summary.get("key_frequencies") is not None:
-            parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
-        best = summary.get("best_neurons") or []
-        if best:
-            header = list(best[0])
-            parts.append("<h3>Best neuron per key frequency</h3>"
-                         + html_table([[row[h] for h in header] for row in best], header))
-        by_type = summary.get("scores_by_type") or {}
-        if by_type:
-            kinds = list(by_type)
-            scores = sorted({k for v in by_type.values() for k in v})
-            parts.append("<h3>Attention scores by sequence type</h3>"
-                         + html_table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in kinds],
-                                  ["type", *scores]))
-        rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
-        if rest:
-            parts.append("<details><summary>constants vs variables, probe details (JSON)</summary><pre>"
-                         + html.escape(json.dumps(rest, indent=1)) + "</pre></details>")
-        return "\n".join(parts)
-
-    report.section("circuit", "Circuit summary", circuit_section)
-
-    # 5. attention views
-    texts = examples or plots.example_sequences(split)
-
-    def attention_section() -> str:
-        views = sequence_views(model, config, texts)
-        parts = ["<p>Interactive views (circuitsvis, drawn offline): pick a head to enlarge it, hover a token to "
-                 "see where it attends. Below each, the same patterns with the circuit's cells outlined.</p>"]
-        for i, view in enumerate(views):
-            parts.append(view_html(view))
-            parts.append(report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands (blue), "
-                                       "each value to its variable (green, dashed); layer 2: = to the values "
-                                       "(orange)."))
-        return "\n".join(parts)
-
-    report.section("attention", "Attention on example sequences", attention_section)
-
-    # 6. analysis figures
-    def qk_section() -> str:
-        return report.figure(plots.qk_heatmaps_from_model(model, config), "qk_heatmaps",
-                             "Layer-1 positional scores (outlined: the previous position) and layer-2 "
-                             "variable-identity scores (outlined: the diagonal).")
-
-    report.section("qk", "Previous-token head and variable-identity routing", qk_section)
-
-    def jump_section() -> str:
-        bracket = phases["assignment"].get("bracket")
-        if not bracket or bracket[0] == bracket[1]:
-            return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
-        return report.figure(plots.early_jump_from_source(run_dir, bracket[0], bracket[1], texts[1], table,
-                                                            split_file),
-                             "early_jump", f"Layer-1 attention on <code>{html.escape(texts[1])}</code> and the "
-                             f"layer-2 identity matrix at steps {bracket[0]} and {bracket[1]}.")
-
-    report.section("jump", "The early generalisation jump", jump_section)
-
-    def fourier_section() -> str:
-        return report.figure(plots.fourier_neuron_from_model(model, config, split), "fourier_neuron",
-                             "The MLP2 neuron best explained by a key frequency, over all (x, y) of "
-                             "constant-operand sequences, beside its fitted ideal pattern.")
-
-    report.section("fourier", "The MLP adds: best Fourier neuron", fourier_section)
-
-    def same_mlp_section() -> str:
-        return report.figure(plots.cosine_histograms_from_model(model, config, split), "cosine_histograms",
-                             "Cosine similarity of the MLP2 input, constant against variable operand.")
-
-    report.section("same-mlp", "Same MLP for constants and variables", same_mlp_section)
-
+    report = Report(base / "figures")
+    inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
+    for anchor, title, section in SECTIONS:
+        report.section(anchor, title, functools.partial(section, inputs))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "

@@ -3,8 +3,10 @@ documents (JSON) and figures (PNG), for ``compose-lens analyze``, ``fourier``, `
 ``ablate`` and ``attention``.
 
 Each ``write_*`` function composes: it asks :mod:`compose_lens.analysis` for the
-numbers, :mod:`compose_lens.runs` to write them and :mod:`compose_lens.plots` (or
-matplotlib here) to draw them. It computes nothing of its own.
+numbers, :mod:`compose_lens.runs` to write them and :mod:`compose_lens.plots` to
+draw them. It computes and draws nothing of its own. Figures are written by
+:func:`compose_lens.plots.save` as PNG only (``data=None``): the table each one
+draws is already written, with its provenance, as the CSV of the same analysis.
 
 ``write_analysis(loaded, DIR)`` writes
 
@@ -31,7 +33,8 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from compose_lens.analysis import fourier, probes
+from compose_lens import plots
+from compose_lens.analysis import figure_data, fourier
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
@@ -42,38 +45,9 @@ from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.model import tl
-from compose_lens.plots import plt, save, view_figure
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
 from compose_lens.runs import Loaded, write_document, write_table
-
-
-def _heatmap(matrix, labels, title: str, path: Path, xlabel: str, ylabel: str) -> None:
-    fig, ax = plt.subplots(figsize=(5, 4.2))
-    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-abs(matrix).max(), vmax=abs(matrix).max())
-    ax.set_xticks(range(len(labels)), labels)
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _heatmap_grid(path: Path, matrix, row_labels, col_labels, title: str, label: str, center: bool) -> None:
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(col_labels)), max(3, 0.4 * len(row_labels))))
-    vmax = max(1e-9, float(abs(matrix).max())) if center else None
-    im = ax.imshow(matrix, cmap="RdBu_r" if center else "viridis", aspect="auto",
-                   vmin=-vmax if center else None, vmax=vmax)
-    ax.set_xticks(range(len(col_labels)), col_labels, rotation=90 if len(col_labels) > 12 else 0, fontsize=8)
-    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax, label=label)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # -- training dynamics ----
@@ -142,45 +116,13 @@ def write_fourier(loaded, out: Path, seed: int) -> dict:
     write_document(facts, out / "key_frequencies.json", record)
     write_document(comparison, out / "constants_vs_variables.json", record)
 
-    p = config.task.modulus
-    shares = fourier.frequency_fractions(grid.mlp_post)
-    variance = grid.mlp_post.flatten(0, 1).var(0, unbiased=False)
-    weighted = (shares * variance).sum(1) / variance.sum().clamp_min(1e-30)
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.bar(range(p // 2 + 1), weighted.tolist(),
-           color=["tab:red" if k in keys else "tab:gray" for k in range(p // 2 + 1)])
-    ax.set_xlabel("frequency k")
-    ax.set_ylabel("share of MLP2 variance")
-    ax.set_title(f"MLP2 activations by frequency (key: {keys})")
-    fig.tight_layout()
-    fig.savefig(figures / "frequency_shares.png", dpi=120)
-    plt.close(fig)
-
-    norms = fourier.unembed_frequency_norms(readout)
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.bar(norms.index, norms.values, color=["tab:red" if k in keys else "tab:gray" for k in norms.index])
-    ax.set_xlabel("frequency k")
-    ax.set_ylabel("norm of W_out W_U")
-    ax.set_title("the readout in the Fourier basis")
-    fig.tight_layout()
-    fig.savefig(figures / "readout_fourier.png", dpi=120)
-    plt.close(fig)
-
+    plots.save(plots.frequency_shares_figure(figure_data.frequency_variance_shares(grid), keys)[0], None,
+               figures / "frequency_shares.png", dpi=120)
+    plots.save(plots.readout_fourier_figure(fourier.unembed_frequency_norms(readout), keys)[0], None,
+               figures / "readout_fourier.png", dpi=120)
     if len(best):
-        fig, axes = plt.subplots(len(best), 2, figsize=(6, 2.8 * len(best)), squeeze=False)
-        for row, record in enumerate(best.itertuples()):
-            pattern = grid.mlp_post[:, :, record.neuron]
-            _, _, fitted = fourier.fit_ideal_pattern(pattern, record.frequency)
-            axes[row, 0].imshow(pattern, cmap="viridis")
-            axes[row, 0].set_title(f"neuron {record.neuron} (k={record.frequency})", fontsize=9)
-            axes[row, 1].imshow(fitted, cmap="viridis")
-            axes[row, 1].set_title(f"ideal cos k(x+y), r={record.cos_correlation:.2f}", fontsize=9)
-            for ax in axes[row]:
-                ax.set_xlabel("y")
-                ax.set_ylabel("x")
-        fig.tight_layout()
-        fig.savefig(figures / "best_neurons.png", dpi=100)
-        plt.close(fig)
+        plots.save(plots.best_neurons_figure(figure_data.best_neuron_patterns(grid, best))[0], None,
+                   figures / "best_neurons.png", dpi=100)
     return {**facts, "constants_vs_variables": comparison}
 
 
@@ -193,19 +135,12 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True) -> dic
     record = provenance(config, seed, loaded.source)
     summary = circuit_summary(model, config, split, seed=seed)
 
-    positional = probes.positional_qk_scores(model, config)
-    C = positional.shape[0]
-    write_table(pd.DataFrame(positional.numpy(), index=range(C), columns=range(C))
-               .rename_axis("query_position").reset_index(), out / "positional_qk.csv", record)
-    _heatmap(positional.masked_fill(~positional.new_ones(C, C, dtype=bool).tril(), 0).numpy(),
-             list(range(C)), "layer 1: P QK1 P^T (context)", figures / "positional_qk.png", "key position",
-             "query position")
-    identity = probes.variable_identity_matrix(model, config)
-    names = list(config.task.variable_names)
-    write_table(pd.DataFrame(identity.numpy(), index=names, columns=names).rename_axis("query_variable")
-               .reset_index(), out / "variable_identity.csv", record)
-    _heatmap(identity.numpy(), names, "layer 2: (E_var OV1) QK2 (E_var OV1)^T", figures / "variable_identity.png",
-             "key variable", "query variable")
+    positional, identity = figure_data.qk_matrices(model, config)
+    for name, (fig, table) in {"positional_qk": plots.positional_qk_figure(positional),
+                               "variable_identity": plots.variable_identity_figure(
+                                   identity, config.task.variable_names)}.items():
+        write_table(table, out / f"{name}.csv", record)
+        plots.save(fig, None, figures / f"{name}.png", dpi=120)
     by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
     write_table(by_type, out / "scores_by_type.csv", record)
 
@@ -234,14 +169,9 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
     stem = f"patching_{corruption}"
     write_table(table, out / f"{stem}.csv",
                 provenance(loaded.config, seed, loaded.source, corruption=corruption, n_pairs=n_pairs))
-    table = table.assign(site=[f"{c}{'' if h < 0 else f'.h{h}'} L{layer + 1}" for c, h, layer
-                               in zip(table["component"], table["head"], table["layer"])])
-    grid = table.pivot_table(index="site", columns="position", values="mean", sort=False)
-    roles = table.drop_duplicates("position").set_index("position")["role"]
-    _heatmap_grid(out / f"{stem}.png", grid.to_numpy(), list(grid.index),
-                  [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns],
-                  f"activation patching ({corruption} corrupted), {len(loaded.split.task.variable_names)} vars",
-                  "normalised logit difference", center=True)
+    fig, table = plots.patching_figure(
+        table, f"activation patching ({corruption} corrupted), {len(loaded.split.task.variable_names)} vars")
+    plots.save(fig, None, out / f"{stem}.png", dpi=120)
     return table
 
 
@@ -249,12 +179,7 @@ def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 
     """``ablation.csv`` (+ provenance) and its heatmap into ``out``; returns the table."""
     table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
     write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
-    shown = table[~table["target"].isin(["neuron", "none"])]
-    shown = shown.assign(name=[f"{t} L{layer + 1}{'' if i < 0 else f' #{i}'} {k}" for t, layer, i, k
-                               in zip(shown["target"], shown["layer"], shown["index"], shown["kind"])])
-    grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
-    _heatmap_grid(out / "ablation.png", grid.to_numpy(), list(grid.index), [str(c) for c in grid.columns],
-                  "ablation: accuracy lost per pool", "accuracy drop", center=True)
+    plots.save(plots.ablation_figure(table)[0], None, out / "ablation.png", dpi=120)
     return table
 
 
@@ -275,8 +200,7 @@ def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], ou
             "<p>Click a head to enlarge it; hover a token to see where it attends.</p>"]
     for i, view in enumerate(views):
         body.append(view_html(view))
-        fig, data = view_figure(view)
-        written += save(fig, data, out / f"attention_{i}.png")
+        written += plots.save(*plots.view_figure(view), out / f"attention_{i}.png")
     page = out / "attention.html"
     page.write_text(offline_page("compose-lens attention", "\n".join(body), PAGE_STYLE), encoding="utf-8")
     summary = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]

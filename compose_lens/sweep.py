@@ -21,8 +21,10 @@ A sweep is a directory::
 deterministic given these and the thread count, so a point gives the same
 numbers on either backend.
 
-**Thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from
-``results.csv``; the figure is :func:`compose_lens.plots.sweep_figure`.
+This module only runs sweeps: it makes the points, sizes the workers, trains
+(locally or on Ray) and collects one ``results.csv`` row per point. The
+**thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from those
+rows; the figure is drawn by :func:`compose_lens.plots.sweep_figure`.
 
 **Faults.** Points whose ``results.json`` exists are skipped; a point whose
 directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
@@ -359,6 +361,51 @@ def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: st
             ray.shutdown()
 
 
+def _pending(out: Path, points: Sequence[SweepPoint], configs: dict[SweepPoint, RunConfig]
+             ) -> tuple[list[tuple[SweepPoint, dict, str]], int]:
+    """(jobs to train, number of points already finished); a finished point must match its configuration."""
+    jobs, skipped = [], 0
+    for point in points:
+        run_dir = run_dir_of(out, point)
+        if (run_dir / "results.json").exists():
+            _check_finished(configs[point], run_dir)
+            skipped += 1
+        else:
+            jobs.append((point, configs[point].to_dict(), str(run_dir)))
+    return jobs, skipped
+
+
+class _Recorder:
+    """Collects the outcome of each point as it arrives, rewriting results.csv each time
+    (partial results survive a kill) and advancing the progress bar."""
+
+    def __init__(self, out: Path, points: Sequence[SweepPoint], bar):
+        self.out, self.points, self.bar = out, points, bar
+        self.outcomes: dict[SweepPoint, dict] = {}
+
+    def rows(self) -> list[dict]:
+        return [point_row(p, run_dir_of(self.out, p), self.outcomes.get(p, {}).get("status", ""),
+                          self.outcomes.get(p, {}).get("error", "")) for p in self.points]
+
+    def __call__(self, point: SweepPoint, outcome: dict) -> None:
+        self.outcomes[point] = outcome
+        write_csv(self.rows(), self.out / "results.csv")
+        self.bar.update(1)
+        if outcome["status"] == "failed":
+            self.bar.write(f"point {point.name} failed: {outcome['error']}")
+
+
+def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]) -> dict:
+    """results.csv, thresholds.json and (for numeric values) sweep.png; returns the thresholds."""
+    write_csv(rows, out / "results.csv")
+    found = thresholds(rows)
+    write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param,
+                                                "thresholds": json_safe(found)})
+    if rows and all(numeric(r["value"]) is not None for r in rows):
+        save(*sweep_figure(rows, title=f"sweep over {param}, seeds {list(seeds)}"), out / "sweep.png")
+    return found
+
+
 def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequence[int], out: str | Path,
               backend: str = "local", workers: int | None = None, threads: int | None = None,
               address: str | None = None, progress: bool = True) -> SweepResult:
@@ -374,52 +421,24 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         "base_config": base.to_dict(),
     })
     started = time.perf_counter()
-    jobs, skipped = [], 0
-    for point in points:
-        run_dir = run_dir_of(out, point)
-        if (run_dir / "results.json").exists():
-            _check_finished(configs[point], run_dir)
-            skipped += 1
-        else:
-            jobs.append((point, configs[point].to_dict(), str(run_dir)))
+    jobs, skipped = _pending(out, points, configs)
     if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
-        threads = threads or 1
-        workers = 0
+        threads, workers = threads or 1, 0
     else:
         workers, threads = plan_workers(max(1, len(jobs)), workers, threads)
-    outcomes: dict[SweepPoint, dict] = {}
-
-    def rows_now() -> list[dict]:
-        return [point_row(p, run_dir_of(out, p), outcomes.get(p, {}).get("status", ""),
-                          outcomes.get(p, {}).get("error", "")) for p in points]
-
     bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
                dynamic_ncols=True)
     bar.set_postfix_str(f"ray: {threads} thread(s) per task" if backend == "ray"
                         else f"local: {workers} worker(s) x {threads} thread(s)")
-
-    def done(point: SweepPoint, outcome: dict) -> None:
-        outcomes[point] = outcome
-        write_csv(rows_now(), out / "results.csv")  # partial results survive a kill
-        bar.update(1)
-        if outcome["status"] == "failed":
-            bar.write(f"point {point.name} failed: {outcome['error']}")
-
+    recorder = _Recorder(out, points, bar)
     try:
         if jobs and backend == "local":
-            _run_local(jobs, workers, threads, done)
+            _run_local(jobs, workers, threads, recorder)
         elif jobs:
-            _run_ray(jobs, threads, address, done)
+            _run_ray(jobs, threads, address, recorder)
     finally:
         bar.close()
-    rows = rows_now()
-    write_csv(rows, out / "results.csv")
-    found = thresholds(rows)
-    write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param,
-                                                "thresholds": json_safe(found)})
-    if rows and all(numeric(r["value"]) is not None for r in rows):
-        save(*sweep_figure(rows, title=f"sweep over {param}, seeds {list(seeds)}"), out / "sweep.png")
+    rows = recorder.rows()
+    found = _write_summary(out, rows, param, seeds)
     failed = sum(1 for r in rows if r["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)
-
-

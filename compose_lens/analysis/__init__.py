@@ -21,5 +21,13 @@ Supporting modules:
 * :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per
   checkpoint, for training dynamics) and :func:`~.summary.circuit_summary`
   (the full picture of one model);
-* :mod:`.cli`: ``compose-lens analyze`` and ``compose-lens fourier``.
+* :mod:`.attention`: attention patterns of readable sequences and the cells the
+  circuit predicts;
+* :mod:`.dynamics`: every checkpoint of a run evaluated, and the three phases;
+* :mod:`.thresholds`: the f and r thresholds of a sweep;
+* :mod:`.figure_data`: the numbers behind the study's model figures.
+
+Everything here returns numbers (tensors, DataFrames, dicts): files are written by
+:mod:`compose_lens.runs` and :mod:`compose_lens.report`, figures drawn by
+:mod:`compose_lens.plots`.
 """

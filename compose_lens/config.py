@@ -60,8 +60,12 @@ class _JsonConfig:
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
+    # Keys of configurations written by earlier versions that are now derived, not set.
+    LEGACY_KEYS: tuple[str, ...] = ()
+
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        data = {k: v for k, v in data.items() if k not in cls.LEGACY_KEYS}  # type: ignore[attr-defined]
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(known))
         if unknown:
@@ -82,12 +86,16 @@ class _JsonConfig:
 class TaskConfig(_JsonConfig):
     """The task of SPEC sections 1-2: modular addition with in-context variables.
 
-    ``r`` follows the reference's definition: every training pair gets
-    ``two_var_rows`` candidate 2-var rows and each is kept with probability ``r``,
-    beside ``zero_var_rows`` 0-var rows and one 1-var row per allowed variable and
-    side. The expected ratio #2-var / #0-var is therefore
-    ``r * two_var_rows / zero_var_rows`` (10 r / 12 at the defaults).
+    ``r`` follows the reference's definition (its row table, :mod:`compose_lens.data.split`):
+    every training pair gets one 0-var row per variable (12), one 1-var row per
+    variable allowed on each side (10 + 10) and one candidate 2-var row per variable
+    allowed on the left (10), each kept with probability ``r``. The expected ratio
+    #2-var / #0-var is therefore ``r * len(allowed_left) / n_vars`` (10 r / 12 at the
+    defaults). ``seed`` (42, the study's) decides the training pairs and the kept rows.
     """
+
+    # round 1 set the row counts by hand; the study's row table derives them from the variables
+    LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
 
     modulus: int = 59
     n_vars: int = 12
@@ -97,9 +105,7 @@ class TaskConfig(_JsonConfig):
     right_forbidden: tuple[str, ...] | None = None  # None: the first two variables (a, b)
     f: float = 0.7
     r: float = 1.0
-    zero_var_rows: int = 12
-    two_var_rows: int = 10
-    seed: int = 0
+    seed: int = 42
 
     def __post_init__(self) -> None:
         _check(isinstance(self.modulus, int) and self.modulus >= 2,
@@ -140,8 +146,6 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
-        _check(self.zero_var_rows >= 1 and self.two_var_rows >= 0,
-               "zero_var_rows must be >= 1 and two_var_rows >= 0")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
 
@@ -187,6 +191,16 @@ class TaskConfig(_JsonConfig):
         return tuple(i for i, v in enumerate(self.variable_names) if v not in self.right_forbidden)
 
     @property
+    def zero_var_rows(self) -> int:
+        """0-var rows per training pair in the study's row table: one per variable."""
+        return self.n_vars
+
+    @property
+    def two_var_rows(self) -> int:
+        """Candidate 2-var rows per training pair: one per variable allowed on the left."""
+        return len(self.allowed_left)
+
+    @property
     def allowed_two_var_pairs(self) -> tuple[tuple[int, int], ...]:
         """Ordered (v, w), v != w, both in allowed slots: 92 at the defaults."""
         return tuple((v, w) for v in self.allowed_left for w in self.allowed_right if v != w)
@@ -224,13 +238,16 @@ class ModelConfig(_JsonConfig):
     d_vocab_out: int = 59
     mlp_layers: tuple[int, ...] = (1,)
     trained_biases: bool = False
-    init_seed: int = 0
+    init: str = "study"  # study: every matrix N(0, (0.8/sqrt(d_model))^2); tl4: boot_native's scaling
+    init_seed: int = 42
 
     def __post_init__(self) -> None:
         _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
                              "d_vocab_out")
         _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
                f"act_fn={self.act_fn!r}: use one of relu, gelu, gelu_new, silu")
+        _check(self.init in ("study", "tl4"),
+               f"init={self.init!r}: use study (the study's initialisation) or tl4 (TransformerLens 4's)")
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
         bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
@@ -266,7 +283,7 @@ class TrainConfig(_JsonConfig):
     eval_every: int = 100
     checkpoint_every: int = 100
     pool_size: int = 2000
-    seed: int = 0
+    seed: int = 42
     device: str = "cpu"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off

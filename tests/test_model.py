@@ -57,10 +57,10 @@ def test_same_seed_same_weights(tiny_config):
 
 def test_fast_path_matches_transformerlens(tiny_config, tiny_split):
     model = tl.boot(tiny_config.model)
-    with torch.no_grad():  # make the weights less tame than at init
+    with torch.no_grad():  # make the weights less tame than at init (the output matrices 3x tl4's init)
         for name, p in tl.parameters(model).items():
             if p.requires_grad:
-                p.mul_(3)
+                p.mul_(1.5)
     tokens = TrainingSampler(tiny_split, 256, 0).batch(0).tokens
     with torch.no_grad():
         fast = fastpath.last_position_logits(tl.parameters(model), tiny_config.model, tokens)

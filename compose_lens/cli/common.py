@@ -21,14 +21,15 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_task_options(parser: argparse.ArgumentParser) -> None:
-    """--f, --r, --modulus, ... and --set key=value for the task."""
+def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) -> None:
+    """--f, --r, --modulus, --n-vars, --task-seed (also --seed where the command has no other seed), --split-file."""
     g = parser.add_argument_group("task")
     g.add_argument("--f", type=float, help="fraction of addition pairs used in training (0, 1]")
     g.add_argument("--r", type=float, help="keep probability of each 2-var row [0, 1]")
     g.add_argument("--modulus", type=int, help="the modulus p")
     g.add_argument("--n-vars", type=int, help="number of variables")
-    g.add_argument("--task-seed", type=int, help="seed of the split (pairs and 2-var rows)")
+    g.add_argument("--task-seed", *(["--seed"] if seed_alias else []), dest="task_seed", type=int,
+                   help="seed of the split: training pairs and kept 2-var rows (default 42, the study's)")
     g.add_argument("--split-file", help="load held-out pairs and restrictions from a split file")
 
 

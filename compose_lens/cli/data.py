@@ -66,6 +66,13 @@ def data_stats(split) -> dict:
         "training_rows": dict(zip(SEQUENCE_TYPES, counts)),
         "two_var_to_zero_var_ratio": counts[3] / counts[0],
         "expected_two_var_to_zero_var_ratio": task.r * task.two_var_rows / task.zero_var_rows,
+        "two_var_rows_per_pair": {"candidates": task.two_var_rows, "zero_var_rows": task.zero_var_rows},
+        # every render draws the variable pair afresh, so a pair with a kept row reaches all allowed pairs
+        "two_var_coverage": {
+            "number_pairs_with_two_var_rows": int((split.two_var_counts > 0).sum()),
+            "reachable_x_y_v_w": int((split.two_var_counts > 0).sum()) * len(task.allowed_two_var_pairs),
+            "all_x_y_v_w_of_training_pairs": len(split.train_pairs) * len(task.allowed_two_var_pairs),
+        },
         "pools": list(POOL_NAMES),
         "exhaustive": {"zero_var_heldout": len(exhaustive_rows(split, "zero_var_heldout")),
                        "two_var_union": len(exhaustive_rows(split, "two_var_union"))},
@@ -85,8 +92,13 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
           f"{stats['two_forbidden_two_var_pairs']} with two")
     print("training rows: " + ", ".join(f"{k} {v}" for k, v in stats["training_rows"].items()))
     print(f"#2-var / #0-var rows: {stats['two_var_to_zero_var_ratio']:.4f} "
-          f"(expected r * {t['two_var_rows']} / {t['zero_var_rows']} = "
+          f"(expected r * {stats['two_var_rows_per_pair']['candidates']} / "
+          f"{stats['two_var_rows_per_pair']['zero_var_rows']} = "
           f"{stats['expected_two_var_to_zero_var_ratio']:.4f})")
+    cov = stats["two_var_coverage"]
+    print(f"2-var coverage: {cov['number_pairs_with_two_var_rows']} training pairs have 2-var rows; with the "
+          f"variable pair drawn at every render they reach {cov['reachable_x_y_v_w']:,} of the "
+          f"{cov['all_x_y_v_w_of_training_pairs']:,} (x, y, v, w) combinations")
     print("exhaustive sets: " + ", ".join(f"{k} {v}" for k, v in stats["exhaustive"].items()))
     print("pools: " + ", ".join(stats["pools"]))
     return 0
@@ -105,9 +117,9 @@ def register(sub) -> None:
     split = dsub.add_parser("split", help="write the held-out pairs and slot restrictions")
     split.add_argument("--out", required=True)
     split.add_argument("--overwrite", action="store_true")
-    add_task_options(split)
+    add_task_options(split, seed_alias=True)
     split.set_defaults(func=_cmd_data_split)
     stats = dsub.add_parser("stats", help="sizes of the split, the pools and the type mix")
     stats.add_argument("--json", action="store_true")
-    add_task_options(stats)
+    add_task_options(stats, seed_alias=True)
     stats.set_defaults(func=_cmd_data_stats)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.data.split import Split, row_types, training_rows
 from compose_lens.data import streams
+from compose_lens.data.split import ANY_PAIR, Split, row_types, training_rows
 
 POOL_NAMES = (
     "0var_train",
@@ -62,18 +62,32 @@ class Batch:
         return row_types(self.rows)
 
 
-def render(split: Split, rows: torch.Tensor, generator: torch.Generator) -> Batch:
-    """Render rows (N, 4) into token sequences with random contexts (SPEC section 1)."""
+def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var_n: str = "training") -> Batch:
+    """Render rows (N, 4) into token sequences with random contexts (SPEC section 1).
+
+    A 2-var row of :data:`~compose_lens.data.split.ANY_PAIR` gets a variable pair drawn
+    uniformly from the allowed pairs. The number of assignments n is uniform on
+    1..max_assignments, raised to 2 for 2-var rows (``two_var_n="training"``, the
+    study's training renderer) or, with ``two_var_n="uniform"``, uniform on
+    2..max_assignments for 2-var rows (the study's 2-var evaluation builder).
+    """
     task = split.task
-    rows = rows.long()
+    rows = rows.long().clone()
     N, M, V, C = len(rows), task.max_assignments, task.n_vars, task.context_len
+    fresh = rows[:, 2] == ANY_PAIR
+    if fresh.any():  # 0. the variable pair of a 2-var row, drawn afresh at every render
+        allowed = torch.tensor(task.allowed_two_var_pairs, dtype=torch.long)
+        rows[fresh, 2:] = allowed[torch.randint(0, len(allowed), (int(fresh.sum()),), generator=generator)]
     x, y, v, w = rows.unbind(1)
     has_v, has_w = v >= 0, w >= 0
     ar = torch.arange(N)
 
     # 1. how many assignments
     n = torch.randint(1, M + 1, (N,), generator=generator)
-    n = torch.where(has_v & has_w, n.clamp(min=2), n)
+    if two_var_n == "uniform":
+        n = torch.where(has_v & has_w, torch.randint(2, M + 1, (N,), generator=generator), n)
+    else:
+        n = torch.where(has_v & has_w, n.clamp(min=2), n)
 
     # 2. which variables: the queried ones first, then distinct distractors
     keys = torch.rand(N, V, generator=generator)
@@ -149,47 +163,82 @@ class TrainingSampler:
 # -- evaluation pools (SPEC section 3) ---------------------------------------------------
 
 
-def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.Tensor:
+def _draw(table: torch.Tensor, size: int, g: torch.Generator, distinct: bool) -> torch.Tensor:
+    """``size`` rows of ``table``: distinct ones where the table has enough, else with replacement."""
+    if distinct and len(table) >= size:
+        return table[torch.randperm(len(table), generator=g)[:size]]
+    return table[torch.randint(0, len(table), (size,), generator=g)]
+
+
+def _with(pairs: torch.Tensor, v: int | torch.Tensor, w: int | torch.Tensor) -> torch.Tensor:
+    """Rows (x, y, v, w) of ``pairs`` with the given variable columns."""
+    v = torch.as_tensor(v).expand(len(pairs)).reshape(-1, 1)
+    w = torch.as_tensor(w).expand(len(pairs)).reshape(-1, 1)
+    return torch.cat([pairs, v, w], 1)
+
+
+def _row_table_pool(split: Split, kind: str, pairs: torch.Tensor) -> torch.Tensor:
+    """The study's row table restricted to ``pairs`` for one sequence kind (0var, 1var, 2var)."""
     task = split.task
-
-    def pick(table: torch.Tensor) -> torch.Tensor:
-        return table[torch.randint(0, len(table), (size,), generator=g)]
-
-    def var_pairs(pairs) -> torch.Tensor:
-        return torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
-
-    left_forbidden = [task.var_index(v) for v in task.left_forbidden]
-    right_forbidden = [task.var_index(v) for v in task.right_forbidden]
-    kind, pairs_kind = name.split("_", 1)
-    operands = pick(split.heldout_pairs if pairs_kind == "add_restricted" else split.train_pairs)
-    none = torch.full((size, 1), -1, dtype=torch.long)
     if kind == "0var":
-        return torch.cat([operands, none, none], 1)
+        return _with(pairs, -1, -1).repeat(task.zero_var_rows, 1)  # one row per variable
     if kind == "1var":
-        if pairs_kind == "var_restricted":
-            left_vars, right_vars = left_forbidden, right_forbidden
-        else:
-            left_vars, right_vars = list(task.allowed_left), list(task.allowed_right)
-        # side chosen in proportion to the number of (side, variable) options
-        options = [(0, i) for i in left_vars] + [(1, i) for i in right_vars]
-        choice = var_pairs(options)[torch.randint(0, len(options), (size,), generator=g)]
-        var = choice[:, 1:2]
-        left = torch.where(choice[:, :1] == 0, var, none)
-        right = torch.where(choice[:, :1] == 1, var, none)
-        return torch.cat([operands, left, right], 1)
-    if pairs_kind in ("train", "add_restricted"):
-        table = var_pairs(task.allowed_two_var_pairs)
-    else:
-        table = var_pairs(task.restricted_two_var_pairs(int(pairs_kind[-1])))
-    return torch.cat([operands, pick(table)], 1)
+        return torch.cat([_with(pairs, v, -1) for v in task.allowed_left]
+                         + [_with(pairs, -1, w) for w in task.allowed_right])
+    return _with(pairs, ANY_PAIR, ANY_PAIR).repeat(task.two_var_rows, 1)
+
+
+def _one_var_draw(task, pairs: torch.Tensor, left: list[int], right: list[int], size: int,
+                  g: torch.Generator) -> torch.Tensor:
+    """1-var rows with replacement: a side uniformly (of those with variables), then a variable."""
+    sides = [(0, left), (1, right)] if left and right else [(0, left)] if left else [(1, right)]
+    side = torch.randint(0, len(sides), (size,), generator=g)
+    pick = pairs[torch.randint(0, len(pairs), (size,), generator=g)]
+    rows = _with(pick, -1, -1)
+    for i, (column, variables) in enumerate(sides):
+        chosen = torch.tensor(variables)[torch.randint(0, len(variables), (size,), generator=g)]
+        rows[side == i, 2 + column] = chosen[side == i]
+    return rows
+
+
+def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.Tensor:
+    """The rows of one pool, drawn as the study draws them (see :func:`make_pool`)."""
+    task = split.task
+    kind, pairs_kind = name.split("_", 1)
+    if name == "1var_var_restricted":
+        left = [task.var_index(v) for v in task.left_forbidden]
+        right = [task.var_index(v) for v in task.right_forbidden]
+        return _one_var_draw(task, split.train_pairs, left, right, size, g)
+    if name == "1var_add_restricted":
+        return _one_var_draw(task, split.heldout_pairs, list(task.allowed_left), list(task.allowed_right), size, g)
+    if pairs_kind.startswith("var_restricted"):  # 2-var, one or two variables in forbidden slots
+        var_pairs = torch.tensor(task.restricted_two_var_pairs(int(pairs_kind[-1])), dtype=torch.long)
+        pick = split.train_pairs[torch.randint(0, len(split.train_pairs), (size,), generator=g)]
+        return torch.cat([pick, var_pairs[torch.randint(0, len(var_pairs), (size,), generator=g)]], 1)
+    if name == "2var_train":
+        table = training_rows(split)
+        return _draw(table[row_types(table) == 3], size, g, distinct=True)
+    pairs = split.heldout_pairs if pairs_kind == "add_restricted" else split.train_pairs
+    return _draw(_row_table_pool(split, kind, pairs), size, g, distinct=True)
 
 
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
-    """One of the nine accuracy pools of SPEC section 3, ``size`` random sequences."""
+    """One of the nine accuracy pools of SPEC section 3, ``size`` sequences, as the study draws them.
+
+    * From the row table, distinct rows where it has ``size`` of them (the study shuffles
+      its rows and keeps the first 2,000): ``0var_train``, ``0var_add_restricted``,
+      ``1var_train``, ``2var_train`` (the kept 2-var training rows) and
+      ``2var_add_restricted`` (held-out pairs), rendered like training sequences (a
+      2-var row's variable pair drawn afresh, n = max(2, U{1..6})).
+    * Drawn with replacement by the study's pool builder: ``1var_add_restricted``,
+      ``1var_var_restricted`` (a side uniformly, then a variable of that side) and the
+      two ``2var_var_restricted`` pools (n uniform on 2..6, as in the 2-var union).
+    """
     if name not in POOL_NAMES:
         raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(POOL_NAMES)}")
     g = streams.derived_generator(seed, streams.POOLS, POOL_NAMES.index(name))
-    return render(split, _pool_rows(split, name, size, g), g)
+    two_var_n = "uniform" if name.startswith("2var_var_restricted") else "training"
+    return render(split, _pool_rows(split, name, size, g), g, two_var_n)
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
@@ -233,5 +282,6 @@ def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
 
 
 def make_exhaustive(split: Split, name: str, seed: int = 0) -> Batch:
+    """Every case of an exhaustive evaluation once; 2-var sequences with n uniform on 2..6."""
     g = streams.derived_generator(seed, streams.EXHAUSTIVE, EXHAUSTIVE_NAMES.index(name))
-    return render(split, exhaustive_rows(split, name), g)
+    return render(split, exhaustive_rows(split, name), g, two_var_n="uniform")

@@ -3,56 +3,104 @@
 Three things decide what the model may see in training:
 
 * **Addition pairs, f.** Of the p^2 ordered pairs (x, y), ``floor(f p^2)`` are
-  training pairs, drawn as a seeded uniform sample; the rest are *held out* and
-  never reach training in any form (constants, one variable, two variables).
+  training pairs; the rest are *held out* and never reach training in any form
+  (constants, one variable, two variables).
 * **Operand slots.** Some variables never appear as the left operand in training
   (``k``, ``l``) and some never as the right one (``a``, ``b``).
-* **2-var frequency, r.** The training set is a table of *rows*, one row being
-  ``(x, y, v, w)`` with ``v`` / ``w`` the variable index of a variable operand or
-  -1 for a constant. Per training pair: ``zero_var_rows`` 0-var rows, one 1-var
-  row per variable allowed on each side, and ``two_var_rows`` 2-var rows (distinct
-  allowed variable pairs), each kept with probability r. Training draws rows
-  uniformly with replacement and renders a fresh context at every draw
-  (:mod:`compose_lens.data.sampler`).
+* **2-var frequency, r.** Training draws *rows* uniformly with replacement and
+  renders each into a fresh sequence (:mod:`compose_lens.data.sampler`). A row is
+  ``(x, y, v, w)``, ``v`` / ``w`` the variable index of a variable operand, -1 for a
+  constant, and :data:`ANY_PAIR` (-2) in both for a 2-var row, whose variable pair
+  is drawn afresh from the allowed pairs at every render.
 
-A split is saved and loaded in the reference's ``split.json`` shape, so the
-study's checkpoints can be evaluated on the split they were trained with.
+**The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row
+table enumerates (variable, type, x, y) with x and y fastest, over n_vars x 4 types x
+p x p; the pair pool is the distinct (x, y) in order of first appearance, (0, 0),
+(0, 1), ...; the training pairs are ``random.Random(seed).sample(pool, floor(f p^2))``
+(Python's ``random``). Per training pair the table gives one 0-var row per variable,
+one 1-var row per variable allowed on each side, and one candidate 2-var row per
+variable allowed on the left, the one at table index ``idx`` kept iff
+``random.Random(seed + idx).random() < r`` (all of them at r = 1). So a 2-var row is
+a number pair only: r sets how often 2-var rows are drawn, never which variables
+they use.
+
+A split is saved and loaded in the reference's ``split.json`` shape (plus the
+seed, r and the number of kept 2-var rows of each pair), so the study's checkpoints
+can be evaluated on the split they were trained with and users may bring their own
+held-out sets.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from compose_lens.config import ConfigError, TaskConfig, load_json, write_json_atomic
-from compose_lens.data import streams
+
+ANY_PAIR = -2  # v and w of a 2-var row: the variable pair is drawn at every render
+SEQUENCE_KINDS = 4  # the row table's types: 0-var, 1-var left, 1-var right, 2-var
+
+
+def study_train_pairs(modulus: int, f: float, seed: int) -> list[tuple[int, int]]:
+    """The study's training pairs: ``random.Random(seed).sample`` of the pairs in table order.
+
+    >>> sorted(study_train_pairs(3, 0.5, 42))
+    [(0, 0), (0, 1), (0, 2), (1, 2)]
+    """
+    pool = [(x, y) for x in range(modulus) for y in range(modulus)]
+    return random.Random(seed).sample(pool, math.floor(f * modulus * modulus))
+
+
+def study_two_var_counts(task: TaskConfig, is_train: torch.Tensor) -> torch.Tensor:
+    """(p, p) kept 2-var rows per training pair: each left-allowed variable's row at table
+    index ``idx`` is kept iff ``random.Random(seed + idx).random() < r``."""
+    p = task.modulus
+    counts = torch.zeros(p, p, dtype=torch.long)
+    xs, ys = is_train.nonzero(as_tuple=True)
+    if task.r >= 1:
+        counts[xs, ys] = task.two_var_rows
+        return counts
+    if task.r <= 0:
+        return counts
+    for v in task.allowed_left:
+        base = (v * SEQUENCE_KINDS + SEQUENCE_KINDS - 1) * p * p
+        for x, y in zip(xs.tolist(), ys.tolist()):
+            if random.Random(task.seed + base + x * p + y).random() < task.r:
+                counts[x, y] += 1
+    return counts
 
 
 @dataclass(frozen=True)
 class Split:
-    """Training and held-out addition pairs of one task, as (N, 2) int64 tensors."""
+    """Training and held-out addition pairs of one task, as (N, 2) int64 tensors, and the
+    number of 2-var rows each training pair keeps, (p, p)."""
 
     task: TaskConfig
     train_pairs: torch.Tensor
     heldout_pairs: torch.Tensor
+    two_var_counts: torch.Tensor
 
     @classmethod
     def from_task(cls, task: TaskConfig) -> "Split":
+        """The study's split procedure (module docstring) for ``task.seed``."""
         p = task.modulus
-        n_train = int(task.f * p * p)
-        order = torch.randperm(p * p, generator=streams.derived_generator(task.seed, streams.SPLIT_PAIRS))
-        is_train = torch.zeros(p * p, dtype=torch.bool)
-        is_train[order[:n_train]] = True
-        return cls._from_mask(task, is_train)
+        is_train = torch.zeros(p, p, dtype=torch.bool)
+        chosen = torch.tensor(study_train_pairs(p, task.f, task.seed), dtype=torch.long).reshape(-1, 2)
+        is_train[chosen[:, 0], chosen[:, 1]] = True
+        return cls._from_mask(task, is_train.flatten())
 
     @classmethod
-    def _from_mask(cls, task: TaskConfig, is_train: torch.Tensor) -> "Split":
+    def _from_mask(cls, task: TaskConfig, is_train: torch.Tensor, counts: torch.Tensor | None = None) -> "Split":
         p = task.modulus
         flat = torch.arange(p * p)
         pairs = torch.stack([flat // p, flat % p], dim=1)
-        split = cls(task, pairs[is_train], pairs[~is_train])
+        if counts is None:
+            counts = study_two_var_counts(task, is_train.view(p, p))
+        split = cls(task, pairs[is_train], pairs[~is_train], counts)
         split.check_coverage()
         return split
 
@@ -90,6 +138,8 @@ class Split:
             "right_operand_forbidden_in_training": list(t.right_forbidden),
             "variables": list(t.variable_names),
             "seed": t.seed,
+            "r": t.r,
+            "two_var_rows_per_pair": self.two_var_counts.flatten().tolist(),
         }
 
     def save(self, path: str | Path) -> None:
@@ -97,39 +147,97 @@ class Split:
 
     @classmethod
     def load(cls, path: str | Path, task: TaskConfig | None = None) -> "Split":
-        """Load a split file; the task takes the file's f and slot restrictions."""
+        """Load a split file. Without ``task`` the file defines modulus, variables, f, slots
+        (and seed and r where it records them); with one, a file that contradicts its
+        modulus or variables is refused. Held-out pairs that are not the procedure's for
+        the recorded seed are kept as they are: users may bring their own held-out sets."""
         data = load_json(path)
-        task = task or TaskConfig()
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: not a split file (a JSON object with heldout_pairs); "
+                              f"write one with `compose-lens data split --out FILE`")
         try:
-            heldout = torch.tensor(data["heldout_pairs"], dtype=torch.long).reshape(-1, 2)
-            modulus = int(data["modulus"])
-            variables = list(data.get("variables", task.variable_names))
-            task = task.replace(
-                modulus=modulus,
-                n_vars=len(variables),
-                f=float(data.get("f", task.f)),
-                left_forbidden=tuple(data["left_operand_forbidden_in_training"]),
-                right_forbidden=tuple(data["right_operand_forbidden_in_training"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, ConfigError):
-                raise ConfigError(f"{path}: {exc}") from None
-            raise ConfigError(f"{path}: not a split file ({type(exc).__name__}: {exc}); "
-                              f"write one with `compose-lens data split --out FILE`") from None
-        if list(task.variable_names) != variables:
-            raise ConfigError(f"{path}: variables {variables} are not a..{task.variable_names[-1]}")
-        if heldout.numel() and (heldout.min() < 0 or heldout.max() >= modulus):
-            raise ConfigError(f"{path}: a held-out pair lies outside 0..{modulus - 1}")
-        is_train = torch.ones(modulus * modulus, dtype=torch.bool)
-        is_train[heldout[:, 0] * modulus + heldout[:, 1]] = False
-        return cls._from_mask(task, is_train)
+            file_task = _task_of_file(data, task)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if task is not None and (task.modulus, task.n_vars) != (file_task.modulus, file_task.n_vars):
+            raise ConfigError(f"{path}: the split is for modulus {file_task.modulus} with {file_task.n_vars} "
+                              f"variables, the task has modulus {task.modulus} with {task.n_vars}; "
+                              f"use a split of this task or set the task to match")
+        heldout = _pairs_of_file(data.get("heldout_pairs"), file_task.modulus, path)
+        p = file_task.modulus
+        is_train = torch.ones(p * p, dtype=torch.bool)
+        is_train[heldout[:, 0] * p + heldout[:, 1]] = False
+        counts = _counts_of_file(data, file_task, is_train.view(p, p), path)
+        return cls._from_mask(file_task, is_train, counts)
+
+
+def _task_of_file(data: dict, task: TaskConfig | None) -> TaskConfig:
+    """The task a split file describes, on top of ``task`` (or the defaults)."""
+    task = task or TaskConfig()
+    modulus, variables = data.get("modulus"), data.get("variables", list(task.variable_names))
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or not 2 <= modulus <= 1000:
+        raise ConfigError(f"modulus {modulus!r}: a split file needs an integer modulus between 2 and 1000")
+    if not isinstance(variables, list) or not all(isinstance(v, str) for v in variables):
+        raise ConfigError(f"variables {variables!r}: a list of variable names a, b, ... is expected")
+    changes = {"modulus": modulus, "n_vars": len(variables)}
+    for key, name in (("left_operand_forbidden_in_training", "left_forbidden"),
+                      ("right_operand_forbidden_in_training", "right_forbidden")):
+        if key not in data or not isinstance(data[key], list):
+            raise ConfigError(f"not a split file (no {key} list of variable names); "
+                              f"write one with `compose-lens data split --out FILE`")
+        changes[name] = tuple(data[key])
+    for key, kind in (("f", (int, float)), ("r", (int, float)), ("seed", int)):
+        if key in data:
+            if isinstance(data[key], bool) or not isinstance(data[key], kind):
+                raise ConfigError(f"{key} {data[key]!r}: not a number")
+            changes[key] = data[key]
+    if task.r != TaskConfig().r and "r" in changes:  # an r asked for by the caller wins
+        changes["r"] = task.r
+    file_task = task.replace(**changes)
+    if list(file_task.variable_names) != variables:
+        raise ConfigError(f"variables {variables} are not a..{file_task.variable_names[-1]}")
+    return file_task
+
+
+def _pairs_of_file(raw, modulus: int, path) -> torch.Tensor:
+    """The held-out pairs of a split file, checked: [x, y] integer pairs in range, no duplicates."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: heldout_pairs must be a list of [x, y] pairs")
+    for pair in raw:
+        if (not isinstance(pair, list) or len(pair) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in pair)):
+            raise ConfigError(f"{path}: held-out pair {pair!r} is not two integers [x, y]")
+        if not all(0 <= v < modulus for v in pair):
+            raise ConfigError(f"{path}: held-out pair {pair} lies outside 0..{modulus - 1}")
+    pairs = torch.tensor(raw, dtype=torch.long).reshape(-1, 2)
+    if len(torch.unique(pairs[:, 0] * modulus + pairs[:, 1])) != len(pairs):
+        raise ConfigError(f"{path}: heldout_pairs lists a pair twice")
+    return pairs
+
+
+def _counts_of_file(data: dict, task: TaskConfig, is_train: torch.Tensor, path) -> torch.Tensor | None:
+    """The recorded kept 2-var rows per pair, if the file has them for this r; else None (derive)."""
+    raw = data.get("two_var_rows_per_pair")
+    if raw is None or data.get("r") != task.r:
+        return None
+    p = task.modulus
+    if not isinstance(raw, list) or len(raw) != p * p or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= task.two_var_rows for c in raw):
+        raise ConfigError(f"{path}: two_var_rows_per_pair must list p*p = {p * p} integers "
+                          f"between 0 and {task.two_var_rows}")
+    counts = torch.tensor(raw, dtype=torch.long).view(p, p)
+    if (counts[~is_train] > 0).any():
+        raise ConfigError(f"{path}: two_var_rows_per_pair keeps 2-var rows of a held-out pair")
+    return counts
 
 
 def training_rows(split: Split) -> torch.Tensor:
     """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)``.
 
-    v (w) is the variable index of the left (right) operand, or -1 for a constant.
-    Rows are grouped by type: 0-var, 1-var left, 1-var right, 2-var.
+    v (w) is the variable index of the left (right) operand, -1 for a constant, and
+    :data:`ANY_PAIR` in both for a 2-var row. Rows are grouped by type: 0-var (one
+    per variable), 1-var left, 1-var right (one per allowed variable), 2-var (the
+    kept rows of :attr:`Split.two_var_counts`).
     """
     task = split.task
     pairs = split.train_pairs
@@ -140,19 +248,13 @@ def training_rows(split: Split) -> torch.Tensor:
         blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const + 1 + v, const], 1))
     for w in task.allowed_right:
         blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const, const + 1 + w], 1))
-    allowed = torch.tensor(task.allowed_two_var_pairs, dtype=torch.long)
-    k = min(task.two_var_rows, len(allowed))
-    if k and task.r > 0:
-        g = streams.derived_generator(task.seed, streams.SPLIT_ROWS)
-        # k distinct allowed variable pairs per training pair, each kept with probability r
-        choice = torch.rand(n, len(allowed), generator=g).argsort(dim=1)[:, :k]
-        keep = torch.rand(n, k, generator=g) < task.r
-        pair_idx = torch.arange(n).unsqueeze(1).expand(n, k)[keep]
-        var_pairs = allowed[choice[keep]]
-        blocks.append(torch.cat([pairs[pair_idx], var_pairs], dim=1))
+    kept = split.two_var_counts[pairs[:, 0], pairs[:, 1]]
+    two_var = pairs.repeat_interleave(kept, dim=0)
+    any_pair = torch.full((len(two_var), 2), ANY_PAIR, dtype=torch.long)
+    blocks.append(torch.cat([two_var, any_pair], dim=1))
     return torch.cat(blocks, dim=0)
 
 
 def row_types(rows: torch.Tensor) -> torch.Tensor:
     """Type index per row: 0 = 0-var, 1 = 1-var left, 2 = 1-var right, 3 = 2-var."""
-    return (rows[:, 2] >= 0).long() + 2 * (rows[:, 3] >= 0).long()
+    return (rows[:, 2] != -1).long() + 2 * (rows[:, 3] != -1).long()

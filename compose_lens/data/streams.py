@@ -14,8 +14,6 @@ one in its decade) and adds a line here.
 =======================  ====  ==========================================================
 name                     id    consumer (``index`` in brackets)
 =======================  ====  ==========================================================
-``SPLIT_PAIRS``          0     :class:`~compose_lens.data.split.Split`: training pairs
-``SPLIT_ROWS``           1     ``training_rows``: which 2-var rows are kept
 ``TRAIN_BATCHES``        2     ``TrainingSampler`` (block of steps)
 ``POOLS``                3     ``make_pool`` (pool's position in ``POOL_NAMES``)
 ``EXHAUSTIVE``           4     ``make_exhaustive`` (position in ``EXHAUSTIVE_NAMES``)
@@ -30,6 +28,10 @@ name                     id    consumer (``index`` in brackets)
                                2: the mismatched partners)
 =======================  ====  ==========================================================
 
+The split itself is not drawn from a stream: it follows the study's procedure with
+Python's ``random`` (:mod:`compose_lens.data.split`), so seed 42 gives the study's
+held-out pairs (ids 0 and 1 were its streams before; they stay unused).
+
 Two draws use the seed itself rather than a stream, through :func:`seeded_generator`:
 the patching bootstrap and the resample ablation hooks. And the probe batch
 draws its pools with ``seed + PROBE_POOL_SEED_OFFSET``, so its sequences are not
@@ -40,8 +42,6 @@ from __future__ import annotations
 
 import torch
 
-SPLIT_PAIRS = 0
-SPLIT_ROWS = 1
 TRAIN_BATCHES = 2
 POOLS = 3
 EXHAUSTIVE = 4
@@ -57,7 +57,7 @@ SAME_MLP = 60
 PROBE_POOL_SEED_OFFSET = 7919
 
 STREAMS = {
-    "SPLIT_PAIRS": SPLIT_PAIRS, "SPLIT_ROWS": SPLIT_ROWS, "TRAIN_BATCHES": TRAIN_BATCHES, "POOLS": POOLS,
+    "TRAIN_BATCHES": TRAIN_BATCHES, "POOLS": POOLS,
     "EXHAUSTIVE": EXHAUSTIVE, "FORBIDDEN_SLOTS": FORBIDDEN_SLOTS, "DATA_SAMPLE": DATA_SAMPLE,
     "PROBE_TEST_SPLIT": PROBE_TEST_SPLIT, "OPERAND_GRID": OPERAND_GRID, "PATCH_PAIRS": PATCH_PAIRS,
     "ABLATION_REFERENCE": ABLATION_REFERENCE, "ABLATION_RESAMPLE": ABLATION_RESAMPLE, "SAME_MLP": SAME_MLP,

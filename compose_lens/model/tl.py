@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 from typing import Any, Callable, Iterator
 
 import torch
@@ -57,11 +58,29 @@ def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
 
 
 def boot(cfg: ModelConfig, device: str | torch.device = "cpu") -> TransformerBridge:
-    """Build a freshly initialised model (seeded by ``cfg.init_seed``)."""
+    """Build a freshly initialised model (seeded by ``cfg.init_seed``).
+
+    ``cfg.init == "study"`` gives the study's initialisation: the pre-4.0
+    ``HookedTransformer`` drew every weight matrix from N(0, (0.8 / sqrt(d_model))^2).
+    ``boot_native`` draws the same, then scales the attention output and MLP output
+    matrices by 1 / sqrt(2 n_layers) (the GPT-2 residual scaling); the study's
+    initialisation undoes that scaling. ``"tl4"`` keeps it.
+    """
     with contextlib.redirect_stdout(io.StringIO()):  # the bridge prints set-up chatter
         model = TransformerBridge.boot_native(bridge_config(cfg), device=device)
+    if cfg.init == "study":
+        params = parameters(model)
+        with torch.no_grad():
+            for layer in range(cfg.n_layers):
+                for name in (f"blocks.{layer}.attn.o.weight", f"blocks.{layer}.mlp.out.weight"):
+                    params[name].mul_(residual_scaling(cfg.n_layers))
     apply_structure(model, cfg)
     return model
+
+
+def residual_scaling(n_layers: int) -> float:
+    """What ``boot_native`` divides the output matrices by: sqrt(2 n_layers)."""
+    return math.sqrt(2 * n_layers)
 
 
 def to_device(model: TransformerBridge, device: str | torch.device) -> TransformerBridge:

@@ -215,9 +215,10 @@ def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.
         var_pairs = torch.tensor(task.restricted_two_var_pairs(int(pairs_kind[-1])), dtype=torch.long)
         pick = split.train_pairs[torch.randint(0, len(split.train_pairs), (size,), generator=g)]
         return torch.cat([pick, var_pairs[torch.randint(0, len(var_pairs), (size,), generator=g)]], 1)
-    if name == "2var_train":
+    if name == "2var_train":  # the kept 2-var training rows; at r = 0 none: every candidate row
         table = training_rows(split)
-        return _draw(table[row_types(table) == 3], size, g, distinct=True)
+        kept = table[row_types(table) == 3]
+        return _draw(kept if len(kept) else _row_table_pool(split, "2var", split.train_pairs), size, g, distinct=True)
     pairs = split.heldout_pairs if pairs_kind == "add_restricted" else split.train_pairs
     return _draw(_row_table_pool(split, kind, pairs), size, g, distinct=True)
 

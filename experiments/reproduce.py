@@ -2,7 +2,7 @@
 
     python experiments/reproduce.py --out runs/paper            # what `make reproduce` runs
 
-Trains the paper configuration (SPEC sections 4-5: 30,000 steps, batch 512, seed 0)
+Trains the paper configuration (SPEC sections 4-5: 30,000 steps, batch 512, seed 42 as in the study)
 into a run directory, resuming it if it was interrupted, then prints the exhaustive
 0-var held-out and 2-var union accuracies next to the study's, the onsets of the
 three learning phases (the rule of :mod:`compose_lens.analysis.dynamics`, applied to the pool

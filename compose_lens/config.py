@@ -447,8 +447,12 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
+        raise
 
 
 def json_safe(value: Any) -> Any:

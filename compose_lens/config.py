@@ -97,8 +97,10 @@ def check_types(config: Any) -> None:
         value = getattr(config, f.name)
         if not _fits(str(f.type), value):
             shown = json.dumps(value) if _json_able(value) else repr(value)
-            raise ConfigError(f"{f.name}={shown}: must be {_KINDS.get(str(f.type), str(f.type))}, "
-                              f"not {_type_word(value)}")
+            wanted = _KINDS.get(str(f.type), str(f.type))
+            if isinstance(value, float) and str(f.type).startswith("float"):
+                raise ConfigError(f"{f.name}={shown}: must be {wanted} (not NaN or infinite)")
+            raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
 
 
 def _json_able(value: Any) -> bool:

@@ -231,6 +231,15 @@ def check_replaceable(directory: Path, command: str, overwrite: bool, allowed: f
     return True
 
 
+def check_parent(out: Path) -> None:
+    """Refuse an output path below a file (``afile/out``) before anything is made."""
+    for parent in Path(os.path.abspath(out)).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ComposeLensError(f"--out {out}: {parent} is a file, not a folder")
+            return
+
+
 def _new_parents(path: Path) -> list[Path]:
     """The missing ancestors of ``path``, outermost first."""
     missing = []
@@ -250,6 +259,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     ``out`` is untouched.
     """
     out = Path(out)
+    check_parent(out)
     replace = check_replaceable(out, command, overwrite)
     created = _new_parents(out)
     stage = out.with_name(f".{out.name}.partial")

@@ -131,6 +131,7 @@ class Trainer:
         d = self.run_dir
         if d.exists() and not d.is_dir():
             raise ComposeLensError(f"--out {d}: exists and is not a directory")
+        safety.check_parent(d)
         holds = d.is_dir() and any(e.name != safety.MARKER for e in d.iterdir())
         if not holds:
             return "new"
@@ -144,6 +145,9 @@ class Trainer:
                 raise ComposeLensError(f"{d}: the run was started with another configuration; "
                                        f"resume without --config/--set, or use a new --out")
             return "resume" if (d / runs.RESUME_FILE).exists() else "restart"
+        if foreign and not (d / runs.CONFIG_FILE).exists():
+            raise ComposeLensError(f"--out {d}: holds {foreign[0]}, which is not part of a run; "
+                                   f"choose another --out (an empty or new directory)")
         if not overwrite:
             raise ComposeLensError(f"{d} already holds a run; pass --resume to continue it, "
                                    f"--overwrite to replace it, or choose another --out")

@@ -94,8 +94,11 @@ def exhaustive_count(task: TaskConfig) -> int:
 def forward_bytes(config: RunConfig, batch: int, training: bool) -> int:
     """Activations of one forward (kept for the backward when training), and the parameters."""
     m = config.model
-    per_position = m.n_layers * (8 * m.d_model + 3 * m.d_mlp + 4 * m.n_heads * (m.n_ctx + m.d_head))
-    activations = 4 * batch * m.n_ctx * per_position * (2 if training else 1) + 8 * batch * m.d_vocab_out
+    if training:  # every layer's activations are kept for the backward, and their gradients
+        per_position = 2 * m.n_layers * (8 * m.d_model + 3 * m.d_mlp + 4 * m.n_heads * (m.n_ctx + m.d_head))
+    else:  # a few tensors of the widest kind are alive at once
+        per_position = 4 * max(m.d_model, m.d_mlp, m.n_heads * m.n_ctx, m.n_heads * m.d_head)
+    activations = 4 * batch * m.n_ctx * per_position + 8 * batch * m.d_vocab_out
     n_params = (m.n_layers * (4 * m.d_model * m.n_heads * m.d_head + 2 * m.d_model * m.d_mlp)
                 + (m.d_vocab + m.n_ctx + m.d_vocab_out) * m.d_model)
     return activations + 4 * n_params * (4 if training else 1)

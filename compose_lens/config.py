@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -51,7 +52,74 @@ def _check(condition: bool, message: str) -> None:
 def _check_positive_ints(config: Any, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
-        _check(isinstance(value, int) and value >= 1, f"{name}={value}: must be a positive integer")
+        _check(value >= 1, f"{name}={value}: must be a positive integer")
+
+
+# -- strict types ---------------------------------------------------------------------------------
+#
+# Every field is checked against its annotation before any range check: a bool is
+# not an int (``steps=true``), a float must be finite (``lr=Infinity``), a string is
+# not a bool (``trained_biases=maybe``) and a list is a list of the right items.
+# JSON and ``--set`` hand us whatever the user typed, so nothing is coerced.
+
+_KINDS = {
+    "int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
+    "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
+    "tuple[str, ...] | None": "a list of strings, or null",
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind.endswith(" | None") and value is None:
+        return True
+    base = kind.removesuffix(" | None")
+    if base == "int":
+        return _is_int(value)
+    if base == "float":
+        return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "bool":
+        return isinstance(value, bool)
+    if base.startswith("tuple["):
+        item = base[len("tuple["):-len(", ...]")]
+        return isinstance(value, (list, tuple)) and all(_fits(item, v) for v in value)
+    raise TypeError(f"no strict check for annotation {kind!r}")  # a new field type: add it above
+
+
+def check_types(config: Any) -> None:
+    """Refuse any field whose value is not of its annotated type (one line per refusal)."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if not _fits(str(f.type), value):
+            shown = json.dumps(value) if _json_able(value) else repr(value)
+            wanted = _KINDS.get(str(f.type), str(f.type))
+            if isinstance(value, float) and str(f.type).startswith("float"):
+                raise ConfigError(f"{f.name}={shown}: must be {wanted} (not NaN or infinite)")
+            raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
+
+
+def _json_able(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _type_word(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a non-finite number"
+    return {int: "an integer", float: "a number", str: "a string", list: "a list", tuple: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 class _JsonConfig:
@@ -65,6 +133,8 @@ class _JsonConfig:
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        _check(isinstance(data, dict), f"the {cls.__name__} section must be a JSON object "
+                                       f"{{\"key\": value, ...}}, not {_type_word(data)}")
         data = {k: v for k, v in data.items() if k not in cls.LEGACY_KEYS}  # type: ignore[attr-defined]
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(known))
@@ -108,7 +178,8 @@ class TaskConfig(_JsonConfig):
     seed: int = 42
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.modulus, int) and self.modulus >= 2,
+        check_types(self)
+        _check(self.modulus >= 2,
                f"modulus={self.modulus}: the modulus must be at least 2")
         _check(isinstance(self.n_vars, int) and 2 <= self.n_vars <= len(VARIABLE_LETTERS),
                f"n_vars={self.n_vars}: the number of variables must be between 2 and "
@@ -146,6 +217,7 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
+        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
 
@@ -242,6 +314,7 @@ class ModelConfig(_JsonConfig):
     init_seed: int = 42
 
     def __post_init__(self) -> None:
+        check_types(self)
         _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
                              "d_vocab_out")
         _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
@@ -250,6 +323,7 @@ class ModelConfig(_JsonConfig):
                f"init={self.init!r}: use study (the study's initialisation) or tl4 (TransformerLens 4's)")
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
+        _check(self.init_seed >= 0, f"init_seed={self.init_seed}: seeds are >= 0")
         bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
         _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
                         f"{self.n_layers}-layer model (layers count from 0)")
@@ -290,14 +364,17 @@ class TrainConfig(_JsonConfig):
     threads: int = 0  # 0: torch's default
 
     def __post_init__(self) -> None:
+        check_types(self)
         _check_positive_ints(self, "steps", "batch_size", "eval_every", "checkpoint_every", "pool_size")
         _check(self.lr > 0, f"lr={self.lr}: the learning rate must be positive")
         _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "betas must be in [0, 1)")
         _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
         _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
-        _check(self.device == "cpu" or self.device.startswith("cuda"),
-               f"device={self.device!r}: use cpu or cuda")
+        _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
+               f"device={self.device!r}: use cpu, cuda or cuda:N")
+        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
+        _check(self.threads >= 0, f"threads={self.threads}: use 0 (torch's default) or a positive count")
 
 
 @dataclass(frozen=True)
@@ -316,8 +393,13 @@ class RunConfig(_JsonConfig):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        _check(isinstance(data, dict), f"a run config is a JSON object {{\"task\": {{...}}, "
+                                       f"\"model\": {{...}}, \"train\": {{...}}}}, not {_type_word(data)}")
         unknown = sorted(set(data) - {"task", "model", "train"})
         _check(not unknown, f"unknown run-config section(s) {unknown}; use task, model, train")
+        for section in ("task", "model", "train"):
+            _check(isinstance(data.get(section, {}), dict),
+                   f"the {section} section must be a JSON object, not {_type_word(data.get(section))}")
         task = TaskConfig.from_dict(data.get("task", {}))
         model_data = dict(data.get("model", {}))
         model = ModelConfig.from_dict({**ModelConfig.for_task(task).to_dict(), **model_data})
@@ -336,7 +418,7 @@ class RunConfig(_JsonConfig):
             key, raw = item.split("=", 1)
             try:
                 value = json.loads(raw)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON (or absurd JSON): the plain string
                 value = raw
             if "." in key:
                 section, name = key.split(".", 1)
@@ -366,18 +448,30 @@ def load_json(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise ComposeLensError(f"{path}: no such file")
+    if path.is_dir():
+        raise ComposeLensError(f"{path}: is a directory, not a JSON file")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ComposeLensError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise ComposeLensError(f"{path}: not a UTF-8 text file, so not JSON") from None
+    except RecursionError:
+        raise ComposeLensError(f"{path}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise ComposeLensError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
+        raise
 
 
 def json_safe(value: Any) -> Any:

@@ -42,7 +42,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens import safety
+from compose_lens.config import ComposeLensError, RunConfig, TrainConfig, load_json, write_json_atomic
 from compose_lens.data.split import Split
 from compose_lens.model import tl
 
@@ -52,6 +53,22 @@ METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resu
 CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
 STUDY_FINAL = "final.pth"  # the study's final checkpoint in its folder of step_N.pth files
+ERROR_FILE = "error.json"  # a sweep point that failed
+# Everything compose-lens may write at the top of a run directory (train, report, dynamics,
+# sweep): ``train --overwrite`` refuses a run directory holding anything else.
+RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
+                       CHECKPOINTS_DIR, ERROR_FILE, "results", "figures", "report.html",
+                       "report_problems.txt", safety.MARKER})
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """Entries of a run directory that compose-lens does not write there (temporary files aside)."""
+    names = []
+    for entry in sorted(Path(run_dir).iterdir()):
+        base = entry.name[:-4] if entry.name.endswith(".tmp") else entry.name
+        if base not in RUN_NAMES:
+            names.append(entry.name)
+    return names
 
 
 @dataclass
@@ -76,8 +93,12 @@ def save_model(model: tl.Model, config: RunConfig, directory: str | Path, extra:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / (WEIGHTS_FILE + ".tmp")
-    save_file(state_dict(model), str(tmp), metadata={"format": "compose-lens", **(extra or {})})
-    tmp.replace(directory / WEIGHTS_FILE)
+    try:
+        save_file(state_dict(model), str(tmp), metadata={"format": "compose-lens", **(extra or {})})
+        tmp.replace(directory / WEIGHTS_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half file behind
+        raise
     write_json_atomic(directory / CONFIG_FILE, config.to_dict())
     return directory
 
@@ -121,6 +142,10 @@ def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tens
         if tuple(state[key].shape) != shape:
             raise ComposeLensError(f"{source}: {key} has shape {tuple(state[key].shape)}, "
                                    f"the config says {shape}")
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ComposeLensError(f"{source}: {key} contains NaN or infinite values; these weights "
+                                   f"are broken (a diverged run?): pick another checkpoint")
     for key in tl.frozen_names(config.model):
         if key in state and state[key].abs().max() > 0:
             raise ComposeLensError(f"{source}: {key} is not zero, but the config says it does not "
@@ -132,13 +157,18 @@ def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tens
 # -- models ---------------------------------------------------------------------------------------
 
 
-def load_model_dir(directory: str | Path, device: str = "cpu") -> tuple[tl.Model, RunConfig]:
+def load_model_dir(directory: str | Path, device: str = "cpu",
+                   weights: str | Path | None = None) -> tuple[tl.Model, RunConfig]:
+    """The model of a directory: ``weights`` (default ``model.safetensors``) with its ``config.json``."""
     directory = Path(directory)
-    weights = directory / WEIGHTS_FILE
-    if not weights.exists():
+    weights = Path(weights) if weights else directory / WEIGHTS_FILE
+    if not weights.is_file():
         raise ComposeLensError(f"{directory}: no {WEIGHTS_FILE} here; expected a model, run or "
                                f"checkpoint directory")
     config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
+    safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
+                           "its split": safety.split_bytes(config.task)}, f"{weights}")
+    check_device(device)
     model = tl.boot(config.model, device)
     load_weights(model, config, read_safetensors(weights), str(weights))
     return model, config
@@ -168,12 +198,23 @@ def load_model(spec: str | Path, split_file: str | Path | None = None, device: s
         split = Split.load(split_file) if split_file else Split.from_task(RunConfig().task)
         model, config = load_reference_pth(path, RunConfig(task=split.task))
         return Loaded(tl.to_device(model, device), config, split, str(path))
+    weights = None
     if path.suffix == ".safetensors":
-        path = path.parent
-    model, config = load_model_dir(path, device)
+        path, weights = path.parent, path  # the file named, with the config.json beside it
+    model, config = load_model_dir(path, device, weights)
     split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
     return Loaded(model, config.__class__(task=split.task, model=config.model, train=config.train),
                   split, str(path))
+
+
+def check_device(device: str) -> None:
+    """Refuse a device torch cannot use here (one line, before any model is built)."""
+    TrainConfig(device=device)  # the accepted spellings: cpu, cuda, cuda:N
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise ComposeLensError(f"device={device}: torch sees no such GPU here "
+                                   f"({torch.cuda.device_count()} GPU(s)); use cpu")
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
@@ -293,7 +334,11 @@ def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: in
     tmp = directory.with_name(directory.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_model(model, config, tmp, extra={"step": str(step)})
+    try:
+        save_model(model, config, tmp, extra={"step": str(step)})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if directory.exists():
         shutil.rmtree(directory)
     tmp.rename(directory)
@@ -312,18 +357,35 @@ def save_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Opt
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous() \
                 if name == "step" else value.detach().cpu().contiguous()
     tmp = run_dir / (RESUME_FILE + ".tmp")
-    save_file(tensors, str(tmp), metadata={"step": str(step), "elapsed": str(elapsed)})
-    tmp.replace(run_dir / RESUME_FILE)
+    try:
+        save_file(tensors, str(tmp), metadata={"step": str(step), "elapsed": str(elapsed)})
+        tmp.replace(run_dir / RESUME_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the previous resume state stays whole
+        raise
 
 
 def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,
                       trainable: Sequence[torch.nn.Parameter]) -> tuple[int, float]:
     """Restore what :func:`save_resume_state` wrote; returns (step, elapsed seconds)."""
     path = run_dir / RESUME_FILE
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata()
+    broken = (f"{path}: the resume state is unreadable or incomplete; the checkpoints are kept: "
+              f"start the run again with --overwrite")
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        step, elapsed = int(meta["step"]), float(meta.get("elapsed", 0.0))
+    except (SafetensorError, OSError, ValueError, KeyError):
+        raise ComposeLensError(broken) from None
     tensors = read_safetensors(path)
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+    if any(v.is_floating_point() and not bool(torch.isfinite(v).all()) for v in tensors.values()):
+        raise ComposeLensError(f"{path}: the resume state holds NaN or infinite values; "
+                               f"start the run again with --overwrite")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError:
+        raise ComposeLensError(broken) from None
     state = {}
     for i, _ in enumerate(trainable):
         entry = {name: tensors[f"opt.{i}.{name}"] for name in ("exp_avg", "exp_avg_sq", "step")
@@ -331,8 +393,11 @@ def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Opt
         if entry:
             entry["step"] = entry["step"].reshape(())
             state[i] = entry
-    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
-    return int(meta["step"]), float(meta.get("elapsed", 0.0))
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+    except (RuntimeError, ValueError, KeyError):
+        raise ComposeLensError(broken) from None
+    return step, elapsed
 
 
 # -- metrics.jsonl and results.json ----------------------------------------------------------------
@@ -348,7 +413,13 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:  # a line cut by a kill mid-append: the step is evaluated again
+            continue
+    return [line for line in lines if isinstance(line, dict) and "step" in line]
 
 
 def truncate_metrics(run_dir: Path, last_step: int | None) -> None:
@@ -360,7 +431,7 @@ def truncate_metrics(run_dir: Path, last_step: int | None) -> None:
         path.unlink()
         return
     kept = [line for line in read_metrics(run_dir) if line["step"] <= last_step]
-    path.write_text("".join(json.dumps(line) + "\n" for line in kept))
+    safety.write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in kept))
 
 
 def read_results(run_dir: str | Path) -> dict | None:
@@ -394,6 +465,9 @@ def write_dynamics(table: pd.DataFrame, phases_doc: dict, out: str | Path) -> No
     out.mkdir(parents=True, exist_ok=True)
     write_table(table, out / DYNAMICS_FILE)
     write_json_atomic(out / PHASES_FILE, phases_doc)
+    if safety.read_marker(out) is None:  # e.g. a run's results/ folder written by the report
+        write_json_atomic(out / safety.MARKER, {"command": "dynamics", "files": [DYNAMICS_FILE, PHASES_FILE],
+                                                "written_by": "compose-lens"})
 
 
 def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:

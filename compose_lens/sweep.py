@@ -54,6 +54,7 @@ import fcntl
 import json
 import multiprocessing
 import os
+import re
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -64,11 +65,12 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from compose_lens import runs
+from compose_lens import runs, safety
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
-from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, ConfigError, RunConfig, json_safe, load_json, write_json_atomic
+from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, RunConfig, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
+from compose_lens.safety import check_training_memory
 from compose_lens.train import Trainer
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
@@ -87,15 +89,28 @@ class SweepPoint:
 
     @property
     def name(self) -> str:
-        """Directory name, e.g. ``f=0.25_seed=0``."""
-        return f"{self.param}={format_value(self.value)}_seed={self.seed}"
+        """Directory name, e.g. ``f=0.25_seed=0``: one path component, whatever the value holds.
+
+        >>> SweepPoint("device", "cuda/../../x", 0).name
+        'device=cuda_.._.._x_seed=0'
+        """
+        raw = f"{self.param}={format_value(self.value)}_seed={self.seed}"
+        return _UNSAFE.sub("_", raw)[:200]
 
     def config(self, base: RunConfig) -> RunConfig:
-        """The base configuration with this point's value and seeds."""
-        return base.with_overrides([
-            f"{self.param}={json.dumps(self.value)}",
-            f"task.seed={self.seed}", f"train.seed={self.seed}", f"model.init_seed={self.seed}",
-        ])
+        """The base configuration with this point's seeds, then its value (which wins).
+
+        ``param`` ``seed`` sweeps the seed itself: the value sets all three seeds.
+        """
+        value = json.dumps(self.value)
+        seeds = [self.seed] * 3 if self.param != "seed" else [value] * 3
+        overrides = [f"task.seed={seeds[0]}", f"train.seed={seeds[1]}", f"model.init_seed={seeds[2]}"]
+        if self.param != "seed":
+            overrides.append(f"{self.param}={value}")
+        return base.with_overrides(overrides)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._,=+-]")  # a point's directory name keeps only these
 
 
 def format_value(value: Any) -> str:
@@ -141,7 +156,14 @@ def sweep_points(param: str, values: Sequence[Any], seeds: Sequence[int]) -> lis
         raise ComposeLensError("--seeds: give at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ComposeLensError(f"--seeds {list(seeds)}: a seed is repeated")
-    return [SweepPoint(param, v, int(s)) for v in values for s in seeds]
+    if param == "seed" and len(seeds) > 1:
+        raise ComposeLensError("--param seed sweeps the seeds themselves: give them as --values, without --seeds")
+    points = [SweepPoint(param, v, int(s)) for v in values for s in seeds]
+    names = [p.name for p in points]
+    if len(set(names)) != len(names):
+        raise ComposeLensError(f"--values: two values give the same point directory "
+                               f"({next(n for n in names if names.count(n) > 1)}); use plainer values")
+    return points
 
 
 def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoint, RunConfig]:
@@ -150,9 +172,26 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
     for point in points:
         try:
             configs[point] = point.config(base)
-        except ConfigError as exc:
+            check_training_memory(configs[point])
+        except ComposeLensError as exc:
             raise ComposeLensError(f"point {point.name}: {exc}") from None
     return configs
+
+
+def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
+    """Refuse an ``--out`` that is not this sweep's directory (a rerun of the same sweep is fine)."""
+    if out.exists() and not out.is_dir():
+        raise ComposeLensError(f"--out {out}: exists and is not a directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    saved = out / "sweep.json"
+    marker = safety.read_marker(out)
+    if not saved.is_file() or (marker is not None and marker.get("command") != "sweep"):
+        raise ComposeLensError(f"--out {out}: exists and is not a sweep directory; choose another --out")
+    before = load_json(saved)
+    if not isinstance(before, dict) or before.get("param") != param or before.get("base_config") != base.to_dict():
+        raise ComposeLensError(f"--out {out}: holds a sweep over {before.get('param') if isinstance(before, dict) else '?'} "
+                               f"with another base configuration; rerun it as it was, or choose another --out")
 
 
 # -- sizing the workers to the machine ---------------------------------------------------
@@ -415,7 +454,12 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     out = Path(out)
     points = sweep_points(param, values, seeds)
     configs = check_points(base, points)
+    if backend == "local":
+        plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
+    check_sweep_dir(out, param, base)
     out.mkdir(parents=True, exist_ok=True)
+    if safety.read_marker(out) is None:
+        write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
     write_json_atomic(out / "sweep.json", {
         "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
         "base_config": base.to_dict(),

@@ -19,6 +19,7 @@ uninterrupted one. The training forward is the fast path where it is exact
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compose_lens import runs
+from compose_lens import runs, safety
+from compose_lens.safety import check_training_memory
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
@@ -55,68 +57,145 @@ def autocast_context(config: RunConfig):
 
 
 class Trainer:
-    """One training run in one directory. ``run()`` trains to the end or raises."""
+    """One training run in one directory. ``run()`` trains to the end or raises.
+
+    Everything is validated before the directory is touched: the configuration's
+    memory (:func:`compose_lens.safety.check_training_memory`), the device, the fast
+    path, what the directory holds and what ``resume`` / ``overwrite`` allow. Only
+    then is an old run replaced (``overwrite``: a compose-lens run with nothing
+    foreign in it) and the directory locked (:class:`compose_lens.safety.DirectoryLock`)
+    until :meth:`run` returns or raises, or the process ends.
+
+    ``resume`` continues from ``resume.safetensors``; a run killed before (or
+    while) writing its first resume state starts again from step 0 in place
+    (``self.restarted``), which gives the same weights because training is
+    deterministic. A resumed run trains on the run's own ``split.json``.
+    """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, split: Split | None = None,
                  resume: bool = False, overwrite: bool = False, progress: bool = True):
         self.config = config
         self.run_dir = Path(run_dir)
         self.progress = progress
-        self._prepare_directory(resume, overwrite)
-        self.split = split or Split.from_task(config.task)
         t = config.train
+        check_training_memory(config)
+        runs.check_device(t.device)
+        self.fast = use_fast_path(config)
+        self.mode = self._plan(resume, overwrite)
+        if split is None and self.mode in ("resume", "restart") and (self.run_dir / runs.SPLIT_FILE).exists():
+            split = Split.load(self.run_dir / runs.SPLIT_FILE, config.task)
+        self.split = split or Split.from_task(config.task)
+        self._claim_directory()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        t = self.config.train
         if t.threads:
             torch.set_num_threads(t.threads)
         self.device = torch.device(t.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ComposeLensError("device=cuda, but torch sees no GPU here; use --set device=cpu")
         self.sampler = TrainingSampler(self.split, t.batch_size, t.seed)
         self.pools = make_pools(self.split, t.pool_size, t.seed)
-        self.model = tl.boot(config.model, str(self.device))
+        self.model = tl.boot(self.config.model, str(self.device))
         self.params = tl.parameters(self.model)
         self.trainable = tl.trainable_parameters(self.model)
         # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
-        self.fast = use_fast_path(config)
-        self.provenance = provenance(config, t.seed)  # read now: the tree may change while the run trains
+        self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
         self.step = 0
+        self.saved_step = 0
         self.elapsed = 0.0
         if self.resuming:
             self._load_resume_state()
         else:
-            write_json_atomic(self.run_dir / runs.CONFIG_FILE, config.to_dict())
+            write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
             self.split.save(self.run_dir / runs.SPLIT_FILE)
+
+    @property
+    def resuming(self) -> bool:
+        return self.mode == "resume"
+
+    @property
+    def restarted(self) -> bool:
+        """True when ``resume`` found no resume state and the run started again from step 0."""
+        return self.mode == "restart"
 
     # -- the run directory ----------------------------------------------------------
 
-    def _prepare_directory(self, resume: bool, overwrite: bool) -> None:
+    def _plan(self, resume: bool, overwrite: bool) -> str:
+        """What to do with the directory: new, resume, restart or replace (nothing done yet)."""
         d = self.run_dir
-        exists = d.exists() and any(d.iterdir())
-        self.resuming = False
-        if exists and resume:
-            if not (d / runs.RESUME_FILE).exists():
-                if (d / runs.CONFIG_FILE).exists() and not (d / runs.CHECKPOINTS_DIR).exists():
-                    # stopped before the first checkpoint: start again in place, forgetting
-                    # the evaluations logged by the first attempt
-                    runs.truncate_metrics(d, None)
-                else:
-                    raise ComposeLensError(f"{d}: nothing to resume from (no {runs.RESUME_FILE}); "
-                                           f"start a new run with --overwrite")
-            else:
-                if load_json(d / runs.CONFIG_FILE) != self.config.to_dict():
-                    raise ComposeLensError(f"{d}: the run was started with another configuration; "
-                                           f"resume without --config/--set, or use a new --out")
-                self.resuming = True
-        elif exists and not overwrite:
+        if d.exists() and not d.is_dir():
+            raise ComposeLensError(f"--out {d}: exists and is not a directory")
+        safety.check_parent(d)
+        holds = d.is_dir() and any(e.name != safety.MARKER for e in d.iterdir())
+        if not holds:
+            return "new"
+        foreign = runs.foreign_entries(d)
+        if resume:
+            if foreign:
+                raise ComposeLensError(f"{d}: holds {foreign[0]}, which is not part of a run; "
+                                       f"this is not a run directory")
+            saved = d / runs.CONFIG_FILE
+            if saved.exists() and load_json(saved) != self.config.to_dict():
+                raise ComposeLensError(f"{d}: the run was started with another configuration; "
+                                       f"resume without --config/--set, or use a new --out")
+            return "resume" if (d / runs.RESUME_FILE).exists() else "restart"
+        if foreign and not (d / runs.CONFIG_FILE).exists():
+            raise ComposeLensError(f"--out {d}: holds {foreign[0]}, which is not part of a run; "
+                                   f"choose another --out (an empty or new directory)")
+        if not overwrite:
             raise ComposeLensError(f"{d} already holds a run; pass --resume to continue it, "
                                    f"--overwrite to replace it, or choose another --out")
-        elif exists and overwrite:
-            shutil.rmtree(d)
+        marker = safety.read_marker(d)
+        if marker is None and not (d / runs.CONFIG_FILE).exists():
+            raise ComposeLensError(f"{d}: not a compose-lens run (no {safety.MARKER} marker, no "
+                                   f"{runs.CONFIG_FILE}); --overwrite will not delete it: move it away")
+        if marker and marker.get("command", "train") != "train":
+            raise ComposeLensError(f"{d}: holds the output of `{marker['command']}`, not a run; "
+                                   f"choose another --out")
+        if foreign:
+            raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
+                                   f"--overwrite will not delete it: move it away")
+        return "replace"
+
+    def _claim_directory(self) -> None:
+        """Lock the directory, then clear what a replace or a restart starts without."""
+        d = self.run_dir
+        created = not d.exists()
         d.mkdir(parents=True, exist_ok=True)
+        busy = (f"{d}: another compose-lens process is training this run now; wait for it to end "
+                f"(or stop it), or use another --out")
+        try:
+            self.lock = safety.lock_directory(d, "train", busy)
+        except BaseException:
+            if created:
+                d.rmdir()
+            raise
+        if self.mode == "replace":
+            for entry in d.iterdir():
+                if entry.name != safety.MARKER:
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        elif self.mode == "restart":  # stopped before its first resume state: forget what it wrote
+            shutil.rmtree(d / runs.CHECKPOINTS_DIR, ignore_errors=True)
+            runs.truncate_metrics(d, None)
+            for entry in d.glob("*.tmp"):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        self.lock.write({"command": "train"})
+
+    def close(self) -> None:
+        """Release the directory lock (also done when :meth:`run` ends, or the process)."""
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.release()
 
     def _load_resume_state(self) -> None:
         self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)
+        self.saved_step = self.step
         runs.truncate_metrics(self.run_dir, self.step)  # evaluations after the checkpoint are logged again
 
     # -- training -------------------------------------------------------------------
@@ -142,8 +221,17 @@ class Trainer:
         return pool_accuracies(self.model, self.config, self.pools)
 
     def save_checkpoint(self) -> None:
-        runs.write_checkpoint(self.model, self.config, self.run_dir, self.step)
-        runs.save_resume_state(self.run_dir, self.model, self.optimizer, self.trainable, self.step, self.elapsed)
+        try:
+            runs.write_checkpoint(self.model, self.config, self.run_dir, self.step)
+            runs.save_resume_state(self.run_dir, self.model, self.optimizer, self.trainable, self.step,
+                                   self.elapsed)
+        except OSError as exc:
+            kept = (f"the checkpoint of step {self.saved_step} is kept" if self.saved_step
+                    else "no checkpoint was written yet")
+            raise ComposeLensError(safety.os_error_line(
+                exc, f"write the checkpoint of step {self.step}",
+                f"{kept}: free space (or fix permissions) and continue with --resume")) from None
+        self.saved_step = self.step
 
     def run(self, on_step: Callable[["Trainer"], None] | None = None) -> dict:
         """Train to ``steps``; ``on_step`` is called after every step (tests use it to interrupt)."""
@@ -155,6 +243,11 @@ class Trainer:
         try:
             while self.step < t.steps:
                 loss = self.train_step()
+                if not math.isfinite(loss):
+                    raise ComposeLensError(
+                        f"training diverged at step {self.step} (loss {loss}); lower lr. The run keeps "
+                        f"its checkpoint of step {self.saved_step}" if self.saved_step else
+                        f"training diverged at step {self.step} (loss {loss}); lower lr")
                 bar.update(1)
                 done = self.step == t.steps
                 if self.step % t.eval_every == 0 or done:
@@ -170,10 +263,11 @@ class Trainer:
                     self.save_checkpoint()
                 if on_step is not None:
                     on_step(self)
+            self.elapsed = time.perf_counter() - started
+            return self.finish(last)
         finally:
             bar.close()
-        self.elapsed = time.perf_counter() - started
-        return self.finish(last)
+            self.close()
 
     def finish(self, last_pools: dict) -> dict:
         runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})

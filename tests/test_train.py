@@ -118,3 +118,159 @@ def test_cli_refuses_bad_arguments(tmp_path):
     assert bad.returncode == 2 and "no such file" in bad.stderr
     bad = run("train")
     assert bad.returncode == 2 and "--out" in bad.stderr
+
+
+def test_kill_during_the_first_checkpoint_resumes_to_identical_weights(tmp_path, tiny_config):
+    """Killed while writing the first checkpoint: half-written temporaries, no resume state."""
+    Trainer(tiny_config, tmp_path / "full", progress=False).run()
+
+    def interrupt(trainer):
+        if trainer.step == 7:
+            raise KeyboardInterrupt
+
+    for planted in ("checkpoint", "resume", "both", "renamed"):
+        run = tmp_path / planted
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(tiny_config, run, progress=False).run(on_step=interrupt)
+        if planted in ("checkpoint", "both"):
+            (run / "checkpoints" / "step_000010.tmp").mkdir(parents=True)
+            (run / "checkpoints" / "step_000010.tmp" / "model.safetensors").write_bytes(b"\x00half")
+        if planted in ("resume", "both"):
+            (run / "resume.safetensors.tmp").write_bytes(b"\x00half")
+        if planted == "renamed":  # the checkpoint renamed into place, the resume state never written
+            (run / "checkpoints" / "step_000010").mkdir(parents=True)
+            (run / "checkpoints" / "step_000010" / "model.safetensors").write_bytes(b"\x00")
+        assert not (run / "resume.safetensors").exists()
+        trainer = Trainer(tiny_config, run, resume=True, progress=False)
+        assert trainer.restarted
+        trainer.run()
+        full, cut = weights(tmp_path / "full"), weights(run)
+        assert all(torch.equal(full[k], cut[k]) for k in full), planted
+        assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [10, 20, 30, 40]
+        assert not list(run.rglob("*.tmp"))
+
+
+def test_overwrite_replaces_only_a_run_with_nothing_foreign(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    Trainer(tiny_config.with_overrides(["steps=10"]), run, progress=False).run()
+    (run / "my_notes.txt").write_text("keep me\n")
+    with pytest.raises(ComposeLensError, match="my_notes.txt"):
+        Trainer(tiny_config, run, overwrite=True, progress=False)
+    assert (run / "my_notes.txt").read_text() == "keep me\n" and (run / "model.safetensors").exists()
+    (run / "my_notes.txt").unlink()
+    Trainer(tiny_config.with_overrides(["steps=20"]), run, overwrite=True, progress=False).run()
+    assert json.loads((run / "results.json").read_text())["steps"] == 20
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(ComposeLensError, match="cat.jpg"):
+        Trainer(tiny_config, foreign, overwrite=True, progress=False)
+    assert (foreign / "cat.jpg").exists()
+
+
+def test_a_second_trainer_on_a_run_in_use_is_refused(tmp_path, tiny_config, capsys):
+    from compose_lens.cli import main
+
+    run = tmp_path / "run"
+    first = Trainer(tiny_config, run, progress=False)  # holds the run's lock until it ends
+    with pytest.raises(ComposeLensError, match="another compose-lens process is training"):
+        Trainer(tiny_config, run, resume=True, progress=False)
+    config = tmp_path / "tiny.json"
+    config.write_text(tiny_config.to_json())
+    assert main(["train", "--config", str(config), "--out", str(run), "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another compose-lens process" in err
+    first.run()
+    assert (run / "results.json").exists()
+
+
+def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from compose_lens.safety import "
+                               "DirectoryLock; DirectoryLock(sys.argv[1], 'train', 'busy'); print('held', "
+                               "flush=True); time.sleep(120)", str(run)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(ComposeLensError, match="another compose-lens process"):
+        Trainer(tiny_config, run, progress=False)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    Trainer(tiny_config.with_overrides(["steps=10"]), run, progress=False).run()  # the kernel dropped the lock
+    assert (run / "results.json").exists()
+
+
+def test_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, tiny_config, monkeypatch):
+    import errno
+
+    from compose_lens import runs
+
+    Trainer(tiny_config, tmp_path / "full", progress=False).run()
+    real_save = runs.save_file
+
+    def full_disk(tensors, path, metadata=None):
+        if metadata and metadata.get("step") == "20":
+            with open(path, "wb") as handle:
+                handle.write(b"\x00" * 10)  # part of the file made it to disk
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_save(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(runs, "save_file", full_disk)
+    run = tmp_path / "run"
+    with pytest.raises(ComposeLensError) as caught:
+        Trainer(tiny_config, run, progress=False).run()
+    message = str(caught.value)
+    assert "\n" not in message and "No space left on device" in message and "step 10 is kept" in message
+    assert not list(run.rglob("*.tmp"))
+    assert not (run / "checkpoints" / "step_000020").exists()
+    monkeypatch.setattr(runs, "save_file", real_save)
+    Trainer(tiny_config, run, resume=True, progress=False).run()
+    full, cut = weights(tmp_path / "full"), weights(run)
+    assert all(torch.equal(full[k], cut[k]) for k in full)
+
+
+def test_plain_resume_of_a_split_file_run_keeps_its_split(tmp_path, tiny_config, capsys):
+    from compose_lens.cli import main
+    from compose_lens.data.split import Split
+
+    split = Split.from_task(tiny_config.task.replace(seed=5))  # not the split the config's seed makes
+    split_file = tmp_path / "split.json"
+    split.save(split_file)
+    config_file = tmp_path / "tiny.json"
+    config_file.write_text(tiny_config.to_json())
+    base = ["train", "--config", str(config_file), "--split-file", str(split_file), "--quiet"]
+    assert main(base + ["--out", str(tmp_path / "full")]) == 0
+
+    def interrupt(trainer):
+        if trainer.step == 25:
+            raise KeyboardInterrupt
+
+    cut = tmp_path / "cut"
+    loaded = Split.load(split_file, tiny_config.task)  # as `train --split-file` loads it
+    config = tiny_config.__class__(task=loaded.task, model=tiny_config.model, train=tiny_config.train)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config, cut, split=loaded, progress=False).run(on_step=interrupt)
+    assert main(["train", "--out", str(cut), "--resume", "--quiet"]) == 0
+    full, resumed = weights(tmp_path / "full"), weights(cut)
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
+    pairs = [json.loads(f.read_text())["heldout_pairs"] for f in (cut / "split.json", split_file)]
+    assert pairs[0] == pairs[1]
+
+
+def test_evaluate_loads_the_safetensors_file_it_is_given(tmp_path, tiny_config):
+    from compose_lens.runs import load_model, state_dict
+
+    run = tmp_path / "run"
+    Trainer(tiny_config.with_overrides(["steps=20"]), run, progress=False).run()
+    import shutil
+
+    shutil.copy(run / "checkpoints" / "step_000010" / "model.safetensors", run / "other.safetensors")
+    loaded = state_dict(load_model(run / "other.safetensors").model)
+    other = load_file(str(run / "other.safetensors"))
+    final = weights(run)
+    assert all(torch.equal(loaded[k], other[k]) for k in other)
+    assert not all(torch.equal(loaded[k], final[k]) for k in final)
+
+
+def test_a_diverging_run_stops_with_one_line(tmp_path, tiny_config):
+    with pytest.raises(ComposeLensError, match="diverged"):
+        Trainer(tiny_config.with_overrides(["lr=1e30"]), tmp_path / "run", progress=False).run()

@@ -19,6 +19,7 @@ Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -38,17 +39,41 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; every failure is one line on stderr and an exit status.
+
+    2: bad input (argparse errors, :class:`ComposeLensError`, I/O errors such as a
+    full disk or a read-only folder, memory). 130: Ctrl-C. 70: a bug in compose-lens
+    (one line too; ``COMPOSE_LENS_DEBUG=1`` shows the traceback).
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, its line already written)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
         return int(args.func(args) or 0)
     except ComposeLensError as exc:
-        sys.stderr.write(f"compose-lens: error: {exc}\n")
-        return 2
+        return _fail(str(exc), 2)
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        return _fail("out of memory; use smaller sizes (modulus, batch, pool, --n)", 2)
+    except OSError as exc:
+        where = exc.filename or "?"
+        return _fail(f"{where}: {exc.strerror or exc}; nothing else was changed", 2)
+    except Exception as exc:  # a bug: still one line, with a way to see the rest
+        if os.environ.get("COMPOSE_LENS_DEBUG"):
+            raise
+        return _fail(f"internal error ({type(exc).__name__}: {exc}); please report it, with the "
+                     f"traceback that COMPOSE_LENS_DEBUG=1 shows", 70)
+
+
+def _fail(message: str, status: int) -> int:
+    line = " ".join(message.split())  # one line, whatever the message holds
+    sys.stderr.write(f"compose-lens: error: {line}\n")
+    return status
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments
+from compose_lens.cli.common import add_model_arguments, add_overwrite
+from compose_lens.config import ComposeLensError
 
 SUMMARY_KEYS = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
                 "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
@@ -19,9 +20,11 @@ SUMMARY_KEYS = ("prev_token_weight_score", "prev_token_attention_score", "prev_t
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_analysis  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import staged_output
 
-    loaded = load_model(args.model, args.split, device="cpu")
-    summary = write_analysis(loaded, Path(args.out), args.seed, causal=not args.skip_causal)
+    with staged_output(args.out, "analyze", args.overwrite) as stage:
+        loaded = load_model(args.model, args.split, device="cpu")
+        summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal)
     print(f"model: {loaded.source}")
     for key in SUMMARY_KEYS:
         print(f"  {key:30s} {summary[key]:.4f}")
@@ -33,9 +36,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _cmd_fourier(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_fourier  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import staged_output
 
-    loaded = load_model(args.model, args.split, device="cpu")
-    facts = write_fourier(loaded, Path(args.out), args.seed)
+    with staged_output(args.out, "fourier", args.overwrite) as stage:
+        loaded = load_model(args.model, args.split, device="cpu")
+        facts = write_fourier(loaded, stage, args.seed)
     print(f"model: {loaded.source}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
@@ -48,13 +53,17 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
 def _cmd_attention(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_attention  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import staged_output
 
-    loaded = load_model(args.model, args.split, device=args.device)
-    written, views = write_attention(loaded.model, loaded.config, args.sequences, args.out, loaded.source)
+    if len(args.sequences) > 100:
+        raise ComposeLensError(f"{len(args.sequences)} sequences: at most 100 per page")
+    with staged_output(args.out, "attention", args.overwrite) as stage:
+        loaded = load_model(args.model, args.split, device=args.device)
+        written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source)
     for view in views:
         mark = "ok " if view["correct"] else "WRONG"
         print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
-    print(f"wrote {written[0]} (opens offline) and {len(written) - 2} PNG/CSV files in {args.out}")
+    print(f"wrote {Path(args.out) / written[0].name} (opens offline) and {len(written) - 2} PNG/CSV files in {args.out}")
     return 0
 
 
@@ -64,12 +73,14 @@ def register(subparsers) -> None:
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=int, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
+    add_overwrite(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
     add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
     fourier.add_argument("--seed", type=int, default=0)
+    add_overwrite(fourier)
     fourier.set_defaults(func=_cmd_fourier)
 
     attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
@@ -77,4 +88,5 @@ def register(subparsers) -> None:
     attention.add_argument("sequences", nargs="+", help="readable sequences, e.g. 'b=7, e=5, b+23=?'")
     attention.add_argument("--out", required=True, help="output directory")
     attention.add_argument("--device", default="cpu")
+    add_overwrite(attention)
     attention.set_defaults(func=_cmd_attention)

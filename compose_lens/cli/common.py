@@ -51,13 +51,22 @@ def task_from_args(args: argparse.Namespace) -> TaskConfig:
 
 def split_from_args(args: argparse.Namespace):
     from compose_lens.data.split import Split  # lazy: torch
+    from compose_lens.safety import require_memory, split_bytes
 
     if getattr(args, "split_file", None):
         task = Split.load(args.split_file).task
         if args.r is not None:
             task = task.replace(r=args.r)
         return Split.load(args.split_file, task)
-    return Split.from_task(task_from_args(args))
+    task = task_from_args(args)
+    require_memory({"the split and its training rows": split_bytes(task)}, f"modulus {task.modulus}",
+                   "use a smaller modulus")
+    return Split.from_task(task)
+
+
+def add_overwrite(parser: argparse.ArgumentParser, what: str = "--out") -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace an existing {what} (only one compose-lens wrote, holding nothing else)")
 
 
 def print_json(data) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args
 from compose_lens.config import ComposeLensError
@@ -15,34 +14,36 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, make_pool  # lazy: torch
     from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
     from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
+    from compose_lens.safety import check_count, check_file_output, check_render_memory, write_text_atomic
 
+    check_count(args.n, "--n")
+    if args.split != "train" and args.split not in POOL_NAMES:
+        raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
+    out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out else None
     split = split_from_args(args)
-    if args.n < 1:
-        raise ComposeLensError(f"--n {args.n}: ask for at least one sequence")
+    check_render_memory(split.task, args.n, f"--n {args.n}")
     if args.split == "train":
         batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, DATA_SAMPLE))
-    elif args.split in POOL_NAMES:
-        batch = make_pool(split, args.split, args.n, args.seed)
     else:
-        raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
+        batch = make_pool(split, args.split, args.n, args.seed)
     task = split.task
-    out = open(args.out, "w") if args.out else sys.stdout
-    try:
-        for tokens, label, kind in zip(batch.tokens.tolist(), batch.labels.tolist(), batch.types.tolist()):
-            d = decode(task, tokens)
-            out.write(json.dumps({"tokens": tokens, "text": to_text(task, tokens),
-                                  "type": SEQUENCE_TYPES[kind], "x": d.x, "y": d.y, "label": label}) + "\n")
-    finally:
-        if args.out:
-            out.close()
+    lines = []
+    for tokens, label, kind in zip(batch.tokens.tolist(), batch.labels.tolist(), batch.types.tolist()):
+        d = decode(task, tokens)
+        lines.append(json.dumps({"tokens": tokens, "text": to_text(task, tokens),
+                                 "type": SEQUENCE_TYPES[kind], "x": d.x, "y": d.y, "label": label}) + "\n")
+    if out is None:
+        sys.stdout.writelines(lines)
+    else:
+        write_text_atomic(out, "".join(lines))  # whole or not at all
     return 0
 
 
 def _cmd_data_split(args: argparse.Namespace) -> int:
+    from compose_lens.safety import check_file_output
+
+    out = check_file_output(args.out, args.overwrite, '"heldout_pairs"')
     split = split_from_args(args)
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise ComposeLensError(f"{out} exists; pass --overwrite to replace it")
     split.save(out)
     print(f"wrote {out}: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out")
     return 0
@@ -80,7 +81,12 @@ def data_stats(split) -> dict:
 
 
 def _cmd_data_stats(args: argparse.Namespace) -> int:
-    stats = data_stats(split_from_args(args))
+    from compose_lens.safety import exhaustive_count, require_memory
+
+    split = split_from_args(args)
+    require_memory({"the exhaustive 2-var rows": 64 * exhaustive_count(split.task)},
+                   f"modulus {split.task.modulus}", "use a smaller modulus")
+    stats = data_stats(split)
     if args.json:
         print_json(stats)
         return 0
@@ -112,6 +118,7 @@ def register(sub) -> None:
     sample.add_argument("--n", type=int, default=10, help="number of sequences")
     sample.add_argument("--seed", type=int, default=0, help="sampling seed")
     sample.add_argument("--out", help="file to write (default: stdout)")
+    sample.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     add_task_options(sample)
     sample.set_defaults(func=_cmd_data_sample)
     split = dsub.add_parser("split", help="write the held-out pairs and slot restrictions")

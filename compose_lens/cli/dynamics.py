@@ -6,20 +6,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compose_lens.config import ComposeLensError
+
 
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
     from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory
+    from compose_lens.safety import check_count, staged_output
 
-    steps = [int(s) for s in args.steps.split(",")] if args.steps else None
+    steps = _steps(args.steps)
+    check_count(args.pool_size, "--pool-size")
+    check_count(args.slot_size, "--slot-size")
+    check_count(args.stride, "--stride")
+    check_count(args.threads, "--threads")
+    runs.check_device(args.device)
     known = runs.previous_dynamics(args.out, {"pool_size": args.pool_size, "slot_size": args.slot_size,
                                               "seed": args.seed, "circuit": not args.no_circuit,
                                               "split_file": args.split}) if args.update else None
-    traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
-                      seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
-                      progress=not args.quiet, device=args.device, threads=args.threads, known=known)
-    doc = phases_document(traj)
-    runs.write_dynamics(traj.table, doc, args.out)
+    with staged_output(args.out, "dynamics", args.overwrite or args.update) as stage:
+        traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
+                          seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
+                          progress=not args.quiet, device=args.device, threads=args.threads, known=known)
+        doc = phases_document(traj)
+        runs.write_dynamics(traj.table, doc, stage)
     t = doc["timing"]
     print(f"{t['evaluated_now']} of {doc['checkpoints']} checkpoints evaluated in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
           f"300 checkpoints ~ {t['extrapolated_300_checkpoints_s'] / 60:.1f} min); circuit measures: "
@@ -33,9 +42,29 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _steps(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        steps = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ComposeLensError(f"--steps {text}: write checkpoint steps as integers, e.g. 1000,2000") from None
+    if any(s < 0 for s in steps):
+        raise ComposeLensError(f"--steps {text}: steps are >= 0")
+    return steps
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from compose_lens.report import build_report  # lazy: torch
+    from compose_lens.safety import check_count, check_file_output
 
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise ComposeLensError(f"{run_dir}: not a run directory")
+    check_count(args.stride, "--stride")
+    if args.example and len(args.example) > 100:
+        raise ComposeLensError(f"{len(args.example)} examples: at most 100")
+    check_file_output(args.out or run_dir / "report.html", args.overwrite, "compose-lens")
     path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
                                   progress=not args.quiet, recompute=args.recompute)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
@@ -65,6 +94,7 @@ def _register_dynamics(sub) -> None:
     p.add_argument("--update", action="store_true",
                    help="keep the rows of OUT/dynamics.csv (same settings) and evaluate only new checkpoints")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out (one dynamics wrote)")
     p.set_defaults(func=_cmd_dynamics)
 
 
@@ -77,4 +107,5 @@ def _register_report(sub) -> None:
     p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
     p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing report page")
     p.set_defaults(func=_cmd_report)

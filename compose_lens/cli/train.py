@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from compose_lens.cli.common import add_model_arguments, print_json, run_config_from_args
-from compose_lens.config import RunConfig, load_json
+from compose_lens.config import ComposeLensError, RunConfig, load_json
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -15,7 +15,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from compose_lens.train import Trainer  # lazy: torch
 
     out = Path(args.out)
-    if args.resume and (out / "config.json").exists() and not args.config and not args.set:
+    if args.resume and args.overwrite:
+        raise ComposeLensError("--resume continues a run and --overwrite replaces it: pass one of them")
+    if args.resume and (out / "config.json").is_file() and not args.config and not args.set:
         config = RunConfig.from_dict(load_json(out / "config.json"))
     else:
         config = run_config_from_args(args)
@@ -24,6 +26,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config = RunConfig(task=split.task, model=config.model, train=config.train)
     trainer = Trainer(config, out, split=split, resume=args.resume, overwrite=args.overwrite,
                       progress=not args.quiet)
+    if trainer.restarted:
+        print(f"{out}: no resume state yet (stopped before its first checkpoint): starting again from step 0")
     try:
         results = trainer.run()
     except KeyboardInterrupt:
@@ -43,8 +47,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.data.sampler import make_pools  # lazy: torch
+    from compose_lens.safety import check_count, check_render_memory
 
+    check_count(args.pool_size, "--pool-size")
     loaded = load_model(args.model, args.split, device=args.device)
+    check_render_memory(loaded.split.task, 9 * args.pool_size, f"--pool-size {args.pool_size}")
     pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
     result = {"model": loaded.source, "pools": pools}
     if args.exhaustive:

@@ -55,6 +55,7 @@ from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
+from compose_lens.safety import write_text_atomic
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.report.page import Report, html_table, view_html
 
@@ -267,7 +268,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
                 f"embedded: it works offline.")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report.render(f"compose-lens report: {run_dir.name}", subtitle), encoding="utf-8")
+    write_text_atomic(out, report.render(f"compose-lens report: {run_dir.name}", subtitle))
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

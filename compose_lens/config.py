@@ -87,6 +87,8 @@ class TaskConfig(_JsonConfig):
     beside ``zero_var_rows`` 0-var rows and one 1-var row per allowed variable and
     side. The expected ratio #2-var / #0-var is therefore
     ``r * two_var_rows / zero_var_rows`` (10 r / 12 at the defaults).
+    ``variables_in_training=False`` trains on the 0-var rows only: a model that never
+    sees a variable operand, the negative control of :mod:`compose_lens.analysis.same_mlp`.
     """
 
     modulus: int = 59
@@ -99,6 +101,7 @@ class TaskConfig(_JsonConfig):
     r: float = 1.0
     zero_var_rows: int = 12
     two_var_rows: int = 10
+    variables_in_training: bool = True  # False: only 0-var rows are trained (a control model)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -140,6 +143,8 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
+        _check(isinstance(self.variables_in_training, bool),
+               f"variables_in_training={self.variables_in_training!r}: use true or false")
         _check(self.zero_var_rows >= 1 and self.two_var_rows >= 0,
                "zero_var_rows must be >= 1 and two_var_rows >= 0")
         _check(int(self.f * self.modulus ** 2) >= 1,

@@ -129,13 +129,16 @@ def training_rows(split: Split) -> torch.Tensor:
     """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)``.
 
     v (w) is the variable index of the left (right) operand, or -1 for a constant.
-    Rows are grouped by type: 0-var, 1-var left, 1-var right, 2-var.
+    Rows are grouped by type: 0-var, 1-var left, 1-var right, 2-var. With
+    ``task.variables_in_training`` false, only the 0-var rows.
     """
     task = split.task
     pairs = split.train_pairs
     n = len(pairs)
     const = torch.full((n,), -1, dtype=torch.long)
     blocks = [torch.stack([pairs[:, 0], pairs[:, 1], const, const], 1).repeat(task.zero_var_rows, 1)]
+    if not task.variables_in_training:
+        return blocks[0]
     for v in task.allowed_left:
         blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const + 1 + v, const], 1))
     for w in task.allowed_right:

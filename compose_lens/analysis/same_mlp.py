@@ -156,6 +156,23 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
     return Prompts(kind, side, batch.tokens, pairs[:, 0], pairs[:, 1], value_targets(task, batch.tokens))
 
 
+def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(constant tokens, variable tokens, labels) for the same n training pairs (x, y), contexts
+    drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``). Kept for the
+    cosine-histogram figure of :mod:`compose_lens.plots`; the tests above do not use it."""
+    task = split.task
+    g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
+    pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
+    none = torch.full((n,), -1, dtype=torch.long)
+    allowed = torch.tensor(task.allowed_left if side == "left" else task.allowed_right)
+    var = allowed[torch.randint(0, len(allowed), (n,), generator=g)]
+    const_rows = torch.stack([pairs[:, 0], pairs[:, 1], none, none], 1)
+    var_rows = torch.stack([pairs[:, 0], pairs[:, 1], var if side == "left" else none,
+                            var if side == "right" else none], 1)
+    const = render(split, const_rows, g)
+    return const.tokens, render(split, var_rows, g).tokens, const.labels
+
+
 @dataclass
 class Decomposition:
     """What the MLP2 input at ``=`` is made of, for one batch (attention patterns frozen)."""

@@ -54,11 +54,15 @@ the same profile (Pearson and Spearman correlation near 1; a constants split-hal
 the ceiling); features specific to constants give unrelated profiles (the null: the
 correlation with the units permuted, about 0).
 
-**3. Representation transfer.** A ridge probe from an operand's isolated term to
-``cos, sin (2 pi k x / p)`` of the key frequencies, decoded to the nearest x, is fitted on
-constant operands and tested on held-out constants and on variables' values. A value
-delivered in another subspace decodes at chance. Control: the same probe on the terms of
-random non-source context tokens (chance).
+**3. Representation transfer.** Fitted on constant operands' isolated terms, tested on
+held-out constants and on variables' values: (a) a ridge probe from the term to
+``cos, sin (2 pi k x / p)`` of the key frequencies, decoded to the nearest x (control: the
+terms of random non-source context tokens, chance); (b) the share of the terms' variance
+inside the constants' principal subspace (95 % of their variance; a random subspace of
+that size holds k / d). Both must hold. (b) is the sharp one: decoding alone survives a
+value delivered mostly elsewhere (a planted model with variables in an orthogonal
+subspace still decodes at 0.95 from the small shared part, while its subspace share is
+0.004 against 0.95 for held-out constants).
 
 **Verdict.** Each test ``passed`` / ``failed`` / ``inconclusive`` against
 :data:`THRESHOLDS` (inconclusive: its ceiling is too low to test anything, e.g. a model
@@ -493,9 +497,29 @@ class RidgeProbe:
         return ((X - self.mean) @ self.W @ self.codes.T).argmax(-1)
 
 
+def constant_subspace(X: torch.Tensor, share: float = 0.95) -> torch.Tensor:
+    """(k, d) orthonormal rows: the top principal directions of the centred terms X holding ``share``
+    of their variance."""
+    _, S, Vt = torch.linalg.svd(X - X.mean(0), full_matrices=False)
+    cumulative = (S ** 2).cumsum(0) / (S ** 2).sum().clamp_min(1e-30)
+    return Vt[: int((cumulative < share).sum()) + 1]
+
+
+def captured_share(X: torch.Tensor, V: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """Share of the centred variance of X inside the rows of V, with a 95 % bootstrap interval."""
+    Xc = X - X.mean(0)
+    inside, total = (Xc @ V.T).pow(2).sum(1), Xc.pow(2).sum(1)
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 14)
+    idx = torch.randint(0, len(X), (n_boot, len(X)), generator=g)
+    boot = inside[idx].sum(1) / total[idx].sum(1).clamp_min(1e-30)
+    return (inside.sum() / total.sum().clamp_min(1e-30)).item(), boot.quantile(0.025).item(), boot.quantile(0.975).item()
+
+
 def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0) -> pd.DataFrame:
-    """Test 3: the probe fitted on constant operands' terms (``const_fit``, both sides), tested
-    on held-out constants, on the variables of 1-var and 2-var prompts, and on random context tokens."""
+    """Test 3, fitted on constant operands' terms (``const_fit``, both sides) and tested on held-out
+    constants, the variables of 1-var and 2-var prompts, and random context tokens: the ridge probe's
+    decoding accuracy (``probe``) and the share of the terms' variance inside the constants' 95 %
+    principal subspace (``subspace``; a random subspace of that size would hold k / d)."""
     p, circ = config.task.modulus, circuits(model)
 
     def operand_terms(name: str, sides: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -503,7 +527,8 @@ def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int]
         X = torch.cat([term(dec, circ, prompts.source[:, k]) for k in sides])
         return X, torch.cat([prompts.x if k == 0 else prompts.y for k in sides])
 
-    probe = RidgeProbe.fit(*operand_terms("const_fit", (0, 1)), p, keys)
+    fit_X, fit_x = operand_terms("const_fit", (0, 1))
+    probe, V = RidgeProbe.fit(fit_X, fit_x, p, keys), constant_subspace(fit_X)
     tests = {"held-out constants": ("const", (0, 1), "same"), "1-var left": ("var1_left", (0,), "cross"),
              "1-var right": ("var1_right", (1,), "cross"), "2-var": ("var2", (0, 1), "cross")}
     rows = []
@@ -511,6 +536,11 @@ def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int]
         X, target = operand_terms(part, sides)
         rows.append(_row("probe", "both", name, kind, "value decoded", probe.predict(X) == target, 1.0 / p,
                          1.0 / p if kind == "cross" else 1.0, seed))
+        value, low, high = captured_share(X, V, seed)
+        rows.append({"test": "subspace", "side": "both", "condition": name, "kind": kind,
+                     "metric": f"variance share in the constants' {len(V)}-dim subspace", "value": value,
+                     "ci_low": low, "ci_high": high, "chance": len(V) / X.shape[1],
+                     "not_shared_prediction": len(V) / X.shape[1] if kind == "cross" else 1.0, "n": len(X)})
     prompts, dec = parts["const"]
     X = term(dec, circ, random_positions(prompts, seed, 3))
     rows.append(_row("probe", "both", "random-token terms (constant prompts)", "control", "left value decoded",
@@ -562,19 +592,29 @@ def judge_features(table: pd.DataFrame) -> dict:
 
 
 def judge_probe(table: pd.DataFrame) -> dict:
+    """Test 3 passes when the probe decodes the variables AND their terms lie in the constants' subspace."""
     t = THRESHOLDS
-    ceiling = float(table[table["kind"] == "same"]["value"].iloc[0])
-    cross = table[table["kind"] == "cross"]
+    out = {}
+    for metric in ("probe", "subspace"):
+        part = table[table["test"] == metric]
+        ceiling = float(part[part["kind"] == "same"]["value"].iloc[0])
+        cross = part[part["kind"] == "cross"]
+        worst = cross.loc[cross["ci_low"].idxmin()]
+        out[metric] = {"passed": bool((cross["ci_low"] >= t["probe_ratio"] * ceiling).all()), "ceiling": ceiling,
+                       "effect": float(worst["value"]), "ci": [float(worst["ci_low"]), float(worst["ci_high"])],
+                       "worst_condition": worst["condition"]}
     control = table[table["kind"] == "control"]
-    worst = cross.loc[cross["ci_low"].idxmin()]
-    passed = bool((cross["ci_low"] >= t["probe_ratio"] * ceiling).all())
     leaky = bool((control["ci_high"] > t["control_max"]).any())
-    return {"status": _status(passed, ceiling < t["ceiling"] or leaky), "effect": float(worst["value"]),
-            "ci": [float(worst["ci_low"]), float(worst["ci_high"])], "worst_condition": worst["condition"],
-            "ceiling_heldout_constants": ceiling, "control_ci_high": float(control["ci_high"].max()),
-            "chance": float(worst["chance"]),
-            "rule": f"every variable set's lower CI >= {t['probe_ratio']} x held-out constant accuracy; "
-                    f"inconclusive if that accuracy < {t['ceiling']} or the control's upper CI > {t['control_max']}"}
+    probe, subspace = out["probe"], out["subspace"]
+    main = subspace if probe["passed"] else probe
+    return {"status": _status(probe["passed"] and subspace["passed"], probe["ceiling"] < t["ceiling"] or leaky),
+            "effect": main["effect"], "ci": main["ci"], "worst_condition": f"{main['worst_condition']} "
+            f"({'subspace share' if main is subspace else 'probe accuracy'})",
+            "ceiling_heldout_constants": main["ceiling"], "probe": probe, "subspace": subspace,
+            "control_ci_high": float(control["ci_high"].max()), "chance": float(table["chance"].iloc[0]),
+            "rule": f"for every variable set, probe accuracy and subspace share lower CI >= {t['probe_ratio']} x "
+                    f"held-out constants'; inconclusive if the probe's held-out constant accuracy < {t['ceiling']} "
+                    f"or the control's upper CI > {t['control_max']}"}
 
 
 def verdict(tests: dict) -> str:

@@ -150,3 +150,10 @@ def test_planted_model_computes_the_same_function_but_is_not_supported():
     report = verdict(planted)
     assert report["tests"]["probe_transfer"]["status"] == "failed", report["tests"]
     assert report["verdict"] == "not supported"
+
+
+def test_untrained_tiny_model_is_json_safe_and_not_supported(tiny_config, tiny_split):
+    report = same_mlp.same_mlp_report(tl.boot(tiny_config.model), tiny_config, tiny_split, n=40)
+    json.dumps(report, allow_nan=False)
+    assert report["verdict"] != "supported"
+    assert set(report["tests"]) == {"interchange", "feature_transfer", "probe_transfer"}

@@ -162,6 +162,8 @@ class TaskConfig(_JsonConfig):
     allowed on the left (10), each kept with probability ``r``. The expected ratio
     #2-var / #0-var is therefore ``r * len(allowed_left) / n_vars`` (10 r / 12 at the
     defaults). ``seed`` (42, the study's) decides the training pairs and the kept rows.
+    ``variables_in_training=False`` trains on the 0-var rows only: a model that never
+    sees a variable operand, the negative control of :mod:`compose_lens.analysis.same_mlp`.
     """
 
     # round 1 set the row counts by hand; the study's row table derives them from the variables
@@ -175,6 +177,7 @@ class TaskConfig(_JsonConfig):
     right_forbidden: tuple[str, ...] | None = None  # None: the first two variables (a, b)
     f: float = 0.7
     r: float = 1.0
+    variables_in_training: bool = True  # False: only 0-var rows are trained (a control model)
     seed: int = 42
 
     def __post_init__(self) -> None:

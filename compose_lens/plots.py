@@ -516,3 +516,47 @@ def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig, pd.DataFrame(rows)
+
+
+def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:
+    """The same-MLP tests of :mod:`compose_lens.analysis.same_mlp` in three panels: operand
+    interchange accuracy per condition and side (with the "not shared" prediction as a grey
+    tick), the constant vs variable damage profiles (one point per ablated unit), and the probe's
+    accuracy on held-out constants, variables and the control. Bars carry 95 % intervals."""
+    tables = {name: pd.DataFrame(rows) for name, rows in report["tables"].items()}
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [2.2, 1, 1]})
+    inter = tables["interchange"]
+    inter = inter[(inter["isolation"] == report["isolation"]) | (inter["kind"] == "reference")]
+    labels = [f"{c} ({s})" for c, s in zip(inter["condition"], inter["side"])]
+    colours = {"cross": "tab:blue", "same": "tab:green", "control": "tab:red", "reference": "tab:gray"}
+    _interval_bars(axes[0], labels, inter, [colours[k] for k in inter["kind"]])
+    axes[0].set_title(f"1. operand interchange ({report['tests']['interchange']['status']})", fontsize=10)
+    profiles = tables["damage_profiles"]
+    for name, marker in (("1-var", "o"), ("2-var", "s")):
+        if name in profiles:
+            axes[1].scatter(profiles["const"], profiles[name], s=14, marker=marker, label=name, alpha=0.7)
+    axes[1].set_xlabel("damage on constant prompts (logit margin)")
+    axes[1].set_ylabel("damage on variable prompts")
+    axes[1].legend(fontsize=8)
+    axes[1].set_title(f"2. feature transfer ({report['tests']['feature_transfer']['status']})", fontsize=10)
+    probe = tables["probe"]
+    _interval_bars(axes[2], list(probe["condition"]), probe, [colours[k] for k in probe["kind"]])
+    axes[2].set_title(f"3. probe from constants ({report['tests']['probe_transfer']['status']})", fontsize=10)
+    fig.suptitle(f"same MLP for constants and variables: {report['verdict']}", fontsize=11)
+    fig.tight_layout()
+    return fig, inter
+
+
+def _interval_bars(ax, labels, table: pd.DataFrame, colours) -> None:
+    y = np.arange(len(labels))
+    value = table["value"].to_numpy()
+    err = np.stack([value - table["ci_low"].to_numpy(), table["ci_high"].to_numpy() - value])
+    ax.barh(y, value, xerr=err, color=colours, alpha=0.8, capsize=2)
+    ax.scatter(table["not_shared_prediction"], y, marker="|", s=120, color="black", zorder=3,
+               label='"not shared" prediction')
+    ax.axvline(float(table["chance"].iloc[0]), color="grey", lw=0.8, ls=":")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("accuracy")
+    ax.legend(fontsize=7, loc="lower right")

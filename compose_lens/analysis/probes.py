@@ -29,6 +29,11 @@ The study's circuit (SPEC section 6, items 1-3), in the order information flows
    layer-2 weights from ``=`` fall on the *value positions* (the operand itself for
    a constant, the assigned number for a variable)?
 
+Every argmax hit rate (``*_score`` of an attention pattern) saturates at 1 as soon as the
+targets are the top weights, however little mass they get; each has a graded companion,
+the mean attention mass on the targets: :func:`prev_token_attention_mass`,
+:func:`equals_to_operands_mass`, :func:`equals_to_values_mass`.
+
 Activation probes read one :class:`~compose_lens.analysis.activations.Activations`
 of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
 parts); pass ``acts=`` to share one forward pass between several probes.
@@ -134,6 +139,15 @@ def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split,
     return (peak == pos - 1).float().mean().item()
 
 
+def prev_token_attention_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+                              seed: int = 0, acts: Activations | None = None) -> float:
+    """Mean layer-1 attention weight a context value position puts on the previous token (the
+    graded companion of the argmax hit rate :func:`prev_token_attention_score`)."""
+    acts = _acts(model, config, split, n, seed, acts)
+    seq, pos = value_positions(config.task, acts.tokens)
+    return acts.pattern0[seq, pos, pos - 1].mean().item()
+
+
 @dataclass
 class ProbeResult:
     """A linear probe's accuracy on its training and held-out vectors."""
@@ -233,6 +247,21 @@ def equals_to_operands_score(model: tl.Model, config: RunConfig, split: Split, *
     return equals_to_operands_hits(config.task, acts).float().mean().item()
 
 
+def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(B,) attention mass (B, n) on the target positions (B, k); a target listed twice counts once."""
+    hit = torch.zeros_like(weights, dtype=torch.bool).scatter_(1, targets, True)
+    return (weights * hit).sum(-1)
+
+
+def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+                            seed: int = 0, acts: Activations | None = None) -> float:
+    """Mean layer-1 attention mass from ``=`` on the two operand positions (graded; the hit rate
+    :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
+    acts = _acts(model, config, split, n, seed, acts)
+    m = config.task.seq_len
+    return target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2)).mean().item()
+
+
 # -- 3. variable-identity routing ----------------------------------------------------------
 
 
@@ -285,6 +314,14 @@ def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, 
     return equals_to_values_hits(config.task, acts).float().mean().item()
 
 
+def equals_to_values_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+                          seed: int = 0, acts: Activations | None = None) -> float:
+    """Mean layer-2 attention mass from ``=`` on the two value positions (graded: the study's
+    final model reads 1.0 on :func:`equals_to_values_score` with only about half its mass there)."""
+    acts = _acts(model, config, split, n, seed, acts)
+    return target_mass(acts.pattern1_last, value_targets(config.task, acts.tokens)).mean().item()
+
+
 def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:
     """The per-sequence activation scores split by sequence type (0var, 1var_left, ...)."""
     task = config.task
@@ -294,11 +331,16 @@ def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, 
     kind = lhs_var.long() + 2 * rhs_var.long()
     operands = equals_to_operands_hits(task, acts)
     values = equals_to_values_hits(task, acts)
+    m = task.seq_len
+    operand_mass = target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
+    value_mass = target_mass(acts.pattern1_last, value_targets(task, acts.tokens))
     out = {}
     for index, name in enumerate(SEQUENCE_TYPES):
         mask = kind == index
         if mask.any():
             out[name] = {"n": int(mask.sum()),
                          "equals_to_operands_score": operands[mask].float().mean().item(),
-                         "equals_to_values_score": values[mask].float().mean().item()}
+                         "equals_to_values_score": values[mask].float().mean().item(),
+                         "equals_to_operands_mass": operand_mass[mask].mean().item(),
+                         "equals_to_values_mass": value_mass[mask].mean().item()}
     return out

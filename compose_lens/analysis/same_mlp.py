@@ -1,68 +1,168 @@
-"""Does the SAME layer-2 MLP add for constant and for variable operands? (SPEC 6, item 5)
+"""Does layer 2's MLP add a variable's value with the SAME representation and features it
+uses for a constant? Three tests whose predictions differ between "shared" and "not shared".
 
-The claim: layer-1 attention and layer-2 routing bring a variable's value to ``=``
-in the same form a constant operand arrives in, and one MLP (``blocks.1.mlp``,
-paper "MLP2") then adds, whatever the operands' origin. Three kinds of evidence,
-each compared between ``+ x y =`` (constants) and ``+ v y =`` / ``+ x w =`` with
-``v`` bound to x (``w`` to y) in the context, for the same values (x, y):
+The model has one MLP at ``=`` (``blocks.1.mlp``, "MLP2"), so "one MLP serves both" is
+true by construction and patching the whole MLP2 input from a donor proves nothing (the
+output follows the donor whatever the receiver, random tokens included). The question
+is narrower: does an operand's value reach MLP2 in the same form, and get read by the
+same features, whether it came from a constant token or from a variable's assignment?
 
-1. **Correlational.** The MLP2 input at ``=`` (``blocks.1.mlp.hook_in``, last
-   position) should be nearly the same vector for the two prompts of a matched
-   (x, y), and less alike for mismatched values. Raw cosines share a large
-   prompt-independent offset, so they are also reported *centred* (the mean MLP2
-   input over all prompts subtracted). And the layer-2 attention output at ``=``
-   should be predicted, up to a scale, by ``OV2 e_x + OV2 e_y`` (the two value
-   tokens' embeddings through layer 2's OV circuit): cosine and R^2 of the best
-   single scale, for constant and variable prompts.
-2. **Causal patching.** Run a variable prompt, but feed its MLP2 the input it
-   would have had on the constant prompt (and back). If the MLP only sees "x and
-   y" and not where they came from, the answer survives a matched patch; with a
-   donor of other values the output should follow the donor's sum. The same with
-   the whole layer-2 attention output at ``=`` (``blocks.1.hook_attn_out``), which
-   also reaches the unembedding directly. Patching ``mlp.hook_in`` replaces only
-   the MLP's input; the residual stream beside it keeps the receiver's values.
-3. **Ablation of the key frequencies.** Mean-ablate MLP2's output along the
-   Fourier directions of its key frequencies (and, separately, the neurons of
-   each key frequency) and compare the accuracy lost on the 0-var, 1-var and
-   2-var pools. One adder serving all three loses alike on all three.
+**Isolating one operand.** With the attention patterns of a prompt held fixed, the
+layers before MLP2 are linear in the token embeddings, so the MLP2 input at ``=`` is a
+sum of one term per (token, position) plus position terms. The term of the token ``t``
+at position ``s`` is ``E[t] M_s`` with
 
-The ``conclusion`` is computed from these numbers against the thresholds in
-:data:`THRESHOLDS` (reported with it); nothing in it is written in advance.
+    M_s = sum_h A0_h[=, s] OV1_h + sum_g A1_g[s] OV2_g + sum_{h,g} (A1_g A0_h)[s] OV1_h OV2_g
+
+(layer 1 at ``=`` reads s directly; layer 2 reads s directly; layer 2 reads a position
+whose layer-1 head read s). The *source* of an operand is the position holding its value:
+13 / 14 for a constant, the assigned number in the context for a variable. This
+``token`` isolation moves every path the value takes, including the layer-1 path at
+``=`` (layer 1's ``=`` attends to the operand tokens, so a constant also arrives
+through ``OV1``, a variable's value cannot). The narrower ``ov2`` isolation
+(``A1[s] resid_after_layer1[s] OV2``, the layer-2 attention term of s) misses that
+path and also moves the position and variable-tag parts of s. Both are measured (the
+``isolation`` column); the verdict uses :data:`ISOLATION`, ``token``. Measured on the
+study's final checkpoint (400 prompts per set): removing the ``token`` term of either
+operand leaves the receiver's answer at 1.5-2.5 % (chance 1.7 %) for constants, 1-var
+and 2-var prompts, so the term holds all of the operand the MLP uses; the layer-1 path
+is only 3 % of a constant's term (0.1 % of a variable's), and the two isolations agree
+(cosine 0.98-0.995, same interchange accuracies within 1 %). ``token`` is kept because
+it is complete by construction and holds the value's content only (no position or
+variable tag), which the probe of test 3 needs.
+
+**1. Operand interchange.** Receiver MLP2 input ``h_r - c_r + c_d``: the receiver's
+operand term replaced by the donor's. If both carry the value in the shared form, the
+answer becomes donor operand + receiver's *other* operand (chance 1/p otherwise),
+for left and right operands, constants into 1-var and 2-var prompts and back. Donors
+have a different operand and a different other operand than their receiver, so this
+answer differs from the receiver's and the donor's. Same-type interchanges (constant ->
+constant, variable -> variable) give the method's ceiling. Controls that must not show
+the effect: a *random-token donor* (the term of a random non-source context token of the
+donor moved in place of its operand's) and a *random-token receiver* (the donor's
+operand term put in place of a random non-source context token of the receiver; the
+receiver's own operand stays).
+
+**2. Feature transfer.** Key frequencies and their neurons are found on the p x p grid
+of CONSTANT prompts (:mod:`compose_lens.analysis.fourier`). Each key frequency's output
+directions, each key frequency's neurons, and each of the busiest single neurons are
+mean-ablated one at a time on constant, 1-var and 2-var prompts; the damage (mean
+drop of the answer's logit margin, answer logit minus mean logit: graded, where
+accuracy saturates and the cross-entropy of a confident model is all tail) per
+ablation is a profile. Shared features give
+the same profile (Pearson and Spearman correlation near 1; a constants split-half gives
+the ceiling); features specific to constants give unrelated profiles (the null: the
+correlation with the units permuted, about 0).
+
+**3. Representation transfer.** Fitted on constant operands' isolated terms, tested on
+held-out constants and on variables' values: (a) a ridge probe from the term to
+``cos, sin (2 pi k x / p)`` of the key frequencies, decoded to the nearest x (control: the
+terms of random non-source context tokens, chance); (b) the share of the terms' variance
+inside the constants' principal subspace (95 % of their variance; a random subspace of
+that size holds k / d). Both must hold. (b) is the sharp one: decoding alone survives a
+value delivered mostly elsewhere (a planted model with variables in an orthogonal
+subspace still decodes at 0.95 from the small shared part, while its subspace share is
+0.004 against 0.95 for held-out constants).
+
+**Verdict.** Each test ``passed`` / ``failed`` / ``inconclusive`` against
+:data:`THRESHOLDS` (inconclusive: its ceiling is too low to test anything, e.g. a model
+that does not add constants, or a control shows the effect). ``supported`` needs all
+three passed, ``not supported`` follows from any failed test, else ``inconclusive``.
+Intervals are percentile bootstraps over prompts (95 %).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from compose_lens.analysis.ablation import (
-    LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, neuron_groups_by_frequency,
-    reference_tokens)
-from compose_lens.config import ComposeLensError, RunConfig
+    LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
+from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
+from compose_lens.analysis.probes import value_targets
+from compose_lens.config import ComposeLensError, RunConfig, json_safe
 from compose_lens.data import streams
-from compose_lens.data.sampler import make_pool, render
+from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
 from compose_lens.model import tl, weights
 from compose_lens.provenance import provenance
 
 MLP_IN = "blocks.1.mlp.hook_in"
-ATTN_OUT = "blocks.1.hook_attn_out"
+ISOLATION = "token"
+ISOLATIONS = ("token", "ov2")
+PROMPT_KINDS = ("const", "var1", "var2")
+BOOTSTRAP = 1000
 
 THRESHOLDS = {
-    "centred_cosine_gap": 0.2,    # matched - mismatched centred cosine of the MLP2 input
-    "patched_accuracy": 0.9,      # accuracy after a matched patch, both directions
-    "donor_following": 0.8,       # share answering the donor's sum after a mismatched patch
-    "ablation_loss": 0.3,         # key-frequency ablation must cost at least this on every pool
-    "ablation_spread": 0.15,      # ... and lose alike: max - min loss over 0/1/2-var pools
+    "interchange_accuracy": 0.5,   # lower CI bound of every cross-type interchange accuracy
+    "interchange_ratio": 0.8,      # ... and at least this share of the constant->constant ceiling
+    "ceiling": 0.5,                # constant->constant (and held-out constant probe) below this: inconclusive
+    "control_max": 0.15,           # upper CI bound a control may reach (chance is 1/p)
+    "damage_correlation": 0.5,     # lower CI bound of the Pearson correlation of damage profiles
+    "damage_min": 0.1,             # mean margin drop (logits) on constants below this: the features do nothing
+    "probe_ratio": 0.8,            # variable probe accuracy (lower CI) / held-out constant accuracy
 }
 
 
-def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(constant tokens, variable tokens, labels) for the same n training pairs (x, y).
+# -- prompts and their decomposition -----------------------------------------------------------
 
-    ``side`` ``left``: ``+ v y =`` with v bound to x; ``right``: ``+ x w =``. Contexts
-    are drawn independently for the two prompts.
-    """
+
+@dataclass
+class Prompts:
+    """Prompts of one kind: tokens, operand values and each operand's source position."""
+
+    kind: str  # const / var1 / var2 / random
+    side: str  # which operand is the variable for var1 (left / right); both for var2
+    tokens: torch.Tensor  # (N, n)
+    x: torch.Tensor  # (N,) left value
+    y: torch.Tensor  # (N,) right value
+    source: torch.Tensor  # (N, 2) positions of the left and right values
+
+    def value(self, side: str) -> torch.Tensor:
+        return self.x if side == "left" else self.y
+
+
+def random_prompts(split: Split, n: int, seed: int = 0) -> Prompts:
+    """n random-token sequences (every position uniform over the vocabulary, ``=`` last);
+    their "operands" are the tokens at the two operand slots."""
+    task = split.task
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 9)
+    tokens = torch.randint(0, task.d_vocab, (n, task.seq_len), generator=g)
+    tokens[:, -1] = task.equals_token
+    source = torch.tensor([task.seq_len - 3, task.seq_len - 2]).expand(n, 2)
+    return Prompts("random", "both", tokens, tokens[:, -3], tokens[:, -2], source)
+
+
+def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> Prompts:
+    """n prompts on training pairs: ``const`` (0-var), ``var1`` (the ``side`` operand a
+    variable), ``var2`` (both variables), ``random`` (:func:`random_prompts`)."""
+    task = split.task
+    if kind == "random":
+        return random_prompts(split, n, seed)
+    index = PROMPT_KINDS.index(kind) * 2 + (side == "right")
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, index)
+    pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
+    none = torch.full((n,), -1, dtype=torch.long)
+
+    def draw(options) -> torch.Tensor:
+        table = torch.tensor(options, dtype=torch.long)
+        return table[torch.randint(0, len(table), (n,), generator=g)]
+
+    v, w = none, none
+    if kind == "var1":
+        v, w = (draw(task.allowed_left), none) if side == "left" else (none, draw(task.allowed_right))
+    elif kind == "var2":
+        v, w = draw(task.allowed_two_var_pairs).unbind(1)
+    batch = render(split, torch.stack([pairs[:, 0], pairs[:, 1], v, w], 1), g)
+    return Prompts(kind, side, batch.tokens, pairs[:, 0], pairs[:, 1], value_targets(task, batch.tokens))
+
+
+def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(constant tokens, variable tokens, labels) for the same n training pairs (x, y), contexts
+    drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``). Kept for the
+    cosine-histogram figure of :mod:`compose_lens.plots`; the tests above do not use it."""
     task = split.task
     g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
@@ -73,190 +173,513 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
     var_rows = torch.stack([pairs[:, 0], pairs[:, 1], var if side == "left" else none,
                             var if side == "right" else none], 1)
     const = render(split, const_rows, g)
-    varb = render(split, var_rows, g)
-    return const.tokens, varb.tokens, const.labels
+    return const.tokens, render(split, var_rows, g).tokens, const.labels
 
 
-def _last(model: tl.Model, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
+@dataclass
+class Decomposition:
+    """What the MLP2 input at ``=`` is made of, for one batch (attention patterns frozen)."""
+
+    h: torch.Tensor  # (N, d) the MLP2 input at "="
+    resid1: torch.Tensor  # (N, n, d) the residual after layer 1
+    a0: torch.Tensor  # (H, N, n) layer-1 attention from "="
+    a1: torch.Tensor  # (H, N, n) layer-2 attention from "="
+    through: torch.Tensor  # (H, H, N, n) [h1, h2]: layer 2 (head h2) reading s through layer-1 head h1
+    tokens: torch.Tensor
+
+
+def decompose(model: tl.Model, tokens: torch.Tensor) -> Decomposition:
+    """Attention patterns and residuals of a batch, read with the model's own hooks."""
+    names = ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.0.hook_resid_post", MLP_IN)
     with torch.no_grad():
-        logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda n: n in names)
-    out = {n: cache[n][:, -1].float() for n in names}
-    out["logits"] = logits[:, -1].float()
+        _, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
+    p0 = cache[names[0]].float().cpu()  # (N, H, n, n)
+    a1 = cache[names[1]][:, :, -1].float().cpu().transpose(0, 1)  # (H, N, n)
+    through = torch.einsum("gbi,bhis->hgbs", a1, p0)
+    return Decomposition(cache[MLP_IN][:, -1].float().cpu(), cache[names[2]].float().cpu(),
+                         p0[:, :, -1].transpose(0, 1), a1, through, tokens)
+
+
+@dataclass
+class Circuits:
+    """The OV circuits of both layers, per head, and the embedding."""
+
+    E: torch.Tensor
+    ov1: list[torch.Tensor]
+    ov2: list[torch.Tensor]
+
+
+def circuits(model: tl.Model) -> Circuits:
+    heads = tl.size(model, "n_heads")
+    return Circuits(weights.detached_parameters(model)["embed.weight"],
+                    [weights.ov_matrix(model, 0, h) for h in range(heads)],
+                    [weights.ov_matrix(model, 1, h) for h in range(heads)])
+
+
+def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str = ISOLATION) -> torch.Tensor:
+    """(N, d) the part of the MLP2 input carried by the token at ``pos`` (N,) (see the module doc)."""
+    rows = torch.arange(len(pos))
+    if isolation == "ov2":
+        r = dec.resid1[rows, pos]
+        return sum(dec.a1[g, rows, pos, None] * (r @ ov) for g, ov in enumerate(circ.ov2))
+    if isolation != "token":
+        raise ValueError(f"isolation={isolation!r}: use one of {', '.join(ISOLATIONS)}")
+    e = circ.E[dec.tokens[rows, pos]]
+    out = torch.zeros_like(e)
+    for h, ov1 in enumerate(circ.ov1):
+        via1 = e @ ov1
+        out += dec.a0[h, rows, pos, None] * via1
+        for g, ov2 in enumerate(circ.ov2):
+            out += dec.through[h, g, rows, pos, None] * (via1 @ ov2)
+    for g, ov2 in enumerate(circ.ov2):
+        out += dec.a1[g, rows, pos, None] * (e @ ov2)
     return out
 
 
-def _mismatch(labels: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """A permutation whose partner has another answer wherever possible (a shifted random order)."""
-    n = len(labels)
-    order = torch.randperm(n, generator=g)
-    partner = torch.empty(n, dtype=torch.long)
-    partner[order] = order.roll(1)
-    same = labels[partner] == labels
-    for shift in range(2, min(n, 50)):  # re-pair the few collisions
-        if not same.any():
+def readout_logits(model: tl.Model, config: RunConfig, h: torch.Tensor) -> torch.Tensor:
+    """Logits at ``=`` from an MLP2 input (MLP2 and the unembedding only)."""
+    return weights.mlp_readout(weights.detached_parameters(model), config.model, h)[2]
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def bootstrap_mean(values: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """Mean of ``values`` (N,) and its 95 % percentile bootstrap interval."""
+    values = values.float()
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 12)
+    idx = torch.randint(0, len(values), (n_boot, len(values)), generator=g)
+    means = values[idx].mean(1)
+    return values.mean().item(), means.quantile(0.025).item(), means.quantile(0.975).item()
+
+
+def _rank(v: torch.Tensor) -> torch.Tensor:
+    return v.argsort(-1).argsort(-1).float()
+
+
+def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Row-wise Pearson correlation of (..., m) tensors (0 where one is constant)."""
+    a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
+    denom = a.norm(dim=-1) * b.norm(dim=-1)
+    return torch.where(denom > 0, (a * b).sum(-1) / denom.clamp_min(1e-30), torch.zeros_like(denom))
+
+
+# -- 1. operand interchange ---------------------------------------------------------------------
+
+
+def pair_donors(receiver: Prompts, donor: Prompts, side: str, seed: int = 0) -> torch.Tensor:
+    """(N,) donor index per receiver: a donor whose ``side`` operand and other operand both
+    differ from the receiver's (so the predicted answer is neither prompt's own), where possible."""
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 10)
+    other = "right" if side == "left" else "left"
+    n = len(receiver.x)
+    partner = torch.randperm(len(donor.x), generator=g)[:n]
+    for _ in range(20):
+        bad = (donor.value(side)[partner] == receiver.value(side)) | (donor.value(other)[partner] == receiver.value(other))
+        if not bad.any():
             break
-        alt = torch.empty(n, dtype=torch.long)
-        alt[order] = order.roll(shift)
-        partner = torch.where(same, alt, partner)
-        same = labels[partner] == labels
+        partner[bad] = torch.randint(0, len(donor.x), (int(bad.sum()),), generator=g)
     return partner
 
 
-def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return F.cosine_similarity(a, b, dim=-1)
+def random_positions(prompts: Prompts, seed: int, index: int) -> torch.Tensor:
+    """(N,) a random context position that holds neither operand's value."""
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 11 + 100 * index)
+    C = prompts.tokens.shape[1] - 4
+    pos = torch.randint(0, C, (len(prompts.x),), generator=g)
+    for _ in range(50):
+        bad = (pos.unsqueeze(1) == prompts.source).any(1)
+        if not bad.any():
+            break
+        pos[bad] = torch.randint(0, C, (int(bad.sum()),), generator=g)
+    return pos
 
 
-def cosine_similarities(h_const: torch.Tensor, h_var: torch.Tensor, labels: torch.Tensor,
-                        g: torch.Generator) -> dict:
-    """Mean cosine of the MLP2 input, matched (same x, y) against mismatched pairs, raw and centred."""
-    partner = _mismatch(labels, g)
-    centre = torch.cat([h_const, h_var]).mean(0)
-    out = {}
-    for name, (a, b) in {"raw": (h_const, h_var), "centred": (h_const - centre, h_var - centre)}.items():
-        out[name] = {"matched": _cos(a, b).mean().item(), "mismatched": _cos(a, b[partner]).mean().item()}
-    return out
+@dataclass
+class Interchanged:
+    """Per-prompt outcomes of one interchange condition."""
+
+    predicted: torch.Tensor  # (N,) bool: answer == donor operand + receiver's other operand
+    receiver: torch.Tensor  # (N,) bool: answer == the receiver's own answer
+    donor: torch.Tensor  # (N,) bool: answer == the donor's own answer
 
 
-def ov_prediction(model: tl.Model, x: torch.Tensor, y: torch.Tensor, attn_out: torch.Tensor) -> dict:
-    """How well ``OV2 e_x + OV2 e_y`` predicts layer 2's attention output at ``=``: cosine, R^2 of a scale."""
-    E = tl.parameters(model)["embed.weight"].detach().float().cpu()
-    ov = weights.head_weights(model, 1, head=None)  # every head: OV2 is their sum
-    pred = (E[x] + E[y]) @ ov.W_V @ ov.W_O
-    attn_out = attn_out.float().cpu()
-    scale = (pred * attn_out).sum() / (pred * pred).sum()
-    residual = (attn_out - scale * pred).pow(2).sum()
-    total = (attn_out - attn_out.mean(0)).pow(2).sum()
-    return {"cosine": _cos(pred, attn_out).mean().item(), "scale": scale.item(),
-            "r2": (1 - residual / total).item()}
+def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, donor: str, side: str,
+                isolation: str = ISOLATION, control: str = "", seed: int = 0) -> Interchanged:
+    """Move the ``side`` operand's term from the donor prompts into the receiver prompts.
+
+    ``parts`` maps a prompt-set name to (Prompts, Decomposition); ``control`` is ``""``,
+    ``random_donor`` or ``random_receiver`` (see the module doc)."""
+    p = config.task.modulus
+    circ = circuits(model)
+    (rp, rd), (dp, dd) = parts[receiver], parts[donor]
+    k = 0 if side == "left" else 1
+    partner = pair_donors(rp, dp, side, seed)
+    r_pos = rp.source[:, k] if control != "random_receiver" else random_positions(rp, seed, 1)
+    d_pos = dp.source[:, k] if control != "random_donor" else random_positions(dp, seed, 2)
+    c_r = term(rd, circ, r_pos, isolation)
+    c_d = term(dd, circ, d_pos, isolation)[partner]
+    answer = readout_logits(model, config, rd.h - c_r + c_d).argmax(-1)
+    other = rp.value("right" if side == "left" else "left")
+    predicted = (dp.value(side)[partner] + other) % p
+    return Interchanged(answer == predicted, answer == (rp.x + rp.y) % p, answer == (dp.x[partner] + dp.y[partner]) % p)
 
 
-def patch_last(model: tl.Model, receiver: torch.Tensor, donor_act: torch.Tensor, hook: str) -> torch.Tensor:
-    """Last-position logits of ``receiver`` with ``hook`` at ``=`` replaced by ``donor_act`` (N, d).
-
-    ``blocks.1.mlp.hook_in`` gets a new tensor (only the MLP reads it); other hooks are
-    written in place, so every reader of the activation sees the patch.
-    """
-    def write(act: torch.Tensor, hook=None) -> torch.Tensor:
-        if hook_is_mlp_in:
-            act = act.clone()
-        act[:, -1] = donor_act.to(act.dtype)
-        return act
-
-    hook_is_mlp_in = hook == MLP_IN
-    with torch.no_grad():
-        return tl.run_with_hooks(model, receiver, [(hook, write)])[:, -1].float()
+def whole_input_donor_answer(model: tl.Model, config: RunConfig, parts: dict, receiver: str, donor: str,
+                             seed: int = 0) -> torch.Tensor:
+    """(N,) bool: the old test's patch (the WHOLE MLP2 input from the donor) gives the donor's answer.
+    True whatever the receiver: the reference for a test that cannot fail."""
+    (rp, _), (dp, dd) = parts[receiver], parts[donor]
+    partner = pair_donors(rp, dp, "left", seed)
+    answer = readout_logits(model, config, dd.h[partner]).argmax(-1)
+    return answer == (dp.x[partner] + dp.y[partner]) % config.task.modulus
 
 
-def patching_recovery(model: tl.Model, const: torch.Tensor, var: torch.Tensor, labels: torch.Tensor,
-                      acts_const: dict, acts_var: dict, g: torch.Generator) -> dict:
-    """Accuracy after patching between constant and variable runs, matched and mismatched donors."""
-    partner = _mismatch(labels, g)
-    out = {}
-    for hook, short in ((MLP_IN, "mlp_in"), (ATTN_OUT, "attn_out")):
-        for direction, receiver, donor in (("constant_to_variable", var, acts_const),
-                                           ("variable_to_constant", const, acts_var)):
-            matched = patch_last(model, receiver, donor[hook], hook).argmax(-1)
-            crossed = patch_last(model, receiver, donor[hook][partner], hook).argmax(-1)
-            out[f"{short}/{direction}"] = {
-                "matched_accuracy": (matched == labels).float().mean().item(),
-                "mismatched_follows_donor": (crossed == labels[partner]).float().mean().item(),
-                "mismatched_keeps_own": (crossed == labels).float().mean().item(),
-            }
-    return out
+# (name, donor set, receiver set, kind); sets: const, var1, var2 (the side's operand a variable), random
+INTERCHANGES = (
+    ("const->var1", "const", "var1", "cross"), ("var1->const", "var1", "const", "cross"),
+    ("const->var2", "const", "var2", "cross"), ("var2->const", "var2", "const", "cross"),
+    ("const->const", "const", "const", "same"), ("var1->var1", "var1", "var1", "same"),
+    ("var2->var2", "var2", "var2", "same"),
+)
 
 
-def ablation_losses(model: tl.Model, config: RunConfig, split: Split, pool_size: int, seed: int) -> dict:
-    """Accuracy lost on the 0-var, 1-var and 2-var training pools when MLP2's key frequencies
-    are mean-ablated: all key directions together, each frequency's directions, each one's neurons."""
-    pools = {name: make_pool(split, f"{name}_train", pool_size, seed) for name in ("0var", "1var", "2var")}
-    groups = neuron_groups_by_frequency(model, config, split, seed)
-    keys = sorted(groups)
-    ref = LastPositionMLP(model, config, reference_tokens(split, 1000, seed))
-    result: dict = {"key_frequencies": keys, "kind": "mean", "pools": {}}
-    for name, batch in pools.items():
-        mlp = LastPositionMLP(model, config, batch.tokens)
-
-        def acc(logits: torch.Tensor) -> float:
-            return (logits.argmax(-1) == batch.labels).float().mean().item()
-
-        base = acc(mlp.logits())
-        entry = {"baseline_accuracy": base}
-        if keys:
-            entry["all_key_directions"] = base - acc(fourier_ablation_logits(mlp, ref, keys, "mean", seed))
-            entry["directions"] = {str(k): base - acc(fourier_ablation_logits(mlp, ref, k, "mean", seed))
-                                   for k in keys}
-            entry["neurons"] = {str(k): base - acc(next(neuron_ablation_logits(mlp, ref, [groups[k]], "mean", seed))[1])
-                                for k in keys if groups[k]}
-            all_neurons = sorted(i for k in keys for i in groups[k])
-            if all_neurons:
-                entry["all_key_neurons"] = base - acc(next(neuron_ablation_logits(mlp, ref, [all_neurons], "mean", seed))[1])
-        result["pools"][name] = entry
-    return result
+def _row(test: str, side: str, condition: str, kind: str, metric: str, hits: torch.Tensor, chance: float,
+         not_shared: float, seed: int, **extra) -> dict:
+    mean, low, high = bootstrap_mean(hits, seed)
+    return {"test": test, "side": side, "condition": condition, "kind": kind, "metric": metric, "value": mean,
+            "ci_low": low, "ci_high": high, "chance": chance, "not_shared_prediction": not_shared,
+            "n": len(hits), **extra}
 
 
-def _verdict(report: dict) -> dict:
-    """The conclusion, from the numbers and THRESHOLDS only."""
+def interchange_table(model: tl.Model, config: RunConfig, parts: dict, seed: int = 0) -> pd.DataFrame:
+    """Test 1 for both sides, every condition, both isolations, and the controls: one row each."""
+    chance = 1.0 / config.task.modulus
+    rows = []
+    for side in ("left", "right"):
+        names = {"const": "const", "var1": f"var1_{side}", "var2": "var2", "random": "random"}
+        for iso in ISOLATIONS:
+            for cond, donor, receiver, kind in INTERCHANGES:
+                out = interchange(model, config, parts, names[receiver], names[donor], side, iso, seed=seed)
+                rows.append(_row("interchange", side, cond, kind, "donor operand + receiver other operand",
+                                 out.predicted, chance, 1.0 if kind == "same" else chance, seed, isolation=iso))
+        for donor, receiver in (("const", "var1"), ("var1", "const")):
+            out = interchange(model, config, parts, names[receiver], names[donor], side, ISOLATION,
+                              control="random_donor", seed=seed)
+            rows.append(_row("interchange", side, f"random-token donor {donor}->{receiver}", "control",
+                             "donor operand + receiver other operand", out.predicted, chance, chance, seed,
+                             isolation=ISOLATION))
+        for donor in ("const", "var1"):
+            out = interchange(model, config, parts, "random", names[donor], side, ISOLATION, seed=seed)
+            rows.append(_row("interchange", side, f"{donor}->random-token receiver", "control",
+                             "donor's own answer", out.donor, chance, chance, seed, isolation=ISOLATION))
+    whole = whole_input_donor_answer(model, config, parts, "random", "const", seed)
+    rows.append(_row("interchange", "both", "const->random-token receiver, whole MLP2 input", "reference",
+                     "donor's own answer", whole, chance, 1.0, seed, isolation="whole input"))
+    return pd.DataFrame(rows)
+
+
+# -- 2. feature transfer ------------------------------------------------------------------------
+
+
+@dataclass
+class Features:
+    """What the CONSTANT-prompt grid says MLP2 computes with."""
+
+    keys: list[int]  # key frequencies
+    groups: dict[int, list[int]]  # the neurons of each key frequency
+    busiest: list[int]  # the single neurons with the most variance on the constant grid
+
+
+def constant_features(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n_neurons: int = 32,
+                      min_fraction: float = 0.5) -> Features:
+    grid = operand_grid(model, config, split, "constant", seed)
+    neurons = neuron_frequencies(grid.mlp_post)
+    keys = key_frequencies(neurons, min_fraction=min_fraction)
+    clean = neurons[neurons["fraction_explained"] >= min_fraction]
+    groups = {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
+    busiest = neurons.sort_values("variance", ascending=False)["neuron"].head(n_neurons).tolist()
+    return Features(keys, {k: v for k, v in groups.items() if v}, [int(i) for i in busiest])
+
+
+def damage_matrix(model: tl.Model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor,
+                  features: Features, reference: LastPositionMLP) -> tuple[torch.Tensor, list[str]]:
+    """(N, U) drop of the answer's logit margin per prompt and ablated unit (mean ablation),
+    one unit at a time: each key frequency's output directions, each key frequency's neurons,
+    each busy neuron. Returns the matrix and the unit names."""
+    mlp = LastPositionMLP(model, config, tokens)
+    base = margin(mlp.logits(), labels)
+    columns, names = [], []
+    for k in features.keys:
+        columns.append(margin(fourier_ablation_logits(mlp, reference, k, "mean"), labels))
+        names.append(f"directions k={k}")
+    groups = [features.groups[k] for k in features.groups] + [[i] for i in features.busiest]
+    names += [f"neurons k={k}" for k in features.groups] + [f"neuron {i}" for i in features.busiest]
+    for _, logits in neuron_ablation_logits(mlp, reference, groups, "mean"):
+        columns.append(margin(logits, labels))
+    if not columns:
+        return torch.zeros(len(labels), 0), names
+    return base.unsqueeze(1) - torch.stack(columns, 1), names
+
+
+def margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(N,) the answer's logit minus the mean logit: graded, unlike accuracy, and without the
+    heavy tail of the cross-entropy of a confident model."""
+    return logits.gather(1, labels.unsqueeze(1)).squeeze(1) - logits.mean(1)
+
+
+def profile_correlation(a: torch.Tensor, b: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP) -> dict:
+    """Pearson and Spearman correlation of the mean damage profiles of two (N, U) matrices, with
+    95 % bootstrap intervals (prompts resampled in each), and the permutation null (units shuffled)."""
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 13)
+    pa, pb = a.mean(0), b.mean(0)
+    boot_a = a[torch.randint(0, len(a), (n_boot, len(a)), generator=g)].mean(1)
+    boot_b = b[torch.randint(0, len(b), (n_boot, len(b)), generator=g)].mean(1)
+    pearson, spearman = _pearson(boot_a, boot_b), _pearson(_rank(boot_a), _rank(boot_b))
+    null = _pearson(pa.expand(n_boot, -1), pb[torch.stack([torch.randperm(len(pb), generator=g) for _ in range(n_boot)])])
+    return {"pearson": _pearson(pa, pb).item(), "pearson_low": pearson.quantile(0.025).item(),
+            "pearson_high": pearson.quantile(0.975).item(), "spearman": _pearson(_rank(pa), _rank(pb)).item(),
+            "spearman_low": spearman.quantile(0.025).item(), "spearman_high": spearman.quantile(0.975).item(),
+            "null_mean": null.mean().item(), "null_high": null.quantile(0.975).item()}
+
+
+def feature_tables(model: tl.Model, config: RunConfig, split: Split, sets: dict[str, Prompts],
+                   features: Features, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Test 2: (the damage profiles, one row per unit; the correlations, one row per comparison)."""
+    p = config.task.modulus
+    reference = LastPositionMLP(model, config, reference_tokens(split, 1000, seed))
+    damage = {}
+    for name, prompts in sets.items():
+        damage[name], units = damage_matrix(model, config, prompts.tokens, (prompts.x + prompts.y) % p,
+                                            features, reference)
+    profiles = pd.DataFrame({"unit": units, **{name: d.mean(0).tolist() for name, d in damage.items()}})
+    half = len(damage["const"]) // 2
+    comparisons = [("const (split half)", damage["const"][:half], damage["const"][half:], "same")]
+    comparisons += [(f"const vs {name}", damage["const"], d, "cross") for name, d in damage.items() if name != "const"]
+    rows = []
+    for name, a, b, kind in comparisons:
+        stats = profile_correlation(a, b, seed) if a.shape[1] >= 3 else {}
+        rows.append({"test": "feature transfer", "condition": name, "kind": kind, "units": a.shape[1],
+                     "mean_damage_const": damage["const"].mean().item() if a.numel() else float("nan"),
+                     **stats, "not_shared_prediction": 0.0})
+    return profiles, pd.DataFrame(rows)
+
+
+# -- 3. representation transfer: a probe fitted on constants --------------------------------------
+
+
+def fourier_targets(x: torch.Tensor, p: int, keys: list[int]) -> torch.Tensor:
+    """(N, 2K) cos and sin of ``2 pi k x / p`` for each key frequency (every frequency if none)."""
+    ks = torch.tensor(keys or list(range(1, p // 2 + 1)), dtype=torch.float32)
+    angle = 2 * torch.pi * x.float().unsqueeze(1) * ks / p
+    return torch.cat([angle.cos(), angle.sin()], 1)
+
+
+@dataclass
+class RidgeProbe:
+    """Linear map from an operand's term to its Fourier targets, decoded to the nearest value."""
+
+    mean: torch.Tensor
+    W: torch.Tensor
+    codes: torch.Tensor  # (p, 2K) the targets of every value
+
+    @classmethod
+    def fit(cls, X: torch.Tensor, x: torch.Tensor, p: int, keys: list[int], ridge: float = 1e-2) -> "RidgeProbe":
+        mean = X.mean(0)
+        Xc = X - mean
+        gram = Xc.T @ Xc
+        lam = ridge * gram.diagonal().mean().clamp_min(1e-12)
+        W = torch.linalg.solve(gram + lam * torch.eye(len(gram)), Xc.T @ fourier_targets(x, p, keys))
+        return cls(mean, W, fourier_targets(torch.arange(p), p, keys))
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        return ((X - self.mean) @ self.W @ self.codes.T).argmax(-1)
+
+
+def constant_subspace(X: torch.Tensor, share: float = 0.95) -> torch.Tensor:
+    """(k, d) orthonormal rows: the top principal directions of the centred terms X holding ``share``
+    of their variance."""
+    _, S, Vt = torch.linalg.svd(X - X.mean(0), full_matrices=False)
+    cumulative = (S ** 2).cumsum(0) / (S ** 2).sum().clamp_min(1e-30)
+    return Vt[: int((cumulative < share).sum()) + 1]
+
+
+def captured_share(X: torch.Tensor, V: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """Share of the centred variance of X inside the rows of V, with a 95 % bootstrap interval."""
+    Xc = X - X.mean(0)
+    inside, total = (Xc @ V.T).pow(2).sum(1), Xc.pow(2).sum(1)
+    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 14)
+    idx = torch.randint(0, len(X), (n_boot, len(X)), generator=g)
+    boot = inside[idx].sum(1) / total[idx].sum(1).clamp_min(1e-30)
+    return (inside.sum() / total.sum().clamp_min(1e-30)).item(), boot.quantile(0.025).item(), boot.quantile(0.975).item()
+
+
+def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0) -> pd.DataFrame:
+    """Test 3, fitted on constant operands' terms (``const_fit``, both sides) and tested on held-out
+    constants, the variables of 1-var and 2-var prompts, and random context tokens: the ridge probe's
+    decoding accuracy (``probe``) and the share of the terms' variance inside the constants' 95 %
+    principal subspace (``subspace``; a random subspace of that size would hold k / d)."""
+    p, circ = config.task.modulus, circuits(model)
+
+    def operand_terms(name: str, sides: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        prompts, dec = parts[name]
+        X = torch.cat([term(dec, circ, prompts.source[:, k]) for k in sides])
+        return X, torch.cat([prompts.x if k == 0 else prompts.y for k in sides])
+
+    fit_X, fit_x = operand_terms("const_fit", (0, 1))
+    probe, V = RidgeProbe.fit(fit_X, fit_x, p, keys), constant_subspace(fit_X)
+    tests = {"held-out constants": ("const", (0, 1), "same"), "1-var left": ("var1_left", (0,), "cross"),
+             "1-var right": ("var1_right", (1,), "cross"), "2-var": ("var2", (0, 1), "cross")}
+    rows = []
+    for name, (part, sides, kind) in tests.items():
+        X, target = operand_terms(part, sides)
+        rows.append(_row("probe", "both", name, kind, "value decoded", probe.predict(X) == target, 1.0 / p,
+                         1.0 / p if kind == "cross" else 1.0, seed))
+        value, low, high = captured_share(X, V, seed)
+        rows.append({"test": "subspace", "side": "both", "condition": name, "kind": kind,
+                     "metric": f"variance share in the constants' {len(V)}-dim subspace", "value": value,
+                     "ci_low": low, "ci_high": high, "chance": len(V) / X.shape[1],
+                     "not_shared_prediction": len(V) / X.shape[1] if kind == "cross" else 1.0, "n": len(X)})
+    prompts, dec = parts["const"]
+    X = term(dec, circ, random_positions(prompts, seed, 3))
+    rows.append(_row("probe", "both", "random-token terms (constant prompts)", "control", "left value decoded",
+                     probe.predict(X) == prompts.x, 1.0 / p, 1.0 / p, seed))
+    return pd.DataFrame(rows)
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+
+
+def _status(passed: bool, inconclusive: bool) -> str:
+    return "inconclusive" if inconclusive else ("passed" if passed else "failed")
+
+
+def judge_interchange(table: pd.DataFrame) -> dict:
     t = THRESHOLDS
-    checks = {}
-    gaps = [c["centred"]["matched"] - c["centred"]["mismatched"] for c in report["cosine"].values()]
-    checks["correlational"] = {
-        "passed": min(gaps) >= t["centred_cosine_gap"],
-        "detail": f"centred cosine gap (matched - mismatched) {min(gaps):.3f}, threshold {t['centred_cosine_gap']}"}
-    mlp = [v for k, v in report["patching"].items() if k.startswith("mlp_in/")]
-    worst_acc = min(v["matched_accuracy"] for v in mlp)
-    worst_follow = min(v["mismatched_follows_donor"] for v in mlp)
-    checks["causal_patching"] = {
-        "passed": worst_acc >= t["patched_accuracy"] and worst_follow >= t["donor_following"],
-        "detail": f"MLP2-input patch: lowest matched accuracy {worst_acc:.3f} (threshold {t['patched_accuracy']}), "
-                  f"lowest donor-following {worst_follow:.3f} (threshold {t['donor_following']})"}
-    pools = report["ablation"]["pools"]
-    if "all_key_directions" in pools["0var"]:
-        losses = {k: v["all_key_directions"] for k, v in pools.items()}
-        spread = max(losses.values()) - min(losses.values())
-        checks["ablation"] = {
-            "passed": min(losses.values()) >= t["ablation_loss"] and spread <= t["ablation_spread"],
-            "detail": "accuracy lost with the key-frequency directions mean-ablated: "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in losses.items())
-                      + f" (each >= {t['ablation_loss']}, spread {spread:.3f} <= {t['ablation_spread']})"}
-    else:
-        checks["ablation"] = {"passed": False, "detail": "no key frequency found in MLP2"}
-    passed = [name for name, c in checks.items() if c["passed"]]
-    if len(passed) == len(checks):
-        verdict = "supported: one MLP2 serves constant and variable operands (all checks pass)"
-    elif not checks["causal_patching"]["passed"]:
-        verdict = "not supported: patching the MLP2 input between constant and variable runs does not carry the answer"
-    else:
-        failed = ", ".join(n for n in checks if n not in passed)
-        verdict = f"partly supported: the causal patching check passes, {failed} does not"
-    return {"verdict": verdict, "checks": checks, "thresholds": dict(THRESHOLDS)}
+    main = table[table["isolation"] == ISOLATION]
+    ceiling = main[main["condition"] == "const->const"]["value"].min()
+    cross = main[main["kind"] == "cross"]
+    controls = main[main["kind"] == "control"]
+    worst = cross.loc[cross["ci_low"].idxmin()]
+    passed = bool((cross["ci_low"] >= t["interchange_accuracy"]).all()
+                  and (cross["value"] >= t["interchange_ratio"] * ceiling).all())
+    leaky = bool((controls["ci_high"] > t["control_max"]).any())
+    return {"status": _status(passed, ceiling < t["ceiling"] or leaky),
+            "effect": float(worst["value"]), "ci": [float(worst["ci_low"]), float(worst["ci_high"])],
+            "worst_condition": f"{worst['condition']} ({worst['side']})", "ceiling_const_to_const": float(ceiling),
+            "controls_max_ci_high": float(controls["ci_high"].max()), "chance": float(worst["chance"]),
+            "rule": f"every cross-type lower CI >= {t['interchange_accuracy']} and value >= "
+                    f"{t['interchange_ratio']} x const->const; inconclusive if const->const < {t['ceiling']} "
+                    f"or a control's upper CI > {t['control_max']}"}
 
 
-def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
-                    n_prompts: int = 1000, pool_size: int = 1000) -> dict:
-    """The three tests of the module docstring; a JSON-serialisable dict with the conclusion."""
-    if not weights.has_paper_layout(config.model):
-        raise ComposeLensError("the same-MLP test is about the study's layout: two layers, "
-                               "an MLP in the second (blocks.1) only")
-    g = streams.derived_generator(seed, streams.SAME_MLP, 2)
-    report: dict = {**provenance(config, seed), "n_prompts": n_prompts, "pool_size": pool_size,
-                    "cosine": {}, "ov_prediction": {}, "patching": {}, "accuracy_unpatched": {}}
+def judge_features(table: pd.DataFrame) -> dict:
+    t = THRESHOLDS
+    cross = table[table["kind"] == "cross"]
+    if cross.empty or "pearson_low" not in cross or cross["pearson_low"].isna().any():
+        return {"status": "inconclusive", "effect": None, "ci": None,
+                "rule": "no key frequency (or fewer than 3 units) on the constant grid: nothing to transfer"}
+    worst = cross.loc[cross["pearson_low"].idxmin()]
+    weak = float(worst["mean_damage_const"]) < t["damage_min"]
+    return {"status": _status(bool((cross["pearson_low"] >= t["damage_correlation"]).all()), weak),
+            "effect": float(worst["pearson"]), "ci": [float(worst["pearson_low"]), float(worst["pearson_high"])],
+            "worst_condition": worst["condition"], "null_high": float(worst["null_high"]),
+            "ceiling_split_half": float(table[table["kind"] == "same"]["pearson"].iloc[0]),
+            "mean_damage_const": float(worst["mean_damage_const"]),
+            "rule": f"every const-vs-variable damage-profile Pearson lower CI >= {t['damage_correlation']}; "
+                    f"inconclusive if the mean damage on constants < {t['damage_min']}"}
+
+
+def judge_probe(table: pd.DataFrame) -> dict:
+    """Test 3 passes when the probe decodes the variables AND their terms lie in the constants' subspace."""
+    t = THRESHOLDS
+    out = {}
+    for metric in ("probe", "subspace"):
+        part = table[table["test"] == metric]
+        ceiling = float(part[part["kind"] == "same"]["value"].iloc[0])
+        cross = part[part["kind"] == "cross"]
+        worst = cross.loc[cross["ci_low"].idxmin()]
+        out[metric] = {"passed": bool((cross["ci_low"] >= t["probe_ratio"] * ceiling).all()), "ceiling": ceiling,
+                       "effect": float(worst["value"]), "ci": [float(worst["ci_low"]), float(worst["ci_high"])],
+                       "worst_condition": worst["condition"]}
+    control = table[table["kind"] == "control"]
+    leaky = bool((control["ci_high"] > t["control_max"]).any())
+    probe, subspace = out["probe"], out["subspace"]
+    main = subspace if probe["passed"] else probe
+    return {"status": _status(probe["passed"] and subspace["passed"], probe["ceiling"] < t["ceiling"] or leaky),
+            "effect": main["effect"], "ci": main["ci"], "worst_condition": f"{main['worst_condition']} "
+            f"({'subspace share' if main is subspace else 'probe accuracy'})",
+            "ceiling_heldout_constants": main["ceiling"], "probe": probe, "subspace": subspace,
+            "control_ci_high": float(control["ci_high"].max()), "chance": float(table["chance"].iloc[0]),
+            "rule": f"for every variable set, probe accuracy and subspace share lower CI >= {t['probe_ratio']} x "
+                    f"held-out constants'; inconclusive if the probe's held-out constant accuracy < {t['ceiling']} "
+                    f"or the control's upper CI > {t['control_max']}"}
+
+
+def verdict(tests: dict) -> str:
+    states = [v["status"] for v in tests.values()]
+    if all(s == "passed" for s in states):
+        return "supported"
+    return "not supported" if "failed" in states else "inconclusive"
+
+
+# -- everything ---------------------------------------------------------------------------------
+
+
+def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
+                    n: int = 400) -> dict[str, pd.DataFrame]:
+    """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``."""
+    if not weights.has_paper_layout(config.model) or config.model.normalization_type is not None:
+        raise ComposeLensError("the same-MLP tests need the study's layout: two layers, an MLP in the "
+                               "second (blocks.1) only, no normalisation")
     was_training = model.training
     model.eval()
     try:
-        for side in ("left", "right"):
-            const, var, labels = matched_prompts(split, n_prompts, side, seed)
-            acts_const = _last(model, const, [MLP_IN, ATTN_OUT])
-            acts_var = _last(model, var, [MLP_IN, ATTN_OUT])
-            report["cosine"][side] = cosine_similarities(acts_const[MLP_IN], acts_var[MLP_IN], labels, g)
-            x, y = const[:, split.task.context_len + 1], const[:, split.task.context_len + 2]
-            report["ov_prediction"][f"constant_{side}"] = ov_prediction(model, x, y, acts_const[ATTN_OUT])
-            report["ov_prediction"][f"variable_{side}"] = ov_prediction(model, x, y, acts_var[ATTN_OUT])
-            report["accuracy_unpatched"][f"constant_{side}"] = (acts_const["logits"].argmax(-1) == labels).float().mean().item()
-            report["accuracy_unpatched"][f"variable_{side}"] = (acts_var["logits"].argmax(-1) == labels).float().mean().item()
-            for key, value in patching_recovery(model, const, var, labels, acts_const, acts_var, g).items():
-                report["patching"][f"{key}/{side}"] = value
-        report["ablation"] = ablation_losses(model, config, split, pool_size, seed)
+        sets = {"const": make_prompts(split, "const", "left", n, seed),
+                "const_fit": make_prompts(split, "const", "right", n, seed),
+                "var1_left": make_prompts(split, "var1", "left", n, seed),
+                "var1_right": make_prompts(split, "var1", "right", n, seed),
+                "var2": make_prompts(split, "var2", "left", n, seed),
+                "random": make_prompts(split, "random", "left", n, seed)}
+        parts = {name: (prompts, decompose(model, prompts.tokens)) for name, prompts in sets.items()}
+        features = constant_features(model, config, split, seed)
+        damage_sets = {"const": sets["const"], "1-var": _join(sets["var1_left"], sets["var1_right"]),
+                       "2-var": sets["var2"]}
+        profiles, transfer = feature_tables(model, config, split, damage_sets, features, seed)
+        return {"interchange": interchange_table(model, config, parts, seed), "damage_profiles": profiles,
+                "feature_transfer": transfer, "probe": probe_table(model, config, parts, features.keys, seed)}
     finally:
         model.train(was_training)
-    report["conclusion"] = _verdict(report)
-    return report
+
+
+def _join(a: Prompts, b: Prompts) -> Prompts:
+    half = len(a.x) // 2
+    return Prompts(a.kind, "both", *(torch.cat([u[:half], v[: len(v) - half]])
+                                     for u, v in ((a.tokens, b.tokens), (a.x, b.x), (a.y, b.y), (a.source, b.source))))
+
+
+def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
+                    tables: dict[str, pd.DataFrame] | None = None) -> dict:
+    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``)."""
+    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n)
+    tests = {"interchange": judge_interchange(tables["interchange"]),
+             "feature_transfer": judge_features(tables["feature_transfer"]),
+             "probe_transfer": judge_probe(tables["probe"])}
+    controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
+    return json_safe({
+        **provenance(config, seed), "n_prompts": n, "isolation": ISOLATION, "verdict": verdict(tests),
+        "tests": tests, "thresholds": dict(THRESHOLDS),
+        "controls": controls.to_dict(orient="records"),
+        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()},
+    })
+
+
+def verdict_table(report: dict) -> pd.DataFrame:
+    """One row per test: status, effect, interval, ceiling and the rule (for printing)."""
+    rows = []
+    for name, test in report["tests"].items():
+        ceiling = next((v for k, v in test.items() if k.startswith("ceiling")), None)
+        ci = test.get("ci") or [None, None]
+        rows.append({"test": name, "status": test["status"], "effect": test.get("effect"), "ci_low": ci[0],
+                     "ci_high": ci[1], "worst": test.get("worst_condition"), "ceiling": ceiling})
+    return pd.DataFrame(rows)

@@ -14,10 +14,13 @@ The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
 =============================  ====================================================
 ``prev_token_weight_score``    layer-1 positional QK picks the previous position
 ``prev_token_attention_score`` layer-1 attention at value positions peaks one back
+``prev_token_attention_mass``  ... its mean weight on the token one back (graded)
 ``prev_token_probe_accuracy``  linear probe recovers the variable at a value position
 ``equals_to_operands_score``   layer-1 attention from ``=`` on the two operands
+``equals_to_operands_mass``    ... its mean mass on them (graded)
 ``variable_identity_score``    ``(E_var OV1) QK2 (E_var OV1)^T`` peaks on the diagonal
 ``equals_to_values_score``     layer-2 attention from ``=`` on the two value positions
+``equals_to_values_mass``      ... its mean mass on them (graded; the hit rate saturates)
 ``ov_mlp_addition_accuracy``   MLP2 adds ``OV2 e_x + OV2 e_y`` for all p^2 pairs
 ``key_frequency_strength``     share of MLP2 activation variance in the key frequencies
 ``n_key_frequencies``          how many key frequencies
@@ -46,10 +49,13 @@ from compose_lens.data.split import Split
 MEASURE_KEYS = (
     "prev_token_weight_score",
     "prev_token_attention_score",
+    "prev_token_attention_mass",
     "prev_token_probe_accuracy",
     "equals_to_operands_score",
+    "equals_to_operands_mass",
     "variable_identity_score",
     "equals_to_values_score",
+    "equals_to_values_mass",
     "ov_mlp_addition_accuracy",
     "key_frequency_strength",
     "n_key_frequencies",
@@ -73,6 +79,13 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
+def _masses(model: tl.Model, config: RunConfig, split: Split, acts) -> dict[str, float]:
+    """The graded companions of the three argmax hit rates: attention mass on the targets."""
+    return {"prev_token_attention_mass": probes.prev_token_attention_mass(model, config, split, acts=acts),
+            "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts),
+            "equals_to_values_mass": probes.equals_to_values_mass(model, config, split, acts=acts)}
+
+
 def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
                      threads: int | None = 1) -> dict[str, float]:
     """The cheap per-checkpoint measures (see the module docstring for the keys).
@@ -90,6 +103,7 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
             "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
             "variable_identity_score": probes.variable_identity_score(model, config),
             "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+            **_masses(model, config, split, acts),
             "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config),
         }
         grid = fourier.operand_grid(model, config, split, "constant", seed)
@@ -116,6 +130,7 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
             "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
             "variable_identity_score": probes.variable_identity_score(model, config),
             "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+            **_masses(model, config, split, acts),
             "ov_mlp_addition_accuracy": ov.accuracy(),
             **_fourier_measures(grid, keys),
         }

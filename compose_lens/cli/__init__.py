@@ -12,7 +12,7 @@ function, after the arguments are parsed and checked, so ``compose-lens --help``
 the package imports sit at the top of the module.
 
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
-(:mod:`.train`), ``analyze``, ``fourier``, ``attention`` (:mod:`.analysis`),
+(:mod:`.train`), ``analyze``, ``same-mlp``, ``fourier``, ``attention`` (:mod:`.analysis`),
 ``patch``, ``ablate`` (:mod:`.patching`), ``dynamics``, ``report``
 (:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`).
 """

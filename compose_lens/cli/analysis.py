@@ -29,7 +29,27 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     for key in SUMMARY_KEYS:
         print(f"  {key:30s} {summary[key]:.4f}")
     print(f"  {'key_frequencies':30s} {summary['key_frequencies']}")
+    same = summary.get("same_mlp") or {}
+    if "verdict" in same:
+        states = ", ".join(f"{name} {test['status']}" for name, test in same["tests"].items())
+        print(f"  {'same MLP (constants, variables)':30s} {same['verdict']} ({states})")
     print(f"wrote {args.out}/summary.json and the tables and figures beside it")
+    return 0
+
+
+def _cmd_same_mlp(args: argparse.Namespace) -> int:
+    import time
+
+    from compose_lens.report.outputs import write_same_mlp  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+
+    start = time.perf_counter()
+    loaded = load_model(args.model, args.split, device="cpu")
+    report, table = write_same_mlp(loaded, Path(args.out), args.seed, args.n)
+    print(f"model: {loaded.source}")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {time.perf_counter() - start:.1f} s)")
+    print(f"wrote {args.out}/same_mlp.json, same_mlp_*.csv and same_mlp.png")
     return 0
 
 
@@ -75,6 +95,14 @@ def register(subparsers) -> None:
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
     add_overwrite(analyze)
     analyze.set_defaults(func=_cmd_analyze)
+
+    same = subparsers.add_parser("same-mlp", help="does MLP2 add variables with the features it uses for "
+                                                  "constants? three tests that can fail, and a verdict")
+    add_model_arguments(same)
+    same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
+    same.add_argument("--seed", type=int, default=0)
+    same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
+    same.set_defaults(func=_cmd_same_mlp)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
     add_model_arguments(fourier)

@@ -237,13 +237,16 @@ def training_rows(split: Split) -> torch.Tensor:
     v (w) is the variable index of the left (right) operand, -1 for a constant, and
     :data:`ANY_PAIR` in both for a 2-var row. Rows are grouped by type: 0-var (one
     per variable), 1-var left, 1-var right (one per allowed variable), 2-var (the
-    kept rows of :attr:`Split.two_var_counts`).
+    kept rows of :attr:`Split.two_var_counts`). With
+    ``task.variables_in_training`` false, only the 0-var rows.
     """
     task = split.task
     pairs = split.train_pairs
     n = len(pairs)
     const = torch.full((n,), -1, dtype=torch.long)
     blocks = [torch.stack([pairs[:, 0], pairs[:, 1], const, const], 1).repeat(task.zero_var_rows, 1)]
+    if not task.variables_in_training:
+        return blocks[0]
     for v in task.allowed_left:
         blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const + 1 + v, const], 1))
     for w in task.allowed_right:

@@ -26,6 +26,8 @@ name                     id    consumer (``index`` in brackets)
 ``ABLATION_RESAMPLE``    51    ``analysis.ablation`` resample ablation at ``=``
 ``SAME_MLP``             60    ``analysis.same_mlp`` (0 / 1: left / right prompts,
                                2: the mismatched partners)
+``SAME_MLP_TESTS``       61    ``analysis.same_mlp`` tests that can fail (0-9: prompt sets,
+                               10: donor pairings, 11: control positions, 12: bootstrap)
 =======================  ====  ==========================================================
 
 The split itself is not drawn from a stream: it follows the study's procedure with
@@ -53,6 +55,7 @@ PATCH_PAIRS = 40
 ABLATION_REFERENCE = 50
 ABLATION_RESAMPLE = 51
 SAME_MLP = 60
+SAME_MLP_TESTS = 61
 
 PROBE_POOL_SEED_OFFSET = 7919
 
@@ -61,6 +64,7 @@ STREAMS = {
     "EXHAUSTIVE": EXHAUSTIVE, "FORBIDDEN_SLOTS": FORBIDDEN_SLOTS, "DATA_SAMPLE": DATA_SAMPLE,
     "PROBE_TEST_SPLIT": PROBE_TEST_SPLIT, "OPERAND_GRID": OPERAND_GRID, "PATCH_PAIRS": PATCH_PAIRS,
     "ABLATION_REFERENCE": ABLATION_REFERENCE, "ABLATION_RESAMPLE": ABLATION_RESAMPLE, "SAME_MLP": SAME_MLP,
+    "SAME_MLP_TESTS": SAME_MLP_TESTS,
 }
 
 

@@ -11,8 +11,8 @@ draws is already written, with its provenance, as the CSV of the same analysis.
 ``write_analysis(loaded, DIR)`` writes
 
 * ``summary.json``: :func:`~compose_lens.analysis.summary.circuit_summary` (every probe
-  and Fourier measure, the key frequencies) and ``same_mlp`` (the constants-vs-variables
-  report of :mod:`compose_lens.analysis.same_mlp`);
+  and Fourier measure, the key frequencies) and ``same_mlp`` (the verdict, tests and
+  controls of :mod:`compose_lens.analysis.same_mlp`, without its tables);
 * one CSV per analysis: ``positional_qk.csv``, ``variable_identity.csv``,
   ``scores_by_type.csv`` and the Fourier tables of :func:`write_fourier`, plus
   ``patching.csv`` and ``ablation.csv`` (unless ``causal=False``);
@@ -21,6 +21,11 @@ draws is already written, with its provenance, as the CSV of the same analysis.
 :func:`write_fourier` writes only the Fourier part: ``neuron_frequencies.csv``,
 ``key_frequencies.json``, ``best_neurons.csv``, ``readout_fourier.csv``,
 ``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
+
+:func:`write_same_mlp` writes the same-MLP tests (``compose-lens same-mlp``):
+``same_mlp.json`` (verdict, each test's effect, interval, rule and status, the controls,
+the thresholds, every table), ``same_mlp_interchange.csv``, ``same_mlp_feature_transfer.csv``,
+``same_mlp_damage_profiles.csv``, ``same_mlp_probe.csv`` and ``same_mlp.png``.
 """
 
 from __future__ import annotations
@@ -40,10 +45,10 @@ from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory
 from compose_lens.analysis.patching import patching_table
-from compose_lens.analysis.same_mlp import same_mlp_report
+from compose_lens.analysis.same_mlp import same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import ComposeLensError, RunConfig, json_safe
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
@@ -147,7 +152,11 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True) -> dic
     fourier_facts = write_fourier(loaded, out, seed)
     summary["constants_vs_variables"] = fourier_facts["constants_vs_variables"]
 
-    summary["same_mlp"] = same_mlp_report(model, config, split, seed=seed)
+    same = dict(same_mlp_report(model, config, split, seed=seed))
+    same.pop("tables", None)  # the tables belong to `compose-lens same-mlp`; summary.json keeps the verdict
+    for key in ("config", "code_version", "seed"):
+        same.pop(key, None)
+    summary["same_mlp"] = json_safe(same)
     if causal:
         write_table(patching_table(model, config, split, seed=seed), out / "patching.csv", record)
         write_table(ablation_table(model, config, split, seed=seed), out / "ablation.csv", record)
@@ -156,6 +165,23 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True) -> dic
     summary.pop("seed", None)
     write_document(summary, out / "summary.json", record)
     return summary
+
+
+# -- the same-MLP tests ----
+
+
+def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tuple[dict, pd.DataFrame]:
+    """Write the same-MLP tests of one model into ``out``; return the report and its verdict table."""
+    out.mkdir(parents=True, exist_ok=True)
+    record = provenance(loaded.config, seed, loaded.source, n_prompts=n)
+    with torch_threads(1), torch.no_grad():
+        tables = same_mlp_tables(loaded.model, loaded.config, loaded.split, seed, n=n)
+        report = same_mlp_report(loaded.model, loaded.config, loaded.split, seed, n=n, tables=tables)
+    for name, table in tables.items():
+        write_table(table, out / f"same_mlp_{name}.csv", record)
+    write_document(report, out / "same_mlp.json", record)
+    plots.save(plots.same_mlp_figure(report)[0], None, out / "same_mlp.png", dpi=110)
+    return report, verdict_table(report)
 
 
 # -- patching and ablation ----

@@ -139,7 +139,7 @@ def load_model_dir(directory: str | Path, device: str = "cpu") -> tuple[tl.Model
         raise ComposeLensError(f"{directory}: no {WEIGHTS_FILE} here; expected a model, run or "
                                f"checkpoint directory")
     config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
-    model = tl.boot(config.model, device)
+    model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_safetensors(weights), str(weights))
     return model, config
 
@@ -148,7 +148,7 @@ def load_reference_pth(path: str | Path, config: RunConfig | None = None) -> tup
     """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's)."""
     path, config = Path(path), config or RunConfig()
     state = read_pth(path, config)
-    model = tl.boot(config.model)
+    model = tl.boot(config.model, task=config.task)
     load_weights(model, config, state, str(path))
     return model, config
 
@@ -267,7 +267,7 @@ def load_checkpoint(source: str | Path, step: int | None = None, split_file: str
     configuration and split."""
     checkpoints, config, split = find_checkpoints(source, split_file)
     chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
-    model = tl.boot(config.model, device)
+    model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_state(chosen, config), str(chosen.path))
     return Loaded(model, config, split, f"{chosen.path} (step {chosen.step})")
 

@@ -25,6 +25,7 @@ from typing import Sequence
 from compose_lens.cli import analysis, data, dynamics, patching, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.config import ComposeLensError
+from compose_lens.provenance import set_command
 
 COMMAND_MODULES = (data, train, analysis, patching, dynamics, sweep)
 
@@ -38,7 +39,9 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    set_command(["compose-lens", *argv])  # every file this command writes records it
     try:
         return int(args.func(args) or 0)
     except ComposeLensError as exc:
@@ -49,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        set_command(None)  # a caller that goes on in this process (a test, a notebook) is not this command
 
 
 if __name__ == "__main__":

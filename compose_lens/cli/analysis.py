@@ -9,11 +9,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_quiet_argument
 
-SUMMARY_KEYS = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
-                "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
-                "ov_mlp_addition_accuracy", "key_frequency_strength")
+# the findings analyze prints: (summary key, what it measures, what the circuit predicts)
+FINDINGS = (
+    ("prev_token_attention_score", "layer 1: each value attends to its variable", "near 1"),
+    ("prev_token_probe_accuracy", "layer 1 writes the variable into the value's stream", "near 1"),
+    ("equals_to_operands_score", "layer 1: = attends to the operands", "high"),
+    ("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high"),
+    ("equals_to_values_score", "layer 2: = attends to the queried values", "high"),
+    ("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1"),
+    ("key_frequency_strength", "MLP2 variance in its key frequencies", "high"),
+)
+
+
+def same_mlp_verdict(report: dict | None) -> str | None:
+    """The same-MLP report's verdict, wherever this version of the report keeps it."""
+    if not isinstance(report, dict):
+        return None
+    if isinstance(report.get("verdict"), str):
+        return report["verdict"]
+    return same_mlp_verdict(report.get("conclusion"))
+
+
+def print_findings(summary: dict) -> None:
+    """The analysis as a short table: each measure, its value, what the circuit predicts."""
+    from compose_lens.cli.common import print_table
+
+    rows = [[what, f"{summary[key]:.3f}", expected] for key, what, expected in FINDINGS if key in summary]
+    rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few"])
+    print_table(rows, ["finding", "value", "circuit predicts"])
+    verdict = same_mlp_verdict(summary.get("same_mlp"))
+    if verdict:
+        print(f"same MLP for constants and variables: {verdict}")
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -21,11 +49,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_model  # lazy: torch
 
     loaded = load_model(args.model, args.split, device="cpu")
-    summary = write_analysis(loaded, Path(args.out), args.seed, causal=not args.skip_causal)
+    summary = write_analysis(loaded, Path(args.out), args.seed, causal=not args.skip_causal, fmt=args.fmt,
+                             progress=not args.quiet)
     print(f"model: {loaded.source}")
-    for key in SUMMARY_KEYS:
-        print(f"  {key:30s} {summary[key]:.4f}")
-    print(f"  {'key_frequencies':30s} {summary['key_frequencies']}")
+    print_findings(summary)
     print(f"wrote {args.out}/summary.json and the tables and figures beside it")
     return 0
 
@@ -35,7 +62,7 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_model  # lazy: torch
 
     loaded = load_model(args.model, args.split, device="cpu")
-    facts = write_fourier(loaded, Path(args.out), args.seed)
+    facts = write_fourier(loaded, Path(args.out), args.seed, args.fmt)
     print(f"model: {loaded.source}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
@@ -50,11 +77,12 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_model  # lazy: torch
 
     loaded = load_model(args.model, args.split, device=args.device)
-    written, views = write_attention(loaded.model, loaded.config, args.sequences, args.out, loaded.source)
+    written, views = write_attention(loaded.model, loaded.config, args.sequences, args.out, loaded.source,
+                                     fmt=args.fmt)
     for view in views:
         mark = "ok " if view["correct"] else "WRONG"
         print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
-    print(f"wrote {written[0]} (opens offline) and {len(written) - 2} PNG/CSV files in {args.out}")
+    print(f"wrote {written[0]} (opens offline) and {len(written) - 2} figure/CSV files in {args.out}")
     return 0
 
 
@@ -64,12 +92,15 @@ def register(subparsers) -> None:
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=int, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
+    add_format_argument(analyze)
+    add_quiet_argument(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
     add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
     fourier.add_argument("--seed", type=int, default=0)
+    add_format_argument(fourier)
     fourier.set_defaults(func=_cmd_fourier)
 
     attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
@@ -77,4 +108,5 @@ def register(subparsers) -> None:
     attention.add_argument("sequences", nargs="+", help="readable sequences, e.g. 'b=7, e=5, b+23=?'")
     attention.add_argument("--out", required=True, help="output directory")
     attention.add_argument("--device", default="cpu")
+    add_format_argument(attention)
     attention.set_defaults(func=_cmd_attention)

@@ -80,9 +80,11 @@ def data_stats(split) -> dict:
 
 
 def _cmd_data_stats(args: argparse.Namespace) -> int:
+    from compose_lens.provenance import provenance
+
     stats = data_stats(split_from_args(args))
     if args.json:
-        print_json(stats)
+        print_json({**stats, "provenance": provenance(seed=stats["task"]["seed"])})
         return 0
     t = stats["task"]
     print(f"task: p={t['modulus']}, {t['n_vars']} variables, seq_len {t['seq_len']}, f={t['f']}, r={t['r']}")

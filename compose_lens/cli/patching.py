@@ -1,10 +1,13 @@
 """``compose-lens patch`` and ``compose-lens ablate``: the patching and ablation tables on disk.
 
-    compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N] --out DIR
-    compose-lens ablate MODEL [--split FILE] [--pool-size N] --out DIR
+    compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N]
+                       [--by role|position] [--format png|svg|pdf] --out DIR
+    compose-lens ablate MODEL [--split FILE] [--pool-size N] [--format png|svg|pdf] --out DIR
 
 MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
-writes a CSV (the table), its provenance JSON and a PNG heatmap into DIR.
+writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
+is grouped by token role by default (the queried variable, its value, distractors,
+padding, the query tokens); ``--by position`` keeps absolute positions.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_quiet_argument, progress_bar
 from compose_lens.config import CORRUPTIONS, ComposeLensError
 
 
@@ -31,10 +34,16 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     if args.n_pairs < 2:
         raise ComposeLensError(f"--n-pairs {args.n_pairs}: use at least 2")
     out = _out_dir(args.out)
-    loaded = load_model(args.model, args.split)
-    table = write_patching(loaded, out, args.corruption, args.n_pairs, args.seed)
-    print(f"wrote {out}/patching_{args.corruption}.csv, .provenance.json, .png "
-          f"({len(table)} sites, {args.n_pairs} pairs)")
+    with progress_bar("patch", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split)
+        bar.update()
+        bar.set_postfix_str(f"patching {args.n_pairs} pairs")
+        table = write_patching(loaded, out, args.corruption, args.n_pairs, args.seed, args.by, args.fmt)
+        bar.update()
+    stem = f"patching_{args.corruption}" + ("" if args.by == "role" else "_by_position")
+    print(f"wrote {out}/{stem}.csv, {stem}.provenance.json, {stem}.{args.fmt} "
+          f"({len(table)} rows by {args.by}, {args.n_pairs} pairs)")
     return 0
 
 
@@ -45,9 +54,14 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     if args.pool_size < 1:
         raise ComposeLensError(f"--pool-size {args.pool_size}: use at least 1")
     out = _out_dir(args.out)
-    loaded = load_model(args.model, args.split)
-    table = write_ablation(loaded, out, args.pool_size, args.seed)
-    print(f"wrote {out}/ablation.csv, .provenance.json, .png ({len(table)} rows)")
+    with progress_bar("ablate", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split)
+        bar.update()
+        bar.set_postfix_str(f"ablating, {args.pool_size} sequences per pool")
+        table = write_ablation(loaded, out, args.pool_size, args.seed, args.fmt)
+        bar.update()
+    print(f"wrote {out}/ablation.csv, ablation.provenance.json, ablation.{args.fmt} ({len(table)} rows)")
     return 0
 
 
@@ -57,7 +71,11 @@ def register(subparsers) -> None:
     patch.add_argument("--corruption", default="value", choices=CORRUPTIONS,
                        help="what the corrupted prompt changes (default value)")
     patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
+    patch.add_argument("--by", choices=("role", "position"), default="role",
+                       help="group positions by token role (default) or keep absolute positions")
     patch.add_argument("--seed", type=int, default=0)
+    add_format_argument(patch)
+    add_quiet_argument(patch)
     patch.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")
     patch.set_defaults(func=_cmd_patch)
 
@@ -65,5 +83,7 @@ def register(subparsers) -> None:
     add_model_arguments(ablate)
     ablate.add_argument("--pool-size", type=int, default=500, help="sequences per pool")
     ablate.add_argument("--seed", type=int, default=0)
+    add_format_argument(ablate)
+    add_quiet_argument(ablate)
     ablate.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")
     ablate.set_defaults(func=_cmd_ablate)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, print_json, run_config_from_args
+from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args
 from compose_lens.config import RunConfig, load_json
 
 
@@ -43,14 +43,23 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.data.sampler import make_pools  # lazy: torch
+    from compose_lens.provenance import provenance
 
-    loaded = load_model(args.model, args.split, device=args.device)
-    pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
-    result = {"model": loaded.source, "pools": pools}
-    if args.exhaustive:
-        result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+    with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split, device=args.device)
+        bar.update()
+        bar.set_postfix_str("the nine pools")
+        pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
+        bar.update()
+        result = {"model": loaded.source, "pools": pools}
+        if args.exhaustive:
+            bar.set_postfix_str("the exhaustive sets")
+            result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+            bar.update()
     if args.json:
-        print_json(result)
+        print_json({**result, "provenance": provenance(loaded.config, args.seed, loaded.source,
+                                                       pool_size=args.pool_size)})
         return 0
     print(f"model: {loaded.source}")
     for name, acc in pools.items():
@@ -81,4 +90,5 @@ def register(sub) -> None:
     ev.add_argument("--pool-size", type=int, default=2000)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", default="cpu")
+    add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)

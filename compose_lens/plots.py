@@ -382,8 +382,8 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
             seen.add((layer, kind))
         ax.set_xlabel("key (source)")
         ax.set_ylabel("query (destination)")
-        if any(kind for _, _, kind in (marks or {}).get(layer, ())):
-            ax.legend(fontsize=7, loc="lower left")
+        if any(kind for _, _, kind in (marks or {}).get(layer, ())):  # below the axes: covers no cell
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

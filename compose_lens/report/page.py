@@ -9,6 +9,10 @@ bundle, ``circuitsvis/dist/cdn/iife.js``, which defines a global
 (:func:`attention_view`), so a page with many views stays one self-contained
 file that opens from disk.
 
+In a notebook, :func:`notebook_view` wraps one view with the bundle in an object
+Jupyter shows as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank
+offline, this is not.
+
 :class:`Report` builds a page section by section: a section whose analysis fails
 becomes a note on the page instead of stopping the report, and every figure is
 embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page).
@@ -87,6 +91,26 @@ def view_html(view: dict) -> str:
             f"<p>model answers <b>{view['answer']}</b>, the label is {view['label']} ({verdict}); "
             f"type {view['type']}. Tokens: <code>{html.escape(' '.join(view['words']))}</code></p>\n"
             + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"]))
+
+
+class OfflineHTML:
+    """HTML with the circuitsvis bundle inlined, shown by Jupyter as it is (no network needed)."""
+
+    def __init__(self, body: str):
+        self.body = body
+
+    def _repr_html_(self) -> str:
+        return f"<script>\n{circuitsvis_bundle()}\n</script>\n{self.body}"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the view as a complete offline page."""
+        Path(path).write_text(offline_page("compose-lens attention", self.body, PAGE_STYLE), encoding="utf-8")
+        return Path(path)
+
+
+def notebook_view(view: dict) -> OfflineHTML:
+    """One entry of :func:`compose_lens.analysis.attention.sequence_views`, ready to display offline."""
+    return OfflineHTML(view_html(view))
 
 
 class Report:

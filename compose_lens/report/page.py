@@ -39,7 +39,11 @@ h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin
 table{border-collapse:collapse;margin:.8em 0}td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 .3em}
-.note{color:#666;font-size:.92em}.missing{color:#a33}nav a{margin-right:1em}
+.note{color:#666;font-size:.92em}.missing{color:#a33}
+nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.6em 1.2em;display:inline-block}
+nav.toc ol{margin:.3em 0 0;padding-left:1.4em;columns:2;column-gap:3em}
+details>summary{cursor:pointer;color:#555}
+.attention-view{max-width:760px}
 figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
 """
 
@@ -143,8 +147,9 @@ class Report:
                 f"<figcaption>{caption}</figcaption></figure>")
 
     def render(self, title: str, subtitle: str) -> str:
-        nav = " ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in self.sections)
-        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p><nav>{nav}</nav>"]
+        items = "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t, _ in self.sections)
+        toc = f'<nav class="toc"><b>Contents</b><ol>{items}</ol></nav>'
+        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p>{toc}"]
         for anchor, title_, content in self.sections:
             body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
         return offline_page(title, "\n".join(body), STYLE)

@@ -150,7 +150,7 @@ def test_report_renders_offline_in_chromium(reported_run, tmp_path):
     dom = assert_clean_offline_render(page, tmp_path, min_views=4, min_images=5)
     assert "Attention on example sequences" in dom
     # no taller than its content needs: the 11 sections of the tiny run measure about 13,000 px at
-    # Chromium's default 800 px width (the paper run's page: about 15,700 px at 1300 px)
+    # Chromium's default 800 px width (the paper run's page: about 16,900 px at 1300 px)
     height = int(body_attribute(dom, "data-height"))
     print(f"report height: {height} px")
     assert 3000 < height < 20000

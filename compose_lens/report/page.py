@@ -43,7 +43,6 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;p
 nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.6em 1.2em;display:inline-block}
 nav.toc ol{margin:.3em 0 0;padding-left:1.4em;columns:2;column-gap:3em}
 details>summary{cursor:pointer;color:#555}
-.attention-view{max-width:760px}
 figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
 """
 

@@ -6,6 +6,13 @@ data)``: the matplotlib figure and the :class:`pandas.DataFrame` it plotted.
 :func:`save` writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be
 re-plotted or checked without re-running the analysis; :func:`png_bytes` and
 :func:`data_uri` give the figure as an ``<img>`` source for the offline report.
+Every figure names layers as the whole package does: ``layer 1 (blocks.0)`` is the
+paper's layer 1, TransformerLens's ``blocks.0`` (:func:`layer_name`). :func:`save` writes
+PNG, SVG or PDF (:data:`FORMATS`). Scales are chosen for print: one-sided quantities
+(attention weights, accuracy drops) use sequential colour maps from 0, two-sided ones
+(scores, normalised logit differences) a diverging map centred on 0, and attention
+is drawn on a square-root colour scale (:data:`ATTENTION_GAMMA`) so that weights of
+0.2, which the circuit's key cells often have, are not washed out.
 The numbers of the model figures come from
 :mod:`compose_lens.analysis.figure_data` (which runs the model); every matrix is
 drawn by the one :func:`heatmap` helper.
@@ -55,6 +62,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import Normalize, PowerNorm  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
@@ -81,19 +89,41 @@ PHASE_CURVES = ("addition_accuracy", "assignment_accuracy", "refinement_accuracy
 # -- writing -------------------------------------------------------------------------------------
 
 
-def png_bytes(fig: plt.Figure, dpi: int = 110) -> bytes:
-    """The figure as PNG bytes (the figure is closed)."""
+FORMATS = ("png", "svg", "pdf")
+ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
+
+
+def layer_name(block: int) -> str:
+    """The one way figures name a layer: the paper's number and TransformerLens's block.
+
+    >>> layer_name(0)
+    'layer 1 (blocks.0)'
+    """
+    return f"layer {block + 1} (blocks.{block})"
+
+
+def figure_bytes(fig: plt.Figure, dpi: int = 110, fmt: str = "png") -> bytes:
+    """The figure as PNG, SVG or PDF bytes (the figure is closed)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
 
 
-def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110) -> list[Path]:
-    """Write ``path`` as PNG and ``data`` beside it as CSV (same stem); close the figure."""
-    path = Path(path).with_suffix(".png")
+def png_bytes(fig: plt.Figure, dpi: int = 110) -> bytes:
+    """The figure as PNG bytes (the figure is closed)."""
+    return figure_bytes(fig, dpi, "png")
+
+
+def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110,
+         fmt: str = "png") -> list[Path]:
+    """Write ``path`` as ``fmt`` (png, svg or pdf; the suffix follows the format) and ``data``
+    beside it as CSV (same stem); close the figure."""
+    path = Path(path).with_suffix("." + fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(png_bytes(fig, dpi))
+    path.write_bytes(figure_bytes(fig, dpi, fmt))
     written = [path]
     if data is not None:
         data.to_csv(path.with_suffix(".csv"), index=False)
@@ -157,16 +187,32 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
         ax.plot(table["step"], table[name], marker=".", color="black", lw=1)
         mark_phases(ax, phases, label=False)
         ax.set_title(name.replace("_", " "), fontsize=10)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.set_ylabel(_measure_unit(name), fontsize=8)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         if "loss" in name and (table[name] > 0).all():
             ax.set_yscale("log")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    handles = [plt.Line2D([], [], color=c, ls="--", label=t) for c, t in PHASE_STYLE.values()]
-    fig.legend(handles=handles, loc="upper right", fontsize=8)
-    fig.suptitle("Progress measures over training (dashed: phase onsets)")
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
+    fig.suptitle("Progress measures over training (dashed: phase onsets)", y=0.995)
+    # the legend gets its own strip between the title and the panels, so it covers no panel title
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / (3 * rows)))
+    fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.28 / (3 * rows)))
     return fig, table[["step", *measures]].copy()
+
+
+def _measure_unit(name: str) -> str:
+    """The y-axis label of a progress measure: what kind of number it is."""
+    if "accuracy" in name or name.endswith("_probe"):
+        return "accuracy (fraction)"
+    if "loss" in name:
+        return "loss (nats)"
+    if "share" in name or "fraction" in name or "strength" in name:
+        return "fraction"
+    return "score"
 
 
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
@@ -209,26 +255,45 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
 
 def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, title: str,
             cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False, fontsize: float = 7,
-            rotation: float = 90, aspect: str | None = None, colorbar_label: str | None = None) -> None:
+            rotation: float = 90, aspect: str | None = None, colorbar_label: str | None = None,
+            vmax: float | None = None, gamma: float | None = None, annotate: bool = False) -> None:
     """Draw ``matrix`` on ``ax``: the one heatmap of every figure.
 
-    ``centre``: a diverging scale symmetric about 0 (else from 0 up); ``mask_upper``:
-    blank the cells above the diagonal (a causal attention pattern).
+    ``centre``: a diverging scale symmetric about 0 (else sequential from 0 up to ``vmax``);
+    ``gamma``: a power-law colour scale (sequential only; 0.5 = square root);
+    ``mask_upper``: blank the cells above the diagonal (a causal attention pattern);
+    ``annotate``: write each cell's value in it (small tables).
     """
     m = np.asarray(matrix, dtype=float).copy()
     if mask_upper:
         m[np.triu(np.ones_like(m, dtype=bool), 1)] = np.nan
+    finite = m[np.isfinite(m)]
     if centre:
-        lim = np.nanmax(np.abs(m)) or 1.0
+        lim = vmax or (np.abs(finite).max() if finite.size else 0) or 1.0
         im = ax.imshow(m, cmap=cmap, vmin=-lim, vmax=lim, aspect=aspect)
     else:
-        im = ax.imshow(m, cmap=cmap, vmin=0, aspect=aspect)
-    ax.set_xticks(range(len(xlabels)), [str(x) for x in xlabels], fontsize=fontsize, rotation=rotation)
+        top = vmax or (finite.max() if finite.size else 0) or 1.0
+        norm = PowerNorm(gamma, vmin=0, vmax=top) if gamma else Normalize(vmin=0, vmax=top)
+        im = ax.imshow(m, cmap=cmap, norm=norm, aspect=aspect)
+    ha = "right" if 0 < rotation < 90 else "center"
+    ax.set_xticks(range(len(xlabels)), [str(x) for x in xlabels], fontsize=fontsize, rotation=rotation,
+                  ha=ha, rotation_mode="anchor" if ha == "right" else "default")
     ax.set_yticks(range(len(ylabels)), [str(y) for y in ylabels], fontsize=fontsize)
     ax.set_title(title, fontsize=10)
+    if annotate:
+        _annotate(ax, m, im)
     bar = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if colorbar_label:
         bar.set_label(colorbar_label)
+
+
+def _annotate(ax: plt.Axes, m: np.ndarray, im) -> None:
+    """Each finite cell's value, in black or white by the cell's brightness."""
+    for (i, j), v in np.ndenumerate(m):
+        if np.isfinite(v):
+            r, g, b, _ = im.cmap(im.norm(v))
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+                    color="white" if 0.3 * r + 0.6 * g + 0.1 * b < 0.5 else "black")
 
 
 def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str) -> pd.DataFrame:
@@ -243,11 +308,12 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
     positions = [str(i) for i in range(len(positional))]
     heatmap(a, positional, positions, positions, "layer 1: P QK1 P^T / sqrt(d) (query row, key column)",
-            mask_upper=True)
+            mask_upper=True, colorbar_label="attention score (logit)")
     n = len(positional)
     for i in range(1, n):
         a.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
-    heatmap(b, identity, variables, variables, "layer 2: (E_var OV1) QK2 (E_var OV1)^T / sqrt(d)")
+    heatmap(b, identity, variables, variables, "layer 2: (E_var OV1) QK2 (E_var OV1)^T / sqrt(d)",
+            colorbar_label="attention score (logit)")
     for i in range(len(variables)):
         b.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
     a.set_xlabel("key position")
@@ -267,7 +333,8 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
 def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str, ylabel: str,
                    mask_upper: bool = False) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(5, 4.2))
-    heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, mask_upper=mask_upper)
+    heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, mask_upper=mask_upper,
+            colorbar_label="attention score (logit)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     fig.tight_layout()
@@ -301,12 +368,13 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     """
     patterns = np.asarray(patterns, dtype=float)
     n_layers = patterns.shape[0]
-    names = list(layer_names or [f"layer {i + 1} (blocks.{i})" for i in range(n_layers)])
+    names = list(layer_names or [layer_name(i) for i in range(n_layers)])
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
     fig, axes = plt.subplots(1, n_layers, figsize=(6.2 * n_layers, 5.6), squeeze=False)
     seen = set()
     for layer, ax in enumerate(axes[0]):
-        heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True)
+        heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True,
+                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)")
         for q, k, kind in (marks or {}).get(layer, ()):
             color, ls, text = MARK_STYLE[kind]
             ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, ec=color, ls=ls, lw=2,
@@ -314,15 +382,15 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
             seen.add((layer, kind))
         ax.set_xlabel("key (source)")
         ax.set_ylabel("query (destination)")
-        if any(kind for _, _, kind in (marks or {}).get(layer, ())):
-            ax.legend(fontsize=7, loc="lower left")
+        if any(kind for _, _, kind in (marks or {}).get(layer, ())):  # below the axes: covers no cell
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     frames = []
     for layer in range(n_layers):
         frame = _matrix_frame(patterns[layer], labels, labels, "query")
-        frames.append(frame.assign(layer=names[layer]))
+        frames.append(frame.assign(layer=layer + 1, block=layer))
     return fig, pd.concat(frames)
 
 
@@ -344,9 +412,14 @@ def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str])
         labels = [f"{i}:{t}" for i, t in enumerate(state["tokens"])]
         acc = f", assignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
         heatmap(axes[0, col], state["pattern0"], labels, labels,
-                f"step {state['step']}: layer-1 attention{acc}", cmap="Blues", centre=False, mask_upper=True)
+                f"step {state['step']}: layer-1 attention{acc}", cmap="Blues", centre=False, mask_upper=True,
+                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)")
         heatmap(axes[1, col], state["identity"], variables, variables,
-                f"step {state['step']}: layer-2 variable identity")
+                f"step {state['step']}: layer-2 variable identity", colorbar_label="score / sqrt(d_head)")
+        axes[0, col].set_xlabel("key (source) position:token")
+        axes[0, col].set_ylabel("query (destination) position:token")
+        axes[1, col].set_xlabel("key variable (value tagged by layer 1)")
+        axes[1, col].set_ylabel("query variable (at =)")
         frames.append(_matrix_frame(state["pattern0"], labels, labels, "query").assign(
             step=state["step"], matrix="layer1_attention"))
         frames.append(_matrix_frame(state["identity"], variables, variables, "query").assign(
@@ -387,11 +460,11 @@ def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[plt.Figure, pd.DataFra
               f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
     for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):
-        im = ax.imshow(np.asarray(grid, dtype=float), cmap="RdBu_r", origin="lower")
-        ax.set_xlabel("y")
-        ax.set_ylabel("x")
+        im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
+        ax.set_xlabel("y (right operand value)")
+        ax.set_ylabel("x (left operand value)")
         ax.set_title(name, fontsize=10)
-        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("activation (ReLU output)")
     fig.tight_layout()
     p = np.asarray(chosen.pattern).shape[0]
     xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
@@ -405,7 +478,7 @@ def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: S
                     title: str, column: str) -> tuple[plt.Figure, pd.DataFrame]:
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.bar(frequencies, values, color=["tab:red" if k in keys else "tab:gray" for k in frequencies])
-    ax.set_xlabel("frequency k")
+    ax.set_xlabel("frequency k (cycles over the p residues)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     fig.tight_layout()
@@ -428,23 +501,26 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.F
 
 
 def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.DataFrame]:
-    """One row per key frequency: its best neuron's (p, p) pattern beside the fitted ideal cosine
-    (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`)."""
-    fig, axes = plt.subplots(len(neurons), 2, figsize=(6, 2.8 * len(neurons)), squeeze=False)
+    """One row per key frequency: its best neuron's (p, p) pattern beside its ideal neuron, the ReLU of
+    the frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`)."""
+    fig, axes = plt.subplots(len(neurons), 2, figsize=(7, 3.1 * len(neurons)), squeeze=False)
     frames = []
     for row, n in enumerate(neurons):
-        axes[row, 0].imshow(n["pattern"], cmap="viridis")
-        axes[row, 0].set_title(f"neuron {n['neuron']} (k={n['frequency']})", fontsize=9)
-        axes[row, 1].imshow(n["fitted"], cmap="viridis")
-        axes[row, 1].set_title(f"ideal cos k(x+y), r={n['cos_correlation']:.2f}", fontsize=9)
-        for ax in axes[row]:
-            ax.set_xlabel("y")
-            ax.set_ylabel("x")
+        for ax, grid, title in ((axes[row, 0], n["pattern"], f"neuron {n['neuron']}: k = {n['frequency']}, "
+                                 f"{n['fraction_explained']:.0%} of its variance"),
+                                (axes[row, 1], n["ideal"], f"ideal: ReLU of its k = {n['frequency']} part, "
+                                 f"r = {n['ideal_correlation']:.3f}")):
+            im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("y (right operand value)", fontsize=8)
+            ax.set_ylabel("x (left operand value)", fontsize=8)
+            plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("activation", fontsize=8)
         p = np.asarray(n["pattern"]).shape[0]
         xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
         frames.append(pd.DataFrame({"neuron": n["neuron"], "frequency": n["frequency"], "x": xs.ravel(),
                                     "y": ys.ravel(), "activation": np.asarray(n["pattern"], dtype=float).ravel(),
-                                    "fitted": np.asarray(n["fitted"], dtype=float).ravel()}))
+                                    "ideal": np.asarray(n["ideal"], dtype=float).ravel(),
+                                    "ideal_correlation": n["ideal_correlation"]}))
     fig.tight_layout()
     return fig, pd.concat(frames) if frames else pd.DataFrame()
 
@@ -452,33 +528,70 @@ def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.Data
 # -- patching and ablation ------------------------------------------------------------------------
 
 
-def _grid_figure(grid: pd.DataFrame, columns: Sequence[str], title: str, label: str) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(columns)), max(3, 0.4 * len(grid.index))))
-    heatmap(ax, grid.to_numpy(), columns, list(grid.index), title, aspect="auto", fontsize=8,
-            rotation=90 if len(columns) > 12 else 0, colorbar_label=label)
-    fig.tight_layout()
-    return fig
+PATCH_SCALE = "normalised logit difference (0: corrupted, 1: clean)"
 
 
 def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
-    """Normalised logit difference per site (rows) and position (columns) of
-    :func:`compose_lens.analysis.patching.patching_table`; returns the table with its ``site`` labels."""
-    table = table.assign(site=[f"{c}{'' if h < 0 else f'.h{h}'} L{layer + 1}" for c, h, layer
-                               in zip(table["component"], table["head"], table["layer"])])
-    grid = table.pivot_table(index="site", columns="position", values="mean", sort=False)
-    roles = table.drop_duplicates("position").set_index("position")["role"]
-    columns = [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns]
-    return _grid_figure(grid, columns, title, "normalised logit difference"), table
+    """Normalised logit difference per site (rows) and token role or position (columns) of
+    :func:`compose_lens.analysis.patching.patching_table`; returns the table with its ``site`` labels.
+
+    Rows below 1e-4 everywhere (an absent MLP, such as layer 1's: zero up to float rounding)
+    are left out; rows follow the forward pass, layer by layer.
+    """
+    site = [f"{layer_name(b)} · {c}{'' if h < 0 else f' head {h}'}"
+            for c, h, b in zip(table["component"], table["head"], table["block"])]
+    flow = table["component"].map({c: i for i, c in enumerate(_FLOW)}).fillna(len(_FLOW))
+    table = table.assign(site=site, _order=table["block"] * 100 + flow * 10 + table["head"].clip(lower=0))
+    table = table.sort_values("_order", kind="stable").drop(columns="_order")
+    by_role = "position" not in table
+    column = "role" if by_role else "position"
+    grid = table.pivot_table(index="site", columns=column, values="mean", sort=False)
+    if by_role:
+        from_roles = [r for r in _ROLE_ORDER if r in grid.columns]
+        grid = grid[from_roles + [c for c in grid.columns if c not in from_roles]]
+        labels = list(grid.columns)
+    else:
+        roles = table.drop_duplicates("position").set_index("position")["role"]
+        labels = [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns]
+    grid = grid[(grid.abs() > 1e-4).any(axis=1)]
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
+    heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35,
+            colorbar_label=PATCH_SCALE, annotate=by_role)
+    ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
+    ax.set_ylabel("patched activation")
+    fig.tight_layout()
+    return fig, table
+
+
+_FLOW = ("resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a block's order
+# the role order of analysis.patching.ROLES (plots does not import the analysis that runs models)
+_ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
+               "+", "left operand", "right operand", "=")
 
 
 def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out)."""
+    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out).
+
+    The drop is one-sided (an ablation rarely helps), so the colour scale is sequential
+    from 0 to 1; a negative drop shows as white.
+    """
     shown = table[~table["target"].isin(["neuron", "none"])]
-    shown = shown.assign(name=[f"{t} L{layer + 1}{'' if i < 0 else f' #{i}'} {k}" for t, layer, i, k
-                               in zip(shown["target"], shown["layer"], shown["index"], shown["kind"])])
+    names = []
+    for target, block, index, kind in zip(shown["target"], shown["block"], shown["index"], shown["kind"]):
+        what = {"head": f"head {index}", "mlp": "MLP", "frequency_neurons": f"k = {index} neurons",
+                "fourier_directions": f"k = {index} directions"}.get(target, f"{target} {index}")
+        names.append(f"{what} · {layer_name(block)} · {kind}")
+    shown = shown.assign(name=names)
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
-    fig = _grid_figure(grid, [str(c) for c in grid.columns], "ablation: accuracy lost per pool", "accuracy drop")
+    labels = [str(c).replace("_", " ") for c in grid.columns]
+    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(labels) + 5), max(3.5, 0.36 * len(grid.index) + 2.2)))
+    heatmap(ax, grid.to_numpy(), labels, list(grid.index), "ablation: accuracy lost per pool", cmap="Reds",
+            centre=False, vmax=1.0, aspect="auto", fontsize=8, rotation=40,
+            colorbar_label="accuracy drop (fraction of the pool)", annotate=len(grid.index) <= 40)
+    ax.set_xlabel("pool of sequences")
+    ax.set_ylabel("ablated component · layer · ablation")
+    fig.tight_layout()
     return fig, shown
 
 

@@ -169,7 +169,7 @@ def load_model_dir(directory: str | Path, device: str = "cpu",
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
                            "its split": safety.split_bytes(config.task)}, f"{weights}")
     check_device(device)
-    model = tl.boot(config.model, device)
+    model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_safetensors(weights), str(weights))
     return model, config
 
@@ -178,7 +178,7 @@ def load_reference_pth(path: str | Path, config: RunConfig | None = None) -> tup
     """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's)."""
     path, config = Path(path), config or RunConfig()
     state = read_pth(path, config)
-    model = tl.boot(config.model)
+    model = tl.boot(config.model, task=config.task)
     load_weights(model, config, state, str(path))
     return model, config
 
@@ -308,7 +308,7 @@ def load_checkpoint(source: str | Path, step: int | None = None, split_file: str
     configuration and split."""
     checkpoints, config, split = find_checkpoints(source, split_file)
     chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
-    model = tl.boot(config.model, device)
+    model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_state(chosen, config), str(chosen.path))
     return Loaded(model, config, split, f"{chosen.path} (step {chosen.step})")
 

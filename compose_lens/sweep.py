@@ -70,6 +70,7 @@ from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step
 from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, RunConfig, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
+from compose_lens.provenance import provenance
 from compose_lens.safety import check_training_memory
 from compose_lens.train import Trainer
 
@@ -436,10 +437,12 @@ class _Recorder:
 
 def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]) -> dict:
     """results.csv, thresholds.json and (for numeric values) sweep.png; returns the thresholds."""
+    record = provenance(param=param, seeds=list(seeds))
     write_csv(rows, out / "results.csv")
+    write_json_atomic(out / "results.provenance.json", record)
     found = thresholds(rows)
     write_json_atomic(out / "thresholds.json", {"rule": THRESHOLD_RULE, "param": param,
-                                                "thresholds": json_safe(found)})
+                                                "thresholds": json_safe(found), "provenance": record})
     if rows and all(numeric(r["value"]) is not None for r in rows):
         save(*sweep_figure(rows, title=f"sweep over {param}, seeds {list(seeds)}"), out / "sweep.png")
     return found
@@ -462,7 +465,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
     write_json_atomic(out / "sweep.json", {
         "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
-        "base_config": base.to_dict(),
+        "base_config": base.to_dict(), "provenance": provenance(base),
     })
     started = time.perf_counter()
     jobs, skipped = _pending(out, points, configs)

@@ -252,6 +252,11 @@ CASES = [
     ("fourier-missing-model", "fourier {w}/nothing --out {out}", None),
     ("fourier-other-command-overwrite", "fourier {w}/run --out {out} --overwrite", "other_command"),
     ("fourier-foreign-dir", "fourier {w}/run --out {out}", "foreign"),
+    ("same-mlp-missing-model", "same-mlp {w}/nothing --out {out}", None),
+    ("same-mlp-n-zero", "same-mlp {w}/run --n 0 --out {out}", None),
+    ("same-mlp-n-text", "same-mlp {w}/run --n many --out {out}", None),
+    ("same-mlp-foreign-dir", "same-mlp {w}/run --out {out}", "foreign"),
+    ("same-mlp-other-command-overwrite", "same-mlp {w}/run --out {out} --overwrite", "other_command"),
     ("attention-bad-sequence", "attention {w}/run 'b=3, b+z=?' --out {out}", None),
     ("attention-bad-sequence-over-old", "attention {w}/run 'nonsense' --out {out} --overwrite", "other_command"),
     ("attention-device-tpu", "attention {w}/run 'b=3, e=5, b+2=?' --out {out} --device tpu", None),
@@ -336,8 +341,8 @@ def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, wo
 
 def test_the_table_covers_every_command():
     commands = {shlex.split(c[1])[0] if c[1] else "" for c in CASES}
-    assert {"train", "evaluate", "data", "analyze", "fourier", "attention", "patch", "ablate", "dynamics",
-            "report", "sweep"} <= commands
+    assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate",
+            "dynamics", "report", "sweep"} <= commands
     assert len(CASES) >= 100
 
 

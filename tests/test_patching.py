@@ -8,7 +8,7 @@ import torch
 
 from compose_lens.analysis import patching
 from compose_lens.model import tl
-from compose_lens.data.task import decode
+from compose_lens.data.task import decode, parse_sequence
 
 
 @pytest.fixture
@@ -58,12 +58,36 @@ def test_batched_patching_equals_transformer_lens(tiny_model, tiny_config, tiny_
 
 
 def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):
-    table = patching.patching_table(tiny_model, tiny_config, tiny_split, n_pairs=20, n_boot=200)
-    assert {"component", "layer", "position", "mean", "ci_low", "ci_high"} <= set(table.columns)
+    table = patching.patching_table(tiny_model, tiny_config, tiny_split, n_pairs=20, n_boot=200, by="position")
+    assert {"component", "layer", "block", "position", "mean", "ci_low", "ci_high"} <= set(table.columns)
     assert len(table) == len(patching.all_sites(tiny_config.model))
+    assert (table["layer"] == table["block"] + 1).all()  # the paper's layer number beside blocks.N
     assert (table["ci_low"] <= table["mean"] + 1e-6).all() and (table["mean"] <= table["ci_high"] + 1e-6).all()
-    last = table[(table.component == "resid_post") & (table.layer == 1) & (table.role == "=")]
+    last = table[(table.component == "resid_post") & (table.block == 1) & (table.role == "=")]
     assert last["mean"].iloc[0] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_roles_name_what_each_position_holds(tiny_split):
+    task = tiny_split.task
+    row = parse_sequence(task, "PAD b 3 PAD e 5 c 1 PAD PAD PAD PAD + b 4 =")
+    roles = patching.position_roles(task, torch.tensor([row]))[0].tolist()
+    assert [patching.ROLES[r] for r in roles] == [
+        "PAD", "queried var", "queried value", "PAD", "distractor var", "distractor value",
+        "distractor var", "distractor value", "PAD", "PAD", "PAD", "PAD", "+", "left operand", "right operand", "="]
+
+
+def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_split):
+    """A query role is one fixed position, so its row equals that position's row; every role row
+    averages over the prompts that have the role."""
+    kwargs = dict(n_pairs=30, n_boot=50, corruption="value")
+    by_role = patching.patching_table(tiny_model, tiny_config, tiny_split, by="role", **kwargs)
+    by_position = patching.patching_table(tiny_model, tiny_config, tiny_split, by="position", **kwargs)
+    assert set(by_role["role"]) <= set(patching.ROLES) and "queried value" in set(by_role["role"])
+    key = ["component", "block", "head", "role"]
+    joined = by_role.merge(by_position[by_position.role.isin(patching.QUERY_ROLES)], on=key)
+    assert len(joined) > 0 and (joined["mean_x"] - joined["mean_y"]).abs().max() < 1e-5
+    queried = by_role[by_role.role == "queried value"]
+    assert (queried["n_prompts"] == 30).all() and (queried["positions_per_prompt"] == 1).all()
 
 
 def test_unknown_corruption_is_refused(tiny_split):
@@ -78,8 +102,43 @@ def test_reference_operand_positions_carry_a_changed_constant(reference_final):
     before layer 1: patching those two positions of blocks.0.hook_resid_pre restores most of it."""
     loaded = reference_final
     table = patching.patching_table(loaded.model, loaded.config, loaded.split, n_pairs=120,
-                                    corruption="constant", components=("resid_pre",), n_boot=200)
-    first = table[(table.layer == 0)].set_index("role")["mean"]
-    assert first["lhs"] + first["rhs"] > 0.8
-    context = table[(table.layer == 0) & (table.role == "context")]["mean"].abs()
+                                    corruption="constant", components=("resid_pre",), n_boot=200, by="position")
+    first = table[(table.block == 0)].set_index("role")["mean"]
+    assert first["left operand"] + first["right operand"] > 0.8
+    context = table[(table.block == 0) & (table.role == "context")]["mean"].abs()
     assert context.max() < 0.1
+
+
+def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_model, tiny_config, tmp_path,
+                                                                           capsys):
+    """`patch` (by role and by position) and `ablate` write a CSV pandas reads as it is, a
+    .provenance.json beside it that records the command line, and the figure in --format."""
+    import json
+
+    import pandas as pd
+
+    from compose_lens.cli import main
+    from compose_lens.runs import save_model
+
+    save_model(tiny_model, tiny_config, tmp_path / "model")
+    model = str(tmp_path / "model")
+    assert main(["patch", model, "--n-pairs", "12", "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    assert main(["patch", model, "--n-pairs", "12", "--by", "position", "--format", "svg",
+                 "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    assert main(["ablate", model, "--pool-size", "8", "--format", "pdf", "--out", str(tmp_path / "a"),
+                 "--quiet"]) == 0
+    for stem, figure in (("p/patching_value", "png"), ("p/patching_value_by_position", "svg"),
+                         ("a/ablation", "pdf")):
+        csv = tmp_path / f"{stem}.csv"
+        assert not csv.read_text().startswith("#")
+        table = pd.read_csv(csv)
+        assert {"layer", "block"} <= set(table.columns)
+        record = json.loads((tmp_path / f"{stem}.provenance.json").read_text())
+        assert record["config"] == tiny_config.to_dict() and record["command"].startswith("compose-lens ")
+        assert (tmp_path / f"{stem}.{figure}").stat().st_size > 0
+    by_role = pd.read_csv(tmp_path / "p/patching_value.csv")
+    assert set(by_role["role"]) <= set(patching.ROLES) and (by_role["by"] == "role").all()
+    capsys.readouterr()
+    assert main(["evaluate", model, "--pool-size", "8", "--json", "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["provenance"]["command"] == f"compose-lens evaluate {model} --pool-size 8 --json --quiet"

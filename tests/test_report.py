@@ -23,6 +23,7 @@ import pytest
 
 from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.report import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
@@ -45,6 +46,7 @@ RECORDER = """<script>
       var images = Array.prototype.slice.call(document.images);
       document.body.setAttribute("data-problems", JSON.stringify(problems));
       document.body.setAttribute("data-images", images.length);
+      document.body.setAttribute("data-height", document.documentElement.scrollHeight);
       document.body.setAttribute("data-images-decoded",
         images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length);
     }, 1500);
@@ -118,8 +120,13 @@ def test_report_is_one_self_contained_file(reported_run):
     assert "unpkg" not in text and "sourceMappingURL" not in text
     assert text.count("var CircuitsVis") == 1
     for title in ("Configuration", "Results: the study and this run", "Training dynamics and the three phases",
-                  "Circuit summary", "Attention on example sequences"):
+                  "Circuit summary", "Attention on example sequences", "Activation patching by token role",
+                  "Ablation: accuracy lost per pool", "Same MLP for constants and variables"):
         assert title in text, title
+    toc = text[text.index('<nav class="toc">'):text.index("</nav>")]
+    assert toc.count("<li>") == len(SECTIONS) and '<a href="#patching">' in toc
+    # one interactive view per example sequence, its heatmap folded under it
+    assert text.count('class="attention-view"') == 4 and text.count("<details><summary>heatmap") == 4
     assert "&gt; 98 %" in text  # the study's headline number beside this run's
     assert text.count('src="data:image/png;base64,') >= 5
     # the dynamics it needed were computed and kept with the run, the figures saved as PNG + CSV
@@ -142,6 +149,11 @@ def test_report_renders_offline_in_chromium(reported_run, tmp_path):
     _, page, _ = reported_run
     dom = assert_clean_offline_render(page, tmp_path, min_views=4, min_images=5)
     assert "Attention on example sequences" in dom
+    # no taller than its content needs: the 11 sections of the tiny run measure about 13,000 px at
+    # Chromium's default 800 px width (the paper run's page: about 16,900 px at 1300 px)
+    height = int(body_attribute(dom, "data-height"))
+    print(f"report height: {height} px")
+    assert 3000 < height < 20000
 
 
 @needs_chromium

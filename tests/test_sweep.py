@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from compose_lens.cli import main
 from compose_lens.config import ComposeLensError
-from compose_lens.analysis.thresholds import first_step_above, threshold, thresholds
+from compose_lens.analysis.thresholds import first_step_above, format_thresholds, threshold, thresholds
 from compose_lens.sweep import SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep
 from compose_lens.train import Trainer
 
@@ -96,6 +96,23 @@ def test_thresholds_give_each_seed_and_their_spread():
     assert found["mean"] == pytest.approx(0.3) and found["std"] == pytest.approx(0.1 / math.sqrt(2))
     assert (found["min"], found["max"], found["n"]) == (pytest.approx(0.25), pytest.approx(0.35), 2)
     assert found["of_mean_curve"] == pytest.approx(0.3)  # mean curve 0, 0.2, 0.5, 0.8
+
+
+def test_thresholds_use_only_successful_points_and_say_so():
+    """A failed point is no evidence: a sweep whose only success is f = 0.9 reports a bound from
+    one point and names the point left out, never "f = 0.9 +- 0"."""
+    rows = [{"value": "0.05", "seed": 0, "status": "failed", "zero_var_heldout_accuracy": "",
+             "two_var_union_accuracy": ""},
+            {"value": "0.5", "seed": 0, "status": "done", "zero_var_heldout_accuracy": "0.2",
+             "two_var_union_accuracy": "0.2"},
+            {"value": "0.9", "seed": 0, "status": "done", "zero_var_heldout_accuracy": "0.99",
+             "two_var_union_accuracy": "0.99"}]
+    found = thresholds(rows)["zero_var_heldout"]["0.5"]
+    assert found["points_used"] == 2 and found["points_left_out"] == ["0.05 (seed 0, failed)"]
+    assert found["per_seed"]["0"] == pytest.approx(0.5 + 0.3 / 0.79 * 0.4)
+    lines = format_thresholds(thresholds(rows[:1] + rows[2:]), "f")
+    assert "+- 0" not in lines[0] and "<= 0.9" in lines[0] and "one seed" in lines[0]
+    assert "failed points left out: 0.05" in lines[0]
 
 
 def test_workers_times_threads_never_exceed_the_cores():

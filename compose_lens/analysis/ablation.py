@@ -229,6 +229,8 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     neurons and its Fourier directions, with the accuracy on each of the nine pools.
 
     Long format, one row per (target, layer, index, kind, pool): accuracy,
+    (``layer`` the paper's number from 1, ``block`` TransformerLens's ``blocks.N``; -1 for
+    the unablated baseline row ``none``),
     baseline_accuracy (nothing ablated) and accuracy_drop. ``target`` is head, mlp,
     neuron, frequency_neurons or fourier_directions; ``index`` the head, neuron or
     frequency (-1 for the MLP).
@@ -246,8 +248,9 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
                                              single_neurons))
         for target, layer, index, kind, logits in itertools.chain(*ablations):
             accuracies = accuracy_by_group(logits.argmax(-1) == joined.labels, groups)
-            records += [{"target": target, "layer": layer, "index": index, "kind": kind, "pool": name,
-                         "accuracy": acc} for name, acc in accuracies.items()]
+            records += [{"target": target, "layer": layer + 1 if layer >= 0 else -1, "block": layer,
+                         "index": index, "kind": kind, "pool": name, "accuracy": acc}
+                        for name, acc in accuracies.items()]
 
     table = pd.DataFrame.from_records(records)
     baseline = table[table["target"] == "none"].set_index("pool")["accuracy"]

@@ -16,8 +16,9 @@ the ``compose-lens`` output writers draw the same numbers the same way:
 * :func:`fourier_neuron`: the MLP2 neuron best explained by a key frequency and its
   ideal pattern (:mod:`.fourier`);
 * :func:`frequency_variance_shares` and :func:`best_neuron_patterns`: the MLP2
-  variance per frequency, and each best neuron's pattern beside its fitted
-  ``A cos(2 pi k (x + y) / p + phase) + c``;
+  variance per frequency, and each best neuron's pattern beside its ideal
+  (:func:`fourier.ideal_neuron`: the ReLU of the frequency-k part of its own
+  pre-activation; a bare ``cos k(x + y)`` misses the ReLU's clipping and reads far lower);
 * :func:`cosine_groups`: centred cosines of the MLP2 input, constant against
   variable operand of the same (x, y), against mismatched pairs (:mod:`.same_mlp`).
 """
@@ -133,13 +134,16 @@ def frequency_variance_shares(grid: fourier.AdditionGrid) -> np.ndarray:
 
 
 def best_neuron_patterns(grid: fourier.AdditionGrid, best: pd.DataFrame) -> list[dict]:
-    """Per row of :func:`fourier.best_neurons`: the neuron's (p, p) pattern and its fitted ideal cosine."""
+    """Per row of :func:`fourier.best_neurons`: the neuron's (p, p) pattern and its ideal neuron
+    (:func:`fourier.ideal_neuron`), with their correlation."""
     out = []
     for row in best.itertuples():
         pattern = grid.mlp_post[:, :, row.neuron]
-        _, _, fitted = fourier.fit_ideal_pattern(pattern, row.frequency)
-        out.append({"neuron": row.neuron, "frequency": row.frequency, "cos_correlation": row.cos_correlation,
-                    "pattern": pattern.numpy(), "fitted": fitted.numpy()})
+        ideal = fourier.ideal_neuron(grid.mlp_pre[:, :, row.neuron], row.frequency)
+        out.append({"neuron": row.neuron, "frequency": row.frequency,
+                    "ideal_correlation": row.ideal_neuron_correlation,
+                    "fraction_explained": row.fraction_explained,
+                    "pattern": pattern.numpy(), "ideal": ideal.numpy()})
     return out
 
 

@@ -24,6 +24,14 @@ the residual stream before / between / after a block (``resid_pre``, ``resid_mid
 the head output ``z`` (one site per head). Paper layer 1 is ``blocks.0``, layer 2
 is ``blocks.1``.
 
+**Token roles.** The queried variable sits at a different position in every prompt,
+so :func:`patching_table` groups positions by the role they play in each clean
+prompt (:data:`ROLES`: the queried variable, its value, distractor variables and
+values, padding, ``+``, the two operands, ``=``) and averages each prompt's positions of
+a role before the ratio of means (``by="role"``, the default); ``by="position"`` keeps
+absolute positions. Layers are named as everywhere in compose-lens: ``layer`` is the
+paper's number (from 1), ``block`` TransformerLens's ``blocks.N`` (from 0).
+
 Corruptions (:func:`make_prompt_pairs`), each an edit of one token so the labels
 stay correct (read back with :func:`compose_lens.data.task.decode`):
 
@@ -504,40 +512,111 @@ def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: Promp
 
 
 def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, *,
-                       n_boot: int = 1000, confidence: float = 0.95, seed: int = 0):
+                       n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
+                       present: torch.Tensor | None = None):
     """Normalised logit difference per site, ratio of means over pairs, and its bootstrap interval.
 
     ``patched`` (S, N), ``clean`` / ``corrupted`` (N,). The bootstrap resamples prompt
     pairs with replacement (the same resample for every site) and recomputes the ratio.
+    ``present`` (S, N), optional: which pairs a row averages over (a token role that some
+    prompts lack); the denominator always uses every pair.
     """
     S, N = patched.shape
-    gain = patched.double() - corrupted.double()
+    mask = torch.ones(S, N, dtype=torch.float64) if present is None else present.double()
+    gain = torch.nan_to_num(patched.double() - corrupted.double()) * mask
     scale = clean.double() - corrupted.double()
-    value = gain.mean(1) / scale.mean()
+    value = gain.sum(1) / mask.sum(1).clamp_min(1) / scale.mean()
     g = streams.seeded_generator(seed)
     counts = torch.zeros(n_boot, N, dtype=torch.float64)
     counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
-    boot = (gain @ counts.T) / (counts @ scale).unsqueeze(0)  # (S, n_boot)
+    boot = (gain @ counts.T) / (mask @ counts.T).clamp_min(1) / (counts @ scale / N).unsqueeze(0)  # (S, n_boot)
     alpha = (1 - confidence) / 2
     low, high = torch.quantile(boot, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=1)
     return value.float(), low.float(), high.float()
 
 
+# -- token roles -------------------------------------------------------------------------------
+
+# What a position holds in one prompt. The queried variable sits at a different
+# position in every prompt, so a table by absolute position mixes roles in every
+# context column; grouping by role puts the same job in one column.
+ROLES = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
+         "+", "left operand", "right operand", "=")
+QUERY_ROLES = ROLES[5:]
+BY = ("role", "position")
+
+
+def position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
+    """(N, n) index into :data:`ROLES` of every position of every prompt (N, n).
+
+    A context variable is *queried* when it is an operand of the query, and the number
+    after a variable is that variable's value; the four query positions are ``+``, the
+    left and right operands (constant or variable) and ``=``.
+    """
+    C = task.context_len
+    ctx = tokens[:, :C]
+    is_var = ctx >= task.first_var_token
+    operands = tokens[:, C + 1: C + 3]
+    queried = is_var & (ctx.unsqueeze(2) == operands.unsqueeze(1)).any(2)
+    queried_value = torch.zeros_like(queried)
+    queried_value[:, 1:] = queried[:, :-1]
+    role = torch.full_like(ctx, ROLES.index("distractor value"))
+    role[queried_value] = ROLES.index("queried value")
+    role[is_var] = ROLES.index("distractor var")
+    role[queried] = ROLES.index("queried var")
+    role[ctx == task.pad_token] = ROLES.index("PAD")
+    query = torch.tensor([ROLES.index(r) for r in QUERY_ROLES]).expand(len(tokens), -1)
+    return torch.cat([role, query], dim=1)
+
+
 def _position_role(task, position: int) -> str:
-    if position < task.context_len:
-        return "context"
-    return ("+", "lhs", "rhs", "=")[position - task.context_len]
+    """The role a position has in every prompt: a query role, or ``context`` (it varies)."""
+    return "context" if position < task.context_len else QUERY_ROLES[position - task.context_len]
+
+
+def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor):
+    """Per (component, layer, head) and role: each prompt's mean patched logit difference over the
+    positions with that role, NaN where a prompt has none.
+
+    Returns (keys: (component, block, head, role) per row, values (R, N), positions per prompt (R, N)).
+    """
+    groups: dict[tuple[str, int, int], dict[int, int]] = {}
+    for j, s in enumerate(sites):
+        groups.setdefault((s.component, s.layer, s.head), {})[s.position] = j
+    onehot = torch.nn.functional.one_hot(roles, len(ROLES)).double()  # (N, n, R)
+    keys, values, counts = [], [], []
+    for (component, block, head), by_position in groups.items():
+        positions = sorted(by_position)
+        per_site = patched[[by_position[p] for p in positions]].double()  # (n, N)
+        hot = onehot[:, positions]  # (N, n, R)
+        total = torch.einsum("pn,npr->rn", per_site, hot)
+        count = hot.sum(1).T  # (R, N)
+        values.append(torch.where(count > 0, total / count.clamp_min(1), torch.nan))
+        counts.append(count)
+        keys += [(component, block, head, role) for role in ROLES]
+    return keys, torch.cat(values), torch.cat(counts)
+
+
+def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, by: str) -> pd.DataFrame:
+    return table.assign(clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()),
+                        n_pairs=len(pairs), corruption=pairs.corruption, by=by)
 
 
 def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
-                   n_boot: int = 1000) -> pd.DataFrame:
-    """The full (component x layer x position[, head]) sweep over ``n_pairs`` prompt pairs.
+                   n_boot: int = 1000, by: str = "role") -> pd.DataFrame:
+    """The (component x layer[ x head]) sweep over ``n_pairs`` prompt pairs, by token role or position.
 
-    Columns: component, layer, head (-1 but for ``z``), position, role (context, ``+``,
-    lhs, rhs, ``=``), mean (normalised logit difference), ci_low, ci_high (95 % bootstrap),
-    logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs, corruption.
+    ``by="role"`` (default): one row per role of :data:`ROLES` (each prompt's positions
+    with that role averaged, then the ratio of means over the prompts that have it);
+    ``by="position"``: one row per absolute position, ``role`` being the query role or
+    ``context``. Columns: component, layer (the paper's, from 1), block (TransformerLens's
+    ``blocks.N``), head (-1 but for ``z``), role, [position | positions_per_prompt,
+    n_prompts], mean (normalised logit difference), ci_low, ci_high (95 % bootstrap),
+    logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs, corruption, by.
     """
+    if by not in BY:
+        raise ComposeLensError(f"by={by!r}: use role or position")
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed)
     sites = all_sites(config.model, components)
     patched = patched_logit_diffs(model, config.model, pairs, sites)
@@ -545,19 +624,24 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
     if abs(float((clean - corrupted).mean())) < 1e-6:
         raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
                                "the model does not tell them apart, so nothing can be normalised")
-    mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
-    return pd.DataFrame({
-        "component": [s.component for s in sites],
-        "layer": [s.layer for s in sites],
-        "head": [s.head for s in sites],
-        "position": [s.position for s in sites],
-        "role": [_position_role(split.task, s.position) for s in sites],
-        "mean": mean.tolist(),
-        "ci_low": low.tolist(),
-        "ci_high": high.tolist(),
-        "logit_diff": patched.mean(1).tolist(),
-        "clean_logit_diff": float(clean.mean()),
-        "corrupted_logit_diff": float(corrupted.mean()),
-        "n_pairs": len(pairs),
-        "corruption": corruption,
-    })
+    if by == "position":
+        mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
+        table = pd.DataFrame({
+            "component": [s.component for s in sites], "layer": [s.layer + 1 for s in sites],
+            "block": [s.layer for s in sites], "head": [s.head for s in sites],
+            "role": [_position_role(split.task, s.position) for s in sites],
+            "position": [s.position for s in sites], "mean": mean.tolist(), "ci_low": low.tolist(),
+            "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
+        return _common_columns(table, clean, corrupted, pairs, by)
+    keys, values, counts = group_by_role(sites, patched, position_roles(split.task, pairs.clean))
+    present = counts > 0
+    mean, low, high = normalised_with_ci(values, clean, corrupted, n_boot=n_boot, seed=seed, present=present)
+    n_prompts = present.sum(1)
+    table = pd.DataFrame({
+        "component": [k[0] for k in keys], "layer": [k[1] + 1 for k in keys], "block": [k[1] for k in keys],
+        "head": [k[2] for k in keys], "role": [k[3] for k in keys],
+        "positions_per_prompt": (counts.sum(1) / n_prompts.clamp_min(1)).tolist(),
+        "n_prompts": n_prompts.tolist(), "mean": mean.tolist(), "ci_low": low.tolist(), "ci_high": high.tolist(),
+        "logit_diff": (torch.nan_to_num(values).sum(1) / n_prompts.clamp_min(1)).tolist()})
+    table = table[table["n_prompts"] > 0].reset_index(drop=True)
+    return _common_columns(table, clean, corrupted, pairs, by)

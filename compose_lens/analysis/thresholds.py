@@ -16,6 +16,12 @@ minimum and maximum over seeds; the threshold of the seed-mean curve is given to
 "Last crossing from below" rather than "first value above L" keeps a single
 lucky point below the true transition from deciding the estimate.
 
+**Only successful points count.** A point whose training failed (``status`` other
+than ``done``) has no accuracy, and is left out of every curve; the output says how
+many points each estimate used and which were left out. A threshold at the smallest
+successful value is a bound ("at or below"), and a spread over one seed is not a
+spread: :func:`format_thresholds` says both in words instead of printing ``+- 0``.
+
 >>> threshold([0.1, 0.2, 0.3, 0.4], [0.0, 0.2, 0.8, 1.0], level=0.5)
 0.25
 """
@@ -77,13 +83,24 @@ def numeric(value: Any) -> float | None:
         return None
 
 
+def successful(rows: Sequence[dict]) -> list[dict]:
+    """The points that finished training (``status`` done; rows without a status count as done)."""
+    return [r for r in rows if r.get("status", "done") in ("done", "")]
+
+
 def thresholds(rows: Sequence[dict], metrics: Sequence[str] = METRICS,
                levels: Sequence[float] = LEVELS) -> dict:
-    """Per metric and level: the threshold of each seed, their spread, and that of the mean curve.
+    """Per metric and level: the threshold of each seed, their spread, and that of the mean curve,
+    from the successful points only (each entry lists the points left out).
 
     Only numeric parameter values have thresholds; for others this returns ``{}``.
     """
     if not rows or any(numeric(r["value"]) is None for r in rows):
+        return {}
+    left_out = [f"{r['value']} (seed {r['seed']}, {r.get('status') or 'no status'})"
+                for r in rows if r not in successful(rows)]
+    rows = successful(rows)
+    if not rows:
         return {}
     seeds = sorted({int(r["seed"]) for r in rows})
     values = sorted({float(r["value"]) for r in rows})
@@ -101,7 +118,11 @@ def thresholds(rows: Sequence[dict], metrics: Sequence[str] = METRICS,
             out[metric][str(level)] = {
                 "per_seed": per_seed,
                 **_spread(list(per_seed.values())),
-                "of_mean_curve": threshold(values, mean_curve, level),
+                "of_mean_curve": (of_mean := threshold(values, mean_curve, level)),
+                "mean_curve_at_or_below_range": of_mean == values[0],
+                "at_or_below_range": {s: v == min(by_seed[int(s)]) for s, v in per_seed.items()},
+                "points_used": len(rows),
+                "points_left_out": left_out,
             }
     return out
 
@@ -126,14 +147,23 @@ THRESHOLD_RULE = ("per seed: the smallest swept value from which on every accura
 def format_thresholds(found: dict, param: str) -> list[str]:
     """One line per metric and level; 'not reached' where the accuracy never stays above it."""
 
-    def show(v: float) -> str:
-        return "not reached" if math.isnan(v) else f"{v:.3g}"
+    def show(v: float, below: bool = False) -> str:
+        return "not reached" if math.isnan(v) else ("<= " if below else "") + f"{v:.3g}"
 
     lines = []
     for metric, by_level in found.items():
         for level, t in by_level.items():
-            seeds = ", ".join(f"seed {s}: {show(v)}" for s, v in t["per_seed"].items())
-            head = (f"{param} = {t['mean']:.3g} +- {t['std']:.2g} (range {t['min']:.3g}..{t['max']:.3g}; "
-                    if t["n"] else f"{param}: not reached (")
-            lines.append(f"{metric} >= {float(level):.0%}: {head}{seeds}; mean curve {show(t['of_mean_curve'])})")
+            below = t.get("at_or_below_range", {})
+            seeds = ", ".join(f"seed {s}: {show(v, below.get(s, False))}" for s, v in t["per_seed"].items())
+            if not t["n"]:
+                head = f"{param}: not reached ("
+            elif t["n"] == 1:
+                head = f"{param} = {t['mean']:.3g} (one seed, no spread; "
+            else:
+                head = f"{param} = {t['mean']:.3g} +- {t['std']:.2g} (range {t['min']:.3g}..{t['max']:.3g}; "
+            used = f"; from {t['points_used']} successful points" if "points_used" in t else ""
+            if t.get("points_left_out"):
+                used += f", failed points left out: {', '.join(t['points_left_out'])}"
+            lines.append(f"{metric} >= {float(level):.0%}: {head}{seeds}; mean curve "
+                         f"{show(t['of_mean_curve'], t.get('mean_curve_at_or_below_range', False))}{used})")
     return lines

@@ -26,6 +26,7 @@ from typing import Sequence
 from compose_lens.cli import analysis, data, dynamics, patching, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.config import ComposeLensError
+from compose_lens.provenance import set_command
 
 COMMAND_MODULES = (data, train, analysis, patching, dynamics, sweep)
 
@@ -45,10 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     full disk or a read-only folder, memory). 130: Ctrl-C. 70: a bug in compose-lens
     (one line too; ``COMPOSE_LENS_DEBUG=1`` shows the traceback).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, its line already written)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    set_command(["compose-lens", *argv])  # every file this command writes records it
     try:
         return int(args.func(args) or 0)
     except ComposeLensError as exc:
@@ -68,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _fail(f"internal error ({type(exc).__name__}: {exc}); please report it, with the "
                      f"traceback that COMPOSE_LENS_DEBUG=1 shows", 70)
+    finally:
+        set_command(None)  # a caller that goes on in this process (a test, a notebook) is not this command
 
 
 def _fail(message: str, status: int) -> int:

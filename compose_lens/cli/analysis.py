@@ -9,12 +9,40 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, add_overwrite
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument
 from compose_lens.config import ComposeLensError
 
-SUMMARY_KEYS = ("prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
-                "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
-                "ov_mlp_addition_accuracy", "key_frequency_strength")
+# the findings analyze prints: (summary key, what it measures, what the circuit predicts)
+FINDINGS = (
+    ("prev_token_attention_score", "layer 1: each value attends to its variable", "near 1"),
+    ("prev_token_probe_accuracy", "layer 1 writes the variable into the value's stream", "near 1"),
+    ("equals_to_operands_score", "layer 1: = attends to the operands", "high"),
+    ("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high"),
+    ("equals_to_values_score", "layer 2: = attends to the queried values", "high"),
+    ("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1"),
+    ("key_frequency_strength", "MLP2 variance in its key frequencies", "high"),
+)
+
+
+def same_mlp_verdict(report: dict | None) -> str | None:
+    """The same-MLP report's verdict, wherever this version of the report keeps it."""
+    if not isinstance(report, dict):
+        return None
+    if isinstance(report.get("verdict"), str):
+        return report["verdict"]
+    return same_mlp_verdict(report.get("conclusion"))
+
+
+def print_findings(summary: dict) -> None:
+    """The analysis as a short table: each measure, its value, what the circuit predicts."""
+    from compose_lens.cli.common import print_table
+
+    rows = [[what, f"{summary[key]:.3f}", expected] for key, what, expected in FINDINGS if key in summary]
+    rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few"])
+    print_table(rows, ["finding", "value", "circuit predicts"])
+    verdict = same_mlp_verdict(summary.get("same_mlp"))
+    if verdict:
+        print(f"same MLP for constants and variables: {verdict}")
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -24,15 +52,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     with staged_output(args.out, "analyze", args.overwrite) as stage:
         loaded = load_model(args.model, args.split, device="cpu")
-        summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal)
+        summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
+                                 progress=not args.quiet)
     print(f"model: {loaded.source}")
-    for key in SUMMARY_KEYS:
-        print(f"  {key:30s} {summary[key]:.4f}")
-    print(f"  {'key_frequencies':30s} {summary['key_frequencies']}")
-    same = summary.get("same_mlp") or {}
-    if "verdict" in same:
-        states = ", ".join(f"{name} {test['status']}" for name, test in same["tests"].items())
-        print(f"  {'same MLP (constants, variables)':30s} {same['verdict']} ({states})")
+    print_findings(summary)
     print(f"wrote {args.out}/summary.json and the tables and figures beside it")
     return 0
 
@@ -42,10 +65,13 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import check_count, staged_output
 
+    check_count(args.n, "--n", minimum=20)
     start = time.perf_counter()
-    loaded = load_model(args.model, args.split, device="cpu")
-    report, table = write_same_mlp(loaded, Path(args.out), args.seed, args.n)
+    with staged_output(args.out, "same-mlp", args.overwrite) as stage:
+        loaded = load_model(args.model, args.split, device="cpu")
+        report, table = write_same_mlp(loaded, stage, args.seed, args.n)
     print(f"model: {loaded.source}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {time.perf_counter() - start:.1f} s)")
@@ -60,7 +86,7 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
 
     with staged_output(args.out, "fourier", args.overwrite) as stage:
         loaded = load_model(args.model, args.split, device="cpu")
-        facts = write_fourier(loaded, stage, args.seed)
+        facts = write_fourier(loaded, stage, args.seed, args.fmt)
     print(f"model: {loaded.source}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
@@ -79,11 +105,13 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         raise ComposeLensError(f"{len(args.sequences)} sequences: at most 100 per page")
     with staged_output(args.out, "attention", args.overwrite) as stage:
         loaded = load_model(args.model, args.split, device=args.device)
-        written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source)
+        written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source,
+                                         fmt=args.fmt)
     for view in views:
         mark = "ok " if view["correct"] else "WRONG"
         print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
-    print(f"wrote {Path(args.out) / written[0].name} (opens offline) and {len(written) - 2} PNG/CSV files in {args.out}")
+    print(f"wrote {Path(args.out) / written[0].name} (opens offline) and {len(written) - 2} figure/CSV files "
+          f"in {args.out}")
     return 0
 
 
@@ -94,6 +122,8 @@ def register(subparsers) -> None:
     analyze.add_argument("--seed", type=int, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
     add_overwrite(analyze)
+    add_format_argument(analyze)
+    add_quiet_argument(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 
     same = subparsers.add_parser("same-mlp", help="does MLP2 add variables with the features it uses for "
@@ -102,6 +132,7 @@ def register(subparsers) -> None:
     same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
     same.add_argument("--seed", type=int, default=0)
     same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
+    add_overwrite(same)
     same.set_defaults(func=_cmd_same_mlp)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
@@ -109,6 +140,7 @@ def register(subparsers) -> None:
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
     fourier.add_argument("--seed", type=int, default=0)
     add_overwrite(fourier)
+    add_format_argument(fourier)
     fourier.set_defaults(func=_cmd_fourier)
 
     attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
@@ -117,4 +149,5 @@ def register(subparsers) -> None:
     attention.add_argument("--out", required=True, help="output directory")
     attention.add_argument("--device", default="cpu")
     add_overwrite(attention)
+    add_format_argument(attention)
     attention.set_defaults(func=_cmd_attention)

@@ -69,6 +69,37 @@ def add_overwrite(parser: argparse.ArgumentParser, what: str = "--out") -> None:
                         help=f"replace an existing {what} (only one compose-lens wrote, holding nothing else)")
 
 
+FORMATS = ("png", "svg", "pdf")  # compose_lens.plots.FORMATS, repeated here so --help imports no matplotlib
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--format png|svg|pdf for the commands that write figures."""
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="png",
+                        help="figure file format (default png)")
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def progress_bar(desc: str, total: int, quiet: bool = False):
+    """A progress bar over a command's ``total`` coarse steps (tqdm; on stderr, gone when done)."""
+    from tqdm.auto import tqdm  # lazy: keeps --help free of anything but argparse
+
+    return tqdm(total=total, desc=desc, unit="step", disable=quiet, leave=False,
+                bar_format="{desc} {n}/{total}{postfix} [{elapsed}]")
+
+
+def print_table(rows: list[list], header: list[str]) -> None:
+    """A small aligned text table on stdout."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
 def print_json(data) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 

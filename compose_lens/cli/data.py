@@ -81,6 +81,7 @@ def data_stats(split) -> dict:
 
 
 def _cmd_data_stats(args: argparse.Namespace) -> int:
+    from compose_lens.provenance import provenance
     from compose_lens.safety import exhaustive_count, require_memory
 
     split = split_from_args(args)
@@ -88,7 +89,7 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
                    f"modulus {split.task.modulus}", "use a smaller modulus")
     stats = data_stats(split)
     if args.json:
-        print_json(stats)
+        print_json({**stats, "provenance": provenance(seed=stats["task"]["seed"])})
         return 0
     t = stats["task"]
     print(f"task: p={t['modulus']}, {t['n_vars']} variables, seq_len {t['seq_len']}, f={t['f']}, r={t['r']}")

@@ -1,10 +1,13 @@
 """``compose-lens patch`` and ``compose-lens ablate``: the patching and ablation tables on disk.
 
-    compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N] --out DIR
-    compose-lens ablate MODEL [--split FILE] [--pool-size N] --out DIR
+    compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N]
+                       [--by role|position] [--format png|svg|pdf] --out DIR
+    compose-lens ablate MODEL [--split FILE] [--pool-size N] [--format png|svg|pdf] --out DIR
 
 MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
-writes a CSV (the table), its provenance JSON and a PNG heatmap into DIR.
+writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
+is grouped by token role by default (the queried variable, its value, distractors,
+padding, the query tokens); ``--by position`` keeps absolute positions.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, add_overwrite
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar
 from compose_lens.config import CORRUPTIONS
 
 
@@ -24,12 +27,17 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 
     check_count(args.n_pairs, "--n-pairs", minimum=2)
     out = Path(args.out)
-    with staged_output(out, "patch", args.overwrite) as stage:
+    with staged_output(out, "patch", args.overwrite) as stage, progress_bar("patch", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)
         check_render_memory(loaded.split.task, 2 * args.n_pairs * 8, f"--n-pairs {args.n_pairs}")
-        table = write_patching(loaded, stage, args.corruption, args.n_pairs, args.seed)
-    print(f"wrote {out}/patching_{args.corruption}.csv, .provenance.json, .png "
-          f"({len(table)} sites, {args.n_pairs} pairs)")
+        bar.update()
+        bar.set_postfix_str(f"patching {args.n_pairs} pairs")
+        table = write_patching(loaded, stage, args.corruption, args.n_pairs, args.seed, args.by, args.fmt)
+        bar.update()
+    stem = f"patching_{args.corruption}" + ("" if args.by == "role" else "_by_position")
+    print(f"wrote {out}/{stem}.csv, {stem}.provenance.json, {stem}.{args.fmt} "
+          f"({len(table)} rows by {args.by}, {args.n_pairs} pairs)")
     return 0
 
 
@@ -41,11 +49,15 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 
     check_count(args.pool_size, "--pool-size")
     out = Path(args.out)
-    with staged_output(out, "ablate", args.overwrite) as stage:
+    with staged_output(out, "ablate", args.overwrite) as stage, progress_bar("ablate", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)
         check_render_memory(loaded.split.task, 9 * args.pool_size * 4, f"--pool-size {args.pool_size}")
-        table = write_ablation(loaded, stage, args.pool_size, args.seed)
-    print(f"wrote {out}/ablation.csv, .provenance.json, .png ({len(table)} rows)")
+        bar.update()
+        bar.set_postfix_str(f"ablating, {args.pool_size} sequences per pool")
+        table = write_ablation(loaded, stage, args.pool_size, args.seed, args.fmt)
+        bar.update()
+    print(f"wrote {out}/ablation.csv, ablation.provenance.json, ablation.{args.fmt} ({len(table)} rows)")
     return 0
 
 
@@ -55,15 +67,21 @@ def register(subparsers) -> None:
     patch.add_argument("--corruption", default="value", choices=CORRUPTIONS,
                        help="what the corrupted prompt changes (default value)")
     patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
+    patch.add_argument("--by", choices=("role", "position"), default="role",
+                       help="group positions by token role (default) or keep absolute positions")
     patch.add_argument("--seed", type=int, default=0)
-    patch.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG (one per corruption)")
+    patch.add_argument("--out", required=True, help="directory for the CSV, JSON and figure (one per corruption)")
     add_overwrite(patch)
+    add_format_argument(patch)
+    add_quiet_argument(patch)
     patch.set_defaults(func=_cmd_patch)
 
     ablate = subparsers.add_parser("ablate", help="zero/mean/resample ablation, accuracy on the nine pools")
     add_model_arguments(ablate)
     ablate.add_argument("--pool-size", type=int, default=500, help="sequences per pool")
     ablate.add_argument("--seed", type=int, default=0)
+    add_format_argument(ablate)
+    add_quiet_argument(ablate)
     ablate.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")
     add_overwrite(ablate)
     ablate.set_defaults(func=_cmd_ablate)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, print_json, run_config_from_args
+from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args
 from compose_lens.config import ComposeLensError, RunConfig, load_json
 
 
@@ -47,17 +47,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.data.sampler import make_pools  # lazy: torch
+    from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_render_memory
 
     check_count(args.pool_size, "--pool-size")
-    loaded = load_model(args.model, args.split, device=args.device)
-    check_render_memory(loaded.split.task, 9 * args.pool_size, f"--pool-size {args.pool_size}")
-    pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
-    result = {"model": loaded.source, "pools": pools}
-    if args.exhaustive:
-        result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+    with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split, device=args.device)
+        check_render_memory(loaded.split.task, 9 * args.pool_size, f"--pool-size {args.pool_size}")
+        bar.update()
+        bar.set_postfix_str("the nine pools")
+        pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
+        bar.update()
+        result = {"model": loaded.source, "pools": pools}
+        if args.exhaustive:
+            bar.set_postfix_str("the exhaustive sets")
+            result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+            bar.update()
     if args.json:
-        print_json(result)
+        print_json({**result, "provenance": provenance(loaded.config, args.seed, loaded.source,
+                                                       pool_size=args.pool_size)})
         return 0
     print(f"model: {loaded.source}")
     for name, acc in pools.items():
@@ -88,4 +97,5 @@ def register(sub) -> None:
     ev.add_argument("--pool-size", type=int, default=2000)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", default="cpu")
+    add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)

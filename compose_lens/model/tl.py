@@ -13,6 +13,9 @@ so the next major version is a one-file change:
   so its ``hook_mlp_out`` is exactly zero and every helper that expects the
   standard block layout works unchanged. Biases are zero and frozen unless the
   configuration trains them.
+* :func:`attach_tokenizer` gives the model the task's tokenizer
+  (:mod:`compose_lens.model.tokenizer`, no BOS), so ``to_tokens``, ``to_str_tokens``,
+  ``to_string`` and circuitsvis's token labels work; :func:`boot` attaches it.
 * :func:`parameters` gives the parameter tensors under their clean state-dict
   names (``blocks.1.mlp.in.weight``), which the fast path and the checkpoint code use.
 * :func:`convert_legacy_state_dict` maps a pre-4.0 ``HookedTransformer`` state
@@ -32,7 +35,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
 from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
 
-from compose_lens.config import ModelConfig
+from compose_lens.config import ComposeLensError, ModelConfig, TaskConfig
+from compose_lens.model.tokenizer import task_tokenizer
 
 Model = TransformerBridge
 
@@ -57,8 +61,9 @@ def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
     )
 
 
-def boot(cfg: ModelConfig, device: str | torch.device = "cpu") -> TransformerBridge:
-    """Build a freshly initialised model (seeded by ``cfg.init_seed``).
+def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig | None = None) -> TransformerBridge:
+    """Build a freshly initialised model (seeded by ``cfg.init_seed``) with the tokenizer of ``task``
+    (default: the task the model's sizes imply, :func:`implied_task`).
 
     ``cfg.init == "study"`` gives the study's initialisation: the pre-4.0
     ``HookedTransformer`` drew every weight matrix from N(0, (0.8 / sqrt(d_model))^2).
@@ -75,7 +80,26 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu") -> TransformerBri
                 for name in (f"blocks.{layer}.attn.o.weight", f"blocks.{layer}.mlp.out.weight"):
                     params[name].mul_(residual_scaling(cfg.n_layers))
     apply_structure(model, cfg)
+    attach_tokenizer(model, task or implied_task(cfg))
     return model
+
+
+def implied_task(cfg: ModelConfig) -> TaskConfig | None:
+    """The task whose vocabulary a model's sizes spell out (p = d_vocab_out outputs, p + 3 + n_vars
+    inputs, n_ctx tokens), or None where no task fits them."""
+    try:
+        return TaskConfig(modulus=cfg.d_vocab_out, n_vars=cfg.d_vocab - cfg.d_vocab_out - 3, seq_len=cfg.n_ctx)
+    except ComposeLensError:
+        return None
+
+
+def attach_tokenizer(model: TransformerBridge, task: TaskConfig | None) -> None:
+    """Give ``model`` the task's tokenizer, without BOS (a sequence is exactly the task's tokens)."""
+    if task is None or task.d_vocab != model.cfg.d_vocab:
+        return
+    model.tokenizer = task_tokenizer(task)
+    model.cfg.default_prepend_bos = False
+    model.cfg.tokenizer_prepends_bos = False
 
 
 def residual_scaling(n_layers: int) -> float:

@@ -19,12 +19,16 @@ and lays them out; the maths is elsewhere.
    refinement, each with the phase onsets marked;
 4. :func:`circuit_section`: :func:`compose_lens.analysis.summary.circuit_summary`
    of the final model;
-5. :func:`attention_section`: interactive circuitsvis attention views of a few
-   example sequences, and their PNG heatmaps with the circuit's cells outlined;
+5. :func:`attention_section`: one interactive circuitsvis attention view per example
+   sequence (the PNG heatmap with the circuit's cells outlined folded under it);
 6. the analysis figures: :func:`qk_section` (layer-1 positional and layer-2
    identity QK), :func:`jump_section` (the early jump before/after),
-   :func:`fourier_section` (the best Fourier neuron) and :func:`same_mlp_section`
-   (MLP2 input cosines, constants against variables).
+   :func:`fourier_section` (the best Fourier neuron);
+7. the causal tests: :func:`patching_section` (activation patching grouped by token
+   role), :func:`ablation_section` (accuracy lost per pool) and :func:`same_mlp_section`
+   (the same-MLP verdict and the MLP2 input cosines, constants against variables).
+
+The page opens with a table of contents.
 
 Every image is a base64 ``data:`` URI and every script is inline (the
 circuitsvis bundle once, see :mod:`compose_lens.report.page`), so the page has no
@@ -46,8 +50,12 @@ from typing import Callable
 import pandas as pd
 
 from compose_lens import plots, runs
+from compose_lens.plots import layer_name
 from compose_lens.analysis import figure_data
+from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.attention import sequence_views
+from compose_lens.analysis.patching import patching_table
+from compose_lens.analysis.same_mlp import same_mlp_report
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
@@ -188,13 +196,16 @@ def circuit_section(inp: ReportInputs) -> str:
 
 
 def attention_section(inp: ReportInputs) -> str:
-    parts = ["<p>Interactive views (circuitsvis, drawn offline): pick a head to enlarge it, hover a token to "
-             "see where it attends. Below each, the same patterns with the circuit's cells outlined.</p>"]
+    parts = ["<p>One interactive view per example (circuitsvis, drawn offline): pick a layer to enlarge it, "
+             "hover a token to see where it attends. Under each, folded, the same patterns as a heatmap with "
+             "the circuit's cells outlined.</p>"]
     for i, view in enumerate(sequence_views(inp.model, inp.config, inp.texts)):
         parts.append(view_html(view))
-        parts.append(inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
-                                       "(blue), each value to its variable (green, dashed); layer 2: = to the "
-                                       "values (orange)."))
+        figure = inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
+                                   "(blue), each value to its variable (green, dashed); layer 2: = to the "
+                                   "values (orange). Colour: square root of the attention weight, so weights "
+                                   "near 0.2 stay visible.")
+        parts.append(f"<details><summary>heatmap with the circuit's cells outlined</summary>{figure}</details>")
     return "\n".join(parts)
 
 
@@ -223,10 +234,39 @@ def fourier_section(inp: ReportInputs) -> str:
                              "constant-operand sequences, beside its fitted ideal pattern.")
 
 
+def patching_section(inp: ReportInputs) -> str:
+    n_pairs = 300
+    table = patching_table(inp.model, inp.config, inp.split, n_pairs=n_pairs, corruption="value", by="role",
+                           n_boot=300)
+    top = table.loc[table["mean"].abs().nlargest(3).index]
+    found = "; ".join(f"{layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}" for r in top.itertuples())
+    return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
+            f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
+            f"prompt. Largest: {html.escape(found)}.</p>"
+            + inp.report.figure(plots.patching_figure(table, f"activation patching, value corrupted ({n_pairs} pairs)"),
+                                "patching", "Normalised logit difference (0: the corrupted answer, 1: the clean "
+                                "one). Rows that are zero everywhere (the absent layer-1 MLP) are left out; "
+                                "<code>compose-lens patch --by position</code> gives absolute positions."))
+
+
+def ablation_section(inp: ReportInputs) -> str:
+    table = ablation_table(inp.model, inp.config, inp.split, pool_size=200, single_neurons=False)
+    frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
+    shown = table[~frequencies | (table["kind"] == "resample")]
+    return inp.report.figure(plots.ablation_figure(shown), "ablation",
+                             "Accuracy lost on each pool (200 sequences each) when a component is ablated: "
+                             "the heads and the MLP by zero, mean and resample ablation, each key frequency's "
+                             "neurons and Fourier directions by resample ablation (the other kinds are in "
+                             "<code>compose-lens ablate</code>'s table).")
+
+
 def same_mlp_section(inp: ReportInputs) -> str:
+    report = same_mlp_report(inp.model, inp.config, inp.split)
+    verdict = report.get("verdict") or (report.get("conclusion") or {}).get("verdict") or "no verdict given"
     groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
-    return inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
-                             "Cosine similarity of the MLP2 input, constant against variable operand.")
+    return (f"<p><b>Verdict:</b> {html.escape(str(verdict))}</p>"
+            + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
+                                "Cosine similarity of the MLP2 input, constant against variable operand."))
 
 
 # (anchor, title, section) in page order
@@ -239,6 +279,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = (
     ("qk", "Previous-token head and variable-identity routing", qk_section),
     ("jump", "The early generalisation jump", jump_section),
     ("fourier", "The MLP adds: best Fourier neuron", fourier_section),
+    ("patching", "Activation patching by token role", patching_section),
+    ("ablation", "Ablation: accuracy lost per pool", ablation_section),
     ("same-mlp", "Same MLP for constants and variables", same_mlp_section),
 )
 

@@ -5,8 +5,8 @@ documents (JSON) and figures (PNG), for ``compose-lens analyze``, ``fourier``, `
 Each ``write_*`` function composes: it asks :mod:`compose_lens.analysis` for the
 numbers, :mod:`compose_lens.runs` to write them and :mod:`compose_lens.plots` to
 draw them. It computes and draws nothing of its own. Figures are written by
-:func:`compose_lens.plots.save` as PNG only (``data=None``): the table each one
-draws is already written, with its provenance, as the CSV of the same analysis.
+:func:`compose_lens.plots.save` as PNG, SVG or PDF (``fmt``; ``data=None``): the table
+each one draws is already written, with its provenance, as the CSV of the same analysis.
 
 ``write_analysis(loaded, DIR)`` writes
 
@@ -37,6 +37,7 @@ from typing import Sequence
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from compose_lens import plots
 from compose_lens.analysis import figure_data, fourier
@@ -87,7 +88,7 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
 # -- the Fourier part ----
 
 
-def write_fourier(loaded, out: Path, seed: int) -> dict:
+def write_fourier(loaded, out: Path, seed: int, fmt: str = "png") -> dict:
     """Write the Fourier tables and figures of one model; return the key facts."""
     model, config, split = loaded.model, loaded.config, loaded.split
     record = provenance(config, seed, loaded.source)
@@ -122,47 +123,69 @@ def write_fourier(loaded, out: Path, seed: int) -> dict:
     write_document(comparison, out / "constants_vs_variables.json", record)
 
     plots.save(plots.frequency_shares_figure(figure_data.frequency_variance_shares(grid), keys)[0], None,
-               figures / "frequency_shares.png", dpi=120)
+               figures / "frequency_shares", dpi=120, fmt=fmt)
     plots.save(plots.readout_fourier_figure(fourier.unembed_frequency_norms(readout), keys)[0], None,
-               figures / "readout_fourier.png", dpi=120)
+               figures / "readout_fourier", dpi=120, fmt=fmt)
     if len(best):
         plots.save(plots.best_neurons_figure(figure_data.best_neuron_patterns(grid, best))[0], None,
-                   figures / "best_neurons.png", dpi=100)
+                   figures / "best_neurons", dpi=110, fmt=fmt)
     return {**facts, "constants_vs_variables": comparison}
 
 
-def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True) -> dict:
-    """Write every analysis of one model into ``out``; return ``summary.json``'s content."""
+def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
+                   progress: bool = False) -> dict:
+    """Write every analysis of one model into ``out``; return ``summary.json``'s content.
+
+    ``progress``: a progress bar over the steps (probes, QK, Fourier, same MLP, patching, ablation).
+    """
     model, config, split = loaded.model, loaded.config, loaded.split
-    out.mkdir(parents=True, exist_ok=True)
     figures = out / "figures"
-    figures.mkdir(exist_ok=True)
+    figures.mkdir(parents=True, exist_ok=True)
     record = provenance(config, seed, loaded.source)
-    summary = circuit_summary(model, config, split, seed=seed)
+    summary: dict = {}
 
-    positional, identity = figure_data.qk_matrices(model, config)
-    for name, (fig, table) in {"positional_qk": plots.positional_qk_figure(positional),
-                               "variable_identity": plots.variable_identity_figure(
-                                   identity, config.task.variable_names)}.items():
-        write_table(table, out / f"{name}.csv", record)
-        plots.save(fig, None, figures / f"{name}.png", dpi=120)
-    by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
-    write_table(by_type, out / "scores_by_type.csv", record)
+    def probes() -> None:
+        summary.update(circuit_summary(model, config, split, seed=seed))
+        by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
+        write_table(by_type, out / "scores_by_type.csv", record)
 
-    fourier_facts = write_fourier(loaded, out, seed)
-    summary["constants_vs_variables"] = fourier_facts["constants_vs_variables"]
+    def qk() -> None:
+        positional, identity = figure_data.qk_matrices(model, config)
+        for name, (fig, table) in {"positional_qk": plots.positional_qk_figure(positional),
+                                   "variable_identity": plots.variable_identity_figure(
+                                       identity, config.task.variable_names)}.items():
+            write_table(table, out / f"{name}.csv", record)
+            plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
 
-    same = dict(same_mlp_report(model, config, split, seed=seed))
-    same.pop("tables", None)  # the tables belong to `compose-lens same-mlp`; summary.json keeps the verdict
+    def fourier_step() -> None:
+        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt)["constants_vs_variables"]
+
+    def same_mlp() -> None:
+        same = dict(same_mlp_report(model, config, split, seed=seed))
+        same.pop("tables", None)  # the tables belong to `compose-lens same-mlp`; summary.json keeps the verdict
+        for key in ("config", "code_version", "seed"):
+            same.pop(key, None)
+        summary["same_mlp"] = json_safe(same)
+
+    def patching() -> None:
+        table = patching_table(model, config, split, seed=seed)
+        write_table(table, out / "patching.csv", record)
+        plots.save(plots.patching_figure(table, "activation patching, value corrupted")[0], None,
+                   figures / "patching", dpi=120, fmt=fmt)
+
+    def ablation() -> None:
+        table = ablation_table(model, config, split, seed=seed)
+        write_table(table, out / "ablation.csv", record)
+        plots.save(plots.ablation_figure(table)[0], None, figures / "ablation", dpi=120, fmt=fmt)
+
+    steps = [("probes", probes), ("QK", qk), ("Fourier", fourier_step), ("same MLP", same_mlp)]
+    steps += [("patching", patching), ("ablation", ablation)] if causal else []
+    bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
+    for name, step in bar:
+        bar.set_postfix_str(name)
+        step()
     for key in ("config", "code_version", "seed"):
-        same.pop(key, None)
-    summary["same_mlp"] = json_safe(same)
-    if causal:
-        write_table(patching_table(model, config, split, seed=seed), out / "patching.csv", record)
-        write_table(ablation_table(model, config, split, seed=seed), out / "ablation.csv", record)
-    summary.pop("config", None)
-    summary.pop("code_version", None)
-    summary.pop("seed", None)
+        summary.pop(key, None)
     write_document(summary, out / "summary.json", record)
     return summary
 
@@ -187,25 +210,25 @@ def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tu
 # -- patching and ablation ----
 
 
-def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int = 1000, seed: int = 0
-                   ) -> pd.DataFrame:
-    """``patching_<corruption>.csv`` (+ provenance) and its heatmap into ``out``; returns the table."""
+def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int = 1000, seed: int = 0,
+                   by: str = "role", fmt: str = "png") -> pd.DataFrame:
+    """``patching_<corruption>.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``, by token
+    role or absolute position (``by``); returns the table."""
     table = patching_table(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs,
-                           corruption=corruption, seed=seed)
-    stem = f"patching_{corruption}"
+                           corruption=corruption, seed=seed, by=by)
+    stem = f"patching_{corruption}" + ("" if by == "role" else "_by_position")
     write_table(table, out / f"{stem}.csv",
-                provenance(loaded.config, seed, loaded.source, corruption=corruption, n_pairs=n_pairs))
-    fig, table = plots.patching_figure(
-        table, f"activation patching ({corruption} corrupted), {len(loaded.split.task.variable_names)} vars")
-    plots.save(fig, None, out / f"{stem}.png", dpi=120)
+                provenance(loaded.config, seed, loaded.source, corruption=corruption, n_pairs=n_pairs, by=by))
+    fig, table = plots.patching_figure(table, f"activation patching, {corruption} corrupted ({n_pairs} pairs)")
+    plots.save(fig, None, out / stem, dpi=120, fmt=fmt)
     return table
 
 
-def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 0) -> pd.DataFrame:
-    """``ablation.csv`` (+ provenance) and its heatmap into ``out``; returns the table."""
+def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 0, fmt: str = "png") -> pd.DataFrame:
+    """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``; returns the table."""
     table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
     write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
-    plots.save(plots.ablation_figure(table)[0], None, out / "ablation.png", dpi=120)
+    plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)
     return table
 
 
@@ -213,7 +236,7 @@ def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 
 
 
 def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], out: str | Path,
-                    source: str = "") -> tuple[list[Path], list[dict]]:
+                    source: str = "", fmt: str = "png") -> tuple[list[Path], list[dict]]:
     """Write attention.html (offline), attention_<i>.png/.csv and attention.json into ``out``.
 
     Returns the files written (the page first) and the views (:func:`sequence_views`).
@@ -226,9 +249,10 @@ def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], ou
             "<p>Click a head to enlarge it; hover a token to see where it attends.</p>"]
     for i, view in enumerate(views):
         body.append(view_html(view))
-        written += plots.save(*plots.view_figure(view), out / f"attention_{i}.png")
+        written += plots.save(*plots.view_figure(view), out / f"attention_{i}", fmt=fmt)
     page = out / "attention.html"
     page.write_text(offline_page("compose-lens attention", "\n".join(body), PAGE_STYLE), encoding="utf-8")
     summary = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]
-    (out / "attention.json").write_text(json.dumps({"model": source, "sequences": summary}))
+    record = provenance(config, source=source, sequences=list(texts))
+    (out / "attention.json").write_text(json.dumps({"model": source, "sequences": summary, "provenance": record}))
     return [page, out / "attention.json", *written], views

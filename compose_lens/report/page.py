@@ -9,6 +9,10 @@ bundle, ``circuitsvis/dist/cdn/iife.js``, which defines a global
 (:func:`attention_view`), so a page with many views stays one self-contained
 file that opens from disk.
 
+In a notebook, :func:`notebook_view` wraps one view with the bundle in an object
+Jupyter shows as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank
+offline, this is not.
+
 :class:`Report` builds a page section by section: a section whose analysis fails
 becomes a note on the page instead of stopping the report, and every figure is
 embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page).
@@ -35,7 +39,10 @@ h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin
 table{border-collapse:collapse;margin:.8em 0}td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 .3em}
-.note{color:#666;font-size:.92em}.missing{color:#a33}nav a{margin-right:1em}
+.note{color:#666;font-size:.92em}.missing{color:#a33}
+nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.6em 1.2em;display:inline-block}
+nav.toc ol{margin:.3em 0 0;padding-left:1.4em;columns:2;column-gap:3em}
+details>summary{cursor:pointer;color:#555}
 figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
 """
 
@@ -89,6 +96,26 @@ def view_html(view: dict) -> str:
             + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"]))
 
 
+class OfflineHTML:
+    """HTML with the circuitsvis bundle inlined, shown by Jupyter as it is (no network needed)."""
+
+    def __init__(self, body: str):
+        self.body = body
+
+    def _repr_html_(self) -> str:
+        return f"<script>\n{circuitsvis_bundle()}\n</script>\n{self.body}"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the view as a complete offline page."""
+        Path(path).write_text(offline_page("compose-lens attention", self.body, PAGE_STYLE), encoding="utf-8")
+        return Path(path)
+
+
+def notebook_view(view: dict) -> OfflineHTML:
+    """One entry of :func:`compose_lens.analysis.attention.sequence_views`, ready to display offline."""
+    return OfflineHTML(view_html(view))
+
+
 class Report:
     """An HTML page built section by section; a failing section becomes a note, not a crash."""
 
@@ -119,8 +146,9 @@ class Report:
                 f"<figcaption>{caption}</figcaption></figure>")
 
     def render(self, title: str, subtitle: str) -> str:
-        nav = " ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in self.sections)
-        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p><nav>{nav}</nav>"]
+        items = "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t, _ in self.sections)
+        toc = f'<nav class="toc"><b>Contents</b><ol>{items}</ol></nav>'
+        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p>{toc}"]
         for anchor, title_, content in self.sections:
             body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
         return offline_page(title, "\n".join(body), STYLE)

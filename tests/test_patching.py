@@ -124,10 +124,10 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
     model = str(tmp_path / "model")
     assert main(["patch", model, "--n-pairs", "12", "--out", str(tmp_path / "p"), "--quiet"]) == 0
     assert main(["patch", model, "--n-pairs", "12", "--by", "position", "--format", "svg",
-                 "--out", str(tmp_path / "p"), "--quiet"]) == 0
+                 "--out", str(tmp_path / "q"), "--quiet"]) == 0  # one output folder per call
     assert main(["ablate", model, "--pool-size", "8", "--format", "pdf", "--out", str(tmp_path / "a"),
                  "--quiet"]) == 0
-    for stem, figure in (("p/patching_value", "png"), ("p/patching_value_by_position", "svg"),
+    for stem, figure in (("p/patching_value", "png"), ("q/patching_value_by_position", "svg"),
                          ("a/ablation", "pdf")):
         csv = tmp_path / f"{stem}.csv"
         assert not csv.read_text().startswith("#")

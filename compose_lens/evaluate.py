@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from compose_lens.model import fastpath, tl, weights
+from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive
 from compose_lens.data.split import Split
@@ -28,18 +28,15 @@ from compose_lens.data.split import Split
 
 def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 8192,
                   fast: bool | None = None) -> torch.Tensor:
-    """Logits (N, d_vocab_out) at the last position, fast path where exact."""
-    use_fast = weights.is_paper_architecture(cfg) if fast is None else fast
-    params = tl.parameters(model)
-    device = params["embed.weight"].device
+    """Logits (N, d_vocab_out) at the last position, by the fastest exact forward
+    (``fast=False``: the TransformerLens forward)."""
+    kind = fastpath.forward_kind(cfg, "off" if fast is False else "auto")
+    forward = fastpath.answer_forward(model, cfg, kind)
+    device = tl.parameters(model)["embed.weight"].device
     out = []
     with torch.no_grad():
         for start in range(0, len(tokens), chunk):
-            part = tokens[start: start + chunk].to(device)
-            if use_fast:
-                out.append(fastpath.last_position_logits(params, cfg, part).float().cpu())
-            else:
-                out.append(fastpath.plain_last_position_logits(model, part).float().cpu())
+            out.append(forward(tokens[start: start + chunk].to(device)).float().cpu())
     return torch.cat(out) if out else torch.zeros(0, cfg.d_vocab_out)
 
 

@@ -12,8 +12,10 @@ Every file is written to a temporary name and renamed, so an interruption never
 leaves half a checkpoint. Batches are a pure function of (seed, step)
 (:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved
 with the weights, so a resumed run ends with exactly the weights of an
-uninterrupted one. The training forward is the fast path where it is exact
-(:mod:`compose_lens.model.fastpath`), the TransformerLens forward otherwise.
+uninterrupted one. The training forward is the fastest exact one
+(:func:`compose_lens.model.fastpath.forward_kind`): the table forward for the paper
+model, the last-layer-at-the-last-position forward for other architectures without
+normalisation, the TransformerLens forward otherwise.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
         self.fast = use_fast_path(config)
+        self.forward_kind = fastpath.forward_kind(config.model, "on" if self.fast else t.fast_path)
+        self.forward = fastpath.answer_forward(self.model, config.model, self.forward_kind)
         self.provenance = provenance(config, t.seed)  # read now: the tree may change while the run trains
         self.step = 0
         self.elapsed = 0.0
@@ -123,10 +127,7 @@ class Trainer:
 
     def loss_on(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with autocast_context(self.config):
-            if self.fast:
-                logits = fastpath.last_position_logits(self.params, self.config.model, tokens)
-            else:
-                logits = fastpath.plain_last_position_logits(self.model, tokens)
+            logits = self.forward(tokens)
         return F.cross_entropy(logits.float(), labels)
 
     def train_step(self) -> float:
@@ -181,6 +182,7 @@ class Trainer:
             "steps": self.step,
             "train_wall_time_s": round(self.elapsed, 2),
             "fast_path": self.fast,
+            "forward": self.forward_kind,
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": exhaustive_accuracies(self.model, self.config, self.split),
             **self.provenance,

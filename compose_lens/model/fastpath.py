@@ -22,9 +22,10 @@ No tensor of shape (batch, positions, d_model) is ever made, so a training step
 costs a few small matrix products and gathers; the baseline forward makes a
 dozen (B n) x d x d products. It is exact for the paper architecture
 (:func:`compose_lens.model.weights.is_paper_architecture`: two layers, one head
-each, an MLP only in the last layer, no normalisation, frozen zero biases); the
-trainer falls back to the plain
-TransformerLens forward for everything else.
+each, an MLP only in the last layer, no normalisation, frozen zero biases).
+Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
+(the last layer at the last position only); the rest the plain TransformerLens
+forward. :func:`answer_forward` makes that choice for the trainer and the evaluations.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from compose_lens.config import ModelConfig
-from compose_lens.model import tl, weights
+from compose_lens.model import lastpos, tl, weights
 
 @dataclass
 class AnswerActivations:
@@ -131,3 +132,29 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
 def plain_last_position_logits(model: tl.Model, tokens: torch.Tensor) -> torch.Tensor:
     """The baseline: the full TransformerLens forward, read at the last position."""
     return model(tokens)[:, -1]
+
+
+def forward_kind(cfg: ModelConfig, mode: str = "auto") -> str:
+    """Which forward computes the answer logits of ``cfg``: ``"tables"`` (this module),
+    ``"lastpos"`` (:mod:`compose_lens.model.lastpos`) or ``"transformerlens"``.
+
+    ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest
+    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables.
+    """
+    if mode == "off":
+        return "transformerlens"
+    if weights.is_paper_architecture(cfg):
+        return "tables"
+    if mode == "on":
+        raise ValueError("fast_path=on needs the paper architecture")
+    return "lastpos" if lastpos.covers(cfg) else "transformerlens"
+
+
+def answer_forward(model: tl.Model, cfg: ModelConfig, kind: str):
+    """``tokens -> logits`` (B, d_vocab_out) at the last position, by the forward ``kind`` names."""
+    params = tl.parameters(model)
+    if kind == "tables":
+        return lambda tokens: last_position_logits(params, cfg, tokens)
+    if kind == "lastpos":
+        return lambda tokens: lastpos.last_position_logits(params, cfg, tokens)
+    return lambda tokens: plain_last_position_logits(model, tokens)

@@ -287,7 +287,8 @@ class TrainConfig(_JsonConfig):
     device: str = "cpu"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
-    threads: int = 0  # 0: torch's default
+    threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)
+    compile: str = "auto"  # torch.compile the training forward: auto (runs of >= 5,000 steps), on, off
 
     def __post_init__(self) -> None:
         _check_positive_ints(self, "steps", "batch_size", "eval_every", "checkpoint_every", "pool_size")
@@ -296,6 +297,8 @@ class TrainConfig(_JsonConfig):
         _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
         _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
+        _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: use auto, on or off")
+        _check(self.threads >= 0, f"threads={self.threads}: use 0 (automatic) or a positive count")
         _check(self.device == "cpu" or self.device.startswith("cuda"),
                f"device={self.device!r}: use cpu or cuda")
 

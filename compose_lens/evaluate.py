@@ -26,7 +26,7 @@ from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, m
 from compose_lens.data.split import Split
 
 
-def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 8192,
+def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, chunk: int = 1024,
                   fast: bool | None = None) -> torch.Tensor:
     """Logits (N, d_vocab_out) at the last position, by the fastest exact forward
     (``fast=False``: the TransformerLens forward)."""

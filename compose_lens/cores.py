@@ -11,7 +11,9 @@ measured as the machine's busy CPU time (``/proc/stat``) minus this process's
 own (``os.times``). The trainer asks again at every evaluation (every 100 steps),
 so a run that started alone drops to one thread when a second training starts
 beside it, and takes the second core back when it is free. A thread count set
-explicitly (``--set threads=N``) is kept as it is.
+explicitly (``--set threads=N``) is kept as it is. The other commands
+(evaluate, analyze, dynamics, ...) take :func:`threads_now` threads, from the
+load average, unless ``OMP_NUM_THREADS`` says otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def threads_for(cores: int, busy_elsewhere: float) -> int:
     (2, 1, 1, 1)
     """
     return max(1, min(cores, int(cores - busy_elsewhere + 0.5 - 1e-9)))
+
+
+def threads_now() -> int:
+    """The thread count for a short command (an evaluation, an analysis): ``cores`` minus the
+    machine's 1-minute load average (this process has not run yet, so that is the others')."""
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return threads_for(cpu_count(), busy)
 
 
 class ThreadGovernor:

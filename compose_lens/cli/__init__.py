@@ -19,12 +19,14 @@ Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
 from compose_lens.cli import analysis, data, dynamics, patching, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.config import ComposeLensError
+from compose_lens.cores import threads_now
 
 COMMAND_MODULES = (data, train, analysis, patching, dynamics, sweep)
 
@@ -37,8 +39,15 @@ def build_parser() -> Parser:
     return parser
 
 
+# commands that choose their own threads: the trainer follows the load as it runs
+# (compose_lens.cores.ThreadGovernor), the sweep gives each worker its share
+OWN_THREADS = ("train", "sweep")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in OWN_THREADS:  # before torch is imported, which reads it once
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads_now()))
     try:
         return int(args.func(args) or 0)
     except ComposeLensError as exc:

@@ -9,7 +9,8 @@ machine is often shared: read the ratios, and the load printed with them):
 * before: the table fast path (:mod:`compose_lens.model.fastpath`), eager, fp32, plus
   the pool evaluation every 100 steps as it was (chunks of 8,192), per step;
 * after: the same fast path under ``torch.compile`` (what ``train.compile=auto``
-  does for runs of >= 5,000 steps), plus the evaluation in chunks of 1,024, per step;
+  does for runs of >= 5,000 steps), plus the evaluation by the compiled forward in
+  chunks of 1,024, per step (the trainer's way);
 * threads: the eager step with 1 thread and with every core;
 * other architectures: TransformerLens against :mod:`compose_lens.model.lastpos`
   (the last layer at the last position only), fp32 and CPU bf16 autocast.
@@ -93,12 +94,13 @@ def with_threads(fn, threads: int):
     return run
 
 
-def eval_cost(model, config: RunConfig, tokens: torch.Tensor, chunk: int, repeats: int = 3) -> float:
+def eval_cost(model, config: RunConfig, tokens: torch.Tensor, chunk: int, forward=None, repeats: int = 3) -> float:
     """Seconds of one pool evaluation (the nine pools, one concatenated batch)."""
+    answer_logits(model, config.model, tokens, chunk=chunk, forward=forward)  # warm up (compiles)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        answer_logits(model, config.model, tokens, chunk=chunk)
+        answer_logits(model, config.model, tokens, chunk=chunk, forward=forward)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -119,7 +121,7 @@ def paper_model(args, batches, split) -> None:
     med = interleaved(paths, batches, args.rounds, {"baseline": 2})
     pools, _ = concat_batches(make_pools(split, config.train.pool_size, config.train.seed))
     per_step_eval = {"before": eval_cost(model, config, pools.tokens, 8192) / config.train.eval_every,
-                     "after": eval_cost(model, config, pools.tokens, 1024) / config.train.eval_every}
+                     "after": eval_cost(model, config, pools.tokens, 1024, compiled) / config.train.eval_every}
     base = med["baseline"]
     print(f"\npaper model, batch {config.train.batch_size}, {torch.get_num_threads()} threads "
           f"({cpu_count()} cores), {load()}; compile took {compile_s:.1f} s")

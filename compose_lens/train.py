@@ -62,6 +62,8 @@ def use_compile(config: RunConfig) -> bool:
     short runs of the tests. The TransformerLens forward (hooks) is never compiled.
     """
     mode = config.train.compile
+    if mode == "auto" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+        return False  # inductor writes C++ on CPU: no compiler, no compiling
     return mode == "on" or (mode == "auto" and config.train.steps >= COMPILE_MIN_STEPS)
 
 

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from compose_lens.config import ModelConfig
 from compose_lens.model import lastpos, tl, weights
@@ -74,6 +75,24 @@ def resid_after_layer1(params: dict[str, torch.Tensor], tokens: torch.Tensor, pa
     return X[tokens] + X[places] + pattern0 @ (XOV0[tokens] + XOV0[places])
 
 
+def layer1_scores(S0: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Layer-1 scores (B, n, n), unscaled, from the (V + n) x (V + n) table ``S0``.
+
+    Query i holds token t_i at place V + i, key j token t_j at place V + j; the score is
+    the sum of four entries of S0, in this order: token-token (one gather from the
+    V x V block at the pair index), token-place and place-token (row gathers of the
+    V x n and n x V blocks: every query row reads n contiguous entries) and place-place
+    (the same n x n block for every sequence). Row gathers compile to tighter loops than
+    one flat gather at computed indices (1.8 ms against 2.4 ms fwd + bwd, compiled).
+    """
+    n = tokens.shape[1]
+    V = S0.shape[0] - n
+    token_token = S0[:V, :V].flatten()[tokens.unsqueeze(2) * V + tokens.unsqueeze(1)]
+    token_place = F.embedding(tokens, S0[:V, V:])  # (B, n_query, n_key)
+    place_token = F.embedding(tokens, S0[V:, :V].T).transpose(1, 2)  # (B, n_key, n_query) -> (B, n_query, n_key)
+    return token_token + token_place + place_token + S0[V:, V:]
+
+
 def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> AnswerActivations:
     """The fast forward, keeping the activations on the way (see the module docstring)."""
     B, n = tokens.shape
@@ -94,11 +113,7 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     # ---- layer 1 (blocks.0): attention pattern from one (V+n) x (V+n) score table -----
     # S0[a, b]: query row a (a token or a position) against key row b, before scaling.
     S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T
-    R = V + n
-    query_rows = torch.stack([tokens, tokens, positions + V]).unsqueeze(3)  # token / token / position
-    key_rows = torch.stack([tokens, positions + V, tokens]).unsqueeze(2)    # token / position / token
-    pairs = S0.flatten().gather(0, (query_rows * R + key_rows).flatten()).view(3, B, n, n)
-    scores0 = pairs.sum(0) + S0[V:, V:]  # + query position against key position
+    scores0 = layer1_scores(S0, tokens)
     causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
     A0 = (scores0 * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)  # (B, n, n)
 

@@ -364,7 +364,8 @@ class TrainConfig(_JsonConfig):
     device: str = "cpu"
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
-    threads: int = 0  # 0: torch's default
+    threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)
+    compile: str = "auto"  # torch.compile the training forward: auto (runs of >= 5,000 steps), on, off
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -374,10 +375,11 @@ class TrainConfig(_JsonConfig):
         _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
         _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
+        _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: use auto, on or off")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")
         _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
-        _check(self.threads >= 0, f"threads={self.threads}: use 0 (torch's default) or a positive count")
+        _check(self.threads >= 0, f"threads={self.threads}: use 0 (automatic) or a positive count")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ Every file is written to a temporary name and renamed, so an interruption never
 leaves half a checkpoint. Batches are a pure function of (seed, step)
 (:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved
 with the weights, so a resumed run ends with exactly the weights of an
-uninterrupted one. The training forward is the fast path where it is exact
-(:mod:`compose_lens.model.fastpath`), the TransformerLens forward otherwise.
+uninterrupted one. The training forward is the fastest exact one
+(:func:`compose_lens.model.fastpath.forward_kind`): the table forward for the paper
+model, the last-layer-at-the-last-position forward for other architectures without
+normalisation, the TransformerLens forward otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tqdm.auto import tqdm
 from compose_lens import runs, safety
 from compose_lens.safety import check_training_memory
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
@@ -46,6 +49,24 @@ def use_fast_path(config: RunConfig) -> bool:
                                "(it needs 2 layers, 1 head, an MLP in layer 1 only, no norm, "
                                "frozen biases); use fast_path=auto")
     return mode == "on" or (mode == "auto" and weights.is_paper_architecture(config.model))
+
+
+COMPILE_MIN_STEPS = 5_000
+
+
+def use_compile(config: RunConfig) -> bool:
+    """Whether to ``torch.compile`` the training forward (and so its backward).
+
+    Inductor fuses the fast path's small kernels into a few loops: ~1.3x per step on
+    CPU, for a one-off compile of ~25-50 s on 2 cores (~3 s once its cache in
+    /tmp/torchinductor_$USER is warm). ``auto`` compiles runs of at least
+    ``COMPILE_MIN_STEPS`` steps, where the compile pays for itself, and never the
+    short runs of the tests. The TransformerLens forward (hooks) is never compiled.
+    """
+    mode = config.train.compile
+    if mode == "auto" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+        return False  # inductor writes C++ on CPU: no compiler, no compiling
+    return mode == "on" or (mode == "auto" and config.train.steps >= COMPILE_MIN_STEPS)
 
 
 def autocast_context(config: RunConfig):
@@ -94,8 +115,10 @@ class Trainer:
 
     def _build(self) -> None:
         t = self.config.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        # threads: as configured, else the cores nobody else uses (compose_lens.cores), asked
+        # again at every evaluation; a count the caller set already (sweep workers) is kept
+        self.governor = ThreadGovernor() if not t.threads and torch.get_num_threads() == cpu_count() else None
+        torch.set_num_threads(t.threads or torch.get_num_threads())
         self.device = torch.device(t.device)
         self.sampler = TrainingSampler(self.split, t.batch_size, t.seed)
         self.pools = make_pools(self.split, t.pool_size, t.seed)
@@ -105,10 +128,17 @@ class Trainer:
         # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
+        self.forward_kind = fastpath.forward_kind(self.config.model, "on" if self.fast else t.fast_path)
+        self.forward = fastpath.answer_forward(self.model, self.config.model, self.forward_kind)
+        self.compiled = use_compile(self.config) and self.forward_kind != "transformerlens"
+        if self.compiled:
+            self.forward = torch.compile(self.forward, dynamic=False)
         self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
         self.step = 0
         self.saved_step = 0
         self.elapsed = 0.0
+        if self.governor is not None:
+            torch.set_num_threads(self.governor.first_threads())
         if self.resuming:
             self._load_resume_state()
         else:
@@ -141,7 +171,8 @@ class Trainer:
                 raise ComposeLensError(f"{d}: holds {foreign[0]}, which is not part of a run; "
                                        f"this is not a run directory")
             saved = d / runs.CONFIG_FILE
-            if saved.exists() and load_json(saved) != self.config.to_dict():
+            # new keys at their defaults, so a run of an earlier version still resumes
+            if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != self.config.to_dict():
                 raise ComposeLensError(f"{d}: the run was started with another configuration; "
                                        f"resume without --config/--set, or use a new --out")
             return "resume" if (d / runs.RESUME_FILE).exists() else "restart"
@@ -202,10 +233,7 @@ class Trainer:
 
     def loss_on(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with autocast_context(self.config):
-            if self.fast:
-                logits = fastpath.last_position_logits(self.params, self.config.model, tokens)
-            else:
-                logits = fastpath.plain_last_position_logits(self.model, tokens)
+            logits = self.forward(tokens)
         return F.cross_entropy(logits.float(), labels)
 
     def train_step(self) -> float:
@@ -218,7 +246,10 @@ class Trainer:
         return loss.item()
 
     def evaluate_pools(self) -> dict[str, float]:
-        return pool_accuracies(self.model, self.config, self.pools)
+        if self.governor is not None:
+            torch.set_num_threads(self.governor.threads(torch.get_num_threads()))
+        # the compiled forward evaluates too (1.5x; the same argmax as eager on every pool row)
+        return pool_accuracies(self.model, self.config, self.pools, self.forward if self.compiled else None)
 
     def save_checkpoint(self) -> None:
         try:
@@ -275,6 +306,9 @@ class Trainer:
             "steps": self.step,
             "train_wall_time_s": round(self.elapsed, 2),
             "fast_path": self.fast,
+            "forward": self.forward_kind,
+            "compiled": self.compiled,
+            "threads": torch.get_num_threads(),
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": exhaustive_accuracies(self.model, self.config, self.split),
             **self.provenance,

@@ -26,6 +26,7 @@ from typing import Sequence
 from compose_lens.cli import analysis, data, dynamics, patching, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.config import ComposeLensError
+from compose_lens.cores import threads_now
 from compose_lens.provenance import set_command
 
 COMMAND_MODULES = (data, train, analysis, patching, dynamics, sweep)
@@ -37,6 +38,11 @@ def build_parser() -> Parser:
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
+
+
+# commands that choose their own threads: the trainer follows the load as it runs
+# (compose_lens.cores.ThreadGovernor), the sweep gives each worker its share
+OWN_THREADS = ("train", "sweep")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, its line already written)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if args.command not in OWN_THREADS:  # before torch is imported, which reads it once
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads_now()))
     set_command(["compose-lens", *argv])  # every file this command writes records it
     try:
         return int(args.func(args) or 0)

@@ -274,3 +274,20 @@ def test_evaluate_loads_the_safetensors_file_it_is_given(tmp_path, tiny_config):
 def test_a_diverging_run_stops_with_one_line(tmp_path, tiny_config):
     with pytest.raises(ComposeLensError, match="diverged"):
         Trainer(tiny_config.with_overrides(["lr=1e30"]), tmp_path / "run", progress=False).run()
+
+
+def test_compile_only_for_long_runs(tiny_config):
+    from compose_lens.train import COMPILE_MIN_STEPS, use_compile
+
+    assert not use_compile(tiny_config)  # the tests' short runs stay eager
+    long = tiny_config.replace(train=tiny_config.train.replace(steps=COMPILE_MIN_STEPS))
+    assert use_compile(long.replace(train=long.train.replace(compile="on")))
+    assert not use_compile(long.replace(train=long.train.replace(compile="off")))
+
+
+def test_thread_rule_counts_only_other_processes():
+    from compose_lens.cores import ThreadGovernor, threads_for
+
+    assert threads_for(2, 0.0) == 2 and threads_for(2, 1.0) == 1 and threads_for(4, 1.2) == 3
+    governor = ThreadGovernor()
+    assert 1 <= governor.first_threads(0.2) <= governor.cores

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from compose_lens.model import fastpath, tl
+from compose_lens.model import fastpath, lastpos, tl
 from compose_lens.model.weights import is_paper_architecture
 from compose_lens.config import ComposeLensError, ModelConfig
 from compose_lens.runs import load_model, load_reference_pth, save_model, load_model_dir
@@ -92,6 +92,45 @@ def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_spl
     model = tl.boot(cfg)
     tokens = TrainingSampler(tiny_split, 4, 0).batch(0).tokens
     assert model(tokens).shape == (4, tiny_config.task.seq_len, tiny_config.task.modulus)
+
+
+OTHER_ARCHITECTURES = [dict(n_layers=3, mlp_layers=(0, 1, 2), n_heads=2, d_head=16),
+                       dict(n_layers=4, mlp_layers=(0, 1, 2, 3), n_heads=4, d_head=8, act_fn="gelu"),
+                       dict(n_layers=2, mlp_layers=(0, 1), trained_biases=True)]
+
+
+@pytest.mark.parametrize("changes", OTHER_ARCHITECTURES)
+def test_last_position_forward_matches_transformerlens(tiny_config, tiny_split, changes):
+    """The last-layer-at-the-last-position forward: same logits and gradients as the full forward."""
+    cfg = tiny_config.model.replace(**changes)
+    assert fastpath.forward_kind(cfg) == "lastpos"
+    model = tl.boot(cfg)
+    params = tl.parameters(model)
+    with torch.no_grad():  # biases away from zero, so the trained-bias path is tested too
+        for name, p in params.items():
+            if name.endswith("bias") and p.requires_grad:
+                p.normal_(0, 0.2)
+    batch = TrainingSampler(tiny_split, 128, 0).batch(0)
+    results = []
+    for forward in (lambda t: lastpos.last_position_logits(params, cfg, t),
+                    lambda t: fastpath.plain_last_position_logits(model, t)):
+        model.zero_grad()
+        logits = forward(batch.tokens)
+        torch.nn.functional.cross_entropy(logits, batch.labels).backward()
+        results.append((logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                          if p.grad is not None}))
+    (fast, fast_grads), (plain, plain_grads) = results
+    assert torch.allclose(fast, plain, atol=1e-5, rtol=1e-4), (fast - plain).abs().max()
+    assert fast_grads.keys() == plain_grads.keys()
+    for name in fast_grads:
+        assert torch.allclose(fast_grads[name], plain_grads[name], atol=1e-6, rtol=1e-3), name
+
+
+def test_normalised_models_take_the_transformerlens_forward(tiny_config):
+    cfg = tiny_config.model.replace(normalization_type="LN", mlp_layers=(0, 1))
+    assert fastpath.forward_kind(cfg) == "transformerlens"
+    assert fastpath.forward_kind(tiny_config.model) == "tables"
+    assert fastpath.forward_kind(tiny_config.model, "off") == "transformerlens"
 
 
 def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):

@@ -1,0 +1,96 @@
+"""How many torch threads a training should use: the cores that nobody else is using.
+
+The training step is a few dozen small kernels. On an idle 2-core machine two
+threads beat one; but when another job keeps a core busy, two threads fight it
+for that core and every parallel kernel waits for its slowest thread: on a
+busy 2-core machine a 2-thread step was ~10x slower than a 1-thread step.
+
+The rule (:class:`ThreadGovernor`): use ``cores - busy`` threads, at least one,
+where ``busy`` is how many cores *other* processes used over the last interval,
+measured as the machine's busy CPU time (``/proc/stat``) minus this process's
+own (``os.times``). The trainer asks again at every evaluation (every 100 steps),
+so a run that started alone drops to one thread when a second training starts
+beside it, and takes the second core back when it is free. A thread count set
+explicitly (``--set threads=N``) is kept as it is. The other commands
+(evaluate, analyze, dynamics, ...) take :func:`threads_now` threads, from the
+load average, unless ``OMP_NUM_THREADS`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds every core has spent on work since boot (``/proc/stat``), None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is inside user time
+
+
+def own_busy_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def threads_for(cores: int, busy_elsewhere: float) -> int:
+    """``cores - busy_elsewhere``, rounded, between 1 and ``cores``.
+
+    >>> threads_for(2, 0.1), threads_for(2, 0.9), threads_for(2, 1.0), threads_for(2, 3.5)
+    (2, 1, 1, 1)
+    """
+    return max(1, min(cores, int(cores - busy_elsewhere + 0.5 - 1e-9)))
+
+
+def threads_now() -> int:
+    """The thread count for a short command (an evaluation, an analysis): ``cores`` minus the
+    machine's 1-minute load average (this process has not run yet, so that is the others')."""
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return threads_for(cpu_count(), busy)
+
+
+class ThreadGovernor:
+    """Measures the other processes' load between calls and says how many threads to use."""
+
+    def __init__(self) -> None:
+        self.cores = cpu_count()
+        self._mark = self._sample()
+
+    def _sample(self) -> tuple[float, float | None, float]:
+        return time.monotonic(), machine_busy_seconds(), own_busy_seconds()
+
+    def busy_elsewhere(self) -> float | None:
+        """Cores the other processes used since the last call, on average (None: unknown)."""
+        now = self._sample()
+        (t0, machine0, own0), (t1, machine1, own1) = self._mark, now
+        self._mark = now
+        if machine0 is None or machine1 is None or t1 - t0 < 0.2:
+            return None
+        return max(0.0, ((machine1 - machine0) - (own1 - own0)) / (t1 - t0))
+
+    def threads(self, current: int) -> int:
+        """The thread count for the next interval (``current`` if the load is unknown)."""
+        busy = self.busy_elsewhere()
+        return current if busy is None else threads_for(self.cores, busy)
+
+    def first_threads(self, probe_s: float = 0.3) -> int:
+        """The thread count to start with, from the load since the governor was made
+        (waiting until ``probe_s`` have passed)."""
+        time.sleep(max(0.0, probe_s - (time.monotonic() - self._mark[0])))
+        return self.threads(self.cores)

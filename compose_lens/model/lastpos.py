@@ -1,0 +1,78 @@
+"""A plain-torch forward for any depth and head count, the last layer at the last position only.
+
+The answer is read at the last position, so the last layer is needed there only:
+
+* **Every layer but the last** runs over all n positions, as TransformerLens runs
+  it: attention (causal, scores scaled by 1 / sqrt(d_head)), then the MLP if the
+  layer has one. These are a few (B n) x d products per layer, with no hooks.
+* **The last layer** needs its keys and values at every position (the last
+  query attends to all of them) but its query, its attention output and its MLP
+  at the last position only: (B, d) vectors instead of (B, n, d).
+* The unembedding acts on the last position only.
+
+For the paper model (2 layers, an MLP in layer 2 only) :mod:`compose_lens.model.fastpath`
+goes further; this module covers the architectures that path does not (3-4 layers,
+several heads, an MLP in every layer, trained biases). It does not cover
+normalisation layers (:func:`covers`); the trainer then uses the TransformerLens
+forward. The numbers match the TransformerLens forward up to float rounding
+(tests/test_model.py checks logits and gradients).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compose_lens.config import ModelConfig
+from compose_lens.model import weights
+
+
+def covers(cfg: ModelConfig) -> bool:
+    """Whether :func:`last_position_logits` is exact for ``cfg`` (no normalisation layers)."""
+    return cfg.normalization_type is None
+
+
+def _linear(params: dict[str, torch.Tensor], cfg: ModelConfig, x: torch.Tensor, name: str) -> torch.Tensor:
+    out = x @ params[f"{name}.weight"].T
+    return out + params[f"{name}.bias"] if cfg.trained_biases else out
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, m, H d_head) -> (B, H, m, d_head)."""
+    B, m, _ = x.shape
+    return x.view(B, m, n_heads, -1).transpose(1, 2)
+
+
+def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,
+              last_only: bool) -> torch.Tensor:
+    """Attention output of ``blocks.{layer}`` on the residual stream (B, n, d).
+
+    ``last_only``: the output at the last position only, (B, 1, d); else (B, n, d).
+    """
+    name = f"blocks.{layer}.attn"
+    H, n = cfg.n_heads, resid.shape[1]
+    queries = resid[:, -1:] if last_only else resid
+    q = _heads(_linear(params, cfg, queries, f"{name}.q"), H)  # (B, H, m, d_head)
+    k = _heads(_linear(params, cfg, resid, f"{name}.k"), H)  # (B, H, n, d_head)
+    v = _heads(_linear(params, cfg, resid, f"{name}.v"), H)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.d_head)  # (B, H, m, n)
+    if not last_only:  # the last query sees every key; the others only the keys before them
+        scores = scores + torch.full((n, n), float("-inf"), device=resid.device).triu(1)
+    z = scores.softmax(dim=-1) @ v  # (B, H, m, d_head)
+    z = z.transpose(1, 2).reshape(resid.shape[0], queries.shape[1], -1)
+    return _linear(params, cfg, z, f"{name}.o")
+
+
+def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits (B, d_vocab_out) at the last position (see the module docstring)."""
+    n = tokens.shape[1]
+    resid = params["embed.weight"][tokens] + params["pos_embed.weight"][:n]  # (B, n, d)
+    last = cfg.n_layers - 1
+    for layer in range(cfg.n_layers):
+        is_last = layer == last
+        mid = (resid[:, -1:] if is_last else resid) + attention(params, cfg, layer, resid, is_last)
+        if layer in cfg.mlp_layers:
+            mid = mid + weights.mlp_out(params, cfg, mid, layer)[2]
+        resid = mid
+    return weights.unembed(params, cfg, resid[:, -1])

@@ -8,10 +8,13 @@ busy 2-core machine a 2-thread step was ~10x slower than a 1-thread step.
 The rule (:class:`ThreadGovernor`): use ``cores - busy`` threads, at least one,
 where ``busy`` is how many cores *other* processes used over the last interval,
 measured as the machine's busy CPU time (``/proc/stat``) minus this process's
-own (``os.times``). The trainer asks again at every evaluation (every 100 steps),
-so a run that started alone drops to one thread when a second training starts
-beside it, and takes the second core back when it is free. A thread count set
-explicitly (``--set threads=N``) is kept as it is. The other commands
+own (``os.times``). The trainer asks once, when it starts, and keeps that count for
+the whole run (``results.json`` records it): the thread count changes float
+rounding (after 60 steps of the paper model, 1 and 2 threads differ by 4e-7 in the
+weights, which training amplifies), so a run that changed its threads as the load
+moved could not be repeated bit for bit. A second training started beside a running
+one sees the busy core and takes one thread. A thread count set explicitly
+(``--set threads=N``) is kept as it is; pin it to repeat a run exactly. The other commands
 (evaluate, analyze, dynamics, ...) take :func:`threads_now` threads, from the
 load average, unless ``OMP_NUM_THREADS`` says otherwise.
 """

@@ -115,8 +115,9 @@ class Trainer:
 
     def _build(self) -> None:
         t = self.config.train
-        # threads: as configured, else the cores nobody else uses (compose_lens.cores), asked
-        # again at every evaluation; a count the caller set already (sweep workers) is kept
+        # threads: as configured, else the cores nobody else uses when the run starts
+        # (compose_lens.cores), kept for the whole run so it stays repeatable; a count the
+        # caller set already (sweep workers) is kept
         self.governor = ThreadGovernor() if not t.threads and torch.get_num_threads() == cpu_count() else None
         torch.set_num_threads(t.threads or torch.get_num_threads())
         self.device = torch.device(t.device)
@@ -246,8 +247,6 @@ class Trainer:
         return loss.item()
 
     def evaluate_pools(self) -> dict[str, float]:
-        if self.governor is not None:
-            torch.set_num_threads(self.governor.threads(torch.get_num_threads()))
         # the compiled forward evaluates too (1.5x; the same argmax as eager on every pool row)
         return pool_accuracies(self.model, self.config, self.pools, self.forward if self.compiled else None)
 

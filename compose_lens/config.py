@@ -365,7 +365,7 @@ class TrainConfig(_JsonConfig):
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
     threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)
-    compile: str = "auto"  # torch.compile the training forward: auto (runs of >= 5,000 steps), on, off
+    compile: str = "off"  # torch.compile the training forward: off, on, or auto (runs of >= 5,000 steps)
 
     def __post_init__(self) -> None:
         check_types(self)

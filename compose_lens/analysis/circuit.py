@@ -506,3 +506,20 @@ def edge_table(gm: GraphModel, scores: torch.Tensor, method: str, found: torch.T
     if labels is not None:
         table["labelled"] = labels.tolist()
     return table
+
+
+def resample_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPairs:
+    """About ``n_pairs`` pairs from the 0-, 1- and 2-var training pools, each prompt against
+    another prompt of its pool with another answer (the resample corruption ACDC uses)."""
+    if n_pairs < 6:
+        raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 6 prompt pairs (two per pool)")
+    from compose_lens.data.sampler import make_pool
+
+    parts = []
+    for i, name in enumerate(("0var_train", "1var_train", "2var_train")):
+        batch = make_pool(split, name, n_pairs // 3 + (i < n_pairs % 3), seed)
+        parts.append(pool_pairs(batch.tokens, batch.labels, name, seed))
+    return concat_pairs(parts, "resample")
+
+
+PAIRS = {"resample": resample_pairs, "mixed": circuit_pairs}

@@ -80,7 +80,7 @@ import pandas as pd
 import torch
 
 from compose_lens.config import ComposeLensError, ModelConfig
-from compose_lens.data.sampler import make_pools
+from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
@@ -513,8 +513,6 @@ def resample_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPai
     another prompt of its pool with another answer (the resample corruption ACDC uses)."""
     if n_pairs < 6:
         raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 6 prompt pairs (two per pool)")
-    from compose_lens.data.sampler import make_pool
-
     parts = []
     for i, name in enumerate(("0var_train", "1var_train", "2var_train")):
         batch = make_pool(split, name, n_pairs // 3 + (i < n_pairs % 3), seed)

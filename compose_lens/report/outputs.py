@@ -40,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from compose_lens import plots
+from compose_lens.analysis import circuit as C
 from compose_lens.analysis import figure_data, fourier
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.activations import torch_threads
@@ -266,8 +267,6 @@ def write_circuit(loaded: Loaded, out: Path, method: str = "eap-ig", n_pairs: in
                   threshold: float = 0.01, fmt: str = "png") -> tuple[pd.DataFrame, dict]:
     """``circuit_<method>.csv`` (one row per edge) with its provenance, ``circuit_<method>_pools.csv``
     (faithfulness of the found circuit on every pool) and the graph figure into ``out``."""
-    from compose_lens.analysis import circuit as C
-
     gm = C.GraphModel.from_model(loaded.model, loaded.config.model, positions)
     pairs = C.PAIRS[pairs_kind](loaded.split, n_pairs, seed)
     scores, seconds = C.method_scores(gm, pairs, method, threshold=threshold)

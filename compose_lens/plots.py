@@ -673,3 +673,60 @@ def _interval_bars(ax, labels, table: pd.DataFrame, colours) -> None:
     ax.set_xlim(0, 1.02)
     ax.set_xlabel("accuracy")
     ax.legend(fontsize=7, loc="lower right")
+
+
+# -- circuit discovery -------------------------------------------------------------------------
+
+
+def _node_layout(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """x: depth (embed, then each layer's heads, then its MLP, then logits); y: spread within a depth."""
+    def depth(node: str) -> float:
+        if node == "embed":
+            return 0.0
+        if node == "logits":
+            return 1e6
+        layer = int(node[1:].split(".")[0])
+        return 2 * layer + (1 if node.startswith("a") else 2)
+
+    nodes = sorted(set(table["sender"]) | {r.rsplit(".", 1)[0] if r[-2:] in (".q", ".k", ".v") else r
+                                           for r in table["receiver"]}, key=lambda n: (depth(n), n))
+    columns = sorted({depth(n) for n in nodes})
+    pos = {}
+    for x, d in enumerate(columns):
+        group = [n for n in nodes if depth(n) == d]
+        for i, n in enumerate(group):
+            pos[n] = (float(x), i - (len(group) - 1) / 2)
+    return pos
+
+
+def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """The found circuit as a graph: nodes in layers, edges of the circuit drawn with width by |score|
+    (edges split by position summed), q / k / v inputs in three colours; others faint."""
+    grouped = (table.assign(abs_score=table["score"].abs())
+               .groupby(["sender", "receiver"], as_index=False)
+               .agg(score=("score", "sum"), abs_score=("abs_score", "sum"), in_circuit=("in_circuit", "any")))
+    pos = _node_layout(grouped)
+    fig, ax = plt.subplots(figsize=(1.8 * (max(x for x, _ in pos.values()) + 2), 4.5))
+    colours = {"q": "tab:blue", "k": "tab:green", "v": "tab:orange"}
+    top = max(float(grouped["abs_score"].max()), 1e-9)
+    for row in grouped.itertuples():
+        kind = row.receiver[-1] if row.receiver[-2:] in (".q", ".k", ".v") else ""
+        target = row.receiver[:-2] if kind else row.receiver
+        (x0, y0), (x1, y1) = pos[row.sender], pos[target]
+        offset = {"q": -0.12, "k": 0.0, "v": 0.12}.get(kind, 0.0)
+        ax.annotate("", xy=(x1 - 0.08, y1 + offset), xytext=(x0 + 0.08, y0),
+                    arrowprops=dict(arrowstyle="-|>", lw=0.5 + 6 * row.abs_score / top,
+                                    color=colours.get(kind, "black"),
+                                    alpha=0.9 if row.in_circuit else 0.08,
+                                    connectionstyle="arc3,rad=0.15"))
+    for node, (x, y) in pos.items():
+        ax.text(x, y, node, ha="center", va="center", fontsize=9,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="grey"))
+    handles = [plt.Line2D([], [], color=c, label=f"{k} input") for k, c in colours.items()]
+    handles.append(plt.Line2D([], [], color="black", label="MLP / logit input"))
+    ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
+    ax.set_xlim(-0.6, max(x for x, _ in pos.values()) + 0.6)
+    ax.set_ylim(min(y for _, y in pos.values()) - 1, max(y for _, y in pos.values()) + 1)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    return fig, grouped

@@ -270,6 +270,14 @@ CASES = [
     ("patch-out-is-file", "patch {w}/run --out {out}", "file"),
     ("patch-foreign-dir", "patch {w}/run --out {out}", "foreign"),
     ("patch-nan-weights", "patch {w}/nanmodel --out {out}", None),
+    # circuit
+    *[(f"circuit-n-pairs-{n}", f"circuit {{w}}/run --n-pairs {n} --out {{out}}", None) for n in
+      ["5", "-4", "100000000", "many"]],
+    ("circuit-bad-method", "circuit {w}/run --method magic --out {out}", None),
+    ("circuit-bad-target", "circuit {w}/run --target 1.5 --out {out}", None),
+    ("circuit-bad-threshold", "circuit {w}/run --method acdc --threshold -1 --out {out}", None),
+    ("circuit-foreign-dir", "circuit {w}/run --out {out}", "foreign"),
+    ("circuit-nan-weights", "circuit {w}/nanmodel --out {out}", None),
     *[(f"ablate-pool-{n}", f"ablate {{w}}/run --pool-size {n} --out {{out}}", None) for n in
       ["0", "-3", "1000000000"]],
     ("ablate-missing-model", "ablate {w}/nothing --out {out}", None),
@@ -341,7 +349,7 @@ def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, wo
 
 def test_the_table_covers_every_command():
     commands = {shlex.split(c[1])[0] if c[1] else "" for c in CASES}
-    assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate",
+    assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate", "circuit",
             "dynamics", "report", "sweep"} <= commands
     assert len(CASES) >= 100
 

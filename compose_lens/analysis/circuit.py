@@ -1,0 +1,523 @@
+"""Automatic circuit discovery on the edge graph of a model, scored against a circuit we know.
+
+**The graph.** Without normalisation the residual stream is a plain sum, so every
+component reads the *sum of the outputs of every component before it*. Split that
+sum into its terms and the model is a graph (Elhage et al.; Conmy et al.'s ACDC):
+
+* **senders** write into the residual stream: ``embed`` (token + position embedding,
+  one node), each head ``a{L}.h{H}`` (its output through its rows of W_O; the
+  layer's output bias is folded into head 0, it is the same in every run), each
+  MLP ``m{L}`` that exists (``cfg.mlp_layers``);
+* **receivers** read the stream: each head's query, key and value inputs
+  ``a{L}.h{H}.q|k|v`` separately, each MLP's input ``m{L}``, and ``logits``;
+* an **edge** ``sender -> receiver`` exists when the sender comes earlier (heads of
+  a layer feed that layer's MLP; an MLP feeds every later layer).
+
+With ``positions=True`` every edge is split by position (the stream is per
+position, so an edge joins a sender and a receiver at the same position), and edges
+that cannot reach the answer are dropped: the metric reads the logits at the last
+position, so in the last layer only the keys and values are needed at every
+position and the rest at the last one.
+
+**Patching an edge.** Run the clean prompt, but let receiver ``r`` read the
+*corrupted* run's output of sender ``s`` in place of the clean one (every other
+term of its input stays clean, and everything downstream is recomputed). One mask
+``m_e`` in [0, 1] per edge does it: ``input_r = sum_s out_s + sum_e m_e (corr_s - out_s)``.
+The metric is the mean logit difference ``LD = logit[clean answer] - logit[corrupted
+answer]`` at the last position, and the score of an edge is the share of the
+clean-vs-corrupted difference lost by corrupting it alone,
+
+    score_e = (LD_clean - LD_with_e_corrupted) / (LD_clean - LD_corrupted).
+
+* **exact** (path patching of one edge at a time): one forward per edge, all edges
+  batched as rows (:func:`exact_scores`); the ground truth.
+* **EAP** (Syed et al.): the first-order Taylor estimate of every edge at once from
+  one backward pass, ``dLD/dm_e`` at m = 0, which is
+  ``(corr_s - clean_s) . dLD/d input_r`` (:func:`eap_scores`).
+* **EAP-IG** (Hanna et al.): the same gradient averaged along the straight path from
+  the clean graph (all m = 0) to the fully corrupted one (all m = 1), midpoint
+  Riemann sum of ``steps`` points: integrated gradients in edge-mask space (the
+  "activations" path). By completeness the scores sum to the effect of corrupting
+  every edge, which EAP's do not (:func:`eap_ig_scores`).
+* **ACDC** (Conmy et al.): start from the full graph, visit edges from the logits
+  backwards, corrupt an edge for good where that moves the metric by less than
+  ``threshold`` (a share of the clean-vs-corrupted difference) (:func:`acdc`).
+
+**Prompt pairs.** :func:`circuit_pairs` mixes the three one-token corruptions of
+:func:`compose_lens.analysis.patching.make_prompt_pairs` (value, variable,
+constant) so every part of the circuit has something to carry. On an evaluation pool
+(:func:`pool_pairs`) each prompt is paired with another prompt of the same pool
+(resample corruption) where the answers differ.
+
+**Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
+*performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
+the *distance from the full model* is the mean KL divergence of the full model's
+answer distribution from the circuit's, on the clean prompts.
+
+**The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in
+layer 2 only). Layer 1's previous-token head binds each value to its variable and
+its ``=`` position attends to the operands: it needs queries, keys (positions, token
+kinds) and values (the tokens) from the embeddings, so ``embed -> a0.q, a0.k,
+a0.v`` are in. Layer 2 routes ``=`` to the operand values: its keys at a value
+position say which variable was bound there (``a0 -> a1.k``) and at a constant
+operand the token itself (``embed -> a1.k``); its query at ``=`` carries the operands
+layer 1 gathered (``a0 -> a1.q``); its values are the numbers (``embed -> a1.v``).
+MLP2 adds what layer 2 moved (``a1 -> m1``) and writes the answer (``m1 -> logits``),
+and layer 2's direct path to the logits is kept (``a1 -> logits``). Out: the ``=``
+token's own embedding as a query or MLP input (the same in every prompt), layer 1's
+output as a layer-2 value or as an MLP / logit input, and the embeddings' direct path
+to the logits. Every head of a layer gets its layer's labels; with positions, an
+edge gets the label of its edge without positions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from compose_lens.config import ComposeLensError, ModelConfig
+from compose_lens.data.sampler import make_pool, make_pools
+from compose_lens.data.split import Split
+from compose_lens.model import weights
+from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
+
+METHODS = ("exact", "eap", "eap-ig", "acdc")
+
+
+# -- the graph --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edge:
+    sender: str
+    receiver: str
+    position: int = -1  # -1: every position
+
+    @property
+    def name(self) -> str:
+        return f"{self.sender}->{self.receiver}" + ("" if self.position < 0 else f"@{self.position}")
+
+    @property
+    def receiver_node(self) -> str:
+        """The node a receiver input belongs to: ``a0.h0`` for ``a0.h0.q``."""
+        return self.receiver.rsplit(".", 1)[0] if self.receiver.endswith((".q", ".k", ".v")) else self.receiver
+
+
+@dataclass
+class Graph:
+    """Senders, receivers and edges of a model (see the module doc), in topological order."""
+
+    cfg: ModelConfig
+    positions: bool
+    senders: list[str] = field(default_factory=list)
+    receivers: list[str] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    depth: dict[str, int] = field(default_factory=dict)
+
+    def into(self, receiver: str) -> list[int]:
+        return [i for i, e in enumerate(self.edges) if e.receiver == receiver]
+
+    def senders_before(self, receiver: str) -> list[str]:
+        return [s for s in self.senders if self.depth[s] < self.depth[receiver]]
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+
+def _live_positions(cfg: ModelConfig, receiver: str) -> list[int]:
+    """Positions where a receiver can change the logits at the last position."""
+    last, n = cfg.n_layers - 1, cfg.n_ctx
+    if receiver == "logits":
+        return [n - 1]
+    layer = int(receiver[1:].split(".")[0])
+    if layer == last and not receiver.endswith((".k", ".v")):
+        return [n - 1]
+    return list(range(n))
+
+
+def build_graph(cfg: ModelConfig, positions: bool = False) -> Graph:
+    """The edge graph of a model without normalisation (see the module doc)."""
+    if cfg.normalization_type is not None:
+        raise ComposeLensError(f"normalization_type={cfg.normalization_type!r}: the edge graph needs a "
+                               "model without normalisation (the residual stream must be a plain sum)")
+    g = Graph(cfg, positions)
+    g.senders.append("embed")
+    g.depth["embed"] = 0
+    for layer in range(cfg.n_layers):
+        for h in range(cfg.n_heads):
+            g.senders.append(f"a{layer}.h{h}")
+            g.depth[f"a{layer}.h{h}"] = 2 * layer + 1
+            for kind in "qkv":
+                g.receivers.append(f"a{layer}.h{h}.{kind}")
+                g.depth[f"a{layer}.h{h}.{kind}"] = 2 * layer + 1
+        if layer in cfg.mlp_layers:
+            g.senders.append(f"m{layer}")
+            g.receivers.append(f"m{layer}")
+            g.depth[f"m{layer}"] = 2 * layer + 2
+    g.receivers.append("logits")
+    g.depth["logits"] = 2 * cfg.n_layers + 1
+    last_layer_senders = {s for s in g.senders if s != "embed" and int(s[1:].split(".")[0]) == cfg.n_layers - 1}
+    for r in g.receivers:
+        for s in g.senders_before(r):
+            if not positions:
+                g.edges.append(Edge(s, r))
+                continue
+            for p in _live_positions(cfg, r):
+                if s in last_layer_senders and p != cfg.n_ctx - 1:
+                    continue
+                g.edges.append(Edge(s, r, p))
+    g.edges.sort(key=lambda e: (g.depth[e.receiver], g.receivers.index(e.receiver), g.depth[e.sender]))
+    return g
+
+
+# -- the forward pass on the graph ------------------------------------------------------------
+
+
+class GraphModel:
+    """A model's weights run as the edge graph, with per-row edge masks."""
+
+    def __init__(self, params: dict[str, torch.Tensor], cfg: ModelConfig, positions: bool = False):
+        self.p = {k: v.detach().float() for k, v in params.items()}
+        self.cfg, self.graph = cfg, build_graph(cfg, positions)
+        self.act = weights.activation(cfg)
+        n = cfg.n_ctx
+        self.posmask = torch.stack([torch.ones(n) if e.position < 0 else
+                                    torch.nn.functional.one_hot(torch.tensor(e.position), n).float()
+                                    for e in self.graph.edges])  # (E, n)
+        self._into = {r: self.graph.into(r) for r in self.graph.receivers}
+        self._before = {r: self.graph.senders_before(r) for r in self.graph.receivers}
+
+    @classmethod
+    def from_model(cls, model, cfg: ModelConfig, positions: bool = False) -> "GraphModel":
+        return cls(weights.detached_parameters(model), cfg, positions)
+
+    def _input(self, r: str, outs: dict, masks, corrupt, active) -> torch.Tensor:
+        x = sum(outs[s] for s in self._before[r])
+        if masks is None:
+            return x
+        for e in self._into[r]:
+            if active is not None and e not in active:
+                continue
+            s = self.graph.edges[e].sender
+            x = x + masks[:, e, None, None] * self.posmask[e][None, :, None] * (corrupt[s] - outs[s])
+        return x
+
+    def _head(self, layer: int, h: int, q_in, k_in, v_in) -> torch.Tensor:
+        dh, p = self.cfg.d_head, self.p
+        rows = slice(h * dh, (h + 1) * dh)
+
+        def proj(x, kind):
+            return x @ p[f"blocks.{layer}.attn.{kind}.weight"][rows].T + p[f"blocks.{layer}.attn.{kind}.bias"][rows]
+
+        q, k, v = proj(q_in, "q"), proj(k_in, "k"), proj(v_in, "v")
+        n = q.shape[1]
+        scores = q @ k.transpose(1, 2) / math.sqrt(dh)
+        causal = torch.ones(n, n, dtype=torch.bool).triu(1)
+        z = scores.masked_fill(causal, float("-inf")).softmax(-1) @ v
+        out = z @ p[f"blocks.{layer}.attn.o.weight"][:, rows].T
+        return out + p[f"blocks.{layer}.attn.o.bias"] if h == 0 else out
+
+    def forward(self, tokens: torch.Tensor, masks: torch.Tensor | None = None, corrupt: dict | None = None,
+                active: set[int] | None = None) -> tuple[torch.Tensor, dict]:
+        """Logits at the last position (R, vocab_out) and every sender's output (R, n, d).
+
+        ``masks`` (R, E): how far each edge reads the corrupted sender output ``corrupt[s]``
+        (R, n, d); ``active``: the only edges whose masks can be non-zero (a speed-up)."""
+        p, cfg = self.p, self.cfg
+        outs = {"embed": p["embed.weight"][tokens] + p["pos_embed.weight"][: tokens.shape[1]]}
+        for layer in range(cfg.n_layers):
+            for h in range(cfg.n_heads):
+                qkv = [self._input(f"a{layer}.h{h}.{k}", outs, masks, corrupt, active) for k in "qkv"]
+                outs[f"a{layer}.h{h}"] = self._head(layer, h, *qkv)
+            if layer in cfg.mlp_layers:
+                x = self._input(f"m{layer}", outs, masks, corrupt, active)
+                outs[f"m{layer}"] = weights.mlp_out(p, cfg, x, layer)[2]
+        final = self._input("logits", outs, masks, corrupt, active)[:, -1]
+        return weights.unembed(p, cfg, final), outs
+
+
+# -- prompt pairs and the metric ----------------------------------------------------------------
+
+
+def concat_pairs(parts: list[PromptPairs], name: str) -> PromptPairs:
+    cat = lambda attr: torch.cat([getattr(x, attr) for x in parts])  # noqa: E731
+    return PromptPairs(cat("clean"), cat("corrupted"), cat("clean_labels"), cat("corrupted_labels"), name)
+
+
+def circuit_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPairs:
+    """``n_pairs`` prompt pairs, a third of each corruption (value, variable, constant)."""
+    if n_pairs < 6:
+        raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 6 prompt pairs (two per corruption)")
+    sizes = [n_pairs // 3 + (i < n_pairs % 3) for i in range(3)]
+    parts = [make_prompt_pairs(split, n, c, seed) for n, c in zip(sizes, ("value", "variable", "constant"))]
+    return concat_pairs(parts, "mixed")
+
+
+def pool_pairs(tokens: torch.Tensor, labels: torch.Tensor, name: str, seed: int = 0) -> PromptPairs:
+    """Each prompt of a pool against another prompt of the pool with another answer (resampling)."""
+    g = torch.Generator().manual_seed(seed)
+    partner = torch.randperm(len(labels), generator=g)
+    keep = labels != labels[partner]
+    return PromptPairs(tokens[keep], tokens[partner][keep], labels[keep], labels[partner][keep], name)
+
+
+def _ld(logits: torch.Tensor, pairs: PromptPairs, repeat: int = 1) -> torch.Tensor:
+    rows = torch.arange(len(logits))
+    return logits[rows, pairs.clean_labels.repeat(repeat)] - logits[rows, pairs.corrupted_labels.repeat(repeat)]
+
+
+@dataclass
+class Baseline:
+    """The two unpatched runs of a set of pairs."""
+
+    clean_logits: torch.Tensor
+    clean_outs: dict
+    corrupt_outs: dict
+    ld_clean: float
+    ld_corrupted: float
+
+    @property
+    def denominator(self) -> float:
+        return self.ld_clean - self.ld_corrupted
+
+
+def baseline(gm: GraphModel, pairs: PromptPairs) -> Baseline:
+    with torch.no_grad():
+        clean_logits, clean_outs = gm.forward(pairs.clean)
+        corrupt_logits, corrupt_outs = gm.forward(pairs.corrupted)
+    ld_clean, ld_corr = float(_ld(clean_logits, pairs).mean()), float(_ld(corrupt_logits, pairs).mean())
+    if abs(ld_clean - ld_corr) < 1e-6:
+        raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
+                               "the model does not tell them apart, so nothing can be normalised")
+    return Baseline(clean_logits, clean_outs, corrupt_outs, ld_clean, ld_corr)
+
+
+def _masked_runs(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor,
+                 chunk: int = 4096) -> torch.Tensor:
+    """LD per row for R = k * N rows of masks (row block i: masks[i] on every pair), (k, N)."""
+    N, k = len(pairs), len(masks)
+    per_chunk = max(1, chunk // N)
+    out = []
+    with torch.no_grad():
+        for start in range(0, k, per_chunk):
+            block = masks[start:start + per_chunk]
+            active = set(block.nonzero()[:, 1].tolist())
+            rows = block.repeat_interleave(N, 0)
+            corrupt = {s: v.repeat(len(block), 1, 1) for s, v in base.corrupt_outs.items()}
+            logits, _ = gm.forward(pairs.clean.repeat(len(block), 1), rows, corrupt, active)
+            out.append(_ld(logits, pairs, len(block)).view(len(block), N))
+    return torch.cat(out)
+
+
+# -- the four methods --------------------------------------------------------------------------
+
+
+def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
+    """(E,) normalised effect of corrupting each edge alone, by a patched forward per edge."""
+    base = base or baseline(gm, pairs)
+    ld = _masked_runs(gm, pairs, base, torch.eye(len(gm.graph)))
+    return (base.ld_clean - ld.mean(1)) / base.denominator
+
+
+def _mask_gradient(gm: GraphModel, pairs: PromptPairs, base: Baseline, alpha: float) -> torch.Tensor:
+    """dLD/dm_e (E,) with every edge mask at ``alpha``."""
+    masks = torch.full((len(pairs), len(gm.graph)), float(alpha), requires_grad=True)
+    logits, _ = gm.forward(pairs.clean, masks, base.corrupt_outs)
+    (grad,) = torch.autograd.grad(_ld(logits, pairs).mean(), masks)
+    return grad.sum(0)
+
+
+def eap_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
+    """(E,) edge attribution patching: the linear estimate of :func:`exact_scores` at the clean run."""
+    base = base or baseline(gm, pairs)
+    return -_mask_gradient(gm, pairs, base, 0.0) / base.denominator
+
+
+def eap_ig_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
+                  steps: int = 16) -> torch.Tensor:
+    """(E,) EAP-IG: the mask gradient averaged over ``steps`` midpoints from clean to corrupted."""
+    base = base or baseline(gm, pairs)
+    grads = [_mask_gradient(gm, pairs, base, (i + 0.5) / steps) for i in range(steps)]
+    return -torch.stack(grads).mean(0) / base.denominator
+
+
+def acdc(gm: GraphModel, pairs: PromptPairs, threshold: float = 0.01,
+         base: Baseline | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy pruning from the logits backwards: (kept (E,) bool, score (E,) = metric change when tried).
+
+    An edge is corrupted for good where that changes the normalised metric by less than ``threshold``.
+    """
+    base = base or baseline(gm, pairs)
+    E = len(gm.graph)
+    masks = torch.zeros(E)
+    score = torch.zeros(E)
+    current = base.ld_clean
+    for e in reversed(range(E)):  # edges are sorted by receiver depth: logits first when reversed
+        trial = masks.clone()
+        trial[e] = 1.0
+        ld = float(_masked_runs(gm, pairs, base, trial[None])[0].mean())
+        score[e] = (current - ld) / base.denominator
+        if abs(score[e]) < threshold:
+            masks, current = trial, ld
+    return masks == 0, score
+
+
+def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int = 16,
+                  threshold: float = 0.01) -> tuple[torch.Tensor, float]:
+    """(E,) scores of one method and its time in seconds (the baseline runs included)."""
+    if method not in METHODS:
+        raise ComposeLensError(f"method {method!r}: use one of {', '.join(METHODS)}")
+    start = time.perf_counter()
+    base = baseline(gm, pairs)
+    if method == "exact":
+        scores = exact_scores(gm, pairs, base)
+    elif method == "eap":
+        scores = eap_scores(gm, pairs, base)
+    elif method == "eap-ig":
+        scores = eap_ig_scores(gm, pairs, base, steps)
+    else:
+        scores = acdc(gm, pairs, threshold, base)[1]
+    return scores.detach(), time.perf_counter() - start
+
+
+# -- faithfulness ------------------------------------------------------------------------------
+
+
+def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """(R,) KL(full || circuit) of the answer distributions."""
+    full = full_logits.log_softmax(-1)
+    return (full.exp() * (full - logits.log_softmax(-1))).sum(-1)
+
+
+def faithfulness(gm: GraphModel, pairs: PromptPairs, circuits: torch.Tensor,
+                 base: Baseline | None = None, chunk: int = 4096) -> pd.DataFrame:
+    """Performance recovered and KL from the full model of each circuit, circuits (k, E) bool."""
+    base = base or baseline(gm, pairs)
+    N = len(pairs)
+    per_chunk = max(1, chunk // N)
+    recovered, kl = [], []
+    with torch.no_grad():
+        for start in range(0, len(circuits), per_chunk):
+            block = (~circuits[start:start + per_chunk]).float()
+            corrupt = {s: v.repeat(len(block), 1, 1) for s, v in base.corrupt_outs.items()}
+            logits, _ = gm.forward(pairs.clean.repeat(len(block), 1), block.repeat_interleave(N, 0), corrupt)
+            ld = _ld(logits, pairs, len(block)).view(len(block), N).mean(1)
+            recovered.append((ld - base.ld_corrupted) / base.denominator)
+            kl.append(_kl(base.clean_logits.repeat(len(block), 1), logits).view(len(block), N).mean(1))
+    return pd.DataFrame({"n_edges": circuits.sum(1).tolist(), "recovered": torch.cat(recovered).tolist(),
+                         "kl": torch.cat(kl).tolist(), "ld_clean": base.ld_clean,
+                         "ld_corrupted": base.ld_corrupted, "n_pairs": N})
+
+
+def top_k_circuits(scores: torch.Tensor) -> torch.Tensor:
+    """(E + 1, E) bool: row k holds the k edges of largest |score|."""
+    order = scores.abs().argsort(descending=True)
+    circuits = torch.zeros(len(scores) + 1, len(scores), dtype=torch.bool)
+    for k in range(1, len(scores) + 1):
+        circuits[k, order[:k]] = True
+    return circuits
+
+
+def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: float = 0.95,
+            base: Baseline | None = None) -> tuple[int, pd.DataFrame]:
+    """The fewest top-|score| edges recovering ``target`` of the performance, and the whole curve."""
+    curve = faithfulness(gm, pairs, top_k_circuits(scores), base)
+    hits = curve.index[curve["recovered"] >= target]
+    return (int(curve.loc[hits[0], "n_edges"]) if len(hits) else len(scores)), curve
+
+
+def pool_faithfulness(gm: GraphModel, split: Split, circuit: torch.Tensor, size: int = 500,
+                      seed: int = 0) -> pd.DataFrame:
+    """:func:`faithfulness` of one circuit (E,) bool on every evaluation pool (resample pairs)."""
+    rows = []
+    for name, batch in make_pools(split, size, seed).items():
+        pairs = pool_pairs(batch.tokens, batch.labels, name, seed)
+        if len(pairs) < 2:
+            continue
+        row = faithfulness(gm, pairs, circuit[None]).iloc[0].to_dict()
+        rows.append({"pool": name, **row})
+    return pd.DataFrame(rows)
+
+
+# -- the known circuit and the scores against it ----------------------------------------------
+
+_PAPER_IN = {("embed", 0, "q"), ("embed", 0, "k"), ("embed", 0, "v"), ("embed", 1, "k"), ("embed", 1, "v"),
+             ("a0", 1, "q"), ("a0", 1, "k"), ("a1", None, "m1"), ("a1", None, "logits"), ("m1", None, "logits")}
+
+
+def _paper_key(e: Edge) -> tuple:
+    sender = e.sender.split(".")[0]  # a0.h3 -> a0
+    if e.receiver in ("m1", "logits"):
+        return (sender, None, e.receiver)
+    layer, kind = int(e.receiver[1]), e.receiver[-1]
+    return (sender, layer, kind)
+
+
+def paper_labels(graph: Graph) -> torch.Tensor:
+    """(E,) bool: the paper's circuit (see the module doc); two layers, an MLP in layer 2 only."""
+    if not weights.has_paper_layout(graph.cfg):
+        raise ComposeLensError("the paper's circuit is labelled for two-layer models with an MLP in layer 2 only")
+    return torch.tensor([_paper_key(e) in _PAPER_IN for e in graph.edges])
+
+
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    """Average ranks (ties share their mean rank), from 1."""
+    x = x.double()
+    order = x.argsort()
+    ranks = torch.empty_like(x)
+    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.double)
+    for value in x.unique():
+        tie = x == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Probability that a labelled edge outranks an unlabelled one by |score| (Mann-Whitney)."""
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if pos == 0 or neg == 0:
+        return float("nan")
+    r = _ranks(scores.abs())
+    return float((r[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman's rank correlation of two score vectors."""
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = float(ra.norm() * rb.norm())
+    return float((ra @ rb) / denom) if denom > 0 else float("nan")
+
+
+def edge_table(gm: GraphModel, scores: torch.Tensor, method: str, found: torch.Tensor,
+               labels: torch.Tensor | None = None) -> pd.DataFrame:
+    """One row per edge: sender, receiver, position, score, rank (by |score|), in the found circuit,
+    [in the labelled circuit]."""
+    g = gm.graph
+    table = pd.DataFrame({
+        "edge": [e.name for e in g.edges], "sender": [e.sender for e in g.edges],
+        "receiver": [e.receiver for e in g.edges], "position": [e.position for e in g.edges],
+        "score": scores.tolist(), "rank": (len(scores) + 1 - _ranks(scores.abs())).tolist(),
+        "in_circuit": found.tolist(), "method": method})
+    if labels is not None:
+        table["labelled"] = labels.tolist()
+    return table
+
+
+def resample_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPairs:
+    """About ``n_pairs`` pairs from the 0-, 1- and 2-var training pools, each prompt against
+    another prompt of its pool with another answer (the resample corruption ACDC uses)."""
+    if n_pairs < 6:
+        raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 6 prompt pairs (two per pool)")
+    parts = []
+    for i, name in enumerate(("0var_train", "1var_train", "2var_train")):
+        batch = make_pool(split, name, n_pairs // 3 + (i < n_pairs % 3), seed)
+        parts.append(pool_pairs(batch.tokens, batch.labels, name, seed))
+    return concat_pairs(parts, "resample")
+
+
+PAIRS = {"resample": resample_pairs, "mixed": circuit_pairs}

@@ -1,0 +1,68 @@
+"""``compose-lens circuit``: automatic circuit discovery on the model's edge graph.
+
+    compose-lens circuit MODEL [--split FILE] --method exact|eap|eap-ig|acdc [--n-pairs N]
+                         [--pairs resample|mixed] [--positions] [--threshold T] [--target F]
+                         [--format png|svg|pdf] --out DIR
+
+Writes ``circuit_<method>.csv`` (every edge's score, rank, whether the found circuit
+holds it and, on a paper-layout model, whether the paper's circuit does), its
+``.provenance.json``, ``circuit_<method>_pools.csv`` (performance recovered and KL
+on every evaluation pool) and the graph figure. The found circuit is the fewest
+top-scored edges recovering ``--target`` of the clean-vs-corrupted logit difference
+(ACDC: the edges its pruning keeps). See :mod:`compose_lens.analysis.circuit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar
+
+METHODS = ("exact", "eap", "eap-ig", "acdc")
+
+
+def _cmd_circuit(args: argparse.Namespace) -> int:
+    from compose_lens.config import ComposeLensError
+    from compose_lens.report.outputs import write_circuit  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import check_count, check_render_memory, staged_output
+
+    check_count(args.n_pairs, "--n-pairs", minimum=6)
+    if not 0 < args.target <= 1:
+        raise ComposeLensError(f"--target {args.target}: give a share in (0, 1]")
+    if not 0 <= args.threshold < 1:
+        raise ComposeLensError(f"--threshold {args.threshold}: give a share in [0, 1)")
+    out = Path(args.out)
+    with staged_output(out, "circuit", args.overwrite) as stage, progress_bar("circuit", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split)
+        check_render_memory(loaded.split.task, 4 * args.n_pairs, f"--n-pairs {args.n_pairs}")
+        bar.update()
+        bar.set_postfix_str(f"{args.method} on {args.n_pairs} pairs")
+        table, summary = write_circuit(loaded, stage, args.method, args.n_pairs, args.seed, args.pairs,
+                                       args.positions, args.target, args.threshold, args.fmt)
+        bar.update()
+    stem = f"circuit_{args.method}"
+    auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against the paper's circuit"
+    print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
+          f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)")
+    add_model_arguments(p)
+    p.add_argument("--method", choices=METHODS, default="eap-ig", help="how edges are scored (default eap-ig)")
+    p.add_argument("--n-pairs", type=int, default=300, help="clean/corrupted prompt pairs (at least 6)")
+    p.add_argument("--pairs", choices=("resample", "mixed"), default="resample",
+                   help="resample: another prompt of the same pool; mixed: the one-token corruptions")
+    p.add_argument("--positions", action="store_true", help="split every edge by position")
+    p.add_argument("--threshold", type=float, default=0.01, help="ACDC's pruning threshold (share)")
+    p.add_argument("--target", type=float, default=0.95, help="performance the found circuit recovers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="directory for the CSVs, JSON and figure")
+    add_overwrite(p)
+    add_format_argument(p)
+    add_quiet_argument(p)
+    p.set_defaults(func=_cmd_circuit)

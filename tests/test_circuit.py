@@ -1,0 +1,135 @@
+"""Circuit discovery (analysis/circuit.py): the edge graph is the model, the methods agree with
+each other and find a planted circuit, and the scores are right on the paper model."""
+
+import pytest
+import torch
+
+from compose_lens.analysis import circuit as C
+from compose_lens.analysis.patching import PromptPairs
+from compose_lens.config import ModelConfig
+from compose_lens.model import tl
+
+TINY = ModelConfig(n_layers=3, d_model=16, d_head=4, n_heads=2, d_mlp=8, n_ctx=6, d_vocab=10, d_vocab_out=7,
+                   mlp_layers=(0, 2), trained_biases=True)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = tl.boot(TINY)
+    with torch.no_grad():
+        for name, p in tl.parameters(model).items():
+            if name.endswith("bias") and name not in tl.frozen_names(TINY):
+                p.normal_(0, 0.1)
+    return model
+
+
+def _random_pairs(cfg: ModelConfig, n: int, seed: int = 0) -> PromptPairs:
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(0, cfg.d_vocab, (n, cfg.n_ctx), generator=g)
+    corrupted = torch.randint(0, cfg.d_vocab, (n, cfg.n_ctx), generator=g)
+    a = torch.randint(0, cfg.d_vocab_out, (n,), generator=g)
+    return PromptPairs(clean, corrupted, a, (a + 1) % cfg.d_vocab_out, "random")
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_graph_forward_is_the_model(tiny, positions):
+    gm = C.GraphModel.from_model(tiny, TINY, positions)
+    pairs = _random_pairs(TINY, 8)
+    with torch.no_grad():
+        logits, _ = gm.forward(pairs.clean)
+        reference = tiny(pairs.clean)[:, -1]
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=1e-4)
+    # corrupting every edge is the corrupted run
+    base = C.baseline(gm, pairs)
+    with torch.no_grad():
+        corrupted = gm.forward(pairs.clean, torch.ones(8, len(gm.graph)), base.corrupt_outs)[0]
+        torch.testing.assert_close(corrupted, tiny(pairs.corrupted)[:, -1], atol=1e-4, rtol=1e-4)
+
+
+def test_graph_edges():
+    g = C.build_graph(ModelConfig())  # the paper model: 16 edges
+    assert len(g) == 16 and "m1->logits" in {e.name for e in g.edges}
+    assert int(C.paper_labels(g).sum()) == 10
+    gp = C.build_graph(ModelConfig(), positions=True)
+    assert len(gp) == 121  # last-layer queries, MLP and logits at "=" only
+    assert all(e.position == 15 for e in gp.edges if e.receiver in ("m1", "logits", "a1.h0.q"))
+
+
+def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
+    gm = C.GraphModel.from_model(tiny, TINY)
+    pairs = _random_pairs(TINY, 16)
+    ig = C.eap_ig_scores(gm, pairs, steps=64)
+    assert abs(float(ig.sum()) - 1.0) < 0.02  # completeness: they add up to the whole effect
+    exact, eap = C.exact_scores(gm, pairs), C.eap_scores(gm, pairs)
+    last = [i for i, e in enumerate(gm.graph.edges) if e.receiver == "logits"]  # logits are linear
+    torch.testing.assert_close(eap[last], exact[last], atol=1e-4, rtol=1e-4)
+
+
+def planted() -> tuple[C.GraphModel, PromptPairs, set[str]]:
+    """Two layers of two heads; a0.h0 copies the first token everywhere, a1.h0 moves it to the answer.
+
+    Residual: token dims 0-4, positions 5-8, a constant 9, moved 10-14, answer 15-19, junk 20-24.
+    a0.h1 and a1.h1 read the tokens too but write junk that nothing reads.
+    """
+    cfg = ModelConfig(n_layers=2, d_model=25, d_head=5, n_heads=2, d_mlp=4, n_ctx=4, d_vocab=5,
+                      d_vocab_out=5, mlp_layers=())
+    d, dh = 25, 5
+    p = {"embed.weight": torch.zeros(5, d), "pos_embed.weight": torch.zeros(4, d),
+         "unembed.weight": torch.zeros(5, d), "unembed.bias": torch.zeros(5)}
+    p["embed.weight"][:, :5] = torch.eye(5)
+    p["pos_embed.weight"][:, 5:9] = torch.eye(4)
+    p["pos_embed.weight"][:, 9] = 1.0
+    p["unembed.weight"][:, 15:20] = 10 * torch.eye(5)
+    for layer in range(2):
+        for kind in "qkv":
+            p[f"blocks.{layer}.attn.{kind}.weight"] = torch.zeros(2 * dh, d)
+            p[f"blocks.{layer}.attn.{kind}.bias"] = torch.zeros(2 * dh)
+        p[f"blocks.{layer}.attn.o.weight"] = torch.zeros(d, 2 * dh)
+        p[f"blocks.{layer}.attn.o.bias"] = torch.zeros(d)
+        for head, (src, dst) in enumerate([((0, 5) if layer == 0 else (10, 15), (10, 15) if layer == 0 else (15, 20)),
+                                           ((0, 5), (20, 25))]):
+            p[f"blocks.{layer}.attn.v.weight"][head * dh:(head + 1) * dh, src[0]:src[1]] = torch.eye(5)
+            p[f"blocks.{layer}.attn.o.weight"][dst[0]:dst[1], head * dh:(head + 1) * dh] = torch.eye(5)
+    p["blocks.0.attn.q.weight"][0, 9] = 60.0  # a0.h0 looks at position 0 from everywhere
+    p["blocks.0.attn.k.weight"][0, 5] = 1.0
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randint(0, 5, (40, 4), generator=g)
+    corrupted = clean.clone()
+    corrupted[:, 0] = (clean[:, 0] + torch.randint(1, 5, (40,), generator=g)) % 5
+    pairs = PromptPairs(clean, corrupted, clean[:, 0], corrupted[:, 0], "first token")
+    return C.GraphModel(p, cfg), pairs, {"embed->a0.h0.v", "a0.h0->a1.h0.v", "a1.h0->logits"}
+
+
+@pytest.mark.parametrize("method", C.METHODS)
+def test_every_method_finds_the_planted_circuit(method):
+    gm, pairs, circuit = planted()
+    scores, _ = C.method_scores(gm, pairs, method)
+    top = {gm.graph.edges[i].name for i in scores.abs().argsort(descending=True)[:3].tolist()}
+    assert top == circuit
+    others = [i for i, e in enumerate(gm.graph.edges) if e.name not in circuit]
+    assert float(scores[others].abs().max()) < 1e-3
+    found = torch.tensor([e.name in circuit for e in gm.graph.edges])
+    assert C.roc_auc(scores, found) == 1.0
+    assert float(C.faithfulness(gm, pairs, found[None])["recovered"].iloc[0]) == pytest.approx(1.0, abs=1e-4)
+    if method == "acdc":
+        kept, _ = C.acdc(gm, pairs, threshold=0.01)
+        assert {gm.graph.edges[i].name for i in kept.nonzero()[:, 0].tolist()} == circuit
+
+
+def test_scores_helpers():
+    assert C.roc_auc(torch.tensor([3.0, 2.0, 1.0]), torch.tensor([True, False, False])) == 1.0
+    assert C.roc_auc(torch.tensor([1.0, 1.0]), torch.tensor([True, False])) == 0.5
+    assert C.spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0])) == pytest.approx(1.0)
+
+
+def test_paper_model_scores():
+    from compose_lens.runs import load_model
+
+    loaded = load_model("paper")
+    gm = C.GraphModel.from_model(loaded.model, loaded.config.model)
+    pairs = C.resample_pairs(loaded.split, 60)
+    exact = C.exact_scores(gm, pairs)
+    labels = C.paper_labels(gm.graph)
+    assert C.roc_auc(exact, labels) > 0.9
+    assert C.spearman(C.eap_ig_scores(gm, pairs, steps=8), exact) > 0.8

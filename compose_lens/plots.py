@@ -218,7 +218,7 @@ def _measure_unit(name: str) -> str:
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
                       phases: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
     """Left: the ``=`` query's layer-1 score per variable key. Right: forbidden-slot accuracies."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
     cmap = plt.get_cmap("tab20")
     for i, col in enumerate(score_cols):
@@ -230,7 +230,7 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
     left.set_title("layer-1 score of the = query for each variable key")
     left.set_xlabel("training step")
     left.set_ylabel("(E= + P_last) QK1 E_var / sqrt(d_head)")
-    left.legend(fontsize=7, ncol=2)
+    left.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: no curve hidden
     left.grid(alpha=0.3)
     slot_cols = [c for c in table if c.startswith("slot_")]
     for col in slot_cols:
@@ -243,7 +243,8 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
     right.set_title("accuracy with a variable in a slot it never had in training")
     right.set_xlabel("training step")
     right.set_ylim(-0.02, 1.02)
-    right.legend(fontsize=7, ncol=2)
+    right.set_ylabel("accuracy at =")
+    right.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     right.grid(alpha=0.3)
     fig.tight_layout()
     cols = ["step", *score_cols, *slot_cols] + [c for c in ("equals_score_spread",) if c in table]

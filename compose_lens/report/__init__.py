@@ -55,7 +55,7 @@ from compose_lens.analysis import figure_data
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.patching import patching_table
-from compose_lens.analysis.same_mlp import same_mlp_report
+from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
@@ -261,12 +261,23 @@ def ablation_section(inp: ReportInputs) -> str:
 
 
 def same_mlp_section(inp: ReportInputs) -> str:
+    """The causal tests that can fail (operand interchange, feature transfer, representation
+    transfer) with their controls and verdict, then the correlational cosines."""
     report = same_mlp_report(inp.model, inp.config, inp.split)
-    verdict = report.get("verdict") or (report.get("conclusion") or {}).get("verdict") or "no verdict given"
+    table = verdict_table(report)
+    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "worst", "ceiling") if c in table]
     groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
-    return (f"<p><b>Verdict:</b> {html.escape(str(verdict))}</p>"
+    return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
+            f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
+            f"same_mlp.json)</p>"
+            + html_table(table[columns].values.tolist(), columns)
+            + inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
+                                "Operand interchange per condition (grey: the not-shared prediction), "
+                                "constant against variable damage profiles, and the probe and subspace "
+                                "transfer, with the controls.")
             + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
-                                "Cosine similarity of the MLP2 input, constant against variable operand."))
+                                "Correlational only: cosine similarity of the MLP2 input, constant "
+                                "against variable operand."))
 
 
 # (anchor, title, section) in page order

@@ -79,10 +79,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from compose_lens.config import ComposeLensError, ModelConfig
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
-from compose_lens.model import weights
+from compose_lens.model import tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 
 METHODS = ("exact", "eap", "eap-ig", "acdc")
@@ -521,3 +521,36 @@ def resample_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPai
 
 
 PAIRS = {"resample": resample_pairs, "mixed": circuit_pairs}
+
+
+@dataclass
+class Discovery:
+    """What one circuit-discovery method finds on one model: every edge scored (``edges``, with
+    ``in_circuit`` and the paper's label), the found circuit's faithfulness on every pool
+    (``pools``), and a summary (method, edges, circuit size, seconds, ROC-AUC)."""
+
+    edges: pd.DataFrame
+    pools: pd.DataFrame
+    summary: dict
+    title: str
+
+
+def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "eap-ig", n_pairs: int = 300,
+             seed: int = 0, pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
+             threshold: float = 0.01) -> Discovery:
+    """Score every edge with ``method`` and take the circuit: ACDC's pruned graph, or for the
+    other methods the smallest top-k set that recovers ``target`` of the metric."""
+    gm = GraphModel.from_model(model, config.model, positions)
+    pairs = PAIRS[pairs_kind](split, n_pairs, seed)
+    scores, seconds = method_scores(gm, pairs, method, threshold=threshold)
+    if method == "acdc":
+        found = acdc(gm, pairs, threshold)[0]
+        size = int(found.sum())
+    else:
+        size, _ = size_at(gm, pairs, scores, target)
+        found = top_k_circuits(scores)[size]
+    labels = paper_labels(gm.graph) if weights.has_paper_layout(config.model) else None
+    summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
+               "roc_auc": roc_auc(scores, labels) if labels is not None else None}
+    return Discovery(edge_table(gm, scores, method, found, labels), pool_faithfulness(gm, split, found, seed=seed),
+                     summary, f"{method}: {size} of {len(gm.graph)} edges ({pairs_kind} pairs)")

@@ -267,24 +267,12 @@ def write_circuit(loaded: Loaded, out: Path, method: str = "eap-ig", n_pairs: in
                   threshold: float = 0.01, fmt: str = "png") -> tuple[pd.DataFrame, dict]:
     """``circuit_<method>.csv`` (one row per edge) with its provenance, ``circuit_<method>_pools.csv``
     (faithfulness of the found circuit on every pool) and the graph figure into ``out``."""
-    gm = C.GraphModel.from_model(loaded.model, loaded.config.model, positions)
-    pairs = C.PAIRS[pairs_kind](loaded.split, n_pairs, seed)
-    scores, seconds = C.method_scores(gm, pairs, method, threshold=threshold)
-    if method == "acdc":
-        found = C.acdc(gm, pairs, threshold)[0]
-        size = int(found.sum())
-    else:
-        size, _ = C.size_at(gm, pairs, scores, target)
-        found = C.top_k_circuits(scores)[size]
-    labels = C.paper_labels(gm.graph) if C.weights.has_paper_layout(loaded.config.model) else None
-    table = C.edge_table(gm, scores, method, found, labels)
-    summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
-               "roc_auc": C.roc_auc(scores, labels) if labels is not None else None}
+    found = C.discover(loaded.model, loaded.config, loaded.split, method, n_pairs, seed, pairs_kind, positions,
+                       target, threshold)
+    summary = found.summary
     stem = f"circuit_{method}"
-    write_table(table, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source,
+    write_table(found.edges, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source,
                 n_pairs=n_pairs, pairs=pairs_kind, positions=positions, target=target, **summary))
-    pools = C.pool_faithfulness(gm, loaded.split, found, seed=seed)
-    write_table(pools, out / f"{stem}_pools.csv", provenance(loaded.config, seed, loaded.source, method=method))
-    fig, _ = plots.circuit_figure(table, f"{method}: {size} of {len(gm.graph)} edges ({pairs_kind} pairs)")
-    plots.save(fig, None, out / stem, dpi=120, fmt=fmt)
-    return table, {**summary, "min_pool_recovered": float(pools["recovered"].min())}
+    write_table(found.pools, out / f"{stem}_pools.csv", provenance(loaded.config, seed, loaded.source, method=method))
+    plots.save(plots.circuit_figure(found.edges, found.title)[0], None, out / stem, dpi=120, fmt=fmt)
+    return found.edges, {**summary, "min_pool_recovered": float(found.pools["recovered"].min())}

@@ -151,6 +151,13 @@ def add_derived_columns(table: pd.DataFrame, variables: Sequence[str] = ()) -> p
     return table
 
 
+def trajectory_settings(pool_size: int = 2000, slot_size: int = 500, seed: int = 0, circuit: bool = True,
+                        split_file: str | Path | None = None) -> dict:
+    """What a saved ``dynamics.csv`` must have been made with for its rows to be reused."""
+    return {"pool_size": pool_size, "slot_size": slot_size, "seed": seed, "circuit": circuit,
+            "split_file": str(split_file) if split_file else None}
+
+
 def trajectory(source: str | Path, split_file: str | Path | None = None, pool_size: int = 2000,
                slot_size: int = 500, seed: int = 0, circuit: bool = True, steps: Sequence[int] | None = None,
                stride: int = 1, progress: bool = True, device: str = "cpu", threads: int = 1,
@@ -206,10 +213,9 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     known_rows = [{k: v for k, v in r.items() if k not in derived} for r in known_rows]
     table = pd.DataFrame(known_rows + rows).sort_values("step").reset_index(drop=True)
     table = add_derived_columns(table, variables)
-    settings = {"pool_size": pool_size, "slot_size": slot_size, "seed": seed, "circuit": measures is not None,
-                "split_file": str(split_file) if split_file else None}
     return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
-                      evaluated=len(rows), settings=settings)
+                      evaluated=len(rows),
+                      settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file))
 
 
 # -- the phases -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from compose_lens.config import ComposeLensError
 
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
-    from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory
+    from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
     from compose_lens.safety import check_count, staged_output
 
     steps = _steps(args.steps)
@@ -20,9 +20,8 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     check_count(args.stride, "--stride")
     check_count(args.threads, "--threads")
     runs.check_device(args.device)
-    known = runs.previous_dynamics(args.out, {"pool_size": args.pool_size, "slot_size": args.slot_size,
-                                              "seed": args.seed, "circuit": not args.no_circuit,
-                                              "split_file": args.split}) if args.update else None
+    settings = trajectory_settings(args.pool_size, args.slot_size, args.seed, not args.no_circuit, args.split)
+    known = runs.previous_dynamics(args.out, settings) if args.update else None
     with staged_output(args.out, "dynamics", args.overwrite or args.update) as stage:
         traj = trajectory(args.source, args.split, pool_size=args.pool_size, slot_size=args.slot_size,
                           seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,

@@ -45,7 +45,7 @@ from compose_lens.analysis import figure_data, fourier
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory
+from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory, trajectory_settings
 from compose_lens.analysis.patching import patching_table
 from compose_lens.analysis.same_mlp import same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens.analysis.summary import circuit_summary
@@ -68,8 +68,7 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
     checkpoints since, only the new ones are evaluated (a report of a run still
     training stays current cheaply).
     """
-    settings = {"pool_size": 2000, "slot_size": 500, "seed": 0, "circuit": True,
-                "split_file": str(split_file) if split_file else None}
+    settings = trajectory_settings(split_file=split_file)
     known = None
     if not recompute and (results_dir / runs.DYNAMICS_FILE).exists() and (results_dir / runs.PHASES_FILE).exists():
         table, doc = runs.load_dynamics(results_dir)
@@ -82,8 +81,9 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
         except ComposeLensError:
             known = None  # made with other settings: start again
     traj = trajectory(run_dir, split_file, stride=stride, progress=progress, known=known)
-    runs.write_dynamics(traj.table, phases_document(traj), results_dir)
-    return runs.load_dynamics(results_dir)
+    doc = phases_document(traj)
+    runs.write_dynamics(traj.table, doc, results_dir)
+    return traj.table, doc
 
 
 # -- the Fourier part ----

@@ -13,13 +13,18 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# What only the tests need: pytest, Hypothesis, the notebook runner and Ray.
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	touch $@
 
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough
 # notebook executed, and the Ray sweep backend run for real (the `ray` extra). The report's
 # browser test needs Chromium: installed here when missing and we are root, else it skips.
-test: install
+test: $(VENV)/.installed-test
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
 	$(BIN)/python -m pytest
 

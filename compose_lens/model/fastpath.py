@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +143,82 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     # ---- MLP and unembedding at the last position ------------------------------------
     mlp_pre, mlp_post, logits = weights.mlp_readout(params, cfg, resid_mid)
     return AnswerActivations(A0, resid1_last, A1, resid_mid, mlp_pre, mlp_post, logits)
+
+
+# -- the answer with activations replaced (ablations) -------------------------------------------
+
+Edits = dict[str, Callable[[torch.Tensor], torch.Tensor]]
+
+# The TransformerLens hooks :func:`edited_answer_logits` can replace, and the part of each it
+# hands to the edit. Layer 2 is the last layer and only "=" is read, so its activations are
+# needed (and replaced) at "=" only; the position axis is kept (length 1) so that an edit
+# written for the hooked forward, ``act[:, :, ...] = ...``, works unchanged.
+EDITABLE_HOOKS = {
+    "blocks.0.attn.hook_z": "(B, n, 1, d_head): layer-1 head output, every position",
+    "blocks.1.attn.hook_z": "(B, 1, 1, d_head): layer-2 head output at =",
+    "blocks.1.mlp.hook_post": "(B, 1, d_mlp): MLP2 neurons at =",
+    "blocks.1.hook_mlp_out": "(B, 1, d_model): MLP2 output at =",
+}
+
+
+def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
+                         edits: Edits) -> torch.Tensor:
+    """Logits (B, d_vocab_out) at "=" with activations replaced: ``edits[hook](act)`` is written in
+    place of ``act`` at each hook of :data:`EDITABLE_HOOKS` it names (the paper architecture only).
+
+    The same model as :func:`forward_at_answer`, arranged so that every hook an ablation
+    replaces exists as a tensor, and still without a (B, n, d_model) tensor:
+
+    * layer 1's output ``z0`` (B, n, d_head) is its pattern times value rows of a (V + n)
+      x d_head table; an edit may replace it anywhere. The residual stream after layer 1
+      is then ``e_j + z0_j W_O0``, with ``e_j`` a token row plus a place row of ``X``.
+    * layer 2's query at "=" is pulled back through ``W_K``: ``q . k_j = (q W_K) . resid_j``
+      splits into ``(q W_K) . e_j`` (a (B, V + n) table of dot products gathered at the
+      tokens, as in :func:`forward_at_answer`) plus ``(q W_K W_O0) . z0_j``. Its value is
+      ``(sum_j A_j resid_j) W_V``: the weighted sum first, one product per sequence after.
+    * MLP2 and the unembedding act on one vector per sequence.
+
+    Exact up to float rounding against the TransformerLens forward with the same
+    replacements made by hooks (tests/unit/test_ablation.py checks every ablation kind).
+    """
+    unknown = set(edits) - set(EDITABLE_HOOKS)
+    if unknown:
+        raise ValueError(f"cannot edit {sorted(unknown)}: editable hooks are {list(EDITABLE_HOOKS)}")
+
+    def edit(name: str, act: torch.Tensor) -> torch.Tensor:
+        return edits[name](act) if name in edits else act
+
+    def w(name: str) -> torch.Tensor:
+        return params[name]
+
+    B, n = tokens.shape
+    V, scale = cfg.d_vocab, 1.0 / math.sqrt(cfg.d_head)
+    X = torch.cat([w("embed.weight"), w("pos_embed.weight")[:n]])  # (V + n, d): token rows, then places
+    tok_pos = torch.cat([tokens, V + torch.arange(n, device=tokens.device).expand(B, n)], dim=1)
+
+    # ---- layer 1 (blocks.0): the pattern from the score table, then its output z0 ----
+    S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T
+    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
+    A0 = (layer1_scores(S0, tokens) * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)
+    XV0 = X @ w("blocks.0.attn.v.weight").T  # (V + n, d_head): value rows
+    z0 = edit("blocks.0.attn.hook_z", (A0 @ XV0[tokens] + A0 @ XV0[V:]).unsqueeze(2)).squeeze(2)
+    W_O0 = w("blocks.0.attn.o.weight")  # (d, d_head)
+    resid1_last = X[tokens[:, -1]] + X[V + n - 1] + z0[:, -1] @ W_O0.T  # (B, d)
+
+    # ---- layer 2 (blocks.1) at "=": the query pulled back through W_K and W_O0 --------
+    qk = (resid1_last @ w("blocks.1.attn.q.weight").T) @ w("blocks.1.attn.k.weight")  # (B, d)
+    on_rows = (qk @ X.T).gather(1, tok_pos).view(B, 2, n).sum(1)  # (B, n): qk . e_j
+    A1 = ((on_rows + torch.bmm(z0, (qk @ W_O0).unsqueeze(2)).squeeze(2)) * scale).softmax(dim=-1)
+    rows = torch.zeros(B, V + n, dtype=X.dtype, device=X.device).scatter_add_(1, tok_pos, A1.repeat(1, 2))
+    mixed = rows @ X + torch.bmm(A1.unsqueeze(1), z0).squeeze(1) @ W_O0.T  # sum_j A1_j resid_j
+    z1 = edit("blocks.1.attn.hook_z", (mixed @ w("blocks.1.attn.v.weight").T).view(B, 1, 1, -1)).view(B, -1)
+    resid_mid = resid1_last + z1 @ w("blocks.1.attn.o.weight").T
+
+    # ---- MLP2 and the unembedding at "=" ----------------------------------------------
+    _, post = weights.mlp_neurons(params, cfg, resid_mid)
+    post = edit("blocks.1.mlp.hook_post", post.unsqueeze(1)).squeeze(1)
+    out = edit("blocks.1.hook_mlp_out", (post @ w("blocks.1.mlp.out.weight").T).unsqueeze(1)).squeeze(1)
+    return weights.unembed(params, cfg, resid_mid + out)
 
 
 def plain_last_position_logits(model: tl.Model, tokens: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""Ablation: the helpers leave the model as it was, and the at-'=' shortcut for neurons and
-Fourier directions equals the hooked forward."""
+"""Ablation: the helpers leave the model as it was; the edited fast forward and the at-'='
+shortcut for neurons and Fourier directions equal the hooked TransformerLens forward."""
 
 from __future__ import annotations
 
@@ -53,7 +53,42 @@ def test_neuron_shortcut_equals_the_hooked_forward(tiny_model, tiny_config, tiny
     for neuron in (0, 5, 17):
         _, shortcut = next(ablation.neuron_ablation_logits(mlp, ref, [neuron], kind))
         hook = ablation.replacement_hook("blocks.1.mlp.hook_post", kind, post, (neuron,))
-        assert torch.allclose(shortcut, ablation.ablated_logits(tiny_model, tokens, [hook]), atol=1e-5)
+        hooked = ablation.ablated_logits(tiny_model, tiny_config.model, tokens, [hook], fast=False)
+        assert torch.allclose(shortcut, hooked, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ablation.ABLATION_KINDS)
+def test_fast_ablation_equals_the_hooked_forward(tiny_model, tiny_config, tiny_split, kind):
+    """Every head, the MLP and one neuron, ablated on the edited fast forward and by TransformerLens
+    hooks: the same logits; and each ablation changes them (a no-op would pass the equality)."""
+    cfg = tiny_config.model
+    tokens = torch.cat([make_pool(tiny_split, pool, 8).tokens for pool in POOL_NAMES])
+    ref_tokens = ablation.reference_tokens(tiny_split, 32)
+    post = "blocks.1.mlp.hook_post"
+    names = {t[3] for t in ablation.component_targets(tiny_config)} | {post}
+    fast_ref = ablation.reference_activations(tiny_model, cfg, ref_tokens, names, fast=True)
+    hooked_ref = ablation.reference_activations(tiny_model, cfg, ref_tokens, names, fast=False)
+    busiest = int(fast_ref[post][:, -1].var(0).argmax())  # a neuron that varies, so that ablating it shows
+    targets = ablation.component_targets(tiny_config) + [("neuron", 1, busiest, post, (busiest,))]
+    assert fast_ref["blocks.1.attn.hook_z"].shape[1] == 1  # layer 2 is read at "=" only
+    clean = ablation.ablated_logits(tiny_model, cfg, tokens, [], fast=False)
+    assert torch.allclose(ablation.ablated_logits(tiny_model, cfg, tokens, [], fast=True), clean, atol=1e-5)
+    for target, layer, index, name, sel in targets:
+        fast = ablation.ablated_logits(
+            tiny_model, cfg, tokens, [ablation.replacement_hook(name, kind, fast_ref[name], sel, seed=1)],
+            chunk=20, fast=True)  # several chunks: resample draws its rows chunk by chunk
+        hooked = ablation.ablated_logits(
+            tiny_model, cfg, tokens, [ablation.replacement_hook(name, kind, hooked_ref[name], sel, seed=1)],
+            fast=False)
+        assert (hooked - clean).abs().max() > 1e-3, (target, layer, kind)
+        assert torch.allclose(fast, hooked, atol=1e-5), (target, layer, kind, (fast - hooked).abs().max())
+
+
+def test_the_fast_forward_refuses_hooks_it_does_not_have(tiny_model, tiny_config, tiny_split):
+    tokens = make_pool(tiny_split, "0var_train", 4).tokens
+    hook = ablation.replacement_hook("blocks.0.hook_resid_mid", "zero")
+    with pytest.raises(ValueError, match="cannot edit"):
+        ablation.ablated_logits(tiny_model, tiny_config.model, tokens, [hook], fast=True)
 
 
 def test_removing_every_frequency_removes_the_mlp(tiny_model, tiny_config, tiny_split):

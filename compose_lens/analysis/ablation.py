@@ -234,7 +234,7 @@ def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split,
                                min_fraction: float = 0.5) -> dict[int, list[int]]:
     """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance."""
     grid = operand_grid(model, config, split, "constant", seed)
-    neurons = neuron_frequencies(grid.mlp_post)
+    neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
     return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}

@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.analysis.summary import circuit_measures
+from compose_lens.analysis.summary import circuit_measures, measure_inputs
 from compose_lens.config import RunConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
@@ -184,6 +184,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     done = {int(r["step"]) for r in known_rows}
     checkpoints = [c for c in checkpoints if c.step not in done]
     measures = circuit_measures if circuit else None
+    inputs = measure_inputs(split, seed=seed) if circuit else None  # the same sequences for every checkpoint
     started = time.perf_counter()
     model = tl.boot(config.model, device)
     pools = make_pools(split, pool_size, seed)
@@ -204,7 +205,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             row.update({f"equals_score_{v}": float(s)
                         for v, s in zip(variables, equals_variable_scores(model, config))})
             if measures is not None:
-                row.update({k: float(v) for k, v in measures(model, config, split, seed=seed).items()})
+                row.update({k: float(v) for k, v in measures(model, config, split, seed=seed, inputs=inputs).items()})
             rows.append(row)
             bar.update(1)
             bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")

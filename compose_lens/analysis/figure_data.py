@@ -128,7 +128,7 @@ def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: 
 
 def frequency_variance_shares(grid: fourier.AdditionGrid) -> np.ndarray:
     """(p // 2 + 1,) share of the MLP2 activation variance at each frequency (neurons weighted by variance)."""
-    shares = fourier.frequency_fractions(grid.mlp_post)
+    shares = fourier.frequency_fractions(grid.mlp_post, grid.mlp_post_coefficients)
     variance = grid.mlp_post.flatten(0, 1).var(0, unbiased=False)
     return ((shares * variance).sum(1) / variance.sum().clamp_min(1e-30)).numpy()
 

@@ -145,33 +145,37 @@ def frequency_mask(p: int, frequencies: int | list[int], constant: bool = False)
 
 
 def project_onto_frequency(grid: torch.Tensor, frequencies: int | list[int],
-                           constant: bool = False) -> torch.Tensor:
-    """The part of a (p, p, ...) grid made of the given frequencies (see :func:`frequency_mask`)."""
+                           constant: bool = False, coefficients: torch.Tensor | None = None) -> torch.Tensor:
+    """The part of a (p, p, ...) grid made of the given frequencies (see :func:`frequency_mask`).
+
+    ``coefficients``: ``fft2d(grid)`` if the caller has it already (the same numbers, once).
+    """
     mask = frequency_mask(grid.shape[0], frequencies, constant).to(grid.device)
-    coeffs = fft2d(grid)
+    coeffs = fft2d(grid) if coefficients is None else coefficients
     return ifft2d(coeffs * mask.view(*mask.shape, *([1] * (grid.dim() - 2))).to(grid.dtype))
 
 
-def frequency_power(grid: torch.Tensor) -> torch.Tensor:
+def frequency_power(grid: torch.Tensor, coefficients: torch.Tensor | None = None) -> torch.Tensor:
     """(p // 2 + 1, ...) squared coefficients per frequency; row 0 is the constant alone.
 
     Cross-frequency components belong to no row, so rows 1.. sum to at most the
-    non-constant power.
+    non-constant power. ``coefficients``: ``fft2d(grid)`` if already computed.
     """
     p = grid.shape[0]
-    power = fft2d(grid).pow(2).reshape(p * p, *grid.shape[2:])
+    power = (fft2d(grid) if coefficients is None else coefficients).pow(2).reshape(p * p, *grid.shape[2:])
     owner = component_frequencies(p).flatten()
     keep = owner >= 0
     out = power.new_zeros(p // 2 + 1, *grid.shape[2:])
     return out.index_add_(0, owner[keep], power[keep])
 
 
-def frequency_fractions(grid: torch.Tensor) -> torch.Tensor:
-    """(p // 2 + 1, ...) fraction of the non-constant power in each frequency (row 0: zero)."""
+def frequency_fractions(grid: torch.Tensor, coefficients: torch.Tensor | None = None) -> torch.Tensor:
+    """(p // 2 + 1, ...) fraction of the non-constant power in each frequency (row 0: zero).
+    ``coefficients``: ``fft2d(grid)`` if already computed."""
     p = grid.shape[0]
-    coeffs = fft2d(grid)
+    coeffs = fft2d(grid) if coefficients is None else coefficients
     non_constant = coeffs.pow(2).reshape(p * p, *grid.shape[2:]).sum(0) - coeffs[0, 0].pow(2)
-    fractions = frequency_power(grid) / non_constant.clamp_min(1e-30)
+    fractions = frequency_power(grid, coeffs) / non_constant.clamp_min(1e-30)
     fractions[0] = 0
     return fractions
 
@@ -190,6 +194,33 @@ class AdditionGrid:
     readout: weights.LinearReadout  # MLP2 + unembedding, linear in the neurons (W_logit: neuron -> logits)
     tokens: torch.Tensor | None = None  # (p^2, seq_len), x-major, or None for the weights-only grid
 
+    # What several measures of one grid share is computed once, on first use (a checkpoint's
+    # measures read the neurons' 2-D Fourier coefficients three times and the neuron logits
+    # a dozen times). The grid is not changed after it is made.
+
+    @functools.cached_property
+    def mlp_post_coefficients(self) -> torch.Tensor:
+        """``fft2d(mlp_post)``: (p, p, d_mlp) the neurons in the 2-D Fourier basis over (x, y)."""
+        return fft2d(self.mlp_post)
+
+    @functools.cached_property
+    def direct_logits(self) -> torch.Tensor:
+        """(p, p, d_vocab_out) the logits that do not go through a neuron."""
+        return self.readout.direct(self.resid_mid)
+
+    @functools.cached_property
+    def neuron_logits(self) -> torch.Tensor:
+        """(p, p, d_vocab_out) the neurons' contribution to the logits, ``mlp_post W_logit``."""
+        return self.mlp_post @ self.readout.W_logit
+
+    @functools.cached_property
+    def neuron_logit_coefficients(self) -> torch.Tensor:
+        return fft2d(self.neuron_logits)
+
+    @functools.cached_property
+    def logit_coefficients(self) -> torch.Tensor:
+        return fft2d(self.direct_logits + self.neuron_logits)
+
     @property
     def modulus(self) -> int:
         return self.resid_mid.shape[0]
@@ -202,7 +233,9 @@ class AdditionGrid:
 
     def logits(self, mlp_post: torch.Tensor | None = None) -> torch.Tensor:
         """(p, p, d_vocab_out) logits, optionally with replaced neuron activations."""
-        return self.readout.logits(self.resid_mid, self.mlp_post if mlp_post is None else mlp_post)
+        if mlp_post is None:
+            return self.direct_logits + self.neuron_logits  # readout.logits's sum, from the cache
+        return self.readout.logits(self.resid_mid, mlp_post)
 
     def accuracy(self) -> float:
         return (self.logits().argmax(-1) == self.labels).float().mean().item()
@@ -239,12 +272,19 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
     return torch.stack([x, y, v, w], dim=1)
 
 
-def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
-                 seed: int = 0) -> AdditionGrid:
-    """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded)."""
+def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:
+    """(p^2, seq_len) the sequences of :func:`operand_grid`: :func:`grid_rows` rendered with
+    random contexts (seeded), x-major. They depend on the split and seed only, not the model."""
     rows = grid_rows(split, operands, seed)
     g = streams.derived_generator(seed, streams.OPERAND_GRID, 10 + OPERAND_KINDS.index(operands))
-    tokens = render(split, rows, g).tokens
+    return render(split, rows, g).tokens
+
+
+def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
+                 seed: int = 0, tokens: torch.Tensor | None = None) -> AdditionGrid:
+    """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded);
+    ``tokens``: :func:`grid_tokens` of the same arguments if already rendered."""
+    tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
     acts = collect(model, config.model, tokens, resid=False)
     p = config.task.modulus
     return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
@@ -274,11 +314,14 @@ def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig) -> float:
 # -- neurons and key frequencies --------------------------------------------------------------
 
 
-def neuron_frequencies(mlp_post: torch.Tensor) -> pd.DataFrame:
-    """Per neuron of a (p, p, d_mlp) grid: dominant frequency, the fraction of its
-    non-constant variance that frequency explains, and that variance (0: a dead neuron)."""
+def neuron_frequencies(mlp_post: torch.Tensor | AdditionGrid) -> pd.DataFrame:
+    """Per neuron of a (p, p, d_mlp) grid (or an :class:`AdditionGrid`'s neurons): dominant frequency,
+    the fraction of its non-constant variance that frequency explains, and that variance (0: a dead neuron)."""
+    coefficients = None
+    if isinstance(mlp_post, AdditionGrid):
+        mlp_post, coefficients = mlp_post.mlp_post, mlp_post.mlp_post_coefficients
     p = mlp_post.shape[0]
-    fractions = frequency_fractions(mlp_post)  # (p//2 + 1, d_mlp)
+    fractions = frequency_fractions(mlp_post, coefficients)  # (p//2 + 1, d_mlp)
     best = fractions.max(dim=0)
     variance = mlp_post.flatten(0, 1).var(dim=0, unbiased=False)
     return pd.DataFrame({
@@ -303,9 +346,7 @@ def key_frequencies(grid_or_neurons: AdditionGrid | pd.DataFrame | torch.Tensor,
                     min_fraction: float = 0.5, min_share: float = 0.03) -> list[int]:
     """The key frequencies: those whose clean neurons (>= ``min_fraction`` of their variance
     in that frequency) hold at least ``min_share`` of the MLP's activation variance. Sorted."""
-    if isinstance(grid_or_neurons, AdditionGrid):
-        neurons = neuron_frequencies(grid_or_neurons.mlp_post)
-    elif isinstance(grid_or_neurons, torch.Tensor):
+    if isinstance(grid_or_neurons, (AdditionGrid, torch.Tensor)):
         neurons = neuron_frequencies(grid_or_neurons)
     else:
         neurons = grid_or_neurons
@@ -318,8 +359,8 @@ def key_frequency_strength(grid: AdditionGrid, keys: list[int]) -> float:
     lies in the key frequencies (0 when there are none)."""
     if not keys:
         return 0.0
-    power = frequency_power(grid.mlp_post)  # (p//2 + 1, d_mlp)
-    total = fft2d(grid.mlp_post).pow(2).sum() - power[0].sum()
+    power = frequency_power(grid.mlp_post, grid.mlp_post_coefficients)  # (p//2 + 1, d_mlp)
+    total = grid.mlp_post_coefficients.pow(2).sum() - power[0].sum()
     return (power[keys].sum() / total.clamp_min(1e-30)).item()
 
 
@@ -344,13 +385,13 @@ def _kept_logits(grid: AdditionGrid, frequencies: list[int], on: str, remove: bo
     """
     if on not in ("neurons", "logits"):
         raise ValueError(f"on={on!r}: use neurons or logits")
-    direct = grid.readout.direct(grid.resid_mid)
-    mlp = grid.mlp_post @ grid.readout.W_logit
+    direct, mlp = grid.direct_logits, grid.neuron_logits
     target = mlp if on == "neurons" else direct + mlp
+    coefficients = grid.neuron_logit_coefficients if on == "neurons" else grid.logit_coefficients
     if remove:
-        kept = target - project_onto_frequency(target, frequencies)
+        kept = target - project_onto_frequency(target, frequencies, coefficients=coefficients)
     else:
-        kept = project_onto_frequency(target, frequencies, constant=True)
+        kept = project_onto_frequency(target, frequencies, constant=True, coefficients=coefficients)
     return direct + kept if on == "neurons" else kept
 
 
@@ -442,7 +483,7 @@ def best_neurons(grid: AdditionGrid, keys: list[int], neurons: pd.DataFrame | No
     * ``ideal_neuron_correlation``: with :func:`ideal_neuron`, the nonlinearity applied to
       the frequency-k part of its own pre-activation (1 for a pure frequency-k neuron).
     """
-    fractions = frequency_fractions(grid.mlp_post)
+    fractions = frequency_fractions(grid.mlp_post, grid.mlp_post_coefficients)
     variance = grid.mlp_post.flatten(0, 1).var(dim=0, unbiased=False)
     rows = []
     for k in keys:

@@ -108,9 +108,10 @@ def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
 
 
 def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int = 900,
-                      seed: int = 0) -> Activations:
-    """The activations of :func:`probe_batch` (one forward pass shared by the activation probes)."""
-    return collect(model, config.model, probe_batch(split, n, seed).tokens)
+                      seed: int = 0, tokens: torch.Tensor | None = None) -> Activations:
+    """The activations of :func:`probe_batch` (one forward pass shared by the activation probes);
+    ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only)."""
+    return collect(model, config.model, probe_batch(split, n, seed).tokens if tokens is None else tokens)
 
 
 def _acts(model, config, split, n, seed, acts) -> Activations:

@@ -394,7 +394,7 @@ class Features:
 def constant_features(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n_neurons: int = 32,
                       min_fraction: float = 0.5) -> Features:
     grid = operand_grid(model, config, split, "constant", seed)
-    neurons = neuron_frequencies(grid.mlp_post)
+    neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
     groups = {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}

@@ -98,7 +98,7 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png") -> dict:
     with torch_threads(1), torch.no_grad():
         grid = fourier.operand_grid(model, config, split, "constant", seed)
         variable = fourier.operand_grid(model, config, split, "both", seed)
-        neurons = fourier.neuron_frequencies(grid.mlp_post)
+        neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
         best = fourier.best_neurons(grid, keys, neurons)
         readout = fourier.unembed_fourier(grid)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, circuit_summary
+import pytest
+
+from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, circuit_summary, measure_inputs
 from compose_lens.model import tl
 
 REQUIRED = {"prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
@@ -22,6 +24,20 @@ def test_circuit_measures_keys_ranges_and_determinism(tiny_config, tiny_split):
         if key.endswith(("score", "accuracy", "strength")):
             assert 0.0 <= value <= 1.0, key
     assert circuit_measures(model, tiny_config, tiny_split, n=180, seed=3) == first
+
+
+def test_measures_from_inputs_rendered_once_are_the_same_numbers(tiny_config, tiny_split):
+    """The dynamics loop renders the probe batch and the grid once; that changes nothing, and
+    inputs of another seed (other sequences) are refused rather than silently used."""
+    model = tl.boot(tiny_config.model)
+    fresh = circuit_measures(model, tiny_config, tiny_split, n=180, seed=3)
+    assert circuit_measures(model, tiny_config, tiny_split, n=180, seed=3,
+                            inputs=measure_inputs(tiny_split, 180, 3)) == fresh
+    other = measure_inputs(tiny_split, 180, 4)
+    assert not (other.probe_tokens.shape == measure_inputs(tiny_split, 180, 3).probe_tokens.shape
+                and (other.probe_tokens == measure_inputs(tiny_split, 180, 3).probe_tokens).all())
+    with pytest.raises(ValueError, match="seed=4"):
+        circuit_measures(model, tiny_config, tiny_split, n=180, seed=3, inputs=other)
 
 
 def test_circuit_summary_is_json_and_records_its_provenance(tiny_config, tiny_split):

@@ -28,6 +28,19 @@ def test_fourier_basis_is_orthonormal_and_reaches_the_top_frequency(p):
     assert freqs.max().item() == p // 2 and freqs.bincount().tolist()[0] == 1
 
 
+def test_coefficients_passed_in_give_the_same_numbers():
+    """The grids hand their cached 2-D coefficients to these functions: bit for bit the same."""
+    grid = torch.randn(11, 11, 6, generator=torch.Generator().manual_seed(0))
+    coeffs = fourier.fft2d(grid)
+    assert torch.equal(fourier.frequency_fractions(grid, coeffs), fourier.frequency_fractions(grid))
+    assert torch.equal(fourier.frequency_power(grid, coeffs), fourier.frequency_power(grid))
+    assert torch.equal(fourier.project_onto_frequency(grid, [2, 3], coefficients=coeffs),
+                       fourier.project_onto_frequency(grid, [2, 3]))
+    other = fourier.fft2d(torch.randn(11, 11, 6, generator=torch.Generator().manual_seed(1)))
+    assert not torch.allclose(fourier.frequency_fractions(grid, other), fourier.frequency_fractions(grid),
+                              atol=1e-2)  # the coefficients passed in are the ones used
+
+
 @pytest.mark.parametrize("p", [10, 13])
 def test_pure_patterns_land_on_their_frequency(p):
     for k in range(1, p // 2 + 1):

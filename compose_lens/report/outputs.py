@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import html
 import json
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -51,6 +53,7 @@ from compose_lens.analysis.same_mlp import same_mlp_report, same_mlp_tables, ver
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
 from compose_lens.config import ComposeLensError, RunConfig, json_safe
+from compose_lens.cores import cpu_count
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
@@ -86,11 +89,64 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
     return traj.table, doc
 
 
+# -- figures, drawn beside the computation ----
+
+
+def _draw(figure: str, args: tuple, path: Path, dpi: int, fmt: str) -> None:
+    """Draw ``plots.<figure>(*args)`` and write it as ``path``.``fmt`` (in the figure worker, or here)."""
+    plots.save(getattr(plots, figure)(*args)[0], None, path, dpi=dpi, fmt=fmt)
+
+
+class FigureQueue:
+    """The figures of one command, drawn by a forked worker process while the command computes on.
+
+    Drawing (matplotlib's text layout and the PNG encoding) was a third of ``analyze`` and
+    needs nothing the next analysis step computes. With two cores or more, one worker
+    process (forked, so it starts in milliseconds with everything imported) draws while
+    this process computes; the caller keeps torch to one thread meanwhile (``parallel``),
+    so the two do not fight for the cores. With one core, or no ``fork``, figures are drawn
+    in place. Each figure is the same file either way; a worker's error is raised at
+    :meth:`close` (the end of the ``with`` block).
+    """
+
+    def __init__(self, parallel: bool | None = None):
+        if parallel is None:
+            parallel = cpu_count() >= 2 and "fork" in multiprocessing.get_all_start_methods()
+        self.parallel = parallel
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) if parallel else None
+        self._pending: list[Future] = []
+
+    def __enter__(self) -> "FigureQueue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def save(self, figure: str, args: tuple, path: Path, dpi: int = 120, fmt: str = "png") -> None:
+        """Draw ``plots.<figure>(*args)`` into ``path`` (now, or in the worker)."""
+        if self._pool is None:
+            _draw(figure, args, path, dpi, fmt)
+        else:
+            self._pending.append(self._pool.submit(_draw, figure, args, path, dpi, fmt))
+
+    def close(self) -> None:
+        """Wait for every figure; raise the first error of the worker."""
+        if self._pool is None:
+            return
+        try:
+            for job in self._pending:
+                job.result()
+        finally:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
 # -- the Fourier part ----
 
 
-def write_fourier(loaded, out: Path, seed: int, fmt: str = "png") -> dict:
-    """Write the Fourier tables and figures of one model; return the key facts."""
+def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", figures_to: FigureQueue | None = None) -> dict:
+    """Write the Fourier tables and figures of one model; return the key facts.
+    ``figures_to``: the queue that draws the figures (default: drawn here, now)."""
     model, config, split = loaded.model, loaded.config, loaded.split
     record = provenance(config, seed, loaded.source)
     figures = out / "figures"
@@ -123,12 +179,13 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png") -> dict:
     write_document(facts, out / "key_frequencies.json", record)
     write_document(comparison, out / "constants_vs_variables.json", record)
 
-    plots.save(plots.frequency_shares_figure(figure_data.frequency_variance_shares(grid), keys)[0], None,
+    queue = figures_to or FigureQueue(parallel=False)
+    queue.save("frequency_shares_figure", (figure_data.frequency_variance_shares(grid), keys),
                figures / "frequency_shares", dpi=120, fmt=fmt)
-    plots.save(plots.readout_fourier_figure(fourier.unembed_frequency_norms(readout), keys)[0], None,
+    queue.save("readout_fourier_figure", (fourier.unembed_frequency_norms(readout), keys),
                figures / "readout_fourier", dpi=120, fmt=fmt)
     if len(best):
-        plots.save(plots.best_neurons_figure(figure_data.best_neuron_patterns(grid, best))[0], None,
+        queue.save("best_neurons_figure", (figure_data.best_neuron_patterns(grid, best),),
                    figures / "best_neurons", dpi=110, fmt=fmt)
     return {**facts, "constants_vs_variables": comparison}
 
@@ -137,8 +194,15 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
                    progress: bool = False) -> dict:
     """Write every analysis of one model into ``out``; return ``summary.json``'s content.
 
-    ``progress``: a progress bar over the steps (probes, QK, Fourier, same MLP, patching, ablation).
+    ``progress``: a progress bar over the steps (probes, QK, Fourier, same MLP, ablation, patching).
+    Figures are drawn by a :class:`FigureQueue`, beside the computation where there are two cores.
     """
+    with FigureQueue() as queue, torch_threads(1 if queue.parallel else None):
+        return _write_analysis(loaded, out, seed, causal, fmt, progress, queue)
+
+
+def _write_analysis(loaded, out: Path, seed: int, causal: bool, fmt: str, progress: bool,
+                    queue: FigureQueue) -> dict:
     model, config, split = loaded.model, loaded.config, loaded.split
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -159,7 +223,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
             plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
 
     def fourier_step() -> None:
-        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt)["constants_vs_variables"]
+        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt, queue)["constants_vs_variables"]
 
     def same_mlp() -> None:
         same = dict(same_mlp_report(model, config, split, seed=seed))
@@ -171,16 +235,17 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     def patching() -> None:
         table = patching_table(model, config, split, seed=seed)
         write_table(table, out / "patching.csv", record)
-        plots.save(plots.patching_figure(table, "activation patching, value corrupted")[0], None,
-                   figures / "patching", dpi=120, fmt=fmt)
+        queue.save("patching_figure", (table, "activation patching, value corrupted"), figures / "patching",
+                   dpi=120, fmt=fmt)
 
     def ablation() -> None:
         table = ablation_table(model, config, split, seed=seed)
         write_table(table, out / "ablation.csv", record)
-        plots.save(plots.ablation_figure(table)[0], None, figures / "ablation", dpi=120, fmt=fmt)
+        queue.save("ablation_figure", (table,), figures / "ablation", dpi=120, fmt=fmt)
 
     steps = [("probes", probes), ("QK", qk), ("Fourier", fourier_step), ("same MLP", same_mlp)]
-    steps += [("patching", patching), ("ablation", ablation)] if causal else []
+    # ablation before patching: its large figure is then drawn while patching computes
+    steps += [("ablation", ablation), ("patching", patching)] if causal else []
     bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
     for name, step in bar:
         bar.set_postfix_str(name)

@@ -210,6 +210,36 @@ def neuron_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, neu
         yield group, base + delta
 
 
+def neuron_ablation_predictions(mlp: LastPositionMLP, reference: LastPositionMLP, neurons: list[int], kind: str,
+                                seed: int = 0) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield (neuron, answer class (N,)) with each single neuron ablated at ``=``: the argmax of
+    :func:`neuron_ablation_logits`, computed only where the ablation can change it.
+
+    Ablating neuron i adds ``d_n w_i`` to row n's logits (``d_n``: replacement minus
+    activation, ``w_i``: the neuron's row of ``W_logit``). No class can overtake the
+    unablated answer if that leads the runner-up by more than ``|d_n| (max w_i - min w_i)``
+    plus a tolerance far above float rounding (1e-4 of the largest logit); those rows keep
+    their answer, and the others are computed as :func:`neuron_ablation_logits` computes
+    them, the same numbers. The model is confident, so few rows are left: 1,536 ablations of
+    4,500 rows cost ~0.1 s instead of ~1.5 s of (4,500 x 59) logits and their argmaxes.
+    """
+    _check_kind(kind)
+    repl = _replacement(kind, mlp.post, reference.post, seed)
+    base = mlp.logits()
+    answer = predictions(base)
+    top = base.topk(2, dim=-1).values
+    lead = top[:, 0] - top[:, 1] - 1e-4 * (1 + base.abs().amax(-1))  # (N,): what a change must overcome
+    spread = mlp.W_logit.amax(1) - mlp.W_logit.amin(1)  # (d_mlp,)
+    for neuron in neurons:
+        unsure = (lead <= (repl[:, neuron] - mlp.post[:, neuron]).abs() * spread[neuron]).nonzero().squeeze(1)
+        out = answer.clone()
+        if len(unsure):
+            idx = [neuron]
+            delta = (repl[unsure][:, idx] - mlp.post[unsure][:, idx]) @ mlp.W_logit[idx]
+            out[unsure] = predictions(base[unsure] + delta)
+        yield neuron, out
+
+
 def frequency_directions(p: int, k: int | list[int]) -> torch.Tensor:
     """(m, p) the orthonormal cos / sin rows of frequency k (or of several) over the output classes."""
     basis, _ = fourier_basis(p)
@@ -240,7 +270,7 @@ def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split,
     return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
 
 
-Ablated = tuple[str, int, int, str, torch.Tensor]  # target, layer, index, kind, logits (N, V)
+Ablated = tuple[str, int, int, str, torch.Tensor]  # target, layer, index, kind, answer class (N,)
 
 
 def _component_ablations(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ref_tokens: torch.Tensor,
@@ -251,7 +281,7 @@ def _component_ablations(model: tl.Model, config: RunConfig, tokens: torch.Tenso
     for target, layer, index, name, sel in targets:
         for kind in kinds:
             hook = replacement_hook(name, kind, references[name], sel, seed)
-            yield target, layer, index, kind, ablated_logits(model, config.model, tokens, [hook])
+            yield target, layer, index, kind, predictions(ablated_logits(model, config.model, tokens, [hook]))
 
 
 def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: torch.Tensor,
@@ -262,13 +292,14 @@ def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: to
     groups = neuron_groups_by_frequency(model, config, split, seed)
     for kind in kinds:
         if single_neurons:
-            for neuron, logits in neuron_ablation_logits(mlp, ref, list(range(config.model.d_mlp)), kind, seed):
-                yield "neuron", 1, neuron, kind, logits
+            for neuron, answers in neuron_ablation_predictions(mlp, ref, list(range(config.model.d_mlp)), kind,
+                                                               seed):
+                yield "neuron", 1, neuron, kind, answers
         for k, members in groups.items():
             if members:
                 _, logits = next(neuron_ablation_logits(mlp, ref, [members], kind, seed))
-                yield "frequency_neurons", 1, k, kind, logits
-            yield "fourier_directions", 1, k, kind, fourier_ablation_logits(mlp, ref, k, kind, seed)
+                yield "frequency_neurons", 1, k, kind, predictions(logits)
+            yield "fourier_directions", 1, k, kind, predictions(fourier_ablation_logits(mlp, ref, k, kind, seed))
 
 
 def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
@@ -290,13 +321,14 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     ref_tokens = reference_tokens(split, reference_size, seed)
     records: list[dict] = []
     with torch.no_grad():
-        ablations = [iter([("none", -1, -1, "none", ablated_logits(model, config.model, joined.tokens, []))]),
+        ablations = [iter([("none", -1, -1, "none", predictions(ablated_logits(model, config.model, joined.tokens,
+                                                                                 [])))]),
                      _component_ablations(model, config, joined.tokens, ref_tokens, kinds, seed)]
         if weights.has_paper_layout(config.model):
             ablations.append(_mlp2_ablations(model, config, split, joined.tokens, ref_tokens, kinds, seed,
                                              single_neurons))
-        for target, layer, index, kind, logits in itertools.chain(*ablations):
-            accuracies = accuracy_by_group(predictions(logits) == joined.labels, groups)
+        for target, layer, index, kind, answers in itertools.chain(*ablations):
+            accuracies = accuracy_by_group(answers == joined.labels, groups)
             records += [{"target": target, "layer": layer + 1 if layer >= 0 else -1, "block": layer,
                          "index": index, "kind": kind, "pool": name, "accuracy": acc}
                         for name, acc in accuracies.items()]

@@ -91,6 +91,31 @@ def test_the_fast_forward_refuses_hooks_it_does_not_have(tiny_model, tiny_config
         ablation.ablated_logits(tiny_model, tiny_config.model, tokens, [hook], fast=True)
 
 
+def _random_mlp(seed: int, rows: int = 300, d_mlp: int = 48, classes: int = 7) -> ablation.LastPositionMLP:
+    """MLP2 at "=" with random activations and readout, strong enough that single neurons move answers
+    (at initialisation a model's neurons barely do)."""
+    g = torch.Generator().manual_seed(seed)
+    mlp = object.__new__(ablation.LastPositionMLP)
+    mlp.post = torch.randn(rows, d_mlp, generator=g).relu()
+    mlp.W_logit = torch.randn(d_mlp, classes, generator=g)
+    mlp.direct = 4 * torch.randn(rows, classes, generator=g)
+    return mlp
+
+
+@pytest.mark.parametrize("kind", ablation.ABLATION_KINDS)
+def test_neuron_predictions_are_the_argmax_of_the_ablated_logits(kind):
+    """The shortcut that skips rows whose answer cannot change gives every row's argmax."""
+    mlp, ref = _random_mlp(0), _random_mlp(1)
+    neurons = list(range(mlp.post.shape[1]))
+    unablated = mlp.logits().argmax(-1)
+    changed = 0
+    for (n, answers), (m, logits) in zip(ablation.neuron_ablation_predictions(mlp, ref, neurons, kind, seed=2),
+                                         ablation.neuron_ablation_logits(mlp, ref, neurons, kind, seed=2)):
+        assert n == m and torch.equal(answers, logits.argmax(-1)), (kind, n)
+        changed += int((answers != unablated).sum())
+    assert changed > 0  # ablations move answers: a shortcut that kept every answer would fail
+
+
 def test_removing_every_frequency_removes_the_mlp(tiny_model, tiny_config, tiny_split):
     tokens = make_pool(tiny_split, "0var_train", 16).tokens
     mlp = ablation.LastPositionMLP(tiny_model, tiny_config, tokens)

@@ -33,11 +33,13 @@ reproduce: install
 	$(BIN)/python experiments/reproduce.py --out $(RUN)
 
 # Speed: the project's training step and patching against the plain TransformerLens way,
-# and how fast the command line answers (--help, argument errors).
+# how fast the command line answers (--help, argument errors), and the long analysis commands
+# (analyze, evaluate --exhaustive, dynamics; BEFORE=<checkout of an older commit> to compare).
 bench: install
 	$(BIN)/python experiments/bench_training.py
 	$(BIN)/python experiments/bench_patching.py
 	$(BIN)/python experiments/bench_cli.py
+	$(BIN)/python experiments/bench_analyses.py $(if $(BEFORE),--before $(BEFORE))
 
 # Re-make the paper model shipped in compose_lens/assets/paper from a full run.
 paper-model: install

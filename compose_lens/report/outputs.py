@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import html
 import json
-import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -53,7 +51,6 @@ from compose_lens.analysis.same_mlp import same_mlp_report, same_mlp_tables, ver
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
 from compose_lens.config import ComposeLensError, RunConfig, json_safe
-from compose_lens.cores import cpu_count
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
@@ -89,64 +86,11 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
     return traj.table, doc
 
 
-# -- figures, drawn beside the computation ----
-
-
-def _draw(figure: str, args: tuple, path: Path, dpi: int, fmt: str) -> None:
-    """Draw ``plots.<figure>(*args)`` and write it as ``path``.``fmt`` (in the figure worker, or here)."""
-    plots.save(getattr(plots, figure)(*args)[0], None, path, dpi=dpi, fmt=fmt)
-
-
-class FigureQueue:
-    """The figures of one command, drawn by a forked worker process while the command computes on.
-
-    Drawing (matplotlib's text layout and the PNG encoding) was a third of ``analyze`` and
-    needs nothing the next analysis step computes. With two cores or more, one worker
-    process (forked, so it starts in milliseconds with everything imported) draws while
-    this process computes; the caller keeps torch to one thread meanwhile (``parallel``),
-    so the two do not fight for the cores. With one core, or no ``fork``, figures are drawn
-    in place. Each figure is the same file either way; a worker's error is raised at
-    :meth:`close` (the end of the ``with`` block).
-    """
-
-    def __init__(self, parallel: bool | None = None):
-        if parallel is None:
-            parallel = cpu_count() >= 2 and "fork" in multiprocessing.get_all_start_methods()
-        self.parallel = parallel
-        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) if parallel else None
-        self._pending: list[Future] = []
-
-    def __enter__(self) -> "FigureQueue":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def save(self, figure: str, args: tuple, path: Path, dpi: int = 120, fmt: str = "png") -> None:
-        """Draw ``plots.<figure>(*args)`` into ``path`` (now, or in the worker)."""
-        if self._pool is None:
-            _draw(figure, args, path, dpi, fmt)
-        else:
-            self._pending.append(self._pool.submit(_draw, figure, args, path, dpi, fmt))
-
-    def close(self) -> None:
-        """Wait for every figure; raise the first error of the worker."""
-        if self._pool is None:
-            return
-        try:
-            for job in self._pending:
-                job.result()
-        finally:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
-
-
 # -- the Fourier part ----
 
 
-def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", figures_to: FigureQueue | None = None) -> dict:
-    """Write the Fourier tables and figures of one model; return the key facts.
-    ``figures_to``: the queue that draws the figures (default: drawn here, now)."""
+def write_fourier(loaded, out: Path, seed: int, fmt: str = "png") -> dict:
+    """Write the Fourier tables and figures of one model; return the key facts."""
     model, config, split = loaded.model, loaded.config, loaded.split
     record = provenance(config, seed, loaded.source)
     figures = out / "figures"
@@ -179,13 +123,12 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", figures_to: Fi
     write_document(facts, out / "key_frequencies.json", record)
     write_document(comparison, out / "constants_vs_variables.json", record)
 
-    queue = figures_to or FigureQueue(parallel=False)
-    queue.save("frequency_shares_figure", (figure_data.frequency_variance_shares(grid), keys),
+    plots.save(plots.frequency_shares_figure(figure_data.frequency_variance_shares(grid), keys)[0], None,
                figures / "frequency_shares", dpi=120, fmt=fmt)
-    queue.save("readout_fourier_figure", (fourier.unembed_frequency_norms(readout), keys),
+    plots.save(plots.readout_fourier_figure(fourier.unembed_frequency_norms(readout), keys)[0], None,
                figures / "readout_fourier", dpi=120, fmt=fmt)
     if len(best):
-        queue.save("best_neurons_figure", (figure_data.best_neuron_patterns(grid, best),),
+        plots.save(plots.best_neurons_figure(figure_data.best_neuron_patterns(grid, best))[0], None,
                    figures / "best_neurons", dpi=110, fmt=fmt)
     return {**facts, "constants_vs_variables": comparison}
 
@@ -195,14 +138,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     """Write every analysis of one model into ``out``; return ``summary.json``'s content.
 
     ``progress``: a progress bar over the steps (probes, QK, Fourier, same MLP, ablation, patching).
-    Figures are drawn by a :class:`FigureQueue`, beside the computation where there are two cores.
     """
-    with FigureQueue() as queue, torch_threads(1 if queue.parallel else None):
-        return _write_analysis(loaded, out, seed, causal, fmt, progress, queue)
-
-
-def _write_analysis(loaded, out: Path, seed: int, causal: bool, fmt: str, progress: bool,
-                    queue: FigureQueue) -> dict:
     model, config, split = loaded.model, loaded.config, loaded.split
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -223,7 +159,7 @@ def _write_analysis(loaded, out: Path, seed: int, causal: bool, fmt: str, progre
             plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
 
     def fourier_step() -> None:
-        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt, queue)["constants_vs_variables"]
+        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt)["constants_vs_variables"]
 
     def same_mlp() -> None:
         same = dict(same_mlp_report(model, config, split, seed=seed))
@@ -235,16 +171,15 @@ def _write_analysis(loaded, out: Path, seed: int, causal: bool, fmt: str, progre
     def patching() -> None:
         table = patching_table(model, config, split, seed=seed)
         write_table(table, out / "patching.csv", record)
-        queue.save("patching_figure", (table, "activation patching, value corrupted"), figures / "patching",
-                   dpi=120, fmt=fmt)
+        plots.save(plots.patching_figure(table, "activation patching, value corrupted")[0], None,
+                   figures / "patching", dpi=120, fmt=fmt)
 
     def ablation() -> None:
         table = ablation_table(model, config, split, seed=seed)
         write_table(table, out / "ablation.csv", record)
-        queue.save("ablation_figure", (table,), figures / "ablation", dpi=120, fmt=fmt)
+        plots.save(plots.ablation_figure(table)[0], None, figures / "ablation", dpi=120, fmt=fmt)
 
     steps = [("probes", probes), ("QK", qk), ("Fourier", fourier_step), ("same MLP", same_mlp)]
-    # ablation before patching: its large figure is then drawn while patching computes
     steps += [("ablation", ablation), ("patching", patching)] if causal else []
     bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
     for name, step in bar:

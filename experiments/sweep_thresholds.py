@@ -14,6 +14,7 @@ receives:
   accuracies (``compose_lens.analysis.dynamics.sweep_onsets``), and ``addition_first``;
 * ``fit.json``: per metric the logistic fit, its 50 % and 90 % crossings with 95 % bootstrap
   intervals (``compose_lens.analysis.thresholds.fit_thresholds``), the study's threshold,
+  the per-seed crossings of the older rule (``thresholds``) as a check on the fit's shape,
   the points and seeds used, the steps, and the compute (sum of train_wall_time_s and
   core-hours = sum of train_wall_time_s x threads / 3600), and the addition-first count;
 * ``fit.png`` (+ ``fit.csv``): accuracy against the parameter, every seed's points, the fit,
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from compose_lens.analysis.dynamics import addition_first_summary, sweep_onsets
 from compose_lens.analysis.thresholds import (BOOTSTRAP_REPLICATES, LEVELS, METRICS, STUDY_THRESHOLDS,
-                                              fit_thresholds, numeric)
+                                              THRESHOLD_RULE, fit_thresholds, numeric, thresholds)
 from compose_lens.config import json_safe, write_json_atomic
 from compose_lens.plots import onsets_figure, save, threshold_fit_figure
 from compose_lens.provenance import provenance
@@ -75,7 +76,8 @@ def analyse(source: Path, out: Path, replicates: int) -> dict:
     fits = {metric: fit_thresholds(rows, metric, LEVELS, replicates) for metric in METRICS}
     study_metric, study_value = STUDY_THRESHOLDS.get(param, (None, None))
     document = {"sweep": str(source), "param": param, "study": {"metric": study_metric, "value": study_value},
-                "fits": fits, "compute": compute_used(rows), "phases": addition_first_summary(onsets),
+                "fits": fits, "per_seed_rule": {"rule": THRESHOLD_RULE, "thresholds": thresholds(rows)},
+                "compute": compute_used(rows), "phases": addition_first_summary(onsets),
                 "provenance": provenance(command=["experiments/sweep_thresholds.py", str(source)])}
     write_json_atomic(folder / "fit.json", json_safe(document))
     study = {study_metric: study_value} if study_metric else None

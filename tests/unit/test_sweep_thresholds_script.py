@@ -52,4 +52,6 @@ def test_the_script_writes_points_phases_fit_and_figure(tmp_path):
     half = fit["fits"]["zero_var_heldout"]["levels"]["0.5"]
     assert abs(half["estimate"] - 0.35) < 0.01 and half["ci95"][0] <= half["estimate"] <= half["ci95"][1]
     assert fit["fits"]["two_var_union"]["levels"]["0.5"]["estimate"] is None  # flat at 0.3
+    rule = fit["per_seed_rule"]["thresholds"]["zero_var_heldout"]["0.5"]
+    assert abs(rule["mean"] - 0.35) < 0.02 and set(rule["per_seed"]) == {"0", "1", "2"}
     assert len(list(csv.DictReader(open(folder / "points.csv")))) == 37

@@ -224,6 +224,7 @@ def format_thresholds(found: dict, param: str) -> list[str]:
 # The study's thresholds (its Figure 3): parameter -> (metric it was read from, value).
 STUDY_THRESHOLDS = {"f": ("zero_var_heldout", 0.25), "r": ("two_var_union", 0.2)}
 LOGISTIC = "acc(x) = lo + (hi - lo) / (1 + exp(-(x - x0) / s)), 0 <= lo <= hi <= 1, s > 0"
+FIT_PARAMETERS = 4  # lo, hi, x0, s
 BOOTSTRAP_REPLICATES = 1000
 BOOTSTRAP_METHOD = ("two-stage: seeds resampled with replacement, then each drawn seed's accuracies redrawn as "
                     "its own fitted curve + its own residuals resampled with replacement, clipped to [0, 1]; "
@@ -385,8 +386,8 @@ def bootstrap_crossings(x: np.ndarray, y: np.ndarray, seeds: np.ndarray, fit: Lo
     unique = np.unique(seeds)
     members = {s: np.flatnonzero(seeds == s) for s in unique}
     fitted = fit(x)
-    for m in members.values():  # each seed's own curve where its points determine one
-        own = fit_logistic(x[m], y[m])
+    for m in members.values():  # each seed's own curve where it has more values than parameters
+        own = fit_logistic(x[m], y[m]) if len(np.unique(x[m])) > FIT_PARAMETERS else None
         fitted[m] = fitted[m] if own is None else own(x[m])
     x_min, x_max = float(x.min()), float(x.max())
     out = np.full((replicates, len(levels)), np.nan)
@@ -409,9 +410,10 @@ def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else round(float(value), 6)
 
 
-def _level_summary(estimate: float, replicates: np.ndarray) -> dict:
+def _level_summary(estimate: float, replicates: np.ndarray, missing: str = "no replicate") -> dict:
     """One level: the estimate, where it lies, the 95 % percentile interval (an end beyond the
-    range is None, its side in ``ci95_where``) and the share of replicates crossing inside."""
+    range is None, its side in ``ci95_where``; ``missing`` says why when there is no interval)
+    and the share of replicates crossing inside."""
     done = replicates[~np.isnan(replicates)]
     if len(done):
         low, high = np.quantile(done, [0.025, 0.975], method="inverted_cdf")
@@ -420,8 +422,8 @@ def _level_summary(estimate: float, replicates: np.ndarray) -> dict:
     return {
         "estimate": _finite_or_none(estimate), "where": where(estimate),
         "ci95": [_finite_or_none(low), _finite_or_none(high)],
-        "ci95_where": [where(low) if not math.isnan(low) else "no replicate",
-                       where(high) if not math.isnan(high) else "no replicate"],
+        "ci95_where": [where(low) if not math.isnan(low) else missing,
+                       where(high) if not math.isnan(high) else missing],
         "share_of_replicates_inside": round(float(np.isfinite(done).mean()), 4) if len(done) else 0.0,
     }
 
@@ -430,21 +432,29 @@ def fit_thresholds(rows: Sequence[dict], metric: str, levels: Sequence[float] = 
                    replicates: int = BOOTSTRAP_REPLICATES, rng_seed: int = 0) -> dict:
     """The logistic fit of one metric over all seeds' points, its crossings of each level with
     95 % bootstrap intervals, and what it was fitted to. ``{"fit": None, ...}`` when the
-    points determine no curve (fewer than two distinct values)."""
+    points determine no curve (fewer than two distinct values). With no more distinct values
+    than the curve has parameters (four) the curve passes through every point, its residuals
+    are zero and a bootstrap would return a zero-width interval: then there is no interval
+    (``ci95`` None, ``bootstrap.skipped`` says why), only the estimate."""
     x, y, seeds = sweep_xy(rows, metric)
     base = {"metric": metric, "model": LOGISTIC, "points": int(len(x)),
             "seeds": sorted({int(s) for s in seeds}), "values": sorted({float(v) for v in x})}
     fit = fit_logistic(x, y)
     if fit is None:
         return {**base, "fit": None, "levels": {}}
-    boot = bootstrap_crossings(x, y, seeds, fit, levels, replicates, rng_seed)
+    distinct = len(base["values"])
+    too_few = f"{distinct} values for {FIT_PARAMETERS} parameters: no interval" if distinct <= FIT_PARAMETERS else ""
+    boot = (np.full((0, len(levels)), np.nan) if too_few
+            else bootstrap_crossings(x, y, seeds, fit, levels, replicates, rng_seed))
     x_min, x_max = float(x.min()), float(x.max())
     return {
         **base,
         "fit": {k: round(v, 6) for k, v in asdict(fit).items() if k not in ("n",)},
         "rms_residual": round(math.sqrt(fit.sse / fit.n), 6),
-        "levels": {str(level): _level_summary(in_range(fit.crossing(level), x_min, x_max), boot[:, i])
+        "levels": {str(level): _level_summary(in_range(fit.crossing(level), x_min, x_max), boot[:, i],
+                                              too_few or "no replicate")
                    for i, level in enumerate(levels)},
-        "bootstrap": {"method": BOOTSTRAP_METHOD, "replicates": replicates, "rng_seed": rng_seed,
-                      "failed_replicates": int(np.isnan(boot[:, 0]).sum()) if len(levels) else 0},
+        "bootstrap": {"skipped": too_few} if too_few else {
+            "method": BOOTSTRAP_METHOD, "replicates": replicates, "rng_seed": rng_seed,
+            "failed_replicates": int(np.isnan(boot[:, 0]).sum()) if len(levels) else 0},
     }

@@ -113,3 +113,15 @@ def test_crossing_says_on_which_side_a_level_is_never_reached():
     fit = LogisticFit(lo=0.2, hi=0.6, x0=0.3, s=0.05, sse=0.0, n=0)
     assert fit.crossing(0.9) == math.inf and fit.crossing(0.1) == -math.inf
     assert fit(fit.crossing(0.5)) == pytest.approx(0.5)
+
+
+def test_four_values_are_interpolated_and_get_no_zero_width_interval():
+    """Four values, four parameters: the curve passes through every point, so the residuals are
+    zero and a bootstrap would shrink to a point. The estimate stays; the interval is refused."""
+    rows = rows_of(logistic, seeds=(0,), noise=0.0, values=[0.1, 0.2, 0.3, 0.4])
+    rows[2]["zero_var_heldout_accuracy"] = "0.7"
+    found = fit_thresholds(rows, "zero_var_heldout", replicates=50)
+    summary = found["levels"]["0.5"]
+    assert found["rms_residual"] < 1e-3 and 0.2 < summary["estimate"] < 0.3
+    assert summary["ci95"] == [None, None] and "no interval" in summary["ci95_where"][0]
+    assert "skipped" in found["bootstrap"]

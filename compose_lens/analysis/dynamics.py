@@ -324,9 +324,11 @@ def sweep_onsets(rows: Sequence[dict]) -> pd.DataFrame:
 
     ``addition_first`` tests the study's claim that arithmetic comes before binding: True
     when the addition onset is at or before the assignment onset, False when after, empty
-    when either is missing. Note that the assignment metric averages pools with
-    held-out pairs, so it cannot pass 0.85 long before the held-out addition does: the
-    claim is not free under this rule, but it is helped by it.
+    when either is missing. Read it with the rule's levels in mind: addition's onset needs
+    the held-out 0-var pool at 0.97, assignment's a four-pool mean at 0.85. The mean
+    includes held-out pairs, so it cannot pass 0.85 long before held-out addition rises;
+    but where the two curves rise together (as at f = 0.4 and 0.5 in the first full-budget
+    f sweep points) the lower bar is met first and ``addition_first`` is False.
     """
     out = []
     for row in rows:

@@ -46,6 +46,9 @@ The MLP, patching and ablation:
 * :func:`cosine_histograms_figure`: one MLP for constants and variables;
 * :func:`patching_figure` and :func:`ablation_figure`: the causal tables as heatmaps;
 * :func:`sweep_figure`: a sweep's accuracy against its parameter (Figure 3).
+* :func:`threshold_fit_figure`: every seed's points, the logistic fit, its 50 % and 90 %
+  crossings with 95 % intervals and the study's threshold;
+  :func:`onsets_figure`: each point's phase onsets against the swept parameter.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
 from compose_lens.analysis.summary import MEASURE_KEYS  # noqa: E402
-from compose_lens.analysis.thresholds import LEVELS, METRICS, accuracy_of  # noqa: E402
+from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy  # noqa: E402
 
 PHASE_STYLE = {"addition": ("tab:green", "addition"),
                "assignment": ("tab:purple", "assignment"),
@@ -630,6 +633,87 @@ def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig, pd.DataFrame(rows)
+
+
+LEVEL_COLOURS = {0.5: "tab:blue", 0.9: "tab:purple"}
+LABELS = {"zero_var_heldout": "0-var held-out accuracy (exhaustive)",
+          "two_var_union": "2-var union accuracy (exhaustive)"}
+
+
+def _fit_panel(ax: plt.Axes, rows: Sequence[dict], found: Mapping, study: float | None) -> pd.DataFrame:
+    """One metric: points per seed, the fitted curve, each crossing with its interval shaded."""
+    x, y, seeds = sweep_xy(rows, found["metric"])
+    for s in sorted(set(seeds.tolist())):
+        ax.plot(x[seeds == s], y[seeds == s], "o", ms=4, alpha=0.7, label=f"seed {s}")
+    fitted = np.full(len(x), np.nan)
+    if found.get("fit"):
+        curve = LogisticFit(n=len(x), **found["fit"])
+        grid = np.linspace(x.min(), x.max(), 300)
+        ax.plot(grid, curve(grid), color="black", lw=1.8, label="logistic fit")
+        fitted = curve(x)
+    for level, summary in found.get("levels", {}).items():
+        colour = LEVEL_COLOURS.get(float(level), "grey")
+        ax.axhline(float(level), color=colour, lw=0.6, ls=":")
+        low, high = summary["ci95"]
+        if low is not None or high is not None or len(set(summary["ci95_where"])) > 1:
+            # an end beyond the range is shaded to that edge; an interval wholly beyond it, not at all
+            ax.axvspan(x.min() if low is None else low, x.max() if high is None else high, color=colour, alpha=0.12)
+        text = ("not crossed: " + summary["where"]) if summary["estimate"] is None else f"{summary['estimate']:.3g}"
+        if summary["estimate"] is not None:
+            ax.axvline(summary["estimate"], color=colour, lw=1.2)
+        ax.plot([], [], color=colour, lw=6, alpha=0.3, label=f"{float(level):.0%} crossing {text} (95 % CI shaded)")
+    if study is not None:
+        ax.axvline(study, color="tab:red", ls="--", lw=1.4, label=f"study: {study:g}")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.25)
+    ax.set_ylabel(LABELS.get(found["metric"], found["metric"]))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    return pd.DataFrame({"metric": found["metric"], "value": x, "seed": seeds, "accuracy": y, "fitted": fitted})
+
+
+def threshold_fit_figure(rows: Sequence[dict], fits: Mapping[str, Mapping], param: str,
+                         study: Mapping[str, float] | None = None, title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+    """One panel per fitted metric (:func:`compose_lens.analysis.thresholds.fit_thresholds`
+    outputs keyed by metric): every seed's final accuracy against ``param``, the fitted
+    logistic, the 50 % and 90 % crossings (solid lines) with their 95 % bootstrap intervals
+    (shaded; an interval end beyond the swept range is shaded to the edge), and ``study``'s
+    threshold for its metric (dashed red)."""
+    fig, axes = plt.subplots(1, len(fits), figsize=(6.2 * len(fits), 5.4), squeeze=False)
+    frames = []
+    for ax, (metric, found) in zip(axes[0], fits.items()):
+        frames.append(_fit_panel(ax, rows, found, (study or {}).get(metric)))
+        ax.set_xlabel(param)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig, pd.concat(frames, ignore_index=True)
+
+
+def onsets_figure(onsets: pd.DataFrame, param: str, title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+    """Each point's phase onset steps (the dynamics rule on its logged pool accuracies) against
+    ``param``, one colour per phase, drawn side by side at each value; a phase not reached
+    within the run is an ``x`` at the run's last logged step (a lower bound on its onset;
+    for a point still training, ``status`` pending, a provisional one)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    values = onsets["value"].astype(float)
+    seeds = sorted(onsets["seed"].unique())
+    span = (values.max() - values.min()) or 1.0
+    by_seed = onsets["seed"].map({s: (i - (len(seeds) - 1) / 2) * 0.004 * span for i, s in enumerate(seeds)})
+    for k, (name, (colour, text)) in enumerate(PHASE_STYLE.items()):
+        offset = by_seed + (k - 1) * 0.012 * span  # phases side by side, seeds within a phase
+        steps = pd.to_numeric(onsets[f"{name}_onset"], errors="coerce")
+        ax.plot(values[steps.notna()] + offset[steps.notna()], steps[steps.notna()], "o", color=colour, ms=5,
+                alpha=0.8, label=f"{text} onset")
+        never = steps.isna() & onsets["last_logged_step"].notna()
+        ax.plot(values[never] + offset[never], onsets["last_logged_step"][never].astype(float), "x", color=colour,
+                ms=6, label=f"{text}: not within the run" if never.any() else None)
+    ax.set_xlabel(param)
+    ax.set_ylabel("training step")
+    ax.grid(alpha=0.25)
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig, onsets
 
 
 def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:

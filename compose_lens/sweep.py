@@ -276,7 +276,7 @@ def _init_worker(threads: int) -> None:
 def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "") -> dict:
     """The results.csv row of one point, read from its run directory."""
     row: dict[str, Any] = {"param": point.param, "value": format_value(point.value), "seed": point.seed,
-                           "status": status, "error": error, "steps": "", "train_wall_time_s": ""}
+                           "status": status, "error": error, "steps": "", "train_wall_time_s": "", "threads": ""}
     for name in METRICS + POOLS:  # final exhaustive accuracies, then final pool accuracies
         row[f"{name}_accuracy"] = ""
     for pool in POOLS:
@@ -285,7 +285,7 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
     if results_file.exists():
         results = load_json(results_file)
         row.update(status="done", error="", steps=results["steps"],
-                   train_wall_time_s=results.get("train_wall_time_s", ""))
+                   train_wall_time_s=results.get("train_wall_time_s", ""), threads=results.get("threads", ""))
         for metric in METRICS:
             row[f"{metric}_accuracy"] = results["exhaustive"][metric]["accuracy"]
         for pool in POOLS:
@@ -300,6 +300,39 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
         row[f"first_step_90_{pool}"] = "" if step is None else step
     row["run_dir"] = str(run_dir)
     return row
+
+
+def point_of(name: str, param: str) -> SweepPoint | None:
+    """The point a run directory's name stands for (None if it is not one of ``param``'s).
+
+    >>> point_of("f=0.25_seed=1", "f")
+    SweepPoint(param='f', value=0.25, seed=1)
+    >>> point_of("f=0.25_seed=1.lock", "f") is None
+    True
+    """
+    found = re.fullmatch(re.escape(param) + r"=(.+)_seed=(-?\d+)", name)
+    if not found:
+        return None
+    try:
+        value = json.loads(found.group(1))
+    except json.JSONDecodeError:
+        value = found.group(1)
+    return SweepPoint(param, value, int(found.group(2)))
+
+
+def sweep_rows(out: str | Path) -> list[dict]:
+    """The row of every point directory under ``out/runs``, whichever command made it, finished
+    (``results.json``), failed (``error.json``) or still training (``pending``), sorted by value
+    then seed. ``results.csv`` lists only the points of the last command run into ``out``, so a
+    coarse pass followed by a dense pass into the same ``--out`` is read whole only from here.
+    """
+    out = Path(out)
+    param = load_json(out / "sweep.json")["param"]
+    points = [(p, d) for d in sorted((out / "runs").iterdir()) if d.is_dir()
+              and (p := point_of(d.name, param)) is not None]
+    points.sort(key=lambda pd_: (numeric(pd_[0].value) is None, numeric(pd_[0].value) or 0.0,
+                                 str(pd_[0].value), pd_[0].seed))
+    return [point_row(p, d) for p, d in points]
 
 
 def write_csv(rows: Sequence[dict], path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 from safetensors.torch import load_file
@@ -12,7 +13,8 @@ from safetensors.torch import load_file
 from compose_lens.cli import main
 from compose_lens.config import ComposeLensError
 from compose_lens.analysis.thresholds import first_step_above, format_thresholds, threshold, thresholds
-from compose_lens.sweep import SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep
+from compose_lens.sweep import (SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep,
+                               sweep_rows)
 from compose_lens.train import Trainer
 
 
@@ -188,3 +190,36 @@ def test_a_point_held_by_another_process_is_left_alone(tiny_config, tmp_path):
         outcome = train_point(point.config(tiny_config).to_dict(), str(run_dir), threads=1)
     assert outcome["status"] == "failed" and "another process" in outcome["error"]
     assert not (run_dir / "results.json").exists()
+
+
+KEPT_IN_GIT = {"config.json", "metrics.jsonl", "results.json"}  # a point as committed (.gitignore)
+
+
+def test_a_sweep_restored_from_its_committed_files_counts_every_point_finished(tiny_config, tmp_path):
+    """A point directory holding only config.json, metrics.jsonl and results.json (no weights,
+    checkpoints, resume state, split or lock) is finished: the same command trains nothing and
+    writes the same rows, first-90 % steps included."""
+    first = run_sweep(tiny_config, "f", [0.6, 0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    for entry in (tmp_path / "runs").iterdir():
+        if entry.is_dir():
+            for item in entry.iterdir():
+                if item.name not in KEPT_IN_GIT:
+                    shutil.rmtree(item) if item.is_dir() else item.unlink()
+        else:
+            entry.unlink()  # the .lock beside each point
+    assert {p.name for d in (tmp_path / "runs").iterdir() for p in d.iterdir()} == KEPT_IN_GIT
+    again = run_sweep(tiny_config, "f", [0.6, 0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    assert (again.trained, again.skipped, again.failed) == (0, 2, 0)
+    keys = [k for k in first.rows[0] if k != "run_dir"]
+    assert [{k: r[k] for k in keys} for r in again.rows] == [{k: r[k] for k in keys} for r in first.rows]
+
+
+def test_sweep_rows_reads_every_pass_into_one_out(tiny_config, tmp_path):
+    """results.csv lists the last command's points only; sweep_rows reads every point directory,
+    so a coarse and a dense pass into the same --out are analysed together."""
+    run_sweep(tiny_config, "f", [0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    run_sweep(tiny_config, "f", [0.6], [0], tmp_path, workers=1, threads=1, progress=False)
+    assert [r["value"] for r in read_csv(tmp_path / "results.csv")] == ["0.6"]
+    rows = sweep_rows(tmp_path)
+    assert [(r["value"], r["status"]) for r in rows] == [("0.6", "done"), ("0.9", "done")]
+    assert all(r["threads"] == 1 and r["steps"] == 40 for r in rows)

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 import shutil
 
 import pytest
@@ -223,3 +228,47 @@ def test_sweep_rows_reads_every_pass_into_one_out(tiny_config, tmp_path):
     rows = sweep_rows(tmp_path)
     assert [(r["value"], r["status"]) for r in rows] == [("0.6", "done"), ("0.9", "done")]
     assert all(r["threads"] == 1 and r["steps"] == 40 for r in rows)
+
+
+_ORPHAN_SCRIPT = """
+import multiprocessing, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from compose_lens import sweep
+
+def report_pid():
+    import os
+    return os.getpid()
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=sweep._init_worker, initargs=(1,))
+    print(pool.submit(report_pid).result(), flush=True)
+    time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its new parent to reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
+    """Killing the sweep process alone ends its pool workers (they used to go on and spin)."""
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    assert _alive(worker)  # the worker lives while its sweep does
+    parent.kill()
+    parent.wait()
+    for _ in range(100):
+        if not _alive(worker):
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail("the pool worker outlived its killed sweep by 10 s")

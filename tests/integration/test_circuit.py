@@ -50,10 +50,13 @@ def test_graph_forward_is_the_model(tiny, positions):
 def test_graph_edges():
     g = C.build_graph(ModelConfig())  # the paper model: 16 edges
     assert len(g) == 16 and "m1->logits" in {e.name for e in g.edges}
-    assert int(C.paper_labels(g).sum()) == 10
+    assert int(C.paper_labels(g).sum()) == 11 and int(C.paper_labels(g, constant_path=False).sum()) == 10
     gp = C.build_graph(ModelConfig(), positions=True)
     assert len(gp) == 121  # last-layer queries, MLP and logits at "=" only
     assert all(e.position == 15 for e in gp.edges if e.receiver in ("m1", "logits", "a1.h0.q"))
+    labelled = {e.name for e, x in zip(gp.edges, C.paper_labels(gp).tolist()) if x}
+    assert len(labelled) == 68 and {"a0.h0->a1.h0.k@5", "embed->a0.h0.k@4", "a0.h0->m1@15"} <= labelled
+    assert not {"embed->a0.h0.q@15", "a0.h0->a1.h0.k@14", "embed->a1.h0.v@12"} & labelled
 
 
 def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
@@ -133,3 +136,19 @@ def test_paper_model_scores():
     labels = C.paper_labels(gm.graph)
     assert C.roc_auc(exact, labels) > 0.9
     assert C.spearman(C.eap_ig_scores(gm, pairs, steps=8), exact) > 0.8
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_exact_scores_are_one_full_forward_per_edge(tiny, positions):
+    """The batched path patching (which reuses the clean run upstream of an edge) against a plain
+    forward of the whole graph with that one edge corrupted."""
+    gm = C.GraphModel.from_model(tiny, TINY, positions)
+    pairs = _random_pairs(TINY, 6)
+    base = C.baseline(gm, pairs)
+    exact = C.exact_scores(gm, pairs, base)
+    for e in range(0, len(gm.graph), 7):
+        masks = torch.zeros(6, len(gm.graph))
+        masks[:, e] = 1.0
+        with torch.no_grad():
+            ld = C._ld(gm.forward(pairs.clean, masks, base.corrupt_outs)[0], pairs).mean()
+        assert float(exact[e]) == pytest.approx(float((base.ld_clean - ld) / base.denominator), abs=1e-4)

@@ -52,7 +52,10 @@ constant) so every part of the circuit has something to carry. On an evaluation 
 **Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
 *performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
 the *distance from the full model* is the mean KL divergence of the full model's
-answer distribution from the circuit's, on the clean prompts.
+answer distribution from the circuit's, on the clean prompts. A method's circuit is the
+fewest edges of largest |score| that recover 95 %: of its own pairs (:func:`size_at`), or
+of every evaluation pool at once (:func:`size_on_pools`, the stricter one: a circuit found on
+pairs that never corrupt a binding can leave the binding out).
 
 **The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in
 layer 2 only; SPEC section 6). Layer 1's previous-token head binds each value to its

@@ -64,6 +64,9 @@ def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
     pairs = _random_pairs(TINY, 16)
     ig = C.eap_ig_scores(gm, pairs, steps=64)
     assert abs(float(ig.sum()) - 1.0) < 0.02  # completeness: they add up to the whole effect
+    inputs = C.eap_ig_inputs_scores(gm, pairs, steps=64)  # ... here the embedding edges do
+    from_embed = [i for i, e in enumerate(gm.graph.edges) if e.sender == "embed"]
+    assert abs(float(inputs[from_embed].sum()) - 1.0) < 0.02
     exact, eap = C.exact_scores(gm, pairs), C.eap_scores(gm, pairs)
     last = [i for i, e in enumerate(gm.graph.edges) if e.receiver == "logits"]  # logits are linear
     torch.testing.assert_close(eap[last], exact[last], atol=1e-4, rtol=1e-4)

@@ -79,7 +79,7 @@ def main():
     for name, loaded in models.items():
         for pairs_kind, positions in SETTINGS:
             rows += bench(name, loaded, pairs_kind, positions)
-            print(pd.DataFrame(rows[-4:]).round(3).to_string(index=False), flush=True)
+            print(pd.DataFrame(rows[-len(C.METHODS):]).round(3).to_string(index=False), flush=True)
             pd.DataFrame(rows).to_csv(out / "methods.csv", index=False)
     if ref.exists():
         dyn = over_training(ref)

@@ -34,11 +34,17 @@ clean-vs-corrupted difference lost by corrupting it alone,
 * **EAP** (Syed et al.): the first-order Taylor estimate of every edge at once from
   one backward pass, ``dLD/dm_e`` at m = 0, which is
   ``(corr_s - clean_s) . dLD/d input_r`` (:func:`eap_scores`).
-* **EAP-IG** (Hanna et al.): the same gradient averaged along the straight path from
-  the clean graph (all m = 0) to the fully corrupted one (all m = 1), midpoint
-  Riemann sum of ``steps`` points: integrated gradients in edge-mask space (the
-  "activations" path). By completeness the scores sum to the effect of corrupting
-  every edge, which EAP's do not (:func:`eap_ig_scores`).
+* **EAP-IG** (``eap-ig``): the same gradient averaged along the straight path from the
+  clean graph (all m = 0) to the fully corrupted one (all m = 1), midpoint Riemann sum of
+  ``steps`` points: integrated gradients in edge-mask space (every edge half-corrupted at
+  the midpoint, downstream senders included). By completeness the scores sum to the
+  effect of corrupting every edge, which EAP's do not (:func:`eap_ig_scores`).
+* **EAP-IG on the inputs** (``eap-ig-inputs``, Hanna et al. 2024's definition): only the
+  input embeddings move from clean to corrupted, every later sender is recomputed from
+  them, and an edge scores ``(corr_s - clean_s) . mean dLD/d input_r`` along that path.
+  Completeness holds for the embedding edges (they sum to the whole effect); later edges
+  are read at the same points (:func:`eap_ig_inputs_scores`). On the position graph it
+  follows exact patching more closely than the edge-mask path (the bench's table).
 * **ACDC** (Conmy et al.): start from the full graph, visit edges from the logits
   backwards, corrupt an edge for good where that moves the metric by less than
   ``threshold`` (a share of the clean-vs-corrupted difference) (:func:`acdc`).
@@ -52,22 +58,48 @@ constant) so every part of the circuit has something to carry. On an evaluation 
 **Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
 *performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
 the *distance from the full model* is the mean KL divergence of the full model's
-answer distribution from the circuit's, on the clean prompts.
+answer distribution from the circuit's, on the clean prompts. A method's circuit is the
+fewest edges of largest |score| that recover 95 %: of its own pairs (:func:`size_at`), or
+of every evaluation pool at once (:func:`size_on_pools`, the stricter one: a circuit found on
+pairs that never corrupt a binding can leave the binding out).
 
 **The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in
-layer 2 only). Layer 1's previous-token head binds each value to its variable and
-its ``=`` position attends to the operands: it needs queries, keys (positions, token
-kinds) and values (the tokens) from the embeddings, so ``embed -> a0.q, a0.k,
-a0.v`` are in. Layer 2 routes ``=`` to the operand values: its keys at a value
-position say which variable was bound there (``a0 -> a1.k``) and at a constant
-operand the token itself (``embed -> a1.k``); its query at ``=`` carries the operands
-layer 1 gathered (``a0 -> a1.q``); its values are the numbers (``embed -> a1.v``).
-MLP2 adds what layer 2 moved (``a1 -> m1``) and writes the answer (``m1 -> logits``),
-and layer 2's direct path to the logits is kept (``a1 -> logits``). Out: the ``=``
-token's own embedding as a query or MLP input (the same in every prompt), layer 1's
-output as a layer-2 value or as an MLP / logit input, and the embeddings' direct path
-to the logits. Every head of a layer gets its layer's labels; with positions, an
-edge gets the label of its edge without positions.
+layer 2 only; SPEC section 6). Layer 1's previous-token head binds each value to its
+variable and its ``=`` position attends to the operands (analyses 1, 2): it needs queries,
+keys (positions, token kinds) and values (the tokens) from the embeddings, so ``embed ->
+a0.q, a0.k, a0.v`` are in. Layer 2 routes ``=`` to the operand values (analysis 3): its
+keys at a value position say which variable was bound there (``a0 -> a1.k``) and at a
+constant operand the token itself (``embed -> a1.k``); its query at ``=`` carries the
+operands layer 1 gathered (``a0 -> a1.q``); its values are the numbers (``embed ->
+a1.v``). MLP2 adds what layer 2 moved (``a1 -> m1``) and writes the answer (``m1 ->
+logits``); layer 2's direct path to the logits is kept (``a1 -> logits``).
+
+``a0 -> m1`` (the *constant path*, in since the second labelling): analysis 2 puts the
+operand tokens into the stream at ``=`` after layer 1, and MLP2 reads that stream. For a
+constant operand the gathered token is the number MLP2 adds; for a variable it is the
+variable's name, which MLP2 cannot add. So the description predicts an edge that carries
+constants and nothing for two variables, and exact path patching shows just that (resample
+pairs, 300 per pool): on the paper model 0.101 of the effect on 0-var prompts, 0.058 on
+1-var, 0.003 on 2-var; on the study's final checkpoint 0.006, 0.006, -0.001 (the path fades
+over training, EAP-IG 0.12 at step 3,001 to 0.00 at 30,001). It is part of how the
+described circuit can compute, used to a degree that depends on the model, so it is
+labelled; ``paper_labels(graph, constant_path=False)`` gives the first labelling.
+
+Out: the ``=`` token's own embedding as a query or MLP input (the same token at the same
+position in every prompt, so no corruption moves it), layer 1's output as a layer-2
+value or a logit input, and the embeddings' direct path to the logits and to MLP2.
+Every head of a layer gets its layer's labels.
+
+**With positions** an edge is labelled where the circuit uses it (a variable can sit at
+context positions 0-10, its value at 1-11; the operands at 13, 14; ``=`` at 15):
+layer 1's query at the value positions (its ``=`` query is the constant ``=`` token,
+out as above), its keys and values at the variable positions (the previous token of a
+value) and at the operands (what ``=`` gathers); layer 2's keys from layer 1 at the
+value positions and from the embeddings at the operands, its values at the value
+positions and the operands; everything into layer 2's query, MLP2 and the logits at
+``=``. A labelled edge at one position carries the circuit only in the prompts that put
+a value there, so the position-level circuit has as many binding edges as there are
+places a binding can be.
 """
 
 from __future__ import annotations
@@ -85,7 +117,7 @@ from compose_lens.data.split import Split
 from compose_lens.model import tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 
-METHODS = ("exact", "eap", "eap-ig", "acdc")
+METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
 
 # -- the graph --------------------------------------------------------------------------------
@@ -188,22 +220,25 @@ class GraphModel:
         self.posmask = torch.stack([torch.ones(n) if e.position < 0 else
                                     torch.nn.functional.one_hot(torch.tensor(e.position), n).float()
                                     for e in self.graph.edges])  # (E, n)
-        self._into = {r: self.graph.into(r) for r in self.graph.receivers}
         self._before = {r: self.graph.senders_before(r) for r in self.graph.receivers}
+        # the edges from each sender into each receiver (one per position with positions=True)
+        self._from = {r: {s: torch.tensor([e for e in self.graph.into(r) if self.graph.edges[e].sender == s])
+                          for s in self._before[r]} for r in self.graph.receivers}
 
     @classmethod
     def from_model(cls, model, cfg: ModelConfig, positions: bool = False) -> "GraphModel":
         return cls(weights.detached_parameters(model), cfg, positions)
 
     def _input(self, r: str, outs: dict, masks, corrupt, active) -> torch.Tensor:
+        """Receiver ``r``'s input: every earlier sender's output, moved towards the corrupted one by
+        the masks. The edges of one sender (one per position) fold into one (R, n) weight."""
         x = sum(outs[s] for s in self._before[r])
         if masks is None:
             return x
-        for e in self._into[r]:
-            if active is not None and e not in active:
-                continue
-            s = self.graph.edges[e].sender
-            x = x + masks[:, e, None, None] * self.posmask[e][None, :, None] * (corrupt[s] - outs[s])
+        for s, idx in self._from[r].items():
+            idx = idx if active is None else idx[active[idx]]
+            if len(idx):
+                x = x + (masks[:, idx] @ self.posmask[idx])[:, :, None] * (corrupt[s] - outs[s])
         return x
 
     def _head(self, layer: int, h: int, q_in, k_in, v_in) -> torch.Tensor:
@@ -222,20 +257,27 @@ class GraphModel:
         return out + p[f"blocks.{layer}.attn.o.bias"] if h == 0 else out
 
     def forward(self, tokens: torch.Tensor, masks: torch.Tensor | None = None, corrupt: dict | None = None,
-                active: set[int] | None = None) -> tuple[torch.Tensor, dict]:
+                active: torch.Tensor | None = None, known: dict | None = None) -> tuple[torch.Tensor, dict]:
         """Logits at the last position (R, vocab_out) and every sender's output (R, n, d).
 
         ``masks`` (R, E): how far each edge reads the corrupted sender output ``corrupt[s]``
-        (R, n, d); ``active``: the only edges whose masks can be non-zero (a speed-up)."""
-        p, cfg = self.p, self.cfg
+        (R, n, d). Speed-ups: ``active`` (E,) bool, the only edges whose masks can be non-zero;
+        ``known``, layers' outputs that the masks cannot change (the clean run's, upstream of
+        every active edge), used instead of recomputed."""
+        p, cfg, known = self.p, self.cfg, known or {}
         outs = {"embed": p["embed.weight"][tokens] + p["pos_embed.weight"][: tokens.shape[1]]}
         for layer in range(cfg.n_layers):
             for h in range(cfg.n_heads):
-                qkv = [self._input(f"a{layer}.h{h}.{k}", outs, masks, corrupt, active) for k in "qkv"]
-                outs[f"a{layer}.h{h}"] = self._head(layer, h, *qkv)
+                name = f"a{layer}.h{h}"
+                if name in known:
+                    outs[name] = known[name]
+                    continue
+                qkv = [self._input(f"{name}.{k}", outs, masks, corrupt, active) for k in "qkv"]
+                outs[name] = self._head(layer, h, *qkv)
+            name = f"m{layer}"
             if layer in cfg.mlp_layers:
-                x = self._input(f"m{layer}", outs, masks, corrupt, active)
-                outs[f"m{layer}"] = weights.mlp_out(p, cfg, x, layer)[2]
+                outs[name] = known[name] if name in known else \
+                    weights.mlp_out(p, cfg, self._input(name, outs, masks, corrupt, active), layer)[2]
         final = self._input("logits", outs, masks, corrupt, active)[:, -1]
         return weights.unembed(p, cfg, final), outs
 
@@ -296,21 +338,28 @@ def baseline(gm: GraphModel, pairs: PromptPairs) -> Baseline:
     return Baseline(clean_logits, clean_outs, corrupt_outs, ld_clean, ld_corr)
 
 
-def _masked_runs(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor,
-                 chunk: int = 4096) -> torch.Tensor:
-    """LD per row for R = k * N rows of masks (row block i: masks[i] on every pair), (k, N)."""
-    N, k = len(pairs), len(masks)
+def _masked_logits(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor, chunk: int = 4096):
+    """Yields (block of masks, logits) for k masks (k, E), each applied to every pair, in blocks of
+    about ``chunk`` rows; layers upstream of every edge a block corrupts are the clean run's."""
+    N = len(pairs)
     per_chunk = max(1, chunk // N)
-    out = []
     with torch.no_grad():
-        for start in range(0, k, per_chunk):
+        for start in range(0, len(masks), per_chunk):
             block = masks[start:start + per_chunk]
-            active = set(block.nonzero()[:, 1].tolist())
-            rows = block.repeat_interleave(N, 0)
-            corrupt = {s: v.repeat(len(block), 1, 1) for s, v in base.corrupt_outs.items()}
-            logits, _ = gm.forward(pairs.clean.repeat(len(block), 1), rows, corrupt, active)
-            out.append(_ld(logits, pairs, len(block)).view(len(block), N))
-    return torch.cat(out)
+            b, active = len(block), block.ne(0).any(0)
+            first = min((gm.graph.depth[e.receiver] for e, a in zip(gm.graph.edges, active.tolist()) if a),
+                        default=gm.graph.depth["logits"])
+            known = {s: v.repeat(b, 1, 1) for s, v in base.clean_outs.items()
+                     if s != "embed" and gm.graph.depth[s] < first}
+            corrupt = {s: v.repeat(b, 1, 1) for s, v in base.corrupt_outs.items()}
+            yield block, gm.forward(pairs.clean.repeat(b, 1), block.repeat_interleave(N, 0), corrupt, active,
+                                    known)[0]
+
+
+def _masked_runs(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor) -> torch.Tensor:
+    """LD per row for R = k * N rows of masks (row block i: masks[i] on every pair), (k, N)."""
+    return torch.cat([_ld(logits, pairs, len(block)).view(len(block), len(pairs))
+                      for block, logits in _masked_logits(gm, pairs, base, masks)])
 
 
 # -- the four methods --------------------------------------------------------------------------
@@ -323,10 +372,10 @@ def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = Non
     return (base.ld_clean - ld.mean(1)) / base.denominator
 
 
-def _mask_gradient(gm: GraphModel, pairs: PromptPairs, base: Baseline, alpha: float) -> torch.Tensor:
-    """dLD/dm_e (E,) with every edge mask at ``alpha``."""
-    masks = torch.full((len(pairs), len(gm.graph)), float(alpha), requires_grad=True)
-    logits, _ = gm.forward(pairs.clean, masks, base.corrupt_outs)
+def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corrupt: dict) -> torch.Tensor:
+    """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,)."""
+    masks = masks.expand(len(pairs), -1).clone().requires_grad_(True)
+    logits, _ = gm.forward(pairs.clean, masks, corrupt)
     (grad,) = torch.autograd.grad(_ld(logits, pairs).mean(), masks)
     return grad.sum(0)
 
@@ -334,14 +383,35 @@ def _mask_gradient(gm: GraphModel, pairs: PromptPairs, base: Baseline, alpha: fl
 def eap_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
     """(E,) edge attribution patching: the linear estimate of :func:`exact_scores` at the clean run."""
     base = base or baseline(gm, pairs)
-    return -_mask_gradient(gm, pairs, base, 0.0) / base.denominator
+    return -_mask_gradient(gm, pairs, torch.zeros(len(gm.graph)), base.corrupt_outs) / base.denominator
 
 
 def eap_ig_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
                   steps: int = 16) -> torch.Tensor:
     """(E,) EAP-IG: the mask gradient averaged over ``steps`` midpoints from clean to corrupted."""
     base = base or baseline(gm, pairs)
-    grads = [_mask_gradient(gm, pairs, base, (i + 0.5) / steps) for i in range(steps)]
+    grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs)
+             for i in range(steps)]
+    return -torch.stack(grads).mean(0) / base.denominator
+
+
+def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
+                         steps: int = 16) -> torch.Tensor:
+    """(E,) EAP-IG with the input embeddings interpolated (Hanna et al.), ``steps`` midpoints.
+
+    At each point the embedding edges sit at ``alpha`` and every later sender is recomputed. A
+    mask's gradient is ``(corrupt[s] - out_s) . dLD/d input_r``; handing the forward
+    ``corrupt[s] = out_s(alpha) + corr_s - clean_s`` makes that ``(corr_s - clean_s) . dLD/d input_r``
+    while the masks of the later edges stay 0, so one gradient scores every edge."""
+    base = base or baseline(gm, pairs)
+    embed = torch.tensor([e.sender == "embed" for e in gm.graph.edges], dtype=torch.float)
+    grads = []
+    for i in range(steps):
+        masks = (i + 0.5) / steps * embed
+        with torch.no_grad():
+            outs = gm.forward(pairs.clean, masks.expand(len(pairs), -1), base.corrupt_outs)[1]
+        shifted = {s: v if s == "embed" else outs[s] + v - base.clean_outs[s] for s, v in base.corrupt_outs.items()}
+        grads.append(_mask_gradient(gm, pairs, masks, shifted))
     return -torch.stack(grads).mean(0) / base.denominator
 
 
@@ -379,6 +449,8 @@ def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int
         scores = eap_scores(gm, pairs, base)
     elif method == "eap-ig":
         scores = eap_ig_scores(gm, pairs, base, steps)
+    elif method == "eap-ig-inputs":
+        scores = eap_ig_inputs_scores(gm, pairs, base, steps)
     else:
         scores = acdc(gm, pairs, threshold, base)[1]
     return scores.detach(), time.perf_counter() - start
@@ -394,20 +466,15 @@ def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 def faithfulness(gm: GraphModel, pairs: PromptPairs, circuits: torch.Tensor,
-                 base: Baseline | None = None, chunk: int = 4096) -> pd.DataFrame:
+                 base: Baseline | None = None) -> pd.DataFrame:
     """Performance recovered and KL from the full model of each circuit, circuits (k, E) bool."""
     base = base or baseline(gm, pairs)
     N = len(pairs)
-    per_chunk = max(1, chunk // N)
     recovered, kl = [], []
-    with torch.no_grad():
-        for start in range(0, len(circuits), per_chunk):
-            block = (~circuits[start:start + per_chunk]).float()
-            corrupt = {s: v.repeat(len(block), 1, 1) for s, v in base.corrupt_outs.items()}
-            logits, _ = gm.forward(pairs.clean.repeat(len(block), 1), block.repeat_interleave(N, 0), corrupt)
-            ld = _ld(logits, pairs, len(block)).view(len(block), N).mean(1)
-            recovered.append((ld - base.ld_corrupted) / base.denominator)
-            kl.append(_kl(base.clean_logits.repeat(len(block), 1), logits).view(len(block), N).mean(1))
+    for block, logits in _masked_logits(gm, pairs, base, (~circuits).float()):
+        ld = _ld(logits, pairs, len(block)).view(len(block), N).mean(1)
+        recovered.append((ld - base.ld_corrupted) / base.denominator)
+        kl.append(_kl(base.clean_logits.repeat(len(block), 1), logits).view(len(block), N).mean(1))
     return pd.DataFrame({"n_edges": circuits.sum(1).tolist(), "recovered": torch.cat(recovered).tolist(),
                          "kl": torch.cat(kl).tolist(), "ld_clean": base.ld_clean,
                          "ld_corrupted": base.ld_corrupted, "n_pairs": N})
@@ -430,23 +497,40 @@ def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: fl
     return (int(curve.loc[hits[0], "n_edges"]) if len(hits) else len(scores)), curve
 
 
+def evaluation_pairs(split: Split, size: int = 500, seed: int = 0) -> dict[str, PromptPairs]:
+    """Resample pairs (:func:`pool_pairs`) on every evaluation pool with at least two of them."""
+    found = {name: pool_pairs(batch.tokens, batch.labels, name, seed)
+             for name, batch in make_pools(split, size, seed).items()}
+    return {name: pairs for name, pairs in found.items() if len(pairs) >= 2}
+
+
 def pool_faithfulness(gm: GraphModel, split: Split, circuit: torch.Tensor, size: int = 500,
                       seed: int = 0) -> pd.DataFrame:
     """:func:`faithfulness` of one circuit (E,) bool on every evaluation pool (resample pairs)."""
-    rows = []
-    for name, batch in make_pools(split, size, seed).items():
-        pairs = pool_pairs(batch.tokens, batch.labels, name, seed)
-        if len(pairs) < 2:
-            continue
-        row = faithfulness(gm, pairs, circuit[None]).iloc[0].to_dict()
-        rows.append({"pool": name, **row})
+    rows = [{"pool": name, **faithfulness(gm, pairs, circuit[None]).iloc[0].to_dict()}
+            for name, pairs in evaluation_pairs(split, size, seed).items()]
     return pd.DataFrame(rows)
+
+
+def size_on_pools(gm: GraphModel, split: Split, scores: torch.Tensor, target: float = 0.95, size: int = 500,
+                  seed: int = 0) -> tuple[int, pd.DataFrame]:
+    """The fewest top-|score| edges recovering ``target`` on *every* evaluation pool at once, and the
+    curves (one row per pool and circuit size). The goal's circuit: :func:`size_at` asks it of one
+    set of pairs only, where a circuit can leave out what another pool needs."""
+    circuits = top_k_circuits(scores)
+    curves = pd.concat([faithfulness(gm, pairs, circuits).assign(pool=name)
+                        for name, pairs in evaluation_pairs(split, size, seed).items()], ignore_index=True)
+    worst = curves.groupby("n_edges")["recovered"].min()
+    hits = worst.index[worst >= target]
+    return (int(hits[0]) if len(hits) else len(scores)), curves
 
 
 # -- the known circuit and the scores against it ----------------------------------------------
 
 _PAPER_IN = {("embed", 0, "q"), ("embed", 0, "k"), ("embed", 0, "v"), ("embed", 1, "k"), ("embed", 1, "v"),
-             ("a0", 1, "q"), ("a0", 1, "k"), ("a1", None, "m1"), ("a1", None, "logits"), ("m1", None, "logits")}
+             ("a0", 1, "q"), ("a0", 1, "k"), ("a1", None, "m1"), ("a1", None, "logits"), ("m1", None, "logits"),
+             ("a0", None, "m1")}
+CONSTANT_PATH = ("a0", None, "m1")  # layer 1's gathered constant operands read by MLP2 at "=" (module doc)
 
 
 def _paper_key(e: Edge) -> tuple:
@@ -457,11 +541,27 @@ def _paper_key(e: Edge) -> tuple:
     return (sender, layer, kind)
 
 
-def paper_labels(graph: Graph) -> torch.Tensor:
-    """(E,) bool: the paper's circuit (see the module doc); two layers, an MLP in layer 2 only."""
+def _paper_positions(key: tuple, n_ctx: int) -> set[int]:
+    """Positions where a labelled edge of the paper's circuit carries it (module doc): context
+    ``0 .. n-5`` (a variable at ``0 .. n-6``, its value one later), operands ``n-3, n-2``, ``=`` last."""
+    n = n_ctx
+    variables, values, operands, eq = set(range(n - 5)), set(range(1, n - 4)), {n - 3, n - 2}, n - 1
+    where = {("embed", 0, "q"): values, ("embed", 0, "k"): variables | operands,
+             ("embed", 0, "v"): variables | operands, ("a0", 1, "k"): values,
+             ("embed", 1, "k"): operands, ("embed", 1, "v"): values | operands}
+    return where.get(key, {eq})
+
+
+def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
+    """(E,) bool: the paper's circuit (see the module doc); two layers, an MLP in layer 2 only.
+
+    ``constant_path=False`` gives the first labelling, without ``a0 -> m1`` (kept to compare)."""
     if not weights.has_paper_layout(graph.cfg):
         raise ComposeLensError("the paper's circuit is labelled for two-layer models with an MLP in layer 2 only")
-    return torch.tensor([_paper_key(e) in _PAPER_IN for e in graph.edges])
+    keys = _PAPER_IN if constant_path else _PAPER_IN - {CONSTANT_PATH}
+    return torch.tensor([_paper_key(e) in keys and
+                         (e.position < 0 or e.position in _paper_positions(_paper_key(e), graph.cfg.n_ctx))
+                         for e in graph.edges])
 
 
 def _ranks(x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """``compose-lens circuit``: automatic circuit discovery on the model's edge graph.
 
-    compose-lens circuit MODEL [--split FILE] --method exact|eap|eap-ig|acdc [--n-pairs N]
+    compose-lens circuit MODEL [--split FILE] --method exact|eap|eap-ig|eap-ig-inputs|acdc [--n-pairs N]
                          [--pairs resample|mixed] [--positions] [--threshold T] [--target F]
                          [--format png|svg|pdf] --out DIR
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar
 
-METHODS = ("exact", "eap", "eap-ig", "acdc")
+METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:

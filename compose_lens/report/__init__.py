@@ -290,7 +290,7 @@ def circuit_discovery_section(inp: ReportInputs) -> str:
     return (f"<p>Edge attribution patching with integrated gradients on resample pairs: "
             f"{s['circuit_edges']} of {s['edges']} edges recover 95 % of the clean-vs-corrupted logit "
             f"difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
-            f"methods (exact path patching, EAP, ACDC).</p>"
+            f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
             + inp.report.figure(plots.circuit_figure(found.edges, found.title), "circuit",
                                 "The found circuit: nodes in layers, edge width by attribution, q / k / v "
                                 "inputs in three colours.")

@@ -50,10 +50,13 @@ def test_graph_forward_is_the_model(tiny, positions):
 def test_graph_edges():
     g = C.build_graph(ModelConfig())  # the paper model: 16 edges
     assert len(g) == 16 and "m1->logits" in {e.name for e in g.edges}
-    assert int(C.paper_labels(g).sum()) == 10
+    assert int(C.paper_labels(g).sum()) == 11 and int(C.paper_labels(g, constant_path=False).sum()) == 10
     gp = C.build_graph(ModelConfig(), positions=True)
     assert len(gp) == 121  # last-layer queries, MLP and logits at "=" only
     assert all(e.position == 15 for e in gp.edges if e.receiver in ("m1", "logits", "a1.h0.q"))
+    labelled = {e.name for e, x in zip(gp.edges, C.paper_labels(gp).tolist()) if x}
+    assert len(labelled) == 68 and {"a0.h0->a1.h0.k@5", "embed->a0.h0.k@4", "a0.h0->m1@15"} <= labelled
+    assert not {"embed->a0.h0.q@15", "a0.h0->a1.h0.k@14", "embed->a1.h0.v@12"} & labelled
 
 
 def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
@@ -61,16 +64,21 @@ def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
     pairs = _random_pairs(TINY, 16)
     ig = C.eap_ig_scores(gm, pairs, steps=64)
     assert abs(float(ig.sum()) - 1.0) < 0.02  # completeness: they add up to the whole effect
+    inputs = C.eap_ig_inputs_scores(gm, pairs, steps=64)  # ... here the embedding edges do
+    from_embed = [i for i, e in enumerate(gm.graph.edges) if e.sender == "embed"]
+    assert abs(float(inputs[from_embed].sum()) - 1.0) < 0.02
     exact, eap = C.exact_scores(gm, pairs), C.eap_scores(gm, pairs)
     last = [i for i, e in enumerate(gm.graph.edges) if e.receiver == "logits"]  # logits are linear
     torch.testing.assert_close(eap[last], exact[last], atol=1e-4, rtol=1e-4)
 
 
-def planted() -> tuple[C.GraphModel, PromptPairs, set[str]]:
+def planted(direct: bool = False) -> tuple[C.GraphModel, PromptPairs, set[str]]:
     """Two layers of two heads; a0.h0 copies the first token everywhere, a1.h0 moves it to the answer.
 
     Residual: token dims 0-4, positions 5-8, a constant 9, moved 10-14, answer 15-19, junk 20-24.
-    a0.h1 and a1.h1 read the tokens too but write junk that nothing reads.
+    a0.h1 and a1.h1 read the tokens too but write junk that nothing reads. ``direct``: the middle
+    edge is absent, a1.h0 itself looks at position 0 and reads the token from the embeddings
+    (a0.h0 still copies, into dims nothing reads).
     """
     cfg = ModelConfig(n_layers=2, d_model=25, d_head=5, n_heads=2, d_mlp=4, n_ctx=4, d_vocab=5,
                       d_vocab_out=5, mlp_layers=())
@@ -87,18 +95,22 @@ def planted() -> tuple[C.GraphModel, PromptPairs, set[str]]:
             p[f"blocks.{layer}.attn.{kind}.bias"] = torch.zeros(2 * dh)
         p[f"blocks.{layer}.attn.o.weight"] = torch.zeros(d, 2 * dh)
         p[f"blocks.{layer}.attn.o.bias"] = torch.zeros(d)
-        for head, (src, dst) in enumerate([((0, 5) if layer == 0 else (10, 15), (10, 15) if layer == 0 else (15, 20)),
+        moved = (0, 5) if layer == 0 or direct else (10, 15)
+        for head, (src, dst) in enumerate([(moved, (10, 15) if layer == 0 else (15, 20)),
                                            ((0, 5), (20, 25))]):
             p[f"blocks.{layer}.attn.v.weight"][head * dh:(head + 1) * dh, src[0]:src[1]] = torch.eye(5)
             p[f"blocks.{layer}.attn.o.weight"][dst[0]:dst[1], head * dh:(head + 1) * dh] = torch.eye(5)
     p["blocks.0.attn.q.weight"][0, 9] = 60.0  # a0.h0 looks at position 0 from everywhere
     p["blocks.0.attn.k.weight"][0, 5] = 1.0
+    if direct:
+        p["blocks.1.attn.q.weight"][0, 9], p["blocks.1.attn.k.weight"][0, 5] = 60.0, 1.0
     g = torch.Generator().manual_seed(0)
     clean = torch.randint(0, 5, (40, 4), generator=g)
     corrupted = clean.clone()
     corrupted[:, 0] = (clean[:, 0] + torch.randint(1, 5, (40,), generator=g)) % 5
     pairs = PromptPairs(clean, corrupted, clean[:, 0], corrupted[:, 0], "first token")
-    return C.GraphModel(p, cfg), pairs, {"embed->a0.h0.v", "a0.h0->a1.h0.v", "a1.h0->logits"}
+    circuit = {"embed->a1.h0.v", "a1.h0->logits"} if direct else {"embed->a0.h0.v", "a0.h0->a1.h0.v", "a1.h0->logits"}
+    return C.GraphModel(p, cfg), pairs, circuit
 
 
 @pytest.mark.parametrize("method", C.METHODS)
@@ -117,6 +129,21 @@ def test_every_method_finds_the_planted_circuit(method):
         assert {gm.graph.edges[i].name for i in kept.nonzero()[:, 0].tolist()} == circuit
 
 
+@pytest.mark.parametrize("method", C.METHODS)
+def test_no_method_finds_an_absent_edge(method):
+    """The negative case: with the middle edge gone, every method moves the credit to the direct
+    edge, and the two-layer labels no longer score 1 (a method that echoed the graph's structure,
+    or the labels, would fail here)."""
+    gm, pairs, circuit = planted(direct=True)
+    _, _, two_layer = planted()
+    scores, _ = C.method_scores(gm, pairs, method)
+    names = [e.name for e in gm.graph.edges]
+    top = {names[i] for i in scores.abs().argsort(descending=True)[:2].tolist()}
+    assert top == circuit
+    assert max(abs(float(scores[names.index(e)])) for e in ("embed->a0.h0.v", "a0.h0->a1.h0.v")) < 1e-3
+    assert C.roc_auc(scores, torch.tensor([n in two_layer for n in names])) < 0.9
+
+
 def test_scores_helpers():
     assert C.roc_auc(torch.tensor([3.0, 2.0, 1.0]), torch.tensor([True, False, False])) == 1.0
     assert C.roc_auc(torch.tensor([1.0, 1.0]), torch.tensor([True, False])) == 0.5
@@ -133,3 +160,37 @@ def test_paper_model_scores():
     labels = C.paper_labels(gm.graph)
     assert C.roc_auc(exact, labels) > 0.9
     assert C.spearman(C.eap_ig_scores(gm, pairs, steps=8), exact) > 0.8
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_exact_scores_are_one_full_forward_per_edge(tiny, positions):
+    """The batched path patching (which reuses the clean run upstream of an edge) against a plain
+    forward of the whole graph with that one edge corrupted."""
+    gm = C.GraphModel.from_model(tiny, TINY, positions)
+    pairs = _random_pairs(TINY, 6)
+    base = C.baseline(gm, pairs)
+    exact = C.exact_scores(gm, pairs, base)
+    for e in range(0, len(gm.graph), 7):
+        masks = torch.zeros(6, len(gm.graph))
+        masks[:, e] = 1.0
+        with torch.no_grad():
+            ld = C._ld(gm.forward(pairs.clean, masks, base.corrupt_outs)[0], pairs).mean()
+        assert float(exact[e]) == pytest.approx(float((base.ld_clean - ld) / base.denominator), abs=1e-4)
+
+
+def test_early_checkpoint_lacks_the_labelled_circuit(reference_dir):
+    """The labels fit the trained model, not any model: before the assignment phase (step 3,001)
+    layer 2 reads nothing from layer 1 (a0 -> a1.q / a1.k near 0) and EAP-IG's ranking misses the
+    labelled circuit; after the refinement phase (16,001) both edges carry the routing."""
+    from compose_lens.runs import load_model
+
+    found = {}
+    for step in (3001, 16001):
+        loaded = load_model(reference_dir / f"step_{step}.pth", reference_dir / "split.json")
+        gm = C.GraphModel.from_model(loaded.model, loaded.config.model)
+        scores = C.eap_ig_scores(gm, C.resample_pairs(loaded.split, 60), steps=8)
+        names = [e.name for e in gm.graph.edges]
+        routing = min(float(scores[names.index(f"a0.h0->a1.h0.{k}")]) for k in "qk")
+        found[step] = (C.roc_auc(scores, C.paper_labels(gm.graph)), routing)
+    assert found[3001][0] < 0.9 and found[3001][1] < 0.005
+    assert found[16001][0] > 0.95 and found[16001][1] > 0.015

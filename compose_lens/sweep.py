@@ -337,19 +337,25 @@ def point_of(name: str, param: str) -> SweepPoint | None:
     return SweepPoint(param, value, int(found.group(2)))
 
 
+def _point_dirs(out: Path, also: Sequence[SweepPoint] = ()) -> list[tuple[SweepPoint, Path]]:
+    """Every point directory under ``out/runs`` with its point, and the points ``also`` (their
+    directories may not exist yet), sorted by value then seed."""
+    param = load_json(out / "sweep.json")["param"]
+    runs_dir = out / "runs"
+    found = {(p.value, p.seed): (p, d) for d in sorted(runs_dir.iterdir() if runs_dir.is_dir() else [])
+             if d.is_dir() and (p := point_of(d.name, param)) is not None}
+    for p in also:
+        found.setdefault((p.value, p.seed), (p, run_dir_of(out, p)))
+    return sorted(found.values(), key=lambda pd_: (numeric(pd_[0].value) is None, numeric(pd_[0].value) or 0.0,
+                                                   str(pd_[0].value), pd_[0].seed))
+
+
 def sweep_rows(out: str | Path) -> list[dict]:
     """The row of every point directory under ``out/runs``, whichever command made it, finished
     (``results.json``), failed (``error.json``) or still training (``pending``), sorted by value
-    then seed. ``results.csv`` lists only the points of the last command run into ``out``, so a
-    coarse pass followed by a dense pass into the same ``--out`` is read whole only from here.
+    then seed: what ``results.csv`` holds after each command.
     """
-    out = Path(out)
-    param = load_json(out / "sweep.json")["param"]
-    points = [(p, d) for d in sorted((out / "runs").iterdir()) if d.is_dir()
-              and (p := point_of(d.name, param)) is not None]
-    points.sort(key=lambda pd_: (numeric(pd_[0].value) is None, numeric(pd_[0].value) or 0.0,
-                                 str(pd_[0].value), pd_[0].seed))
-    return [point_row(p, d) for p, d in points]
+    return [point_row(p, d) for p, d in _point_dirs(Path(out))]
 
 
 def write_csv(rows: Sequence[dict], path: Path) -> None:
@@ -474,8 +480,11 @@ class _Recorder:
         self.outcomes: dict[SweepPoint, dict] = {}
 
     def rows(self) -> list[dict]:
-        return [point_row(p, run_dir_of(self.out, p), self.outcomes.get(p, {}).get("status", ""),
-                          self.outcomes.get(p, {}).get("error", "")) for p in self.points]
+        """This command's points and every other point in ``out/runs`` (earlier passes with other
+        values or seeds), sorted like :func:`sweep_rows`: a dense pass never hides the coarse one."""
+        mine = {(p.value, p.seed): point_row(p, run_dir_of(self.out, p), self.outcomes.get(p, {}).get("status", ""),
+                                             self.outcomes.get(p, {}).get("error", "")) for p in self.points}
+        return [mine.get((p.value, p.seed)) or point_row(p, d) for p, d in _point_dirs(self.out, self.points)]
 
     def __call__(self, point: SweepPoint, outcome: dict) -> None:
         self.outcomes[point] = outcome
@@ -536,6 +545,6 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     finally:
         bar.close()
     rows = recorder.rows()
-    found = _write_summary(out, rows, param, seeds)
-    failed = sum(1 for r in rows if r["status"] == "failed")
+    found = _write_summary(out, rows, param, sorted({int(r["seed"]) for r in rows}))
+    failed = sum(1 for o in recorder.outcomes.values() if o["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)

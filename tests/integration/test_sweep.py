@@ -220,11 +220,12 @@ def test_a_sweep_restored_from_its_committed_files_counts_every_point_finished(t
 
 
 def test_sweep_rows_reads_every_pass_into_one_out(tiny_config, tmp_path):
-    """results.csv lists the last command's points only; sweep_rows reads every point directory,
-    so a coarse and a dense pass into the same --out are analysed together."""
+    """A dense pass into the same --out keeps the coarse pass in results.csv, thresholds.json and
+    sweep_rows: every point directory is read, whichever command trained it."""
     run_sweep(tiny_config, "f", [0.9], [0], tmp_path, workers=1, threads=1, progress=False)
     run_sweep(tiny_config, "f", [0.6], [0], tmp_path, workers=1, threads=1, progress=False)
-    assert [r["value"] for r in read_csv(tmp_path / "results.csv")] == ["0.6"]
+    assert [r["value"] for r in read_csv(tmp_path / "results.csv")] == ["0.6", "0.9"]
+    assert json.loads((tmp_path / "thresholds.json").read_text())["thresholds"]
     rows = sweep_rows(tmp_path)
     assert [(r["value"], r["status"]) for r in rows] == [("0.6", "done"), ("0.9", "done")]
     assert all(r["threads"] == 1 and r["steps"] == 40 for r in rows)

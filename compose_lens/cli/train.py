@@ -53,7 +53,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_count(args.pool_size, "--pool-size")
     with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device=args.device)
+        loaded = load_model(args.model, args.split, device=args.device, bridge=False)
         check_render_memory(loaded.split.task, 9 * args.pool_size, f"--pool-size {args.pool_size}")
         bar.update()
         bar.set_postfix_str("the nine pools")

@@ -249,4 +249,6 @@ def answer_forward(model: tl.Model, cfg: ModelConfig, kind: str):
         return lambda tokens: last_position_logits(params, cfg, tokens)
     if kind == "lastpos":
         return lambda tokens: lastpos.last_position_logits(params, cfg, tokens)
+    if isinstance(model, tl.Weights):
+        raise ValueError("the TransformerLens forward needs a booted model, not tl.Weights")
     return lambda tokens: plain_last_position_logits(model, tokens)

@@ -20,6 +20,11 @@ so the next major version is a one-file change:
   names (``blocks.1.mlp.in.weight``), which the fast path and the checkpoint code use.
 * :func:`convert_legacy_state_dict` maps a pre-4.0 ``HookedTransformer`` state
   dict (the study's ``.pth`` files) onto the bridge layout.
+* :class:`Weights` holds a model's tensors without a bridge. Importing
+  TransformerLens (and ``transformers`` behind it) takes about 2 s, so it is imported
+  on first use, and commands that only need the fast forwards (``evaluate``) load a
+  ``Weights`` (:func:`state_shapes` checks it against the configuration) and never
+  import it.
 """
 
 from __future__ import annotations
@@ -29,20 +34,23 @@ import io
 import math
 from typing import Any, Callable, Iterator
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformer_lens.config import TransformerBridgeConfig
-from transformer_lens.model_bridge import TransformerBridge
-from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
-from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
 
 from compose_lens.config import ComposeLensError, ModelConfig, TaskConfig
-from compose_lens.model.tokenizer import task_tokenizer
 
-Model = TransformerBridge
+if TYPE_CHECKING:  # imported on first use (see the module doc)
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    Model = TransformerBridge
 
 
 def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
     """The TransformerLens configuration of a :class:`ModelConfig`."""
+    from transformer_lens.config import TransformerBridgeConfig
+
     return TransformerBridgeConfig(
         n_layers=cfg.n_layers,
         d_model=cfg.d_model,
@@ -71,6 +79,9 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig 
     matrices by 1 / sqrt(2 n_layers) (the GPT-2 residual scaling); the study's
     initialisation undoes that scaling. ``"tl4"`` keeps it.
     """
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
+
     with contextlib.redirect_stdout(io.StringIO()):  # the bridge prints set-up chatter
         model = TransformerBridge.boot_native(bridge_config(cfg), device=device)
     if cfg.init == "study":
@@ -97,6 +108,8 @@ def attach_tokenizer(model: TransformerBridge, task: TaskConfig | None) -> None:
     """Give ``model`` the task's tokenizer, without BOS (a sequence is exactly the task's tokens)."""
     if task is None or task.d_vocab != model.cfg.d_vocab:
         return
+    from compose_lens.model.tokenizer import task_tokenizer  # imports transformers
+
     model.tokenizer = task_tokenizer(task)
     model.cfg.default_prepend_bos = False
     model.cfg.tokenizer_prepends_bos = False
@@ -113,9 +126,44 @@ def to_device(model: TransformerBridge, device: str | torch.device) -> Transform
         return model.to(device)
 
 
-def parameters(model: TransformerBridge) -> dict[str, torch.Tensor]:
+def parameters(model: TransformerBridge | Weights) -> dict[str, torch.Tensor]:
     """Parameters and buffers under their clean names, as the live tensors (not copies)."""
     return dict(model.state_dict(keep_vars=True))
+
+
+class Weights:
+    """A model's tensors under the bridge's state-dict names, without the bridge: what the
+    fast forwards (:mod:`compose_lens.model.fastpath`, :mod:`compose_lens.model.lastpos`)
+    read through :func:`parameters`. No hooks, no ``run_with_cache``: load a bridge for those."""
+
+    def __init__(self, state: dict[str, torch.Tensor]):
+        self._state = dict(state)
+
+    def state_dict(self, keep_vars: bool = False) -> dict[str, torch.Tensor]:
+        return dict(self._state)
+
+    def to(self, device: str | torch.device) -> Weights:
+        return Weights({name: value.to(device) for name, value in self._state.items()})
+
+
+def state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor of the bridge's state dict for ``cfg``, from the
+    configuration alone (a test compares them with booted bridges of many shapes)."""
+    d, heads = cfg.d_model, cfg.n_heads * cfg.d_head
+    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (cfg.d_vocab, d), "pos_embed.weight": (cfg.n_ctx, d)}
+    norm_params = {"LN": ("weight", "bias"), "RMS": ("weight",)}.get(cfg.normalization_type, ())
+    for layer in range(cfg.n_layers):
+        block = f"blocks.{layer}"
+        shapes.update({f"{block}.ln1.{p}": (d,) for p in norm_params})
+        for proj in ("q", "k", "v"):
+            shapes.update({f"{block}.attn.{proj}.weight": (heads, d), f"{block}.attn.{proj}.bias": (heads,)})
+        shapes.update({f"{block}.attn.o.weight": (d, heads), f"{block}.attn.o.bias": (d,)})
+        shapes.update({f"{block}.ln2.{p}": (d,) for p in norm_params})
+        shapes.update({f"{block}.mlp.in.weight": (cfg.d_mlp, d), f"{block}.mlp.in.bias": (cfg.d_mlp,),
+                       f"{block}.mlp.out.weight": (d, cfg.d_mlp), f"{block}.mlp.out.bias": (d,)})
+    shapes.update({f"ln_final.{p}": (d,) for p in norm_params})
+    shapes.update({"unembed.weight": (cfg.d_vocab_out, d), "unembed.bias": (cfg.d_vocab_out,)})
+    return shapes
 
 
 def frozen_names(cfg: ModelConfig) -> list[str]:
@@ -148,6 +196,8 @@ def trainable_parameters(model: TransformerBridge) -> list[torch.nn.Parameter]:
 
 def convert_legacy_state_dict(state_dict: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """A pre-4.0 ``HookedTransformer`` state dict in the bridge's layout."""
+    from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
     converted = convert_tl_checkpoint(state_dict, bridge_config(cfg))
     if "unembed.bias" not in converted:
         converted["unembed.bias"] = torch.zeros(cfg.d_vocab_out)

@@ -37,6 +37,8 @@ LAZY_ALLOWED = {
     "cli": "start-up time: `compose-lens --help` must not import torch",
     "sweep": "ray is an optional dependency",
     "report.page": "circuitsvis is read for its bundle file only",
+    "model.tl": "start-up time: the tokenizer imports transformers (~2 s with TransformerLens); "
+                "`evaluate` runs without either",
 }
 
 

@@ -142,6 +142,62 @@ def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):
     assert torch.equal(model(tokens), again(tokens))
 
 
+@pytest.mark.parametrize("changes", [{}, *OTHER_ARCHITECTURES, dict(trained_biases=True),
+                                     *[dict(normalization_type=n, mlp_layers=(0, 1), n_heads=2, d_head=8)
+                                       for n in ("LN", "LNPre", "RMS", "RMSPre")]])
+def test_state_shapes_are_the_bridge_state_dict(tiny_config, changes):
+    cfg = tiny_config.model.replace(**changes)
+    booted = {name: tuple(value.shape) for name, value in tl.boot(cfg).state_dict().items()}
+    assert tl.state_shapes(cfg) == booted
+
+
+def test_weights_without_the_bridge_give_the_bridge_answers(tmp_path, tiny_config, tiny_split):
+    from compose_lens.evaluate import answer_logits
+
+    model = tl.boot(tiny_config.model)
+    with torch.no_grad():
+        tl.parameters(model)["blocks.1.mlp.in.weight"].normal_()  # away from the initialisation
+    save_model(model, tiny_config, tmp_path / "m")
+    light = load_model(tmp_path / "m", bridge=False)
+    assert isinstance(light.model, tl.Weights)
+    tokens = TrainingSampler(tiny_split, 64, 0).batch(0).tokens
+    assert torch.equal(answer_logits(light.model, light.config.model, tokens),
+                       answer_logits(model, tiny_config.model, tokens))
+    with pytest.raises(ValueError, match="booted model"):
+        answer_logits(light.model, light.config.model, tokens, fast=False)
+    normed = tiny_config.replace(model=tiny_config.model.replace(normalization_type="LN", mlp_layers=(0, 1)))
+    save_model(tl.boot(normed.model), normed, tmp_path / "ln")
+    assert not isinstance(load_model(tmp_path / "ln", bridge=False).model, tl.Weights)  # no fast forward
+
+
+def test_weights_without_the_bridge_are_checked(tmp_path, tiny_config):
+    from safetensors.torch import load_file, save_file
+
+    directory = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "m")
+    state = load_file(str(directory / "model.safetensors"))
+    state["blocks.0.mlp.in.weight"] = torch.ones_like(state["blocks.0.mlp.in.weight"])
+    save_file(state, str(directory / "model.safetensors"))
+    with pytest.raises(ComposeLensError, match="blocks.0.mlp.in.weight is not zero"):
+        load_model(directory, bridge=False)
+    state["blocks.0.mlp.in.weight"] = torch.zeros(3, 3)
+    save_file(state, str(directory / "model.safetensors"))
+    with pytest.raises(ComposeLensError, match="has shape"):
+        load_model(directory, bridge=False)
+
+
+def test_evaluate_does_not_import_transformerlens(tmp_path, tiny_config):
+    """``evaluate`` of a fast-path model skips the ~2 s import of TransformerLens."""
+    import subprocess
+    import sys
+
+    save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "m")
+    code = ("import sys; from compose_lens.cli import main; "
+            f"rc = main(['evaluate', {str(tmp_path / 'm')!r}, '--pool-size', '20', '--quiet']); "
+            "print(rc, 'transformer_lens' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 False False"
+
+
 def test_corrupt_checkpoint_is_refused_without_damage(tmp_path, tiny_config):
     directory = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "m")
     weights = directory / "model.safetensors"

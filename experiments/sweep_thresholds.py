@@ -9,7 +9,8 @@ are gone). For each SWEEP, ``OUT/NAME/`` (NAME: the directory's name, or the CSV
 receives:
 
 * ``points.csv``: every point's row (final exhaustive and pool accuracies, status, steps,
-  train_wall_time_s, threads, run_dir);
+  train_wall_time_s, threads, run_dir), except in the sweep directory itself, where the
+  sweep's ``results.csv`` holds the same rows;
 * ``phases.csv``: each point's phase onset steps by the dynamics rule on its logged pool
   accuracies (``compose_lens.analysis.dynamics.sweep_onsets``), and ``addition_first``;
 * ``fit.json``: per metric the logistic fit, its 50 % and 90 % crossings with 95 % bootstrap
@@ -70,7 +71,8 @@ def analyse(source: Path, out: Path, replicates: int) -> dict:
     param = rows[0]["param"]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, folder / "points.csv")
+    if not (source.is_dir() and folder.resolve() == source.resolve()):
+        write_csv(rows, folder / "points.csv")
     onsets = sweep_onsets(rows)
     onsets.to_csv(folder / "phases.csv", index=False)
     fits = {metric: fit_thresholds(rows, metric, LEVELS, replicates) for metric in METRICS}

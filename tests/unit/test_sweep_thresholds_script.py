@@ -55,3 +55,20 @@ def test_the_script_writes_points_phases_fit_and_figure(tmp_path):
     rule = fit["per_seed_rule"]["thresholds"]["zero_var_heldout"]["0.5"]
     assert abs(rule["mean"] - 0.35) < 0.02 and set(rule["per_seed"]) == {"0", "1", "2"}
     assert len(list(csv.DictReader(open(folder / "points.csv")))) == 37
+
+
+def test_in_the_sweep_directory_the_rows_stay_in_results_csv(tmp_path):
+    """Beside a sweep's own results.csv the script writes no second copy of its rows."""
+    import shutil
+
+    sweep = tmp_path / "f"
+    shutil.copytree(ROOT / "experiments/results/sweeps/f", sweep,
+                    ignore=shutil.ignore_patterns("points.csv", "fit*", "phases.csv", "onsets*"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "experiments/sweep_thresholds.py", str(sweep), "--out", str(tmp_path),
+                          "--replicates", "40"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (sweep / "fit.json").exists() and (sweep / "phases.csv").exists()
+    assert not (sweep / "points.csv").exists()
+    fit = json.loads((sweep / "fit.json").read_text())
+    assert fit["compute"]["points_finished"] == len(list(csv.DictReader(open(sweep / "results.csv"))))

@@ -32,9 +32,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from typing import Any, Callable, Iterator
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 

@@ -180,10 +180,11 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
                            "its split": safety.split_bytes(config.task)}, f"{weights}")
     check_device(device)
+    state = read_safetensors(weights)
     if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
-        return tl.Weights(check_weights(config, read_safetensors(weights), str(weights))).to(device), config
+        return tl.Weights(check_weights(config, state, str(weights))).to(device), config
     model = tl.boot(config.model, device, config.task)
-    load_weights(model, config, read_safetensors(weights), str(weights))
+    load_weights(model, config, state, str(weights))
     return model, config
 
 

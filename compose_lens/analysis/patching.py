@@ -75,6 +75,7 @@ from compose_lens.data import streams
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
+from compose_lens.evaluate import answer_logits
 from compose_lens.model import tl, weights
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
@@ -265,7 +266,11 @@ class _Weights:
         resid_last = patch("resid_pre", resid_last)
         q = self.heads(resid_last, 1, "q") if q is None else q  # (R, H, dh)
         pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
-        z = patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1))
+        return self.after_attention(patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1)), resid_last, patch)
+
+    def after_attention(self, z: torch.Tensor, resid_last: torch.Tensor,
+                        patch=lambda component, value: value) -> dict[str, torch.Tensor]:
+        """Layer 2 at the last position from its head outputs z (R, H, dh) on: see :meth:`layer2_last`."""
         attn_out = patch("attn_out", self.attn_out(z, 1))
         resid_mid = patch("resid_mid", resid_last + attn_out)
         mlp_out = patch("mlp_out", weights.mlp_out(self.p, self.cfg, resid_mid)[2])
@@ -309,22 +314,27 @@ def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
                         replacement: torch.Tensor) -> torch.Tensor:
     """Logits (N, S, V) when blocks.1.hook_resid_pre at ``positions[s]`` becomes ``replacement[:, s]``.
 
-    Keys and values are per position, so only one row of each changes per site.
+    Keys and values are per position, so one key and one value row change per site:
+    the query's scores against the corrupted keys are computed once and the patched
+    row's score swapped in, and ``z = pattern V_corrupted + pattern[p] (v_new - v_p)``.
+    Nothing of size (sites x positions x d) is built.
     """
     N, S = replacement.shape[:2]
     n = corrupt["k1"].shape[1]
-    sites = torch.arange(S)
-    k = corrupt["k1"].unsqueeze(1).expand(N, S, *corrupt["k1"].shape[1:]).clone()
-    v = corrupt["v1"].unsqueeze(1).expand(N, S, *corrupt["v1"].shape[1:]).clone()
-    k[:, sites, positions] = W.heads(replacement, 1, "k")
-    v[:, sites, positions] = W.heads(replacement, 1, "v")
-    last = corrupt["resid_pre1"][:, -1].unsqueeze(1).expand(N, S, -1).clone()
-    q = corrupt["q1"].unsqueeze(1).expand(N, S, *corrupt["q1"].shape[1:]).clone()
     at_last = positions == n - 1
+    last = corrupt["resid_pre1"][:, -1].unsqueeze(1).expand(N, S, -1).clone()
     last[:, at_last] = replacement[:, at_last]
+    q = corrupt["q1"].unsqueeze(1).expand(N, S, *corrupt["q1"].shape[1:]).clone()  # (N, S, H, dh)
     q[:, at_last] = W.heads(replacement[:, at_last], 1, "q")
-    logits = W.layer2_last(k.flatten(0, 1), v.flatten(0, 1), last.flatten(0, 1), q=q.flatten(0, 1))["logits"]
-    return logits.view(N, S, -1)
+    k_new, v_new = W.heads(replacement, 1, "k"), W.heads(replacement, 1, "v")  # (N, S, H, dh)
+    scale = math.sqrt(W.dh)
+    scores = torch.einsum("nshd,njhd->nshj", q, corrupt["k1"]) / scale
+    row = positions.view(1, S, 1, 1).expand(N, S, W.H, 1)
+    scores.scatter_(-1, row, (q * k_new).sum(-1, keepdim=True) / scale)
+    pattern = scores.softmax(-1)  # (N, S, H, n)
+    z = (torch.einsum("nshj,njhd->nshd", pattern, corrupt["v1"])
+         + pattern.gather(-1, row) * (v_new - corrupt["v1"][:, positions]))
+    return W.after_attention(z.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
 
 
 def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: torch.Tensor) -> torch.Tensor:
@@ -334,7 +344,9 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
     layer 1 through linear maps, so everything per position is precomputed per
     prompt and pushed through W_O and layer 2's W_K / W_V once:
     ``K1 = resid_pre0 W_K1 + sum_h A_h (v_h W_O,h W_K1)``; only the attention
-    pattern is recomputed per site.
+    pattern is recomputed per site, and each sum over the patched table is the sum over
+    the corrupted one plus the patched row's correction. Of size (sites x positions x d)
+    only layer 2's keys and values are built.
     """
     N, S = len(corrupt["resid_pre0"]), len(positions)
     H, dh = W.H, W.dh
@@ -350,23 +362,37 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
                 "resid": resid}
 
     cor, cle = tables(corrupt), tables(clean)
-    sites = torch.arange(S)
-    patched = {}
-    for name, table in cor.items():
-        t = table.unsqueeze(1).expand(N, S, *table.shape[1:]).clone()
-        t[:, sites, positions] = cle[name][:, positions]
-        patched[name] = t.flatten(0, 1)
+    new = {name: table[:, positions] for name, table in cle.items()}  # the patched row of each site
     n = cor["resid"].shape[1]
-    scores = torch.einsum("rihd,rjhd->rhij", patched["q0"], patched["k0"]) / math.sqrt(dh)
+    scale = math.sqrt(dh)
+    row = torch.nn.functional.one_hot(positions, n).bool()  # (S, n): where each site's row sits
+    # layer-1 scores: the corrupted ones with the patched query row and key column swapped in
+    scores = torch.einsum("nihd,njhd->nhij", cor["q0"], cor["k0"]).unsqueeze(1) / scale  # (N, 1, H, n, n)
+    column = torch.einsum("nihd,nshd->nshi", cor["q0"], new["k0"]) / scale  # (N, S, H, n)
+    query_row = torch.einsum("nshd,njhd->nshj", new["q0"], cor["k0"]) / scale  # (N, S, H, n)
+    query_row = torch.where(row.view(1, S, 1, n), (new["q0"] * new["k0"]).sum(-1, keepdim=True) / scale, query_row)
+    scores = torch.where(row.view(1, S, 1, 1, n), column.unsqueeze(-1), scores)
+    scores = torch.where(row.view(1, S, 1, n, 1), query_row.unsqueeze(-2), scores)
     causal = torch.ones(n, n, dtype=torch.bool).triu(1)
-    A = scores.masked_fill(causal, float("-inf")).softmax(-1)  # (R, H, n, n)
+    A = scores.masked_fill(causal, float("-inf")).softmax(-1)  # (N, S, H, n, n)
+    at_row = A.gather(-1, positions.view(1, S, 1, 1, 1).expand(N, S, H, n, 1)).squeeze(-1)  # (N, S, H, n)
+
+    def through_layer1(name: str) -> torch.Tensor:
+        """sum_j A_ij table_j over the patched table: the corrupted rows, then the one patched row."""
+        return (torch.einsum("nshij,njhe->nsie", A, cor[name])
+                + torch.einsum("nshi,nshe->nsie", at_row, new[name] - cor[name][:, positions]))
+
+    def patched_rows(name: str) -> torch.Tensor:  # (N, S, n, e)
+        return torch.where(row.view(1, S, n, 1), new[name].unsqueeze(2), cor[name].unsqueeze(1))
+
     b_O = W.p["blocks.0.attn.o.bias"]
-    k1 = (patched["rk"] + torch.einsum("rhij,rjhe->rie", A, patched["vok"])
+    k1 = (patched_rows("rk") + through_layer1("vok")
           + b_O @ W.p["blocks.1.attn.k.weight"].T + W.p["blocks.1.attn.k.bias"]).unflatten(-1, (H, dh))
-    v1 = (patched["rv"] + torch.einsum("rhij,rjhe->rie", A, patched["vov"])
+    v1 = (patched_rows("rv") + through_layer1("vov")
           + b_O @ W.p["blocks.1.attn.v.weight"].T + W.p["blocks.1.attn.v.bias"]).unflatten(-1, (H, dh))
-    last = patched["resid"][:, -1] + torch.einsum("rhj,rjhe->re", A[:, :, -1], patched["vo"]) + b_O
-    return W.layer2_last(k1, v1, last)["logits"].view(N, S, -1)
+    last = (patched_rows("resid")[:, :, -1] + torch.einsum("nshj,njhe->nse", A[:, :, :, -1], cor["vo"])
+            + torch.einsum("nsh,nshe->nse", at_row[..., -1], new["vo"] - cor["vo"][:, positions]) + b_O)
+    return W.layer2_last(k1.flatten(0, 1), v1.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
 
 
 def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.Tensor:
@@ -440,9 +466,14 @@ def patched_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
         return torch.cat([_engine_chunk(W, part, sites) for part in _chunks(pairs, chunk)], dim=1)
 
 
-def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs) -> tuple[torch.Tensor, torch.Tensor]:
-    """(clean, corrupted) logit differences (N,) from the model's own forward."""
+def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs,
+                         cfg: ModelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(clean, corrupted) logit differences (N,) from the model's own forward, or with ``cfg``
+    from the fastest exact one (:func:`compose_lens.evaluate.answer_logits`: ~10x less here)."""
     with torch.no_grad():
+        if cfg is not None:
+            logits = answer_logits(model, cfg, torch.cat([pairs.clean, pairs.corrupted]))
+            return logit_diff(logits[: len(pairs)], pairs), logit_diff(logits[len(pairs):], pairs)
         return (logit_diff(model(pairs.clean)[:, -1].float(), pairs),
                 logit_diff(model(pairs.corrupted)[:, -1].float(), pairs))
 
@@ -620,7 +651,7 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed)
     sites = all_sites(config.model, components)
     patched = patched_logit_diffs(model, config.model, pairs, sites)
-    clean, corrupted = baseline_logit_diffs(model, pairs)
+    clean, corrupted = baseline_logit_diffs(model, pairs, config.model)
     if abs(float((clean - corrupted).mean())) < 1e-6:
         raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
                                "the model does not tell them apart, so nothing can be normalised")

@@ -41,6 +41,8 @@ def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config,
     sites = patching.all_sites(tiny_config.model)
     values = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites)
     clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs)
+    fast = patching.baseline_logit_diffs(tiny_model, pairs, tiny_config.model)  # the table forward
+    assert torch.allclose(fast[0], clean, atol=1e-5) and torch.allclose(fast[1], corrupted, atol=1e-5)
     final = sites.index(patching.Site("resid_post", 1, tiny_config.model.n_ctx - 1))
     assert torch.allclose(values[final], clean, atol=1e-5)  # the whole last residual: the clean run
     assert not torch.allclose(clean, corrupted, atol=1e-3)
@@ -48,13 +50,26 @@ def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config,
     assert (moved > 1e-4).sum() >= 4
 
 
-def test_batched_patching_equals_transformer_lens(tiny_model, tiny_config, tiny_split):
+@pytest.mark.parametrize("changes", [{}, dict(n_heads=2, d_head=16, trained_biases=True)])
+def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, changes):
+    cfg = tiny_config.model.replace(**changes)
+    model = tl.boot(cfg)
+    torch.manual_seed(0)
+    with torch.no_grad():  # off the initialisation: every weight and bias matters
+        for name, value in tl.parameters(model).items():
+            if name.endswith("bias") and changes and "blocks.0.mlp" not in name:
+                value.normal_(0, 0.3)
+            elif name.endswith("weight") and "blocks.0.mlp" not in name:
+                value.mul_(3.0)
     pairs = patching.make_prompt_pairs(tiny_split, 10, "variable")
-    sites, reference = patching.transformer_lens_logit_diffs(tiny_model, tiny_config.model, pairs)
-    engine = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites)
-    hooks = patching.hook_batched_logit_diffs(tiny_model, pairs, sites)
-    assert torch.allclose(engine, reference, atol=1e-5)
-    assert torch.allclose(hooks, reference, atol=1e-5)
+    sites, reference = patching.transformer_lens_logit_diffs(model, cfg, pairs)
+    engine = patching.patched_logit_diffs(model, cfg, pairs, sites, chunk=4)
+    hooks = patching.hook_batched_logit_diffs(model, pairs, sites)
+    assert patching.engine_supports(cfg)
+    assert (reference - reference[:1]).abs().amax() > 0.1  # the sites differ
+    tolerance = 1e-5 * float(reference.abs().amax())  # float32 rounding at this scale
+    assert (engine - reference).abs().amax() < tolerance
+    assert (hooks - reference).abs().amax() < tolerance
 
 
 def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):

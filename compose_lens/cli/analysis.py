@@ -46,14 +46,18 @@ def print_findings(summary: dict) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from compose_lens.cores import threads_now
+    from compose_lens.plots import Renderer
     from compose_lens.report.outputs import write_analysis  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output
 
-    with staged_output(args.out, "analyze", args.overwrite) as stage:
+    # two free cores: the figures are drawn by a worker while the analyses run (and while
+    # the model loads, when the worker starts)
+    with staged_output(args.out, "analyze", args.overwrite) as stage, Renderer(threads_now() >= 2) as renderer:
         loaded = load_model(args.model, args.split, device="cpu")
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
-                                 progress=not args.quiet)
+                                 progress=not args.quiet, renderer=renderer)
     print(f"model: {loaded.source}")
     print_findings(summary)
     print(f"wrote {args.out}/summary.json and the tables and figures beside it")

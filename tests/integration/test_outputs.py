@@ -1,10 +1,14 @@
 """Outputs: replaced whole (no stale file of an earlier call), only when compose-lens wrote them,
-and a failed command leaves no directory behind. Sweeps train the seed they are asked for."""
+and a failed command leaves no directory behind. Sweeps train the seed they are asked for.
+Figures drawn by a worker process are the same bytes, and its failures reach the caller."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from compose_lens import plots
 from compose_lens.cli import main
 from compose_lens.model import tl
 from compose_lens.runs import save_model
@@ -55,3 +59,19 @@ def test_sweeping_the_seed_trains_with_each_seed(tiny_config):
     config = SweepPoint("train.seed", 3, 0).config(tiny_config)  # the swept value wins over the point's seed
     assert config.train.seed == 3 and config.task.seed == 0
     assert "/" not in SweepPoint("device", "cuda/../../../x", 0).name
+
+
+def test_figures_drawn_in_the_background_are_the_same_bytes(tmp_path):
+    for background in (False, True):
+        with plots.Renderer(background) as renderer:
+            renderer.save(plots.frequency_shares_figure, [0.1, 0.6, 0.2, 0.1], [1],
+                          path=tmp_path / str(background) / "shares", dpi=90)
+    here, worker = (tmp_path / str(b) / "shares.png" for b in (False, True))
+    assert here.read_bytes().startswith(b"\x89PNG") and here.read_bytes() == worker.read_bytes()
+
+
+def test_a_figure_that_fails_in_the_worker_raises_in_the_caller(tmp_path):
+    with pytest.raises(TypeError):
+        with plots.Renderer(True) as renderer:
+            renderer.save(plots.frequency_shares_figure, None, [1], path=tmp_path / "shares")
+    assert not (tmp_path / "shares.png").exists()

@@ -76,14 +76,19 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     from compose_lens.report import outputs
     from compose_lens.runs import save_model
 
+    from compose_lens import cores
+
     # the same-MLP report is its own module's to test; here a stand-in shows where it lands
     monkeypatch.setattr(outputs, "same_mlp_report", lambda *a, **k: {"stand_in": True})
+    monkeypatch.setattr(cores, "threads_now", lambda: 2)  # two free cores: analyze draws in a worker
 
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main(["fourier", str(tmp_path / "model"), "--out", str(tmp_path / "fourier")]) == 0
     assert (tmp_path / "fourier" / "figures" / "frequency_shares.png").exists()
     assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
+    for name in ("frequency_shares", "readout_fourier", "positional_qk"):
+        assert (tmp_path / "analysis" / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     assert REQUIRED <= set(summary) and summary["same_mlp"] == {"stand_in": True}
     assert isinstance(summary["key_frequencies"], list)
     assert summary["provenance"]["config"] == tiny_config.to_dict()

@@ -83,6 +83,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         set_command(None)  # a caller that goes on in this process (a test, a notebook) is not this command
 
 
+def command() -> int:
+    """The ``compose-lens`` program: :func:`main`, then a quick exit.
+
+    After the command, every object is moved out of the garbage collector's reach
+    (``gc.freeze``), so that the interpreter's shutdown does not walk the millions of
+    objects torch and TransformerLens leave behind: that walk took ~0.7 s of every
+    command. Every file is already written and closed by then. (:func:`main` itself
+    leaves the collector alone: a test or a notebook goes on in its process.)
+    """
+    import gc
+
+    status = main()
+    gc.freeze()
+    return status
+
+
 def _fail(message: str, status: int) -> int:
     line = " ".join(message.split())  # one line, whatever the message holds
     sys.stderr.write(f"compose-lens: error: {line}\n")
@@ -90,4 +106,4 @@ def _fail(message: str, status: int) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command())

@@ -1,5 +1,5 @@
 """``python -m compose_lens.cli``: the compose-lens command."""
 
-from compose_lens.cli import main
+from compose_lens.cli import command
 
-raise SystemExit(main())
+raise SystemExit(command())

@@ -13,6 +13,11 @@ The commands, as a user types them (each a fresh process, imports included):
 each round runs every command from that tree and from this one, in alternating order, so
 both see the same machine load (read the ratios, and the load average printed with them).
 The medians of ``--rounds`` are reported. Without ``--before`` only this tree is timed.
+
+``--settle S`` waits, before each run, up to S seconds for the 1-minute load average to
+fall under 0.5. The commands choose their threads (and ``analyze`` whether to draw in a
+worker) from the load average, so back-to-back runs see their own load and time the
+busy-machine path; the goals are for idle cores.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ def command(name: str, out: Path) -> list[str]:
     return cli + ["dynamics", str(REFERENCE), "--out", str(out / "dynamics"), "--quiet", "--overwrite"]
 
 
+def settle(limit: float) -> None:
+    """Wait up to ``limit`` seconds for the 1-minute load average to fall under 0.5."""
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] >= 0.5 and time.monotonic() < deadline:
+        time.sleep(2)
+
+
 def run(tree: Path, name: str, out: Path) -> float:
     """Seconds of one command run from ``tree`` (dynamics: its own seconds per checkpoint)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -64,6 +76,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="a checkout of the commit to compare against")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="analyze,evaluate,dynamics")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="seconds to wait, at most, for a load average under 0.5 before each run")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     if "dynamics" in names and not (REFERENCE / "final.pth").exists():
@@ -77,6 +91,7 @@ def main() -> None:
             order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
             for name in names:
                 for label, tree in order:
+                    settle(args.settle)
                     times[(label, name)].append(run(tree, name, Path(tmp) / label))
             print(f"round {r + 1}: {load()}")
     print(f"\n{'command':10s} {'unit':18s} " + " ".join(f"{t:>8s}" for t in trees)

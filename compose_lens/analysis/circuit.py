@@ -229,19 +229,23 @@ class GraphModel:
     def from_model(cls, model, cfg: ModelConfig, positions: bool = False) -> "GraphModel":
         return cls(weights.detached_parameters(model), cfg, positions)
 
-    def _input(self, r: str, outs: dict, masks, corrupt, active) -> torch.Tensor:
+    def _input(self, r: str, outs: dict, masks, corrupt, active, last: bool = False) -> torch.Tensor:
         """Receiver ``r``'s input: every earlier sender's output, moved towards the corrupted one by
-        the masks. The edges of one sender (one per position) fold into one (R, n) weight."""
-        x = sum(outs[s] for s in self._before[r])
+        the masks. The edges of one sender (one per position) fold into one (R, n) weight.
+        ``last``: the input at the last position only, (R, 1, d)."""
+        at = slice(-1, None) if last else slice(None)
+        x = sum(outs[s][:, at] for s in self._before[r])
         if masks is None:
             return x
         for s, idx in self._from[r].items():
             idx = idx if active is None else idx[active[idx]]
             if len(idx):
-                x = x + (masks[:, idx] @ self.posmask[idx])[:, :, None] * (corrupt[s] - outs[s])
+                x = x + (masks[:, idx] @ self.posmask[idx][:, at])[:, :, None] * (corrupt[s][:, at] - outs[s][:, at])
         return x
 
     def _head(self, layer: int, h: int, q_in, k_in, v_in) -> torch.Tensor:
+        """One head's output at the query positions: ``q_in`` (R, m, d) holds the last m of the
+        n positions of ``k_in`` / ``v_in``."""
         dh, p = self.cfg.d_head, self.p
         rows = slice(h * dh, (h + 1) * dh)
 
@@ -249,16 +253,18 @@ class GraphModel:
             return x @ p[f"blocks.{layer}.attn.{kind}.weight"][rows].T + p[f"blocks.{layer}.attn.{kind}.bias"][rows]
 
         q, k, v = proj(q_in, "q"), proj(k_in, "k"), proj(v_in, "v")
-        n = q.shape[1]
+        m, n = q.shape[1], k.shape[1]
         scores = q @ k.transpose(1, 2) / math.sqrt(dh)
-        causal = torch.ones(n, n, dtype=torch.bool).triu(1)
+        causal = torch.ones(m, n, dtype=torch.bool).triu(n - m + 1)  # query i sits at position n - m + i
         z = scores.masked_fill(causal, float("-inf")).softmax(-1) @ v
         out = z @ p[f"blocks.{layer}.attn.o.weight"][:, rows].T
         return out + p[f"blocks.{layer}.attn.o.bias"] if h == 0 else out
 
     def forward(self, tokens: torch.Tensor, masks: torch.Tensor | None = None, corrupt: dict | None = None,
                 active: torch.Tensor | None = None, known: dict | None = None) -> tuple[torch.Tensor, dict]:
-        """Logits at the last position (R, vocab_out) and every sender's output (R, n, d).
+        """Logits at the last position (R, vocab_out) and every sender's output (R, n, d); the
+        last layer's senders only at the last position, (R, 1, d), since only the logits there
+        read them (as :func:`build_graph`'s edges say).
 
         ``masks`` (R, E): how far each edge reads the corrupted sender output ``corrupt[s]``
         (R, n, d). Speed-ups: ``active`` (E,) bool, the only edges whose masks can be non-zero;
@@ -267,18 +273,19 @@ class GraphModel:
         p, cfg, known = self.p, self.cfg, known or {}
         outs = {"embed": p["embed.weight"][tokens] + p["pos_embed.weight"][: tokens.shape[1]]}
         for layer in range(cfg.n_layers):
+            last = layer == cfg.n_layers - 1  # queries and MLP at the last position only
             for h in range(cfg.n_heads):
                 name = f"a{layer}.h{h}"
                 if name in known:
                     outs[name] = known[name]
                     continue
-                qkv = [self._input(f"{name}.{k}", outs, masks, corrupt, active) for k in "qkv"]
+                qkv = [self._input(f"{name}.{k}", outs, masks, corrupt, active, last and k == "q") for k in "qkv"]
                 outs[name] = self._head(layer, h, *qkv)
             name = f"m{layer}"
             if layer in cfg.mlp_layers:
                 outs[name] = known[name] if name in known else \
-                    weights.mlp_out(p, cfg, self._input(name, outs, masks, corrupt, active), layer)[2]
-        final = self._input("logits", outs, masks, corrupt, active)[:, -1]
+                    weights.mlp_out(p, cfg, self._input(name, outs, masks, corrupt, active, last), layer)[2]
+        final = self._input("logits", outs, masks, corrupt, active, True)[:, -1]
         return weights.unembed(p, cfg, final), outs
 
 

@@ -154,15 +154,23 @@ class Renderer:
     """
 
     def __init__(self, background: bool = False):
-        self.background = background
         self._pool = None
         self._pending: list = []
         if background:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            self._pending.append(self._pool.submit(_worker_ready))  # start it now: its imports take ~2 s
+            try:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                self._pending.append(self._pool.submit(_worker_ready))  # start it now: its imports take ~2 s
+            except (OSError, RuntimeError):  # no process can be started here: draw in this one
+                self.close()
+                self._pending = []
+
+    @property
+    def background(self) -> bool:
+        """Whether figures are drawn by the worker process."""
+        return self._pool is not None
 
     def save(self, figure, *numbers, path: str | Path, dpi: int = 110, fmt: str = "png") -> None:
         if self._pool is None:

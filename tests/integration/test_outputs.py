@@ -75,3 +75,16 @@ def test_a_figure_that_fails_in_the_worker_raises_in_the_caller(tmp_path):
         with plots.Renderer(True) as renderer:
             renderer.save(plots.frequency_shares_figure, None, [1], path=tmp_path / "shares")
     assert not (tmp_path / "shares.png").exists()
+
+
+def test_where_no_worker_can_start_the_figures_are_drawn_here(tmp_path, monkeypatch):
+    import concurrent.futures
+
+    def refuse(*args, **kwargs):
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    with plots.Renderer(True) as renderer:
+        assert not renderer.background
+        renderer.save(plots.frequency_shares_figure, [0.5, 0.5], [1], path=tmp_path / "shares")
+    assert (tmp_path / "shares.png").exists()

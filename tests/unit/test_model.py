@@ -234,3 +234,16 @@ def test_paper_model_config_is_the_spec():
     cfg = ModelConfig()
     assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, cfg.n_ctx) == (2, 1, 128, 128, 512, 16)
     assert cfg.mlp_layers == (1,) and cfg.normalization_type is None and is_paper_architecture(cfg)
+
+
+def test_parameters_are_the_live_tensors_even_after_one_is_replaced(tiny_config):
+    model = tl.boot(tiny_config.model)
+    first = tl.parameters(model)
+    assert tl.parameters(model)["embed.weight"] is first["embed.weight"]  # kept, and live
+    with torch.no_grad():
+        first["embed.weight"].add_(1.0)
+    assert torch.equal(tl.parameters(model)["embed.weight"], first["embed.weight"])
+    new = torch.nn.Parameter(torch.zeros_like(first["embed.weight"]))
+    model.tok_embed._original_component.weight = new  # the bridge's module for embed.weight
+    assert tl.parameters(model)["embed.weight"] is new
+    assert tl.parameters(model).keys() == first.keys()

@@ -24,9 +24,10 @@ the previous version, never half a file.
 * a study checkpoint ``*.pth`` (pre-4.0 ``HookedTransformer`` layout). A
   ``split.json`` beside it is used as its split unless another is given.
 
-With ``bridge=False`` a safetensors model whose answer the fast forwards compute is
-loaded as a :class:`~compose_lens.model.tl.Weights`, without booting (or importing)
-TransformerLens: what ``evaluate`` needs, 2 s sooner.
+With ``bridge=False`` a model whose answer the fast forwards compute is loaded as a
+:class:`~compose_lens.model.tl.Weights`, without booting (or importing) TransformerLens:
+what ``evaluate`` needs, 2 s sooner. The analyses of the paper architecture need no hooks
+either (:func:`for_analyses` boots a bridge for any other).
 
 :func:`find_checkpoints` lists the checkpoints of a run directory, or of a folder
 of the study's ``step_N.pth`` files, for the training-dynamics analyses.
@@ -34,6 +35,7 @@ of the study's ``step_N.pth`` files, for the training-dynamics analyses.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -50,6 +52,7 @@ from compose_lens import safety
 from compose_lens.config import ComposeLensError, RunConfig, TrainConfig, load_json, write_json_atomic
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, tl
+from compose_lens.model.weights import is_paper_architecture
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
@@ -182,19 +185,41 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
     check_device(device)
     state = read_safetensors(weights)
     if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
-        return tl.Weights(check_weights(config, state, str(weights))).to(device), config
+        return tl.Weights(check_weights(config, state, str(weights)), config.model).to(device), config
     model = tl.boot(config.model, device, config.task)
     load_weights(model, config, state, str(weights))
     return model, config
 
 
-def load_reference_pth(path: str | Path, config: RunConfig | None = None) -> tuple[tl.Model, RunConfig]:
-    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's)."""
+def load_reference_pth(path: str | Path, config: RunConfig | None = None,
+                       bridge: bool = True) -> tuple[tl.Model | tl.Weights, RunConfig]:
+    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's;
+    ``bridge=False``: as :class:`~compose_lens.model.tl.Weights`, see the module doc)."""
     path, config = Path(path), config or RunConfig()
     state = read_pth(path, config)
+    if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
+        return tl.Weights(check_weights(config, state, str(path)), config.model), config
     model = tl.boot(config.model, task=config.task)
     load_weights(model, config, state, str(path))
     return model, config
+
+
+def with_bridge(loaded: Loaded) -> Loaded:
+    """``loaded`` with a TransformerLens bridge as its model, booted from its
+    :class:`~compose_lens.model.tl.Weights` if it holds those (for what reads hooks)."""
+    if not isinstance(loaded.model, tl.Weights):
+        return loaded
+    state = tl.parameters(loaded.model)
+    model = tl.boot(loaded.config.model, state["embed.weight"].device, loaded.config.task)
+    load_weights(model, loaded.config, state, loaded.source)
+    return dataclasses.replace(loaded, model=model)
+
+
+def for_analyses(loaded: Loaded) -> Loaded:
+    """What the analyses need: for the paper architecture they all run on the fast forwards
+    (no hooks; a :class:`~compose_lens.model.tl.Weights` will do), for any other on the
+    bridge's hooks."""
+    return loaded if is_paper_architecture(loaded.config.model) else with_bridge(loaded)
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",
@@ -211,7 +236,7 @@ def load_model(spec: str | Path, split_file: str | Path | None = None, device: s
         if split_file is None and (path.parent / SPLIT_FILE).exists():
             split_file = path.parent / SPLIT_FILE
         split = Split.load(split_file) if split_file else Split.from_task(RunConfig().task)
-        model, config = load_reference_pth(path, RunConfig(task=split.task))
+        model, config = load_reference_pth(path, RunConfig(task=split.task), bridge)
         return Loaded(tl.to_device(model, device), config, split, str(path))
     weights = None
     if path.suffix == ".safetensors":

@@ -82,11 +82,11 @@ from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
-from compose_lens.config import ComposeLensError, RunConfig, json_safe
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
-from compose_lens.model import tl, weights
+from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
 
 MLP_IN = "blocks.1.mlp.hook_in"
@@ -188,16 +188,24 @@ class Decomposition:
     tokens: torch.Tensor
 
 
-def decompose(model: tl.Model, tokens: torch.Tensor) -> Decomposition:
-    """Attention patterns and residuals of a batch, read with the model's own hooks."""
-    names = ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.0.hook_resid_post", MLP_IN)
+def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None) -> Decomposition:
+    """Attention patterns and residuals of a batch: from the table forward for the paper
+    architecture (:func:`compose_lens.model.fastpath.forward_at_answer`, no bridge needed;
+    ``fast=False``: not), else read with the model's own hooks."""
     with torch.no_grad():
-        _, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
-    p0 = cache[names[0]].float().cpu()  # (N, H, n, n)
-    a1 = cache[names[1]][:, :, -1].float().cpu().transpose(0, 1)  # (H, N, n)
+        if weights.is_paper_architecture(cfg) if fast is None else fast:
+            params = weights.detached_parameters(model)
+            acts = fastpath.forward_at_answer(params, cfg, tokens)
+            p0, a1 = acts.pattern0.unsqueeze(1), acts.pattern1_last.unsqueeze(0)  # (N, 1, n, n), (1, N, n)
+            h, resid1 = acts.resid_mid1_last, fastpath.resid_after_layer1(params, tokens, acts.pattern0)
+        else:
+            names = ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.0.hook_resid_post", MLP_IN)
+            _, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
+            p0 = cache[names[0]].float().cpu()  # (N, H, n, n)
+            a1 = cache[names[1]][:, :, -1].float().cpu().transpose(0, 1)  # (H, N, n)
+            h, resid1 = cache[MLP_IN][:, -1].float().cpu(), cache[names[2]].float().cpu()
     through = torch.einsum("gbi,bhis->hgbs", a1, p0)
-    return Decomposition(cache[MLP_IN][:, -1].float().cpu(), cache[names[2]].float().cpu(),
-                         p0[:, :, -1].transpose(0, 1), a1, through, tokens)
+    return Decomposition(h, resid1, p0[:, :, -1].transpose(0, 1), a1, through, tokens)
 
 
 @dataclass
@@ -641,7 +649,7 @@ def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int 
                 "var1_right": make_prompts(split, "var1", "right", n, seed),
                 "var2": make_prompts(split, "var2", "left", n, seed),
                 "random": make_prompts(split, "random", "left", n, seed)}
-        parts = {name: (prompts, decompose(model, prompts.tokens)) for name, prompts in sets.items()}
+        parts = {name: (prompts, decompose(model, config.model, prompts.tokens)) for name, prompts in sets.items()}
         features = constant_features(model, config, split, seed)
         damage_sets = {"const": sets["const"], "1-var": _join(sets["var1_left"], sets["var1_right"]),
                        "2-var": sets["var2"]}

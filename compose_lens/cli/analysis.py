@@ -55,7 +55,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     # two free cores: the figures are drawn by a worker while the analyses run (and while
     # the model loads, when the worker starts)
     with staged_output(args.out, "analyze", args.overwrite) as stage, Renderer(threads_now() >= 2) as renderer:
-        loaded = load_model(args.model, args.split, device="cpu")
+        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
                                  progress=not args.quiet, renderer=renderer)
     print(f"model: {loaded.source}")
@@ -74,7 +74,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
     check_count(args.n, "--n", minimum=20)
     start = time.perf_counter()
     with staged_output(args.out, "same-mlp", args.overwrite) as stage:
-        loaded = load_model(args.model, args.split, device="cpu")
+        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
         report, table = write_same_mlp(loaded, stage, args.seed, args.n)
     print(f"model: {loaded.source}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -89,7 +89,7 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
     from compose_lens.safety import staged_output
 
     with staged_output(args.out, "fourier", args.overwrite) as stage:
-        loaded = load_model(args.model, args.split, device="cpu")
+        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
         facts = write_fourier(loaded, stage, args.seed, args.fmt)
     print(f"model: {loaded.source}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")

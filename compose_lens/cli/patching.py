@@ -29,7 +29,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with staged_output(out, "patch", args.overwrite) as stage, progress_bar("patch", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split)
+        loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
         check_render_memory(loaded.split.task, 2 * args.n_pairs * 8, f"--n-pairs {args.n_pairs}")
         bar.update()
         bar.set_postfix_str(f"patching {args.n_pairs} pairs")
@@ -51,7 +51,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with staged_output(out, "ablate", args.overwrite) as stage, progress_bar("ablate", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split)
+        loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
         check_render_memory(loaded.split.task, 9 * args.pool_size * 4, f"--pool-size {args.pool_size}")
         bar.update()
         bar.set_postfix_str(f"ablating, {args.pool_size} sequences per pool")

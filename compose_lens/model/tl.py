@@ -120,8 +120,10 @@ def residual_scaling(n_layers: int) -> float:
     return math.sqrt(2 * n_layers)
 
 
-def to_device(model: TransformerBridge, device: str | torch.device) -> TransformerBridge:
+def to_device(model: TransformerBridge | Weights, device: str | torch.device) -> TransformerBridge | Weights:
     """Move a model without the bridge's console chatter."""
+    if isinstance(model, Weights):
+        return model.to(device)
     with contextlib.redirect_stdout(io.StringIO()):
         return model.to(device)
 
@@ -151,16 +153,25 @@ def parameters(model: TransformerBridge | Weights) -> dict[str, torch.Tensor]:
 class Weights:
     """A model's tensors under the bridge's state-dict names, without the bridge: what the
     fast forwards (:mod:`compose_lens.model.fastpath`, :mod:`compose_lens.model.lastpos`)
-    read through :func:`parameters`. No hooks, no ``run_with_cache``: load a bridge for those."""
+    read through :func:`parameters`, and its sizes (``cfg``, for :func:`size`). No hooks,
+    no ``run_with_cache``: load a bridge for those."""
 
-    def __init__(self, state: dict[str, torch.Tensor]):
-        self._state = dict(state)
+    def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
+        self._state, self.cfg = dict(state), cfg
+
+    training = False  # nothing in it behaves differently in training (no dropout)
 
     def state_dict(self, keep_vars: bool = False) -> dict[str, torch.Tensor]:
         return dict(self._state)
 
+    def train(self, mode: bool = True) -> Weights:
+        return self
+
+    def eval(self) -> Weights:
+        return self
+
     def to(self, device: str | torch.device) -> Weights:
-        return Weights({name: value.to(device) for name, value in self._state.items()})
+        return Weights({name: value.to(device) for name, value in self._state.items()}, self.cfg)
 
 
 def state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -226,9 +237,10 @@ def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None
     model.load_state_dict(state, strict=True)
 
 
-def size(model: TransformerBridge, name: str) -> int:
-    """A size of a booted model from its TransformerLens config: ``n_layers``, ``n_heads``,
-    ``d_head``, ``d_model``, ``d_mlp``, ``n_ctx``, ``d_vocab``, ``d_vocab_out``."""
+def size(model: TransformerBridge | Weights, name: str) -> int:
+    """A size of a model from its config: ``n_layers``, ``n_heads``, ``d_head``, ``d_model``,
+    ``d_mlp``, ``n_ctx``, ``d_vocab``, ``d_vocab_out`` (the same names in TransformerLens's
+    config and in :class:`~compose_lens.config.ModelConfig`)."""
     return int(getattr(model.cfg, name))
 
 

@@ -93,7 +93,7 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
     """Write the Fourier tables and figures of one model; return the key facts.
 
     ``renderer``: where the figures are drawn (default: here, before returning)."""
-    renderer = renderer or plots.Renderer()
+    renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
     model, config, split = loaded.model, loaded.config, loaded.split
     record = provenance(config, seed, loaded.source)
     figures = out / "figures"
@@ -147,7 +147,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     oversubscription (two threads beside the worker made the same-MLP step 2.6x slower).
     Same files either way; the figures are all written when this returns.
     """
-    renderer = renderer or plots.Renderer()
+    renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
     model, config, split = loaded.model, loaded.config, loaded.split
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -209,6 +209,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
 def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tuple[dict, pd.DataFrame]:
     """Write the same-MLP tests of one model into ``out``; return the report and its verdict table."""
     out.mkdir(parents=True, exist_ok=True)
+    loaded = runs.for_analyses(loaded)
     record = provenance(loaded.config, seed, loaded.source, n_prompts=n)
     with torch_threads(1), torch.no_grad():
         tables = same_mlp_tables(loaded.model, loaded.config, loaded.split, seed, n=n)
@@ -227,6 +228,7 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
                    by: str = "role", fmt: str = "png") -> pd.DataFrame:
     """``patching_<corruption>.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``, by token
     role or absolute position (``by``); returns the table."""
+    loaded = runs.for_analyses(loaded)
     table = patching_table(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs,
                            corruption=corruption, seed=seed, by=by)
     stem = f"patching_{corruption}" + ("" if by == "role" else "_by_position")
@@ -239,6 +241,7 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
 
 def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 0, fmt: str = "png") -> pd.DataFrame:
     """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``; returns the table."""
+    loaded = runs.for_analyses(loaded)
     table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
     write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
     plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)

@@ -27,7 +27,10 @@ def test_decomposition_is_exact_and_removal_reaches_chance():
     term (the isolation of the module doc) leaves the right answer at about chance."""
     loaded = load_model("paper")
     prompts = same_mlp.make_prompts(loaded.split, "var1", "left", 60)
-    dec = same_mlp.decompose(loaded.model, prompts.tokens)
+    dec = same_mlp.decompose(loaded.model, loaded.config.model, prompts.tokens)
+    hooked = same_mlp.decompose(loaded.model, loaded.config.model, prompts.tokens, fast=False)
+    for name in ("h", "resid1", "a0", "a1", "through"):  # the table forward reads what the hooks read
+        assert torch.allclose(getattr(dec, name), getattr(hooked, name), atol=1e-4), name
     with torch.no_grad():
         logits = loaded.model(prompts.tokens)[:, -1]
     assert torch.allclose(same_mlp.readout_logits(loaded.model, loaded.config, dec.h), logits, atol=1e-3)

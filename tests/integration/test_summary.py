@@ -99,3 +99,23 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     assert list(identity.columns) == ["query_variable", *tiny_config.task.variable_names]
     record = json.loads((tmp_path / "analysis" / "variable_identity.provenance.json").read_text())
     assert record["seed"] == 0 and record["config"] == tiny_config.to_dict() and record["code_version"]
+
+
+@pytest.mark.parametrize("changes, needs_hooks", [({}, False), (dict(n_heads=2, d_head=16), True)])
+def test_analyze_boots_transformerlens_only_where_an_analysis_needs_hooks(tiny_config, tmp_path, changes,
+                                                                          needs_hooks):
+    """The paper architecture's analyses run on the fast forwards (``runs.for_analyses``): ``analyze``
+    never imports TransformerLens for it, and does for a two-head model, whose analyses read hooks."""
+    import subprocess
+    import sys
+
+    from compose_lens.runs import save_model
+
+    config = tiny_config.replace(model=tiny_config.model.replace(**changes))
+    save_model(tl.boot(config.model), config, tmp_path / "m")
+    code = ("import sys; from compose_lens.cli import main; "
+            f"rc = main(['analyze', {str(tmp_path / 'm')!r}, '--out', {str(tmp_path / 'a')!r}, '--quiet']); "
+            "print(rc, 'transformer_lens' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == f"0 {needs_hooks}", out.stderr[-2000:]
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["key_frequencies"] is not None

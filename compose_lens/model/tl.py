@@ -22,7 +22,8 @@ so the next major version is a one-file change:
   dict (the study's ``.pth`` files) onto the bridge layout.
 * :class:`Weights` holds a model's tensors without a bridge. Importing
   TransformerLens (and ``transformers`` behind it) takes about 2 s, so it is imported
-  on first use, and commands that only need the fast forwards (``evaluate``) load a
+  on first use, and commands that only need the fast forwards (``evaluate``, and the
+  analyses of the paper architecture: :func:`compose_lens.runs.for_analyses`) load a
   ``Weights`` (:func:`state_shapes` checks it against the configuration) and never
   import it.
 """

@@ -17,9 +17,12 @@ The study (SPEC section 6, item 7) reads its training run as three phases:
 the nine pool accuracies, the circuit measures of
 :func:`compose_lens.analysis.summary.circuit_measures` (when that module is
 present), the ``=``-query variable scores and the accuracy of each forbidden
-operand slot (``b`` as the right operand, ``k`` as the left one, ...). One model is
-built once and each checkpoint's weights are loaded into it; the next checkpoint
-is read from disk on a worker thread while the current one is evaluated.
+operand slot (``b`` as the right operand, ``k`` as the left one, ...). For the paper
+architecture every measure runs on the fast forwards, so each checkpoint's tensors are
+used as they are read (:class:`compose_lens.model.tl.Weights`, TransformerLens never
+imported); any other architecture is built once as a bridge and each checkpoint's
+weights are loaded into it. The next checkpoint is read from disk on a worker thread
+while the current one is evaluated.
 
 :func:`find_phases` applies one documented rule to the curves, never a typed-in
 step. The **onset** of a phase is the first checkpoint step ``s`` at which its
@@ -186,7 +189,9 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     measures = circuit_measures if circuit else None
     inputs = measure_inputs(split, seed=seed) if circuit else None  # the same sequences for every checkpoint
     started = time.perf_counter()
-    model = tl.boot(config.model, device)
+    # the paper architecture's measures run on the fast forwards: each checkpoint's tensors will
+    # do (no TransformerLens import, no copy into a bridge); any other is loaded into one bridge
+    bridge = None if weights.is_paper_architecture(config.model) else tl.boot(config.model, device)
     pools = make_pools(split, pool_size, seed)
     slots = forbidden_slot_batches(split, slot_size, seed)
     variables = config.task.variable_names
@@ -198,7 +203,11 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             state = pending.result()
             if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
                 pending = reader.submit(runs.read_state, checkpoints[i + 1], config)
-            runs.load_weights(model, config, state, str(ckpt.path))
+            if bridge is None:
+                model = tl.Weights(runs.check_weights(config, state, str(ckpt.path)), config.model).to(device)
+            else:
+                model = bridge
+                runs.load_weights(model, config, state, str(ckpt.path))
             row: dict[str, float] = {"step": ckpt.step}
             row.update(pool_accuracies(model, config, pools))
             row.update(slot_accuracies(model, config, slots))

@@ -65,16 +65,27 @@ def test_a_loss_spike_after_the_refinement_does_not_move_it():
 # -- a tiny run ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def _tiny_run(tmp_path_factory, **model_changes):
     from compose_lens.train import Trainer
 
     task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
-    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=32, d_head=32, d_mlp=64),
+    model = ModelConfig.for_task(task, d_model=32, d_head=32, d_mlp=64).replace(**model_changes)
+    config = RunConfig(task=task, model=model,
                        train=TrainConfig(steps=30, batch_size=64, eval_every=10, checkpoint_every=10, pool_size=64))
     run_dir = tmp_path_factory.mktemp("dynamics") / "run"
     Trainer(config, run_dir, progress=False).run()
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    return _tiny_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def two_head_run(tmp_path_factory):
+    """Not the paper architecture: its checkpoints go through one bridge, not the fast forwards alone."""
+    return _tiny_run(tmp_path_factory, n_heads=2, d_head=16)
 
 
 def test_checkpoints_of_a_run_are_found_in_step_order(tiny_run):
@@ -103,12 +114,15 @@ def test_dynamics_cli_writes_one_row_per_checkpoint(tiny_run, tmp_path):
     assert "threshold" in doc["phases"]["refinement"] and "rule" in doc
 
 
-def test_trajectory_matches_a_fresh_load_of_each_checkpoint(tiny_run):
-    """Loading weights into one model gives what loading each checkpoint alone gives."""
+@pytest.mark.parametrize("run", ["tiny_run", "two_head_run"])
+def test_trajectory_matches_a_fresh_load_of_each_checkpoint(run, request):
+    """The trajectory (each checkpoint's tensors, or weights loaded into one bridge) gives what
+    loading each checkpoint alone gives."""
     from compose_lens.evaluate import pool_accuracies
     from compose_lens.runs import load_model
     from compose_lens.data.sampler import make_pools
 
+    tiny_run = request.getfixturevalue(run)
     traj = trajectory(tiny_run, pool_size=40, slot_size=10, circuit=False, progress=False)
     loaded = load_model(tiny_run / "checkpoints" / "step_000020")
     expected = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, 40, 0))

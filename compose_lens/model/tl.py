@@ -157,10 +157,10 @@ class Weights:
     read through :func:`parameters`, and its sizes (``cfg``, for :func:`size`). No hooks,
     no ``run_with_cache``: load a bridge for those."""
 
+    training = False  # nothing in it behaves differently in training (no dropout)
+
     def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
         self._state, self.cfg = dict(state), cfg
-
-    training = False  # nothing in it behaves differently in training (no dropout)
 
     def state_dict(self, keep_vars: bool = False) -> dict[str, torch.Tensor]:
         return dict(self._state)

@@ -183,12 +183,7 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
                            "its split": safety.split_bytes(config.task)}, f"{weights}")
     check_device(device)
-    state = read_safetensors(weights)
-    if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
-        return tl.Weights(check_weights(config, state, str(weights)), config.model).to(device), config
-    model = tl.boot(config.model, device, config.task)
-    load_weights(model, config, state, str(weights))
-    return model, config
+    return model_of(config, read_safetensors(weights), str(weights), bridge, device), config
 
 
 def load_reference_pth(path: str | Path, config: RunConfig | None = None,
@@ -196,12 +191,20 @@ def load_reference_pth(path: str | Path, config: RunConfig | None = None,
     """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's;
     ``bridge=False``: as :class:`~compose_lens.model.tl.Weights`, see the module doc)."""
     path, config = Path(path), config or RunConfig()
-    state = read_pth(path, config)
+    return model_of(config, read_pth(path, config), str(path), bridge), config
+
+
+def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bridge: bool = True,
+             device: str = "cpu") -> tl.Model | tl.Weights:
+    """The model of a state dict, after :func:`check_weights`: a booted bridge, or with
+    ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
+    compute its answer (see the module doc)."""
+    state = check_weights(config, state, source)
     if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
-        return tl.Weights(check_weights(config, state, str(path)), config.model), config
-    model = tl.boot(config.model, task=config.task)
-    load_weights(model, config, state, str(path))
-    return model, config
+        return tl.Weights(state, config.model).to(device)
+    model = tl.boot(config.model, device, config.task)
+    tl.load_state(model, state)
+    return model
 
 
 def with_bridge(loaded: Loaded) -> Loaded:
@@ -211,7 +214,7 @@ def with_bridge(loaded: Loaded) -> Loaded:
         return loaded
     state = tl.parameters(loaded.model)
     model = tl.boot(loaded.config.model, state["embed.weight"].device, loaded.config.task)
-    load_weights(model, loaded.config, state, loaded.source)
+    tl.load_state(model, state)  # checked when the Weights were made
     return dataclasses.replace(loaded, model=model)
 
 

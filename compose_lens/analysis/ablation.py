@@ -107,11 +107,6 @@ def ablated(model: tl.Model, hooks: list[Hook]) -> Iterator[tl.Model]:
         yield model
 
 
-def _fast(cfg: ModelConfig, fast: bool | None) -> bool:
-    """Whether ablations of ``cfg`` run on the edited fast forward (``fast=None``: where it is exact)."""
-    return weights.is_paper_architecture(cfg) if fast is None else fast
-
-
 def ablated_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, hooks: list[Hook],
                    chunk: int = 1024, fast: bool | None = None) -> torch.Tensor:
     """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients
@@ -124,7 +119,7 @@ def ablated_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, hook
     with the same ``fast``.
     """
     out = []
-    if _fast(cfg, fast):
+    if weights.use_table_forward(cfg, fast):
         params = {name: value.float() for name, value in tl.parameters(model).items()}
         edits = {name: fn for name, fn in hooks}
         if len(edits) != len(hooks):
@@ -143,7 +138,7 @@ def reference_activations(model: tl.Model, cfg: ModelConfig, tokens: torch.Tenso
                           fast: bool | None = None) -> dict[str, torch.Tensor]:
     """The activations (float32) at hooks ``names`` on ``tokens``, as :func:`ablated_logits` with the
     same ``fast`` sees them: what mean and resample ablation write, via :func:`replacement_hook`."""
-    if not _fast(cfg, fast):
+    if not weights.use_table_forward(cfg, fast):
         _, cache = tl.run_with_cache(model, tokens, names_filter=lambda n: n in names)
         return {name: cache[name].float() for name in names}
     seen: dict[str, torch.Tensor] = {}

@@ -117,7 +117,7 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: i
 
     ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None).
     """
-    use_tables = weights.is_paper_architecture(cfg) if fast is None else fast
+    use_tables = weights.use_table_forward(cfg, fast)
     params = tl.parameters(model)
     device = params["embed.weight"].device
     parts = []

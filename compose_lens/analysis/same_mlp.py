@@ -193,7 +193,7 @@ def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: boo
     architecture (:func:`compose_lens.model.fastpath.forward_at_answer`, no bridge needed;
     ``fast=False``: not), else read with the model's own hooks."""
     with torch.no_grad():
-        if weights.is_paper_architecture(cfg) if fast is None else fast:
+        if weights.use_table_forward(cfg, fast):
             params = weights.detached_parameters(model)
             acts = fastpath.forward_at_answer(params, cfg, tokens)
             p0, a1 = acts.pattern0.unsqueeze(1), acts.pattern1_last.unsqueeze(0)  # (N, 1, n, n), (1, N, n)

@@ -95,6 +95,12 @@ def is_paper_architecture(cfg: ModelConfig) -> bool:
             and not cfg.trained_biases)
 
 
+def use_table_forward(cfg: ModelConfig, fast: bool | None = None) -> bool:
+    """Whether an analysis of ``cfg`` reads the table forward rather than the model's hooks:
+    ``fast`` as given, or (``None``) wherever that forward is exact (:func:`is_paper_architecture`)."""
+    return is_paper_architecture(cfg) if fast is None else fast
+
+
 # -- the circuits of one head ------------------------------------------------------------------
 
 

@@ -347,6 +347,9 @@ class ModelConfig(_JsonConfig):
                f"seq_len={task.seq_len}); build it with ModelConfig.for_task(task)")
 
 
+STOP_AT = ("end", "generalised", "stalled", "decided")
+
+
 @dataclass(frozen=True)
 class TrainConfig(_JsonConfig):
     """The recipe of SPEC section 5, plus where and how fast to run it."""
@@ -366,6 +369,10 @@ class TrainConfig(_JsonConfig):
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
     threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)
     compile: str = "off"  # torch.compile the training forward: off, on, or auto (runs of >= 5,000 steps)
+    # end: train every step (the study); generalised: stop once the study's headline holds
+    # (exhaustive 0-var held-out and 2-var union both >= 0.98); stalled: stop once the stall
+    # detector is certain (compose_lens.analysis.outcome); decided: whichever comes first
+    stop_at: str = "end"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -376,6 +383,7 @@ class TrainConfig(_JsonConfig):
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
         _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: use auto, on or off")
+        _check(self.stop_at in STOP_AT, f"stop_at={self.stop_at!r}: use {', '.join(STOP_AT)}")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")
         _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")

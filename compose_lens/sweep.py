@@ -68,6 +68,7 @@ import torch
 from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
+from compose_lens.analysis.outcome import classify_run
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
 from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, RunConfig, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
@@ -293,7 +294,7 @@ def _end_with_parent() -> None:
 def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "") -> dict:
     """The results.csv row of one point, read from its run directory."""
     row: dict[str, Any] = {"param": point.param, "value": format_value(point.value), "seed": point.seed,
-                           "status": status, "error": error, "steps": "", "train_wall_time_s": "", "threads": ""}
+                           "status": status, "error": error, "outcome": "", "steps": "", "train_wall_time_s": "", "threads": ""}
     for name in METRICS + POOLS:  # final exhaustive accuracies, then final pool accuracies
         row[f"{name}_accuracy"] = ""
     for pool in POOLS:
@@ -312,6 +313,8 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
     elif not status:
         row["status"] = "pending"
     metrics = runs.read_metrics(run_dir)
+    if metrics:  # generalised, stalled or learning (compose_lens.analysis.outcome)
+        row["outcome"] = classify_run(run_dir)["outcome"]
     for pool in POOLS:
         step = first_step_above(metrics, pool)
         row[f"first_step_90_{pool}"] = "" if step is None else step

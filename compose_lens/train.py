@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,7 @@ from compose_lens.config import ComposeLensError, RunConfig, load_json, write_js
 from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
+from compose_lens.analysis import outcome
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
@@ -285,19 +287,58 @@ class Trainer:
                     last = {"step": self.step, "train_loss": loss, **self.evaluate_pools(),
                             "elapsed_s": round(self.elapsed, 3)}
                     runs.append_metrics(self.run_dir, last)
+                    self._watch_for_stall(last, bar)
                     bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{last['0var_add_restricted']:.2f}",
                                     acc2=f"{last['2var_add_restricted']:.2f}",
                                     r2=f"{last['2var_var_restricted_1']:.2f}")
-                if self.step % t.checkpoint_every == 0 or done:
+                stop = self.step % t.eval_every == 0 and self._decided(last)
+                if self.step % t.checkpoint_every == 0 or done or stop:
                     self.elapsed = time.perf_counter() - started
                     self.save_checkpoint()
                 if on_step is not None:
                     on_step(self)
+                if stop:
+                    break
             self.elapsed = time.perf_counter() - started
             return self.finish(last)
         finally:
             bar.close()
             self.close()
+
+    def _watch_for_stall(self, logged: dict, bar) -> None:
+        """Keep the logged pools, and say once, while training, that the run looks stalled
+        (:func:`compose_lens.analysis.outcome.stall_warning`)."""
+        if not hasattr(self, "_logged"):
+            self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
+        self._logged.append(logged)
+        if getattr(self, "stall_warning", None):
+            return
+        line = outcome.stall_warning(self._logged, outcome.calibration(self.config.task.f, self.config.task.r))
+        if line:
+            self.stall_warning = line
+            bar.write(f"warning: {line}; see README 'When a run stalls'", file=sys.stderr)
+
+    _checked_at = -10**9
+
+    def _decided(self, pools: dict) -> bool:
+        """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector
+        is certain, ``generalised`` / ``decided`` once the exhaustive headline holds (checked at
+        most every 1,000 steps, and only once the held-out 0-var and the three unseen 2-var pools
+        pass it)."""
+        stop_at = self.config.train.stop_at
+        if stop_at in ("stalled", "decided") and getattr(self, "_logged", None):
+            found = outcome.outcome(self._logged, table=outcome.calibration(self.config.task.f, self.config.task.r))
+            if found["outcome"] == "stalled":
+                return True
+        if stop_at not in ("generalised", "decided") or self.step - self._checked_at < 1000:
+            return False
+        unseen = ("0var_add_restricted", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+        if min(pools.get(k, 0.0) for k in unseen) < outcome.GENERALISED:
+            return False
+        self._checked_at = self.step
+        self._exhaustive = exhaustive_accuracies(self.model, self.config, self.split)
+        return all(self._exhaustive[k]["accuracy"] >= outcome.GENERALISED
+                   for k in ("zero_var_heldout", "two_var_union"))
 
     def finish(self, last_pools: dict) -> dict:
         runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})
@@ -309,9 +350,13 @@ class Trainer:
             "compiled": self.compiled,
             "threads": torch.get_num_threads(),
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
-            "exhaustive": exhaustive_accuracies(self.model, self.config, self.split),
+            "exhaustive": (self._exhaustive if self._checked_at == self.step
+                           else exhaustive_accuracies(self.model, self.config, self.split)),
             **self.provenance,
         }
+        results["outcome"] = outcome.outcome(
+            runs.read_metrics(self.run_dir), results["exhaustive"], finished=True,
+            table=outcome.calibration(self.config.task.f, self.config.task.r))
         write_json_atomic(self.run_dir / runs.RESULTS_FILE, results)
         return results
 

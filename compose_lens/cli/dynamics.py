@@ -12,6 +12,7 @@ from compose_lens.config import ComposeLensError
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
     from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
+    from compose_lens.analysis.outcome import trajectory_outcome
     from compose_lens.safety import check_count, staged_output
 
     steps = _steps(args.steps)
@@ -27,6 +28,8 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
                           seed=args.seed, circuit=not args.no_circuit, steps=steps, stride=args.stride,
                           progress=not args.quiet, device=args.device, threads=args.threads, known=known)
         doc = phases_document(traj)
+        doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), args.source,
+                                            traj.config.task.f, traj.config.task.r)
         runs.write_dynamics(traj.table, doc, stage)
     t = doc["timing"]
     print(f"{t['evaluated_now']} of {doc['checkpoints']} checkpoints evaluated in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
@@ -37,6 +40,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
                  f"crossing ~{phase['interpolated_step']:.0f}; {phase['later_checkpoints']} later checkpoints "
                  f"confirm it)" if phase["step"] is not None else "not reached")
         print(f"  {name:11s} {where}   [study: {STUDY_PHASES[name]}]")
+    print(f"outcome: {doc['outcome']['outcome']} ({doc['outcome']['why']})")
     print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE} and {Path(args.out) / runs.PHASES_FILE}")
     return 0
 

@@ -39,6 +39,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
           f"(fast path: {results['fast_path']})")
     for name, r in ex.items():
         print(f"{name}: {r['correct']}/{r['total']} = {r['accuracy']:.4f}")
+    o = results["outcome"]
+    print(f"outcome: {o['outcome']} ({o['why']})")
     print(f"results: {out / 'results.json'}")
     return 0
 

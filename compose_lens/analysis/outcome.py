@@ -1,0 +1,183 @@
+"""Did a run compose the two skills, stall, or is it still learning? The stall detector.
+
+The study's recipe is fragile: trajectories that differ only in seed or float rounding either
+compose addition and assignment, or learn addition and then **stall** with layer-2 routing never
+formed (the 1-var training accuracy sits at 0.55-0.85 and the 2-var union near 0.3). This module
+names a run's outcome from what every run logs (the nine pool accuracies of ``metrics.jsonl``)
+and, where the run has finished, from its exhaustive accuracies (``results.json``):
+
+* ``generalised``: the study's headline holds: exhaustive 0-var held-out and 2-var union
+  accuracies both >= 0.98 (for a run still training, read from the pools: addition, assignment
+  and refinement phases all reached);
+* ``stalled``: addition was learned (the addition phase of
+  :data:`compose_lens.analysis.dynamics.PHASE_RULES`) but layer-2 routing never formed within the
+  run's budget: the 1-var pools (one operand a variable whose value must be fetched from the
+  context) never crossed 0.9 and stayed (:data:`ROUTING`, the same crosses-and-stays rule), or,
+  for a run still training, have not by a step after which no calibration run ever recovered
+  (:func:`stall_certain_after`). The 2-var pools are left out on purpose: at small r a run can
+  route single variables and still miss pairs, which is the r threshold, not a stall;
+* ``learning``: anything else (a run still before that step, or one that composed but has not
+  yet refined to the headline).
+
+The calibration (``compose_lens/assets/stall_calibration.json``, made by
+``experiments/stall_calibration.py`` from every committed run) records, for each step N, how
+many runs had not formed routing by N and how many of those never did: the numbers the
+training-time warning quotes, so a late learner is never called stalled on a guess.
+
+>>> wilson_interval(3, 8)[0] < 3 / 8 < wilson_interval(3, 8)[1]
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from compose_lens.analysis.dynamics import PHASE_RULES, PhaseRule, find_phases, logged_phases
+from compose_lens.runs import read_metrics
+
+GENERALISED = 0.98  # the study's headline, on both exhaustive accuracies
+OUTCOMES = ("generalised", "stalled", "learning")
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "assets" / "stall_calibration.json"
+ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
+ROUTING_POOLS = ("1var_train", "1var_add_restricted")
+ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "
+                    "in an allowed slot (training and held-out pairs)", "routing_accuracy", 0.90, 0.10)
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a fraction k / n (n = 0: the whole [0, 1])."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@lru_cache(maxsize=1)
+def _calibrations() -> dict:
+    return json.loads(CALIBRATION_FILE.read_text()) if CALIBRATION_FILE.exists() else {}
+
+
+def calibration(f: float | None = None, r: float | None = None) -> dict:
+    """The committed calibration table for a setting: the runs at the study's setting
+    (f = 0.7, r = 1) for a run there, every committed run otherwise (``{}`` where none was made)."""
+    tables = _calibrations()
+    study = (f, r) == (0.7, 1.0) and tables.get("study", {}).get("runs", 0) >= 5
+    return tables.get("study" if study else "all", {})
+
+
+def not_routed_by(step: int, table: dict | None = None) -> tuple[int, int]:
+    """(never, of): of the calibration runs that had no routing by ``step``, how many never formed it."""
+    table = calibration() if table is None else table
+    rows = [r for r in table.get("by_step", []) if r["step"] <= step]
+    if not rows:
+        return 0, 0
+    row = rows[-1]
+    return row["never"], row["not_routed"]
+
+
+def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | None:
+    """The first step after which every calibration run without routing (at least ``min_runs``
+    of them) never formed it; None where no step is that certain."""
+    table = calibration() if table is None else table
+    for row in table.get("by_step", []):
+        if row["not_routed"] >= min_runs and row["never"] == row["not_routed"]:
+            return row["step"]
+    return None
+
+
+def onsets(metrics: Sequence[dict]) -> dict:
+    """Addition, routing and refinement onsets in logged pools (or a dynamics table's rows)."""
+    if not metrics:
+        return {ADDITION: None, ROUTING.name: None, REFINEMENT: None}
+    phases = logged_phases(metrics)
+    table = pd.DataFrame(list(metrics))
+    table["routing_accuracy"] = table[list(ROUTING_POOLS)].mean(axis=1)
+    routing = find_phases(table, [ROUTING])[ROUTING.name]["step"]
+    return {ADDITION: (phases.get(ADDITION) or {}).get("step"), ROUTING.name: routing,
+            REFINEMENT: (phases.get(REFINEMENT) or {}).get("step")}
+
+
+def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: bool = False,
+            table: dict | None = None) -> dict:
+    """The outcome of one run from its logged pools (and exhaustive accuracies, once finished).
+
+    ``finished``: the run trained its whole budget (or stopped because it generalised), so a
+    missing phase is final rather than still to come.
+    """
+    onset = onsets(metrics)
+    last = int(metrics[-1]["step"]) if metrics else 0
+    never, of = not_routed_by(last, table)
+    certain = stall_certain_after(table)
+    if exhaustive is not None:
+        headline = all(exhaustive[k]["accuracy"] >= GENERALISED for k in ("zero_var_heldout", "two_var_union"))
+    else:
+        headline = all(onset.values())
+    if headline:
+        verdict = "generalised"
+    elif onset[ROUTING.name] is None and onset[ADDITION] is not None and (
+            finished or (certain is not None and last >= certain)):
+        verdict = "stalled"
+    else:
+        verdict = "learning"
+    why = {
+        "generalised": "the study's headline holds (0-var held-out and 2-var union >= 0.98)" if exhaustive
+        else "addition, assignment and refinement phases all reached",
+        "stalled": f"addition was learned but layer-2 routing (1-var pools >= 0.9) had not formed by "
+                   f"step {last}",
+        "learning": "still learning" if onset[ROUTING.name] is None else
+                    "routing formed; the headline (>= 0.98 on both exhaustive accuracies) is not yet reached",
+    }[verdict]
+    if onset[ROUTING.name] is None and onset[ADDITION] is not None and of:
+        why += f"; {never} of {of} calibration runs without routing by step {last} never recovered"
+    return {"outcome": verdict, "why": why, "last_step": last, "onsets": onset,
+            "calibration": {"not_routed_by_now": of, "never_recovered": never, "stall_certain_after": certain}}
+
+
+def trajectory_outcome(records: Sequence[dict], source: str | Path, f: float, r: float) -> dict:
+    """:func:`outcome` of a dynamics table (``records``: one dict per checkpoint) read from
+    ``source``; a run directory's ``results.json`` (beside ``source`` or above its
+    ``checkpoints/``) says the run finished and gives its exhaustive accuracies."""
+    source = Path(source)
+    run = source.parent if source.name == "checkpoints" else source
+    results_path = run / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else None
+    return outcome(list(records), (results or {}).get("exhaustive"), finished=results is not None,
+                   table=calibration(f, r))
+
+
+def classify_run(run_dir: str | Path, table: dict | None = None) -> dict:
+    """:func:`outcome` of a run directory, with the fields the stall-rate table keeps."""
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir)
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else None
+    if table is None and (run_dir / "config.json").exists():
+        task = json.loads((run_dir / "config.json").read_text()).get("task", {})
+        table = calibration(task.get("f"), task.get("r"))
+    found = outcome(metrics, (results or {}).get("exhaustive"), finished=results is not None, table=table)
+    return {**found, "steps": (results or {}).get("steps", found["last_step"]),
+            "routing_formed_step": found["onsets"][ROUTING.name],
+            "final_1var_train": metrics[-1].get("1var_train") if metrics else None}
+
+
+def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int = 8_000) -> str | None:
+    """The line ``train`` prints once a run looks stalled: addition learned, no routing by ``after``
+    steps (later than every generalising calibration run's routing at the study's setting)."""
+    if not metrics or int(metrics[-1]["step"]) < after:
+        return None
+    found = outcome(metrics, table=table)
+    if found["onsets"][ROUTING.name] is not None or found["onsets"][ADDITION] is None:
+        return None
+    c = found["calibration"]
+    tail = (f"; {c['never_recovered']} of {c['not_routed_by_now']} such calibration runs never recovered"
+            if c["not_routed_by_now"] else "")
+    return (f"layer-2 routing has not formed by step {found['last_step']} (addition learned, 1-var pools "
+            f"below 0.9){tail}")

@@ -1,0 +1,98 @@
+"""The stall detector: outcomes from curves, the calibration it quotes, and the early stops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compose_lens.analysis import outcome
+from compose_lens.runs import read_metrics
+
+POOLS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
+         "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+def curve(routing_at: int | None, last: int = 30_000, refined_at: int | None = None) -> list[dict]:
+    """Logged pools every 500 steps: addition at 1,000, routing (1-/2-var allowed pools) at
+    ``routing_at`` (None: never; the stalled plateau of 0.57), refinement at ``refined_at``."""
+    out = []
+    for step in range(500, last + 1, 500):
+        added = step >= 1000
+        routed = routing_at is not None and step >= routing_at
+        refined = refined_at is not None and step >= refined_at
+        row = {"step": step}
+        for pool in POOLS:
+            if pool.startswith("0var"):
+                row[pool] = 1.0 if added else 0.1
+            elif "var_restricted" in pool and pool.startswith("2var"):
+                row[pool] = 0.99 if refined else (0.6 if routed else 0.3)
+            else:
+                row[pool] = 0.99 if routed else 0.57
+        out.append(row)
+    return out
+
+
+HEADLINE = {"zero_var_heldout": {"accuracy": 0.99}, "two_var_union": {"accuracy": 0.99}}
+MISSED = {"zero_var_heldout": {"accuracy": 0.99}, "two_var_union": {"accuracy": 0.31}}
+TABLE = {"runs": 10, "by_step": [{"step": 4000, "not_routed": 8, "never": 3},
+                                 {"step": 8000, "not_routed": 5, "never": 4},
+                                 {"step": 10_000, "not_routed": 5, "never": 5}]}
+
+
+def test_a_finished_run_without_routing_is_stalled_and_one_with_the_headline_generalised():
+    assert outcome.outcome(curve(None), MISSED, finished=True, table={})["outcome"] == "stalled"
+    assert outcome.outcome(curve(4000, refined_at=12_000), HEADLINE, finished=True, table={})["outcome"] == "generalised"
+
+
+def test_a_late_learner_is_never_called_stalled():
+    late = curve(29_000)
+    assert outcome.outcome(late, MISSED, finished=True, table={})["outcome"] == "learning"
+    # while it trains, before it routed: no certainty in the table, so still learning
+    assert outcome.outcome(late[:40], table={})["outcome"] == "learning"
+
+
+def test_a_run_still_training_is_stalled_only_once_the_calibration_is_certain():
+    assert outcome.stall_certain_after(TABLE) == 10_000
+    assert outcome.outcome(curve(None, last=9_000), table=TABLE)["outcome"] == "learning"
+    found = outcome.outcome(curve(None, last=10_000), table=TABLE)
+    assert found["outcome"] == "stalled"
+    assert "5 of 5 calibration runs" in found["why"]
+    assert outcome.stall_certain_after({"by_step": [{"step": 1, "not_routed": 4, "never": 4}]}) is None
+
+
+def test_the_warning_quotes_the_calibration_and_spares_a_routed_run():
+    line = outcome.stall_warning(curve(None, last=8_000), TABLE)
+    assert line is not None and "by step 8000" in line and "4 of 5" in line
+    assert outcome.stall_warning(curve(None, last=7_500), TABLE) is None
+    assert outcome.stall_warning(curve(5_000, last=8_000), TABLE) is None
+
+
+def test_wilson_interval_matches_a_hand_computed_value():
+    lo, hi = outcome.wilson_interval(3, 8)  # p = 0.375, z = 1.96
+    assert lo == pytest.approx(0.1369, abs=1e-3) and hi == pytest.approx(0.6943, abs=1e-3)
+    assert outcome.wilson_interval(0, 0) == (0.0, 1.0)
+
+
+@pytest.mark.skipif(not (RESULTS / "sweeps" / "r" / "runs").is_dir(), reason="committed sweep runs absent")
+def test_committed_runs_the_stalls_and_the_late_learner_are_told_apart():
+    runs = RESULTS / "sweeps" / "r" / "runs"
+    assert outcome.classify_run(runs / "r=1.0_seed=0")["outcome"] == "stalled"
+    assert outcome.classify_run(runs / "r=1.0_seed=1")["outcome"] == "generalised"
+    late = outcome.classify_run(runs / "r=0.25_seed=2")  # routing formed at ~29k of 30k
+    assert late["outcome"] != "stalled" and late["routing_formed_step"] > 25_000
+    # every run the detector calls stalled has 1-var training accuracy below the routed level
+    for run in sorted(runs.iterdir()):
+        found = outcome.classify_run(run)
+        if found["outcome"] == "stalled":
+            assert read_metrics(run)[-1]["1var_train"] < 0.9, run.name
+
+
+def test_the_committed_calibration_counts_what_it_says():
+    doc = json.loads(outcome.CALIBRATION_FILE.read_text())
+    for population in ("study", "all"):
+        rows = doc[population]["by_step"]
+        assert all(0 <= r["never"] <= r["not_routed"] <= doc[population]["runs"] for r in rows)
+        assert [r["not_routed"] for r in rows] == sorted((r["not_routed"] for r in rows), reverse=True)

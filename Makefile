@@ -24,9 +24,15 @@ $(VENV)/.installed-test: $(VENV)/.installed
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough
 # notebook executed, and the Ray sweep backend run for real (the `ray` extra). The report's
 # browser test needs Chromium: installed here when missing and we are root, else it skips.
+# Then the tests that train and judge what was learned run again on torch's scalar kernels
+# (ATEN_CPU_CAPABILITY=default): float rounding differs from the machine's own kernels, and
+# each of these tests must pass under both.
+TRAINING_TESTS := tests/integration/test_train.py tests/integration/test_train_stops.py \
+	tests/integration/test_same_mlp.py::test_model_trained_without_variables_is_not_supported
 test: $(VENV)/.installed-test
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
 	$(BIN)/python -m pytest
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider $(TRAINING_TESTS)
 
 # The main job: train the paper model from scratch on CPU, evaluate it, print the table.
 reproduce: install

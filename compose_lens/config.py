@@ -348,6 +348,7 @@ class ModelConfig(_JsonConfig):
 
 
 STOP_AT = ("end", "generalised", "stalled", "decided")
+REMEDIES = ("none", "lr_x3")
 
 
 @dataclass(frozen=True)
@@ -373,6 +374,9 @@ class TrainConfig(_JsonConfig):
     # (exhaustive 0-var held-out and 2-var union both >= 0.98); stalled: stop once the stall
     # detector is certain (compose_lens.analysis.outcome); decided: whichever comes first
     stop_at: str = "end"
+    # none: the study's recipe. lr_x3: the stall remedy, three times the learning rate
+    # (README 'When a run stalls'; experiments/results/stall_rate measures both)
+    remedy: str = "none"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -383,6 +387,7 @@ class TrainConfig(_JsonConfig):
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: use auto, fp32 or bf16")
         _check(self.fast_path in ("auto", "on", "off"), f"fast_path={self.fast_path!r}: use auto, on or off")
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: use auto, on or off")
+        _check(self.remedy in REMEDIES, f"remedy={self.remedy!r}: use {', '.join(REMEDIES)}")
         _check(self.stop_at in STOP_AT, f"stop_at={self.stop_at!r}: use {', '.join(STOP_AT)}")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")

@@ -79,6 +79,13 @@ def autocast_context(config: RunConfig):
     return contextlib.nullcontext()
 
 
+def learning_rate(t) -> float:
+    """The configured rate, or three times it under ``remedy=lr_x3``: the stall remedy. At the
+    study's setting a larger step carries the run past the plateau on which layer-2 routing
+    otherwise never forms (experiments/results/stall_rate)."""
+    return t.lr * 3 if t.remedy == "lr_x3" else t.lr
+
+
 class Trainer:
     """One training run in one directory. ``run()`` trains to the end or raises.
 
@@ -129,7 +136,7 @@ class Trainer:
         self.params = tl.parameters(self.model)
         self.trainable = tl.trainable_parameters(self.model)
         # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.beta1, t.beta2),
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=learning_rate(t), betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
         self.forward_kind = fastpath.forward_kind(self.config.model, "on" if self.fast else t.fast_path)
         self.forward = fastpath.answer_forward(self.model, self.config.model, self.forward_kind)

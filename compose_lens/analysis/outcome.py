@@ -168,9 +168,13 @@ def classify_run(run_dir: str | Path, table: dict | None = None) -> dict:
             "final_1var_train": metrics[-1].get("1var_train") if metrics else None}
 
 
-def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int = 8_000) -> str | None:
+WARN_AFTER = 8_000  # later than every routing onset of a generalising run at the study's setting
+
+
+def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int | None = None) -> str | None:
     """The line ``train`` prints once a run looks stalled: addition learned, no routing by ``after``
-    steps (later than every generalising calibration run's routing at the study's setting)."""
+    steps (default :data:`WARN_AFTER`)."""
+    after = WARN_AFTER if after is None else after
     if not metrics or int(metrics[-1]["step"]) < after:
         return None
     found = outcome(metrics, table=table)

@@ -1,0 +1,60 @@
+"""Training ends where ``stop_at`` says, warns of a stall, records its outcome; the remedy's rate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compose_lens.analysis import outcome
+from compose_lens.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.train import Trainer, learning_rate
+
+CERTAIN_AT_300 = {"runs": 9, "by_step": [{"step": 300, "not_routed": 6, "never": 6}]}
+
+
+@pytest.fixture
+def constants_only() -> RunConfig:
+    """A p = 11 model that sees no variable in training: it learns addition and can never route."""
+    task = TaskConfig(modulus=11, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.9,
+                      variables_in_training=False)
+    return RunConfig(task=task, model=ModelConfig.for_task(task, d_model=48, d_head=48, d_mlp=128),
+                     train=TrainConfig(steps=1500, batch_size=256, lr=1e-2, weight_decay=0.1, eval_every=100,
+                                       checkpoint_every=500, pool_size=64, threads=1))
+
+
+def test_a_certain_stall_ends_the_run_with_outcome_stalled(tmp_path, constants_only, monkeypatch, capsys):
+    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    monkeypatch.setattr(outcome, "WARN_AFTER", 300)
+    config = constants_only.with_overrides(["stop_at=stalled"])
+    results = Trainer(config, tmp_path / "run", progress=False).run()
+    assert results["steps"] < 1500, "the run should have stopped once the stall was certain"
+    assert results["outcome"]["outcome"] == "stalled"
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["outcome"]["outcome"] == "stalled"
+    assert "layer-2 routing has not formed" in capsys.readouterr().err
+
+
+def test_without_stop_at_the_same_run_trains_its_whole_budget(tmp_path, constants_only, monkeypatch):
+    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    results = Trainer(constants_only, tmp_path / "run", progress=False).run()
+    assert results["steps"] == 1500 and results["outcome"]["outcome"] == "stalled"
+
+
+def test_stop_at_generalised_stops_at_the_first_check_that_passes(tmp_path, tiny_config, monkeypatch):
+    monkeypatch.setattr(outcome, "GENERALISED", 0.0)  # every model meets a headline of 0
+    config = tiny_config.with_overrides(["steps=40", "stop_at=generalised"])
+    results = Trainer(config, tmp_path / "run", progress=False).run()
+    assert results["steps"] == 10  # the first evaluation
+    assert (tmp_path / "run" / "checkpoints" / "step_000010").is_dir()
+    monkeypatch.setattr(outcome, "GENERALISED", 1.01)  # no model does
+    results = Trainer(config, tmp_path / "run2", progress=False).run()
+    assert results["steps"] == 40
+
+
+def test_the_remedy_triples_the_rate_and_bad_names_are_refused(tiny_config):
+    assert learning_rate(tiny_config.train) == tiny_config.train.lr
+    assert learning_rate(tiny_config.with_overrides(["remedy=lr_x3"]).train) == pytest.approx(3 * tiny_config.train.lr)
+    with pytest.raises(ConfigError, match="remedy"):
+        tiny_config.with_overrides(["remedy=magic"])
+    with pytest.raises(ConfigError, match="stop_at"):
+        tiny_config.with_overrides(["stop_at=never"])

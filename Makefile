@@ -33,6 +33,7 @@ test: $(VENV)/.installed-test
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
 	$(BIN)/python -m pytest
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider $(TRAINING_TESTS)
+	$(BIN)/mkdocs build --strict --quiet
 
 # The main job: train the paper model from scratch on CPU, evaluate it, print the table.
 reproduce: install

@@ -24,6 +24,11 @@ the previous version, never half a file.
 * a study checkpoint ``*.pth`` (pre-4.0 ``HookedTransformer`` layout). A
   ``split.json`` beside it is used as its split unless another is given.
 
+Every loader here returns its model in **eval mode** (``model.training`` is False), ready for
+TransformerLens's patching and ``fit_das``, which refuse a model in train mode; call
+``model.train()`` to train it further. (A :class:`~compose_lens.model.tl.Weights` is always
+``training = False``: nothing in it behaves differently in training.)
+
 With ``bridge=False`` a model whose answer the fast forwards compute is loaded as a
 :class:`~compose_lens.model.tl.Weights`, without booting (or importing) TransformerLens:
 what ``evaluate`` needs, 2 s sooner. The analyses of the paper architecture need no hooks
@@ -172,8 +177,8 @@ def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tens
 
 def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Path | None = None,
                    bridge: bool = True) -> tuple[tl.Model | tl.Weights, RunConfig]:
-    """The model of a directory: ``weights`` (default ``model.safetensors``) with its ``config.json``
-    (``bridge=False``: see the module doc)."""
+    """The model of a directory: ``weights`` (default ``model.safetensors``) with its ``config.json``,
+    in eval mode (``bridge=False``: see the module doc)."""
     directory = Path(directory)
     weights = Path(weights) if weights else directory / WEIGHTS_FILE
     if not weights.is_file():
@@ -188,34 +193,34 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
 
 def load_reference_pth(path: str | Path, config: RunConfig | None = None,
                        bridge: bool = True) -> tuple[tl.Model | tl.Weights, RunConfig]:
-    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's;
-    ``bridge=False``: as :class:`~compose_lens.model.tl.Weights`, see the module doc)."""
+    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's),
+    in eval mode (``bridge=False``: as :class:`~compose_lens.model.tl.Weights`, see the module doc)."""
     path, config = Path(path), config or RunConfig()
     return model_of(config, read_pth(path, config), str(path), bridge), config
 
 
 def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bridge: bool = True,
              device: str = "cpu") -> tl.Model | tl.Weights:
-    """The model of a state dict, after :func:`check_weights`: a booted bridge, or with
-    ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
+    """The model of a state dict, after :func:`check_weights`: a booted bridge in eval mode, or
+    with ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
     compute its answer (see the module doc)."""
     state = check_weights(config, state, source)
     if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
         return tl.Weights(state, config.model).to(device)
     model = tl.boot(config.model, device, config.task)
     tl.load_state(model, state)
-    return model
+    return model.eval()
 
 
 def with_bridge(loaded: Loaded) -> Loaded:
-    """``loaded`` with a TransformerLens bridge as its model, booted from its
+    """``loaded`` with a TransformerLens bridge as its model (eval mode), booted from its
     :class:`~compose_lens.model.tl.Weights` if it holds those (for what reads hooks)."""
     if not isinstance(loaded.model, tl.Weights):
         return loaded
     state = tl.parameters(loaded.model)
     model = tl.boot(loaded.config.model, state["embed.weight"].device, loaded.config.task)
     tl.load_state(model, state)  # checked when the Weights were made
-    return dataclasses.replace(loaded, model=model)
+    return dataclasses.replace(loaded, model=model.eval())
 
 
 def for_analyses(loaded: Loaded) -> Loaded:
@@ -227,7 +232,7 @@ def for_analyses(loaded: Loaded) -> Loaded:
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",
                bridge: bool = True) -> Loaded:
-    """Load what ``spec`` names (see the module docstring) with its split."""
+    """Load what ``spec`` names (see the module docstring) with its split, in eval mode."""
     spec_str = str(spec)
     path = PAPER_MODEL_DIR if spec_str == "paper" else Path(spec_str)
     if spec_str == "paper" and not (path / WEIGHTS_FILE).exists():
@@ -348,12 +353,12 @@ def read_state(checkpoint: Checkpoint, config: RunConfig) -> dict[str, torch.Ten
 def load_checkpoint(source: str | Path, step: int | None = None, split_file: str | Path | None = None,
                     device: str = "cpu") -> Loaded:
     """The model of ``source`` at checkpoint ``step`` (the last one if None), with the run's
-    configuration and split."""
+    configuration and split, in eval mode."""
     checkpoints, config, split = find_checkpoints(source, split_file)
     chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
     model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_state(chosen, config), str(chosen.path))
-    return Loaded(model, config, split, f"{chosen.path} (step {chosen.step})")
+    return Loaded(model.eval(), config, split, f"{chosen.path} (step {chosen.step})")
 
 
 def final_model(run_dir: str | Path, split_file=None) -> tuple[Loaded, str]:

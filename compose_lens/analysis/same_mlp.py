@@ -67,8 +67,28 @@ subspace still decodes at 0.95 from the small shared part, while its subspace sh
 **Verdict.** Each test ``passed`` / ``failed`` / ``inconclusive`` against
 :data:`THRESHOLDS` (inconclusive: its ceiling is too low to test anything, e.g. a model
 that does not add constants, or a control shows the effect). ``supported`` needs all
-three passed, ``not supported`` follows from any failed test, else ``inconclusive``.
+three passed, ``not supported`` follows from any failed test, else ``inconclusive``; the
+report's ``verdict_reason`` says which test decided and why.
 Intervals are percentile bootstraps over prompts (95 %).
+
+**Reading an interchange against its ceiling.** A cross-type swap (say const -> var2)
+can only do as well as the method does on BOTH types it joins: the donor's operand must
+be read out of a constant prompt (const -> const shows how well) and written into a
+2-var prompt (var2 -> var2 shows how well). So each cross-type score, per side, is read
+against the LOWER of its two same-type ceilings:
+
+* that ceiling below ``THRESHOLDS["ceiling"]`` (0.5, 30 x chance at p = 59): the model
+  cannot yet do the same-type swap for one of the types, so the cross-type swap tests
+  nothing: that condition is *inconclusive*, and the reason names the weak ceiling;
+* else it *passes* when its accuracy is at least ``interchange_ratio`` (0.8) x the ceiling
+  and its lower CI bound at least ``interchange_ci_ratio`` (0.5) x the ceiling, and
+  *fails* otherwise (a failure against a strong ceiling is evidence, whatever the others).
+
+The test fails if any condition fails, is inconclusive if none fails but one has a weak
+ceiling (or a control shows the effect), and passes otherwise. Mid-training this matters:
+at the study's step 5001 const->var2 (right) reaches 0.59 while var2->var2 reaches only
+0.575 and var1->var1 (left) 0.46; against the const->const ceiling (0.985) that read as
+"not supported", against its own weak ceilings it is "inconclusive".
 """
 
 from __future__ import annotations
@@ -96,9 +116,11 @@ PROMPT_KINDS = ("const", "var1", "var2")
 BOOTSTRAP = 1000
 
 THRESHOLDS = {
-    "interchange_accuracy": 0.5,   # lower CI bound of every cross-type interchange accuracy
-    "interchange_ratio": 0.8,      # ... and at least this share of the constant->constant ceiling
-    "ceiling": 0.5,                # constant->constant (and held-out constant probe) below this: inconclusive
+    "interchange_ratio": 0.8,      # every cross-type interchange accuracy >= this x its ceiling (the
+                                   # lower of its two same-type accuracies, same side)
+    "interchange_ci_ratio": 0.5,   # ... and its lower CI bound >= this x that ceiling
+    "ceiling": 0.5,                # a same-type interchange (or the held-out constant probe) below this:
+                                   # the model cannot do that type yet, inconclusive
     "control_max": 0.15,           # upper CI bound a control may reach (chance is 1/p)
     "damage_correlation": 0.5,     # lower CI bound of the Pearson correlation of damage profiles
     "damage_min": 0.1,             # mean margin drop (logits) on constants below this: the features do nothing
@@ -562,23 +584,74 @@ def _status(passed: bool, inconclusive: bool) -> str:
     return "inconclusive" if inconclusive else ("passed" if passed else "failed")
 
 
-def judge_interchange(table: pd.DataFrame) -> dict:
+def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
+    """Each cross-type interchange (per side, :data:`ISOLATION`) read against its ceiling: the
+    lower of the two same-type interchanges of its donor and receiver types (``a->b`` against
+    ``a->a`` and ``b->b``), and its status (see the module doc). One row per condition."""
     t = THRESHOLDS
     main = table[table["isolation"] == ISOLATION]
-    ceiling = main[main["condition"] == "const->const"]["value"].min()
-    cross = main[main["kind"] == "cross"]
+    same = {(row.side, row.condition): row.value for row in main[main["kind"] == "same"].itertuples()}
+    rows = []
+    for row in main[main["kind"] == "cross"].itertuples():
+        donor, receiver = row.condition.split("->")
+        ceilings = {f"{k}->{k}": same[(row.side, f"{k}->{k}")] for k in (donor, receiver)}
+        weakest = min(ceilings, key=ceilings.get)
+        ceiling = ceilings[weakest]
+        if ceiling < t["ceiling"]:
+            status = "inconclusive"
+        else:
+            status = _status(row.value >= t["interchange_ratio"] * ceiling
+                             and row.ci_low >= t["interchange_ci_ratio"] * ceiling, False)
+        rows.append({"side": row.side, "condition": row.condition, "value": row.value, "ci_low": row.ci_low,
+                     "ci_high": row.ci_high, "ceiling": ceiling, "ceiling_condition": weakest,
+                     "share_of_ceiling": row.value / ceiling if ceiling > 0 else float("nan"), "status": status})
+    return pd.DataFrame(rows)
+
+
+def judge_interchange(table: pd.DataFrame) -> dict:
+    """Test 1: failed if a cross-type swap falls short of a ceiling the model reaches, inconclusive
+    if none does but one's ceiling is below the floor, else passed; inconclusive whatever the
+    swaps if a control shows the effect. ``reason`` says which condition decided."""
+    t = THRESHOLDS
+    main = table[table["isolation"] == ISOLATION]
     controls = main[main["kind"] == "control"]
-    worst = cross.loc[cross["ci_low"].idxmin()]
-    passed = bool((cross["ci_low"] >= t["interchange_accuracy"]).all()
-                  and (cross["value"] >= t["interchange_ratio"] * ceiling).all())
+    conditions = interchange_conditions(table)
+    failed = conditions[conditions["status"] == "failed"]
+    weak = conditions[conditions["status"] == "inconclusive"]
     leaky = bool((controls["ci_high"] > t["control_max"]).any())
-    return {"status": _status(passed, ceiling < t["ceiling"] or leaky),
+    if not failed.empty:
+        worst = failed.loc[failed["share_of_ceiling"].idxmin()]
+        status = "failed"
+        reason = (f"{worst['condition']} ({worst['side']}) reaches {worst['value']:.3f} [{worst['ci_low']:.3f}, "
+                  f"{worst['ci_high']:.3f}] against its ceiling {worst['ceiling_condition']} = "
+                  f"{worst['ceiling']:.3f} (needs {t['interchange_ratio']} x, lower CI "
+                  f"{t['interchange_ci_ratio']} x)")
+    elif not weak.empty:
+        worst = weak.loc[weak["ceiling"].idxmin()]
+        status = "inconclusive"
+        blocked = ("none of the cross-type swaps tests anything" if len(weak) == len(conditions) else
+                   ", ".join(f"{c['condition']} ({c['side']})" for _, c in weak.iterrows()) + " test nothing")
+        reason = (f"weak ceiling: {worst['ceiling_condition']} ({worst['side']}) = {worst['ceiling']:.3f} < "
+                  f"{t['ceiling']}: the model cannot yet swap that type's operand within its own prompts, "
+                  f"so {blocked}")
+    else:
+        worst = conditions.loc[conditions["share_of_ceiling"].idxmin()]
+        status, reason = "passed", "every cross-type swap reaches its ceiling"
+    if leaky:  # the method moves something it should not: neither a pass nor a failure means anything
+        status = "inconclusive"
+        reason = f"a control's upper CI is {controls['ci_high'].max():.3f} > {t['control_max']}"
+    const = main[main["condition"] == "const->const"]["value"].min()
+    return {"status": status, "reason": reason,
             "effect": float(worst["value"]), "ci": [float(worst["ci_low"]), float(worst["ci_high"])],
-            "worst_condition": f"{worst['condition']} ({worst['side']})", "ceiling_const_to_const": float(ceiling),
-            "controls_max_ci_high": float(controls["ci_high"].max()), "chance": float(worst["chance"]),
-            "rule": f"every cross-type lower CI >= {t['interchange_accuracy']} and value >= "
-                    f"{t['interchange_ratio']} x const->const; inconclusive if const->const < {t['ceiling']} "
-                    f"or a control's upper CI > {t['control_max']}"}
+            "worst_condition": f"{worst['condition']} ({worst['side']})", "ceiling": float(worst["ceiling"]),
+            "ceiling_condition": f"{worst['ceiling_condition']} ({worst['side']})",
+            "ceiling_const_to_const": float(const), "conditions": conditions.to_dict(orient="records"),
+            "controls_max_ci_high": float(controls["ci_high"].max()), "chance": float(main["chance"].iloc[0]),
+            "rule": f"each cross-type a->b (per side) against its ceiling, the lower of a->a and b->b: "
+                    f"inconclusive if that ceiling < {t['ceiling']}, else passed if value >= "
+                    f"{t['interchange_ratio']} x ceiling and lower CI >= {t['interchange_ci_ratio']} x ceiling; "
+                    f"the test fails if any condition fails, else is inconclusive if any is (or a control's "
+                    f"upper CI > {t['control_max']})"}
 
 
 def judge_features(table: pd.DataFrame) -> dict:
@@ -625,10 +698,26 @@ def judge_probe(table: pd.DataFrame) -> dict:
 
 
 def verdict(tests: dict) -> str:
+    """``supported`` if every test passed, ``not supported`` if any failed, else ``inconclusive``."""
     states = [v["status"] for v in tests.values()]
     if all(s == "passed" for s in states):
         return "supported"
     return "not supported" if "failed" in states else "inconclusive"
+
+
+def verdict_reason(tests: dict) -> str:
+    """One line: the tests that decided :func:`verdict` (the failed ones, else the inconclusive
+    ones) and why."""
+    decided = "failed" if any(v["status"] == "failed" for v in tests.values()) else "inconclusive"
+    parts = []
+    for name, test in tests.items():
+        if test["status"] != decided:
+            continue
+        why = test.get("reason")
+        if why is None and test.get("effect") is not None:
+            why = f"worst {test.get('worst_condition')}: {test['effect']:.3f}"
+        parts.append(f"{name} {decided} ({why or test.get('rule')})")
+    return "; ".join(parts) or "every test passed"
 
 
 # -- everything ---------------------------------------------------------------------------------
@@ -676,6 +765,7 @@ def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int 
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
     return json_safe({
         **provenance(config, seed), "n_prompts": n, "isolation": ISOLATION, "verdict": verdict(tests),
+        "verdict_reason": verdict_reason(tests),
         "tests": tests, "thresholds": dict(THRESHOLDS),
         "controls": controls.to_dict(orient="records"),
         "tables": {name: table.to_dict(orient="records") for name, table in tables.items()},

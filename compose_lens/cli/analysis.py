@@ -1,7 +1,8 @@
 """``compose-lens analyze``, ``fourier`` and ``attention``: the analyses of one model, as files.
 
 MODEL is anything :func:`compose_lens.runs.load_model` accepts; what each command
-writes is described in :mod:`compose_lens.report.outputs`.
+writes is described in :mod:`compose_lens.report.outputs`. Every command takes
+``--quiet`` (no progress bar).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument
+from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
+                                     progress_bar)
 from compose_lens.config import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
@@ -73,12 +75,19 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
     check_count(args.n, "--n", minimum=20)
     start = time.perf_counter()
-    with staged_output(args.out, "same-mlp", args.overwrite) as stage:
+    with staged_output(args.out, "same-mlp", args.overwrite) as stage, \
+            progress_bar("same-mlp", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        bar.update()
+        bar.set_postfix_str(f"three tests, {args.n} prompts per set")
         report, table = write_same_mlp(loaded, stage, args.seed, args.n)
+        bar.update()
     print(f"model: {loaded.source}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {time.perf_counter() - start:.1f} s)")
+    if report["verdict"] != "supported":
+        print(f"  because: {report['verdict_reason']}")
     print(f"wrote {args.out}/same_mlp.json, same_mlp_*.csv and same_mlp.png")
     return 0
 
@@ -88,9 +97,13 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output
 
-    with staged_output(args.out, "fourier", args.overwrite) as stage:
+    with staged_output(args.out, "fourier", args.overwrite) as stage, progress_bar("fourier", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        bar.update()
+        bar.set_postfix_str("the operand grids")
         facts = write_fourier(loaded, stage, args.seed, args.fmt)
+        bar.update()
     print(f"model: {loaded.source}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
@@ -107,10 +120,15 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
     if len(args.sequences) > 100:
         raise ComposeLensError(f"{len(args.sequences)} sequences: at most 100 per page")
-    with staged_output(args.out, "attention", args.overwrite) as stage:
+    with staged_output(args.out, "attention", args.overwrite) as stage, \
+            progress_bar("attention", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device=args.device)
+        bar.update()
+        bar.set_postfix_str(f"{len(args.sequences)} sequences")
         written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source,
                                          fmt=args.fmt)
+        bar.update()
     for view in views:
         mark = "ok " if view["correct"] else "WRONG"
         print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
@@ -137,6 +155,7 @@ def register(subparsers) -> None:
     same.add_argument("--seed", type=int, default=0)
     same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
     add_overwrite(same)
+    add_quiet_argument(same)
     same.set_defaults(func=_cmd_same_mlp)
 
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
@@ -145,6 +164,7 @@ def register(subparsers) -> None:
     fourier.add_argument("--seed", type=int, default=0)
     add_overwrite(fourier)
     add_format_argument(fourier)
+    add_quiet_argument(fourier)
     fourier.set_defaults(func=_cmd_fourier)
 
     attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
@@ -154,4 +174,5 @@ def register(subparsers) -> None:
     attention.add_argument("--device", default="cpu")
     add_overwrite(attention)
     add_format_argument(attention)
+    add_quiet_argument(attention)
     attention.set_defaults(func=_cmd_attention)

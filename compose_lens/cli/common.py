@@ -79,6 +79,7 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    """--quiet: no progress bar (every command that shows one takes it; pass it to :func:`progress_bar`)."""
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -57,6 +57,7 @@ from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
 from compose_lens.analysis.patching import patching_table
 from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
+from compose_lens.analysis.outcome import trajectory_outcome
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
@@ -109,6 +110,14 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
                         texts=examples or figure_data.example_sequences(loaded.split), report=report)
 
 
+def run_outcome(inp: ReportInputs) -> dict:
+    """generalised / stalled / learning: from results.json, else from the dynamics table."""
+    if inp.results and "outcome" in inp.results:
+        return inp.results["outcome"]
+    task = inp.config.task
+    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, task.f, task.r)
+
+
 def _phase_text(phase: dict | None) -> str:
     if not phase or phase.get("step") is None:
         return "not reached"
@@ -143,10 +152,17 @@ def results_section(inp: ReportInputs) -> str:
     ]
     for name in ("addition", "assignment", "refinement"):
         rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
+    found = run_outcome(inp)
+    rows.append(["outcome (stall detector)", "generalised", f"{found['outcome']}: {found['why']}"])
+    banner = ("" if found["outcome"] != "stalled" else
+              '<p class="warning" style="border:2px solid #b2182b;padding:0.5em"><b>This run stalled.</b> '
+              "It learned addition but never formed layer-2 routing, so it cannot use variables; the analyses "
+              "below describe a model without the study's circuit. Train another seed, or with "
+              "<code>--set remedy=lr_x3</code> (README, 'When a run stalls').</p>")
     source = "results.json" if inp.results else "computed now on the last checkpoint"
     thresholds = "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
                            for k, v in phases.items())
-    return (html_table(rows, ["measure", "study", "this run"])
+    return (banner + html_table(rows, ["measure", "study", "this run"])
             + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
               f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
             + "<h3>Pool accuracies of the final model</h3>"

@@ -191,3 +191,19 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     (results / "phases.json").write_text((run_dir / "results" / "phases.json").read_text())
     updated, doc = dynamics_for(run_dir, results, progress=False)
     assert updated["step"].tolist() == [10, 20, 30] and doc["timing"]["evaluated_now"] == 1
+
+
+def test_a_stalled_run_is_flagged_and_an_ordinary_one_is_not(reported_run, tmp_path):
+    import shutil
+
+    run_dir, page, _ = reported_run
+    assert "This run stalled" not in page.read_text()  # a 30-step run is still learning
+    assert "outcome (stall detector)" in page.read_text()
+    stalled = tmp_path / "stalled"
+    shutil.copytree(run_dir, stalled, ignore=shutil.ignore_patterns("report.html"))
+    results = json.loads((stalled / "results.json").read_text())
+    results["outcome"] = {"outcome": "stalled", "why": "addition was learned but layer-2 routing had not formed"}
+    (stalled / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "stalled.html"
+    assert main(["report", str(stalled), "--out", str(out), "--quiet"]) == 0
+    assert "This run stalled" in out.read_text()

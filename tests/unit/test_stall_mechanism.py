@@ -72,3 +72,18 @@ def test_the_early_predictor_flags_the_planted_stall_and_spares_the_routed_run()
     short = {**curves, "short": _curve(None).query("step <= 2000")}
     counted = sm.separation(short, {**labels, "short": "stalled"}, "1var_train", steps=[2000, 4000])
     assert counted["stalled_runs"].tolist() == [2, 1]
+
+
+def test_operand_attention_tells_a_routed_model_from_one_before_routing(reference_dir):
+    """The stall's missing piece, measured: layer 1's "=" reaches a variable operand in the
+    routed paper model and in the study's final checkpoint, not in the study's step 2501."""
+    from compose_lens.runs import load_model
+
+    def var_operand_weight(spec):
+        loaded = load_model(spec, bridge=False)
+        tokens = TrainingSampler(loaded.split, 512, 0).batch(0).tokens
+        return sm.operand_attention(loaded.model, loaded.config, tokens)["l1_eq_on_var_operand_1var"]
+
+    assert var_operand_weight("paper") > 0.25
+    assert var_operand_weight(reference_dir / "final.pth") > 0.25
+    assert var_operand_weight(reference_dir / "step_2501.pth") < 0.15

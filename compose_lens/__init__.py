@@ -55,6 +55,9 @@ _EXPORTS = {
     "ablation_table": "compose_lens.analysis.ablation", "sequence_views": "compose_lens.analysis.attention",
     "trajectory": "compose_lens.analysis.dynamics", "find_phases": "compose_lens.analysis.dynamics",
     "operand_grid": "compose_lens.analysis.fourier", "key_frequencies": "compose_lens.analysis.fourier",
+    "logit_attribution": "compose_lens.analysis.logit_attribution",
+    "logit_lens": "compose_lens.analysis.logit_attribution",
+    "classify_run": "compose_lens.analysis.outcome",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
     "run_sweep": "compose_lens.sweep",

@@ -890,3 +890,45 @@ def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Data
     ax.axis("off")
     ax.set_title(title, fontsize=10)
     return fig, grouped
+
+
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+
+
+def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+    """Left: each component's direct share of the answer margin at ``=``, per sequence kind
+    (:func:`compose_lens.analysis.logit_attribution.logit_attribution`). Right: the logit lens,
+    accuracy of the residual stream read through the unembedding after each stage."""
+    def wrap(label: str) -> str:
+        for old, new in ((" (", "\n("), (") ", ")\n"), (" embedding", "\nembedding"), (" bias", "\nbias")):
+            label = label.replace(old, new)
+        return label
+
+    fig, (ax, lx) = plt.subplots(1, 2, figsize=(12.5, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    kinds = list(dict.fromkeys(table["kind"]))
+    components = list(dict.fromkeys(table["component"]))
+    width = 0.8 / len(kinds)
+    for i, kind in enumerate(kinds):
+        shares = table[table["kind"] == kind].set_index("component")["share"].reindex(components)
+        xs = np.arange(len(components)) + (i - (len(kinds) - 1) / 2) * width
+        bars = ax.bar(xs, shares.values, width, color=OKABE_ITO[i], label=kind)
+        for bar, value in zip(bars, shares.values):
+            if abs(value) >= 0.05:
+                ax.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
+                            va="bottom", fontsize=7)
+    ax.set_xticks(np.arange(len(components)), [wrap(c) for c in components], fontsize=8)
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_ylabel("share of the answer margin", fontsize=9)
+    ax.set_title("direct logit attribution at '='", fontsize=10)
+    ax.legend(title="sequence kind", fontsize=8, title_fontsize=8)
+    stages = list(dict.fromkeys(lens.sort_values("order")["after"]))
+    for i, kind in enumerate(kinds):
+        acc = lens[lens["kind"] == kind].set_index("after")["accuracy"].reindex(stages)
+        lx.plot(range(len(stages)), acc.values, marker="o", color=OKABE_ITO[i], label=kind)
+    lx.set_xticks(range(len(stages)), [wrap(s) for s in stages], fontsize=8)
+    lx.set_ylim(-0.02, 1.02)
+    lx.set_ylabel("accuracy of the unembedded residual", fontsize=9)
+    lx.set_title("logit lens at '='", fontsize=10)
+    lx.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, table

@@ -1,8 +1,14 @@
-"""``compose-lens patch`` and ``compose-lens ablate``: the patching and ablation tables on disk.
+"""``compose-lens patch``, ``ablate`` and ``dla``: which component matters, as tables on disk.
 
     compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N]
                        [--by role|position] [--format png|svg|pdf] --out DIR
     compose-lens ablate MODEL [--split FILE] [--pool-size N] [--format png|svg|pdf] --out DIR
+
+    compose-lens dla MODEL [--split FILE] [--n N] [--format png|svg|pdf] --out DIR
+
+``dla`` writes ``logit_attribution.csv`` (each component's direct share of the answer margin
+at ``=``, per sequence kind), ``logit_lens.csv`` and one figure
+(:mod:`compose_lens.analysis.logit_attribution`).
 
 MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
 writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
@@ -61,6 +67,36 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dla(args: argparse.Namespace) -> int:
+    from compose_lens.analysis.logit_attribution import logit_attribution, logit_lens  # lazy: torch
+    from compose_lens.plots import logit_attribution_figure, save
+    from compose_lens.runs import load_model, write_table
+    from compose_lens.provenance import provenance
+    from compose_lens.safety import check_count, check_render_memory, staged_output
+
+    check_count(args.n, "--n", minimum=9)
+    out = Path(args.out)
+    with staged_output(out, "dla", args.overwrite) as stage, progress_bar("dla", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge
+        check_render_memory(loaded.split.task, args.n, f"--n {args.n}")
+        bar.update()
+        bar.set_postfix_str(f"{args.n} sequences")
+        table = logit_attribution(loaded.model, loaded.config, loaded.split, args.n, args.seed)
+        lens = logit_lens(loaded.model, loaded.config, loaded.split, args.n, args.seed)
+        origin = provenance(loaded.config, args.seed)
+        write_table(table, stage / "logit_attribution.csv", origin)
+        write_table(lens, stage / "logit_lens.csv", origin)
+        save(*logit_attribution_figure(table, lens), stage / "logit_attribution", fmt=args.fmt)
+        bar.update()
+    top = table.loc[table.groupby("kind")["share"].idxmax()]
+    for row in top.itertuples():
+        print(f"  {row.kind}: {row.component} writes {row.share:.0%} of the answer margin "
+              f"({row.contribution:.2f} of {row.margin:.2f})")
+    print(f"wrote {out}/logit_attribution.csv, logit_lens.csv and logit_attribution.{args.fmt}")
+    return 0
+
+
 def register(subparsers) -> None:
     patch = subparsers.add_parser("patch", help="activation patching by component, layer and position")
     add_model_arguments(patch)
@@ -75,6 +111,16 @@ def register(subparsers) -> None:
     add_format_argument(patch)
     add_quiet_argument(patch)
     patch.set_defaults(func=_cmd_patch)
+
+    dla = subparsers.add_parser("dla", help="direct logit attribution and logit lens at '='")
+    add_model_arguments(dla)
+    dla.add_argument("--n", type=int, default=600, help="sequences, drawn evenly from the nine pools")
+    dla.add_argument("--seed", type=int, default=0)
+    dla.add_argument("--out", required=True, help="directory for the two CSVs and the figure")
+    add_format_argument(dla)
+    add_overwrite(dla)
+    add_quiet_argument(dla)
+    dla.set_defaults(func=_cmd_dla)
 
     ablate = subparsers.add_parser("ablate", help="zero/mean/resample ablation, accuracy on the nine pools")
     add_model_arguments(ablate)

@@ -1,0 +1,161 @@
+"""Direct logit attribution and the logit lens at ``=``: which component writes the answer.
+
+The models here have no normalisation, so the logits at the last position (``=``) are a sum:
+
+    logits = (E[t] + P[n-1] + sum_layers (sum_heads head_out + b_O) + sum_MLPs mlp_out) W_U + b_U
+
+and so is any *logit difference*. :func:`logit_attribution` splits the answer's margin, the
+correct answer's logit minus the mean logit over the p answers (the mean removes what every
+answer gets alike), into one term per component: the token and position embeddings, each
+attention head (its ``hook_z`` at ``=`` through its slice of ``W_O``), each layer's output bias,
+each MLP (``hook_mlp_out``) and the unembedding bias. The terms add up to the margin exactly
+(:func:`check_sums`; tested), which is what makes the attribution *direct*: a component's term is
+what it writes straight into the answer, not what it does through later layers (for that, see
+:mod:`compose_lens.analysis.patching`). In the paper model the study's story predicts that the
+layer-2 MLP writes most of the margin for every sequence kind, and the attention heads little
+directly (they move operands; the MLP adds).
+
+:func:`logit_lens` unembeds the residual stream at ``=`` after each stage (embeddings, then each
+attention and each MLP) and reports the accuracy per sequence kind: where the answer becomes
+readable.
+
+Sequence kinds are read from the tokens (how many of the two operands are variables), so the
+nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
+Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.data.sampler import concat_batches, make_pools
+from compose_lens.data.split import Split
+from compose_lens.model import tl
+
+
+def layer_name(block: int) -> str:
+    return f"layer {block + 1} (blocks.{block})"
+
+
+def sequence_kind(tokens: torch.Tensor, first_var_token: int) -> torch.Tensor:
+    """(B,) 0, 1 or 2: how many of the two operands (the tokens before ``=``) are variables."""
+    return (tokens[:, -3:-1] >= first_var_token).sum(1)
+
+
+def _check_supported(config: RunConfig, model) -> None:
+    if config.model.normalization_type is not None:
+        raise ComposeLensError("logit attribution needs a model without normalisation (the logits are then "
+                               "a sum of component outputs); this model has "
+                               f"normalization_type={config.model.normalization_type!r}")
+    if isinstance(model, tl.Weights):
+        raise ComposeLensError("logit attribution reads TransformerLens hooks: load the model with "
+                               "bridge=True (compose_lens.runs.with_bridge)")
+
+
+def components_at_answer(model, config: RunConfig, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each component's write into the residual stream at ``=``: {name: (B, d_model)}."""
+    _check_supported(config, model)
+    cfg = config.model
+    params = tl.parameters(model)
+    with torch.no_grad():
+        _, cache = tl.run_with_cache(model, tokens)
+    out = {"token embedding": cache["hook_embed"][:, -1], "position embedding": cache["hook_pos_embed"][:, -1]}
+    for block in range(cfg.n_layers):
+        z = cache[f"blocks.{block}.attn.hook_z"][:, -1]  # (B, H, d_head)
+        w_o = params[f"blocks.{block}.attn.o.weight"]  # (d_model, H * d_head)
+        for h in range(cfg.n_heads):
+            part = w_o[:, h * cfg.d_head:(h + 1) * cfg.d_head]
+            out[f"{layer_name(block)} head {h}"] = z[:, h] @ part.T
+        bias = params[f"blocks.{block}.attn.o.bias"]
+        if bias.abs().max() > 0:
+            out[f"{layer_name(block)} attention bias"] = bias.expand(len(tokens), -1)
+        if block in cfg.mlp_layers:
+            out[f"{layer_name(block)} MLP"] = cache[f"blocks.{block}.hook_mlp_out"][:, -1]
+    return out
+
+
+def stage_of(component: str) -> str:
+    """The logit-lens stage a component belongs to: the embeddings, a layer's attention, an MLP."""
+    if component.endswith("embedding"):
+        return "embeddings"
+    if " head " in component or component.endswith("attention bias"):
+        return component.split(") ")[0] + ") attention"
+    return component
+
+
+def _margins(resid: torch.Tensor, w_u: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B,) correct logit minus the mean logit, of the residual ``resid`` through ``W_U`` alone."""
+    logits = resid @ w_u.T
+    return logits.gather(1, labels[:, None])[:, 0] - logits.mean(1)
+
+
+def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
+    """One row per (sequence kind, component): its mean direct contribution to the answer margin,
+    its share of the kind's mean margin, and the kind's mean margin and accuracy."""
+    tokens, labels = _pooled(split, n, seed)
+    parts = components_at_answer(model, config, tokens)
+    params = tl.parameters(model)
+    w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
+    contributions = {name: _margins(value.detach(), w_u, labels) for name, value in parts.items()}
+    contributions["unembedding bias"] = (b_u[labels] - b_u.mean()).expand(len(labels)).clone()
+    total = sum(contributions.values())
+    with torch.no_grad():
+        correct = model(tokens)[:, -1].argmax(-1) == labels
+    kinds = sequence_kind(tokens, config.task.first_var_token)
+    rows = []
+    for kind in (0, 1, 2):
+        mask = kinds == kind
+        if not mask.any():
+            continue
+        margin = total[mask].mean().item()
+        for name, value in contributions.items():
+            mean = value[mask].mean().item()
+            rows.append({"kind": f"{kind}var", "component": name, "contribution": mean,
+                         "share": mean / margin if margin else float("nan"), "margin": margin,
+                         "accuracy": correct[mask].float().mean().item(), "n": int(mask.sum())})
+    return pd.DataFrame(rows)
+
+
+def check_sums(model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor) -> float:
+    """Largest |sum of the components' margins - the model's own margin| over ``tokens``: ~0."""
+    parts = components_at_answer(model, config, tokens)
+    params = tl.parameters(model)
+    w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
+    resid = sum(v.detach() for v in parts.values())
+    with torch.no_grad():
+        logits = model(tokens)[:, -1]
+    own = logits.gather(1, labels[:, None])[:, 0] - logits.mean(1)
+    summed = _margins(resid, w_u, labels) + b_u[labels] - b_u.mean()
+    return (own - summed).abs().max().item()
+
+
+def logit_lens(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
+    """Accuracy of the residual stream at ``=`` read through the unembedding after each stage."""
+    tokens, labels = _pooled(split, n, seed)
+    parts = components_at_answer(model, config, tokens)
+    params = tl.parameters(model)
+    w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
+    kinds = sequence_kind(tokens, config.task.first_var_token)
+    stages: dict[str, torch.Tensor] = {}
+    resid = torch.zeros_like(parts["token embedding"])
+    for name, value in parts.items():  # in forward order, so each stage's sum includes all before it
+        resid = resid + value.detach()
+        stages[stage_of(name)] = resid
+    rows = []
+    for i, (stage, r) in enumerate(stages.items()):
+        predicted = (r @ w_u.T + b_u).argmax(-1)
+        for kind in (0, 1, 2):
+            mask = kinds == kind
+            if mask.any():
+                rows.append({"after": stage, "order": i, "kind": f"{kind}var",
+                             "accuracy": (predicted[mask] == labels[mask]).float().mean().item()})
+    return pd.DataFrame(rows)
+
+
+def _pooled(split: Split, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` sequences drawn evenly from the nine pools."""
+    pools = make_pools(split, max(1, n // 9), seed)
+    joined, _ = concat_batches(pools)
+    return joined.tokens, joined.labels

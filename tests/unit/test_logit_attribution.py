@@ -1,0 +1,59 @@
+"""Direct logit attribution adds up to the model's own margin, and finds the adder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compose_lens.analysis import logit_attribution as la
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.data.sampler import concat_batches, make_pools
+from compose_lens.data.split import Split
+from compose_lens.model import tl
+from compose_lens.runs import load_model
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_model("paper")
+
+
+def test_the_terms_sum_to_the_margin_on_the_paper_model_and_a_two_head_model_with_biases(paper, tiny_task):
+    joined, _ = concat_batches(make_pools(paper.split, 20, 0))
+    assert la.check_sums(paper.model, paper.config, joined.tokens, joined.labels) < 1e-3
+    cfg = ModelConfig.for_task(tiny_task, d_model=32, d_head=16, d_mlp=64).replace(n_heads=2, trained_biases=True)
+    model = tl.boot(cfg, task=tiny_task)
+    with torch.no_grad():  # move every weight (biases included) off its initialisation
+        for p in tl.trainable_parameters(model):
+            p.add_(0.3 * torch.randn_like(p))
+    config = RunConfig(task=tiny_task, model=cfg)
+    split = Split.from_task(tiny_task)
+    joined, _ = concat_batches(make_pools(split, 10, 0))
+    assert la.check_sums(model, config, joined.tokens, joined.labels) < 1e-3
+    table = la.logit_attribution(model, config, split, n=90)
+    assert {"layer 1 (blocks.0) head 1", "layer 2 (blocks.1) attention bias"} <= set(table["component"])
+
+
+def test_on_the_paper_model_layer_2_mlp_writes_the_answer_and_the_lens_sees_it_only_after_it(paper):
+    table = la.logit_attribution(paper.model, paper.config, paper.split, n=270)
+    mlp = table[table["component"] == "layer 2 (blocks.1) MLP"].set_index("kind")["share"]
+    assert (mlp > 0.9).all() and set(mlp.index) == {"0var", "1var", "2var"}
+    lens = la.logit_lens(paper.model, paper.config, paper.split, n=270)
+    before = lens[lens["after"] == "layer 2 (blocks.1) attention"]["accuracy"]
+    after = lens[lens["after"] == "layer 2 (blocks.1) MLP"]["accuracy"]
+    assert before.max() < 0.2 and after.min() > 0.95
+
+
+def test_weights_without_hooks_are_refused_in_one_line(paper):
+    weights = load_model("paper", bridge=False)
+    with pytest.raises(ComposeLensError, match="bridge"):
+        la.components_at_answer(weights.model, weights.config, torch.zeros(1, 16, dtype=torch.long))
+
+
+def test_the_dla_command_writes_its_tables_and_figure(tmp_path):
+    from compose_lens.cli import main
+
+    out = tmp_path / "dla"
+    assert main(["dla", "paper", "--out", str(out), "--n", "90", "--quiet"]) == 0
+    for name in ("logit_attribution.csv", "logit_lens.csv", "logit_attribution.png"):
+        assert (out / name).is_file(), name

@@ -270,7 +270,8 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
     if adder is None or candidates is None:
         adder, candidates = locate_adder(model, config, split, seed)
     if adder.component is not None:
-        return FourierSubject(adder.layer, True, adder.score, f"the located adder, {adder.line()}")
+        return FourierSubject(adder.layer, True, adder.score,
+                              f"the located adder (score {adder.score:.3f} >= {adder.threshold})")
     best = candidates.loc[candidates["score"].idxmax()]
     return FourierSubject(int(best["layer"]), False, float(best["score"]),
                           f"no MLP adds (best {best['component']}, score {best['score']:.3f} < "

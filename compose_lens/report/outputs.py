@@ -173,9 +173,9 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     oversubscription (two threads beside the worker made the same-MLP step 2.6x slower).
     Same files either way; the figures are all written when this returns.
     """
+    check_layout(loaded.config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
     renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
     model, config, split = loaded.model, loaded.config, loaded.split
-    check_layout(config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
     plan = fourier_plan(loaded, seed)
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)

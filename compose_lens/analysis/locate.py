@@ -13,10 +13,12 @@ binder      head (layer, h): mean attention weight a context value       0.5
             position puts on the token before it, its variable
             (:func:`~compose_lens.analysis.probes.prev_token_attention_mass`
             for every head)
-router      head (layer, h): mean attention mass from ``=`` (the last    0.25
-            position) on the two positions holding the operands'
-            values, over 2-var queries (both values sit in the context,
-            so a head that merely reads the operand tokens scores ~0)
+router      head (layer, h): over 2-var queries, the attention mass      0.25
+            from ``=`` (the last position) on the two positions holding
+            the operands' values, less twice its mean mass on one of the
+            other (not queried) context values: both values sit in the
+            context, so a head that reads the operand tokens scores ~0,
+            and one that spreads over every value alike scores ~0 too
 adder       MLP of a block (in ``mlp_layers``, weights not all zero):    0.2
             ``key_frequency_strength x ablation_drop`` on the p^2
             constant-operand grid: the share of its neurons' variance
@@ -57,7 +59,8 @@ ROLES = ("binder", "router", "adder")
 THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2}
 MEASURES = {
     "binder": "mean attention from a context value position to the token before it",
-    "router": "mean attention mass from = on the operands' value positions, 2-var queries",
+    "router": "attention mass from = on the operands' value positions less twice the mean mass on "
+              "another context value, 2-var queries",
     "adder": "key-frequency strength x accuracy drop when ablated, constant-operand grid",
 }
 
@@ -134,16 +137,16 @@ def _plain_trace(model, config, tokens, ablate) -> Trace:
     cfg = config.model
     params = {k: v.detach().float().cpu() for k, v in tl.parameters(model).items()}
     resid = params["embed.weight"][tokens] + params["pos_embed.weight"][: tokens.shape[1]]
-    patterns, posts = [], {}
+    patterns, posts, last = [], {}, cfg.n_layers - 1
     for layer in range(cfg.n_layers):
         out, pattern = lastpos.attention_with_pattern(params, cfg, layer, resid)
         patterns.append(pattern)
         resid = resid + out
-        if layer in cfg.mlp_layers:
-            _, post, mlp = weights.mlp_out(params, cfg, resid, layer)
+        if layer in cfg.mlp_layers:  # the last block's MLP matters at the last position only
+            _, post, mlp = weights.mlp_out(params, cfg, resid[:, -1:] if layer == last else resid, layer)
             posts[layer] = post[:, -1]
             if layer != ablate:
-                resid = resid + mlp
+                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
     return Trace(patterns, posts, weights.unembed(params, cfg, resid[:, -1]))
 
 
@@ -171,12 +174,18 @@ def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, 
     seq, pos = value_positions(task, tokens)
     two_var = (tokens[:, -3] >= task.first_var_token) & (tokens[:, -2] >= task.first_var_token)
     targets = value_targets(task, tokens)[two_var]
+    values = torch.zeros(tokens.shape, dtype=torch.bool)
+    values[seq, pos] = True
+    distractors = values[two_var].scatter(1, targets, False)  # context values not queried
+    n_distractors = distractors.sum(1).clamp_min(1)
     rows = []
     for layer, pattern in enumerate(patterns):
         for head in range(pattern.shape[1]):
             component = f"blocks.{layer} head {head}"
             binder = pattern[seq, head, pos, pos - 1].mean().item()
-            router = target_mass(pattern[two_var, head, -1], targets).mean().item() if two_var.any() else float("nan")
+            last = pattern[two_var, head, -1]  # (B2, n): from =
+            spread = (last * distractors).sum(1) / n_distractors
+            router = (target_mass(last, targets) - 2 * spread).mean().item() if two_var.any() else float("nan")
             rows += [{"role": "binder", "component": component, "layer": layer, "head": head, "score": binder},
                      {"role": "router", "component": component, "layer": layer, "head": head, "score": router}]
     return pd.DataFrame(rows)

@@ -65,7 +65,7 @@ def _check_positive_ints(config: Any, *names: str) -> None:
 _KINDS = {
     "int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
     "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
-    "tuple[str, ...] | None": "a list of strings, or null",
+    "tuple[str, ...] | None": "a list of strings, or null", "tuple[int, ...] | None": "a list of integers, or null",
 }
 
 
@@ -295,10 +295,14 @@ class TaskConfig(_JsonConfig):
 class ModelConfig(_JsonConfig):
     """The model of SPEC section 4. Field names follow TransformerLens's config.
 
-    ``mlp_layers`` lists the blocks that have an MLP (the paper: only block 1, the
-    study's "layer 2"); the others keep a zero, frozen MLP so TransformerLens sees
-    the usual block layout. ``trained_biases=False`` keeps every bias at zero and
-    frozen, as the reference did.
+    ``mlp_layers`` lists the blocks that have an MLP, as **0-based block indices**
+    (``blocks.L``); the paper numbers its layers from 1, so its "layer 2" MLP is
+    ``mlp_layers=[1]``. Left unset (``None``) it is the **last block** only,
+    ``[n_layers - 1]``: ``[1]`` for the paper's two layers, ``[2]`` for
+    ``n_layers=3`` (a config never keeps ``[1]`` by accident when ``n_layers``
+    changes; pass ``mlp_layers`` to put MLPs elsewhere). The other blocks keep a
+    zero, frozen MLP so TransformerLens sees the usual block layout.
+    ``trained_biases=False`` keeps every bias at zero and frozen, as the reference did.
     """
 
     n_layers: int = 2
@@ -311,7 +315,7 @@ class ModelConfig(_JsonConfig):
     n_ctx: int = 16
     d_vocab: int = 74
     d_vocab_out: int = 59
-    mlp_layers: tuple[int, ...] = (1,)
+    mlp_layers: tuple[int, ...] | None = None  # None: (n_layers - 1,), the last block (0-based)
     trained_biases: bool = False
     init: str = "study"  # study: every matrix N(0, (0.8/sqrt(d_model))^2); tl4: boot_native's scaling
     init_seed: int = 42
@@ -320,6 +324,8 @@ class ModelConfig(_JsonConfig):
         check_types(self)
         _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
                              "d_vocab_out")
+        object.__setattr__(self, "mlp_layers",
+                           (self.n_layers - 1,) if self.mlp_layers is None else tuple(self.mlp_layers))
         _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
                f"act_fn={self.act_fn!r}: use one of relu, gelu, gelu_new, silu")
         _check(self.init in ("study", "tl4"),
@@ -420,7 +426,9 @@ class RunConfig(_JsonConfig):
                    f"the {section} section must be a JSON object, not {_type_word(data.get(section))}")
         task = TaskConfig.from_dict(data.get("task", {}))
         model_data = dict(data.get("model", {}))
-        model = ModelConfig.from_dict({**ModelConfig.for_task(task).to_dict(), **model_data})
+        sized = ModelConfig.for_task(task).to_dict()
+        sized.pop("mlp_layers")  # unset: the last block of the model's own n_layers (ModelConfig)
+        model = ModelConfig.from_dict({**sized, **model_data})
         return cls(task=task, model=model, train=TrainConfig.from_dict(data.get("train", {})))
 
     def with_overrides(self, assignments: list[str]) -> "RunConfig":
@@ -448,6 +456,9 @@ class RunConfig(_JsonConfig):
                 section, name = owners[0], key
             data[section][name] = value
             task_changed |= section == "task"
+            if section == "model" and name == "n_layers" and not any(
+                    a.split("=", 1)[0] in ("mlp_layers", "model.mlp_layers") for a in assignments):
+                data["model"]["mlp_layers"] = None  # the last block of the new depth (ModelConfig)
             if section == "task" and name == "n_vars":  # re-derive slots unless set explicitly
                 for side in ("left_forbidden", "right_forbidden"):
                     if not any(a.split("=", 1)[0] in (side, f"task.{side}") for a in assignments):

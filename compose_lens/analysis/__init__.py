@@ -16,6 +16,9 @@ mechanism (SPEC section 6)            question                                  
 
 Supporting modules:
 
+* :mod:`.locate`: which head binds, which routes and which MLP adds in *any*
+  architecture (the table above names the paper's components); the Fourier
+  analyses read the located adder;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
   table-based forward for the paper architecture, ``run_with_cache`` otherwise);
 * :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per

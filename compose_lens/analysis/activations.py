@@ -96,34 +96,41 @@ def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: tor
 
 
 @torch.no_grad()
-def cached_forward(model: tl.Model, tokens: torch.Tensor) -> Activations:
-    """The same activations read from the model's own ``run_with_cache`` (any architecture)."""
-    logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in CACHED_HOOKS)
+def cached_forward(model: tl.Model, tokens: torch.Tensor, mlp_layer: int = 1) -> Activations:
+    """The same activations read from the model's own ``run_with_cache`` (any architecture);
+    ``mlp_layer``: the block whose MLP input and neurons fill ``resid_mid1_last``, ``mlp_pre``
+    and ``mlp_post`` (the paper's MLP2, 1, by default; the located adder for the Fourier grids)."""
+    hooks = set(CACHED_HOOKS) | {f"blocks.{mlp_layer}.hook_resid_mid", f"blocks.{mlp_layer}.mlp.hook_pre",
+                                 f"blocks.{mlp_layer}.mlp.hook_post"}
+    logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in hooks)
     return Activations(
         tokens=tokens,
         pattern0=cache["blocks.0.attn.hook_pattern"][:, 0].float(),
         resid_mid0=cache["blocks.0.hook_resid_mid"].float(),
         pattern1_last=cache["blocks.1.attn.hook_pattern"][:, 0, -1].float(),
-        resid_mid1_last=cache["blocks.1.hook_resid_mid"][:, -1].float(),
-        mlp_pre=cache["blocks.1.mlp.hook_pre"][:, -1].float(),
-        mlp_post=cache["blocks.1.mlp.hook_post"][:, -1].float(),
+        resid_mid1_last=cache[f"blocks.{mlp_layer}.hook_resid_mid"][:, -1].float(),
+        mlp_pre=cache[f"blocks.{mlp_layer}.mlp.hook_pre"][:, -1].float(),
+        mlp_post=cache[f"blocks.{mlp_layer}.mlp.hook_post"][:, -1].float(),
         logits=logits[:, -1].float(),
     )
 
 
 def collect(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: int = 4096,
-            fast: bool | None = None, resid: bool = True) -> Activations:
+            fast: bool | None = None, resid: bool = True, mlp_layer: int = 1) -> Activations:
     """Activations of ``tokens`` (N, n) on CPU in float32; the table forward where it is exact.
 
-    ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None).
+    ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None). ``mlp_layer``:
+    see :func:`cached_forward` (the table forward has its MLP in block 1 only).
     """
     use_tables = weights.use_table_forward(cfg, fast)
+    if use_tables and mlp_layer != 1:
+        raise ValueError(f"mlp_layer={mlp_layer}: the table forward's MLP is blocks.1's")
     params = tl.parameters(model)
     device = params["embed.weight"].device
     parts = []
     for start in range(0, len(tokens), chunk):
         part = tokens[start: start + chunk].to(device)
-        acts = table_forward(params, cfg, part, resid) if use_tables else cached_forward(model, part)
+        acts = table_forward(params, cfg, part, resid) if use_tables else cached_forward(model, part, mlp_layer)
         parts.append(acts)
     if not resid:
         for acts in parts:

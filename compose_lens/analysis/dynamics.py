@@ -22,7 +22,10 @@ architecture every measure runs on the fast forwards, so each checkpoint's tenso
 used as they are read (:class:`compose_lens.model.tl.Weights`, TransformerLens never
 imported); any other architecture is built once as a bridge and each checkpoint's
 weights are loaded into it. The next checkpoint is read from disk on a worker thread
-while the current one is evaluated.
+while the current one is evaluated. The Fourier measures read one MLP for the whole run:
+the model's only MLP, or, with several, the adder located in the last checkpoint
+(:func:`compose_lens.analysis.locate.fourier_subject`); ``phases.json`` names it
+(``fourier_subject``), and where there is none the Fourier columns are NaN.
 
 :func:`find_phases` applies one documented rule to the curves, never a typed-in
 step. The **onset** of a phase is the first checkpoint step ``s`` at which its
@@ -55,7 +58,8 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.analysis.summary import circuit_measures, measure_inputs
+from compose_lens.analysis import locate
+from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
 from compose_lens.config import RunConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
@@ -136,6 +140,7 @@ class Trajectory:
     circuit: bool
     evaluated: int = 0  # checkpoints evaluated now (the others came from a previous table)
     settings: dict | None = None  # pool_size, slot_size, seed, circuit: what a reused table must match
+    fourier_subject: dict | None = None  # the MLP the Fourier measures read (locate.FourierSubject.to_dict)
 
     @property
     def seconds_per_checkpoint(self) -> float:
@@ -182,6 +187,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
                 device, known) -> Trajectory:
     checkpoints, config, split = runs.find_checkpoints(source, split_file)
     checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
+    subject = _fourier_subject(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
     wanted = {c.step for c in checkpoints}
     known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
     done = {int(r["step"]) for r in known_rows}
@@ -214,7 +220,8 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             row.update({f"equals_score_{v}": float(s)
                         for v, s in zip(variables, equals_variable_scores(model, config))})
             if measures is not None:
-                row.update({k: float(v) for k, v in measures(model, config, split, seed=seed, inputs=inputs).items()})
+                row.update({k: float(v) for k, v in measures(model, config, split, seed=seed, inputs=inputs,
+                                                             mlp_block=subject.layer).items()})
             rows.append(row)
             bar.update(1)
             bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
@@ -225,7 +232,26 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     table = add_derived_columns(table, variables)
     return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
                       evaluated=len(rows),
-                      settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file))
+                      settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file),
+                      fourier_subject=None if subject is None else subject.to_dict())
+
+
+def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int,
+                     device: str) -> locate.FourierSubject:
+    """The MLP the run's Fourier measures read: from the config when it has at most one MLP,
+    else the adder located in the ``last`` checkpoint. None (NaN measures) unless it is the last block."""
+    layers = config.model.mlp_layers
+    if len(layers) <= 1:
+        subject = locate.FourierSubject(layers[0] if layers else None, False, None,
+                                        f"blocks.{layers[0]}.mlp, the model's only MLP" if layers else "no MLP")
+    else:
+        state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
+        model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
+        subject = locate.fourier_subject(model, config, split, seed)
+    if subject.layer is not None and fourier_block(None, config, split, subject.layer) is None:
+        subject = locate.FourierSubject(None, False, subject.score, f"{subject.note}; not the last block, "
+                                                                    f"so the Fourier measures are NaN")
+    return subject
 
 
 # -- the phases -------------------------------------------------------------------------------
@@ -306,6 +332,7 @@ def phases_document(traj: Trajectory) -> dict:
         "steps": [int(s) for s in traj.table["step"]],
         "circuit_measures": traj.circuit,
         "settings": traj.settings,
+        "fourier_subject": traj.fourier_subject,
         "timing": {"seconds": round(traj.seconds, 2), "evaluated_now": traj.evaluated,
                    "seconds_per_checkpoint": round(traj.seconds_per_checkpoint, 3),
                    "extrapolated_300_checkpoints_s": round(300 * traj.seconds_per_checkpoint, 1)},

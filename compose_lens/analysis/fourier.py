@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis.activations import collect
-from compose_lens.config import RunConfig
+from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
@@ -280,35 +280,52 @@ def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torc
     return render(split, rows, g).tokens
 
 
+def check_readout_layer(config: RunConfig, layer: int) -> None:
+    """Refuse (one line) an MLP the grids cannot read out: the grid's losses and accuracies take the
+    logits as linear in its neurons, which holds for an MLP in the last block only."""
+    if not 0 <= layer < config.model.n_layers or layer not in config.model.mlp_layers:
+        raise ComposeLensError(f"blocks.{layer} has no MLP (mlp_layers={list(config.model.mlp_layers)})")
+    if layer != config.model.n_layers - 1:
+        raise ComposeLensError(f"the MLP analysed (blocks.{layer}.mlp) is followed by blocks.{layer + 1}: the "
+                               f"Fourier grids read the logits as linear in its neurons, which needs the MLP "
+                               f"in the last block (blocks.{config.model.n_layers - 1})")
+
+
 def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
-                 seed: int = 0, tokens: torch.Tensor | None = None) -> AdditionGrid:
-    """MLP2 at ``=`` for every (x, y), from rendered sequences (random contexts, seeded);
-    ``tokens``: :func:`grid_tokens` of the same arguments if already rendered."""
+                 seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
+    """The MLP of ``blocks.{layer}`` at ``=`` for every (x, y), from rendered sequences (random
+    contexts, seeded); ``tokens``: :func:`grid_tokens` of the same arguments if already rendered.
+    ``layer``: 1 is the paper's MLP2; the Fourier commands pass the located adder
+    (:mod:`compose_lens.analysis.locate`). It must be the last block (:func:`check_readout_layer`)."""
+    check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
-    acts = collect(model, config.model, tokens, resid=False)
+    acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer)
     p = config.task.modulus
     return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
-                        acts.mlp_post.view(p, p, -1), weights.linear_readout(model), tokens)
+                        acts.mlp_post.view(p, p, -1), weights.linear_readout(model, layer), tokens)
 
 
-def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0) -> AdditionGrid:
-    """The weights-only grid: MLP2 input ``scale (OV2 e_x + OV2 e_y)`` (layer 2 = ``blocks.1``).
+def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0) -> AdditionGrid:
+    """The weights-only grid: the input of the MLP of ``blocks.{layer}`` set to
+    ``scale (OV e_x + OV e_y)``, OV of head ``head`` of that block (the paper: ``blocks.1``, head 0,
+    its layer 2).
 
     ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
     on ``scale`` (attention of about 1/2 on each value would give 1/2).
     """
+    check_readout_layer(config, layer)
     p = config.task.modulus
     params = weights.detached_parameters(model)
-    ov = params["embed.weight"][:p] @ weights.ov_matrix(model, 1)  # (p, d): OV2 e_x as rows
+    ov = params["embed.weight"][:p] @ weights.ov_matrix(model, layer, head)  # (p, d): OV e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
-    pre, post = weights.mlp_neurons(params, config.model, resid)
-    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model), None)
+    pre, post = weights.mlp_neurons(params, config.model, resid, layer)
+    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None)
 
 
-def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig) -> float:
-    """Fraction of the p^2 pairs for which MLP2 and the unembedding, fed ``OV2 e_x + OV2 e_y``
-    (with that input also on the direct path), answer ``(x + y) mod p``."""
-    return ov_grid(model, config).accuracy()
+def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0) -> float:
+    """Fraction of the p^2 pairs for which the MLP of ``blocks.{layer}`` and the unembedding, fed
+    ``OV e_x + OV e_y`` (with that input also on the direct path), answer ``(x + y) mod p``."""
+    return ov_grid(model, config, layer=layer, head=head).accuracy()
 
 
 # -- neurons and key frequencies --------------------------------------------------------------
@@ -354,13 +371,16 @@ def key_frequencies(grid_or_neurons: AdditionGrid | pd.DataFrame | torch.Tensor,
     return sorted(int(k) for k, share in shares.items() if share >= min_share and k > 0)
 
 
-def key_frequency_strength(grid: AdditionGrid, keys: list[int]) -> float:
+def key_frequency_strength(grid: AdditionGrid | torch.Tensor, keys: list[int]) -> float:
     """Fraction of the neuron activations' non-constant variance (all neurons together) that
-    lies in the key frequencies (0 when there are none)."""
+    lies in the key frequencies (0 when there are none); ``grid``: an :class:`AdditionGrid` or
+    its (p, p, d_mlp) neurons."""
     if not keys:
         return 0.0
-    power = frequency_power(grid.mlp_post, grid.mlp_post_coefficients)  # (p//2 + 1, d_mlp)
-    total = grid.mlp_post_coefficients.pow(2).sum() - power[0].sum()
+    post, coefficients = (grid.mlp_post, grid.mlp_post_coefficients) if isinstance(grid, AdditionGrid) \
+        else (grid, fft2d(grid))
+    power = frequency_power(post, coefficients)  # (p//2 + 1, d_mlp)
+    total = coefficients.pow(2).sum() - power[0].sum()
     return (power[keys].sum() / total.clamp_min(1e-30)).item()
 
 

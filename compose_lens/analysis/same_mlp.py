@@ -723,12 +723,17 @@ def verdict_reason(tests: dict) -> str:
 # -- everything ---------------------------------------------------------------------------------
 
 
-def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
-                    n: int = 400) -> dict[str, pd.DataFrame]:
-    """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``."""
+def check_layout(config: RunConfig) -> None:
+    """Refuse (one line) a model the same-MLP tests cannot read: they need the study's layout."""
     if not weights.has_paper_layout(config.model) or config.model.normalization_type is not None:
         raise ComposeLensError("the same-MLP tests need the study's layout: two layers, an MLP in the "
                                "second (blocks.1) only, no normalisation")
+
+
+def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
+                    n: int = 400) -> dict[str, pd.DataFrame]:
+    """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``."""
+    check_layout(config)
     was_training = model.training
     model.eval()
     try:

@@ -32,6 +32,12 @@ The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
 
 With no key frequency (early in training) the restricted loss keeps only the
 constant and the excluded losses remove nothing (they equal ``grid_loss``).
+
+"MLP2" above is the MLP the Fourier measures read: ``mlp_block``, by default
+:func:`compose_lens.analysis.locate.fourier_subject` (``blocks.1`` in the paper's
+layout, the located adder in another). Where the model has no MLP, or that MLP is
+not in the last block (the grids read the logits as linear in its neurons), the
+Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a default block's.
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ import torch
 
 from compose_lens.provenance import provenance
 from compose_lens.model import tl
-from compose_lens.analysis import fourier, probes
+from compose_lens.analysis import fourier, locate, probes
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.config import RunConfig, json_safe
+from compose_lens.config import ComposeLensError, RunConfig, json_safe
 from compose_lens.data.split import Split
 
 MEASURE_KEYS = (
@@ -65,6 +71,21 @@ MEASURE_KEYS = (
     "excluded_loss",
     "excluded_loss_all",
 )
+
+
+FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_frequencies", "grid_loss",
+                "restricted_loss", "excluded_loss", "excluded_loss_all")
+LOCATE = "locate"  # mlp_block: find it (locate.fourier_subject)
+
+
+def fourier_block(model: tl.Model, config: RunConfig, split: Split, mlp_block: int | None | str = LOCATE,
+                  seed: int = 0) -> int | None:
+    """The block whose MLP the Fourier measures read, or None where none can be read (no MLP, or
+    not the last block): ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the
+    located adder (:func:`compose_lens.analysis.locate.fourier_subject`)."""
+    if mlp_block == LOCATE:
+        mlp_block = locate.fourier_subject(model, config, split, seed, score_single=False).layer
+    return mlp_block if mlp_block == config.model.n_layers - 1 else None
 
 
 def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, float]:
@@ -104,17 +125,21 @@ def measure_inputs(split: Split, n: int = 600, seed: int = 0) -> MeasureInputs:
 
 
 def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
-                     threads: int | None = 1, inputs: MeasureInputs | None = None) -> dict[str, float]:
+                     threads: int | None = 1, inputs: MeasureInputs | None = None,
+                     mlp_block: int | None | str = LOCATE) -> dict[str, float]:
     """The cheap per-checkpoint measures (see the module docstring for the keys).
 
     ``n`` sequences (every pool in equal parts) feed the activation probes; the
     Fourier measures read the p^2 constant-operand grid. Deterministic given ``seed``.
     ``inputs``: :func:`measure_inputs` of the same split, ``n`` and seed, rendered once
     (the training-dynamics loop passes it; ~12 ms of each checkpoint's ~0.4 s).
+    ``mlp_block``: the MLP of the Fourier measures (see :func:`fourier_block`; the dynamics
+    tools fix it once per run).
     """
     if inputs is not None and (inputs.n, inputs.seed) != (n, seed):
         raise ValueError(f"inputs are for n={inputs.n}, seed={inputs.seed}; asked for n={n}, seed={seed}")
     with torch_threads(threads), torch.no_grad():
+        layer = fourier_block(model, config, split, mlp_block, seed)
         acts = probes.probe_activations(model, config, split, n, seed,
                                         tokens=None if inputs is None else inputs.probe_tokens)
         out = {
@@ -126,25 +151,35 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
             "variable_identity_score": probes.variable_identity_score(model, config),
             "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
             **_masses(model, config, split, acts),
-            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config),
         }
-        grid = fourier.operand_grid(model, config, split, "constant", seed,
-                                    tokens=None if inputs is None else inputs.grid_tokens)
-        out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
+        if layer is None:
+            out.update(dict.fromkeys(FOURIER_KEYS, float("nan")))
+        else:
+            out["ov_mlp_addition_accuracy"] = fourier.ov_mlp_addition_accuracy(model, config, layer=layer)
+            grid = fourier.operand_grid(model, config, split, "constant", seed,
+                                        tokens=None if inputs is None else inputs.grid_tokens, layer=layer)
+            out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
     return {k: float(out[k]) for k in MEASURE_KEYS}
 
 
 def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
-                    threads: int | None = 1) -> dict:
-    """Everything of :func:`circuit_measures`, plus the details (JSON-ready)."""
+                    threads: int | None = 1, subject: locate.FourierSubject | None = None) -> dict:
+    """Everything of :func:`circuit_measures`, plus the details (JSON-ready); ``fourier_subject``
+    says which MLP the Fourier part read (``subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
+    already found). Refuses, in one line, a model whose MLP it cannot read (none, or not the last block)."""
     with torch_threads(threads), torch.no_grad():
+        subject = subject or locate.fourier_subject(model, config, split, seed, score_single=False)
+        if subject.layer is None:
+            raise ComposeLensError(f"the summary's Fourier part needs an MLP: {subject.note}")
+        fourier.check_readout_layer(config, subject.layer)
+        layer = subject.layer
         acts = probes.probe_activations(model, config, split, n, seed)
         probe = probes.prev_token_probe(model, config, split, acts=acts, seed=seed)
-        grid = fourier.operand_grid(model, config, split, "constant", seed)
+        grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
-        ov = fourier.ov_grid(model, config)
-        variable = fourier.operand_grid(model, config, split, "both", seed)
+        ov = fourier.ov_grid(model, config, layer=layer)
+        variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
         measures = {
             "prev_token_weight_score": probes.prev_token_weight_score(model, config),
@@ -159,6 +194,7 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
         }
         summary = {
             **measures,
+            "fourier_subject": subject.to_dict(),
             "key_frequencies": keys,
             "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
             "excluded_loss_by_frequency": fourier.excluded_loss(grid, keys),

@@ -105,10 +105,14 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
         facts = write_fourier(loaded, stage, args.seed, args.fmt)
         bar.update()
     print(f"model: {loaded.source}")
+    for role in facts["located"].roles():
+        print(f"  {role.line()}")
+    print(f"  analysed blocks.{facts['mlp_block']}.mlp: {facts['fourier_subject']['note']}")
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
           f"all keys excluded {facts['excluded_loss_all']:.4g}")
-    print(f"  OV2 -> MLP2 addition accuracy {facts['ov_mlp_addition_accuracy']:.4f}")
+    print(f"  OV -> MLP addition accuracy {facts['ov_mlp_addition_accuracy']:.4f} "
+          f"(blocks.{facts['mlp_block']} head {facts['ov_head']})")
     print(f"wrote {args.out}")
     return 0
 
@@ -158,7 +162,8 @@ def register(subparsers) -> None:
     add_quiet_argument(same)
     same.set_defaults(func=_cmd_same_mlp)
 
-    fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
+    fourier = subparsers.add_parser("fourier", help="Fourier analysis of the adder MLP (located; the paper's "
+                                                     "MLP2): key frequencies and losses")
     add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
     fourier.add_argument("--seed", type=int, default=0)

@@ -50,6 +50,13 @@ def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, res
 
     ``last_only``: the output at the last position only, (B, 1, d); else (B, n, d).
     """
+    return attention_with_pattern(params, cfg, layer, resid, last_only)[0]
+
+
+def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,
+                           last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention` and its pattern (B, H, m, n), m = 1 if ``last_only`` else n
+    (what :mod:`compose_lens.analysis.locate` reads in every layer and head)."""
     name = f"blocks.{layer}.attn"
     H, n = cfg.n_heads, resid.shape[1]
     queries = resid[:, -1:] if last_only else resid
@@ -59,9 +66,10 @@ def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, res
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.d_head)  # (B, H, m, n)
     if not last_only:  # the last query sees every key; the others only the keys before them
         scores = scores + torch.full((n, n), float("-inf"), device=resid.device).triu(1)
-    z = scores.softmax(dim=-1) @ v  # (B, H, m, d_head)
+    pattern = scores.softmax(dim=-1)
+    z = pattern @ v  # (B, H, m, d_head)
     z = z.transpose(1, 2).reshape(resid.shape[0], queries.shape[1], -1)
-    return _linear(params, cfg, z, f"{name}.o")
+    return _linear(params, cfg, z, f"{name}.o"), pattern
 
 
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:

@@ -209,9 +209,10 @@ class LinearReadout:
         return self.direct(resid_mid) + mlp_post @ self.W_logit
 
 
-def linear_readout(model: tl.Model) -> LinearReadout:
-    """:class:`LinearReadout` of MLP2 (``blocks.1.mlp``) and the unembedding."""
+def linear_readout(model: tl.Model, layer: int = 1) -> LinearReadout:
+    """:class:`LinearReadout` of the MLP of ``blocks.{layer}`` (the paper's MLP2: 1) and the
+    unembedding; exact when that block is the last and there is no final normalisation."""
     params = detached_parameters(model)
     W_U = params["unembed.weight"].T  # (d, V)
-    W_out = params["blocks.1.mlp.out.weight"].T  # (d_mlp, d)
-    return LinearReadout(W_U, W_out @ W_U, params["unembed.bias"] + params["blocks.1.mlp.out.bias"] @ W_U)
+    W_out = params[f"blocks.{layer}.mlp.out.weight"].T  # (d_mlp, d)
+    return LinearReadout(W_U, W_out @ W_U, params["unembed.bias"] + params[f"blocks.{layer}.mlp.out.bias"] @ W_U)

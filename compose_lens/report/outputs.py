@@ -18,8 +18,10 @@ each one draws is already written, with its provenance, as the CSV of the same a
   ``patching.csv`` and ``ablation.csv`` (unless ``causal=False``);
 * PNG figures under ``DIR/figures``.
 
-:func:`write_fourier` writes only the Fourier part: ``neuron_frequencies.csv``,
-``key_frequencies.json``, ``best_neurons.csv``, ``readout_fourier.csv``,
+:func:`write_fourier` writes only the Fourier part: ``locate.json`` (which head binds,
+which routes, which MLP adds, every candidate's score: :mod:`compose_lens.analysis.locate`),
+``neuron_frequencies.csv``, ``key_frequencies.json`` (its ``fourier_subject`` and
+``mlp_block`` name the MLP analysed), ``best_neurons.csv``, ``readout_fourier.csv``,
 ``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
 
 :func:`write_same_mlp` writes the same-MLP tests (``compose-lens same-mlp``):
@@ -41,13 +43,13 @@ from tqdm.auto import tqdm
 
 from compose_lens import plots
 from compose_lens.analysis import circuit as C
-from compose_lens.analysis import figure_data, fourier
+from compose_lens.analysis import figure_data, fourier, locate
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory, trajectory_settings
 from compose_lens.analysis.patching import patching_table
-from compose_lens.analysis.same_mlp import same_mlp_report, same_mlp_tables, verdict_table
+from compose_lens.analysis.same_mlp import check_layout, same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
 from compose_lens.config import ComposeLensError, RunConfig, json_safe
@@ -89,24 +91,48 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
 # -- the Fourier part ----
 
 
-def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plots.Renderer | None = None) -> dict:
-    """Write the Fourier tables and figures of one model; return the key facts.
+def fourier_plan(loaded, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
+    """Locate the circuit and choose the MLP to analyse, refusing (one line) a model whose MLP the
+    Fourier grids cannot read, before any table is made: a few seconds, not minutes."""
+    model, config, split = loaded.model, loaded.config, loaded.split
+    location = locate.locate(model, config, split, seed)
+    adders = location.candidates[location.candidates["role"] == "adder"]
+    subject = locate.fourier_subject(model, config, split, seed, adder=location.adder, candidates=adders)
+    if subject.layer is None:
+        raise ComposeLensError(f"{loaded.source}: {subject.note}; the Fourier analysis has nothing to read")
+    fourier.check_readout_layer(config, subject.layer)
+    return location, subject
 
-    ``renderer``: where the figures are drawn (default: here, before returning)."""
+
+def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plots.Renderer | None = None,
+                  plan: tuple[locate.Location, locate.FourierSubject] | None = None) -> dict:
+    """Write the Fourier tables and figures of one model's located adder MLP; return the key facts
+    (``fourier_subject``/``mlp_block``: which MLP, and whether it adds).
+
+    ``renderer``: where the figures are drawn (default: here, before returning).
+    ``plan``: :func:`fourier_plan` of the same model and seed, if already made."""
     renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
     model, config, split = loaded.model, loaded.config, loaded.split
+    location, subject = plan or fourier_plan(loaded, seed)
+    layer = subject.layer
+    # the OV test reads the router's head where it sits in the adder's block, else head 0
+    ov_head = location.router.head if location.router.layer == layer else 0
     record = provenance(config, seed, loaded.source)
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
+    write_document(json_safe(location.to_dict()), out / "locate.json", record)
     with torch_threads(1), torch.no_grad():
-        grid = fourier.operand_grid(model, config, split, "constant", seed)
-        variable = fourier.operand_grid(model, config, split, "both", seed)
+        grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
+        variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
         best = fourier.best_neurons(grid, keys, neurons)
         readout = fourier.unembed_fourier(grid)
         excluded = fourier.excluded_loss(grid, keys)
         facts = {
+            "fourier_subject": subject.to_dict(),
+            "mlp_block": layer,
+            "ov_head": ov_head,
             "key_frequencies": keys,
             "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
             "key_frequency_strength": fourier.key_frequency_strength(grid, keys),
@@ -114,7 +140,7 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
             "restricted_loss": fourier.restricted_loss(grid, keys),
             "restricted_loss_logits": fourier.restricted_loss(grid, keys, on="logits"),
             "excluded_loss_all": fourier.excluded_loss_all(grid, keys) if keys else fourier.grid_loss(grid),
-            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config),
+            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config, layer=layer, head=ov_head),
             "constant_grid_accuracy": grid.accuracy(),
         }
         comparison = fourier.compare_grids(grid, variable)
@@ -133,7 +159,7 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
     if len(best):
         renderer.save(plots.best_neurons_figure, figure_data.best_neuron_patterns(grid, best),
                       path=figures / "best_neurons", dpi=110, fmt=fmt)
-    return {**facts, "constants_vs_variables": comparison}
+    return {**facts, "constants_vs_variables": comparison, "located": location}
 
 
 def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
@@ -147,15 +173,17 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     oversubscription (two threads beside the worker made the same-MLP step 2.6x slower).
     Same files either way; the figures are all written when this returns.
     """
+    check_layout(loaded.config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
     renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
     model, config, split = loaded.model, loaded.config, loaded.split
+    plan = fourier_plan(loaded, seed)
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     record = provenance(config, seed, loaded.source)
-    summary: dict = {}
+    summary: dict = {"located": {r.role: r.component for r in plan[0].roles()}}
 
     def probes() -> None:
-        summary.update(circuit_summary(model, config, split, seed=seed))
+        summary.update(circuit_summary(model, config, split, seed=seed, subject=plan[1]))
         by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
         write_table(by_type, out / "scores_by_type.csv", record)
 
@@ -168,8 +196,8 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
             plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
 
     def fourier_step() -> None:
-        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt,
-                                                          renderer)["constants_vs_variables"]
+        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt, renderer,
+                                                          plan)["constants_vs_variables"]
 
     def same_mlp() -> None:
         same = dict(same_mlp_report(model, config, split, seed=seed))

@@ -1,0 +1,287 @@
+"""Which components play the study's roles, in any architecture.
+
+The study's circuit has three roles. In the paper's model each is one component
+(paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``); in another architecture
+(more layers, more heads, MLPs elsewhere) any head or MLP may play one, or none.
+:func:`locate` scores every candidate and picks, per role, the best one whose
+score reaches the role's threshold, or none:
+
+==========  ===========================================================  =========
+role        score of a candidate (in [0, 1])                             threshold
+==========  ===========================================================  =========
+binder      head (layer, h): mean attention weight a context value       0.5
+            position puts on the token before it, its variable
+            (:func:`~compose_lens.analysis.probes.prev_token_attention_mass`
+            for every head)
+router      head (layer, h): over 2-var queries, the attention mass      0.25
+            from ``=`` (the last position) on the two positions holding
+            the operands' values, less twice its mean mass on one of the
+            other (not queried) context values: both values sit in the
+            context, so a head that reads the operand tokens scores ~0,
+            and one that spreads over every value alike scores ~0 too
+adder       MLP of a block (in ``mlp_layers``, weights not all zero):    0.2
+            ``key_frequency_strength x ablation_drop`` on the p^2
+            constant-operand grid: the share of its neurons' variance
+            in their key frequencies (:mod:`.fourier`) times the
+            accuracy lost when its output is zeroed at every position
+==========  ===========================================================  =========
+
+The product makes the adder an MLP that both computes with Fourier features and
+is needed for the sum: an MLP whose removal costs nothing, or one the answer needs
+but that shows no frequency structure, does not add. The paper model locates
+``blocks.0`` head 0, ``blocks.1`` head 0 and ``blocks.1.mlp``.
+
+:func:`fourier_subject` is what the Fourier analyses (``compose-lens fourier``,
+:mod:`.summary`, :mod:`.dynamics`) analyse: the located adder; where no MLP reaches
+the threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as
+not adding; ``None`` where the model has no MLP at all.
+
+The forward pass is plain torch over every layer and head
+(:func:`compose_lens.model.lastpos.attention_with_pattern`) for models without
+normalisation, and the bridge's hooks otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from compose_lens.analysis import fourier
+from compose_lens.analysis.activations import torch_threads
+from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
+from compose_lens.config import RunConfig
+from compose_lens.data.split import Split
+from compose_lens.model import lastpos, tl, weights
+
+ROLES = ("binder", "router", "adder")
+THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2}
+MEASURES = {
+    "binder": "mean attention from a context value position to the token before it",
+    "router": "attention mass from = on the operands' value positions less twice the mean mass on "
+              "another context value, 2-var queries",
+    "adder": "key-frequency strength x accuracy drop when ablated, constant-operand grid",
+}
+
+
+@dataclass(frozen=True)
+class Role:
+    """The component that plays a role (``component`` None: nothing reaches ``threshold``;
+    ``score`` is then the best candidate's)."""
+
+    role: str
+    component: str | None  # "blocks.0 head 0", "blocks.1.mlp"
+    layer: int | None
+    head: int | None
+    score: float
+    threshold: float
+
+    def line(self) -> str:
+        if self.component is None:
+            return f"{self.role}: none (best score {self.score:.3f} < {self.threshold})"
+        return f"{self.role}: {self.component} (score {self.score:.3f} >= {self.threshold})"
+
+
+@dataclass(frozen=True)
+class Location:
+    """The three roles and every candidate's scores (``candidates``: one row per role and
+    component; the adder rows add ``key_frequency_strength``, ``ablation_drop``, ``key_frequencies``)."""
+
+    binder: Role
+    router: Role
+    adder: Role
+    candidates: pd.DataFrame
+
+    def roles(self) -> list[Role]:
+        return [self.binder, self.router, self.adder]
+
+    def to_dict(self) -> dict:
+        return {"roles": {r.role: {"component": r.component, "layer": r.layer, "head": r.head,
+                                   "score": r.score, "threshold": r.threshold, "measure": MEASURES[r.role]}
+                          for r in self.roles()},
+                "candidates": self.candidates.to_dict(orient="records")}
+
+
+# -- the forward pass --------------------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    patterns: list[torch.Tensor]  # per layer (B, H, n, n)
+    mlp_post: dict[int, torch.Tensor]  # per MLP block, at the last position (B, d_mlp)
+    logits: torch.Tensor  # (B, d_vocab_out) at the last position
+
+
+def mlp_blocks(model: tl.Model, config: RunConfig) -> list[int]:
+    """The blocks with an MLP that exists: in ``mlp_layers`` and not all zero."""
+    params = tl.parameters(model)
+    return [layer for layer in config.model.mlp_layers
+            if all(bool(params[f"blocks.{layer}.mlp.{p}.weight"].detach().abs().max() > 0) for p in ("in", "out"))]
+
+
+@torch.no_grad()
+def trace(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ablate: int | None = None,
+          chunk: int = 1024) -> Trace:
+    """Every layer's attention pattern, every MLP's neurons at ``=`` and the logits, on CPU in
+    float32; ``ablate``: a block whose MLP output is zeroed at every position."""
+    cfg = config.model
+    parts = [(_plain_trace if lastpos.covers(cfg) else _hooked_trace)(model, config, tokens[i: i + chunk], ablate)
+             for i in range(0, len(tokens), chunk)]
+    return Trace([torch.cat([p.patterns[layer] for p in parts]) for layer in range(cfg.n_layers)],
+                 {layer: torch.cat([p.mlp_post[layer] for p in parts]) for layer in parts[0].mlp_post},
+                 torch.cat([p.logits for p in parts]))
+
+
+def _plain_trace(model, config, tokens, ablate) -> Trace:
+    cfg = config.model
+    params = {k: v.detach().float().cpu() for k, v in tl.parameters(model).items()}
+    resid = params["embed.weight"][tokens] + params["pos_embed.weight"][: tokens.shape[1]]
+    patterns, posts, last = [], {}, cfg.n_layers - 1
+    for layer in range(cfg.n_layers):
+        out, pattern = lastpos.attention_with_pattern(params, cfg, layer, resid)
+        patterns.append(pattern)
+        resid = resid + out
+        if layer in cfg.mlp_layers:  # the last block's MLP matters at the last position only
+            _, post, mlp = weights.mlp_out(params, cfg, resid[:, -1:] if layer == last else resid, layer)
+            posts[layer] = post[:, -1]
+            if layer != ablate:
+                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
+    return Trace(patterns, posts, weights.unembed(params, cfg, resid[:, -1]))
+
+
+def _hooked_trace(model, config, tokens, ablate) -> Trace:
+    cfg = config.model
+    names = {f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)}
+    names |= {f"blocks.{i}.mlp.hook_post" for i in cfg.mlp_layers}
+    hooks = [] if ablate is None else [(f"blocks.{ablate}.hook_mlp_out", lambda x, hook: torch.zeros_like(x))]
+    device = tl.parameters(model)["embed.weight"].device
+    with tl.hooks(model, hooks):
+        logits, cache = tl.run_with_cache(model, tokens.to(device), names_filter=lambda n: n in names)
+    return Trace([cache[f"blocks.{i}.attn.hook_pattern"].float().cpu() for i in range(cfg.n_layers)],
+                 {i: cache[f"blocks.{i}.mlp.hook_post"][:, -1].float().cpu() for i in cfg.mlp_layers},
+                 logits[:, -1].float().cpu())
+
+
+# -- the scores ----------------------------------------------------------------------------------
+
+
+def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
+    """Binder and router score of every head (see the module doc), one row per (role, head)."""
+    task = config.task
+    tokens = probe_batch(split, n, seed).tokens
+    patterns = trace(model, config, tokens).patterns
+    seq, pos = value_positions(task, tokens)
+    two_var = (tokens[:, -3] >= task.first_var_token) & (tokens[:, -2] >= task.first_var_token)
+    targets = value_targets(task, tokens)[two_var]
+    values = torch.zeros(tokens.shape, dtype=torch.bool)
+    values[seq, pos] = True
+    distractors = values[two_var].scatter(1, targets, False)  # context values not queried
+    n_distractors = distractors.sum(1).clamp_min(1)
+    rows = []
+    for layer, pattern in enumerate(patterns):
+        for head in range(pattern.shape[1]):
+            component = f"blocks.{layer} head {head}"
+            binder = pattern[seq, head, pos, pos - 1].mean().item()
+            last = pattern[two_var, head, -1]  # (B2, n): from =
+            spread = (last * distractors).sum(1) / n_distractors
+            router = (target_mass(last, targets) - 2 * spread).mean().item() if two_var.any() else float("nan")
+            rows += [{"role": "binder", "component": component, "layer": layer, "head": head, "score": binder},
+                     {"role": "router", "component": component, "layer": layer, "head": head, "score": router}]
+    return pd.DataFrame(rows)
+
+
+def adder_scores(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> pd.DataFrame:
+    """Adder score of every MLP that exists (see the module doc), one row per MLP."""
+    p = config.task.modulus
+    tokens = fourier.grid_tokens(split, "constant", seed)
+    labels = (torch.arange(p).repeat_interleave(p) + torch.arange(p).repeat(p)) % p
+    blocks = mlp_blocks(model, config)
+    if not blocks:
+        return pd.DataFrame(columns=["role", "component", "layer", "head", "score", "key_frequency_strength",
+                                     "ablation_drop", "key_frequencies"])
+    clean = trace(model, config, tokens)
+    accuracy = (clean.logits.argmax(-1) == labels).float().mean().item()
+    rows = []
+    for layer in blocks:
+        post = clean.mlp_post[layer].view(p, p, -1)
+        keys = fourier.key_frequencies(post)
+        strength = fourier.key_frequency_strength(post, keys)
+        ablated = trace(model, config, tokens, ablate=layer).logits
+        drop = max(0.0, accuracy - (ablated.argmax(-1) == labels).float().mean().item())
+        rows.append({"role": "adder", "component": f"blocks.{layer}.mlp", "layer": layer, "head": None,
+                     "score": strength * drop, "key_frequency_strength": strength, "ablation_drop": drop,
+                     "key_frequencies": keys})
+    return pd.DataFrame(rows)
+
+
+def _choose(role: str, table: pd.DataFrame) -> Role:
+    rows = table[table["role"] == role].dropna(subset=["score"])
+    threshold = THRESHOLDS[role]
+    if rows.empty:
+        return Role(role, None, None, None, float("nan"), threshold)
+    best = rows.loc[rows["score"].idxmax()]
+    head = None if pd.isna(best["head"]) else int(best["head"])
+    if best["score"] < threshold:
+        return Role(role, None, None, None, float(best["score"]), threshold)
+    return Role(role, best["component"], int(best["layer"]), head, float(best["score"]), threshold)
+
+
+def locate(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600,
+           threads: int | None = 1) -> Location:
+    """Score every head and MLP for the three roles and pick each role's player (see the module doc)."""
+    with torch_threads(threads), torch.no_grad():
+        table = pd.concat([head_scores(model, config, split, n, seed), adder_scores(model, config, split, seed)],
+                          ignore_index=True)
+    return Location(*(_choose(role, table) for role in ROLES), candidates=table)
+
+
+def locate_adder(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+                 threads: int | None = 1) -> tuple[Role, pd.DataFrame]:
+    """The adder role alone (no head scores): the role and the MLP rows."""
+    with torch_threads(threads), torch.no_grad():
+        table = adder_scores(model, config, split, seed)
+    return _choose("adder", table), table
+
+
+# -- what the Fourier analyses read -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FourierSubject:
+    """The MLP the Fourier analyses read: ``layer`` None when the model has no MLP."""
+
+    layer: int | None
+    adds: bool  # it is the located adder (else the best-scoring MLP, or the only one, that does not add)
+    score: float | None  # its adder score (None: not scored, the model's only MLP)
+    note: str
+
+    def to_dict(self) -> dict:
+        return {"mlp_block": self.layer, "component": None if self.layer is None else f"blocks.{self.layer}.mlp",
+                "adds": self.adds, "adder_score": self.score, "note": self.note}
+
+
+def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
+                    adder: Role | None = None, candidates: pd.DataFrame | None = None,
+                    score_single: bool = True) -> FourierSubject:
+    """Which MLP the Fourier analyses read (see the module doc).
+
+    ``adder``/``candidates``: a :func:`locate` result to reuse. ``score_single=False`` skips
+    the scoring when the model has exactly one MLP (it is then analysed, adding or not: the
+    training-dynamics tools follow it from the first checkpoint on).
+    """
+    blocks = mlp_blocks(model, config)
+    if not blocks:
+        return FourierSubject(None, False, None, f"no MLP (mlp_layers={list(config.model.mlp_layers)}, "
+                                                 f"or all zero): no MLP adds")
+    if len(blocks) == 1 and not score_single and adder is None:
+        return FourierSubject(blocks[0], False, None, f"blocks.{blocks[0]}.mlp, the model's only MLP (not scored)")
+    if adder is None or candidates is None:
+        adder, candidates = locate_adder(model, config, split, seed)
+    if adder.component is not None:
+        return FourierSubject(adder.layer, True, adder.score,
+                              f"the located adder (score {adder.score:.3f} >= {adder.threshold})")
+    best = candidates.loc[candidates["score"].idxmax()]
+    return FourierSubject(int(best["layer"]), False, float(best["score"]),
+                          f"no MLP adds (best {best['component']}, score {best['score']:.3f} < "
+                          f"{THRESHOLDS['adder']}); analysing {best['component']} anyway")

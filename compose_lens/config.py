@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import secrets
 import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -480,16 +482,65 @@ def load_json(path: str | Path) -> Any:
         raise ComposeLensError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
+TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.(tmp|partial|old)$")
+
+
+def temp_beside(path: str | Path, directory: bool = False, suffix: str = TEMP_SUFFIX) -> Path:
+    """Create, exclusively, a fresh temporary file (or directory) beside ``path``.
+
+    The name is ``.NAME.<16 hex>.tmp`` (or ``suffix``), created with ``O_CREAT | O_EXCL``
+    (``mkdir`` for a directory), so it never takes over a file, a folder or a symlink
+    that is already there, whoever made it: the one staging mechanism of every
+    atomic write in compose-lens (see :func:`atomic_path`).
+    """
+    path = Path(path)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}{suffix}")
+        try:
+            if directory:
+                os.mkdir(tmp)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise ComposeLensError(f"{path}: cannot find a free temporary name beside it")
+
+
+def temp_of(name: str) -> str | None:
+    """The name a temporary of :func:`temp_beside` stands for (None if ``name`` is not one)."""
+    found = _TEMP_NAME.match(name)
+    return found.group(1) if found else None
+
+
+class atomic_path:
+    """``with atomic_path(path) as tmp``: write ``tmp`` (made by :func:`temp_beside`), which
+    replaces ``path`` when the block ends; on an exception it is removed and ``path`` is as it was."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __enter__(self) -> Path:
+        self.tmp = temp_beside(self.path)
+        return self.tmp
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            try:
+                self.tmp.replace(self.path)
+                return
+            except BaseException:
+                self.tmp.unlink(missing_ok=True)
+                raise
+        self.tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
-        raise
+    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def json_safe(value: Any) -> Any:

@@ -70,7 +70,8 @@ from tqdm.auto import tqdm
 from compose_lens import runs, safety
 from compose_lens.analysis.outcome import classify_run
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
-from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, RunConfig, json_safe, load_json, write_json_atomic
+from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
+                                 write_json_atomic)
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
@@ -252,7 +253,11 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     # the lock sits beside the run directory: the trainer wants that directory to itself
-    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+    try:  # created, never truncated nor followed: a symlink there is not compose-lens's lock
+        fd = os.open(directory.with_name(directory.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        return {"status": "failed", "error": safety.os_error_line(exc, "lock the point"), "wall_s": 0.0}
+    with os.fdopen(fd, "r+") as lock:
         try:  # a worker of an earlier, killed sweep may still be training this point
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -364,12 +369,10 @@ def sweep_rows(out: str | Path) -> list[dict]:
 def write_csv(rows: Sequence[dict], path: Path) -> None:
     if not rows:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def read_csv(path: str | Path) -> list[dict]:

@@ -150,7 +150,53 @@ def _existing_files(sb: Path, w: Path) -> None:
     (sb / "split.json").write_text('{"mine": true}\n')
 
 
-SETUPS = {"foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
+def _user_partial(sb: Path, w: Path) -> None:
+    """The user's own folder that happens to have the name an older version staged into."""
+    (sb / ".out.partial").mkdir()
+    (sb / ".out.partial" / "draft.txt").write_text("the user's draft\n")
+
+
+def _user_partial_file(sb: Path, w: Path) -> None:
+    (sb / ".out.partial").write_text("the user's file\n")
+
+
+def _user_partial_link(sb: Path, w: Path) -> None:
+    (sb / "mine").mkdir()
+    (sb / "mine" / "keep.txt").write_text("keep\n")
+    (sb / ".out.partial").symlink_to(sb / "mine")
+
+
+def _user_old(sb: Path, w: Path) -> None:
+    _other_command(sb, w)
+    (sb / ".out.old").mkdir()
+    (sb / ".out.old" / "keep.txt").write_text("keep\n")
+
+
+def _run_marker_link(sb: Path, w: Path) -> None:
+    """A run whose marker is a symlink to a user's file: never written through."""
+    _run_copy(sb, w)
+    (sb / "precious.txt").write_text("the user's file\n")
+    (sb / "out" / MARKER).unlink()
+    (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
+
+
+def _out_marker_link(sb: Path, w: Path) -> None:
+    _other_command(sb, w)
+    (sb / "precious.txt").write_text(json.dumps({"command": "fourier", "files": ["summary.json"]}))
+    (sb / "out" / MARKER).unlink()
+    (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
+
+
+def _user_tmp_files(sb: Path, w: Path) -> None:
+    _existing_files(sb, w)
+    (sb / "out.jsonl.tmp").write_text("the user's tmp\n")
+    (sb / "split.json.tmp").write_text("the user's tmp\n")
+
+
+SETUPS = {"user_partial": _user_partial, "user_partial_file": _user_partial_file,
+          "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
+          "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
+          "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
           "corrupt_resume": _corrupt_resume, "other_command": _other_command, "files": _existing_files}
 
 SPLITS = ("outside", "negative", "two_vars", "null_vars", "forbidden_int")
@@ -319,6 +365,21 @@ CASES = [
     ("sweep-bad-backend", f"{SWEEP} --param f --values 0.8 --backend bogus", None),
     ("sweep-address-local", f"{SWEEP} --param f --values 0.8 --address 1.2.3.4:6379", None),
     ("sweep-lr-infinity", f"{SWEEP} --param lr --values Infinity", None),
+    # staging names never take what is not compose-lens's own (issue #30, class 1)
+    ("analyze-nan-beside-user-partial", "analyze {w}/nanmodel --out {out}", "user_partial"),
+    ("patch-nan-beside-user-partial", "patch {w}/nanmodel --out {out}", "user_partial"),
+    ("fourier-nan-beside-user-partial-file", "fourier {w}/nanmodel --out {out}", "user_partial_file"),
+    ("ablate-nan-beside-user-partial-link", "ablate {w}/nanmodel --out {out}", "user_partial_link"),
+    ("circuit-nan-beside-user-partial-link", "circuit {w}/nanmodel --out {out}", "user_partial_link"),
+    ("dynamics-absent-step-beside-user-partial", "dynamics {w}/run --steps 999 --out {out} --quiet",
+     "user_partial"),
+    ("attention-bad-sequence-beside-user-old", "attention {w}/run 'nonsense' --out {out} --overwrite",
+     "user_old"),
+    ("train-overwrite-marker-symlink", f"{TRAIN} --overwrite", "run_marker_link"),
+    ("train-resume-marker-symlink", "train --out {out} --resume --quiet", "run_marker_link"),
+    ("fourier-overwrite-marker-symlink", "fourier {w}/run --out {out} --overwrite", "out_marker_link"),
+    ("data-sample-existing-beside-user-tmp", "data sample --out {sb}/out.jsonl", "user_tmp"),
+    ("data-split-existing-beside-user-tmp", "data split --out {sb}/split.json", "user_tmp"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),

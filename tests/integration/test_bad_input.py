@@ -91,6 +91,12 @@ def _broken_splits(w: Path) -> None:
     (w / "split_nokeys.json").write_text(json.dumps({"modulus": 7}))
     (w / "split_modulus_str.json").write_text(json.dumps({**base, "modulus": "seven"}))
     (w / "split_list.json").write_text("[1, 2, 3]")
+    # a valid split of the same task with other held-out pairs (not the run's)
+    other = {k: v for k, v in base.items() if k != "two_var_rows_per_pair"}
+    other["heldout_pairs"] = [pair for pair in base["heldout_pairs"] if pair != [0, 4]] + [[0, 0] if [0, 0] not in
+                                                                                          base["heldout_pairs"] else [0, 1]]
+    (w / "split_other.json").write_text(json.dumps(other))
+    (w / "split_same.json").write_text(json.dumps(base))
     # the malformed splits that already get one line here (the rest: the data/split.py branch)
     for name, change in {"outside": {"heldout_pairs": [[0, 99]]}, "negative": {"heldout_pairs": [[-1, 2]]},
                          "two_vars": {"variables": ["a", "b"]}, "null_vars": {"variables": None},
@@ -150,6 +156,17 @@ def _existing_files(sb: Path, w: Path) -> None:
     (sb / "split.json").write_text('{"mine": true}\n')
 
 
+def _run_no_config(sb: Path, w: Path) -> None:
+    """A run that trained (it has a resume state) whose config.json is gone."""
+    _run_copy(sb, w)
+    (sb / "out" / "config.json").unlink()
+
+
+def _run_no_split(sb: Path, w: Path) -> None:
+    _run_copy(sb, w)
+    (sb / "out" / "split.json").unlink()
+
+
 def _user_partial(sb: Path, w: Path) -> None:
     """The user's own folder that happens to have the name an older version staged into."""
     (sb / ".out.partial").mkdir()
@@ -193,7 +210,7 @@ def _user_tmp_files(sb: Path, w: Path) -> None:
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
-SETUPS = {"user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SETUPS = {"run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -380,6 +397,18 @@ CASES = [
     ("fourier-overwrite-marker-symlink", "fourier {w}/run --out {out} --overwrite", "out_marker_link"),
     ("data-sample-existing-beside-user-tmp", "data sample --out {sb}/out.jsonl", "user_tmp"),
     ("data-split-existing-beside-user-tmp", "data split --out {sb}/split.json", "user_tmp"),
+    # resume keeps its word: the recorded config and split are what was trained (issue #30, class 2)
+    ("train-resume-no-config-set", "train --out {out} --resume --quiet --set lr=0.5", "run_no_config"),
+    ("train-resume-no-config-plain", "train --out {out} --resume --quiet", "run_no_config"),
+    ("train-resume-no-config-same-config", f"{TRAIN} --resume", "run_no_config"),
+    ("train-resume-no-config-split-file", f"{TRAIN} --resume --split-file {{w}}/run/split.json", "run_no_config"),
+    ("train-resume-other-split", "train --out {out} --resume --quiet --split-file {w}/split_other.json", "run"),
+    ("train-resume-other-split-config", f"{TRAIN} --resume --split-file {{w}}/split_other.json", "run"),
+    ("train-resume-no-split", "train --out {out} --resume --quiet", "run_no_split"),
+    ("train-resume-no-split-given", "train --out {out} --resume --quiet --split-file {w}/split_same.json",
+     "run_no_split"),
+    ("train-resume-other-config-file", "train --config {w}/tiny.json --set seed=3 --out {out} --resume --quiet",
+     "run"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),

@@ -148,6 +148,36 @@ def check_count(value: int, option: str, minimum: int = 1) -> int:
     return value
 
 
+def kept_activation_bytes(config: RunConfig) -> int:
+    """What an analysis keeps of one sequence's forward: every residual stream and MLP activation,
+    the attention patterns, and the layer-2-through-layer-1 paths (same-MLP's decomposition)."""
+    m = config.model
+    return 4 * m.n_ctx * (m.d_model * (m.n_layers + 1) + m.d_mlp * m.n_layers
+                          + m.n_heads * m.n_ctx * m.n_layers + m.n_heads ** 2 * m.n_ctx)
+
+
+def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0) -> dict[str, int]:
+    """Bytes an analysis of ``sequences`` rendered sequences needs: the sequences (and a joined
+    copy of their tokens, and their answer logits), what it keeps of each, one forward of a
+    1,024-sequence chunk, and the split."""
+    task, m = config.task, config.model
+    per_sequence = 8 * task.seq_len + 4 * m.d_vocab_out + kept_per_sequence
+    return {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
+            "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
+            "the split": split_bytes(task)}
+
+
+def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, int]], kept_per_sequence: int = 0) -> None:
+    """The one memory guard over a command's size arguments, before any work: ``sizes`` maps each
+    option as typed (``"--pool-size 2000"``) to (its value, the sequences it renders per unit).
+    Each value is a count (:func:`check_count`); together they must fit the available memory."""
+    for option, (value, _) in sizes.items():
+        check_count(value, option.split()[0])
+    total = sum(value * per_unit for value, per_unit in sizes.values())
+    require_memory(analysis_estimate(config, total, kept_per_sequence), " ".join(sizes),
+                   "ask for fewer sequences")
+
+
 def check_render_memory(task: TaskConfig, n: int, what: str) -> None:
     require_memory({f"{n:,} rendered sequences": render_bytes(task, n), "the split": split_bytes(task)},
                    what, "ask for fewer sequences")

@@ -69,12 +69,14 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
-    from compose_lens.safety import check_count, staged_output
+    from compose_lens.safety import check_count, check_sizes, kept_activation_bytes, staged_output
 
     check_count(args.n, "--n", minimum=20)
     start = time.perf_counter()
     with staged_output(args.out, "same-mlp", args.overwrite) as stage:
         loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        # six prompt sets of n, and as many again for the damage profiles and the probes
+        check_sizes(loaded.config, {f"--n {args.n}": (args.n, 12)}, kept_activation_bytes(loaded.config))
         report, table = write_same_mlp(loaded, stage, args.seed, args.n)
     print(f"model: {loaded.source}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -13,7 +13,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
     from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
     from compose_lens.analysis.outcome import trajectory_outcome
-    from compose_lens.safety import check_count, staged_output
+    from compose_lens.safety import check_count, check_sizes, staged_output
 
     steps = _steps(args.steps)
     check_count(args.pool_size, "--pool-size")
@@ -21,6 +21,10 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     check_count(args.stride, "--stride")
     check_count(args.threads, "--threads")
     runs.check_device(args.device)
+    config = runs.find_checkpoints(args.source, args.split)[1]  # the run's sizes, before any work
+    n_slots = len(config.task.left_forbidden) + len(config.task.right_forbidden)
+    check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9),  # the nine pools
+                         f"--slot-size {args.slot_size}": (args.slot_size, 2 * n_slots)})  # 1- and 2-var
     settings = trajectory_settings(args.pool_size, args.slot_size, args.seed, not args.no_circuit, args.split)
     known = runs.previous_dynamics(args.out, settings) if args.update else None
     with staged_output(args.out, "dynamics", args.overwrite or args.update) as stage:

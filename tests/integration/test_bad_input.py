@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens import safety
 from compose_lens.safety import DirectoryLock, MARKER
 from compose_lens.train import Trainer
 
@@ -409,6 +410,21 @@ CASES = [
      "run_no_split"),
     ("train-resume-other-config-file", "train --config {w}/tiny.json --set seed=3 --out {out} --resume --quiet",
      "run"),
+    # one memory guard over every size argument, up front (issue #30, class 3)
+    *[(f"same-mlp-n-{n}", f"same-mlp {{w}}/run --n {n} --out {{out}}", None) for n in
+      ["10000000", "5000000", "10000001", "19"]],
+    ("dynamics-pool-size-10M", "dynamics {w}/run --pool-size 10000000 --out {out} --quiet", None),
+    ("dynamics-slot-size-10M", "dynamics {w}/run --slot-size 10000000 --out {out} --quiet", None),
+    ("dynamics-pool-and-slot-together", "dynamics {w}/run --pool-size 4000000 --slot-size 4000000 --out {out}",
+     None),
+    ("dynamics-pool-size-over-max", "dynamics {w}/run --pool-size 10000001 --out {out}", None),
+    ("dynamics-slot-size-10M-over-old", "dynamics {w}/run --slot-size 10000000 --out {out} --overwrite",
+     "other_command"),
+    ("same-mlp-n-10M-over-old", "same-mlp {w}/run --n 10000000 --out {out} --overwrite", "other_command"),
+    ("evaluate-pool-10M", "evaluate {w}/run --pool-size 10000000", None),
+    ("ablate-pool-10M", "ablate {w}/run --pool-size 10000000 --out {out}", None),
+    ("patch-n-pairs-10M", "patch {w}/run --n-pairs 10000000 --out {out}", None),
+    ("circuit-n-pairs-10M", "circuit {w}/run --n-pairs 10000000 --out {out}", None),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -421,8 +437,16 @@ def run_case(argv: list[str], capsys) -> tuple[int, str]:
     return status, capsys.readouterr().err
 
 
+@pytest.fixture
+def pinned_memory(monkeypatch):
+    """The memory guards see at most 16 GB, so a size refused here is refused on any machine."""
+    real = safety.available_memory
+    monkeypatch.setattr(safety, "available_memory", lambda: min(real(), 16 * safety.GB))
+
+
 @pytest.mark.parametrize("name,command,setup", CASES, ids=[c[0] for c in CASES])
-def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, world, tmp_path, capsys):
+def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, world, tmp_path, capsys,
+                                                        pinned_memory):
     sandbox = tmp_path / "sb"
     sandbox.mkdir()
     if setup:

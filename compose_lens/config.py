@@ -46,6 +46,16 @@ class ConfigError(ComposeLensError, ValueError):
     """A configuration value that cannot work."""
 
 
+MAX_SEED = 2 ** 63 - 1  # torch's generators take a signed 64-bit seed
+
+
+def seed_problem(name: str, value: int) -> str | None:
+    """Why ``value`` is not a seed (None if it is one): an integer in [0, MAX_SEED]."""
+    if not 0 <= value <= MAX_SEED:
+        return f"{name}={value}: seeds are integers from 0 to 2**63-1 ({MAX_SEED})"
+    return None
+
+
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -222,7 +232,7 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
-        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
+        _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
 
@@ -328,7 +338,7 @@ class ModelConfig(_JsonConfig):
                f"init={self.init!r}: use study (the study's initialisation) or tl4 (TransformerLens 4's)")
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
-        _check(self.init_seed >= 0, f"init_seed={self.init_seed}: seeds are >= 0")
+        _check(seed_problem("init_seed", self.init_seed) is None, seed_problem("init_seed", self.init_seed) or "")
         bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
         _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
                         f"{self.n_layers}-layer model (layers count from 0)")
@@ -393,7 +403,7 @@ class TrainConfig(_JsonConfig):
         _check(self.stop_at in STOP_AT, f"stop_at={self.stop_at!r}: use {', '.join(STOP_AT)}")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")
-        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
+        _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(self.threads >= 0, f"threads={self.threads}: use 0 (automatic) or a positive count")
 
 

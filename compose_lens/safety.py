@@ -278,8 +278,20 @@ def check_replaceable(directory: Path, command: str, overwrite: bool, allowed: f
     return True
 
 
+def check_out_name(out: str | Path) -> Path:
+    """Refuse an output that names no folder or file of its own: ``""``, ``.``, ``..`` or ``/``
+    (compose-lens writes an output beside its target and swaps it in, which needs a name)."""
+    text = str(out)
+    if text == "" or Path(text).name in ("", ".", "..") or os.path.basename(text.rstrip("/")) in ("", ".", ".."):
+        raise ComposeLensError(f"--out {text!r}: name the output itself (e.g. ./out), not the current "
+                               f"folder, a parent or the root")
+    return Path(text)
+
+
 def check_parent(out: Path) -> None:
-    """Refuse an output path below a file (``afile/out``) before anything is made."""
+    """Refuse an output path below a file (``afile/out``), or one without a name of its own
+    (:func:`check_out_name`), before anything is made."""
+    check_out_name(out)
     for parent in Path(os.path.abspath(out)).parents:
         if parent.exists():
             if not parent.is_dir():
@@ -308,7 +320,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     already there. On an exception the staging directory and any parent this made
     are removed, and ``out`` is untouched.
     """
-    out = Path(out)
+    out = check_out_name(out)
     check_parent(out)
     replace = check_replaceable(out, command, overwrite)
     created = _new_parents(out)
@@ -372,7 +384,7 @@ def _swap(stage: Path, out: Path, replace: bool) -> None:
 def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path:
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
-    path = Path(path)
+    path = check_out_name(path)
     if path.is_dir():
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():

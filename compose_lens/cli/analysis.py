@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, seed
 from compose_lens.config import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
@@ -125,7 +125,7 @@ def register(subparsers) -> None:
     analyze = subparsers.add_parser("analyze", help="probes, Fourier, same-MLP, patching: files into --out")
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
-    analyze.add_argument("--seed", type=int, default=0)
+    analyze.add_argument("--seed", type=seed, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
     add_overwrite(analyze)
     add_format_argument(analyze)
@@ -136,7 +136,7 @@ def register(subparsers) -> None:
                                                   "constants? three tests that can fail, and a verdict")
     add_model_arguments(same)
     same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
-    same.add_argument("--seed", type=int, default=0)
+    same.add_argument("--seed", type=seed, default=0)
     same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
     add_overwrite(same)
     same.set_defaults(func=_cmd_same_mlp)
@@ -144,7 +144,7 @@ def register(subparsers) -> None:
     fourier = subparsers.add_parser("fourier", help="Fourier analysis of MLP2: key frequencies and losses")
     add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
-    fourier.add_argument("--seed", type=int, default=0)
+    fourier.add_argument("--seed", type=seed, default=0)
     add_overwrite(fourier)
     add_format_argument(fourier)
     fourier.set_defaults(func=_cmd_fourier)

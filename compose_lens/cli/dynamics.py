@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compose_lens.cli.common import seed
 from compose_lens.config import ComposeLensError
 
 
@@ -71,7 +72,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     check_count(args.stride, "--stride")
     if args.example and len(args.example) > 100:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")
-    check_file_output(args.out or run_dir / "report.html", args.overwrite, "compose-lens")
+    check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
     path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
                                   progress=not args.quiet, recompute=args.recompute)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
@@ -95,7 +96,7 @@ def _register_dynamics(sub) -> None:
     p.add_argument("--steps", help="only these checkpoint steps, comma-separated")
     p.add_argument("--stride", type=int, default=1, help="every k-th checkpoint (the last always kept)")
     p.add_argument("--no-circuit", action="store_true", help="skip the circuit measures (pools only)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
     p.add_argument("--update", action="store_true",

@@ -425,6 +425,30 @@ CASES = [
     ("ablate-pool-10M", "ablate {w}/run --pool-size 10000000 --out {out}", None),
     ("patch-n-pairs-10M", "patch {w}/run --n-pairs 10000000 --out {out}", None),
     ("circuit-n-pairs-10M", "circuit {w}/run --n-pairs 10000000 --out {out}", None),
+    # valid-looking input that used to end in a traceback (issue #30, class 4)
+    *[(f"train-set-{k}-2to64", f"{TRAIN} --set {k}=18446744073709551616", None) for k in
+      ["init_seed", "seed", "task.seed", "train.seed"]],
+    ("train-set-init-seed-2to63", f"{TRAIN} --set init_seed=9223372036854775808", None),
+    ("sweep-seeds-2to64", f"{SWEEP} --param f --values 0.8 --seeds 18446744073709551616", None),
+    ("sweep-param-seed-2to64", f"{SWEEP} --param seed --values 18446744073709551616", None),
+    ("sweep-param-init-seed-2to64", f"{SWEEP} --param init_seed --values 18446744073709551616", None),
+    *[(f"{c}-seed-2to64", f"{c} {{w}}/run --seed 18446744073709551616 --out {{out}}", None) for c in
+      ["analyze", "same-mlp", "fourier", "patch", "ablate", "circuit", "dynamics"]],
+    ("evaluate-seed-2to64", "evaluate {w}/run --seed 18446744073709551616", None),
+    ("data-sample-seed-2to64", "data sample --seed 18446744073709551616", None),
+    ("data-split-seed-2to64", "data split --seed 18446744073709551616 --out {sb}/s.json", None),
+    *[(f"{c.split()[0]}-out-{name}", f"{c} --out {out}", None) for c in
+      ["analyze {w}/run", "same-mlp {w}/run", "fourier {w}/run", "patch {w}/run", "ablate {w}/run",
+       "circuit {w}/run", "dynamics {w}/run", "attention {w}/run 'b=3, e=5, b+2=?'"]
+      for name, out in (("empty", "''"), ("dot", "{sb}/."), ("dotdot", "{sb}/.."), ("root", "/"))],
+    *[(f"train-out-{name}", f"train --config {{w}}/tiny.json --out {out} --quiet", None) for name, out in
+      (("empty", "''"), ("dot", "{sb}/."), ("dotdot", "{sb}/.."), ("root", "/"))],
+    *[(f"sweep-out-{name}", f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8 --out {out}", None)
+      for name, out in (("empty", "''"), ("dot", "{sb}/."), ("root", "/"))],
+    ("data-split-out-empty", "data split --out ''", None),
+    ("data-split-out-dot", "data split --out {sb}/.", None),
+    ("report-out-empty", "report {w}/run --out ''", None),
+    ("data-sample-out-empty", "data sample --out ''", None),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),

@@ -57,6 +57,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -430,12 +431,17 @@ def _run_local(jobs: list[tuple[SweepPoint, dict, str]], workers: int, threads: 
                 done(futures[future], outcome)
 
 
-def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
-             done: Callable[[SweepPoint, dict], None]) -> None:
+def _import_ray():
     try:
         import ray  # optional dependency (the ray extra)
     except ImportError:
         raise ComposeLensError("the ray backend needs Ray: pip install 'compose-lens[ray]'") from None
+    return ray
+
+
+def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
+             done: Callable[[SweepPoint, dict], None]) -> None:
+    ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
         try:
@@ -498,7 +504,7 @@ class _Recorder:
         write_csv(self.rows(), self.out / "results.csv")
         self.bar.update(1)
         if outcome["status"] == "failed":
-            self.bar.write(f"point {point.name} failed: {outcome['error']}")
+            self.bar.write(f"point {point.name} failed: {outcome['error']}", file=sys.stderr)
 
 
 def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]) -> dict:
@@ -526,6 +532,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     if backend == "local":
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
     check_sweep_dir(out, param, base)
+    if backend == "ray":
+        _import_ray()
+    started = time.perf_counter()
+    jobs, skipped = _pending(out, points, configs)  # may refuse: before anything is written
     out.mkdir(parents=True, exist_ok=True)
     if safety.read_marker(out) is None:
         write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
@@ -533,8 +543,6 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
         "base_config": base.to_dict(), "provenance": provenance(base),
     })
-    started = time.perf_counter()
-    jobs, skipped = _pending(out, points, configs)
     if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
         threads, workers = threads or 1, 0
     else:

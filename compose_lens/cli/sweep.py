@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from compose_lens.cli.common import run_config_from_args, seed
 from compose_lens.config import SWEEP_BACKENDS, ComposeLensError
 
@@ -25,12 +27,16 @@ def _cmd_sweep(args) -> int:
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in format_thresholds(result.thresholds, args.param):
         print("  " + line)
-    for row in result.rows:
-        if row["status"] == "failed":
-            print(f"  failed: {args.param}={row['value']} seed {row['seed']}: {row['error']}")
     print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
           f"{result.directory / 'sweep.png'}")
-    return 1 if result.failed else 0
+    failed = [row for row in result.rows if row["status"] == "failed"]
+    for row in failed:  # on stderr, where a failure belongs (a diverged point is one)
+        sys.stderr.write(f"compose-lens: error: point {args.param}={row['value']} seed {row['seed']} failed: "
+                         f"{' '.join(str(row['error']).split())}\n")
+    if failed:
+        sys.stderr.write(f"compose-lens: error: {len(failed)} of {len(result.rows)} points failed; run the same "
+                         f"command again to retry them\n")
+    return 1 if failed or result.failed else 0
 
 
 def register(subparsers) -> None:

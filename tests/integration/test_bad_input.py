@@ -168,6 +168,16 @@ def _run_no_split(sb: Path, w: Path) -> None:
     (sb / "out" / "split.json").unlink()
 
 
+def _sweep_other_point(sb: Path, w: Path) -> None:
+    """A sweep (as SWEEP asks it) whose point f=0.8 seed 0 finished with another configuration."""
+    base = json.loads(TINY.with_overrides(["train.steps=4"]).to_json())
+    (sb / "out" / "runs" / "f=0.8_seed=0").mkdir(parents=True)
+    (sb / "out" / "sweep.json").write_text(json.dumps({"param": "f", "values": [0.8], "seeds": [0],
+                                                       "base_config": base}))
+    (sb / "out" / MARKER).write_text(json.dumps({"command": "sweep", "written_by": "compose-lens"}))
+    (sb / "out" / "runs" / "f=0.8_seed=0" / "results.json").write_text(json.dumps({"config": {"other": 1}}))
+
+
 def _user_partial(sb: Path, w: Path) -> None:
     """The user's own folder that happens to have the name an older version staged into."""
     (sb / ".out.partial").mkdir()
@@ -211,7 +221,7 @@ def _user_tmp_files(sb: Path, w: Path) -> None:
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
-SETUPS = {"run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SETUPS = {"sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -449,6 +459,13 @@ CASES = [
     ("data-split-out-dot", "data split --out {sb}/.", None),
     ("report-out-empty", "report {w}/run --out ''", None),
     ("data-sample-out-empty", "data sample --out ''", None),
+    # a refused sweep rewrites nothing, sweep.json included (issue #30, class 5)
+    ("sweep-point-finished-otherwise", f"{SWEEP} --param f --values 0.8", "sweep_other_point"),
+    ("sweep-point-finished-otherwise-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_other_point"),
+    ("sweep-point-finished-otherwise-more-seeds", f"{SWEEP} --param f --values 0.8 --seeds 0 1",
+     "sweep_other_point"),
+    ("sweep-other-base-config", f"{SWEEP} --param f --values 0.8 --set lr=0.5", "sweep_other_point"),
+    ("sweep-other-param", f"{SWEEP} --param r --values 0.5", "sweep_other_point"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),

@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import secrets
 import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -42,6 +44,16 @@ class ComposeLensError(Exception):
 
 class ConfigError(ComposeLensError, ValueError):
     """A configuration value that cannot work."""
+
+
+MAX_SEED = 2 ** 63 - 1  # torch's generators take a signed 64-bit seed
+
+
+def seed_problem(name: str, value: int) -> str | None:
+    """Why ``value`` is not a seed (None if it is one): an integer in [0, MAX_SEED]."""
+    if not 0 <= value <= MAX_SEED:
+        return f"{name}={value}: seeds are integers from 0 to 2**63-1 ({MAX_SEED})"
+    return None
 
 
 def _check(condition: bool, message: str) -> None:
@@ -220,7 +232,7 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
-        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
+        _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
 
@@ -332,7 +344,7 @@ class ModelConfig(_JsonConfig):
                f"init={self.init!r}: use study (the study's initialisation) or tl4 (TransformerLens 4's)")
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
-        _check(self.init_seed >= 0, f"init_seed={self.init_seed}: seeds are >= 0")
+        _check(seed_problem("init_seed", self.init_seed) is None, seed_problem("init_seed", self.init_seed) or "")
         bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
         _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
                         f"{self.n_layers}-layer model (layers count from 0)")
@@ -397,7 +409,7 @@ class TrainConfig(_JsonConfig):
         _check(self.stop_at in STOP_AT, f"stop_at={self.stop_at!r}: use {', '.join(STOP_AT)}")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")
-        _check(self.seed >= 0, f"seed={self.seed}: seeds are >= 0")
+        _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(self.threads >= 0, f"threads={self.threads}: use 0 (automatic) or a positive count")
 
 
@@ -491,16 +503,65 @@ def load_json(path: str | Path) -> Any:
         raise ComposeLensError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
+TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.(tmp|partial|old)$")
+
+
+def temp_beside(path: str | Path, directory: bool = False, suffix: str = TEMP_SUFFIX) -> Path:
+    """Create, exclusively, a fresh temporary file (or directory) beside ``path``.
+
+    The name is ``.NAME.<16 hex>.tmp`` (or ``suffix``), created with ``O_CREAT | O_EXCL``
+    (``mkdir`` for a directory), so it never takes over a file, a folder or a symlink
+    that is already there, whoever made it: the one staging mechanism of every
+    atomic write in compose-lens (see :func:`atomic_path`).
+    """
+    path = Path(path)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}{suffix}")
+        try:
+            if directory:
+                os.mkdir(tmp)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise ComposeLensError(f"{path}: cannot find a free temporary name beside it")
+
+
+def temp_of(name: str) -> str | None:
+    """The name a temporary of :func:`temp_beside` stands for (None if ``name`` is not one)."""
+    found = _TEMP_NAME.match(name)
+    return found.group(1) if found else None
+
+
+class atomic_path:
+    """``with atomic_path(path) as tmp``: write ``tmp`` (made by :func:`temp_beside`), which
+    replaces ``path`` when the block ends; on an exception it is removed and ``path`` is as it was."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __enter__(self) -> Path:
+        self.tmp = temp_beside(self.path)
+        return self.tmp
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            try:
+                self.tmp.replace(self.path)
+                return
+            except BaseException:
+                self.tmp.unlink(missing_ok=True)
+                raise
+        self.tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
-        raise
+    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def json_safe(value: Any) -> Any:

@@ -54,7 +54,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from compose_lens import safety
-from compose_lens.config import ComposeLensError, RunConfig, TrainConfig, load_json, write_json_atomic
+from compose_lens.config import (ComposeLensError, RunConfig, TrainConfig, atomic_path, load_json, temp_beside,
+                                 temp_of, write_json_atomic)
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, tl
 from compose_lens.model.weights import is_paper_architecture
@@ -77,7 +78,8 @@ def foreign_entries(run_dir: Path) -> list[str]:
     """Entries of a run directory that compose-lens does not write there (temporary files aside)."""
     names = []
     for entry in sorted(Path(run_dir).iterdir()):
-        base = entry.name[:-4] if entry.name.endswith(".tmp") else entry.name
+        base = entry.name[:-4] if entry.name.endswith(".tmp") else entry.name  # an earlier version's
+        base = temp_of(entry.name) or base  # a temporary of config.temp_beside
         if base not in RUN_NAMES:
             names.append(entry.name)
     return names
@@ -105,13 +107,8 @@ def save_model(model: tl.Model, config: RunConfig, directory: str | Path, extra:
     """Write ``model.safetensors`` + ``config.json`` into ``directory`` (atomically per file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (WEIGHTS_FILE + ".tmp")
-    try:
+    with atomic_path(directory / WEIGHTS_FILE) as tmp:  # a full disk leaves no half file
         save_file(state_dict(model), str(tmp), metadata={"format": "compose-lens", **(extra or {})})
-        tmp.replace(directory / WEIGHTS_FILE)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half file behind
-        raise
     write_json_atomic(directory / CONFIG_FILE, config.to_dict())
     return directory
 
@@ -379,9 +376,8 @@ def final_model(run_dir: str | Path, split_file=None) -> tuple[Loaded, str]:
 def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: int) -> Path:
     """Write ``checkpoints/step_NNNNNN/`` whole: into a temporary folder, then renamed."""
     directory = run_dir / CHECKPOINTS_DIR / checkpoint_name(step)
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_beside(directory, directory=True)
     try:
         save_model(model, config, tmp, extra={"step": str(step)})
     except BaseException:
@@ -404,13 +400,8 @@ def save_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Opt
         for name, value in optimizer.state.get(p, {}).items():
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous() \
                 if name == "step" else value.detach().cpu().contiguous()
-    tmp = run_dir / (RESUME_FILE + ".tmp")
-    try:
+    with atomic_path(run_dir / RESUME_FILE) as tmp:  # the previous resume state stays whole
         save_file(tensors, str(tmp), metadata={"step": str(step), "elapsed": str(elapsed)})
-        tmp.replace(run_dir / RESUME_FILE)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # the previous resume state stays whole
-        raise
 
 
 def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,
@@ -493,9 +484,8 @@ def read_results(run_dir: str | Path) -> dict | None:
 def write_table(table: pd.DataFrame, path: str | Path, provenance: dict | None = None) -> Path:
     """A CSV that ``pandas.read_csv`` reads as it is; the provenance goes to ``NAME.json`` beside it."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)
     if provenance is not None:
         write_json_atomic(path.with_suffix(".provenance.json"), provenance)
     return path

@@ -18,10 +18,13 @@ small marker file, ``.compose-lens`` (JSON: the command, and for analysis output
 files written). An existing, non-empty output is never replaced without
 ``--overwrite``; with it, only a directory whose marker names the same command and
 that holds nothing compose-lens did not write is replaced. Analysis outputs are
-written into a staging directory beside the target (``.NAME.partial``) and swapped
-in at the end (:func:`staged_output`), so a command that fails leaves the output
-location exactly as it was, and a replaced output keeps no stale file of an
-earlier call. A file output (``--out FILE``) is written to ``FILE.tmp`` and renamed.
+written into a staging directory beside the target (``.NAME.<hex>.partial``) and
+swapped in at the end (:func:`staged_output`), so a command that fails leaves the
+output location exactly as it was, and a replaced output keeps no stale file of an
+earlier call. A file output (``--out FILE``) is written to a fresh ``.FILE.<hex>.tmp``
+and renamed. Every temporary name is created exclusively
+(:func:`compose_lens.config.temp_beside`): none ever takes over a file, folder or
+symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
 exclusive ``flock`` on it (:func:`lock_directory`). The kernel drops the lock when
@@ -38,10 +41,11 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.config import ComposeLensError, RunConfig, TaskConfig
+from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, atomic_path, temp_beside, temp_of
 
 MARKER = ".compose-lens"
 MAX_COUNT = 10_000_000  # sequences, pool sizes, prompt pairs: more is a typo, not a request
@@ -144,6 +148,36 @@ def check_count(value: int, option: str, minimum: int = 1) -> int:
     return value
 
 
+def kept_activation_bytes(config: RunConfig) -> int:
+    """What an analysis keeps of one sequence's forward: every residual stream and MLP activation,
+    the attention patterns, and the layer-2-through-layer-1 paths (same-MLP's decomposition)."""
+    m = config.model
+    return 4 * m.n_ctx * (m.d_model * (m.n_layers + 1) + m.d_mlp * m.n_layers
+                          + m.n_heads * m.n_ctx * m.n_layers + m.n_heads ** 2 * m.n_ctx)
+
+
+def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0) -> dict[str, int]:
+    """Bytes an analysis of ``sequences`` rendered sequences needs: the sequences (and a joined
+    copy of their tokens, and their answer logits), what it keeps of each, one forward of a
+    1,024-sequence chunk, and the split."""
+    task, m = config.task, config.model
+    per_sequence = 8 * task.seq_len + 4 * m.d_vocab_out + kept_per_sequence
+    return {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
+            "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
+            "the split": split_bytes(task)}
+
+
+def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, int]], kept_per_sequence: int = 0) -> None:
+    """The one memory guard over a command's size arguments, before any work: ``sizes`` maps each
+    option as typed (``"--pool-size 2000"``) to (its value, the sequences it renders per unit).
+    Each value is a count (:func:`check_count`); together they must fit the available memory."""
+    for option, (value, _) in sizes.items():
+        check_count(value, option.split()[0])
+    total = sum(value * per_unit for value, per_unit in sizes.values())
+    require_memory(analysis_estimate(config, total, kept_per_sequence), " ".join(sizes),
+                   "ask for fewer sequences")
+
+
 def check_render_memory(task: TaskConfig, n: int, what: str) -> None:
     require_memory({f"{n:,} rendered sequences": render_bytes(task, n), "the split": split_bytes(task)},
                    what, "ask for fewer sequences")
@@ -155,7 +189,7 @@ def check_render_memory(task: TaskConfig, n: int, what: str) -> None:
 def read_marker(directory: Path) -> dict | None:
     """The marker of a directory compose-lens wrote (None if there is none; {} if unreadable)."""
     path = Path(directory) / MARKER
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():  # a symlink is never a marker compose-lens wrote
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
@@ -169,7 +203,17 @@ class DirectoryLock:
 
     def __init__(self, directory: Path, command: str, busy: str):
         self.path = Path(directory) / MARKER
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a symlink: the marker is rewritten in place
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ComposeLensError(f"{self.path}: is a symlink, not a marker compose-lens wrote; "
+                                       f"compose-lens never writes through one: remove it or use another "
+                                       f"folder") from None
+            raise
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise ComposeLensError(f"{self.path}: is not a regular file; remove it or use another folder")
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -234,8 +278,20 @@ def check_replaceable(directory: Path, command: str, overwrite: bool, allowed: f
     return True
 
 
+def check_out_name(out: str | Path) -> Path:
+    """Refuse an output that names no folder or file of its own: ``""``, ``.``, ``..`` or ``/``
+    (compose-lens writes an output beside its target and swaps it in, which needs a name)."""
+    text = str(out)
+    if text == "" or Path(text).name in ("", ".", "..") or os.path.basename(text.rstrip("/")) in ("", ".", ".."):
+        raise ComposeLensError(f"--out {text!r}: name the output itself (e.g. ./out), not the current "
+                               f"folder, a parent or the root")
+    return Path(text)
+
+
 def check_parent(out: Path) -> None:
-    """Refuse an output path below a file (``afile/out``) before anything is made."""
+    """Refuse an output path below a file (``afile/out``), or one without a name of its own
+    (:func:`check_out_name`), before anything is made."""
+    check_out_name(out)
     for parent in Path(os.path.abspath(out)).parents:
         if parent.exists():
             if not parent.is_dir():
@@ -257,17 +313,21 @@ def _new_parents(path: Path) -> list[Path]:
 def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Path]:
     """Write an output directory through a staging directory, swapped in on success.
 
-    Validation (:func:`check_replaceable`) happens on entry, before anything is made;
-    on an exception the staging directory and any parent this made are removed, and
-    ``out`` is untouched.
+    Validation (:func:`check_replaceable`) happens on entry, before anything is made.
+    The staging directory (``.NAME.<hex>.partial``) and the name the replaced output
+    moves to (``.NAME.<hex>.old``) are made fresh by
+    :func:`compose_lens.config.temp_beside`, so they never take over anything
+    already there. On an exception the staging directory and any parent this made
+    are removed, and ``out`` is untouched.
     """
-    out = Path(out)
+    out = check_out_name(out)
     check_parent(out)
     replace = check_replaceable(out, command, overwrite)
     created = _new_parents(out)
-    stage = out.with_name(f".{out.name}.partial")
+    stage = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        stage = temp_beside(out, directory=True, suffix=".partial")
         lock = _stage(stage, command, out)
         try:
             yield stage
@@ -276,27 +336,44 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
         finally:
             lock.release()
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         for parent in reversed(created):
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only if still empty
         raise
 
 
+def _stages(out: Path) -> list[Path]:
+    """The staging directories of ``out`` that compose-lens made (a marker it wrote inside)."""
+    return [entry for entry in out.parent.iterdir()
+            if temp_of(entry.name) == out.name and entry.name.endswith(".partial")
+            and entry.is_dir() and not entry.is_symlink() and (read_marker(entry) or {}).get("written_by")]
+
+
 def _stage(stage: Path, command: str, out: Path) -> DirectoryLock:
+    """Lock the fresh ``stage``; refuse if another command is writing ``out`` now, and remove the
+    stages that crashed earlier calls left (compose-lens's own, no longer locked)."""
     busy = f"--out {out}: another compose-lens command is writing it now; wait for it or choose another --out"
-    if stage.exists():  # a crashed earlier call (its lock is gone) or a running one (refused)
-        lock = DirectoryLock(stage, command, busy)
+    lock = DirectoryLock(stage, command, busy)
+    try:
+        for other in _stages(out):
+            if other == stage:
+                continue
+            try:  # a running call holds its stage's lock; a crashed one's went with its process
+                DirectoryLock(other, command, busy).release()
+            except FileNotFoundError:  # it just finished
+                continue
+            shutil.rmtree(other, ignore_errors=True)
+    except BaseException:
         lock.release()
-        shutil.rmtree(stage)
-    stage.mkdir()
-    return DirectoryLock(stage, command, busy)
+        raise
+    return lock
 
 
 def _swap(stage: Path, out: Path, replace: bool) -> None:
     if replace:
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
+        old = temp_beside(out, directory=True, suffix=".old")  # empty: the rename replaces it
         out.rename(old)
         stage.rename(out)
         shutil.rmtree(old, ignore_errors=True)
@@ -307,7 +384,7 @@ def _swap(stage: Path, out: Path, replace: bool) -> None:
 def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path:
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
-    path = Path(path)
+    path = check_out_name(path)
     if path.is_dir():
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():
@@ -326,14 +403,10 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write through ``PATH.tmp`` and a rename; the temporary file is removed on failure."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.config.atomic_path`)
+    and a rename; the temporary file is removed on failure."""
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def os_error_line(exc: OSError, doing: str, kept: str = "") -> str:

@@ -57,6 +57,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -70,7 +71,8 @@ from tqdm.auto import tqdm
 from compose_lens import runs, safety
 from compose_lens.analysis.outcome import classify_run
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
-from compose_lens.config import SWEEP_BACKENDS, ComposeLensError, RunConfig, json_safe, load_json, write_json_atomic
+from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
+                                 write_json_atomic)
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
@@ -184,6 +186,7 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
 
 def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
     """Refuse an ``--out`` that is not this sweep's directory (a rerun of the same sweep is fine)."""
+    safety.check_parent(out)
     if out.exists() and not out.is_dir():
         raise ComposeLensError(f"--out {out}: exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):
@@ -252,7 +255,11 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     # the lock sits beside the run directory: the trainer wants that directory to itself
-    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+    try:  # created, never truncated nor followed: a symlink there is not compose-lens's lock
+        fd = os.open(directory.with_name(directory.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        return {"status": "failed", "error": safety.os_error_line(exc, "lock the point"), "wall_s": 0.0}
+    with os.fdopen(fd, "r+") as lock:
         try:  # a worker of an earlier, killed sweep may still be training this point
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -364,12 +371,10 @@ def sweep_rows(out: str | Path) -> list[dict]:
 def write_csv(rows: Sequence[dict], path: Path) -> None:
     if not rows:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def read_csv(path: str | Path) -> list[dict]:
@@ -426,12 +431,17 @@ def _run_local(jobs: list[tuple[SweepPoint, dict, str]], workers: int, threads: 
                 done(futures[future], outcome)
 
 
-def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
-             done: Callable[[SweepPoint, dict], None]) -> None:
+def _import_ray():
     try:
         import ray  # optional dependency (the ray extra)
     except ImportError:
         raise ComposeLensError("the ray backend needs Ray: pip install 'compose-lens[ray]'") from None
+    return ray
+
+
+def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
+             done: Callable[[SweepPoint, dict], None]) -> None:
+    ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
         try:
@@ -494,7 +504,7 @@ class _Recorder:
         write_csv(self.rows(), self.out / "results.csv")
         self.bar.update(1)
         if outcome["status"] == "failed":
-            self.bar.write(f"point {point.name} failed: {outcome['error']}")
+            self.bar.write(f"point {point.name} failed: {outcome['error']}", file=sys.stderr)
 
 
 def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]) -> dict:
@@ -522,6 +532,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     if backend == "local":
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
     check_sweep_dir(out, param, base)
+    if backend == "ray":
+        _import_ray()
+    started = time.perf_counter()
+    jobs, skipped = _pending(out, points, configs)  # may refuse: before anything is written
     out.mkdir(parents=True, exist_ok=True)
     if safety.read_marker(out) is None:
         write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
@@ -529,8 +543,6 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
         "base_config": base.to_dict(), "provenance": provenance(base),
     })
-    started = time.perf_counter()
-    jobs, skipped = _pending(out, points, configs)
     if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
         threads, workers = threads or 1, 0
     else:

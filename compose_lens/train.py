@@ -112,6 +112,8 @@ class Trainer:
         runs.check_device(t.device)
         self.fast = use_fast_path(config)
         self.mode = self._plan(resume, overwrite)
+        if self.resuming:
+            self._check_split(split)
         if split is None and self.mode in ("resume", "restart") and (self.run_dir / runs.SPLIT_FILE).exists():
             split = Split.load(self.run_dir / runs.SPLIT_FILE, config.task)
         self.split = split or Split.from_task(config.task)
@@ -181,11 +183,16 @@ class Trainer:
                 raise ComposeLensError(f"{d}: holds {foreign[0]}, which is not part of a run; "
                                        f"this is not a run directory")
             saved = d / runs.CONFIG_FILE
+            trained = (d / runs.RESUME_FILE).exists()
             # new keys at their defaults, so a run of an earlier version still resumes
             if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != self.config.to_dict():
                 raise ComposeLensError(f"{d}: the run was started with another configuration; "
                                        f"resume without --config/--set, or use a new --out")
-            return "resume" if (d / runs.RESUME_FILE).exists() else "restart"
+            if trained and not saved.exists():  # nothing proves what the saved state was trained with
+                raise ComposeLensError(f"{d}: its {runs.CONFIG_FILE} is missing, so compose-lens cannot "
+                                       f"prove the run was trained with this configuration; copy it back "
+                                       f"(every checkpoints/step_N/ keeps one), or start again with --overwrite")
+            return "resume" if trained else "restart"
         if foreign and not (d / runs.CONFIG_FILE).exists():
             raise ComposeLensError(f"--out {d}: holds {foreign[0]}, which is not part of a run; "
                                    f"choose another --out (an empty or new directory)")
@@ -203,6 +210,18 @@ class Trainer:
             raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
                                    f"--overwrite will not delete it: move it away")
         return "replace"
+
+    def _check_split(self, split: Split | None) -> None:
+        """A resumed run goes on with the split it was trained on: its ``split.json``, which must
+        exist, and which a split given now must equal (nothing is changed yet)."""
+        saved = self.run_dir / runs.SPLIT_FILE
+        if not saved.is_file():
+            raise ComposeLensError(f"{self.run_dir}: its {runs.SPLIT_FILE} is missing, so compose-lens "
+                                   f"cannot prove which split the run was trained on; copy it back, or "
+                                   f"start again with --overwrite")
+        if split is not None and Split.load(saved, self.config.task).to_dict() != split.to_dict():
+            raise ComposeLensError(f"{self.run_dir}: the run was trained on another split than the "
+                                   f"--split-file given; resume without --split-file, or use a new --out")
 
     def _claim_directory(self) -> None:
         """Lock the directory, then clear what a replace or a restart starts without."""

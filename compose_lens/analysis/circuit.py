@@ -622,8 +622,17 @@ def resample_pairs(split: Split, n_pairs: int = 300, seed: int = 0) -> PromptPai
         raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 6 prompt pairs (two per pool)")
     parts = []
     for i, name in enumerate(("0var_train", "1var_train", "2var_train")):
-        batch = make_pool(split, name, n_pairs // 3 + (i < n_pairs % 3), seed)
-        parts.append(pool_pairs(batch.tokens, batch.labels, name, seed))
+        size = wanted = n_pairs // 3 + (i < n_pairs % 3)
+        while True:  # a prompt resampled onto itself, or onto its own answer, makes no pair: with
+            batch = make_pool(split, name, size, seed)  # few prompts none may be left, so draw more
+            found = pool_pairs(batch.tokens, batch.labels, name, seed)
+            if len(found) >= 2 or size >= 64 * wanted:
+                break
+            size *= 2
+        if len(found) < 2:
+            raise ComposeLensError(f"the {name} pool gives no two prompts with different answers; "
+                                   f"use --pairs mixed")
+        parts.append(found)
     return concat_pairs(parts, "resample")
 
 

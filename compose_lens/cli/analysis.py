@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar)
+                                     progress_bar, seed)
 from compose_lens.config import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
@@ -71,7 +71,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
-    from compose_lens.safety import check_count, staged_output
+    from compose_lens.safety import check_count, check_sizes, kept_activation_bytes, staged_output
 
     check_count(args.n, "--n", minimum=20)
     start = time.perf_counter()
@@ -79,6 +79,8 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
             progress_bar("same-mlp", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        # six prompt sets of n, and as many again for the damage profiles and the probes
+        check_sizes(loaded.config, {f"--n {args.n}": (args.n, 12)}, kept_activation_bytes(loaded.config))
         bar.update()
         bar.set_postfix_str(f"three tests, {args.n} prompts per set")
         report, table = write_same_mlp(loaded, stage, args.seed, args.n)
@@ -145,7 +147,7 @@ def register(subparsers) -> None:
     analyze = subparsers.add_parser("analyze", help="probes, Fourier, same-MLP, patching: files into --out")
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
-    analyze.add_argument("--seed", type=int, default=0)
+    analyze.add_argument("--seed", type=seed, default=0)
     analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
     add_overwrite(analyze)
     add_format_argument(analyze)
@@ -156,7 +158,7 @@ def register(subparsers) -> None:
                                                   "constants? three tests that can fail, and a verdict")
     add_model_arguments(same)
     same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
-    same.add_argument("--seed", type=int, default=0)
+    same.add_argument("--seed", type=seed, default=0)
     same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
     add_overwrite(same)
     add_quiet_argument(same)
@@ -166,7 +168,7 @@ def register(subparsers) -> None:
                                                      "MLP2): key frequencies and losses")
     add_model_arguments(fourier)
     fourier.add_argument("--out", required=True, help="directory for the tables and figures")
-    fourier.add_argument("--seed", type=int, default=0)
+    fourier.add_argument("--seed", type=seed, default=0)
     add_overwrite(fourier)
     add_format_argument(fourier)
     add_quiet_argument(fourier)

@@ -15,9 +15,8 @@ top-scored edges recovering ``--target`` of the clean-vs-corrupted logit differe
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar, seed
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
@@ -26,14 +25,14 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     from compose_lens.config import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
-    from compose_lens.safety import check_count, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=6)
     if not 0 < args.target <= 1:
         raise ComposeLensError(f"--target {args.target}: give a share in (0, 1]")
     if not 0 <= args.threshold < 1:
         raise ComposeLensError(f"--threshold {args.threshold}: give a share in [0, 1)")
-    out = Path(args.out)
+    out = check_out_name(args.out)
     with staged_output(out, "circuit", args.overwrite) as stage, progress_bar("circuit", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)
@@ -60,7 +59,7 @@ def register(subparsers) -> None:
     p.add_argument("--positions", action="store_true", help="split every edge by position")
     p.add_argument("--threshold", type=float, default=0.01, help="ACDC's pruning threshold (share)")
     p.add_argument("--target", type=float, default=0.95, help="performance the found circuit recovers")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--out", required=True, help="directory for the CSVs, JSON and figure")
     add_overwrite(p)
     add_format_argument(p)

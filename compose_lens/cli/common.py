@@ -21,6 +21,20 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def seed(text: str) -> int:
+    """argparse type of every --seed/--seeds: an integer from 0 to 2**63-1 (one line otherwise)."""
+    from compose_lens.config import seed_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed: {text!r} (an integer from 0 to 2**63-1)") from None
+    problem = seed_problem("seed", value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) -> None:
     """--f, --r, --modulus, --n-vars, --task-seed (also --seed where the command has no other seed), --split-file."""
     g = parser.add_argument_group("task")
@@ -28,7 +42,7 @@ def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) 
     g.add_argument("--r", type=float, help="keep probability of each 2-var row [0, 1]")
     g.add_argument("--modulus", type=int, help="the modulus p")
     g.add_argument("--n-vars", type=int, help="number of variables")
-    g.add_argument("--task-seed", *(["--seed"] if seed_alias else []), dest="task_seed", type=int,
+    g.add_argument("--task-seed", *(["--seed"] if seed_alias else []), dest="task_seed", type=seed,
                    help="seed of the split: training pairs and kept 2-var rows (default 42, the study's)")
     g.add_argument("--split-file", help="load held-out pairs and restrictions from a split file")
 

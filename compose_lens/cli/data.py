@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args
+from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args, seed
 from compose_lens.config import ComposeLensError
 
 
@@ -19,7 +19,7 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     check_count(args.n, "--n")
     if args.split != "train" and args.split not in POOL_NAMES:
         raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
-    out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out else None
+    out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out is not None else None
     split = split_from_args(args)
     check_render_memory(split.task, args.n, f"--n {args.n}")
     if args.split == "train":
@@ -117,7 +117,7 @@ def register(sub) -> None:
     sample = dsub.add_parser("sample", help="write sequences as JSON lines")
     sample.add_argument("--split", default="train", help="train, or a pool name such as 2var_train")
     sample.add_argument("--n", type=int, default=10, help="number of sequences")
-    sample.add_argument("--seed", type=int, default=0, help="sampling seed")
+    sample.add_argument("--seed", type=seed, default=0, help="sampling seed")
     sample.add_argument("--out", help="file to write (default: stdout)")
     sample.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     add_task_options(sample)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compose_lens.cli.common import seed
 from compose_lens.config import ComposeLensError
 
 
@@ -13,7 +14,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
     from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
     from compose_lens.analysis.outcome import trajectory_outcome
-    from compose_lens.safety import check_count, staged_output
+    from compose_lens.safety import check_count, check_sizes, staged_output
 
     steps = _steps(args.steps)
     check_count(args.pool_size, "--pool-size")
@@ -21,6 +22,10 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     check_count(args.stride, "--stride")
     check_count(args.threads, "--threads")
     runs.check_device(args.device)
+    config = runs.find_checkpoints(args.source, args.split)[1]  # the run's sizes, before any work
+    n_slots = len(config.task.left_forbidden) + len(config.task.right_forbidden)
+    check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9),  # the nine pools
+                         f"--slot-size {args.slot_size}": (args.slot_size, 2 * n_slots)})  # 1- and 2-var
     settings = trajectory_settings(args.pool_size, args.slot_size, args.seed, not args.no_circuit, args.split)
     known = runs.previous_dynamics(args.out, settings) if args.update else None
     with staged_output(args.out, "dynamics", args.overwrite or args.update) as stage:
@@ -67,7 +72,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     check_count(args.stride, "--stride")
     if args.example and len(args.example) > 100:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")
-    check_file_output(args.out or run_dir / "report.html", args.overwrite, "compose-lens")
+    check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
     path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
                                   progress=not args.quiet, recompute=args.recompute)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
@@ -91,7 +96,7 @@ def _register_dynamics(sub) -> None:
     p.add_argument("--steps", help="only these checkpoint steps, comma-separated")
     p.add_argument("--stride", type=int, default=1, help="every k-th checkpoint (the last always kept)")
     p.add_argument("--no-circuit", action="store_true", help="skip the circuit measures (pools only)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
     p.add_argument("--update", action="store_true",

@@ -19,9 +19,8 @@ padding, the query tokens); ``--by position`` keeps absolute positions.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar
+from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar, seed
 from compose_lens.config import CORRUPTIONS
 
 
@@ -29,10 +28,10 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_patching  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 
-    from compose_lens.safety import check_count, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=2)
-    out = Path(args.out)
+    out = check_out_name(args.out)
     with staged_output(out, "patch", args.overwrite) as stage, progress_bar("patch", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
@@ -51,10 +50,10 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_ablation  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 
-    from compose_lens.safety import check_count, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
 
     check_count(args.pool_size, "--pool-size")
-    out = Path(args.out)
+    out = check_out_name(args.out)
     with staged_output(out, "ablate", args.overwrite) as stage, progress_bar("ablate", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
@@ -105,7 +104,7 @@ def register(subparsers) -> None:
     patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
     patch.add_argument("--by", choices=("role", "position"), default="role",
                        help="group positions by token role (default) or keep absolute positions")
-    patch.add_argument("--seed", type=int, default=0)
+    patch.add_argument("--seed", type=seed, default=0)
     patch.add_argument("--out", required=True, help="directory for the CSV, JSON and figure (one per corruption)")
     add_overwrite(patch)
     add_format_argument(patch)
@@ -115,7 +114,7 @@ def register(subparsers) -> None:
     dla = subparsers.add_parser("dla", help="direct logit attribution and logit lens at '='")
     add_model_arguments(dla)
     dla.add_argument("--n", type=int, default=600, help="sequences, drawn evenly from the nine pools")
-    dla.add_argument("--seed", type=int, default=0)
+    dla.add_argument("--seed", type=seed, default=0)
     dla.add_argument("--out", required=True, help="directory for the two CSVs and the figure")
     add_format_argument(dla)
     add_overwrite(dla)
@@ -125,7 +124,7 @@ def register(subparsers) -> None:
     ablate = subparsers.add_parser("ablate", help="zero/mean/resample ablation, accuracy on the nine pools")
     add_model_arguments(ablate)
     ablate.add_argument("--pool-size", type=int, default=500, help="sequences per pool")
-    ablate.add_argument("--seed", type=int, default=0)
+    ablate.add_argument("--seed", type=seed, default=0)
     add_format_argument(ablate)
     add_quiet_argument(ablate)
     ablate.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")

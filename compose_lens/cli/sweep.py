@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from compose_lens.cli.common import run_config_from_args
+import sys
+
+from compose_lens.cli.common import run_config_from_args, seed
 from compose_lens.config import SWEEP_BACKENDS, ComposeLensError
 
 
@@ -10,6 +12,9 @@ def _cmd_sweep(args) -> int:
     from compose_lens.analysis.thresholds import format_thresholds  # lazy: torch
     from compose_lens.sweep import parse_values, run_sweep
 
+    from compose_lens.safety import check_out_name
+
+    check_out_name(args.out)
     base = run_config_from_args(args)
     if args.steps is not None:
         base = base.with_overrides([f"train.steps={args.steps}"])
@@ -22,12 +27,16 @@ def _cmd_sweep(args) -> int:
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in format_thresholds(result.thresholds, args.param):
         print("  " + line)
-    for row in result.rows:
-        if row["status"] == "failed":
-            print(f"  failed: {args.param}={row['value']} seed {row['seed']}: {row['error']}")
     print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
           f"{result.directory / 'sweep.png'}")
-    return 1 if result.failed else 0
+    failed = [row for row in result.rows if row["status"] == "failed"]
+    for row in failed:  # on stderr, where a failure belongs (a diverged point is one)
+        sys.stderr.write(f"compose-lens: error: point {args.param}={row['value']} seed {row['seed']} failed: "
+                         f"{' '.join(str(row['error']).split())}\n")
+    if failed:
+        sys.stderr.write(f"compose-lens: error: {len(failed)} of {len(result.rows)} points failed; run the same "
+                         f"command again to retry them\n")
+    return 1 if failed or result.failed else 0
 
 
 def register(subparsers) -> None:
@@ -40,7 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--param", required=True, help="the swept setting: f, r, or any config key (e.g. train.lr)")
     p.add_argument("--values", required=True, nargs="+",
                    help="values (JSON), or start:stop:num for evenly spaced ones, e.g. 0.05:1:20")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0],
+    p.add_argument("--seeds", nargs="+", type=seed, default=[0],
                    help="seeds; each sets the split, data order and initial weights (default: 0)")
     p.add_argument("--steps", type=int, help="training steps per point (default: the config's)")
     p.add_argument("--config", help="base run config JSON")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args
+from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
 from compose_lens.config import ComposeLensError, RunConfig, load_json
 
 
@@ -14,7 +14,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from compose_lens.data.split import Split  # lazy: torch
     from compose_lens.train import Trainer  # lazy: torch
 
-    out = Path(args.out)
+    from compose_lens.safety import check_out_name
+
+    out = check_out_name(args.out)
     if args.resume and args.overwrite:
         raise ComposeLensError("--resume continues a run and --overwrite replaces it: pass one of them")
     if args.resume and (out / "config.json").is_file() and not args.config and not args.set:
@@ -97,7 +99,7 @@ def register(sub) -> None:
     ev.add_argument("--exhaustive", action="store_true", help="also the 0-var held-out and 2-var union sets")
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--pool-size", type=int, default=2000)
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--seed", type=seed, default=0)
     ev.add_argument("--device", default="cpu")
     add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)

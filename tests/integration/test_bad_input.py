@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens import safety
 from compose_lens.safety import DirectoryLock, MARKER
 from compose_lens.train import Trainer
 
@@ -91,6 +92,12 @@ def _broken_splits(w: Path) -> None:
     (w / "split_nokeys.json").write_text(json.dumps({"modulus": 7}))
     (w / "split_modulus_str.json").write_text(json.dumps({**base, "modulus": "seven"}))
     (w / "split_list.json").write_text("[1, 2, 3]")
+    # a valid split of the same task with other held-out pairs (not the run's)
+    other = {k: v for k, v in base.items() if k != "two_var_rows_per_pair"}
+    other["heldout_pairs"] = [pair for pair in base["heldout_pairs"] if pair != [0, 4]] + [[0, 0] if [0, 0] not in
+                                                                                          base["heldout_pairs"] else [0, 1]]
+    (w / "split_other.json").write_text(json.dumps(other))
+    (w / "split_same.json").write_text(json.dumps(base))
     # the malformed splits that already get one line here (the rest: the data/split.py branch)
     for name, change in {"outside": {"heldout_pairs": [[0, 99]]}, "negative": {"heldout_pairs": [[-1, 2]]},
                          "two_vars": {"variables": ["a", "b"]}, "null_vars": {"variables": None},
@@ -150,7 +157,74 @@ def _existing_files(sb: Path, w: Path) -> None:
     (sb / "split.json").write_text('{"mine": true}\n')
 
 
-SETUPS = {"foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
+def _run_no_config(sb: Path, w: Path) -> None:
+    """A run that trained (it has a resume state) whose config.json is gone."""
+    _run_copy(sb, w)
+    (sb / "out" / "config.json").unlink()
+
+
+def _run_no_split(sb: Path, w: Path) -> None:
+    _run_copy(sb, w)
+    (sb / "out" / "split.json").unlink()
+
+
+def _sweep_other_point(sb: Path, w: Path) -> None:
+    """A sweep (as SWEEP asks it) whose point f=0.8 seed 0 finished with another configuration."""
+    base = json.loads(TINY.with_overrides(["train.steps=4"]).to_json())
+    (sb / "out" / "runs" / "f=0.8_seed=0").mkdir(parents=True)
+    (sb / "out" / "sweep.json").write_text(json.dumps({"param": "f", "values": [0.8], "seeds": [0],
+                                                       "base_config": base}))
+    (sb / "out" / MARKER).write_text(json.dumps({"command": "sweep", "written_by": "compose-lens"}))
+    (sb / "out" / "runs" / "f=0.8_seed=0" / "results.json").write_text(json.dumps({"config": {"other": 1}}))
+
+
+def _user_partial(sb: Path, w: Path) -> None:
+    """The user's own folder that happens to have the name an older version staged into."""
+    (sb / ".out.partial").mkdir()
+    (sb / ".out.partial" / "draft.txt").write_text("the user's draft\n")
+
+
+def _user_partial_file(sb: Path, w: Path) -> None:
+    (sb / ".out.partial").write_text("the user's file\n")
+
+
+def _user_partial_link(sb: Path, w: Path) -> None:
+    (sb / "mine").mkdir()
+    (sb / "mine" / "keep.txt").write_text("keep\n")
+    (sb / ".out.partial").symlink_to(sb / "mine")
+
+
+def _user_old(sb: Path, w: Path) -> None:
+    _other_command(sb, w)
+    (sb / ".out.old").mkdir()
+    (sb / ".out.old" / "keep.txt").write_text("keep\n")
+
+
+def _run_marker_link(sb: Path, w: Path) -> None:
+    """A run whose marker is a symlink to a user's file: never written through."""
+    _run_copy(sb, w)
+    (sb / "precious.txt").write_text("the user's file\n")
+    (sb / "out" / MARKER).unlink()
+    (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
+
+
+def _out_marker_link(sb: Path, w: Path) -> None:
+    _other_command(sb, w)
+    (sb / "precious.txt").write_text(json.dumps({"command": "fourier", "files": ["summary.json"]}))
+    (sb / "out" / MARKER).unlink()
+    (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
+
+
+def _user_tmp_files(sb: Path, w: Path) -> None:
+    _existing_files(sb, w)
+    (sb / "out.jsonl.tmp").write_text("the user's tmp\n")
+    (sb / "split.json.tmp").write_text("the user's tmp\n")
+
+
+SETUPS = {"sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+          "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
+          "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
+          "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
           "corrupt_resume": _corrupt_resume, "other_command": _other_command, "files": _existing_files}
 
 SPLITS = ("outside", "negative", "two_vars", "null_vars", "forbidden_int")
@@ -319,6 +393,79 @@ CASES = [
     ("sweep-bad-backend", f"{SWEEP} --param f --values 0.8 --backend bogus", None),
     ("sweep-address-local", f"{SWEEP} --param f --values 0.8 --address 1.2.3.4:6379", None),
     ("sweep-lr-infinity", f"{SWEEP} --param lr --values Infinity", None),
+    # staging names never take what is not compose-lens's own (issue #30, class 1)
+    ("analyze-nan-beside-user-partial", "analyze {w}/nanmodel --out {out}", "user_partial"),
+    ("patch-nan-beside-user-partial", "patch {w}/nanmodel --out {out}", "user_partial"),
+    ("fourier-nan-beside-user-partial-file", "fourier {w}/nanmodel --out {out}", "user_partial_file"),
+    ("ablate-nan-beside-user-partial-link", "ablate {w}/nanmodel --out {out}", "user_partial_link"),
+    ("circuit-nan-beside-user-partial-link", "circuit {w}/nanmodel --out {out}", "user_partial_link"),
+    ("dynamics-absent-step-beside-user-partial", "dynamics {w}/run --steps 999 --out {out} --quiet",
+     "user_partial"),
+    ("attention-bad-sequence-beside-user-old", "attention {w}/run 'nonsense' --out {out} --overwrite",
+     "user_old"),
+    ("train-overwrite-marker-symlink", f"{TRAIN} --overwrite", "run_marker_link"),
+    ("train-resume-marker-symlink", "train --out {out} --resume --quiet", "run_marker_link"),
+    ("fourier-overwrite-marker-symlink", "fourier {w}/run --out {out} --overwrite", "out_marker_link"),
+    ("data-sample-existing-beside-user-tmp", "data sample --out {sb}/out.jsonl", "user_tmp"),
+    ("data-split-existing-beside-user-tmp", "data split --out {sb}/split.json", "user_tmp"),
+    # resume keeps its word: the recorded config and split are what was trained (issue #30, class 2)
+    ("train-resume-no-config-set", "train --out {out} --resume --quiet --set lr=0.5", "run_no_config"),
+    ("train-resume-no-config-plain", "train --out {out} --resume --quiet", "run_no_config"),
+    ("train-resume-no-config-same-config", f"{TRAIN} --resume", "run_no_config"),
+    ("train-resume-no-config-split-file", f"{TRAIN} --resume --split-file {{w}}/run/split.json", "run_no_config"),
+    ("train-resume-other-split", "train --out {out} --resume --quiet --split-file {w}/split_other.json", "run"),
+    ("train-resume-other-split-config", f"{TRAIN} --resume --split-file {{w}}/split_other.json", "run"),
+    ("train-resume-no-split", "train --out {out} --resume --quiet", "run_no_split"),
+    ("train-resume-no-split-given", "train --out {out} --resume --quiet --split-file {w}/split_same.json",
+     "run_no_split"),
+    ("train-resume-other-config-file", "train --config {w}/tiny.json --set seed=3 --out {out} --resume --quiet",
+     "run"),
+    # one memory guard over every size argument, up front (issue #30, class 3)
+    *[(f"same-mlp-n-{n}", f"same-mlp {{w}}/run --n {n} --out {{out}}", None) for n in
+      ["10000000", "5000000", "10000001", "19"]],
+    ("dynamics-pool-size-10M", "dynamics {w}/run --pool-size 10000000 --out {out} --quiet", None),
+    ("dynamics-slot-size-10M", "dynamics {w}/run --slot-size 10000000 --out {out} --quiet", None),
+    ("dynamics-pool-and-slot-together", "dynamics {w}/run --pool-size 4000000 --slot-size 4000000 --out {out}",
+     None),
+    ("dynamics-pool-size-over-max", "dynamics {w}/run --pool-size 10000001 --out {out}", None),
+    ("dynamics-slot-size-10M-over-old", "dynamics {w}/run --slot-size 10000000 --out {out} --overwrite",
+     "other_command"),
+    ("same-mlp-n-10M-over-old", "same-mlp {w}/run --n 10000000 --out {out} --overwrite", "other_command"),
+    ("evaluate-pool-10M", "evaluate {w}/run --pool-size 10000000", None),
+    ("ablate-pool-10M", "ablate {w}/run --pool-size 10000000 --out {out}", None),
+    ("patch-n-pairs-10M", "patch {w}/run --n-pairs 10000000 --out {out}", None),
+    ("circuit-n-pairs-10M", "circuit {w}/run --n-pairs 10000000 --out {out}", None),
+    # valid-looking input that used to end in a traceback (issue #30, class 4)
+    *[(f"train-set-{k}-2to64", f"{TRAIN} --set {k}=18446744073709551616", None) for k in
+      ["init_seed", "seed", "task.seed", "train.seed"]],
+    ("train-set-init-seed-2to63", f"{TRAIN} --set init_seed=9223372036854775808", None),
+    ("sweep-seeds-2to64", f"{SWEEP} --param f --values 0.8 --seeds 18446744073709551616", None),
+    ("sweep-param-seed-2to64", f"{SWEEP} --param seed --values 18446744073709551616", None),
+    ("sweep-param-init-seed-2to64", f"{SWEEP} --param init_seed --values 18446744073709551616", None),
+    *[(f"{c}-seed-2to64", f"{c} {{w}}/run --seed 18446744073709551616 --out {{out}}", None) for c in
+      ["analyze", "same-mlp", "fourier", "patch", "ablate", "circuit", "dynamics"]],
+    ("evaluate-seed-2to64", "evaluate {w}/run --seed 18446744073709551616", None),
+    ("data-sample-seed-2to64", "data sample --seed 18446744073709551616", None),
+    ("data-split-seed-2to64", "data split --seed 18446744073709551616 --out {sb}/s.json", None),
+    *[(f"{c.split()[0]}-out-{name}", f"{c} --out {out}", None) for c in
+      ["analyze {w}/run", "same-mlp {w}/run", "fourier {w}/run", "patch {w}/run", "ablate {w}/run",
+       "circuit {w}/run", "dynamics {w}/run", "attention {w}/run 'b=3, e=5, b+2=?'"]
+      for name, out in (("empty", "''"), ("dot", "{sb}/."), ("dotdot", "{sb}/.."), ("root", "/"))],
+    *[(f"train-out-{name}", f"train --config {{w}}/tiny.json --out {out} --quiet", None) for name, out in
+      (("empty", "''"), ("dot", "{sb}/."), ("dotdot", "{sb}/.."), ("root", "/"))],
+    *[(f"sweep-out-{name}", f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8 --out {out}", None)
+      for name, out in (("empty", "''"), ("dot", "{sb}/."), ("root", "/"))],
+    ("data-split-out-empty", "data split --out ''", None),
+    ("data-split-out-dot", "data split --out {sb}/.", None),
+    ("report-out-empty", "report {w}/run --out ''", None),
+    ("data-sample-out-empty", "data sample --out ''", None),
+    # a refused sweep rewrites nothing, sweep.json included (issue #30, class 5)
+    ("sweep-point-finished-otherwise", f"{SWEEP} --param f --values 0.8", "sweep_other_point"),
+    ("sweep-point-finished-otherwise-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_other_point"),
+    ("sweep-point-finished-otherwise-more-seeds", f"{SWEEP} --param f --values 0.8 --seeds 0 1",
+     "sweep_other_point"),
+    ("sweep-other-base-config", f"{SWEEP} --param f --values 0.8 --set lr=0.5", "sweep_other_point"),
+    ("sweep-other-param", f"{SWEEP} --param r --values 0.5", "sweep_other_point"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -331,8 +478,16 @@ def run_case(argv: list[str], capsys) -> tuple[int, str]:
     return status, capsys.readouterr().err
 
 
+@pytest.fixture
+def pinned_memory(monkeypatch):
+    """The memory guards see at most 16 GB, so a size refused here is refused on any machine."""
+    real = safety.available_memory
+    monkeypatch.setattr(safety, "available_memory", lambda: min(real(), 16 * safety.GB))
+
+
 @pytest.mark.parametrize("name,command,setup", CASES, ids=[c[0] for c in CASES])
-def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, world, tmp_path, capsys):
+def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, world, tmp_path, capsys,
+                                                        pinned_memory):
     sandbox = tmp_path / "sb"
     sandbox.mkdir()
     if setup:

@@ -1,0 +1,41 @@
+"""Valid input at the edge of its range runs (issue #30): the documented minimum of
+``circuit --n-pairs`` and the largest seed. The refusals just past them are in
+``test_bad_input.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compose_lens.cli import main
+from compose_lens.config import MAX_SEED, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.train import Trainer
+
+TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
+TINY = RunConfig(task=TASK, model=ModelConfig.for_task(TASK, d_model=16, d_head=16, d_mlp=32),
+                 train=TrainConfig(steps=20, batch_size=16, eval_every=10, checkpoint_every=10,
+                                   pool_size=16, threads=1))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("edges") / "run"
+    Trainer(TINY, directory, progress=False).run()
+    return directory
+
+
+@pytest.mark.parametrize("pairs", ["resample", "mixed"])
+def test_circuit_runs_at_its_documented_minimum_of_pairs(run, tmp_path, pairs):
+    out = tmp_path / "c"
+    assert main(["circuit", str(run), "--n-pairs", "6", "--pairs", pairs, "--method", "eap", "--out", str(out),
+                 "--quiet"]) == 0
+    assert (out / "circuit_eap.csv").exists()
+
+
+def test_the_largest_seed_trains(tmp_path):
+    config = TINY.with_overrides([f"init_seed={MAX_SEED}", f"seed={MAX_SEED}", f"task.seed={MAX_SEED}",
+                                  "steps=2", "eval_every=1", "checkpoint_every=2"])
+    Trainer(config, tmp_path / "run", progress=False).run()
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["steps"] == 2

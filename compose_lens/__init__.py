@@ -57,7 +57,7 @@ _EXPORTS = {
     "operand_grid": "compose_lens.analysis.fourier", "key_frequencies": "compose_lens.analysis.fourier",
     "logit_attribution": "compose_lens.analysis.logit_attribution",
     "logit_lens": "compose_lens.analysis.logit_attribution",
-    "classify_run": "compose_lens.analysis.outcome",
+    "classify_run": "compose_lens.outcome",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
     "run_sweep": "compose_lens.sweep",

@@ -69,7 +69,7 @@ import torch
 from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
-from compose_lens.analysis.outcome import classify_run
+from compose_lens.outcome import classify_run
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
 from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
                                  write_json_atomic)
@@ -320,7 +320,7 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
     elif not status:
         row["status"] = "pending"
     metrics = runs.read_metrics(run_dir)
-    if metrics:  # generalised, stalled or learning (compose_lens.analysis.outcome)
+    if metrics:  # generalised, stalled or learning (compose_lens.outcome)
         row["outcome"] = classify_run(run_dir)["outcome"]
     for pool in POOLS:
         step = first_step_above(metrics, pool)

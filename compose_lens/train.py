@@ -38,7 +38,7 @@ from compose_lens.config import ComposeLensError, RunConfig, load_json, write_js
 from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
-from compose_lens.analysis import outcome
+from compose_lens import outcome
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
@@ -333,7 +333,7 @@ class Trainer:
 
     def _watch_for_stall(self, logged: dict, bar) -> None:
         """Keep the logged pools, and say once, while training, that the run looks stalled
-        (:func:`compose_lens.analysis.outcome.stall_warning`)."""
+        (:func:`compose_lens.outcome.stall_warning`)."""
         if not hasattr(self, "_logged"):
             self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
         self._logged.append(logged)

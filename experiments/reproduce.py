@@ -7,7 +7,7 @@ or stalls with layer-2 routing never formed, decided by the seed and by float ro
 CPU kind, the kernels, the thread count; ``experiments/results/stall_rate``). So the main job
 tries **seeds in turn** (42, the study's, first), each trained with the faithful recipe into
 ``OUT/seed-S`` and stopped early only when the stall detector is certain it stalled
-(``stop_at=stalled``, :mod:`compose_lens.analysis.outcome`). Every attempt's outcome is
+(``stop_at=stalled``, :mod:`compose_lens.outcome`). Every attempt's outcome is
 printed. It ends with the first run that meets the study's headline (exhaustive 0-var
 held-out and 2-var union >= 0.98), or, when every attempt fails, with last lines that say so,
 what it means and what to do, and exit status 1: it never ends silently on a stalled model.
@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
-from compose_lens.analysis.outcome import classify_run
+from compose_lens.outcome import classify_run
 from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
 from compose_lens.evaluate import exhaustive_accuracies
 from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model, read_metrics
@@ -115,7 +115,7 @@ def main() -> int:
         step = phases[rule.name]["step"]
         print(f"{label:50s} {STUDY_PHASES[rule.name]:>22s} {str(step):>16s}")
         rows.append({"measure": label, "study": STUDY_PHASES[rule.name], "this_run": step})
-    print(f"{'outcome (compose_lens.analysis.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
+    print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
     rate = load_json(STALL_RATE)["all"] if STALL_RATE.exists() else None
     if rate:

@@ -5,12 +5,12 @@
 Reads every finished run under ``experiments/results`` (the f and r sweeps, the three seeds,
 the stall-rate study): its logged pool accuracies (or its per-checkpoint dynamics table) and
 its final results. For each run: the step where layer-2 routing formed (the assignment phase's
-the 1-var pools' crossing, :data:`compose_lens.analysis.outcome.ROUTING`), or none within its budget.
+the 1-var pools' crossing, :data:`compose_lens.outcome.ROUTING`), or none within its budget.
 
 * ``compose_lens/assets/stall_calibration.json``: for every step N (every 500 steps), how many
   runs that had learned addition had no routing yet by N (``not_routed``), and how many of those
   never formed it (``never``); for the runs at the study's setting (f = 0.7, r = 1: ``study``)
-  and for all runs (``all``). :mod:`compose_lens.analysis.outcome` reads it.
+  and for all runs (``all``). :mod:`compose_lens.outcome` reads it.
 * ``experiments/results/stall_rate/detector_confusion.csv``: the training-time warning ("no
   routing by step N") against each run's final outcome (routing never formed within the
   budget), for several N, on both populations: how many true stalls it warns of, and how many
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.analysis.outcome import CALIBRATION_FILE, onsets, wilson_interval
+from compose_lens.outcome import CALIBRATION_FILE, onsets, wilson_interval
 from compose_lens.runs import read_metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"

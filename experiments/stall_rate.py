@@ -15,7 +15,7 @@ trains the full budget, so a late learner is never cut short.
 A run directory keeps ``config.json``, ``metrics.jsonl`` and ``results.json`` (the weights are
 ignored by git); a finished run is skipped and an interrupted one resumes, so the study can be
 continued from the repository on any machine. ``--table`` (also written after every run)
-reads every run directory, classifies it with :mod:`compose_lens.analysis.outcome`, and writes
+reads every run directory, classifies it with :mod:`compose_lens.outcome`, and writes
 ``runs.csv`` (one row per run) and ``summary.json`` (the stall fraction with its 95 % Wilson
 interval, per precision and overall).
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.analysis.outcome import classify_run, wilson_interval
+from compose_lens.outcome import classify_run, wilson_interval
 
 KERNELS = {"native": {}, "default": {"ATEN_CPU_CAPABILITY": "default"},
            "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}

@@ -27,7 +27,6 @@ Supporting modules:
 * :mod:`.attention`: attention patterns of readable sequences and the cells the
   circuit predicts;
 * :mod:`.dynamics`: every checkpoint of a run evaluated, and the three phases;
-* :mod:`.outcome`: whether a run generalised, stalled or is still learning (the stall detector);
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.figure_data`: the numbers behind the study's model figures.
 

@@ -13,7 +13,7 @@ from compose_lens.config import ComposeLensError
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
     from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
-    from compose_lens.analysis.outcome import trajectory_outcome
+    from compose_lens.outcome import trajectory_outcome
     from compose_lens.safety import check_count, check_sizes, staged_output
 
     steps = _steps(args.steps)

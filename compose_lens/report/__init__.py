@@ -57,7 +57,7 @@ from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
 from compose_lens.analysis.patching import patching_table
 from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
-from compose_lens.analysis.outcome import trajectory_outcome
+from compose_lens.outcome import trajectory_outcome
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compose_lens.analysis import outcome
+from compose_lens import outcome
 from compose_lens.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.train import Trainer, learning_rate
 

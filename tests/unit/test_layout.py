@@ -1,6 +1,6 @@
 """The package's layout: imports point one way, sit at the top, and the command line starts light.
 
-The flow of the work is config -> data -> model -> runs -> train/evaluate -> analysis ->
+The flow of the work is config -> data -> model -> runs/phases -> train/evaluate/outcome -> analysis ->
 plots -> report -> sweep -> cli. A module may import from its own layer or an earlier
 one, never a later one, and no two modules import each other through any path. The
 test reads the source with ``ast`` (nothing is imported), so a cycle hidden in a
@@ -23,8 +23,8 @@ LAYERS = {
     "config": 0, "provenance": 0, "safety": 0, "cores": 0,
     "data": 1,
     "model": 2,
-    "runs": 3,
-    "train": 4, "evaluate": 4,
+    "runs": 3, "phases": 3,
+    "train": 4, "evaluate": 4, "outcome": 4,
     "analysis": 5,
     "plots": 6,
     "report": 7,

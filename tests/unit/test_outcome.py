@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compose_lens.analysis import outcome
+from compose_lens import outcome
 from compose_lens.runs import read_metrics
 
 POOLS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",

@@ -10,7 +10,7 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   accuracies both >= 0.98 (for a run still training, read from the pools: addition, assignment
   and refinement phases all reached);
 * ``stalled``: addition was learned (the addition phase of
-  :data:`compose_lens.analysis.dynamics.PHASE_RULES`) but layer-2 routing never formed within the
+  :data:`compose_lens.phases.PHASE_RULES`) but layer-2 routing never formed within the
   run's budget: the 1-var pools (one operand a variable whose value must be fetched from the
   context) never crossed 0.9 and stayed (:data:`ROUTING`, the same crosses-and-stays rule), or,
   for a run still training, have not by a step after which no calibration run ever recovered
@@ -38,12 +38,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from compose_lens.analysis.dynamics import PHASE_RULES, PhaseRule, find_phases, logged_phases
+from compose_lens.phases import PHASE_RULES, PhaseRule, find_phases, logged_phases
 from compose_lens.runs import read_metrics
 
 GENERALISED = 0.98  # the study's headline, on both exhaustive accuracies
 OUTCOMES = ("generalised", "stalled", "learning")
-CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "assets" / "stall_calibration.json"
+CALIBRATION_FILE = Path(__file__).resolve().parent / "assets" / "stall_calibration.json"
 ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
 ROUTING_POOLS = ("1var_train", "1var_add_restricted")
 ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "

@@ -209,3 +209,42 @@ def test_incompatible_runs_are_refused_before_any_directory_is_touched(configs, 
         BatchedTrainer(configs[:2], [tmp_path / "a", tmp_path / "b"], progress=False)
     Trainer(configs[0].with_overrides(["steps=1", "eval_every=1"]), tmp_path / "a", overwrite=True,
             progress=False).run()
+
+
+# -- compose-lens sweep --runs-per-process -----------------------------------------------------
+
+
+def test_sweep_trains_points_together_to_the_numbers_of_points_trained_alone(tiny_config, tmp_path):
+    from compose_lens.sweep import SweepPoint, chunk_jobs, read_csv, run_dir_of, run_sweep
+
+    one = run_sweep(tiny_config, "f", [0.6, 0.9], [0, 1], tmp_path / "one", workers=1, threads=1, progress=False)
+    two = run_sweep(tiny_config, "f", [0.6, 0.9], [0, 1], tmp_path / "two", workers=1, threads=1, progress=False,
+                    runs_per_process=2)
+    assert (two.trained, two.failed) == (4, 0)
+    assert json.loads((tmp_path / "two" / "sweep.json").read_text())["runs_per_process"] == 2
+    rows_one, rows_two = read_csv(tmp_path / "one" / "results.csv"), read_csv(tmp_path / "two" / "results.csv")
+    drop = ("train_wall_time_s", "run_dir")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in rows_one] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in rows_two]
+    for value in (0.6, 0.9):
+        for seed in (0, 1):
+            point = SweepPoint("f", value, seed)
+            a, b = weights(run_dir_of(tmp_path / "one", point)), weights(run_dir_of(tmp_path / "two", point))
+            for name in a:
+                torch.testing.assert_close(b[name], a[name], **WEIGHTS)
+    # points that cannot share a model are never put together
+    jobs = [(SweepPoint("lr", lr, 0), SweepPoint("lr", lr, 0).config(tiny_config).to_dict(), str(tmp_path / str(lr)))
+            for lr in (0.001, 0.01)]
+    assert [len(c) for c in chunk_jobs(jobs, 4)] == [1, 1]
+    assert one.failed == 0
+
+
+def test_a_failing_point_of_a_batch_fails_alone(tiny_config, tmp_path):
+    from compose_lens.sweep import read_csv, run_sweep
+
+    # f = 0.05 of 49 pairs leaves 2 training pairs: the split misses numbers, so that run fails
+    result = run_sweep(tiny_config, "f", [0.05, 0.9], [0], tmp_path, workers=1, threads=1, progress=False,
+                       runs_per_process=2)
+    rows = {r["value"]: r for r in read_csv(tmp_path / "results.csv")}
+    assert rows["0.05"]["status"] == "failed" and "never use number" in rows["0.05"]["error"]
+    assert rows["0.9"]["status"] == "done" and result.failed == 1

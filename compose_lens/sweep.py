@@ -42,8 +42,15 @@ function to a Ray cluster (``address``), or to a local Ray it starts, each point
 a task asking for ``threads`` CPUs; the run directories must then lie on a file
 system every Ray node can write.
 
-**Batched training was measured and not shipped**: see
-``experiments/bench_sweep_batched.py`` and ``experiments/results/SWEEPS.md``.
+**Runs per process.** ``runs_per_process`` K > 1 (``--runs-per-process``) trains up to
+K compatible points of a worker together as one :class:`compose_lens.batched.BatchedTrainer`
+(one vmapped forward, one AdamW; see that module for what "compatible" means and how close
+the numbers are to a point trained alone: equal to float rounding, not bit-for-bit). Each
+point keeps its own run directory, lock and resume state. If the batch fails (one point
+diverges, or cannot be set up), each of its points is trained again alone, from its last
+checkpoint, so one bad point never holds back the others. On CPU this buys little
+(``experiments/bench_batched.py``, ``experiments/results/SWEEPS.md``); it is meant for a GPU,
+where a paper-size step is launch-bound. The default, 1, is the unbatched sweep.
 
 """
 
@@ -276,6 +283,76 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     return {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
 
 
+def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list[dict]:
+    """Train several points together (:class:`compose_lens.batched.BatchedTrainer`), resuming each
+    from its checkpoint; returns one :func:`train_point` outcome per point, in order.
+
+    Plain data in and out, never raises, like :func:`train_point`. A point another process holds
+    is left alone (failed, as there); if the batch fails, each of its points is trained again
+    alone by :func:`train_point`, so the error lands on the point that has it.
+    """
+    if len(configs) == 1:
+        return [train_point(configs[0], run_dirs[0], threads)]
+    from compose_lens.batched import BatchedTrainer  # imports torch.func
+
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    outcomes: list[dict | None] = [None] * len(configs)
+    locks = []
+    try:
+        for i, run_dir in enumerate(run_dirs):
+            directory = Path(run_dir)
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(directory.with_name(directory.name + ".lock"), "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                outcomes[i] = {"status": "failed", "error": f"{directory} is being trained by another process; "
+                                                             f"run the sweep again when it is done", "wall_s": 0.0}
+                continue
+            locks.append(lock)
+            (directory / "error.json").unlink(missing_ok=True)
+        mine = [i for i, o in enumerate(outcomes) if o is None]
+        try:
+            BatchedTrainer([RunConfig.from_dict(configs[i]) for i in mine], [run_dirs[i] for i in mine],
+                           resume=True, progress=False).run()
+            for i in mine:
+                outcomes[i] = {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
+        except Exception:  # train them one by one: the failing point fails alone, the others finish
+            pass
+    finally:
+        for lock in locks:
+            lock.close()
+    for i, outcome in enumerate(outcomes):
+        if outcome is None:
+            outcomes[i] = train_point(configs[i], run_dirs[i], threads)
+    return outcomes
+
+
+def chunk_jobs(jobs: list[tuple[SweepPoint, dict, str]], size: int) -> list[list[tuple[SweepPoint, dict, str]]]:
+    """The jobs in groups of at most ``size`` that one batched process can train together
+    (:func:`compose_lens.batched.check_compatible`), in order."""
+    if size <= 1:
+        return [[job] for job in jobs]
+    from compose_lens.batched import check_compatible
+
+    chunks: list[list[tuple[SweepPoint, dict, str]]] = []
+    for job in jobs:
+        config = RunConfig.from_dict(job[1])
+        for chunk in chunks:
+            if len(chunk) < size:
+                try:
+                    check_compatible([RunConfig.from_dict(chunk[0][1]), config])
+                except ComposeLensError:
+                    continue
+                chunk.append(job)
+                break
+        else:
+            chunks.append([job])
+    return chunks
+
+
 def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
     _end_with_parent()
@@ -407,28 +484,34 @@ def _check_finished(config: RunConfig, run_dir: Path) -> None:
                                f"for; use a new --out or delete that point")
 
 
-def _run_local(jobs: list[tuple[SweepPoint, dict, str]], workers: int, threads: int,
+def _chunk_args(chunk: list[tuple[SweepPoint, dict, str]]) -> tuple[list[dict], list[str]]:
+    return [config for _, config, _ in chunk], [run_dir for _, _, run_dir in chunk]
+
+
+def _run_local(chunks: list[list[tuple[SweepPoint, dict, str]]], workers: int, threads: int,
                done: Callable[[SweepPoint, dict], None]) -> None:
     if workers == 1:
-        for point, config, run_dir in jobs:
-            done(point, train_point(config, run_dir, threads))
+        for chunk in chunks:
+            for (point, _, _), outcome in zip(chunk, train_points(*_chunk_args(chunk), threads)):
+                done(point, outcome)
         return
     # spawn: a fresh interpreter per worker, so no torch thread pool is copied by fork
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                              initargs=(threads,)) as pool:
-        futures = {pool.submit(train_point, config, run_dir, threads): point
-                   for point, config, run_dir in jobs}
+        futures = {pool.submit(train_points, *_chunk_args(chunk), threads): chunk for chunk in chunks}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
+                chunk = futures[future]
                 try:
-                    outcome = future.result()
+                    outcomes = future.result()
                 except Exception as exc:  # the worker process itself died
-                    outcome = {"status": "failed", "error": f"worker died: {type(exc).__name__}: {exc}",
-                               "wall_s": float("nan")}
-                done(futures[future], outcome)
+                    outcomes = [{"status": "failed", "error": f"worker died: {type(exc).__name__}: {exc}",
+                                 "wall_s": float("nan")}] * len(chunk)
+                for (point, _, _), outcome in zip(chunk, outcomes):
+                    done(point, outcome)
 
 
 def _import_ray():
@@ -439,7 +522,7 @@ def _import_ray():
     return ray
 
 
-def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: str | None,
+def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, address: str | None,
              done: Callable[[SweepPoint, dict], None]) -> None:
     ray = _import_ray()
     started_here = not ray.is_initialized()
@@ -452,19 +535,21 @@ def _run_ray(jobs: list[tuple[SweepPoint, dict, str]], threads: int, address: st
         except ConnectionError as exc:
             raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
     try:
-        remote = ray.remote(num_cpus=threads, max_retries=0)(train_point)
-        refs = {remote.remote(config, run_dir, threads): point for point, config, run_dir in jobs}
+        remote = ray.remote(num_cpus=threads, max_retries=0)(train_points)
+        refs = {remote.remote(*_chunk_args(chunk), threads): chunk for chunk in chunks}
         pending = list(refs)
         while pending:
             finished, pending = ray.wait(pending, num_returns=1)
             for ref in finished:
+                chunk = refs[ref]
                 try:
-                    outcome = ray.get(ref)
+                    outcomes = ray.get(ref)
                 except Exception as exc:  # the task's worker died
-                    outcome = {"status": "failed", "error": f"ray task died: {type(exc).__name__}: "
-                                                            f"{str(exc).splitlines()[0] if str(exc) else ''}",
-                               "wall_s": float("nan")}
-                done(refs[ref], outcome)
+                    outcomes = [{"status": "failed", "error": f"ray task died: {type(exc).__name__}: "
+                                                              f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                                 "wall_s": float("nan")}] * len(chunk)
+                for (point, _, _), outcome in zip(chunk, outcomes):
+                    done(point, outcome)
     finally:
         if started_here:
             ray.shutdown()
@@ -522,8 +607,11 @@ def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]
 
 def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequence[int], out: str | Path,
               backend: str = "local", workers: int | None = None, threads: int | None = None,
-              address: str | None = None, progress: bool = True) -> SweepResult:
-    """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png."""
+              address: str | None = None, progress: bool = True, runs_per_process: int = 1) -> SweepResult:
+    """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
+    (``runs_per_process``: points trained together per worker, see the module doc)."""
+    if runs_per_process < 1:
+        raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
     if backend not in SWEEP_BACKENDS:
         raise ComposeLensError(f"--backend {backend}: use {' or '.join(SWEEP_BACKENDS)}")
     out = Path(out)
@@ -541,22 +629,25 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
     write_json_atomic(out / "sweep.json", {
         "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
+        "runs_per_process": runs_per_process,
         "base_config": base.to_dict(), "provenance": provenance(base),
     })
+    chunks = chunk_jobs(jobs, runs_per_process)
     if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
         threads, workers = threads or 1, 0
     else:
-        workers, threads = plan_workers(max(1, len(jobs)), workers, threads)
+        workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
     bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
                dynamic_ncols=True)
-    bar.set_postfix_str(f"ray: {threads} thread(s) per task" if backend == "ray"
-                        else f"local: {workers} worker(s) x {threads} thread(s)")
+    together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
+    bar.set_postfix_str((f"ray: {threads} thread(s) per task" if backend == "ray"
+                         else f"local: {workers} worker(s) x {threads} thread(s)") + together)
     recorder = _Recorder(out, points, bar)
     try:
         if jobs and backend == "local":
-            _run_local(jobs, workers, threads, recorder)
+            _run_local(chunks, workers, threads, recorder)
         elif jobs:
-            _run_ray(jobs, threads, address, recorder)
+            _run_ray(chunks, threads, address, recorder)
     finally:
         bar.close()
     rows = recorder.rows()

@@ -22,7 +22,7 @@ def _cmd_sweep(args) -> int:
         raise ComposeLensError("--address is for --backend ray")
     result = run_sweep(base, args.param, parse_values(args.values), args.seeds, args.out,
                        backend=args.backend, workers=args.workers, threads=args.threads,
-                       address=args.address, progress=not args.quiet)
+                       address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process)
     print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in format_thresholds(result.thresholds, args.param):
@@ -60,6 +60,9 @@ def register(subparsers) -> None:
                    help="local: worker processes on this machine; ray: tasks on a Ray cluster")
     p.add_argument("--workers", type=int, help="parallel points (default: one per core)")
     p.add_argument("--threads", type=int, help="torch threads per point (default: cores / workers)")
+    p.add_argument("--runs-per-process", type=int, default=1, metavar="K",
+                   help="train up to K compatible points together in one process (one batched model; "
+                        "for a GPU; numbers equal to float rounding, not bit-for-bit; default: 1)")
     p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_sweep)

@@ -122,9 +122,10 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     Y = torch.cat([X, XOV0])  # (2 (V + n), d)
 
     # residual stream after layer 1 at the last position, as weights on the rows of Y
-    last = torch.zeros(B, V + n, dtype=X.dtype, device=X.device)
-    last[:, V + n - 1] = 1.0
-    last.scatter_(1, tokens[:, -1:], 1.0)
+    # (out of place, so that torch.func.vmap can map this over stacked runs with their own tokens:
+    # compose_lens.batched; the same 0 / 1 entries as writing the ones in place)
+    rows = torch.arange(V + n, device=tokens.device)
+    last = ((rows == tokens[:, -1:]) | (rows == V + n - 1)).to(X.dtype)
     resid1_last = torch.cat([last, spread(A0[:, -1])], dim=1) @ Y  # (B, d)
 
     # ---- layer 2 (blocks.1): query at the last position, keys from the tables --------

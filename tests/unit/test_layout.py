@@ -24,7 +24,7 @@ LAYERS = {
     "data": 1,
     "model": 2,
     "runs": 3, "phases": 3,
-    "train": 4, "evaluate": 4, "outcome": 4,
+    "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
     "plots": 6,
     "report": 7,

@@ -42,7 +42,8 @@ Attention and QK:
 The MLP, patching and ablation:
 
 * :func:`fourier_neuron_figure`, :func:`frequency_shares_figure`,
-  :func:`readout_fourier_figure`, :func:`best_neurons_figure`: the Fourier analysis;
+  :func:`readout_fourier_figure`, :func:`best_neurons_figure`, :func:`embedding_fourier_figure`:
+  the Fourier analysis;
 * :func:`cosine_histograms_figure`: one MLP for constants and variables;
 * :func:`patching_figure` and :func:`ablation_figure`: the causal tables as heatmaps;
 * :func:`sweep_figure`: a sweep's accuracy against its parameter (Figure 3).
@@ -577,6 +578,40 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.F
     """Bars: the norm of ``W_out W_U`` per frequency (:func:`compose_lens.analysis.fourier.unembed_frequency_norms`)."""
     return _frequency_bars(list(norms.values), list(norms.index), keys, "norm of W_out W_U",
                            "the readout in the Fourier basis", "norm")
+
+
+EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+
+
+def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+    """Bars: the number embeddings' share of (non-constant) squared norm per frequency
+    (:func:`compose_lens.analysis.fourier.embedding_fourier`), the MLP's key frequencies in
+    blue and hatched (readable without colour), the uniform share dashed."""
+    keys = summary.get("key_frequencies") or []
+    is_key = [int(k) in keys for k in table["frequency"]]
+    fig, ax = plt.subplots(figsize=(6.5, 2.6))
+    ax.bar(table["frequency"], table["share"], width=0.8, edgecolor="black", linewidth=0.4,
+           color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
+    for bar, k in zip(ax.patches, is_key):
+        if k:
+            bar.set_hatch("//")
+    ax.axhline(summary["uniform_share"], color="black", ls="--", lw=0.8)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
+                         label="MLP key frequency"),
+               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other"),
+               plt.Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
+    ax.legend(handles=handles if keys else handles[1:], fontsize=8, frameon=False, loc="upper right", ncol=3)
+    ax.set_xlim(0.3, len(table) + 0.7)
+    ax.set_ylim(0, max(float(table["share"].max()), summary["uniform_share"]) * 1.3)
+    ax.set_xlabel("frequency k (cycles over the p numbers)", fontsize=9)
+    ax.set_ylabel("share of centred\nW_E norm²", fontsize=9)
+    ax.tick_params(labelsize=8)
+    title = "number embeddings W_E by frequency"
+    if summary.get("key_share") is not None:
+        title += f": {summary['key_share']:.0%} in the MLP key frequencies"
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig, table.copy()
 
 
 def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.DataFrame]:

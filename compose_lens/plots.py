@@ -342,7 +342,7 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequen
     ``centre``: a diverging scale symmetric about 0 (else sequential from 0 up to ``vmax``);
     ``gamma``: a power-law colour scale (sequential only; 0.5 = square root);
     ``mask_upper``: blank the cells above the diagonal (a causal attention pattern);
-    ``annotate``: write each cell's value in it (small tables).
+    ``annotate``: write each cell's value in it (small tables), at ``fontsize``.
     """
     m = np.asarray(matrix, dtype=float).copy()
     if mask_upper:
@@ -361,18 +361,19 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequen
     ax.set_yticks(range(len(ylabels)), [str(y) for y in ylabels], fontsize=fontsize)
     ax.set_title(title, fontsize=10)
     if annotate:
-        _annotate(ax, m, im)
+        _annotate(ax, m, im, fontsize)
     bar = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if colorbar_label:
         bar.set_label(colorbar_label)
 
 
-def _annotate(ax: plt.Axes, m: np.ndarray, im) -> None:
+def _annotate(ax: plt.Axes, m: np.ndarray, im, fontsize: float = 6.5) -> None:
     """Each finite cell's value, in black or white by the cell's brightness."""
     for (i, j), v in np.ndenumerate(m):
         if np.isfinite(v):
             r, g, b, _ = im.cmap(im.norm(v))
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+            text = "0.00" if round(v, 2) == 0 else f"{v:.2f}"  # never -0.00
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize,
                     color="white" if 0.3 * r + 0.6 * g + 0.1 * b < 0.5 else "black")
 
 

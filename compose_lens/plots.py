@@ -268,7 +268,7 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_xlabel("training step", fontsize=8)
         ax.set_ylabel(_measure_unit(name), fontsize=8)
-        ax.tick_params(labelsize=8)
+        ax.tick_params(which="both", labelsize=8)  # the log axes' minor labels too
         ax.grid(alpha=0.3)
         if "loss" in name and (table[name] > 0).all():
             ax.set_yscale("log")
@@ -291,6 +291,10 @@ def _measure_unit(name: str) -> str:
         return "loss (nats)"
     if "share" in name or "fraction" in name or "strength" in name:
         return "fraction"
+    if name.startswith("n_"):  # n_key_frequencies: how many
+        return "count"
+    if name.endswith("_mass"):
+        return "attention weight"
     return "score"
 
 

@@ -688,14 +688,26 @@ _ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor val
                "+", "left operand", "right operand", "=")
 
 
-def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
-    """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out).
+ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out
 
-    The drop is one-sided (an ablation rarely helps), so the colour scale is sequential
-    from 0 to 1; a negative drop shows as white.
+
+def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) -> tuple[plt.Figure, pd.DataFrame]:
+    """Accuracy lost per pool (columns) for each ablated component (rows) of
+    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out); returns the rows drawn.
+
+    Only components whose accuracy changes by more than ``min_drop`` on some pool are drawn
+    (on the paper model most frequency ablations change nothing visible); the title says how
+    many were left out. If none passes, every row is drawn. The drop is one-sided (an
+    ablation rarely helps), so the colour scale is sequential from 0 to 1; a negative drop
+    shows as white, its value printed in the cell.
     """
     shown = table[~table["target"].isin(["neuron", "none"])]
+    rows = ["target", "block", "index", "kind"]
+    change = shown.groupby(rows, observed=True)["accuracy_drop"].transform(lambda v: v.abs().max())
+    n_all = len(shown.drop_duplicates(rows))
+    if (change > min_drop).any():
+        shown = shown[change > min_drop]
+    n_left_out = n_all - len(shown.drop_duplicates(rows))
     names = []
     for target, block, index, kind in zip(shown["target"], shown["block"], shown["index"], shown["kind"]):
         what = {"head": f"head {index}", "mlp": "MLP", "frequency_neurons": f"k = {index} neurons",
@@ -705,7 +717,10 @@ def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
     labels = [str(c).replace("_", " ") for c in grid.columns]
     fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(labels) + 5), max(3.5, 0.36 * len(grid.index) + 2.2)))
-    heatmap(ax, grid.to_numpy(), labels, list(grid.index), "ablation: accuracy lost per pool", cmap="Reds",
+    title = "ablation: accuracy lost per pool"
+    if n_left_out:
+        title += f"\n({n_left_out} of {n_all} ablations left out: |change| <= {min_drop:g} on every pool)"
+    heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, cmap="Reds",
             centre=False, vmax=1.0, aspect="auto", fontsize=8, rotation=40,
             colorbar_label="accuracy drop (fraction of the pool)", annotate=len(grid.index) <= 40)
     ax.set_xlabel("pool of sequences")

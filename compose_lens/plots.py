@@ -42,7 +42,8 @@ Attention and QK:
 The MLP, patching and ablation:
 
 * :func:`fourier_neuron_figure`, :func:`frequency_shares_figure`,
-  :func:`readout_fourier_figure`, :func:`best_neurons_figure`: the Fourier analysis;
+  :func:`readout_fourier_figure`, :func:`best_neurons_figure`, :func:`embedding_fourier_figure`:
+  the Fourier analysis;
 * :func:`cosine_histograms_figure`: one MLP for constants and variables;
 * :func:`patching_figure` and :func:`ablation_figure`: the causal tables as heatmaps;
 * :func:`sweep_figure`: a sweep's accuracy against its parameter (Figure 3).
@@ -267,7 +268,7 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_xlabel("training step", fontsize=8)
         ax.set_ylabel(_measure_unit(name), fontsize=8)
-        ax.tick_params(labelsize=8)
+        ax.tick_params(which="both", labelsize=8)  # the log axes' minor labels too
         ax.grid(alpha=0.3)
         if "loss" in name and (table[name] > 0).all():
             ax.set_yscale("log")
@@ -290,6 +291,10 @@ def _measure_unit(name: str) -> str:
         return "loss (nats)"
     if "share" in name or "fraction" in name or "strength" in name:
         return "fraction"
+    if name.startswith("n_"):  # n_key_frequencies: how many
+        return "count"
+    if name.endswith("_mass"):
+        return "attention weight"
     return "score"
 
 
@@ -341,7 +346,7 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequen
     ``centre``: a diverging scale symmetric about 0 (else sequential from 0 up to ``vmax``);
     ``gamma``: a power-law colour scale (sequential only; 0.5 = square root);
     ``mask_upper``: blank the cells above the diagonal (a causal attention pattern);
-    ``annotate``: write each cell's value in it (small tables).
+    ``annotate``: write each cell's value in it (small tables), at ``fontsize``.
     """
     m = np.asarray(matrix, dtype=float).copy()
     if mask_upper:
@@ -360,18 +365,19 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequen
     ax.set_yticks(range(len(ylabels)), [str(y) for y in ylabels], fontsize=fontsize)
     ax.set_title(title, fontsize=10)
     if annotate:
-        _annotate(ax, m, im)
+        _annotate(ax, m, im, fontsize)
     bar = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if colorbar_label:
         bar.set_label(colorbar_label)
 
 
-def _annotate(ax: plt.Axes, m: np.ndarray, im) -> None:
+def _annotate(ax: plt.Axes, m: np.ndarray, im, fontsize: float = 6.5) -> None:
     """Each finite cell's value, in black or white by the cell's brightness."""
     for (i, j), v in np.ndenumerate(m):
         if np.isfinite(v):
             r, g, b, _ = im.cmap(im.norm(v))
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+            text = "0.00" if round(v, 2) == 0 else f"{v:.2f}"  # never -0.00
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize,
                     color="white" if 0.3 * r + 0.6 * g + 0.1 * b < 0.5 else "black")
 
 
@@ -579,6 +585,40 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.F
                            "the readout in the Fourier basis", "norm")
 
 
+EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+
+
+def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+    """Bars: the number embeddings' share of (non-constant) squared norm per frequency
+    (:func:`compose_lens.analysis.fourier.embedding_fourier`), the MLP's key frequencies in
+    blue and hatched (readable without colour), the uniform share dashed."""
+    keys = summary.get("key_frequencies") or []
+    is_key = [int(k) in keys for k in table["frequency"]]
+    fig, ax = plt.subplots(figsize=(6.5, 2.6))
+    ax.bar(table["frequency"], table["share"], width=0.8, edgecolor="black", linewidth=0.4,
+           color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
+    for bar, k in zip(ax.patches, is_key):
+        if k:
+            bar.set_hatch("//")
+    ax.axhline(summary["uniform_share"], color="black", ls="--", lw=0.8)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
+                         label="MLP key frequency"),
+               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other"),
+               plt.Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
+    ax.legend(handles=handles if keys else handles[1:], fontsize=8, frameon=False, loc="upper right", ncol=3)
+    ax.set_xlim(0.3, len(table) + 0.7)
+    ax.set_ylim(0, max(float(table["share"].max()), summary["uniform_share"]) * 1.3)
+    ax.set_xlabel("frequency k (cycles over the p numbers)", fontsize=9)
+    ax.set_ylabel("share of centred\nW_E norm²", fontsize=9)
+    ax.tick_params(labelsize=8)
+    title = "number embeddings W_E by frequency"
+    if summary.get("key_share") is not None:
+        title += f": {summary['key_share']:.0%} in the MLP key frequencies"
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig, table.copy()
+
+
 def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.DataFrame]:
     """One row per key frequency: its best neuron's (p, p) pattern beside its ideal neuron, the ReLU of
     the frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`)."""
@@ -648,14 +688,26 @@ _ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor val
                "+", "left operand", "right operand", "=")
 
 
-def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
-    """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out).
+ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out
 
-    The drop is one-sided (an ablation rarely helps), so the colour scale is sequential
-    from 0 to 1; a negative drop shows as white.
+
+def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) -> tuple[plt.Figure, pd.DataFrame]:
+    """Accuracy lost per pool (columns) for each ablated component (rows) of
+    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out); returns the rows drawn.
+
+    Only components whose accuracy changes by more than ``min_drop`` on some pool are drawn
+    (on the paper model most frequency ablations change nothing visible); the title says how
+    many were left out. If none passes, every row is drawn. The drop is one-sided (an
+    ablation rarely helps), so the colour scale is sequential from 0 to 1; a negative drop
+    shows as white, its value printed in the cell.
     """
     shown = table[~table["target"].isin(["neuron", "none"])]
+    rows = ["target", "block", "index", "kind"]
+    change = shown.groupby(rows, observed=True)["accuracy_drop"].transform(lambda v: v.abs().max())
+    n_all = len(shown.drop_duplicates(rows))
+    if (change > min_drop).any():
+        shown = shown[change > min_drop]
+    n_left_out = n_all - len(shown.drop_duplicates(rows))
     names = []
     for target, block, index, kind in zip(shown["target"], shown["block"], shown["index"], shown["kind"]):
         what = {"head": f"head {index}", "mlp": "MLP", "frequency_neurons": f"k = {index} neurons",
@@ -665,7 +717,10 @@ def ablation_figure(table: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
     labels = [str(c).replace("_", " ") for c in grid.columns]
     fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(labels) + 5), max(3.5, 0.36 * len(grid.index) + 2.2)))
-    heatmap(ax, grid.to_numpy(), labels, list(grid.index), "ablation: accuracy lost per pool", cmap="Reds",
+    title = "ablation: accuracy lost per pool"
+    if n_left_out:
+        title += f"\n({n_left_out} of {n_all} ablations left out: |change| <= {min_drop:g} on every pool)"
+    heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, cmap="Reds",
             centre=False, vmax=1.0, aspect="auto", fontsize=8, rotation=40,
             colorbar_label="accuracy drop (fraction of the pool)", annotate=len(grid.index) <= 40)
     ax.set_xlabel("pool of sequences")

@@ -113,6 +113,9 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
     print(f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})")
     print(f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
           f"all keys excluded {facts['excluded_loss_all']:.4g}")
+    emb = facts["embedding_fourier"]
+    print(f"  embedding W_E frequencies {emb['top_frequencies']} (above uniform, {emb['top_share']:.3f} of its "
+          f"norm²); {emb['key_share']:.3f} in the key frequencies (flat: {emb['key_share_if_uniform']:.3f})")
     print(f"  OV -> MLP addition accuracy {facts['ov_mlp_addition_accuracy']:.4f} "
           f"(blocks.{facts['mlp_block']} head {facts['ov_head']})")
     print(f"wrote {args.out}")

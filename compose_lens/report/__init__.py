@@ -274,7 +274,8 @@ def ablation_section(inp: ReportInputs) -> str:
                              "Accuracy lost on each pool (200 sequences each) when a component is ablated: "
                              "the heads and the MLP by zero, mean and resample ablation, each key frequency's "
                              "neurons and Fourier directions by resample ablation (the other kinds are in "
-                             "<code>compose-lens ablate</code>'s table).")
+                             "<code>compose-lens ablate</code>'s table). Ablations that change no pool's accuracy "
+                             f"by more than {plots.ABLATION_MIN_DROP:g} are left out; the title counts them.")
 
 
 def same_mlp_section(inp: ReportInputs) -> str:

@@ -21,8 +21,9 @@ each one draws is already written, with its provenance, as the CSV of the same a
 :func:`write_fourier` writes only the Fourier part: ``locate.json`` (which head binds,
 which routes, which MLP adds, every candidate's score: :mod:`compose_lens.analysis.locate`),
 ``neuron_frequencies.csv``, ``key_frequencies.json`` (its ``fourier_subject`` and
-``mlp_block`` name the MLP analysed), ``best_neurons.csv``, ``readout_fourier.csv``,
-``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
+``mlp_block`` name the MLP analysed; ``embedding_fourier`` compares the number embeddings'
+frequencies with the key frequencies), ``best_neurons.csv``, ``readout_fourier.csv``,
+``embedding_fourier.csv``, ``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
 
 :func:`write_same_mlp` writes the same-MLP tests (``compose-lens same-mlp``):
 ``same_mlp.json`` (verdict, each test's effect, interval, rule and status, the controls,
@@ -144,11 +145,13 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
             "constant_grid_accuracy": grid.accuracy(),
         }
         comparison = fourier.compare_grids(grid, variable)
+        embedding, facts["embedding_fourier"] = fourier.embedding_fourier(model, config, keys)
     write_table(neurons, out / "neuron_frequencies.csv", record)
     write_table(best, out / "best_neurons.csv", record)
     write_table(readout, out / "readout_fourier.csv", record)
     write_table(pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
                out / "excluded_loss.csv", record)
+    write_table(embedding, out / "embedding_fourier.csv", record)
     write_document(facts, out / "key_frequencies.json", record)
     write_document(comparison, out / "constants_vs_variables.json", record)
 
@@ -156,6 +159,8 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
                   path=figures / "frequency_shares", dpi=120, fmt=fmt)
     renderer.save(plots.readout_fourier_figure, fourier.unembed_frequency_norms(readout), keys,
                   path=figures / "readout_fourier", dpi=120, fmt=fmt)
+    renderer.save(plots.embedding_fourier_figure, embedding, facts["embedding_fourier"],
+                  path=figures / "embedding_fourier", dpi=120, fmt=fmt)
     if len(best):
         renderer.save(plots.best_neurons_figure, figure_data.best_neuron_patterns(grid, best),
                       path=figures / "best_neurons", dpi=110, fmt=fmt)

@@ -87,7 +87,7 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     assert (tmp_path / "fourier" / "figures" / "frequency_shares.png").exists()
     assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
-    for name in ("frequency_shares", "readout_fourier", "positional_qk"):
+    for name in ("frequency_shares", "readout_fourier", "embedding_fourier", "positional_qk"):
         assert (tmp_path / "analysis" / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     assert REQUIRED <= set(summary) and summary["same_mlp"] == {"stand_in": True}
     assert isinstance(summary["key_frequencies"], list)

@@ -47,8 +47,11 @@ def seeds_of(specs: list[str]) -> list[int]:
     return out
 
 
-def run_name(seed: int, kernel: str, threads: int, precision: str, compile_: str, remedy: str) -> str:
+def run_name(seed: int, kernel: str, threads: int, precision: str, compile_: str, remedy: str,
+             device: str = "cpu") -> str:
     name = f"seed={seed}_kernel={kernel}_threads={threads}_{precision}"
+    if device != "cpu":
+        name += f"_{device.replace(':', '')}"
     if compile_ == "on":
         name += "_compiled"
     if remedy != "none":
@@ -57,12 +60,12 @@ def run_name(seed: int, kernel: str, threads: int, precision: str, compile_: str
 
 
 def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, compile_: str,
-              remedy: str, steps: int) -> str:
-    run = out / "runs" / run_name(seed, kernel, threads, precision, compile_, remedy)
+              remedy: str, steps: int, device: str = "cpu", stop_at: str = "generalised") -> str:
+    run = out / "runs" / run_name(seed, kernel, threads, precision, compile_, remedy, device)
     if (run / "results.json").exists():
         return f"{run.name}: done already"
     sets = [f"seed={seed}", f"init_seed={seed}", f"train.seed={seed}", f"threads={threads}",
-            f"precision={precision}", f"compile={compile_}", "stop_at=generalised",
+            f"precision={precision}", f"compile={compile_}", f"stop_at={stop_at}", f"device={device}",
             "checkpoint_every=2500", "pool_size=1000", f"steps={steps}"]
     if remedy != "none":
         sets.append(f"remedy={remedy}")
@@ -93,6 +96,7 @@ def table(out: Path) -> pd.DataFrame:
             "run": run.name, "seed": cfg["train"]["seed"], "f": cfg["task"]["f"], "r": cfg["task"]["r"],
             "precision": cfg["train"]["precision"].replace("auto", "fp32"),
             "threads": res.get("threads"), "kernel": run.name.split("kernel=")[1].split("_")[0],
+            "device": cfg["train"]["device"],
             "compiled": res.get("compiled"), "remedy": cfg["train"].get("remedy", "none"),
             "steps": res["steps"], "outcome": row["outcome"],
             "routing_formed_step": row["routing_formed_step"],
@@ -127,13 +131,17 @@ def main() -> int:
     p.add_argument("--remedy", default="none")
     p.add_argument("--steps", type=int, default=30_000)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU check trains there)")
+    p.add_argument("--stop-at", default="generalised", choices=["generalised", "decided"],
+                   help="generalised: stalls train the whole budget (the study here); decided: also stop "
+                        "once the detector is certain of a stall")
     p.add_argument("--table", action="store_true", help="only re-read the run directories")
     a = p.parse_args()
     if not a.table:
         jobs = [(s, k) for s in seeds_of(a.seeds) for k in a.kernels]
         with ThreadPoolExecutor(a.workers) as pool:
-            futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps)
-                       for s, k in jobs]
+            futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps,
+                                   a.device, a.stop_at) for s, k in jobs]
             for fut in futures:
                 print(fut.result(), flush=True)
                 table(a.out)

@@ -71,10 +71,10 @@ def _cmd_dla(args: argparse.Namespace) -> int:
     from compose_lens.plots import logit_attribution_figure, save
     from compose_lens.runs import load_model, write_table
     from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
 
     check_count(args.n, "--n", minimum=9)
-    out = Path(args.out)
+    out = check_out_name(args.out)
     with staged_output(out, "dla", args.overwrite) as stage, progress_bar("dla", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge

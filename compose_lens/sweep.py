@@ -33,7 +33,9 @@ is recorded (``error.json`` in its directory, ``status=failed`` and the message
 in ``results.csv``) and the other points go on; the next run of the command tries
 it again. While a point trains, its process holds a lock on ``runs/POINT.lock``, so
 a point is never trained by two processes at once (say, a restarted sweep and an
-orphaned worker of the killed one).
+orphaned worker of the killed one); and the sweep holds one on ``SWEEP/.compose-lens``
+until it has written its summary, so a second sweep into the same ``--out`` is refused
+with one line.
 
 **Backends.** ``local`` runs points in parallel worker processes sized to the
 machine: ``workers * threads <= cores``, each worker one torch thread pool of

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -103,12 +104,33 @@ def state_dict(model: tl.Model) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
 
 
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """``save_file``, with the OS's errors raised as the :class:`OSError` they are.
+
+    safetensors reports a failed write (a full disk, a read-only or vanished folder) as its own
+    ``SafetensorError`` ("... I/O error: No space left on device (os error 28)"), which the
+    callers' ``except OSError`` (the checkpoint's "the last one is kept", the command's one line)
+    would miss: the command ended as an internal error. Any other SafetensorError is left as it is.
+    """
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as exc:
+        found = _OS_ERROR.search(str(exc))
+        if not found:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def save_model(model: tl.Model, config: RunConfig, directory: str | Path, extra: dict | None = None) -> Path:
     """Write ``model.safetensors`` + ``config.json`` into ``directory`` (atomically per file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with atomic_path(directory / WEIGHTS_FILE) as tmp:  # a full disk leaves no half file
-        save_file(state_dict(model), str(tmp), metadata={"format": "compose-lens", **(extra or {})})
+        write_safetensors(state_dict(model), tmp, {"format": "compose-lens", **(extra or {})})
     write_json_atomic(directory / CONFIG_FILE, config.to_dict())
     return directory
 
@@ -401,7 +423,7 @@ def save_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Opt
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous() \
                 if name == "step" else value.detach().cpu().contiguous()
     with atomic_path(run_dir / RESUME_FILE) as tmp:  # the previous resume state stays whole
-        save_file(tensors, str(tmp), metadata={"step": str(step), "elapsed": str(elapsed)})
+        write_safetensors(tensors, tmp, {"step": str(step), "elapsed": str(elapsed)})
 
 
 def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,

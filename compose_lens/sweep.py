@@ -33,7 +33,9 @@ is recorded (``error.json`` in its directory, ``status=failed`` and the message
 in ``results.csv``) and the other points go on; the next run of the command tries
 it again. While a point trains, its process holds a lock on ``runs/POINT.lock``, so
 a point is never trained by two processes at once (say, a restarted sweep and an
-orphaned worker of the killed one).
+orphaned worker of the killed one); and the sweep holds one on ``SWEEP/.compose-lens``
+until it has written its summary, so a second sweep into the same ``--out`` is refused
+with one line.
 
 **Backends.** ``local`` runs points in parallel worker processes sized to the
 machine: ``workers * threads <= cores``, each worker one torch thread pool of
@@ -623,34 +625,41 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     if backend == "ray":
         _import_ray()
     started = time.perf_counter()
-    jobs, skipped = _pending(out, points, configs)  # may refuse: before anything is written
+    _pending(out, points, configs)  # may refuse: before anything is written
     out.mkdir(parents=True, exist_ok=True)
-    if safety.read_marker(out) is None:
-        write_json_atomic(out / safety.MARKER, {"command": "sweep", "written_by": "compose-lens"})
-    write_json_atomic(out / "sweep.json", {
-        "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
-        "runs_per_process": runs_per_process,
-        "base_config": base.to_dict(), "provenance": provenance(base),
-    })
-    chunks = chunk_jobs(jobs, runs_per_process)
-    if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
-        threads, workers = threads or 1, 0
-    else:
-        workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
-    bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
-               dynamic_ncols=True)
-    together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
-    bar.set_postfix_str((f"ray: {threads} thread(s) per task" if backend == "ray"
-                         else f"local: {workers} worker(s) x {threads} thread(s)") + together)
-    recorder = _Recorder(out, points, bar)
+    # the marker is the sweep's lock, held to the end: a second sweep into this --out would train
+    # the points the first has not locked yet and rewrite results.csv under it
+    lock = safety.lock_directory(out, "sweep", f"--out {out}: another compose-lens command is running a "
+                                               f"sweep into it now; wait for it to end (or stop it), or "
+                                               f"choose another --out")
     try:
-        if jobs and backend == "local":
-            _run_local(chunks, workers, threads, recorder)
-        elif jobs:
-            _run_ray(chunks, threads, address, recorder)
+        jobs, skipped = _pending(out, points, configs)  # again: the sweep that held it may have trained some
+        write_json_atomic(out / "sweep.json", {
+            "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
+            "runs_per_process": runs_per_process,
+            "base_config": base.to_dict(), "provenance": provenance(base),
+        })
+        chunks = chunk_jobs(jobs, runs_per_process)
+        if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
+            threads, workers = threads or 1, 0
+        else:
+            workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
+        bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
+                   dynamic_ncols=True)
+        together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
+        bar.set_postfix_str((f"ray: {threads} thread(s) per task" if backend == "ray"
+                             else f"local: {workers} worker(s) x {threads} thread(s)") + together)
+        recorder = _Recorder(out, points, bar)
+        try:
+            if jobs and backend == "local":
+                _run_local(chunks, workers, threads, recorder)
+            elif jobs:
+                _run_ray(chunks, threads, address, recorder)
+        finally:
+            bar.close()
+        rows = recorder.rows()
+        found = _write_summary(out, rows, param, sorted({int(r["seed"]) for r in rows}))
     finally:
-        bar.close()
-    rows = recorder.rows()
-    found = _write_summary(out, rows, param, sorted({int(r["seed"]) for r in rows}))
+        lock.release()
     failed = sum(1 for o in recorder.outcomes.values() if o["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)

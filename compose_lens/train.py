@@ -233,8 +233,9 @@ class Trainer:
         try:
             self.lock = safety.lock_directory(d, "train", busy)
         except BaseException:
-            if created:
-                d.rmdir()
+            if created:  # unless the process that holds the lock has written into it meanwhile
+                with contextlib.suppress(OSError):
+                    d.rmdir()
             raise
         if self.mode == "replace":
             for entry in d.iterdir():

@@ -7,7 +7,7 @@ names a run's outcome from what every run logs (the nine pool accuracies of ``me
 and, where the run has finished, from its exhaustive accuracies (``results.json``):
 
 * ``generalised``: the study's headline holds: exhaustive 0-var held-out and 2-var union
-  accuracies both >= 0.98 (for a run still training, read from the pools: addition, assignment
+  accuracies both >= 0.98 (for a run still training, read from the pools: addition, routing
   and refinement phases all reached);
 * ``stalled``: addition was learned (the addition phase of
   :data:`compose_lens.phases.PHASE_RULES`) but layer-2 routing never formed within the
@@ -129,7 +129,7 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
         verdict = "learning"
     why = {
         "generalised": "the study's headline holds (0-var held-out and 2-var union >= 0.98)" if exhaustive
-        else "addition, assignment and refinement phases all reached",
+        else "addition, routing and refinement phases all reached",
         "stalled": f"addition was learned but layer-2 routing (1-var pools >= 0.9) had not formed by "
                    f"step {last}",
         "learning": "still learning" if onset[ROUTING.name] is None else

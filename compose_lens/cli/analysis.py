@@ -39,7 +39,17 @@ def print_findings(summary: dict) -> None:
     """The analysis as a short table: each measure, its value, what the circuit predicts."""
     from compose_lens.cli.common import print_table
 
-    rows = [[what, f"{summary[key]:.3f}", expected] for key, what, expected in FINDINGS if key in summary]
+    heads = summary.get("circuit_heads") or {}
+    if heads:  # which heads "layer 1" and "layer 2" are (a role no head plays: its measures are none)
+        named = {role: (heads[role]["component"] or "none") for role in ("binder", "router")}
+        print(f"probes read: binder (layer 1) {named['binder']}, router (layer 2) {named['router']} "
+              f"({heads.get('how')})")
+
+    def value(key: str) -> str:
+        v = summary[key]
+        return "none (NaN)" if v is None or v != v else f"{v:.3f}"
+
+    rows = [[what, value(key), expected] for key, what, expected in FINDINGS if key in summary]
     rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few"])
     print_table(rows, ["finding", "value", "circuit predicts"])
     verdict = same_mlp_verdict(summary.get("same_mlp"))

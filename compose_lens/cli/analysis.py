@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, seed)
+                                     progress_bar, refuse_uncovered, seed)
 from compose_lens.config import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
@@ -58,6 +58,7 @@ def print_findings(summary: dict) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    refuse_uncovered("analyze", args.model)  # first: before torch is imported
     from compose_lens.cores import threads_now
     from compose_lens.plots import Renderer
     from compose_lens.report.outputs import write_analysis  # lazy: torch
@@ -77,6 +78,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_same_mlp(args: argparse.Namespace) -> int:
+    refuse_uncovered("same-mlp", args.model)  # first: before torch is imported
     import time
 
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
@@ -105,6 +107,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
 
 def _cmd_fourier(args: argparse.Namespace) -> int:
+    refuse_uncovered("fourier", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_fourier  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output

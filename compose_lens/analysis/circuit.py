@@ -111,6 +111,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from compose_lens import coverage
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
@@ -173,9 +174,9 @@ def _live_positions(cfg: ModelConfig, receiver: str) -> list[int]:
 
 def build_graph(cfg: ModelConfig, positions: bool = False) -> Graph:
     """The edge graph of a model without normalisation (see the module doc)."""
-    if cfg.normalization_type is not None:
-        raise ComposeLensError(f"normalization_type={cfg.normalization_type!r}: the edge graph needs a "
-                               "model without normalisation (the residual stream must be a plain sum)")
+    reason = coverage.circuit_problem(cfg)
+    if reason:
+        raise ComposeLensError(reason)
     g = Graph(cfg, positions)
     g.senders.append("embed")
     g.depth["embed"] = 0

@@ -25,7 +25,11 @@ weights are loaded into it. The next checkpoint is read from disk on a worker th
 while the current one is evaluated. The Fourier measures read one MLP for the whole run:
 the model's only MLP, or, with several, the adder located in the last checkpoint
 (:func:`compose_lens.analysis.locate.fourier_subject`); ``phases.json`` names it
-(``fourier_subject``), and where there is none the Fourier columns are NaN.
+(``fourier_subject``), and where there is none the Fourier columns are NaN. The probes
+read one binder and one router head for the whole run as well: the paper's in the paper
+architecture, else the heads located in the last checkpoint
+(:func:`compose_lens.analysis.locate.circuit_heads`; ``phases.json``: ``circuit_heads``;
+a role no head plays gives NaN columns).
 
 :func:`find_phases` applies one documented rule to the curves, never a typed-in
 step. The **onset** of a phase is the first checkpoint step ``s`` at which its
@@ -58,7 +62,7 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.analysis import locate
+from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
 from compose_lens.config import RunConfig
 from compose_lens.data import streams
@@ -140,6 +144,7 @@ class Trajectory:
     evaluated: int = 0  # checkpoints evaluated now (the others came from a previous table)
     settings: dict | None = None  # pool_size, slot_size, seed, circuit: what a reused table must match
     fourier_subject: dict | None = None  # the MLP the Fourier measures read (locate.FourierSubject.to_dict)
+    circuit_heads: dict | None = None  # the binder and router the probes read (probes.Heads.to_dict)
 
     @property
     def seconds_per_checkpoint(self) -> float:
@@ -175,6 +180,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     checkpoints, config, split = runs.find_checkpoints(source, split_file)
     checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
     subject = _fourier_subject(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
+    heads = _circuit_heads(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
     wanted = {c.step for c in checkpoints}
     known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
     done = {int(r["step"]) for r in known_rows}
@@ -208,7 +214,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
                         for v, s in zip(variables, equals_variable_scores(model, config))})
             if measures is not None:
                 row.update({k: float(v) for k, v in measures(model, config, split, seed=seed, inputs=inputs,
-                                                             mlp_block=subject.layer).items()})
+                                                             mlp_block=subject.layer, heads=heads).items()})
             rows.append(row)
             bar.update(1)
             bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
@@ -220,7 +226,18 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
                       evaluated=len(rows),
                       settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file),
-                      fourier_subject=None if subject is None else subject.to_dict())
+                      fourier_subject=None if subject is None else subject.to_dict(),
+                      circuit_heads=None if heads is None else heads.to_dict())
+
+
+def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int, device: str):
+    """The binder and router the run's probes read: the paper's in the paper architecture (nothing
+    read), else the heads located in the ``last`` checkpoint."""
+    if weights.is_paper_architecture(config.model):
+        return probes.PAPER_HEADS
+    state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
+    model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
+    return locate.circuit_heads(model, config, split, seed)
 
 
 def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int,
@@ -258,6 +275,7 @@ def phases_document(traj: Trajectory) -> dict:
         "circuit_measures": traj.circuit,
         "settings": traj.settings,
         "fourier_subject": traj.fourier_subject,
+        "circuit_heads": traj.circuit_heads,
         "timing": {"seconds": round(traj.seconds, 2), "evaluated_now": traj.evaluated,
                    "seconds_per_checkpoint": round(traj.seconds_per_checkpoint, 3),
                    "extrapolated_300_checkpoints_s": round(300 * traj.seconds_per_checkpoint, 1)},

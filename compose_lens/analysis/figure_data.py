@@ -34,7 +34,7 @@ import torch
 
 from compose_lens.analysis import fourier
 from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.probes import positional_qk_scores, variable_identity_matrix
+from compose_lens.analysis.probes import PAPER_HEADS, Heads, positional_qk_scores, variable_identity_matrix
 from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts
 from compose_lens.config import RunConfig
 from compose_lens.data.sampler import make_pool
@@ -57,9 +57,15 @@ def example_sequences(split: Split, seed: int = 0) -> list[str]:
     return out
 
 
-def qk_matrices(model: tl.Model, config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(layer-1 positional QK over the context, layer-2 variable identity), both scaled by sqrt(d_head)."""
-    return positional_qk_scores(model, config).numpy(), variable_identity_matrix(model, config).numpy()
+def qk_matrices(model: tl.Model, config: RunConfig,
+                heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(the binder's (layer-1) positional QK over the context, the binder/router (layer-2) variable
+    identity), both scaled by sqrt(d_head); ``heads``: the paper's by default; None where no head
+    plays a role (the identity also needs the router above the binder)."""
+    positional = None if heads.binder is None else positional_qk_scores(model, config, heads=heads).numpy()
+    identity = (None if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]
+                else variable_identity_matrix(model, config, heads=heads).numpy())
+    return positional, identity
 
 
 # -- the early jump ------------------------------------------------------------------------------

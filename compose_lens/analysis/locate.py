@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens.analysis import fourier
+from compose_lens.analysis import fourier, probes
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
 from compose_lens.config import RunConfig
@@ -285,3 +285,29 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
     return FourierSubject(int(best["layer"]), False, float(best["score"]),
                           f"no MLP adds (best {best['component']}, score {best['score']:.3f} < "
                           f"{THRESHOLDS['adder']}); analysing {best['component']} anyway")
+
+
+# -- what the probes read ------------------------------------------------------------------------
+
+
+def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600, *,
+                  location: Location | None = None, threads: int | None = 1) -> probes.Heads:
+    """The binder and router heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
+
+    The paper architecture (:func:`~compose_lens.model.weights.is_paper_architecture`) reads the
+    paper's, ``blocks.0`` head 0 and ``blocks.1`` head 0, without scoring (so its numbers are the
+    study's at every checkpoint, trained or not); any other the located ones (``location``: a
+    :func:`locate` result to reuse; else the heads are scored here), None where no head reaches
+    the role's threshold.
+    """
+    if weights.is_paper_architecture(config.model):
+        return probes.PAPER_HEADS
+    if location is None:
+        with torch_threads(threads), torch.no_grad():
+            table = head_scores(model, config, split, n, seed)
+        binder, router = _choose("binder", table), _choose("router", table)
+    else:
+        binder, router = location.binder, location.router
+    return probes.Heads(None if binder.component is None else (binder.layer, binder.head),
+                        None if router.component is None else (router.layer, router.head),
+                        f"located: {binder.line()}; {router.line()}")

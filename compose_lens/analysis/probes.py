@@ -38,6 +38,14 @@ Activation probes read one :class:`~compose_lens.analysis.activations.Activation
 of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
 parts); pass ``acts=`` to share one forward pass between several probes.
 
+**Which heads.** "Layer 1" above is the *binder* head and "layer 2" the *router* head
+(:class:`Heads`): by default the paper's, ``blocks.0`` head 0 and ``blocks.1`` head 0
+(:data:`PAPER_HEADS`); for another architecture pass the ones
+:func:`compose_lens.analysis.locate.circuit_heads` finds. Where no head plays a role
+(``binder=None`` / ``router=None``) every measure that reads it is NaN, never a default
+head's. For a binder above ``blocks.0``, the weight views (:func:`positional_qk_scores`,
+:func:`variable_identity_matrix`) read the direct path from the embeddings only.
+
 >>> from compose_lens.config import RunConfig
 >>> from compose_lens.model import tl
 >>> model = tl.boot(RunConfig().model)
@@ -52,7 +60,7 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.analysis.activations import Activations, collect
+from compose_lens.analysis.activations import PAPER_BINDER, PAPER_ROUTER, Activations, collect
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool
@@ -61,20 +69,52 @@ from compose_lens.data.task import SEQUENCE_TYPES
 from compose_lens.model import tl
 from compose_lens.model.weights import ov_matrix, qk_matrix
 
+Head = tuple[int, int]  # (layer, head)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """The heads the probes read: ``binder`` (the previous-token head, paper layer 1) and ``router``
+    (the head that reads the queried values from ``=``, paper layer 2); None: no head plays it."""
+
+    binder: Head | None = PAPER_BINDER
+    router: Head | None = PAPER_ROUTER
+    how: str = "the paper architecture's: blocks.0 head 0 binds, blocks.1 head 0 routes (not located)"
+
+    def to_dict(self) -> dict:
+        def one(head):
+            return {"component": None if head is None else f"blocks.{head[0]} head {head[1]}",
+                    "layer": None if head is None else head[0], "head": None if head is None else head[1]}
+        return {"binder": one(self.binder), "router": one(self.router), "how": self.how,
+                "none": [role for role in ("binder", "router") if getattr(self, role) is None]}
+
+
+PAPER_HEADS = Heads()
+
+
+def _weight_heads(head: int, heads: Heads | None) -> Heads:
+    """The weight views' ``head`` argument (that head in blocks.0 and blocks.1) or ``heads``."""
+    return Heads((0, head), (1, head)) if heads is None else heads
+
+
 # -- 1. previous-token head: weights ------------------------------------------------------
 
 
 def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = None,
-                         head: int = 0) -> torch.Tensor:
-    """Layer-1 positional scores ``P QK1 P^T / sqrt(d_head)``, (C, C) over the context positions.
+                         head: int = 0, *, heads: Heads | None = None) -> torch.Tensor:
+    """The binder's positional scores ``P QK1 P^T / sqrt(d_head)``, (C, C) over the context positions.
 
     Entry (i, j) is how much query position i prefers key position j from position
     alone; only j <= i is ever used (causal mask). Without a task, every position.
+    ``heads``: whose QK (default: blocks.0 head ``head``).
     """
+    binder = _weight_heads(head, heads).binder
+    if binder is None:
+        raise ValueError("no binder head: nothing to score")
     task = task.task if isinstance(task, RunConfig) else task
     P = tl.parameters(model)["pos_embed.weight"].detach().float().cpu()
     n = task.context_len if task is not None else P.shape[0]
-    return P[:n] @ qk_matrix(model, 0, head) @ P[:n].T / math.sqrt(tl.size(model, "d_head"))
+    return P[:n] @ qk_matrix(model, *binder) @ P[:n].T / math.sqrt(tl.size(model, "d_head"))
 
 
 def previous_position_fraction(scores: torch.Tensor) -> float:
@@ -88,12 +128,15 @@ def previous_position_fraction(scores: torch.Tensor) -> float:
 
 
 def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None = None,
-                            head: int = 0) -> float:
+                            head: int = 0, *, heads: Heads | None = None) -> float:
     """Weight view of the previous-token head: :func:`previous_position_fraction` of the
     positional scores. Position 1 has a single earlier key, so it always counts as a
     hit: the chance level of a C-position context is ``(1/1 + 1/2 + ... + 1/(C-1)) / (C-1)``.
+    NaN where ``heads`` has no binder.
     """
-    return previous_position_fraction(positional_qk_scores(model, task, head))
+    if _weight_heads(head, heads).binder is None:
+        return float("nan")
+    return previous_position_fraction(positional_qk_scores(model, task, head, heads=heads))
 
 
 # -- the batch and the activations the activation probes read ---------------------------
@@ -108,14 +151,22 @@ def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
 
 
 def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int = 900,
-                      seed: int = 0, tokens: torch.Tensor | None = None) -> Activations:
+                      seed: int = 0, tokens: torch.Tensor | None = None, *,
+                      heads: Heads = PAPER_HEADS) -> Activations:
     """The activations of :func:`probe_batch` (one forward pass shared by the activation probes);
-    ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only)."""
-    return collect(model, config.model, probe_batch(split, n, seed).tokens if tokens is None else tokens)
+    ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only);
+    ``heads``: the binder and router heads read (the paper's by default)."""
+    tokens = probe_batch(split, n, seed).tokens if tokens is None else tokens
+    mlp = config.model.mlp_layers  # the probes read no MLP; the paper's (1) for the table forward
+    return collect(model, config.model, tokens, binder=heads.binder, router=heads.router,
+                   mlp_layer=mlp[-1] if mlp else config.model.n_layers - 1)
 
 
-def _acts(model, config, split, n, seed, acts) -> Activations:
-    return acts if acts is not None else probe_activations(model, config, split, n, seed)
+def _acts(model, config, split, n, seed, acts, heads=PAPER_HEADS) -> Activations:
+    return acts if acts is not None else probe_activations(model, config, split, n, seed, heads=heads)
+
+
+NAN = float("nan")
 
 
 def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,19 +183,25 @@ def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tenso
 
 
 def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                               seed: int = 0, acts: Activations | None = None) -> float:
-    """Fraction of context value positions whose layer-1 attention peaks on the previous token."""
-    acts = _acts(model, config, split, n, seed, acts)
+                               seed: int = 0, acts: Activations | None = None,
+                               heads: Heads = PAPER_HEADS) -> float:
+    """Fraction of context value positions whose binder (layer-1) attention peaks on the previous token."""
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern0 is None:
+        return NAN
     seq, pos = value_positions(config.task, acts.tokens)
     peak = acts.pattern0[seq, pos].argmax(dim=-1)
     return (peak == pos - 1).float().mean().item()
 
 
 def prev_token_attention_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                              seed: int = 0, acts: Activations | None = None) -> float:
-    """Mean layer-1 attention weight a context value position puts on the previous token (the
+                              seed: int = 0, acts: Activations | None = None,
+                              heads: Heads = PAPER_HEADS) -> float:
+    """Mean binder (layer-1) attention weight a context value position puts on the previous token (the
     graded companion of the argmax hit rate :func:`prev_token_attention_score`)."""
-    acts = _acts(model, config, split, n, seed, acts)
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern0 is None:
+        return NAN
     seq, pos = value_positions(config.task, acts.tokens)
     return acts.pattern0[seq, pos, pos - 1].mean().item()
 
@@ -205,13 +262,16 @@ def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch
 
 
 def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900, seed: int = 0,
-                     acts: Activations | None = None, **probe_options) -> ProbeResult:
-    """Probe the residual stream after layer-1 attention (``blocks.0.hook_resid_mid``; with no
-    layer-1 MLP it equals ``hook_resid_post``) at value positions for the assigned variable."""
-    acts = _acts(model, config, split, n, seed, acts)
+                     acts: Activations | None = None, heads: Heads = PAPER_HEADS, **probe_options) -> ProbeResult:
+    """Probe the residual stream after the binder's attention (paper: ``blocks.0.hook_resid_mid``; with
+    no layer-1 MLP it equals ``hook_resid_post``) at value positions for the assigned variable.
+    NaN accuracies where no head binds."""
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    task = config.task
+    if acts.binder is None:
+        return ProbeResult(NAN, NAN, 0, 0, task.n_vars)
     if acts.resid_mid0 is None:
         raise ValueError("these activations were collected without resid_mid0 (resid=False)")
-    task = config.task
     seq, pos = value_positions(task, acts.tokens)
     features = acts.resid_mid0[seq, pos]
     labels = acts.tokens[seq, pos - 1] - task.first_var_token
@@ -219,9 +279,11 @@ def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int
 
 
 def prev_token_probe_accuracy(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                              seed: int = 0, acts: Activations | None = None, **probe_options) -> float:
+                              seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS,
+                              **probe_options) -> float:
     """Held-out accuracy of :func:`prev_token_probe` (chance: 1 / n_vars)."""
-    return prev_token_probe(model, config, split, n=n, seed=seed, acts=acts, **probe_options).test_accuracy
+    return prev_token_probe(model, config, split, n=n, seed=seed, acts=acts, heads=heads,
+                            **probe_options).test_accuracy
 
 
 # -- 2. "=" gathers the operands ----------------------------------------------------------
@@ -234,17 +296,19 @@ def _top2_matches(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
-    """(B,) bool: do layer-1's two largest weights from ``=`` fall on the operand positions?"""
+    """(B,) bool: do the binder's (layer-1's) two largest weights from ``=`` fall on the operand positions?"""
     n = task.seq_len
     targets = torch.tensor([n - 3, n - 2]).expand(len(acts), 2)
     return _top2_matches(acts.pattern0[:, -1], targets)
 
 
 def equals_to_operands_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                             seed: int = 0, acts: Activations | None = None) -> float:
-    """Fraction of sequences whose layer-1 attention from ``=`` puts its top two weights on
+                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
+    """Fraction of sequences whose binder (layer-1) attention from ``=`` puts its top two weights on
     positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
-    acts = _acts(model, config, split, n, seed, acts)
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern0 is None:
+        return NAN
     return equals_to_operands_hits(config.task, acts).float().mean().item()
 
 
@@ -255,10 +319,12 @@ def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                            seed: int = 0, acts: Activations | None = None) -> float:
-    """Mean layer-1 attention mass from ``=`` on the two operand positions (graded; the hit rate
+                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
+    """Mean binder (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
     :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
-    acts = _acts(model, config, split, n, seed, acts)
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern0 is None:
+        return NAN
     m = config.task.seq_len
     return target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2)).mean().item()
 
@@ -266,17 +332,24 @@ def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *,
 # -- 3. variable-identity routing ----------------------------------------------------------
 
 
-def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0) -> torch.Tensor:
+def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0, *,
+                             heads: Heads | None = None) -> torch.Tensor:
     """``S = (E_var OV1) QK2 (E_var OV1)^T / sqrt(d_head)``, (n_vars, n_vars).
 
     Row v: the ``=`` query carrying variable v (gathered by layer 1 from the operand)
     against the key of a value position carrying variable w (written by the
     previous-token head). Identity routing means each row peaks on the diagonal.
+    ``heads``: OV1 is the binder's, QK2 the router's (default: head ``head`` of blocks.0 and
+    blocks.1); the router must sit above the binder.
     """
+    heads = _weight_heads(head, heads)
+    if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]:
+        raise ValueError(f"variable identity needs a binder below a router (binder {heads.binder}, "
+                         f"router {heads.router})")
     task = config.task if isinstance(config, RunConfig) else config
     E = tl.parameters(model)["embed.weight"].detach().float().cpu()
-    tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, 0, head)
-    return tagged @ qk_matrix(model, 1, head) @ tagged.T / math.sqrt(tl.size(model, "d_head"))
+    tagged = E[task.first_var_token: task.first_var_token + task.n_vars] @ ov_matrix(model, *heads.binder)
+    return tagged @ qk_matrix(model, *heads.router) @ tagged.T / math.sqrt(tl.size(model, "d_head"))
 
 
 def diagonal_max_fraction(matrix: torch.Tensor) -> float:
@@ -284,9 +357,14 @@ def diagonal_max_fraction(matrix: torch.Tensor) -> float:
     return (matrix.argmax(dim=1) == torch.arange(len(matrix))).float().mean().item()
 
 
-def variable_identity_score(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0) -> float:
-    """:func:`diagonal_max_fraction` of :func:`variable_identity_matrix` (chance about 1 / n_vars)."""
-    return diagonal_max_fraction(variable_identity_matrix(model, config, head))
+def variable_identity_score(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0, *,
+                            heads: Heads | None = None) -> float:
+    """:func:`diagonal_max_fraction` of :func:`variable_identity_matrix` (chance about 1 / n_vars);
+    NaN where ``heads`` lacks a binder or a router, or the router is not above the binder."""
+    h = _weight_heads(head, heads)
+    if h.binder is None or h.router is None or h.router[0] <= h.binder[0]:
+        return NAN
+    return diagonal_max_fraction(variable_identity_matrix(model, config, head, heads=heads))
 
 
 def value_targets(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
@@ -303,23 +381,27 @@ def value_targets(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def equals_to_values_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
-    """(B,) bool: do layer-2's two largest weights from ``=`` fall on the two value positions?"""
+    """(B,) bool: do the router's (layer-2's) two largest weights from ``=`` fall on the two value positions?"""
     return _top2_matches(acts.pattern1_last, value_targets(task, acts.tokens))
 
 
 def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                           seed: int = 0, acts: Activations | None = None) -> float:
-    """Fraction of sequences whose layer-2 attention from ``=`` puts its top two weights on the
+                           seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
+    """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the
     value positions (see :func:`value_targets`)."""
-    acts = _acts(model, config, split, n, seed, acts)
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern1_last is None:
+        return NAN
     return equals_to_values_hits(config.task, acts).float().mean().item()
 
 
 def equals_to_values_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
-                          seed: int = 0, acts: Activations | None = None) -> float:
-    """Mean layer-2 attention mass from ``=`` on the two value positions (graded: the study's
+                          seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
+    """Mean router (layer-2) attention mass from ``=`` on the two value positions (graded: the study's
     final model reads 1.0 on :func:`equals_to_values_score` with only about half its mass there)."""
-    acts = _acts(model, config, split, n, seed, acts)
+    acts = _acts(model, config, split, n, seed, acts, heads)
+    if acts.pattern1_last is None:
+        return NAN
     return target_mass(acts.pattern1_last, value_targets(config.task, acts.tokens)).mean().item()
 
 
@@ -330,11 +412,18 @@ def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, 
     lhs_var = tokens[:, -3] >= task.first_var_token
     rhs_var = tokens[:, -2] >= task.first_var_token
     kind = lhs_var.long() + 2 * rhs_var.long()
-    operands = equals_to_operands_hits(task, acts)
-    values = equals_to_values_hits(task, acts)
     m = task.seq_len
-    operand_mass = target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
-    value_mass = target_mass(acts.pattern1_last, value_targets(task, acts.tokens))
+    nan = torch.full((len(acts),), NAN)
+    if acts.pattern0 is None:  # no binder: its two measures are NaN
+        operands = operand_mass = nan
+    else:
+        operands = equals_to_operands_hits(task, acts)
+        operand_mass = target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
+    if acts.pattern1_last is None:  # no router
+        values = value_mass = nan
+    else:
+        values = equals_to_values_hits(task, acts)
+        value_mass = target_mass(acts.pattern1_last, value_targets(task, acts.tokens))
     out = {}
     for index, name in enumerate(SEQUENCE_TYPES):
         mask = kind == index

@@ -102,6 +102,7 @@ from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
+from compose_lens import coverage
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
@@ -725,9 +726,9 @@ def verdict_reason(tests: dict) -> str:
 
 def check_layout(config: RunConfig) -> None:
     """Refuse (one line) a model the same-MLP tests cannot read: they need the study's layout."""
-    if not weights.has_paper_layout(config.model) or config.model.normalization_type is not None:
-        raise ComposeLensError("the same-MLP tests need the study's layout: two layers, an MLP in the "
-                               "second (blocks.1) only, no normalisation")
+    reason = coverage.same_mlp_problem(config.model)
+    if reason:
+        raise ComposeLensError(reason)
 
 
 def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,

@@ -38,6 +38,12 @@ constant and the excluded losses remove nothing (they equal ``grid_loss``).
 layout, the located adder in another). Where the model has no MLP, or that MLP is
 not in the last block (the grids read the logits as linear in its neurons), the
 Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a default block's.
+
+Likewise "layer 1" is the *binder* head and "layer 2" the *router* head that the probes
+read (``heads``, by default :func:`compose_lens.analysis.locate.circuit_heads`: the paper's
+``blocks.0`` head 0 and ``blocks.1`` head 0 in the paper architecture, the located ones in
+another). Where no head plays a role, the measures that read it are NaN and
+:func:`circuit_summary`'s ``circuit_heads`` says so (``circuit_heads["none"]``).
 """
 
 from __future__ import annotations
@@ -101,11 +107,27 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
-def _masses(model: tl.Model, config: RunConfig, split: Split, acts) -> dict[str, float]:
-    """The graded companions of the three argmax hit rates: attention mass on the targets."""
-    return {"prev_token_attention_mass": probes.prev_token_attention_mass(model, config, split, acts=acts),
-            "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts),
-            "equals_to_values_mass": probes.equals_to_values_mass(model, config, split, acts=acts)}
+def _probe_measures(model: tl.Model, config: RunConfig, split: Split, acts, heads: probes.Heads,
+                    probe_accuracy: float) -> dict[str, float]:
+    """The probe measures of ``acts`` (collected for ``heads``) and the weight views of ``heads``."""
+    return {
+        "prev_token_weight_score": probes.prev_token_weight_score(model, config, heads=heads),
+        "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
+        "prev_token_probe_accuracy": probe_accuracy,
+        "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
+        "variable_identity_score": probes.variable_identity_score(model, config, heads=heads),
+        "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+        # the graded companions of the three argmax hit rates: attention mass on the targets
+        "prev_token_attention_mass": probes.prev_token_attention_mass(model, config, split, acts=acts),
+        "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts),
+        "equals_to_values_mass": probes.equals_to_values_mass(model, config, split, acts=acts),
+    }
+
+
+def probe_heads(model: tl.Model, config: RunConfig, split: Split, heads: probes.Heads | str = LOCATE,
+                seed: int = 0) -> probes.Heads:
+    """``heads`` as given, or (``"locate"``) :func:`compose_lens.analysis.locate.circuit_heads`."""
+    return locate.circuit_heads(model, config, split, seed) if heads == LOCATE else heads
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,8 @@ def measure_inputs(split: Split, n: int = 600, seed: int = 0) -> MeasureInputs:
 
 def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
                      threads: int | None = 1, inputs: MeasureInputs | None = None,
-                     mlp_block: int | None | str = LOCATE) -> dict[str, float]:
+                     mlp_block: int | None | str = LOCATE,
+                     heads: probes.Heads | str = LOCATE) -> dict[str, float]:
     """The cheap per-checkpoint measures (see the module docstring for the keys).
 
     ``n`` sequences (every pool in equal parts) feed the activation probes; the
@@ -134,24 +157,18 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
     ``inputs``: :func:`measure_inputs` of the same split, ``n`` and seed, rendered once
     (the training-dynamics loop passes it; ~12 ms of each checkpoint's ~0.4 s).
     ``mlp_block``: the MLP of the Fourier measures (see :func:`fourier_block`; the dynamics
-    tools fix it once per run).
+    tools fix it once per run); ``heads``: the binder and router the probes read (see
+    :func:`probe_heads`; the dynamics tools fix them once per run too).
     """
     if inputs is not None and (inputs.n, inputs.seed) != (n, seed):
         raise ValueError(f"inputs are for n={inputs.n}, seed={inputs.seed}; asked for n={n}, seed={seed}")
     with torch_threads(threads), torch.no_grad():
         layer = fourier_block(model, config, split, mlp_block, seed)
+        heads = probe_heads(model, config, split, heads, seed)
         acts = probes.probe_activations(model, config, split, n, seed,
-                                        tokens=None if inputs is None else inputs.probe_tokens)
-        out = {
-            "prev_token_weight_score": probes.prev_token_weight_score(model, config),
-            "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
-            "prev_token_probe_accuracy": probes.prev_token_probe_accuracy(model, config, split, acts=acts,
-                                                                          seed=seed),
-            "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
-            "variable_identity_score": probes.variable_identity_score(model, config),
-            "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
-            **_masses(model, config, split, acts),
-        }
+                                        tokens=None if inputs is None else inputs.probe_tokens, heads=heads)
+        accuracy = probes.prev_token_probe_accuracy(model, config, split, acts=acts, seed=seed)
+        out = _probe_measures(model, config, split, acts, heads, accuracy)
         if layer is None:
             out.update(dict.fromkeys(FOURIER_KEYS, float("nan")))
         else:
@@ -163,17 +180,21 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
 
 
 def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
-                    threads: int | None = 1, subject: locate.FourierSubject | None = None) -> dict:
+                    threads: int | None = 1, subject: locate.FourierSubject | None = None,
+                    heads: probes.Heads | str = LOCATE) -> dict:
     """Everything of :func:`circuit_measures`, plus the details (JSON-ready); ``fourier_subject``
     says which MLP the Fourier part read (``subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
-    already found). Refuses, in one line, a model whose MLP it cannot read (none, or not the last block)."""
+    already found) and ``circuit_heads`` which heads the probes read (``heads``: see :func:`probe_heads`;
+    a role no head plays is listed in ``circuit_heads["none"]`` and its measures are NaN).
+    Refuses, in one line, a model whose MLP it cannot read (none, or not the last block)."""
     with torch_threads(threads), torch.no_grad():
         subject = subject or locate.fourier_subject(model, config, split, seed, score_single=False)
         if subject.layer is None:
             raise ComposeLensError(f"the summary's Fourier part needs an MLP: {subject.note}")
         fourier.check_readout_layer(config, subject.layer)
         layer = subject.layer
-        acts = probes.probe_activations(model, config, split, n, seed)
+        heads = probe_heads(model, config, split, heads, seed)
+        acts = probes.probe_activations(model, config, split, n, seed, heads=heads)
         probe = probes.prev_token_probe(model, config, split, acts=acts, seed=seed)
         grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
@@ -182,19 +203,14 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
         variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
         measures = {
-            "prev_token_weight_score": probes.prev_token_weight_score(model, config),
-            "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
-            "prev_token_probe_accuracy": probe.test_accuracy,
-            "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
-            "variable_identity_score": probes.variable_identity_score(model, config),
-            "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
-            **_masses(model, config, split, acts),
+            **_probe_measures(model, config, split, acts, heads, probe.test_accuracy),
             "ov_mlp_addition_accuracy": ov.accuracy(),
             **_fourier_measures(grid, keys),
         }
         summary = {
             **measures,
             "fourier_subject": subject.to_dict(),
+            "circuit_heads": heads.to_dict(),
             "key_frequencies": keys,
             "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
             "excluded_loss_by_frequency": fourier.excluded_loss(grid, keys),

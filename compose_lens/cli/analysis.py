@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, seed)
+                                     progress_bar, refuse_uncovered, seed)
 from compose_lens.config import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
@@ -39,7 +39,17 @@ def print_findings(summary: dict) -> None:
     """The analysis as a short table: each measure, its value, what the circuit predicts."""
     from compose_lens.cli.common import print_table
 
-    rows = [[what, f"{summary[key]:.3f}", expected] for key, what, expected in FINDINGS if key in summary]
+    heads = summary.get("circuit_heads") or {}
+    if heads:  # which heads "layer 1" and "layer 2" are (a role no head plays: its measures are none)
+        named = {role: (heads[role]["component"] or "none") for role in ("binder", "router")}
+        print(f"probes read: binder (layer 1) {named['binder']}, router (layer 2) {named['router']} "
+              f"({heads.get('how')})")
+
+    def value(key: str) -> str:
+        v = summary[key]
+        return "none (NaN)" if v is None or v != v else f"{v:.3f}"
+
+    rows = [[what, value(key), expected] for key, what, expected in FINDINGS if key in summary]
     rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few"])
     print_table(rows, ["finding", "value", "circuit predicts"])
     verdict = same_mlp_verdict(summary.get("same_mlp"))
@@ -48,6 +58,7 @@ def print_findings(summary: dict) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    refuse_uncovered("analyze", args.model)  # first: before torch is imported
     from compose_lens.cores import threads_now
     from compose_lens.plots import Renderer
     from compose_lens.report.outputs import write_analysis  # lazy: torch
@@ -67,6 +78,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_same_mlp(args: argparse.Namespace) -> int:
+    refuse_uncovered("same-mlp", args.model)  # first: before torch is imported
     import time
 
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
@@ -95,6 +107,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
 
 
 def _cmd_fourier(args: argparse.Namespace) -> int:
+    refuse_uncovered("fourier", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_fourier  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar, seed
+from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
+                                     progress_bar, refuse_uncovered, seed)
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
+    refuse_uncovered("circuit", args.model)  # first: before torch is imported
     from compose_lens.config import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch

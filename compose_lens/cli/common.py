@@ -53,6 +53,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
 
 
+def refuse_uncovered(command: str, spec: str) -> None:
+    """Refuse, in one line and before anything is loaded, a MODEL whose architecture ``command``
+    does not cover (:mod:`compose_lens.coverage`, read from its config.json alone)."""
+    from compose_lens.config import ComposeLensError
+    from compose_lens.coverage import describe, peek_model_config, problem  # no torch
+
+    cfg = peek_model_config(spec)
+    reason = None if cfg is None else problem(command, cfg)
+    if reason:
+        raise ComposeLensError(f"{command} does not cover {spec} ({describe(cfg)}): {reason}")
+
+
 def task_from_args(args: argparse.Namespace) -> TaskConfig:
     from compose_lens.data.split import Split  # lazy: torch
 

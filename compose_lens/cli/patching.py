@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 
-from compose_lens.cli.common import add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument, progress_bar, seed
+from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
+                                     progress_bar, refuse_uncovered, seed)
 from compose_lens.config import CORRUPTIONS
 
 
 def _cmd_patch(args: argparse.Namespace) -> int:
+    refuse_uncovered("patch", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_patching  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 
@@ -47,6 +49,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 
 
 def _cmd_ablate(args: argparse.Namespace) -> int:
+    refuse_uncovered("ablate", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_ablation  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 

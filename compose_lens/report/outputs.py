@@ -13,7 +13,8 @@ each one draws is already written, with its provenance, as the CSV of the same a
 * ``summary.json``: :func:`~compose_lens.analysis.summary.circuit_summary` (every probe
   and Fourier measure, the key frequencies) and ``same_mlp`` (the verdict, tests and
   controls of :mod:`compose_lens.analysis.same_mlp`, without its tables);
-* one CSV per analysis: ``positional_qk.csv``, ``variable_identity.csv``,
+* one CSV per analysis: ``positional_qk.csv``, ``variable_identity.csv`` (of the binder and router
+  heads; absent where no head plays the role),
   ``scores_by_type.csv`` and the Fourier tables of :func:`write_fourier`, plus
   ``patching.csv`` and ``ablation.csv`` (unless ``causal=False``);
 * PNG figures under ``DIR/figures``.
@@ -186,17 +187,19 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     figures.mkdir(parents=True, exist_ok=True)
     record = provenance(config, seed, loaded.source)
     summary: dict = {"located": {r.role: r.component for r in plan[0].roles()}}
+    heads = locate.circuit_heads(model, config, split, seed, location=plan[0])  # the paper's, or the located
 
     def probes() -> None:
-        summary.update(circuit_summary(model, config, split, seed=seed, subject=plan[1]))
+        summary.update(circuit_summary(model, config, split, seed=seed, subject=plan[1], heads=heads))
         by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
         write_table(by_type, out / "scores_by_type.csv", record)
 
     def qk() -> None:  # drawn here: the figure gives the table (0.1 s each)
-        positional, identity = figure_data.qk_matrices(model, config)
-        for name, (fig, table) in {"positional_qk": plots.positional_qk_figure(positional),
-                                   "variable_identity": plots.variable_identity_figure(
-                                       identity, config.task.variable_names)}.items():
+        positional, identity = figure_data.qk_matrices(model, config, heads)  # None: no head plays it
+        drawn = {} if positional is None else {"positional_qk": plots.positional_qk_figure(positional)}
+        if identity is not None:
+            drawn["variable_identity"] = plots.variable_identity_figure(identity, config.task.variable_names)
+        for name, (fig, table) in drawn.items():
             write_table(table, out / f"{name}.csv", record)
             plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
 

@@ -10,11 +10,14 @@ import pytest
 import torch
 
 from compose_lens import runs
-from compose_lens.analysis import locate
-from compose_lens.analysis.summary import FOURIER_KEYS, circuit_measures, fourier_block
+from compose_lens.analysis import locate, probes
+from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.model import tl
 from compose_lens.report.outputs import fourier_plan, write_fourier
+
+
+PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +118,65 @@ def test_n_layers_alone_puts_the_mlp_in_the_last_block():
     assert RunConfig().with_overrides(["n_layers=3", "mlp_layers=[1]"]).model.mlp_layers == (1,)
     assert RunConfig.from_dict({"model": {"n_layers": 4}}).model.mlp_layers == (3,)
     assert RunConfig().to_dict()["model"]["mlp_layers"] == [1]  # the paper's configs are written as before
+
+
+# -- the probes read the located binder and router (issue #28) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def second_head(paper):
+    """The paper model with two heads per layer: head 1 holds the paper's head, head 0 random queries,
+    keys and values but a zero output. Same function as the paper model; an analysis hard-coded to
+    head 0 reads a head that does nothing."""
+    config = paper.config
+    model_cfg = config.model.replace(n_heads=2)
+    cfg = dataclasses.replace(config, model=model_cfg)
+    src = tl.parameters(paper.model)
+    g = torch.Generator().manual_seed(0)
+    d = config.model.d_head
+    state = {}
+    for name, shape in tl.state_shapes(model_cfg).items():
+        if name.endswith(("attn.q.weight", "attn.k.weight", "attn.v.weight")):
+            state[name] = torch.cat([0.05 * torch.randn(d, shape[1], generator=g), src[name]])
+        elif name.endswith("attn.o.weight"):
+            state[name] = torch.cat([torch.zeros(shape[0], d), src[name]], dim=1)
+        elif name.endswith(("attn.q.bias", "attn.k.bias", "attn.v.bias")):
+            state[name] = torch.cat([torch.zeros(d), src[name]])
+        else:
+            state[name] = src[name].clone()
+    model = runs.model_of(cfg, state, "second head", bridge=False)
+    return runs.for_analyses(runs.Loaded(model, cfg, paper.split, "paper model in head 1"))
+
+
+def test_paper_architecture_probes_read_the_papers_heads_unlocated(paper):
+    heads = locate.circuit_heads(paper.model, paper.config, paper.split)
+    assert heads == probes.PAPER_HEADS
+    assert heads.to_dict()["binder"]["component"] == "blocks.0 head 0" and heads.to_dict()["none"] == []
+
+
+def test_probes_read_the_located_heads_not_head_0(paper, second_head):
+    heads = locate.circuit_heads(second_head.model, second_head.config, second_head.split)
+    assert (heads.binder, heads.router) == ((0, 1), (1, 1)) and heads.how.startswith("located")
+    reference = circuit_measures(paper.model, paper.config, paper.split)
+    located = circuit_measures(second_head.model, second_head.config, second_head.split)  # locates
+    for key in PROBE_KEYS:
+        assert located[key] == pytest.approx(reference[key], abs=1e-4), key
+    head0 = circuit_measures(second_head.model, second_head.config, second_head.split,
+                             heads=probes.Heads((0, 0), (1, 0), "head 0"))
+    assert head0["prev_token_attention_mass"] < 0.5 < reference["prev_token_attention_mass"]
+
+
+def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
+    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=2, d_head=16))
+    loaded = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained"))
+    nobody = probes.Heads(None, None, "none")
+    measures = circuit_measures(loaded.model, config, tiny_split, n=120, heads=nobody)
+    assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
+    summary = circuit_summary(loaded.model, config, tiny_split, n=120, heads=nobody)
+    assert summary["circuit_heads"]["none"] == ["binder", "router"]
+    assert summary["prev_token_attention_score"] is None  # NaN, written as JSON null
+    assert all(v["equals_to_values_score"] is None for v in summary["scores_by_type"].values())
+    # a binder without a router: its own measures are read, the router's are not
+    binder_only = circuit_measures(loaded.model, config, tiny_split, n=120, heads=probes.Heads((0, 1), None))
+    assert not math.isnan(binder_only["prev_token_attention_mass"])
+    assert math.isnan(binder_only["equals_to_values_mass"]) and math.isnan(binder_only["variable_identity_score"])

@@ -1,0 +1,97 @@
+"""Which architectures each analysis command covers, decided from the config alone (no torch).
+
+A command that cannot read a model must say so in one line before it loads anything
+(``compose-lens`` imports torch, TransformerLens and the weights only after these checks):
+
+===========  ==============================================================================
+command      covers
+===========  ==============================================================================
+``patch``    any model (every layer, head and MLP is patched through the hooks)
+``ablate``   any model (neuron and Fourier-direction ablations only in the study's layout)
+``circuit``  any model without normalisation (the edge graph needs a plain residual sum)
+``same-mlp`` the study's layout: two layers, an MLP in blocks.1 only, no normalisation
+``analyze``  the same as ``same-mlp`` (it runs the same-MLP tests)
+``fourier``  a model with an MLP in its last block (the grids read the logits as linear in
+             that MLP's neurons); which MLP adds is located once the model is loaded
+===========  ==============================================================================
+
+:func:`problem` gives the reason a command does not cover a model config (None: it does);
+:func:`peek_model_config` reads what a MODEL argument names without loading it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compose_lens.config import ModelConfig, RunConfig, load_json
+
+PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"  # compose_lens.runs.PAPER_MODEL_DIR
+
+
+def study_layout(cfg: ModelConfig) -> bool:
+    """Two layers, an MLP in the second only (:func:`compose_lens.model.weights.has_paper_layout`)."""
+    return cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,)
+
+
+SAME_MLP = ("the same-MLP tests need the study's layout: two layers, an MLP in the second (blocks.1) only, "
+            "no normalisation")
+
+
+def same_mlp_problem(cfg: ModelConfig) -> str | None:
+    if not study_layout(cfg) or cfg.normalization_type is not None:
+        return SAME_MLP
+    return None
+
+
+def circuit_problem(cfg: ModelConfig) -> str | None:
+    if cfg.normalization_type is not None:
+        return (f"normalization_type={cfg.normalization_type!r}: the edge graph needs a model without "
+                f"normalisation (the residual stream must be a plain sum)")
+    return None
+
+
+def fourier_problem(cfg: ModelConfig) -> str | None:
+    if not cfg.mlp_layers:
+        return "the model has no MLP (mlp_layers=[]): no MLP adds, the Fourier analysis has nothing to read"
+    if cfg.n_layers - 1 not in cfg.mlp_layers:
+        return (f"no MLP in the last block (mlp_layers={list(cfg.mlp_layers)}, {cfg.n_layers} layers): the "
+                f"Fourier grids read the logits as linear in the MLP's neurons, which needs the MLP in "
+                f"the last block (blocks.{cfg.n_layers - 1})")
+    return None
+
+
+PROBLEMS = {
+    "patch": lambda cfg: None,
+    "ablate": lambda cfg: None,
+    "circuit": circuit_problem,
+    "same-mlp": same_mlp_problem,
+    "analyze": same_mlp_problem,
+    "fourier": fourier_problem,
+}
+
+
+def problem(command: str, cfg: ModelConfig) -> str | None:
+    """Why ``command`` does not cover a model of ``cfg`` (one line), or None where it does."""
+    return PROBLEMS[command](cfg)
+
+
+def describe(cfg: ModelConfig) -> str:
+    norm = "" if cfg.normalization_type is None else f", {cfg.normalization_type}"
+    heads = f"{cfg.n_heads} head{'s' if cfg.n_heads != 1 else ''}"
+    return f"{cfg.n_layers} layers x {heads}, MLPs in {list(cfg.mlp_layers)}{norm}"
+
+
+def peek_model_config(spec: str | Path) -> ModelConfig | None:
+    """The model config of what ``spec`` names (as :func:`compose_lens.runs.load_model` resolves it),
+    read from its ``config.json`` only; None where it cannot be read this way (the loader then
+    reports the problem)."""
+    spec = str(spec)
+    path = PAPER_MODEL_DIR if spec == "paper" else Path(spec)
+    if path.suffix == ".pth":
+        return RunConfig().model  # the study's checkpoints are the paper architecture
+    if path.suffix == ".safetensors":
+        path = path.parent
+    try:
+        return RunConfig.from_dict(load_json(path / "config.json")).model
+    except Exception:  # absent or unreadable: load_model says why, in its own words
+        return None

@@ -1,0 +1,66 @@
+"""Which architectures patch, ablate, circuit, same-mlp (and analyze, fourier) cover (issue #28): each
+either works on a small non-paper model or refuses in one line (exit 2) before anything is loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from compose_lens import coverage, runs
+from compose_lens.cli import main
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.model import tl
+
+COMMANDS = ("patch", "ablate", "circuit", "same-mlp", "analyze", "fourier")
+
+
+def test_the_paper_architecture_is_covered_by_every_command():
+    assert all(coverage.problem(c, RunConfig().model) is None for c in COMMANDS)
+    assert coverage.peek_model_config("paper") in (None, RunConfig().model)  # None: not installed
+    assert coverage.PAPER_MODEL_DIR == runs.PAPER_MODEL_DIR
+
+
+@pytest.mark.parametrize("changes, refused", [
+    (dict(n_layers=3, n_heads=2), {"same-mlp", "analyze"}),
+    (dict(n_heads=4), set()),
+    (dict(normalization_type="LN"), {"circuit", "same-mlp", "analyze"}),
+    (dict(mlp_layers=()), {"same-mlp", "analyze", "fourier"}),
+    (dict(n_layers=3, mlp_layers=(1,)), {"same-mlp", "analyze", "fourier"}),
+])
+def test_what_each_command_covers(changes, refused):
+    cfg = ModelConfig(**changes)
+    assert {c for c in COMMANDS if coverage.problem(c, cfg)} == refused
+
+
+@pytest.fixture
+def three_by_two(tiny_config, tmp_path):
+    """An untrained 3-layer x 2-head model (its MLP in blocks.2), saved as a model directory."""
+    config = tiny_config.replace(model=tiny_config.model.replace(n_layers=3, n_heads=2, d_head=16,
+                                                                          mlp_layers=(2,)))
+    return runs.save_model(tl.boot(config.model), config, tmp_path / "m")
+
+
+@pytest.mark.parametrize("command", ["same-mlp", "analyze"])
+def test_a_command_refuses_an_uncovered_model_before_importing_torch(three_by_two, tmp_path, command):
+    code = ("import sys; from compose_lens.cli import main; "
+            f"rc = main([{command!r}, {str(three_by_two)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
+            "print(rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["2", "False"], out.stderr[-2000:]
+    line, = out.stderr.strip().splitlines()
+    assert f"{command} does not cover" in line and "3 layers x 2 heads" in line and "study's layout" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command, options", [
+    ("patch", ["--n-pairs", "8"]),
+    ("ablate", ["--pool-size", "12"]),
+    ("circuit", ["--n-pairs", "6", "--method", "eap"]),
+])
+def test_patch_ablate_and_circuit_run_on_three_layers_of_two_heads(three_by_two, tmp_path, capsys, command,
+                                                                   options):
+    assert main([command, str(three_by_two), *options, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert any(p.suffix == ".csv" for p in (tmp_path / "o").iterdir())

@@ -70,10 +70,16 @@ def cli(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "compose_lens.cli", *args]
 
 
+def _default_interrupt() -> None:
+    # a shell starts background jobs with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: give the command the terminal's default, whoever started the tests
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str]) -> subprocess.Popen:
     """The command in a process group of its own (so a test can signal all of it, as a terminal does)."""
     return subprocess.Popen(cli(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_interrupt)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:

@@ -2,8 +2,8 @@
 
     python experiments/stall_calibration.py            # writes the two files below
 
-Reads every finished run under ``experiments/results`` (the f and r sweeps, the three seeds,
-the stall-rate study): its logged pool accuracies (or its per-checkpoint dynamics table) and
+Reads every finished run of the study's recipe under ``experiments/results`` (the f and r
+sweeps, the three seeds, the stall-rate study; the remedy's runs are left out): its logged pool accuracies (or its per-checkpoint dynamics table) and
 its final results. For each run: the step where layer-2 routing formed (the assignment phase's
 the 1-var pools' crossing, :data:`compose_lens.outcome.ROUTING`), or none within its budget.
 
@@ -39,6 +39,8 @@ def finished_runs() -> list[dict]:
     for results_file in sorted(RESULTS.glob("**/runs/*/results.json")):
         run = results_file.parent
         config = json.loads((run / "config.json").read_text())
+        if config["train"].get("remedy", "none") != "none":
+            continue  # the detector is calibrated on the study's recipe only
         out.append(_entry(str(run.relative_to(RESULTS)), config, json.loads(results_file.read_text()),
                           read_metrics(run)))
     for results_file in sorted((RESULTS / "seeds").glob("results_seed*.json")):

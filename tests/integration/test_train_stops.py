@@ -13,6 +13,14 @@ from compose_lens.train import Trainer, learning_rate
 CERTAIN_AT_300 = {"runs": 9, "by_step": [{"step": 300, "not_routed": 6, "never": 6}]}
 
 
+def never_routes(metrics):
+    """The curves read as a stall: addition from the first evaluation, routing never. Whether a
+    1,500-step p = 11 model reaches 0.97 on its ~12 held-out pairs is decided by float rounding
+    (it does with the native AVX-512 kernels here, not with ATEN_CPU_CAPABILITY=avx2), and these
+    tests are about what the trainer does with a stall, not about that model."""
+    return {"addition": metrics[0]["step"] if metrics else None, "routing": None, "refinement": None}
+
+
 @pytest.fixture
 def constants_only() -> RunConfig:
     """A p = 11 model that sees no variable in training: it learns addition and can never route."""
@@ -25,6 +33,7 @@ def constants_only() -> RunConfig:
 
 def test_a_certain_stall_ends_the_run_with_outcome_stalled(tmp_path, constants_only, monkeypatch, capsys):
     monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    monkeypatch.setattr(outcome, "onsets", never_routes)
     monkeypatch.setattr(outcome, "WARN_AFTER", 300)
     config = constants_only.with_overrides(["stop_at=stalled"])
     results = Trainer(config, tmp_path / "run", progress=False).run()
@@ -36,6 +45,7 @@ def test_a_certain_stall_ends_the_run_with_outcome_stalled(tmp_path, constants_o
 
 def test_without_stop_at_the_same_run_trains_its_whole_budget(tmp_path, constants_only, monkeypatch):
     monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    monkeypatch.setattr(outcome, "onsets", never_routes)
     results = Trainer(constants_only, tmp_path / "run", progress=False).run()
     assert results["steps"] == 1500 and results["outcome"]["outcome"] == "stalled"
 

@@ -42,7 +42,6 @@ from compose_lens.phases import PHASE_RULES, PhaseRule, find_phases, logged_phas
 from compose_lens.runs import read_metrics
 
 GENERALISED = 0.98  # the study's headline, on both exhaustive accuracies
-OUTCOMES = ("generalised", "stalled", "learning")
 CALIBRATION_FILE = Path(__file__).resolve().parent / "assets" / "stall_calibration.json"
 ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
 ROUTING_POOLS = ("1var_train", "1var_add_restricted")
@@ -171,13 +170,14 @@ def classify_run(run_dir: str | Path, table: dict | None = None) -> dict:
 WARN_AFTER = 8_000  # later than every routing onset of a generalising run at the study's setting
 
 
-def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int | None = None) -> str | None:
+def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int | None = None,
+                  found: dict | None = None) -> str | None:
     """The line ``train`` prints once a run looks stalled: addition learned, no routing by ``after``
-    steps (default :data:`WARN_AFTER`)."""
+    steps (default :data:`WARN_AFTER`). ``found``: :func:`outcome` of ``metrics``, if known already."""
     after = WARN_AFTER if after is None else after
     if not metrics or int(metrics[-1]["step"]) < after:
         return None
-    found = outcome(metrics, table=table)
+    found = found or outcome(metrics, table=table)
     if found["onsets"][ROUTING.name] is not None or found["onsets"][ADDITION] is None:
         return None
     c = found["calibration"]

@@ -338,9 +338,14 @@ class Trainer:
         if not hasattr(self, "_logged"):
             self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
         self._logged.append(logged)
-        if getattr(self, "stall_warning", None):
+        warned = getattr(self, "stall_warning", None)
+        if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):
+            return  # nothing below would use the outcome now
+        table = outcome.calibration(self.config.task.f, self.config.task.r)
+        self._found = outcome.outcome(self._logged, table=table)  # read again by _decided
+        if warned:
             return
-        line = outcome.stall_warning(self._logged, outcome.calibration(self.config.task.f, self.config.task.r))
+        line = outcome.stall_warning(self._logged, table, found=self._found)
         if line:
             self.stall_warning = line
             bar.write(f"warning: {line}; see README 'When a run stalls'", file=sys.stderr)
@@ -353,10 +358,8 @@ class Trainer:
         most every 1,000 steps, and only once the held-out 0-var and the three unseen 2-var pools
         pass it)."""
         stop_at = self.config.train.stop_at
-        if stop_at in ("stalled", "decided") and getattr(self, "_logged", None):
-            found = outcome.outcome(self._logged, table=outcome.calibration(self.config.task.f, self.config.task.r))
-            if found["outcome"] == "stalled":
-                return True
+        if stop_at in ("stalled", "decided") and getattr(self, "_found", {}).get("outcome") == "stalled":
+            return True
         if stop_at not in ("generalised", "decided") or self.step - self._checked_at < 1000:
             return False
         unseen = ("0var_add_restricted", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")

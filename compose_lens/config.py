@@ -12,7 +12,7 @@ True
 >>> TaskConfig(modulus=1)
 Traceback (most recent call last):
 ...
-compose_lens.config.ConfigError: modulus=1: the modulus must be at least 2
+compose_lens.errors.ConfigError: modulus=1: the modulus must be at least 2
 """
 
 from __future__ import annotations
@@ -20,13 +20,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
-import secrets
 import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
+
+from compose_lens.errors import ComposeLensError, ConfigError
+# TRANSITIONAL re-export (removed once every import names compose_lens.files):
+from compose_lens.files import (TEMP_SUFFIX, atomic_path, json_safe, load_json, temp_beside, temp_of,  # noqa: F401
+                                write_json_atomic)
 
 T = TypeVar("T")
 
@@ -36,14 +39,6 @@ QUERY_LENGTH = 4  # "+ LHS RHS ="
 CORRUPTIONS = ("value", "variable", "constant")
 # Where the points of a sweep train (compose_lens.sweep)
 SWEEP_BACKENDS = ("local", "ray")
-
-
-class ComposeLensError(Exception):
-    """An error whose message is one line a user can act on (bad input, not a bug)."""
-
-
-class ConfigError(ComposeLensError, ValueError):
-    """A configuration value that cannot work."""
 
 
 MAX_SEED = 2 ** 63 - 1  # torch's generators take a signed 64-bit seed
@@ -482,102 +477,3 @@ class RunConfig(_JsonConfig):
                 if not any(a.split("=", 1)[0] in (name, f"model.{name}") for a in assignments):
                     data["model"][name] = sized[name]
         return RunConfig.from_dict(data)
-
-
-def load_json(path: str | Path) -> Any:
-    """Read a JSON file, turning a missing or malformed file into one clear line."""
-    path = Path(path)
-    if not path.exists():
-        raise ComposeLensError(f"{path}: no such file")
-    if path.is_dir():
-        raise ComposeLensError(f"{path}: is a directory, not a JSON file")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ComposeLensError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except UnicodeDecodeError:
-        raise ComposeLensError(f"{path}: not a UTF-8 text file, so not JSON") from None
-    except RecursionError:
-        raise ComposeLensError(f"{path}: JSON nested too deeply") from None
-    except OSError as exc:
-        raise ComposeLensError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-
-
-TEMP_SUFFIX = ".tmp"
-_TEMP_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.(tmp|partial|old)$")
-
-
-def temp_beside(path: str | Path, directory: bool = False, suffix: str = TEMP_SUFFIX) -> Path:
-    """Create, exclusively, a fresh temporary file (or directory) beside ``path``.
-
-    The name is ``.NAME.<16 hex>.tmp`` (or ``suffix``), created with ``O_CREAT | O_EXCL``
-    (``mkdir`` for a directory), so it never takes over a file, a folder or a symlink
-    that is already there, whoever made it: the one staging mechanism of every
-    atomic write in compose-lens (see :func:`atomic_path`).
-    """
-    path = Path(path)
-    for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}{suffix}")
-        try:
-            if directory:
-                os.mkdir(tmp)
-            else:
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
-            return tmp
-        except FileExistsError:
-            continue
-    raise ComposeLensError(f"{path}: cannot find a free temporary name beside it")
-
-
-def temp_of(name: str) -> str | None:
-    """The name a temporary of :func:`temp_beside` stands for (None if ``name`` is not one)."""
-    found = _TEMP_NAME.match(name)
-    return found.group(1) if found else None
-
-
-class atomic_path:
-    """``with atomic_path(path) as tmp``: write ``tmp`` (made by :func:`temp_beside`), which
-    replaces ``path`` when the block ends; on an exception it is removed and ``path`` is as it was."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def __enter__(self) -> Path:
-        self.tmp = temp_beside(self.path)
-        return self.tmp
-
-    def __exit__(self, kind, value, tb) -> None:
-        if kind is None:
-            try:
-                self.tmp.replace(self.path)
-                return
-            except BaseException:
-                self.tmp.unlink(missing_ok=True)
-                raise
-        self.tmp.unlink(missing_ok=True)  # a full disk leaves the previous file, and no half file
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
-    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
-def json_safe(value: Any) -> Any:
-    """Strict JSON: NaN and infinities (a threshold not reached, a score without data) become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "item"):
-        return obj.item()
-    raise TypeError(f"cannot write {type(obj).__name__} as JSON")

@@ -102,9 +102,6 @@ def find_phases(table: pd.DataFrame, rules: Sequence[PhaseRule] = PHASE_RULES) -
     return out
 
 
-STUDY_PHASES = {"addition": "~4.5k", "assignment": "~6k", "refinement": "~14k-16k"}
-
-
 def logged_phases(metrics: Sequence[dict], rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
     """The phases of a run read from its ``metrics.jsonl`` (the nine pool accuracies logged
     every ``eval_every`` steps) instead of from evaluated checkpoints: the same rule on a

@@ -79,6 +79,7 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
 from compose_lens.outcome import classify_run
+from compose_lens.cores import cpu_count
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
 from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
                                  write_json_atomic)
@@ -213,14 +214,6 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
 # -- sizing the workers to the machine ---------------------------------------------------
 
 
-def available_cores() -> int:
-    """CPU cores this process may use (the affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def plan_workers(n_points: int, workers: int | None = None, threads: int | None = None,
                  cores: int | None = None) -> tuple[int, int]:
     """(workers, threads per worker) with ``workers * threads <= cores``.
@@ -236,7 +229,7 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
     >>> plan_workers(32, workers=3, cores=8)
     (3, 2)
     """
-    cores = cores or available_cores()
+    cores = cores or cpu_count()
     if workers is not None and workers < 1:
         raise ComposeLensError(f"--workers {workers}: use at least 1")
     if threads is not None and threads < 1:
@@ -533,7 +526,7 @@ def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, add
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=available_cores(), include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False)
         except ConnectionError as exc:
             raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
     try:

@@ -34,16 +34,18 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from compose_lens.analysis.dynamics import PHASE_RULES, STUDY_PHASES, add_derived_columns, find_phases
+from compose_lens import study
+from compose_lens.analysis.dynamics import PHASE_RULES, add_derived_columns, find_phases
 from compose_lens.outcome import classify_run
-from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import load_json, write_json_atomic
+from compose_lens.config import RunConfig
 from compose_lens.evaluate import exhaustive_accuracies
 from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model, read_metrics
 from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 STALL_RATE = Path(__file__).resolve().parent / "results" / "stall_rate" / "fp32" / "summary.json"
-STUDY = {"zero_var_heldout": "> 98 % (generalises at f = 0.7)", "two_var_union": "> 98 %"}
 
 
 def attempt(seed: int, out: Path, args: argparse.Namespace) -> dict:
@@ -100,7 +102,7 @@ def main() -> int:
     rows = []
     print()
     print(f"{'measure':50s} {'study':>22s} {'this run':>16s}" + (f" {'study ckpt':>14s}" if reference else ""))
-    for name, claim in STUDY.items():
+    for name, claim in study.CLAIMS.items():
         r = results["exhaustive"][name]
         line = f"{name + ' accuracy':50s} {claim:>22s} {r['accuracy']:>16.4f}"
         row = {"measure": name, "study": claim, "this_run": r}
@@ -113,8 +115,8 @@ def main() -> int:
     for rule in PHASE_RULES:
         label = f"phase: {rule.name} ({rule.metric} >= {rule.threshold})"
         step = phases[rule.name]["step"]
-        print(f"{label:50s} {STUDY_PHASES[rule.name]:>22s} {str(step):>16s}")
-        rows.append({"measure": label, "study": STUDY_PHASES[rule.name], "this_run": step})
+        print(f"{label:50s} {study.PHASES[rule.name]:>22s} {str(step):>16s}")
+        rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": step})
     print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
     rate = load_json(STALL_RATE)["all"] if STALL_RATE.exists() else None

@@ -60,7 +60,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from compose_lens import runs
+from compose_lens import runs, study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
@@ -70,7 +70,7 @@ from compose_lens.data.sampler import Batch, make_pools, render
 from compose_lens.data.split import Split
 from compose_lens.evaluate import batch_accuracies, pool_accuracies
 from compose_lens.model import tl, weights
-from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, STUDY_PHASES, PhaseRule,  # noqa: F401
+from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
                                  add_derived_columns, find_phases, logged_phases, phase_onset)
 from compose_lens.provenance import provenance
 
@@ -265,7 +265,7 @@ def phases_document(traj: Trajectory) -> dict:
     """``phases.json``: the phases of a trajectory, the rule, the timing and the provenance."""
     return {
         "phases": find_phases(traj.table),
-        "study": STUDY_PHASES,
+        "study": study.PHASES,
         "rule": "onset = first checkpoint step at which the metric is >= threshold and never falls "
                 "below threshold - margin at any later checkpoint; bracket = [previous checkpoint, onset]; "
                 "interpolated_step = linear interpolation of the threshold crossing inside the bracket",

@@ -221,8 +221,6 @@ def format_thresholds(found: dict, param: str) -> list[str]:
 
 # -- the logistic fit and its bootstrap intervals (module docstring) ------------------------
 
-# The study's thresholds (its Figure 3): parameter -> (metric it was read from, value).
-STUDY_THRESHOLDS = {"f": ("zero_var_heldout", 0.25), "r": ("two_var_union", 0.2)}
 LOGISTIC = "acc(x) = lo + (hi - lo) / (1 + exp(-(x - x0) / s)), 0 <= lo <= hi <= 1, s > 0"
 FIT_PARAMETERS = 4  # lo, hi, x0, s
 BOOTSTRAP_REPLICATES = 1000

@@ -7,12 +7,13 @@ import argparse
 from pathlib import Path
 
 from compose_lens.cli.common import seed
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 
 def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import runs  # lazy: torch
-    from compose_lens.analysis.dynamics import STUDY_PHASES, phases_document, trajectory, trajectory_settings
+    from compose_lens import study
+    from compose_lens.analysis.dynamics import phases_document, trajectory, trajectory_settings
     from compose_lens.outcome import trajectory_outcome
     from compose_lens.safety import check_count, check_sizes, staged_output
 
@@ -44,7 +45,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
         where = (f"step {phase['step']} (between {phase['bracket'][0]} and {phase['bracket'][1]}, "
                  f"crossing ~{phase['interpolated_step']:.0f}; {phase['later_checkpoints']} later checkpoints "
                  f"confirm it)" if phase["step"] is not None else "not reached")
-        print(f"  {name:11s} {where}   [study: {STUDY_PHASES[name]}]")
+        print(f"  {name:11s} {where}   [study: {study.PHASES[name]}]")
     print(f"outcome: {doc['outcome']['outcome']} ({doc['outcome']['why']})")
     print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE} and {Path(args.out) / runs.PHASES_FILE}")
     return 0

@@ -57,9 +57,11 @@ from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
 from compose_lens.analysis.patching import patching_table
 from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
+from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
 from compose_lens.analysis.summary import circuit_summary
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.config import RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
@@ -69,13 +71,7 @@ from compose_lens.safety import write_text_atomic
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.report.page import Report, html_table, view_html
 
-STUDY = {
-    "two_var_union": "> 98 %",
-    "zero_var_heldout": "generalises for f >~ 0.25 (f = 0.7 here)",
-    "addition": "~4.5k",
-    "assignment": "~6k",
-    "refinement": "~14k-16k",
-}
+STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
 
 @dataclass

@@ -51,7 +51,7 @@ the numbers are to a point trained alone: equal to float rounding, not bit-for-b
 point keeps its own run directory, lock and resume state. If the batch fails (one point
 diverges, or cannot be set up), each of its points is trained again alone, from its last
 checkpoint, so one bad point never holds back the others. On CPU this buys little
-(``experiments/bench_batched.py``, ``experiments/results/SWEEPS.md``); it is meant for a GPU,
+(``experiments/bench_batched.py``, ``experiments/results/sweeps/README.md``); it is meant for a GPU,
 where a paper-size step is launch-bound. The default, 1, is the unbatched sweep.
 
 """

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The f and r sweeps of experiments/results/SWEEPS.md, on this machine (2 cores).
+# The short-budget f and r sweeps (superseded: experiments/results/archive/short_budget/README.md).
+# The full-budget sweeps are the commands of experiments/results/sweeps/README.md.
 #   experiments/run_sweeps.sh [f|r|both]
 # f sweep: final 0-var held-out accuracy against f at r = 1.
 # r sweep: final 2-var union accuracy against r at f = 0.7.
@@ -11,12 +12,12 @@ OUT=${OUT:-runs/sweeps}
 SEEDS=${SEEDS:-"0 1"}
 F_STEPS=${F_STEPS:-2500}
 R_STEPS=${R_STEPS:-3500}
-mkdir -p experiments/results
+mkdir -p experiments/results/archive/short_budget
 
 collect() {  # copy the small outputs of sweep $1 next to this script's results
-    cp "$OUT/$1/results.csv" "experiments/results/sweep_$1.csv"
-    cp "$OUT/$1/thresholds.json" "experiments/results/sweep_$1_thresholds.json"
-    cp "$OUT/$1/sweep.png" "experiments/results/sweep_$1.png"
+    cp "$OUT/$1/results.csv" "experiments/results/archive/short_budget/sweep_$1.csv"
+    cp "$OUT/$1/thresholds.json" "experiments/results/archive/short_budget/sweep_$1_thresholds.json"
+    cp "$OUT/$1/sweep.png" "experiments/results/archive/short_budget/sweep_$1.png"
 }
 
 if [[ $WHICH == f || $WHICH == both ]]; then

@@ -1,4 +1,4 @@
-"""Print the tables of experiments/results/SWEEPS.md from the sweeps' results.csv files.
+"""Print the tables of experiments/results/sweeps/README.md from the sweeps' results.csv files.
 
 For each sweep: per value, the seed-mean (and per-seed) final exhaustive accuracies and
 the final 2-var add-restricted pool, then the thresholds of compose_lens.sweep's rule.

@@ -22,7 +22,7 @@ receives:
   the crossings with their intervals, the study's value; ``onsets.png`` (+ ``onsets.csv``).
 
 With ``--out`` the parent of the sweep directories (the recipe in
-``experiments/results/SWEEPS.md``) these files land inside each sweep directory, beside
+``experiments/results/sweeps/README.md``) these files land inside each sweep directory, beside
 ``results.csv``; ``compose-lens sweep`` writes none of these names.
 """
 

@@ -36,10 +36,18 @@ either (:func:`for_analyses` boots a bridge for any other).
 
 :func:`find_checkpoints` lists the checkpoints of a run directory, or of a folder
 of the study's ``step_N.pth`` files, for the training-dynamics analyses.
+
+The **run directory's policy** lives here too, so the trainer is only the loop:
+:func:`plan_directory` decides what training into a directory does (a new run, a resume, a
+restart, or a replace under ``--overwrite``) and refuses a directory that is not a run this
+configuration may continue; :func:`check_resume_split` holds a resume to the split it was
+trained on; :func:`claim_directory` locks the directory and clears what a replace or a
+restart starts without.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -84,6 +92,94 @@ def foreign_entries(run_dir: Path) -> list[str]:
         if base not in RUN_NAMES:
             names.append(entry.name)
     return names
+
+
+# -- the run directory a training claims ------------------------------------------------------
+
+
+def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) -> str:
+    """What training into ``d`` will do with it: ``new``, ``resume``, ``restart`` (resume asked, but no
+    resume state was written yet) or ``replace`` (``overwrite``); refused in one line where the directory
+    is not a run this configuration may continue or replace. Nothing is done yet."""
+    if d.exists() and not d.is_dir():
+        raise ComposeLensError(f"--out {d}: exists and is not a directory")
+    safety.check_parent(d)
+    holds = d.is_dir() and any(e.name != safety.MARKER for e in d.iterdir())
+    if not holds:
+        return "new"
+    foreign = foreign_entries(d)
+    if resume:
+        if foreign:
+            raise ComposeLensError(f"{d}: holds {foreign[0]}, which is not part of a run; "
+                                   f"this is not a run directory")
+        saved = d / CONFIG_FILE
+        trained = (d / RESUME_FILE).exists()
+        # new keys at their defaults, so a run of an earlier version still resumes
+        if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != config.to_dict():
+            raise ComposeLensError(f"{d}: the run was started with another configuration; "
+                                   f"resume without --config/--set, or use a new --out")
+        if trained and not saved.exists():  # nothing proves what the saved state was trained with
+            raise ComposeLensError(f"{d}: its {CONFIG_FILE} is missing, so compose-lens cannot "
+                                   f"prove the run was trained with this configuration; copy it back "
+                                   f"(every checkpoints/step_N/ keeps one), or start again with --overwrite")
+        return "resume" if trained else "restart"
+    if foreign and not (d / CONFIG_FILE).exists():
+        raise ComposeLensError(f"--out {d}: holds {foreign[0]}, which is not part of a run; "
+                               f"choose another --out (an empty or new directory)")
+    if not overwrite:
+        raise ComposeLensError(f"{d} already holds a run; pass --resume to continue it, "
+                               f"--overwrite to replace it, or choose another --out")
+    marker = safety.read_marker(d)
+    if marker is None and not (d / CONFIG_FILE).exists():
+        raise ComposeLensError(f"{d}: not a compose-lens run (no {safety.MARKER} marker, no "
+                               f"{CONFIG_FILE}); --overwrite will not delete it: move it away")
+    if marker and marker.get("command", "train") != "train":
+        raise ComposeLensError(f"{d}: holds the output of `{marker['command']}`, not a run; "
+                               f"choose another --out")
+    if foreign:
+        raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
+                               f"--overwrite will not delete it: move it away")
+    return "replace"
+
+
+def check_resume_split(run_dir: Path, config: RunConfig, split: Split | None) -> None:
+    """A resumed run goes on with the split it was trained on: its ``split.json``, which must
+    exist, and which a split given now must equal (nothing is changed yet)."""
+    saved = run_dir / SPLIT_FILE
+    if not saved.is_file():
+        raise ComposeLensError(f"{run_dir}: its {SPLIT_FILE} is missing, so compose-lens "
+                               f"cannot prove which split the run was trained on; copy it back, or "
+                               f"start again with --overwrite")
+    if split is not None and Split.load(saved, config.task).to_dict() != split.to_dict():
+        raise ComposeLensError(f"{run_dir}: the run was trained on another split than the "
+                               f"--split-file given; resume without --split-file, or use a new --out")
+
+
+def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
+    """Lock a run directory for training (held until released or the process ends), then clear
+    what a replace or a restart (the ``mode`` of :func:`plan_directory`) starts without."""
+    created = not d.exists()
+    d.mkdir(parents=True, exist_ok=True)
+    busy = (f"{d}: another compose-lens process is training this run now; wait for it to end "
+            f"(or stop it), or use another --out")
+    try:
+        lock = safety.lock_directory(d, "train", busy)
+    except BaseException:
+        if created:  # unless the process that holds the lock has written into it meanwhile
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    if mode == "replace":
+        for entry in d.iterdir():
+            if entry.name != safety.MARKER:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    elif mode == "restart":  # stopped before its first resume state: forget what it wrote
+        shutil.rmtree(d / CHECKPOINTS_DIR, ignore_errors=True)
+        truncate_metrics(d, None)
+        for entry in d.glob("*.tmp"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    lock.write({"command": "train"})
+    return lock
 
 
 @dataclass

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
 from compose_lens.safety import check_training_memory
-from compose_lens.config import ComposeLensError, RunConfig, load_json, write_json_atomic
+from compose_lens.config import ComposeLensError, RunConfig, write_json_atomic
 from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
@@ -111,13 +111,13 @@ class Trainer:
         check_training_memory(config)
         runs.check_device(t.device)
         self.fast = use_fast_path(config)
-        self.mode = self._plan(resume, overwrite)
+        self.mode = runs.plan_directory(self.run_dir, config, resume, overwrite)
         if self.resuming:
-            self._check_split(split)
+            runs.check_resume_split(self.run_dir, config, split)
         if split is None and self.mode in ("resume", "restart") and (self.run_dir / runs.SPLIT_FILE).exists():
             split = Split.load(self.run_dir / runs.SPLIT_FILE, config.task)
         self.split = split or Split.from_task(config.task)
-        self._claim_directory()
+        self.lock = runs.claim_directory(self.run_dir, self.mode)
         try:
             self._build()
         except BaseException:
@@ -165,88 +165,6 @@ class Trainer:
     def restarted(self) -> bool:
         """True when ``resume`` found no resume state and the run started again from step 0."""
         return self.mode == "restart"
-
-    # -- the run directory ----------------------------------------------------------
-
-    def _plan(self, resume: bool, overwrite: bool) -> str:
-        """What to do with the directory: new, resume, restart or replace (nothing done yet)."""
-        d = self.run_dir
-        if d.exists() and not d.is_dir():
-            raise ComposeLensError(f"--out {d}: exists and is not a directory")
-        safety.check_parent(d)
-        holds = d.is_dir() and any(e.name != safety.MARKER for e in d.iterdir())
-        if not holds:
-            return "new"
-        foreign = runs.foreign_entries(d)
-        if resume:
-            if foreign:
-                raise ComposeLensError(f"{d}: holds {foreign[0]}, which is not part of a run; "
-                                       f"this is not a run directory")
-            saved = d / runs.CONFIG_FILE
-            trained = (d / runs.RESUME_FILE).exists()
-            # new keys at their defaults, so a run of an earlier version still resumes
-            if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != self.config.to_dict():
-                raise ComposeLensError(f"{d}: the run was started with another configuration; "
-                                       f"resume without --config/--set, or use a new --out")
-            if trained and not saved.exists():  # nothing proves what the saved state was trained with
-                raise ComposeLensError(f"{d}: its {runs.CONFIG_FILE} is missing, so compose-lens cannot "
-                                       f"prove the run was trained with this configuration; copy it back "
-                                       f"(every checkpoints/step_N/ keeps one), or start again with --overwrite")
-            return "resume" if trained else "restart"
-        if foreign and not (d / runs.CONFIG_FILE).exists():
-            raise ComposeLensError(f"--out {d}: holds {foreign[0]}, which is not part of a run; "
-                                   f"choose another --out (an empty or new directory)")
-        if not overwrite:
-            raise ComposeLensError(f"{d} already holds a run; pass --resume to continue it, "
-                                   f"--overwrite to replace it, or choose another --out")
-        marker = safety.read_marker(d)
-        if marker is None and not (d / runs.CONFIG_FILE).exists():
-            raise ComposeLensError(f"{d}: not a compose-lens run (no {safety.MARKER} marker, no "
-                                   f"{runs.CONFIG_FILE}); --overwrite will not delete it: move it away")
-        if marker and marker.get("command", "train") != "train":
-            raise ComposeLensError(f"{d}: holds the output of `{marker['command']}`, not a run; "
-                                   f"choose another --out")
-        if foreign:
-            raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
-                                   f"--overwrite will not delete it: move it away")
-        return "replace"
-
-    def _check_split(self, split: Split | None) -> None:
-        """A resumed run goes on with the split it was trained on: its ``split.json``, which must
-        exist, and which a split given now must equal (nothing is changed yet)."""
-        saved = self.run_dir / runs.SPLIT_FILE
-        if not saved.is_file():
-            raise ComposeLensError(f"{self.run_dir}: its {runs.SPLIT_FILE} is missing, so compose-lens "
-                                   f"cannot prove which split the run was trained on; copy it back, or "
-                                   f"start again with --overwrite")
-        if split is not None and Split.load(saved, self.config.task).to_dict() != split.to_dict():
-            raise ComposeLensError(f"{self.run_dir}: the run was trained on another split than the "
-                                   f"--split-file given; resume without --split-file, or use a new --out")
-
-    def _claim_directory(self) -> None:
-        """Lock the directory, then clear what a replace or a restart starts without."""
-        d = self.run_dir
-        created = not d.exists()
-        d.mkdir(parents=True, exist_ok=True)
-        busy = (f"{d}: another compose-lens process is training this run now; wait for it to end "
-                f"(or stop it), or use another --out")
-        try:
-            self.lock = safety.lock_directory(d, "train", busy)
-        except BaseException:
-            if created:  # unless the process that holds the lock has written into it meanwhile
-                with contextlib.suppress(OSError):
-                    d.rmdir()
-            raise
-        if self.mode == "replace":
-            for entry in d.iterdir():
-                if entry.name != safety.MARKER:
-                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        elif self.mode == "restart":  # stopped before its first resume state: forget what it wrote
-            shutil.rmtree(d / runs.CHECKPOINTS_DIR, ignore_errors=True)
-            runs.truncate_metrics(d, None)
-            for entry in d.glob("*.tmp"):
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        self.lock.write({"command": "train"})
 
     def close(self) -> None:
         """Release the directory lock (also done when :meth:`run` ends, or the process)."""

@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 
 from compose_lens.config import ModelConfig
 from compose_lens.model import fastpath, tl, weights
+
+if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
+    from jaxtyping import Int
 
 
 @dataclass
@@ -78,7 +81,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 
 @torch.no_grad()
-def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
+def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"],
                   resid: bool = True) -> Activations:
     """The activations of the paper architecture from weight tables (exact up to rounding).
 
@@ -98,7 +101,7 @@ PAPER_ROUTER = (1, 0)  # blocks.1 head 0: the paper's routing head (layer 2)
 
 
 @torch.no_grad()
-def cached_forward(model: tl.Model, tokens: torch.Tensor, mlp_layer: int = 1, *,
+def cached_forward(model: tl.Model, tokens: Int[torch.Tensor, "batch pos"], mlp_layer: int = 1, *,
                    binder: tuple[int, int] | None = PAPER_BINDER,
                    router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:
     """The same activations read from the model's own ``run_with_cache`` (any architecture);
@@ -127,7 +130,7 @@ def cached_forward(model: tl.Model, tokens: torch.Tensor, mlp_layer: int = 1, *,
     )
 
 
-def collect(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, *, chunk: int = 4096,
+def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"], *, chunk: int = 4096,
             fast: bool | None = None, resid: bool = True, mlp_layer: int = 1,
             binder: tuple[int, int] | None = PAPER_BINDER,
             router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:

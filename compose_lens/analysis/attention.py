@@ -15,7 +15,7 @@ itself for a constant and the assigned number for a variable.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -23,13 +23,17 @@ from compose_lens.model import tl
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.task import decode, parse_sequence, to_text, token_name
 
+if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
+    from jaxtyping import Float, Int
+
 HOOK = "blocks.{layer}.attn.hook_pattern"
 
 
 # -- the patterns --------------------------------------------------------------------------------
 
 
-def attention_patterns(model: tl.Model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_patterns(model: tl.Model, tokens: Int[torch.Tensor, "batch pos"]
+                       ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
     """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out)."""
     n_layers = tl.size(model, "n_layers")
     names = {HOOK.format(layer=i) for i in range(n_layers)}

@@ -26,6 +26,8 @@ Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 import torch
 
@@ -34,12 +36,15 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import tl
 
+if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
+    from jaxtyping import Float, Int
+
 
 def layer_name(block: int) -> str:
     return f"layer {block + 1} (blocks.{block})"
 
 
-def sequence_kind(tokens: torch.Tensor, first_var_token: int) -> torch.Tensor:
+def sequence_kind(tokens: Int[torch.Tensor, "batch pos"], first_var_token: int) -> Int[torch.Tensor, "batch"]:
     """(B,) 0, 1 or 2: how many of the two operands (the tokens before ``=``) are variables."""
     return (tokens[:, -3:-1] >= first_var_token).sum(1)
 
@@ -54,7 +59,8 @@ def _check_supported(config: RunConfig, model) -> None:
                                "bridge=True (compose_lens.runs.with_bridge)")
 
 
-def components_at_answer(model, config: RunConfig, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]
+                         ) -> dict[str, Float[torch.Tensor, "batch d_model"]]:
     """Each component's write into the residual stream at ``=``: {name: (B, d_model)}."""
     _check_supported(config, model)
     cfg = config.model
@@ -118,7 +124,8 @@ def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed
     return pd.DataFrame(rows)
 
 
-def check_sums(model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor) -> float:
+def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"], labels: Int[torch.Tensor, "batch"]
+               ) -> float:
     """Largest |sum of the components' margins - the model's own margin| over ``tokens``: ~0."""
     parts = components_at_answer(model, config, tokens)
     params = tl.parameters(model)

@@ -10,6 +10,7 @@ function body is found too.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,34 @@ def test_public_api_names_resolve_lazily():
              "missing = [n for n in cl.__all__ if getattr(cl, n, None) is None]\nprint('MISSING', missing)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "MISSING []" in out.stdout, out.stderr[-500:]
+
+
+# Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
+# patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
+SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution")
+_SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
+
+
+def bare_tensor_annotations(tree: ast.Module) -> list[str]:
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        for where, annotation in [*((a.arg, a.annotation) for a in args), ("return", node.returns)]:
+            text = ast.unparse(annotation) if annotation is not None else ""
+            if "torch.Tensor" in _SHAPED_TENSOR.sub("", text):
+                found.append(f"{node.name}({where}: {text})")
+    return found
+
+
+def test_public_functions_of_shaped_modules_name_their_tensor_shapes():
+    trees = modules()
+    bare = {m: bare_tensor_annotations(trees[f"compose_lens.{m}"]) for m in SHAPED}
+    assert not any(bare.values()), f"give these jaxtyping shapes: { {m: b for m, b in bare.items() if b} }"
+
+
+def test_the_shape_rule_catches_a_bare_tensor():
+    tree = ast.parse("def f(tokens: torch.Tensor) -> Float[torch.Tensor, 'batch']: ...\n"
+                     "def g(tokens: Int[torch.Tensor, 'batch pos'], params: dict[str, torch.Tensor]) -> None: ...")
+    assert bare_tensor_annotations(tree) == ["f(tokens: torch.Tensor)"]

@@ -293,12 +293,14 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     n = len(measures)
     cols = min(4, max(n, 1))
     rows = max(1, -(-n // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, measures):
-        ax.plot(table["step"], table[name], marker=".", color="black", lw=1)
+    height = 2.45 * rows + 0.7
+    fig, axes = plt.subplots(rows, cols, figsize=(REPORT_WIDTH_IN, height), squeeze=False)
+    for i, (ax, name) in enumerate(zip(axes.flat, measures)):
+        ax.plot(table["step"], table[name], marker=".", ms=3, color="black", lw=1)
         mark_phases(ax, phases, label=False)
-        ax.set_title(name.replace("_", " "), fontsize=10)
-        ax.set_xlabel("training step", fontsize=8)
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        if i + cols >= n:  # the lowest panel of its column
+            ax.set_xlabel("training step", fontsize=8)
         ax.set_ylabel(_measure_unit(name), fontsize=8)
         ax.tick_params(which="both", labelsize=8)  # the log axes' minor labels too
         ax.grid(alpha=0.3)
@@ -307,11 +309,11 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
-    fig.suptitle("Progress measures over training (dashed: phase onsets)", y=0.995)
+    fig.suptitle("Progress measures over training (dashed: phase onsets)", fontsize=10, y=0.995)
     # the legend gets its own strip between the title and the panels, so it covers no panel title
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / (3 * rows)))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height), h_pad=0.8, w_pad=0.6)
     fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.28 / (3 * rows)))
+               bbox_to_anchor=(0.5, 1 - 0.28 / height))
     return fig, table[["step", *measures]].copy()
 
 

@@ -260,3 +260,12 @@ def test_logit_attribution_figure_fits_the_report():
     fig, _ = plots.logit_attribution_figure(table, lens)
     assert_readable_in_the_report(fig)
     assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.10", "0.10", "0.90", "0.90"]
+
+
+def test_progress_measures_fit_the_report():
+    from compose_lens.analysis.summary import MEASURE_KEYS
+
+    table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
+    fig, _ = plots.progress_measures_figure(table, {"addition": {"step": 100}})
+    assert_readable_in_the_report(fig)  # was 16 in wide: shrunk to about 6 pt in the report
+    assert sum(ax.get_xlabel() == "training step" for ax in fig.axes) == min(4, len(MEASURE_KEYS))

@@ -259,7 +259,7 @@ def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | Non
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
-        ax.legend(fontsize=8, loc="lower right", title="pool", title_fontsize=8)
+        ax.legend(fontsize=8, loc="best", title="pool", title_fontsize=8)
     axes[0].set_ylabel("accuracy at =", fontsize=9)
     onsets = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset ({phases[name]['step']})")
               for name, (c, t) in PHASE_STYLE.items() if (phases or {}).get(name, {}).get("step") is not None]

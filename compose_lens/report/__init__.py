@@ -154,7 +154,7 @@ def is_study_folder(run_dir: Path) -> bool:
         (run_dir / runs.STUDY_FINAL).exists() or any(run_dir.glob("step_*.pth")))
 
 
-UNKNOWN = "unknown (not recorded in the folder)"
+UNKNOWN = "not recorded in the folder"
 
 
 def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[list[str]]:
@@ -168,7 +168,7 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
     where_split = "split.json" if recorded else "unknown: no split.json (paper default assumed)"
     rows = [["task: modulus p", task.modulus, where_split],
             ["task: variables", f"{task.n_vars} ({', '.join(task.variable_names)})", where_split],
-            ["task: f (share of addition pairs in training)", task.f, where_split],
+            ["task: f (share of addition pairs in training)", f"{task.f:g}", where_split],
             ["task: held-out pairs", len(split.heldout_pairs), where_split],
             ["task: left operand never a variable in training", ", ".join(task.left_forbidden), where_split],
             ["task: right operand never a variable in training", ", ".join(task.right_forbidden), where_split]]

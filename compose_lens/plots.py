@@ -338,7 +338,8 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
     forbidden operand slot in its own Okabe-Ito colour and the others as one grey bundle (they move
     together). Right: the accuracy with a variable in a slot it never had in training, one colour
     per slot (the colour of its variable on the left), solid for 1-var and dotted for 2-var
-    sequences, with the two var-restricted pools in black. Phase onsets dashed, in both panels; legends under the panels."""
+    sequences, with the two var-restricted pools in black. Phase onsets dashed, in both panels;
+    legends under the panels."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.6))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
     colour_of = {v: OKABE_ITO[i % 4] for i, v in enumerate(v for v in variables if v in forbidden)}

@@ -256,7 +256,8 @@ def test_logit_attribution_figure_fits_the_report():
     table = pd.DataFrame([{"kind": k, "component": c, "share": s} for k in ("0var", "2var")
                           for c, s in zip(components, (0.0, 0.1, 0.9))])
     lens = pd.DataFrame([{"kind": k, "after": a, "order": i, "accuracy": i / 2} for k in ("0var", "2var")
-                         for i, a in enumerate(["embeddings", "layer 1 (blocks.0) attention", "layer 2 (blocks.1) MLP"])])
+                         for i, a in enumerate(["embeddings", "layer 1 (blocks.0) attention",
+                                                "layer 2 (blocks.1) MLP"])])
     fig, _ = plots.logit_attribution_figure(table, lens)
     assert_readable_in_the_report(fig)
     assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.10", "0.10", "0.90", "0.90"]

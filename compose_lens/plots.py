@@ -20,7 +20,8 @@ drawn by the one :func:`heatmap` helper.
 Training curves (SPEC section 7):
 
 * :func:`accuracy_by_variable_count_figure`: the nine pools over training, one
-  panel per variable count, with the phase onsets marked;
+  panel per variable count, with the phase onsets marked (:func:`dynamics_figure`: the same
+  with the run's outcome in the title, what ``compose-lens dynamics`` writes);
 * :func:`progress_measures_figure`: the circuit measures
   (:data:`compose_lens.analysis.summary.MEASURE_KEYS`) over training with the
   phase boundaries;
@@ -57,6 +58,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -66,16 +68,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.cm import ScalarMappable  # noqa: E402
 from matplotlib.colors import Normalize, PowerNorm  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
 from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
 from compose_lens.analysis.summary import MEASURE_KEYS  # noqa: E402
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy  # noqa: E402
 
-PHASE_STYLE = {"addition": ("tab:green", "addition"),
-               "assignment": ("tab:purple", "assignment"),
-               "refinement": ("tab:red", "refinement")}
+# phase onsets: Okabe-Ito sky blue, reddish purple and grey (colour-blind safe, and apart from the
+# four colours the curves use)
+PHASE_STYLE = {"addition": ("#56B4E9", "addition"),
+               "assignment": ("#CC79A7", "assignment"),
+               "refinement": ("#666666", "refinement")}
 MARK_STYLE = {"operand": ("tab:blue", "-", "= to operand"),
               "value": ("tab:orange", "-", "= to value"),
               "previous": ("tab:green", "--", "previous token")}
@@ -94,6 +99,10 @@ PHASE_CURVES = ("addition_accuracy", "assignment_accuracy", "refinement_accuracy
 
 
 FORMATS = ("png", "svg", "pdf")
+# colour-blind-safe categorical colours (Okabe and Ito 2008): blue, orange, green, vermillion, purple,
+# sky blue, yellow, black
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+REPORT_WIDTH_IN = 11.0  # at 110 dpi 1,210 px: the report's column (1,218 px) shows such a figure unshrunk
 ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
 
 
@@ -228,25 +237,48 @@ def mark_phases(ax: plt.Axes, phases: Mapping | None, label: bool = True) -> Non
                    label=f"{text} ({phase['step']})" if label else None)
 
 
-def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None
-                                      ) -> tuple[plt.Figure, pd.DataFrame]:
-    """Pool accuracies over training, one panel per variable count (0, 1, 2)."""
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None,
+                                      outcome: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+    """Pool accuracies over training, one panel per variable count (0, 1, 2), each pool in its own
+    Okabe-Ito colour and marker, the phase onsets dashed (legend under the panels).
+
+    ``outcome``: the run's outcome (``phases.json``'s ``outcome``: generalised, stalled or
+    learning, and why), written in the title; a stalled run's title is set in vermillion."""
+    fig, axes = plt.subplots(1, 3, figsize=(REPORT_WIDTH_IN, 4.3), sharey=True)
     columns = ["step"]
+    markers = "osD^"
     for ax, (title, pools) in zip(axes, POOL_GROUPS.items()):
-        for pool in pools:
+        for i, pool in enumerate(pools):
             if pool in table:
-                ax.plot(table["step"], table[pool], marker=".", label=pool.split("_", 1)[1])
+                ax.plot(table["step"], table[pool], marker=markers[i], ms=2.5, lw=1.2, color=OKABE_ITO[i],
+                        label=pool.split("_", 1)[1].replace("_", " "))
                 columns.append(pool)
-        mark_phases(ax, phases, label=ax is axes[-1])
-        ax.set_title(f"{title} sequences")
-        ax.set_xlabel("training step")
+        mark_phases(ax, phases, label=False)
+        ax.set_title(f"{title} sequences", fontsize=9)
+        ax.set_xlabel("training step", fontsize=9)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
-    axes[0].set_ylabel("accuracy at =")
-    fig.suptitle("Accuracy by variable count over training (dashed: phase onsets)")
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=8, loc="best", title="pool", title_fontsize=8)
+    axes[0].set_ylabel("accuracy at =", fontsize=9)
+    onsets = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset ({phases[name]['step']})")
+              for name, (c, t) in PHASE_STYLE.items() if (phases or {}).get(name, {}).get("step") is not None]
+    title = "Accuracy of the nine pools over training"
+    colour = "black"
+    if outcome:
+        title += f": {outcome['outcome']}" + (f" ({outcome['why']})" if outcome.get("why") else "")
+        colour = OKABE_ITO[3] if outcome["outcome"] == "stalled" else "black"
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10, color=colour)
+    fig.tight_layout(rect=(0, 0.07 if onsets else 0, 1, 1))
+    if onsets:
+        fig.legend(handles=onsets, loc="lower center", ncol=3, fontsize=8, frameon=False)
     return fig, table[columns].copy()
+
+
+def dynamics_figure(table: pd.DataFrame, document: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+    """The figure ``compose-lens dynamics`` writes: :func:`accuracy_by_variable_count_figure` of a
+    dynamics table with its ``phases.json`` (phase onsets, and the outcome in the title)."""
+    return accuracy_by_variable_count_figure(table, document.get("phases"), document.get("outcome"))
 
 
 def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
@@ -261,12 +293,14 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     n = len(measures)
     cols = min(4, max(n, 1))
     rows = max(1, -(-n // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, measures):
-        ax.plot(table["step"], table[name], marker=".", color="black", lw=1)
+    height = 2.45 * rows + 0.7
+    fig, axes = plt.subplots(rows, cols, figsize=(REPORT_WIDTH_IN, height), squeeze=False)
+    for i, (ax, name) in enumerate(zip(axes.flat, measures)):
+        ax.plot(table["step"], table[name], marker=".", ms=3, color="black", lw=1)
         mark_phases(ax, phases, label=False)
-        ax.set_title(name.replace("_", " "), fontsize=10)
-        ax.set_xlabel("training step", fontsize=8)
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        if i + cols >= n:  # the lowest panel of its column
+            ax.set_xlabel("training step", fontsize=8)
         ax.set_ylabel(_measure_unit(name), fontsize=8)
         ax.tick_params(which="both", labelsize=8)  # the log axes' minor labels too
         ax.grid(alpha=0.3)
@@ -275,11 +309,11 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
-    fig.suptitle("Progress measures over training (dashed: phase onsets)", y=0.995)
+    fig.suptitle("Progress measures over training (dashed: phase onsets)", fontsize=10, y=0.995)
     # the legend gets its own strip between the title and the panels, so it covers no panel title
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / (3 * rows)))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height), h_pad=0.8, w_pad=0.6)
     fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.28 / (3 * rows)))
+               bbox_to_anchor=(0.5, 1 - 0.28 / height))
     return fig, table[["step", *measures]].copy()
 
 
@@ -300,35 +334,49 @@ def _measure_unit(name: str) -> str:
 
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
                       phases: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
-    """Left: the ``=`` query's layer-1 score per variable key. Right: forbidden-slot accuracies."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    """Left: the ``=`` query's layer-1 score per variable key over training, each variable with a
+    forbidden operand slot in its own Okabe-Ito colour and the others as one grey bundle (they move
+    together). Right: the accuracy with a variable in a slot it never had in training, one colour
+    per slot (the colour of its variable on the left), solid for 1-var and dotted for 2-var
+    sequences, with the two var-restricted pools in black. Phase onsets dashed, in both panels;
+    legends under the panels."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.6))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
-    cmap = plt.get_cmap("tab20")
-    for i, col in enumerate(score_cols):
+    colour_of = {v: OKABE_ITO[i % 4] for i, v in enumerate(v for v in variables if v in forbidden)}
+    others = [c for c in score_cols if c.rsplit("_", 1)[1] not in colour_of]
+    for i, col in enumerate(others):
+        left.plot(table["step"], table[col], lw=0.8, color="#999999", alpha=0.8,
+                  label=f"the other {len(others)} variables" if i == 0 else None)
+    for col in score_cols:
         v = col.rsplit("_", 1)[1]
-        bold = v in forbidden
-        left.plot(table["step"], table[col], lw=2.2 if bold else 0.9, color=cmap(i % 20),
-                  label=v + (" (forbidden slot)" if bold else ""), alpha=1.0 if bold else 0.7)
+        if v in colour_of:
+            left.plot(table["step"], table[col], lw=2, color=colour_of[v], label=f"{v} (has a forbidden slot)")
     mark_phases(left, phases, label=False)
-    left.set_title("layer-1 score of the = query for each variable key")
-    left.set_xlabel("training step")
-    left.set_ylabel("(E= + P_last) QK1 E_var / sqrt(d_head)")
-    left.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: no curve hidden
-    left.grid(alpha=0.3)
+    left.set_title("layer-1 score of the = query for each variable key", fontsize=9)
+    left.set_xlabel("training step", fontsize=9)
+    left.set_ylabel("(E= + P_last) QK1 E_var / sqrt(d_head)", fontsize=9)
+    left.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     slot_cols = [c for c in table if c.startswith("slot_")]
+    slots = list(dict.fromkeys(c.split("_", 2)[2] for c in slot_cols))  # left_k, right_a, ...
     for col in slot_cols:
-        right.plot(table["step"], table[col], marker=".", label=col[5:].replace("_", " "),
-                   ls="-" if col.startswith("slot_1var") else ":")
-    for pool in ("2var_var_restricted_1", "2var_var_restricted_2"):
+        count, slot = col.split("_", 2)[1:]
+        right.plot(table["step"], table[col], lw=1.6 if count == "1var" else 1.3,
+                   color=colour_of.get(slot.split("_")[1], OKABE_ITO[slots.index(slot) % 7]),
+                   ls="-" if count == "1var" else ":",
+                   label=f"{slot.split('_')[1]} as {slot.split('_')[0]} operand, {count[0]}-var")
+    for pool, ls in (("2var_var_restricted_1", "-"), ("2var_var_restricted_2", "--")):
         if pool in table:
-            right.plot(table["step"], table[pool], color="black", lw=2, alpha=0.5, label=pool)
+            right.plot(table["step"], table[pool], color="black", lw=1.8, ls=ls,
+                       label=f"pool {pool.replace('_', ' ')}")
     mark_phases(right, phases)
-    right.set_title("accuracy with a variable in a slot it never had in training")
-    right.set_xlabel("training step")
+    right.set_title("accuracy with a variable in a slot it never had in training", fontsize=9)
+    right.set_xlabel("training step", fontsize=9)
     right.set_ylim(-0.02, 1.02)
-    right.set_ylabel("accuracy at =")
-    right.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
-    right.grid(alpha=0.3)
+    right.set_ylabel("accuracy at =", fontsize=9)
+    right.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    for ax in (left, right):
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     cols = ["step", *score_cols, *slot_cols] + [c for c in ("equals_score_spread",) if c in table]
     return fig, table[cols].copy()
@@ -522,16 +570,35 @@ COSINE_TITLE = "MLP2 input (centred): + x y = against the same values through a 
 
 def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSINE_TITLE
                              ) -> tuple[plt.Figure, pd.DataFrame]:
-    """Overlaid histograms of cosine similarities, one per named group (matched, mismatched, ...)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    """Step-outline histograms of cosine similarities, one panel per side (the part of a group's
+    name after ", ": ``left variable``, ``right variable``), each group's outline in its own
+    Okabe-Ito colour with its mean dashed and printed in the legend."""
+    def split(name: str) -> tuple[str, str]:
+        kind, _, side = name.partition(", ")
+        return kind, side or "all"
+
+    sides = list(dict.fromkeys(split(n)[1] for n in groups))
+    kinds = list(dict.fromkeys(split(n)[0] for n in groups))
+    fig, axes = plt.subplots(1, len(sides), figsize=(min(REPORT_WIDTH_IN, 4.6 * len(sides) + 0.6), 3.6),
+                             squeeze=False, sharey=True)
     bins = np.linspace(-1, 1, 81)
     for name, values in groups.items():
+        kind, side = split(name)
+        ax = axes[0, sides.index(side)]
         values = np.asarray(values, dtype=float).ravel()
-        ax.hist(values, bins=bins, alpha=0.55, density=True, label=f"{name} (mean {values.mean():.2f})")
-    ax.set_xlabel("cosine similarity of the MLP2 input")
-    ax.set_ylabel("density")
-    ax.legend(fontsize=8)
-    ax.set_title(title)
+        colour = OKABE_ITO[kinds.index(kind) % 7]
+        ax.hist(values, bins=bins, density=True, histtype="step", lw=1.8, color=colour,
+                label=f"{kind} (mean {values.mean():.2f}, n = {len(values)})")
+        ax.axvline(values.mean(), color=colour, ls="--", lw=1)
+    for ax, side in zip(axes[0], sides):
+        ax.set_title(side, fontsize=9)
+        ax.set_xlabel("cosine similarity of the MLP2 input", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=8, loc="upper left", frameon=False)
+        ax.grid(alpha=0.25)
+    axes[0, 0].set_ylabel("density", fontsize=9)
+    fig.suptitle(textwrap.fill(title, 100), fontsize=9)
+    fig.tight_layout()
     data = pd.concat([pd.DataFrame({"group": name, "cosine": np.asarray(v, dtype=float).ravel()})
                       for name, v in groups.items()])
     return fig, data
@@ -619,28 +686,47 @@ def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt
     return fig, table.copy()
 
 
-def best_neurons_figure(neurons: Sequence[Mapping]) -> tuple[plt.Figure, pd.DataFrame]:
-    """One row per key frequency: its best neuron's (p, p) pattern beside its ideal neuron, the ReLU of
-    the frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`)."""
-    fig, axes = plt.subplots(len(neurons), 2, figsize=(7, 3.1 * len(neurons)), squeeze=False)
-    frames = []
-    for row, n in enumerate(neurons):
-        for ax, grid, title in ((axes[row, 0], n["pattern"], f"neuron {n['neuron']}: k = {n['frequency']}, "
-                                 f"{n['fraction_explained']:.0%} of its variance"),
-                                (axes[row, 1], n["ideal"], f"ideal: ReLU of its k = {n['frequency']} part, "
-                                 f"r = {n['ideal_correlation']:.3f}")):
-            im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("y (right operand value)", fontsize=8)
-            ax.set_ylabel("x (left operand value)", fontsize=8)
-            plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("activation", fontsize=8)
-        p = np.asarray(n["pattern"]).shape[0]
+def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[plt.Figure, pd.DataFrame]:
+    """Each key frequency's best neuron: its (p, p) pattern beside its ideal neuron, the ReLU of the
+    frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`).
+
+    A compact grid, ``columns`` neurons (pattern and ideal side by side) to a row. Each panel is
+    divided by its neuron's largest activation, so one colour bar (0 to 1, viridis) serves every
+    panel; the maxima are in the data (``max_activation``)."""
+    n = len(neurons)
+    columns = max(1, min(columns, n))
+    rows = max(1, -(-n // columns))
+    fig, axes = plt.subplots(rows, 2 * columns, figsize=(REPORT_WIDTH_IN, 1.95 * rows + 0.9), squeeze=False)
+    frames, image = [], None
+    for i, n_ in enumerate(neurons):
+        row, col = divmod(i, columns)
+        top = float(np.max(n_["pattern"])) or 1.0
+        for j, (grid, title) in enumerate(((n_["pattern"], f"neuron {n_['neuron']}, k = {n_['frequency']}\n"
+                                                           f"{n_['fraction_explained']:.0%} of its variance"),
+                                           (n_["ideal"], f"its ideal, k = {n_['frequency']}\n"
+                                                         f"r = {n_['ideal_correlation']:.3f}"))):
+            ax = axes[row, 2 * col + j]
+            image = ax.imshow(np.asarray(grid, dtype=float) / top, cmap="viridis", origin="lower", vmin=0, vmax=1)
+            ax.set_title(title, fontsize=8, pad=3)
+            p = np.asarray(grid).shape[0]
+            ax.set_xticks([0, p - 1])
+            ax.set_yticks([0, p - 1])
+            ax.tick_params(labelsize=8, length=2, pad=1)
+        p = np.asarray(n_["pattern"]).shape[0]
         xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
-        frames.append(pd.DataFrame({"neuron": n["neuron"], "frequency": n["frequency"], "x": xs.ravel(),
-                                    "y": ys.ravel(), "activation": np.asarray(n["pattern"], dtype=float).ravel(),
-                                    "ideal": np.asarray(n["ideal"], dtype=float).ravel(),
-                                    "ideal_correlation": n["ideal_correlation"]}))
-    fig.tight_layout()
+        frames.append(pd.DataFrame({"neuron": n_["neuron"], "frequency": n_["frequency"], "x": xs.ravel(),
+                                    "y": ys.ravel(), "activation": np.asarray(n_["pattern"], dtype=float).ravel(),
+                                    "ideal": np.asarray(n_["ideal"], dtype=float).ravel(),
+                                    "ideal_correlation": n_["ideal_correlation"], "max_activation": top}))
+    for ax in list(axes.flat)[2 * n:]:
+        ax.axis("off")
+    fig.suptitle("MLP2: the best neuron of each key frequency beside its ideal "
+                 "(x: right operand y, up: left operand x)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.93, 1), h_pad=0.6, w_pad=0.3)
+    if image is not None:
+        bar = fig.colorbar(image, cax=fig.add_axes((0.945, 0.2, 0.012, 0.6)))
+        bar.set_label("activation / the neuron's maximum", fontsize=8)
+        bar.ax.tick_params(labelsize=8)
     return fig, pd.concat(frames) if frames else pd.DataFrame()
 
 
@@ -846,108 +932,227 @@ def onsets_figure(onsets: pd.DataFrame, param: str, title: str = "") -> tuple[pl
     return fig, onsets
 
 
+SAME_MLP_COLOURS = {"cross": OKABE_ITO[0], "same": OKABE_ITO[2], "control": OKABE_ITO[3], "reference": "#999999"}
+SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type ceiling",
+                  "control": "control", "reference": "reference"}
+
+
 def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:
-    """The same-MLP tests of :mod:`compose_lens.analysis.same_mlp` in three panels: operand
-    interchange accuracy per condition and side (with the "not shared" prediction as a grey
-    tick), the constant vs variable damage profiles (one point per ablated unit), and the probe's
-    accuracy on held-out constants, variables and the control. Bars carry 95 % intervals."""
+    """The same-MLP tests of :mod:`compose_lens.analysis.same_mlp`, one panel per measure: operand
+    interchange accuracy per condition and side (left, the full height), the constant vs variable
+    damage profiles (one point per ablated unit), the probe's decoding accuracy and the share of the
+    variables' variance in the constants' subspace (the probe table's two metrics, each on its own
+    axis). Bars carry 95 % intervals and their value; the "not shared" prediction is a black tick,
+    chance a dotted line; the colour of a bar is its kind of condition (legend at the bottom)."""
     tables = {name: pd.DataFrame(rows) for name, rows in report["tables"].items()}
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [2.2, 1, 1]})
+    fig = plt.figure(figsize=(REPORT_WIDTH_IN, 8.6))
+    grid = fig.add_gridspec(3, 2, width_ratios=[1.25, 1], hspace=0.75, wspace=0.5)
     inter = tables["interchange"]
     inter = inter[(inter["isolation"] == report["isolation"]) | (inter["kind"] == "reference")]
-    labels = [f"{c} ({s})" for c, s in zip(inter["condition"], inter["side"])]
-    colours = {"cross": "tab:blue", "same": "tab:green", "control": "tab:red", "reference": "tab:gray"}
-    _interval_bars(axes[0], labels, inter, [colours[k] for k in inter["kind"]])
-    axes[0].set_title(f"1. operand interchange ({report['tests']['interchange']['status']})", fontsize=10)
+    ax = fig.add_subplot(grid[:, 0])
+    _interval_bars(ax, [f"{c} ({s})" for c, s in zip(inter["condition"], inter["side"])], inter, "accuracy")
+    ax.set_title(f"1. operand interchange ({report['tests']['interchange']['status']})", fontsize=9)
     profiles = tables["damage_profiles"]
-    for name, marker in (("1-var", "o"), ("2-var", "s")):
+    ax = fig.add_subplot(grid[0, 1])
+    for (name, marker), colour in zip((("1-var", "o"), ("2-var", "s")), (OKABE_ITO[0], OKABE_ITO[1])):
         if name in profiles:
-            axes[1].scatter(profiles["const"], profiles[name], s=14, marker=marker, label=name, alpha=0.7)
-    axes[1].set_xlabel("damage on constant prompts (logit margin)")
-    axes[1].set_ylabel("damage on variable prompts")
-    axes[1].legend(fontsize=8)
-    axes[1].set_title(f"2. feature transfer ({report['tests']['feature_transfer']['status']})", fontsize=10)
+            ax.scatter(profiles["const"], profiles[name], s=12, marker=marker, label=f"{name} prompts",
+                       alpha=0.75, color=colour)
+    ax.set_xlabel("damage on constant prompts\n(logit margin lost)", fontsize=8)
+    ax.set_ylabel("damage on\nvariable prompts", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8, loc="upper left", frameon=False, handletextpad=0.1)
+    ax.set_title(f"2. feature transfer ({report['tests']['feature_transfer']['status']}):\n"
+                 "one point per ablated MLP2 unit", fontsize=9)
     probe = tables["probe"]
-    _interval_bars(axes[2], list(probe["condition"]), probe, [colours[k] for k in probe["kind"]])
-    axes[2].set_title(f"3. probe from constants ({report['tests']['probe_transfer']['status']})", fontsize=10)
-    fig.suptitle(f"same MLP for constants and variables: {report['verdict']}", fontsize=11)
-    fig.tight_layout()
+    transfer = report["tests"].get("probe_transfer", {})
+    measures = [("probe", "value decoded by a probe trained\non constants", "accuracy"),
+                ("subspace", "variables' variance inside the\nconstants' subspace", "share of the variance")]
+    for row, (test, title, unit) in enumerate(measures, start=1):
+        part = probe[probe["test"] == test] if "test" in probe else probe
+        if part.empty:
+            continue
+        ax = fig.add_subplot(grid[row, 1])
+        _interval_bars(ax, list(part["condition"]), part, unit, wrap=22)
+        passed = (transfer.get(test) or {}).get("passed")
+        status = "" if passed is None else f" ({'passed' if passed else 'not passed'})"
+        ax.set_title(f"3{'ab'[row - 1]}. {title}{status}", fontsize=9)
+    kinds = [k for k in SAME_MLP_COLOURS if k in set(inter["kind"]) | set(probe["kind"])]
+    handles = [Rectangle((0, 0), 1, 1, color=SAME_MLP_COLOURS[k], label=SAME_MLP_KINDS[k]) for k in kinds]
+    handles += [plt.Line2D([], [], color="black", marker="|", ls="", ms=10, mew=1.5,
+                           label='"not shared" prediction'),
+                plt.Line2D([], [], color="black", ls=":", lw=1, label="chance")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0))
+    fig.suptitle(f"Same MLP for constants and variables: {report['verdict']}", fontsize=10)
+    fig.subplots_adjust(left=0.3, right=0.97, top=0.92, bottom=0.14)
     return fig, inter
 
 
-def _interval_bars(ax, labels, table: pd.DataFrame, colours) -> None:
+def _interval_bars(ax, labels, table: pd.DataFrame, unit: str, wrap: int = 60) -> None:
+    """Horizontal bars with 95 % intervals and their values; the "not shared" prediction as a black
+    tick, chance dotted."""
     y = np.arange(len(labels))
     value = table["value"].to_numpy()
     err = np.stack([value - table["ci_low"].to_numpy(), table["ci_high"].to_numpy() - value])
-    ax.barh(y, value, xerr=err, color=colours, alpha=0.8, capsize=2)
-    ax.scatter(table["not_shared_prediction"], y, marker="|", s=120, color="black", zorder=3,
-               label='"not shared" prediction')
-    ax.axvline(float(table["chance"].iloc[0]), color="grey", lw=0.8, ls=":")
-    ax.set_yticks(y, labels, fontsize=7)
+    ax.barh(y, value, xerr=err, color=[SAME_MLP_COLOURS.get(k, "#999999") for k in table["kind"]],
+            capsize=2, error_kw={"lw": 0.8})
+    ax.scatter(table["not_shared_prediction"], y, marker="|", s=90, color="black", zorder=3, linewidths=1.5)
+    ax.axvline(float(table["chance"].iloc[0]), color="black", lw=0.8, ls=":")
+    for yi, v, high, tick in zip(y, value, table["ci_high"].to_numpy(), table["not_shared_prediction"]):
+        ax.text(max(v, high, tick) + 0.025, yi, f"{v:.2f}", va="center", fontsize=8)
+    ax.set_yticks(y, [textwrap.fill(str(label), wrap) for label in labels], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, 1.02)
-    ax.set_xlabel("accuracy")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(0, 1.22)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel(unit, fontsize=8)
 
 
 # -- circuit discovery -------------------------------------------------------------------------
 
 
-def _node_layout(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """x: depth (embed, then each layer's heads, then its MLP, then logits); y: spread within a depth."""
-    def depth(node: str) -> float:
-        if node == "embed":
-            return 0.0
-        if node == "logits":
-            return 1e6
-        layer = int(node[1:].split(".")[0])
-        return 2 * layer + (1 if node.startswith("a") else 2)
+def _node_depth(node: str) -> float:
+    """Where a circuit node sits left to right: embed, then each layer's heads and its MLP, then logits."""
+    if node == "embed":
+        return 0.0
+    if node == "logits":
+        return 1e6
+    layer = int(node[1:].split(".")[0])
+    return 2 * layer + (1 if node.startswith("a") else 2)
 
-    nodes = sorted(set(table["sender"]) | {r.rsplit(".", 1)[0] if r[-2:] in (".q", ".k", ".v") else r
-                                           for r in table["receiver"]}, key=lambda n: (depth(n), n))
-    columns = sorted({depth(n) for n in nodes})
-    pos = {}
-    for x, d in enumerate(columns):
-        group = [n for n in nodes if depth(n) == d]
-        for i, n in enumerate(group):
-            pos[n] = (float(x), i - (len(group) - 1) / 2)
-    return pos
+
+def _receiver_node(receiver: str) -> tuple[str, str]:
+    """(node, input) of a receiver: ``a1.h0.k`` -> (``a1.h0``, ``k``); ``m1`` -> (``m1``, "")."""
+    return (receiver[:-2], receiver[-1]) if receiver[-2:] in (".q", ".k", ".v") else (receiver, "")
+
+
+def component_name(node: str, several_heads: bool = False) -> str:
+    """A circuit node in the study's words: ``a0.h0`` -> ``layer 1 (blocks.0) attention``,
+    ``m1`` -> ``layer 2 (blocks.1) MLP``; ``embed`` and ``logits`` as they are."""
+    if node == "embed":
+        return "embeddings (token + position)"
+    if node == "logits":
+        return "logits"
+    layer = int(node[1:].split(".")[0])
+    if node.startswith("m"):
+        return f"{layer_name(layer)} MLP"
+    head = node.split(".h")[1]
+    return f"{layer_name(layer)} attention" + (f" head {head}" if several_heads else "")
+
+
+PORT_OFFSET = {"q": 1 / 3, "k": 0.0, "v": -1 / 3, "": 0.0}  # of half a node's height: q above, v below
+EDGE_CMAP = "viridis_r"  # |edge score|: pale yellow (weak) to dark violet (strong); colour-blind safe
+EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
 def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
-    """The found circuit as a graph: nodes in layers, edges of the circuit drawn with width by |score|
-    (edges split by position summed), q / k / v inputs in three colours; others faint."""
-    grouped = (table.assign(abs_score=table["score"].abs())
-               .groupby(["sender", "receiver"], as_index=False)
-               .agg(score=("score", "sum"), abs_score=("abs_score", "sum"), in_circuit=("in_circuit", "any")))
-    pos = _node_layout(grouped)
-    fig, ax = plt.subplots(figsize=(1.8 * (max(x for x, _ in pos.values()) + 2), 4.5))
-    colours = {"q": "tab:blue", "k": "tab:green", "v": "tab:orange"}
-    top = max(float(grouped["abs_score"].max()), 1e-9)
-    for row in grouped.itertuples():
-        kind = row.receiver[-1] if row.receiver[-2:] in (".q", ".k", ".v") else ""
-        target = row.receiver[:-2] if kind else row.receiver
-        (x0, y0), (x1, y1) = pos[row.sender], pos[target]
-        offset = {"q": -0.12, "k": 0.0, "v": 0.12}.get(kind, 0.0)
-        ax.annotate("", xy=(x1 - 0.08, y1 + offset), xytext=(x0 + 0.08, y0),
-                    arrowprops=dict(arrowstyle="-|>", lw=0.5 + 6 * row.abs_score / top,
-                                    color=colours.get(kind, "black"),
-                                    alpha=0.9 if row.in_circuit else 0.08,
-                                    connectionstyle="arc3,rad=0.15"))
-    for node, (x, y) in pos.items():
-        ax.text(x, y, node, ha="center", va="center", fontsize=9,
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="grey"))
-    handles = [plt.Line2D([], [], color=c, label=f"{k} input") for k, c in colours.items()]
-    handles.append(plt.Line2D([], [], color="black", label="MLP / logit input"))
-    ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
-    ax.set_xlim(-0.6, max(x for x, _ in pos.values()) + 0.6)
-    ax.set_ylim(min(y for _, y in pos.values()) - 1, max(y for _, y in pos.values()) + 1)
-    ax.axis("off")
-    ax.set_title(title, fontsize=10)
-    return fig, grouped
+    """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
 
+    Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
+    attention``). Without positions (``position`` -1) each component is one box; an attention box
+    takes its query, key and value inputs at three ports on its left edge (q top, k middle, v
+    bottom). With positions each row is one position of the sequence (an edge joins a sender and
+    a receiver at the same position, so it runs along its row) and every (component, position)
+    that an edge touches is a small box. Edge colour is the edge's |score| on a square-root scale
+    (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
+    negative), the others grey and dashed. Every arrow ends on its receiver's box. Returns the
+    edges drawn (position -1: whole graph)."""
+    by_position = "position" in table and bool((table["position"] >= 0).any())
+    edges = table.copy()
+    if "position" not in edges:
+        edges["position"] = -1
+    if not by_position:
+        edges = (edges.groupby(["sender", "receiver"], as_index=False, sort=False)
+                 .agg(score=("score", "sum"), in_circuit=("in_circuit", "any")).assign(position=-1))
+    nodes = set(edges["sender"]) | {_receiver_node(r)[0] for r in edges["receiver"]}
+    several = any(n.startswith("a") and not n.endswith(".h0") for n in nodes)
+    columns = sorted({_node_depth(n) for n in nodes})
+    column = {d: i for i, d in enumerate(columns)}
+    # rows: the heads of a layer one under another (whole graph), or the positions
+    stacked: dict[str, float] = {}
+    for d in columns:
+        group = sorted(n for n in nodes if _node_depth(n) == d)
+        for i, n in enumerate(group):
+            stacked[n] = (len(group) - 1) / 2 - i
+    positions = sorted(int(p) for p in set(edges["position"])) if by_position else [-1]
+    row_of = {p: -i for i, p in enumerate(positions)}
+    width, height = (0.2, 0.62) if by_position else (0.62, 0.7)
 
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+    def centre(node: str, position: int) -> tuple[float, float]:
+        return float(column[_node_depth(node)]), (row_of[position] if by_position else 1.4 * stacked[node])
+
+    n_cols = len(columns)
+    tallest = max(sum(1 for n in nodes if _node_depth(n) == d) for d in columns)
+    fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
+    fig, ax = plt.subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
+    lim = max(float(edges["score"].abs().max()), 1e-9)
+    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), plt.get_cmap(EDGE_CMAP)
+    boxes = {}
+    touched = set(zip(edges["sender"], edges["position"])) | {
+        (_receiver_node(r)[0], p) for r, p in zip(edges["receiver"], edges["position"])}
+    for node, position in sorted(touched):
+        x, y = centre(node, position)
+        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.05",
+                             facecolor="white", edgecolor="#555555", lw=0.8, zorder=3,
+                             gid=f"node {node}@{position}")
+        ax.add_patch(box)
+        boxes[(node, position)] = (x, y)
+        if not by_position:
+            ax.text(x, y, textwrap.fill(component_name(node, several), 11), ha="center", va="center", fontsize=8,
+                    zorder=4)
+            if node.startswith("a"):
+                for port, offset in PORT_OFFSET.items():
+                    if port:
+                        ax.text(x - width / 2 + 0.03, y + offset * height, port, ha="left", va="center",
+                                fontsize=8, color="#333333", zorder=4, fontweight="bold")
+    # faint edges first, then the circuit's, weakest first so the strongest lie on top
+    order = edges.assign(_abs=edges["score"].abs()).sort_values(["in_circuit", "_abs"]).drop(columns="_abs")
+    for row in order.itertuples():
+        target, port = _receiver_node(row.receiver)
+        (x0, y0), (x1, y1) = centre(row.sender, row.position), centre(target, row.position)
+        skip = x1 - x0
+        start = (x0 + width / 2, y0)
+        end = (x1 - width / 2, y1 + PORT_OFFSET[port] * height)
+        rad = 0.0 if skip <= 1 and y0 == y1 else (0.12 + 0.05 * (skip - 1)) * (1 if port != "v" else -1)
+        if by_position:
+            rad = 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+        arrow = FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=8 if by_position else 11,
+                                shrinkA=0, shrinkB=0, connectionstyle=f"arc3,rad={rad}",
+                                color=cmap(norm(abs(row.score))) if row.in_circuit else "#bbbbbb",
+                                lw=(1.2 if by_position else 2.2) if row.in_circuit else 0.7,
+                                ls=("-" if row.score >= 0 else "-.") if row.in_circuit else (0, (3, 2)),
+                                zorder=2 if row.in_circuit else 1,
+                                gid=f"edge {row.sender}->{row.receiver}@{row.position}")
+        ax.add_patch(arrow)
+    xs = [x for x, _ in boxes.values()]
+    ys = [y for _, y in boxes.values()]
+    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
+    ax.set_ylim(min(ys) - 0.9, max(ys) + (0.9 if not by_position else 1.2))
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if by_position:
+        last = max(positions)
+        for p in positions:
+            ax.text(min(xs) - 0.32, row_of[p], f"position {p}" + (" (=)" if p == last else ""), ha="right",
+                    va="center", fontsize=8)
+        for d in columns:
+            name = component_name(next(n for n in sorted(nodes) if _node_depth(n) == d), several)
+            ax.text(column[d], max(ys) + 0.6, textwrap.fill(name, 14), ha="center", va="bottom", fontsize=8)
+    bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
+    bar.set_label("|edge score| (share of the\nlogit difference; sqrt scale)", fontsize=8)
+    bar.ax.tick_params(labelsize=8)
+    handles = [plt.Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
+               plt.Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
+               plt.Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
+    if by_position:
+        handles.append(plt.Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=8,
+              frameon=False, handlelength=2.5)
+    ax.set_title(title, fontsize=9, pad=6 if not by_position else 34)
+    fig.tight_layout()
+    return fig, edges
 
 
 def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
@@ -959,7 +1164,7 @@ def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[p
             label = label.replace(old, new)
         return label
 
-    fig, (ax, lx) = plt.subplots(1, 2, figsize=(12.5, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, lx) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     kinds = list(dict.fromkeys(table["kind"]))
     components = list(dict.fromkeys(table["component"]))
     width = 0.8 / len(kinds)
@@ -970,7 +1175,8 @@ def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[p
         for bar, value in zip(bars, shares.values):
             if abs(value) >= 0.05:
                 ax.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
-                            va="bottom", fontsize=7)
+                            va="bottom" if value >= 0 else "top", fontsize=8, rotation=90,
+                            xytext=(0, 2 if value >= 0 else -2), textcoords="offset points")
     ax.set_xticks(np.arange(len(components)), [wrap(c) for c in components], fontsize=8)
     ax.axhline(0, color="black", lw=0.6)
     ax.set_ylabel("share of the answer margin", fontsize=9)

@@ -1,4 +1,4 @@
-"""``compose-lens dynamics`` (every checkpoint of a run, and the three phases) and
+"""``compose-lens dynamics`` (every checkpoint of a run, and the three phases, with its figure) and
 ``compose-lens report`` (one offline HTML page with every result of a run)."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from pathlib import Path
 from compose_lens.cli.common import seed
 from compose_lens.errors import ComposeLensError
 
+DYNAMICS_FIGURE = "dynamics.png"  # the pools over training, phase onsets and the outcome (plots.dynamics_figure)
+
 
 def _cmd_dynamics(args: argparse.Namespace) -> int:
-    from compose_lens import runs  # lazy: torch
-    from compose_lens import study
+    from compose_lens import plots, runs, study  # lazy: torch
     from compose_lens.analysis.dynamics import phases_document, trajectory, trajectory_settings
     from compose_lens.outcome import trajectory_outcome
     from compose_lens.safety import check_count, check_sizes, staged_output
@@ -37,6 +38,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
         doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), args.source,
                                             traj.config.task.f, traj.config.task.r)
         runs.write_dynamics(traj.table, doc, stage)
+        plots.save(plots.dynamics_figure(traj.table, doc)[0], None, stage / DYNAMICS_FIGURE, dpi=110)
     t = doc["timing"]
     print(f"{t['evaluated_now']} of {doc['checkpoints']} checkpoints evaluated in {t['seconds']:.1f} s ({t['seconds_per_checkpoint']:.2f} s each; "
           f"300 checkpoints ~ {t['extrapolated_300_checkpoints_s'] / 60:.1f} min); circuit measures: "
@@ -47,7 +49,8 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
                  f"confirm it)" if phase["step"] is not None else "not reached")
         print(f"  {name:11s} {where}   [study: {study.PHASES[name]}]")
     print(f"outcome: {doc['outcome']['outcome']} ({doc['outcome']['why']})")
-    print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE} and {Path(args.out) / runs.PHASES_FILE}")
+    print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE}, {Path(args.out) / runs.PHASES_FILE} and "
+          f"{Path(args.out) / DYNAMICS_FIGURE}")
     return 0
 
 

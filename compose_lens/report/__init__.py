@@ -8,7 +8,9 @@ HTML. A section composes: it asks :mod:`compose_lens.analysis` (and
 :mod:`compose_lens.evaluate`) for numbers, :mod:`compose_lens.plots` for figures,
 and lays them out; the maths is elsewhere.
 
-1. :func:`configuration_section`: the configuration (task, model, training);
+1. :func:`configuration_section`: the configuration (task, model, training); for a folder of the
+   study's checkpoints, which records none, only what its files say and "unknown" for the rest
+   (:func:`study_configuration`);
 2. :func:`results_section`: the study's numbers beside this run's: accuracy on
    unseen 2-var sequences (the exhaustive 2-var union; the study reports over
    98 %), 0-var held-out accuracy, and the onsets of the three phases (study:
@@ -23,7 +25,8 @@ and lays them out; the maths is elsewhere.
    sequence (the PNG heatmap with the circuit's cells outlined folded under it);
 6. the analysis figures: :func:`qk_section` (layer-1 positional and layer-2
    identity QK), :func:`jump_section` (the early jump before/after),
-   :func:`fourier_section` (the best Fourier neuron);
+   :func:`fourier_section` (the best Fourier neuron), :func:`logit_attribution_section` (direct
+   logit attribution and the logit lens at ``=``);
 7. the causal tests: :func:`patching_section` (activation patching grouped by token
    role), :func:`ablation_section` (accuracy lost per pool) and :func:`same_mlp_section`
    (the same-MLP verdict and the MLP2 input cosines, constants against variables).
@@ -55,6 +58,7 @@ from compose_lens.analysis import figure_data
 from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
+from compose_lens.analysis.logit_attribution import logit_attribution, logit_lens
 from compose_lens.analysis.patching import patching_table
 from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
 from compose_lens import study
@@ -114,6 +118,18 @@ def run_outcome(inp: ReportInputs) -> dict:
     return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, task.f, task.r)
 
 
+def stall_banner(found: dict) -> str:
+    """A boxed warning for a stalled run (empty otherwise): shown at the top of the page and again
+    above the results, so no one reads the analyses as the study's circuit."""
+    if found.get("outcome") != "stalled":
+        return ""
+    return ('<p class="warning" style="border:2px solid #b2182b;padding:0.5em;background:#fdecea">'
+            "<b>This run stalled.</b> It learned addition but never formed layer-2 routing, so it cannot use "
+            f"variables ({html.escape(str(found.get('why', '')))}); the analyses below describe a model without "
+            "the study's circuit. Train another seed, or with <code>--set remedy=lr_x3</code> (README, 'When a "
+            "run stalls').</p>")
+
+
 def _phase_text(phase: dict | None) -> str:
     if not phase or phase.get("step") is None:
         return "not reached"
@@ -127,12 +143,70 @@ def _phase_text(phase: dict | None) -> str:
 # -- the sections ----------------------------------------------------------------------------------
 
 
+def is_study_folder(run_dir: Path) -> bool:
+    """A folder of the study's ``step_N.pth`` / ``final.pth`` checkpoints, with no ``config.json``:
+    its configuration is not recorded beside the weights."""
+    return not (run_dir / runs.CONFIG_FILE).exists() and (
+        (run_dir / runs.STUDY_FINAL).exists() or any(run_dir.glob("step_*.pth")))
+
+
+UNKNOWN = "not recorded in the folder"
+
+
+def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[list[str]]:
+    """(setting, value, where it comes from) for a folder of the study's checkpoints: what its
+    ``split.json`` says, what the weights' shapes say (checked when the model was loaded), the
+    checkpoint steps found, and "unknown" for everything else (compose-lens's defaults, such as
+    its 30,000 steps on cpu, are not the study's)."""
+    split_file = run_dir / runs.SPLIT_FILE
+    recorded = json.loads(split_file.read_text()) if split_file.exists() else {}
+    task, model = config.task, config.model
+    where_split = "split.json" if recorded else "unknown: no split.json (paper default assumed)"
+    rows = [["task: modulus p", task.modulus, where_split],
+            ["task: variables", f"{task.n_vars} ({', '.join(task.variable_names)})", where_split],
+            ["task: f (share of addition pairs in training)", f"{task.f:g}", where_split],
+            ["task: held-out pairs", len(split.heldout_pairs), where_split],
+            ["task: left operand never a variable in training", ", ".join(task.left_forbidden), where_split],
+            ["task: right operand never a variable in training", ", ".join(task.right_forbidden), where_split]]
+    for key, label in (("r", "task: r"), ("seed", "task: split seed"), ("max_assignments", "task: max assignments")):
+        rows.append([label, recorded[key], "split.json"] if key in recorded else [label, "unknown", UNKNOWN])
+    shapes = "weight shapes (checked when loaded)"
+    rows += [["model: layers", model.n_layers, shapes], ["model: d_model", model.d_model, shapes],
+             ["model: heads per layer x d_head", f"{model.n_heads} x {model.d_head}", shapes],
+             ["model: d_mlp", model.d_mlp, shapes],
+             ["model: MLP in layers", ", ".join(layer_name(b) for b in model.mlp_layers),
+              "weights (the other MLPs are all zero)"],
+             ["model: context positions", model.n_ctx, shapes],
+             ["model: vocabulary in / out", f"{model.d_vocab} / {model.d_vocab_out}", shapes],
+             ["model: normalisation", "none", "weights (no LayerNorm parameters)"],
+             ["model: biases", "none trained (all zero)", "weights"],
+             ["model: activation", "unknown", "not in the weights (the analyses assume ReLU, as the study's)"]]
+    steps = sorted(c.step for c in runs.find_checkpoints(run_dir)[0]) if any(run_dir.glob("step_*.pth")) else []
+    found = (f"{len(steps)} checkpoints, steps {steps[0]} to {steps[-1]}" if steps else "no step_N.pth")
+    final = " and final.pth (its step is not in its name)" if (run_dir / runs.STUDY_FINAL).exists() else ""
+    rows.append(["training: steps", "unknown", f"{found}{final}"])
+    for label in ("batch size", "learning rate", "weight decay", "optimiser betas", "seed", "device",
+                  "precision"):
+        rows.append([f"training: {label}", "unknown", UNKNOWN])
+    return rows
+
+
 def configuration_section(inp: ReportInputs) -> str:
+    head = (f"<p>Run <code>{html.escape(str(inp.run_dir))}</code>; model evaluated: {html.escape(inp.which)}; "
+            f"split: {len(inp.split.train_pairs)} training pairs, {len(inp.split.heldout_pairs)} held out.</p>")
+    if is_study_folder(inp.run_dir):
+        readme = inp.run_dir / "README.md"
+        note = ("" if not readme.exists() else
+                "<details><summary>What the folder's README.md says</summary><pre>"
+                + html.escape(readme.read_text(encoding="utf-8", errors="replace")[:20000]) + "</pre></details>")
+        return (head + "<p>A folder of the study's checkpoints: it records no configuration file, so this "
+                "table shows only what its files say; the rest is <b>unknown</b> (not compose-lens's "
+                "defaults).</p>"
+                + html_table(study_configuration(inp.run_dir, inp.config, inp.split),
+                             ["setting", "value", "where it comes from"]) + note)
     tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
                      for section, values in inp.config.to_dict().items())
-    return (f"<p>Run <code>{html.escape(str(inp.run_dir))}</code>; model evaluated: {html.escape(inp.which)}; "
-            f"split: {len(inp.split.train_pairs)} training pairs, {len(inp.split.heldout_pairs)} held out.</p>"
-            f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>')
+    return head + f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>'
 
 
 def results_section(inp: ReportInputs) -> str:
@@ -150,15 +224,10 @@ def results_section(inp: ReportInputs) -> str:
         rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
     found = run_outcome(inp)
     rows.append(["outcome (stall detector)", "generalised", f"{found['outcome']}: {found['why']}"])
-    banner = ("" if found["outcome"] != "stalled" else
-              '<p class="warning" style="border:2px solid #b2182b;padding:0.5em"><b>This run stalled.</b> '
-              "It learned addition but never formed layer-2 routing, so it cannot use variables; the analyses "
-              "below describe a model without the study's circuit. Train another seed, or with "
-              "<code>--set remedy=lr_x3</code> (README, 'When a run stalls').</p>")
     source = "results.json" if inp.results else "computed now on the last checkpoint"
     thresholds = "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
                            for k, v in phases.items())
-    return (banner + html_table(rows, ["measure", "study", "this run"])
+    return (stall_banner(found) + html_table(rows, ["measure", "study", "this run"])
             + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
               f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
             + "<h3>Pool accuracies of the final model</h3>"
@@ -171,9 +240,9 @@ def dynamics_section(inp: ReportInputs) -> str:
     parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
              f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
              f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-    parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases),
+    parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
                                "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
-                               "dashed lines: phase onsets."))
+                               "dashed lines: phase onsets; the title gives the run's outcome."))
     parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
                                "Progress measures over training with the phase boundaries."))
     forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
@@ -286,12 +355,33 @@ def same_mlp_section(inp: ReportInputs) -> str:
             f"same_mlp.json)</p>"
             + html_table(table[columns].values.tolist(), columns)
             + inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
-                                "Operand interchange per condition (grey: the not-shared prediction), "
-                                "constant against variable damage profiles, and the probe and subspace "
-                                "transfer, with the controls.")
+                                "Operand interchange per condition (black tick: what the interchange would "
+                                "give if constants and variables did not share the MLP's representation; "
+                                "dotted: chance), constant against variable damage profiles, and the probe "
+                                "and subspace transfer, with the controls. Bars: 95 % intervals.")
             + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
                                 "Correlational only: cosine similarity of the MLP2 input, constant "
-                                "against variable operand."))
+                                "against variable operand, one panel per side of the variable; dashed: "
+                                "each group's mean."))
+
+
+def logit_attribution_section(inp: ReportInputs) -> str:
+    """Direct logit attribution and the logit lens at ``=``
+    (:mod:`compose_lens.analysis.logit_attribution`): which component writes the answer."""
+    table = logit_attribution(inp.model, inp.config, inp.split)
+    lens = logit_lens(inp.model, inp.config, inp.split)
+    kinds = table.drop_duplicates("kind")
+    largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
+    rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]
+    return ("<p>The answer's margin at <code>=</code> (its logit minus the mean logit) is a sum of one term per "
+            "component, since the model has no normalisation; each bar is a component's share of it (values "
+            "of at least 0.05 printed). The logit lens reads the residual stream through the unembedding "
+            "after each stage. <code>compose-lens dla</code> writes both tables.</p>"
+            + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
+                                "largest direct share"])
+            + inp.report.figure(plots.logit_attribution_figure(table, lens), "logit_attribution",
+                                "Left: direct logit attribution per sequence kind; right: logit-lens accuracy "
+                                "after each stage."))
 
 
 def circuit_discovery_section(inp: ReportInputs) -> str:
@@ -305,8 +395,9 @@ def circuit_discovery_section(inp: ReportInputs) -> str:
             f"difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
             f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
             + inp.report.figure(plots.circuit_figure(found.edges, found.title), "circuit",
-                                "The found circuit: nodes in layers, edge width by attribution, q / k / v "
-                                "inputs in three colours.")
+                                "The found circuit: components in forward order, each edge coloured by "
+                                "its |score| (colour bar), solid if in the circuit, grey dashed if not; "
+                                "attention takes its q, k and v inputs at three ports on its left edge.")
             + (html_table(pools, ["pool", "share of the metric the circuit recovers"]) if pools else ""))
 
 
@@ -320,6 +411,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = (
     ("qk", "Previous-token head and variable-identity routing", qk_section),
     ("jump", "The early generalisation jump", jump_section),
     ("fourier", "The MLP adds: best Fourier neuron", fourier_section),
+    ("dla", "Direct logit attribution and logit lens at =", logit_attribution_section),
     ("patching", "Activation patching by token role", patching_section),
     ("ablation", "Ablation: accuracy lost per pool", ablation_section),
     ("same-mlp", "Same MLP for constants and variables", same_mlp_section),
@@ -352,7 +444,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
                 f"embedded: it works offline.")
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report.render(f"compose-lens report: {run_dir.name}", subtitle))
+    try:
+        banner = stall_banner(run_outcome(inputs))
+    except Exception:  # the results section says what went wrong
+        banner = ""
+    write_text_atomic(out, report.render(f"compose-lens report: {run_dir.name}", subtitle, banner))
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

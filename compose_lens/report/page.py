@@ -145,10 +145,11 @@ class Report:
         return (f'<figure><img alt="{html.escape(name)}" src="{data_uri(png)}">'
                 f"<figcaption>{caption}</figcaption></figure>")
 
-    def render(self, title: str, subtitle: str) -> str:
+    def render(self, title: str, subtitle: str, banner: str = "") -> str:
+        """The page: title, subtitle, ``banner`` (HTML, e.g. a stalled run's warning), contents, sections."""
         items = "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t, _ in self.sections)
         toc = f'<nav class="toc"><b>Contents</b><ol>{items}</ol></nav>'
-        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p>{toc}"]
+        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p>{banner}{toc}"]
         for anchor, title_, content in self.sections:
             body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
         return offline_page(title, "\n".join(body), STYLE)

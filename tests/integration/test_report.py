@@ -207,3 +207,63 @@ def test_a_stalled_run_is_flagged_and_an_ordinary_one_is_not(reported_run, tmp_p
     out = tmp_path / "stalled.html"
     assert main(["report", str(stalled), "--out", str(out), "--quiet"]) == 0
     assert "This run stalled" in out.read_text()
+
+
+def test_a_stalled_run_is_flagged_at_the_top_of_the_page(reported_run, tmp_path):
+    """The warning comes before the table of contents, not only inside the results section."""
+    run_dir, _, _ = reported_run
+    stalled = tmp_path / "stalled"
+    shutil.copytree(run_dir, stalled, ignore=shutil.ignore_patterns("report.html"))
+    results = json.loads((stalled / "results.json").read_text())
+    results["outcome"] = {"outcome": "stalled", "why": "routing never formed"}
+    (stalled / "results.json").write_text(json.dumps(results))
+    from compose_lens.report import build_report
+
+    page, _ = build_report(stalled, progress=False)
+    text = page.read_text()
+    assert text.index("This run stalled") < text.index('<nav class="toc">')
+    assert text.count("This run stalled") == 2 and "routing never formed" in text
+
+
+def test_report_has_the_logit_attribution_section(reported_run):
+    run_dir, page, _ = reported_run
+    text = page.read_text()
+    assert '<h2 id="dla">Direct logit attribution and logit lens at =</h2>' in text
+    section = text[text.index('<h2 id="dla">'):text.index("<h2", text.index('<h2 id="dla">') + 5)]
+    assert "could not be made" not in section and 'alt="logit_attribution"' in section
+    assert (run_dir / "figures" / "logit_attribution.png").exists()
+
+
+def test_dynamics_writes_its_figure(reported_run, tmp_path):
+    run_dir, _, _ = reported_run
+    out = tmp_path / "dyn"
+    assert main(["dynamics", str(run_dir), "--out", str(out), "--quiet", "--pool-size", "45", "--slot-size", "8",
+                 "--no-circuit"]) == 0
+    from PIL import Image
+
+    with Image.open(out / "dynamics.png") as image:
+        assert image.format == "PNG" and image.size[0] > 600
+    assert "dynamics.png" in json.loads((out / ".compose-lens").read_text())["files"]
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference"
+
+
+@pytest.mark.skipif(not (REFERENCE / "final.pth").exists(), reason="../shared/reference is absent")
+def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults():
+    from compose_lens.config import RunConfig
+    from compose_lens.data.split import Split
+    from compose_lens.report import ReportInputs, configuration_section
+
+    split = Split.load(REFERENCE / "split.json")
+    inputs = ReportInputs(run_dir=REFERENCE, split_file=None, model=None, config=RunConfig(task=split.task),
+                          split=split, which="final.pth", table=None, phases_doc={}, results=None, texts=[],
+                          report=None)
+    text = configuration_section(inputs)
+    assert "30000" not in text and "30,000" not in text  # compose-lens's default steps
+    assert '"cpu"' not in text and ">cpu<" not in text  # and its default device
+    assert "<td>training: steps</td><td>unknown</td>" in text
+    assert "<td>training: device</td><td>unknown</td>" in text
+    assert "steps 1 to 30001" in text and "final.pth" in text  # what the folder does say
+    assert "<td>task: f (share of addition pairs in training)</td><td>0.7</td>" in text
+    assert "README.md" in text

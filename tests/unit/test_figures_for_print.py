@@ -3,7 +3,9 @@ ablation heatmap that shows only the ablations that change something (issue 29).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from compose_lens import plots
 
@@ -53,3 +55,218 @@ def test_ablation_with_nothing_above_the_threshold_draws_every_row():
     table = _ablation_table({("frequency_neurons", 3): 0.01, ("fourier_directions", 3): 0.02})
     fig, shown = plots.ablation_figure(table)
     assert len(fig.axes[0].get_yticklabels()) == 2 and "left out" not in fig.axes[0].get_title()
+
+
+# -- as the report shows them --------------------------------------------------------------------
+
+REPORT_COLUMN_PX = 1218  # the report's body (1,250 px) less its padding: a wider PNG is shrunk to fit
+ALLOWED = {c.lower() for c in plots.OKABE_ITO} | {"#999999", "#bbbbbb", "#666666", "#000000", "black"} | {
+    c.lower() for c, _ in plots.PHASE_STYLE.values()}
+
+
+def _shown(fig) -> tuple[int, int, float]:
+    """(width px, height px, smallest font in pt) of the figure as the report embeds it (110 dpi PNG,
+    never shrunk while it fits the column)."""
+    from io import BytesIO
+
+    import matplotlib.text
+    from PIL import Image
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    width, height = Image.open(BytesIO(plots.png_bytes(fig, dpi=110))).size
+    return width, height, min(sizes)
+
+
+def assert_readable_in_the_report(fig) -> tuple[int, int]:
+    width, height, smallest = _shown(fig)
+    assert width <= REPORT_COLUMN_PX, f"{width} px wide: the report shrinks it and its labels"
+    assert smallest >= 8, f"a {smallest} pt label"
+    return width, height
+
+
+def _colorbars(fig) -> int:
+    return sum(1 for ax in fig.axes if getattr(ax, "_colorbar", None) is not None)
+
+
+def _best_neurons(n: int = 11, p: int = 11) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"neuron": i, "frequency": i + 1, "ideal_correlation": 0.9, "fraction_explained": 0.8,
+             "pattern": rng.random((p, p)) * (i + 1), "ideal": rng.random((p, p))} for i in range(n)]
+
+
+def test_best_neurons_is_one_compact_grid_with_one_colour_bar():
+    fig, data = plots.best_neurons_figure(_best_neurons())
+    assert _colorbars(fig) == 1  # was one per panel: 22
+    _, height = assert_readable_in_the_report(fig)
+    assert height < 1200  # was 3,739 px for the paper model's 11 key frequencies
+    # each panel is divided by its neuron's maximum, so the one scale (0 to 1) fits them all
+    assert data.groupby("neuron")["max_activation"].first().tolist() == pytest.approx(
+        [float(np.max(n["pattern"])) for n in _best_neurons()])
+
+
+def _same_mlp_report() -> dict:
+    def bars(conditions, kinds, **extra):
+        return [{"condition": c, "kind": k, "value": 0.9, "ci_low": 0.85, "ci_high": 0.95, "chance": 0.02,
+                 "not_shared_prediction": 0.02, **extra} for c, k in zip(conditions, kinds)]
+
+    interchange = (bars(["const->var1", "const->const", "random-token donor const->var1"], ["cross", "same", "control"],
+                        side="left", isolation="token")
+                   + bars(["const->random-token receiver, whole MLP2 input"], ["reference"], side="both",
+                          isolation="none"))
+    conditions, kinds = ["held-out constants", "1-var left", "2-var"], ["same", "cross", "cross"]
+    probe = (bars(conditions, kinds, test="probe", metric="value decoded")
+             + bars(conditions, kinds, test="subspace", metric="variance share"))
+    return {"tables": {"interchange": interchange, "probe": probe,
+                       "damage_profiles": [{"const": 0.1 * i, "1-var": 0.1 * i, "2-var": 0.09 * i} for i in range(9)]},
+            "isolation": "token", "verdict": "supported",
+            "tests": {"interchange": {"status": "passed"}, "feature_transfer": {"status": "passed"},
+                      "probe_transfer": {"status": "passed", "probe": {"passed": True}, "subspace": {"passed": False}}}}
+
+
+def test_same_mlp_panels_name_each_measure_once_and_no_legend_covers_a_bar():
+    fig, _ = plots.same_mlp_figure(_same_mlp_report())
+    assert_readable_in_the_report(fig)  # was 1,769 px wide with 7 pt labels: about 5 pt in the report
+    bar_axes = [ax for ax in fig.axes if any(type(p).__name__ == "Rectangle" for p in ax.patches)]
+    assert len(bar_axes) == 3  # interchange, probe accuracy, variance share: each measure its own axis
+    for ax in bar_axes:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert len(labels) == len(set(labels)), labels  # the probe panel listed every condition twice
+        assert ax.get_legend() is None  # the legend sits under the panels, over no bar
+    units = sorted(ax.get_xlabel() for ax in bar_axes)
+    assert units == ["accuracy", "accuracy", "share of the variance"]  # a variance share is not "accuracy"
+    assert "3b" in " ".join(ax.get_title() for ax in bar_axes) and "not passed" in bar_axes[2].get_title()
+    assert fig.legends and any('"not shared" prediction' in t.get_text() for t in fig.legends[0].get_texts())
+
+
+def _edge_table(positions: bool) -> pd.DataFrame:
+    from compose_lens.analysis.circuit import build_graph
+    from compose_lens.config import ModelConfig
+
+    graph = build_graph(ModelConfig(), positions)
+    scores = np.linspace(-0.05, 0.3, len(graph.edges))
+    return pd.DataFrame({"sender": [e.sender for e in graph.edges], "receiver": [e.receiver for e in graph.edges],
+                         "position": [e.position for e in graph.edges], "score": scores,
+                         "in_circuit": np.abs(scores) > 0.01})
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_circuit_graph_names_components_and_its_arrows_end_on_their_nodes(positions):
+    table = _edge_table(positions)
+    assert len(table) == (121 if positions else 16)
+    fig, _ = plots.circuit_figure(table, "t")
+    assert_readable_in_the_report(fig)
+    assert _colorbars(fig) == 1  # the edge-score scale
+    ax = fig.axes[0]
+    texts = [t.get_text().replace("\n", " ") for t in ax.texts]
+    assert any("layer 1 (blocks.0) attention" in t for t in texts) and any("layer 2 (blocks.1) MLP" in t for t in texts)
+    assert not {"a0.h0", "a1.h0", "m1", "embed"} & set(texts)
+    boxes = {p.get_gid()[5:]: p for p in ax.patches if (p.get_gid() or "").startswith("node ")}
+    arrows = [p for p in ax.patches if (p.get_gid() or "").startswith("edge ")]
+    assert len(arrows) == len(table)
+    fig.canvas.draw()
+    for arrow in arrows:
+        edge, position = arrow.get_gid()[5:].rsplit("@", 1)
+        receiver = edge.split("->")[1]
+        node = receiver[:-2] if receiver[-2:] in (".q", ".k", ".v") else receiver
+        box = boxes[f"{node}@{position}"]
+        tip = ax.transData.transform(arrow.get_path().vertices)  # in pixels
+        x = tip[:, 0].max()  # left to right: the arrowhead's point is its rightmost vertex
+        y = tip[tip[:, 0].argmax(), 1]
+        (left, bottom), (_, top) = ax.transData.transform([(box.get_x(), box.get_y()),
+                                                           (box.get_x(), box.get_y() + box.get_height())])
+        # matplotlib pulls the head's path back so that its mitred outline ends on the point: by
+        # lw / (2 sin 26.6 deg) = 1.12 lw for "-|>"; the old arrows stopped 0.08 units (~13 px) short
+        stroke = arrow.get_linewidth() * fig.dpi / 72
+        assert left - 1.15 * stroke - 0.5 <= x <= left + 0.5, arrow.get_gid()  # touches the box's left edge
+        assert bottom <= y <= top
+
+
+def test_circuit_graph_by_position_draws_every_position():
+    plain = plots.circuit_figure(_edge_table(False), "t")[0]
+    by_position = plots.circuit_figure(_edge_table(True), "t")[0]
+
+    def nodes(fig):
+        return [p for p in fig.axes[0].patches if (p.get_gid() or "").startswith("node ")]
+
+    assert len(nodes(plain)) == 5  # embed, two attention layers, one MLP, logits
+    assert len(nodes(by_position)) > 3 * 16  # each position's embed and both attention layers at least
+    labels = [t.get_text() for t in by_position.axes[0].texts]
+    assert "position 0" in labels and "position 15 (=)" in labels
+
+
+def _dynamics(stalled: bool = False) -> tuple[pd.DataFrame, dict]:
+    steps = np.arange(0, 3000, 100)
+    rise = lambda at: 1 / (1 + np.exp(-(steps - at) / 100))  # noqa: E731
+    table = pd.DataFrame({"step": steps, **{pool: rise(500 + 100 * i) for i, pool in enumerate(
+        [p for pools in plots.POOL_GROUPS.values() for p in pools])}})
+    for v in "abcdefkl":
+        table[f"equals_score_{v}"] = rise(800) - (v in "ak")
+    for slot in ("left_k", "right_a"):
+        for count in ("1var", "2var"):
+            table[f"slot_{count}_{slot}"] = rise(2000)
+    phases = {"addition": {"step": 500}, "assignment": {"step": 900}, "refinement": {"step": None}}
+    outcome = {"outcome": "stalled" if stalled else "generalised", "why": "routing never formed" if stalled else "ok"}
+    return table, {"phases": phases, "outcome": outcome}
+
+
+def test_late_refinement_lines_are_told_apart_by_colour_blind_safe_colours():
+    table, doc = _dynamics()
+    fig, _ = plots.refinement_figure(table, list("abcdefkl"), ("k", "a"), doc["phases"])
+    assert_readable_in_the_report(fig)
+    from matplotlib.colors import to_hex
+
+    for ax in fig.axes:
+        drawn = [(to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()
+                 if not line.get_label().startswith("_")]
+        assert len(drawn) == len(set(drawn)) and {c for c, _ in drawn} <= ALLOWED, drawn
+        assert ax.get_legend() is not None
+    forbidden = [line for line in fig.axes[0].get_lines() if "forbidden" in line.get_label()]
+    assert len({to_hex(line.get_color()) for line in forbidden}) == 2
+
+
+def test_cosine_histograms_are_small_multiples_of_outlines():
+    rng = np.random.default_rng(0)
+    groups = {f"{kind}, {side} variable": rng.normal(0.9 if kind == "matched" else 0, 0.1, 200)
+              for side in ("left", "right") for kind in ("matched", "mismatched")}
+    fig, data = plots.cosine_histograms_figure(groups)
+    assert_readable_in_the_report(fig)
+    assert [ax.get_title() for ax in fig.axes] == ["left variable", "right variable"]  # was one panel of four
+    for ax in fig.axes:
+        assert len(ax.patches) == 2 and not any(p.get_fill() for p in ax.patches)  # outlines, not filled bars
+        assert len(ax.get_legend().get_texts()) == 2
+    assert len(data) == 800
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_dynamics_figure_names_the_outcome_and_marks_the_onsets(stalled):
+    table, doc = _dynamics(stalled)
+    fig, data = plots.dynamics_figure(table, doc)
+    assert_readable_in_the_report(fig)
+    title = fig._suptitle
+    assert ("stalled (routing never formed)" if stalled else "generalised") in title.get_text()
+    assert (title.get_color() == plots.OKABE_ITO[3]) == stalled  # a stall shows in vermillion
+    onsets = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert onsets == ["addition onset (500)", "assignment onset (900)"]  # refinement not reached
+    assert list(data.columns)[:2] == ["step", "0var_train"]
+
+
+def test_logit_attribution_figure_fits_the_report():
+    components = ["token embedding", "layer 1 (blocks.0) head 0", "layer 2 (blocks.1) MLP"]
+    table = pd.DataFrame([{"kind": k, "component": c, "share": s} for k in ("0var", "2var")
+                          for c, s in zip(components, (0.0, 0.1, 0.9))])
+    lens = pd.DataFrame([{"kind": k, "after": a, "order": i, "accuracy": i / 2} for k in ("0var", "2var")
+                         for i, a in enumerate(["embeddings", "layer 1 (blocks.0) attention",
+                                                "layer 2 (blocks.1) MLP"])])
+    fig, _ = plots.logit_attribution_figure(table, lens)
+    assert_readable_in_the_report(fig)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.10", "0.10", "0.90", "0.90"]
+
+
+def test_progress_measures_fit_the_report():
+    from compose_lens.analysis.summary import MEASURE_KEYS
+
+    table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
+    fig, _ = plots.progress_measures_figure(table, {"addition": {"step": 100}})
+    assert_readable_in_the_report(fig)  # was 16 in wide: shrunk to about 6 pt in the report
+    assert sum(ax.get_xlabel() == "training step" for ax in fig.axes) == min(4, len(MEASURE_KEYS))

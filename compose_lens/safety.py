@@ -11,7 +11,10 @@ adds these up (a deliberately generous estimate) and :func:`require_memory` refu
 a configuration whose estimate exceeds the memory the machine has available now
 (``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``), saying how much it needs.
 Counts typed on the command line (``--n``, ``--pool-size``) are also capped at
-:data:`MAX_COUNT` whatever the memory.
+:data:`MAX_COUNT` whatever the memory, and every command's size arguments go through
+one guard, :func:`check_sizes`: the sequences they render, what the command keeps of
+each (activations, tables), a forward chunk and the split, checked on MODEL's
+``config.json`` before the model is loaded (:func:`check_model_sizes`).
 
 **Outputs belong to compose-lens.** Every directory compose-lens writes holds a
 small marker file, ``.compose-lens`` (JSON: the command, and for analysis outputs the
@@ -95,17 +98,31 @@ def exhaustive_count(task: TaskConfig) -> int:
     return (pairs - n_train) * len(task.allowed_two_var_pairs) + n_train * restricted
 
 
-def forward_bytes(config: RunConfig, batch: int, training: bool) -> int:
-    """Activations of one forward (kept for the backward when training), and the parameters."""
+def activation_bytes(config: RunConfig, training: bool) -> int:
+    """Activations of one sequence's forward: with ``training``, every layer's activations kept
+    for the backward (and their gradients), else the few tensors of the widest kind alive at once."""
     m = config.model
-    if training:  # every layer's activations are kept for the backward, and their gradients
+    if training:
         per_position = 2 * m.n_layers * (8 * m.d_model + 3 * m.d_mlp + 4 * m.n_heads * (m.n_ctx + m.d_head))
-    else:  # a few tensors of the widest kind are alive at once
+    else:
         per_position = 4 * max(m.d_model, m.d_mlp, m.n_heads * m.n_ctx, m.n_heads * m.d_head)
-    activations = 4 * batch * m.n_ctx * per_position + 8 * batch * m.d_vocab_out
+    return 4 * m.n_ctx * per_position + 8 * m.d_vocab_out
+
+
+def cached_forward_bytes(config: RunConfig) -> int:
+    """One sequence's forward with every hook cached (``run_with_cache``): the activations a
+    training forward keeps, without their gradients."""
+    m = config.model
+    return (activation_bytes(config, training=True) - 8 * m.d_vocab_out) // 2 + 8 * m.d_vocab_out
+
+
+def forward_bytes(config: RunConfig, batch: int, training: bool) -> int:
+    """Activations of one forward of ``batch`` sequences (:func:`activation_bytes`), and the
+    parameters (with their gradients and AdamW state when training)."""
+    m = config.model
     n_params = (m.n_layers * (4 * m.d_model * m.n_heads * m.d_head + 2 * m.d_model * m.d_mlp)
                 + (m.d_vocab + m.n_ctx + m.d_vocab_out) * m.d_model)
-    return activations + 4 * n_params * (4 if training else 1)
+    return batch * activation_bytes(config, training) + 4 * n_params * (4 if training else 1)
 
 
 def training_estimate(config: RunConfig) -> dict[str, int]:
@@ -156,31 +173,65 @@ def kept_activation_bytes(config: RunConfig) -> int:
                           + m.n_heads * m.n_ctx * m.n_layers + m.n_heads ** 2 * m.n_ctx)
 
 
-def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0) -> dict[str, int]:
+def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0,
+                      forward: bool = True) -> dict[str, int]:
     """Bytes an analysis of ``sequences`` rendered sequences needs: the sequences (and a joined
     copy of their tokens, and their answer logits), what it keeps of each, one forward of a
-    1,024-sequence chunk, and the split."""
+    1,024-sequence chunk (unless ``forward`` is False: nothing is run), and the split."""
     task, m = config.task, config.model
     per_sequence = 8 * task.seq_len + 4 * m.d_vocab_out + kept_per_sequence
-    return {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
-            "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
-            "the split": split_bytes(task)}
+    parts = {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
+             "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
+             "the split": split_bytes(task)}
+    if not forward:
+        del parts["a forward of 1,024 sequences"]
+    return parts
 
 
-def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, int]], kept_per_sequence: int = 0) -> None:
-    """The one memory guard over a command's size arguments, before any work: ``sizes`` maps each
-    option as typed (``"--pool-size 2000"``) to (its value, the sequences it renders per unit).
-    Each value is a count (:func:`check_count`); together they must fit the available memory."""
-    for option, (value, _) in sizes.items():
+def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, ...]], kept_per_sequence: int = 0,
+                forward: bool = True) -> None:
+    """The one memory guard over a command's size arguments, before any work.
+
+    ``sizes`` maps each option as typed (``"--pool-size 2000"``) to (its value, the
+    sequences it renders per unit[, the bytes the command keeps per unit beyond them:
+    patching tables, bootstrap counts, cached activations]); ``kept_per_sequence`` is
+    what the command keeps of every rendered sequence; ``forward=False`` for a command that
+    runs no model. Each value is a count (:func:`check_count`); together they must fit the
+    available memory."""
+    for option, (value, *_) in sizes.items():
         check_count(value, option.split()[0])
-    total = sum(value * per_unit for value, per_unit in sizes.values())
-    require_memory(analysis_estimate(config, total, kept_per_sequence), " ".join(sizes),
-                   "ask for fewer sequences")
+    total = sum(size[0] * size[1] for size in sizes.values())
+    parts = analysis_estimate(config, total, kept_per_sequence, forward)
+    kept = sum(size[0] * size[2] for size in sizes.values() if len(size) > 2)
+    if kept:
+        parts["what is kept of them"] = kept
+    require_memory(parts, " ".join(sizes), "ask for fewer sequences")
 
 
-def check_render_memory(task: TaskConfig, n: int, what: str) -> None:
-    require_memory({f"{n:,} rendered sequences": render_bytes(task, n), "the split": split_bytes(task)},
-                   what, "ask for fewer sequences")
+def peek_run_config(spec: str | Path) -> RunConfig | None:
+    """The run config of what a MODEL argument names, read from its ``config.json`` alone (no torch,
+    no weights; as :func:`compose_lens.coverage.peek_model_config` resolves it), so a size guard
+    can refuse before the model is loaded; None where it cannot be read so (the loader then says why)."""
+    from compose_lens.config import load_json
+    from compose_lens.coverage import PAPER_MODEL_DIR
+
+    path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
+    if path.suffix == ".pth":
+        return RunConfig()  # the study's checkpoints: the paper's task and architecture
+    if path.suffix == ".safetensors":
+        path = path.parent
+    try:
+        return RunConfig.from_dict(load_json(path / "config.json"))
+    except Exception:  # absent or unreadable: load_model says why, in its own words
+        return None
+
+
+def check_model_sizes(spec: str | Path, guard) -> None:
+    """Run ``guard(config)`` (a :func:`check_sizes` call) on MODEL's config before it is loaded,
+    where its config.json can be read; the command runs it again on the loaded model's config."""
+    config = peek_run_config(spec)
+    if config is not None:
+        guard(config)
 
 
 # -- markers and locks ----------------------------------------------------------------------------

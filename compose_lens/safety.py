@@ -386,7 +386,9 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
             _swap(stage, out, replace)
         finally:
             lock.release()
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, OSError) and not exc.filename and stage is not None:
+            exc.filename = str(out)  # a write that names no file (a full disk): the output it was for
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
         for parent in reversed(created):
@@ -456,13 +458,34 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 def write_text_atomic(path: Path, text: str) -> None:
     """Write through a fresh temporary beside ``path`` (:func:`compose_lens.config.atomic_path`)
     and a rename; the temporary file is removed on failure."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        if not exc.filename:  # a write that names no file (a full disk): the file it was for
+            exc.filename = str(path)
+        raise
 
 
-def os_error_line(exc: OSError, doing: str, kept: str = "") -> str:
-    """One line for an I/O error: the path, the reason, and what is kept."""
-    where = exc.filename or "?"
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's disk quota used up
+
+
+def user_path(path: str | os.PathLike) -> str:
+    """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
+    ``.partial``, ``.old``, from :func:`compose_lens.config.temp_beside`) is replaced by the
+    ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
+    parts = Path(os.fsdecode(path)).parts
+    return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)
+
+
+def os_error_line(exc: OSError, doing: str = "", kept: str = "") -> str:
+    """One line for an I/O error: the user's path (:func:`user_path`, never a staging name), what
+    could not be done, the reason (a full disk said in words), what is kept, and what to do."""
+    where = user_path(exc.filename) if exc.filename else "?"
     reason = exc.strerror or str(exc)
-    return f"{where}: cannot {doing} ({reason}){'; ' + kept if kept else ''}"
-
+    if exc.errno in FULL:
+        reason = f"the disk is full: {reason}"
+        if "free space" not in kept:
+            kept = f"{kept or 'nothing else was changed'}: free space on that disk, or write the output elsewhere"
+    what = f"cannot {doing} ({reason})" if doing else reason
+    return f"{where}: {what}{'; ' + kept if kept else ''}"

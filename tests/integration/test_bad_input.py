@@ -435,6 +435,27 @@ CASES = [
     ("ablate-pool-10M", "ablate {w}/run --pool-size 10000000 --out {out}", None),
     ("patch-n-pairs-10M", "patch {w}/run --n-pairs 10000000 --out {out}", None),
     ("circuit-n-pairs-10M", "circuit {w}/run --n-pairs 10000000 --out {out}", None),
+    ("dla-n-10M", "dla {w}/run --n 10000000 --out {out}", None),
+    ("dla-n-10M-over-old", "dla {w}/run --n 10000000 --out {out} --overwrite", "other_command"),
+    ("dla-paper-n-2M", "dla paper --n 2000000 --out {out}", None),
+    ("dla-n-8", "dla {w}/run --n 8 --out {out}", None),
+    ("data-sample-n-10M", "data sample --n 10000000", None),
+    ("data-sample-n-10M-out", "data sample --n 10000000 --out {sb}/x.jsonl", None),
+    ("data-sample-n-10M-over-file", "data sample --n 10000000 --out {sb}/out.jsonl --overwrite", "files"),
+    ("data-sample-pool-n-10M", "data sample --split 2var_train --n 10000000", None),
+    ("evaluate-pool-2M-exhaustive-paper", "evaluate paper --pool-size 2000000 --exhaustive", None),
+    ("patch-variable-n-pairs-1M", "patch {w}/run --corruption variable --n-pairs 1000000 --out {out}", None),
+    ("patch-paper-n-pairs-1M", "patch paper --n-pairs 1000000 --out {out}", None),
+    ("patch-n-pairs-10M-over-old", "patch {w}/run --n-pairs 10000000 --out {out} --overwrite", "other_command"),
+    ("ablate-paper-pool-1M", "ablate paper --pool-size 1000000 --out {out}", None),
+    ("ablate-pool-10M-beside-user-partial", "ablate {w}/run --pool-size 10000000 --out {out}", "user_partial"),
+    ("circuit-paper-n-pairs-100k", "circuit paper --n-pairs 100000 --out {out}", None),
+    ("circuit-positions-n-pairs-1M", "circuit {w}/run --positions --n-pairs 1000000 --out {out}", None),
+    ("circuit-n-pairs-10M-over-old", "circuit {w}/run --n-pairs 10000000 --out {out} --overwrite", "other_command"),
+    *[(f"{c.split()[0]}-garbage-weights-huge", f"{c} --out {{out}}", None) for c in
+      ["patch {w}/garbage --n-pairs 10000000", "ablate {w}/garbage --pool-size 10000000",
+       "dla {w}/garbage --n 10000000", "circuit {w}/garbage --n-pairs 10000000"]],
+    ("evaluate-garbage-weights-huge", "evaluate {w}/garbage --pool-size 10000000", None),
     # valid-looking input that used to end in a traceback (issue #30, class 4)
     *[(f"train-set-{k}-2to64", f"{TRAIN} --set {k}=18446744073709551616", None) for k in
       ["init_seed", "seed", "task.seed", "train.seed"]],
@@ -507,6 +528,45 @@ def test_the_table_covers_every_command():
     assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate", "circuit",
             "dynamics", "report", "sweep"} <= commands
     assert len(CASES) >= 100
+
+
+# one memory guard over every size argument, before the model is loaded (issue #30, class 3)
+GUARDED = ["patch {w}/garbage --n-pairs 10000000 --out {sb}/o", "ablate {w}/garbage --pool-size 10000000 --out {sb}/o",
+           "dla {w}/garbage --n 10000000 --out {sb}/o", "circuit {w}/garbage --n-pairs 10000000 --out {sb}/o",
+           "evaluate {w}/garbage --pool-size 10000000", "data sample --n 10000000"]
+
+
+@pytest.mark.parametrize("command", GUARDED, ids=[c.split()[0] + ("-" + c.split()[1] if c.startswith("data") else "")
+                                                  for c in GUARDED])
+def test_a_huge_size_is_refused_by_the_memory_guard_before_the_model_is_loaded(command, world, tmp_path, capsys,
+                                                                                pinned_memory):
+    """The garbage model's weights cannot be read, its config.json can: the refusal must be the
+    guard's (read from config.json), not the loader's, so nothing was loaded or rendered."""
+    argv = shlex.split(command.replace("{w}", str(world)).replace("{sb}", str(tmp_path)))
+    status, err = run_case(argv, capsys)
+    assert status == 2 and err.count("\n") == 1, err
+    assert "GB of memory" in err and "ask for fewer sequences" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_guards_let_the_default_sizes_through(pinned_memory):
+    """The documented defaults (and the paper model) pass every guard with 16 GB: the estimates
+    refuse what cannot fit, not what the study runs."""
+    from compose_lens.cli import circuit, data, patching
+    from compose_lens.config import ModelConfig
+    from compose_lens.safety import check_sizes, exhaustive_count
+
+    for config in (TINY, RunConfig()):
+        patching._patch_memory(1000, "value", config)
+        patching._patch_memory(1000, "variable", config)
+        patching._ablate_memory(500, config)
+        patching._dla_memory(600, config)
+        circuit._circuit_memory(300, False, config)
+        circuit._circuit_memory(300, True, config)
+        check_sizes(config, {"--pool-size 2000": (2000, 9), "--exhaustive": (1, exhaustive_count(config.task))})
+    task = RunConfig().task
+    check_sizes(RunConfig(task=task, model=ModelConfig.for_task(task)),
+                {"--n 1000000": (1_000_000, 1, data._json_line_bytes(task))}, forward=False)
 
 
 def test_a_run_being_trained_is_not_resumed_or_overwritten(world, tmp_path, capsys):
@@ -622,3 +682,33 @@ def test_nan_weights_loaded_from_python_are_refused(world):
     with pytest.raises(ComposeLensError, match="NaN"):
         load_model(world / "nanmodel")
     assert torch.isnan(load_file(str(world / "nanmodel" / "model.safetensors"))["embed.weight"]).any()
+
+
+# -- a page's X_files never shows another run's curves (issue #30, class 3: nested outputs) ----------
+
+
+def test_report_over_another_runs_page_does_not_reuse_its_dynamics(world, tmp_path, monkeypatch, capsys):
+    """``report RUN --out X`` keeps RUN's curves in ``X_files/results``; ``report OTHER --out X
+    --overwrite`` must compute OTHER's own, not show RUN's. The same run again may reuse them."""
+    import compose_lens.report as report
+
+    results = tmp_path / "X_files" / "results"
+    assert main(["dynamics", str(world / "run"), "--out", str(results), "--no-circuit", "--pool-size", "16",
+                 "--slot-size", "8", "--quiet"]) == 0
+    (tmp_path / "X.html").write_text("<html>compose-lens</html>")
+    other = tmp_path / "other"  # the same files in another folder: another run as far as a page can tell
+    shutil.copytree(world / "run", other)
+    retrained = tmp_path / "retrained"  # another configuration
+    shutil.copytree(world / "run", retrained)
+    (retrained / "config.json").write_text(TINY.with_overrides(["train.lr=0.002"]).to_json())
+    asked = {}
+
+    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute):
+        asked[Path(run_dir).name] = recompute
+        raise KeyboardInterrupt  # enough: what the page would have used is decided
+
+    monkeypatch.setattr(report, "load_inputs", stop_before_loading)
+    for run in (world / "run", other, retrained):
+        with pytest.raises(KeyboardInterrupt):
+            report.build_report(run, tmp_path / "X.html", progress=False)
+    assert asked == {"run": False, "other": True, "retrained": True}

@@ -30,6 +30,7 @@ from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens import safety
 from compose_lens.safety import DirectoryLock, MARKER
+from compose_lens.sweep import read_csv
 from compose_lens.train import Trainer
 
 TINY_TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
@@ -178,6 +179,31 @@ def _sweep_other_point(sb: Path, w: Path) -> None:
     (sb / "out" / "runs" / "f=0.8_seed=0" / "results.json").write_text(json.dumps({"config": {"other": 1}}))
 
 
+def _sweep_dir(sb: Path, record) -> None:
+    """A sweep folder compose-lens made (its marker), whose sweep.json holds ``record``."""
+    (sb / "out").mkdir()
+    (sb / "out" / MARKER).write_text(json.dumps({"command": "sweep", "written_by": "compose-lens"}))
+    (sb / "out" / "sweep.json").write_text(record if isinstance(record, str) else json.dumps(record))
+
+
+def _sweep_record() -> dict:
+    """What SWEEP --param f --values 0.8 writes into sweep.json (the base configuration it checks)."""
+    return {"param": "f", "values": [0.8], "seeds": [0],
+            "base_config": json.loads(TINY.with_overrides(["train.steps=4"]).to_json())}
+
+
+def _sweep_summary_not_a_file(name: str, link: bool = False):
+    def setup(sb: Path, w: Path) -> None:
+        _sweep_dir(sb, _sweep_record())
+        if link:
+            (sb / "precious.txt").write_text("the user's\n")
+            (sb / "out" / name).symlink_to(sb / "precious.txt")
+        else:
+            (sb / "out" / name).mkdir()
+            (sb / "out" / name / "mine.txt").write_text("the user's\n")
+    return setup
+
+
 def _user_partial(sb: Path, w: Path) -> None:
     """The user's own folder that happens to have the name an older version staged into."""
     (sb / ".out.partial").mkdir()
@@ -221,7 +247,22 @@ def _user_tmp_files(sb: Path, w: Path) -> None:
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
-SETUPS = {"sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SWEEP_SETUPS = {
+    "sweep_json_list": lambda sb, w: _sweep_dir(sb, [1, 2]),
+    "sweep_json_null": lambda sb, w: _sweep_dir(sb, None),
+    "sweep_json_string": lambda sb, w: _sweep_dir(sb, "a sweep"),
+    "sweep_json_no_param": lambda sb, w: _sweep_dir(sb, {"values": [0.8]}),
+    "sweep_json_param_int": lambda sb, w: _sweep_dir(sb, {"param": 5}),
+    "sweep_json_not_json": lambda sb, w: _sweep_dir(sb, "{"),
+    "sweep_json_empty": lambda sb, w: _sweep_dir(sb, ""),
+    "sweep_results_dir": _sweep_summary_not_a_file("results.csv"),
+    "sweep_thresholds_dir": _sweep_summary_not_a_file("thresholds.json"),
+    "sweep_png_dir": _sweep_summary_not_a_file("sweep.png"),
+    "sweep_results_link": _sweep_summary_not_a_file("results.csv", link=True),
+    "sweep_provenance_link": _sweep_summary_not_a_file("results.provenance.json", link=True),
+}
+
+SETUPS = {**SWEEP_SETUPS, "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -487,10 +528,29 @@ CASES = [
      "sweep_other_point"),
     ("sweep-other-base-config", f"{SWEEP} --param f --values 0.8 --set lr=0.5", "sweep_other_point"),
     ("sweep-other-param", f"{SWEEP} --param r --values 0.5", "sweep_other_point"),
+    # a sweep folder whose record or summary files are not a sweep's: refused before any point trains
+    *[(f"sweep-{name.replace('_', '-')}", f"{SWEEP} --param f --values 0.8", name) for name in SWEEP_SETUPS],
+    ("sweep-json-list-other-param", f"{SWEEP} --param r --values 0.5", "sweep_json_list"),
+    ("sweep-results-dir-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_results_dir"),
+    ("sweep-results-dir-other-param", f"{SWEEP} --param r --values 0.5", "sweep_results_dir"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
 ]
+
+
+# what the one line must say, where an earlier version said something unclear
+SAYS = {
+    "sweep-sweep-json-list": "its sweep.json is not a sweep's record (a JSON list",
+    "sweep-sweep-json-no-param": "without a 'param'",
+    "sweep-json-list-other-param": "its sweep.json is not a sweep's record",
+    "sweep-sweep-results-dir": "results.csv is not a file the sweep wrote",
+    "sweep-sweep-results-link": "results.csv is not a file the sweep wrote",
+    "sweep-results-dir-more-values": "results.csv is not a file the sweep wrote",
+    "sweep-other-param": "holds a sweep over f, not r",
+    "data-sample-n-10M": "--n 10000000 needs about",
+    "dla-n-10M": "--n 10000000 needs about",
+}
 
 
 def run_case(argv: list[str], capsys) -> tuple[int, str]:
@@ -520,6 +580,7 @@ def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, wo
     assert status == 2, err
     assert err.count("\n") == 1 and err.endswith("\n"), err
     assert "Traceback" not in err
+    assert SAYS.get(name, "") in err, err
     assert (tree_hash(sandbox), tree_hash(world)) == before, "the output location changed"
 
 
@@ -712,3 +773,21 @@ def test_report_over_another_runs_page_does_not_reuse_its_dynamics(world, tmp_pa
         with pytest.raises(KeyboardInterrupt):
             report.build_report(run, tmp_path / "X.html", progress=False)
     assert asked == {"run": False, "other": True, "retrained": True}
+
+
+def test_a_point_that_fails_to_train_is_said_on_stderr_and_exits_1(world, tmp_path, capsys):
+    """A diverged point is not bad input (the command line was valid): exit 1, as docs/bad-input.md
+    says, the point's reason on stderr, and the other points' results written."""
+    out = tmp_path / "sweep"
+    argv = shlex.split(SWEEP.replace("{w}", str(world)).replace("{out}", str(out))) + ["--param", "lr", "--values",
+                                                                                       "1e30", "0.001"]
+    capsys.readouterr()
+    status = main(argv)
+    printed, err = capsys.readouterr()
+    assert status == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("compose-lens: error:")]
+    assert len(lines) == 2 and "point lr=1e+30 seed 0 failed" in lines[0] and "diverged" in lines[0], err
+    assert "1 of 2 points failed; run the same command again" in lines[1], err
+    assert "Traceback" not in err and "1 failed" in printed
+    rows = {r["value"]: r["status"] for r in read_csv(out / "results.csv")}
+    assert rows == {"1e+30": "failed", "0.001": "done"}, rows

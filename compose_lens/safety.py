@@ -336,13 +336,66 @@ def check_out_name(out: str | Path) -> Path:
     if text == "" or Path(text).name in ("", ".", "..") or os.path.basename(text.rstrip("/")) in ("", ".", ".."):
         raise ComposeLensError(f"--out {text!r}: name the output itself (e.g. ./out), not the current "
                                f"folder, a parent or the root")
+    check_no_broken_link(Path(text))
     return Path(text)
 
 
-def check_parent(out: Path) -> None:
-    """Refuse an output path below a file (``afile/out``), or one without a name of its own
-    (:func:`check_out_name`), before anything is made."""
+def check_no_broken_link(out: Path) -> None:
+    """Refuse an output that is, or lies below, a symlink leading nowhere: a loop, or a link to
+    something missing. Said up front, by the user's name for it; it was found only after the
+    whole analysis ran, as "Not a directory" on a staging path (or, for a file, the link was
+    silently replaced by the file)."""
+    for path in (out, *out.parents):
+        if not os.path.islink(path):
+            continue
+        try:
+            os.stat(path)
+            continue  # it leads somewhere
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                why = "a symlink loop (it leads back to itself)"
+            else:
+                why = f"a dangling symlink (to {os.readlink(path)}, which does not exist)"
+        where = "is" if path == out else f"lies below {path}, which is"
+        raise ComposeLensError(f"--out {out}: {where} {why}; compose-lens does not write through it: remove "
+                               f"the link, or choose another --out")
+
+
+def _is_run(directory: Path) -> bool:
+    """A training run's directory: its config.json and the trainer's marker (or, from a version
+    without markers, its resume state or checkpoints)."""
+    if not (directory / "config.json").is_file():
+        return False
+    return ((read_marker(directory) or {}).get("command") == "train" or (directory / "resume.safetensors").exists()
+            or (directory / "checkpoints").is_dir())
+
+
+# what a command other than train may write inside a run directory: dynamics its results/
+# folder (the report reads it there), any command a report.html file
+INSIDE_RUN = {"dynamics": "results", "file": "report.html"}
+
+
+def check_not_inside_run(out: str | Path, command: str) -> None:
+    """Refuse an output nested in a run directory (``fourier CKPT --out RUN/fourier``): a run holds
+    only its own files, and ``train --resume`` refuses one holding anything else. ``dynamics
+    --out RUN/results`` and a ``RUN/report.html`` are the run's own (:data:`INSIDE_RUN`)."""
+    target = Path(os.path.abspath(out))
+    for parent in target.parents:
+        if _is_run(parent):
+            if str(target.relative_to(parent)) == INSIDE_RUN.get(command):
+                return
+            allowed = f", or {parent / INSIDE_RUN[command]}" if command in INSIDE_RUN else ""
+            raise ComposeLensError(f"--out {out}: is inside the run {parent}, which must hold only the run's own "
+                                   f"files (train --resume refuses one holding more); choose a place outside "
+                                   f"it{allowed}")
+
+
+def check_parent(out: Path, command: str = "") -> None:
+    """Refuse an output path below a file (``afile/out``), one without a name of its own
+    (:func:`check_out_name`), or one inside a run directory (:func:`check_not_inside_run`: a run
+    nested in a run too), before anything is made."""
     check_out_name(out)
+    check_not_inside_run(out, command)
     for parent in Path(os.path.abspath(out)).parents:
         if parent.exists():
             if not parent.is_dir():
@@ -372,7 +425,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     are removed, and ``out`` is untouched.
     """
     out = check_out_name(out)
-    check_parent(out)
+    check_parent(out, command)
     replace = check_replaceable(out, command, overwrite)
     created = _new_parents(out)
     stage = None
@@ -438,6 +491,7 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
     path = check_out_name(path)
+    check_not_inside_run(path, "file")
     if path.is_dir():
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():

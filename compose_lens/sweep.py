@@ -198,7 +198,7 @@ SUMMARY_FILES = ("sweep.json", "results.csv", "results.provenance.json", "thresh
 
 def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
     """Refuse an ``--out`` that is not this sweep's directory (a rerun of the same sweep is fine)."""
-    safety.check_parent(out)
+    safety.check_parent(out, "sweep")
     if out.exists() and not out.is_dir():
         raise ComposeLensError(f"--out {out}: exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):

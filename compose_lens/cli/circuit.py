@@ -67,6 +67,9 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against the paper's circuit"
     print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
           f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
+    if summary["min_pool_recovered"] is None:
+        print(f"  {stem}_pools.csv is empty: no evaluation pool of this split has prompts with two different "
+              f"answers, so the circuit could not be checked on the pools")
     return 0
 
 

@@ -62,7 +62,38 @@ def world(tmp_path_factory) -> Path:
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
     _broken_models(w)
     _broken_splits(w)
+    _odd_weights(w)
+    _links(w)
     return w
+
+
+def _odd_weights(w: Path) -> None:
+    """Weights of a kind no model has (bool, complex), and study-style .pth files holding something
+    other than tensors of real numbers (issue #30: each ended as an internal error)."""
+    state = load_file(str(w / "run" / "model.safetensors"))
+    for name, convert in {"boolmodel": lambda v: v > 0, "complexmodel": lambda v: v.to(torch.complex64)}.items():
+        (w / name).mkdir()
+        shutil.copy(w / "run" / "config.json", w / name / "config.json")
+        save_file({k: convert(v) for k, v in state.items()}, str(w / name / "model.safetensors"))
+    pth = w / "pth"
+    pth.mkdir()
+    assert main(["data", "split", "--out", str(pth / "split.json")]) == 0  # the study's task, as a .pth has
+    embed = torch.zeros(74, 128)
+    for name, value in {"note": {"embed.W_E": embed, "note": "hello"}, "str_embed": {"embed.W_E": "text"},
+                        "mlp_str": {"embed.W_E": embed, "blocks.0.mlp.W_in": "x"},
+                        "mlp_list": {"embed.W_E": embed, "blocks.0.mlp.W_in": [1.0, 2.0]},
+                        "mlp_bool": {"embed.W_E": embed, "blocks.0.mlp.W_in": torch.zeros(2, dtype=torch.bool)},
+                        "int_key": {"embed.W_E": embed, 5: torch.zeros(3)}, "none": None,
+                        "bool_embed": {"embed.W_E": embed > 0}}.items():
+        torch.save(value, pth / f"{name}.pth")
+
+
+def _links(w: Path) -> None:
+    """A symlink loop and dangling symlinks, to be given as --out (or above it)."""
+    (w / "loop1").symlink_to("loop2")
+    (w / "loop2").symlink_to("loop1")
+    (w / "dangling").symlink_to(w / "nowhere" / "x")
+    (w / "dangling_dir").symlink_to(w / "missing")
 
 
 def _broken_models(w: Path) -> None:
@@ -239,6 +270,11 @@ def _out_marker_link(sb: Path, w: Path) -> None:
     (sb / "precious.txt").write_text(json.dumps({"command": "fourier", "files": ["summary.json"]}))
     (sb / "out" / MARKER).unlink()
     (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
+
+
+def _sandbox_run(sb: Path, w: Path) -> None:
+    """A copy of the run inside the sandbox, for outputs nested in it (shows as {sb}/out)."""
+    _run_copy(sb, w)
 
 
 def _user_tmp_files(sb: Path, w: Path) -> None:
@@ -528,6 +564,40 @@ CASES = [
      "sweep_other_point"),
     ("sweep-other-base-config", f"{SWEEP} --param f --values 0.8 --set lr=0.5", "sweep_other_point"),
     ("sweep-other-param", f"{SWEEP} --param r --values 0.5", "sweep_other_point"),
+    # outputs nested in a run directory, where train --resume would then refuse the run (issue #30, class 3)
+    *[(f"{c.split()[0]}-inside-run-{where.replace('/', '-')}", f"{c} --out {{out}}/{where}", "run")
+      for c in ["fourier {w}/run", "analyze {w}/run", "same-mlp {w}/run", "patch {w}/run", "ablate {w}/run",
+                "circuit {w}/run", "dla {w}/run", "dynamics {w}/run", "attention {w}/run 'b=3, e=5, b+2=?'",
+                "train --config {w}/tiny.json", f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8"]
+      for where in ("fourier", "checkpoints/x")],
+    ("fourier-ckpt-inside-its-run", "fourier {out}/checkpoints/step_000010 --out {out}/fourier", "run"),
+    ("analyze-inside-run-results", "analyze {w}/run --out {out}/results", "run"),
+    ("dynamics-inside-run-results-sub", "dynamics {w}/run --out {out}/results/sub", "run"),
+    ("data-sample-inside-run", "data sample --out {out}/x.jsonl", "run"),
+    ("data-split-inside-run", "data split --out {out}/s.json", "run"),
+    ("report-inside-run-checkpoints", "report {w}/run --out {out}/checkpoints/r.html", "run"),
+    # symlink loops and dangling symlinks as --out, or above it: said up front (issue #30, class 6)
+    *[(f"{c.split()[0]}-out-{link}", f"{c} --out {{w}}/{link}", None)
+      for c in ["fourier {w}/run", "analyze {w}/run", "patch {w}/run", "dynamics {w}/run", "train --config {w}/tiny.json",
+                f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8"]
+      for link in ("loop1", "dangling", "dangling_dir", "loop1/x", "dangling_dir/x")],
+    ("data-sample-out-loop", "data sample --out {w}/loop1", None),
+    ("data-sample-out-dangling", "data sample --out {w}/dangling", None),
+    ("data-split-out-dangling", "data split --out {w}/dangling_dir", None),
+    ("report-out-dangling", "report {w}/run --out {w}/dangling_dir", None),
+    # weights no model has, and .pth files holding other things than tensors (issue #30, class 4)
+    *[(f"{c.split()[0]}-{m}", f"{c} --out {{out}}".replace("{m}", m).replace(" --out {out}", "" if c.startswith(
+        "evaluate") else " --out {out}"), None)
+      for c in ["evaluate {w}/{m}", "fourier {w}/{m}", "patch {w}/{m}"] for m in ("boolmodel", "complexmodel")],
+    *[(f"evaluate-pth-{n}", f"evaluate {{w}}/pth/{n}.pth", None) for n in
+      ("note", "str_embed", "mlp_str", "mlp_list", "mlp_bool", "int_key", "none", "bool_embed")],
+    ("fourier-pth-mlp-list", "fourier {w}/pth/mlp_list.pth --out {out}", None),
+    # f = 1 holds out no pair: the pools and exhaustive sets need one (it ended in a traceback)
+    *[(f"train-set-f-1-modulus-{p}", f"{TRAIN} --set f=1 --set modulus={p}", None) for p in (2, 7)],
+    ("data-stats-f-1", "data stats --f 1", None),
+    ("data-sample-f-1", "data sample --f 1", None),
+    ("sweep-f-1", f"{SWEEP} --param f --values 0.8 1", None),
+
     # a sweep folder whose record or summary files are not a sweep's: refused before any point trains
     *[(f"sweep-{name.replace('_', '-')}", f"{SWEEP} --param f --values 0.8", name) for name in SWEEP_SETUPS],
     ("sweep-json-list-other-param", f"{SWEEP} --param r --values 0.5", "sweep_json_list"),
@@ -550,6 +620,17 @@ SAYS = {
     "sweep-other-param": "holds a sweep over f, not r",
     "data-sample-n-10M": "--n 10000000 needs about",
     "dla-n-10M": "--n 10000000 needs about",
+    "fourier-inside-run-fourier": "is inside the run",
+    "fourier-ckpt-inside-its-run": "is inside the run",
+    "dynamics-inside-run-results-sub": "or " ,
+    "fourier-out-loop1": "is a symlink loop",
+    "fourier-out-dangling": "is a dangling symlink",
+    "train-out-loop1/x": "lies below",
+    "data-sample-out-loop": "is a symlink loop",
+    "evaluate-boolmodel": "is stored as bool",
+    "evaluate-pth-note": "'note' holds a str",
+    "evaluate-pth-int-key": "has the key 5",
+    "train-set-f-1-modulus-7": "holds out no pair",
 }
 
 
@@ -791,3 +872,23 @@ def test_a_point_that_fails_to_train_is_said_on_stderr_and_exits_1(world, tmp_pa
     assert "Traceback" not in err and "1 failed" in printed
     rows = {r["value"]: r["status"] for r in read_csv(out / "results.csv")}
     assert rows == {"1e+30": "failed", "0.001": "done"}, rows
+
+
+def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
+    """p = 2, f = 0.5: the two training pairs have the same sum, so every pool has one answer.
+    Mixed pairs still find a circuit (its pools' check is empty, and said so); resample pairs
+    cannot be made, in one line. Both used to end in an internal error."""
+    task = TaskConfig(modulus=2, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.5)
+    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),
+                       train=TrainConfig(steps=20, batch_size=16, eval_every=10, checkpoint_every=10, pool_size=16,
+                                         threads=1))
+    Trainer(config, tmp_path / "m2", progress=False).run()
+    capsys.readouterr()
+    status = main(["circuit", str(tmp_path / "m2"), "--pairs", "mixed", "--n-pairs", "20", "--method", "eap",
+                   "--out", str(tmp_path / "c"), "--quiet"])
+    printed, err = capsys.readouterr()
+    assert status == 0, err
+    assert "circuit_eap_pools.csv is empty" in printed and (tmp_path / "c" / "circuit_eap.csv").exists()
+    status, err = run_case(["circuit", str(tmp_path / "m2"), "--n-pairs", "20", "--out", str(tmp_path / "r"),
+                            "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "use --pairs mixed" in err, err

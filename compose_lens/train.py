@@ -187,7 +187,7 @@ class Trainer:
             # new keys at their defaults, so a run of an earlier version still resumes
             if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != self.config.to_dict():
                 raise ComposeLensError(f"{d}: the run was started with another configuration; "
-                                       f"resume without --config/--set, or use a new --out")
+                                       f"resume without --config/--set/--split-file, or use a new --out")
             if trained and not saved.exists():  # nothing proves what the saved state was trained with
                 raise ComposeLensError(f"{d}: its {runs.CONFIG_FILE} is missing, so compose-lens cannot "
                                        f"prove the run was trained with this configuration; copy it back "

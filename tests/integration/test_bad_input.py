@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shlex
 import shutil
 from dataclasses import fields
@@ -634,6 +635,41 @@ SAYS = {
 }
 
 
+# the classes of issue #30 (round three), and which cases belong to each; the rest are earlier rounds'
+ISSUE_30_CLASSES = {
+    "silent data loss beside an output": lambda n, c, s: s in ("user_partial", "user_partial_file",
+                                                               "user_partial_link", "user_old", "run_marker_link",
+                                                               "out_marker_link", "user_tmp"),
+    "resume that does not keep its word": lambda n, c, s: n.startswith("train-resume-") and (
+        "split" in n or "no-config" in n or "other-config-file" in n),
+    "outputs nested where they break a run": lambda n, c, s: "inside" in n,
+    "memory guards": lambda n, c, s: re.search(r"-(10M|1M|2M|100k|5000000|10000000|10000001)\b|garbage-weights-huge|"
+                                               r"same-mlp-n-19|pool-and-slot|dla-n-8", n) is not None,
+    "tracebacks on valid or nearly valid input": lambda n, c, s: re.search(
+        r"2to6[34]|-out-(empty|dot|dotdot|root)$|boolmodel|complexmodel|-pth-|f-1\b|sweep-f-1", n) is not None,
+    "sweeps that say too little": lambda n, c, s: s in SWEEP_SETUPS or s == "sweep_other_point" or n in (
+        "sweep-json-list-other-param", "sweep-results-dir-more-values", "sweep-results-dir-other-param"),
+    "unclear messages (symlink loops, dangling symlinks)": lambda n, c, s: re.search(r"-out-(loop|dangling)", n)
+    is not None,
+}
+
+
+def case_classes() -> dict[str, int]:
+    """How many fuzzer cases each class of issue #30 has (a case counts in its first class)."""
+    counts = {name: 0 for name in ISSUE_30_CLASSES} | {"earlier rounds": 0}
+    for name, command, setup in CASES:
+        found = next((k for k, rule in ISSUE_30_CLASSES.items() if rule(name, command, setup)), "earlier rounds")
+        counts[found] += 1
+    return counts
+
+
+def test_every_class_of_issue_30_has_more_cases_than_the_issue_lists():
+    counts = case_classes()
+    print("\n".join(f"{n:5d}  {k}" for k, n in counts.items()))
+    assert all(n >= 8 for n in counts.values()), counts
+    assert sum(counts.values()) == len(CASES)
+
+
 def run_case(argv: list[str], capsys) -> tuple[int, str]:
     capsys.readouterr()
     status = main(argv)
@@ -892,3 +928,9 @@ def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
     status, err = run_case(["circuit", str(tmp_path / "m2"), "--n-pairs", "20", "--out", str(tmp_path / "r"),
                             "--quiet"], capsys)
     assert status == 2 and err.count("\n") == 1 and "use --pairs mixed" in err, err
+
+
+if __name__ == "__main__":  # python tests/integration/test_bad_input.py: the fuzzer's cases per class
+    for label, n in case_classes().items():
+        print(f"{n:5d}  {label}")
+    print(f"{len(CASES):5d}  in all (and the property-based tests' draws)")

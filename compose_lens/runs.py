@@ -152,9 +152,10 @@ def read_pth(path: Path, config: RunConfig) -> dict[str, torch.Tensor]:
                                f"({type(exc).__name__}); only weights-only .pth files are loaded") from None
     if not isinstance(legacy, dict) or "embed.W_E" not in legacy:
         raise ComposeLensError(f"{path}: not a HookedTransformer state dict (no embed.W_E)")
-    for key, value in legacy.items():  # a weights-only pickle may still hold strings, lists, bools
-        if not isinstance(key, str) or not isinstance(value, torch.Tensor) or value.dtype == torch.bool \
-                or value.is_complex():
+    for key, value in legacy.items():  # a weights-only pickle may still hold strings, lists, bool weights
+        parameter = isinstance(key, str) and key.rsplit(".", 1)[-1].startswith(("W_", "b_"))  # not a buffer (mask)
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor) or (
+                parameter and (value.dtype == torch.bool or value.is_complex())):
             what = (str(value.dtype).removeprefix("torch.") + " tensor" if isinstance(value, torch.Tensor)
                     else type(value).__name__)
             problem = (f"has the key {key!r}, not a parameter name" if not isinstance(key, str)

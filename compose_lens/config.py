@@ -230,6 +230,9 @@ class TaskConfig(_JsonConfig):
         _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
+        _check(int(self.f * self.modulus ** 2) < self.modulus ** 2,
+               f"f={self.f} with modulus={self.modulus} holds out no pair, and the held-out pools and "
+               f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
 
     # The vocabulary of SPEC section 1, derived from the modulus and variable count.
     @property

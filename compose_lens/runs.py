@@ -117,7 +117,7 @@ def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) ->
         # new keys at their defaults, so a run of an earlier version still resumes
         if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != config.to_dict():
             raise ComposeLensError(f"{d}: the run was started with another configuration; "
-                                   f"resume without --config/--set, or use a new --out")
+                                   f"resume without --config/--set/--split-file, or use a new --out")
         if trained and not saved.exists():  # nothing proves what the saved state was trained with
             raise ComposeLensError(f"{d}: its {CONFIG_FILE} is missing, so compose-lens cannot "
                                    f"prove the run was trained with this configuration; copy it back "
@@ -248,6 +248,15 @@ def read_pth(path: Path, config: RunConfig) -> dict[str, torch.Tensor]:
                                f"({type(exc).__name__}); only weights-only .pth files are loaded") from None
     if not isinstance(legacy, dict) or "embed.W_E" not in legacy:
         raise ComposeLensError(f"{path}: not a HookedTransformer state dict (no embed.W_E)")
+    for key, value in legacy.items():  # a weights-only pickle may still hold strings, lists, bool weights
+        parameter = isinstance(key, str) and key.rsplit(".", 1)[-1].startswith(("W_", "b_"))  # not a buffer (mask)
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor) or (
+                parameter and (value.dtype == torch.bool or value.is_complex())):
+            what = (str(value.dtype).removeprefix("torch.") + " tensor" if isinstance(value, torch.Tensor)
+                    else type(value).__name__)
+            problem = (f"has the key {key!r}, not a parameter name" if not isinstance(key, str)
+                       else f"{key!r} holds a {what}, not a tensor of real numbers")
+            raise ComposeLensError(f"{path}: {problem}; this is not one of the study's checkpoints")
     mlp0 = [k for k in ("blocks.0.mlp.W_in", "blocks.0.mlp.W_out") if k in legacy]
     if any(legacy[k].abs().max() > 0 for k in mlp0):
         raise ComposeLensError(f"{path}: the layer-1 MLP (blocks.0.mlp) is not zero; the study's "
@@ -271,6 +280,9 @@ def check_weights(config: RunConfig, state: dict[str, torch.Tensor], source: str
             raise ComposeLensError(f"{source}: {key} has shape {tuple(state[key].shape)}, "
                                    f"the config says {shape}")
     for key, value in state.items():
+        if value.dtype == torch.bool or value.is_complex():  # torch cannot even take their abs()
+            raise ComposeLensError(f"{source}: {key} is stored as {str(value.dtype).removeprefix('torch.')}, "
+                                   f"not as real numbers: these are not a model's weights; pick another file")
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ComposeLensError(f"{source}: {key} contains NaN or infinite values; these weights "
                                    f"are broken (a diverged run?): pick another checkpoint")

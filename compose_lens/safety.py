@@ -11,7 +11,10 @@ adds these up (a deliberately generous estimate) and :func:`require_memory` refu
 a configuration whose estimate exceeds the memory the machine has available now
 (``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``), saying how much it needs.
 Counts typed on the command line (``--n``, ``--pool-size``) are also capped at
-:data:`MAX_COUNT` whatever the memory.
+:data:`MAX_COUNT` whatever the memory, and every command's size arguments go through
+one guard, :func:`check_sizes`: the sequences they render, what the command keeps of
+each (activations, tables), a forward chunk and the split, checked on MODEL's
+``config.json`` before the model is loaded (:func:`check_model_sizes`).
 
 **Outputs belong to compose-lens.** Every directory compose-lens writes holds a
 small marker file, ``.compose-lens`` (JSON: the command, and for analysis outputs the
@@ -95,17 +98,31 @@ def exhaustive_count(task: TaskConfig) -> int:
     return (pairs - n_train) * len(task.allowed_two_var_pairs) + n_train * restricted
 
 
-def forward_bytes(config: RunConfig, batch: int, training: bool) -> int:
-    """Activations of one forward (kept for the backward when training), and the parameters."""
+def activation_bytes(config: RunConfig, training: bool) -> int:
+    """Activations of one sequence's forward: with ``training``, every layer's activations kept
+    for the backward (and their gradients), else the few tensors of the widest kind alive at once."""
     m = config.model
-    if training:  # every layer's activations are kept for the backward, and their gradients
+    if training:
         per_position = 2 * m.n_layers * (8 * m.d_model + 3 * m.d_mlp + 4 * m.n_heads * (m.n_ctx + m.d_head))
-    else:  # a few tensors of the widest kind are alive at once
+    else:
         per_position = 4 * max(m.d_model, m.d_mlp, m.n_heads * m.n_ctx, m.n_heads * m.d_head)
-    activations = 4 * batch * m.n_ctx * per_position + 8 * batch * m.d_vocab_out
+    return 4 * m.n_ctx * per_position + 8 * m.d_vocab_out
+
+
+def cached_forward_bytes(config: RunConfig) -> int:
+    """One sequence's forward with every hook cached (``run_with_cache``): the activations a
+    training forward keeps, without their gradients."""
+    m = config.model
+    return (activation_bytes(config, training=True) - 8 * m.d_vocab_out) // 2 + 8 * m.d_vocab_out
+
+
+def forward_bytes(config: RunConfig, batch: int, training: bool) -> int:
+    """Activations of one forward of ``batch`` sequences (:func:`activation_bytes`), and the
+    parameters (with their gradients and AdamW state when training)."""
+    m = config.model
     n_params = (m.n_layers * (4 * m.d_model * m.n_heads * m.d_head + 2 * m.d_model * m.d_mlp)
                 + (m.d_vocab + m.n_ctx + m.d_vocab_out) * m.d_model)
-    return activations + 4 * n_params * (4 if training else 1)
+    return batch * activation_bytes(config, training) + 4 * n_params * (4 if training else 1)
 
 
 def training_estimate(config: RunConfig) -> dict[str, int]:
@@ -156,31 +173,65 @@ def kept_activation_bytes(config: RunConfig) -> int:
                           + m.n_heads * m.n_ctx * m.n_layers + m.n_heads ** 2 * m.n_ctx)
 
 
-def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0) -> dict[str, int]:
+def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int = 0,
+                      forward: bool = True) -> dict[str, int]:
     """Bytes an analysis of ``sequences`` rendered sequences needs: the sequences (and a joined
     copy of their tokens, and their answer logits), what it keeps of each, one forward of a
-    1,024-sequence chunk, and the split."""
+    1,024-sequence chunk (unless ``forward`` is False: nothing is run), and the split."""
     task, m = config.task, config.model
     per_sequence = 8 * task.seq_len + 4 * m.d_vocab_out + kept_per_sequence
-    return {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
-            "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
-            "the split": split_bytes(task)}
+    parts = {f"{sequences:,} rendered sequences": render_bytes(task, sequences) + sequences * per_sequence,
+             "a forward of 1,024 sequences": forward_bytes(config, 1024, training=False),
+             "the split": split_bytes(task)}
+    if not forward:
+        del parts["a forward of 1,024 sequences"]
+    return parts
 
 
-def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, int]], kept_per_sequence: int = 0) -> None:
-    """The one memory guard over a command's size arguments, before any work: ``sizes`` maps each
-    option as typed (``"--pool-size 2000"``) to (its value, the sequences it renders per unit).
-    Each value is a count (:func:`check_count`); together they must fit the available memory."""
-    for option, (value, _) in sizes.items():
+def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, ...]], kept_per_sequence: int = 0,
+                forward: bool = True) -> None:
+    """The one memory guard over a command's size arguments, before any work.
+
+    ``sizes`` maps each option as typed (``"--pool-size 2000"``) to (its value, the
+    sequences it renders per unit[, the bytes the command keeps per unit beyond them:
+    patching tables, bootstrap counts, cached activations]); ``kept_per_sequence`` is
+    what the command keeps of every rendered sequence; ``forward=False`` for a command that
+    runs no model. Each value is a count (:func:`check_count`); together they must fit the
+    available memory."""
+    for option, (value, *_) in sizes.items():
         check_count(value, option.split()[0])
-    total = sum(value * per_unit for value, per_unit in sizes.values())
-    require_memory(analysis_estimate(config, total, kept_per_sequence), " ".join(sizes),
-                   "ask for fewer sequences")
+    total = sum(size[0] * size[1] for size in sizes.values())
+    parts = analysis_estimate(config, total, kept_per_sequence, forward)
+    kept = sum(size[0] * size[2] for size in sizes.values() if len(size) > 2)
+    if kept:
+        parts["what is kept of them"] = kept
+    require_memory(parts, " ".join(sizes), "ask for fewer sequences")
 
 
-def check_render_memory(task: TaskConfig, n: int, what: str) -> None:
-    require_memory({f"{n:,} rendered sequences": render_bytes(task, n), "the split": split_bytes(task)},
-                   what, "ask for fewer sequences")
+def peek_run_config(spec: str | Path) -> RunConfig | None:
+    """The run config of what a MODEL argument names, read from its ``config.json`` alone (no torch,
+    no weights; as :func:`compose_lens.coverage.peek_model_config` resolves it), so a size guard
+    can refuse before the model is loaded; None where it cannot be read so (the loader then says why)."""
+    from compose_lens.config import load_json
+    from compose_lens.coverage import PAPER_MODEL_DIR
+
+    path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
+    if path.suffix == ".pth":
+        return RunConfig()  # the study's checkpoints: the paper's task and architecture
+    if path.suffix == ".safetensors":
+        path = path.parent
+    try:
+        return RunConfig.from_dict(load_json(path / "config.json"))
+    except Exception:  # absent or unreadable: load_model says why, in its own words
+        return None
+
+
+def check_model_sizes(spec: str | Path, guard) -> None:
+    """Run ``guard(config)`` (a :func:`check_sizes` call) on MODEL's config before it is loaded,
+    where its config.json can be read; the command runs it again on the loaded model's config."""
+    config = peek_run_config(spec)
+    if config is not None:
+        guard(config)
 
 
 # -- markers and locks ----------------------------------------------------------------------------
@@ -285,13 +336,66 @@ def check_out_name(out: str | Path) -> Path:
     if text == "" or Path(text).name in ("", ".", "..") or os.path.basename(text.rstrip("/")) in ("", ".", ".."):
         raise ComposeLensError(f"--out {text!r}: name the output itself (e.g. ./out), not the current "
                                f"folder, a parent or the root")
+    check_no_broken_link(Path(text))
     return Path(text)
 
 
-def check_parent(out: Path) -> None:
-    """Refuse an output path below a file (``afile/out``), or one without a name of its own
-    (:func:`check_out_name`), before anything is made."""
+def check_no_broken_link(out: Path) -> None:
+    """Refuse an output that is, or lies below, a symlink leading nowhere: a loop, or a link to
+    something missing. Said up front, by the user's name for it; it was found only after the
+    whole analysis ran, as "Not a directory" on a staging path (or, for a file, the link was
+    silently replaced by the file)."""
+    for path in (out, *out.parents):
+        if not os.path.islink(path):
+            continue
+        try:
+            os.stat(path)
+            continue  # it leads somewhere
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                why = "a symlink loop (it leads back to itself)"
+            else:
+                why = f"a dangling symlink (to {os.readlink(path)}, which does not exist)"
+        where = "is" if path == out else f"lies below {path}, which is"
+        raise ComposeLensError(f"--out {out}: {where} {why}; compose-lens does not write through it: remove "
+                               f"the link, or choose another --out")
+
+
+def _is_run(directory: Path) -> bool:
+    """A training run's directory: its config.json and the trainer's marker (or, from a version
+    without markers, its resume state or checkpoints)."""
+    if not (directory / "config.json").is_file():
+        return False
+    return ((read_marker(directory) or {}).get("command") == "train" or (directory / "resume.safetensors").exists()
+            or (directory / "checkpoints").is_dir())
+
+
+# what a command other than train may write inside a run directory: dynamics its results/
+# folder (the report reads it there), any command a report.html file
+INSIDE_RUN = {"dynamics": "results", "file": "report.html"}
+
+
+def check_not_inside_run(out: str | Path, command: str) -> None:
+    """Refuse an output nested in a run directory (``fourier CKPT --out RUN/fourier``): a run holds
+    only its own files, and ``train --resume`` refuses one holding anything else. ``dynamics
+    --out RUN/results`` and a ``RUN/report.html`` are the run's own (:data:`INSIDE_RUN`)."""
+    target = Path(os.path.abspath(out))
+    for parent in target.parents:
+        if _is_run(parent):
+            if str(target.relative_to(parent)) == INSIDE_RUN.get(command):
+                return
+            allowed = f", or {parent / INSIDE_RUN[command]}" if command in INSIDE_RUN else ""
+            raise ComposeLensError(f"--out {out}: is inside the run {parent}, which must hold only the run's own "
+                                   f"files (train --resume refuses one holding more); choose a place outside "
+                                   f"it{allowed}")
+
+
+def check_parent(out: Path, command: str = "") -> None:
+    """Refuse an output path below a file (``afile/out``), one without a name of its own
+    (:func:`check_out_name`), or one inside a run directory (:func:`check_not_inside_run`: a run
+    nested in a run too), before anything is made."""
     check_out_name(out)
+    check_not_inside_run(out, command)
     for parent in Path(os.path.abspath(out)).parents:
         if parent.exists():
             if not parent.is_dir():
@@ -321,7 +425,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     are removed, and ``out`` is untouched.
     """
     out = check_out_name(out)
-    check_parent(out)
+    check_parent(out, command)
     replace = check_replaceable(out, command, overwrite)
     created = _new_parents(out)
     stage = None
@@ -335,7 +439,9 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
             _swap(stage, out, replace)
         finally:
             lock.release()
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, OSError) and not exc.filename and stage is not None:
+            exc.filename = str(out)  # a write that names no file (a full disk): the output it was for
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
         for parent in reversed(created):
@@ -385,6 +491,7 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
     path = check_out_name(path)
+    check_not_inside_run(path, "file")
     if path.is_dir():
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():
@@ -405,13 +512,34 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 def write_text_atomic(path: Path, text: str) -> None:
     """Write through a fresh temporary beside ``path`` (:func:`compose_lens.config.atomic_path`)
     and a rename; the temporary file is removed on failure."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        if not exc.filename:  # a write that names no file (a full disk): the file it was for
+            exc.filename = str(path)
+        raise
 
 
-def os_error_line(exc: OSError, doing: str, kept: str = "") -> str:
-    """One line for an I/O error: the path, the reason, and what is kept."""
-    where = exc.filename or "?"
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's disk quota used up
+
+
+def user_path(path: str | os.PathLike) -> str:
+    """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
+    ``.partial``, ``.old``, from :func:`compose_lens.config.temp_beside`) is replaced by the
+    ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
+    parts = Path(os.fsdecode(path)).parts
+    return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)
+
+
+def os_error_line(exc: OSError, doing: str = "", kept: str = "") -> str:
+    """One line for an I/O error: the user's path (:func:`user_path`, never a staging name), what
+    could not be done, the reason (a full disk said in words), what is kept, and what to do."""
+    where = user_path(exc.filename) if exc.filename else "?"
     reason = exc.strerror or str(exc)
-    return f"{where}: cannot {doing} ({reason}){'; ' + kept if kept else ''}"
-
+    if exc.errno in FULL:
+        reason = f"the disk is full: {reason}"
+        if "free space" not in kept:
+            kept = f"{kept or 'nothing else was changed'}: free space on that disk, or write the output elsewhere"
+    what = f"cannot {doing} ({reason})" if doing else reason
+    return f"{where}: {what}{'; ' + kept if kept else ''}"

@@ -194,9 +194,12 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
     return configs
 
 
+SUMMARY_FILES = ("sweep.json", "results.csv", "results.provenance.json", "thresholds.json", "sweep.png", "sweep.csv")
+
+
 def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
     """Refuse an ``--out`` that is not this sweep's directory (a rerun of the same sweep is fine)."""
-    safety.check_parent(out)
+    safety.check_parent(out, "sweep")
     if out.exists() and not out.is_dir():
         raise ComposeLensError(f"--out {out}: exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):
@@ -206,9 +209,20 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
     if not saved.is_file() or (marker is not None and marker.get("command") != "sweep"):
         raise ComposeLensError(f"--out {out}: exists and is not a sweep directory; choose another --out")
     before = load_json(saved)
-    if not isinstance(before, dict) or before.get("param") != param or before.get("base_config") != base.to_dict():
-        raise ComposeLensError(f"--out {out}: holds a sweep over {before.get('param') if isinstance(before, dict) else '?'} "
-                               f"with another base configuration; rerun it as it was, or choose another --out")
+    if not isinstance(before, dict) or not isinstance(before.get("param"), str):
+        kind = type(before).__name__.replace("dict", "object without a 'param'").replace("list", "list")
+        raise ComposeLensError(f"--out {out}: its sweep.json is not a sweep's record (a JSON {kind}, not the "
+                               f"object a sweep writes); move the folder away or choose another --out")
+    if before["param"] != param:
+        raise ComposeLensError(f"--out {out}: holds a sweep over {before['param']}, not {param}; rerun it as it "
+                               f"was, or choose another --out")
+    if before.get("base_config") != base.to_dict():
+        raise ComposeLensError(f"--out {out}: holds a sweep over {param} with another base configuration; rerun "
+                               f"it as it was, or choose another --out")
+    for name in SUMMARY_FILES:  # refused now, not after the points have trained
+        if (out / name).exists() and (out / name).is_symlink() or (out / name).exists() and not (out / name).is_file():
+            raise ComposeLensError(f"--out {out}: {name} is not a file the sweep wrote (a folder or a link); "
+                                   f"move it away, or choose another --out")
 
 
 # -- sizing the workers to the machine ---------------------------------------------------

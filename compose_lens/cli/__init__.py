@@ -72,8 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         return _fail("out of memory; use smaller sizes (modulus, batch, pool, --n)", 2)
     except OSError as exc:
-        where = exc.filename or "?"
-        return _fail(f"{where}: {exc.strerror or exc}; nothing else was changed", 2)
+        from compose_lens.safety import os_error_line  # the user's path, a full disk said in words
+
+        return _fail(os_error_line(exc, kept="nothing else was changed"), 2)
     except Exception as exc:  # a bug: still one line, with a way to see the rest
         if os.environ.get("COMPOSE_LENS_DEBUG"):
             raise

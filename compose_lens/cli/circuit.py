@@ -15,6 +15,7 @@ top-scored edges recovering ``--target`` of the clean-vs-corrupted logit differe
 from __future__ import annotations
 
 import argparse
+import functools
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
@@ -22,12 +23,28 @@ from compose_lens.cli.common import (add_format_argument, add_model_arguments, a
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
 
+def _circuit_memory(n_pairs: int, positions: bool, config) -> None:
+    """Per pair: up to five prompts rendered (``mixed``'s variable corruption draws four per pair;
+    ``resample`` draws a pool and its partners); kept: every node's output on the clean and the
+    corrupted prompt (the baseline the masked runs patch from), and one forward over all pairs
+    with its activations kept for the edge-mask gradient (EAP, EAP-IG), the masks and their
+    gradient (R, E) included. (The pools' faithfulness check, 4,500 prompts whatever
+    ``--n-pairs``, is a few MB: left out.)"""
+    from compose_lens.safety import activation_bytes, check_sizes
+
+    m = config.model
+    nodes = 1 + m.n_layers * (m.n_heads + 1)  # the embeddings, every head and every MLP
+    edges = nodes ** 2 * (m.n_ctx if positions else 1)  # more than the graph has
+    kept = 2 * 4 * m.n_ctx * m.d_model * nodes + activation_bytes(config, training=True) + 8 * edges
+    check_sizes(config, {f"--n-pairs {n_pairs}": (n_pairs, 5, kept)})
+
+
 def _cmd_circuit(args: argparse.Namespace) -> int:
     refuse_uncovered("circuit", args.model)  # first: before torch is imported
     from compose_lens.config import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
-    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=6)
     if not 0 < args.target <= 1:
@@ -35,10 +52,12 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     if not 0 <= args.threshold < 1:
         raise ComposeLensError(f"--threshold {args.threshold}: give a share in [0, 1)")
     out = check_out_name(args.out)
+    guard = functools.partial(_circuit_memory, args.n_pairs, args.positions)
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "circuit", args.overwrite) as stage, progress_bar("circuit", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)
-        check_render_memory(loaded.split.task, 4 * args.n_pairs, f"--n-pairs {args.n_pairs}")
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"{args.method} on {args.n_pairs} pairs")
         table, summary = write_circuit(loaded, stage, args.method, args.n_pairs, args.seed, args.pairs,
@@ -48,6 +67,9 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against the paper's circuit"
     print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
           f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
+    if summary["min_pool_recovered"] is None:
+        print(f"  {stem}_pools.csv is empty: no evaluation pool of this split has prompts with two different "
+              f"answers, so the circuit could not be checked on the pools")
     return 0
 
 

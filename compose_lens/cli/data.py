@@ -14,14 +14,16 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, make_pool  # lazy: torch
     from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
     from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
-    from compose_lens.safety import check_count, check_file_output, check_render_memory, write_text_atomic
+    from compose_lens.config import ModelConfig, RunConfig
+    from compose_lens.safety import check_count, check_file_output, check_sizes, write_text_atomic
 
     check_count(args.n, "--n")
     if args.split != "train" and args.split not in POOL_NAMES:
         raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
     out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out is not None else None
     split = split_from_args(args)
-    check_render_memory(split.task, args.n, f"--n {args.n}")
+    check_sizes(RunConfig(task=split.task, model=ModelConfig.for_task(split.task)),
+                {f"--n {args.n}": (args.n, 1, _json_line_bytes(split.task))}, forward=False)
     if args.split == "train":
         batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, DATA_SAMPLE))
     else:
@@ -37,6 +39,16 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     else:
         write_text_atomic(out, "".join(lines))  # whole or not at all
     return 0
+
+
+def _json_line_bytes(task) -> int:
+    """What ``data sample`` keeps of a sequence until the lines are written: its tokens as a Python
+    list, its label and type, and its JSON line twice (the list of lines and the joined text),
+    the line taking about 8 characters per token, 12 per assignment in the text, and 100 more.
+    (Measured on the study's task: ~1.1 kB per sequence, the render included; this says ~0.9 kB
+    beside the render's 1.8 kB.)"""
+    line = 49 + 8 * task.seq_len + 12 * task.max_assignments + 100
+    return 56 + 8 * task.seq_len + 16 + 2 * line + 8
 
 
 def _cmd_data_split(args: argparse.Namespace) -> int:

@@ -19,10 +19,49 @@ padding, the query tokens); ``--by position`` keeps absolute positions.
 from __future__ import annotations
 
 import argparse
+import functools
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
 from compose_lens.config import CORRUPTIONS
+
+
+# -- what each command renders and keeps, for the memory guard (compose_lens.safety.check_sizes) -----
+
+N_BOOT = 1000  # the bootstrap resamples of analysis.patching.normalised_with_ci
+N_ROLES = 9  # analysis.patching.ROLES
+
+
+def _patch_memory(n_pairs: int, corruption: str, config) -> None:
+    """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair and
+    keeps the corrupted copy); kept: every site's patched logit difference (float32) and its
+    float64 gain and mask, the bootstrap's counts and draws, the role one-hots, and (on the hook
+    path) the clean prompt's cached activations."""
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    m = config.model
+    sites = m.n_layers * m.n_ctx * (5 + m.n_heads)  # analysis.patching.all_sites: five components, z per head
+    kept = 20 * sites + 16 * N_BOOT + 8 * m.n_ctx * N_ROLES + kept_activation_bytes(config)
+    check_sizes(config, {f"--n-pairs {n_pairs}": (n_pairs, 5 if corruption == "variable" else 2, kept)})
+
+
+def _ablate_memory(pool_size: int, config) -> None:
+    """Nine pools of ``pool_size`` (joined once more into one batch); kept of each sequence: MLP2's
+    activations at ``=`` and the direct path, the logits of an ablation, and the activations read
+    for the replacement."""
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    m = config.model
+    kept = 4 * (2 * m.d_mlp + 3 * m.d_vocab_out) + 8 * config.task.seq_len + kept_activation_bytes(config)
+    check_sizes(config, {f"--pool-size {pool_size}": (pool_size, 9)}, kept)
+
+
+def _dla_memory(n: int, config) -> None:
+    """``n`` sequences, drawn twice (attribution and lens); each keeps a whole cached forward
+    (``run_with_cache`` over all of them at once) and the model's own forward of them."""
+    from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
+
+    check_sizes(config, {f"--n {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
 def _cmd_patch(args: argparse.Namespace) -> int:
@@ -30,14 +69,16 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_patching  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 
-    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=2)
     out = check_out_name(args.out)
+    guard = functools.partial(_patch_memory, args.n_pairs, args.corruption)
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "patch", args.overwrite) as stage, progress_bar("patch", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
-        check_render_memory(loaded.split.task, 2 * args.n_pairs * 8, f"--n-pairs {args.n_pairs}")
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"patching {args.n_pairs} pairs")
         table = write_patching(loaded, stage, args.corruption, args.n_pairs, args.seed, args.by, args.fmt)
@@ -53,14 +94,16 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_ablation  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
 
-    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.pool_size, "--pool-size")
     out = check_out_name(args.out)
+    guard = functools.partial(_ablate_memory, args.pool_size)
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "ablate", args.overwrite) as stage, progress_bar("ablate", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
-        check_render_memory(loaded.split.task, 9 * args.pool_size * 4, f"--pool-size {args.pool_size}")
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"ablating, {args.pool_size} sequences per pool")
         table = write_ablation(loaded, stage, args.pool_size, args.seed, args.fmt)
@@ -74,14 +117,16 @@ def _cmd_dla(args: argparse.Namespace) -> int:
     from compose_lens.plots import logit_attribution_figure, save
     from compose_lens.runs import load_model, write_table
     from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_out_name, check_render_memory, staged_output
+    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.n, "--n", minimum=9)
     out = check_out_name(args.out)
+    guard = functools.partial(_dla_memory, args.n)
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "dla", args.overwrite) as stage, progress_bar("dla", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge
-        check_render_memory(loaded.split.task, args.n, f"--n {args.n}")
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"{args.n} sequences")
         table = logit_attribution(loaded.model, loaded.config, loaded.split, args.n, args.seed)

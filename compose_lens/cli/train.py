@@ -52,13 +52,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.data.sampler import make_pools  # lazy: torch
     from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_render_memory
+    from compose_lens.safety import check_count, check_model_sizes, check_sizes, exhaustive_count
 
     check_count(args.pool_size, "--pool-size")
+
+    def guard(config: RunConfig) -> None:  # the nine pools (answer logits only; the exhaustive sets too)
+        exhaustive = {"--exhaustive": (1, exhaustive_count(config.task))} if args.exhaustive else {}
+        check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9), **exhaustive})
+
+    check_model_sizes(args.model, guard)  # before the model is loaded
     with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device=args.device, bridge=False)
-        check_render_memory(loaded.split.task, 9 * args.pool_size, f"--pool-size {args.pool_size}")
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str("the nine pools")
         pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))

@@ -422,6 +422,20 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = (
 # -- the page --------------------------------------------------------------------------------------
 
 
+def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool:
+    """Whether the dynamics saved in ``results_dir`` beside a page written outside the run
+    (``X_files/results``) are ``run_dir``'s: the same folder and configuration. That folder
+    outlives the page it was made for, so ``report RUN2 --out X --overwrite`` after ``report RUN
+    --out X`` found RUN's curves there and showed them as RUN2's. Anything unreadable: not."""
+    try:
+        doc = json.loads((results_dir / runs.PHASES_FILE).read_text(encoding="utf-8"))
+        config = runs.find_checkpoints(run_dir, split_file)[1]
+        return (Path(doc["source"]).resolve() == run_dir.resolve()
+                and doc["config"] == json.loads(json.dumps(config.to_dict())))
+    except (OSError, ValueError, KeyError, TypeError, ComposeLensError):
+        return False
+
+
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
                  stride: int = 1, progress: bool = True, recompute: bool = False) -> tuple[Path, list[str]]:
     """Write the report of ``run_dir`` (default ``run_dir/report.html``).
@@ -436,6 +450,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     out = Path(out) if out else run_dir / "report.html"
     base = run_dir if writable else out.parent / (out.stem + "_files")
     report = Report(base / "figures")
+    recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
     for anchor, title, section in SECTIONS:
         report.section(anchor, title, functools.partial(section, inputs))

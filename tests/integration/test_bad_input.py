@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shlex
 import shutil
 from dataclasses import fields
@@ -30,6 +31,7 @@ from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens import safety
 from compose_lens.safety import DirectoryLock, MARKER
+from compose_lens.sweep import read_csv
 from compose_lens.train import Trainer
 
 TINY_TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
@@ -61,7 +63,38 @@ def world(tmp_path_factory) -> Path:
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
     _broken_models(w)
     _broken_splits(w)
+    _odd_weights(w)
+    _links(w)
     return w
+
+
+def _odd_weights(w: Path) -> None:
+    """Weights of a kind no model has (bool, complex), and study-style .pth files holding something
+    other than tensors of real numbers (issue #30: each ended as an internal error)."""
+    state = load_file(str(w / "run" / "model.safetensors"))
+    for name, convert in {"boolmodel": lambda v: v > 0, "complexmodel": lambda v: v.to(torch.complex64)}.items():
+        (w / name).mkdir()
+        shutil.copy(w / "run" / "config.json", w / name / "config.json")
+        save_file({k: convert(v) for k, v in state.items()}, str(w / name / "model.safetensors"))
+    pth = w / "pth"
+    pth.mkdir()
+    assert main(["data", "split", "--out", str(pth / "split.json")]) == 0  # the study's task, as a .pth has
+    embed = torch.zeros(74, 128)
+    for name, value in {"note": {"embed.W_E": embed, "note": "hello"}, "str_embed": {"embed.W_E": "text"},
+                        "mlp_str": {"embed.W_E": embed, "blocks.0.mlp.W_in": "x"},
+                        "mlp_list": {"embed.W_E": embed, "blocks.0.mlp.W_in": [1.0, 2.0]},
+                        "mlp_bool": {"embed.W_E": embed, "blocks.0.mlp.W_in": torch.zeros(2, dtype=torch.bool)},
+                        "int_key": {"embed.W_E": embed, 5: torch.zeros(3)}, "none": None,
+                        "bool_embed": {"embed.W_E": embed > 0}}.items():
+        torch.save(value, pth / f"{name}.pth")
+
+
+def _links(w: Path) -> None:
+    """A symlink loop and dangling symlinks, to be given as --out (or above it)."""
+    (w / "loop1").symlink_to("loop2")
+    (w / "loop2").symlink_to("loop1")
+    (w / "dangling").symlink_to(w / "nowhere" / "x")
+    (w / "dangling_dir").symlink_to(w / "missing")
 
 
 def _broken_models(w: Path) -> None:
@@ -178,6 +211,31 @@ def _sweep_other_point(sb: Path, w: Path) -> None:
     (sb / "out" / "runs" / "f=0.8_seed=0" / "results.json").write_text(json.dumps({"config": {"other": 1}}))
 
 
+def _sweep_dir(sb: Path, record) -> None:
+    """A sweep folder compose-lens made (its marker), whose sweep.json holds ``record``."""
+    (sb / "out").mkdir()
+    (sb / "out" / MARKER).write_text(json.dumps({"command": "sweep", "written_by": "compose-lens"}))
+    (sb / "out" / "sweep.json").write_text(record if isinstance(record, str) else json.dumps(record))
+
+
+def _sweep_record() -> dict:
+    """What SWEEP --param f --values 0.8 writes into sweep.json (the base configuration it checks)."""
+    return {"param": "f", "values": [0.8], "seeds": [0],
+            "base_config": json.loads(TINY.with_overrides(["train.steps=4"]).to_json())}
+
+
+def _sweep_summary_not_a_file(name: str, link: bool = False):
+    def setup(sb: Path, w: Path) -> None:
+        _sweep_dir(sb, _sweep_record())
+        if link:
+            (sb / "precious.txt").write_text("the user's\n")
+            (sb / "out" / name).symlink_to(sb / "precious.txt")
+        else:
+            (sb / "out" / name).mkdir()
+            (sb / "out" / name / "mine.txt").write_text("the user's\n")
+    return setup
+
+
 def _user_partial(sb: Path, w: Path) -> None:
     """The user's own folder that happens to have the name an older version staged into."""
     (sb / ".out.partial").mkdir()
@@ -215,13 +273,33 @@ def _out_marker_link(sb: Path, w: Path) -> None:
     (sb / "out" / MARKER).symlink_to(sb / "precious.txt")
 
 
+def _sandbox_run(sb: Path, w: Path) -> None:
+    """A copy of the run inside the sandbox, for outputs nested in it (shows as {sb}/out)."""
+    _run_copy(sb, w)
+
+
 def _user_tmp_files(sb: Path, w: Path) -> None:
     _existing_files(sb, w)
     (sb / "out.jsonl.tmp").write_text("the user's tmp\n")
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
-SETUPS = {"sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SWEEP_SETUPS = {
+    "sweep_json_list": lambda sb, w: _sweep_dir(sb, [1, 2]),
+    "sweep_json_null": lambda sb, w: _sweep_dir(sb, None),
+    "sweep_json_string": lambda sb, w: _sweep_dir(sb, "a sweep"),
+    "sweep_json_no_param": lambda sb, w: _sweep_dir(sb, {"values": [0.8]}),
+    "sweep_json_param_int": lambda sb, w: _sweep_dir(sb, {"param": 5}),
+    "sweep_json_not_json": lambda sb, w: _sweep_dir(sb, "{"),
+    "sweep_json_empty": lambda sb, w: _sweep_dir(sb, ""),
+    "sweep_results_dir": _sweep_summary_not_a_file("results.csv"),
+    "sweep_thresholds_dir": _sweep_summary_not_a_file("thresholds.json"),
+    "sweep_png_dir": _sweep_summary_not_a_file("sweep.png"),
+    "sweep_results_link": _sweep_summary_not_a_file("results.csv", link=True),
+    "sweep_provenance_link": _sweep_summary_not_a_file("results.provenance.json", link=True),
+}
+
+SETUPS = {**SWEEP_SETUPS, "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -435,6 +513,27 @@ CASES = [
     ("ablate-pool-10M", "ablate {w}/run --pool-size 10000000 --out {out}", None),
     ("patch-n-pairs-10M", "patch {w}/run --n-pairs 10000000 --out {out}", None),
     ("circuit-n-pairs-10M", "circuit {w}/run --n-pairs 10000000 --out {out}", None),
+    ("dla-n-10M", "dla {w}/run --n 10000000 --out {out}", None),
+    ("dla-n-10M-over-old", "dla {w}/run --n 10000000 --out {out} --overwrite", "other_command"),
+    ("dla-paper-n-2M", "dla paper --n 2000000 --out {out}", None),
+    ("dla-n-8", "dla {w}/run --n 8 --out {out}", None),
+    ("data-sample-n-10M", "data sample --n 10000000", None),
+    ("data-sample-n-10M-out", "data sample --n 10000000 --out {sb}/x.jsonl", None),
+    ("data-sample-n-10M-over-file", "data sample --n 10000000 --out {sb}/out.jsonl --overwrite", "files"),
+    ("data-sample-pool-n-10M", "data sample --split 2var_train --n 10000000", None),
+    ("evaluate-pool-2M-exhaustive-paper", "evaluate paper --pool-size 2000000 --exhaustive", None),
+    ("patch-variable-n-pairs-1M", "patch {w}/run --corruption variable --n-pairs 1000000 --out {out}", None),
+    ("patch-paper-n-pairs-1M", "patch paper --n-pairs 1000000 --out {out}", None),
+    ("patch-n-pairs-10M-over-old", "patch {w}/run --n-pairs 10000000 --out {out} --overwrite", "other_command"),
+    ("ablate-paper-pool-1M", "ablate paper --pool-size 1000000 --out {out}", None),
+    ("ablate-pool-10M-beside-user-partial", "ablate {w}/run --pool-size 10000000 --out {out}", "user_partial"),
+    ("circuit-paper-n-pairs-100k", "circuit paper --n-pairs 100000 --out {out}", None),
+    ("circuit-positions-n-pairs-1M", "circuit {w}/run --positions --n-pairs 1000000 --out {out}", None),
+    ("circuit-n-pairs-10M-over-old", "circuit {w}/run --n-pairs 10000000 --out {out} --overwrite", "other_command"),
+    *[(f"{c.split()[0]}-garbage-weights-huge", f"{c} --out {{out}}", None) for c in
+      ["patch {w}/garbage --n-pairs 10000000", "ablate {w}/garbage --pool-size 10000000",
+       "dla {w}/garbage --n 10000000", "circuit {w}/garbage --n-pairs 10000000"]],
+    ("evaluate-garbage-weights-huge", "evaluate {w}/garbage --pool-size 10000000", None),
     # valid-looking input that used to end in a traceback (issue #30, class 4)
     *[(f"train-set-{k}-2to64", f"{TRAIN} --set {k}=18446744073709551616", None) for k in
       ["init_seed", "seed", "task.seed", "train.seed"]],
@@ -466,10 +565,109 @@ CASES = [
      "sweep_other_point"),
     ("sweep-other-base-config", f"{SWEEP} --param f --values 0.8 --set lr=0.5", "sweep_other_point"),
     ("sweep-other-param", f"{SWEEP} --param r --values 0.5", "sweep_other_point"),
+    # outputs nested in a run directory, where train --resume would then refuse the run (issue #30, class 3)
+    *[(f"{c.split()[0]}-inside-run-{where.replace('/', '-')}", f"{c} --out {{out}}/{where}", "run")
+      for c in ["fourier {w}/run", "analyze {w}/run", "same-mlp {w}/run", "patch {w}/run", "ablate {w}/run",
+                "circuit {w}/run", "dla {w}/run", "dynamics {w}/run", "attention {w}/run 'b=3, e=5, b+2=?'",
+                "train --config {w}/tiny.json", f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8"]
+      for where in ("fourier", "checkpoints/x")],
+    ("fourier-ckpt-inside-its-run", "fourier {out}/checkpoints/step_000010 --out {out}/fourier", "run"),
+    ("analyze-inside-run-results", "analyze {w}/run --out {out}/results", "run"),
+    ("dynamics-inside-run-results-sub", "dynamics {w}/run --out {out}/results/sub", "run"),
+    ("data-sample-inside-run", "data sample --out {out}/x.jsonl", "run"),
+    ("data-split-inside-run", "data split --out {out}/s.json", "run"),
+    ("report-inside-run-checkpoints", "report {w}/run --out {out}/checkpoints/r.html", "run"),
+    # symlink loops and dangling symlinks as --out, or above it: said up front (issue #30, class 6)
+    *[(f"{c.split()[0]}-out-{link}", f"{c} --out {{w}}/{link}", None)
+      for c in ["fourier {w}/run", "analyze {w}/run", "patch {w}/run", "dynamics {w}/run", "train --config {w}/tiny.json",
+                f"{SWEEP.replace(' --out {out}', '')} --param f --values 0.8"]
+      for link in ("loop1", "dangling", "dangling_dir", "loop1/x", "dangling_dir/x")],
+    ("data-sample-out-loop", "data sample --out {w}/loop1", None),
+    ("data-sample-out-dangling", "data sample --out {w}/dangling", None),
+    ("data-split-out-dangling", "data split --out {w}/dangling_dir", None),
+    ("report-out-dangling", "report {w}/run --out {w}/dangling_dir", None),
+    # weights no model has, and .pth files holding other things than tensors (issue #30, class 4)
+    *[(f"{c.split()[0]}-{m}", f"{c} --out {{out}}".replace("{m}", m).replace(" --out {out}", "" if c.startswith(
+        "evaluate") else " --out {out}"), None)
+      for c in ["evaluate {w}/{m}", "fourier {w}/{m}", "patch {w}/{m}"] for m in ("boolmodel", "complexmodel")],
+    *[(f"evaluate-pth-{n}", f"evaluate {{w}}/pth/{n}.pth", None) for n in
+      ("note", "str_embed", "mlp_str", "mlp_list", "mlp_bool", "int_key", "none", "bool_embed")],
+    ("fourier-pth-mlp-list", "fourier {w}/pth/mlp_list.pth --out {out}", None),
+    # f = 1 holds out no pair: the pools and exhaustive sets need one (it ended in a traceback)
+    *[(f"train-set-f-1-modulus-{p}", f"{TRAIN} --set f=1 --set modulus={p}", None) for p in (2, 7)],
+    ("data-stats-f-1", "data stats --f 1", None),
+    ("data-sample-f-1", "data sample --f 1", None),
+    ("sweep-f-1", f"{SWEEP} --param f --values 0.8 1", None),
+
+    # a sweep folder whose record or summary files are not a sweep's: refused before any point trains
+    *[(f"sweep-{name.replace('_', '-')}", f"{SWEEP} --param f --values 0.8", name) for name in SWEEP_SETUPS],
+    ("sweep-json-list-other-param", f"{SWEEP} --param r --values 0.5", "sweep_json_list"),
+    ("sweep-results-dir-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_results_dir"),
+    ("sweep-results-dir-other-param", f"{SWEEP} --param r --values 0.5", "sweep_results_dir"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
 ]
+
+
+# what the one line must say, where an earlier version said something unclear
+SAYS = {
+    "sweep-sweep-json-list": "its sweep.json is not a sweep's record (a JSON list",
+    "sweep-sweep-json-no-param": "without a 'param'",
+    "sweep-json-list-other-param": "its sweep.json is not a sweep's record",
+    "sweep-sweep-results-dir": "results.csv is not a file the sweep wrote",
+    "sweep-sweep-results-link": "results.csv is not a file the sweep wrote",
+    "sweep-results-dir-more-values": "results.csv is not a file the sweep wrote",
+    "sweep-other-param": "holds a sweep over f, not r",
+    "data-sample-n-10M": "--n 10000000 needs about",
+    "dla-n-10M": "--n 10000000 needs about",
+    "fourier-inside-run-fourier": "is inside the run",
+    "fourier-ckpt-inside-its-run": "is inside the run",
+    "dynamics-inside-run-results-sub": "or " ,
+    "fourier-out-loop1": "is a symlink loop",
+    "fourier-out-dangling": "is a dangling symlink",
+    "train-out-loop1/x": "lies below",
+    "data-sample-out-loop": "is a symlink loop",
+    "evaluate-boolmodel": "is stored as bool",
+    "evaluate-pth-note": "'note' holds a str",
+    "evaluate-pth-int-key": "has the key 5",
+    "train-set-f-1-modulus-7": "holds out no pair",
+}
+
+
+# the classes of issue #30 (round three), and which cases belong to each; the rest are earlier rounds'
+ISSUE_30_CLASSES = {
+    "silent data loss beside an output": lambda n, c, s: s in ("user_partial", "user_partial_file",
+                                                               "user_partial_link", "user_old", "run_marker_link",
+                                                               "out_marker_link", "user_tmp"),
+    "resume that does not keep its word": lambda n, c, s: n.startswith("train-resume-") and (
+        "split" in n or "no-config" in n or "other-config-file" in n),
+    "outputs nested where they break a run": lambda n, c, s: "inside" in n,
+    "memory guards": lambda n, c, s: re.search(r"-(10M|1M|2M|100k|5000000|10000000|10000001)\b|garbage-weights-huge|"
+                                               r"same-mlp-n-19|pool-and-slot|dla-n-8", n) is not None,
+    "tracebacks on valid or nearly valid input": lambda n, c, s: re.search(
+        r"2to6[34]|-out-(empty|dot|dotdot|root)$|boolmodel|complexmodel|-pth-|f-1\b|sweep-f-1", n) is not None,
+    "sweeps that say too little": lambda n, c, s: s in SWEEP_SETUPS or s == "sweep_other_point" or n in (
+        "sweep-json-list-other-param", "sweep-results-dir-more-values", "sweep-results-dir-other-param"),
+    "unclear messages (symlink loops, dangling symlinks)": lambda n, c, s: re.search(r"-out-(loop|dangling)", n)
+    is not None,
+}
+
+
+def case_classes() -> dict[str, int]:
+    """How many fuzzer cases each class of issue #30 has (a case counts in its first class)."""
+    counts = {name: 0 for name in ISSUE_30_CLASSES} | {"earlier rounds": 0}
+    for name, command, setup in CASES:
+        found = next((k for k, rule in ISSUE_30_CLASSES.items() if rule(name, command, setup)), "earlier rounds")
+        counts[found] += 1
+    return counts
+
+
+def test_every_class_of_issue_30_has_more_cases_than_the_issue_lists():
+    counts = case_classes()
+    print("\n".join(f"{n:5d}  {k}" for k, n in counts.items()))
+    assert all(n >= 8 for n in counts.values()), counts
+    assert sum(counts.values()) == len(CASES)
 
 
 def run_case(argv: list[str], capsys) -> tuple[int, str]:
@@ -499,6 +697,7 @@ def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, wo
     assert status == 2, err
     assert err.count("\n") == 1 and err.endswith("\n"), err
     assert "Traceback" not in err
+    assert SAYS.get(name, "") in err, err
     assert (tree_hash(sandbox), tree_hash(world)) == before, "the output location changed"
 
 
@@ -507,6 +706,45 @@ def test_the_table_covers_every_command():
     assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate", "circuit",
             "dynamics", "report", "sweep"} <= commands
     assert len(CASES) >= 100
+
+
+# one memory guard over every size argument, before the model is loaded (issue #30, class 3)
+GUARDED = ["patch {w}/garbage --n-pairs 10000000 --out {sb}/o", "ablate {w}/garbage --pool-size 10000000 --out {sb}/o",
+           "dla {w}/garbage --n 10000000 --out {sb}/o", "circuit {w}/garbage --n-pairs 10000000 --out {sb}/o",
+           "evaluate {w}/garbage --pool-size 10000000", "data sample --n 10000000"]
+
+
+@pytest.mark.parametrize("command", GUARDED, ids=[c.split()[0] + ("-" + c.split()[1] if c.startswith("data") else "")
+                                                  for c in GUARDED])
+def test_a_huge_size_is_refused_by_the_memory_guard_before_the_model_is_loaded(command, world, tmp_path, capsys,
+                                                                                pinned_memory):
+    """The garbage model's weights cannot be read, its config.json can: the refusal must be the
+    guard's (read from config.json), not the loader's, so nothing was loaded or rendered."""
+    argv = shlex.split(command.replace("{w}", str(world)).replace("{sb}", str(tmp_path)))
+    status, err = run_case(argv, capsys)
+    assert status == 2 and err.count("\n") == 1, err
+    assert "GB of memory" in err and "ask for fewer sequences" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_guards_let_the_default_sizes_through(pinned_memory):
+    """The documented defaults (and the paper model) pass every guard with 16 GB: the estimates
+    refuse what cannot fit, not what the study runs."""
+    from compose_lens.cli import circuit, data, patching
+    from compose_lens.config import ModelConfig
+    from compose_lens.safety import check_sizes, exhaustive_count
+
+    for config in (TINY, RunConfig()):
+        patching._patch_memory(1000, "value", config)
+        patching._patch_memory(1000, "variable", config)
+        patching._ablate_memory(500, config)
+        patching._dla_memory(600, config)
+        circuit._circuit_memory(300, False, config)
+        circuit._circuit_memory(300, True, config)
+        check_sizes(config, {"--pool-size 2000": (2000, 9), "--exhaustive": (1, exhaustive_count(config.task))})
+    task = RunConfig().task
+    check_sizes(RunConfig(task=task, model=ModelConfig.for_task(task)),
+                {"--n 1000000": (1_000_000, 1, data._json_line_bytes(task))}, forward=False)
 
 
 def test_a_run_being_trained_is_not_resumed_or_overwritten(world, tmp_path, capsys):
@@ -622,3 +860,77 @@ def test_nan_weights_loaded_from_python_are_refused(world):
     with pytest.raises(ComposeLensError, match="NaN"):
         load_model(world / "nanmodel")
     assert torch.isnan(load_file(str(world / "nanmodel" / "model.safetensors"))["embed.weight"]).any()
+
+
+# -- a page's X_files never shows another run's curves (issue #30, class 3: nested outputs) ----------
+
+
+def test_report_over_another_runs_page_does_not_reuse_its_dynamics(world, tmp_path, monkeypatch, capsys):
+    """``report RUN --out X`` keeps RUN's curves in ``X_files/results``; ``report OTHER --out X
+    --overwrite`` must compute OTHER's own, not show RUN's. The same run again may reuse them."""
+    import compose_lens.report as report
+
+    results = tmp_path / "X_files" / "results"
+    assert main(["dynamics", str(world / "run"), "--out", str(results), "--no-circuit", "--pool-size", "16",
+                 "--slot-size", "8", "--quiet"]) == 0
+    (tmp_path / "X.html").write_text("<html>compose-lens</html>")
+    other = tmp_path / "other"  # the same files in another folder: another run as far as a page can tell
+    shutil.copytree(world / "run", other)
+    retrained = tmp_path / "retrained"  # another configuration
+    shutil.copytree(world / "run", retrained)
+    (retrained / "config.json").write_text(TINY.with_overrides(["train.lr=0.002"]).to_json())
+    asked = {}
+
+    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute):
+        asked[Path(run_dir).name] = recompute
+        raise KeyboardInterrupt  # enough: what the page would have used is decided
+
+    monkeypatch.setattr(report, "load_inputs", stop_before_loading)
+    for run in (world / "run", other, retrained):
+        with pytest.raises(KeyboardInterrupt):
+            report.build_report(run, tmp_path / "X.html", progress=False)
+    assert asked == {"run": False, "other": True, "retrained": True}
+
+
+def test_a_point_that_fails_to_train_is_said_on_stderr_and_exits_1(world, tmp_path, capsys):
+    """A diverged point is not bad input (the command line was valid): exit 1, as docs/bad-input.md
+    says, the point's reason on stderr, and the other points' results written."""
+    out = tmp_path / "sweep"
+    argv = shlex.split(SWEEP.replace("{w}", str(world)).replace("{out}", str(out))) + ["--param", "lr", "--values",
+                                                                                       "1e30", "0.001"]
+    capsys.readouterr()
+    status = main(argv)
+    printed, err = capsys.readouterr()
+    assert status == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("compose-lens: error:")]
+    assert len(lines) == 2 and "point lr=1e+30 seed 0 failed" in lines[0] and "diverged" in lines[0], err
+    assert "1 of 2 points failed; run the same command again" in lines[1], err
+    assert "Traceback" not in err and "1 failed" in printed
+    rows = {r["value"]: r["status"] for r in read_csv(out / "results.csv")}
+    assert rows == {"1e+30": "failed", "0.001": "done"}, rows
+
+
+def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
+    """p = 2, f = 0.5: the two training pairs have the same sum, so every pool has one answer.
+    Mixed pairs still find a circuit (its pools' check is empty, and said so); resample pairs
+    cannot be made, in one line. Both used to end in an internal error."""
+    task = TaskConfig(modulus=2, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.5)
+    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),
+                       train=TrainConfig(steps=20, batch_size=16, eval_every=10, checkpoint_every=10, pool_size=16,
+                                         threads=1))
+    Trainer(config, tmp_path / "m2", progress=False).run()
+    capsys.readouterr()
+    status = main(["circuit", str(tmp_path / "m2"), "--pairs", "mixed", "--n-pairs", "20", "--method", "eap",
+                   "--out", str(tmp_path / "c"), "--quiet"])
+    printed, err = capsys.readouterr()
+    assert status == 0, err
+    assert "circuit_eap_pools.csv is empty" in printed and (tmp_path / "c" / "circuit_eap.csv").exists()
+    status, err = run_case(["circuit", str(tmp_path / "m2"), "--n-pairs", "20", "--out", str(tmp_path / "r"),
+                            "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "use --pairs mixed" in err, err
+
+
+if __name__ == "__main__":  # python tests/integration/test_bad_input.py: the fuzzer's cases per class
+    for label, n in case_classes().items():
+        print(f"{n:5d}  {label}")
+    print(f"{len(CASES):5d}  in all (and the property-based tests' draws)")

@@ -11,8 +11,10 @@
 3. **Two processes into one ``--out`` at once**, two ``train`` and two ``sweep``: exactly one
    trains, the other exits 2 with one line on stderr, and the output is whole afterwards (the
    same weights as a run that had it to itself).
-4. **A full disk**: ``train`` into a 600 KiB tmpfs exits 2 with one line (no traceback), leaves
-   no temporary, and once the space is there (the tmpfs remounted larger) ``--resume`` ends
+4. **A full disk**: ``train`` into a 600 KiB tmpfs exits 2 with one line (no traceback) that
+   names the run's file (not its staging name), says the disk is full and to free space, and
+   leaves no temporary; so do ``data sample --out`` and ``fourier --out`` on the full disk; and
+   once the space is there (the tmpfs remounted larger) ``--resume`` ends
    with the uninterrupted run's weights. Skipped where ``mount`` is not permitted.
 5. **A read-only output** (a read-only bind mount, else ``chattr +i``): ``train --out`` into it
    and ``fourier paper --out`` into it exit 2 with one line and change nothing. Skipped where
@@ -313,6 +315,14 @@ def mount(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["mount", *args], capture_output=True, text=True)
 
 
+def assert_full_disk_line(line: str, output: Path) -> None:
+    """The line names the user's output (never compose-lens's ``.NAME.<hex>.tmp`` or ``.partial``
+    staging name), says the disk is full and what to do."""
+    assert str(output) in line and ".tmp" not in line and ".partial" not in line, line
+    assert "the disk is full" in line and "No space left on device" in line, line
+    assert "free space" in line, line
+
+
 def test_a_full_disk_stops_train_with_one_line_and_resume_finishes_once_freed(tmp_path, reference_run):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -325,10 +335,16 @@ def test_a_full_disk_stops_train_with_one_line_and_resume_finishes_once_freed(tm
         run = disk / "run"
         status, _, err = finish(start(train_args(run)))
         assert status == 2, err
-        line = one_line(err)
-        assert "No space left on device" in line, line
+        assert_full_disk_line(one_line(err), run)
         assert not (run / "results.json").exists()
         assert leftovers(run) == []  # nothing half-written: the failed file went with its temporary
+        # a file output and a staged folder output on the full disk: the same line, naming them
+        for name, args in (("x.jsonl", ["data", "sample", "--n", "20000", "--out", str(disk / "x.jsonl")]),
+                           ("four", ["fourier", str(reference_run), "--out", str(disk / "four"), "--quiet"])):
+            status, _, err = finish(start(args))
+            assert status == 2, err
+            assert_full_disk_line(one_line(err), disk / name)
+            assert not (disk / name).exists() and leftovers(disk) == []
         assert mount("-o", "remount,size=20m", str(disk)).returncode == 0  # the space is freed
         status, _, err = finish(start(train_args(run, "--resume")))
         assert status == 0, err

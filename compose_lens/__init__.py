@@ -6,7 +6,7 @@ assignment, then composes them. Its folders follow the flow of the work, and
 imports only point forward along it::
 
     config, provenance   settings, errors, where a result came from
-    data/                task (tokens, readable form), split, sampler (batches, pools)
+    data/                task (tokens, readable form), split, sampler (batches, pools), pairs (yours)
     model/               tl (the only module that imports TransformerLens), weights, fastpath
     runs                 run and checkpoint directories: every file read or written
     train, evaluate      the recipe of the study, accuracies

@@ -39,6 +39,12 @@ stay correct (read back with :func:`compose_lens.data.task.decode`):
 * ``variable``: the queried variable swapped for a distractor with another value;
 * ``constant``: one constant operand changed (0-var prompts).
 
+Or your own pairs (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean,
+corrupted); :mod:`compose_lens.data.pairs`), and another metric than the logit
+difference (``metric=``: ``prob``, ``accuracy`` or a function of the logits at ``=``
+and the two answers; :mod:`compose_lens.analysis.metrics`), both through the same
+engines below.
+
 **Why this is fast.** ``transformer_lens.patching`` runs one full forward of the
 whole batch per site (192 sites for the paper model). For the study's
 architecture (two layers, an MLP in the last one only, no normalisation) patching

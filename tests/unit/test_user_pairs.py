@@ -56,6 +56,17 @@ def test_every_form_of_a_sequence_reads_to_the_same_tokens(tiny_task, tmp_path):
     assert from_python.clean.tolist() == [tokens, tokens] and from_python.answers.tolist() == [[5, 6], [5, 6]]
 
 
+def test_the_shipped_example_file_reads():
+    """experiments/pairs_example.csv, the file docs/circuit-discovery.md runs: its answers agree."""
+    from pathlib import Path
+
+    from compose_lens.config import TaskConfig
+
+    example = Path(__file__).resolve().parents[2] / "experiments" / "pairs_example.csv"
+    pairs = read_pairs(TaskConfig(), example)
+    assert len(pairs) == 8 and pairs.clean_labels.tolist() == pd.read_csv(example)["clean_answer"].tolist()
+
+
 @pytest.mark.parametrize("text,says", [
     ("clean,other\n", "line 1: no 'corrupted' column"),
     ('clean,corrupted\n"b=3, b+2=?","b=4, b+2=?"\n"b=3, b+q=?","b=4, b+2=?"\n', "line 3: the clean sequence"),

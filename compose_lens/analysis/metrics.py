@@ -40,28 +40,34 @@ stacked), and for EAP / EAP-IG be differentiable.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import torch
 
 from compose_lens.config import ComposeLensError
 
+if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
+    from jaxtyping import Float, Int
+
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MetricLike = Union[str, Metric]
 
 
-def logit_diff(logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+def logit_diff(logits: Float[torch.Tensor, "rows d_vocab_out"], answers: Int[torch.Tensor, "rows 2"]
+               ) -> Float[torch.Tensor, "rows"]:
     """(R,) ``logit[clean answer] - logit[corrupted answer]`` from logits (R, V) and answers (R, 2)."""
     rows = torch.arange(len(logits))
     return logits[rows, answers[:, 0]] - logits[rows, answers[:, 1]]
 
 
-def prob(logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+def prob(logits: Float[torch.Tensor, "rows d_vocab_out"], answers: Int[torch.Tensor, "rows 2"]
+         ) -> Float[torch.Tensor, "rows"]:
     """(R,) the probability the model gives the clean answer."""
     return logits.float().softmax(-1)[torch.arange(len(logits)), answers[:, 0]]
 
 
-def accuracy(logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+def accuracy(logits: Float[torch.Tensor, "rows d_vocab_out"], answers: Int[torch.Tensor, "rows 2"]
+             ) -> Float[torch.Tensor, "rows"]:
     """(R,) 1.0 where the top answer is the clean answer, else 0.0 (no gradient)."""
     return (logits.argmax(-1) == answers[:, 0]).float()
 
@@ -85,7 +91,8 @@ def resolve(metric: MetricLike) -> tuple[str, Metric]:
     return (name if name.isidentifier() else "metric"), metric
 
 
-def values(metric: Metric, logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+def values(metric: Metric, logits: Float[torch.Tensor, "rows d_vocab_out"], answers: Int[torch.Tensor, "rows 2"]
+           ) -> Float[torch.Tensor, "rows"]:
     """``metric(logits, answers)`` checked to be one number per row (R,), as float."""
     out = metric(logits, answers)
     if not isinstance(out, torch.Tensor) or out.shape != (len(logits),):

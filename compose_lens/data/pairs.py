@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import csv
 import json
+import numbers
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,9 +86,9 @@ def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
     if isinstance(sequence, torch.Tensor):
         sequence = sequence.tolist()
     if isinstance(sequence, (list, tuple)):
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in sequence):
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in sequence):
             raise SequenceError("a list of tokens must hold integers only")
-        tokens = list(sequence)
+        tokens = [int(t) for t in sequence]
     elif isinstance(sequence, str):
         text = sequence.strip()
         if _INTEGERS.fullmatch(text):  # token ids: the token form always has '+' and '='
@@ -101,10 +102,14 @@ def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
 
 
 def _answer(value: Any) -> int:
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str)
-                                                                  and re.fullmatch(r"\s*\d+\s*", value))):
-        raise SequenceError(f"an answer is a whole number, got {value!r}")
-    return int(value)
+    """A stated answer: an integer, an integral float (a pandas column with gaps) or digits."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        return int(value)
+    raise SequenceError(f"an answer is a whole number, got {value!r}")
 
 
 def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], corruption: str = USER,

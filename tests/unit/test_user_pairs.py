@@ -54,6 +54,13 @@ def test_every_form_of_a_sequence_reads_to_the_same_tokens(tiny_task, tmp_path):
         assert pairs.answers.tolist() == [[5, 6], [5, 6]] and pairs.corruption == "user"
     from_python = as_prompt_pairs(tiny_task, [(torch.tensor(tokens), torch.tensor(other)), (short, other)])
     assert from_python.clean.tolist() == [tokens, tokens] and from_python.answers.tolist() == [[5, 6], [5, 6]]
+    # a DataFrame as pandas reads a CSV: numpy integers, an answer column with a gap (floats and NaN)
+    frame = pd.DataFrame({"clean": [short, short], "corrupted": [short_other, short_other],
+                          "clean_answer": [5, None], "corrupted_answer": pd.array([6, 6], dtype="int64")})
+    assert as_prompt_pairs(tiny_task, frame).answers.tolist() == [[5, 6], [5, 6]]
+    frame.loc[1, "clean_answer"] = 4.0
+    with pytest.raises(ComposeLensError, match="pairs row 1: clean_answer is 4, but the task's answer"):
+        as_prompt_pairs(tiny_task, frame)
 
 
 def test_the_shipped_example_file_reads():

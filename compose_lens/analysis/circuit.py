@@ -53,7 +53,10 @@ clean-vs-corrupted difference lost by corrupting it alone,
 :func:`compose_lens.analysis.patching.make_prompt_pairs` (value, variable,
 constant) so every part of the circuit has something to carry. On an evaluation pool
 (:func:`pool_pairs`) each prompt is paired with another prompt of the same pool
-(resample corruption) where the answers differ.
+(resample corruption) where the answers differ. Your own pairs (``pairs=`` of :func:`discover`:
+:mod:`compose_lens.data.pairs`) go through the same methods, and every method reads another
+metric than the logit difference where asked (``metric=``: :mod:`compose_lens.analysis.metrics`;
+the gradient methods need a differentiable one, so not ``accuracy``).
 
 **Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
 *performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
@@ -465,8 +468,8 @@ GRADIENT_METHODS = ("eap", "eap-ig", "eap-ig-inputs")
 def check_method_metric(method: str, metric: metrics.MetricLike) -> None:
     """Refuse a gradient method with a metric that has no gradient (accuracy), before any work."""
     if method in GRADIENT_METHODS and isinstance(metric, str) and metric in metrics.WITHOUT_GRADIENT:
-        raise ComposeLensError(f"--metric {metric} has no gradient, which {method} follows; use --method "
-                               f"exact or acdc with it, or --metric logit_diff or prob")
+        raise ComposeLensError(f"the metric {metric!r} has no gradient, which {method} follows; use the method "
+                               f"'exact' or 'acdc' with it, or the metric 'logit_diff' or 'prob'")
 
 
 def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int = 16,

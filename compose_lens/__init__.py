@@ -6,7 +6,7 @@ assignment, then composes them. Its folders follow the flow of the work, and
 imports only point forward along it::
 
     config, provenance   settings, errors, where a result came from
-    data/                task (tokens, readable form), split, sampler (batches, pools)
+    data/                task (tokens, readable form), split, sampler (batches, pools), pairs (yours)
     model/               tl (the only module that imports TransformerLens), weights, fastpath
     runs                 run and checkpoint directories: every file read or written
     train, evaluate      the recipe of the study, accuracies
@@ -24,7 +24,8 @@ The names below are the public API, e.g.::
 
 They are imported on first use (PEP 562), so ``import compose_lens`` (and the
 command line's ``--help``) does not pay for torch and TransformerLens until a name
-that needs them is used.
+that needs them is used. Everything else is internal and may move; the walkthrough
+notebook (``experiments/walkthrough.ipynb``) uses only these names.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 from compose_lens.provenance import VERSION as __version__
 
-# public name -> the module that defines it
+# public name -> the module that defines it ("module:name" where the module calls it otherwise)
 _EXPORTS = {
     # configuration and errors
     "RunConfig": "compose_lens.config", "TaskConfig": "compose_lens.config",
@@ -58,6 +59,18 @@ _EXPORTS = {
     "logit_attribution": "compose_lens.analysis.logit_attribution",
     "logit_lens": "compose_lens.analysis.logit_attribution",
     "classify_run": "compose_lens.outcome",
+    "prev_token_attention_score": "compose_lens.analysis.probes",
+    "variable_identity_score": "compose_lens.analysis.probes",
+    "key_frequency_strength": "compose_lens.analysis.fourier", "best_neurons": "compose_lens.analysis.fourier",
+    "qk_matrices": "compose_lens.analysis.figure_data", "fourier_neuron": "compose_lens.analysis.figure_data",
+    "TOKEN_ROLES": "compose_lens.analysis.patching:ROLES", "discover_circuit": "compose_lens.analysis.circuit:discover",
+    # your own prompt pairs and patching metric (patching_table / discover_circuit take pairs= and metric=)
+    "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
+    "PATCHING_METRICS": "compose_lens.analysis.metrics:METRICS",
+    # figures (matplotlib; each returns (figure, the data drawn)) and notebook display
+    "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
+    "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",
+    "png_bytes": "compose_lens.plots", "interactive_attention": "compose_lens.report.page:notebook_view",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
     "run_sweep": "compose_lens.sweep",
@@ -68,7 +81,8 @@ __all__ = ["__version__", *_EXPORTS]
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        module, _, attribute = _EXPORTS[name].partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
         globals()[name] = value  # later uses skip this function
         return value
     raise AttributeError(f"module 'compose_lens' has no attribute {name!r}")

@@ -53,7 +53,10 @@ clean-vs-corrupted difference lost by corrupting it alone,
 :func:`compose_lens.analysis.patching.make_prompt_pairs` (value, variable,
 constant) so every part of the circuit has something to carry. On an evaluation pool
 (:func:`pool_pairs`) each prompt is paired with another prompt of the same pool
-(resample corruption) where the answers differ.
+(resample corruption) where the answers differ. Your own pairs (``pairs=`` of :func:`discover`:
+:mod:`compose_lens.data.pairs`) go through the same methods, and every method reads another
+metric than the logit difference where asked (``metric=``: :mod:`compose_lens.analysis.metrics`;
+the gradient methods need a differentiable one, so not ``accuracy``).
 
 **Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
 *performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
@@ -112,11 +115,13 @@ import pandas as pd
 import torch
 
 from compose_lens import coverage
+from compose_lens.analysis import metrics
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
+from compose_lens.data.pairs import as_prompt_pairs
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 
@@ -315,35 +320,42 @@ def pool_pairs(tokens: torch.Tensor, labels: torch.Tensor, name: str, seed: int 
     return PromptPairs(tokens[keep], tokens[partner][keep], labels[keep], labels[partner][keep], name)
 
 
-def _ld(logits: torch.Tensor, pairs: PromptPairs, repeat: int = 1) -> torch.Tensor:
-    rows = torch.arange(len(logits))
-    return logits[rows, pairs.clean_labels.repeat(repeat)] - logits[rows, pairs.corrupted_labels.repeat(repeat)]
+def _ld(logits: torch.Tensor, pairs: PromptPairs, repeat: int = 1,
+        metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
+    """(R,) the metric (the logit difference by default) of R = repeat * N rows of logits."""
+    return metrics.values(metric, logits, pairs.answers.repeat(repeat, 1))
 
 
 @dataclass
 class Baseline:
-    """The two unpatched runs of a set of pairs."""
+    """The two unpatched runs of a set of pairs, and the metric read on them (``ld_*``: its
+    means, the logit difference by default)."""
 
     clean_logits: torch.Tensor
     clean_outs: dict
     corrupt_outs: dict
     ld_clean: float
     ld_corrupted: float
+    metric: metrics.Metric = metrics.logit_diff
+    metric_name: str = metrics.DEFAULT
 
     @property
     def denominator(self) -> float:
         return self.ld_clean - self.ld_corrupted
 
 
-def baseline(gm: GraphModel, pairs: PromptPairs) -> Baseline:
+def baseline(gm: GraphModel, pairs: PromptPairs, metric: metrics.MetricLike = metrics.DEFAULT) -> Baseline:
+    """The clean and corrupted runs and their mean ``metric`` (:mod:`compose_lens.analysis.metrics`)."""
+    name, fn = metrics.resolve(metric)
     with torch.no_grad():
         clean_logits, clean_outs = gm.forward(pairs.clean)
         corrupt_logits, corrupt_outs = gm.forward(pairs.corrupted)
-    ld_clean, ld_corr = float(_ld(clean_logits, pairs).mean()), float(_ld(corrupt_logits, pairs).mean())
+    ld_clean, ld_corr = float(_ld(clean_logits, pairs, 1, fn).mean()), float(_ld(corrupt_logits, pairs, 1, fn).mean())
     if abs(ld_clean - ld_corr) < 1e-6:
-        raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
+        what = "logit difference" if name == metrics.DEFAULT else name
+        raise ComposeLensError(f"clean and corrupted prompts have the same mean {what}: "
                                "the model does not tell them apart, so nothing can be normalised")
-    return Baseline(clean_logits, clean_outs, corrupt_outs, ld_clean, ld_corr)
+    return Baseline(clean_logits, clean_outs, corrupt_outs, ld_clean, ld_corr, fn, name)
 
 
 def _masked_logits(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor, chunk: int = 4096):
@@ -366,7 +378,7 @@ def _masked_logits(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: to
 
 def _masked_runs(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torch.Tensor) -> torch.Tensor:
     """LD per row for R = k * N rows of masks (row block i: masks[i] on every pair), (k, N)."""
-    return torch.cat([_ld(logits, pairs, len(block)).view(len(block), len(pairs))
+    return torch.cat([_ld(logits, pairs, len(block), base.metric).view(len(block), len(pairs))
                       for block, logits in _masked_logits(gm, pairs, base, masks)])
 
 
@@ -380,26 +392,32 @@ def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = Non
     return (base.ld_clean - ld.mean(1)) / base.denominator
 
 
-def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corrupt: dict) -> torch.Tensor:
+def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corrupt: dict,
+                   metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
     """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,)."""
     masks = masks.expand(len(pairs), -1).clone().requires_grad_(True)
     logits, _ = gm.forward(pairs.clean, masks, corrupt)
-    (grad,) = torch.autograd.grad(_ld(logits, pairs).mean(), masks)
+    value = _ld(logits, pairs, 1, metric).mean()
+    if not value.requires_grad:
+        raise ComposeLensError("the metric has no gradient (it does not depend on the logits differentiably); "
+                               "EAP and EAP-IG need one: use --method exact or acdc, or another metric")
+    (grad,) = torch.autograd.grad(value, masks)
     return grad.sum(0)
 
 
 def eap_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
     """(E,) edge attribution patching: the linear estimate of :func:`exact_scores` at the clean run."""
     base = base or baseline(gm, pairs)
-    return -_mask_gradient(gm, pairs, torch.zeros(len(gm.graph)), base.corrupt_outs) / base.denominator
+    return -_mask_gradient(gm, pairs, torch.zeros(len(gm.graph)), base.corrupt_outs,
+                           base.metric) / base.denominator
 
 
 def eap_ig_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
                   steps: int = 16) -> torch.Tensor:
     """(E,) EAP-IG: the mask gradient averaged over ``steps`` midpoints from clean to corrupted."""
     base = base or baseline(gm, pairs)
-    grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs)
-             for i in range(steps)]
+    grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs,
+                            base.metric) for i in range(steps)]
     return -torch.stack(grads).mean(0) / base.denominator
 
 
@@ -419,7 +437,7 @@ def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | No
         with torch.no_grad():
             outs = gm.forward(pairs.clean, masks.expand(len(pairs), -1), base.corrupt_outs)[1]
         shifted = {s: v if s == "embed" else outs[s] + v - base.clean_outs[s] for s, v in base.corrupt_outs.items()}
-        grads.append(_mask_gradient(gm, pairs, masks, shifted))
+        grads.append(_mask_gradient(gm, pairs, masks, shifted, base.metric))
     return -torch.stack(grads).mean(0) / base.denominator
 
 
@@ -444,13 +462,25 @@ def acdc(gm: GraphModel, pairs: PromptPairs, threshold: float = 0.01,
     return masks == 0, score
 
 
+GRADIENT_METHODS = ("eap", "eap-ig", "eap-ig-inputs")
+
+
+def check_method_metric(method: str, metric: metrics.MetricLike) -> None:
+    """Refuse a gradient method with a metric that has no gradient (accuracy), before any work."""
+    if method in GRADIENT_METHODS and isinstance(metric, str) and metric in metrics.WITHOUT_GRADIENT:
+        raise ComposeLensError(f"the metric {metric!r} has no gradient, which {method} follows; use the method "
+                               f"'exact' or 'acdc' with it, or the metric 'logit_diff' or 'prob'")
+
+
 def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int = 16,
-                  threshold: float = 0.01) -> tuple[torch.Tensor, float]:
-    """(E,) scores of one method and its time in seconds (the baseline runs included)."""
+                  threshold: float = 0.01, metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[torch.Tensor, float]:
+    """(E,) scores of one method and its time in seconds (the baseline runs included); ``metric`` as
+    in :func:`baseline` (the gradient methods need a differentiable one)."""
     if method not in METHODS:
         raise ComposeLensError(f"method {method!r}: use one of {', '.join(METHODS)}")
+    check_method_metric(method, metric)
     start = time.perf_counter()
-    base = baseline(gm, pairs)
+    base = baseline(gm, pairs, metric)
     if method == "exact":
         scores = exact_scores(gm, pairs, base)
     elif method == "eap":
@@ -474,18 +504,22 @@ def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 def faithfulness(gm: GraphModel, pairs: PromptPairs, circuits: torch.Tensor,
-                 base: Baseline | None = None) -> pd.DataFrame:
-    """Performance recovered and KL from the full model of each circuit, circuits (k, E) bool."""
-    base = base or baseline(gm, pairs)
+                 base: Baseline | None = None, metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
+    """Performance recovered and KL from the full model of each circuit, circuits (k, E) bool.
+
+    Recovered is read in ``metric`` (``base``'s when given); the metric's clean and corrupted means
+    are the columns ``ld_clean``, ``ld_corrupted`` (another metric's: ``prob_clean``, ...)."""
+    base = base or baseline(gm, pairs, metric)
     N = len(pairs)
     recovered, kl = [], []
     for block, logits in _masked_logits(gm, pairs, base, (~circuits).float()):
-        ld = _ld(logits, pairs, len(block)).view(len(block), N).mean(1)
+        ld = _ld(logits, pairs, len(block), base.metric).view(len(block), N).mean(1)
         recovered.append((ld - base.ld_corrupted) / base.denominator)
         kl.append(_kl(base.clean_logits.repeat(len(block), 1), logits).view(len(block), N).mean(1))
+    short = "ld" if base.metric_name == metrics.DEFAULT else base.metric_name
     return pd.DataFrame({"n_edges": circuits.sum(1).tolist(), "recovered": torch.cat(recovered).tolist(),
-                         "kl": torch.cat(kl).tolist(), "ld_clean": base.ld_clean,
-                         "ld_corrupted": base.ld_corrupted, "n_pairs": N})
+                         "kl": torch.cat(kl).tolist(), f"{short}_clean": base.ld_clean,
+                         f"{short}_corrupted": base.ld_corrupted, "n_pairs": N})
 
 
 def top_k_circuits(scores: torch.Tensor) -> torch.Tensor:
@@ -513,20 +547,20 @@ def evaluation_pairs(split: Split, size: int = 500, seed: int = 0) -> dict[str, 
 
 
 def pool_faithfulness(gm: GraphModel, split: Split, circuit: torch.Tensor, size: int = 500,
-                      seed: int = 0) -> pd.DataFrame:
+                      seed: int = 0, metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
     """:func:`faithfulness` of one circuit (E,) bool on every evaluation pool (resample pairs)."""
-    rows = [{"pool": name, **faithfulness(gm, pairs, circuit[None]).iloc[0].to_dict()}
+    rows = [{"pool": name, **faithfulness(gm, pairs, circuit[None], metric=metric).iloc[0].to_dict()}
             for name, pairs in evaluation_pairs(split, size, seed).items()]
     return pd.DataFrame(rows)
 
 
 def size_on_pools(gm: GraphModel, split: Split, scores: torch.Tensor, target: float = 0.95, size: int = 500,
-                  seed: int = 0) -> tuple[int, pd.DataFrame]:
+                  seed: int = 0, metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[int, pd.DataFrame]:
     """The fewest top-|score| edges recovering ``target`` on *every* evaluation pool at once, and the
     curves (one row per pool and circuit size). The goal's circuit: :func:`size_at` asks it of one
     set of pairs only, where a circuit can leave out what another pool needs."""
     circuits = top_k_circuits(scores)
-    curves = pd.concat([faithfulness(gm, pairs, circuits).assign(pool=name)
+    curves = pd.concat([faithfulness(gm, pairs, circuits, metric=metric).assign(pool=name)
                         for name, pairs in evaluation_pairs(split, size, seed).items()], ignore_index=True)
     worst = curves.groupby("n_edges")["recovered"].min()
     hits = worst.index[worst >= target]
@@ -654,20 +688,35 @@ class Discovery:
 
 def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "eap-ig", n_pairs: int = 300,
              seed: int = 0, pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
-             threshold: float = 0.01) -> Discovery:
+             threshold: float = 0.01, *, pairs=None, metric: metrics.MetricLike = metrics.DEFAULT) -> Discovery:
     """Score every edge with ``method`` and take the circuit: ACDC's pruned graph, or for the
-    other methods the smallest top-k set that recovers ``target`` of the metric."""
+    other methods the smallest top-k set that recovers ``target`` of the metric.
+
+    ``pairs``: your own prompt pairs in place of ``n_pairs`` of ``pairs_kind`` (a pairs file, a
+    DataFrame or a list of (clean, corrupted): :func:`compose_lens.data.pairs.as_prompt_pairs`).
+    ``metric``: ``logit_diff`` (default), ``prob``, ``accuracy`` (exact and ACDC only) or a function
+    ``metric(logits, answers) -> (N,)`` (:mod:`compose_lens.analysis.metrics`); the pools'
+    faithfulness is read in it too."""
+    check_method_metric(method, metric)
+    metric_name = metrics.resolve(metric)[0]
     gm = GraphModel.from_model(model, config.model, positions)
-    pairs = PAIRS[pairs_kind](split, n_pairs, seed)
-    scores, seconds = method_scores(gm, pairs, method, threshold=threshold)
+    if pairs is None:
+        pairs = PAIRS[pairs_kind](split, n_pairs, seed)
+    else:
+        pairs = as_prompt_pairs(split.task, pairs)
+        pairs_kind = pairs.corruption
+    scores, seconds = method_scores(gm, pairs, method, threshold=threshold, metric=metric)
+    base = baseline(gm, pairs, metric)
     if method == "acdc":
-        found = acdc(gm, pairs, threshold)[0]
+        found = acdc(gm, pairs, threshold, base)[0]
         size = int(found.sum())
     else:
-        size, _ = size_at(gm, pairs, scores, target)
+        size, _ = size_at(gm, pairs, scores, target, base)
         found = top_k_circuits(scores)[size]
     labels = paper_labels(gm.graph) if weights.has_paper_layout(config.model) else None
     summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
-               "roc_auc": roc_auc(scores, labels) if labels is not None else None}
-    return Discovery(edge_table(gm, scores, method, found, labels), pool_faithfulness(gm, split, found, seed=seed),
-                     summary, f"{method}: {size} of {len(gm.graph)} edges ({pairs_kind} pairs)")
+               "roc_auc": roc_auc(scores, labels) if labels is not None else None, "metric": metric_name}
+    in_metric = "" if metric_name == metrics.DEFAULT else f", metric {metric_name}"
+    return Discovery(edge_table(gm, scores, method, found, labels),
+                     pool_faithfulness(gm, split, found, seed=seed, metric=metric), summary,
+                     f"{method}: {size} of {len(gm.graph)} edges ({pairs_kind} pairs{in_metric})")

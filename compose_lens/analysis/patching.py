@@ -39,6 +39,12 @@ stay correct (read back with :func:`compose_lens.data.task.decode`):
 * ``variable``: the queried variable swapped for a distractor with another value;
 * ``constant``: one constant operand changed (0-var prompts).
 
+Or your own pairs (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean,
+corrupted); :mod:`compose_lens.data.pairs`), and another metric than the logit
+difference (``metric=``: ``prob``, ``accuracy`` or a function of the logits at ``=``
+and the two answers; :mod:`compose_lens.analysis.metrics`), both through the same
+engines below.
+
 **Why this is fast.** ``transformer_lens.patching`` runs one full forward of the
 whole batch per site (192 sites for the paper model). For the study's
 architecture (two layers, an MLP in the last one only, no normalisation) patching
@@ -70,8 +76,10 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from compose_lens.analysis import metrics
 from compose_lens.config import CORRUPTIONS, ComposeLensError, ModelConfig, RunConfig
 from compose_lens.data import streams
+from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
@@ -82,20 +90,6 @@ COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z"
 
 
 # -- prompt pairs -----------------------------------------------------------------------------
-
-
-@dataclass
-class PromptPairs:
-    """Aligned clean / corrupted prompts (N, seq_len) and both answers (N,)."""
-
-    clean: torch.Tensor
-    corrupted: torch.Tensor
-    clean_labels: torch.Tensor
-    corrupted_labels: torch.Tensor
-    corruption: str
-
-    def __len__(self) -> int:
-        return len(self.clean_labels)
 
 
 def _labels(split: Split, tokens: torch.Tensor) -> torch.Tensor:
@@ -175,8 +169,16 @@ def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", see
 
 def logit_diff(logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
     """(N,) ``logit[clean answer] - logit[corrupted answer]`` from last-position logits (N, V)."""
-    rows = torch.arange(len(logits))
-    return logits[rows, pairs.clean_labels] - logits[rows, pairs.corrupted_labels]
+    return metrics.logit_diff(logits, pairs.answers)
+
+
+def _metric(metric: metrics.Metric, logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
+    """(N,) the metric of last-position logits (N, V), or (S, N) of per-site logits (N, S, V)."""
+    if logits.dim() == 2:
+        return metrics.values(metric, logits, pairs.answers)
+    N, S = logits.shape[:2]
+    flat = logits.transpose(0, 1).reshape(S * N, -1)  # site-major rows, every pair once per site
+    return metrics.values(metric, flat, pairs.answers.repeat(S, 1)).view(S, N)
 
 
 # -- sites ------------------------------------------------------------------------------------
@@ -395,17 +397,16 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
     return W.layer2_last(k1.flatten(0, 1), v1.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
 
 
-def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.Tensor:
-    """Patched logit differences (S, N) for one chunk of prompt pairs."""
+def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site],
+                  metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
+    """Patched metric values (S, N) for one chunk of prompt pairs."""
     clean, corrupt = W.run(pairs.clean), W.run(pairs.corrupted)
     N, n = len(pairs), pairs.clean.shape[1]
-    corrupted_ld = logit_diff(corrupt["logits"], pairs)
+    corrupted_ld = _metric(metric, corrupt["logits"], pairs)
     out = torch.empty(len(sites), N)
 
     def diffs(logits: torch.Tensor) -> torch.Tensor:  # (N, S, V) -> (S, N)
-        def at(labels: torch.Tensor) -> torch.Tensor:
-            return logits.gather(2, labels.view(N, 1, 1).expand(N, logits.shape[1], 1)).squeeze(2)
-        return (at(pairs.clean_labels) - at(pairs.corrupted_labels)).T
+        return _metric(metric, logits, pairs)
 
     # layer-1 sites other than resid_pre: a replacement row of blocks.1.hook_resid_pre.
     # blocks.0 has no MLP (its output is zero in both runs): patching it changes nothing.
@@ -441,7 +442,7 @@ def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site]) -> torch.T
             else:
                 patched = W.layer2_last(corrupt["k1"], corrupt["v1"], corrupt["resid_pre1"][:, -1],
                                         site=s, clean=clean["last"])
-                out[j] = logit_diff(patched["logits"], pairs)
+                out[j] = _metric(metric, patched["logits"], pairs)
     return out
 
 
@@ -453,43 +454,48 @@ def _chunks(pairs: PromptPairs, size: int):
 
 
 def patched_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
-                        sites: list[Site], chunk: int = 128) -> torch.Tensor:
-    """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones.
+                        sites: list[Site], chunk: int = 128,
+                        metric: metrics.MetricLike = metrics.DEFAULT) -> torch.Tensor:
+    """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones
+    (or another ``metric``: a name of :data:`compose_lens.analysis.metrics.METRICS` or a function).
 
     The study's architecture goes through the batched engine described in the
     module docstring; anything else through :func:`hook_batched_logit_diffs`.
     """
     if not engine_supports(cfg):
-        return hook_batched_logit_diffs(model, pairs, sites)
+        return hook_batched_logit_diffs(model, pairs, sites, metric=metric)
     W = _Weights(model, cfg)
+    fn = metrics.resolve(metric)[1]
     with torch.no_grad():
-        return torch.cat([_engine_chunk(W, part, sites) for part in _chunks(pairs, chunk)], dim=1)
+        return torch.cat([_engine_chunk(W, part, sites, fn) for part in _chunks(pairs, chunk)], dim=1)
 
 
-def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs,
-                         cfg: ModelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(clean, corrupted) logit differences (N,) from the model's own forward, or with ``cfg``
-    from the fastest exact one (:func:`compose_lens.evaluate.answer_logits`: ~10x less here)."""
+def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig | None = None,
+                         metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[torch.Tensor, torch.Tensor]:
+    """(clean, corrupted) logit differences (or ``metric``) (N,) from the model's own forward, or with
+    ``cfg`` from the fastest exact one (:func:`compose_lens.evaluate.answer_logits`: ~10x less here)."""
+    fn = metrics.resolve(metric)[1]
     with torch.no_grad():
         if cfg is not None:
             logits = answer_logits(model, cfg, torch.cat([pairs.clean, pairs.corrupted]))
-            return logit_diff(logits[: len(pairs)], pairs), logit_diff(logits[len(pairs):], pairs)
-        return (logit_diff(model(pairs.clean)[:, -1].float(), pairs),
-                logit_diff(model(pairs.corrupted)[:, -1].float(), pairs))
+            return _metric(fn, logits[: len(pairs)], pairs), _metric(fn, logits[len(pairs):], pairs)
+        return (_metric(fn, model(pairs.clean)[:, -1].float(), pairs),
+                _metric(fn, model(pairs.corrupted)[:, -1].float(), pairs))
 
 
 # -- the general path: the model's hooks, batched over sites ---------------------------------
 
 
 def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Site],
-                             max_rows: int = 8192) -> torch.Tensor:
-    """Patched logit differences (S, N) through the model's hooks, many sites per forward.
+                             max_rows: int = 8192, metric: metrics.MetricLike = metrics.DEFAULT) -> torch.Tensor:
+    """Patched logit differences (or ``metric``) (S, N) through the model's hooks, many sites per forward.
 
     Sites of one (component, layer) share a hook: the batch holds the corrupted
     prompts once per site, and the hook writes into row r the clean activation of
     prompt ``r % N`` at the position (and head) of site ``r // N``.
     """
     N = len(pairs)
+    fn = metrics.resolve(metric)[1]
     out = torch.empty(len(sites), N)
     groups: dict[tuple[str, int], list[int]] = {}
     for j, s in enumerate(sites):
@@ -519,17 +525,18 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
                 logits = tl.run_with_hooks(model, pairs.corrupted.repeat(len(part), 1),
                                            [(tl.hook_name(component, layer), write_clean)])
                 last = logits[:, -1].float().view(len(part), N, -1)
-                out[part] = torch.stack([logit_diff(site_logits, pairs) for site_logits in last])
+                out[part] = torch.stack([_metric(fn, site_logits, pairs) for site_logits in last])
     return out
 
 
-def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
-                                 components=COMPONENTS) -> tuple[list[Site], torch.Tensor]:
+def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, components=COMPONENTS,
+                                 metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[list[Site], torch.Tensor]:
     """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
     _, cache = tl.run_with_cache(model, pairs.clean)
+    per_pair = metrics.resolve(metric)[1]
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
-        return logit_diff(logits[:, -1].float(), pairs)
+        return _metric(per_pair, logits[:, -1].float(), pairs)
 
     sites, values = [], []
     for component in components:
@@ -628,14 +635,17 @@ def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor)
     return keys, torch.cat(values), torch.cat(counts)
 
 
-def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, by: str) -> pd.DataFrame:
-    return table.assign(clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()),
-                        n_pairs=len(pairs), corruption=pairs.corruption, by=by)
+def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, by: str,
+                    metric_name: str = metrics.DEFAULT) -> pd.DataFrame:
+    table = table.assign(clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()),
+                         n_pairs=len(pairs), corruption=pairs.corruption, by=by)
+    return table if metric_name == metrics.DEFAULT else table.rename(columns=metrics.column_names(metric_name))
 
 
 def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
-                   n_boot: int = 1000, by: str = "role") -> pd.DataFrame:
+                   n_boot: int = 1000, by: str = "role", pairs=None,
+                   metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
     """The (component x layer[ x head]) sweep over ``n_pairs`` prompt pairs, by token role or position.
 
     ``by="role"`` (default): one row per role of :data:`ROLES` (each prompt's positions
@@ -645,15 +655,25 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
     ``blocks.N``), head (-1 but for ``z``), role, [position | positions_per_prompt,
     n_prompts], mean (normalised logit difference), ci_low, ci_high (95 % bootstrap),
     logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs, corruption, by.
+
+    ``pairs``: your own prompt pairs instead of ``n_pairs`` made by ``corruption``: a pairs
+    file, a DataFrame with ``clean`` / ``corrupted`` columns or a list of (clean, corrupted)
+    (:func:`compose_lens.data.pairs.as_prompt_pairs`; ``corruption`` reads ``user``).
+    ``metric``: ``logit_diff`` (default), ``prob``, ``accuracy`` or a function
+    ``metric(logits, answers) -> (N,)`` (:mod:`compose_lens.analysis.metrics`); ``mean`` is
+    then the normalised metric and the three logit-difference columns take its name
+    (``prob``, ``clean_prob``, ``corrupted_prob``).
     """
     if by not in BY:
         raise ComposeLensError(f"by={by!r}: use role or position")
-    pairs = make_prompt_pairs(split, n_pairs, corruption, seed)
+    metric_name, metric_fn = metrics.resolve(metric)
+    pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
     sites = all_sites(config.model, components)
-    patched = patched_logit_diffs(model, config.model, pairs, sites)
-    clean, corrupted = baseline_logit_diffs(model, pairs, config.model)
+    patched = patched_logit_diffs(model, config.model, pairs, sites, metric=metric_fn)
+    clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
     if abs(float((clean - corrupted).mean())) < 1e-6:
-        raise ComposeLensError("clean and corrupted prompts have the same mean logit difference: "
+        what = "logit difference" if metric_name == metrics.DEFAULT else metric_name
+        raise ComposeLensError(f"clean and corrupted prompts have the same mean {what}: "
                                "the model does not tell them apart, so nothing can be normalised")
     if by == "position":
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
@@ -663,7 +683,7 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
             "role": [_position_role(split.task, s.position) for s in sites],
             "position": [s.position for s in sites], "mean": mean.tolist(), "ci_low": low.tolist(),
             "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
-        return _common_columns(table, clean, corrupted, pairs, by)
+        return _common_columns(table, clean, corrupted, pairs, by, metric_name)
     keys, values, counts = group_by_role(sites, patched, position_roles(split.task, pairs.clean))
     present = counts > 0
     mean, low, high = normalised_with_ci(values, clean, corrupted, n_boot=n_boot, seed=seed, present=present)
@@ -675,4 +695,4 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
         "n_prompts": n_prompts.tolist(), "mean": mean.tolist(), "ci_low": low.tolist(), "ci_high": high.tolist(),
         "logit_diff": (torch.nan_to_num(values).sum(1) / n_prompts.clamp_min(1)).tolist()})
     table = table[table["n_prompts"] > 0].reset_index(drop=True)
-    return _common_columns(table, clean, corrupted, pairs, by)
+    return _common_columns(table, clean, corrupted, pairs, by, metric_name)

@@ -1,8 +1,8 @@
 """``compose-lens circuit``: automatic circuit discovery on the model's edge graph.
 
     compose-lens circuit MODEL [--split FILE] --method exact|eap|eap-ig|eap-ig-inputs|acdc [--n-pairs N]
-                         [--pairs resample|mixed] [--positions] [--threshold T] [--target F]
-                         [--format png|svg|pdf] --out DIR
+                         [--pairs resample|mixed|FILE] [--metric logit_diff|prob|accuracy]
+                         [--positions] [--threshold T] [--target F] [--format png|svg|pdf] --out DIR
 
 Writes ``circuit_<method>.csv`` (every edge's score, rank, whether the found circuit
 holds it and, on a paper-layout model, whether the paper's circuit does), its
@@ -10,6 +10,11 @@ holds it and, on a paper-layout model, whether the paper's circuit does), its
 on every evaluation pool) and the graph figure. The found circuit is the fewest
 top-scored edges recovering ``--target`` of the clean-vs-corrupted logit difference
 (ACDC: the edges its pruning keeps). See :mod:`compose_lens.analysis.circuit`.
+
+``--pairs FILE`` scores the edges on your own clean / corrupted prompts (CSV or JSONL with
+``clean`` and ``corrupted``: :mod:`compose_lens.data.pairs`); ``--metric`` replaces the
+logit difference by the probability or the accuracy of the clean answer (accuracy has no
+gradient: exact and ACDC only). The pools' faithfulness is read in the same metric.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from __future__ import annotations
 import argparse
 import functools
 
-from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, refuse_uncovered, seed)
+from compose_lens.cli.common import (METRICS, add_format_argument, add_model_arguments, add_overwrite,
+                                     add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
+PAIR_KINDS = ("resample", "mixed")  # compose_lens.analysis.circuit.PAIRS
 
 
 def _circuit_memory(n_pairs: int, positions: bool, config) -> None:
@@ -51,6 +57,11 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         raise ComposeLensError(f"--target {args.target}: give a share in (0, 1]")
     if not 0 <= args.threshold < 1:
         raise ComposeLensError(f"--threshold {args.threshold}: give a share in [0, 1)")
+    args.pairs_kind, args.pairs = (args.pairs, None) if args.pairs in PAIR_KINDS else ("resample", args.pairs)
+    check_pairs_file(args)
+    if args.metric == "accuracy" and args.method in ("eap", "eap-ig", "eap-ig-inputs"):
+        raise ComposeLensError(f"--metric accuracy has no gradient, which {args.method} follows; use --method "
+                               f"exact or acdc with it, or --metric logit_diff or prob")
     out = check_out_name(args.out)
     guard = functools.partial(_circuit_memory, args.n_pairs, args.positions)
     check_model_sizes(args.model, guard)  # before anything is loaded or made
@@ -60,8 +71,9 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"{args.method} on {args.n_pairs} pairs")
-        table, summary = write_circuit(loaded, stage, args.method, args.n_pairs, args.seed, args.pairs,
-                                       args.positions, args.target, args.threshold, args.fmt)
+        table, summary = write_circuit(loaded, stage, args.method, args.n_pairs, args.seed, args.pairs_kind,
+                                       args.positions, args.target, args.threshold, args.fmt,
+                                       pairs=args.pairs, metric=args.metric)
         bar.update()
     stem = f"circuit_{args.method}"
     auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against the paper's circuit"
@@ -78,8 +90,12 @@ def register(subparsers) -> None:
     add_model_arguments(p)
     p.add_argument("--method", choices=METHODS, default="eap-ig", help="how edges are scored (default eap-ig)")
     p.add_argument("--n-pairs", type=int, default=300, help="clean/corrupted prompt pairs (at least 6)")
-    p.add_argument("--pairs", choices=("resample", "mixed"), default="resample",
-                   help="resample: another prompt of the same pool; mixed: the one-token corruptions")
+    p.add_argument("--pairs", default="resample", metavar="resample|mixed|FILE",
+                   help="resample: another prompt of the same pool; mixed: the one-token corruptions; "
+                        "or a CSV / JSONL file of your own clean,corrupted pairs (--n-pairs then unused)")
+    p.add_argument("--metric", choices=METRICS, default="logit_diff",
+                   help="what the edges are scored on: logit difference (default), probability or accuracy "
+                        "of the clean answer (accuracy: exact and acdc only)")
     p.add_argument("--positions", action="store_true", help="split every edge by position")
     p.add_argument("--threshold", type=float, default=0.01, help="ACDC's pruning threshold (share)")
     p.add_argument("--target", type=float, default=0.95, help="performance the found circuit recovers")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from compose_lens.config import RunConfig, TaskConfig, load_json
+from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, load_json
 
 
 class Parser(argparse.ArgumentParser):
@@ -102,6 +103,34 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
     """--format png|svg|pdf for the commands that write figures."""
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="png",
                         help="figure file format (default png)")
+
+
+METRICS = ("logit_diff", "prob", "accuracy")  # compose_lens.analysis.metrics.METRICS, without importing torch
+PAIRS_SUFFIXES = (".csv", ".jsonl", ".ndjson")  # compose_lens.data.pairs.FORMATS
+
+
+def add_pairs_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pairs FILE and --metric of ``patch``: your own prompt pairs and what is read on them."""
+    parser.add_argument("--pairs", metavar="FILE", default=None,
+                        help="a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
+                             "(readable form or token ids); replaces --corruption and --n-pairs")
+    parser.add_argument("--metric", choices=METRICS, default="logit_diff",
+                        help="logit difference of the two answers (default), probability or accuracy "
+                             "of the clean answer")
+
+
+def check_pairs_file(args: argparse.Namespace) -> None:
+    """Refuse a --pairs file that cannot be one before the model loads (its rows are checked on reading),
+    and --corruption beside it (the file says what its pairs change)."""
+    if args.pairs is None:
+        return
+    path = Path(args.pairs)
+    if path.suffix.lower() not in PAIRS_SUFFIXES:
+        raise ComposeLensError(f"--pairs {args.pairs}: give a .csv or .jsonl file of clean,corrupted pairs")
+    if not path.is_file():
+        raise ComposeLensError(f"--pairs {args.pairs}: no such file")
+    if getattr(args, "corruption", "value") != "value":
+        raise ComposeLensError(f"--corruption {args.corruption} makes pairs and --pairs brings them; give one")
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """``compose-lens patch``, ``ablate`` and ``dla``: which component matters, as tables on disk.
 
     compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N]
+                       [--pairs FILE] [--metric logit_diff|prob|accuracy]
                        [--by role|position] [--format png|svg|pdf] --out DIR
     compose-lens ablate MODEL [--split FILE] [--pool-size N] [--format png|svg|pdf] --out DIR
 
@@ -14,6 +15,12 @@ MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
 writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
 is grouped by token role by default (the queried variable, its value, distractors,
 padding, the query tokens); ``--by position`` keeps absolute positions.
+
+``--pairs FILE`` patches your own clean / corrupted prompts (a CSV or JSONL file with
+``clean`` and ``corrupted``: :mod:`compose_lens.data.pairs`) in place of ``--n-pairs``
+pairs made by ``--corruption``, written as ``patching_user.csv``; ``--metric`` reads
+the patched runs as logit difference (default), probability or accuracy of the clean
+answer (:mod:`compose_lens.analysis.metrics`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, refuse_uncovered, seed)
+from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_pairs_arguments,
+                                     add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
 from compose_lens.config import CORRUPTIONS
 
 
@@ -72,6 +79,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=2)
+    check_pairs_file(args)
     out = check_out_name(args.out)
     guard = functools.partial(_patch_memory, args.n_pairs, args.corruption)
     check_model_sizes(args.model, guard)  # before anything is loaded or made
@@ -81,11 +89,14 @@ def _cmd_patch(args: argparse.Namespace) -> int:
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"patching {args.n_pairs} pairs")
-        table = write_patching(loaded, stage, args.corruption, args.n_pairs, args.seed, args.by, args.fmt)
+        table = write_patching(loaded, stage, args.corruption, args.n_pairs, args.seed, args.by, args.fmt,
+                               pairs=args.pairs, metric=args.metric)
         bar.update()
-    stem = f"patching_{args.corruption}" + ("" if args.by == "role" else "_by_position")
+    stem = f"patching_{table['corruption'].iloc[0]}" + ("" if args.by == "role" else "_by_position")
+    source = "" if args.pairs is None else f" from {args.pairs}"
+    in_metric = "" if args.metric == "logit_diff" else f", metric {args.metric}"
     print(f"wrote {out}/{stem}.csv, {stem}.provenance.json, {stem}.{args.fmt} "
-          f"({len(table)} rows by {args.by}, {args.n_pairs} pairs)")
+          f"({len(table)} rows by {args.by}, {int(table['n_pairs'].iloc[0])} pairs{source}{in_metric})")
     return 0
 
 
@@ -152,6 +163,7 @@ def register(subparsers) -> None:
     patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
     patch.add_argument("--by", choices=("role", "position"), default="role",
                        help="group positions by token role (default) or keep absolute positions")
+    add_pairs_arguments(patch)
     patch.add_argument("--seed", type=seed, default=0)
     patch.add_argument("--out", required=True, help="directory for the CSV, JSON and figure (one per corruption)")
     add_overwrite(patch)

@@ -51,6 +51,7 @@ from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory, trajectory_settings
 from compose_lens.analysis.patching import patching_table
+from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.analysis.same_mlp import check_layout, same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
@@ -261,16 +262,21 @@ def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tu
 
 
 def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int = 1000, seed: int = 0,
-                   by: str = "role", fmt: str = "png") -> pd.DataFrame:
+                   by: str = "role", fmt: str = "png", pairs=None, metric: str = "logit_diff") -> pd.DataFrame:
     """``patching_<corruption>.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``, by token
-    role or absolute position (``by``); returns the table."""
+    role or absolute position (``by``); returns the table. ``pairs`` (a pairs file: ``patching_user.csv``)
+    and ``metric``: see :func:`~compose_lens.analysis.patching.patching_table`."""
     loaded = runs.for_analyses(loaded)
     table = patching_table(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs,
-                           corruption=corruption, seed=seed, by=by)
+                           corruption=corruption, seed=seed, by=by, pairs=pairs, metric=metric)
+    corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     stem = f"patching_{corruption}" + ("" if by == "role" else "_by_position")
-    write_table(table, out / f"{stem}.csv",
-                provenance(loaded.config, seed, loaded.source, corruption=corruption, n_pairs=n_pairs, by=by))
-    fig, table = plots.patching_figure(table, f"activation patching, {corruption} corrupted ({n_pairs} pairs)")
+    given = {} if pairs is None else {"pairs": str(pairs)}
+    write_table(table, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source, corruption=corruption,
+                                                       n_pairs=n_pairs, by=by, metric=metric, **given))
+    in_metric = "" if metric == "logit_diff" else f", metric {metric}"
+    fig, table = plots.patching_figure(table, f"activation patching, {corruption} corrupted "
+                                              f"({n_pairs} pairs{in_metric})")
     plots.save(fig, None, out / stem, dpi=120, fmt=fmt)
     return table
 
@@ -315,11 +321,17 @@ def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], ou
 
 def write_circuit(loaded: Loaded, out: Path, method: str = "eap-ig", n_pairs: int = 300, seed: int = 0,
                   pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
-                  threshold: float = 0.01, fmt: str = "png") -> tuple[pd.DataFrame, dict]:
+                  threshold: float = 0.01, fmt: str = "png", pairs=None,
+                  metric: str = "logit_diff") -> tuple[pd.DataFrame, dict]:
     """``circuit_<method>.csv`` (one row per edge) with its provenance, ``circuit_<method>_pools.csv``
-    (faithfulness of the found circuit on every pool) and the graph figure into ``out``."""
+    (faithfulness of the found circuit on every pool) and the graph figure into ``out``. ``pairs``
+    (your own, e.g. a pairs file, in place of ``pairs_kind``) and ``metric``: see
+    :func:`~compose_lens.analysis.circuit.discover`."""
+    if pairs is not None:  # read here: the provenance names the file and counts its pairs
+        pairs_kind, pairs = str(pairs), as_prompt_pairs(loaded.split.task, pairs)
+        n_pairs = len(pairs)
     found = C.discover(loaded.model, loaded.config, loaded.split, method, n_pairs, seed, pairs_kind, positions,
-                       target, threshold)
+                       target, threshold, pairs=pairs, metric=metric)
     summary = found.summary
     stem = f"circuit_{method}"
     write_table(found.edges, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source,

@@ -65,6 +65,7 @@ def world(tmp_path_factory) -> Path:
     _broken_splits(w)
     _odd_weights(w)
     _links(w)
+    _broken_pairs(w)
     return w
 
 
@@ -95,6 +96,25 @@ def _links(w: Path) -> None:
     (w / "loop2").symlink_to("loop1")
     (w / "dangling").symlink_to(w / "nowhere" / "x")
     (w / "dangling_dir").symlink_to(w / "missing")
+
+
+def _broken_pairs(w: Path) -> None:
+    """Pairs files for --pairs (the tiny task: p = 7, variables a..f): one good, the rest each with one fault."""
+    good = '"b=3, b+2=?","b=4, b+2=?"\n"c=1, 5+c=?","c=2, 5+c=?"\n'
+    files = {
+        "pairs_ok.csv": "clean,corrupted\n" + good,
+        "pairs_nocolumn.csv": "clean,other\n" + good,
+        "pairs_unparseable.csv": "clean,corrupted\n" + good + '"b=3, b+z=?","b=4, b+2=?"\n',
+        "pairs_vocabulary.csv": "clean,corrupted\n" + good + "9 9 9 9 9 9 9 9 10 3 9 9 7 10 2 99," + "b=4, b+2=?\n",
+        "pairs_length.jsonl": '{"clean": [9, 9, 9, 9, 9, 9, 9, 9, 9, 10, 3, 7, 10, 2, 8], "corrupted": "b=4, b+2=?"}\n',
+        "pairs_answer.csv": "clean,corrupted,clean_answer\n" + '"b=3, b+2=?","b=4, b+2=?",6\n',
+        "pairs_same_answer.csv": "clean,corrupted\n" + good + '"b=3, b+2=?","b=2, b+3=?"\n',
+        "pairs_one.csv": "clean,corrupted\n" + '"b=3, b+2=?","b=4, b+2=?"\n',
+        "pairs_notjson.jsonl": '{"clean": "b=3, b+2=?", "corrupted": \n',
+        "pairs.txt": "clean,corrupted\n" + good,
+    }
+    for name, text in files.items():
+        (w / name).write_text(text)
 
 
 def _broken_models(w: Path) -> None:
@@ -430,6 +450,16 @@ CASES = [
     ("circuit-bad-threshold", "circuit {w}/run --method acdc --threshold -1 --out {out}", None),
     ("circuit-foreign-dir", "circuit {w}/run --out {out}", "foreign"),
     ("circuit-nan-weights", "circuit {w}/nanmodel --out {out}", None),
+    # your own prompt pairs (--pairs FILE) and metrics: every fault of the file is one line
+    *[(f"{command}-pairs-{fault}", f"{command} {{w}}/run --pairs {{w}}/pairs_{fault} --out {{out}}", None)
+      for command in ("patch", "circuit") for fault in
+      ("nocolumn.csv", "unparseable.csv", "vocabulary.csv", "length.jsonl", "answer.csv", "same_answer.csv",
+       "one.csv", "notjson.jsonl", "missing.csv")],
+    ("patch-pairs-wrong-suffix", "patch {w}/run --pairs {w}/pairs.txt --out {out}", None),
+    ("patch-pairs-and-corruption", "patch {w}/run --pairs {w}/pairs_ok.csv --corruption constant --out {out}", None),
+    ("patch-bad-metric", "patch {w}/run --metric kl --out {out}", None),
+    ("circuit-accuracy-gradient", "circuit {w}/run --pairs {w}/pairs_ok.csv --metric accuracy --out {out}", None),
+    ("circuit-pairs-foreign-dir", "circuit {w}/run --pairs {w}/pairs_ok.csv --method exact --out {out}", "foreign"),
     *[(f"ablate-pool-{n}", f"ablate {{w}}/run --pool-size {n} --out {{out}}", None) for n in
       ["0", "-3", "1000000000"]],
     ("ablate-missing-model", "ablate {w}/nothing --out {out}", None),

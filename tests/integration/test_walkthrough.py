@@ -1,13 +1,17 @@
 """The walkthrough notebook (experiments/walkthrough.ipynb) runs from top to bottom, offline,
-within its time budget, and is kept in git without outputs."""
+within its time budget, is kept in git without outputs, and uses only the public API."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
+
+import compose_lens
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "experiments" / "walkthrough.ipynb"
@@ -19,6 +23,47 @@ def test_notebook_is_stored_without_outputs():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not c.outputs and c.execution_count is None for c in code)
+
+
+def private_uses(source: str) -> list[str]:
+    """What one code cell takes from compose_lens beyond its public API (``compose_lens.__all__``):
+    a submodule import (``import compose_lens.plots``, ``from compose_lens.analysis import x``), a
+    ``from compose_lens import name`` or ``cl.name`` where ``name`` is not public."""
+    public = set(compose_lens.__all__)
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    aliases, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "compose_lens":
+                    aliases.add(alias.asname or alias.name)
+                elif alias.name.startswith("compose_lens."):
+                    found.append(f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "compose_lens":
+            if node.module != "compose_lens":
+                found.append(f"from {node.module} import ...")
+            else:
+                found += [f"from compose_lens import {a.name}" for a in node.names if a.name not in public]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr not in public):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_private_uses_are_found():
+    assert private_uses("from compose_lens.report.page import notebook_view") == \
+        ["from compose_lens.report.page import ..."]
+    assert private_uses("import compose_lens as cl\nx = cl.analysis.figure_data.qk_matrices") == ["cl.analysis"]
+    assert private_uses("from compose_lens import plots, load_model") == ["from compose_lens import plots"]
+    assert private_uses("import compose_lens.plots") == ["import compose_lens.plots"]
+    assert private_uses("import compose_lens as cl\ncl.load_model('paper')\ncl.patching_table") == []
+
+
+def test_notebook_uses_only_the_public_api():
+    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    found = {i: private_uses("".join(c["source"])) for i, c in enumerate(cells)}
+    assert not {i: uses for i, uses in found.items() if uses}, "export these from compose_lens/__init__.py"
 
 
 def test_walkthrough_notebook_executes(monkeypatch):

@@ -169,7 +169,7 @@ def test_public_api_names_resolve_lazily():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution")
+SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
 

@@ -1,0 +1,231 @@
+"""Prompt pairs: aligned clean / corrupted sequences and their answers, made here or brought by you.
+
+Activation patching and circuit discovery compare two runs of the model: a
+**clean** prompt and a **corrupted** one that differs from it in some detail and
+so has another answer. compose-lens makes such pairs itself
+(:func:`compose_lens.analysis.patching.make_prompt_pairs`,
+:func:`compose_lens.analysis.circuit.resample_pairs`), and this module reads the
+pairs a researcher writes down, so the same engines run on them.
+
+**A file of pairs** is CSV (a header row) or JSONL (one JSON object a line), with
+the columns / keys ``clean`` and ``corrupted``. Each sequence is written in any form
+compose-lens reads:
+
+* the short form ``b=7, e=5, b+23=?`` or the token form ``PAD b 7 ... + b 23 =``
+  (:func:`compose_lens.data.task.parse_sequence`: the short form puts every
+  ``PAD`` first);
+* the token ids, space separated (``61 1 7 ... 59 1 23 60``), or in JSONL a list of
+  integers.
+
+Example (``pairs.csv``)::
+
+    clean,corrupted
+    "b=7, e=5, b+23=?","b=9, e=5, b+23=?"
+    "c=3, 4+c=?","c=3, 5+c=?"
+
+Each answer is computed by the task (``(x + y) mod p`` at ``=``). Optional
+``clean_answer`` / ``corrupted_answer`` columns are checked against it, so a file
+whose author had another answer in mind is refused rather than silently relabelled.
+Every problem is one line naming the file, the line and what to fix: a missing
+column, a sequence that does not parse, a token outside the vocabulary, a sequence of
+the wrong length, an answer that contradicts the task, and a pair whose two answers
+are equal (patching measures how far a site moves the model from one answer towards
+the other, so they must differ).
+
+From Python, :func:`as_prompt_pairs` also takes a DataFrame with those columns or a
+list of ``(clean, corrupted)`` pairs, each a token tensor / list or a readable string.
+
+>>> from compose_lens.config import TaskConfig
+>>> pairs = as_prompt_pairs(TaskConfig(), [("b=7, b+23=?", "b=9, b+23=?"), ("c=3, 4+c=?", "c=3, 5+c=?")])
+>>> pairs.answers.tolist()
+[[30, 32], [7, 8]]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import numbers
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from compose_lens.config import ComposeLensError, TaskConfig
+from compose_lens.data.task import SequenceError, decode, parse_sequence
+
+USER = "user"  # the corruption label of pairs a user brought: what they change is theirs to say
+COLUMNS = ("clean", "corrupted")
+ANSWER_COLUMNS = ("clean_answer", "corrupted_answer")
+_INTEGERS = re.compile(r"-?\d+(\s+-?\d+)*")
+
+
+@dataclass
+class PromptPairs:
+    """Aligned clean / corrupted prompts (N, seq_len) and both answers (N,)."""
+
+    clean: torch.Tensor
+    corrupted: torch.Tensor
+    clean_labels: torch.Tensor
+    corrupted_labels: torch.Tensor
+    corruption: str
+
+    def __len__(self) -> int:
+        return len(self.clean_labels)
+
+    @property
+    def answers(self) -> torch.Tensor:
+        """(N, 2): the clean answer and the corrupted answer of each pair, what a metric reads."""
+        return torch.stack([self.clean_labels, self.corrupted_labels], dim=1)
+
+
+def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
+    """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError."""
+    if isinstance(sequence, torch.Tensor):
+        sequence = sequence.tolist()
+    if isinstance(sequence, (list, tuple)):
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in sequence):
+            raise SequenceError("a list of tokens must hold integers only")
+        tokens = [int(t) for t in sequence]
+    elif isinstance(sequence, str):
+        text = sequence.strip()
+        if _INTEGERS.fullmatch(text):  # token ids: the token form always has '+' and '='
+            tokens = [int(word) for word in text.split()]
+        else:
+            return parse_sequence(task, text)
+    else:
+        raise SequenceError(f"a sequence is a string or a list of tokens, got {type(sequence).__name__}")
+    decode(task, tokens)  # length, vocabulary, grammar
+    return tokens
+
+
+def _answer(value: Any) -> int:
+    """A stated answer: an integer, an integral float (a pandas column with gaps) or digits."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        return int(value)
+    raise SequenceError(f"an answer is a whole number, got {value!r}")
+
+
+def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], corruption: str = USER,
+                       what: str = "pairs") -> PromptPairs:
+    """PromptPairs from ``(where, record)`` items, ``where`` naming the record in an error
+    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc)."""
+    clean, corrupted, clean_labels, corrupted_labels = [], [], [], []
+    for where, record in records:
+        tokens, labels = {}, {}
+        for column, answer_column in zip(COLUMNS, ANSWER_COLUMNS):
+            value = record.get(column)
+            if value is None or (isinstance(value, float) and value != value):  # missing / NaN cell
+                raise ComposeLensError(f"{where}: the {column} sequence is empty; write one like 'b=7, b+23=?'")
+            try:
+                tokens[column] = parse_tokens(task, value)
+            except SequenceError as exc:
+                raise ComposeLensError(f"{where}: the {column} sequence {str(value)[:60]!r}: {exc}") from None
+            labels[column] = decode(task, tokens[column]).label
+            given = record.get(answer_column)
+            if given is not None and given != "" and not (isinstance(given, float) and given != given):
+                try:
+                    stated = _answer(given)
+                except SequenceError as exc:
+                    raise ComposeLensError(f"{where}: {answer_column}: {exc}") from None
+                if stated != labels[column]:
+                    raise ComposeLensError(
+                        f"{where}: {answer_column} is {stated}, but the task's answer to the {column} sequence "
+                        f"is {labels[column]} (x + y mod {task.modulus}); fix the answer or drop the column")
+        if labels["clean"] == labels["corrupted"]:
+            raise ComposeLensError(
+                f"{where}: clean and corrupted have the same answer ({labels['clean']}); patching measures the "
+                f"move from one answer towards the other, so change the corrupted sequence's answer")
+        clean.append(tokens["clean"])
+        corrupted.append(tokens["corrupted"])
+        clean_labels.append(labels["clean"])
+        corrupted_labels.append(labels["corrupted"])
+    if len(clean) < 2:
+        raise ComposeLensError(f"{what}: {len(clean)} prompt pair{'' if len(clean) == 1 else 's'}, "
+                               f"patching needs at least 2")
+    return PromptPairs(torch.tensor(clean), torch.tensor(corrupted), torch.tensor(clean_labels),
+                       torch.tensor(corrupted_labels), corruption)
+
+
+def _check_columns(where: str, found: Iterable[str]) -> None:
+    found = list(found)
+    missing = [c for c in COLUMNS if c not in found]
+    if missing:
+        raise ComposeLensError(f"{where}: no {' or '.join(repr(c) for c in missing)} "
+                               f"{'column' if len(missing) == 1 else 'columns'} (found: {', '.join(found) or 'none'}); "
+                               f"name the two sequences of each pair 'clean' and 'corrupted'")
+
+
+def _csv_records(path: Path, lines: list[str]):
+    reader = csv.DictReader(lines)
+    _check_columns(f"{path} line 1", reader.fieldnames or [])
+    for record in reader:
+        yield f"{path} line {reader.line_num}", record
+
+
+def _jsonl_records(path: Path, lines: list[str]):
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ComposeLensError(f"{where}: not JSON ({exc.msg}); write one object a line, "
+                                   f'e.g. {{"clean": "b=7, b+23=?", "corrupted": "b=9, b+23=?"}}') from None
+        if not isinstance(record, dict):
+            raise ComposeLensError(f"{where}: a line holds one JSON object with 'clean' and 'corrupted', "
+                                   f"got {type(record).__name__}")
+        _check_columns(where, record)
+        yield where, record
+
+
+FORMATS = {".csv": _csv_records, ".jsonl": _jsonl_records, ".ndjson": _jsonl_records}
+
+
+def read_pairs(task: TaskConfig, path: str | Path) -> PromptPairs:
+    """The prompt pairs of a CSV or JSONL file (module doc); any problem is one ComposeLensError line."""
+    path = Path(path)
+    reader = FORMATS.get(path.suffix.lower())
+    if reader is None:
+        raise ComposeLensError(f"pairs file {path}: name it .csv or .jsonl (one pair a row)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ComposeLensError(f"pairs file {path}: no such file") from None
+    except IsADirectoryError:
+        raise ComposeLensError(f"pairs file {path}: is a directory; give the CSV or JSONL file") from None
+    except UnicodeDecodeError:
+        raise ComposeLensError(f"pairs file {path}: not UTF-8 text; save it as a UTF-8 CSV or JSONL") from None
+    except OSError as exc:
+        raise ComposeLensError(f"pairs file {path}: cannot be read ({exc.strerror})") from None
+    return pairs_from_records(task, reader(path, text.splitlines()), USER, f"pairs file {path}")
+
+
+def as_prompt_pairs(task: TaskConfig, pairs: Any) -> PromptPairs:
+    """PromptPairs from what a user hands an analysis: PromptPairs (kept), a path to a pairs file,
+    a DataFrame with ``clean`` / ``corrupted`` (and optional answer) columns, or a list of
+    ``(clean, corrupted)`` pairs of token tensors, token lists or readable strings."""
+    if isinstance(pairs, PromptPairs):
+        return pairs
+    if isinstance(pairs, (str, Path)):
+        return read_pairs(task, pairs)
+    if hasattr(pairs, "columns") and hasattr(pairs, "to_dict"):  # a pandas DataFrame
+        _check_columns("pairs", [str(c) for c in pairs.columns])
+        return pairs_from_records(task, ((f"pairs row {i}", record) for i, record
+                                         in enumerate(pairs.to_dict("records"))))
+    try:
+        items = list(pairs)
+    except TypeError:
+        raise ComposeLensError(f"pairs: give a DataFrame, a file or a list of (clean, corrupted), "
+                               f"not {type(pairs).__name__}") from None
+    for i, item in enumerate(items):
+        if isinstance(item, str) or not hasattr(item, "__len__") or len(item) != 2:
+            raise ComposeLensError(f"pairs item {i}: give a (clean, corrupted) pair of sequences")
+    return pairs_from_records(task, ((f"pairs item {i}", dict(zip(COLUMNS, item))) for i, item in enumerate(items)))

@@ -1,0 +1,52 @@
+"""``patch`` and ``circuit`` with ``--pairs FILE`` and ``--metric`` on the paper model: the files
+they write read the user's pairs in the chosen metric (the faults of a pairs file are in
+test_bad_input.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from compose_lens.cli import main
+
+PAIRS = [("b=7, e=5, b+23=?", "b=9, e=5, b+23=?"), ("c=3, a=40, 4+c=?", "c=8, a=40, 4+c=?"),
+         ("d=11, 30+d=?", "d=11, 31+d=?"), ("b=2, c=50, b+c=?", "b=2, c=51, b+c=?")]
+
+
+@pytest.fixture
+def pairs_file(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"clean": c, "corrupted": x}) + "\n" for c, x in PAIRS))
+    return path
+
+
+@pytest.mark.parametrize("metric", ["logit_diff", "prob", "accuracy"])
+def test_patch_reads_the_users_pairs_in_each_metric(pairs_file, tmp_path, metric, capsys):
+    out = tmp_path / metric
+    assert main(["patch", "paper", "--pairs", str(pairs_file), "--metric", metric, "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert f"4 pairs from {pairs_file}" in said
+    table = pd.read_csv(out / "patching_user.csv")
+    provenance = json.loads((out / "patching_user.provenance.json").read_text())
+    assert provenance["metric"] == metric and provenance["pairs"] == str(pairs_file) and provenance["n_pairs"] == 4
+    assert (table["n_pairs"] == 4).all() and (table["corruption"] == "user").all()
+    assert {metric, f"clean_{metric}", f"corrupted_{metric}"} <= set(table.columns)
+    # every clean prompt is answered right, no corrupted one gives the clean answer
+    if metric != "logit_diff":
+        assert table[f"clean_{metric}"].iloc[0] > 0.95 and table[f"corrupted_{metric}"].iloc[0] < 0.05
+    answer = table[(table.component == "resid_post") & (table.block == 1) & (table.role == "=")]
+    assert answer["mean"].iloc[0] == pytest.approx(1.0, abs=1e-5)  # the whole last stream: the clean run
+
+
+def test_circuit_scores_edges_on_the_users_pairs(pairs_file, tmp_path, capsys):
+    out = tmp_path / "circuit"
+    assert main(["circuit", "paper", "--pairs", str(pairs_file), "--method", "exact", "--metric", "prob",
+                 "--out", str(out), "--quiet"]) == 0
+    provenance = json.loads((out / "circuit_exact.provenance.json").read_text())
+    assert provenance["pairs"] == str(pairs_file) and provenance["n_pairs"] == 4 and provenance["metric"] == "prob"
+    pools = pd.read_csv(out / "circuit_exact_pools.csv")
+    assert {"prob_clean", "prob_corrupted"} <= set(pools.columns) and len(pools) == 9
+    edges = pd.read_csv(out / "circuit_exact.csv")
+    assert len(edges) == 16 and edges["score"].abs().max() > 0.5

@@ -58,6 +58,10 @@ _EXPORTS = {
     "logit_attribution": "compose_lens.analysis.logit_attribution",
     "logit_lens": "compose_lens.analysis.logit_attribution",
     "classify_run": "compose_lens.outcome",
+    "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
+    "DasSettings": "compose_lens.analysis.das",
+    "llc_over_checkpoints": "compose_lens.analysis.llc", "estimate_llc": "compose_lens.analysis.llc",
+    "LlcSettings": "compose_lens.analysis.llc",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
     "run_sweep": "compose_lens.sweep",

@@ -6,9 +6,9 @@
 
 Needs the study's checkpoints in ../shared/reference (see its README) and, for the LLC, devinterp
 (``pip install -e '.[methods]'``). DAS runs with :data:`DAS_SETTINGS` (fewer pairs, epochs and
-ranks than :class:`compose_lens.analysis.das.DasSettings`), the LLC with the library's
-:class:`compose_lens.analysis.llc.LlcSettings`; the LLC is estimated on a subset of the checkpoints (:data:`LLC_STEPS`, denser around the phase
-onsets) to keep the run short. The phase onsets come from ``compose_lens.analysis.dynamics``
+ranks than :class:`compose_lens.analysis.das.DasSettings`), the LLC with :data:`LLC_SETTINGS`
+(100 draws instead of 150); the LLC is estimated on a subset of the checkpoints (:data:`LLC_STEPS`,
+denser around the phase onsets) to keep the run short. The phase onsets come from ``compose_lens.analysis.dynamics``
 (every checkpoint's pools, the rule of :mod:`compose_lens.phases`), as ``compose-lens dynamics
 ../shared/reference`` gives them.
 """
@@ -36,8 +36,9 @@ DAS_MODELS = {"paper": "paper", "study_step_5001": str(REFERENCE / "step_5001.pt
               "study_step_10001": str(REFERENCE / "step_10001.pth"), "study_final": str(REFERENCE / "final.pth")}
 # lighter than the library's defaults (600 pairs, 15 epochs, ranks 2 8 16 32), to fit a busy machine
 DAS_SETTINGS = das.DasSettings(n_pairs=450, epochs=10, ranks=(4, 16, 32))
-LLC_STEPS = (1, 501, 1001, 2001, 3001, 3501, 4001, 4501, 5001, 5401, 6001, 8001, 10001, 12001, 14001, 15001,
-             16001, 18001, 20001, 25001, 30001)
+# lighter than the library's defaults (150 draws), and a subset of the checkpoints, denser near the onsets
+LLC_SETTINGS = llc.LlcSettings(draws=100)
+LLC_STEPS = (1, 1001, 2001, 3001, 3501, 4001, 4501, 5001, 5401, 6001, 8001, 12001, 16001, 20001, 30001)
 
 
 def run_das(out: Path, names=None) -> None:
@@ -60,11 +61,14 @@ def run_das(out: Path, names=None) -> None:
 
 def run_llc(out: Path) -> None:
     started = time.perf_counter()
-    traj = trajectory(REFERENCE, circuit=False, progress=True)
-    phases = find_phases(traj.table)
-    (out / "reference_phases.json").write_text(json.dumps(phases, indent=2))
+    saved = out / "reference_phases.json"
+    if saved.exists():  # made by an earlier run of this script (delete it to evaluate the checkpoints again)
+        phases = json.loads(saved.read_text())
+    else:
+        phases = find_phases(trajectory(REFERENCE, circuit=False, progress=True).table)
+        saved.write_text(json.dumps(phases, indent=2))
     print(f"phases: { {k: v['step'] for k, v in phases.items()} } ({time.perf_counter() - started:.0f} s)")
-    settings = llc.LlcSettings()
+    settings = LLC_SETTINGS
     table, traces = llc.llc_over_checkpoints(REFERENCE, steps=LLC_STEPS, settings=settings, include_final=True,
                                              progress=True)
     table.to_csv(out / "llc_reference.csv", index=False)

@@ -17,8 +17,8 @@ al. 2024, "the developmental landscape of in-context learning") read phase chang
 LLC: does it mark the study's three phases (addition, assignment, refinement)?
 
 **How it is computed here.** With devinterp 2.0.1's :func:`devinterp.slt.llc.llc`. devinterp
-expects a language model (a per-token next-token loss over a HuggingFace ``Dataset`` of
-``input_ids``); the study's loss is the cross-entropy of the answer at ``=``. So each training
+expects a language model (a per-token next-token loss over a dataset of ``input_ids``); the
+study's loss is the cross-entropy of the answer at ``=``. So each training
 sequence is stored as its 16 tokens followed by its answer, :class:`AnswerModel` returns the answer
 logits of the fast forward (:mod:`compose_lens.model.fastpath`; the paper architecture and any
 other without normalisation), and :func:`answer_loss` hands devinterp the per-sequence loss spread
@@ -148,13 +148,28 @@ def answer_loss(model: AnswerModel, input_ids: torch.Tensor) -> torch.Tensor:
     return loss.unsqueeze(1).expand(-1, input_ids.shape[1] - 1)
 
 
-def training_sequences(split: Split, n: int, seed: int = 0):
-    """``n`` sequences of the training distribution as devinterp's dataset: tokens, then the answer."""
-    from datasets import Dataset  # devinterp's dependency
+class Sequences(torch.utils.data.Dataset):
+    """Rows of ``input_ids`` as devinterp reads them (``dataset[i]["input_ids"]``), fetched a batch
+    at a time: a HuggingFace ``Dataset`` does the same, but took as long to hand out a batch of
+    128 as the model took to step on it."""
 
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.rows[index]}
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
+        return [{"input_ids": row} for row in self.rows[torch.as_tensor(indices)]]
+
+
+def training_sequences(split: Split, n: int, seed: int = 0) -> Sequences:
+    """``n`` sequences of the training distribution as devinterp's dataset: tokens, then the answer."""
     batch = TrainingSampler(split, n, seed).sample(n, torch.Generator().manual_seed(seed))
-    rows = torch.cat([batch.tokens, batch.labels.unsqueeze(1)], dim=1)
-    return Dataset.from_dict({"input_ids": rows.tolist()}).with_format("torch")
+    return Sequences(torch.cat([batch.tokens, batch.labels.unsqueeze(1)], dim=1))
 
 
 def sanity(trace: np.ndarray, per_chain: np.ndarray, init_loss: float, settings: LlcSettings) -> dict:

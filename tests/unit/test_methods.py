@@ -227,3 +227,25 @@ def test_a_missing_tracker_is_refused_before_the_run_directory_is_made(tiny_conf
     assert not (tmp_path / "run").exists()
     with pytest.raises(ComposeLensError, match="log_to='csv'"):
         tiny_config.with_overrides(["log_to=csv"])
+
+
+@needs_devinterp
+def test_das_and_llc_commands_write_their_files(tmp_path, capsys):
+    das_out, llc_out = tmp_path / "das", tmp_path / "llc"
+    assert main(["das", "paper", "--out", str(das_out), "--ranks", "2", "--n-pairs", "60", "--epochs", "1",
+                 "--sites", "value_after_layer1", "query_variable_after_layer1", "--quiet"]) == 0
+    assert main(["llc", "paper", "--out", str(llc_out), "--chains", "2", "--draws", "8", "--batch-size", "16",
+                 "--n-sequences", "64", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "das 0/2" not in captured.err and "llc 0/2" not in captured.err  # --quiet: no bar
+    import pandas as pd
+
+    table = pd.read_csv(das_out / "das.csv")
+    assert set(table["site"]) == {"value_after_layer1", "query_variable_after_layer1"}
+    assert set(table["control"]) == {"learned", "random subspace", "arbitrary labels"}
+    assert json.loads((das_out / "das.json").read_text())["pairs_drawn"] == 60
+    assert (das_out / "das.png").stat().st_size > 0
+    estimates = pd.read_csv(llc_out / "llc.csv")
+    assert len(estimates) == 1 and estimates["llc_mean"].notna().all()
+    assert len(pd.read_csv(llc_out / "llc_traces.csv")) == 2 * 8  # 2 chains x 8 draws
+    assert json.loads((llc_out / "llc.json").read_text())["settings"]["chains"] == 2

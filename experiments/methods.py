@@ -2,6 +2,7 @@
 
     python experiments/methods.py                      # both (about 30 min on two busy cores)
     python experiments/methods.py --only das           # DAS on paper, step_5001, step_10001, final.pth
+    python experiments/methods.py --only full          # the whole MLP2 input interchanged (das_full_interchange.csv)
     python experiments/methods.py --only llc           # LLC over the study's checkpoints, phases marked
 
 Needs the study's checkpoints in ../shared/reference (see its README) and, for the LLC, devinterp
@@ -59,6 +60,27 @@ def run_das(out: Path, names=None) -> None:
     pd.concat([pd.read_csv(p) for p in done]).to_csv(out / "das_all.csv", index=False)
 
 
+def run_full_interchange(out: Path) -> None:
+    """The whole MLP2 input at '=' interchanged (the identity basis): whose answer does the model give?
+    Scored on the same held-out pairs as DAS (DAS_SETTINGS' pairs, seed and split)."""
+    rows = []
+    site = next(s for s in das.SITES if s.name == "equals_before_mlp2")
+    for name, spec in DAS_MODELS.items():
+        loaded = load_model(spec)
+        pairs = das.correct_pairs(loaded.model, das.binding_pairs(loaded.split, DAS_SETTINGS.n_pairs,
+                                                                  DAS_SETTINGS.seed))
+        order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(DAS_SETTINGS.seed))
+        test = pairs.subset(order[int(round(DAS_SETTINGS.train_fraction * len(pairs))):])
+        whole = torch.eye(loaded.config.model.d_model)
+        rows.append({"model": name, "site": site.name, "pairs_test": len(test),
+                     "gives_counterfactual": das.interchange_accuracy(loaded.model, site, whole, test)["iia"],
+                     "gives_source_answer": das.interchange_accuracy(loaded.model, site, whole, test,
+                                                                     test.source_label)["iia"]})
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "das_full_interchange.csv", index=False)
+    print(table.to_string(index=False))
+
+
 def run_llc(out: Path) -> None:
     started = time.perf_counter()
     saved = out / "reference_phases.json"
@@ -85,7 +107,7 @@ def run_llc(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "methods"))
-    parser.add_argument("--only", choices=("das", "llc"))
+    parser.add_argument("--only", choices=("das", "full", "llc"))
     parser.add_argument("--models", nargs="+", choices=list(DAS_MODELS), help="DAS on these models only")
     args = parser.parse_args()
     out = Path(args.out)
@@ -93,6 +115,8 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.only in (None, "das"):
         run_das(out, args.models)
+    if args.only in (None, "das", "full"):
+        run_full_interchange(out)
     if args.only in (None, "llc"):
         run_llc(out)
 

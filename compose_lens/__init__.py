@@ -71,6 +71,10 @@ _EXPORTS = {
     "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
     "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",
     "png_bytes": "compose_lens.plots", "interactive_attention": "compose_lens.report.page:notebook_view",
+    "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
+    "DasSettings": "compose_lens.analysis.das",
+    "llc_over_checkpoints": "compose_lens.analysis.llc", "estimate_llc": "compose_lens.analysis.llc",
+    "LlcSettings": "compose_lens.analysis.llc",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
     "run_sweep": "compose_lens.sweep",

@@ -365,6 +365,7 @@ class ModelConfig(_JsonConfig):
 
 STOP_AT = ("end", "generalised", "stalled", "decided")
 REMEDIES = ("none", "lr_x3")
+LOG_TO = ("none", "tensorboard", "wandb")  # compose_lens.tracking
 
 
 @dataclass(frozen=True)
@@ -393,6 +394,9 @@ class TrainConfig(_JsonConfig):
     # none: the study's recipe. lr_x3: the stall remedy, three times the learning rate
     # (README 'When a run stalls'; experiments/results/stall_rate measures both)
     remedy: str = "none"
+    # none, tensorboard (RUN/tensorboard/) or wandb (RUN/wandb/, offline): where each evaluation's
+    # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
+    log_to: str = "none"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -405,6 +409,7 @@ class TrainConfig(_JsonConfig):
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: use auto, on or off")
         _check(self.remedy in REMEDIES, f"remedy={self.remedy!r}: use {', '.join(REMEDIES)}")
         _check(self.stop_at in STOP_AT, f"stop_at={self.stop_at!r}: use {', '.join(STOP_AT)}")
+        _check(self.log_to in LOG_TO, f"log_to={self.log_to!r}: use {', '.join(LOG_TO)}")
         _check(re.fullmatch(r"cpu|cuda(:\d{1,2})?", self.device) is not None,
                f"device={self.device!r}: use cpu, cuda or cuda:N")
         _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")

@@ -80,7 +80,7 @@ ERROR_FILE = "error.json"  # a sweep point that failed
 # sweep): ``train --overwrite`` refuses a run directory holding anything else.
 RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
                        CHECKPOINTS_DIR, ERROR_FILE, "results", "figures", "report.html",
-                       "report_problems.txt", safety.MARKER})
+                       "report_problems.txt", safety.MARKER, "tensorboard", "wandb"})  # + compose_lens.tracking
 
 
 def foreign_entries(run_dir: Path) -> list[str]:

@@ -38,7 +38,7 @@ from compose_lens.config import ComposeLensError, RunConfig, write_json_atomic
 from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
-from compose_lens import outcome
+from compose_lens import outcome, tracking
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
@@ -110,6 +110,7 @@ class Trainer:
         t = config.train
         check_training_memory(config)
         runs.check_device(t.device)
+        tracking.check_available(t.log_to)  # a missing tracker package: one line, nothing touched
         self.fast = use_fast_path(config)
         self.mode = runs.plan_directory(self.run_dir, config, resume, overwrite)
         if self.resuming:
@@ -146,6 +147,7 @@ class Trainer:
         if self.compiled:
             self.forward = torch.compile(self.forward, dynamic=False)
         self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
+        self.tracker = tracking.metrics_logger(t.log_to, self.run_dir, self.config.to_dict())
         self.step = 0
         self.saved_step = 0
         self.elapsed = 0.0
@@ -232,6 +234,7 @@ class Trainer:
                     last = {"step": self.step, "train_loss": loss, **self.evaluate_pools(),
                             "elapsed_s": round(self.elapsed, 3)}
                     runs.append_metrics(self.run_dir, last)
+                    self.tracker.log(last, learning_rate(t))
                     self._watch_for_stall(last, bar)
                     bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{last['0var_add_restricted']:.2f}",
                                     acc2=f"{last['2var_add_restricted']:.2f}",
@@ -248,6 +251,7 @@ class Trainer:
             return self.finish(last)
         finally:
             bar.close()
+            self.tracker.close()
             self.close()
 
     def _watch_for_stall(self, logged: dict, bar) -> None:

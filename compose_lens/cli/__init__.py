@@ -14,7 +14,7 @@ the package imports sit at the top of the module.
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 (:mod:`.train`), ``analyze``, ``same-mlp``, ``fourier``, ``attention`` (:mod:`.analysis`),
 ``patch``, ``ablate`` (:mod:`.patching`), ``circuit`` (:mod:`.circuit`), ``dynamics``, ``report``
-(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`).
+(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import os
 import sys
 from typing import Sequence
 
-from compose_lens.cli import analysis, circuit, data, dynamics, patching, sweep, train
+from compose_lens.cli import analysis, circuit, data, dynamics, methods, patching, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.config import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import set_command
 
-COMMAND_MODULES = (data, train, analysis, patching, circuit, dynamics, sweep)
+COMMAND_MODULES = (data, train, analysis, patching, circuit, dynamics, sweep, methods)
 
 
 def build_parser() -> Parser:

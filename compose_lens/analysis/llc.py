@@ -1,0 +1,336 @@
+"""The local learning coefficient (LLC) of each checkpoint of a run, beside the three phases.
+
+**What it measures.** Near a minimum ``w*`` of the training loss ``L``, singular learning theory
+says the volume of weights with loss below ``L(w*) + eps`` shrinks like ``eps^lambda``; the
+learning coefficient ``lambda`` is the model's *effective* number of parameters there, halved (a
+regular model with d parameters has ``lambda = d / 2``; degenerate directions count less). A model
+that has found a simpler solution sits in a flatter, wider basin and has a lower LLC. Lau et al.
+(2023) estimate it at ``w*`` by sampling the tempered, localised posterior with SGLD::
+
+    w <- w - (eps / 2) (n_beta grad L_batch(w) + gamma (w - w*)) + N(0, eps)
+    LLC = n_beta (E_w[L(w)] - L(w*))
+
+``eps`` is the step size (devinterp's ``lr``), ``gamma`` the pull back towards ``w*``
+(``localization``), ``n_beta`` the inverse temperature (default ``B / ln B`` for batch size ``B``,
+devinterp's ``default_nbeta``). Grokking studies (devinterp's modular-addition example; Hoogland et
+al. 2024, "the developmental landscape of in-context learning") read phase changes as moves of the
+LLC: does it mark the study's three phases (addition, assignment, refinement)?
+
+**How it is computed here.** With devinterp 2.0.1's :func:`devinterp.slt.llc.llc`. devinterp
+expects a language model (a per-token next-token loss over a dataset of ``input_ids``); the
+study's loss is the cross-entropy of the answer at ``=``. So each training
+sequence is stored as its 16 tokens followed by its answer, :class:`AnswerModel` returns the answer
+logits of the fast forward (:mod:`compose_lens.model.fastpath`; the paper architecture and any
+other without normalisation), and :func:`answer_loss` hands devinterp the per-sequence loss spread
+over the 16 "token" slots, whose mean is the loss itself. Only the weights the model trains are
+sampled (frozen zero biases and the absent layer-1 MLP stay as they are). The sequences are drawn
+from the run's training distribution (:class:`~compose_lens.data.sampler.TrainingSampler` on its
+split), the same for every checkpoint.
+
+**Is the estimate sound?** Each checkpoint gets :func:`sanity` checks: every loss of every
+chain is finite (SGLD did not diverge), the loss trace has levelled off (its last quarter within
+``flat_tolerance`` of the quarter before, relative to how far it rose), the chains agree
+(standard deviation across chains at most ``chains_tolerance`` of the mean) and the estimate is
+positive (a negative one means the checkpoint is not at a local minimum of the sampled loss, or
+``eps`` is too small to leave it). A row that fails says which. Settings that pass on the study's
+checkpoints are the defaults of :class:`LlcSettings`; a different model may need others (smaller
+``eps`` if a trace diverges, larger ``gamma`` if it drifts).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from compose_lens import runs
+from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.data.sampler import TrainingSampler
+from compose_lens.data.split import Split
+from compose_lens.model import fastpath, lastpos, tl
+
+INSTALL_HINT = "pip install devinterp==2.0.1 (or: pip install -e '.[methods]')"
+
+
+def require_devinterp():
+    """devinterp's ``llc``, or one line saying how to install it."""
+    try:
+        from devinterp.slt import llc as devinterp_llc
+    except ImportError:
+        raise ComposeLensError(f"the LLC needs devinterp, which is not installed: {INSTALL_HINT}") from None
+    return devinterp_llc
+
+
+@dataclass(frozen=True)
+class LlcSettings:
+    """SGLD's settings (see the module doc); the estimate depends on every one of them."""
+
+    epsilon: float = 1e-4  # SGLD step size (devinterp: lr)
+    gamma: float = 1000.0  # localisation: pull towards the checkpoint (devinterp: localization)
+    n_beta: float | None = None  # inverse temperature; None: batch_size / ln(batch_size)
+    chains: int = 3
+    draws: int = 150
+    burnin: int = 0
+    batch_size: int = 128
+    n_sequences: int = 4096  # training sequences drawn once, shared by every checkpoint and chain
+    seed: int = 0
+    flat_tolerance: float = 0.2
+    chains_tolerance: float = 0.25
+
+    @property
+    def beta(self) -> float:
+        return self.n_beta if self.n_beta is not None else self.batch_size / math.log(self.batch_size)
+
+    def check(self) -> None:
+        problems = [(self.epsilon > 0, f"epsilon={self.epsilon}: the SGLD step must be positive"),
+                    (self.gamma >= 0, f"gamma={self.gamma}: the localisation must be >= 0"),
+                    (self.n_beta is None or self.n_beta > 0, f"n_beta={self.n_beta}: must be positive"),
+                    (self.chains >= 2, f"chains={self.chains}: at least 2 (their agreement is a sanity check)"),
+                    (self.draws >= 8, f"draws={self.draws}: at least 8"),
+                    (self.burnin >= 0, f"burnin={self.burnin}: must be >= 0"),
+                    (self.batch_size >= 2, f"batch_size={self.batch_size}: at least 2"),
+                    (self.n_sequences >= self.batch_size,
+                     f"n_sequences={self.n_sequences}: at least one batch ({self.batch_size})")]
+        for ok, message in problems:
+            if not ok:
+                raise ComposeLensError(message)
+
+
+def _slot(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class AnswerModel(torch.nn.Module):
+    """A model's weights as devinterp samples them: the trained ones as parameters, the frozen
+    ones (:func:`compose_lens.model.tl.frozen_names`) as buffers; ``forward(input_ids)`` reads the
+    sequence (every column but the last, which holds the answer) and returns the answer logits."""
+
+    def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
+        super().__init__()
+        self.kind = fastpath.forward_kind(cfg)
+        if self.kind == "transformerlens":
+            raise ComposeLensError("the LLC samples the fast forward, which covers models without normalisation; "
+                                   f"this model has normalization_type={cfg.normalization_type!r}")
+        self.model_config, self.names = cfg, list(state)  # not "cfg": devinterp would take it for TransformerLens
+        frozen = set(tl.frozen_names(cfg))
+        self.weights = torch.nn.ParameterDict({_slot(n): torch.nn.Parameter(t.detach().float().clone())
+                                               for n, t in state.items() if n not in frozen})
+        for name in self.names:
+            if name in frozen:
+                self.register_buffer(_slot(name), state[name].detach().float().clone())
+
+    def params(self) -> dict[str, torch.Tensor]:
+        return {n: self.weights[_slot(n)] if _slot(n) in self.weights else getattr(self, _slot(n))
+                for n in self.names}
+
+    def answer_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        read = fastpath.last_position_logits if self.kind == "tables" else lastpos.last_position_logits
+        return read(self.params(), self.model_config, tokens)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.answer_logits(input_ids[:, :-1])
+
+
+def answer_loss(model: AnswerModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """devinterp's per-token loss, (batch, seq - 1): each sequence's answer cross-entropy in every
+    slot, so that devinterp's mean over slots is the study's loss."""
+    loss = F.cross_entropy(model(input_ids).float(), input_ids[:, -1], reduction="none")
+    return loss.unsqueeze(1).expand(-1, input_ids.shape[1] - 1)
+
+
+class Sequences(torch.utils.data.Dataset):
+    """Rows of ``input_ids`` as devinterp reads them (``dataset[i]["input_ids"]``), fetched a batch
+    at a time: a HuggingFace ``Dataset`` does the same, but took as long to hand out a batch of
+    128 as the model took to step on it."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.rows[index]}
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
+        return [{"input_ids": row} for row in self.rows[torch.as_tensor(indices)]]
+
+
+def training_sequences(split: Split, n: int, seed: int = 0) -> Sequences:
+    """``n`` sequences of the training distribution as devinterp's dataset: tokens, then the answer."""
+    batch = TrainingSampler(split, n, seed).sample(n, torch.Generator().manual_seed(seed))
+    return Sequences(torch.cat([batch.tokens, batch.labels.unsqueeze(1)], dim=1))
+
+
+def sanity(trace: np.ndarray, per_chain: np.ndarray, init_loss: float, settings: LlcSettings) -> dict:
+    """The checks of the module doc on one estimate: ``trace`` (chains, steps) of sampled losses."""
+    finite = bool(np.isfinite(trace).all() and np.isfinite(per_chain).all())
+    mean = float(np.mean(per_chain)) if finite else float("nan")
+    checks = {"finite": finite, "flat": False, "chains_agree": False, "positive": finite and mean > 0}
+    if finite:
+        quarter = max(1, trace.shape[1] // 4)
+        last, before = trace[:, -quarter:].mean(), trace[:, -2 * quarter:-quarter].mean()
+        rise = max(last - init_loss, 1e-12)
+        checks["flat"] = bool(abs(last - before) <= settings.flat_tolerance * rise)
+        checks["chains_agree"] = bool(np.std(per_chain) <= settings.chains_tolerance * abs(mean))
+    failed = [name for name, ok in checks.items() if not ok]
+    return {**{f"check_{k}": v for k, v in checks.items()}, "healthy": not failed,
+            "problems": ", ".join(failed)}
+
+
+def estimate_llc(state: dict[str, torch.Tensor], config: RunConfig, dataset, settings: LlcSettings,
+                 progress: bool = False) -> dict:
+    """The LLC of one set of weights of a compose-lens model (see :func:`sample_llc`)."""
+    return sample_llc(AnswerModel(state, config.model), dataset, answer_loss, settings, progress)
+
+
+def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, progress: bool = False) -> dict:
+    """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``:
+    the mean, spread and each chain's estimate, the loss trace (chains x steps), the loss at the
+    weights themselves, and :func:`sanity`'s verdict."""
+    llc = require_devinterp()
+    from devinterp.slt import sampler as devinterp_sampler
+    from tqdm.auto import trange
+
+    settings.check()
+    # devinterp draws a bar per chain (kept on screen); ours are gone when done, and --quiet silences them
+    bars = functools.partial(trange, leave=False, disable=not progress)
+    with tempfile.TemporaryDirectory(prefix="compose-lens-llc-") as scratch, \
+            mock.patch.object(devinterp_sampler, "trange", bars), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Chain failed": caught below as a non-finite trace
+        result = llc.llc(model, dataset, {}, lr=settings.epsilon, n_beta=settings.beta, loss_fn=loss_fn,
+                         localization=settings.gamma, num_chains=settings.chains, num_draws=settings.draws,
+                         num_burnin_steps=settings.burnin, batch_size=settings.batch_size,
+                         init_seed=settings.seed, device="cpu", output_path=Path(scratch) / "samples.zarr")
+        trace = np.asarray(result["loss_trace"].values, dtype=float)
+        per_chain = np.asarray(result["llc_per_chain"].values, dtype=float)
+        init_loss = float(result["init_loss"].values)
+    return {"llc_mean": float(per_chain.mean()), "llc_std": float(per_chain.std()),
+            "llc_per_chain": per_chain.tolist(), "init_loss": init_loss, "trace": trace,
+            **sanity(trace, per_chain, init_loss, settings)}
+
+
+def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = None,
+                         settings: LlcSettings = LlcSettings(), steps: Sequence[int] | None = None,
+                         stride: int = 1, include_final: bool = True, progress: bool = False
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The LLC of every checkpoint of ``source`` (a run directory or a folder of the study's
+    ``step_N.pth``; those of ``steps``, then every ``stride``-th), and of its final model
+    (``final.pth`` or ``model.safetensors``) where there is one; or of one model (anything
+    :func:`compose_lens.runs.load_model` takes, e.g. ``paper``).
+
+    Returns the table (one row per checkpoint: step, LLC mean and spread, each chain, the
+    checkpoint's training loss, the sanity checks) and the loss traces (long form: step, chain,
+    SGLD step, loss).
+    """
+    from tqdm.auto import tqdm
+
+    settings.check()
+    config, split, entries = _entries(source, split_file, steps, stride, include_final)
+    dataset = training_sequences(split, settings.n_sequences, settings.seed)
+    rows, traces = [], []
+    for step, path, read in tqdm(entries, desc="llc", disable=not progress, leave=False):
+        found = estimate_llc(read(), config, dataset, settings, progress=False)
+        rows.append({"step": step, "checkpoint": Path(path).name, "llc_mean": found["llc_mean"],
+                     "llc_std": found["llc_std"],
+                     **{f"llc_chain_{i}": v for i, v in enumerate(found["llc_per_chain"])},
+                     "train_loss": found["init_loss"],
+                     **{k: found[k] for k in found if k.startswith("check_") or k in ("healthy", "problems")}})
+        for chain, losses in enumerate(found["trace"]):
+            traces.append(pd.DataFrame({"step": step, "chain": chain, "sgld_step": np.arange(len(losses)),
+                                        "loss": losses}))
+    return pd.DataFrame(rows), pd.concat(traces, ignore_index=True)
+
+
+def _entries(source, split_file, steps, stride, include_final):
+    """The configuration, split and (step, path, reader) of each set of weights to estimate: the
+    chosen checkpoints and the final model of a run or of the study's folder, or one model."""
+    path = Path(str(source))
+    is_run = path.is_dir() and ((path / runs.CHECKPOINTS_DIR).is_dir() or path.name == runs.CHECKPOINTS_DIR
+                                or any(path.glob("step_*.pth")))
+    if not is_run:  # one model: anything load_model takes ('paper', a model directory, a .pth, ...)
+        loaded = runs.load_model(source, split_file, bridge=False)
+        results = runs.read_results(path) if path.is_dir() else None
+        step = int((results or {}).get("steps", loaded.config.train.steps))
+        state = tl.parameters(loaded.model) if isinstance(loaded.model, tl.Weights) else runs.state_dict(loaded.model)
+        return loaded.config, loaded.split, [(step, loaded.source, lambda: state)]
+    checkpoints, config, split = runs.find_checkpoints(path, split_file)
+    chosen = runs.select_checkpoints(checkpoints, steps, stride)
+    entries = [(c.step, c.path, lambda c=c: runs.read_state(c, config)) for c in chosen]
+    final = _final_weights(path, config)
+    if include_final and final is not None:
+        entries.append(final)
+    return config, split, entries
+
+
+def _final_weights(source: Path, config: RunConfig):
+    """(step, path, reader) of a run's final model, or None: the study's ``final.pth`` (40,000
+    steps, its README says) or a compose-lens run's ``model.safetensors`` (its config's steps)."""
+    if (source / runs.STUDY_FINAL).is_file():
+        path = source / runs.STUDY_FINAL
+        return STUDY_FINAL_STEP, path, lambda: runs.read_pth(path, config)
+    if (source / runs.WEIGHTS_FILE).is_file() and source.name != runs.CHECKPOINTS_DIR:
+        path = source / runs.WEIGHTS_FILE
+        results = runs.read_results(source) or {}
+        return int(results.get("steps", config.train.steps)), path, lambda: runs.read_safetensors(path)
+    return None
+
+
+STUDY_FINAL_STEP = 40_000  # the study's final.pth: "the end of the run (40,000 steps)" (its README)
+
+
+def run_phases(source: str | Path, phases_file: str | Path | None = None) -> tuple[dict | None, str]:
+    """The phase onsets to mark beside the LLC, and where they came from: ``phases_file`` (a
+    ``phases.json`` of ``compose-lens dynamics``), else the run's ``results/phases.json``, else the
+    pool accuracies its ``metrics.jsonl`` logged; None (and why) where there is none of these."""
+    from compose_lens.config import load_json
+    from compose_lens.phases import logged_phases
+
+    source = Path(source)
+    if phases_file is not None:
+        doc = load_json(phases_file)
+        if not isinstance(doc, dict) or not isinstance(doc.get("phases"), dict):
+            raise ComposeLensError(f"{phases_file}: not a phases.json (no 'phases' entry); make one with "
+                                   f"compose-lens dynamics RUN --out DIR")
+        return doc["phases"], str(phases_file)
+    own = source / "results" / runs.PHASES_FILE
+    if own.is_file():
+        return load_json(own)["phases"], str(own)
+    if (source / runs.METRICS_FILE).is_file():
+        return logged_phases(runs.read_metrics(source)), f"{source / runs.METRICS_FILE} (logged pools)"
+    return None, ("no phases: pass --phases with a phases.json of `compose-lens dynamics`"
+                  " (the study's checkpoints log no metrics)")
+
+
+def phase_means(table: pd.DataFrame, phases: dict | None) -> pd.DataFrame:
+    """Mean LLC of the checkpoints between consecutive phase onsets (before addition, addition ->
+    assignment, assignment -> refinement, after refinement): does the LLC move where a phase begins?"""
+    if not phases:
+        return pd.DataFrame()
+    onsets = sorted((p["step"], name) for name, p in phases.items() if p.get("step") is not None)
+    edges = [-math.inf] + [s for s, _ in onsets] + [math.inf]
+    names = ["start"] + [n for _, n in onsets]
+    rows = []
+    for (lo, hi), after in zip(zip(edges, edges[1:]), names):
+        inside = table[(table["step"] >= lo) & (table["step"] < hi)]
+        rows.append({"from": after if after != "start" else "first checkpoint",
+                     "first_step": int(inside["step"].min()) if len(inside) else None,
+                     "last_step": int(inside["step"].max()) if len(inside) else None,
+                     "checkpoints": len(inside), "llc_mean": float(inside["llc_mean"].mean()) if len(inside) else None,
+                     "train_loss": float(inside["train_loss"].mean()) if len(inside) else None})
+    return pd.DataFrame(rows)
+
+
+def settings_dict(settings: LlcSettings) -> dict:
+    return {**asdict(settings), "n_beta_used": settings.beta}
+

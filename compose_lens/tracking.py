@@ -1,0 +1,100 @@
+"""Optional experiment tracking for ``train``: TensorBoard or Weights & Biases, off by default.
+
+``train.log_to`` (``--set log_to=tensorboard``) chooses where, besides ``metrics.jsonl``, each
+evaluation's numbers go: the training loss (``loss/train``), the nine pool accuracies
+(``accuracy/<pool>``) and the learning rate (``lr``), at the evaluation's step.
+
+* ``none`` (the default): nothing; no tracking package is imported.
+* ``tensorboard``: event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN``), written by
+  ``torch.utils.tensorboard``, which needs the ``tensorboard`` package
+  (``pip install tensorboard==2.21.0``, or ``pip install -e '.[methods]'``).
+* ``wandb``: a Weights & Biases run in ``RUN/wandb/``, **offline** unless ``WANDB_MODE`` says
+  otherwise (``wandb sync RUN/wandb/offline-run-*`` uploads it later); nothing reaches the
+  network unless asked.
+
+The package is imported only when asked for, and a missing one is refused in one line before the
+run directory is touched (:func:`check_available`). Tracking never changes what is trained.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from compose_lens.config import ComposeLensError
+
+LOG_TO = ("none", "tensorboard", "wandb")
+TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"  # inside the run directory
+_PACKAGE = {"tensorboard": ("tensorboard", "pip install tensorboard==2.21.0 (or pip install -e '.[methods]')"),
+            "wandb": ("wandb", "pip install wandb")}
+
+
+def check_available(log_to: str) -> None:
+    """Refuse, in one line, a tracker whose package is not installed (nothing is imported)."""
+    if log_to == "none":
+        return
+    package, how = _PACKAGE[log_to]
+    if importlib.util.find_spec(package) is None:
+        raise ComposeLensError(f"train.log_to={log_to} needs the {package} package, which is not installed: "
+                               f"{how}; or use log_to=none")
+
+
+class MetricsLogger:
+    """Where each evaluation's metrics go besides ``metrics.jsonl``: nowhere (``log_to=none``)."""
+
+    def log(self, line: dict[str, Any], lr: float) -> None:
+        """One evaluation: ``line`` as appended to ``metrics.jsonl`` (step, train_loss, pools, ...)."""
+
+    def close(self) -> None:
+        """Flush and close (called once the run ends or stops)."""
+
+
+def scalars(line: dict[str, Any], lr: float) -> dict[str, float]:
+    """The tracked names and values of one ``metrics.jsonl`` line."""
+    out = {"loss/train": float(line["train_loss"]), "lr": float(lr)}
+    out.update({f"accuracy/{k}": float(v) for k, v in line.items()
+                if k not in ("step", "train_loss", "elapsed_s") and isinstance(v, (int, float))})
+    return out
+
+
+class TensorBoardLogger(MetricsLogger):
+    def __init__(self, run_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+
+    def log(self, line: dict[str, Any], lr: float) -> None:
+        for name, value in scalars(line, lr).items():
+            self.writer.add_scalar(name, value, global_step=int(line["step"]))
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger(MetricsLogger):
+    def __init__(self, run_dir: Path, config: dict):
+        import wandb
+
+        self.run = wandb.init(project="compose-lens", name=run_dir.name, dir=str(run_dir), config=config,
+                              mode=os.environ.get("WANDB_MODE", "offline"))
+
+    def log(self, line: dict[str, Any], lr: float) -> None:
+        self.run.log(scalars(line, lr), step=int(line["step"]))
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def metrics_logger(log_to: str, run_dir: str | Path, config: dict | None = None) -> MetricsLogger:
+    """The logger ``train.log_to`` names, writing into ``run_dir``."""
+    check_available(log_to)
+    run_dir = Path(run_dir)
+    if log_to == "tensorboard":
+        return TensorBoardLogger(run_dir)
+    if log_to == "wandb":
+        (run_dir / WANDB_DIR).mkdir(exist_ok=True)
+        return WandbLogger(run_dir, config or {})
+    return MetricsLogger()

@@ -1,12 +1,13 @@
 """Which analyses work on which architecture (issue #28): locate + every analysis command, one table.
 
     python experiments/architectures.py            # p = 11, 3000 steps each (~3 min per model on an idle core)
+    python experiments/architectures.py --steps 12000   # a larger training budget (WORK gets a _s12000 suffix)
     python experiments/architectures.py --quick    # p = 7, 50 steps, tiny sizes: checks the script runs
 
 Trains (or reuses, when ``WORK/<name>/results.json`` exists; WORK: ``runs/architectures[_quick]``) two small non-paper models with
 ``compose-lens train`` (one thread):
 
-* ``3x2``: 3 layers x 2 heads, its MLP in the last block (blocks.2);
+* ``3x2``: 3 layers x 2 heads, an MLP in every block (blocks.0, 1 and 2);
 * ``2x4``: 2 layers x 4 heads, its MLP in blocks.1 (the study's layout with more heads);
 
 then, for each of them and the paper model (``paper``; ``dynamics`` and ``report`` read the study's
@@ -37,17 +38,20 @@ RESULTS = ROOT / "experiments" / "results"
 COMMANDS = ("analyze", "fourier", "same-mlp", "patch", "ablate", "circuit", "dynamics", "report")
 
 ARCHITECTURES = {  # name: the train --set overrides that make it
-    "3x2": ["n_layers=3", "n_heads=2"],
+    "3x2": ["n_layers=3", "n_heads=2", "mlp_layers=[0,1,2]"],
     "2x4": ["n_heads=4"],
 }
 
 
-def sizes(quick: bool) -> dict:
+FULL = {"modulus": 11, "steps": 3000}
+
+
+def sizes(quick: bool, modulus: int | None = None, steps: int | None = None) -> dict:
     if quick:
         return {"modulus": 7, "steps": 50, "every": 10, "width": ["d_model=32", "d_head=16", "d_mlp=64"],
                 "batch": 64}
-    return {"modulus": 11, "steps": 3000, "every": 500, "width": ["d_model=64", "d_head=32", "d_mlp=256"],
-            "batch": 256}
+    return {"modulus": modulus or FULL["modulus"], "steps": steps or FULL["steps"], "every": 500,
+            "width": ["d_model=64", "d_head=32", "d_mlp=256"], "batch": 256}
 
 
 def command_options(command: str, quick: bool) -> list[str]:
@@ -75,11 +79,12 @@ def cli(*args: str, timeout: float = 900) -> tuple[int, str, str, float]:
     return out.returncode, out.stdout, out.stderr, time.perf_counter() - start
 
 
-def train(name: str, overrides: list[str], work: Path, quick: bool) -> Path:
+def train(name: str, overrides: list[str], work: Path, quick: bool, modulus: int | None = None,
+          steps: int | None = None) -> Path:
     run = work / name
     if (run / "results.json").exists():
         return run
-    s = sizes(quick)
+    s = sizes(quick, modulus, steps)
     sets = [*overrides, *s["width"], f"modulus={s['modulus']}", f"steps={s['steps']}", f"batch_size={s['batch']}",
             f"eval_every={s['every']}", f"checkpoint_every={s['every']}", "threads=1"]
     rc, _, err, seconds = cli("train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run),
@@ -100,7 +105,7 @@ def located(model: str) -> dict[str, str]:
     torch.set_num_threads(1)
     loaded = for_analyses(load_model(model, bridge=False))
     found = locate.locate(loaded.model, loaded.config, loaded.split)
-    return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in found.roles()}
+    return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in [*found.roles(), found.gatherer]}
 
 
 def outcome(rc: int, err: str) -> str:
@@ -148,16 +153,24 @@ def main() -> None:
                                                      "(default runs/architectures[_quick]/, ignored by git)")
     parser.add_argument("--out", default=None, help="the CSV (default experiments/results/architectures[_quick].csv)")
     parser.add_argument("--no-paper", action="store_true", help="leave the paper model out")
+    parser.add_argument("--modulus", type=int, default=None, help=f"full mode: p (default {FULL['modulus']})")
+    parser.add_argument("--steps", type=int, default=None, help=f"full mode: training steps (default {FULL['steps']})")
+    parser.add_argument("--train-only", action="store_true", help="train (or reuse) the models, run nothing")
     parser.add_argument("--paper-run", default=str(ROOT.parent / "shared" / "reference"),
                         help="the study's step_N.pth checkpoints, for the paper row's dynamics and report")
     args = parser.parse_args()
     stem = "architectures_quick" if args.quick else "architectures"
-    work = Path(args.work) if args.work else ROOT / "runs" / stem
+    suffix = "".join(f"_{k[0]}{v}" for k, v in (("p", args.modulus), ("s", args.steps))
+                     if v is not None and not args.quick and v != FULL["modulus" if k == "p" else "steps"])
+    work = Path(args.work) if args.work else ROOT / "runs" / (stem + suffix)
     out = Path(args.out) if args.out else RESULTS / f"{stem}.csv"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, overrides in ARCHITECTURES.items():
-        run = train(name, overrides, work, args.quick)
+    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, args.steps)
+                 for name, overrides in ARCHITECTURES.items()}
+    if args.train_only:
+        return
+    for name, run in runs_made.items():
         rows.append(row(name, str(run), work, args.quick))
     if not args.no_paper:
         rows.append(row("paper", "paper", work, args.quick, Path(args.paper_run)))

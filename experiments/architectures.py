@@ -1,7 +1,8 @@
 """Which analyses work on which architecture (issue #28): locate + every analysis command, one table.
 
     python experiments/architectures.py            # p = 11, 3000 steps each (~3 min per model on an idle core)
-    python experiments/architectures.py --steps 12000   # a larger training budget (WORK gets a _s12000 suffix)
+    python experiments/architectures.py --steps 2x4=9000   # a larger budget for one architecture
+                                                           # (its run: WORK/2x4_s9000)
     python experiments/architectures.py --quick    # p = 7, 50 steps, tiny sizes: checks the script runs
 
 Trains (or reuses, when ``WORK/<name>/results.json`` exists; WORK: ``runs/architectures[_quick]``) two small non-paper models with
@@ -81,7 +82,7 @@ def cli(*args: str, timeout: float = 900) -> tuple[int, str, str, float]:
 
 def train(name: str, overrides: list[str], work: Path, quick: bool, modulus: int | None = None,
           steps: int | None = None) -> Path:
-    run = work / name
+    run = work / (name if steps in (None, FULL["steps"]) or quick else f"{name}_s{steps}")
     if (run / "results.json").exists():
         return run
     s = sizes(quick, modulus, steps)
@@ -154,24 +155,33 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="the CSV (default experiments/results/architectures[_quick].csv)")
     parser.add_argument("--no-paper", action="store_true", help="leave the paper model out")
     parser.add_argument("--modulus", type=int, default=None, help=f"full mode: p (default {FULL['modulus']})")
-    parser.add_argument("--steps", type=int, default=None, help=f"full mode: training steps (default {FULL['steps']})")
+    parser.add_argument("--steps", action="append", default=[], metavar="[NAME=]STEPS",
+                        help=f"full mode: training steps (default {FULL['steps']}), for every architecture or, "
+                             f"as NAME=STEPS, for one (repeatable)")
     parser.add_argument("--train-only", action="store_true", help="train (or reuse) the models, run nothing")
     parser.add_argument("--paper-run", default=str(ROOT.parent / "shared" / "reference"),
                         help="the study's step_N.pth checkpoints, for the paper row's dynamics and report")
     args = parser.parse_args()
     stem = "architectures_quick" if args.quick else "architectures"
-    suffix = "".join(f"_{k[0]}{v}" for k, v in (("p", args.modulus), ("s", args.steps))
-                     if v is not None and not args.quick and v != FULL["modulus" if k == "p" else "steps"])
+    steps = {}
+    for item in args.steps:
+        name, _, value = item.rpartition("=")
+        if name and name not in ARCHITECTURES or not value.isdigit():
+            parser.error(f"--steps {item}: write STEPS or NAME=STEPS with NAME one of {', '.join(ARCHITECTURES)}")
+        steps.update({name: int(value)} if name else dict.fromkeys(ARCHITECTURES, int(value)))
+    suffix = f"_p{args.modulus}" if args.modulus not in (None, FULL["modulus"]) and not args.quick else ""
     work = Path(args.work) if args.work else ROOT / "runs" / (stem + suffix)
     out = Path(args.out) if args.out else RESULTS / f"{stem}.csv"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, args.steps)
+    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, steps.get(name))
                  for name, overrides in ARCHITECTURES.items()}
     if args.train_only:
         return
     for name, run in runs_made.items():
-        rows.append(row(name, str(run), work, args.quick))
+        made = row(name, str(run), work, args.quick)
+        rows.append({"architecture": made.pop("architecture"),
+                     "steps": sizes(args.quick, args.modulus, steps.get(name))["steps"], **made})
     if not args.no_paper:
         rows.append(row("paper", "paper", work, args.quick, Path(args.paper_run)))
     table = pd.DataFrame(rows)

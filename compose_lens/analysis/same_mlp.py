@@ -78,8 +78,10 @@ above, without locating anything. Any other model (no normalisation) is first lo
 (``blocks.R`` head r, R <= A). In the study's layout with more heads (two layers, an MLP in
 ``blocks.1`` only) the ``token`` isolation stays exact (sum over every head). In a deeper model
 the MLPs before the adder make the residual nonlinear in the tokens, so an operand's term is the
-``router`` isolation: ``A_r[=, s] resid_pre_R[s] OV_r``, what the router head writes at ``=``
-from the operand's source (the ``ov2`` isolation of the paper, at the located head); and the
+``router`` isolation: ``sum_r A_r[=, s] resid_pre_R(r)[s] OV_r``, what the router heads write at
+``=`` from the operand's source (the ``ov2`` isolation of the paper, at the located heads: every
+head whose router score reaches the threshold, in a block up to the adder's, for routing spread
+over several heads); and the
 logits of an edited adder input are read through the edit's direct path, the blocks after the
 adder held at their clean values (``logits + (h' + MLP(h') - h - MLP(h)) W_U``: exact when the
 adder is the last block, as in :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`
@@ -209,8 +211,14 @@ def _locate_layout(model: tl.Model, config: RunConfig, split: Split, seed: int) 
         return Layout(None, (), ROUTER_ISOLATION, how, f"the router ({router.component}) sits above the adder "
                       f"({adder.component}): it cannot route the operands into it", located)
     study = coverage.study_layout(config.model) and adder.layer == 1
-    return Layout(adder.layer, ((router.layer, router.head),), ISOLATION if study else ROUTER_ISOLATION, how,
-                  None, located)
+    table = found.candidates
+    routing = table[(table["role"] == "router") & (table["score"] >= router.threshold)
+                    & (table["layer"] <= adder.layer)].sort_values("score", ascending=False, kind="stable")
+    routers = tuple((int(r.layer), int(r.head)) for r in routing.itertuples())  # the located one first
+    if len(routers) > 1:
+        how += f"; every head that routes (score >= {router.threshold}): " + ", ".join(
+            f"blocks.{layer} head {head}" for layer, head in routers)
+    return Layout(adder.layer, routers, ISOLATION if study else ROUTER_ISOLATION, how, None, located)
 
 
 # -- prompts and their decomposition -----------------------------------------------------------
@@ -288,7 +296,7 @@ class Decomposition:
     """What the MLP2 input at ``=`` is made of, for one batch (attention patterns frozen)."""
 
     h: torch.Tensor  # (N, d) the MLP2 input at "="
-    resid1: torch.Tensor  # (N, n, d) the residual after layer 1 (router isolation: before the router's block)
+    resid1: torch.Tensor  # (N, n, d) the residual after layer 1 (router isolation: (G, N, n, d), each router's block input)
     a0: torch.Tensor | None  # (H, N, n) layer-1 attention from "=" (router isolation: None)
     a1: torch.Tensor  # (H, N, n) layer-2 attention from "=" (router isolation: the router heads')
     through: torch.Tensor | None  # (H, H, N, n) [h1, h2]: layer 2 (head h2) reading s through layer-1 head h1
@@ -334,17 +342,19 @@ def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: boo
 def _decompose_routed(model: tl.Model, tokens: torch.Tensor, layout: Layout) -> Decomposition:
     """The router isolation's parts: the router's block input and attention from ``=``, the adder's
     input and output at ``=`` and the clean logits (the model's own hooks)."""
-    (layer, _), adder = layout.routers[0], layout.adder
-    if any(r[0] != layer for r in layout.routers):
-        raise ValueError("the router heads must sit in one block")
-    names = (f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_pattern",
-             f"blocks.{adder}.hook_resid_mid", f"blocks.{adder}.hook_mlp_out")
+    adder = layout.adder
+    layers = sorted({layer for layer, _ in layout.routers})
+    names = {f"blocks.{adder}.hook_resid_mid", f"blocks.{adder}.hook_mlp_out"}
+    names |= {f"blocks.{layer}.hook_{what}" for layer in layers for what in ("resid_pre", "attn.hook_pattern")}
+    names = {n.replace("hook_attn.hook_pattern", "attn.hook_pattern") for n in names}
     with torch.no_grad():
         logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
-    pattern = cache[names[1]][:, :, -1].float().cpu()  # (N, H, n)
-    a1 = torch.stack([pattern[:, head] for _, head in layout.routers])  # (G, N, n)
-    return Decomposition(cache[names[2]][:, -1].float().cpu(), cache[names[0]].float().cpu(), None, a1, None,
-                         tokens, logits[:, -1].float().cpu(), cache[names[3]][:, -1].float().cpu(), adder)
+    a1 = torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][:, head, -1].float().cpu()
+                      for layer, head in layout.routers])  # (G, N, n)
+    resid = torch.stack([cache[f"blocks.{layer}.hook_resid_pre"].float().cpu() for layer, _ in layout.routers])
+    return Decomposition(cache[f"blocks.{adder}.hook_resid_mid"][:, -1].float().cpu(), resid, None, a1, None,
+                         tokens, logits[:, -1].float().cpu(), cache[f"blocks.{adder}.hook_mlp_out"][:, -1].float().cpu(),
+                         adder)
 
 
 @dataclass
@@ -370,7 +380,9 @@ def circuits(model: tl.Model, layout: Layout = PAPER_LAYOUT) -> Circuits:
 def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str = ISOLATION) -> torch.Tensor:
     """(N, d) the part of the MLP2 input carried by the token at ``pos`` (N,) (see the module doc)."""
     rows = torch.arange(len(pos))
-    if isolation in ("ov2", ROUTER_ISOLATION):  # the same sum: over the paper's layer-2 heads / the routers
+    if isolation == ROUTER_ISOLATION:  # each router head reads its own block's input
+        return sum(dec.a1[g, rows, pos, None] * (dec.resid1[g, rows, pos] @ ov) for g, ov in enumerate(circ.ov2))
+    if isolation == "ov2":
         r = dec.resid1[rows, pos]
         return sum(dec.a1[g, rows, pos, None] * (r @ ov) for g, ov in enumerate(circ.ov2))
     if isolation != "token":

@@ -83,7 +83,11 @@ class Heads:
     binder: Head | None = PAPER_BINDER
     router: Head | None = PAPER_ROUTER
     how: str = "the paper architecture's: blocks.0 head 0 binds, blocks.1 head 0 routes (not located)"
-    gatherer: Head | None = PAPER_BINDER
+    gatherer: Head | None | str = "binder"  # "binder": the binder's head (the paper: one head does both)
+
+    def __post_init__(self):
+        if self.gatherer == "binder":
+            object.__setattr__(self, "gatherer", self.binder)
 
     def to_dict(self) -> dict:
         def one(head):

@@ -174,7 +174,7 @@ def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
     measures = circuit_measures(loaded.model, config, tiny_split, n=120, heads=nobody)
     assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
     summary = circuit_summary(loaded.model, config, tiny_split, n=120, heads=nobody)
-    assert summary["circuit_heads"]["none"] == ["binder", "router"]
+    assert summary["circuit_heads"]["none"] == ["binder", "router", "gatherer"]
     assert summary["prev_token_attention_score"] is None  # NaN, written as JSON null
     assert all(v["equals_to_values_score"] is None for v in summary["scores_by_type"].values())
     # a binder without a router: its own measures are read, the router's are not

@@ -159,6 +159,8 @@ def main() -> None:
                         help=f"full mode: training steps (default {FULL['steps']}), for every architecture or, "
                              f"as NAME=STEPS, for one (repeatable)")
     parser.add_argument("--train-only", action="store_true", help="train (or reuse) the models, run nothing")
+    parser.add_argument("--only", nargs="+", choices=[*ARCHITECTURES, "paper"], default=None,
+                        help="the rows to make (default: every architecture and the paper model)")
     parser.add_argument("--paper-run", default=str(ROOT.parent / "shared" / "reference"),
                         help="the study's step_N.pth checkpoints, for the paper row's dynamics and report")
     args = parser.parse_args()
@@ -174,21 +176,22 @@ def main() -> None:
     out = Path(args.out) if args.out else RESULTS / f"{stem}.csv"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
+    wanted = set(args.only or [*ARCHITECTURES, "paper"])
     runs_made = {name: train(name, overrides, work, args.quick, args.modulus, steps.get(name))
-                 for name, overrides in ARCHITECTURES.items()}
+                 for name, overrides in ARCHITECTURES.items() if name in wanted}
     if args.train_only:
         return
     for name, run in runs_made.items():
         made = row(name, str(run), work, args.quick)
         rows.append({"architecture": made.pop("architecture"),
                      "steps": sizes(args.quick, args.modulus, steps.get(name))["steps"], **made})
-    if not args.no_paper:
+    if not args.no_paper and "paper" in wanted:
         rows.append(row("paper", "paper", work, args.quick, Path(args.paper_run)))
     table = pd.DataFrame(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")
-    print(table[["architecture", "binder", "router", "adder", *COMMANDS]].to_string(index=False))
+    print(table[["architecture", "binder", "router", "adder", "gatherer", *COMMANDS]].to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def command_options(command: str, quick: bool) -> list[str]:
     }[command]
 
 
-def cli(*args: str, timeout: float = 900) -> tuple[int, str, str, float]:
+def cli(*args: str, timeout: float | None = 900) -> tuple[int, str, str, float]:
+    """Run ``compose-lens ARGS`` (one thread); ``timeout``: seconds (None: no limit, for training)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     try:
@@ -89,7 +90,7 @@ def train(name: str, overrides: list[str], work: Path, quick: bool, modulus: int
     sets = [*overrides, *s["width"], f"modulus={s['modulus']}", f"steps={s['steps']}", f"batch_size={s['batch']}",
             f"eval_every={s['every']}", f"checkpoint_every={s['every']}", "threads=1"]
     rc, _, err, seconds = cli("train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run),
-                              "--quiet", "--overwrite")
+                              "--quiet", "--overwrite", timeout=None)  # a larger budget must not be cut at 900 s
     if rc:
         raise SystemExit(f"training {name} failed (rc {rc}): {err.strip().splitlines()[-1:]}")
     print(f"trained {name} in {seconds:.0f} s", flush=True)

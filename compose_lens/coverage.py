@@ -9,10 +9,14 @@ command      covers
 ``patch``    any model (every layer, head and MLP is patched through the hooks)
 ``ablate``   any model (neuron and Fourier-direction ablations only in the study's layout)
 ``circuit``  any model without normalisation (the edge graph needs a plain residual sum)
-``same-mlp`` the study's layout: two layers, an MLP in blocks.1 only, no normalisation
+``same-mlp`` any model without normalisation: the tests read the located adder MLP and
+             router head (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a
+             model where no MLP adds or no head routes gets the verdict ``inconclusive``
+             ("none located"), decided once the model is loaded
 ``analyze``  the same as ``same-mlp`` (it runs the same-MLP tests)
-``fourier``  a model with an MLP in its last block (the grids read the logits as linear in
-             that MLP's neurons); which MLP adds is located once the model is loaded
+``fourier``  a model with at least one MLP; the MLP analysed is the located adder, in any
+             block (before the last block read through its direct path,
+             :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`)
 ===========  ==============================================================================
 
 :func:`problem` gives the reason a command does not cover a model config (None: it does);
@@ -33,13 +37,12 @@ def study_layout(cfg: ModelConfig) -> bool:
     return cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,)
 
 
-SAME_MLP = ("the same-MLP tests need the study's layout: two layers, an MLP in the second (blocks.1) only, "
-            "no normalisation")
-
-
 def same_mlp_problem(cfg: ModelConfig) -> str | None:
-    if not study_layout(cfg) or cfg.normalization_type is not None:
-        return SAME_MLP
+    if not cfg.mlp_layers:
+        return "the model has no MLP (mlp_layers=[]): no MLP adds, the same-MLP tests have nothing to read"
+    if cfg.normalization_type is not None:
+        return (f"normalization_type={cfg.normalization_type!r}: the same-MLP tests split the adder's input "
+                f"into the operands' terms, which needs a model without normalisation (a plain residual sum)")
     return None
 
 
@@ -53,10 +56,6 @@ def circuit_problem(cfg: ModelConfig) -> str | None:
 def fourier_problem(cfg: ModelConfig) -> str | None:
     if not cfg.mlp_layers:
         return "the model has no MLP (mlp_layers=[]): no MLP adds, the Fourier analysis has nothing to read"
-    if cfg.n_layers - 1 not in cfg.mlp_layers:
-        return (f"no MLP in the last block (mlp_layers={list(cfg.mlp_layers)}, {cfg.n_layers} layers): the "
-                f"Fourier grids read the logits as linear in the MLP's neurons, which needs the MLP in "
-                f"the last block (blocks.{cfg.n_layers - 1})")
     return None
 
 

@@ -1,12 +1,14 @@
 """Which analyses work on which architecture (issue #28): locate + every analysis command, one table.
 
     python experiments/architectures.py            # p = 11, 3000 steps each (~3 min per model on an idle core)
+    python experiments/architectures.py --steps 2x4=9000   # a larger budget for one architecture
+                                                           # (its run: WORK/2x4_s9000)
     python experiments/architectures.py --quick    # p = 7, 50 steps, tiny sizes: checks the script runs
 
 Trains (or reuses, when ``WORK/<name>/results.json`` exists; WORK: ``runs/architectures[_quick]``) two small non-paper models with
 ``compose-lens train`` (one thread):
 
-* ``3x2``: 3 layers x 2 heads, its MLP in the last block (blocks.2);
+* ``3x2``: 3 layers x 2 heads, an MLP in every block (blocks.0, 1 and 2);
 * ``2x4``: 2 layers x 4 heads, its MLP in blocks.1 (the study's layout with more heads);
 
 then, for each of them and the paper model (``paper``; ``dynamics`` and ``report`` read the study's
@@ -37,17 +39,20 @@ RESULTS = ROOT / "experiments" / "results"
 COMMANDS = ("analyze", "fourier", "same-mlp", "patch", "ablate", "circuit", "dynamics", "report")
 
 ARCHITECTURES = {  # name: the train --set overrides that make it
-    "3x2": ["n_layers=3", "n_heads=2"],
+    "3x2": ["n_layers=3", "n_heads=2", "mlp_layers=[0,1,2]"],
     "2x4": ["n_heads=4"],
 }
 
 
-def sizes(quick: bool) -> dict:
+FULL = {"modulus": 11, "steps": 3000}
+
+
+def sizes(quick: bool, modulus: int | None = None, steps: int | None = None) -> dict:
     if quick:
         return {"modulus": 7, "steps": 50, "every": 10, "width": ["d_model=32", "d_head=16", "d_mlp=64"],
                 "batch": 64}
-    return {"modulus": 11, "steps": 3000, "every": 500, "width": ["d_model=64", "d_head=32", "d_mlp=256"],
-            "batch": 256}
+    return {"modulus": modulus or FULL["modulus"], "steps": steps or FULL["steps"], "every": 500,
+            "width": ["d_model=64", "d_head=32", "d_mlp=256"], "batch": 256}
 
 
 def command_options(command: str, quick: bool) -> list[str]:
@@ -64,7 +69,8 @@ def command_options(command: str, quick: bool) -> list[str]:
     }[command]
 
 
-def cli(*args: str, timeout: float = 900) -> tuple[int, str, str, float]:
+def cli(*args: str, timeout: float | None = 900) -> tuple[int, str, str, float]:
+    """Run ``compose-lens ARGS`` (one thread); ``timeout``: seconds (None: no limit, for training)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     try:
@@ -75,15 +81,16 @@ def cli(*args: str, timeout: float = 900) -> tuple[int, str, str, float]:
     return out.returncode, out.stdout, out.stderr, time.perf_counter() - start
 
 
-def train(name: str, overrides: list[str], work: Path, quick: bool) -> Path:
-    run = work / name
+def train(name: str, overrides: list[str], work: Path, quick: bool, modulus: int | None = None,
+          steps: int | None = None) -> Path:
+    run = work / (name if steps in (None, FULL["steps"]) or quick else f"{name}_s{steps}")
     if (run / "results.json").exists():
         return run
-    s = sizes(quick)
+    s = sizes(quick, modulus, steps)
     sets = [*overrides, *s["width"], f"modulus={s['modulus']}", f"steps={s['steps']}", f"batch_size={s['batch']}",
             f"eval_every={s['every']}", f"checkpoint_every={s['every']}", "threads=1"]
     rc, _, err, seconds = cli("train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run),
-                              "--quiet", "--overwrite")
+                              "--quiet", "--overwrite", timeout=None)  # a larger budget must not be cut at 900 s
     if rc:
         raise SystemExit(f"training {name} failed (rc {rc}): {err.strip().splitlines()[-1:]}")
     print(f"trained {name} in {seconds:.0f} s", flush=True)
@@ -100,7 +107,7 @@ def located(model: str) -> dict[str, str]:
     torch.set_num_threads(1)
     loaded = for_analyses(load_model(model, bridge=False))
     found = locate.locate(loaded.model, loaded.config, loaded.split)
-    return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in found.roles()}
+    return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in [*found.roles(), found.gatherer]}
 
 
 def outcome(rc: int, err: str) -> str:
@@ -148,24 +155,44 @@ def main() -> None:
                                                      "(default runs/architectures[_quick]/, ignored by git)")
     parser.add_argument("--out", default=None, help="the CSV (default experiments/results/architectures[_quick].csv)")
     parser.add_argument("--no-paper", action="store_true", help="leave the paper model out")
+    parser.add_argument("--modulus", type=int, default=None, help=f"full mode: p (default {FULL['modulus']})")
+    parser.add_argument("--steps", action="append", default=[], metavar="[NAME=]STEPS",
+                        help=f"full mode: training steps (default {FULL['steps']}), for every architecture or, "
+                             f"as NAME=STEPS, for one (repeatable)")
+    parser.add_argument("--train-only", action="store_true", help="train (or reuse) the models, run nothing")
+    parser.add_argument("--only", nargs="+", choices=[*ARCHITECTURES, "paper"], default=None,
+                        help="the rows to make (default: every architecture and the paper model)")
     parser.add_argument("--paper-run", default=str(ROOT.parent / "shared" / "reference"),
                         help="the study's step_N.pth checkpoints, for the paper row's dynamics and report")
     args = parser.parse_args()
     stem = "architectures_quick" if args.quick else "architectures"
-    work = Path(args.work) if args.work else ROOT / "runs" / stem
+    steps = {}
+    for item in args.steps:
+        name, _, value = item.rpartition("=")
+        if name and name not in ARCHITECTURES or not value.isdigit():
+            parser.error(f"--steps {item}: write STEPS or NAME=STEPS with NAME one of {', '.join(ARCHITECTURES)}")
+        steps.update({name: int(value)} if name else dict.fromkeys(ARCHITECTURES, int(value)))
+    suffix = f"_p{args.modulus}" if args.modulus not in (None, FULL["modulus"]) and not args.quick else ""
+    work = Path(args.work) if args.work else ROOT / "runs" / (stem + suffix)
     out = Path(args.out) if args.out else RESULTS / f"{stem}.csv"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, overrides in ARCHITECTURES.items():
-        run = train(name, overrides, work, args.quick)
-        rows.append(row(name, str(run), work, args.quick))
-    if not args.no_paper:
+    wanted = set(args.only or [*ARCHITECTURES, "paper"])
+    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, steps.get(name))
+                 for name, overrides in ARCHITECTURES.items() if name in wanted}
+    if args.train_only:
+        return
+    for name, run in runs_made.items():
+        made = row(name, str(run), work, args.quick)
+        rows.append({"architecture": made.pop("architecture"),
+                     "steps": sizes(args.quick, args.modulus, steps.get(name))["steps"], **made})
+    if not args.no_paper and "paper" in wanted:
         rows.append(row("paper", "paper", work, args.quick, Path(args.paper_run)))
     table = pd.DataFrame(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")
-    print(table[["architecture", "binder", "router", "adder", *COMMANDS]].to_string(index=False))
+    print(table[["architecture", "binder", "router", "adder", "gatherer", *COMMANDS]].to_string(index=False))
 
 
 if __name__ == "__main__":

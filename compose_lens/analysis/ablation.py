@@ -167,9 +167,21 @@ def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple
 
 
 class LastPositionMLP:
-    """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly."""
+    """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly.
 
-    def __init__(self, model: tl.Model, config: RunConfig, tokens: torch.Tensor):
+    ``layer``: another block's MLP (the located adder of another architecture; None: the study's
+    MLP2, in the study's layout only). Its neurons are read out through their direct path,
+    ``post W_out W_U``, with everything else held at the batch's clean logits (exact for the
+    last block's MLP; for an earlier one the later blocks do not see the change, as in
+    :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`)."""
+
+    def __init__(self, model: tl.Model, config: RunConfig, tokens: torch.Tensor, layer: int | None = None):
+        if layer is not None:
+            acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer, binder=None, router=None)
+            self.post = acts.mlp_post.float()
+            self.W_logit = weights.linear_readout(model, layer).W_logit
+            self.direct = acts.logits.float() - self.post @ self.W_logit
+            return
         if not weights.has_paper_layout(config.model):
             raise ComposeLensError("neuron and Fourier-direction ablation needs the study's layout: "
                                    "two layers, an MLP in the last one only")

@@ -1,5 +1,10 @@
 """The MLP adds: Fourier analysis of layer 2's MLP over the p x p grid of operand values.
 
+In another architecture the MLP analysed is the located adder
+(:mod:`compose_lens.analysis.locate`), in whichever block it sits; "MLP2" below means it.
+Before the last block its logits are read through :class:`FrozenDownstreamReadout` (its
+direct path, the later blocks held at their clean values).
+
 SPEC section 6, item 4. Once layer-2 attention has brought both operand values to
 ``=``, the MLP input is (close to) ``OV2 e_x + OV2 e_y`` and the MLP must output
 ``(x + y) mod p``. Modular-addition networks do this with a few *key frequencies*
@@ -284,14 +289,42 @@ def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torc
 
 
 def check_readout_layer(config: RunConfig, layer: int) -> None:
-    """Refuse (one line) an MLP the grids cannot read out: the grid's losses and accuracies take the
-    logits as linear in its neurons, which holds for an MLP in the last block only."""
+    """Refuse (one line) a block the grids cannot read: one without an MLP. An MLP in any block is
+    read (the last block's exactly; an earlier one's through :class:`FrozenDownstreamReadout`)."""
     if not 0 <= layer < config.model.n_layers or layer not in config.model.mlp_layers:
         raise ComposeLensError(f"blocks.{layer} has no MLP (mlp_layers={list(config.model.mlp_layers)})")
-    if layer != config.model.n_layers - 1:
-        raise ComposeLensError(f"the MLP analysed (blocks.{layer}.mlp) is followed by blocks.{layer + 1}: the "
-                               f"Fourier grids read the logits as linear in its neurons, which needs the MLP "
-                               f"in the last block (blocks.{config.model.n_layers - 1})")
+
+
+@dataclass(frozen=True)
+class FrozenDownstreamReadout(weights.LinearReadout):
+    """The readout of an MLP that is NOT in the last block, as a linear map of its neurons.
+
+    The logits at ``=`` are then no longer linear in that MLP's neurons: the blocks after it
+    read its output. This readout takes the MLP's *direct path* (``post W_out W_U``) and holds
+    everything else at its value in the clean run: ``logits = rest + post W_logit`` with
+    ``rest = clean logits - clean post W_logit`` (per grid cell). It gives the model's own
+    logits on the clean grid, so the grid's loss and accuracy are exact; a change of the
+    neurons (restricted, excluded loss) moves the logits through the direct path only, as if
+    the later blocks did not see it (direct logit attribution). The last block's MLP uses the
+    exact :class:`~compose_lens.model.weights.LinearReadout`.
+    """
+
+    rest: torch.Tensor | None = None  # (..., d_vocab_out) the logits no neuron of this MLP writes directly
+
+    def direct(self, resid_mid: torch.Tensor) -> torch.Tensor:
+        return self.rest
+
+
+def is_last_block(config: RunConfig, layer: int) -> bool:
+    return layer == config.model.n_layers - 1
+
+
+def readout_kind(config: RunConfig, layer: int) -> str:
+    """How the grids of ``blocks.{layer}.mlp`` read the logits (for the outputs)."""
+    if is_last_block(config, layer):
+        return "exact: the MLP is in the last block, the logits are linear in its neurons"
+    return (f"direct path: blocks.{layer}.mlp is followed by blocks.{layer + 1}..{config.model.n_layers - 1}, "
+            f"held at their clean values (FrozenDownstreamReadout); clean-grid loss and accuracy are exact")
 
 
 def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
@@ -299,19 +332,28 @@ def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str
     """The MLP of ``blocks.{layer}`` at ``=`` for every (x, y), from rendered sequences (random
     contexts, seeded); ``tokens``: :func:`grid_tokens` of the same arguments if already rendered.
     ``layer``: 1 is the paper's MLP2; the Fourier commands pass the located adder
-    (:mod:`compose_lens.analysis.locate`). It must be the last block (:func:`check_readout_layer`)."""
+    (:mod:`compose_lens.analysis.locate`), wherever it sits: an MLP before the last block is read
+    out through :class:`FrozenDownstreamReadout`."""
     check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
     acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer)
     p = config.task.modulus
+    readout = weights.linear_readout(model, layer)
+    post = acts.mlp_post.view(p, p, -1)
+    if not is_last_block(config, layer):
+        rest = acts.logits.view(p, p, -1) - post @ readout.W_logit
+        readout = FrozenDownstreamReadout(readout.W_U, readout.W_logit, readout.bias, rest)
     return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
-                        acts.mlp_post.view(p, p, -1), weights.linear_readout(model, layer), tokens)
+                        post, readout, tokens)
 
 
-def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0) -> AdditionGrid:
+def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0,
+            head_layer: int | None = None) -> AdditionGrid:
     """The weights-only grid: the input of the MLP of ``blocks.{layer}`` set to
-    ``scale (OV e_x + OV e_y)``, OV of head ``head`` of that block (the paper: ``blocks.1``, head 0,
-    its layer 2).
+    ``scale (OV e_x + OV e_y)``, OV of head ``head`` of ``blocks.{head_layer}`` (default: the MLP's
+    own block; the paper: ``blocks.1``, head 0, its layer 2; another model: the located router).
+    The MLP's output and its input are read by the unembedding directly (for an MLP before the
+    last block: as if nothing followed it).
 
     ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
     on ``scale`` (attention of about 1/2 on each value would give 1/2).
@@ -319,16 +361,19 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: in
     check_readout_layer(config, layer)
     p = config.task.modulus
     params = weights.detached_parameters(model)
-    ov = params["embed.weight"][:p] @ weights.ov_matrix(model, layer, head)  # (p, d): OV e_x as rows
+    source = layer if head_layer is None else head_layer
+    ov = params["embed.weight"][:p] @ weights.ov_matrix(model, source, head)  # (p, d): OV e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
     pre, post = weights.mlp_neurons(params, config.model, resid, layer)
     return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None)
 
 
-def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0) -> float:
+def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0,
+                             head_layer: int | None = None) -> float:
     """Fraction of the p^2 pairs for which the MLP of ``blocks.{layer}`` and the unembedding, fed
-    ``OV e_x + OV e_y`` (with that input also on the direct path), answer ``(x + y) mod p``."""
-    return ov_grid(model, config, layer=layer, head=head).accuracy()
+    ``OV e_x + OV e_y`` (with that input also on the direct path; OV: :func:`ov_grid`), answer
+    ``(x + y) mod p``."""
+    return ov_grid(model, config, layer=layer, head=head, head_layer=head_layer).accuracy()
 
 
 # -- neurons and key frequencies --------------------------------------------------------------

@@ -19,6 +19,12 @@ router      head (layer, h): over 2-var queries, the attention mass      0.25
             other (not queried) context values: both values sit in the
             context, so a head that reads the operand tokens scores ~0,
             and one that spreads over every value alike scores ~0 too
+gatherer    head (layer, h) below the router's layer (any layer when     0.4
+            no router is located): mean attention mass from ``=`` on
+            the two operand positions (``seq_len - 3``, ``seq_len - 2``):
+            the head that brings the queried variables to ``=`` so the
+            router can look for their values (SPEC 6.2, "``=`` gathers
+            the operands (layer 1)"; in the paper the binder's head)
 adder       MLP of a block (in ``mlp_layers``, weights not all zero):    0.2
             ``key_frequency_strength x ablation_drop`` on the p^2
             constant-operand grid: the share of its neurons' variance
@@ -29,7 +35,10 @@ adder       MLP of a block (in ``mlp_layers``, weights not all zero):    0.2
 The product makes the adder an MLP that both computes with Fourier features and
 is needed for the sum: an MLP whose removal costs nothing, or one the answer needs
 but that shows no frequency structure, does not add. The paper model locates
-``blocks.0`` head 0, ``blocks.1`` head 0 and ``blocks.1.mlp``.
+``blocks.0`` head 0, ``blocks.1`` head 0 and ``blocks.1.mlp`` (and ``blocks.0`` head 0
+gathers). The gatherer is not one of the issue's three roles but the head the
+``=``-to-operands measure reads (:func:`circuit_heads`); :meth:`Location.roles` lists the
+three, :meth:`Location.to_dict` all four.
 
 :func:`fourier_subject` is what the Fourier analyses (``compose-lens fourier``,
 :mod:`.summary`, :mod:`.dynamics`) analyse: the located adder; where no MLP reaches
@@ -56,12 +65,13 @@ from compose_lens.data.split import Split
 from compose_lens.model import lastpos, tl, weights
 
 ROLES = ("binder", "router", "adder")
-THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2}
+THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2, "gatherer": 0.4}
 MEASURES = {
     "binder": "mean attention from a context value position to the token before it",
     "router": "attention mass from = on the operands' value positions less twice the mean mass on "
               "another context value, 2-var queries",
     "adder": "key-frequency strength x accuracy drop when ablated, constant-operand grid",
+    "gatherer": "attention mass from = on the two operand positions, heads below the router's layer",
 }
 
 
@@ -92,14 +102,16 @@ class Location:
     router: Role
     adder: Role
     candidates: pd.DataFrame
+    gatherer: Role | None = None  # the head from = onto the operands (see the module doc)
 
     def roles(self) -> list[Role]:
         return [self.binder, self.router, self.adder]
 
     def to_dict(self) -> dict:
+        every = self.roles() + ([self.gatherer] if self.gatherer is not None else [])
         return {"roles": {r.role: {"component": r.component, "layer": r.layer, "head": r.head,
                                    "score": r.score, "threshold": r.threshold, "measure": MEASURES[r.role]}
-                          for r in self.roles()},
+                          for r in every},
                 "candidates": self.candidates.to_dict(orient="records")}
 
 
@@ -178,6 +190,8 @@ def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, 
     values[seq, pos] = True
     distractors = values[two_var].scatter(1, targets, False)  # context values not queried
     n_distractors = distractors.sum(1).clamp_min(1)
+    m = task.seq_len
+    operands = torch.tensor([m - 3, m - 2]).expand(len(tokens), 2)
     rows = []
     for layer, pattern in enumerate(patterns):
         for head in range(pattern.shape[1]):
@@ -186,9 +200,18 @@ def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, 
             last = pattern[two_var, head, -1]  # (B2, n): from =
             spread = (last * distractors).sum(1) / n_distractors
             router = (target_mass(last, targets) - 2 * spread).mean().item() if two_var.any() else float("nan")
-            rows += [{"role": "binder", "component": component, "layer": layer, "head": head, "score": binder},
-                     {"role": "router", "component": component, "layer": layer, "head": head, "score": router}]
+            gatherer = target_mass(pattern[:, head, -1], operands).mean().item()
+            rows += [{"role": role, "component": component, "layer": layer, "head": head, "score": score}
+                     for role, score in (("binder", binder), ("router", router), ("gatherer", gatherer))]
     return pd.DataFrame(rows)
+
+
+def choose_gatherer(table: pd.DataFrame, router: Role) -> Role:
+    """The gatherer among the heads below the router's layer (every head when no router is located)."""
+    rows = table[table["role"] == "gatherer"]
+    if router.component is not None:
+        rows = rows[rows["layer"] < router.layer]
+    return _choose("gatherer", rows)
 
 
 def adder_scores(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> pd.DataFrame:
@@ -233,7 +256,8 @@ def locate(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: i
     with torch_threads(threads), torch.no_grad():
         table = pd.concat([head_scores(model, config, split, n, seed), adder_scores(model, config, split, seed)],
                           ignore_index=True)
-    return Location(*(_choose(role, table) for role in ROLES), candidates=table)
+    binder, router, adder = (_choose(role, table) for role in ROLES)
+    return Location(binder, router, adder, candidates=table, gatherer=choose_gatherer(table, router))
 
 
 def locate_adder(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
@@ -292,22 +316,26 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
 
 def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600, *,
                   location: Location | None = None, threads: int | None = 1) -> probes.Heads:
-    """The binder and router heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
+    """The binder, router and gatherer heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
 
     The paper architecture (:func:`~compose_lens.model.weights.is_paper_architecture`) reads the
-    paper's, ``blocks.0`` head 0 and ``blocks.1`` head 0, without scoring (so its numbers are the
-    study's at every checkpoint, trained or not); any other the located ones (``location``: a
-    :func:`locate` result to reuse; else the heads are scored here), None where no head reaches
-    the role's threshold.
+    paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0, without scoring (so
+    its numbers are the study's at every checkpoint, trained or not); any other the located ones
+    (``location``: a :func:`locate` result to reuse; else the heads are scored here), None where no
+    head reaches the role's threshold.
     """
     if weights.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
-    if location is None:
+    if location is None or location.gatherer is None:
         with torch_threads(threads), torch.no_grad():
             table = head_scores(model, config, split, n, seed)
         binder, router = _choose("binder", table), _choose("router", table)
+        gatherer = choose_gatherer(table, router)
     else:
-        binder, router = location.binder, location.router
-    return probes.Heads(None if binder.component is None else (binder.layer, binder.head),
-                        None if router.component is None else (router.layer, router.head),
-                        f"located: {binder.line()}; {router.line()}")
+        binder, router, gatherer = location.binder, location.router, location.gatherer
+
+    def head(role: Role):
+        return None if role.component is None else (role.layer, role.head)
+
+    return probes.Heads(head(binder), head(router), f"located: {binder.line()}; {router.line()}; {gatherer.line()}",
+                        gatherer=head(gatherer))

@@ -38,9 +38,10 @@ Activation probes read one :class:`~compose_lens.analysis.activations.Activation
 of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
 parts); pass ``acts=`` to share one forward pass between several probes.
 
-**Which heads.** "Layer 1" above is the *binder* head and "layer 2" the *router* head
-(:class:`Heads`): by default the paper's, ``blocks.0`` head 0 and ``blocks.1`` head 0
-(:data:`PAPER_HEADS`); for another architecture pass the ones
+**Which heads.** "Layer 1" above is the *binder* head (item 1) and the *gatherer* head
+(item 2: the head whose attention from ``=`` lands on the operands; the paper's single
+layer-1 head does both), "layer 2" the *router* head (:class:`Heads`): by default the
+paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0 (:data:`PAPER_HEADS`); for another architecture pass the ones
 :func:`compose_lens.analysis.locate.circuit_heads` finds. Where no head plays a role
 (``binder=None`` / ``router=None``) every measure that reads it is NaN, never a default
 head's. For a binder above ``blocks.0``, the weight views (:func:`positional_qk_scores`,
@@ -74,19 +75,27 @@ Head = tuple[int, int]  # (layer, head)
 
 @dataclass(frozen=True)
 class Heads:
-    """The heads the probes read: ``binder`` (the previous-token head, paper layer 1) and ``router``
-    (the head that reads the queried values from ``=``, paper layer 2); None: no head plays it."""
+    """The heads the probes read: ``binder`` (the previous-token head, paper layer 1), ``router``
+    (the head that reads the queried values from ``=``, paper layer 2) and ``gatherer`` (the head
+    whose attention from ``=`` gathers the operand tokens, SPEC 6.2: in the paper layer 1's, the
+    binder's head; the ``=``-to-operands measures read it); None: no head plays it."""
 
     binder: Head | None = PAPER_BINDER
     router: Head | None = PAPER_ROUTER
     how: str = "the paper architecture's: blocks.0 head 0 binds, blocks.1 head 0 routes (not located)"
+    gatherer: Head | None | str = "binder"  # "binder": the binder's head (the paper: one head does both)
+
+    def __post_init__(self):
+        if self.gatherer == "binder":
+            object.__setattr__(self, "gatherer", self.binder)
 
     def to_dict(self) -> dict:
         def one(head):
             return {"component": None if head is None else f"blocks.{head[0]} head {head[1]}",
                     "layer": None if head is None else head[0], "head": None if head is None else head[1]}
-        return {"binder": one(self.binder), "router": one(self.router), "how": self.how,
-                "none": [role for role in ("binder", "router") if getattr(self, role) is None]}
+        return {"binder": one(self.binder), "router": one(self.router), "gatherer": one(self.gatherer),
+                "how": self.how,
+                "none": [role for role in ("binder", "router", "gatherer") if getattr(self, role) is None]}
 
 
 PAPER_HEADS = Heads()
@@ -158,8 +167,26 @@ def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int =
     ``heads``: the binder and router heads read (the paper's by default)."""
     tokens = probe_batch(split, n, seed).tokens if tokens is None else tokens
     mlp = config.model.mlp_layers  # the probes read no MLP; the paper's (1) for the table forward
-    return collect(model, config.model, tokens, binder=heads.binder, router=heads.router,
-                   mlp_layer=mlp[-1] if mlp else config.model.n_layers - 1)
+    layer = mlp[-1] if mlp else config.model.n_layers - 1
+    acts = collect(model, config.model, tokens, binder=heads.binder, router=heads.router, mlp_layer=layer)
+    gatherer = heads.gatherer
+    if gatherer is None:
+        acts.gatherer_last = None
+    elif gatherer == heads.binder:  # the paper: one head binds and gathers
+        acts.gatherer_last = acts.pattern0[:, -1]
+    else:
+        acts.gatherer_last = collect(model, config.model, tokens, binder=gatherer, router=None, resid=False,
+                                     mlp_layer=layer).pattern0[:, -1]
+    return acts
+
+
+def gatherer_pattern(acts: Activations) -> torch.Tensor | None:
+    """(B, n) the attention from ``=`` of the head that gathers the operands: the one
+    :func:`probe_activations` read for ``heads.gatherer``, else (activations made elsewhere) the
+    binder's, as in the paper; None where no head gathers."""
+    if hasattr(acts, "gatherer_last"):
+        return acts.gatherer_last
+    return None if acts.pattern0 is None else acts.pattern0[:, -1]
 
 
 def _acts(model, config, split, n, seed, acts, heads=PAPER_HEADS) -> Activations:
@@ -296,18 +323,19 @@ def _top2_matches(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
-    """(B,) bool: do the binder's (layer-1's) two largest weights from ``=`` fall on the operand positions?"""
+    """(B,) bool: do the gatherer's (layer-1's) two largest weights from ``=`` fall on the operand
+    positions? (:func:`gatherer_pattern`)"""
     n = task.seq_len
     targets = torch.tensor([n - 3, n - 2]).expand(len(acts), 2)
-    return _top2_matches(acts.pattern0[:, -1], targets)
+    return _top2_matches(gatherer_pattern(acts), targets)
 
 
 def equals_to_operands_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                              seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Fraction of sequences whose binder (layer-1) attention from ``=`` puts its top two weights on
+    """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
     positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
     acts = _acts(model, config, split, n, seed, acts, heads)
-    if acts.pattern0 is None:
+    if gatherer_pattern(acts) is None:
         return NAN
     return equals_to_operands_hits(config.task, acts).float().mean().item()
 
@@ -320,13 +348,14 @@ def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Mean binder (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
+    """Mean gatherer (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
     :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
     acts = _acts(model, config, split, n, seed, acts, heads)
-    if acts.pattern0 is None:
+    pattern = gatherer_pattern(acts)
+    if pattern is None:
         return NAN
     m = config.task.seq_len
-    return target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2)).mean().item()
+    return target_mass(pattern, torch.tensor([m - 3, m - 2]).expand(len(acts), 2)).mean().item()
 
 
 # -- 3. variable-identity routing ----------------------------------------------------------
@@ -414,11 +443,11 @@ def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, 
     kind = lhs_var.long() + 2 * rhs_var.long()
     m = task.seq_len
     nan = torch.full((len(acts),), NAN)
-    if acts.pattern0 is None:  # no binder: its two measures are NaN
+    if gatherer_pattern(acts) is None:  # no gatherer: its two measures are NaN
         operands = operand_mass = nan
     else:
         operands = equals_to_operands_hits(task, acts)
-        operand_mass = target_mass(acts.pattern0[:, -1], torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
+        operand_mass = target_mass(gatherer_pattern(acts), torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
     if acts.pattern1_last is None:  # no router
         values = value_mass = nan
     else:

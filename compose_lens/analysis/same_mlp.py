@@ -71,6 +71,24 @@ three passed, ``not supported`` follows from any failed test, else ``inconclusiv
 report's ``verdict_reason`` says which test decided and why.
 Intervals are percentile bootstraps over prompts (95 %).
 
+**Other architectures** (:class:`Layout`, :func:`layout_of`). The paper architecture is read as
+above, without locating anything. Any other model (no normalisation) is first located
+(:func:`compose_lens.analysis.locate.locate`): the tests run on the located *adder* MLP
+(``blocks.A.mlp``, "MLP2" above) with the operands routed by the located *router* head
+(``blocks.R`` head r, R <= A). In the study's layout with more heads (two layers, an MLP in
+``blocks.1`` only) the ``token`` isolation stays exact (sum over every head). In a deeper model
+the MLPs before the adder make the residual nonlinear in the tokens, so an operand's term is the
+``router`` isolation: ``sum_r A_r[=, s] resid_pre_R(r)[s] OV_r``, what the router heads write at
+``=`` from the operand's source (the ``ov2`` isolation of the paper, at the located heads: every
+head whose router score reaches the threshold, in a block up to the adder's, for routing spread
+over several heads); and the
+logits of an edited adder input are read through the edit's direct path, the blocks after the
+adder held at their clean values (``logits + (h' + MLP(h') - h - MLP(h)) W_U``: exact when the
+adder is the last block, as in :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`
+otherwise). Where no MLP adds, no head routes, or the router sits above the adder, the tests do
+not run: the verdict is ``inconclusive`` and ``verdict_reason`` starts "none located", never a
+default block's numbers.
+
 **Reading an interchange against its ceiling.** A cross-type swap (say const -> var2)
 can only do as well as the method does on BOTH types it joins: the donor's operand must
 be read out of a constant prompt (const -> const shows how well) and written into a
@@ -98,6 +116,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from compose_lens.analysis import locate
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
@@ -113,6 +132,7 @@ from compose_lens.provenance import provenance
 MLP_IN = "blocks.1.mlp.hook_in"
 ISOLATION = "token"
 ISOLATIONS = ("token", "ov2")
+ROUTER_ISOLATION = "router"  # another architecture's operand term: what the located router writes at =
 PROMPT_KINDS = ("const", "var1", "var2")
 BOOTSTRAP = 1000
 
@@ -127,6 +147,78 @@ THRESHOLDS = {
     "damage_min": 0.1,             # mean margin drop (logits) on constants below this: the features do nothing
     "probe_ratio": 0.8,            # variable probe accuracy (lower CI) / held-out constant accuracy
 }
+
+
+# -- where the tests read ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The components the tests read (see "Other architectures" in the module doc)."""
+
+    adder: int | None  # the block of the adder MLP
+    routers: tuple[tuple[int, int], ...]  # the router head(s) (layer, head) the router isolation reads
+    isolation: str  # ISOLATION (token) or ROUTER_ISOLATION
+    how: str
+    missing: str | None = None  # why the tests cannot run (a role none located), else None
+    located: dict | None = None  # locate's roles (None: the paper architecture, not located)
+
+    @property
+    def isolations(self) -> tuple[str, ...]:
+        return ISOLATIONS if self.isolation == ISOLATION else (ROUTER_ISOLATION,)
+
+    @property
+    def study(self) -> bool:
+        """The study's layout (MLP2 in the last of two blocks): the exact readout, the study's ablations."""
+        return self.isolation == ISOLATION
+
+    def to_dict(self) -> dict:
+        return {"adder": None if self.adder is None else f"blocks.{self.adder}.mlp",
+                "routers": [f"blocks.{layer} head {head}" for layer, head in self.routers],
+                "isolation": self.isolation, "how": self.how, "missing": self.missing, "located": self.located}
+
+
+PAPER_LAYOUT = Layout(1, ((1, 0),), ISOLATION, "the paper architecture's: blocks.1.mlp adds, blocks.1 head 0 "
+                                               "routes (not located)")
+_LAYOUTS: dict = {}
+
+
+def layout_of(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> Layout:
+    """Where the tests read: :data:`PAPER_LAYOUT` for the paper architecture, else the located adder
+    and router (``missing`` says which role no component plays). Remembered per model weights and seed
+    (the command and its report ask twice)."""
+    check_layout(config)
+    if weights.is_paper_architecture(config.model):
+        return PAPER_LAYOUT
+    params = tl.parameters(model)
+    key = (id(model), seed, float(params["embed.weight"].detach().float().sum()),
+           float(params["unembed.weight"].detach().float().sum()))
+    if key not in _LAYOUTS:
+        _LAYOUTS.clear()
+        _LAYOUTS[key] = _locate_layout(model, config, split, seed)
+    return _LAYOUTS[key]
+
+
+def _locate_layout(model: tl.Model, config: RunConfig, split: Split, seed: int) -> Layout:
+    found = locate.locate(model, config, split, seed)
+    located = {r.role: {"component": r.component, "score": r.score, "threshold": r.threshold} for r in found.roles()}
+    adder, router = found.adder, found.router
+    how = f"located: {adder.line()}; {router.line()}"
+    missing = [r.line() for r in (adder, router) if r.component is None]
+    if missing:
+        return Layout(None, (), ROUTER_ISOLATION, how, "none located: " + "; ".join(missing), located)
+    if router.layer > adder.layer:
+        return Layout(None, (), ROUTER_ISOLATION, how, f"the router ({router.component}) sits above the adder "
+                      f"({adder.component}): it cannot route the operands into it", located)
+    study = coverage.study_layout(config.model) and adder.layer == 1
+    table = found.candidates
+    routing = table[(table["role"] == "router") & (table["score"] >= router.threshold)
+                    & (table["layer"] <= adder.layer)].sort_values("score", ascending=False, kind="stable")
+    routers = tuple((int(r.layer), int(r.head)) for r in routing.itertuples())  # the located one first
+    if len(routers) > 1:
+        how += f"; every head that routes (score >= {router.threshold}): " + ", ".join(
+            f"blocks.{layer} head {head}" for layer, head in routers)
+    return Layout(adder.layer, routers, ISOLATION if study else ROUTER_ISOLATION, how, None, located)
 
 
 # -- prompts and their decomposition -----------------------------------------------------------
@@ -204,17 +296,33 @@ class Decomposition:
     """What the MLP2 input at ``=`` is made of, for one batch (attention patterns frozen)."""
 
     h: torch.Tensor  # (N, d) the MLP2 input at "="
-    resid1: torch.Tensor  # (N, n, d) the residual after layer 1
-    a0: torch.Tensor  # (H, N, n) layer-1 attention from "="
-    a1: torch.Tensor  # (H, N, n) layer-2 attention from "="
-    through: torch.Tensor  # (H, H, N, n) [h1, h2]: layer 2 (head h2) reading s through layer-1 head h1
+    resid1: torch.Tensor  # (N, n, d) the residual after layer 1 (router isolation: (G, N, n, d), each router's block input)
+    a0: torch.Tensor | None  # (H, N, n) layer-1 attention from "=" (router isolation: None)
+    a1: torch.Tensor  # (H, N, n) layer-2 attention from "=" (router isolation: the router heads')
+    through: torch.Tensor | None  # (H, H, N, n) [h1, h2]: layer 2 (head h2) reading s through layer-1 head h1
     tokens: torch.Tensor
+    logits: torch.Tensor | None = None  # (N, V) router isolation: the clean logits at "=" (else None: exact readout)
+    mlp_out: torch.Tensor | None = None  # (N, d) router isolation: the adder's clean output at "="
+    adder: int = 1  # the adder's block
+
+    def readout(self, model: tl.Model, config: RunConfig, h: torch.Tensor) -> torch.Tensor:
+        """Logits at ``=`` of these prompts with the adder input replaced by ``h`` (N, d): MLP2 and the
+        unembedding (the study's layout), else the edit's direct path over the clean logits (module doc)."""
+        if self.logits is None:
+            return readout_logits(model, config, h)
+        params = weights.detached_parameters(model)
+        new = weights.mlp_out(params, config.model, h, self.adder)[2]
+        return self.logits + (h - self.h + new - self.mlp_out) @ params["unembed.weight"].T
 
 
-def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None) -> Decomposition:
+def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None,
+              layout: Layout = PAPER_LAYOUT) -> Decomposition:
     """Attention patterns and residuals of a batch: from the table forward for the paper
     architecture (:func:`compose_lens.model.fastpath.forward_at_answer`, no bridge needed;
-    ``fast=False``: not), else read with the model's own hooks."""
+    ``fast=False``: not), else read with the model's own hooks; ``layout``: another
+    architecture's (:func:`layout_of`)."""
+    if not layout.study:
+        return _decompose_routed(model, tokens, layout)
     with torch.no_grad():
         if weights.use_table_forward(cfg, fast):
             params = weights.detached_parameters(model)
@@ -231,6 +339,24 @@ def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: boo
     return Decomposition(h, resid1, p0[:, :, -1].transpose(0, 1), a1, through, tokens)
 
 
+def _decompose_routed(model: tl.Model, tokens: torch.Tensor, layout: Layout) -> Decomposition:
+    """The router isolation's parts: the router's block input and attention from ``=``, the adder's
+    input and output at ``=`` and the clean logits (the model's own hooks)."""
+    adder = layout.adder
+    layers = sorted({layer for layer, _ in layout.routers})
+    names = {f"blocks.{adder}.hook_resid_mid", f"blocks.{adder}.hook_mlp_out"}
+    names |= {f"blocks.{layer}.hook_{what}" for layer in layers for what in ("resid_pre", "attn.hook_pattern")}
+    names = {n.replace("hook_attn.hook_pattern", "attn.hook_pattern") for n in names}
+    with torch.no_grad():
+        logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
+    a1 = torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][:, head, -1].float().cpu()
+                      for layer, head in layout.routers])  # (G, N, n)
+    resid = torch.stack([cache[f"blocks.{layer}.hook_resid_pre"].float().cpu() for layer, _ in layout.routers])
+    return Decomposition(cache[f"blocks.{adder}.hook_resid_mid"][:, -1].float().cpu(), resid, None, a1, None,
+                         tokens, logits[:, -1].float().cpu(), cache[f"blocks.{adder}.hook_mlp_out"][:, -1].float().cpu(),
+                         adder)
+
+
 @dataclass
 class Circuits:
     """The OV circuits of both layers, per head, and the embedding."""
@@ -240,7 +366,11 @@ class Circuits:
     ov2: list[torch.Tensor]
 
 
-def circuits(model: tl.Model) -> Circuits:
+def circuits(model: tl.Model, layout: Layout = PAPER_LAYOUT) -> Circuits:
+    """The study layout's OV circuits of both blocks; another's: the router heads' OV (as ``ov2``)."""
+    if not layout.study:
+        return Circuits(weights.detached_parameters(model)["embed.weight"], [],
+                        [weights.ov_matrix(model, layer, head) for layer, head in layout.routers])
     heads = tl.size(model, "n_heads")
     return Circuits(weights.detached_parameters(model)["embed.weight"],
                     [weights.ov_matrix(model, 0, h) for h in range(heads)],
@@ -250,11 +380,13 @@ def circuits(model: tl.Model) -> Circuits:
 def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str = ISOLATION) -> torch.Tensor:
     """(N, d) the part of the MLP2 input carried by the token at ``pos`` (N,) (see the module doc)."""
     rows = torch.arange(len(pos))
+    if isolation == ROUTER_ISOLATION:  # each router head reads its own block's input
+        return sum(dec.a1[g, rows, pos, None] * (dec.resid1[g, rows, pos] @ ov) for g, ov in enumerate(circ.ov2))
     if isolation == "ov2":
         r = dec.resid1[rows, pos]
         return sum(dec.a1[g, rows, pos, None] * (r @ ov) for g, ov in enumerate(circ.ov2))
     if isolation != "token":
-        raise ValueError(f"isolation={isolation!r}: use one of {', '.join(ISOLATIONS)}")
+        raise ValueError(f"isolation={isolation!r}: use one of {', '.join(ISOLATIONS + (ROUTER_ISOLATION,))}")
     e = circ.E[dec.tokens[rows, pos]]
     out = torch.zeros_like(e)
     for h, ov1 in enumerate(circ.ov1):
@@ -336,13 +468,14 @@ class Interchanged:
 
 
 def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, donor: str, side: str,
-                isolation: str = ISOLATION, control: str = "", seed: int = 0) -> Interchanged:
+                isolation: str = ISOLATION, control: str = "", seed: int = 0,
+                layout: Layout = PAPER_LAYOUT) -> Interchanged:
     """Move the ``side`` operand's term from the donor prompts into the receiver prompts.
 
     ``parts`` maps a prompt-set name to (Prompts, Decomposition); ``control`` is ``""``,
     ``random_donor`` or ``random_receiver`` (see the module doc)."""
     p = config.task.modulus
-    circ = circuits(model)
+    circ = circuits(model, layout)
     (rp, rd), (dp, dd) = parts[receiver], parts[donor]
     k = 0 if side == "left" else 1
     partner = pair_donors(rp, dp, side, seed)
@@ -350,7 +483,7 @@ def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, 
     d_pos = dp.source[:, k] if control != "random_donor" else random_positions(dp, seed, 2)
     c_r = term(rd, circ, r_pos, isolation)
     c_d = term(dd, circ, d_pos, isolation)[partner]
-    answer = readout_logits(model, config, rd.h - c_r + c_d).argmax(-1)
+    answer = rd.readout(model, config, rd.h - c_r + c_d).argmax(-1)
     other = rp.value("right" if side == "left" else "left")
     predicted = (dp.value(side)[partner] + other) % p
     return Interchanged(answer == predicted, answer == (rp.x + rp.y) % p, answer == (dp.x[partner] + dp.y[partner]) % p)
@@ -360,9 +493,9 @@ def whole_input_donor_answer(model: tl.Model, config: RunConfig, parts: dict, re
                              seed: int = 0) -> torch.Tensor:
     """(N,) bool: the old test's patch (the WHOLE MLP2 input from the donor) gives the donor's answer.
     True whatever the receiver: the reference for a test that cannot fail."""
-    (rp, _), (dp, dd) = parts[receiver], parts[donor]
+    (rp, rd), (dp, dd) = parts[receiver], parts[donor]
     partner = pair_donors(rp, dp, "left", seed)
-    answer = readout_logits(model, config, dd.h[partner]).argmax(-1)
+    answer = rd.readout(model, config, dd.h[partner]).argmax(-1)
     return answer == (dp.x[partner] + dp.y[partner]) % config.task.modulus
 
 
@@ -383,27 +516,31 @@ def _row(test: str, side: str, condition: str, kind: str, metric: str, hits: tor
             "n": len(hits), **extra}
 
 
-def interchange_table(model: tl.Model, config: RunConfig, parts: dict, seed: int = 0) -> pd.DataFrame:
-    """Test 1 for both sides, every condition, both isolations, and the controls: one row each."""
+def interchange_table(model: tl.Model, config: RunConfig, parts: dict, seed: int = 0,
+                      layout: Layout = PAPER_LAYOUT) -> pd.DataFrame:
+    """Test 1 for both sides, every condition, both isolations (another architecture: the router
+    isolation), and the controls: one row each."""
     chance = 1.0 / config.task.modulus
+    main = layout.isolation
     rows = []
     for side in ("left", "right"):
         names = {"const": "const", "var1": f"var1_{side}", "var2": "var2", "random": "random"}
-        for iso in ISOLATIONS:
+        for iso in layout.isolations:
             for cond, donor, receiver, kind in INTERCHANGES:
-                out = interchange(model, config, parts, names[receiver], names[donor], side, iso, seed=seed)
+                out = interchange(model, config, parts, names[receiver], names[donor], side, iso, seed=seed,
+                                  layout=layout)
                 rows.append(_row("interchange", side, cond, kind, "donor operand + receiver other operand",
                                  out.predicted, chance, 1.0 if kind == "same" else chance, seed, isolation=iso))
         for donor, receiver in (("const", "var1"), ("var1", "const")):
-            out = interchange(model, config, parts, names[receiver], names[donor], side, ISOLATION,
-                              control="random_donor", seed=seed)
+            out = interchange(model, config, parts, names[receiver], names[donor], side, main,
+                              control="random_donor", seed=seed, layout=layout)
             rows.append(_row("interchange", side, f"random-token donor {donor}->{receiver}", "control",
                              "donor operand + receiver other operand", out.predicted, chance, chance, seed,
-                             isolation=ISOLATION))
+                             isolation=main))
         for donor in ("const", "var1"):
-            out = interchange(model, config, parts, "random", names[donor], side, ISOLATION, seed=seed)
+            out = interchange(model, config, parts, "random", names[donor], side, main, seed=seed, layout=layout)
             rows.append(_row("interchange", side, f"{donor}->random-token receiver", "control",
-                             "donor's own answer", out.donor, chance, chance, seed, isolation=ISOLATION))
+                             "donor's own answer", out.donor, chance, chance, seed, isolation=main))
     whole = whole_input_donor_answer(model, config, parts, "random", "const", seed)
     rows.append(_row("interchange", "both", "const->random-token receiver, whole MLP2 input", "reference",
                      "donor's own answer", whole, chance, 1.0, seed, isolation="whole input"))
@@ -423,8 +560,9 @@ class Features:
 
 
 def constant_features(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n_neurons: int = 32,
-                      min_fraction: float = 0.5) -> Features:
-    grid = operand_grid(model, config, split, "constant", seed)
+                      min_fraction: float = 0.5, layer: int = 1) -> Features:
+    """``layer``: the adder's block (the paper's MLP2: 1)."""
+    grid = operand_grid(model, config, split, "constant", seed, layer=layer)
     neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
@@ -434,11 +572,12 @@ def constant_features(model: tl.Model, config: RunConfig, split: Split, seed: in
 
 
 def damage_matrix(model: tl.Model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor,
-                  features: Features, reference: LastPositionMLP) -> tuple[torch.Tensor, list[str]]:
+                  features: Features, reference: LastPositionMLP,
+                  layout: Layout = PAPER_LAYOUT) -> tuple[torch.Tensor, list[str]]:
     """(N, U) drop of the answer's logit margin per prompt and ablated unit (mean ablation),
     one unit at a time: each key frequency's output directions, each key frequency's neurons,
     each busy neuron. Returns the matrix and the unit names."""
-    mlp = LastPositionMLP(model, config, tokens)
+    mlp = LastPositionMLP(model, config, tokens, None if layout.study else layout.adder)
     base = margin(mlp.logits(), labels)
     columns, names = [], []
     for k in features.keys:
@@ -475,14 +614,16 @@ def profile_correlation(a: torch.Tensor, b: torch.Tensor, seed: int = 0, n_boot:
 
 
 def feature_tables(model: tl.Model, config: RunConfig, split: Split, sets: dict[str, Prompts],
-                   features: Features, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   features: Features, seed: int = 0,
+                   layout: Layout = PAPER_LAYOUT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Test 2: (the damage profiles, one row per unit; the correlations, one row per comparison)."""
     p = config.task.modulus
-    reference = LastPositionMLP(model, config, reference_tokens(split, 1000, seed))
+    reference = LastPositionMLP(model, config, reference_tokens(split, 1000, seed),
+                                None if layout.study else layout.adder)
     damage = {}
     for name, prompts in sets.items():
         damage[name], units = damage_matrix(model, config, prompts.tokens, (prompts.x + prompts.y) % p,
-                                            features, reference)
+                                            features, reference, layout)
     profiles = pd.DataFrame({"unit": units, **{name: d.mean(0).tolist() for name, d in damage.items()}})
     half = len(damage["const"]) // 2
     comparisons = [("const (split half)", damage["const"][:half], damage["const"][half:], "same")]
@@ -545,16 +686,17 @@ def captured_share(X: torch.Tensor, V: torch.Tensor, seed: int = 0, n_boot: int 
     return (inside.sum() / total.sum().clamp_min(1e-30)).item(), boot.quantile(0.025).item(), boot.quantile(0.975).item()
 
 
-def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0) -> pd.DataFrame:
+def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0,
+                layout: Layout = PAPER_LAYOUT) -> pd.DataFrame:
     """Test 3, fitted on constant operands' terms (``const_fit``, both sides) and tested on held-out
     constants, the variables of 1-var and 2-var prompts, and random context tokens: the ridge probe's
     decoding accuracy (``probe``) and the share of the terms' variance inside the constants' 95 %
     principal subspace (``subspace``; a random subspace of that size would hold k / d)."""
-    p, circ = config.task.modulus, circuits(model)
+    p, circ, iso = config.task.modulus, circuits(model, layout), layout.isolation
 
     def operand_terms(name: str, sides: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         prompts, dec = parts[name]
-        X = torch.cat([term(dec, circ, prompts.source[:, k]) for k in sides])
+        X = torch.cat([term(dec, circ, prompts.source[:, k], iso) for k in sides])
         return X, torch.cat([prompts.x if k == 0 else prompts.y for k in sides])
 
     fit_X, fit_x = operand_terms("const_fit", (0, 1))
@@ -572,13 +714,18 @@ def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int]
                      "ci_low": low, "ci_high": high, "chance": len(V) / X.shape[1],
                      "not_shared_prediction": len(V) / X.shape[1] if kind == "cross" else 1.0, "n": len(X)})
     prompts, dec = parts["const"]
-    X = term(dec, circ, random_positions(prompts, seed, 3))
+    X = term(dec, circ, random_positions(prompts, seed, 3), iso)
     rows.append(_row("probe", "both", "random-token terms (constant prompts)", "control", "left value decoded",
                      probe.predict(X) == prompts.x, 1.0 / p, 1.0 / p, seed))
     return pd.DataFrame(rows)
 
 
 # -- the verdict ---------------------------------------------------------------------------------
+
+
+def main_isolation(table: pd.DataFrame) -> str:
+    """The isolation the verdict reads: :data:`ISOLATION` where measured, else the router isolation."""
+    return ISOLATION if (table["isolation"] == ISOLATION).any() else ROUTER_ISOLATION
 
 
 def _status(passed: bool, inconclusive: bool) -> str:
@@ -590,7 +737,7 @@ def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
     lower of the two same-type interchanges of its donor and receiver types (``a->b`` against
     ``a->a`` and ``b->b``), and its status (see the module doc). One row per condition."""
     t = THRESHOLDS
-    main = table[table["isolation"] == ISOLATION]
+    main = table[table["isolation"] == main_isolation(table)]
     same = {(row.side, row.condition): row.value for row in main[main["kind"] == "same"].itertuples()}
     rows = []
     for row in main[main["kind"] == "cross"].itertuples():
@@ -614,7 +761,7 @@ def judge_interchange(table: pd.DataFrame) -> dict:
     if none does but one's ceiling is below the floor, else passed; inconclusive whatever the
     swaps if a control shows the effect. ``reason`` says which condition decided."""
     t = THRESHOLDS
-    main = table[table["isolation"] == ISOLATION]
+    main = table[table["isolation"] == main_isolation(table)]
     controls = main[main["kind"] == "control"]
     conditions = interchange_conditions(table)
     failed = conditions[conditions["status"] == "failed"]
@@ -725,16 +872,20 @@ def verdict_reason(tests: dict) -> str:
 
 
 def check_layout(config: RunConfig) -> None:
-    """Refuse (one line) a model the same-MLP tests cannot read: they need the study's layout."""
+    """Refuse (one line) a model the same-MLP tests cannot read (:func:`compose_lens.coverage.same_mlp_problem`:
+    one with normalisation, whose adder input is not a sum of the operands' terms)."""
     reason = coverage.same_mlp_problem(config.model)
     if reason:
         raise ComposeLensError(reason)
 
 
 def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
-                    n: int = 400) -> dict[str, pd.DataFrame]:
-    """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``."""
-    check_layout(config)
+                    n: int = 400, layout: Layout | None = None) -> dict[str, pd.DataFrame]:
+    """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``;
+    none (an empty dict) where a role is not located (``layout``: :func:`layout_of`, found here if None)."""
+    layout = layout or layout_of(model, config, split, seed)
+    if layout.missing:
+        return {}
     was_training = model.training
     model.eval()
     try:
@@ -744,13 +895,15 @@ def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int 
                 "var1_right": make_prompts(split, "var1", "right", n, seed),
                 "var2": make_prompts(split, "var2", "left", n, seed),
                 "random": make_prompts(split, "random", "left", n, seed)}
-        parts = {name: (prompts, decompose(model, config.model, prompts.tokens)) for name, prompts in sets.items()}
-        features = constant_features(model, config, split, seed)
+        parts = {name: (prompts, decompose(model, config.model, prompts.tokens, layout=layout))
+                 for name, prompts in sets.items()}
+        features = constant_features(model, config, split, seed, layer=layout.adder)
         damage_sets = {"const": sets["const"], "1-var": _join(sets["var1_left"], sets["var1_right"]),
                        "2-var": sets["var2"]}
-        profiles, transfer = feature_tables(model, config, split, damage_sets, features, seed)
-        return {"interchange": interchange_table(model, config, parts, seed), "damage_profiles": profiles,
-                "feature_transfer": transfer, "probe": probe_table(model, config, parts, features.keys, seed)}
+        profiles, transfer = feature_tables(model, config, split, damage_sets, features, seed, layout)
+        return {"interchange": interchange_table(model, config, parts, seed, layout), "damage_profiles": profiles,
+                "feature_transfer": transfer,
+                "probe": probe_table(model, config, parts, features.keys, seed, layout)}
     finally:
         model.train(was_training)
 
@@ -762,16 +915,26 @@ def _join(a: Prompts, b: Prompts) -> Prompts:
 
 
 def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
-                    tables: dict[str, pd.DataFrame] | None = None) -> dict:
-    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``)."""
-    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n)
+                    tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
+    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
+    ``components`` says which MLP and heads the tests read (:class:`Layout`). Where a role is not
+    located: verdict ``inconclusive``, ``verdict_reason`` "none located: ...", no tables."""
+    layout = layout or layout_of(model, config, split, seed)
+    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n, layout=layout)
+    if layout.missing:
+        test = {"status": "inconclusive", "reason": layout.missing, "effect": None, "ci": None}
+        return json_safe({
+            **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
+            "verdict_reason": layout.missing, "components": layout.to_dict(),
+            "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
+            "thresholds": dict(THRESHOLDS), "controls": [], "tables": {}})
     tests = {"interchange": judge_interchange(tables["interchange"]),
              "feature_transfer": judge_features(tables["feature_transfer"]),
              "probe_transfer": judge_probe(tables["probe"])}
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
     return json_safe({
-        **provenance(config, seed), "n_prompts": n, "isolation": ISOLATION, "verdict": verdict(tests),
-        "verdict_reason": verdict_reason(tests),
+        **provenance(config, seed), "n_prompts": n, "isolation": layout.isolation, "verdict": verdict(tests),
+        "verdict_reason": verdict_reason(tests), "components": layout.to_dict(),
         "tests": tests, "thresholds": dict(THRESHOLDS),
         "controls": controls.to_dict(orient="records"),
         "tables": {name: table.to_dict(orient="records") for name, table in tables.items()},

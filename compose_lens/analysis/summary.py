@@ -35,15 +35,20 @@ constant and the excluded losses remove nothing (they equal ``grid_loss``).
 
 "MLP2" above is the MLP the Fourier measures read: ``mlp_block``, by default
 :func:`compose_lens.analysis.locate.fourier_subject` (``blocks.1`` in the paper's
-layout, the located adder in another). Where the model has no MLP, or that MLP is
-not in the last block (the grids read the logits as linear in its neurons), the
-Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a default block's.
+layout, the located adder in another, in whichever block it sits: before the last block
+its logits are read through :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`,
+its direct path with the later blocks held at their clean values). Where the model has no
+MLP the Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a default block's.
+``ov_mlp_addition_accuracy`` feeds the MLP ``OV e_x + OV e_y`` of the router head (the
+paper's ``blocks.1`` head 0; NaN where no router is located).
 
-Likewise "layer 1" is the *binder* head and "layer 2" the *router* head that the probes
-read (``heads``, by default :func:`compose_lens.analysis.locate.circuit_heads`: the paper's
-``blocks.0`` head 0 and ``blocks.1`` head 0 in the paper architecture, the located ones in
-another). Where no head plays a role, the measures that read it are NaN and
-:func:`circuit_summary`'s ``circuit_heads`` says so (``circuit_heads["none"]``).
+Likewise "layer 1" is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*:
+the head whose attention from ``=`` lands on the operands, SPEC 6.2) and "layer 2" the
+*router* head that the probes read (``heads``, by default
+:func:`compose_lens.analysis.locate.circuit_heads`: the paper's ``blocks.0`` head 0 and
+``blocks.1`` head 0 in the paper architecture, the located ones in another). Where no head
+plays a role, the measures that read it are NaN and :func:`circuit_summary`'s
+``circuit_heads`` says so (``circuit_heads["none"]``).
 """
 
 from __future__ import annotations
@@ -86,12 +91,29 @@ LOCATE = "locate"  # mlp_block: find it (locate.fourier_subject)
 
 def fourier_block(model: tl.Model, config: RunConfig, split: Split, mlp_block: int | None | str = LOCATE,
                   seed: int = 0) -> int | None:
-    """The block whose MLP the Fourier measures read, or None where none can be read (no MLP, or
-    not the last block): ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the
-    located adder (:func:`compose_lens.analysis.locate.fourier_subject`)."""
+    """The block whose MLP the Fourier measures read, or None where the model has no MLP:
+    ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the located adder
+    (:func:`compose_lens.analysis.locate.fourier_subject`), wherever it sits."""
     if mlp_block == LOCATE:
         mlp_block = locate.fourier_subject(model, config, split, seed, score_single=False).layer
-    return mlp_block if mlp_block == config.model.n_layers - 1 else None
+    return mlp_block if mlp_block in config.model.mlp_layers else None
+
+
+def ov_source(heads: probes.Heads, layer: int) -> dict | None:
+    """The OV the weights-only addition test feeds the MLP of ``blocks.{layer}``: the router's
+    (``head_layer``, ``head``), None where no router is located."""
+    if heads.router is None:
+        return None
+    return {"head_layer": heads.router[0], "head": heads.router[1]}
+
+
+def _ov_accuracy(model: tl.Model, config: RunConfig, heads: probes.Heads, layer: int) -> float:
+    source = ov_source(heads, layer)
+    if source is None:
+        return float("nan")
+    if source == {"head_layer": layer, "head": 0}:  # the paper: blocks.1 head 0 (the call as it always was)
+        return fourier.ov_mlp_addition_accuracy(model, config, layer=layer)
+    return fourier.ov_mlp_addition_accuracy(model, config, layer=layer, **source)
 
 
 def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, float]:
@@ -114,12 +136,12 @@ def _probe_measures(model: tl.Model, config: RunConfig, split: Split, acts, head
         "prev_token_weight_score": probes.prev_token_weight_score(model, config, heads=heads),
         "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
         "prev_token_probe_accuracy": probe_accuracy,
-        "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts),
+        "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts, heads=heads),
         "variable_identity_score": probes.variable_identity_score(model, config, heads=heads),
         "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
         # the graded companions of the three argmax hit rates: attention mass on the targets
         "prev_token_attention_mass": probes.prev_token_attention_mass(model, config, split, acts=acts),
-        "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts),
+        "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts, heads=heads),
         "equals_to_values_mass": probes.equals_to_values_mass(model, config, split, acts=acts),
     }
 
@@ -172,7 +194,7 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
         if layer is None:
             out.update(dict.fromkeys(FOURIER_KEYS, float("nan")))
         else:
-            out["ov_mlp_addition_accuracy"] = fourier.ov_mlp_addition_accuracy(model, config, layer=layer)
+            out["ov_mlp_addition_accuracy"] = _ov_accuracy(model, config, heads, layer)
             grid = fourier.operand_grid(model, config, split, "constant", seed,
                                         tokens=None if inputs is None else inputs.grid_tokens, layer=layer)
             out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
@@ -186,7 +208,8 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
     says which MLP the Fourier part read (``subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
     already found) and ``circuit_heads`` which heads the probes read (``heads``: see :func:`probe_heads`;
     a role no head plays is listed in ``circuit_heads["none"]`` and its measures are NaN).
-    Refuses, in one line, a model whose MLP it cannot read (none, or not the last block)."""
+    Refuses, in one line, a model without an MLP; the MLP is read wherever it sits
+    (``fourier_readout`` says how)."""
     with torch_threads(threads), torch.no_grad():
         subject = subject or locate.fourier_subject(model, config, split, seed, score_single=False)
         if subject.layer is None:
@@ -199,17 +222,19 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
         grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
-        ov = fourier.ov_grid(model, config, layer=layer)
+        source = ov_source(heads, layer)
+        ov = None if source is None else fourier.ov_grid(model, config, layer=layer, **source)
         variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
         measures = {
             **_probe_measures(model, config, split, acts, heads, probe.test_accuracy),
-            "ov_mlp_addition_accuracy": ov.accuracy(),
+            "ov_mlp_addition_accuracy": float("nan") if ov is None else ov.accuracy(),
             **_fourier_measures(grid, keys),
         }
         summary = {
             **measures,
             "fourier_subject": subject.to_dict(),
+            "fourier_readout": fourier.readout_kind(config, layer),
             "circuit_heads": heads.to_dict(),
             "key_frequencies": keys,
             "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
@@ -218,7 +243,7 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
             "neurons_explained_by_one_frequency": float((neurons["fraction_explained"] >= 0.5).mean()),
             "live_neurons": float((neurons["variance"] > 0).mean()),
             "constant_grid_accuracy": grid.accuracy(),
-            "ov_key_frequencies": fourier.key_frequencies(ov),
+            "ov_key_frequencies": None if ov is None else fourier.key_frequencies(ov),
             "constants_vs_variables": fourier.compare_grids(grid, variable),
             "best_neurons": fourier.best_neurons(grid, keys, neurons).to_dict(orient="records"),
             "readout_frequency_norms": {int(k): float(v) for k, v in readout.items()},

@@ -81,8 +81,10 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
     refuse_uncovered("same-mlp", args.model)  # first: before torch is imported
     import time
 
+    from compose_lens.analysis import same_mlp  # lazy: torch
+    from compose_lens.provenance import provenance
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.runs import load_model, write_document  # lazy: torch
     from compose_lens.safety import check_count, check_sizes, kept_activation_bytes, staged_output
 
     check_count(args.n, "--n", minimum=20)
@@ -94,16 +96,37 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
         # six prompt sets of n, and as many again for the damage profiles and the probes
         check_sizes(loaded.config, {f"--n {args.n}": (args.n, 12)}, kept_activation_bytes(loaded.config))
         bar.update()
+        bar.set_postfix_str("locating the adder and router")
+        analysed = _analysed(loaded)
+        layout = same_mlp.layout_of(*analysed, args.seed)
         bar.set_postfix_str(f"three tests, {args.n} prompts per set")
-        report, table = write_same_mlp(loaded, stage, args.seed, args.n)
+        if layout.missing:  # nothing to test: the verdict and why, without tables or figure
+            report = same_mlp.same_mlp_report(*analysed, args.seed, n=args.n, layout=layout)
+            write_document(report, stage / "same_mlp.json", provenance(loaded.config, args.seed, loaded.source,
+                                                                       n_prompts=args.n))
+            table = same_mlp.verdict_table(report)
+        else:
+            report, table = write_same_mlp(loaded, stage, args.seed, args.n)
         bar.update()
     print(f"model: {loaded.source}")
+    print(f"tests read: {report['components']['how']}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {time.perf_counter() - start:.1f} s)")
     if report["verdict"] != "supported":
         print(f"  because: {report['verdict_reason']}")
-    print(f"wrote {args.out}/same_mlp.json, same_mlp_*.csv and same_mlp.png")
+    if layout.missing:
+        print(f"wrote {args.out}/same_mlp.json (no tables: {layout.missing})")
+    else:
+        print(f"wrote {args.out}/same_mlp.json, same_mlp_*.csv and same_mlp.png")
     return 0
+
+
+def _analysed(loaded) -> tuple:
+    """(model, config, split) as the analyses read them (:func:`compose_lens.runs.for_analyses`)."""
+    from compose_lens.runs import for_analyses
+
+    loaded = for_analyses(loaded)
+    return loaded.model, loaded.config, loaded.split
 
 
 def _cmd_fourier(args: argparse.Namespace) -> int:

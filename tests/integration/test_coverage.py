@@ -23,11 +23,12 @@ def test_the_paper_architecture_is_covered_by_every_command():
 
 
 @pytest.mark.parametrize("changes, refused", [
-    (dict(n_layers=3, n_heads=2), {"same-mlp", "analyze"}),
+    (dict(n_layers=3, n_heads=2), set()),
+    (dict(n_layers=3, n_heads=2, mlp_layers=(0, 1, 2)), set()),
     (dict(n_heads=4), set()),
     (dict(normalization_type="LN"), {"circuit", "same-mlp", "analyze"}),
     (dict(mlp_layers=()), {"same-mlp", "analyze", "fourier"}),
-    (dict(n_layers=3, mlp_layers=(1,)), {"same-mlp", "analyze", "fourier"}),
+    (dict(n_layers=3, mlp_layers=(1,)), set()),  # an MLP before the last block: read where it is
 ])
 def test_what_each_command_covers(changes, refused):
     cfg = ModelConfig(**changes)
@@ -42,16 +43,39 @@ def three_by_two(tiny_config, tmp_path):
     return runs.save_model(tl.boot(config.model), config, tmp_path / "m")
 
 
+@pytest.fixture
+def normalised(tiny_config, tmp_path):
+    """An untrained 3-layer x 2-head model with LayerNorm, saved as a model directory."""
+    config = tiny_config.replace(model=tiny_config.model.replace(n_layers=3, n_heads=2, d_head=16,
+                                                                          normalization_type="LN"))
+    return runs.save_model(tl.boot(config.model), config, tmp_path / "ln")
+
+
 @pytest.mark.parametrize("command", ["same-mlp", "analyze"])
-def test_a_command_refuses_an_uncovered_model_before_importing_torch(three_by_two, tmp_path, command):
+def test_a_command_refuses_an_uncovered_model_before_importing_torch(normalised, tmp_path, command):
     code = ("import sys; from compose_lens.cli import main; "
-            f"rc = main([{command!r}, {str(three_by_two)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
+            f"rc = main([{command!r}, {str(normalised)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
             "print(rc, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.split() == ["2", "False"], out.stderr[-2000:]
     line, = out.stderr.strip().splitlines()
-    assert f"{command} does not cover" in line and "3 layers x 2 heads" in line and "study's layout" in line
+    assert f"{command} does not cover" in line and "3 layers x 2 heads" in line and "normalization_type" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_same_mlp_on_a_model_that_adds_nothing_says_none_located(three_by_two, tmp_path, capsys):
+    """Untrained: no MLP adds, no head routes. The command runs, and its verdict says so instead of
+    testing a default block (no tables, no figure)."""
+    import json
+
+    out = tmp_path / "o"
+    assert main(["same-mlp", str(three_by_two), "--n", "20", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: inconclusive" in printed and "none located" in printed
+    report = json.loads((out / "same_mlp.json").read_text())
+    assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
+    assert report["components"]["adder"] is None
+    assert not list(out.glob("same_mlp_*.csv")) and not (out / "same_mlp.png").exists()
 
 
 @pytest.mark.parametrize("command, options", [

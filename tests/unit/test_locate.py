@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -103,12 +104,12 @@ def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
     assert all(math.isnan(measures[k]) for k in FOURIER_KEYS)
 
 
-def test_an_mlp_that_is_not_the_last_block_is_refused_in_one_line(tiny_config, tiny_split):
+def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_layers=3, mlp_layers=(1,)))
     loaded = runs.Loaded(tl.boot(config.model), config, tiny_split, "middle-mlp")
-    with pytest.raises(ComposeLensError, match="last block") as refused:
-        fourier_plan(loaded, seed=0)
-    assert "\n" not in str(refused.value)
+    _, subject = fourier_plan(loaded, seed=0)
+    assert subject.layer == 1  # the only MLP, in the middle: read there, no longer refused
+    assert fourier_block(loaded.model, config, tiny_split) == 1
 
 
 def test_n_layers_alone_puts_the_mlp_in_the_last_block():
@@ -173,10 +174,129 @@ def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
     measures = circuit_measures(loaded.model, config, tiny_split, n=120, heads=nobody)
     assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
     summary = circuit_summary(loaded.model, config, tiny_split, n=120, heads=nobody)
-    assert summary["circuit_heads"]["none"] == ["binder", "router"]
+    assert summary["circuit_heads"]["none"] == ["binder", "router", "gatherer"]
     assert summary["prev_token_attention_score"] is None  # NaN, written as JSON null
     assert all(v["equals_to_values_score"] is None for v in summary["scores_by_type"].values())
     # a binder without a router: its own measures are read, the router's are not
     binder_only = circuit_measures(loaded.model, config, tiny_split, n=120, heads=probes.Heads((0, 1), None))
     assert not math.isnan(binder_only["prev_token_attention_mass"])
     assert math.isnan(binder_only["equals_to_values_mass"]) and math.isnan(binder_only["variable_identity_score"])
+
+
+# -- every family with its roles planted in known components: same-mlp, analyze's parts, fourier ----
+
+
+def plant(paper, n_layers: int, n_heads: int, mlp_layers: tuple[int, ...], binder: tuple[int, int],
+          router: tuple[int, int], adder: int, seed: int = 0):
+    """The paper model rebuilt in another architecture: its layer-1 head at ``binder`` (block, head), its
+    layer-2 head at ``router``, its MLP at ``blocks.{adder}``. Every other head has random queries, keys
+    and values but a zero output; every other MLP is live but nearly silent (output weights 1e-4). The
+    same function as the paper model, its roles in known places; an analysis that reads a default
+    block or head reads one that does nothing."""
+    config = paper.config
+    model_cfg = config.model.replace(n_layers=n_layers, n_heads=n_heads, mlp_layers=mlp_layers)
+    cfg = dataclasses.replace(config, model=model_cfg)
+    src = tl.parameters(paper.model)
+    g = torch.Generator().manual_seed(seed)
+    d = config.model.d_head
+    state = {}
+    for name, shape in tl.state_shapes(model_cfg).items():
+        if not name.startswith("blocks."):
+            state[name] = src[name].clone()
+        elif name.endswith(".bias") or ".attn.o." in name or (".mlp." in name and int(name.split(".")[1])
+                                                                   not in mlp_layers):
+            state[name] = torch.zeros(shape)  # and the frozen MLPs of blocks without one
+        else:
+            state[name] = (1e-4 if ".mlp.out." in name else 0.1) * torch.randn(shape, generator=g)
+    for paper_block, (block, head) in ((0, binder), (1, router)):
+        rows = slice(head * d, (head + 1) * d)
+        for x in ("q", "k", "v"):
+            state[f"blocks.{block}.attn.{x}.weight"][rows] = src[f"blocks.{paper_block}.attn.{x}.weight"]
+        state[f"blocks.{block}.attn.o.weight"][:, rows] = src[f"blocks.{paper_block}.attn.o.weight"]
+    for part in ("in", "out"):
+        state[f"blocks.{adder}.mlp.{part}.weight"] = src[f"blocks.1.mlp.{part}.weight"].clone()
+    model = runs.model_of(cfg, state, "planted", bridge=False)
+    name = f"planted {n_layers}x{n_heads}, adder blocks.{adder}"
+    return runs.for_analyses(runs.Loaded(model, cfg, paper.split, name))
+
+
+FAMILIES = {  # name: plant(...) arguments, and the components each role must be found in
+    "3x2 MLPs everywhere": dict(n_layers=3, n_heads=2, mlp_layers=(0, 1, 2), binder=(0, 1), router=(2, 1), adder=2),
+    "2x4": dict(n_layers=2, n_heads=4, mlp_layers=(1,), binder=(0, 2), router=(1, 3), adder=1),
+    "3x1 adder in blocks.1, an MLP after it": dict(n_layers=3, n_heads=1, mlp_layers=(1, 2), binder=(0, 0),
+                                                    router=(1, 0), adder=1),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, paper):
+    return request.param, FAMILIES[request.param], plant(paper, **FAMILIES[request.param])
+
+
+@pytest.fixture(scope="module")
+def paper_same_mlp(paper):
+    from compose_lens.analysis import same_mlp
+
+    return same_mlp.same_mlp_report(paper.model, paper.config, paper.split, n=60)
+
+
+def test_each_family_is_located_in_its_planted_components(family):
+    _, spec, loaded = family
+    found = locate.locate(loaded.model, loaded.config, loaded.split)
+    assert (found.binder.layer, found.binder.head) == spec["binder"]
+    assert (found.router.layer, found.router.head) == spec["router"]
+    assert found.adder.component == f"blocks.{spec['adder']}.mlp"
+    assert (found.gatherer.layer, found.gatherer.head) == spec["binder"]  # the paper's layer-1 head gathers too
+
+
+def test_same_mlp_reads_the_located_adder_and_router(family, paper_same_mlp):
+    from compose_lens.analysis import same_mlp
+
+    name, spec, loaded = family
+    report = same_mlp.same_mlp_report(loaded.model, loaded.config, loaded.split, n=60)
+    components = report["components"]
+    assert components["adder"] == f"blocks.{spec['adder']}.mlp" and components["missing"] is None
+    study = spec["n_layers"] == 2
+    assert components["isolation"] == ("token" if study else "router")
+    if not study:
+        assert components["routers"] == ["blocks.{} head {}".format(*spec["router"])]
+    # the swaps moved the operand the planted router carries into the planted adder: each type's
+    # own swap (const->const) lands far above chance (1/59), which a default block or head cannot do
+    table = pd.DataFrame(report["tables"]["interchange"])
+    same = table[(table["kind"] == "same") & (table["isolation"] == components["isolation"])]
+    assert (same[same["condition"] == "const->const"]["value"] > 0.8).all(), same
+    if study:  # the study's layout with more heads: the paper's tests, the paper's answers
+        assert report["verdict"] == paper_same_mlp["verdict"]
+        for test in ("interchange", "feature_transfer", "probe_transfer"):
+            assert report["tests"][test]["effect"] == pytest.approx(paper_same_mlp["tests"][test]["effect"], abs=0.05)
+    # the feature test ablated the adder's key frequencies: units that damage constants
+    assert report["tests"]["feature_transfer"]["mean_damage_const"] > 0.1
+
+
+def test_fourier_and_the_summary_read_the_planted_adder(family, paper, tmp_path):
+    name, spec, loaded = family
+    facts = write_fourier(loaded, tmp_path, seed=0)
+    assert facts["mlp_block"] == spec["adder"] and facts["fourier_subject"]["adds"]
+    paper_keys = locate.locate_adder(paper.model, paper.config, paper.split)[1]["key_frequencies"].iloc[0]
+    assert facts["key_frequencies"] == paper_keys
+    assert facts["constant_grid_accuracy"] > 0.95 and facts["restricted_loss"] < facts["excluded_loss_all"]
+    summary = circuit_summary(loaded.model, loaded.config, loaded.split, n=300)
+    assert summary["fourier_subject"]["mlp_block"] == spec["adder"]
+    assert summary["circuit_heads"]["router"]["component"] == "blocks.{} head {}".format(*spec["router"])
+    assert summary["circuit_heads"]["gatherer"]["component"] == "blocks.{} head {}".format(*spec["binder"])
+    assert summary["ov_mlp_addition_accuracy"] > 0.9  # the router's OV into the adder: the paper's test
+    assert summary["equals_to_operands_mass"] > 0.4  # read at the planted gatherer
+    last = spec["adder"] == spec["n_layers"] - 1
+    assert summary["fourier_readout"].startswith("exact" if last else "direct path")
+
+
+def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_config, tiny_split):
+    from compose_lens.analysis import same_mlp
+
+    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
+        n_layers=3, n_heads=2, d_head=16, mlp_layers=(0, 1, 2)))
+    model = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained")).model
+    report = same_mlp.same_mlp_report(model, config, tiny_split, n=40)
+    assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
+    assert report["components"]["adder"] is None and report["tables"] == {}
+    assert all(t["status"] == "inconclusive" for t in report["tests"].values())

@@ -149,16 +149,13 @@ def test_fillers_fall_between_and_inside_assignments():
     _, batch = training_sample(task, 500)
     inside = between = 0
     for tokens in batch.tokens.tolist():
-        ctx = [t for t in tokens[: task.context_len] if t != task.pad_token]
-        is_var = [task.first_var_token <= t for t in ctx]
-        is_filler = [task.first_noise_token <= t < task.first_var_token for t in ctx]
-        for i, filler in enumerate(is_filler):
-            if filler:  # inside when the last non-filler before it is a variable awaiting its value
-                before = [j for j in range(i) if not is_filler[j]]
-                count = sum(not f for f in is_filler[: before[-1] + 1]) if before else 0
-                inside += bool(before) and is_var[before[-1]] and count % 2 == 1
-                between += not (bool(before) and is_var[before[-1]] and count % 2 == 1)
-        # PAD never splits an assignment: without fillers the context reads VAR VALUE pairs
+        awaiting_value = False  # after an assignment's variable, before its value
+        for t in tokens[: task.context_len]:
+            if task.first_noise_token <= t < task.first_var_token:
+                inside += awaiting_value
+                between += not awaiting_value
+            elif t != task.pad_token:
+                awaiting_value = not awaiting_value
     assert inside > 100 and between > 100
 
 

@@ -315,3 +315,12 @@ def test_overrides_set_the_variants_and_size_the_model():
     assert RunConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="reassign_rate=2"):
         RunConfig().with_overrides(["reassign_rate=2"])
+
+
+def test_the_tokenizer_reads_every_variant():
+    from compose_lens.model.tokenizer import task_tokenizer
+
+    task = TaskConfig(noise_rate=0.3, chain_rate=0.2, reassign_rate=0.1)
+    text = "let b is 7, c=b, b=9, c+1=?"
+    ids = task_tokenizer(task)(text)["input_ids"]
+    assert ids == parse_sequence(task, text) and decode(task, ids).label == 10

@@ -31,8 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
+from compose_lens.config import ConfigError
 from compose_lens.data import streams
 from compose_lens.data.split import ANY_PAIR, Split, row_types, training_rows
+from compose_lens.data.task import first_label_of
+from compose_lens.data.variants import pool_render_options, reassignable, render_variant, variant_pool_names
 
 POOL_NAMES = (
     "0var_train",
@@ -79,9 +82,7 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
     """
     task = split.task
     if task.is_variant:
-        from compose_lens.data.variants import render_variant
-
-        return render_variant(split, rows, generator, two_var_n)
+        return Batch(*render_variant(split, rows, generator, two_var_n))
     rows = rows.long().clone()
     N, M, V, C = len(rows), task.max_assignments, task.n_vars, task.context_len
     fresh = rows[:, 2] == ANY_PAIR
@@ -235,8 +236,6 @@ def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.
 
 def pool_names(task) -> tuple[str, ...]:
     """The pools of ``task``: the study's nine, then a variant's own (none for the study's task)."""
-    from compose_lens.data.variants import variant_pool_names
-
     return POOL_NAMES + variant_pool_names(task)
 
 
@@ -260,13 +259,35 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     if name not in names:
         raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(names)}")
     if name not in POOL_NAMES:
-        from compose_lens.data.variants import make_variant_pool
-
         index = names.index("reassign_latest" if name == "reassign_first" else name)
-        return make_variant_pool(split, name, size, streams.derived_generator(seed, streams.POOLS, index))
+        return _variant_pool(split, name, size, streams.derived_generator(seed, streams.POOLS, index))
     g = streams.derived_generator(seed, streams.POOLS, POOL_NAMES.index(name))
     two_var_n = "uniform" if name.startswith("2var_var_restricted") else "training"
     return render(split, _pool_rows(split, name, size, g), g, two_var_n)
+
+
+def _variant_pool(split: Split, name: str, size: int, g: torch.Generator) -> Batch:
+    """A pool of :func:`~compose_lens.data.variants.variant_pool_names`: 1-var and 2-var rows (training
+    rows for ``reassign_any``) on training or held-out pairs, rendered with the variant forced
+    (:func:`~compose_lens.data.variants.pool_render_options`); ``reassign_first`` is
+    ``reassign_latest``'s sequences labelled with the first values."""
+    source = "reassign_latest" if name == "reassign_first" else name
+    pairs = split.heldout_pairs if source.endswith("add_restricted") else split.train_pairs
+    if source == "reassign_any":
+        table = training_rows(split)
+    else:
+        table = torch.cat([_row_table_pool(split, "1var", pairs), _row_table_pool(split, "2var", pairs)])
+        if source.startswith("reassign"):
+            table = table[reassignable(split, table)]
+            if not len(table):
+                raise ConfigError(f"pool {name}: no row can be reassigned without a held-out pair "
+                                  f"reaching training; raise f")
+    rows = _draw(table, size, g, distinct=True)
+    batch = Batch(*render_variant(split, rows, g, **pool_render_options(source)))
+    if name == "reassign_first":
+        batch.labels = torch.tensor([first_label_of(split.task, t) for t in batch.tokens.tolist()],
+                                    dtype=torch.long)
+    return batch
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import torch
 
 from compose_lens.config import TaskConfig
-from compose_lens.data.split import ANY_PAIR, Split, training_rows
+from compose_lens.data.split import ANY_PAIR, Split
 
 REASSIGN_MODES = ("rate", "any", "query", "none")
 CHAIN_MODES = ("rate", "query", "none")
@@ -99,16 +99,16 @@ def stale_candidates(split: Split, x: torch.Tensor, y: torch.Tensor, side: int) 
 
 
 def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var_n: str = "training",
-                   reassign: str = "rate", chain: str = "rate", noise_rate: float | None = None):
+                   reassign: str = "rate", chain: str = "rate",
+                   noise_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Render rows (N, 4) into token sequences of a variant task (module docstring).
 
     ``reassign``: ``rate`` (the task's), ``any`` (every context, a variable drawn uniformly),
     ``query`` (every context, the variable holding an operand) or ``none``. ``chain``:
     ``rate``, ``query`` (every row with a variable operand) or ``none``. ``noise_rate``
-    overrides the task's. Returns a :class:`~compose_lens.data.sampler.Batch`.
+    overrides the task's. Returns tokens (N, seq_len), labels (N,) and the rows with their
+    variable pairs drawn (the fields of :class:`~compose_lens.data.sampler.Batch`).
     """
-    from compose_lens.data.sampler import Batch  # the sampler imports this module lazily
-
     if reassign not in REASSIGN_MODES or chain not in CHAIN_MODES:
         raise ValueError(f"reassign={reassign!r} / chain={chain!r}: use {REASSIGN_MODES} / {CHAIN_MODES}")
     task, g = split.task, generator
@@ -226,55 +226,26 @@ def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator,
     rhs = torch.where(has_w, w + task.first_var_token, y)
     query = torch.stack([torch.full_like(x, task.plus_token), lhs, rhs,
                          torch.full_like(x, task.equals_token)], dim=1)
-    return Batch(torch.cat([context, query], dim=1), (x + y) % p, rows)
+    return torch.cat([context, query], dim=1), (x + y) % p, rows
 
 
-# -- the pools of a variant -----------------------------------------------------------------------
+# -- the pools of a variant (drawn by compose_lens.data.sampler.make_pool) ------------------------
 
 
-def _operand_rows(split: Split, pairs: torch.Tensor) -> torch.Tensor:
-    """1-var rows (every allowed variable on each side) and 2-var rows of ``pairs``."""
-    from compose_lens.data.sampler import _row_table_pool
-
-    return torch.cat([_row_table_pool(split, "1var", pairs), _row_table_pool(split, "2var", pairs)])
-
-
-def _reassignable(split: Split, rows: torch.Tensor) -> torch.Tensor:
-    """Rows where a variable operand can take a stale value (step 5 of the module docstring)."""
+def reassignable(split: Split, rows: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: rows where a variable operand can take a stale value (step 5 of the module docstring)."""
     x, y, v, w = rows.unbind(1)
     left = (v != -1) & stale_candidates(split, x, y, 0).any(1)
     right = (w != -1) & stale_candidates(split, x, y, 1).any(1)
     return left | right
 
 
-def variant_pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """The rows of a variant pool and how to render them (keyword arguments of :func:`render_variant`)."""
-    from compose_lens.data.sampler import _draw
-
-    pairs = split.heldout_pairs if name.endswith("add_restricted") else split.train_pairs
-    if name == "reassign_any":
-        return _draw(training_rows(split), size, g, distinct=True), {"reassign": "any"}
-    table = _operand_rows(split, pairs)
+def pool_render_options(name: str) -> dict:
+    """How a variant pool renders its rows: keyword arguments of :func:`render_variant`."""
     if name.startswith("reassign"):
-        table = table[_reassignable(split, table)]
-        if not len(table):
-            raise ValueError(f"pool {name}: no row can be reassigned without leaking a held-out pair; raise f")
-        return _draw(table, size, g, distinct=True), {"reassign": "query"}
+        return {"reassign": "any" if name == "reassign_any" else "query"}
     if name.startswith("chain"):
-        return _draw(table, size, g, distinct=True), {"chain": "query"}
+        return {"chain": "query"}
     if name in NOISE_POOLS:
-        return _draw(table, size, g, distinct=True), {"noise_rate": 0.0 if name == "noise_none" else 1.0}
+        return {"noise_rate": 0.0 if name == "noise_none" else 1.0}
     raise ValueError(f"unknown variant pool {name!r}")
-
-
-def make_variant_pool(split: Split, name: str, size: int, g: torch.Generator):
-    """One pool of :func:`variant_pool_names`; ``reassign_first`` relabels its sequences with
-    the first values (:func:`~compose_lens.data.task.first_label_of`)."""
-    from compose_lens.data.task import first_label_of
-
-    rows, how = variant_pool_rows(split, "reassign_latest" if name == "reassign_first" else name, size, g)
-    batch = render_variant(split, rows, g, **how)
-    if name == "reassign_first":
-        batch.labels = torch.tensor([first_label_of(split.task, t) for t in batch.tokens.tolist()],
-                                    dtype=torch.long)
-    return batch

@@ -34,6 +34,10 @@ from compose_lens.files import (TEMP_SUFFIX, atomic_path, json_safe, load_json, 
 T = TypeVar("T")
 
 VARIABLE_LETTERS = string.ascii_lowercase
+# The filler words of the noisy-context variant (TaskConfig.noise_rate > 0), in token order
+NOISE_WORDS = ("let", "is", "be", "then")
+# The task variants (docs/variants.md) and their defaults: the study's task
+TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
@@ -171,6 +175,21 @@ class TaskConfig(_JsonConfig):
     defaults). ``seed`` (42, the study's) decides the training pairs and the kept rows.
     ``variables_in_training=False`` trains on the 0-var rows only: a model that never
     sees a variable operand, the negative control of :mod:`compose_lens.analysis.same_mlp`.
+
+    **Task variants** (docs/variants.md), all 0 by default, which is the study's task:
+
+    * ``reassign_rate``: the chance that a context assigns one of its variables twice; the
+      latest assignment counts (``b=3, e=5, b=9, b+1=?`` answers 10).
+    * ``noise_rate``: the chance that each context position the study would pad holds a
+      filler word instead (:data:`NOISE_WORDS`, which join the vocabulary only then),
+      between assignments or inside one (``let b is 7``).
+    * ``chain_rate``: the chance that a sequence with a variable operand reaches it through
+      two hops (``c=b, b=7, c+1=?``); a model needs a third layer for them.
+    * longer contexts: ``seq_len`` and ``max_assignments`` (e.g. 32 and 12).
+
+    ``max_assignments`` counts every assignment of a context, a reassignment and a chain's
+    ``c=b`` included. The variant keys appear in :meth:`to_dict` only when set, so the
+    study's configuration files read as before.
     """
 
     # round 1 set the row counts by hand; the study's row table derives them from the variables
@@ -186,6 +205,9 @@ class TaskConfig(_JsonConfig):
     r: float = 1.0
     variables_in_training: bool = True  # False: only 0-var rows are trained (a control model)
     seed: int = 42
+    reassign_rate: float = 0.0  # chance a context reassigns one of its variables (the latest counts)
+    noise_rate: float = 0.0  # chance a free context position holds a filler word instead of PAD
+    chain_rate: float = 0.0  # chance a variable operand is reached through two hops, c=b, b=7
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -233,6 +255,53 @@ class TaskConfig(_JsonConfig):
         _check(int(self.f * self.modulus ** 2) < self.modulus ** 2,
                f"f={self.f} with modulus={self.modulus} holds out no pair, and the held-out pools and "
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
+        self._check_variants()
+
+    def _check_variants(self) -> None:
+        for name, what in (("reassign_rate", "the chance that a context reassigns a variable"),
+                           ("noise_rate", "the chance that a free context position holds a filler word"),
+                           ("chain_rate", "the chance that a variable operand is reached through a chain")):
+            value = getattr(self, name)
+            _check(0 <= value <= 1, f"{name}={value}: {what} must be in [0, 1]")
+        needed = self.min_assignments
+        if needed > 2:
+            asked = " and ".join(f"{k}={getattr(self, k)}" for k in ("reassign_rate", "chain_rate")
+                                 if getattr(self, k) > 0)
+            room = self.context_len // 2
+            _check(needed <= room,
+                   f"seq_len={self.seq_len} is too short for {asked}: a 2-var context then needs {needed} "
+                   f"assignments and the {self.context_len}-token context holds {room}; "
+                   f"use seq_len >= {QUERY_LENGTH + 2 * needed}")
+            _check(self.max_assignments >= needed,
+                   f"max_assignments={self.max_assignments} is too few for {asked}: a 2-var context then "
+                   f"needs {needed} assignments; use max_assignments >= {needed}")
+        if self.chain_rate > 0:
+            few = [(side, len(allowed)) for side, allowed in (("left", self.allowed_left),
+                                                              ("right", self.allowed_right)) if len(allowed) < 3]
+            _check(not few, f"chain_rate={self.chain_rate} needs at least 3 variables allowed on each side (a "
+                            f"chain c=b of a 2-var query uses a third variable b), but only "
+                            f"{few[0][1] if few else 0} are allowed on the {few[0][0] if few else ''} side; "
+                            f"raise n_vars or forbid fewer variables")
+
+    def to_dict(self, full: bool = False) -> dict[str, Any]:
+        """The JSON form; the task variants only where set (or all, ``full=True``)."""
+        data = super().to_dict()
+        if not full:
+            for name, default in TASK_VARIANTS.items():
+                if data[name] == default:
+                    del data[name]
+        return data
+
+    @property
+    def is_variant(self) -> bool:
+        """Does this task use a variant (reassignment, noise words or chains)?"""
+        return any(getattr(self, name) != default for name, default in TASK_VARIANTS.items())
+
+    @property
+    def min_assignments(self) -> int:
+        """Assignments the fullest context needs: a 2-var query, plus a chain's ``c=b`` and a
+        reassignment where those variants are on (2 for the study's task)."""
+        return 2 + (self.chain_rate > 0) + (self.reassign_rate > 0)
 
     # The vocabulary of SPEC section 1, derived from the modulus and variable count.
     @property
@@ -248,12 +317,26 @@ class TaskConfig(_JsonConfig):
         return self.modulus + 2
 
     @property
-    def first_var_token(self) -> int:
+    def first_noise_token(self) -> int:
+        """The first filler word's token (fillers lie between PAD and the variables)."""
         return self.modulus + 3
 
     @property
+    def n_noise_words(self) -> int:
+        """Filler words in the vocabulary: :data:`NOISE_WORDS` with noise, none without."""
+        return len(NOISE_WORDS) if self.noise_rate > 0 else 0
+
+    @property
+    def noise_words(self) -> tuple[str, ...]:
+        return NOISE_WORDS[: self.n_noise_words]
+
+    @property
+    def first_var_token(self) -> int:
+        return self.modulus + 3 + self.n_noise_words
+
+    @property
     def d_vocab(self) -> int:
-        return self.modulus + 3 + self.n_vars
+        return self.first_var_token + self.n_vars
 
     @property
     def context_len(self) -> int:
@@ -453,6 +536,7 @@ class RunConfig(_JsonConfig):
         (``0.5``, ``true``, ``[1]``) or plain strings.
         """
         data = self.to_dict()
+        data["task"] = self.task.to_dict(full=True)  # the task variants too, so --set can name them
         task_changed = False
         for item in assignments:
             _check("=" in item, f"--set {item!r}: write key=value, e.g. --set f=0.5")

@@ -77,6 +77,8 @@ def render_bytes(task: TaskConfig, n: int) -> int:
     """Rendering ``n`` sequences: tokens, labels and the render's scratch tensors."""
     v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
     per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100
+    if task.is_variant:  # compose_lens.data.variants' (N, p) stale-value tables; 386 MB measured for
+        per_sequence += 12 * task.modulus  # 100,000 sequences at p = 59, seq_len 32 (this gives 372)
     return n * per_sequence
 
 

@@ -37,7 +37,8 @@ def seed(text: str) -> int:
 
 
 def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) -> None:
-    """--f, --r, --modulus, --n-vars, --task-seed (also --seed where the command has no other seed), --split-file."""
+    """--f, --r, --modulus, --n-vars, --task-seed (also --seed where the command has no other seed), --split-file,
+    and --set KEY=VALUE for any task setting."""
     g = parser.add_argument_group("task")
     g.add_argument("--f", type=float, help="fraction of addition pairs used in training (0, 1]")
     g.add_argument("--r", type=float, help="keep probability of each 2-var row [0, 1]")
@@ -46,6 +47,9 @@ def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) 
     g.add_argument("--task-seed", *(["--seed"] if seed_alias else []), dest="task_seed", type=seed,
                    help="seed of the split: training pairs and kept 2-var rows (default 42, the study's)")
     g.add_argument("--split-file", help="load held-out pairs and restrictions from a split file")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any task setting, as train --set takes it, e.g. --set reassign_rate=0.3 "
+                        "--set seq_len=32 (docs/variants.md)")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +77,24 @@ def task_from_args(args: argparse.Namespace) -> TaskConfig:
         return Split.load(args.split_file).task
     changes = {k: v for k, v in (("f", args.f), ("r", args.r), ("modulus", args.modulus),
                                   ("n_vars", args.n_vars), ("seed", args.task_seed)) if v is not None}
-    return TaskConfig(**changes)
+    return task_with_sets(TaskConfig(**changes), getattr(args, "set", None))
+
+
+def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
+    """``task`` with ``--set KEY=VALUE`` task settings applied as ``train --set`` applies them."""
+    from dataclasses import fields
+
+    from compose_lens.config import ConfigError, ModelConfig
+
+    if not sets:
+        return task
+    names = [f.name for f in fields(TaskConfig)]
+    for item in sets:
+        key = item.split("=", 1)[0]
+        if "=" in item and key.removeprefix("task.") not in names:
+            raise ConfigError(f"--set {key}: not a task setting; this command takes task settings only "
+                              f"({', '.join(names)})")
+    return RunConfig(task=task, model=ModelConfig.for_task(task)).with_overrides(sets).task
 
 
 def split_from_args(args: argparse.Namespace):
@@ -84,7 +105,7 @@ def split_from_args(args: argparse.Namespace):
         task = Split.load(args.split_file).task
         if args.r is not None:
             task = task.replace(r=args.r)
-        return Split.load(args.split_file, task)
+        return Split.load(args.split_file, task_with_sets(task, getattr(args, "set", None)))
     task = task_from_args(args)
     require_memory({"the split and its training rows": split_bytes(task)}, f"modulus {task.modulus}",
                    "use a smaller modulus")

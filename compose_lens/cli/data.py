@@ -11,19 +11,19 @@ from compose_lens.config import ComposeLensError
 
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:
-    from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, make_pool  # lazy: torch
+    from compose_lens.data.sampler import TrainingSampler, make_pool, pool_names  # lazy: torch
     from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
     from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
     from compose_lens.config import ModelConfig, RunConfig
     from compose_lens.safety import check_count, check_file_output, check_sizes, write_text_atomic
 
     check_count(args.n, "--n")
-    if args.split != "train" and args.split not in POOL_NAMES:
-        raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(POOL_NAMES)}")
-    out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out is not None else None
     split = split_from_args(args)
+    if args.split != "train" and args.split not in pool_names(split.task):  # a variant adds its pools
+        raise ComposeLensError(f"--split {args.split}: use train or one of {', '.join(pool_names(split.task))}")
     check_sizes(RunConfig(task=split.task, model=ModelConfig.for_task(split.task)),
                 {f"--n {args.n}": (args.n, 1, _json_line_bytes(split.task))}, forward=False)
+    out = check_file_output(args.out, args.overwrite, '"tokens"') if args.out is not None else None
     if args.split == "train":
         batch = TrainingSampler(split, 1, args.seed).sample(args.n, derived_generator(args.seed, DATA_SAMPLE))
     else:
@@ -62,7 +62,7 @@ def _cmd_data_split(args: argparse.Namespace) -> int:
 
 
 def data_stats(split) -> dict:
-    from compose_lens.data.sampler import POOL_NAMES, exhaustive_rows  # lazy: torch
+    from compose_lens.data.sampler import exhaustive_rows, pool_names  # lazy: torch
     from compose_lens.data.split import row_types, training_rows  # lazy: torch
     from compose_lens.data.task import SEQUENCE_TYPES  # lazy: torch
 
@@ -86,7 +86,7 @@ def data_stats(split) -> dict:
             "reachable_x_y_v_w": int((split.two_var_counts > 0).sum()) * len(task.allowed_two_var_pairs),
             "all_x_y_v_w_of_training_pairs": len(split.train_pairs) * len(task.allowed_two_var_pairs),
         },
-        "pools": list(POOL_NAMES),
+        "pools": list(pool_names(task)),
         "exhaustive": {"zero_var_heldout": len(exhaustive_rows(split, "zero_var_heldout")),
                        "two_var_union": len(exhaustive_rows(split, "two_var_union"))},
     }
@@ -105,6 +105,8 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
         return 0
     t = stats["task"]
     print(f"task: p={t['modulus']}, {t['n_vars']} variables, seq_len {t['seq_len']}, f={t['f']}, r={t['r']}")
+    if split.task.is_variant:
+        print("variant: " + ", ".join(f"{k}={t[k]}" for k in ("reassign_rate", "noise_rate", "chain_rate") if k in t))
     print(f"addition pairs: {stats['train_pairs']} training, {stats['heldout_pairs']} held out")
     print(f"2-var variable pairs: {stats['allowed_two_var_pairs']} allowed, "
           f"{stats['one_forbidden_two_var_pairs']} with one forbidden slot, "

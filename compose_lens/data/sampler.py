@@ -18,6 +18,11 @@ uniformly with replacement and renders them; the batches for a block of steps ar
 rendered together (one set of tensor ops for many steps), and block k always
 comes from generator stream k, so step s gets the same batch whether or not the
 run was interrupted before it.
+
+A task with a variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`)
+renders through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
+:func:`~compose_lens.data.variants.variant_pool_names` to the nine (:func:`pool_names`);
+the study's task keeps the code below, bit for bit.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
+from compose_lens.config import ConfigError
 from compose_lens.data import streams
 from compose_lens.data.split import ANY_PAIR, Split, row_types, training_rows
+from compose_lens.data.task import first_label_of
+from compose_lens.data.variants import pool_render_options, reassignable, render_variant, variant_pool_names
 
 POOL_NAMES = (
     "0var_train",
@@ -70,8 +78,11 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
     1..max_assignments, raised to 2 for 2-var rows (``two_var_n="training"``, the
     study's training renderer) or, with ``two_var_n="uniform"``, uniform on
     2..max_assignments for 2-var rows (the study's 2-var evaluation builder).
+    A variant task renders by :func:`compose_lens.data.variants.render_variant`.
     """
     task = split.task
+    if task.is_variant:
+        return Batch(*render_variant(split, rows, generator, two_var_n))
     rows = rows.long().clone()
     N, M, V, C = len(rows), task.max_assignments, task.n_vars, task.context_len
     fresh = rows[:, 2] == ANY_PAIR
@@ -223,6 +234,11 @@ def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.
     return _draw(_row_table_pool(split, kind, pairs), size, g, distinct=True)
 
 
+def pool_names(task) -> tuple[str, ...]:
+    """The pools of ``task``: the study's nine, then a variant's own (none for the study's task)."""
+    return POOL_NAMES + variant_pool_names(task)
+
+
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
     """One of the nine accuracy pools of SPEC section 3, ``size`` sequences, as the study draws them.
 
@@ -234,16 +250,49 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     * Drawn with replacement by the study's pool builder: ``1var_add_restricted``,
       ``1var_var_restricted`` (a side uniformly, then a variable of that side) and the
       two ``2var_var_restricted`` pools (n uniform on 2..6, as in the 2-var union).
+
+    A variant task's own pools (:mod:`compose_lens.data.variants`) draw from the stream of
+    their position in :func:`pool_names` (``reassign_first`` from ``reassign_latest``'s:
+    the same sequences, scored against the first values).
     """
+    names = pool_names(split.task)
+    if name not in names:
+        raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(names)}")
     if name not in POOL_NAMES:
-        raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(POOL_NAMES)}")
+        index = names.index("reassign_latest" if name == "reassign_first" else name)
+        return _variant_pool(split, name, size, streams.derived_generator(seed, streams.POOLS, index))
     g = streams.derived_generator(seed, streams.POOLS, POOL_NAMES.index(name))
     two_var_n = "uniform" if name.startswith("2var_var_restricted") else "training"
     return render(split, _pool_rows(split, name, size, g), g, two_var_n)
 
 
+def _variant_pool(split: Split, name: str, size: int, g: torch.Generator) -> Batch:
+    """A pool of :func:`~compose_lens.data.variants.variant_pool_names`: 1-var and 2-var rows (training
+    rows for ``reassign_any``) on training or held-out pairs, rendered with the variant forced
+    (:func:`~compose_lens.data.variants.pool_render_options`); ``reassign_first`` is
+    ``reassign_latest``'s sequences labelled with the first values."""
+    source = "reassign_latest" if name == "reassign_first" else name
+    pairs = split.heldout_pairs if source.endswith("add_restricted") else split.train_pairs
+    if source == "reassign_any":
+        table = training_rows(split)
+    else:
+        table = torch.cat([_row_table_pool(split, "1var", pairs), _row_table_pool(split, "2var", pairs)])
+        if source.startswith("reassign"):
+            table = table[reassignable(split, table)]
+            if not len(table):
+                raise ConfigError(f"pool {name}: no row can be reassigned without a held-out pair "
+                                  f"reaching training; raise f")
+    rows = _draw(table, size, g, distinct=True)
+    batch = Batch(*render_variant(split, rows, g, **pool_render_options(source)))
+    if name == "reassign_first":
+        batch.labels = torch.tensor([first_label_of(split.task, t) for t in batch.tokens.tolist()],
+                                    dtype=torch.long)
+    return batch
+
+
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
-    return {name: make_pool(split, name, size, seed) for name in POOL_NAMES}
+    """Every pool of the split's task (:func:`pool_names`): the nine, and a variant's own."""
+    return {name: make_pool(split, name, size, seed) for name in pool_names(split.task)}
 
 
 def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:

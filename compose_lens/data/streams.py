@@ -15,7 +15,7 @@ one in its decade) and adds a line here.
 name                     id    consumer (``index`` in brackets)
 =======================  ====  ==========================================================
 ``TRAIN_BATCHES``        2     ``TrainingSampler`` (block of steps)
-``POOLS``                3     ``make_pool`` (pool's position in ``POOL_NAMES``)
+``POOLS``                3     ``make_pool`` (pool's position in ``pool_names(task)``)
 ``EXHAUSTIVE``           4     ``make_exhaustive`` (position in ``EXHAUSTIVE_NAMES``)
 ``FORBIDDEN_SLOTS``      7     ``analysis.dynamics.forbidden_slot_batches`` (slot)
 ``DATA_SAMPLE``          9     ``compose-lens data sample --split train``

@@ -13,6 +13,9 @@ p+2                    ``PAD``
 p+3 ..                 the variables ``a``, ``b``, ...
 ====================  ===========
 
+With noise words (``TaskConfig.noise_rate > 0``) the filler words ``let``, ``is``, ``be``,
+``then`` take the ids p+3 .. p+6 and the variables follow them.
+
 A sequence is a 12-token context of ``VAR VALUE`` assignments scattered among
 ``PAD`` tokens, then the 4-token query ``+ LHS RHS =``. Two readable forms exist
 for people, the CLI and figures:
@@ -23,6 +26,18 @@ for people, the CLI and figures:
 The short form does not say where the padding lies; parsing it puts every ``PAD``
 first (left padding). Both forms parse back to tokens, and malformed input is
 refused with one line that says what is wrong.
+
+The task variants (docs/variants.md) read and print in the same forms:
+
+* reassignment, the latest assignment counts: ``b=3, e=5, b=9, b+1=?`` (answer 10);
+* chains, a variable assigned a variable: ``c=b, b=7, c+1=?`` (answer 8);
+* noise words, shown as words wherever they lie: ``let b is 7, e=5, then, b+1=?``. In the
+  short form a filler before an assignment's variable belongs to that assignment, a filler
+  between its variable and value stands where ``=`` would (``b is 7``), and fillers after
+  the last assignment stand on their own before the query.
+
+A variant's sequences are refused by a task without that variant (the study's task
+refuses ``b=3, b=9, b+1=?`` as "assigned twice").
 
 >>> from compose_lens.config import TaskConfig
 >>> task = TaskConfig()
@@ -51,7 +66,7 @@ class SequenceError(ComposeLensError, ValueError):
 
 
 def token_name(task: TaskConfig, token: int) -> str:
-    """The word for one token: ``'17'``, ``'+'``, ``'='``, ``'PAD'`` or a variable letter."""
+    """The word for one token: ``'17'``, ``'+'``, ``'='``, ``'PAD'``, a filler word or a variable letter."""
     token = int(token)
     if 0 <= token < task.modulus:
         return str(token)
@@ -61,6 +76,8 @@ def token_name(task: TaskConfig, token: int) -> str:
         return "="
     if token == task.pad_token:
         return "PAD"
+    if task.first_noise_token <= token < task.first_var_token:
+        return task.noise_words[token - task.first_noise_token]
     if task.first_var_token <= token < task.d_vocab:
         return task.variable_names[token - task.first_var_token]
     raise SequenceError(f"token {token} is outside the vocabulary 0..{task.d_vocab - 1}")
@@ -76,32 +93,97 @@ def token_id(task: TaskConfig, word: str) -> int:
         return task.pad_token
     if word in task.variable_names:
         return task.first_var_token + task.var_index(word)
+    if word in task.noise_words:
+        return task.first_noise_token + task.noise_words.index(word)
     if re.fullmatch(r"\d+", word):
         value = int(word)
         if value >= task.modulus:
             raise SequenceError(f"value {value} is out of range: numbers are 0..{task.modulus - 1}")
         return value
+    fillers = f", filler words {', '.join(task.noise_words)}" if task.noise_words else ""
     raise SequenceError(
         f"unknown word {word!r}: use numbers 0..{task.modulus - 1}, variables "
-        f"{task.variable_names[0]}..{task.variable_names[-1]}, '+', '=' or 'PAD'"
+        f"{task.variable_names[0]}..{task.variable_names[-1]}{fillers}, '+', '=' or 'PAD'"
     )
+
+
+def is_noise(task: TaskConfig, token: int) -> bool:
+    """Is ``token`` a filler word (never an operand, never an answer)?"""
+    return task.first_noise_token <= int(token) < task.first_var_token
 
 
 @dataclass(frozen=True)
 class Decoded:
-    """What a valid sequence says: its assignments, its query and its answer."""
+    """What a valid sequence says: its assignments, its query and its answer.
 
-    assignments: tuple[tuple[str, int], ...]  # in context order
+    ``assignments`` lists every assignment in context order, reassignments included; a
+    chain's ``c=b`` has the variable name as its value. For each operand: ``x`` / ``y`` is
+    its value (a variable's latest assignment, through a chain where there is one),
+    ``first_x`` / ``first_y`` the first value the variable holding it was assigned (equal
+    to ``x`` / ``y`` unless it was reassigned), and ``hops`` counts the assignments read
+    (0 for a constant, 1 for ``b=7``, 2 through a chain ``c=b, b=7``).
+    """
+
+    assignments: tuple[tuple[str, int | str], ...]  # in context order
     lhs: str | int
     rhs: str | int
     x: int
     y: int
     label: int
     type: str
+    first_x: int = -1
+    first_y: int = -1
+    hops: tuple[int, int] = (0, 0)
+    reassigned: tuple[str, ...] = ()  # variables assigned more than once, in order of first assignment
+    n_fillers: int = 0  # filler words in the context
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One piece of a context in order: a filler word, or an assignment with the fillers inside it."""
+
+    filler: str | None = None
+    name: str = ""
+    value: int | str = 0
+    inner: tuple[str, ...] = ()
+
+
+def _read_context(task: TaskConfig, context: list[int]) -> list[_Item]:
+    """The context's fillers and assignments in order (PAD dropped), checked against the task."""
+    items: list[_Item] = []
+    i = 0
+    while i < len(context):
+        t = context[i]
+        if t == task.pad_token:
+            i += 1
+            continue
+        name = token_name(task, t)
+        if is_noise(task, t):
+            items.append(_Item(filler=name))
+            i += 1
+            continue
+        if not task.first_var_token <= t < task.d_vocab:
+            raise SequenceError(f"context position {i} holds {name!r} where a variable or PAD belongs")
+        j, inner = i + 1, []
+        while j < len(context) and is_noise(task, context[j]):  # fillers inside: `b is 7`
+            inner.append(token_name(task, context[j]))
+            j += 1
+        value_ok = j < len(context) and (0 <= context[j] < task.modulus or (
+            task.chain_rate > 0 and task.first_var_token <= context[j] < task.d_vocab))
+        if not value_ok:
+            what = "a number or a variable" if task.chain_rate > 0 else "a number"
+            raise SequenceError(f"variable {name!r} at position {i} is not followed by {what}")
+        value = context[j] if context[j] < task.modulus else token_name(task, context[j])
+        if task.reassign_rate == 0 and any(name == a.name for a in items if a.filler is None):
+            raise SequenceError(f"variable {name!r} is assigned twice; each variable at most once")
+        items.append(_Item(name=name, value=value, inner=tuple(inner)))
+        i = j + 1
+    return items
 
 
 def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
-    """Check a token row against SPEC section 1 and read it; raise SequenceError if invalid."""
+    """Check a token row against SPEC section 1 (and the task's variants) and read it;
+    raise SequenceError if invalid."""
     tokens = [int(t) for t in tokens]
     if len(tokens) != task.seq_len:
         raise SequenceError(f"a sequence has exactly {task.seq_len} tokens, got {len(tokens)}")
@@ -109,50 +191,62 @@ def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
     context, query = tokens[: task.context_len], tokens[task.context_len:]
     if query[0] != task.plus_token or query[3] != task.equals_token:
         raise SequenceError(f"the query must read '+ LHS RHS =', got {' '.join(words[task.context_len:])!r}")
-    assignments: list[tuple[str, int]] = []
-    i = 0
-    while i < len(context):
-        t = context[i]
-        if t == task.pad_token:
-            i += 1
-            continue
-        name = words[i]
-        if not task.first_var_token <= t < task.d_vocab:
-            raise SequenceError(f"context position {i} holds {name!r} where a variable or PAD belongs")
-        if i + 1 >= len(context) or not 0 <= context[i + 1] < task.modulus:
-            raise SequenceError(f"variable {name!r} at position {i} is not followed by a number")
-        if any(name == a for a, _ in assignments):
-            raise SequenceError(f"variable {name!r} is assigned twice; each variable at most once")
-        assignments.append((name, context[i + 1]))
-        i += 2
+    items = _read_context(task, context)
+    assignments = tuple((a.name, a.value) for a in items if a.filler is None)
     if not assignments:
         raise SequenceError("the context has no assignment; a sequence needs at least one")
     if len(assignments) > task.max_assignments:
         raise SequenceError(f"{len(assignments)} assignments, at most {task.max_assignments} allowed")
-    bound = dict(assignments)
+    history: dict[str, list[int | str]] = {}
+    for name, value in assignments:
+        history.setdefault(name, []).append(value)
+    for name, values in history.items():  # every chain resolves in one more hop to a number
+        target = values[-1]
+        if isinstance(target, str):
+            if target == name:
+                raise SequenceError(f"variable {name!r} is assigned itself")
+            if target not in history:
+                raise SequenceError(f"variable {name!r} is assigned {target!r}, which is never assigned")
+            if isinstance(history[target][-1], str):
+                raise SequenceError(f"{name}={target}, {target}={history[target][-1]}: a chain has two hops "
+                                    f"at most, so {target!r} must be assigned a number")
 
-    def operand(token: int, side: str) -> tuple[str | int, int]:
+    def operand(token: int, side: str) -> tuple[str | int, int, int, int]:
         if 0 <= token < task.modulus:
-            return token, token
+            return token, token, token, 0
         name = token_name(task, token)
         if name not in task.variable_names:
             raise SequenceError(f"the {side} operand {name!r} must be a number or a variable")
-        if name not in bound:
+        if name not in history:
             raise SequenceError(f"variable {name!r} is queried but never assigned in the context")
-        return name, bound[name]
+        holder, hops = name, 1
+        if isinstance(history[name][-1], str):
+            holder, hops = str(history[name][-1]), 2
+        numbers = [v for v in history[holder] if isinstance(v, int)]
+        return name, int(history[holder][-1]), numbers[0], hops
 
-    lhs, x = operand(query[1], "left")
-    rhs, y = operand(query[2], "right")
+    lhs, x, first_x, hops_x = operand(query[1], "left")
+    rhs, y, first_y, hops_y = operand(query[2], "right")
     if isinstance(lhs, str) and lhs == rhs:
         raise SequenceError(f"a 2-var query uses two different variables, got {lhs!r} twice")
     kind = {(False, False): "0var", (True, False): "1var_left", (False, True): "1var_right",
             (True, True): "2var"}[(isinstance(lhs, str), isinstance(rhs, str))]
-    return Decoded(tuple(assignments), lhs, rhs, x, y, (x + y) % task.modulus, kind)
+    reassigned = tuple(name for name, values in history.items() if len(values) > 1)
+    fillers = sum(1 for t in context if is_noise(task, t))
+    return Decoded(assignments, lhs, rhs, x, y, (x + y) % task.modulus, kind,
+                   first_x, first_y, (hops_x, hops_y), reassigned, fillers)
 
 
 def label_of(task: TaskConfig, tokens: Sequence[int]) -> int:
     """The answer ``(x + y) mod p`` of a valid sequence."""
     return decode(task, tokens).label
+
+
+def first_label_of(task: TaskConfig, tokens: Sequence[int]) -> int:
+    """The answer from each operand's *first* assignment: what a model that ignores
+    reassignments would say (the ``reassign_first`` pool's label)."""
+    d = decode(task, tokens)
+    return (d.first_x + d.first_y) % task.modulus
 
 
 def to_token_string(task: TaskConfig, tokens: Sequence[int]) -> str:
@@ -163,11 +257,19 @@ def to_token_string(task: TaskConfig, tokens: Sequence[int]) -> str:
 def to_text(task: TaskConfig, tokens: Sequence[int]) -> str:
     """The short readable form ``b=7, e=5, b+23=?`` (padding positions are not shown)."""
     d = decode(task, tokens)
-    parts = [f"{name}={value}" for name, value in d.assignments]
+    parts, pending = [], []
+    for item in _read_context(task, [int(t) for t in tokens[: task.context_len]]):
+        if item.filler is not None:
+            pending.append(item.filler)
+            continue
+        core = " ".join([item.name, *item.inner, str(item.value)]) if item.inner else f"{item.name}={item.value}"
+        parts.append(" ".join([*pending, core]))
+        pending = []
+    if pending:  # fillers after the last assignment
+        parts.append(" ".join(pending))
     return ", ".join(parts + [f"{d.lhs}+{d.rhs}=?"])
 
 
-_SHORT_ASSIGN = re.compile(r"^\s*([A-Za-z]\w*)\s*=\s*(\w+)\s*$")
 _SHORT_QUERY = re.compile(r"^\s*(\w+)\s*\+\s*(\w+)\s*=\s*\??\s*$")
 
 
@@ -184,6 +286,44 @@ def parse_sequence(task: TaskConfig, text: str) -> list[int]:
     return tokens
 
 
+def _parse_assignment(task: TaskConfig, part: str) -> list[int]:
+    """One comma-separated part of the short form: ``b=7``, ``let b is 7``, ``c=b`` or fillers alone."""
+    fillers = set(task.noise_words)
+    example = "'b=7' or 'let b is 7'" if fillers else "'b=7'"
+    words = re.findall(r"[^\s=]+|=", part)
+    lead = 0
+    while lead < len(words) and words[lead] in fillers:
+        lead += 1
+    rest = words[lead:]
+    if not rest:  # fillers on their own
+        if not words:
+            raise SequenceError(f"the assignment {part.strip()!r} must read like {example}")
+        return [token_id(task, w) for w in words]
+    name, rest = rest[0], rest[1:]
+    inner = 0
+    while inner < len(rest) and rest[inner] in fillers:
+        inner += 1
+    between, rest = rest[:inner], rest[inner:]
+    if not between:
+        if not rest or rest[0] != "=":
+            raise SequenceError(f"the assignment {part.strip()!r} must read like {example}")
+        rest = rest[1:]
+    if not rest or rest[0] == "=" or any(w not in fillers for w in rest[1:]) \
+            or not re.fullmatch(r"[A-Za-z]\w*", name):
+        raise SequenceError(f"the assignment {part.strip()!r} must read like {example}")
+    value = rest[0]
+    if name not in task.variable_names:
+        raise SequenceError(
+            f"unknown variable {name!r}: the variables are "
+            f"{task.variable_names[0]}..{task.variable_names[-1]}")
+    value_token = token_id(task, value)
+    is_variable = task.first_var_token <= value_token < task.d_vocab
+    if not (0 <= value_token < task.modulus or (is_variable and task.chain_rate > 0)):
+        raise SequenceError(f"variable {name!r} must be assigned a number, got {value!r}")
+    return ([token_id(task, w) for w in words[:lead]] + [token_id(task, name)]
+            + [token_id(task, w) for w in between] + [value_token] + [token_id(task, w) for w in rest[1:]])
+
+
 def _parse_short(task: TaskConfig, text: str) -> list[int]:
     parts = [p for p in text.split(",")]
     *assigns, query = parts
@@ -192,18 +332,11 @@ def _parse_short(task: TaskConfig, text: str) -> list[int]:
         raise SequenceError(f"the query {query.strip()!r} must read like 'b+23=?'")
     context: list[int] = []
     for part in assigns:
-        a = _SHORT_ASSIGN.match(part)
-        if not a:
-            raise SequenceError(f"the assignment {part.strip()!r} must read like 'b=7'")
-        name, value = a.groups()
-        if name not in task.variable_names:
-            raise SequenceError(
-                f"unknown variable {name!r}: the variables are "
-                f"{task.variable_names[0]}..{task.variable_names[-1]}")
-        context += [token_id(task, name), token_id(task, value)]
-        if not 0 <= context[-1] < task.modulus:
-            raise SequenceError(f"variable {name!r} must be assigned a number, got {value!r}")
+        context += _parse_assignment(task, part)
     if len(context) > task.context_len:
+        if any(is_noise(task, t) for t in context):
+            raise SequenceError(f"{len(context)} context tokens (fillers included) do not fit the "
+                                f"{task.context_len}-token context")
         raise SequenceError(
             f"{len(assigns)} assignments do not fit the {task.context_len}-token context "
             f"(at most {task.context_len // 2})")

@@ -1,0 +1,251 @@
+"""Noisier contexts: rendering the task variants, and the pools that isolate each one.
+
+The study's contexts are clean: every variable is assigned once, to a number, among
+nothing but padding. The task variants (``TaskConfig``; docs/variants.md) loosen that,
+one setting each, all 0 by default (then :func:`compose_lens.data.sampler.render` keeps
+the study's own code path, bit for bit):
+
+* **reassignment** (``reassign_rate``): with this chance a context assigns one of its
+  variables twice, and the latest assignment counts: ``b=3, e=5, b=9, b+1=?`` answers 10;
+* **chains** (``chain_rate``): with this chance a sequence with a variable operand reaches
+  it in two hops, ``c=b, b=7, c+1=?``; a chain is an alias, whatever the order of its two
+  assignments (and with reassignment, ``c`` follows ``b``'s latest value);
+* **noise words** (``noise_rate``): each context position the study would pad holds,
+  with this chance, a filler word (``let``, ``is``, ``be``, ``then``) instead; PAD falls
+  between assignments, a filler also inside one (``let b is 7``);
+* **longer contexts**: ``seq_len`` and ``max_assignments``.
+
+How a row ``(x, y, v, w)`` is rendered here, in this order:
+
+1. chain or not; for a 2-var row, the chained side uniformly. The chain's middle variable
+   is one allowed on that side (so ``a``, ``b`` never carry a right operand's value in
+   training, not even through a chain) and distinct from the queried ones;
+2. reassignment or not;
+3. the number of assignments n ~ U{1..M} (2-var rows as in the study), raised to what the
+   row needs: its queried variables, a chain's ``c=b`` and the reassignment. n counts every
+   assignment, so the context holds n - 1 distinct variables when one is reassigned;
+4. the variables (queried, the chain's middle one, then distinct distractors) and values;
+5. the reassigned variable: uniform among the context's variables that hold a number (a
+   chain's alias ``c`` is never reassigned). Its earlier, stale value comes before the
+   latest one. **No held-out pair leaks**: when the reassigned variable holds an operand
+   of a training pair (x, y), its stale value s keeps (s, y) (or (x, s)) a training pair
+   as well, so every value an operand's variable takes in training forms a training pair.
+   In the rare row where no other value does, that row is not reassigned;
+6. the assignments in a shuffled order (stale before latest), then PAD and fillers placed
+   by sort keys: PAD in the n + 1 gaps around assignments, fillers in those and the n gaps
+   inside them;
+7. the query, whose label is the latest value (through the chain) plus the other operand.
+
+The pools of a variant task are the study's nine, rendered as training renders (so at the
+variant's rates), plus those of :func:`variant_pool_names` that isolate each variant.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from compose_lens.config import TaskConfig
+from compose_lens.data.split import ANY_PAIR, Split
+
+REASSIGN_MODES = ("rate", "any", "query", "none")
+CHAIN_MODES = ("rate", "query", "none")
+
+REASSIGN_POOLS = ("reassign_latest", "reassign_first", "reassign_any", "reassign_add_restricted")
+CHAIN_POOLS = ("chain_train", "chain_add_restricted")
+NOISE_POOLS = ("noise_none", "noise_all")
+
+POOL_DESCRIPTIONS = {
+    "reassign_latest": "an operand's variable reassigned (training pairs); scored against the latest value",
+    "reassign_first": "the same sequences scored against the first value: how often the model reads the stale one",
+    "reassign_any": "training rows, every context reassigns one of its variables (often a distractor)",
+    "reassign_add_restricted": "an operand's variable reassigned, held-out pairs",
+    "chain_train": "an operand reached through a chain c=b, b=7 (training pairs)",
+    "chain_add_restricted": "an operand reached through a chain, held-out pairs",
+    "noise_none": "1-var and 2-var training rows without a filler word",
+    "noise_all": "the same rows with every free context position a filler word",
+}
+
+
+def variant_pool_names(task: TaskConfig) -> tuple[str, ...]:
+    """The pools a variant task adds to the study's nine (none for the study's task)."""
+    names: tuple[str, ...] = ()
+    if task.reassign_rate > 0:
+        names += REASSIGN_POOLS
+    if task.chain_rate > 0:
+        names += CHAIN_POOLS
+    if task.noise_rate > 0:
+        names += NOISE_POOLS
+    return names
+
+
+def _pick(mask: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A uniform column index among the True entries of each row of ``mask`` (N, K), and
+    whether the row had one."""
+    keys = torch.rand(mask.shape, generator=g).masked_fill(~mask, -1.0)
+    return keys.argmax(1), mask.any(1)
+
+
+def stale_candidates(split: Split, x: torch.Tensor, y: torch.Tensor, side: int) -> torch.Tensor:
+    """(N, p) bool: the values an operand's variable may be assigned before its latest one.
+
+    Any value other than the operand's, and, for a training pair, only those that keep the
+    pair a training pair: (s, y) for the left operand (``side`` 0), (x, s) for the right."""
+    p = split.task.modulus
+    is_train = split.is_train
+    row_train = is_train[x, y].unsqueeze(1)
+    kept = is_train[:, y].T if side == 0 else is_train[x, :]
+    own = (x if side == 0 else y).unsqueeze(1)
+    return (kept | ~row_train) & (torch.arange(p).unsqueeze(0) != own)
+
+
+def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var_n: str = "training",
+                   reassign: str = "rate", chain: str = "rate",
+                   noise_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Render rows (N, 4) into token sequences of a variant task (module docstring).
+
+    ``reassign``: ``rate`` (the task's), ``any`` (every context, a variable drawn uniformly),
+    ``query`` (every context, the variable holding an operand) or ``none``. ``chain``:
+    ``rate``, ``query`` (every row with a variable operand) or ``none``. ``noise_rate``
+    overrides the task's. Returns tokens (N, seq_len), labels (N,) and the rows with their
+    variable pairs drawn (the fields of :class:`~compose_lens.data.sampler.Batch`).
+    """
+    if reassign not in REASSIGN_MODES or chain not in CHAIN_MODES:
+        raise ValueError(f"reassign={reassign!r} / chain={chain!r}: use {REASSIGN_MODES} / {CHAIN_MODES}")
+    task, g = split.task, generator
+    noise = task.noise_rate if noise_rate is None else noise_rate
+    p, V, C, M = task.modulus, task.n_vars, task.context_len, task.max_assignments
+    rows = rows.long().clone()
+    N = len(rows)
+    fresh = rows[:, 2] == ANY_PAIR
+    if fresh.any():  # the variable pair of a 2-var row, drawn afresh at every render
+        allowed = torch.tensor(task.allowed_two_var_pairs, dtype=torch.long)
+        rows[fresh, 2:] = allowed[torch.randint(0, len(allowed), (int(fresh.sum()),), generator=g)]
+    x, y, v, w = rows.unbind(1)
+    has_v, has_w = v >= 0, w >= 0
+    ar = torch.arange(N)
+    n_queried = has_v.long() + has_w.long()
+
+    # 1. chains: which rows, which side (0 left, 1 right)
+    chain_draw, side_draw = torch.rand(N, generator=g), torch.rand(N, generator=g)
+    chained = (has_v | has_w) & {"rate": chain_draw < task.chain_rate, "query": torch.ones(N, dtype=torch.bool),
+                                 "none": torch.zeros(N, dtype=torch.bool)}[chain]
+    chain_side = torch.where(has_v & has_w, (side_draw < 0.5).long(), (~has_v).long())
+
+    # 2. reassignment or not (a "query" reassignment needs a variable operand)
+    reassign_draw = torch.rand(N, generator=g)
+    reassigned = {"rate": reassign_draw < task.reassign_rate, "any": torch.ones(N, dtype=torch.bool),
+                  "query": has_v | has_w, "none": torch.zeros(N, dtype=torch.bool)}[reassign]
+
+    # 3. how many assignments, raised to what the row needs
+    n = torch.randint(1, M + 1, (N,), generator=g)
+    two = has_v & has_w
+    if two_var_n == "uniform":
+        n = torch.where(two, torch.randint(2, M + 1, (N,), generator=g), n)
+    else:
+        n = torch.where(two, n.clamp(min=2), n)
+    n = torch.maximum(n, n_queried.clamp(min=1) + chained.long() + reassigned.long())
+    distinct = n - reassigned.long()
+
+    # 4. variables in role order: v, w, the chain's middle variable, then distractors
+    keys = torch.rand(N, V, generator=g)
+    keys[ar[has_v], v[has_v]] = -3.0
+    keys[ar[has_w], w[has_w]] = -2.0
+    side_ok = torch.zeros(2, V, dtype=torch.bool)
+    side_ok[0, list(task.allowed_left)] = True
+    side_ok[1, list(task.allowed_right)] = True
+    middle_ok = side_ok[chain_side].clone()
+    middle_ok[ar[has_v], v[has_v]] = False
+    middle_ok[ar[has_w], w[has_w]] = False
+    middle, _ = _pick(middle_ok, g)
+    keys[ar[chained], middle[chained]] = -1.0
+    chosen = keys.argsort(dim=1)[:, :M]
+    var_tok = chosen + task.first_var_token
+    val_tok = torch.randint(0, p, (N, M), generator=g)
+    middle_slot = n_queried  # the chain's middle variable comes right after the queried ones
+    left_slot = torch.where(chained & (chain_side == 0), middle_slot, torch.zeros_like(n))  # holds x's number
+    right_slot = torch.where(chained & (chain_side == 1), middle_slot, has_v.long())  # holds y's number
+    val_tok[ar[has_v], left_slot[has_v]] = x[has_v]
+    val_tok[ar[has_w], right_slot[has_w]] = y[has_w]
+    alias_slot = torch.where(chain_side == 0, torch.zeros_like(n), has_v.long())
+    val_tok[ar[chained], alias_slot[chained]] = middle[chained] + task.first_var_token
+
+    # 5. the reassigned variable and its stale value (no held-out pair through it)
+    slot = torch.arange(M).unsqueeze(0)
+    left_cand, right_cand = stale_candidates(split, x, y, 0), stale_candidates(split, x, y, 1)
+    left_possible, right_possible = has_v & left_cand.any(1), has_w & right_cand.any(1)
+    query_side = torch.where(left_possible & right_possible, (torch.rand(N, generator=g) < 0.5).long(),
+                             (~left_possible).long())
+    eligible = (slot < distinct.unsqueeze(1)) & ~((slot == alias_slot.unsqueeze(1)) & chained.unsqueeze(1))
+    uniform_target, _ = _pick(eligible, g)
+    if reassign == "query":
+        target = torch.where(query_side == 0, left_slot, right_slot)
+        reassigned &= left_possible | right_possible
+    else:
+        target = uniform_target
+    on_left = has_v & (target == left_slot)
+    on_right = has_w & (target == right_slot) & ~on_left
+    current = val_tok.gather(1, target.unsqueeze(1)).squeeze(1)
+    other = torch.arange(p).unsqueeze(0) != current.unsqueeze(1)
+    candidates = torch.where(on_left.unsqueeze(1), left_cand, torch.where(on_right.unsqueeze(1), right_cand, other))
+    stale, possible = _pick(candidates, g)
+    reassigned &= possible
+    total = distinct + reassigned.long()
+    var_tok[ar[reassigned], distinct[reassigned]] = var_tok[ar[reassigned], target[reassigned]]
+    val_tok[ar[reassigned], distinct[reassigned]] = stale[reassigned]
+
+    # 6. shuffled order, the stale assignment before the latest one
+    order_keys = torch.rand(N, M, generator=g).masked_fill(slot >= total.unsqueeze(1), 2.0)
+    r = ar[reassigned]
+    k_latest, k_stale = order_keys[r, target[r]], order_keys[r, distinct[r]]
+    order_keys[r, target[r]] = torch.maximum(k_latest, k_stale)
+    order_keys[r, distinct[r]] = torch.minimum(k_latest, k_stale)
+    order = order_keys.argsort(dim=1)
+    slot_vars, slot_vals = var_tok.gather(1, order), val_tok.gather(1, order)
+
+    # 7. PAD and fillers by sort keys: assignment j's variable at 2j + 0.5, its value at 2j + 1.5;
+    # gap 2i (around assignments) and gap 2i + 1 (inside assignment i) span g +- 0.25
+    inf = float("inf")
+    used = slot < total.unsqueeze(1)
+    var_keys = (2.0 * slot + 0.5).expand(N, M).masked_fill(~used, inf)
+    val_keys = (2.0 * slot + 1.5).expand(N, M).masked_fill(~used, inf)
+    F = C - 2
+    free = torch.arange(F).unsqueeze(0) < (C - 2 * total).unsqueeze(1)
+    is_filler = torch.rand(N, F, generator=g) < noise
+    word = torch.randint(0, max(task.n_noise_words, 1), (N, F), generator=g) + task.first_noise_token
+    pad_gap = 2 * (torch.rand(N, F, generator=g) * (total + 1).unsqueeze(1)).long()
+    filler_gap = (torch.rand(N, F, generator=g) * (2 * total + 1).unsqueeze(1)).long()
+    within = torch.rand(N, F, generator=g)
+    free_keys = (torch.where(is_filler, filler_gap, pad_gap) - 0.25 + 0.5 * within).masked_fill(~free, inf)
+    free_tok = torch.where(is_filler, word, torch.full_like(word, task.pad_token))
+    all_keys = torch.cat([var_keys, val_keys, free_keys], 1)
+    all_tok = torch.cat([slot_vars, slot_vals, free_tok], 1)
+    context = all_tok.gather(1, all_keys.argsort(dim=1, stable=True)[:, :C])
+
+    # 8. the query and the label
+    lhs = torch.where(has_v, v + task.first_var_token, x)
+    rhs = torch.where(has_w, w + task.first_var_token, y)
+    query = torch.stack([torch.full_like(x, task.plus_token), lhs, rhs,
+                         torch.full_like(x, task.equals_token)], dim=1)
+    return torch.cat([context, query], dim=1), (x + y) % p, rows
+
+
+# -- the pools of a variant (drawn by compose_lens.data.sampler.make_pool) ------------------------
+
+
+def reassignable(split: Split, rows: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: rows where a variable operand can take a stale value (step 5 of the module docstring)."""
+    x, y, v, w = rows.unbind(1)
+    left = (v != -1) & stale_candidates(split, x, y, 0).any(1)
+    right = (w != -1) & stale_candidates(split, x, y, 1).any(1)
+    return left | right
+
+
+def pool_render_options(name: str) -> dict:
+    """How a variant pool renders its rows: keyword arguments of :func:`render_variant`."""
+    if name.startswith("reassign"):
+        return {"reassign": "any" if name == "reassign_any" else "query"}
+    if name.startswith("chain"):
+        return {"chain": "query"}
+    if name in NOISE_POOLS:
+        return {"noise_rate": 0.0 if name == "noise_none" else 1.0}
+    raise ValueError(f"unknown variant pool {name!r}")

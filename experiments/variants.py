@@ -1,0 +1,121 @@
+"""A small proxy of "the study, re-run on each task variant" (issue #26): accuracy per pool.
+
+    python experiments/variants.py                 # p = 11, 3000 steps per variant, one thread, one at a time
+    python experiments/variants.py --quick         # p = 7, 40 steps, tiny widths: checks the script runs
+    python experiments/variants.py --seeds 0 1 2   # more seeds (default: 0)
+
+Trains the paper architecture (d_model 128, one head, d_mlp 512, MLP in the last block) at a
+small modulus on the study's task and on each variant of docs/variants.md, with
+:class:`compose_lens.train.Trainer` (the ``compose-lens train`` loop):
+
+==========  ==========================================================  ======
+variant     task settings                                               layers
+==========  ==========================================================  ======
+study       the study's task                                            2
+reassign    ``reassign_rate=0.5``                                       2
+noise       ``noise_rate=0.5``                                          2
+longer      ``seq_len=32``, ``max_assignments=12``                      2
+chain       ``chain_rate=0.5`` (two hops need a third layer; lastpos)   3
+==========  ==========================================================  ======
+
+and writes one row per (variant, seed, pool) to ``experiments/results/variants/accuracy.csv``
+(``--quick``: ``accuracy_quick.csv``): the final accuracy on each of the task's pools (the
+nine and the variant's own, ``pool_size`` sequences each) and on the two exhaustive sets,
+with the run's outcome (:mod:`compose_lens.outcome`) and wall time. Runs live in
+``runs/variants[_quick]/<variant>_seed=<s>`` and are reused when finished (``results.json``).
+
+This is a proxy, not the study: a modulus of 11 rather than 59 and a few thousand steps
+rather than 30,000, on a shared CPU. It says whether each variant's pools are learnable by
+the same recipe at a small scale, not what the circuit does at p = 59.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results" / "variants"
+
+VARIANTS = {  # name: RunConfig overrides (the task settings and, for chains, the depth)
+    "study": [],
+    "reassign": ["reassign_rate=0.5"],
+    "noise": ["noise_rate=0.5"],
+    "longer": ["seq_len=32", "max_assignments=12"],
+    "chain": ["chain_rate=0.5", "n_layers=3"],
+}
+
+
+def base_overrides(quick: bool) -> list[str]:
+    if quick:
+        return ["modulus=7", "n_vars=6", 'left_forbidden=["f"]', 'right_forbidden=["a"]', "f=0.8", "steps=40",
+                "eval_every=20", "checkpoint_every=20", "pool_size=50", "batch_size=64", "threads=1",
+                "model.d_model=16", "model.d_head=16", "model.d_mlp=32"]
+    return ["modulus=11", "steps=3000", "eval_every=500", "checkpoint_every=1000", "pool_size=500",
+            "batch_size=256", "threads=1"]
+
+
+def run_variant(name: str, seed: int, quick: bool, work: Path) -> dict:
+    """Train one variant (or reuse its finished run) and return its results.json."""
+    from compose_lens.config import RunConfig
+    from compose_lens.train import Trainer
+
+    run = work / f"{name}_seed={seed}"
+    if (run / "results.json").exists():
+        return json.loads((run / "results.json").read_text())
+    overrides = base_overrides(quick) + VARIANTS[name]
+    if name == "longer" and quick:
+        overrides = [o for o in overrides if not o.startswith("max_assignments")] + ["max_assignments=6"]
+    config = RunConfig().with_overrides(overrides + [f"train.seed={seed}", f"task.seed={seed}",
+                                                     f"model.init_seed={seed}"])
+    return Trainer(config, run, progress=False, overwrite=run.exists()).run()
+
+
+def rows_of(name: str, seed: int, results: dict) -> list[dict]:
+    config = results["config"]
+    settings = {k: config["task"].get(k, 0.0) for k in ("reassign_rate", "noise_rate", "chain_rate")}
+    common = {"variant": name, "seed": seed, "modulus": config["task"]["modulus"], **settings,
+              "seq_len": config["task"]["seq_len"], "max_assignments": config["task"]["max_assignments"],
+              "n_layers": config["model"]["n_layers"], "steps": results["steps"], "forward": results["forward"],
+              "outcome": results["outcome"]["outcome"], "train_wall_time_s": results["train_wall_time_s"]}
+    out = [{**common, "pool": pool, "accuracy": acc, "n": config["train"]["pool_size"]}
+           for pool, acc in results["pools"].items()]
+    out += [{**common, "pool": set_name, "accuracy": r["accuracy"], "n": r["total"]}
+            for set_name, r in results["exhaustive"].items()]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="p = 7, 40 steps: check the script runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    work = ROOT / "runs" / ("variants_quick" if args.quick else "variants")
+    work.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / ("accuracy_quick.csv" if args.quick else "accuracy.csv")
+    rows = []
+    jobs = [(name, seed) for seed in args.seeds for name in args.variants]
+    for name, seed in tqdm(jobs, desc="variants", disable=args.quiet):
+        start = time.time()
+        rows += rows_of(name, seed, run_variant(name, seed, args.quick, work))
+        if not args.quiet:
+            tqdm.write(f"{name} seed {seed}: {time.time() - start:.0f} s")
+        pd.DataFrame(rows).to_csv(out, index=False)  # after every run: a stopped study keeps what it has
+    table = pd.DataFrame(rows)
+    wide = table.pivot_table(index="pool", columns="variant", values="accuracy", aggfunc="mean", sort=False)
+    print(wide.round(3).to_string())
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

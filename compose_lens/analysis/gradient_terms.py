@@ -225,12 +225,14 @@ def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progr
     from compose_lens.data.sampler import TrainingSampler
 
     run_dir = Path(run_dir)
+    first = runs.load_model(run_dir, bridge=False)
+    batch = TrainingSampler(first.split, n, seed).batch(0)
+    # step 0: the initial weights, booted again from the run's config (its init_seed)
+    tables = [shares(tl.parameters(tl.boot(first.config.model)), first.config, batch.tokens, batch.labels)
+              .assign(step=0)]
     sources = sorted((run_dir / runs.CHECKPOINTS_DIR).glob("step_*"))
-    tables, batch = [], None
     for source in tqdm(sources, disable=not progress, desc=f"gradient terms {run_dir.name}"):
         loaded = runs.load_model(source, bridge=False)
-        if batch is None:
-            batch = TrainingSampler(loaded.split, n, seed).batch(0)
         table = shares(tl.parameters(loaded.model), loaded.config, batch.tokens, batch.labels)
         tables.append(table.assign(step=int(source.name.removeprefix("step_"))))
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return pd.concat(tables, ignore_index=True)

@@ -73,8 +73,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
+from compose_lens import runs
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig
+from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import tl, weights
 
 MATRICES = ("qk0", "ov0", "qk1")
@@ -219,11 +222,6 @@ def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.Ten
 def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progress: bool = False) -> pd.DataFrame:
     """:func:`shares` at every checkpoint of a run (and its final model), on one batch of ``n``
     training sequences (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``); a ``step`` column."""
-    from tqdm.auto import tqdm
-
-    from compose_lens import runs
-    from compose_lens.data.sampler import TrainingSampler
-
     run_dir = Path(run_dir)
     first = runs.load_model(run_dir, bridge=False)
     batch = TrainingSampler(first.split, n, seed).batch(0)

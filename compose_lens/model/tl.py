@@ -9,10 +9,12 @@ so the next major version is a one-file change:
   ``TransformerBridge``: every TransformerLens hook name (``blocks.0.attn.hook_pattern``,
   ``blocks.1.mlp.hook_post``, ...), ``run_with_cache``, ``run_with_hooks``,
   ``W_Q`` / ``QK`` / ``OV`` and ``transformer_lens.patching`` work on it.
-* A layer without an MLP keeps a zero, frozen MLP (exactly what the study did),
-  so its ``hook_mlp_out`` is exactly zero and every helper that expects the
-  standard block layout works unchanged. Biases are zero and frozen unless the
-  configuration trains them.
+* A layer without an MLP keeps an *absent* MLP: zero and never trained (exactly
+  what the study did), so its ``hook_mlp_out`` is exactly zero and every helper that
+  expects the standard block layout works unchanged. Biases are absent unless the
+  configuration trains them. *Frozen* tensors keep a fixed non-zero value and are
+  never trained (orthogonal embeddings); :func:`apply_structure` makes both so, and
+  :func:`structure_problem` checks loaded weights against them.
 * :func:`attach_tokenizer` gives the model the task's tokenizer
   (:mod:`compose_lens.model.tokenizer`, no BOS), so ``to_tokens``, ``to_str_tokens``,
   ``to_string`` and circuitsvis's token labels work; :func:`boot` attaches it.

@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -79,6 +80,9 @@ from compose_lens import runs
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import tl, weights
+
+if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
+    from jaxtyping import Bool, Int
 
 MATRICES = ("qk0", "ov0", "qk1")
 KEPT = "kept"
@@ -122,7 +126,8 @@ class Forward:
     logits: torch.Tensor  # (B, d_vocab_out)
 
 
-def forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor, w: Products) -> Forward:
+def forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"],
+            w: Products) -> Forward:
     """The paper model's forward at ``=`` in terms of the three products (float64)."""
     p64 = {k: v.detach().double() for k, v in params.items()}
     B, n = tokens.shape
@@ -145,7 +150,8 @@ def forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Ten
     return Forward(e, pos, pattern0, scores0, out0, scores1, logits)
 
 
-def circuit_pairs(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def circuit_pairs(task: TaskConfig, tokens: Int[torch.Tensor, "batch pos"]
+                  ) -> tuple[Bool[torch.Tensor, "batch query key"], Bool[torch.Tensor, "batch key"]]:
     """Masks of the pairs the circuit uses: ``binding`` (B, n, n), True at (value position i,
     its variable i - 1); ``routing`` (B, n), True at the keys holding the operands' values."""
     B, n = tokens.shape
@@ -166,8 +172,9 @@ def circuit_pairs(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor,
     return binding, routing
 
 
-def decompose(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.Tensor,
-              labels: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+def decompose(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
+              labels: Int[torch.Tensor, "batch"]
+              ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
     """``(full, terms)``: the autograd gradient of the mean cross-entropy at ``=`` with respect to
     each product (:data:`MATRICES`), and per product its named terms (``kept`` first), which sum
     to it (module doc)."""
@@ -203,8 +210,8 @@ def decompose(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.
     return full, {"qk0": qk0, "ov0": ov0, "qk1": qk1}
 
 
-def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.Tensor,
-           labels: torch.Tensor) -> pd.DataFrame:
+def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
+           labels: Int[torch.Tensor, "batch"]) -> pd.DataFrame:
     """One row per (matrix, term): ``share`` = ||term|| / ||full|| and ``cosine`` with the full
     gradient (Frobenius), plus ``full_norm``."""
     full, terms = decompose(params, config, tokens, labels)

@@ -396,6 +396,29 @@ class ModelConfig(_JsonConfig):
     changes; pass ``mlp_layers`` to put MLPs elsewhere). The other blocks keep a
     zero, frozen MLP so TransformerLens sees the usual block layout.
     ``trained_biases=False`` keeps every bias at zero and frozen, as the reference did.
+
+    **Absent and frozen.** A weight is *absent* when it is zero and never trained (the
+    MLP of a block outside ``mlp_layers``, the untrained biases, the parts of a matrix
+    the disentangled residual forbids); it is *frozen* when it keeps its initial,
+    non-zero value and is never trained (the embeddings of ``embeddings="orthogonal"``).
+    :func:`compose_lens.model.tl.absent_names` and :func:`~compose_lens.model.tl.frozen_names`
+    list them; the trainer never hands either to the optimizer.
+
+    **The theory's idealisations** (docs/idealised.md), all off by default:
+
+    * ``embeddings="orthogonal"``: token and position embeddings are fixed orthonormal
+      directions of the embedding block (``embedding_basis="onehot"``: the unit vectors
+      e_0, e_1, ... with the tokens first and the positions after them; ``"random"``: a
+      random orthonormal set drawn from ``init_seed``), frozen. ``embedding_overlap=c``
+      (0 <= c < 1) bends the token embeddings towards one shared direction so that every
+      two distinct tokens have cosine exactly c (positions stay orthonormal): the knob
+      from the idealisation (c = 0) towards correlated embeddings.
+    * ``residual="disentangled"``: the residual stream is cut into equal blocks, one per
+      writer (the embeddings, then each layer's attention, then its MLP if it has one;
+      :meth:`residual_blocks`), and each writer writes only into its own block. A layer
+      still reads the whole stream, in which only the blocks of earlier writers are
+      non-zero: it reads their concatenation, as in the disentangled transformer of the
+      theory literature, and which layer wrote what is readable by construction.
     """
 
     n_layers: int = 2
@@ -412,6 +435,10 @@ class ModelConfig(_JsonConfig):
     trained_biases: bool = False
     init: str = "study"  # study: every matrix N(0, (0.8/sqrt(d_model))^2); tl4: boot_native's scaling
     init_seed: int = 42
+    embeddings: str = "learned"  # learned (the study) or orthogonal (frozen orthonormal directions)
+    embedding_basis: str = "onehot"  # orthogonal embeddings: onehot unit vectors, or random (from init_seed)
+    embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
+    residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -430,6 +457,72 @@ class ModelConfig(_JsonConfig):
         _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
                         f"{self.n_layers}-layer model (layers count from 0)")
         _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
+        self._check_variants()
+
+    # -- the idealised variants (see the class doc) -------------------------------------------
+
+    def _check_variants(self) -> None:
+        _check(self.embeddings in ("learned", "orthogonal"),
+               f"embeddings={self.embeddings!r}: use learned (the study) or orthogonal (frozen orthonormal)")
+        _check(self.embedding_basis in ("onehot", "random"),
+               f"embedding_basis={self.embedding_basis!r}: use onehot or random")
+        _check(self.residual in ("additive", "disentangled"),
+               f"residual={self.residual!r}: use additive (the study) or disentangled (one block per layer)")
+        _check(0.0 <= self.embedding_overlap < 1.0,
+               f"embedding_overlap={self.embedding_overlap}: the cosine between tokens must be in [0, 1)")
+        _check(self.embedding_overlap == 0.0 or self.embeddings == "orthogonal",
+               f"embedding_overlap={self.embedding_overlap} sets frozen embeddings: it needs "
+               f"embeddings=orthogonal (learned embeddings choose their own overlap)")
+        if self.residual == "disentangled":
+            writers = len(self.residual_writers())
+            _check(self.normalization_type is None,
+                   f"residual=disentangled with normalization_type={self.normalization_type!r}: a norm mixes "
+                   f"the blocks; use normalization_type=null")
+            _check(self.d_model % writers == 0,
+                   f"residual=disentangled cuts d_model into {writers} equal blocks "
+                   f"({', '.join(self.residual_writers())}): d_model={self.d_model} is not a multiple of "
+                   f"{writers}; use e.g. d_model={writers * -(-self.d_model // writers)}")
+        if self.embeddings == "orthogonal":
+            need = self.embedding_directions()
+            width = self.block_width()
+            if width < need:
+                writers = self.d_model // width
+                raise ConfigError(
+                    f"embeddings=orthogonal needs {need} orthonormal directions (d_vocab={self.d_vocab} tokens + "
+                    f"n_ctx={self.n_ctx} positions{' + 1 shared' if self.embedding_overlap else ''}) in an "
+                    f"embedding block of width {width}: use d_model >= {need * writers}")
+
+    def residual_writers(self) -> tuple[str, ...]:
+        """What writes into the residual stream, in order: ``embed``, then per block ``attn{L}`` and
+        ``mlp{L}`` (where the block has an MLP)."""
+        names = ["embed"]
+        for layer in range(self.n_layers):
+            names.append(f"attn{layer}")
+            if layer in self.mlp_layers:
+                names.append(f"mlp{layer}")
+        return tuple(names)
+
+    def block_width(self) -> int:
+        """Width of one writer's block: d_model / (number of writers) when disentangled, else d_model."""
+        return self.d_model // len(self.residual_writers()) if self.residual == "disentangled" else self.d_model
+
+    def residual_blocks(self) -> dict[str, tuple[int, int]]:
+        """Writer -> ``(start, stop)``: the columns of the residual stream it writes. Additive: every
+        writer writes everywhere ``(0, d_model)``; disentangled: consecutive blocks of equal width."""
+        width = self.block_width()
+        if self.residual == "additive":
+            return {name: (0, self.d_model) for name in self.residual_writers()}
+        return {name: (k * width, (k + 1) * width) for k, name in enumerate(self.residual_writers())}
+
+    def embedding_directions(self) -> int:
+        """How many orthonormal directions orthogonal embeddings use: one per token and per
+        position, and one shared direction when the tokens overlap."""
+        return self.d_vocab + self.n_ctx + (1 if self.embedding_overlap > 0 else 0)
+
+    @property
+    def idealised(self) -> bool:
+        """Whether any of the theory's idealisations is on (not the study's model)."""
+        return self.embeddings != "learned" or self.residual != "additive"
 
     @classmethod
     def for_task(cls, task: TaskConfig, **overrides: Any) -> "ModelConfig":

@@ -286,11 +286,9 @@ def check_weights(config: RunConfig, state: dict[str, torch.Tensor], source: str
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ComposeLensError(f"{source}: {key} contains NaN or infinite values; these weights "
                                    f"are broken (a diverged run?): pick another checkpoint")
-    for key in tl.frozen_names(config.model):
-        if key in state and state[key].abs().max() > 0:
-            raise ComposeLensError(f"{source}: {key} is not zero, but the config says it does not "
-                                   f"exist (mlp_layers={list(config.model.mlp_layers)}, "
-                                   f"trained_biases={config.model.trained_biases})")
+    structure = tl.structure_problem(config.model, state)
+    if structure:
+        raise ComposeLensError(f"{source}: {structure}")
     return {k: v.float() for k, v in state.items()}
 
 

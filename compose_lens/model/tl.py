@@ -9,10 +9,12 @@ so the next major version is a one-file change:
   ``TransformerBridge``: every TransformerLens hook name (``blocks.0.attn.hook_pattern``,
   ``blocks.1.mlp.hook_post``, ...), ``run_with_cache``, ``run_with_hooks``,
   ``W_Q`` / ``QK`` / ``OV`` and ``transformer_lens.patching`` work on it.
-* A layer without an MLP keeps a zero, frozen MLP (exactly what the study did),
-  so its ``hook_mlp_out`` is exactly zero and every helper that expects the
-  standard block layout works unchanged. Biases are zero and frozen unless the
-  configuration trains them.
+* A layer without an MLP keeps an *absent* MLP: zero and never trained (exactly
+  what the study did), so its ``hook_mlp_out`` is exactly zero and every helper that
+  expects the standard block layout works unchanged. Biases are absent unless the
+  configuration trains them. *Frozen* tensors keep a fixed non-zero value and are
+  never trained (orthogonal embeddings); :func:`apply_structure` makes both so, and
+  :func:`structure_problem` checks loaded weights against them.
 * :func:`attach_tokenizer` gives the model the task's tokenizer
   (:mod:`compose_lens.model.tokenizer`, no BOS), so ``to_tokens``, ``to_str_tokens``,
   ``to_string`` and circuitsvis's token labels work; :func:`boot` attaches it.
@@ -195,8 +197,9 @@ def state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def frozen_names(cfg: ModelConfig) -> list[str]:
-    """Names of the tensors that stay exactly zero: absent MLPs, untrained biases."""
+def absent_names(cfg: ModelConfig) -> list[str]:
+    """Names of the tensors that are *absent*: exactly zero and never trained (absent MLPs,
+    untrained biases). Parts of tensors that are absent are in :func:`absent_masks`."""
     names = []
     for layer in range(cfg.n_layers):
         if layer not in cfg.mlp_layers:
@@ -209,14 +212,101 @@ def frozen_names(cfg: ModelConfig) -> list[str]:
     return sorted(set(names))
 
 
+def absent_masks(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Tensor name -> bool mask (its shape) of the entries that are absent though the tensor is
+    not: with ``residual="disentangled"`` a writer's output matrix (and bias) has rows only in
+    its own block of the residual stream (:meth:`ModelConfig.residual_blocks`). Empty otherwise.
+    Those entries are zero and their gradient is masked to zero, so AdamW (elementwise, with
+    decoupled decay) leaves them exactly zero."""
+    if cfg.residual == "additive":
+        return {}
+    blocks, shapes, skip = cfg.residual_blocks(), state_shapes(cfg), set(absent_names(cfg))
+    outputs = {"embed": ["embed.weight", "pos_embed.weight"] if cfg.embeddings == "learned" else []}
+    for layer in range(cfg.n_layers):
+        outputs[f"attn{layer}"] = [f"blocks.{layer}.attn.o.weight", f"blocks.{layer}.attn.o.bias"]
+        outputs[f"mlp{layer}"] = [f"blocks.{layer}.mlp.out.weight", f"blocks.{layer}.mlp.out.bias"]
+    masks = {}
+    for writer, (start, stop) in blocks.items():
+        for name in outputs.get(writer, []):
+            if name in skip:
+                continue
+            mask = torch.ones(shapes[name], dtype=torch.bool)
+            # the residual axis: columns of the embeddings (V, d), rows of o / out weights (d, ...)
+            if name.endswith("embed.weight"):
+                mask[:, start:stop] = False
+            else:
+                mask[start:stop] = False
+            masks[name] = mask
+    return masks
+
+
+def frozen_names(cfg: ModelConfig) -> list[str]:
+    """Names of the tensors that are *frozen*: kept at their initial, non-zero value
+    (:func:`fixed_embeddings`) and never trained."""
+    return ["embed.weight", "pos_embed.weight"] if cfg.embeddings == "orthogonal" else []
+
+
+def fixed_embeddings(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The frozen token and position embeddings of ``embeddings="orthogonal"`` (float32), or {}.
+
+    Directions u_0 .. u_{m-1} (m = :meth:`ModelConfig.embedding_directions`) are orthonormal
+    in the embedding block (``onehot``: unit vectors; ``random``: the Q of a Gaussian's QR
+    from ``init_seed``). Token t is ``sqrt(1 - c) u_t + sqrt(c) u_shared`` (c =
+    ``embedding_overlap``: two distinct tokens have cosine exactly c, each has norm 1),
+    position i is ``u_{d_vocab + i}``.
+    """
+    if cfg.embeddings != "orthogonal":
+        return {}
+    m, (start, stop) = cfg.embedding_directions(), cfg.residual_blocks()["embed"]
+    if cfg.embedding_basis == "onehot":
+        basis = torch.eye(m, stop - start)
+    else:
+        g = torch.Generator().manual_seed(cfg.init_seed)
+        q, r = torch.linalg.qr(torch.randn(stop - start, m, generator=g, dtype=torch.float64))
+        basis = (q * torch.sign(torch.diagonal(r))).T.float()  # (m, width), orthonormal rows
+    directions = torch.zeros(m, cfg.d_model)
+    directions[:, start:stop] = basis
+    c, V = cfg.embedding_overlap, cfg.d_vocab
+    tokens = directions[:V]
+    if c > 0:
+        tokens = math.sqrt(1 - c) * tokens + math.sqrt(c) * directions[m - 1]
+    return {"embed.weight": tokens.contiguous(), "pos_embed.weight": directions[V: V + cfg.n_ctx].contiguous()}
+
+
 def apply_structure(model: TransformerBridge, cfg: ModelConfig) -> None:
-    """Zero and freeze what the configuration says does not exist."""
+    """Make the weights what the configuration says: absent tensors and entries zero and
+    untrained (a gradient hook masks the absent entries of a trained tensor), frozen
+    tensors at their fixed values and untrained."""
     params = parameters(model)
     with torch.no_grad():
-        for name in frozen_names(cfg):
+        for name in absent_names(cfg):
             if name in params:
                 params[name].zero_()
                 params[name].requires_grad_(False)
+        for name, value in fixed_embeddings(cfg).items():
+            params[name].copy_(value)
+            params[name].requires_grad_(False)
+        for name, mask in absent_masks(cfg).items():
+            keep = (~mask).to(params[name].device)
+            params[name].mul_(keep)
+            params[name].register_hook(lambda grad, keep=keep: grad * keep)
+
+
+def structure_problem(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> str | None:
+    """Why ``state`` does not have the structure ``cfg`` gives it (one line), or None: an absent
+    tensor or entry that is not zero, or a frozen embedding that is not its fixed value."""
+    for name in absent_names(cfg):
+        if name in state and state[name].abs().max() > 0:
+            return (f"{name} is not zero, but the config says it does not exist "
+                    f"(mlp_layers={list(cfg.mlp_layers)}, trained_biases={cfg.trained_biases})")
+    for name, mask in absent_masks(cfg).items():
+        if name in state and state[name][mask.to(state[name].device)].abs().max() > 0:
+            return f"{name} writes outside its block of the disentangled residual (residual=disentangled)"
+    for name, value in fixed_embeddings(cfg).items():
+        if name in state and not torch.equal(state[name].float().cpu(), value):
+            return (f"{name} is not the frozen embedding the config fixes (embeddings=orthogonal, "
+                    f"embedding_basis={cfg.embedding_basis}, embedding_overlap={cfg.embedding_overlap})")
+    return None
 
 
 def trainable_parameters(model: TransformerBridge) -> list[torch.nn.Parameter]:

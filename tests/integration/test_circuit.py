@@ -19,7 +19,7 @@ def tiny():
     model = tl.boot(TINY)
     with torch.no_grad():
         for name, p in tl.parameters(model).items():
-            if name.endswith("bias") and name not in tl.frozen_names(TINY):
+            if name.endswith("bias") and name not in tl.absent_names(TINY):
                 p.normal_(0, 0.1)
     return model
 

@@ -1,0 +1,233 @@
+"""The theory's idealised transformer beside the real one, at a small-modulus proxy (docs/idealised.md).
+
+    python experiments/idealised.py train --out runs/idealised          # the runs (resumable)
+    python experiments/idealised.py compare --out runs/idealised \\
+        --results experiments/results/idealised                          # the CSV and figures
+
+**The proxy.** The study's setting (p = 59, 30,000 steps) costs minutes per run on a free
+core; this machine shares two cores with many jobs, so the comparison runs at p = 17 (12
+variables, the study's f, r and sequence length), ``--steps`` steps (default 3,000),
+bf16 autocast, one thread. Every variant has d_model = 192 (d_head 128, d_mlp 512),
+the least width at which the disentangled residual's four equal blocks (embeddings,
+layer-1 attention, layer-2 attention, layer-2 MLP) hold one-hot orthogonal embeddings of
+the 32 tokens and 16 positions; so "paper" here is the paper's architecture and recipe at
+that width, not the shipped model.
+
+**The variants.** ``paper`` (learned embeddings, additive residual), ``orthogonal``
+(frozen one-hot embeddings), ``disentangled`` (one residual block per writer), ``both``;
+seeds set ``task.seed``, ``train.seed`` and ``model.init_seed`` together, as the sweeps do.
+The overlap knob: ``orthogonal`` with ``embedding_overlap`` in ``--overlaps``, one seed.
+
+**What ``compare`` writes** (into ``--results``): ``comparison.csv``, one row per run
+(final pool accuracies, the exhaustive accuracies, the phase onsets of
+:func:`compose_lens.phases.logged_phases`, the stall detector's outcome
+(:func:`compose_lens.outcome.classify_run`), the located binder / router / adder
+(:func:`compose_lens.analysis.locate.locate`), the previous-token and routing probes, the
+MLP's key frequencies); ``gradient_shares.csv``, the share of the associative-memory term
+in the gradients of layer-1 QK / OV and layer-2 QK at every checkpoint
+(:mod:`compose_lens.analysis.gradient_terms`); ``gradient_shares.png`` (share over
+training per variant) and ``gradient_shares_overlap.png`` (share against the overlap knob).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+VARIANTS = {
+    "paper": [],
+    "orthogonal": ["model.embeddings=orthogonal"],
+    "disentangled": ["model.residual=disentangled"],
+    "both": ["model.embeddings=orthogonal", "model.residual=disentangled"],
+}
+PROXY = ["task.modulus=17", "model.d_model=192", "model.d_head=128", "precision=bf16", "threads=1"]
+
+
+def _common(steps: int, seed: int) -> list[str]:
+    return PROXY + [f"steps={steps}", "eval_every=100", f"checkpoint_every={max(steps // 12, 100)}",
+                    "pool_size=500", f"task.seed={seed}", f"train.seed={seed}", f"model.init_seed={seed}"]
+
+
+def run_plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """(run name, overrides) of the runs ``args.only`` names: the variants seed-major (whatever
+    finishes first covers every variant), or the overlap knob's runs (``--overlap-steps`` each)."""
+    if args.only == "overlaps":
+        seed = args.seeds[0]
+        return [(f"overlap{c:g}-s{seed}", _common(args.overlap_steps, seed)
+                 + ["model.embeddings=orthogonal", f"model.embedding_overlap={c}"]) for c in args.overlaps]
+    return [(f"{name}-s{seed}", _common(args.steps, seed) + changes)
+            for seed in args.seeds for name, changes in VARIANTS.items()]
+
+
+def train(args: argparse.Namespace) -> None:
+    from compose_lens.config import RunConfig
+    from compose_lens.train import Trainer
+
+    plan = run_plan(args)[args.worker::args.workers]
+    for name, overrides in plan:
+        run_dir = args.out / name
+        if (run_dir / "results.json").exists():
+            continue
+        config = RunConfig().with_overrides(overrides)
+        print(f"training {name}: {' '.join(overrides)}", flush=True)
+        Trainer(config, run_dir, resume=run_dir.exists(), progress=False).run()
+
+
+POOLS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
+         "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+SUMMARY_KEYS = ("prev_token_attention_score", "prev_token_probe_accuracy", "equals_to_operands_score",
+                "equals_to_values_score", "variable_identity_score", "key_frequency_strength",
+                "ov_mlp_addition_accuracy", "grid_loss")
+
+
+def run_identity(run_dir: Path) -> dict:
+    """variant, seed and overlap from a run's name (``both-s0``, ``overlap0.25-s0``)."""
+    name, seed = run_dir.name.rsplit("-s", 1)
+    overlap = float(name.removeprefix("overlap")) if name.startswith("overlap") else None
+    return {"run": run_dir.name, "variant": "overlap" if overlap is not None else name, "seed": int(seed),
+            "overlap": overlap}
+
+
+def describe_run(run_dir: Path) -> dict:
+    """One row of the comparison: accuracies, phases, outcome, located roles, probes, key frequencies."""
+    import numpy as np
+
+    from compose_lens import runs
+    from compose_lens.analysis import locate, summary
+    from compose_lens.outcome import classify_run
+    from compose_lens.phases import logged_phases
+
+    row = run_identity(run_dir)
+    metrics = runs.read_metrics(run_dir)
+    results = json.loads((run_dir / "results.json").read_text())
+    row.update({"steps": results.get("steps"), **{f"final_{k}": metrics[-1].get(k) for k in POOLS}})
+    for name, value in results["exhaustive"].items():
+        row[f"exhaustive_{name}"] = value["accuracy"]
+    for name, phase in logged_phases(metrics).items():
+        row[f"onset_{name}"] = phase["step"]
+    found = classify_run(run_dir)
+    row.update({"outcome": found["outcome"], "outcome_why": found["why"]})
+    loaded = runs.load_model(run_dir)
+    model = runs.for_analyses(loaded).model
+    where = locate.locate(model, loaded.config, loaded.split)
+    for role in where.roles():
+        row[f"{role.role}"] = role.component or "none"
+        row[f"{role.role}_score"] = role.score
+    found = summary.circuit_summary(model, loaded.config, loaded.split)
+    row.update({k: found[k] for k in SUMMARY_KEYS})
+    row["key_frequencies"] = " ".join(map(str, found["key_frequencies"]))
+    row["same_dominant_frequency"] = found["constants_vs_variables"]["same_dominant_frequency"]
+    E = runs.tl.parameters(model)["embed.weight"].detach().float()
+    unit = E / E.norm(dim=1, keepdim=True)
+    cos = unit @ unit.T
+    row["token_mean_cosine"] = float(cos[~np.eye(len(E), dtype=bool)].mean())
+    return row
+
+
+def compare(args: argparse.Namespace) -> None:
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from compose_lens.analysis import gradient_terms
+
+    done = sorted(d for d in args.out.glob("*-s*") if (d / "results.json").exists())
+    rows, shares = [], []
+    for run_dir in tqdm(done[args.worker::args.workers], desc="runs"):  # kept beside each run
+        row_file, shares_file = run_dir / "idealised_row.json", run_dir / "idealised_gradient_shares.csv"
+        if not run_dir.name.startswith("overlap") and not row_file.exists():
+            row_file.write_text(json.dumps(describe_run(run_dir)))
+        if not shares_file.exists():
+            gradient_terms.shares_over_training(run_dir).assign(**run_identity(run_dir)).to_csv(shares_file,
+                                                                                              index=False)
+    if args.workers > 1:
+        return  # the last call, with one worker, collects
+    for run_dir in done:
+        if (run_dir / "idealised_row.json").exists():
+            rows.append(json.loads((run_dir / "idealised_row.json").read_text()))
+        shares.append(pd.read_csv(run_dir / "idealised_gradient_shares.csv"))
+    args.results.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.results / "comparison.csv", index=False)
+    shares = pd.concat(shares, ignore_index=True)
+    shares.to_csv(args.results / "gradient_shares.csv", index=False)
+    plot_shares(shares, args.results)
+
+
+TITLES = {"qk0": "layer-1 QK (binding: value -> its variable)", "ov0": "layer-1 OV (variable moved to value)",
+          "qk1": "layer-2 QK (routing: = -> operand values)"}
+
+
+def plot_shares(shares, out: Path) -> None:
+    """The kept term's cosine with the full gradient over training (one line per variant, mean
+    over seeds, seeds faint), and against the overlap knob."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kept = shares[shares["term"] == "kept"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
+    variants = [v for v in VARIANTS if v in set(kept["variant"])]
+    for ax, matrix in zip(axes, ("qk0", "ov0", "qk1")):
+        for k, variant in enumerate(variants):
+            part = kept[(kept["matrix"] == matrix) & (kept["variant"] == variant)]
+            for _, seed in part.groupby("seed"):
+                ax.plot(seed["step"], seed["cosine"], color=f"C{k}", alpha=0.3, lw=0.8)
+            mean = part.groupby("step")["cosine"].mean()
+            ax.plot(mean.index, mean.values, color=f"C{k}", lw=2,
+                    label=f"{variant} ({part['seed'].nunique()} seed{'s' if part['seed'].nunique() > 1 else ''})")
+        ax.set(title=TITLES[matrix], xlabel="training step")
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].set_ylabel("cosine(kept term, full gradient)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("The associative-memory term's share of the gradient over training (p = 17 proxy)")
+    fig.tight_layout()
+    fig.savefig(out / "gradient_shares.png", dpi=130)
+    plt.close(fig)
+
+    knob = kept[kept["variant"] == "overlap"]
+    if knob.empty:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
+    steps = sorted(set(knob["step"]))
+    marks = [steps[0], steps[len(steps) // 2], steps[-1]]
+    for ax, matrix in zip(axes, ("qk0", "ov0", "qk1")):
+        for k, step in enumerate(marks):
+            part = knob[(knob["matrix"] == matrix) & (knob["step"] == step)].sort_values("overlap")
+            ax.plot(part["overlap"], part["cosine"], "o-", color=f"C{k}", label=f"step {step}")
+        ax.set(title=TITLES[matrix], xlabel="embedding_overlap (cosine between token embeddings)")
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].set_ylabel("cosine(kept term, full gradient)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("From the idealisation (overlap 0) towards correlated embeddings: frozen embeddings, p = 17 proxy")
+    fig.tight_layout()
+    fig.savefig(out / "gradient_shares_overlap.png", dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("train", "compare"):
+        p = sub.add_parser(command)
+        p.add_argument("--out", type=Path, required=True, help="directory of the runs")
+        p.add_argument("--steps", type=int, default=3000)
+        p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        p.add_argument("--overlaps", type=float, nargs="*", default=[0.0, 0.25, 0.5, 0.75])
+        p.add_argument("--overlap-steps", type=int, default=1000, help="steps of each overlap run")
+    sub.choices["train"].add_argument("--only", choices=("variants", "overlaps"), default="variants")
+    for command in ("train", "compare"):
+        sub.choices[command].add_argument("--worker", type=int, default=0, help="this worker's index")
+        sub.choices[command].add_argument("--workers", type=int, default=1, help="how many workers share the runs")
+    sub.choices["compare"].add_argument("--results", type=Path, required=True, help="where the CSV and PNGs go")
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        train(args)
+    else:
+        compare(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The gradient decomposition of compose_lens.analysis.gradient_terms, against autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compose_lens.analysis import gradient_terms
+from compose_lens.config import ComposeLensError
+from compose_lens.data.sampler import TrainingSampler
+from compose_lens.data.task import parse_sequence
+from compose_lens.model import fastpath, tl
+
+VARIANTS = {"paper": {}, "both": dict(embeddings="orthogonal", residual="disentangled", d_model=128)}
+
+
+def _setup(tiny_config, tiny_split, name):
+    config = tiny_config.replace(model=tiny_config.model.replace(**VARIANTS[name]))
+    model = tl.boot(config.model)
+    with torch.no_grad():  # away from the initialisation, so that every term is alive
+        for key, value in tl.parameters(model).items():
+            if value.requires_grad:
+                value.add_(0.05 * torch.randn_like(value) * (value != 0))
+    batch = TrainingSampler(tiny_split, 64, 0).batch(0)
+    return config, model, batch
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_terms_sum_to_the_autograd_gradient(tiny_config, tiny_split, name):
+    config, model, batch = _setup(tiny_config, tiny_split, name)
+    params = tl.parameters(model)
+    full, terms = gradient_terms.decompose(params, config, batch.tokens, batch.labels)
+    for matrix in gradient_terms.MATRICES:
+        total = sum(terms[matrix].values())
+        assert torch.allclose(total, full[matrix], rtol=1e-9, atol=1e-12 * full[matrix].abs().max())
+        assert terms[matrix][gradient_terms.KEPT].norm() > 0
+        without_kept = total - terms[matrix][gradient_terms.KEPT]  # the check can fail
+        assert not torch.allclose(without_kept, full[matrix], rtol=1e-6)
+    # and the "full" gradient is the model's own: its forward is the fast path's, and the chain rule
+    # through W_QK0 = W_Q0 W_K0^T gives the gradient the trainer's forward gives blocks.0.attn.q.weight
+    logits = fastpath.last_position_logits(params, config.model, batch.tokens)
+    fw = gradient_terms.forward(params, config.model, batch.tokens, gradient_terms.Products.of(params))
+    assert torch.allclose(fw.logits.float(), logits.detach(), atol=1e-4)
+    model.zero_grad()
+    F.cross_entropy(logits, batch.labels).backward()
+    k = params["blocks.0.attn.k.weight"].detach().double()
+    assert torch.allclose((k @ full["qk0"].T).float(), params["blocks.0.attn.q.weight"].grad, atol=1e-6, rtol=1e-3)
+
+
+def test_the_circuit_pairs_are_the_assignments_and_the_operands(tiny_config):
+    task = tiny_config.task
+    tokens = torch.tensor([parse_sequence(task, "b=6, e=5, d=2, b+3=?")])
+    binding, routing = gradient_terms.circuit_pairs(task, tokens)
+    ctx = task.context_len
+    values = [i for i in range(ctx) if tokens[0, i] < task.modulus]
+    assert len(values) == 3
+    assert binding[0].nonzero().tolist() == [[i, i - 1] for i in values]
+    b_value = values[0]  # b is assigned first (left padding puts the assignments in order)
+    assert int(tokens[0, b_value]) == 6
+    assert routing[0].nonzero().flatten().tolist() == [b_value, ctx + 2]  # b's value, and the constant 3
+
+
+def test_shares_are_fractions_and_refuse_other_architectures(tiny_config, tiny_split):
+    config, model, batch = _setup(tiny_config, tiny_split, "paper")
+    table = gradient_terms.shares(tl.parameters(model), config, batch.tokens, batch.labels)
+    assert set(table["matrix"]) == set(gradient_terms.MATRICES)
+    assert ((table["cosine"] >= -1) & (table["cosine"] <= 1)).all() and (table["share"] >= 0).all()
+    normed = config.replace(model=config.model.replace(normalization_type="LN"))
+    with pytest.raises(ComposeLensError, match="needs the paper layout"):
+        gradient_terms.decompose(tl.parameters(model), normed, batch.tokens, batch.labels)

@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Iterator
 
 from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, atomic_path, temp_beside, temp_of
+from compose_lens.coverage import PAPER_MODEL_DIR
+from compose_lens.files import load_json
 
 MARKER = ".compose-lens"
 MAX_COUNT = 10_000_000  # sequences, pool sizes, prompt pairs: more is a typo, not a request
@@ -214,9 +216,6 @@ def peek_run_config(spec: str | Path) -> RunConfig | None:
     """The run config of what a MODEL argument names, read from its ``config.json`` alone (no torch,
     no weights; as :func:`compose_lens.coverage.peek_model_config` resolves it), so a size guard
     can refuse before the model is loaded; None where it cannot be read so (the loader then says why)."""
-    from compose_lens.config import load_json
-    from compose_lens.coverage import PAPER_MODEL_DIR
-
     path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
     if path.suffix == ".pth":
         return RunConfig()  # the study's checkpoints: the paper's task and architecture

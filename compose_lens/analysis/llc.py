@@ -55,6 +55,8 @@ import torch.nn.functional as F
 
 from compose_lens import runs
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.files import load_json
+from compose_lens.phases import logged_phases
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos, tl
@@ -293,9 +295,6 @@ def run_phases(source: str | Path, phases_file: str | Path | None = None) -> tup
     """The phase onsets to mark beside the LLC, and where they came from: ``phases_file`` (a
     ``phases.json`` of ``compose-lens dynamics``), else the run's ``results/phases.json``, else the
     pool accuracies its ``metrics.jsonl`` logged; None (and why) where there is none of these."""
-    from compose_lens.config import load_json
-    from compose_lens.phases import logged_phases
-
     source = Path(source)
     if phases_file is not None:
         doc = load_json(phases_file)

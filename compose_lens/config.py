@@ -38,6 +38,9 @@ VARIABLE_LETTERS = string.ascii_lowercase
 NOISE_WORDS = ("let", "is", "be", "then")
 # The task variants (docs/variants.md) and their defaults: the study's task
 TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
+# The model variants of the theory (docs/idealised.md), at the study's defaults
+MODEL_VARIANTS = {"embeddings": "learned", "embedding_basis": "onehot", "embedding_overlap": 0.0,
+                  "residual": "additive"}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
@@ -440,6 +443,16 @@ class ModelConfig(_JsonConfig):
     embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
     residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
 
+    def to_dict(self, full: bool = False) -> dict[str, Any]:
+        """The JSON form; the model variants only where set (or all, ``full=True``), so the study's
+        model writes the same config.json as before the variants existed."""
+        data = super().to_dict()
+        if not full:
+            for name, default in MODEL_VARIANTS.items():
+                if data[name] == default:
+                    del data[name]
+        return data
+
     def __post_init__(self) -> None:
         check_types(self)
         _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
@@ -574,6 +587,14 @@ class TrainConfig(_JsonConfig):
     # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
     log_to: str = "none"
 
+    def to_dict(self, full: bool = False) -> dict[str, Any]:
+        """The JSON form; ``log_to`` only where set (or ``full=True``), so a run of the study's recipe
+        writes the same config.json as before experiment tracking existed."""
+        data = super().to_dict()
+        if not full and data["log_to"] == "none":
+            del data["log_to"]
+        return data
+
     def __post_init__(self) -> None:
         check_types(self)
         _check_positive_ints(self, "steps", "batch_size", "eval_every", "checkpoint_every", "pool_size")
@@ -630,6 +651,8 @@ class RunConfig(_JsonConfig):
         """
         data = self.to_dict()
         data["task"] = self.task.to_dict(full=True)  # the task variants too, so --set can name them
+        data["model"] = self.model.to_dict(full=True)  # and the model variants
+        data["train"] = self.train.to_dict(full=True)  # and the tracking setting
         task_changed = False
         for item in assignments:
             _check("=" in item, f"--set {item!r}: write key=value, e.g. --set f=0.5")

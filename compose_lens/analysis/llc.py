@@ -114,7 +114,7 @@ def _slot(name: str) -> str:
 
 class AnswerModel(torch.nn.Module):
     """A model's weights as devinterp samples them: the trained ones as parameters, the frozen
-    ones (:func:`compose_lens.model.tl.frozen_names`) as buffers; ``forward(input_ids)`` reads the
+    ones (:func:`compose_lens.model.tl.absent_names`, :func:`~compose_lens.model.tl.frozen_names`) as buffers; ``forward(input_ids)`` reads the
     sequence (every column but the last, which holds the answer) and returns the answer logits."""
 
     def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
@@ -124,7 +124,7 @@ class AnswerModel(torch.nn.Module):
             raise ComposeLensError("the LLC samples the fast forward, which covers models without normalisation; "
                                    f"this model has normalization_type={cfg.normalization_type!r}")
         self.model_config, self.names = cfg, list(state)  # not "cfg": devinterp would take it for TransformerLens
-        frozen = set(tl.frozen_names(cfg))
+        frozen = set(tl.absent_names(cfg)) | set(tl.frozen_names(cfg))
         self.weights = torch.nn.ParameterDict({_slot(n): torch.nn.Parameter(t.detach().float().clone())
                                                for n, t in state.items() if n not in frozen})
         for name in self.names:

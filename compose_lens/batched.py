@@ -78,7 +78,7 @@ the unbatched forward, as a Trainer evaluates them.
 >>> check_compatible([a, a.with_overrides(["lr=0.01"])])
 Traceback (most recent call last):
 ...
-compose_lens.config.ComposeLensError: runs trained together must share train.lr (run 0: 0.001, run 1: 0.01)
+compose_lens.errors.ComposeLensError: runs trained together must share train.lr (run 0: 0.001, run 1: 0.01)
 """
 
 from __future__ import annotations

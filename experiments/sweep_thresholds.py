@@ -33,7 +33,7 @@ import json
 import math
 from pathlib import Path
 
-from compose_lens import study
+from compose_lens.study import THRESHOLDS as STUDY_THRESHOLDS
 from compose_lens.analysis.dynamics import addition_first_summary, sweep_onsets
 from compose_lens.analysis.thresholds import (BOOTSTRAP_REPLICATES, LEVELS, METRICS,
                                               THRESHOLD_RULE, fit_thresholds, numeric, thresholds)
@@ -77,7 +77,7 @@ def analyse(source: Path, out: Path, replicates: int) -> dict:
     onsets = sweep_onsets(rows)
     onsets.to_csv(folder / "phases.csv", index=False)
     fits = {metric: fit_thresholds(rows, metric, LEVELS, replicates) for metric in METRICS}
-    study_metric, study_value = study.THRESHOLDS.get(param, (None, None))
+    study_metric, study_value = STUDY_THRESHOLDS.get(param, (None, None))
     document = {"sweep": str(source), "param": param, "study": {"metric": study_metric, "value": study_value},
                 "fits": fits, "per_seed_rule": {"rule": THRESHOLD_RULE, "thresholds": thresholds(rows)},
                 "compute": compute_used(rows), "phases": addition_first_summary(onsets),

@@ -139,8 +139,17 @@ def _type_word(value: Any) -> str:
 class _JsonConfig:
     """JSON round trip shared by the configuration classes."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+    # Settings added after the study's configuration, left out of the JSON while at these defaults
+    # (``full=True`` keeps them), so a config of the study's recipe is written as it always was.
+    SILENT_DEFAULTS: dict[str, Any] = {}
+
+    def to_dict(self, full: bool = False) -> dict[str, Any]:
+        data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+        if not full:
+            for name, default in self.SILENT_DEFAULTS.items():
+                if data[name] == default:
+                    del data[name]
+        return data
 
     # Keys of configurations written by earlier versions that are now derived, not set.
     LEGACY_KEYS: tuple[str, ...] = ()
@@ -197,6 +206,7 @@ class TaskConfig(_JsonConfig):
 
     # round 1 set the row counts by hand; the study's row table derives them from the variables
     LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
+    SILENT_DEFAULTS = TASK_VARIANTS
 
     modulus: int = 59
     n_vars: int = 12
@@ -285,15 +295,6 @@ class TaskConfig(_JsonConfig):
                             f"chain c=b of a 2-var query uses a third variable b), but only "
                             f"{few[0][1] if few else 0} are allowed on the {few[0][0] if few else ''} side; "
                             f"raise n_vars or forbid fewer variables")
-
-    def to_dict(self, full: bool = False) -> dict[str, Any]:
-        """The JSON form; the task variants only where set (or all, ``full=True``)."""
-        data = super().to_dict()
-        if not full:
-            for name, default in TASK_VARIANTS.items():
-                if data[name] == default:
-                    del data[name]
-        return data
 
     @property
     def is_variant(self) -> bool:
@@ -443,15 +444,7 @@ class ModelConfig(_JsonConfig):
     embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
     residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
 
-    def to_dict(self, full: bool = False) -> dict[str, Any]:
-        """The JSON form; the model variants only where set (or all, ``full=True``), so the study's
-        model writes the same config.json as before the variants existed."""
-        data = super().to_dict()
-        if not full:
-            for name, default in MODEL_VARIANTS.items():
-                if data[name] == default:
-                    del data[name]
-        return data
+    SILENT_DEFAULTS = MODEL_VARIANTS
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -587,13 +580,7 @@ class TrainConfig(_JsonConfig):
     # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
     log_to: str = "none"
 
-    def to_dict(self, full: bool = False) -> dict[str, Any]:
-        """The JSON form; ``log_to`` only where set (or ``full=True``), so a run of the study's recipe
-        writes the same config.json as before experiment tracking existed."""
-        data = super().to_dict()
-        if not full and data["log_to"] == "none":
-            del data["log_to"]
-        return data
+    SILENT_DEFAULTS = {"log_to": "none"}
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 LOG_TO = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"  # inside the run directory

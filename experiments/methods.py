@@ -26,7 +26,7 @@ import torch
 
 from compose_lens.analysis import das, llc
 from compose_lens.analysis.dynamics import trajectory
-from compose_lens.methods_figures import das_figure, llc_figure
+from compose_lens.plots import das_figure, llc_figure
 from compose_lens.phases import find_phases
 from compose_lens.plots import save
 from compose_lens.runs import load_model

@@ -49,7 +49,7 @@ def _cmd_das(args: argparse.Namespace) -> int:
         raise ComposeLensError(f"--ranks {min(args.ranks)}: a subspace has at least 1 dimension")
     out = check_out_name(args.out)
     from compose_lens.analysis.das import DasSettings, best_rows, das_table  # lazy: torch
-    from compose_lens.methods_figures import das_figure
+    from compose_lens.plots import das_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
     from compose_lens.runs import load_model, write_document, write_table
@@ -87,7 +87,7 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     out = check_out_name(args.out)
     from compose_lens.analysis.llc import (LlcSettings, llc_over_checkpoints, phase_means, require_devinterp,
                                            run_phases, settings_dict)  # lazy: torch
-    from compose_lens.methods_figures import llc_figure
+    from compose_lens.plots import llc_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
     from compose_lens.runs import write_document, write_table

@@ -27,7 +27,7 @@ LAYERS = {
     "runs": 3, "phases": 3,
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
-    "plots": 6, "methods_figures": 6,
+    "plots": 6,
     "report": 7,
     "sweep": 8,
     "cli": 9,

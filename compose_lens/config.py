@@ -204,7 +204,7 @@ class TaskConfig(_JsonConfig):
     study's configuration files read as before.
     """
 
-    # round 1 set the row counts by hand; the study's row table derives them from the variables
+    # older config files name the row counts; they are derived from the variables now and ignored on read
     LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
     SILENT_DEFAULTS = TASK_VARIANTS
 

@@ -65,7 +65,7 @@ from safetensors.torch import load_file, save_file
 from compose_lens import safety
 from compose_lens.config import (ComposeLensError, RunConfig, TrainConfig, atomic_path, load_json, temp_beside,
                                  temp_of, write_json_atomic)
-from compose_lens.data.split import Split
+from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 from compose_lens.model.weights import is_paper_architecture
 
@@ -311,7 +311,7 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
                                f"checkpoint directory")
     config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
-                           "its split": safety.split_bytes(config.task)}, f"{weights}")
+                           "its split": split_bytes(config.task)}, f"{weights}")
     check_device(device)
     return model_of(config, read_safetensors(weights), str(weights), bridge, device), config
 

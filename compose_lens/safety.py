@@ -48,9 +48,12 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, atomic_path, temp_beside, temp_of
+from compose_lens.config import ComposeLensError, RunConfig, atomic_path, temp_beside, temp_of
 from compose_lens.coverage import PAPER_MODEL_DIR
+from compose_lens.data.sampler import exhaustive_count, render_bytes
+from compose_lens.data.split import split_bytes
 from compose_lens.files import load_json
+
 
 MARKER = ".compose-lens"
 MAX_COUNT = 10_000_000  # sequences, pool sizes, prompt pairs: more is a typo, not a request
@@ -73,33 +76,6 @@ def available_memory() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 1 << 62  # unknown: do not refuse
-
-
-def render_bytes(task: TaskConfig, n: int) -> int:
-    """Rendering ``n`` sequences: tokens, labels and the render's scratch tensors."""
-    v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
-    per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100
-    if task.is_variant:  # compose_lens.data.variants' (N, p) stale-value tables; 386 MB measured for
-        per_sequence += 12 * task.modulus  # 100,000 sequences at p = 59, seq_len 32 (this gives 372)
-    return n * per_sequence
-
-
-def split_bytes(task: TaskConfig) -> int:
-    """The split's p^2 tables (permutation, mask, pairs) and the training-row table."""
-    pairs = task.modulus ** 2
-    n_train = int(task.f * pairs)
-    rows_per_pair = (task.zero_var_rows + len(task.allowed_left) + len(task.allowed_right)
-                     + task.two_var_rows)
-    choice = 20 * len(task.allowed_two_var_pairs) if task.two_var_rows and task.r > 0 else 0
-    return 80 * pairs + n_train * (64 * rows_per_pair + choice)
-
-
-def exhaustive_count(task: TaskConfig) -> int:
-    """Sequences of the exhaustive 2-var union set (every held-out pair x allowed variable pair, ...)."""
-    pairs = task.modulus ** 2
-    n_train = int(task.f * pairs)
-    restricted = len(task.restricted_two_var_pairs(1)) + len(task.restricted_two_var_pairs(2))
-    return (pairs - n_train) * len(task.allowed_two_var_pairs) + n_train * restricted
 
 
 def activation_bytes(config: RunConfig, training: bool) -> int:

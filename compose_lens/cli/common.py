@@ -98,8 +98,8 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
 
 
 def split_from_args(args: argparse.Namespace):
-    from compose_lens.data.split import Split  # lazy: torch
-    from compose_lens.safety import require_memory, split_bytes
+    from compose_lens.data.split import Split, split_bytes  # lazy: torch
+    from compose_lens.safety import require_memory
 
     if getattr(args, "split_file", None):
         task = Split.load(args.split_file).task

@@ -144,11 +144,12 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, task
 
 @pytest.mark.parametrize("changes", [{}, dict(reassign_rate=0.3, noise_rate=0.2, chain_rate=0.2, seq_len=32,
                                               max_assignments=8)], ids=["study", "variant"])
-def test_the_render_memory_estimate_is_within_a_factor_of_1_5_of_the_measured_peak(changes):
+def test_the_render_memory_estimate_is_at_most_15_percent_under_and_1_5_times_over_the_measured_peak(changes):
     """Peak resident memory of rendering 100,000 sequences in a fresh process (ru_maxrss: torch's
-    CPU tensors are outside tracemalloc's view) against :func:`render_bytes`."""
+    CPU tensors are outside tracemalloc's view) against :func:`render_bytes`. Seen: 1.20-1.24 for
+    the study's task, 0.94-1.00 for the variant (its run-to-run spread is about 6 %)."""
     out = subprocess.run([sys.executable, "-c", MEASURE, repr(changes), "100000"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
     measured, estimate = map(int, out.stdout.split())
     assert measured > 20e6, out.stderr[-500:]  # the render did allocate: the measurement sees it
-    assert 1 / 1.5 <= estimate / measured <= 1.5, (estimate, measured)
+    assert 0.85 <= estimate / measured <= 1.5, (estimate, measured)

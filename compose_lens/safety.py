@@ -30,7 +30,8 @@ and renamed. Every temporary name is created exclusively
 symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
-exclusive ``flock`` on it (:func:`lock_directory`). The kernel drops the lock when
+exclusive ``flock`` on it (:func:`lock_directory`; a sweep's points lock a file beside
+their run directories with the same :class:`FileLock`, :func:`lock_file`). The kernel drops the lock when
 the process ends, however it ends, so a crash never leaves a stale lock; a second
 trainer on the same run, or a second command writing the same output, is refused
 at once with one line.
@@ -226,16 +227,19 @@ def read_marker(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else {}
 
 
-class DirectoryLock:
-    """An exclusive flock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
+class FileLock:
+    """An exclusive flock on the file ``path``, which it creates if missing (never truncated, never
+    through a symlink); ``busy`` is the one line said when another process holds it. The one lock
+    of compose-lens: a directory's marker (:class:`DirectoryLock`) and a sweep point's
+    ``POINT.lock`` (:mod:`compose_lens.sweep`). Usable as a context manager."""
 
-    def __init__(self, directory: Path, command: str, busy: str):
-        self.path = Path(directory) / MARKER
-        try:  # never through a symlink: the marker is rewritten in place
+    def __init__(self, path: Path, busy: str):
+        self.path = Path(path)
+        try:  # never through a symlink: a marker is rewritten in place
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ComposeLensError(f"{self.path}: is a symlink, not a marker compose-lens wrote; "
+                raise ComposeLensError(f"{self.path}: is a symlink, not a {self.what} compose-lens wrote; "
                                        f"compose-lens never writes through one: remove it or use another "
                                        f"folder") from None
             raise
@@ -249,6 +253,28 @@ class DirectoryLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise ComposeLensError(busy) from None
             raise
+
+    what = "lock"  # what the file is, in the symlink's refusal
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+    def __enter__(self) -> "FileLock":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+class DirectoryLock(FileLock):
+    """An exclusive flock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
+
+    what = "marker"
+
+    def __init__(self, directory: Path, command: str, busy: str):
+        super().__init__(Path(directory) / MARKER, busy)
         if os.fstat(self.fd).st_size == 0:
             self.write({"command": command})
 
@@ -258,14 +284,13 @@ class DirectoryLock:
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, text, 0)
 
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = -1
-
 
 def lock_directory(directory: Path, command: str, busy: str) -> DirectoryLock:
     return DirectoryLock(directory, command, busy)
+
+
+def lock_file(path: Path, busy: str) -> FileLock:
+    return FileLock(path, busy)
 
 
 # -- outputs ---------------------------------------------------------------------------------------

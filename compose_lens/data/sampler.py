@@ -19,10 +19,13 @@ rendered together (one set of tensor ops for many steps), and block k always
 comes from generator stream k, so step s gets the same batch whether or not the
 run was interrupted before it.
 
-A task with a variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`)
-renders through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
-:func:`~compose_lens.data.variants.variant_pool_names` to the nine (:func:`pool_names`);
-the study's task keeps the code below, bit for bit.
+The pools are data (:mod:`compose_lens.data.pools`): :func:`make_pool` draws a pool from
+its fields (kinds, pairs, forbidden slots, row source), never from its name. A task with a
+variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`) renders
+through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
+:func:`~compose_lens.data.variants.variant_pools` to the nine (:func:`pools_of`); the
+study's task keeps the code below, bit for bit. :class:`compose_lens.data.sequences.Task`
+is the one door to all of this.
 """
 
 from __future__ import annotations

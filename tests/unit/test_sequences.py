@@ -126,7 +126,7 @@ def test_an_unknown_pool_is_refused_in_one_line():
 
 
 MEASURE = """
-import resource, sys, torch
+import sys, torch
 from compose_lens.config import TaskConfig
 from compose_lens.data.sequences import Task
 from compose_lens.data.split import training_rows
@@ -135,19 +135,21 @@ task, n = Task.of(TaskConfig(**eval(sys.argv[1]))), int(sys.argv[2])
 table = training_rows(task.split)
 g = torch.Generator().manual_seed(0)
 rows = table[torch.randint(0, len(table), (n,), generator=g)]
+def peak():  # this process's own high-water mark (ru_maxrss would start at the parent's, forked)
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 task.render(rows[:100], g)  # the libraries' own first allocations, before the baseline
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 batch = task.render(rows, g)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, task.render_bytes(n))
+print(peak() - before, task.render_bytes(n))
 """
 
 
 @pytest.mark.parametrize("changes", [{}, dict(reassign_rate=0.3, noise_rate=0.2, chain_rate=0.2, seq_len=32,
                                               max_assignments=8)], ids=["study", "variant"])
 def test_the_render_memory_estimate_is_at_most_15_percent_under_and_1_5_times_over_the_measured_peak(changes):
-    """Peak resident memory of rendering 100,000 sequences in a fresh process (ru_maxrss: torch's
-    CPU tensors are outside tracemalloc's view) against :func:`render_bytes`. Seen: 1.20-1.24 for
-    the study's task, 0.94-1.00 for the variant (its run-to-run spread is about 6 %)."""
+    """Peak resident memory of rendering 100,000 sequences in a fresh process (VmHWM: torch's
+    CPU tensors are outside tracemalloc's view) against :func:`render_bytes`. Seen: 1.24 for the
+    study's task (115 MB measured), 1.00 for the variant (328 MB), the same to 0.1 % run to run."""
     out = subprocess.run([sys.executable, "-c", MEASURE, repr(changes), "100000"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
     measured, estimate = map(int, out.stdout.split())

@@ -136,7 +136,7 @@ def render_bytes(task: TaskConfig, n: int) -> int:
     (:mod:`compose_lens.safety`) adds this up; a variant task adds
     :func:`~compose_lens.data.variants.variant_render_bytes`. Measured (the rise of the peak
     resident memory, VmHWM, over 100,000 sequences): 115 MB for the study's task (this says
-    143), 328 MB for a variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it
+    143), 328-347 MB for a variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it
     between 0.85 and 1.5 times the measured peak."""
     v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
     per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100

@@ -101,6 +101,10 @@ class Task:
             return [x, y, ANY_PAIR, ANY_PAIR]
         if (kind.left_is_variable and left is None) or (kind.right_is_variable and right is None):
             raise SequenceError(f"a {kind} row names its variable(s): left={left!r}, right={right!r}")
+        for name in (left, right):
+            if name is not None and name not in task.variable_names:
+                raise SequenceError(f"unknown variable {name!r}: the variables are "
+                                    f"{task.variable_names[0]}..{task.variable_names[-1]}")
         v = task.var_index(left) if left is not None else CONSTANT
         w = task.var_index(right) if right is not None else CONSTANT
         return [x, y, v, w]

@@ -98,6 +98,8 @@ def test_a_row_is_written_from_its_kind_and_rendered_as_that_kind():
         task.row("0var", 3, 4, left="b")
     with pytest.raises(SequenceError, match="names its variable"):
         task.row("left", 3, 4)
+    with pytest.raises(SequenceError, match="unknown variable 'z': the variables are a..f"):
+        task.row("left", 3, 4, left="z")
 
 
 @pytest.mark.parametrize("word", ["3var", "constants", "", "1var"])

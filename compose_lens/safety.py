@@ -26,7 +26,7 @@ swapped in at the end (:func:`staged_output`), so a command that fails leaves th
 output location exactly as it was, and a replaced output keeps no stale file of an
 earlier call. A file output (``--out FILE``) is written to a fresh ``.FILE.<hex>.tmp``
 and renamed. Every temporary name is created exclusively
-(:func:`compose_lens.config.temp_beside`): none ever takes over a file, folder or
+(:func:`compose_lens.files.temp_beside`): none ever takes over a file, folder or
 symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
@@ -49,7 +49,9 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.config import ComposeLensError, RunConfig, atomic_path, temp_beside, temp_of
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import atomic_path, temp_beside, temp_of
 from compose_lens.coverage import PAPER_MODEL_DIR
 from compose_lens.data.sampler import exhaustive_count, render_bytes
 from compose_lens.data.split import split_bytes
@@ -422,7 +424,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     Validation (:func:`check_replaceable`) happens on entry, before anything is made.
     The staging directory (``.NAME.<hex>.partial``) and the name the replaced output
     moves to (``.NAME.<hex>.old``) are made fresh by
-    :func:`compose_lens.config.temp_beside`, so they never take over anything
+    :func:`compose_lens.files.temp_beside`, so they never take over anything
     already there. On an exception the staging directory and any parent this made
     are removed, and ``out`` is untouched.
     """
@@ -512,7 +514,7 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.config.atomic_path`)
+    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.files.atomic_path`)
     and a rename; the temporary file is removed on failure."""
     try:
         with atomic_path(path) as tmp:
@@ -528,7 +530,7 @@ FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's d
 
 def user_path(path: str | os.PathLike) -> str:
     """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
-    ``.partial``, ``.old``, from :func:`compose_lens.config.temp_beside`) is replaced by the
+    ``.partial``, ``.old``, from :func:`compose_lens.files.temp_beside`) is replaced by the
     ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
     parts = Path(os.fsdecode(path)).parts
     return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)

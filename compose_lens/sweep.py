@@ -79,8 +79,9 @@ from compose_lens import runs, safety
 from compose_lens.outcome import classify_run
 from compose_lens.cores import cpu_count
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
-from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
-                                 write_json_atomic)
+from compose_lens.config import SWEEP_BACKENDS, RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance

@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
 from compose_lens.data.pools import ONE_VAR
 from compose_lens.data.split import Split, row_types, training_rows

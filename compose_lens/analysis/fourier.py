@@ -64,7 +64,8 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis.activations import collect
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split

@@ -122,7 +122,9 @@ from compose_lens.analysis.ablation import (
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
 from compose_lens import coverage
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, json_safe
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split

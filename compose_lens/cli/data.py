@@ -7,7 +7,7 @@ import json
 import sys
 
 from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args, seed
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:

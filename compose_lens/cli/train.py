@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
-from compose_lens.config import ComposeLensError, RunConfig, load_json
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import load_json
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

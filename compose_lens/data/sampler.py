@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.config import ConfigError, TaskConfig
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ConfigError
 from compose_lens.data import streams
 from compose_lens.data.pools import EXHAUSTIVE_NAMES, ONE_VAR, POOL_NAMES, STUDY_POOLS, Pool, find_pool
 from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, row_types, training_rows

@@ -39,7 +39,9 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.config import ConfigError, TaskConfig, load_json, write_json_atomic
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ConfigError
+from compose_lens.files import load_json, write_json_atomic
 from compose_lens.data.task import SequenceKind
 
 CONSTANT = -1  # v or w of a row whose operand on that side is a number

@@ -57,7 +57,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from compose_lens.config import ComposeLensError, TaskConfig
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ComposeLensError
 
 
 class SequenceError(ComposeLensError, ValueError):

@@ -885,7 +885,7 @@ def test_any_text_for_an_integer_setting_is_refused_or_valid(raw, world, capsys)
 
 
 def test_nan_weights_loaded_from_python_are_refused(world):
-    from compose_lens.config import ComposeLensError
+    from compose_lens.errors import ComposeLensError
     from compose_lens.runs import load_model
 
     with pytest.raises(ComposeLensError, match="NaN"):

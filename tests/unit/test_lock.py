@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.safety import MARKER, lock_directory, lock_file
 from compose_lens.sweep import lock_point
 

@@ -6,7 +6,8 @@ assignment, then composes them. Its folders follow the flow of the work, and
 imports only point forward along it::
 
     config, provenance   settings, errors, where a result came from
-    data/                task (tokens, readable form), split, sampler (batches, pools), pairs (yours)
+    data/                sequences (Task: the one door), task (tokens, readable form, kinds), split,
+                         pools (as data), sampler (batches, pools), variants, pairs (yours)
     model/               tl (the only module that imports TransformerLens), weights, fastpath
     runs                 run and checkpoint directories: every file read or written
     train, evaluate      the recipe of the study, accuracies
@@ -40,12 +41,13 @@ _EXPORTS = {
     # configuration and errors
     "RunConfig": "compose_lens.config", "TaskConfig": "compose_lens.config",
     "ModelConfig": "compose_lens.config", "TrainConfig": "compose_lens.config",
-    "ComposeLensError": "compose_lens.config", "code_version": "compose_lens.provenance",
+    "ComposeLensError": "compose_lens.errors", "code_version": "compose_lens.provenance",
     # the task and its data
     "parse_sequence": "compose_lens.data.task", "to_text": "compose_lens.data.task",
     "decode": "compose_lens.data.task", "Split": "compose_lens.data.split",
     "make_pool": "compose_lens.data.sampler", "make_pools": "compose_lens.data.sampler",
     "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
+    "Task": "compose_lens.data.sequences", "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Loaded": "compose_lens.runs",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",

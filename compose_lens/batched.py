@@ -94,7 +94,8 @@ from torch.func import vmap
 from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos
 from compose_lens.train import Trainer, autocast_context, learning_rate, use_fast_path

@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from compose_lens.errors import ComposeLensError, ConfigError
-# TRANSITIONAL re-export (removed once every import names compose_lens.files):
-from compose_lens.files import (TEMP_SUFFIX, atomic_path, json_safe, load_json, temp_beside, temp_of,  # noqa: F401
-                                write_json_atomic)
 
 T = TypeVar("T")
 

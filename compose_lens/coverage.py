@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compose_lens.config import ModelConfig, RunConfig, load_json
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.files import load_json
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"  # compose_lens.runs.PAPER_MODEL_DIR
 

@@ -75,6 +75,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noq
 from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
 from compose_lens.analysis.summary import MEASURE_KEYS  # noqa: E402
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy  # noqa: E402
+from compose_lens.files import atomic_path  # noqa: E402
 
 # phase onsets: Okabe-Ito sky blue, reddish purple and grey (colour-blind safe, and apart from the
 # four colours the curves use)
@@ -133,13 +134,17 @@ def png_bytes(fig: plt.Figure, dpi: int = 110) -> bytes:
 def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110,
          fmt: str = "png") -> list[Path]:
     """Write ``path`` as ``fmt`` (png, svg or pdf; the suffix follows the format) and ``data``
-    beside it as CSV (same stem); close the figure."""
+    beside it as CSV (same stem); close the figure. Each file is written whole or not at all
+    (:class:`compose_lens.files.atomic_path`)."""
     path = Path(path).with_suffix("." + fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(figure_bytes(fig, dpi, fmt))
+    image = figure_bytes(fig, dpi, fmt)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(image)
     written = [path]
     if data is not None:
-        data.to_csv(path.with_suffix(".csv"), index=False)
+        with atomic_path(path.with_suffix(".csv")) as tmp:
+            data.to_csv(tmp, index=False)
         written.append(path.with_suffix(".csv"))
     return written
 

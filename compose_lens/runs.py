@@ -63,9 +63,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from compose_lens import safety
-from compose_lens.config import (ComposeLensError, RunConfig, TrainConfig, atomic_path, load_json, temp_beside,
-                                 temp_of, write_json_atomic)
-from compose_lens.data.split import Split
+from compose_lens.config import RunConfig, TrainConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import atomic_path, load_json, temp_beside, temp_of, write_json_atomic
+from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 from compose_lens.model.weights import is_paper_architecture
 
@@ -88,7 +89,7 @@ def foreign_entries(run_dir: Path) -> list[str]:
     names = []
     for entry in sorted(Path(run_dir).iterdir()):
         base = entry.name[:-4] if entry.name.endswith(".tmp") else entry.name  # an earlier version's
-        base = temp_of(entry.name) or base  # a temporary of config.temp_beside
+        base = temp_of(entry.name) or base  # a temporary of files.temp_beside
         if base not in RUN_NAMES:
             names.append(entry.name)
     return names
@@ -311,7 +312,7 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
                                f"checkpoint directory")
     config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
-                           "its split": safety.split_bytes(config.task)}, f"{weights}")
+                           "its split": split_bytes(config.task)}, f"{weights}")
     check_device(device)
     return model_of(config, read_safetensors(weights), str(weights), bridge, device), config
 

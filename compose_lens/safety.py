@@ -26,11 +26,12 @@ swapped in at the end (:func:`staged_output`), so a command that fails leaves th
 output location exactly as it was, and a replaced output keeps no stale file of an
 earlier call. A file output (``--out FILE``) is written to a fresh ``.FILE.<hex>.tmp``
 and renamed. Every temporary name is created exclusively
-(:func:`compose_lens.config.temp_beside`): none ever takes over a file, folder or
+(:func:`compose_lens.files.temp_beside`): none ever takes over a file, folder or
 symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
-exclusive ``flock`` on it (:func:`lock_directory`). The kernel drops the lock when
+exclusive ``flock`` on it (:func:`lock_directory`; a sweep's points lock a file beside
+their run directories with the same :class:`FileLock`, :func:`lock_file`). The kernel drops the lock when
 the process ends, however it ends, so a crash never leaves a stale lock; a second
 trainer on the same run, or a second command writing the same output, is refused
 at once with one line.
@@ -48,9 +49,14 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, atomic_path, temp_beside, temp_of
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import atomic_path, temp_beside, temp_of
 from compose_lens.coverage import PAPER_MODEL_DIR
+from compose_lens.data.sampler import exhaustive_count, render_bytes
+from compose_lens.data.split import split_bytes
 from compose_lens.files import load_json
+
 
 MARKER = ".compose-lens"
 MAX_COUNT = 10_000_000  # sequences, pool sizes, prompt pairs: more is a typo, not a request
@@ -73,33 +79,6 @@ def available_memory() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 1 << 62  # unknown: do not refuse
-
-
-def render_bytes(task: TaskConfig, n: int) -> int:
-    """Rendering ``n`` sequences: tokens, labels and the render's scratch tensors."""
-    v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
-    per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100
-    if task.is_variant:  # compose_lens.data.variants' (N, p) stale-value tables; 386 MB measured for
-        per_sequence += 12 * task.modulus  # 100,000 sequences at p = 59, seq_len 32 (this gives 372)
-    return n * per_sequence
-
-
-def split_bytes(task: TaskConfig) -> int:
-    """The split's p^2 tables (permutation, mask, pairs) and the training-row table."""
-    pairs = task.modulus ** 2
-    n_train = int(task.f * pairs)
-    rows_per_pair = (task.zero_var_rows + len(task.allowed_left) + len(task.allowed_right)
-                     + task.two_var_rows)
-    choice = 20 * len(task.allowed_two_var_pairs) if task.two_var_rows and task.r > 0 else 0
-    return 80 * pairs + n_train * (64 * rows_per_pair + choice)
-
-
-def exhaustive_count(task: TaskConfig) -> int:
-    """Sequences of the exhaustive 2-var union set (every held-out pair x allowed variable pair, ...)."""
-    pairs = task.modulus ** 2
-    n_train = int(task.f * pairs)
-    restricted = len(task.restricted_two_var_pairs(1)) + len(task.restricted_two_var_pairs(2))
-    return (pairs - n_train) * len(task.allowed_two_var_pairs) + n_train * restricted
 
 
 def activation_bytes(config: RunConfig, training: bool) -> int:
@@ -250,16 +229,19 @@ def read_marker(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else {}
 
 
-class DirectoryLock:
-    """An exclusive flock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
+class FileLock:
+    """An exclusive flock on the file ``path``, which it creates if missing (never truncated, never
+    through a symlink); ``busy`` is the one line said when another process holds it. The one lock
+    of compose-lens: a directory's marker (:class:`DirectoryLock`) and a sweep point's
+    ``POINT.lock`` (:mod:`compose_lens.sweep`). Usable as a context manager."""
 
-    def __init__(self, directory: Path, command: str, busy: str):
-        self.path = Path(directory) / MARKER
-        try:  # never through a symlink: the marker is rewritten in place
+    def __init__(self, path: Path, busy: str):
+        self.path = Path(path)
+        try:  # never through a symlink: a marker is rewritten in place
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ComposeLensError(f"{self.path}: is a symlink, not a marker compose-lens wrote; "
+                raise ComposeLensError(f"{self.path}: is a symlink, not a {self.what} compose-lens wrote; "
                                        f"compose-lens never writes through one: remove it or use another "
                                        f"folder") from None
             raise
@@ -273,6 +255,28 @@ class DirectoryLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise ComposeLensError(busy) from None
             raise
+
+    what = "lock"  # what the file is, in the symlink's refusal
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+    def __enter__(self) -> "FileLock":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+class DirectoryLock(FileLock):
+    """An exclusive flock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
+
+    what = "marker"
+
+    def __init__(self, directory: Path, command: str, busy: str):
+        super().__init__(Path(directory) / MARKER, busy)
         if os.fstat(self.fd).st_size == 0:
             self.write({"command": command})
 
@@ -282,14 +286,13 @@ class DirectoryLock:
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, text, 0)
 
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = -1
-
 
 def lock_directory(directory: Path, command: str, busy: str) -> DirectoryLock:
     return DirectoryLock(directory, command, busy)
+
+
+def lock_file(path: Path, busy: str) -> FileLock:
+    return FileLock(path, busy)
 
 
 # -- outputs ---------------------------------------------------------------------------------------
@@ -421,7 +424,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     Validation (:func:`check_replaceable`) happens on entry, before anything is made.
     The staging directory (``.NAME.<hex>.partial``) and the name the replaced output
     moves to (``.NAME.<hex>.old``) are made fresh by
-    :func:`compose_lens.config.temp_beside`, so they never take over anything
+    :func:`compose_lens.files.temp_beside`, so they never take over anything
     already there. On an exception the staging directory and any parent this made
     are removed, and ``out`` is untouched.
     """
@@ -511,7 +514,7 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.config.atomic_path`)
+    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.files.atomic_path`)
     and a rename; the temporary file is removed on failure."""
     try:
         with atomic_path(path) as tmp:
@@ -527,7 +530,7 @@ FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's d
 
 def user_path(path: str | os.PathLike) -> str:
     """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
-    ``.partial``, ``.old``, from :func:`compose_lens.config.temp_beside`) is replaced by the
+    ``.partial``, ``.old``, from :func:`compose_lens.files.temp_beside`) is replaced by the
     ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
     parts = Path(os.fsdecode(path)).parts
     return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)

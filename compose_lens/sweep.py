@@ -60,10 +60,8 @@ from __future__ import annotations
 
 import csv
 import ctypes
-import fcntl
 import json
 import multiprocessing
-import os
 import re
 import signal
 import sys
@@ -81,8 +79,9 @@ from compose_lens import runs, safety
 from compose_lens.outcome import classify_run
 from compose_lens.cores import cpu_count
 from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
-from compose_lens.config import (SWEEP_BACKENDS, ComposeLensError, RunConfig, atomic_path, json_safe, load_json,
-                                 write_json_atomic)
+from compose_lens.config import SWEEP_BACKENDS, RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
@@ -259,6 +258,19 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 # -- one point: train (or resume), or report why not --------------------------------------
 
 
+def lock_point(directory: Path) -> safety.FileLock:
+    """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
+    to itself): :func:`compose_lens.safety.lock_file`, the one lock of compose-lens."""
+    return safety.lock_file(directory.with_name(directory.name + ".lock"),
+                            f"{directory} is being trained by another process; run the sweep again when it is done")
+
+
+def _unlocked(exc: Exception) -> dict:
+    """The outcome of a point that could not be locked: held by another process, or not lockable."""
+    error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
+    return {"status": "failed", "error": error, "wall_s": 0.0}
+
+
 def train_point(config: dict, run_dir: str, threads: int) -> dict:
     """Train one point to the end in ``run_dir``, resuming from its checkpoint if any.
 
@@ -270,17 +282,11 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     directory = Path(run_dir)
     directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    # the lock sits beside the run directory: the trainer wants that directory to itself
-    try:  # created, never truncated nor followed: a symlink there is not compose-lens's lock
-        fd = os.open(directory.with_name(directory.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        return {"status": "failed", "error": safety.os_error_line(exc, "lock the point"), "wall_s": 0.0}
-    with os.fdopen(fd, "r+") as lock:
-        try:  # a worker of an earlier, killed sweep may still be training this point
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return {"status": "failed", "error": f"{directory} is being trained by another process; "
-                                                  f"run the sweep again when it is done", "wall_s": 0.0}
+    try:  # a worker of an earlier, killed sweep may still be training this point
+        lock = lock_point(directory)
+    except (ComposeLensError, OSError) as exc:
+        return _unlocked(exc)
+    with lock:
         (directory / "error.json").unlink(missing_ok=True)
         try:
             Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
@@ -312,15 +318,11 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
         for i, run_dir in enumerate(run_dirs):
             directory = Path(run_dir)
             directory.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(directory.with_name(directory.name + ".lock"), "w")
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                lock.close()
-                outcomes[i] = {"status": "failed", "error": f"{directory} is being trained by another process; "
-                                                             f"run the sweep again when it is done", "wall_s": 0.0}
+                locks.append(lock_point(directory))
+            except (ComposeLensError, OSError) as exc:
+                outcomes[i] = _unlocked(exc)
                 continue
-            locks.append(lock)
             (directory / "error.json").unlink(missing_ok=True)
         mine = [i for i, o in enumerate(outcomes) if o is None]
         try:
@@ -332,7 +334,7 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
             pass
     finally:
         for lock in locks:
-            lock.close()
+            lock.release()
     for i, outcome in enumerate(outcomes):
         if outcome is None:
             outcomes[i] = train_point(configs[i], run_dirs[i], threads)

@@ -34,7 +34,9 @@ from tqdm.auto import tqdm
 
 from compose_lens import runs, safety
 from compose_lens.safety import check_training_memory
-from compose_lens.config import ComposeLensError, RunConfig, write_json_atomic
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import write_json_atomic
 from compose_lens.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split

@@ -49,7 +49,8 @@ import torch
 from compose_lens.analysis.activations import collect
 from compose_lens.analysis.fourier import (
     basis_frequencies, fourier_basis, key_frequencies, neuron_frequencies, operand_grid)
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, concat_batches, make_pools
 from compose_lens.data.split import Split

@@ -116,7 +116,8 @@ import torch
 
 from compose_lens import coverage
 from compose_lens.analysis import metrics
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import tl, weights

@@ -69,8 +69,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
+from compose_lens.data.pools import ONE_VAR
 from compose_lens.data.split import Split, row_types, training_rows
 from compose_lens.model import tl
 
@@ -146,7 +147,7 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     task = split.task
     rows = training_rows(split)
     types = row_types(rows)
-    one_var = rows[(types == 1) | (types == 2)]
+    one_var = rows[torch.isin(types, torch.tensor([kind.index for kind in ONE_VAR]))]
     if len(one_var) == 0:
         raise ComposeLensError("the split has no 1-var training rows (variables_in_training is off): "
                                "DAS of the variable binding needs sequences with variables")

@@ -64,13 +64,15 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis.activations import collect
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
+from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl, weights
 
-OPERAND_KINDS = ("constant", "left", "right", "both")
+OPERAND_KINDS = tuple(kind.operands for kind in SequenceKind)  # constant, left, right, both
 
 
 # -- the basis ------------------------------------------------------------------------------
@@ -259,9 +261,10 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
     """
     if operands not in OPERAND_KINDS:
         raise ValueError(f"operands={operands!r}: use one of {', '.join(OPERAND_KINDS)}")
+    kind = SequenceKind.parse(operands)
     task = split.task
     p = task.modulus
-    g = streams.derived_generator(seed, streams.OPERAND_GRID, OPERAND_KINDS.index(operands))
+    g = streams.derived_generator(seed, streams.OPERAND_GRID, kind.index)
     x = torch.arange(p).repeat_interleave(p)
     y = torch.arange(p).repeat(p)
     v = torch.full_like(x, -1)
@@ -271,11 +274,11 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
         table = torch.tensor(options, dtype=torch.long)
         return table[torch.randint(0, len(table), (p * p,), generator=g)]
 
-    if operands == "left":
+    if kind is SequenceKind.ONE_VAR_LEFT:
         v = draw(task.allowed_left)
-    elif operands == "right":
+    elif kind is SequenceKind.ONE_VAR_RIGHT:
         w = draw(task.allowed_right)
-    elif operands == "both":
+    elif kind is SequenceKind.TWO_VAR:
         v, w = draw(task.allowed_two_var_pairs).unbind(1)
     return torch.stack([x, y, v, w], dim=1)
 
@@ -284,7 +287,7 @@ def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torc
     """(p^2, seq_len) the sequences of :func:`operand_grid`: :func:`grid_rows` rendered with
     random contexts (seeded), x-major. They depend on the split and seed only, not the model."""
     rows = grid_rows(split, operands, seed)
-    g = streams.derived_generator(seed, streams.OPERAND_GRID, 10 + OPERAND_KINDS.index(operands))
+    g = streams.derived_generator(seed, streams.OPERAND_GRID, 10 + SequenceKind.parse(operands).index)
     return render(split, rows, g).tokens
 
 

@@ -77,7 +77,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from compose_lens import runs
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import tl, weights
 

@@ -54,7 +54,8 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens import runs
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 from compose_lens.phases import logged_phases
 from compose_lens.data.sampler import TrainingSampler

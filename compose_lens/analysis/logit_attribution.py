@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import tl

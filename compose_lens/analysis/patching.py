@@ -77,7 +77,8 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import metrics
-from compose_lens.config import CORRUPTIONS, ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import CORRUPTIONS, ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
 from compose_lens.data.sampler import make_pool

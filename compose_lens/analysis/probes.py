@@ -66,7 +66,7 @@ from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool
 from compose_lens.data.split import Split
-from compose_lens.data.task import SEQUENCE_TYPES
+from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl
 from compose_lens.model.weights import ov_matrix, qk_matrix
 
@@ -454,9 +454,10 @@ def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, 
         values = equals_to_values_hits(task, acts)
         value_mass = target_mass(acts.pattern1_last, value_targets(task, acts.tokens))
     out = {}
-    for index, name in enumerate(SEQUENCE_TYPES):
-        mask = kind == index
+    for sequence_kind in SequenceKind:
+        mask = kind == sequence_kind.index
         if mask.any():
+            name = sequence_kind.value
             out[name] = {"n": int(mask.sum()),
                          "equals_to_operands_score": operands[mask].float().mean().item(),
                          "equals_to_values_score": values[mask].float().mean().item(),

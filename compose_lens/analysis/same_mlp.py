@@ -122,10 +122,13 @@ from compose_lens.analysis.ablation import (
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
 from compose_lens import coverage
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, json_safe
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
+from compose_lens.data.task import SequenceKind
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
 
@@ -133,7 +136,7 @@ MLP_IN = "blocks.1.mlp.hook_in"
 ISOLATION = "token"
 ISOLATIONS = ("token", "ov2")
 ROUTER_ISOLATION = "router"  # another architecture's operand term: what the located router writes at =
-PROMPT_KINDS = ("const", "var1", "var2")
+PROMPT_KINDS = tuple(dict.fromkeys(kind.prompt for kind in SequenceKind))  # const, var1, var2
 BOOTSTRAP = 1000
 
 THRESHOLDS = {
@@ -256,6 +259,7 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
     task = split.task
     if kind == "random":
         return random_prompts(split, n, seed)
+    sequence_kind = SequenceKind.of_prompt(kind, side)
     index = PROMPT_KINDS.index(kind) * 2 + (side == "right")
     g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, index)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
@@ -266,9 +270,11 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
         return table[torch.randint(0, len(table), (n,), generator=g)]
 
     v, w = none, none
-    if kind == "var1":
-        v, w = (draw(task.allowed_left), none) if side == "left" else (none, draw(task.allowed_right))
-    elif kind == "var2":
+    if sequence_kind is SequenceKind.ONE_VAR_LEFT:
+        v = draw(task.allowed_left)
+    elif sequence_kind is SequenceKind.ONE_VAR_RIGHT:
+        w = draw(task.allowed_right)
+    elif sequence_kind is SequenceKind.TWO_VAR:
         v, w = draw(task.allowed_two_var_pairs).unbind(1)
     batch = render(split, torch.stack([pairs[:, 0], pairs[:, 1], v, w], 1), g)
     return Prompts(kind, side, batch.tokens, pairs[:, 0], pairs[:, 1], value_targets(task, batch.tokens))

@@ -61,7 +61,9 @@ from compose_lens.provenance import provenance
 from compose_lens.model import tl
 from compose_lens.analysis import fourier, locate, probes
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.config import ComposeLensError, RunConfig, json_safe
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import json_safe
 from compose_lens.data.split import Split
 
 MEASURE_KEYS = (

@@ -2,7 +2,7 @@
 
 Each command group is a module here with a ``register(subparsers)`` function
 (:data:`COMMAND_MODULES`); this package builds the parser, runs the command and
-turns a :class:`~compose_lens.config.ComposeLensError` into one line on stderr and
+turns a :class:`~compose_lens.errors.ComposeLensError` into one line on stderr and
 exit status 2 (130 on Ctrl-C).
 
 **Imports are lazy here, and only here.** A command module imports the library
@@ -25,7 +25,7 @@ from typing import Sequence
 
 from compose_lens.cli import analysis, circuit, data, dynamics, methods, patching, sweep, train
 from compose_lens.cli.common import Parser
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import set_command
 

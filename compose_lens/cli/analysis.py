@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 # the findings analyze prints: (summary key, what it measures, what the circuit predicts)
 FINDINGS = (

@@ -47,7 +47,7 @@ def _circuit_memory(n_pairs: int, positions: bool, config) -> None:
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
     refuse_uncovered("circuit", args.model)  # first: before torch is imported
-    from compose_lens.config import ComposeLensError
+    from compose_lens.errors import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output

@@ -11,7 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from compose_lens.config import ComposeLensError, RunConfig, TaskConfig, load_json
+from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import load_json
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,7 +63,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def refuse_uncovered(command: str, spec: str) -> None:
     """Refuse, in one line and before anything is loaded, a MODEL whose architecture ``command``
     does not cover (:mod:`compose_lens.coverage`, read from its config.json alone)."""
-    from compose_lens.config import ComposeLensError
+    from compose_lens.errors import ComposeLensError
     from compose_lens.coverage import describe, peek_model_config, problem  # no torch
 
     cfg = peek_model_config(spec)
@@ -84,7 +86,8 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
     """``task`` with ``--set KEY=VALUE`` task settings applied as ``train --set`` applies them."""
     from dataclasses import fields
 
-    from compose_lens.config import ConfigError, ModelConfig
+    from compose_lens.config import ModelConfig
+    from compose_lens.errors import ConfigError
 
     if not sets:
         return task
@@ -98,8 +101,8 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
 
 
 def split_from_args(args: argparse.Namespace):
-    from compose_lens.data.split import Split  # lazy: torch
-    from compose_lens.safety import require_memory, split_bytes
+    from compose_lens.data.split import Split, split_bytes  # lazy: torch
+    from compose_lens.safety import require_memory
 
     if getattr(args, "split_file", None):
         task = Split.load(args.split_file).task

@@ -7,13 +7,13 @@ import json
 import sys
 
 from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args, seed
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import TrainingSampler, make_pool, pool_names  # lazy: torch
     from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
-    from compose_lens.data.task import SEQUENCE_TYPES, decode, to_text  # lazy: torch
+    from compose_lens.data.task import SequenceKind, decode, to_text  # lazy: torch
     from compose_lens.config import ModelConfig, RunConfig
     from compose_lens.safety import check_count, check_file_output, check_sizes, write_text_atomic
 
@@ -33,7 +33,7 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     for tokens, label, kind in zip(batch.tokens.tolist(), batch.labels.tolist(), batch.types.tolist()):
         d = decode(task, tokens)
         lines.append(json.dumps({"tokens": tokens, "text": to_text(task, tokens),
-                                 "type": SEQUENCE_TYPES[kind], "x": d.x, "y": d.y, "label": label}) + "\n")
+                                 "type": SequenceKind.at(kind).value, "x": d.x, "y": d.y, "label": label}) + "\n")
     if out is None:
         sys.stdout.writelines(lines)
     else:
@@ -64,11 +64,11 @@ def _cmd_data_split(args: argparse.Namespace) -> int:
 def data_stats(split) -> dict:
     from compose_lens.data.sampler import exhaustive_rows, pool_names  # lazy: torch
     from compose_lens.data.split import row_types, training_rows  # lazy: torch
-    from compose_lens.data.task import SEQUENCE_TYPES  # lazy: torch
+    from compose_lens.data.task import SequenceKind  # lazy: torch
 
     task = split.task
     rows = training_rows(split)
-    counts = row_types(rows).bincount(minlength=4).tolist()
+    counts = row_types(rows).bincount(minlength=len(SequenceKind)).tolist()
     return {
         "task": task.to_dict(),
         "train_pairs": len(split.train_pairs),
@@ -76,8 +76,8 @@ def data_stats(split) -> dict:
         "allowed_two_var_pairs": len(task.allowed_two_var_pairs),
         "one_forbidden_two_var_pairs": len(task.restricted_two_var_pairs(1)),
         "two_forbidden_two_var_pairs": len(task.restricted_two_var_pairs(2)),
-        "training_rows": dict(zip(SEQUENCE_TYPES, counts)),
-        "two_var_to_zero_var_ratio": counts[3] / counts[0],
+        "training_rows": {kind.value: counts[kind.index] for kind in SequenceKind},
+        "two_var_to_zero_var_ratio": counts[SequenceKind.TWO_VAR.index] / counts[SequenceKind.ZERO_VAR.index],
         "expected_two_var_to_zero_var_ratio": task.r * task.two_var_rows / task.zero_var_rows,
         "two_var_rows_per_pair": {"candidates": task.two_var_rows, "zero_var_rows": task.zero_var_rows},
         # every render draws the variable pair afresh, so a pair with a kept row reaches all allowed pairs
@@ -93,8 +93,9 @@ def data_stats(split) -> dict:
 
 
 def _cmd_data_stats(args: argparse.Namespace) -> int:
+    from compose_lens.data.sampler import exhaustive_count  # lazy: torch
     from compose_lens.provenance import provenance
-    from compose_lens.safety import exhaustive_count, require_memory
+    from compose_lens.safety import require_memory
 
     split = split_from_args(args)
     require_memory({"the exhaustive 2-var rows": 64 * exhaustive_count(split.task)},

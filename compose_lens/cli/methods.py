@@ -25,7 +25,7 @@ import argparse
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, seed)
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 
 SITE_NAMES = ("value_after_layer1", "equals_before_mlp2", "query_variable_after_layer1")  # analysis.das.SITE_NAMES
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from compose_lens.cli.common import run_config_from_args, seed
-from compose_lens.config import SWEEP_BACKENDS, ComposeLensError
+from compose_lens.config import SWEEP_BACKENDS
+from compose_lens.errors import ComposeLensError
 
 
 def _cmd_sweep(args) -> int:

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
-from compose_lens.config import ComposeLensError, RunConfig, load_json
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import load_json
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -50,9 +52,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
     from compose_lens.runs import load_model  # lazy: torch
-    from compose_lens.data.sampler import make_pools  # lazy: torch
+    from compose_lens.data.sampler import exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_model_sizes, check_sizes, exhaustive_count
+    from compose_lens.safety import check_count, check_model_sizes, check_sizes
 
     check_count(args.pool_size, "--pool-size")
 

@@ -53,7 +53,8 @@ from typing import Any, Iterable
 
 import torch
 
-from compose_lens.config import ComposeLensError, TaskConfig
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.task import SequenceError, decode, parse_sequence
 
 USER = "user"  # the corruption label of pairs a user brought: what they change is theirs to say

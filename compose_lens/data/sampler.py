@@ -19,10 +19,13 @@ rendered together (one set of tensor ops for many steps), and block k always
 comes from generator stream k, so step s gets the same batch whether or not the
 run was interrupted before it.
 
-A task with a variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`)
-renders through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
-:func:`~compose_lens.data.variants.variant_pool_names` to the nine (:func:`pool_names`);
-the study's task keeps the code below, bit for bit.
+The pools are data (:mod:`compose_lens.data.pools`): :func:`make_pool` draws a pool from
+its fields (kinds, pairs, forbidden slots, row source), never from its name. A task with a
+variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`) renders
+through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
+:func:`~compose_lens.data.variants.variant_pools` to the nine (:func:`pools_of`); the
+study's task keeps the code below, bit for bit. :class:`compose_lens.data.sequences.Task`
+is the one door to all of this.
 """
 
 from __future__ import annotations
@@ -31,24 +34,16 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.config import ConfigError
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ConfigError
 from compose_lens.data import streams
-from compose_lens.data.split import ANY_PAIR, Split, row_types, training_rows
-from compose_lens.data.task import first_label_of
-from compose_lens.data.variants import pool_render_options, reassignable, render_variant, variant_pool_names
+from compose_lens.data.pools import EXHAUSTIVE_NAMES, ONE_VAR, POOL_NAMES, STUDY_POOLS, Pool, find_pool
+from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, row_types, training_rows
+from compose_lens.data.task import SequenceKind, first_label_of
+from compose_lens.data.variants import reassignable, render_variant, variant_pools, variant_render_bytes
 
-POOL_NAMES = (
-    "0var_train",
-    "0var_add_restricted",
-    "1var_train",
-    "1var_add_restricted",
-    "1var_var_restricted",
-    "2var_train",
-    "2var_add_restricted",
-    "2var_var_restricted_1",
-    "2var_var_restricted_2",
-)
-EXHAUSTIVE_NAMES = ("zero_var_heldout", "two_var_union")
+__all__ = ["Batch", "render", "render_bytes", "TrainingSampler", "pools_of", "pool_names", "make_pool", "make_pools",
+           "concat_batches", "exhaustive_rows", "exhaustive_count", "make_exhaustive", "POOL_NAMES", "EXHAUSTIVE_NAMES"]
 
 
 @dataclass
@@ -135,6 +130,22 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
     return Batch(tokens, (x + y) % task.modulus, rows)
 
 
+def render_bytes(task: TaskConfig, n: int) -> int:
+    """Bytes :func:`render` needs for ``n`` sequences at its peak: the tokens, labels and rows,
+    and its scratch tensors above (sort keys and orders over V variables and M slots, the C - 2
+    PAD gaps against the M slots, the (C + 2)-wide context). The memory guard
+    (:mod:`compose_lens.safety`) adds this up; a variant task adds
+    :func:`~compose_lens.data.variants.variant_render_bytes`. Measured (the rise of the peak
+    resident memory, VmHWM, over 100,000 sequences): 115 MB for the study's task (this says
+    143), 328-347 MB for a variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it
+    between 0.85 and 1.5 times the measured peak."""
+    v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
+    per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100
+    if task.is_variant:
+        per_sequence += variant_render_bytes(task)
+    return n * per_sequence
+
+
 class TrainingSampler:
     """Online training batches: rows drawn uniformly with replacement, fresh contexts.
 
@@ -188,15 +199,21 @@ def _with(pairs: torch.Tensor, v: int | torch.Tensor, w: int | torch.Tensor) -> 
     return torch.cat([pairs, v, w], 1)
 
 
-def _row_table_pool(split: Split, kind: str, pairs: torch.Tensor) -> torch.Tensor:
-    """The study's row table restricted to ``pairs`` for one sequence kind (0var, 1var, 2var)."""
-    task = split.task
-    if kind == "0var":
-        return _with(pairs, -1, -1).repeat(task.zero_var_rows, 1)  # one row per variable
-    if kind == "1var":
-        return torch.cat([_with(pairs, v, -1) for v in task.allowed_left]
-                         + [_with(pairs, -1, w) for w in task.allowed_right])
-    return _with(pairs, ANY_PAIR, ANY_PAIR).repeat(task.two_var_rows, 1)
+def _kind_table(task: TaskConfig, kind: SequenceKind, pairs: torch.Tensor) -> torch.Tensor:
+    """The study's row table restricted to ``pairs`` for one sequence kind, in table order."""
+    if kind is SequenceKind.ZERO_VAR:
+        return _with(pairs, CONSTANT, CONSTANT).repeat(task.zero_var_rows, 1)  # one row per variable
+    if kind is SequenceKind.TWO_VAR:
+        return _with(pairs, ANY_PAIR, ANY_PAIR).repeat(task.two_var_rows, 1)
+    variables = task.allowed_left if kind is SequenceKind.ONE_VAR_LEFT else task.allowed_right
+    blocks = [_with(pairs, v, CONSTANT) if kind is SequenceKind.ONE_VAR_LEFT else _with(pairs, CONSTANT, v)
+              for v in variables]
+    return torch.cat(blocks) if blocks else torch.zeros(0, 4, dtype=torch.long)
+
+
+def _row_table(split: Split, kinds: tuple[SequenceKind, ...], pairs: torch.Tensor) -> torch.Tensor:
+    """The study's row table restricted to ``pairs`` for the given kinds (in that order)."""
+    return torch.cat([_kind_table(split.task, kind, pairs) for kind in kinds])
 
 
 def _one_var_draw(task, pairs: torch.Tensor, left: list[int], right: list[int], size: int,
@@ -205,38 +222,53 @@ def _one_var_draw(task, pairs: torch.Tensor, left: list[int], right: list[int], 
     sides = [(0, left), (1, right)] if left and right else [(0, left)] if left else [(1, right)]
     side = torch.randint(0, len(sides), (size,), generator=g)
     pick = pairs[torch.randint(0, len(pairs), (size,), generator=g)]
-    rows = _with(pick, -1, -1)
+    rows = _with(pick, CONSTANT, CONSTANT)
     for i, (column, variables) in enumerate(sides):
         chosen = torch.tensor(variables)[torch.randint(0, len(variables), (size,), generator=g)]
         rows[side == i, 2 + column] = chosen[side == i]
     return rows
 
 
-def _pool_rows(split: Split, name: str, size: int, g: torch.Generator) -> torch.Tensor:
-    """The rows of one pool, drawn as the study draws them (see :func:`make_pool`)."""
-    task = split.task
-    kind, pairs_kind = name.split("_", 1)
-    if name == "1var_var_restricted":
-        left = [task.var_index(v) for v in task.left_forbidden]
-        right = [task.var_index(v) for v in task.right_forbidden]
-        return _one_var_draw(task, split.train_pairs, left, right, size, g)
-    if name == "1var_add_restricted":
-        return _one_var_draw(task, split.heldout_pairs, list(task.allowed_left), list(task.allowed_right), size, g)
-    if pairs_kind.startswith("var_restricted"):  # 2-var, one or two variables in forbidden slots
-        var_pairs = torch.tensor(task.restricted_two_var_pairs(int(pairs_kind[-1])), dtype=torch.long)
-        pick = split.train_pairs[torch.randint(0, len(split.train_pairs), (size,), generator=g)]
+def _pairs_of(split: Split, pool: Pool) -> torch.Tensor:
+    return split.train_pairs if pool.pairs == "train" else split.heldout_pairs
+
+
+def _pool_rows(split: Split, pool: Pool, size: int, g: torch.Generator) -> torch.Tensor:
+    """The rows of one pool, drawn as the study draws them (:mod:`compose_lens.data.pools`)."""
+    task, pairs = split.task, _pairs_of(split, pool)
+    if pool.rows == "builder" and pool.kinds == ONE_VAR:
+        if pool.forbidden:
+            left = [task.var_index(v) for v in task.left_forbidden]
+            right = [task.var_index(v) for v in task.right_forbidden]
+        else:
+            left, right = list(task.allowed_left), list(task.allowed_right)
+        return _one_var_draw(task, pairs, left, right, size, g)
+    if pool.rows == "builder":  # 2-var, ``forbidden`` of the two variables in forbidden slots
+        options = task.restricted_two_var_pairs(pool.forbidden) if pool.forbidden else task.allowed_two_var_pairs
+        var_pairs = torch.tensor(options, dtype=torch.long)
+        pick = pairs[torch.randint(0, len(pairs), (size,), generator=g)]
         return torch.cat([pick, var_pairs[torch.randint(0, len(var_pairs), (size,), generator=g)]], 1)
-    if name == "2var_train":  # the kept 2-var training rows; at r = 0 none: every candidate row
+    table = _table_of(split, pool, pairs)
+    return _draw(table, size, g, distinct=True)
+
+
+def _table_of(split: Split, pool: Pool, pairs: torch.Tensor) -> torch.Tensor:
+    """The rows a ``table`` or ``training`` pool draws from (distinct ones)."""
+    if pool.rows == "training":  # the kept training rows of its kinds; at r = 0 none: every candidate row
         table = training_rows(split)
-        kept = table[row_types(table) == 3]
-        return _draw(kept if len(kept) else _row_table_pool(split, "2var", split.train_pairs), size, g, distinct=True)
-    pairs = split.heldout_pairs if pairs_kind == "add_restricted" else split.train_pairs
-    return _draw(_row_table_pool(split, kind, pairs), size, g, distinct=True)
+        kept = table[torch.isin(row_types(table), torch.tensor([kind.index for kind in pool.kinds]))]
+        return kept if len(kept) else _row_table(split, pool.kinds, pairs)
+    return _row_table(split, pool.kinds, pairs)
+
+
+def pools_of(task: TaskConfig) -> tuple[Pool, ...]:
+    """The pools of ``task`` as data: the study's nine, then a variant's own (none for the study's task)."""
+    return STUDY_POOLS + variant_pools(task)
 
 
 def pool_names(task) -> tuple[str, ...]:
-    """The pools of ``task``: the study's nine, then a variant's own (none for the study's task)."""
-    return POOL_NAMES + variant_pool_names(task)
+    """The names of :func:`pools_of`, in order (a pool's stream is its position here)."""
+    return tuple(pool.name for pool in pools_of(task))
 
 
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
@@ -255,43 +287,36 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     their position in :func:`pool_names` (``reassign_first`` from ``reassign_latest``'s:
     the same sequences, scored against the first values).
     """
-    names = pool_names(split.task)
-    if name not in names:
-        raise ValueError(f"unknown pool {name!r}; the pools are {', '.join(names)}")
-    if name not in POOL_NAMES:
-        index = names.index("reassign_latest" if name == "reassign_first" else name)
-        return _variant_pool(split, name, size, streams.derived_generator(seed, streams.POOLS, index))
-    g = streams.derived_generator(seed, streams.POOLS, POOL_NAMES.index(name))
-    two_var_n = "uniform" if name.startswith("2var_var_restricted") else "training"
-    return render(split, _pool_rows(split, name, size, g), g, two_var_n)
+    pools = pools_of(split.task)
+    pool = find_pool(pools, name)
+    index = [p.name for p in pools].index(pool.stream_of)
+    g = streams.derived_generator(seed, streams.POOLS, index)
+    if pool.name not in POOL_NAMES:
+        return _variant_pool(split, pool, size, g)
+    return render(split, _pool_rows(split, pool, size, g), g, pool.two_var_n)
 
 
-def _variant_pool(split: Split, name: str, size: int, g: torch.Generator) -> Batch:
-    """A pool of :func:`~compose_lens.data.variants.variant_pool_names`: 1-var and 2-var rows (training
-    rows for ``reassign_any``) on training or held-out pairs, rendered with the variant forced
-    (:func:`~compose_lens.data.variants.pool_render_options`); ``reassign_first`` is
-    ``reassign_latest``'s sequences labelled with the first values."""
-    source = "reassign_latest" if name == "reassign_first" else name
-    pairs = split.heldout_pairs if source.endswith("add_restricted") else split.train_pairs
-    if source == "reassign_any":
-        table = training_rows(split)
-    else:
-        table = torch.cat([_row_table_pool(split, "1var", pairs), _row_table_pool(split, "2var", pairs)])
-        if source.startswith("reassign"):
-            table = table[reassignable(split, table)]
-            if not len(table):
-                raise ConfigError(f"pool {name}: no row can be reassigned without a held-out pair "
-                                  f"reaching training; raise f")
+def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Batch:
+    """A pool of :func:`~compose_lens.data.variants.variant_pools`: its rows (only those that can be
+    reassigned where it says so) rendered with the variant its fields force; ``labels="first"``
+    scores them against each operand's first value."""
+    table = _table_of(split, pool, _pairs_of(split, pool))
+    if pool.reassignable_only:
+        table = table[reassignable(split, table)]
+        if not len(table):
+            raise ConfigError(f"pool {pool.name}: no row can be reassigned without a held-out pair "
+                              f"reaching training; raise f")
     rows = _draw(table, size, g, distinct=True)
-    batch = Batch(*render_variant(split, rows, g, **pool_render_options(source)))
-    if name == "reassign_first":
+    batch = Batch(*render_variant(split, rows, g, pool.two_var_n, reassign=pool.reassign, chain=pool.chain,
+                                  noise_rate=pool.noise_rate))
+    if pool.labels == "first":
         batch.labels = torch.tensor([first_label_of(split.task, t) for t in batch.tokens.tolist()],
                                     dtype=torch.long)
     return batch
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
-    """Every pool of the split's task (:func:`pool_names`): the nine, and a variant's own."""
+    """Every pool of the split's task (:func:`pools_of`): the nine, and a variant's own."""
     return {name: make_pool(split, name, size, seed) for name in pool_names(split.task)}
 
 
@@ -314,7 +339,7 @@ def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:
 def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
     """Rows of an exhaustive evaluation: every case once (1045 / 193,580 at the defaults)."""
     task = split.task
-    none = torch.full((len(split.heldout_pairs), 2), -1, dtype=torch.long)
+    none = torch.full((len(split.heldout_pairs), 2), CONSTANT, dtype=torch.long)
     if name == "zero_var_heldout":
         return torch.cat([split.heldout_pairs, none], 1)
     if name != "two_var_union":
@@ -329,6 +354,16 @@ def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
         product(split.train_pairs, task.restricted_two_var_pairs(1)),
         product(split.train_pairs, task.restricted_two_var_pairs(2)),
     ])
+
+
+def exhaustive_count(task: TaskConfig) -> int:
+    """Sequences of the exhaustive 2-var union set, :func:`exhaustive_rows` (every held-out pair x
+    allowed variable pair, every training pair x variable pair with a forbidden slot), without
+    building it: what the memory guard needs to know first."""
+    pairs = task.modulus ** 2
+    n_train = int(task.f * pairs)
+    restricted = len(task.restricted_two_var_pairs(1)) + len(task.restricted_two_var_pairs(2))
+    return (pairs - n_train) * len(task.allowed_two_var_pairs) + n_train * restricted
 
 
 def make_exhaustive(split: Split, name: str, seed: int = 0) -> Batch:

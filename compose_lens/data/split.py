@@ -9,8 +9,8 @@ Three things decide what the model may see in training:
   (``k``, ``l``) and some never as the right one (``a``, ``b``).
 * **2-var frequency, r.** Training draws *rows* uniformly with replacement and
   renders each into a fresh sequence (:mod:`compose_lens.data.sampler`). A row is
-  ``(x, y, v, w)``, ``v`` / ``w`` the variable index of a variable operand, -1 for a
-  constant, and :data:`ANY_PAIR` (-2) in both for a 2-var row, whose variable pair
+  ``(x, y, v, w)``, ``v`` / ``w`` the variable index of a variable operand, :data:`CONSTANT`
+  (-1) for a constant, and :data:`ANY_PAIR` (-2) in both for a 2-var row, whose variable pair
   is drawn afresh from the allowed pairs at every render.
 
 **The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row
@@ -39,10 +39,13 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.config import ConfigError, TaskConfig, load_json, write_json_atomic
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ConfigError
+from compose_lens.files import load_json, write_json_atomic
+from compose_lens.data.task import SequenceKind
 
+CONSTANT = -1  # v or w of a row whose operand on that side is a number
 ANY_PAIR = -2  # v and w of a 2-var row: the variable pair is drawn at every render
-SEQUENCE_KINDS = 4  # the row table's types: 0-var, 1-var left, 1-var right, 2-var
 
 
 def study_train_pairs(modulus: int, f: float, seed: int) -> list[tuple[int, int]]:
@@ -67,11 +70,23 @@ def study_two_var_counts(task: TaskConfig, is_train: torch.Tensor) -> torch.Tens
     if task.r <= 0:
         return counts
     for v in task.allowed_left:
-        base = (v * SEQUENCE_KINDS + SEQUENCE_KINDS - 1) * p * p
+        base = (v * len(SequenceKind) + SequenceKind.TWO_VAR.index) * p * p
         for x, y in zip(xs.tolist(), ys.tolist()):
             if random.Random(task.seed + base + x * p + y).random() < task.r:
                 counts[x, y] += 1
     return counts
+
+
+def split_bytes(task: TaskConfig) -> int:
+    """Bytes the split of ``task`` needs (the memory guard of :mod:`compose_lens.safety` adds it
+    up): its p^2 tables (permutation, mask, pairs) and the training-row table of
+    :func:`training_rows`, 64 bytes a row, with the 2-var rows' choice of variable pair."""
+    pairs = task.modulus ** 2
+    n_train = int(task.f * pairs)
+    rows_per_pair = (task.zero_var_rows + len(task.allowed_left) + len(task.allowed_right)
+                     + task.two_var_rows)
+    choice = 20 * len(task.allowed_two_var_pairs) if task.two_var_rows and task.r > 0 else 0
+    return 80 * pairs + n_train * (64 * rows_per_pair + choice)
 
 
 @dataclass(frozen=True)
@@ -243,7 +258,7 @@ def training_rows(split: Split) -> torch.Tensor:
     task = split.task
     pairs = split.train_pairs
     n = len(pairs)
-    const = torch.full((n,), -1, dtype=torch.long)
+    const = torch.full((n,), CONSTANT, dtype=torch.long)
     blocks = [torch.stack([pairs[:, 0], pairs[:, 1], const, const], 1).repeat(task.zero_var_rows, 1)]
     if not task.variables_in_training:
         return blocks[0]
@@ -259,5 +274,6 @@ def training_rows(split: Split) -> torch.Tensor:
 
 
 def row_types(rows: torch.Tensor) -> torch.Tensor:
-    """Type index per row: 0 = 0-var, 1 = 1-var left, 2 = 1-var right, 3 = 2-var."""
-    return (rows[:, 2] != -1).long() + 2 * (rows[:, 3] != -1).long()
+    """Type index per row, :attr:`SequenceKind.index <compose_lens.data.task.SequenceKind.index>`:
+    0 = 0-var, 1 = 1-var left, 2 = 1-var right, 3 = 2-var."""
+    return (rows[:, 2] != CONSTANT).long() + 2 * (rows[:, 3] != CONSTANT).long()

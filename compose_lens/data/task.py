@@ -52,17 +52,88 @@ refuses ``b=3, b=9, b+1=?`` as "assigned twice").
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from compose_lens.config import ComposeLensError, TaskConfig
-
-SEQUENCE_TYPES = ("0var", "1var_left", "1var_right", "2var")
+from compose_lens.config import TaskConfig
+from compose_lens.errors import ComposeLensError
 
 
 class SequenceError(ComposeLensError, ValueError):
     """A token sequence or readable sequence that is not a valid task sequence."""
+
+
+class SequenceKind(enum.StrEnum):
+    """The four kinds of sequence, by which operands are variables: the one vocabulary of kinds.
+
+    A member is its name in tables and JSON (``"0var"`` ...); :attr:`index` is its place in
+    the row table (and :func:`compose_lens.data.split.row_types`); :attr:`operands` and
+    :attr:`prompt` are the words the Fourier grids and the same-MLP prompts use for it.
+    :meth:`parse` reads any of these words, and refuses anything else in one line.
+
+    >>> SequenceKind.parse("left"), SequenceKind.ONE_VAR_LEFT.index, SequenceKind.TWO_VAR.operands
+    (<SequenceKind.ONE_VAR_LEFT: '1var_left'>, 1, 'both')
+    """
+
+    ZERO_VAR = "0var"  # + 3 4 =
+    ONE_VAR_LEFT = "1var_left"  # + b 4 =
+    ONE_VAR_RIGHT = "1var_right"  # + 3 e =
+    TWO_VAR = "2var"  # + b e =
+
+    @property
+    def index(self) -> int:
+        """0 .. 3: the kind's type index in the row table (left variable 1, right variable 2)."""
+        return self.left_is_variable + 2 * self.right_is_variable
+
+    @property
+    def left_is_variable(self) -> bool:
+        return self in (SequenceKind.ONE_VAR_LEFT, SequenceKind.TWO_VAR)
+
+    @property
+    def right_is_variable(self) -> bool:
+        return self in (SequenceKind.ONE_VAR_RIGHT, SequenceKind.TWO_VAR)
+
+    @property
+    def operands(self) -> str:
+        """The Fourier grids' word: ``constant``, ``left``, ``right``, ``both`` (which operands are variables)."""
+        return ("constant", "left", "right", "both")[self.index]
+
+    @property
+    def prompt(self) -> str:
+        """The same-MLP prompts' word: ``const``, ``var1`` (either side), ``var2``."""
+        return ("const", "var1", "var1", "var2")[self.index]
+
+    @classmethod
+    def of(cls, left_is_variable: bool, right_is_variable: bool) -> "SequenceKind":
+        """The kind of a query whose left / right operand is a variable or not."""
+        return cls.at(bool(left_is_variable) + 2 * bool(right_is_variable))
+
+    @classmethod
+    def at(cls, index: int) -> "SequenceKind":
+        """The kind of type index ``index`` (the inverse of :attr:`index`)."""
+        return list(cls)[int(index)]
+
+    @classmethod
+    def of_prompt(cls, prompt: str, side: str) -> "SequenceKind":
+        """The kind of the same-MLP prompts ``prompt`` (:attr:`prompt`) read on ``side``: a ``var1``
+        prompt's variable is the ``side`` operand."""
+        kinds = [kind for kind in cls if kind.prompt == prompt]
+        if not kinds or side not in ("left", "right"):
+            prompts = ", ".join(dict.fromkeys(kind.prompt for kind in cls))
+            raise SequenceError(f"prompts {prompt!r} on the {side!r} side: use one of {prompts}, left or right")
+        return kinds[0] if len(kinds) == 1 else cls.of(side == "left", side == "right")
+
+    @classmethod
+    def parse(cls, word: "str | SequenceKind") -> "SequenceKind":
+        """The kind ``word`` names: a kind (``2var``), an operands word (``both``) or a member's name."""
+        for kind in cls:
+            if word in (kind.value, kind.operands, kind.name):
+                return kind
+        words = ", ".join(kind.value for kind in cls)
+        operands = ", ".join(kind.operands for kind in cls)
+        raise SequenceError(f"unknown sequence kind {word!r}: use one of {words} (or {operands})")
 
 
 def token_name(task: TaskConfig, token: int) -> str:
@@ -130,7 +201,7 @@ class Decoded:
     x: int
     y: int
     label: int
-    type: str
+    type: SequenceKind
     first_x: int = -1
     first_y: int = -1
     hops: tuple[int, int] = (0, 0)
@@ -229,8 +300,7 @@ def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
     rhs, y, first_y, hops_y = operand(query[2], "right")
     if isinstance(lhs, str) and lhs == rhs:
         raise SequenceError(f"a 2-var query uses two different variables, got {lhs!r} twice")
-    kind = {(False, False): "0var", (True, False): "1var_left", (False, True): "1var_right",
-            (True, True): "2var"}[(isinstance(lhs, str), isinstance(rhs, str))]
+    kind = SequenceKind.of(isinstance(lhs, str), isinstance(rhs, str))
     reassigned = tuple(name for name, values in history.items() if len(values) > 1)
     fillers = sum(1 for t in context if is_noise(task, t))
     return Decoded(assignments, lhs, rhs, x, y, (x + y) % task.modulus, kind,

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from compose_lens.config import ComposeLensError, ModelConfig, TaskConfig
+from compose_lens.config import ModelConfig, TaskConfig
+from compose_lens.errors import ComposeLensError
 
 if TYPE_CHECKING:  # imported on first use (see the module doc)
     from transformer_lens.config import TransformerBridgeConfig

@@ -55,7 +55,9 @@ from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.analysis.same_mlp import check_layout, same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
-from compose_lens.config import ComposeLensError, RunConfig, json_safe
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import json_safe
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html

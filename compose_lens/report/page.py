@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.plots import data_uri, png_bytes
 
 STYLE = """

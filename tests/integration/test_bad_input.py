@@ -762,7 +762,8 @@ def test_the_guards_let_the_default_sizes_through(pinned_memory):
     refuse what cannot fit, not what the study runs."""
     from compose_lens.cli import circuit, data, patching
     from compose_lens.config import ModelConfig
-    from compose_lens.safety import check_sizes, exhaustive_count
+    from compose_lens.data.sampler import exhaustive_count
+    from compose_lens.safety import check_sizes
 
     for config in (TINY, RunConfig()):
         patching._patch_memory(1000, "value", config)
@@ -884,7 +885,7 @@ def test_any_text_for_an_integer_setting_is_refused_or_valid(raw, world, capsys)
 
 
 def test_nan_weights_loaded_from_python_are_refused(world):
-    from compose_lens.config import ComposeLensError
+    from compose_lens.errors import ComposeLensError
     from compose_lens.runs import load_model
 
     with pytest.raises(ComposeLensError, match="NaN"):

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from compose_lens import runs
 from compose_lens.batched import BatchedTrainer
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.train import Trainer
 
 K = 4

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.analysis.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_phases,
                                             forbidden_slot_batches, phase_onset, phases_document, trajectory)
 from compose_lens.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints, write_dynamics

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.train import Trainer
 

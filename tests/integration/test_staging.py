@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import (ComposeLensError, ModelConfig, RunConfig, TaskConfig, TrainConfig, temp_beside,
-                                 temp_of, write_json_atomic)
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.files import temp_beside, temp_of, write_json_atomic
 from compose_lens.safety import MARKER, DirectoryLock, staged_output
 from compose_lens.train import Trainer
 

@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file
 
 from compose_lens.cli import main
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.analysis.thresholds import first_step_above, format_thresholds, threshold, thresholds
 from compose_lens.sweep import (SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep,
                                sweep_rows)

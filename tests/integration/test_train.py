@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from compose_lens.model import tl
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.train import Trainer
 
 

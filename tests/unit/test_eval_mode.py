@@ -3,7 +3,7 @@ patching and ``fit_das`` refuse a model in train mode."""
 
 from __future__ import annotations
 
-from compose_lens.config import write_json_atomic
+from compose_lens.files import write_json_atomic
 from compose_lens.model import tl
 from compose_lens.runs import (CHECKPOINTS_DIR, CONFIG_FILE, checkpoint_name, for_analyses, load_checkpoint,
                                load_model, load_model_dir, save_model, with_bridge)

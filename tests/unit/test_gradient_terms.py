@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis import gradient_terms
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.task import parse_sequence
 from compose_lens.model import fastpath, tl

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 from compose_lens.model import fastpath, tl
 from compose_lens.runs import PAPER_MODEL_DIR, load_model, save_model

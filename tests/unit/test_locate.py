@@ -13,7 +13,8 @@ import torch
 from compose_lens import runs
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.report.outputs import fourier_plan, write_fourier
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from compose_lens.analysis import logit_attribution as la
-from compose_lens.config import ComposeLensError, ModelConfig, RunConfig
+from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.model import tl

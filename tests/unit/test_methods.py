@@ -13,7 +13,7 @@ import torch
 
 from compose_lens.analysis import das, llc
 from compose_lens.cli import main
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.task import decode
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -106,7 +106,7 @@ def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_sp
 
 
 def test_unknown_corruption_is_refused(tiny_split):
-    from compose_lens.config import ComposeLensError
+    from compose_lens.errors import ComposeLensError
 
     with pytest.raises(ComposeLensError, match="corruption"):
         patching.make_prompt_pairs(tiny_split, 10, "colour")

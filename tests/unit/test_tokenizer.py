@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl

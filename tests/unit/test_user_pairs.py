@@ -12,7 +12,7 @@ import torch
 
 from compose_lens.analysis import circuit as C
 from compose_lens.analysis import metrics, patching
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.pairs import as_prompt_pairs, read_pairs
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl

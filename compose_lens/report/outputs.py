@@ -58,8 +58,9 @@ from compose_lens import runs
 from compose_lens.config import ComposeLensError, RunConfig
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
-from compose_lens.registry import ABLATION, ANALYSES, FOURIER, PATCHING
-from compose_lens.report import context as registry
+from compose_lens import registry
+from compose_lens.registry import ABLATION, FOURIER, PATCHING
+from compose_lens.report import context
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
 from compose_lens.runs import Loaded, write_document, write_table
 from compose_lens.report.context import fourier_plan  # noqa: F401  (its old home: callers import it here)
@@ -105,11 +106,11 @@ def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plot
 
     ``renderer``: where the figures are drawn (default: here, before returning).
     ``plan``: :func:`~compose_lens.report.context.fourier_plan` of the same model and seed, if already made."""
-    with registry.opened(loaded, seed, renderer) as context:
+    with context.opened(loaded, seed, renderer) as ctx:
         if plan is not None:
-            context.plan = plan
-        result = registry.compute(FOURIER, context)
-        registry.write(FOURIER, result, out, context, fmt=fmt)
+            ctx.plan = plan
+        result = context.compute(FOURIER, ctx)
+        context.write(FOURIER, result, out, ctx, fmt=fmt)
     return result.value
 
 
@@ -126,16 +127,16 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     """
     check_layout(loaded.config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
     renderer = renderer or plots.Renderer()
-    steps = [a for a in ANALYSES if causal or not a.causal]
-    with registry.opened(loaded, seed, renderer) as context:
-        record = context.record()
-        summary: dict = {"located": {r.role: r.component for r in context.plan[0].roles()}}
+    steps = [a for a in registry.ANALYSES if causal or not a.causal]
+    with context.opened(loaded, seed, renderer) as ctx:
+        record = ctx.record()
+        summary: dict = {"located": {r.role: r.component for r in ctx.plan[0].roles()}}
         bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
         with torch_threads(1 if renderer.background else None):
             for analysis in bar:
                 bar.set_postfix_str(analysis.name)
-                result = registry.compute(analysis, context)
-                registry.write(analysis, result, out / analysis.name, context, fmt=fmt)
+                result = context.compute(analysis, ctx)
+                context.write(analysis, result, out / analysis.name, ctx, fmt=fmt)
                 summary.update(result.facts)
         renderer.wait()
     for key in ("config", "code_version", "seed"):
@@ -173,7 +174,7 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
     registry's ``patching`` setting where not given."""
     settings = {"corruption": corruption, "by": by, "pairs": pairs, "metric": metric}
     chosen = PATCHING.with_settings(settings | ({} if n_pairs is None else {"n_pairs": n_pairs}))
-    table = registry.compute(PATCHING, registry.Context(loaded, seed), chosen).tables["patching"]
+    table = context.compute(PATCHING, context.Context(loaded, seed), chosen).tables["patching"]
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     stem = f"patching_{corruption}" + ("" if by == "role" else "_by_position")
     given = {} if pairs is None else {"pairs": str(pairs)}
@@ -191,8 +192,7 @@ def write_ablation(loaded: Loaded, out: Path, pool_size: int | None = None, seed
     """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out`` (the registry's
     ``ablation`` analysis; ``pool_size``: its setting where not given); returns the table."""
     settings = ABLATION.with_settings(None if pool_size is None else {"pool_size": pool_size})
-    context = registry.Context(loaded, seed)
-    table = registry.compute(ABLATION, context, settings).tables["ablation"]
+    table = context.compute(ABLATION, context.Context(loaded, seed), settings).tables["ablation"]
     write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, **settings))
     plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)
     return table

@@ -255,7 +255,8 @@ def register(subparsers) -> None:
     add_model_arguments(same)
     same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
     same.add_argument("--seed", type=seed, default=0)
-    same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
+    n = registry.SAME_MLP.settings["n"]
+    same.add_argument("--n", type=int, default=n, help=f"prompts per prompt set (default {n})")
     add_overwrite(same)
     add_quiet_argument(same)
     same.set_defaults(func=_cmd_same_mlp)

@@ -96,8 +96,8 @@ class ReportInputs:
     results: dict | None  # results.json, None if the run has not finished
     texts: list[str]  # the example sequences
     report: Report  # where figures go (embedded and saved)
-    context: context.Context  # the final model as the registered analyses read it
-    results_dir: Path  # where their files are read from and kept: results_dir/<name>/
+    context: context.Context | None = None  # the final model as the registered analyses read it
+    results_dir: Path | None = None  # where their files are read from and kept: results_dir/<name>/
 
     @property
     def phases(self) -> dict:

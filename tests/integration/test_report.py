@@ -286,9 +286,13 @@ def test_the_report_reads_saved_analyses_and_computes_only_what_is_missing(repor
         computed.append(analysis.name)
         raise RuntimeError(f"{analysis.name} computed again")
 
-    monkeypatch.setattr(context, "compute", refuse)
+    from compose_lens.registry import ANALYSES
+
+    titles = tuple(a.title for a in ANALYSES if a.section)  # the tiny model's own problems (no key
+    monkeypatch.setattr(context, "compute", refuse)          # frequency yet) are the other sections'
     _, problems = build_report(run_dir, progress=False)
-    assert computed == [] and problems == [], problems
+    assert computed == [] and not [p for p in problems if p.startswith(titles)], problems
     shutil.rmtree(run_dir / "results" / "dla")
     _, problems = build_report(run_dir, progress=False)
-    assert computed == ["dla"] and len(problems) == 1 and "dla computed again" in problems[0], problems
+    registered = [p for p in problems if p.startswith(titles)]
+    assert computed == ["dla"] and len(registered) == 1 and "dla computed again" in registered[0], problems

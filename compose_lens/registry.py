@@ -7,12 +7,14 @@ the order ``analyze`` runs them):
   ``RUN_DIR/results/<name>/``) and the **title** of its report section;
 * its **settings** with their defaults, in this one place: ``analyze``, the report and its own command
   run it with the same ones, and every file it writes records them (``settings`` in the provenance);
-* its **computation**, ``compute(context, settings) -> Result``, over a :class:`~compose_lens.report.context.Context`: what several
-  analyses of one model share (the loaded model on the forwards the analyses use, the located circuit,
-  the Fourier subject, the probe heads, the constant-operand grid) is made there once per model;
+* its **computation**, ``compute(context, settings) -> Result``, over a per-model
+  :class:`~compose_lens.report.context.Context`: what several analyses of one model share (the
+  loaded model on the forwards the analyses use, the located circuit, the Fourier subject, the
+  probe heads, the constant-operand grid) is made there once per model;
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
-  ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which :func:`~compose_lens.report.context.read` rebuilds it,
-  and its **figures**, drawn by :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one);
+  ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
+  :func:`~compose_lens.report.context.read` rebuilds it, and its **figures**, drawn by
+  :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one);
 * optionally: its report **section** (``section(inputs, result, settings) -> HTML``, placed after the
   section ``report_after`` names), the **findings** ``analyze`` prints (summary key, what it measures,
   what the circuit predicts), its own **command** (``compose-lens <command> MODEL --out DIR``, with
@@ -20,8 +22,9 @@ the order ``analyze`` runs them):
   that are public API (``compose_lens.<name>``).
 
 Nothing else names an analysis: :func:`compose_lens.report.outputs.write_analysis` loops over the
-registry, the report makes each registered section with :func:`~compose_lens.report.context.obtain` (the saved files where they
-were made with the same settings, seed and configuration, else computed now and saved), the command
+registry, the report makes each registered section with :func:`~compose_lens.report.context.obtain`
+(the saved files where they were made with the same settings, seed and configuration, else computed
+now and saved), the command
 line builds the findings table and the registered commands from it, and ``compose_lens`` resolves the
 exports. ``docs/extending.md`` walks through adding one (direct logit attribution, ``dla``).
 
@@ -436,7 +439,8 @@ def _patching_section(inp, result: Result, settings: dict) -> str:
 
     table, n_pairs = result.tables["patching"], settings["n_pairs"]
     top = table.loc[table["mean"].abs().nlargest(3).index]
-    found = "; ".join(f"{plots.layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}" for r in top.itertuples())
+    found = "; ".join(f"{plots.layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}"
+                      for r in top.itertuples())
     return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
             f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
             f"prompt. Largest: {html.escape(found)}.</p>"

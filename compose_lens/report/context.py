@@ -25,6 +25,7 @@ from compose_lens.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.runs import Loaded, write_document, write_table
 
+
 def fourier_plan(loaded: Loaded, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
     """Locate the circuit and choose the MLP to analyse, refusing (one line) a model whose MLP the
     Fourier grids cannot read, before any table is made: a few seconds, not minutes."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from compose_lens import registry as _registry  # plain declarations: no torch
 from compose_lens.provenance import VERSION as __version__
 
 # public name -> the module that defines it ("module:name" where the module calls it otherwise)
@@ -52,18 +53,13 @@ _EXPORTS = {
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Loaded": "compose_lens.runs",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
     "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
-    # the analyses
-    "circuit_summary": "compose_lens.analysis.summary", "circuit_measures": "compose_lens.analysis.summary",
-    "same_mlp_report": "compose_lens.analysis.same_mlp", "patching_table": "compose_lens.analysis.patching",
-    "ablation_table": "compose_lens.analysis.ablation", "sequence_views": "compose_lens.analysis.attention",
+    # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
+    "ANALYSES": "compose_lens.registry",
+    "sequence_views": "compose_lens.analysis.attention",
     "trajectory": "compose_lens.analysis.dynamics", "find_phases": "compose_lens.analysis.dynamics",
-    "operand_grid": "compose_lens.analysis.fourier", "key_frequencies": "compose_lens.analysis.fourier",
-    "logit_attribution": "compose_lens.analysis.logit_attribution",
-    "logit_lens": "compose_lens.analysis.logit_attribution",
     "classify_run": "compose_lens.outcome",
     "prev_token_attention_score": "compose_lens.analysis.probes",
     "variable_identity_score": "compose_lens.analysis.probes",
-    "key_frequency_strength": "compose_lens.analysis.fourier", "best_neurons": "compose_lens.analysis.fourier",
     "qk_matrices": "compose_lens.analysis.figure_data", "fourier_neuron": "compose_lens.analysis.figure_data",
     "TOKEN_ROLES": "compose_lens.analysis.patching:ROLES", "discover_circuit": "compose_lens.analysis.circuit:discover",
     # your own prompt pairs and patching metric (patching_table / discover_circuit take pairs= and metric=)
@@ -82,12 +78,20 @@ _EXPORTS = {
     "run_sweep": "compose_lens.sweep",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+
+
+def _registered() -> dict[str, str]:
+    """The public names the registered analyses declare (``Analysis.exports``), each to its module."""
+    return {name: a.module for a in _registry.ANALYSES if a.module for name in a.exports}
+
+
+__all__ = ["__version__", *_EXPORTS, *_registered()]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module, _, attribute = _EXPORTS[name].partition(":")
+    found = _EXPORTS.get(name) or _registered().get(name)
+    if found:
+        module, _, attribute = found.partition(":")
         value = getattr(importlib.import_module(module), attribute or name)
         globals()[name] = value  # later uses skip this function
         return value

@@ -30,6 +30,10 @@ Supporting modules:
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.figure_data`: the numbers behind the study's model figures.
 
+Which of these ``compose-lens analyze`` runs, with which settings, and what each writes, shows
+in the report and exports is declared once per analysis in :mod:`compose_lens.registry`
+(``docs/extending.md``; direct logit attribution, :mod:`.logit_attribution`, is the worked example).
+
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.runs` and :mod:`compose_lens.report`, figures drawn by
 :mod:`compose_lens.plots`.

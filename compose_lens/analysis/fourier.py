@@ -55,9 +55,12 @@ from the same values reached through variables (``operands="left" | "right" |
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import pandas as pd
 import torch
@@ -330,13 +333,41 @@ def readout_kind(config: RunConfig, layer: int) -> str:
             f"held at their clean values (FrozenDownstreamReadout); clean-grid loss and accuracy are exact")
 
 
+_SHARED_GRIDS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("shared_grids", default=None)
+
+
+@contextlib.contextmanager
+def shared_grids() -> Iterator[None]:
+    """While open, :func:`operand_grid` builds each grid (model, operands, seed, layer) once and
+    hands the same :class:`AdditionGrid` to every later caller: the analyses of one model
+    (the summary, the Fourier tables, the same-MLP features, the ablation's frequency groups)
+    all read the constant-operand grid. Opened by the per-model context of
+    :mod:`compose_lens.report.context`; the grids are read, never written, by their users."""
+    token = _SHARED_GRIDS.set({})
+    try:
+        yield
+    finally:
+        _SHARED_GRIDS.reset(token)
+
+
 def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
                  seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
     """The MLP of ``blocks.{layer}`` at ``=`` for every (x, y), from rendered sequences (random
     contexts, seeded); ``tokens``: :func:`grid_tokens` of the same arguments if already rendered.
     ``layer``: 1 is the paper's MLP2; the Fourier commands pass the located adder
     (:mod:`compose_lens.analysis.locate`), wherever it sits: an MLP before the last block is read
-    out through :class:`FrozenDownstreamReadout`."""
+    out through :class:`FrozenDownstreamReadout`. Inside :func:`shared_grids`, built once."""
+    shared = _SHARED_GRIDS.get()
+    if shared is None or tokens is not None:
+        return _operand_grid(model, config, split, operands, seed, tokens, layer=layer)
+    key = (id(model), id(split), operands, seed, layer)
+    if key not in shared or shared[key][0] is not model:  # the model is kept: its id is not reused
+        shared[key] = (model, _operand_grid(model, config, split, operands, seed, layer=layer))
+    return shared[key][1]
+
+
+def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
+                  seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
     check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
     acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer)

@@ -22,6 +22,14 @@ readable.
 Sequence kinds are read from the tokens (how many of the two operands are variables), so the
 nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
 Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
+
+The paper architecture is read through the table forward (:mod:`compose_lens.model.fastpath`,
+no hooks: a :class:`~compose_lens.model.tl.Weights` will do), whose activations on the way to
+``=`` give the same terms; any other architecture through ``run_with_cache`` on a bridge.
+:func:`check_memory` is the guard of both (what ``n`` sequences keep), run before anything is
+drawn. This module is registered as the ``dla`` analysis (:mod:`compose_lens.registry`):
+``analyze`` writes its tables into ``OUT/dla/``, the report draws its section from them and
+``compose-lens dla`` runs it alone.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens.model import tl
+from compose_lens.model import fastpath, tl, weights
+from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
@@ -50,12 +59,18 @@ def sequence_kind(tokens: Int[torch.Tensor, "batch pos"], first_var_token: int) 
     return (tokens[:, -3:-1] >= first_var_token).sum(1)
 
 
+def check_memory(n: int, config: RunConfig, flag: str = "--n") -> None:
+    """Refuse (one line) ``n`` sequences that would not fit: drawn twice (attribution and lens),
+    each keeping a whole cached forward and the model's own forward of them."""
+    check_sizes(config, {f"{flag} {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
+
+
 def _check_supported(config: RunConfig, model) -> None:
     if config.model.normalization_type is not None:
         raise ComposeLensError("logit attribution needs a model without normalisation (the logits are then "
                                "a sum of component outputs); this model has "
                                f"normalization_type={config.model.normalization_type!r}")
-    if isinstance(model, tl.Weights):
+    if isinstance(model, tl.Weights) and not weights.is_paper_architecture(config.model):
         raise ComposeLensError("logit attribution reads TransformerLens hooks: load the model with "
                                "bridge=True (compose_lens.runs.with_bridge)")
 
@@ -66,6 +81,8 @@ def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "ba
     _check_supported(config, model)
     cfg = config.model
     params = tl.parameters(model)
+    if weights.is_paper_architecture(cfg):
+        return _components_from_tables(params, config, tokens)
     with torch.no_grad():
         _, cache = tl.run_with_cache(model, tokens)
     out = {"token embedding": cache["hook_embed"][:, -1], "position embedding": cache["hook_pos_embed"][:, -1]}
@@ -81,6 +98,28 @@ def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "ba
         if block in cfg.mlp_layers:
             out[f"{layer_name(block)} MLP"] = cache[f"blocks.{block}.hook_mlp_out"][:, -1]
     return out
+
+
+def _components_from_tables(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.Tensor
+                            ) -> dict[str, torch.Tensor]:
+    """:func:`components_at_answer` of the paper architecture (one head per layer, an MLP in the last
+    layer only, zero biases) from the table forward's residual stream at ``=``."""
+    with torch.no_grad():
+        acts = fastpath.forward_at_answer(params, config.model, tokens)
+        token = params["embed.weight"][tokens[:, -1]]
+        place = params["pos_embed.weight"][tokens.shape[1] - 1].expand(len(tokens), -1)
+        return {"token embedding": token, "position embedding": place,
+                f"{layer_name(0)} head 0": acts.resid_mid0_last - token - place,
+                f"{layer_name(1)} head 0": acts.resid_mid1_last - acts.resid_mid0_last,
+                f"{layer_name(1)} MLP": weights.mlp_out(params, config.model, acts.resid_mid1_last, 1)[2]}
+
+
+def _answer_logits(model, config: RunConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, d_vocab_out) the model's own logits at ``=`` (the table forward for the paper architecture)."""
+    with torch.no_grad():
+        if weights.is_paper_architecture(config.model):
+            return fastpath.last_position_logits(tl.parameters(model), config.model, tokens)
+        return model(tokens)[:, -1]
 
 
 def stage_of(component: str) -> str:
@@ -108,8 +147,7 @@ def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed
     contributions = {name: _margins(value.detach(), w_u, labels) for name, value in parts.items()}
     contributions["unembedding bias"] = (b_u[labels] - b_u.mean()).expand(len(labels)).clone()
     total = sum(contributions.values())
-    with torch.no_grad():
-        correct = model(tokens)[:, -1].argmax(-1) == labels
+    correct = _answer_logits(model, config, tokens).argmax(-1) == labels
     kinds = sequence_kind(tokens, config.task.first_var_token)
     rows = []
     for kind in (0, 1, 2):
@@ -132,8 +170,7 @@ def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
     params = tl.parameters(model)
     w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
     resid = sum(v.detach() for v in parts.values())
-    with torch.no_grad():
-        logits = model(tokens)[:, -1]
+    logits = _answer_logits(model, config, tokens)
     own = logits.gather(1, labels[:, None])[:, 0] - logits.mean(1)
     summed = _margins(resid, w_u, labels) + b_u[labels] - b_u.mean()
     return (own - summed).abs().max().item()

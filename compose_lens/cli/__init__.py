@@ -14,7 +14,9 @@ the package imports sit at the top of the module.
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 (:mod:`.train`), ``analyze``, ``same-mlp``, ``fourier``, ``attention`` (:mod:`.analysis`),
 ``patch``, ``ablate`` (:mod:`.patching`), ``circuit`` (:mod:`.circuit`), ``dynamics``, ``report``
-(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`).
+(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), and the command
+of each registered analysis that declares one (``dla``: built by :mod:`.analysis` from
+:mod:`compose_lens.registry`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,13 @@
 MODEL is anything :func:`compose_lens.runs.load_model` accepts; what each command
 writes is described in :mod:`compose_lens.report.outputs`. Every command takes
 ``--quiet`` (no progress bar).
+
+``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
+findings they declare. An analysis that declares a ``command`` gets it here, built from its
+declaration (:func:`register_analysis_command`): ``compose-lens <command> MODEL --out DIR`` with
+``--seed``, ``--format``, ``--overwrite``, ``--quiet`` and one option per declared setting; it writes
+what ``analyze`` writes into ``OUT/<name>/`` (figures under ``DIR/figures``), runs the analysis's
+memory guard before anything is loaded and prints the lines its ``describe`` gives.
 """
 
 from __future__ import annotations
@@ -13,17 +20,10 @@ from pathlib import Path
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
 from compose_lens.errors import ComposeLensError
+from compose_lens import registry  # plain declarations: no torch
 
-# the findings analyze prints: (summary key, what it measures, what the circuit predicts)
-FINDINGS = (
-    ("prev_token_attention_score", "layer 1: each value attends to its variable", "near 1"),
-    ("prev_token_probe_accuracy", "layer 1 writes the variable into the value's stream", "near 1"),
-    ("equals_to_operands_score", "layer 1: = attends to the operands", "high"),
-    ("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high"),
-    ("equals_to_values_score", "layer 2: = attends to the queried values", "high"),
-    ("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1"),
-    ("key_frequency_strength", "MLP2 variance in its key frequencies", "high"),
-)
+# the findings analyze prints, from the registry: (summary key, what it measures, what the circuit predicts)
+FINDINGS = tuple((f.key, f.what, f.predicts) for a in registry.ANALYSES for f in a.findings)
 
 
 def same_mlp_verdict(report: dict | None) -> str | None:
@@ -73,7 +73,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                                  progress=not args.quiet, renderer=renderer)
     print(f"model: {loaded.source}")
     print_findings(summary)
-    print(f"wrote {args.out}/summary.json and the tables and figures beside it")
+    print(f"wrote {args.out}/summary.json and each analysis's tables and figures in {args.out}/<name>/")
     return 0
 
 
@@ -182,12 +182,70 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_registered(args: argparse.Namespace) -> int:
+    """The command of a registered analysis (see the module docstring)."""
+    analysis = registry.by_name(registry.ANALYSES, args.analysis)
+    from compose_lens.report import context  # lazy: torch
+    from compose_lens.runs import load_model  # lazy: torch
+    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
+
+    for option in analysis.options:
+        check_count(getattr(args, option.setting), option.flag, minimum=option.minimum)
+    settings = analysis.with_settings({o.setting: getattr(args, o.setting) for o in analysis.options})
+    out = check_out_name(args.out)
+
+    def guard(config) -> None:
+        if analysis.guard is not None:
+            analysis.guard(settings, config)
+
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
+    with staged_output(out, analysis.command, args.overwrite) as stage, \
+            progress_bar(analysis.command, 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the model")
+        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        guard(loaded.config)
+        bar.update()
+        bar.set_postfix_str(", ".join(f"{k} {v}" for k, v in settings.items()) or analysis.name)
+        with context.opened(loaded, args.seed) as ctx:
+            result = context.compute(analysis, ctx, settings)
+            context.write(analysis, result, stage, ctx, settings, fmt=args.fmt)
+        bar.update()
+    print(f"model: {loaded.source}")
+    for line in analysis.describe(result) if analysis.describe else ():
+        print(line)
+    files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
+    drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]
+    print(f"wrote {out}/{', '.join(files + drawn)}")
+    return 0
+
+
+def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
+    """``compose-lens <analysis.command>``, from its declaration."""
+    parser = subparsers.add_parser(analysis.command, help=analysis.help or analysis.title)
+    add_model_arguments(parser)
+    for option in analysis.options:
+        parser.add_argument(option.flag, dest=option.setting, type=int, default=analysis.settings[option.setting],
+                            help=f"{option.help} (default {analysis.settings[option.setting]})")
+    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--out", required=True, help="directory for the tables and figures")
+    add_format_argument(parser)
+    add_overwrite(parser)
+    add_quiet_argument(parser)
+    parser.set_defaults(func=_cmd_registered, analysis=analysis.name)
+
+
 def register(subparsers) -> None:
-    analyze = subparsers.add_parser("analyze", help="probes, Fourier, same-MLP, patching: files into --out")
+    for analysis in registry.ANALYSES:
+        if analysis.command:
+            register_analysis_command(subparsers, analysis)
+
+    names = ", ".join(a.name for a in registry.ANALYSES)
+    analyze = subparsers.add_parser("analyze", help=f"every registered analysis ({names}): files into --out/<name>/")
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=seed, default=0)
-    analyze.add_argument("--skip-causal", action="store_true", help="skip the patching and ablation tables")
+    causal = " and ".join(a.name for a in registry.ANALYSES if a.causal)
+    analyze.add_argument("--skip-causal", action="store_true", help=f"skip the causal analyses ({causal})")
     add_overwrite(analyze)
     add_format_argument(analyze)
     add_quiet_argument(analyze)
@@ -198,7 +256,8 @@ def register(subparsers) -> None:
     add_model_arguments(same)
     same.add_argument("--out", required=True, help="directory for same_mlp.json, the CSVs and same_mlp.png")
     same.add_argument("--seed", type=seed, default=0)
-    same.add_argument("--n", type=int, default=400, help="prompts per prompt set (default 400)")
+    n = registry.SAME_MLP.settings["n"]
+    same.add_argument("--n", type=int, default=n, help=f"prompts per prompt set (default {n})")
     add_overwrite(same)
     add_quiet_argument(same)
     same.set_defaults(func=_cmd_same_mlp)

@@ -1,15 +1,12 @@
-"""``compose-lens patch``, ``ablate`` and ``dla``: which component matters, as tables on disk.
+"""``compose-lens patch`` and ``ablate``: which component matters, as tables on disk.
 
     compose-lens patch MODEL [--split FILE] [--corruption value|variable|constant] [--n-pairs N]
                        [--pairs FILE] [--metric logit_diff|prob|accuracy]
                        [--by role|position] [--format png|svg|pdf] --out DIR
     compose-lens ablate MODEL [--split FILE] [--pool-size N] [--format png|svg|pdf] --out DIR
 
-    compose-lens dla MODEL [--split FILE] [--n N] [--format png|svg|pdf] --out DIR
-
-``dla`` writes ``logit_attribution.csv`` (each component's direct share of the answer margin
-at ``=``, per sequence kind), ``logit_lens.csv`` and one figure
-(:mod:`compose_lens.analysis.logit_attribution`).
+(``compose-lens dla``, direct logit attribution, is a registered analysis: its command is built
+from its declaration in :mod:`compose_lens.registry`, see :mod:`compose_lens.cli.analysis`.)
 
 MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
 writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
@@ -30,12 +27,13 @@ import functools
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_pairs_arguments,
                                      add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
+from compose_lens import registry  # plain declarations: no torch
 from compose_lens.config import CORRUPTIONS
 
 
 # -- what each command renders and keeps, for the memory guard (compose_lens.safety.check_sizes) -----
 
-N_BOOT = 1000  # the bootstrap resamples of analysis.patching.normalised_with_ci
+N_BOOT = registry.PATCHING.settings["n_boot"]  # the bootstrap resamples of analysis.patching.normalised_with_ci
 N_ROLES = 9  # analysis.patching.ROLES
 
 
@@ -61,14 +59,6 @@ def _ablate_memory(pool_size: int, config) -> None:
     m = config.model
     kept = 4 * (2 * m.d_mlp + 3 * m.d_vocab_out) + 8 * config.task.seq_len + kept_activation_bytes(config)
     check_sizes(config, {f"--pool-size {pool_size}": (pool_size, 9)}, kept)
-
-
-def _dla_memory(n: int, config) -> None:
-    """``n`` sequences, drawn twice (attribution and lens); each keeps a whole cached forward
-    (``run_with_cache`` over all of them at once) and the model's own forward of them."""
-    from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
-
-    check_sizes(config, {f"--n {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
 def _cmd_patch(args: argparse.Namespace) -> int:
@@ -123,44 +113,13 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_dla(args: argparse.Namespace) -> int:
-    from compose_lens.analysis.logit_attribution import logit_attribution, logit_lens  # lazy: torch
-    from compose_lens.plots import logit_attribution_figure, save
-    from compose_lens.runs import load_model, write_table
-    from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
-
-    check_count(args.n, "--n", minimum=9)
-    out = check_out_name(args.out)
-    guard = functools.partial(_dla_memory, args.n)
-    check_model_sizes(args.model, guard)  # before anything is loaded or made
-    with staged_output(out, "dla", args.overwrite) as stage, progress_bar("dla", 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge
-        guard(loaded.config)
-        bar.update()
-        bar.set_postfix_str(f"{args.n} sequences")
-        table = logit_attribution(loaded.model, loaded.config, loaded.split, args.n, args.seed)
-        lens = logit_lens(loaded.model, loaded.config, loaded.split, args.n, args.seed)
-        origin = provenance(loaded.config, args.seed)
-        write_table(table, stage / "logit_attribution.csv", origin)
-        write_table(lens, stage / "logit_lens.csv", origin)
-        save(*logit_attribution_figure(table, lens), stage / "logit_attribution", fmt=args.fmt)
-        bar.update()
-    top = table.loc[table.groupby("kind")["share"].idxmax()]
-    for row in top.itertuples():
-        print(f"  {row.kind}: {row.component} writes {row.share:.0%} of the answer margin "
-              f"({row.contribution:.2f} of {row.margin:.2f})")
-    print(f"wrote {out}/logit_attribution.csv, logit_lens.csv and logit_attribution.{args.fmt}")
-    return 0
-
-
 def register(subparsers) -> None:
     patch = subparsers.add_parser("patch", help="activation patching by component, layer and position")
     add_model_arguments(patch)
     patch.add_argument("--corruption", default="value", choices=CORRUPTIONS,
                        help="what the corrupted prompt changes (default value)")
-    patch.add_argument("--n-pairs", type=int, default=1000, help="clean/corrupted prompt pairs")
+    patch.add_argument("--n-pairs", type=int, default=registry.PATCHING.settings["n_pairs"],
+                       help="clean/corrupted prompt pairs")
     patch.add_argument("--by", choices=("role", "position"), default="role",
                        help="group positions by token role (default) or keep absolute positions")
     add_pairs_arguments(patch)
@@ -171,19 +130,10 @@ def register(subparsers) -> None:
     add_quiet_argument(patch)
     patch.set_defaults(func=_cmd_patch)
 
-    dla = subparsers.add_parser("dla", help="direct logit attribution and logit lens at '='")
-    add_model_arguments(dla)
-    dla.add_argument("--n", type=int, default=600, help="sequences, drawn evenly from the nine pools")
-    dla.add_argument("--seed", type=seed, default=0)
-    dla.add_argument("--out", required=True, help="directory for the two CSVs and the figure")
-    add_format_argument(dla)
-    add_overwrite(dla)
-    add_quiet_argument(dla)
-    dla.set_defaults(func=_cmd_dla)
-
     ablate = subparsers.add_parser("ablate", help="zero/mean/resample ablation, accuracy on the nine pools")
     add_model_arguments(ablate)
-    ablate.add_argument("--pool-size", type=int, default=500, help="sequences per pool")
+    ablate.add_argument("--pool-size", type=int, default=registry.ABLATION.settings["pool_size"],
+                        help="sequences per pool")
     ablate.add_argument("--seed", type=seed, default=0)
     add_format_argument(ablate)
     add_quiet_argument(ablate)

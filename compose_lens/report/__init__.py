@@ -19,17 +19,22 @@ and lays them out; the maths is elsewhere.
    (:mod:`compose_lens.analysis.dynamics`; computed and saved to ``RUN_DIR/results/``
    if missing): accuracy by variable count, the progress measures and the late
    refinement, each with the phase onsets marked;
-4. :func:`circuit_section`: :func:`compose_lens.analysis.summary.circuit_summary`
-   of the final model;
+4. the circuit summary (the registered ``probes`` analysis);
 5. :func:`attention_section`: one interactive circuitsvis attention view per example
    sequence (the PNG heatmap with the circuit's cells outlined folded under it);
 6. the analysis figures: :func:`qk_section` (layer-1 positional and layer-2
    identity QK), :func:`jump_section` (the early jump before/after),
-   :func:`fourier_section` (the best Fourier neuron), :func:`logit_attribution_section` (direct
+   :func:`fourier_section` (the best Fourier neuron), then the registered ``dla`` (direct
    logit attribution and the logit lens at ``=``);
-7. the causal tests: :func:`patching_section` (activation patching grouped by token
-   role), :func:`ablation_section` (accuracy lost per pool) and :func:`same_mlp_section`
-   (the same-MLP verdict and the MLP2 input cosines, constants against variables).
+7. the causal tests, registered: ``patching`` (activation patching grouped by token
+   role), ``ablation`` (accuracy lost per pool) and ``same_mlp`` (the same-MLP verdict and
+   the MLP2 input cosines, constants against variables); then circuit discovery.
+
+The sections of registered analyses (:mod:`compose_lens.registry`) come from the
+registry, each after the section its ``report_after`` names: :func:`registered_section` reads
+the analysis's files from ``RUN_DIR/results/<name>/`` where they were made with the same
+settings, seed and configuration (``compose-lens analyze RUN --out RUN/results`` writes them),
+and computes and saves only what is missing, with the settings ``analyze`` uses.
 
 The page opens with a table of contents.
 
@@ -55,15 +60,10 @@ import pandas as pd
 from compose_lens import plots, runs
 from compose_lens.plots import layer_name
 from compose_lens.analysis import figure_data
-from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
-from compose_lens.analysis.logit_attribution import logit_attribution, logit_lens
-from compose_lens.analysis.patching import patching_table
-from compose_lens.analysis.same_mlp import same_mlp_report, verdict_table
 from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
-from compose_lens.analysis.summary import circuit_summary
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
@@ -72,6 +72,9 @@ from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import write_text_atomic
+from compose_lens import registry
+from compose_lens.registry import ANALYSES
+from compose_lens.report import context
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.report.page import Report, html_table, view_html
 
@@ -93,6 +96,8 @@ class ReportInputs:
     results: dict | None  # results.json, None if the run has not finished
     texts: list[str]  # the example sequences
     report: Report  # where figures go (embedded and saved)
+    context: context.Context | None = None  # the final model as the registered analyses read it
+    results_dir: Path | None = None  # where their files are read from and kept: results_dir/<name>/
 
     @property
     def phases(self) -> dict:
@@ -107,7 +112,8 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
     return ReportInputs(run_dir=run_dir, split_file=split_file, model=loaded.model, config=loaded.config,
                         split=loaded.split, which=which, table=table, phases_doc=phases_doc,
                         results=runs.read_results(run_dir),
-                        texts=examples or figure_data.example_sequences(loaded.split), report=report)
+                        texts=examples or figure_data.example_sequences(loaded.split), report=report,
+                        context=context.Context(loaded, seed=0), results_dir=results_dir)
 
 
 def run_outcome(inp: ReportInputs) -> dict:
@@ -253,30 +259,6 @@ def dynamics_section(inp: ReportInputs) -> str:
     return "\n".join(parts)
 
 
-def circuit_section(inp: ReportInputs) -> str:
-    summary = circuit_summary(inp.model, inp.config, inp.split, seed=0)
-    numbers = [[k, float(v)] for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"]
-    parts = [html_table(numbers, ["measure (final model)", "value"])]
-    if summary.get("key_frequencies") is not None:
-        parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
-    best = summary.get("best_neurons") or []
-    if best:
-        header = list(best[0])
-        parts.append("<h3>Best neuron per key frequency</h3>"
-                     + html_table([[row[h] for h in header] for row in best], header))
-    by_type = summary.get("scores_by_type") or {}
-    if by_type:
-        scores = sorted({k for v in by_type.values() for k in v})
-        parts.append("<h3>Attention scores by sequence type</h3>"
-                     + html_table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in by_type],
-                                  ["type", *scores]))
-    rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
-    if rest:
-        parts.append("<details><summary>constants vs variables, probe details (JSON)</summary><pre>"
-                     + html.escape(json.dumps(rest, indent=1)) + "</pre></details>")
-    return "\n".join(parts)
-
-
 def attention_section(inp: ReportInputs) -> str:
     parts = ["<p>One interactive view per example (circuitsvis, drawn offline): pick a layer to enlarge it, "
              "hover a token to see where it attends. Under each, folded, the same patterns as a heatmap with "
@@ -316,72 +298,16 @@ def fourier_section(inp: ReportInputs) -> str:
                              "constant-operand sequences, beside its fitted ideal pattern.")
 
 
-def patching_section(inp: ReportInputs) -> str:
-    n_pairs = 300
-    table = patching_table(inp.model, inp.config, inp.split, n_pairs=n_pairs, corruption="value", by="role",
-                           n_boot=300)
-    top = table.loc[table["mean"].abs().nlargest(3).index]
-    found = "; ".join(f"{layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}" for r in top.itertuples())
-    return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
-            f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
-            f"prompt. Largest: {html.escape(found)}.</p>"
-            + inp.report.figure(plots.patching_figure(table, f"activation patching, value corrupted ({n_pairs} pairs)"),
-                                "patching", "Normalised logit difference (0: the corrupted answer, 1: the clean "
-                                "one). Rows that are zero everywhere (the absent layer-1 MLP) are left out; "
-                                "<code>compose-lens patch --by position</code> gives absolute positions."))
+def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], str]:
+    """The report section of a registered analysis: its saved result (``results_dir/<name>/``, where
+    made with the same settings) or one computed now and saved there, laid out by its ``section``."""
+    def section(inp: ReportInputs) -> str:
+        settings = analysis.with_settings()
+        result = context.obtain(analysis, inp.context, inp.results_dir / analysis.name, settings)
+        return analysis.section(inp, result, settings)
 
-
-def ablation_section(inp: ReportInputs) -> str:
-    table = ablation_table(inp.model, inp.config, inp.split, pool_size=200, single_neurons=False)
-    frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
-    shown = table[~frequencies | (table["kind"] == "resample")]
-    return inp.report.figure(plots.ablation_figure(shown), "ablation",
-                             "Accuracy lost on each pool (200 sequences each) when a component is ablated: "
-                             "the heads and the MLP by zero, mean and resample ablation, each key frequency's "
-                             "neurons and Fourier directions by resample ablation (the other kinds are in "
-                             "<code>compose-lens ablate</code>'s table). Ablations that change no pool's accuracy "
-                             f"by more than {plots.ABLATION_MIN_DROP:g} are left out; the title counts them.")
-
-
-def same_mlp_section(inp: ReportInputs) -> str:
-    """The causal tests that can fail (operand interchange, feature transfer, representation
-    transfer) with their controls and verdict, then the correlational cosines."""
-    report = same_mlp_report(inp.model, inp.config, inp.split)
-    table = verdict_table(report)
-    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "worst", "ceiling") if c in table]
-    groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
-    return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
-            f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
-            f"same_mlp.json)</p>"
-            + html_table(table[columns].values.tolist(), columns)
-            + inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
-                                "Operand interchange per condition (black tick: what the interchange would "
-                                "give if constants and variables did not share the MLP's representation; "
-                                "dotted: chance), constant against variable damage profiles, and the probe "
-                                "and subspace transfer, with the controls. Bars: 95 % intervals.")
-            + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
-                                "Correlational only: cosine similarity of the MLP2 input, constant "
-                                "against variable operand, one panel per side of the variable; dashed: "
-                                "each group's mean."))
-
-
-def logit_attribution_section(inp: ReportInputs) -> str:
-    """Direct logit attribution and the logit lens at ``=``
-    (:mod:`compose_lens.analysis.logit_attribution`): which component writes the answer."""
-    table = logit_attribution(inp.model, inp.config, inp.split)
-    lens = logit_lens(inp.model, inp.config, inp.split)
-    kinds = table.drop_duplicates("kind")
-    largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
-    rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]
-    return ("<p>The answer's margin at <code>=</code> (its logit minus the mean logit) is a sum of one term per "
-            "component, since the model has no normalisation; each bar is a component's share of it (values "
-            "of at least 0.05 printed). The logit lens reads the residual stream through the unembedding "
-            "after each stage. <code>compose-lens dla</code> writes both tables.</p>"
-            + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
-                                "largest direct share"])
-            + inp.report.figure(plots.logit_attribution_figure(table, lens), "logit_attribution",
-                                "Left: direct logit attribution per sequence kind; right: logit-lens accuracy "
-                                "after each stage."))
+    section.__name__ = f"{analysis.name}_section"
+    return section
 
 
 def circuit_discovery_section(inp: ReportInputs) -> str:
@@ -401,22 +327,18 @@ def circuit_discovery_section(inp: ReportInputs) -> str:
             + (html_table(pools, ["pool", "share of the metric the circuit recovers"]) if pools else ""))
 
 
-# (anchor, title, section) in page order
-SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = (
+# (anchor, title, section) in page order: the report's own sections, and each registered analysis's
+# after the one its report_after names (compose_lens.registry)
+SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.sections(ANALYSES, (
     ("config", "Configuration", configuration_section),
     ("results", "Results: the study and this run", results_section),
     ("dynamics", "Training dynamics and the three phases", dynamics_section),
-    ("circuit", "Circuit summary", circuit_section),
     ("attention", "Attention on example sequences", attention_section),
     ("qk", "Previous-token head and variable-identity routing", qk_section),
     ("jump", "The early generalisation jump", jump_section),
     ("fourier", "The MLP adds: best Fourier neuron", fourier_section),
-    ("dla", "Direct logit attribution and logit lens at =", logit_attribution_section),
-    ("patching", "Activation patching by token role", patching_section),
-    ("ablation", "Ablation: accuracy lost per pool", ablation_section),
-    ("same-mlp", "Same MLP for constants and variables", same_mlp_section),
     ("circuit-discovery", "Circuit discovery (EAP-IG) against the known circuit", circuit_discovery_section),
-)
+), registered_section)
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -452,8 +374,9 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
-    for anchor, title, section in SECTIONS:
-        report.section(anchor, title, functools.partial(section, inputs))
+    with inputs.context:  # the registered analyses share one model's grids
+        for anchor, title, section in SECTIONS:
+            report.section(anchor, title, functools.partial(section, inputs))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "

@@ -8,22 +8,26 @@ draw them. It computes and draws nothing of its own. Figures are written by
 :func:`compose_lens.plots.save` as PNG, SVG or PDF (``fmt``; ``data=None``): the table
 each one draws is already written, with its provenance, as the CSV of the same analysis.
 
-``write_analysis(loaded, DIR)`` writes
+``write_analysis(loaded, DIR)`` runs every analysis of the registry
+(:mod:`compose_lens.registry`, in its order) over one :class:`~compose_lens.report.context.Context`
+and writes
 
-* ``summary.json``: :func:`~compose_lens.analysis.summary.circuit_summary` (every probe
-  and Fourier measure, the key frequencies) and ``same_mlp`` (the verdict, tests and
-  controls of :mod:`compose_lens.analysis.same_mlp`, without its tables);
-* one CSV per analysis: ``positional_qk.csv``, ``variable_identity.csv`` (of the binder and router
-  heads; absent where no head plays the role),
-  ``scores_by_type.csv`` and the Fourier tables of :func:`write_fourier`, plus
-  ``patching.csv`` and ``ablation.csv`` (unless ``causal=False``);
-* PNG figures under ``DIR/figures``.
+* ``DIR/<name>/`` for each analysis: its tables (CSV, with a provenance JSON beside each that
+  records the analysis's ``settings``), its documents (JSON) and its figures under
+  ``DIR/<name>/figures``: ``probes/`` (``scores_by_type.csv``, ``circuit_summary.json``), ``qk/``
+  (``positional_qk.csv``, ``variable_identity.csv``: of the binder and router heads; absent where
+  no head plays the role), ``fourier/`` (the files of :func:`write_fourier`), ``same_mlp/``
+  (``same_mlp.json``), ``dla/`` (``logit_attribution.csv``, ``logit_lens.csv``), and, unless
+  ``causal=False``, ``ablation/`` (``ablation.csv``) and ``patching/`` (``patching.csv``);
+* ``DIR/summary.json``: every analysis's facts: :func:`~compose_lens.analysis.summary.circuit_summary`
+  (every probe and Fourier measure, the key frequencies) and ``same_mlp`` (the verdict, tests and
+  controls of :mod:`compose_lens.analysis.same_mlp`, without its tables).
 
-:func:`write_fourier` writes only the Fourier part: ``locate.json`` (which head binds,
-which routes, which MLP adds, every candidate's score: :mod:`compose_lens.analysis.locate`),
-``neuron_frequencies.csv``, ``key_frequencies.json`` (its ``fourier_subject`` and
-``mlp_block`` name the MLP analysed; ``embedding_fourier`` compares the number embeddings'
-frequencies with the key frequencies), ``best_neurons.csv``, ``readout_fourier.csv``,
+:func:`write_fourier` writes only the Fourier part (``compose-lens fourier``, and ``DIR/fourier/``):
+``locate.json`` (which head binds, which routes, which MLP adds, every candidate's score:
+:mod:`compose_lens.analysis.locate`), ``neuron_frequencies.csv``, ``key_frequencies.json`` (its
+``fourier_subject`` and ``mlp_block`` name the MLP analysed; ``embedding_fourier`` compares the number
+embeddings' frequencies with the key frequencies), ``best_neurons.csv``, ``readout_fourier.csv``,
 ``embedding_fourier.csv``, ``excluded_loss.csv``, ``constants_vs_variables.json`` and their figures.
 
 :func:`write_same_mlp` writes the same-MLP tests (``compose-lens same-mlp``):
@@ -45,23 +49,22 @@ from tqdm.auto import tqdm
 
 from compose_lens import plots
 from compose_lens.analysis import circuit as C
-from compose_lens.analysis import figure_data, fourier, locate
-from compose_lens.analysis.ablation import ablation_table
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory, trajectory_settings
-from compose_lens.analysis.patching import patching_table
 from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.analysis.same_mlp import check_layout, same_mlp_report, same_mlp_tables, verdict_table
-from compose_lens.analysis.summary import circuit_summary
 from compose_lens import runs
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import json_safe
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
+from compose_lens import registry
+from compose_lens.registry import ABLATION, FOURIER, PATCHING
+from compose_lens.report import context
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
 from compose_lens.runs import Loaded, write_document, write_table
+from compose_lens.report.context import fourier_plan  # noqa: F401  (its old home: callers import it here)
 
 
 # -- training dynamics ----
@@ -96,86 +99,27 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
 # -- the Fourier part ----
 
 
-def fourier_plan(loaded, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
-    """Locate the circuit and choose the MLP to analyse, refusing (one line) a model whose MLP the
-    Fourier grids cannot read, before any table is made: a few seconds, not minutes."""
-    model, config, split = loaded.model, loaded.config, loaded.split
-    location = locate.locate(model, config, split, seed)
-    adders = location.candidates[location.candidates["role"] == "adder"]
-    subject = locate.fourier_subject(model, config, split, seed, adder=location.adder, candidates=adders)
-    if subject.layer is None:
-        raise ComposeLensError(f"{loaded.source}: {subject.note}; the Fourier analysis has nothing to read")
-    fourier.check_readout_layer(config, subject.layer)
-    return location, subject
-
-
 def write_fourier(loaded, out: Path, seed: int, fmt: str = "png", renderer: plots.Renderer | None = None,
-                  plan: tuple[locate.Location, locate.FourierSubject] | None = None) -> dict:
-    """Write the Fourier tables and figures of one model's located adder MLP; return the key facts
-    (``fourier_subject``/``mlp_block``: which MLP, and whether it adds).
+                  plan: tuple | None = None) -> dict:
+    """Write the Fourier tables and figures of one model's located adder MLP (the registry's
+    ``fourier`` analysis) into ``out``; return the key facts (``fourier_subject``/``mlp_block``:
+    which MLP, and whether it adds) and ``located``.
 
     ``renderer``: where the figures are drawn (default: here, before returning).
-    ``plan``: :func:`fourier_plan` of the same model and seed, if already made."""
-    renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
-    model, config, split = loaded.model, loaded.config, loaded.split
-    location, subject = plan or fourier_plan(loaded, seed)
-    layer = subject.layer
-    # the OV test reads the router's head where it sits in the adder's block, else head 0
-    ov_head = location.router.head if location.router.layer == layer else 0
-    record = provenance(config, seed, loaded.source)
-    figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    write_document(json_safe(location.to_dict()), out / "locate.json", record)
-    with torch_threads(1), torch.no_grad():
-        grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
-        variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
-        neurons = fourier.neuron_frequencies(grid)
-        keys = fourier.key_frequencies(neurons)
-        best = fourier.best_neurons(grid, keys, neurons)
-        readout = fourier.unembed_fourier(grid)
-        excluded = fourier.excluded_loss(grid, keys)
-        facts = {
-            "fourier_subject": subject.to_dict(),
-            "mlp_block": layer,
-            "ov_head": ov_head,
-            "key_frequencies": keys,
-            "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
-            "key_frequency_strength": fourier.key_frequency_strength(grid, keys),
-            "grid_loss": fourier.grid_loss(grid),
-            "restricted_loss": fourier.restricted_loss(grid, keys),
-            "restricted_loss_logits": fourier.restricted_loss(grid, keys, on="logits"),
-            "excluded_loss_all": fourier.excluded_loss_all(grid, keys) if keys else fourier.grid_loss(grid),
-            "ov_mlp_addition_accuracy": fourier.ov_mlp_addition_accuracy(model, config, layer=layer, head=ov_head),
-            "constant_grid_accuracy": grid.accuracy(),
-        }
-        comparison = fourier.compare_grids(grid, variable)
-        embedding, facts["embedding_fourier"] = fourier.embedding_fourier(model, config, keys)
-    write_table(neurons, out / "neuron_frequencies.csv", record)
-    write_table(best, out / "best_neurons.csv", record)
-    write_table(readout, out / "readout_fourier.csv", record)
-    write_table(pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
-               out / "excluded_loss.csv", record)
-    write_table(embedding, out / "embedding_fourier.csv", record)
-    write_document(facts, out / "key_frequencies.json", record)
-    write_document(comparison, out / "constants_vs_variables.json", record)
-
-    renderer.save(plots.frequency_shares_figure, figure_data.frequency_variance_shares(grid), keys,
-                  path=figures / "frequency_shares", dpi=120, fmt=fmt)
-    renderer.save(plots.readout_fourier_figure, fourier.unembed_frequency_norms(readout), keys,
-                  path=figures / "readout_fourier", dpi=120, fmt=fmt)
-    renderer.save(plots.embedding_fourier_figure, embedding, facts["embedding_fourier"],
-                  path=figures / "embedding_fourier", dpi=120, fmt=fmt)
-    if len(best):
-        renderer.save(plots.best_neurons_figure, figure_data.best_neuron_patterns(grid, best),
-                      path=figures / "best_neurons", dpi=110, fmt=fmt)
-    return {**facts, "constants_vs_variables": comparison, "located": location}
+    ``plan``: :func:`~compose_lens.report.context.fourier_plan` of the same model and seed, if already made."""
+    with context.opened(loaded, seed, renderer) as ctx:
+        if plan is not None:
+            ctx.plan = plan
+        result = context.compute(FOURIER, ctx)
+        context.write(FOURIER, result, out, ctx, fmt=fmt)
+    return result.value
 
 
 def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
                    progress: bool = False, renderer: plots.Renderer | None = None) -> dict:
-    """Write every analysis of one model into ``out``; return ``summary.json``'s content.
+    """Write every registered analysis of one model into ``out/<name>/``; return ``summary.json``'s content.
 
-    ``progress``: a progress bar over the steps (probes, QK, Fourier, same MLP, ablation, patching).
+    ``progress``: a progress bar over the analyses (:data:`compose_lens.registry.ANALYSES`).
     ``renderer``: where the figures are drawn (:class:`compose_lens.plots.Renderer`; default:
     here, as each analysis finishes). With a background renderer the analyses run on one
     torch thread, so that they and the figure worker share two cores without
@@ -183,59 +127,19 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     Same files either way; the figures are all written when this returns.
     """
     check_layout(loaded.config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
-    renderer, loaded = renderer or plots.Renderer(), runs.for_analyses(loaded)
-    model, config, split = loaded.model, loaded.config, loaded.split
-    plan = fourier_plan(loaded, seed)
-    figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    record = provenance(config, seed, loaded.source)
-    summary: dict = {"located": {r.role: r.component for r in plan[0].roles()}}
-    heads = locate.circuit_heads(model, config, split, seed, location=plan[0])  # the paper's, or the located
-
-    def probes() -> None:
-        summary.update(circuit_summary(model, config, split, seed=seed, subject=plan[1], heads=heads))
-        by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
-        write_table(by_type, out / "scores_by_type.csv", record)
-
-    def qk() -> None:  # drawn here: the figure gives the table (0.1 s each)
-        positional, identity = figure_data.qk_matrices(model, config, heads)  # None: no head plays it
-        drawn = {} if positional is None else {"positional_qk": plots.positional_qk_figure(positional)}
-        if identity is not None:
-            drawn["variable_identity"] = plots.variable_identity_figure(identity, config.task.variable_names)
-        for name, (fig, table) in drawn.items():
-            write_table(table, out / f"{name}.csv", record)
-            plots.save(fig, None, figures / name, dpi=120, fmt=fmt)
-
-    def fourier_step() -> None:
-        summary["constants_vs_variables"] = write_fourier(loaded, out, seed, fmt, renderer,
-                                                          plan)["constants_vs_variables"]
-
-    def same_mlp() -> None:
-        same = dict(same_mlp_report(model, config, split, seed=seed))
-        same.pop("tables", None)  # the tables belong to `compose-lens same-mlp`; summary.json keeps the verdict
-        for key in ("config", "code_version", "seed"):
-            same.pop(key, None)
-        summary["same_mlp"] = json_safe(same)
-
-    def patching() -> None:
-        table = patching_table(model, config, split, seed=seed)
-        write_table(table, out / "patching.csv", record)
-        renderer.save(plots.patching_figure, table, "activation patching, value corrupted",
-                      path=figures / "patching", dpi=120, fmt=fmt)
-
-    def ablation() -> None:
-        table = ablation_table(model, config, split, seed=seed)
-        write_table(table, out / "ablation.csv", record)
-        renderer.save(plots.ablation_figure, table, path=figures / "ablation", dpi=120, fmt=fmt)
-
-    steps = [("probes", probes), ("QK", qk), ("Fourier", fourier_step), ("same MLP", same_mlp)]
-    steps += [("ablation", ablation), ("patching", patching)] if causal else []
-    bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
-    with torch_threads(1 if renderer.background else None):
-        for name, step in bar:
-            bar.set_postfix_str(name)
-            step()
-    renderer.wait()
+    renderer = renderer or plots.Renderer()
+    steps = [a for a in registry.ANALYSES if causal or not a.causal]
+    with context.opened(loaded, seed, renderer) as ctx:
+        record = ctx.record()
+        summary: dict = {"located": {r.role: r.component for r in ctx.plan[0].roles()}}
+        bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
+        with torch_threads(1 if renderer.background else None):
+            for analysis in bar:
+                bar.set_postfix_str(analysis.name)
+                result = context.compute(analysis, ctx)
+                context.write(analysis, result, out / analysis.name, ctx, fmt=fmt)
+                summary.update(result.facts)
+        renderer.wait()
     for key in ("config", "code_version", "seed"):
         summary.pop(key, None)
     write_document(summary, out / "summary.json", record)
@@ -263,14 +167,15 @@ def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tu
 # -- patching and ablation ----
 
 
-def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int = 1000, seed: int = 0,
+def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int | None = None, seed: int = 0,
                    by: str = "role", fmt: str = "png", pairs=None, metric: str = "logit_diff") -> pd.DataFrame:
     """``patching_<corruption>.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``, by token
     role or absolute position (``by``); returns the table. ``pairs`` (a pairs file: ``patching_user.csv``)
-    and ``metric``: see :func:`~compose_lens.analysis.patching.patching_table`."""
-    loaded = runs.for_analyses(loaded)
-    table = patching_table(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs,
-                           corruption=corruption, seed=seed, by=by, pairs=pairs, metric=metric)
+    and ``metric``: see :func:`~compose_lens.analysis.patching.patching_table`; ``n_pairs``: the
+    registry's ``patching`` setting where not given."""
+    settings = {"corruption": corruption, "by": by, "pairs": pairs, "metric": metric}
+    chosen = PATCHING.with_settings(settings | ({} if n_pairs is None else {"n_pairs": n_pairs}))
+    table = context.compute(PATCHING, context.Context(loaded, seed), chosen).tables["patching"]
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     stem = f"patching_{corruption}" + ("" if by == "role" else "_by_position")
     given = {} if pairs is None else {"pairs": str(pairs)}
@@ -283,11 +188,13 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
     return table
 
 
-def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 0, fmt: str = "png") -> pd.DataFrame:
-    """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``; returns the table."""
-    loaded = runs.for_analyses(loaded)
-    table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
-    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
+def write_ablation(loaded: Loaded, out: Path, pool_size: int | None = None, seed: int = 0,
+                   fmt: str = "png") -> pd.DataFrame:
+    """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out`` (the registry's
+    ``ablation`` analysis; ``pool_size``: its setting where not given); returns the table."""
+    settings = ABLATION.with_settings(None if pool_size is None else {"pool_size": pool_size})
+    table = context.compute(ABLATION, context.Context(loaded, seed), settings).tables["ablation"]
+    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, **settings))
     plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)
     return table
 

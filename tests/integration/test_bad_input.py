@@ -760,6 +760,7 @@ def test_a_huge_size_is_refused_by_the_memory_guard_before_the_model_is_loaded(c
 def test_the_guards_let_the_default_sizes_through(pinned_memory):
     """The documented defaults (and the paper model) pass every guard with 16 GB: the estimates
     refuse what cannot fit, not what the study runs."""
+    from compose_lens.analysis import logit_attribution
     from compose_lens.cli import circuit, data, patching
     from compose_lens.config import ModelConfig
     from compose_lens.data.sampler import exhaustive_count
@@ -769,7 +770,7 @@ def test_the_guards_let_the_default_sizes_through(pinned_memory):
         patching._patch_memory(1000, "value", config)
         patching._patch_memory(1000, "variable", config)
         patching._ablate_memory(500, config)
-        patching._dla_memory(600, config)
+        logit_attribution.check_memory(600, config)
         circuit._circuit_memory(300, False, config)
         circuit._circuit_memory(300, True, config)
         check_sizes(config, {"--pool-size 2000": (2000, 9), "--exhaustive": (1, exhaustive_count(config.task))})

@@ -267,3 +267,32 @@ def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults
     assert "steps 1 to 30001" in text and "final.pth" in text  # what the folder does say
     assert "<td>task: f (share of addition pairs in training)</td><td>0.7</td>" in text
     assert "README.md" in text
+
+
+def test_the_report_reads_saved_analyses_and_computes_only_what_is_missing(reported_run, tmp_path, monkeypatch):
+    """The first report saved each registered analysis in results/<name>/ (as analyze writes them);
+    a second report reads them all back, and computes only one whose folder is gone."""
+    import shutil
+
+    from compose_lens.report import build_report, context
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reported_run[0], run_dir)
+    assert {p.name for p in (run_dir / "results").iterdir() if p.is_dir()} >= {"probes", "dla", "patching",
+                                                                               "ablation", "same_mlp"}
+    computed = []
+
+    def refuse(analysis, ctx, settings=None):
+        computed.append(analysis.name)
+        raise RuntimeError(f"{analysis.name} computed again")
+
+    from compose_lens.registry import ANALYSES
+
+    titles = tuple(a.title for a in ANALYSES if a.section)  # the tiny model's own problems (no key
+    monkeypatch.setattr(context, "compute", refuse)          # frequency yet) are the other sections'
+    _, problems = build_report(run_dir, progress=False)
+    assert computed == [] and not [p for p in problems if p.startswith(titles)], problems
+    shutil.rmtree(run_dir / "results" / "dla")
+    _, problems = build_report(run_dir, progress=False)
+    registered = [p for p in problems if p.startswith(titles)]
+    assert computed == ["dla"] and len(registered) == 1 and "dla computed again" in registered[0], problems

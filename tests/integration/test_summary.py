@@ -73,13 +73,14 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     import pandas as pd
 
     from compose_lens.cli import main
-    from compose_lens.report import outputs
     from compose_lens.runs import save_model
 
     from compose_lens import cores
 
+    from compose_lens.analysis import same_mlp
+
     # the same-MLP report is its own module's to test; here a stand-in shows where it lands
-    monkeypatch.setattr(outputs, "same_mlp_report", lambda *a, **k: {"stand_in": True})
+    monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"stand_in": True})
     monkeypatch.setattr(cores, "threads_now", lambda: 2)  # two free cores: analyze draws in a worker
 
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
@@ -87,17 +88,18 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     assert (tmp_path / "fourier" / "figures" / "frequency_shares.png").exists()
     assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
-    for name in ("frequency_shares", "readout_fourier", "embedding_fourier", "positional_qk"):
-        assert (tmp_path / "analysis" / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+    for name, folder in (("frequency_shares", "fourier"), ("readout_fourier", "fourier"),
+                         ("embedding_fourier", "fourier"), ("positional_qk", "qk"), ("logit_attribution", "dla")):
+        assert (tmp_path / "analysis" / folder / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     assert REQUIRED <= set(summary) and summary["same_mlp"] == {"stand_in": True}
     assert isinstance(summary["key_frequencies"], list)
     assert summary["provenance"]["config"] == tiny_config.to_dict()
-    neurons = pd.read_csv(tmp_path / "analysis" / "neuron_frequencies.csv", comment="#")
+    neurons = pd.read_csv(tmp_path / "analysis" / "fourier" / "neuron_frequencies.csv", comment="#")
     assert len(neurons) == tiny_config.model.d_mlp
     # one provenance format: a JSON beside each CSV, so pandas reads the CSV as it is
-    identity = pd.read_csv(tmp_path / "analysis" / "variable_identity.csv")
+    identity = pd.read_csv(tmp_path / "analysis" / "qk" / "variable_identity.csv")
     assert list(identity.columns) == ["query_variable", *tiny_config.task.variable_names]
-    record = json.loads((tmp_path / "analysis" / "variable_identity.provenance.json").read_text())
+    record = json.loads((tmp_path / "analysis" / "qk" / "variable_identity.provenance.json").read_text())
     assert record["seed"] == 0 and record["config"] == tiny_config.to_dict() and record["code_version"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -45,10 +47,23 @@ def test_on_the_paper_model_layer_2_mlp_writes_the_answer_and_the_lens_sees_it_o
     assert before.max() < 0.2 and after.min() > 0.95
 
 
-def test_weights_without_hooks_are_refused_in_one_line(paper):
+def test_the_table_forward_gives_the_hooked_terms_on_the_paper_model(paper):
+    """The paper architecture is read without hooks (what analyze loads): the same terms, in the same order."""
     weights = load_model("paper", bridge=False)
+    joined, _ = concat_batches(make_pools(paper.split, 20, 0))
+    hooked = la.components_at_answer(paper.model, paper.config, joined.tokens)
+    tables = la.components_at_answer(weights.model, weights.config, joined.tokens)
+    assert list(tables) == list(hooked)
+    for name in hooked:
+        assert torch.allclose(tables[name], hooked[name].detach(), atol=1e-4), name
+    assert la.check_sums(weights.model, weights.config, joined.tokens, joined.labels) < 1e-3
+
+
+def test_weights_without_hooks_are_refused_in_one_line(tiny_task):
+    cfg = ModelConfig.for_task(tiny_task, d_model=32, d_head=16, d_mlp=64).replace(n_heads=2)
+    weights = tl.Weights(tl.boot(cfg, task=tiny_task).state_dict(), cfg)
     with pytest.raises(ComposeLensError, match="bridge"):
-        la.components_at_answer(weights.model, weights.config, torch.zeros(1, 16, dtype=torch.long))
+        la.components_at_answer(weights, RunConfig(task=tiny_task, model=cfg), torch.zeros(1, 16, dtype=torch.long))
 
 
 def test_the_dla_command_writes_its_tables_and_figure(tmp_path):
@@ -56,5 +71,7 @@ def test_the_dla_command_writes_its_tables_and_figure(tmp_path):
 
     out = tmp_path / "dla"
     assert main(["dla", "paper", "--out", str(out), "--n", "90", "--quiet"]) == 0
-    for name in ("logit_attribution.csv", "logit_lens.csv", "logit_attribution.png"):
+    for name in ("logit_attribution.csv", "logit_lens.csv", "figures/logit_attribution.png"):
         assert (out / name).is_file(), name
+    record = json.loads((out / "logit_attribution.provenance.json").read_text())
+    assert record["settings"] == {"n": 90} and record["seed"] == 0

@@ -1,0 +1,124 @@
+"""The analysis registry: one declaration reaches analyze, the report, the command line and the API;
+the per-model context builds the constant-operand grid once; the report reads saved results made
+with the same settings and computes the rest."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+
+import pytest
+
+import compose_lens
+from compose_lens import registry
+from compose_lens.analysis import fourier, same_mlp
+from compose_lens.model import tl
+from compose_lens.report import context
+from compose_lens.report.outputs import write_analysis
+from compose_lens.runs import Loaded
+
+
+@pytest.fixture
+def loaded(tiny_config, tiny_split) -> Loaded:
+    return Loaded(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
+
+
+def _count_constant_grids(monkeypatch) -> list:
+    built = []
+    real = fourier._operand_grid
+
+    def counting(model, config, split, operands="constant", *args, **kwargs):
+        if operands == "constant":
+            built.append(kwargs.get("layer"))
+        return real(model, config, split, operands, *args, **kwargs)
+
+    monkeypatch.setattr(fourier, "_operand_grid", counting)
+    return built
+
+
+def test_analyze_builds_the_constant_grid_once_and_each_analysis_without_the_context_would_build_its_own(
+        loaded, tmp_path, monkeypatch):
+    monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})  # its own tests
+    built = _count_constant_grids(monkeypatch)
+    write_analysis(loaded, tmp_path / "shared", causal=True)
+    assert len(built) == 1, built
+    assert {p.parent.name for p in (tmp_path / "shared").glob("*/*.csv")} >= {"probes", "fourier", "dla", "ablation"}
+    built.clear()
+    monkeypatch.setattr(fourier, "shared_grids", contextlib.nullcontext)  # what each analysis did alone
+    write_analysis(loaded, tmp_path / "alone", causal=True)
+    assert len(built) >= 3, built  # the summary, the Fourier tables and the ablation's frequency groups
+
+
+def test_the_report_reads_a_saved_result_made_alike_and_recomputes_otherwise(loaded, tmp_path):
+    calls = []
+
+    def counted(ctx, settings):
+        calls.append(dict(settings))
+        return registry.DLA.compute(ctx, settings)
+
+    dla = dataclasses.replace(registry.DLA, compute=counted)
+    with context.opened(loaded) as ctx:
+        first = context.obtain(dla, ctx, tmp_path / "dla", {"n": 45})
+        again = context.obtain(dla, ctx, tmp_path / "dla", {"n": 45})
+        assert len(calls) == 1  # read back, not computed
+        assert again.tables["logit_attribution"]["share"].round(6).tolist() == \
+            first.tables["logit_attribution"]["share"].round(6).tolist()
+        context.obtain(dla, ctx, tmp_path / "dla", {"n": 54})  # other settings: computed
+        assert [c["n"] for c in calls] == [45, 54]
+    with context.opened(loaded, seed=1) as other:  # another seed: computed
+        context.obtain(dla, other, tmp_path / "dla", {"n": 54})
+    assert len(calls) == 3
+    record = json.loads((tmp_path / "dla" / "logit_attribution.provenance.json").read_text())
+    assert record["settings"] == {"n": 54} and record["seed"] == 1
+
+
+def test_an_unknown_setting_is_refused_in_one_line():
+    with pytest.raises(compose_lens.ComposeLensError, match="no setting"):
+        registry.DLA.with_settings({"n_pairs": 3})
+
+
+def test_one_declaration_reaches_analyze_the_report_the_cli_and_the_api(loaded, tmp_path, monkeypatch):
+    """A new analysis declared in the registry alone (its module here: logit_attribution) appears in
+    analyze's folders, the report's page, the command line and the public names."""
+    def compute(ctx, settings):
+        import pandas as pd
+
+        return registry.Result(tables={"widths": pd.DataFrame({"d_model": [ctx.config.model.d_model] * settings["k"]})},
+                               facts={"width_checked": True})
+
+    new = registry.Analysis(name="width", title="The width", compute=compute, settings={"k": 2}, tables=("widths",),
+                            module="compose_lens.analysis.logit_attribution", exports=("sequence_kind",),
+                            section=lambda inp, result, settings: "<p>width</p>", report_after="dla",
+                            findings=(registry.Finding("width_checked", "the width was read", "True"),),
+                            command="width", help="the width", options=(registry.Option("--k", "k", "rows"),))
+    monkeypatch.setattr(registry, "ANALYSES", (*registry.ANALYSES, new))
+    monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})
+    summary = write_analysis(loaded, tmp_path / "a", causal=False)
+    assert summary["width_checked"] is True and (tmp_path / "a" / "width" / "widths.csv").exists()
+    page = registry.sections(registry.ANALYSES, (("fourier", "F", None), ("circuit-discovery", "C", None)),
+                             lambda a: a.name)
+    assert [anchor for anchor, _, _ in page][:4] == ["fourier", "dla", "width", "patching"]
+
+    from compose_lens.cli import analysis, build_parser, main
+
+    args = build_parser().parse_args(["width", "m", "--out", "o"])
+    assert (args.analysis, args.k) == ("width", 2)
+    assert ("width_checked", "the width was read", "True") in tuple(
+        (f.key, f.what, f.predicts) for a in registry.ANALYSES for f in a.findings)
+    assert analysis.FINDINGS[0][0] == "prev_token_attention_score"  # the module's table, built at import
+    assert compose_lens.__getattr__("sequence_kind").__module__ == "compose_lens.analysis.logit_attribution"
+    assert main(["width", "paper", "--out", str(tmp_path / "w"), "--k", "3", "--quiet"]) == 0
+    assert len((tmp_path / "w" / "widths.csv").read_text().splitlines()) == 4
+
+
+def test_the_registered_names_are_the_public_api_and_dla_has_its_command():
+    from compose_lens.cli import build_parser
+
+    assert {"logit_attribution", "logit_lens", "patching_table", "ablation_table"} <= set(compose_lens.__all__)
+    args = build_parser().parse_args(["dla", "paper", "--out", "o"])
+    assert args.n == registry.DLA.settings["n"] == 600
+    from compose_lens.report import SECTIONS
+
+    anchors = [a for a, _, _ in SECTIONS]
+    assert anchors.index("fourier") < anchors.index("dla") < anchors.index("patching") < anchors.index("same-mlp")

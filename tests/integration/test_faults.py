@@ -249,8 +249,6 @@ def test_train_killed_three_times_at_random_moments_resumes_to_identical_weights
 # -- 2. SIGKILL during sweep ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (issue #30): a SIGKILL that lands while a sweep point writes "
-                   "can leave its .tmp staging file behind; seen once in a clean-clone run, not yet fixed")
 def test_sweep_killed_at_a_random_moment_finishes_when_run_again(tmp_path, reference_sweep):
     out = tmp_path / "sweep"
     proc = start(sweep_args(out))

@@ -587,6 +587,9 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
         ax = axes[0, sides.index(side)]
         values = np.asarray(values, dtype=float).ravel()
         colour = OKABE_ITO[kinds.index(kind) % 7]
+        if not len(values):  # a task too small to give any such pair (modulus 2): said, not drawn
+            ax.plot([], [], color=colour, lw=1.8, label=f"{kind} (no such prompts, n = 0)")
+            continue
         ax.hist(values, bins=bins, density=True, histtype="step", lw=1.8, color=colour,
                 label=f"{kind} (mean {values.mean():.2f}, n = {len(values)})")
         ax.axvline(values.mean(), color=colour, ls="--", lw=1)
@@ -734,6 +737,27 @@ def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[p
 
 
 PATCH_SCALE = "normalised logit difference (0: corrupted, 1: clean)"
+# what each patching metric of compose_lens.analysis.metrics measures, as a scale names it
+METRIC_WORDS = {"logit_diff": "logit difference", "prob": "probability of the clean answer",
+                "accuracy": "accuracy"}
+
+
+def metric_words(metric: str) -> str:
+    """How a scale names a patching metric: ``logit difference``, ``probability of the clean
+    answer``, ``accuracy``, or a user's own metric by its name."""
+    return METRIC_WORDS.get(metric, f"metric {metric}")
+
+
+def patch_scale(metric: str = "logit_diff") -> str:
+    """The patching colour bar's label for ``metric`` (:data:`PATCH_SCALE` for the default)."""
+    return f"normalised {metric_words(metric)} (0: corrupted, 1: clean)"
+
+
+def table_metric(table: pd.DataFrame) -> str:
+    """The metric a patching table was made with, read from its ``clean_<metric>`` column
+    (:func:`compose_lens.analysis.metrics.column_names`)."""
+    names = [c[len("clean_"):] for c in table.columns if c.startswith("clean_")]
+    return names[0] if names else "logit_diff"
 
 
 def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
@@ -761,7 +785,7 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Dat
     grid = grid[(grid.abs() > 1e-4).any(axis=1)]
     fig, ax = plt.subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
     heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35,
-            colorbar_label=PATCH_SCALE, annotate=by_role)
+            colorbar_label=patch_scale(table_metric(table)), annotate=by_role)
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
     ax.set_ylabel("patched activation")
     fig.tight_layout()
@@ -1045,7 +1069,7 @@ EDGE_CMAP = "viridis_r"  # |edge score|: pale yellow (weak) to dark violet (stro
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
-def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
+def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[plt.Figure, pd.DataFrame]:
     """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
 
     Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
@@ -1055,7 +1079,8 @@ def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Data
     a receiver at the same position, so it runs along its row) and every (component, position)
     that an edge touches is a small box. Edge colour is the edge's |score| on a square-root scale
     (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
-    negative), the others grey and dashed. Every arrow ends on its receiver's box. Returns the
+    negative), the others grey and dashed. Every arrow ends on its receiver's box; the colour bar
+    names the ``metric`` the scores share (the discovery's ``summary["metric"]``). Returns the
     edges drawn (position -1: whole graph)."""
     by_position = "position" in table and bool((table["position"] >= 0).any())
     edges = table.copy()
@@ -1141,7 +1166,7 @@ def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Data
             name = component_name(next(n for n in sorted(nodes) if _node_depth(n) == d), several)
             ax.text(column[d], max(ys) + 0.6, textwrap.fill(name, 14), ha="center", va="bottom", fontsize=8)
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
-    bar.set_label("|edge score| (share of the\nlogit difference; sqrt scale)", fontsize=8)
+    bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
     handles = [plt.Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
                plt.Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),

@@ -238,6 +238,20 @@ def test_cosine_histograms_are_small_multiples_of_outlines():
     assert len(data) == 800
 
 
+def test_an_empty_cosine_group_is_said_in_the_legend_without_a_numpy_warning():
+    """A modulus-2 model gives no mismatched pair on a side: ``report`` printed numpy's "Mean of
+    empty slice" and "invalid value" warnings four times (issue #30). Any warning fails here."""
+    import warnings
+
+    groups = {"matched, left variable": np.linspace(0.5, 1.0, 20), "mismatched, left variable": np.array([])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig, data = plots.cosine_histograms_figure(groups)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["matched (mean 0.75, n = 20)", "mismatched (no such prompts, n = 0)"]
+    assert len(data) == 20
+
+
 @pytest.mark.parametrize("stalled", [False, True])
 def test_dynamics_figure_names_the_outcome_and_marks_the_onsets(stalled):
     table, doc = _dynamics(stalled)

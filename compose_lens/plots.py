@@ -437,16 +437,21 @@ def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str)
 
 def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
                        title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
-    """Layer-1 positional QK over the context positions beside layer-2 variable identity."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
+    """Layer-1 positional QK over the context positions beside layer-2 variable identity.
+
+    Left: ``P W_QK P^T / sqrt(d_head)`` of layer 1 (query position row, key position column);
+    right: layer 2's score for a query ``=`` carrying one variable against a key value tagged
+    (through layer 1's OV) with another, ``(E_var OV1) W_QK (E_var OV1)^T / sqrt(d_head)``.
+    The panels' titles say this in words; the matrix products are in this docstring."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5))
     positions = [str(i) for i in range(len(positional))]
-    heatmap(a, positional, positions, positions, "layer 1: P QK1 P^T / sqrt(d) (query row, key column)",
-            mask_upper=True, colorbar_label="attention score (logit)")
+    heatmap(a, positional, positions, positions, f"{layer_name(0)}: positional score,\nquery position against key position",
+            mask_upper=True, colorbar_label="attention score (logit)", fontsize=8, rotation=0)
     n = len(positional)
     for i in range(1, n):
         a.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
-    heatmap(b, identity, variables, variables, "layer 2: (E_var OV1) QK2 (E_var OV1)^T / sqrt(d)",
-            colorbar_label="attention score (logit)")
+    heatmap(b, identity, variables, variables, f"{layer_name(1)}: variable identity,\n= carrying a variable against "
+            f"the value tagged with one", colorbar_label="attention score (logit)", fontsize=8, rotation=0)
     for i in range(len(variables)):
         b.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
     a.set_xlabel("key position")
@@ -503,11 +508,12 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     n_layers = patterns.shape[0]
     names = list(layer_names or [layer_name(i) for i in range(n_layers)])
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
-    fig, axes = plt.subplots(1, n_layers, figsize=(6.2 * n_layers, 5.6), squeeze=False)
+    fig, axes = plt.subplots(1, n_layers, figsize=(min(REPORT_WIDTH_IN, 5.5 * n_layers), 5.8), squeeze=False)
     seen = set()
     for layer, ax in enumerate(axes[0]):
         heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True,
-                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)")
+                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)",
+                fontsize=8)
         for q, k, kind in (marks or {}).get(layer, ()):
             color, ls, text = MARK_STYLE[kind]
             ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, ec=color, ls=ls, lw=2,
@@ -516,9 +522,9 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
         ax.set_xlabel("key (source)")
         ax.set_ylabel("query (destination)")
         if any(kind for _, _, kind in (marks or {}).get(layer, ())):  # below the axes: covers no cell
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     frames = []
     for layer in range(n_layers):
@@ -539,16 +545,20 @@ def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str])
 
     ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
     """
-    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
+    fig, axes = plt.subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
     frames = []
+    # one colour scale for both identity panels: "after" is read against "before"
+    shared = max(float(np.nanmax(np.abs(np.asarray(s["identity"], dtype=float)))) for s in (before, after)) or 1.0
     for col, state in enumerate((before, after)):
         labels = [f"{i}:{t}" for i, t in enumerate(state["tokens"])]
-        acc = f", assignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
+        acc = f"\nassignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
         heatmap(axes[0, col], state["pattern0"], labels, labels,
-                f"step {state['step']}: layer-1 attention{acc}", cmap="Blues", centre=False, mask_upper=True,
-                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)")
+                f"step {state['step']}: {layer_name(0)} attention{acc}", cmap="Blues", centre=False,
+                mask_upper=True, vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)",
+                fontsize=8)
         heatmap(axes[1, col], state["identity"], variables, variables,
-                f"step {state['step']}: layer-2 variable identity", colorbar_label="score / sqrt(d_head)")
+                f"step {state['step']}: {layer_name(1)} variable identity", colorbar_label="score / sqrt(d_head)",
+                vmax=shared, fontsize=8, rotation=0)
         axes[0, col].set_xlabel("key (source) position:token")
         axes[0, col].set_ylabel("query (destination) position:token")
         axes[1, col].set_xlabel("key variable (value tagged by layer 1)")
@@ -826,7 +836,8 @@ def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) ->
     shown = shown.assign(name=names)
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
     labels = [str(c).replace("_", " ") for c in grid.columns]
-    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(labels) + 5), max(3.5, 0.36 * len(grid.index) + 2.2)))
+    fig, ax = plt.subplots(figsize=(min(REPORT_WIDTH_IN, max(8, 0.75 * len(labels) + 5)),
+                                    max(3.5, 0.36 * len(grid.index) + 2.2)))
     title = "ablation: accuracy lost per pool"
     if n_left_out:
         title += f"\n({n_left_out} of {n_all} ablations left out: |change| <= {min_drop:g} on every pool)"

@@ -560,7 +560,8 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
         if not overwrite:
             raise ComposeLensError(f"--out {path}: exists; pass --overwrite to replace it")
         try:
-            head = path.open("rb").read(65536).decode("utf-8", "replace")
+            with path.open("rb") as handle:  # closed at once (it was left to the garbage collector)
+                head = handle.read(65536).decode("utf-8", "replace")
         except OSError as exc:
             raise ComposeLensError(f"--out {path}: cannot be read ({exc.strerror})") from None
         if head and signature not in head:

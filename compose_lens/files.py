@@ -5,6 +5,10 @@ not make. Every write goes through one staging mechanism: :func:`temp_beside` cr
 fresh ``.NAME.<16 hex>.tmp`` exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mkdir``
 for a directory), the content is written there, and a rename puts it in place
 (:class:`atomic_path`). A crash, a full disk or Ctrl-C leaves the previous file as it was.
+A SIGKILL cannot run the clean-up, so its temporary stays; the next command that holds the
+directory's lock removes it (:func:`remove_stale_temps`), and only it: an entry of exactly the
+``.NAME.<16 hex>.tmp`` form, for a ``NAME`` that command writes there, never a user's
+``NAME.tmp`` or ``.NAME.old.tmp``.
 The markers and locks of whole output directories build on this in
 :mod:`compose_lens.safety`.
 
@@ -22,6 +26,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +82,48 @@ def temp_of(name: str) -> str | None:
     """The name a temporary of :func:`temp_beside` stands for (None if ``name`` is not one)."""
     found = _TEMP_NAME.match(name)
     return found.group(1) if found else None
+
+
+def remove_stale_temps(directory: str | Path, names, folders: bool = False) -> list[str]:
+    """Remove the ``.tmp`` temporaries of :func:`temp_beside` that a killed process left in ``directory``.
+
+    Call it only while holding the directory's lock (so no live writer owns them). ``names`` is
+    the set of names the caller writes there, or a predicate on a name: a temporary is removed
+    only where the name it stands for (:func:`temp_of`) is one of them, and it is a regular file
+    (``folders``: or a folder, as a checkpoint is staged), never a symlink. Anything else, a
+    user's ``notes.tmp`` or ``.config.json.mine.tmp`` included, is left alone. Returns the names
+    removed.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in (".config.json.0123456789abcdef.tmp", "config.json.tmp", ".notes.0123456789abcdef.tmp"):
+    ...     _ = (d / name).write_text("x")
+    >>> remove_stale_temps(d, {"config.json"})
+    ['.config.json.0123456789abcdef.tmp']
+    >>> sorted(p.name for p in d.iterdir())
+    ['.notes.0123456789abcdef.tmp', 'config.json.tmp']
+    """
+    directory = Path(directory)
+    wanted = names if callable(names) else (lambda name, known=frozenset(names): name in known)
+    removed = []
+    try:
+        entries = sorted(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        stands_for = temp_of(entry.name)
+        if stands_for is None or not entry.name.endswith(TEMP_SUFFIX) or not wanted(stands_for):
+            continue
+        if entry.is_symlink():
+            continue
+        if entry.is_file():
+            entry.unlink(missing_ok=True)
+        elif folders and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            continue
+        removed.append(entry.name)
+    return removed
 
 
 class atomic_path:

@@ -442,16 +442,21 @@ def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str)
 
 def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
                        title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
-    """Layer-1 positional QK over the context positions beside layer-2 variable identity."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
+    """Layer-1 positional QK over the context positions beside layer-2 variable identity.
+
+    Left: ``P W_QK P^T / sqrt(d_head)`` of layer 1 (query position row, key position column);
+    right: layer 2's score for a query ``=`` carrying one variable against a key value tagged
+    (through layer 1's OV) with another, ``(E_var OV1) W_QK (E_var OV1)^T / sqrt(d_head)``.
+    The panels' titles say this in words; the matrix products are in this docstring."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5))
     positions = [str(i) for i in range(len(positional))]
-    heatmap(a, positional, positions, positions, "layer 1: P QK1 P^T / sqrt(d) (query row, key column)",
-            mask_upper=True, colorbar_label="attention score (logit)")
+    heatmap(a, positional, positions, positions, f"{layer_name(0)}: positional score,\nquery position against key position",
+            mask_upper=True, colorbar_label="attention score (logit)", fontsize=8, rotation=0)
     n = len(positional)
     for i in range(1, n):
         a.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
-    heatmap(b, identity, variables, variables, "layer 2: (E_var OV1) QK2 (E_var OV1)^T / sqrt(d)",
-            colorbar_label="attention score (logit)")
+    heatmap(b, identity, variables, variables, f"{layer_name(1)}: variable identity,\n= carrying a variable against "
+            f"the value tagged with one", colorbar_label="attention score (logit)", fontsize=8, rotation=0)
     for i in range(len(variables)):
         b.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
     a.set_xlabel("key position")
@@ -508,11 +513,12 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     n_layers = patterns.shape[0]
     names = list(layer_names or [layer_name(i) for i in range(n_layers)])
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
-    fig, axes = plt.subplots(1, n_layers, figsize=(6.2 * n_layers, 5.6), squeeze=False)
+    fig, axes = plt.subplots(1, n_layers, figsize=(min(REPORT_WIDTH_IN, 5.5 * n_layers), 5.8), squeeze=False)
     seen = set()
     for layer, ax in enumerate(axes[0]):
         heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True,
-                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)")
+                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)",
+                fontsize=8)
         for q, k, kind in (marks or {}).get(layer, ()):
             color, ls, text = MARK_STYLE[kind]
             ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, ec=color, ls=ls, lw=2,
@@ -521,9 +527,9 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
         ax.set_xlabel("key (source)")
         ax.set_ylabel("query (destination)")
         if any(kind for _, _, kind in (marks or {}).get(layer, ())):  # below the axes: covers no cell
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     frames = []
     for layer in range(n_layers):
@@ -544,16 +550,20 @@ def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str])
 
     ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
     """
-    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
+    fig, axes = plt.subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
     frames = []
+    # one colour scale for both identity panels: "after" is read against "before"
+    shared = max(float(np.nanmax(np.abs(np.asarray(s["identity"], dtype=float)))) for s in (before, after)) or 1.0
     for col, state in enumerate((before, after)):
         labels = [f"{i}:{t}" for i, t in enumerate(state["tokens"])]
-        acc = f", assignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
+        acc = f"\nassignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
         heatmap(axes[0, col], state["pattern0"], labels, labels,
-                f"step {state['step']}: layer-1 attention{acc}", cmap="Blues", centre=False, mask_upper=True,
-                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)")
+                f"step {state['step']}: {layer_name(0)} attention{acc}", cmap="Blues", centre=False,
+                mask_upper=True, vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)",
+                fontsize=8)
         heatmap(axes[1, col], state["identity"], variables, variables,
-                f"step {state['step']}: layer-2 variable identity", colorbar_label="score / sqrt(d_head)")
+                f"step {state['step']}: {layer_name(1)} variable identity", colorbar_label="score / sqrt(d_head)",
+                vmax=shared, fontsize=8, rotation=0)
         axes[0, col].set_xlabel("key (source) position:token")
         axes[0, col].set_ylabel("query (destination) position:token")
         axes[1, col].set_xlabel("key variable (value tagged by layer 1)")
@@ -592,6 +602,9 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
         ax = axes[0, sides.index(side)]
         values = np.asarray(values, dtype=float).ravel()
         colour = OKABE_ITO[kinds.index(kind) % 7]
+        if not len(values):  # a task too small to give any such pair (modulus 2): said, not drawn
+            ax.plot([], [], color=colour, lw=1.8, label=f"{kind} (no such prompts, n = 0)")
+            continue
         ax.hist(values, bins=bins, density=True, histtype="step", lw=1.8, color=colour,
                 label=f"{kind} (mean {values.mean():.2f}, n = {len(values)})")
         ax.axvline(values.mean(), color=colour, ls="--", lw=1)
@@ -739,6 +752,27 @@ def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[p
 
 
 PATCH_SCALE = "normalised logit difference (0: corrupted, 1: clean)"
+# what each patching metric of compose_lens.analysis.metrics measures, as a scale names it
+METRIC_WORDS = {"logit_diff": "logit difference", "prob": "probability of the clean answer",
+                "accuracy": "accuracy"}
+
+
+def metric_words(metric: str) -> str:
+    """How a scale names a patching metric: ``logit difference``, ``probability of the clean
+    answer``, ``accuracy``, or a user's own metric by its name."""
+    return METRIC_WORDS.get(metric, f"metric {metric}")
+
+
+def patch_scale(metric: str = "logit_diff") -> str:
+    """The patching colour bar's label for ``metric`` (:data:`PATCH_SCALE` for the default)."""
+    return f"normalised {metric_words(metric)} (0: corrupted, 1: clean)"
+
+
+def table_metric(table: pd.DataFrame) -> str:
+    """The metric a patching table was made with, read from its ``clean_<metric>`` column
+    (:func:`compose_lens.analysis.metrics.column_names`)."""
+    names = [c[len("clean_"):] for c in table.columns if c.startswith("clean_")]
+    return names[0] if names else "logit_diff"
 
 
 def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
@@ -766,7 +800,7 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Dat
     grid = grid[(grid.abs() > 1e-4).any(axis=1)]
     fig, ax = plt.subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
     heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35,
-            colorbar_label=PATCH_SCALE, annotate=by_role)
+            colorbar_label=patch_scale(table_metric(table)), annotate=by_role)
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
     ax.set_ylabel("patched activation")
     fig.tight_layout()
@@ -807,7 +841,8 @@ def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) ->
     shown = shown.assign(name=names)
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
     labels = [str(c).replace("_", " ") for c in grid.columns]
-    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(labels) + 5), max(3.5, 0.36 * len(grid.index) + 2.2)))
+    fig, ax = plt.subplots(figsize=(min(REPORT_WIDTH_IN, max(8, 0.75 * len(labels) + 5)),
+                                    max(3.5, 0.36 * len(grid.index) + 2.2)))
     title = "ablation: accuracy lost per pool"
     if n_left_out:
         title += f"\n({n_left_out} of {n_all} ablations left out: |change| <= {min_drop:g} on every pool)"
@@ -1050,7 +1085,7 @@ EDGE_CMAP = "viridis_r"  # |edge score|: pale yellow (weak) to dark violet (stro
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
-def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
+def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[plt.Figure, pd.DataFrame]:
     """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
 
     Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
@@ -1060,7 +1095,8 @@ def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Data
     a receiver at the same position, so it runs along its row) and every (component, position)
     that an edge touches is a small box. Edge colour is the edge's |score| on a square-root scale
     (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
-    negative), the others grey and dashed. Every arrow ends on its receiver's box. Returns the
+    negative), the others grey and dashed. Every arrow ends on its receiver's box; the colour bar
+    names the ``metric`` the scores share (the discovery's ``summary["metric"]``). Returns the
     edges drawn (position -1: whole graph)."""
     by_position = "position" in table and bool((table["position"] >= 0).any())
     edges = table.copy()
@@ -1146,7 +1182,7 @@ def circuit_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Data
             name = component_name(next(n for n in sorted(nodes) if _node_depth(n) == d), several)
             ax.text(column[d], max(ys) + 0.6, textwrap.fill(name, 14), ha="center", va="bottom", fontsize=8)
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
-    bar.set_label("|edge score| (share of the\nlogit difference; sqrt scale)", fontsize=8)
+    bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
     handles = [plt.Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
                plt.Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),

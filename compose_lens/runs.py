@@ -65,7 +65,7 @@ from safetensors.torch import load_file, save_file
 from compose_lens import safety
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import atomic_path, load_json, temp_beside, temp_of, write_json_atomic
+from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 from compose_lens.model.weights import is_paper_architecture
@@ -82,6 +82,10 @@ ERROR_FILE = "error.json"  # a sweep point that failed
 RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
                        CHECKPOINTS_DIR, ERROR_FILE, "results", "figures", "report.html",
                        "report_problems.txt", safety.MARKER, "tensorboard", "wandb"})  # + compose_lens.tracking
+# What training writes at the top of a run (a resume removes a killed trainer's temporaries of
+# these, and only of these: a report being written into the run meanwhile keeps its own)
+TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
+                           ERROR_FILE})
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
@@ -177,8 +181,9 @@ def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
     elif mode == "restart":  # stopped before its first resume state: forget what it wrote
         shutil.rmtree(d / CHECKPOINTS_DIR, ignore_errors=True)
         truncate_metrics(d, None)
-        for entry in d.glob("*.tmp"):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    if mode in ("resume", "restart"):  # a SIGKILL mid-write leaves its temporary: the lock makes it stale
+        remove_stale_temps(d, TRAINER_NAMES)
+        remove_stale_temps(d / CHECKPOINTS_DIR, _RUN_CKPT.match, folders=True)
     lock.write({"command": "train"})
     return lock
 

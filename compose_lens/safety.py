@@ -454,6 +454,65 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
         raise
 
 
+@contextlib.contextmanager
+def staged_companion(folder: str | Path, command: str, keep: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Write the folder that goes with a file output (``report --out X`` writes ``X_files/``)
+    through a staging directory, as :func:`staged_output` writes an output directory.
+
+    The file output's own check (:func:`check_file_output`) stands for the folder's, which is
+    not replaced whole: on success each entry of the stage replaces the entry of that name in
+    ``folder`` (``figures/``, ``results/``...) and anything else there is kept; ``folder`` is
+    made if missing. ``keep``: entries of the existing ``folder`` copied into the stage first
+    (what the command may reuse). On any exception (a full disk) the stage and any parent this
+    made are removed and ``folder`` is exactly as it was. A stage a killed call left is removed
+    by the next call, as :func:`staged_output` does.
+    """
+    folder = check_out_name(folder)
+    if folder.exists() and (folder.is_symlink() or not folder.is_dir()):
+        raise ComposeLensError(f"{folder}: exists and is not a directory; compose-lens writes the "
+                               f"page's figures and results there: move it away")
+    created = _new_parents(folder)
+    stage = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        stage = temp_beside(folder, directory=True, suffix=".partial")
+        lock = _stage(stage, command, folder)
+        try:
+            for name in keep:
+                if (folder / name).is_dir() and not (folder / name).is_symlink():
+                    shutil.copytree(folder / name, stage / name, symlinks=True)
+            yield stage
+            if not folder.exists():
+                os.replace(stage, folder)  # the marker goes with it: the folder is compose-lens's
+                return
+            for entry in sorted(stage.iterdir()):
+                if entry.name != MARKER:
+                    _swap_entry(entry, folder / entry.name)
+        finally:
+            lock.release()
+    except BaseException as exc:
+        if isinstance(exc, OSError) and not exc.filename and stage is not None:
+            exc.filename = str(folder)  # a write that names no file (a full disk): the folder it was for
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        for parent in reversed(created):
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only if still empty
+        raise
+    shutil.rmtree(stage, ignore_errors=True)  # what is left of it: its marker
+
+
+def _swap_entry(new: Path, target: Path) -> None:
+    """Put ``new`` at ``target``, replacing a file or folder of that name (never through a symlink)."""
+    if target.is_dir() and not target.is_symlink():
+        old = temp_beside(target, directory=True, suffix=".old")
+        target.rename(old)
+        new.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, target)
+
+
 def _stages(out: Path) -> list[Path]:
     """The staging directories of ``out`` that compose-lens made (a marker it wrote inside)."""
     return [entry for entry in out.parent.iterdir()
@@ -504,7 +563,8 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
         if not overwrite:
             raise ComposeLensError(f"--out {path}: exists; pass --overwrite to replace it")
         try:
-            head = path.open("rb").read(65536).decode("utf-8", "replace")
+            with path.open("rb") as handle:  # closed at once (it was left to the garbage collector)
+                head = handle.read(65536).decode("utf-8", "replace")
         except OSError as exc:
             raise ComposeLensError(f"--out {path}: cannot be read ({exc.strerror})") from None
         if head and signature not in head:

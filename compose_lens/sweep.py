@@ -83,12 +83,15 @@ from compose_lens.config import SWEEP_BACKENDS, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
+from compose_lens.files import remove_stale_temps
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
 from compose_lens.safety import check_training_memory
 from compose_lens.train import Trainer
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
+# what a sweep writes at the top of its --out (each through a temporary, see compose_lens.files)
+SWEEP_NAMES = frozenset({"sweep.json", "results.csv", "results.provenance.json", "thresholds.json"})
 
 
 # -- the points of a sweep ----------------------------------------------------------------
@@ -643,6 +646,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
                                                f"choose another --out")
     try:
         jobs, skipped = _pending(out, points, configs)  # again: the sweep that held it may have trained some
+        remove_stale_temps(out, SWEEP_NAMES)  # a killed sweep's half-written results.csv and the like
         write_json_atomic(out / "sweep.json", {
             "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
             "runs_per_process": runs_per_process,

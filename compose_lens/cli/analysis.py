@@ -85,16 +85,20 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
     from compose_lens.provenance import provenance
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
     from compose_lens.runs import load_model, write_document  # lazy: torch
-    from compose_lens.safety import check_count, check_sizes, kept_activation_bytes, staged_output
+    from compose_lens.safety import check_count, check_model_sizes, check_sizes, kept_activation_bytes, staged_output
 
     check_count(args.n, "--n", minimum=20)
+
+    def guard(config):  # six prompt sets of n, and as many again for the damage profiles and the probes
+        check_sizes(config, {f"--n {args.n}": (args.n, 12)}, kept_activation_bytes(config))
+
+    check_model_sizes(args.model, guard)  # before anything is loaded or made
     start = time.perf_counter()
     with staged_output(args.out, "same-mlp", args.overwrite) as stage, \
             progress_bar("same-mlp", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
-        # six prompt sets of n, and as many again for the damage profiles and the probes
-        check_sizes(loaded.config, {f"--n {args.n}": (args.n, 12)}, kept_activation_bytes(loaded.config))
+        guard(loaded.config)
         bar.update()
         bar.set_postfix_str("locating the adder and router")
         analysed = _analysed(loaded)

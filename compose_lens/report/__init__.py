@@ -71,7 +71,7 @@ from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
-from compose_lens.safety import write_text_atomic
+from compose_lens.safety import staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
 from compose_lens.report import context
@@ -359,18 +359,24 @@ def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
-                 stride: int = 1, progress: bool = True, recompute: bool = False) -> tuple[Path, list[str]]:
+                 stride: int = 1, progress: bool = True, recompute: bool = False,
+                 files_dir: Path | None = None) -> tuple[Path, list[str]]:
     """Write the report of ``run_dir`` (default ``run_dir/report.html``).
 
     Returns the page's path and the sections that could not be made (each also
-    explained on the page itself).
+    explained on the page itself). A page outside the run keeps its figures and results in
+    ``X_files/`` beside it, written through a stage (:func:`compose_lens.safety.staged_companion`,
+    which passes ``files_dir``): a call that fails (a full disk) leaves no part of it.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ComposeLensError(f"{run_dir}: not a run directory")
     writable = out is None or Path(out).parent.resolve() == run_dir.resolve()
     out = Path(out) if out else run_dir / "report.html"
-    base = run_dir if writable else out.parent / (out.stem + "_files")
+    if not writable and files_dir is None:
+        with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
+            return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage)
+    base = run_dir if writable else files_dir
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)

@@ -246,6 +246,7 @@ def write_circuit(loaded: Loaded, out: Path, method: str = "eap-ig", n_pairs: in
     write_table(found.edges, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source,
                 n_pairs=n_pairs, pairs=pairs_kind, positions=positions, target=target, **summary))
     write_table(found.pools, out / f"{stem}_pools.csv", provenance(loaded.config, seed, loaded.source, method=method))
-    plots.save(plots.circuit_figure(found.edges, found.title)[0], None, out / stem, dpi=120, fmt=fmt)
+    plots.save(plots.circuit_figure(found.edges, found.title, summary["metric"])[0], None, out / stem, dpi=120,
+               fmt=fmt)
     recovered = found.pools["recovered"].min() if "recovered" in found.pools else None  # no pool has two answers
     return found.edges, {**summary, "min_pool_recovered": None if recovered is None else float(recovered)}

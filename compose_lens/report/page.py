@@ -45,10 +45,15 @@ nav.toc ol{margin:.3em 0 0;padding-left:1.4em;columns:2;column-gap:3em}
 details>summary{cursor:pointer;color:#555}
 figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
 """
+# circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
+# "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
+# left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
+VIEW_STYLE = ".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
+STYLE += VIEW_STYLE + "\n"
 
 
 PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}"
-              "code{background:#f3f3f3;padding:0 .3em}h2{margin-top:2em}")
+              "code{background:#f3f3f3;padding:0 .3em}h2{margin-top:2em}" + VIEW_STYLE)
 
 
 def circuitsvis_bundle() -> str:

@@ -249,8 +249,6 @@ def test_train_killed_three_times_at_random_moments_resumes_to_identical_weights
 # -- 2. SIGKILL during sweep ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (issue #30): a SIGKILL that lands while a sweep point writes "
-                   "can leave its .tmp staging file behind; seen once in a clean-clone run, not yet fixed")
 def test_sweep_killed_at_a_random_moment_finishes_when_run_again(tmp_path, reference_sweep):
     out = tmp_path / "sweep"
     proc = start(sweep_args(out))
@@ -355,6 +353,36 @@ def test_a_full_disk_stops_train_with_one_line_and_resume_finishes_once_freed(tm
         status, _, err = finish(start(train_args(run, "--resume")))
         assert status == 0, err
         assert_whole_run(run, reference_run)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_during_report_leaves_no_part_of_the_page_or_its_files(tmp_path, reference_run):
+    """``report RUN --out X`` on a disk too small for the page: one line naming the output, and
+    neither ``X`` nor any part of ``X_files/`` (the figures written before the disk filled) is left;
+    a user's file already in ``X_files/`` is kept as it was."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here: cannot make a small file system")
+    mounted = mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk))  # the figures fit, the page not
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here ({mounted.stderr.strip()})")
+    try:
+        for kept in (None, "notes.txt"):
+            if kept:
+                (disk / "X_files").mkdir()
+                (disk / "X_files" / kept).write_text("the user's\n")
+            status, _, err = finish(start(["report", str(reference_run), "--out", str(disk / "X.html"), "--quiet"]))
+            assert status == 2, err
+            line = one_line(err)
+            assert "the disk is full" in line and "free space" in line and ".partial" not in line, line
+            assert not (disk / "X.html").exists() and leftovers(disk) == []
+            if kept:
+                assert [p.name for p in (disk / "X_files").iterdir()] == [kept]
+                assert (disk / "X_files" / kept).read_text() == "the user's\n"
+            else:
+                assert not (disk / "X_files").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 

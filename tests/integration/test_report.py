@@ -296,3 +296,36 @@ def test_the_report_reads_saved_analyses_and_computes_only_what_is_missing(repor
     _, problems = build_report(run_dir, progress=False)
     registered = [p for p in problems if p.startswith(titles)]
     assert computed == ["dla"] and len(registered) == 1 and "dla computed again" in registered[0], problems
+
+
+LABEL_CHECK = """<script>
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var bad = [], labels = document.querySelectorAll(".attention-view h4");
+    labels.forEach(function (h) {
+      var r = h.getBoundingClientRect(), tile = h.parentElement.getBoundingClientRect();
+      var thumb = h.nextElementSibling ? h.nextElementSibling.getBoundingClientRect() : null;
+      if (r.left < tile.left - 0.5 || r.right > tile.right + 0.5) { bad.push(h.textContent + ": outside its tile"); }
+      if (thumb && r.bottom > thumb.top + 0.5) { bad.push(h.textContent + ": covers the pattern"); }
+    });
+    document.body.setAttribute("data-labels", labels.length);
+    document.body.setAttribute("data-label-faults", JSON.stringify(bad));
+  }, 1500);
+});
+</script>"""
+
+
+@needs_chromium
+def test_the_head_labels_of_an_attention_view_cover_no_pattern(tiny_config, tmp_path):
+    """circuitsvis places each head's name on its thumbnail; "layer 1 (blocks.0)" is wider than
+    the thumbnail, so it covered the pattern and ran out of its tile (issue #29). The page's style
+    sets it above the thumbnail."""
+    from compose_lens.report.outputs import write_attention
+    from compose_lens.model import tl
+
+    write_attention(tl.boot(tiny_config.model), tiny_config, ["b=3, e=5, b+2=?"], tmp_path / "v")
+    page = tmp_path / "v" / "attention.html"
+    page.write_text(page.read_text(encoding="utf-8").replace("<head>", "<head>\n" + LABEL_CHECK, 1), encoding="utf-8")
+    dom, _ = render_offline(page, tmp_path)
+    assert int(body_attribute(dom, "data-labels")) == 2  # one per layer
+    assert json.loads(body_attribute(dom, "data-label-faults")) == []

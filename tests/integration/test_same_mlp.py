@@ -167,3 +167,26 @@ def test_untrained_tiny_model_is_json_safe_and_not_supported(tiny_config, tiny_s
     json.dumps(report, allow_nan=False)
     assert report["verdict"] != "supported"
     assert set(report["tests"]) == {"interchange", "feature_transfer", "probe_transfer"}
+
+
+def test_an_oversized_n_is_refused_before_the_model_is_loaded(tiny_config, tmp_path, monkeypatch, capsys):
+    """The memory guard reads MODEL's config.json, not the loaded model (issue #30): a run whose
+    weights could not even be read gets the size error, and the loader is never called."""
+    from compose_lens import runs, safety
+    from compose_lens.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(tiny_config.to_json())
+    (run / "model.safetensors").write_bytes(b"\x00 not weights")
+    loads = []
+    real_load = runs.load_model
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(safety, "available_memory", lambda: 2 * safety.GB)  # whatever the machine has
+    assert main(["same-mlp", str(run), "--n", "2000000", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--n 2000000 needs about" in err and "GB of memory" in err, err
+    assert loads == [] and not (tmp_path / "out").exists()
+    # a size that fits goes on to load the model, whose unreadable weights are then named
+    assert main(["same-mlp", str(run), "--n", "20", "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert len(loads) == 1 and "not a readable safetensors file" in capsys.readouterr().err

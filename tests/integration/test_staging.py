@@ -103,3 +103,37 @@ def test_a_crashed_stage_is_cleared_and_a_running_one_refuses(tmp_path):
                 pass
     assert (out / "a.txt").read_text() == "x" and _leftovers(tmp_path) == []
     assert sorted(os.listdir(out)) == [MARKER, "a.txt"]
+
+
+def test_a_pages_files_folder_is_staged_and_keeps_what_it_did_not_write(tmp_path):
+    """``report --out X`` writes ``X_files/`` through :func:`staged_companion`: a failing call
+    leaves the earlier folder exactly as it was and nothing of its own; a finished one replaces
+    the entries it wrote (figures/) whole, keeps the user's, and may reuse ``keep`` (results/)."""
+    from compose_lens.safety import staged_companion
+
+    folder = tmp_path / "X_files"
+    with pytest.raises(OSError):
+        with staged_companion(folder, "report") as stage:
+            (stage / "figures").mkdir()
+            (stage / "figures" / "a.png").write_bytes(b"half")
+            raise OSError(28, "No space left on device")
+    assert not folder.exists() and _leftovers(tmp_path) == []
+    with staged_companion(folder, "report") as stage:
+        (stage / "figures").mkdir()
+        (stage / "figures" / "old.png").write_bytes(b"first")
+        (stage / "results").mkdir()
+        (stage / "results" / "dynamics.csv").write_text("step\n")
+    (folder / "notes.txt").write_text("the user's\n")
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    with pytest.raises(KeyboardInterrupt):
+        with staged_companion(folder, "report", keep=("results",)) as stage:
+            (stage / "figures").mkdir()
+            raise KeyboardInterrupt
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+    with staged_companion(folder, "report", keep=("results",)) as stage:
+        assert (stage / "results" / "dynamics.csv").read_text() == "step\n"  # reusable
+        (stage / "figures").mkdir()
+        (stage / "figures" / "new.png").write_bytes(b"second")
+    assert sorted(p.name for p in (folder / "figures").iterdir()) == ["new.png"]  # no stale figure
+    assert (folder / "notes.txt").read_text() == "the user's\n"
+    assert (folder / "results" / "dynamics.csv").exists() and _leftovers(tmp_path) == []

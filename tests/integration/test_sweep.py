@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from compose_lens.cli import main
 from compose_lens.errors import ComposeLensError
+from compose_lens.files import temp_beside
 from compose_lens.analysis.thresholds import first_step_above, format_thresholds, threshold, thresholds
 from compose_lens.sweep import (SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep,
                                sweep_rows)
@@ -59,8 +60,16 @@ def test_restarted_sweep_skips_finished_points_and_resumes_interrupted_ones(tiny
     with pytest.raises(Killed):
         Trainer(point.config(tiny_config), interrupted, progress=False).run(on_step=kill_at_25)
     logged_before_kill = (interrupted / "metrics.jsonl").read_text().splitlines()[:2]
+    # what a SIGKILL mid-write leaves (issue #30): the sweep's and the point's temporaries, and a
+    # user's files of similar names, which are not compose-lens's to remove
+    stale = [temp_beside(tmp_path / "results.csv"), temp_beside(interrupted / "resume.safetensors")]
+    users = [tmp_path / "results.csv.tmp", temp_beside(tmp_path / "my_notes.txt")]
+    for path in stale + users:
+        path.write_text("half\n")
 
     result = run_sweep(tiny_config, "f", [0.6, 0.9], [0], tmp_path, workers=1, threads=1, progress=False)
+    assert [p.name for p in stale if p.exists()] == []
+    assert [p.read_text() for p in users] == ["half\n"] * 2
     assert (result.trained, result.skipped) == (1, 1)
     assert finished.read_text() == finished_before  # not trained again
     metrics = (interrupted / "metrics.jsonl").read_text().splitlines()

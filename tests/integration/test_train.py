@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from compose_lens.model import tl
 from compose_lens.errors import ComposeLensError
+from compose_lens.files import temp_beside
 from compose_lens.train import Trainer
 
 
@@ -75,6 +76,32 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_config):
     assert steps == [10, 20, 30, 40]
 
 
+def test_a_resume_removes_the_temporaries_a_kill_left_and_only_those(tmp_path, tiny_config):
+    """A SIGKILL while a checkpoint, the resume state or the metrics are written leaves their
+    ``.NAME.<hex>.tmp`` (no clean-up runs): the resume removes those, in the run and in
+    checkpoints/, and keeps a user's ``resume.safetensors.tmp`` and a report's temporary."""
+    Trainer(tiny_config, tmp_path / "full", progress=False).run()
+
+    def interrupt(trainer):
+        if trainer.step == 27:
+            raise KeyboardInterrupt
+
+    run = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config, run, progress=False).run(on_step=interrupt)
+    stale = [temp_beside(run / name) for name in ("resume.safetensors", "metrics.jsonl", "config.json")]
+    stale.append(temp_beside(run / "checkpoints" / "step_000030", directory=True))
+    (stale[-1] / "model.safetensors").write_bytes(b"\x00half")
+    kept = [run / "resume.safetensors.tmp", temp_beside(run / "report.html")]
+    for path in kept:
+        path.write_text("not the trainer's\n")
+    Trainer(tiny_config, run, resume=True, progress=False).run()
+    assert [p.name for p in stale if p.exists()] == []
+    assert [p.read_text() for p in kept] == ["not the trainer's\n"] * 2
+    full, cut = weights(tmp_path / "full"), weights(run)
+    assert all(torch.equal(full[k], cut[k]) for k in full)
+
+
 def test_existing_run_is_not_overwritten(tmp_path, tiny_config):
     Trainer(tiny_config, tmp_path / "run", progress=False).run()
     before = (tmp_path / "run" / "model.safetensors").read_bytes()
@@ -132,11 +159,12 @@ def test_kill_during_the_first_checkpoint_resumes_to_identical_weights(tmp_path,
         run = tmp_path / planted
         with pytest.raises(KeyboardInterrupt):
             Trainer(tiny_config, run, progress=False).run(on_step=interrupt)
-        if planted in ("checkpoint", "both"):
-            (run / "checkpoints" / "step_000010.tmp").mkdir(parents=True)
-            (run / "checkpoints" / "step_000010.tmp" / "model.safetensors").write_bytes(b"\x00half")
+        if planted in ("checkpoint", "both"):  # what write_checkpoint stages, as a kill leaves it
+            (run / "checkpoints").mkdir(exist_ok=True)
+            half = temp_beside(run / "checkpoints" / "step_000010", directory=True)
+            (half / "model.safetensors").write_bytes(b"\x00half")
         if planted in ("resume", "both"):
-            (run / "resume.safetensors.tmp").write_bytes(b"\x00half")
+            temp_beside(run / "resume.safetensors").write_bytes(b"\x00half")
         if planted == "renamed":  # the checkpoint renamed into place, the resume state never written
             (run / "checkpoints" / "step_000010").mkdir(parents=True)
             (run / "checkpoints" / "step_000010" / "model.safetensors").write_bytes(b"\x00")

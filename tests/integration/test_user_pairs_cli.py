@@ -22,10 +22,30 @@ def pairs_file(tmp_path):
     return path
 
 
+SCALE_WORDS = {"logit_diff": "logit difference", "prob": "probability of the clean answer", "accuracy": "accuracy"}
+
+
+@pytest.fixture
+def colour_bar_labels(monkeypatch) -> list[str]:
+    """The colour-bar labels of every figure the command saves (the PNG holds no text to read)."""
+    from compose_lens import plots
+
+    labels, save = [], plots.save
+
+    def keep_labels(fig, *args, **kwargs):
+        labels.extend(ax.get_ylabel() for ax in fig.axes[1:] if ax.get_ylabel())
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "save", keep_labels)
+    return labels
+
+
 @pytest.mark.parametrize("metric", ["logit_diff", "prob", "accuracy"])
-def test_patch_reads_the_users_pairs_in_each_metric(pairs_file, tmp_path, metric, capsys):
+def test_patch_reads_the_users_pairs_in_each_metric(pairs_file, tmp_path, metric, capsys, colour_bar_labels):
     out = tmp_path / metric
     assert main(["patch", "paper", "--pairs", str(pairs_file), "--metric", metric, "--out", str(out), "--quiet"]) == 0
+    # the figure's scale names the metric it shows (it said "logit difference" under every metric)
+    assert colour_bar_labels == [f"normalised {SCALE_WORDS[metric]} (0: corrupted, 1: clean)"]
     said = capsys.readouterr().out
     assert f"4 pairs from {pairs_file}" in said
     table = pd.read_csv(out / "patching_user.csv")
@@ -40,10 +60,12 @@ def test_patch_reads_the_users_pairs_in_each_metric(pairs_file, tmp_path, metric
     assert answer["mean"].iloc[0] == pytest.approx(1.0, abs=1e-5)  # the whole last stream: the clean run
 
 
-def test_circuit_scores_edges_on_the_users_pairs(pairs_file, tmp_path, capsys):
+def test_circuit_scores_edges_on_the_users_pairs(pairs_file, tmp_path, capsys, colour_bar_labels):
     out = tmp_path / "circuit"
     assert main(["circuit", "paper", "--pairs", str(pairs_file), "--method", "exact", "--metric", "prob",
                  "--out", str(out), "--quiet"]) == 0
+    assert [label.replace("\n", " ") for label in colour_bar_labels] == [
+        "|edge score| (share of the probability of the clean answer; sqrt scale)"]
     provenance = json.loads((out / "circuit_exact.provenance.json").read_text())
     assert provenance["pairs"] == str(pairs_file) and provenance["n_pairs"] == 4 and provenance["metric"] == "prob"
     pools = pd.read_csv(out / "circuit_exact_pools.csv")

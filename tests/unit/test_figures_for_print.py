@@ -3,6 +3,7 @@ ablation heatmap that shows only the ablations that change something (issue 29).
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -238,6 +239,20 @@ def test_cosine_histograms_are_small_multiples_of_outlines():
     assert len(data) == 800
 
 
+def test_an_empty_cosine_group_is_said_in_the_legend_without_a_numpy_warning():
+    """A modulus-2 model gives no mismatched pair on a side: ``report`` printed numpy's "Mean of
+    empty slice" and "invalid value" warnings four times (issue #30). Any warning fails here."""
+    import warnings
+
+    groups = {"matched, left variable": np.linspace(0.5, 1.0, 20), "mismatched, left variable": np.array([])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig, data = plots.cosine_histograms_figure(groups)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["matched (mean 0.75, n = 20)", "mismatched (no such prompts, n = 0)"]
+    assert len(data) == 20
+
+
 @pytest.mark.parametrize("stalled", [False, True])
 def test_dynamics_figure_names_the_outcome_and_marks_the_onsets(stalled):
     table, doc = _dynamics(stalled)
@@ -270,3 +285,78 @@ def test_progress_measures_fit_the_report():
     fig, _ = plots.progress_measures_figure(table, {"addition": {"step": 100}})
     assert_readable_in_the_report(fig)  # was 16 in wide: shrunk to about 6 pt in the report
     assert sum(ax.get_xlabel() == "training step" for ax in fig.axes) == min(4, len(MEASURE_KEYS))
+
+
+# -- the report's attention, QK, jump, Fourier, patching and ablation sections at the study's size --
+
+STUDY_TOKENS = ["PAD", "PAD", "g", "50", "k", "39", "h", "56", "i", "29", "j", "14", "+", "3", "h", "="]
+STUDY_VARIABLES = list("abcdefghijkl")
+
+
+def _causal(n: int, rng) -> np.ndarray:
+    m = np.tril(rng.random((n, n)))
+    return m / m.sum(1, keepdims=True)
+
+
+def _study_section_figure(section: str):
+    """The figure of one of the six sections as the report draws it on the study's model (p = 59,
+    16 tokens, 12 variables, 9 pools, 27 ablation rows)."""
+    from compose_lens.analysis.figure_data import FourierNeuron
+
+    rng = np.random.default_rng(0)
+    n = len(STUDY_TOKENS)
+    view = {"patterns": __import__("torch").tensor(np.stack([_causal(n, rng), _causal(n, rng)])[:, None]),
+            "words": STUDY_TOKENS, "marks": {0: [(15, 13, "operand")], 1: [(15, 3, "value")]},
+            "text": "g=50, k=39, h=56, i=29, j=14, 3+h=?", "answer": 59 % 59, "correct": True, "label": 0}
+    state = lambda step, scale: {"step": step, "pattern0": _causal(n, rng), "tokens": STUDY_TOKENS,  # noqa: E731
+                                 "identity": rng.normal(0, scale, (12, 12)), "accuracy": 0.6}
+    grid = np.abs(rng.normal(size=(59, 59)))
+    neuron = FourierNeuron(217, 2, 0.92, 0.976, grid, grid, [2, 11])
+    roles = ["queried var", "queried value", "distractor var", "distractor value", "PAD", "+", "left operand",
+             "right operand", "="]
+    patching = pd.DataFrame([{"component": c, "head": 0 if c == "z" else -1, "block": b, "role": r,
+                              "mean": rng.random(), "clean_logit_diff": 9.0}
+                             for b in (0, 1) for c in ("resid_pre", "z", "attn_out", "resid_mid", "mlp_out")
+                             for r in roles])
+    drops = {("head", 0): 0.9, ("mlp", -1): 0.95, **{(kind, k): 0.1 for k in (1, 2, 4, 5, 11, 15, 19, 20, 22, 27)
+                                                      for kind in ("frequency_neurons", "fourier_directions")}}
+    ablation = _ablation_table(drops)
+    ablation = pd.concat([ablation.assign(pool=pool) for pool in
+                          ["0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted",
+                           "1var_var_restricted", "2var_train", "2var_add_restricted", "2var_var_restricted_1",
+                           "2var_var_restricted_2"]])
+    draw = {"attention": lambda: plots.view_figure(view),
+            "qk": lambda: plots.qk_heatmaps_figure(rng.normal(size=(12, 12)), rng.normal(size=(12, 12)),
+                                                   STUDY_VARIABLES),
+            "jump": lambda: plots.early_jump_figure(state(5201, 2.0), state(5601, 4.0), STUDY_VARIABLES),
+            "fourier": lambda: plots.fourier_neuron_figure(neuron),
+            "patching": lambda: plots.patching_figure(patching, "activation patching, value corrupted (300 pairs)"),
+            "ablation": lambda: plots.ablation_figure(ablation)}
+    plt.close("all")
+    return draw[section]()
+
+
+@pytest.mark.parametrize("section", ["attention", "qk", "jump", "fourier", "patching", "ablation"])
+def test_the_report_sections_figures_are_readable_at_the_size_shown(section):
+    """At 110 dpi in the report's 1,218 px column: at most that wide (a wider PNG is shrunk, and its
+    labels with it: attention, QK, jump and ablation were 1,271 to 1,310 px, their ticks 7 pt) and
+    no label under 8 pt."""
+    fig, _ = _study_section_figure(section)
+    assert_readable_in_the_report(fig)
+
+
+def test_the_jump_compares_before_and_after_on_one_scale_and_names_the_layers():
+    fig, _ = _study_section_figure("jump")
+    identity = [ax for ax in fig.axes if "variable identity" in ax.get_title()]
+    assert len(identity) == 2
+    limits = {ax.images[0].get_clim() for ax in identity}
+    assert len(limits) == 1, limits  # the "after" panel's colours mean what the "before" panel's do
+    titles = " ".join(ax.get_title() for ax in fig.axes)
+    assert "layer 1 (blocks.0)" in titles and "layer 2 (blocks.1)" in titles
+
+
+def test_the_qk_panels_are_named_in_words_not_matrix_products():
+    fig, _ = _study_section_figure("qk")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[0].startswith("layer 1 (blocks.0)") and titles[1].startswith("layer 2 (blocks.1)")
+    assert not any("QK1" in t or "E_var" in t for t in titles), titles

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig, RunConfig, load_json
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"  # compose_lens.runs.PAPER_MODEL_DIR
 
 
 def study_layout(cfg: ModelConfig) -> bool:
-    """Two layers, an MLP in the second only (:func:`compose_lens.model.weights.has_paper_layout`)."""
-    return cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,)
+    """Two layers, an MLP in the second only (:func:`compose_lens.capabilities.has_paper_layout`)."""
+    return capabilities.has_paper_layout(cfg)
 
 
 def same_mlp_problem(cfg: ModelConfig) -> str | None:

@@ -76,7 +76,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compose_lens import runs
+from compose_lens import capabilities, runs
 from compose_lens.config import ComposeLensError, ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import heads, tl, weights
@@ -90,8 +90,7 @@ KEPT = "kept"
 
 def problem(cfg: ModelConfig) -> str | None:
     """Why the decomposition does not cover ``cfg`` (one line), or None."""
-    if not (weights.has_paper_layout(cfg) and cfg.n_heads == 1 and cfg.normalization_type is None
-            and not cfg.trained_biases):
+    if not capabilities.supports(cfg, "tables"):  # the decomposition is the table forward's algebra
         return ("the gradient decomposition needs the paper layout (2 layers, 1 head each, an MLP in "
                 "blocks.1 only, no normalisation, untrained biases)")
     return None

@@ -75,6 +75,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from compose_lens import capabilities
 from compose_lens.analysis import metrics
 from compose_lens.config import CORRUPTIONS, ComposeLensError, ModelConfig, RunConfig
 from compose_lens.data import streams
@@ -210,11 +211,10 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
 def engine_supports(cfg: ModelConfig) -> bool:
     """Can :func:`patched_logit_diffs` compute patching from the weights for this model?
 
-    The paper's layout (:func:`~compose_lens.model.weights.has_paper_layout`) without
-    normalisation; any number of heads and trained biases are fine.
+    The paper's layout (two layers, an MLP in the last only) without normalisation; any number
+    of heads and trained biases are fine. Why not: ``capabilities.why_not(cfg, "patching")``.
     """
-    return (weights.has_paper_layout(cfg) and cfg.normalization_type is None
-            and cfg.act_fn in weights.ACTIVATIONS)
+    return capabilities.supports(cfg, "patching")
 
 
 class _Weights:

@@ -20,12 +20,13 @@ terms of *tables* over the vocabulary and the positions:
 
 No tensor of shape (batch, positions, d_model) is ever made, so a training step
 costs a few small matrix products and gathers; the baseline forward makes a
-dozen (B n) x d x d products. It is exact for the paper architecture
-(:func:`compose_lens.model.weights.is_paper_architecture`: two layers, one head
-each, an MLP only in the last layer, no normalisation, frozen zero biases).
+dozen (B n) x d x d products. It is exact for the paper architecture (two layers,
+one head each, an MLP only in the last layer, no normalisation, frozen zero biases);
+:func:`compose_lens.capabilities.why_not` says why it declines any other.
 Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
 (the last layer at the last position only); the rest the plain TransformerLens
-forward. :func:`answer_forward` makes that choice for the trainer and the evaluations.
+forward. :func:`forward_kind` makes that choice for the trainer and the evaluations,
+:func:`answer_forward` builds it. Every head goes through :mod:`compose_lens.model.heads`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig
 from compose_lens.model import heads, lastpos, tl, weights
 
@@ -235,15 +237,11 @@ def forward_kind(cfg: ModelConfig, mode: str = "auto") -> str:
     ``"lastpos"`` (:mod:`compose_lens.model.lastpos`) or ``"transformerlens"``.
 
     ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest
-    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables.
+    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables (a
+    :class:`~compose_lens.errors.ComposeLensError` saying why not where they decline ``cfg``).
+    The choice is :func:`compose_lens.capabilities.answer_forward`'s.
     """
-    if mode == "off":
-        return "transformerlens"
-    if weights.is_paper_architecture(cfg):
-        return "tables"
-    if mode == "on":
-        raise ValueError("fast_path=on needs the paper architecture")
-    return "lastpos" if lastpos.covers(cfg) else "transformerlens"
+    return capabilities.answer_forward(cfg, mode)
 
 
 def answer_forward(model: tl.Model, cfg: ModelConfig, kind: str):

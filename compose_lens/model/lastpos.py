@@ -14,7 +14,7 @@ For the paper model (2 layers, an MLP in layer 2 only) :mod:`compose_lens.model.
 goes further; this module covers the architectures that path does not (3-4 layers,
 several heads, an MLP in every layer, trained biases). It does not cover
 normalisation layers (:func:`covers`); the trainer then uses the TransformerLens
-forward. The numbers match the TransformerLens forward up to float rounding
+forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens forward up to float rounding
 (tests/test_model.py checks logits and gradients).
 """
 
@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import torch
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig
 from compose_lens.model import heads, weights
 
 
 def covers(cfg: ModelConfig) -> bool:
-    """Whether :func:`last_position_logits` is exact for ``cfg`` (no normalisation layers)."""
-    return cfg.normalization_type is None
+    """Whether :func:`last_position_logits` is exact for ``cfg`` (no normalisation layers;
+    :func:`compose_lens.capabilities.why_not` says why not)."""
+    return capabilities.supports(cfg, "lastpos")
 
 
 def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
 
 # Layer of each top-level part of the package; a module imports only from layers <= its own.
 LAYERS = {
-    "errors": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "safety": 0, "cores": 0, "coverage": 0,
+    "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "safety": 0, "cores": 0, "coverage": 0,
     "data": 1,
     "model": 2,
     "runs": 3, "phases": 3,

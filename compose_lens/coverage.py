@@ -48,7 +48,7 @@ def same_mlp_problem(cfg: ModelConfig) -> str | None:
 
 
 def circuit_problem(cfg: ModelConfig) -> str | None:
-    if cfg.normalization_type is not None:
+    if not capabilities.supports(cfg, "graph"):
         return (f"normalization_type={cfg.normalization_type!r}: the edge graph needs a model without "
                 f"normalisation (the residual stream must be a plain sum)")
     return None

@@ -50,7 +50,11 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
     queries = resid[:, -1:] if last_only else resid
     q, k, v = (heads.split_heads(heads.project(params, cfg, layer, kind, x), H).transpose(1, 2)
                for kind, x in (("q", queries), ("k", resid), ("v", resid)))  # (B, H, m or n, d_head)
-    z, pattern = heads.attend(q, k, v)  # (B, H, m, d_head): the last query sees every key
+    scores = heads.scores(q, k)  # (B, H, m, n)
+    if not last_only:  # under CPU bf16 autocast these patterns have always been float32 (a float32 mask
+        scores = scores.float()  # promoted them); kept so, which makes no difference in float32
+    pattern = heads.pattern(scores)  # the last query sees every key
+    z = pattern @ v  # (B, H, m, d_head)
     z = z.transpose(1, 2).reshape(resid.shape[0], queries.shape[1], -1)
     return heads.write(params, cfg, layer, z), pattern
 

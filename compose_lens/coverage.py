@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.files import load_json
 
@@ -34,8 +35,8 @@ PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"  # compose_lens.run
 
 
 def study_layout(cfg: ModelConfig) -> bool:
-    """Two layers, an MLP in the second only (:func:`compose_lens.model.weights.has_paper_layout`)."""
-    return cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,)
+    """Two layers, an MLP in the second only (:func:`compose_lens.capabilities.has_paper_layout`)."""
+    return capabilities.has_paper_layout(cfg)
 
 
 def same_mlp_problem(cfg: ModelConfig) -> str | None:
@@ -48,7 +49,7 @@ def same_mlp_problem(cfg: ModelConfig) -> str | None:
 
 
 def circuit_problem(cfg: ModelConfig) -> str | None:
-    if cfg.normalization_type is not None:
+    if not capabilities.supports(cfg, "graph"):
         return (f"normalization_type={cfg.normalization_type!r}: the edge graph needs a model without "
                 f"normalisation (the residual stream must be a plain sum)")
     return None

@@ -62,13 +62,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from compose_lens import safety
+from compose_lens import capabilities, safety
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
-from compose_lens.model.weights import is_paper_architecture
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
@@ -358,7 +357,7 @@ def for_analyses(loaded: Loaded) -> Loaded:
     """What the analyses need: for the paper architecture they all run on the fast forwards
     (no hooks; a :class:`~compose_lens.model.tl.Weights` will do), for any other on the
     bridge's hooks."""
-    return loaded if is_paper_architecture(loaded.config.model) else with_bridge(loaded)
+    return loaded if capabilities.supports(loaded.config.model, "tables") else with_bridge(loaded)
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compose_lens import runs, safety
+from compose_lens import capabilities, runs, safety
 from compose_lens.safety import check_training_memory
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
@@ -42,17 +42,14 @@ from compose_lens.data.sampler import TrainingSampler, make_pools
 from compose_lens.data.split import Split
 from compose_lens import outcome, tracking
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.model import fastpath, tl, weights
+from compose_lens.model import fastpath, tl
 from compose_lens.provenance import provenance
 
 
 def use_fast_path(config: RunConfig) -> bool:
-    mode = config.train.fast_path
-    if mode == "on" and not weights.is_paper_architecture(config.model):
-        raise ComposeLensError("fast_path=on, but the fast path does not cover this model "
-                               "(it needs 2 layers, 1 head, an MLP in layer 1 only, no norm, "
-                               "frozen biases); use fast_path=auto")
-    return mode == "on" or (mode == "auto" and weights.is_paper_architecture(config.model))
+    """Whether the run trains on the table forward (``fast_path=on`` where it declines the model:
+    a :class:`ComposeLensError` naming why, :func:`compose_lens.capabilities.answer_forward`)."""
+    return capabilities.answer_forward(config.model, config.train.fast_path) == "tables"
 
 
 COMPILE_MIN_STEPS = 5_000

@@ -107,7 +107,6 @@ places a binding can be.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -120,7 +119,7 @@ from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
-from compose_lens.model import tl, weights
+from compose_lens.model import heads, tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 from compose_lens.data.pairs import as_prompt_pairs
 
@@ -253,19 +252,10 @@ class GraphModel:
     def _head(self, layer: int, h: int, q_in, k_in, v_in) -> torch.Tensor:
         """One head's output at the query positions: ``q_in`` (R, m, d) holds the last m of the
         n positions of ``k_in`` / ``v_in``."""
-        dh, p = self.cfg.d_head, self.p
-        rows = slice(h * dh, (h + 1) * dh)
-
-        def proj(x, kind):
-            return x @ p[f"blocks.{layer}.attn.{kind}.weight"][rows].T + p[f"blocks.{layer}.attn.{kind}.bias"][rows]
-
-        q, k, v = proj(q_in, "q"), proj(k_in, "k"), proj(v_in, "v")
-        m, n = q.shape[1], k.shape[1]
-        scores = q @ k.transpose(1, 2) / math.sqrt(dh)
-        causal = torch.ones(m, n, dtype=torch.bool).triu(n - m + 1)  # query i sits at position n - m + i
-        z = scores.masked_fill(causal, float("-inf")).softmax(-1) @ v
-        out = z @ p[f"blocks.{layer}.attn.o.weight"][:, rows].T
-        return out + p[f"blocks.{layer}.attn.o.bias"] if h == 0 else out
+        q, k, v = (heads.project(self.p, self.cfg, layer, kind, x, head=h, bias=True)
+                   for kind, x in (("q", q_in), ("k", k_in), ("v", v_in)))
+        z = heads.attend(q, k, v)[0]  # query i sits at position n - m + i
+        return heads.write(self.p, self.cfg, layer, z, head=h, bias=h == 0)  # the layer's b_O: head 0's
 
     def forward(self, tokens: torch.Tensor, masks: torch.Tensor | None = None, corrupt: dict | None = None,
                 active: torch.Tensor | None = None, known: dict | None = None) -> tuple[torch.Tensor, dict]:

@@ -76,11 +76,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compose_lens import runs
+from compose_lens import capabilities, runs
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
-from compose_lens.model import tl, weights
+from compose_lens.model import heads, tl, weights
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Int
@@ -91,8 +91,7 @@ KEPT = "kept"
 
 def problem(cfg: ModelConfig) -> str | None:
     """Why the decomposition does not cover ``cfg`` (one line), or None."""
-    if not (weights.has_paper_layout(cfg) and cfg.n_heads == 1 and cfg.normalization_type is None
-            and not cfg.trained_biases):
+    if not capabilities.supports(cfg, "tables"):  # the decomposition is the table forward's algebra
         return ("the gradient decomposition needs the paper layout (2 layers, 1 head each, an MLP in "
                 "blocks.1 only, no normalisation, untrained biases)")
     return None
@@ -138,15 +137,14 @@ def forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: Int[torch
     x = e + pos
     scores0 = c * (x @ w.qk0 @ x.transpose(1, 2))
     scores0.retain_grad()
-    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
-    pattern0 = scores0.masked_fill(causal, float("-inf")).softmax(-1)
+    pattern0 = heads.pattern(scores0)
     out0 = pattern0 @ x @ w.ov0
     out0.retain_grad()
     r = x + out0
     scores1 = c * torch.einsum("bd,de,bje->bj", r[:, -1], w.qk1, r)
     scores1.retain_grad()
     ov1 = p64["blocks.1.attn.v.weight"].T @ p64["blocks.1.attn.o.weight"].T
-    mid = r[:, -1] + (scores1.softmax(-1).unsqueeze(1) @ r).squeeze(1) @ ov1
+    mid = r[:, -1] + (heads.pattern(scores1.unsqueeze(1)) @ r).squeeze(1) @ ov1
     logits = weights.mlp_readout(p64, cfg, mid)[2]
     return Forward(e, pos, pattern0, scores0, out0, scores1, logits)
 

@@ -70,12 +70,12 @@ activation at that row's position (:func:`hook_batched_logit_diffs`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from compose_lens import capabilities
 from compose_lens.analysis import metrics
 from compose_lens.config import CORRUPTIONS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
@@ -85,7 +85,7 @@ from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.evaluate import answer_logits
-from compose_lens.model import tl, weights
+from compose_lens.model import heads, tl, weights
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 
@@ -212,11 +212,10 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
 def engine_supports(cfg: ModelConfig) -> bool:
     """Can :func:`patched_logit_diffs` compute patching from the weights for this model?
 
-    The paper's layout (:func:`~compose_lens.model.weights.has_paper_layout`) without
-    normalisation; any number of heads and trained biases are fine.
+    The paper's layout (two layers, an MLP in the last only) without normalisation; any number
+    of heads and trained biases are fine. Why not: ``capabilities.why_not(cfg, "patching")``.
     """
-    return (weights.has_paper_layout(cfg) and cfg.normalization_type is None
-            and cfg.act_fn in weights.ACTIVATIONS)
+    return capabilities.supports(cfg, "patching")
 
 
 class _Weights:
@@ -229,12 +228,11 @@ class _Weights:
 
     def heads(self, x: torch.Tensor, layer: int, kind: str) -> torch.Tensor:
         """q / k / v of ``x`` (..., d) as (..., H, d_head)."""
-        w, b = self.p[f"blocks.{layer}.attn.{kind}.weight"], self.p[f"blocks.{layer}.attn.{kind}.bias"]
-        return (x @ w.T + b).unflatten(-1, (self.H, self.dh))
+        return heads.split_heads(heads.project(self.p, self.cfg, layer, kind, x, bias=True), self.H)
 
     def attn_out(self, z: torch.Tensor, layer: int) -> torch.Tensor:
         """(..., H, d_head) -> (..., d): the head outputs through W_O."""
-        return z.flatten(-2) @ self.p[f"blocks.{layer}.attn.o.weight"].T + self.p[f"blocks.{layer}.attn.o.bias"]
+        return heads.write(self.p, self.cfg, layer, z.flatten(-2), bias=True)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.p["embed.weight"][tokens] + self.p["pos_embed.weight"][: tokens.shape[1]]
@@ -242,10 +240,7 @@ class _Weights:
     def layer0(self, resid_pre0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Causal attention of blocks.0 over all positions: z0 (R, n, H, dh), attn_out0 (R, n, d)."""
         q, k, v = (self.heads(resid_pre0, 0, s) for s in "qkv")
-        n = resid_pre0.shape[1]
-        scores = torch.einsum("rihd,rjhd->rhij", q, k) / math.sqrt(self.dh)
-        causal = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
-        pattern = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        pattern = heads.pattern(heads.scale(torch.einsum("rihd,rjhd->rhij", q, k), self.dh))
         z = torch.einsum("rhij,rjhd->rihd", pattern, v)
         return z, self.attn_out(z, 0)
 
@@ -268,7 +263,7 @@ class _Weights:
 
         resid_last = patch("resid_pre", resid_last)
         q = self.heads(resid_last, 1, "q") if q is None else q  # (R, H, dh)
-        pattern = (torch.einsum("rhd,rjhd->rhj", q, k1) / math.sqrt(self.dh)).softmax(-1)
+        pattern = heads.pattern(heads.scale(torch.einsum("rhd,rjhd->rhj", q, k1), self.dh).unsqueeze(-2)).squeeze(-2)
         return self.after_attention(patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1)), resid_last, patch)
 
     def after_attention(self, z: torch.Tensor, resid_last: torch.Tensor,
@@ -330,11 +325,10 @@ def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
     q = corrupt["q1"].unsqueeze(1).expand(N, S, *corrupt["q1"].shape[1:]).clone()  # (N, S, H, dh)
     q[:, at_last] = W.heads(replacement[:, at_last], 1, "q")
     k_new, v_new = W.heads(replacement, 1, "k"), W.heads(replacement, 1, "v")  # (N, S, H, dh)
-    scale = math.sqrt(W.dh)
-    scores = torch.einsum("nshd,njhd->nshj", q, corrupt["k1"]) / scale
+    scores = heads.scale(torch.einsum("nshd,njhd->nshj", q, corrupt["k1"]), W.dh)
     row = positions.view(1, S, 1, 1).expand(N, S, W.H, 1)
-    scores.scatter_(-1, row, (q * k_new).sum(-1, keepdim=True) / scale)
-    pattern = scores.softmax(-1)  # (N, S, H, n)
+    scores.scatter_(-1, row, heads.scale((q * k_new).sum(-1, keepdim=True), W.dh))
+    pattern = heads.pattern(scores.unsqueeze(-2)).squeeze(-2)  # (N, S, H, n): from "=", every key
     z = (torch.einsum("nshj,njhd->nshd", pattern, corrupt["v1"])
          + pattern.gather(-1, row) * (v_new - corrupt["v1"][:, positions]))
     return W.after_attention(z.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
@@ -367,17 +361,16 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
     cor, cle = tables(corrupt), tables(clean)
     new = {name: table[:, positions] for name, table in cle.items()}  # the patched row of each site
     n = cor["resid"].shape[1]
-    scale = math.sqrt(dh)
     row = torch.nn.functional.one_hot(positions, n).bool()  # (S, n): where each site's row sits
     # layer-1 scores: the corrupted ones with the patched query row and key column swapped in
-    scores = torch.einsum("nihd,njhd->nhij", cor["q0"], cor["k0"]).unsqueeze(1) / scale  # (N, 1, H, n, n)
-    column = torch.einsum("nihd,nshd->nshi", cor["q0"], new["k0"]) / scale  # (N, S, H, n)
-    query_row = torch.einsum("nshd,njhd->nshj", new["q0"], cor["k0"]) / scale  # (N, S, H, n)
-    query_row = torch.where(row.view(1, S, 1, n), (new["q0"] * new["k0"]).sum(-1, keepdim=True) / scale, query_row)
+    scores = heads.scale(torch.einsum("nihd,njhd->nhij", cor["q0"], cor["k0"]).unsqueeze(1), dh)  # (N, 1, H, n, n)
+    column = heads.scale(torch.einsum("nihd,nshd->nshi", cor["q0"], new["k0"]), dh)  # (N, S, H, n)
+    query_row = heads.scale(torch.einsum("nshd,njhd->nshj", new["q0"], cor["k0"]), dh)  # (N, S, H, n)
+    query_row = torch.where(row.view(1, S, 1, n), heads.scale((new["q0"] * new["k0"]).sum(-1, keepdim=True), dh),
+                            query_row)
     scores = torch.where(row.view(1, S, 1, 1, n), column.unsqueeze(-1), scores)
     scores = torch.where(row.view(1, S, 1, n, 1), query_row.unsqueeze(-2), scores)
-    causal = torch.ones(n, n, dtype=torch.bool).triu(1)
-    A = scores.masked_fill(causal, float("-inf")).softmax(-1)  # (N, S, H, n, n)
+    A = heads.pattern(scores)  # (N, S, H, n, n)
     at_row = A.gather(-1, positions.view(1, S, 1, 1, 1).expand(N, S, H, n, 1)).squeeze(-1)  # (N, S, H, n)
 
     def through_layer1(name: str) -> torch.Tensor:

@@ -20,25 +20,26 @@ terms of *tables* over the vocabulary and the positions:
 
 No tensor of shape (batch, positions, d_model) is ever made, so a training step
 costs a few small matrix products and gathers; the baseline forward makes a
-dozen (B n) x d x d products. It is exact for the paper architecture
-(:func:`compose_lens.model.weights.is_paper_architecture`: two layers, one head
-each, an MLP only in the last layer, no normalisation, frozen zero biases).
+dozen (B n) x d x d products. It is exact for the paper architecture (two layers,
+one head each, an MLP only in the last layer, no normalisation, frozen zero biases);
+:func:`compose_lens.capabilities.why_not` says why it declines any other.
 Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
 (the last layer at the last position only); the rest the plain TransformerLens
-forward. :func:`answer_forward` makes that choice for the trainer and the evaluations.
+forward. :func:`forward_kind` makes that choice for the trainer and the evaluations,
+:func:`answer_forward` builds it. Every head goes through :mod:`compose_lens.model.heads`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig
-from compose_lens.model import lastpos, tl, weights
+from compose_lens.model import heads, lastpos, tl, weights
 
 @dataclass
 class AnswerActivations:
@@ -65,7 +66,7 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
 def layer1_rows(params: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``X = [E; P[:n]]`` (V + n, d) and what each row writes through layer 1's OV."""
     X = torch.cat([params["embed.weight"], params["pos_embed.weight"][:n]])
-    return X, (X @ params["blocks.0.attn.v.weight"].T) @ params["blocks.0.attn.o.weight"].T
+    return X, heads.write(params, None, 0, heads.project(params, None, 0, "v", X, bias=False), bias=False)
 
 
 def resid_after_layer1(params: dict[str, torch.Tensor], tokens: torch.Tensor, pattern0: torch.Tensor) -> torch.Tensor:
@@ -98,10 +99,12 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     """The fast forward, keeping the activations on the way (see the module docstring)."""
     B, n = tokens.shape
     V = cfg.d_vocab
-    scale = 1.0 / math.sqrt(cfg.d_head)
 
     def w(name: str) -> torch.Tensor:
         return params[name]
+
+    def qkv(layer: int, kind: str, x: torch.Tensor) -> torch.Tensor:
+        return heads.project(params, cfg, layer, kind, x)
 
     # Table rows: the V token embeddings, then the n position embeddings; and their OV0 images.
     X, XOV0 = layer1_rows(params, n)  # (V + n, d) each
@@ -113,10 +116,8 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
 
     # ---- layer 1 (blocks.0): attention pattern from one (V+n) x (V+n) score table -----
     # S0[a, b]: query row a (a token or a position) against key row b, before scaling.
-    S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T
-    scores0 = layer1_scores(S0, tokens)
-    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
-    A0 = (scores0 * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)  # (B, n, n)
+    S0 = qkv(0, "q", X) @ qkv(0, "k", X).T
+    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True))  # (B, n, n)
 
     # Y: what each table row writes into the residual stream, directly and through layer 1's OV.
     Y = torch.cat([X, XOV0])  # (2 (V + n), d)
@@ -129,13 +130,13 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     resid1_last = torch.cat([last, spread(A0[:, -1])], dim=1) @ Y  # (B, d)
 
     # ---- layer 2 (blocks.1): query at the last position, keys from the tables --------
-    q1 = resid1_last @ w("blocks.1.attn.q.weight").T  # (B, d_head)
-    u = q1 @ (Y @ w("blocks.1.attn.k.weight").T).T  # (B, 2 (V + n)): q1 . key of each row
+    q1 = qkv(1, "q", resid1_last)  # (B, d_head)
+    u = q1 @ qkv(1, "k", Y).T  # (B, 2 (V + n)): q1 . key of each row
     tok_pos = torch.cat([tokens, positions + V], dim=1)  # row indices of a position's token and place
     direct = u[:, : V + n].gather(1, tok_pos).view(B, 2, n).sum(1)
     via_layer1 = u[:, V + n:].gather(1, tok_pos).view(B, 2, n).sum(1)
     scores1 = direct + torch.bmm(A0, via_layer1.unsqueeze(2)).squeeze(2)
-    A1 = (scores1 * scale).softmax(dim=-1)  # (B, n): the last position sees every position
+    A1 = _last_query_pattern(scores1, cfg)  # (B, n): the last position sees every position
 
     through = torch.bmm(A1.unsqueeze(1), A0).squeeze(1)  # A1 routed through layer 1, on positions
     ov1 = w("blocks.1.attn.v.weight").T @ w("blocks.1.attn.o.weight").T
@@ -144,6 +145,11 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     # ---- MLP and unembedding at the last position ------------------------------------
     mlp_pre, mlp_post, logits = weights.mlp_readout(params, cfg, resid_mid)
     return AnswerActivations(A0, resid1_last, A1, resid_mid, mlp_pre, mlp_post, logits)
+
+
+def _last_query_pattern(dots: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """Layer 2's pattern (B, n) from "=" of its unscaled dot products with every key (B, n)."""
+    return heads.pattern(heads.scale(dots, cfg.d_head, reciprocal=True).unsqueeze(1)).squeeze(1)
 
 
 # -- the answer with activations replaced (ablations) -------------------------------------------
@@ -193,27 +199,26 @@ def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
         return params[name]
 
     B, n = tokens.shape
-    V, scale = cfg.d_vocab, 1.0 / math.sqrt(cfg.d_head)
+    V = cfg.d_vocab
     X = torch.cat([w("embed.weight"), w("pos_embed.weight")[:n]])  # (V + n, d): token rows, then places
     tok_pos = torch.cat([tokens, V + torch.arange(n, device=tokens.device).expand(B, n)], dim=1)
 
     # ---- layer 1 (blocks.0): the pattern from the score table, then its output z0 ----
-    S0 = (X @ w("blocks.0.attn.q.weight").T) @ (X @ w("blocks.0.attn.k.weight").T).T
-    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1)
-    A0 = (layer1_scores(S0, tokens) * scale).masked_fill(causal, float("-inf")).softmax(dim=-1)
-    XV0 = X @ w("blocks.0.attn.v.weight").T  # (V + n, d_head): value rows
+    S0 = heads.project(params, cfg, 0, "q", X) @ heads.project(params, cfg, 0, "k", X).T
+    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True))
+    XV0 = heads.project(params, cfg, 0, "v", X)  # (V + n, d_head): value rows
     z0 = edit("blocks.0.attn.hook_z", (A0 @ XV0[tokens] + A0 @ XV0[V:]).unsqueeze(2)).squeeze(2)
     W_O0 = w("blocks.0.attn.o.weight")  # (d, d_head)
     resid1_last = X[tokens[:, -1]] + X[V + n - 1] + z0[:, -1] @ W_O0.T  # (B, d)
 
     # ---- layer 2 (blocks.1) at "=": the query pulled back through W_K and W_O0 --------
-    qk = (resid1_last @ w("blocks.1.attn.q.weight").T) @ w("blocks.1.attn.k.weight")  # (B, d)
+    qk = heads.project(params, cfg, 1, "q", resid1_last) @ w("blocks.1.attn.k.weight")  # (B, d)
     on_rows = (qk @ X.T).gather(1, tok_pos).view(B, 2, n).sum(1)  # (B, n): qk . e_j
-    A1 = ((on_rows + torch.bmm(z0, (qk @ W_O0).unsqueeze(2)).squeeze(2)) * scale).softmax(dim=-1)
+    A1 = _last_query_pattern(on_rows + torch.bmm(z0, (qk @ W_O0).unsqueeze(2)).squeeze(2), cfg)
     rows = torch.zeros(B, V + n, dtype=X.dtype, device=X.device).scatter_add_(1, tok_pos, A1.repeat(1, 2))
     mixed = rows @ X + torch.bmm(A1.unsqueeze(1), z0).squeeze(1) @ W_O0.T  # sum_j A1_j resid_j
-    z1 = edit("blocks.1.attn.hook_z", (mixed @ w("blocks.1.attn.v.weight").T).view(B, 1, 1, -1)).view(B, -1)
-    resid_mid = resid1_last + z1 @ w("blocks.1.attn.o.weight").T
+    z1 = edit("blocks.1.attn.hook_z", heads.project(params, cfg, 1, "v", mixed).view(B, 1, 1, -1)).view(B, -1)
+    resid_mid = resid1_last + heads.write(params, cfg, 1, z1)
 
     # ---- MLP2 and the unembedding at "=" ----------------------------------------------
     _, post = weights.mlp_neurons(params, cfg, resid_mid)
@@ -232,15 +237,11 @@ def forward_kind(cfg: ModelConfig, mode: str = "auto") -> str:
     ``"lastpos"`` (:mod:`compose_lens.model.lastpos`) or ``"transformerlens"``.
 
     ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest
-    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables.
+    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables (a
+    :class:`~compose_lens.errors.ComposeLensError` saying why not where they decline ``cfg``).
+    The choice is :func:`compose_lens.capabilities.answer_forward`'s.
     """
-    if mode == "off":
-        return "transformerlens"
-    if weights.is_paper_architecture(cfg):
-        return "tables"
-    if mode == "on":
-        raise ValueError("fast_path=on needs the paper architecture")
-    return "lastpos" if lastpos.covers(cfg) else "transformerlens"
+    return capabilities.answer_forward(cfg, mode)
 
 
 def answer_forward(model: tl.Model, cfg: ModelConfig, kind: str):

@@ -14,34 +14,23 @@ For the paper model (2 layers, an MLP in layer 2 only) :mod:`compose_lens.model.
 goes further; this module covers the architectures that path does not (3-4 layers,
 several heads, an MLP in every layer, trained biases). It does not cover
 normalisation layers (:func:`covers`); the trainer then uses the TransformerLens
-forward. The numbers match the TransformerLens forward up to float rounding
+forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens forward up to float rounding
 (tests/test_model.py checks logits and gradients).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from compose_lens import capabilities
 from compose_lens.config import ModelConfig
-from compose_lens.model import weights
+from compose_lens.model import heads, weights
 
 
 def covers(cfg: ModelConfig) -> bool:
-    """Whether :func:`last_position_logits` is exact for ``cfg`` (no normalisation layers)."""
-    return cfg.normalization_type is None
-
-
-def _linear(params: dict[str, torch.Tensor], cfg: ModelConfig, x: torch.Tensor, name: str) -> torch.Tensor:
-    out = x @ params[f"{name}.weight"].T
-    return out + params[f"{name}.bias"] if cfg.trained_biases else out
-
-
-def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(B, m, H d_head) -> (B, H, m, d_head)."""
-    B, m, _ = x.shape
-    return x.view(B, m, n_heads, -1).transpose(1, 2)
+    """Whether :func:`last_position_logits` is exact for ``cfg`` (no normalisation layers;
+    :func:`compose_lens.capabilities.why_not` says why not)."""
+    return capabilities.supports(cfg, "lastpos")
 
 
 def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,
@@ -57,19 +46,17 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
                            last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`attention` and its pattern (B, H, m, n), m = 1 if ``last_only`` else n
     (what :mod:`compose_lens.analysis.locate` reads in every layer and head)."""
-    name = f"blocks.{layer}.attn"
-    H, n = cfg.n_heads, resid.shape[1]
+    H = cfg.n_heads
     queries = resid[:, -1:] if last_only else resid
-    q = _heads(_linear(params, cfg, queries, f"{name}.q"), H)  # (B, H, m, d_head)
-    k = _heads(_linear(params, cfg, resid, f"{name}.k"), H)  # (B, H, n, d_head)
-    v = _heads(_linear(params, cfg, resid, f"{name}.v"), H)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.d_head)  # (B, H, m, n)
-    if not last_only:  # the last query sees every key; the others only the keys before them
-        scores = scores + torch.full((n, n), float("-inf"), device=resid.device).triu(1)
-    pattern = scores.softmax(dim=-1)
+    q, k, v = (heads.split_heads(heads.project(params, cfg, layer, kind, x), H).transpose(1, 2)
+               for kind, x in (("q", queries), ("k", resid), ("v", resid)))  # (B, H, m or n, d_head)
+    scores = heads.scores(q, k)  # (B, H, m, n)
+    if not last_only:  # under CPU bf16 autocast these patterns have always been float32 (a float32 mask
+        scores = scores.float()  # promoted them); kept so, which makes no difference in float32
+    pattern = heads.pattern(scores)  # the last query sees every key
     z = pattern @ v  # (B, H, m, d_head)
     z = z.transpose(1, 2).reshape(resid.shape[0], queries.shape[1], -1)
-    return _linear(params, cfg, z, f"{name}.o"), pattern
+    return heads.write(params, cfg, layer, z), pattern
 
 
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:

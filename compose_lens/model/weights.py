@@ -40,7 +40,8 @@ study's kind (two layers, one head each, an MLP in the last layer only, no
 normalisation, frozen zero biases), for which the fast path and the table
 forward are exact. :func:`has_paper_layout` is the weaker condition (two layers,
 an MLP in the last only) under which the readout above is the whole model after
-layer-2 attention at ``=``.
+layer-2 attention at ``=``. Both are :mod:`compose_lens.capabilities`'s, which says for
+every forward which configs it covers and why not.
 
 >>> from compose_lens.config import ModelConfig
 >>> from compose_lens.model import tl
@@ -60,6 +61,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from compose_lens import capabilities
+from compose_lens.capabilities import has_paper_layout, is_paper_architecture  # noqa: F401 (the analyses' names)
 from compose_lens.config import ModelConfig
 from compose_lens.model import tl
 
@@ -79,26 +82,10 @@ def activation(cfg: ModelConfig) -> Callable[[torch.Tensor], torch.Tensor]:
 # -- the architecture ------------------------------------------------------------------------
 
 
-def has_paper_layout(cfg: ModelConfig) -> bool:
-    """Two layers and an MLP in the last one only: the readout at ``=`` is MLP2 + unembedding.
-
-    Weaker than :func:`is_paper_architecture`: any number of heads, normalisation
-    and trained biases are allowed.
-    """
-    return cfg.n_layers == 2 and tuple(cfg.mlp_layers) == (1,)
-
-
-def is_paper_architecture(cfg: ModelConfig) -> bool:
-    """The study's architecture, for which the fast path and the table forward are exact:
-    :func:`has_paper_layout`, one head per layer, no normalisation, frozen zero biases."""
-    return (has_paper_layout(cfg) and cfg.n_heads == 1 and cfg.normalization_type is None
-            and not cfg.trained_biases)
-
-
 def use_table_forward(cfg: ModelConfig, fast: bool | None = None) -> bool:
     """Whether an analysis of ``cfg`` reads the table forward rather than the model's hooks:
-    ``fast`` as given, or (``None``) wherever that forward is exact (:func:`is_paper_architecture`)."""
-    return is_paper_architecture(cfg) if fast is None else fast
+    ``fast`` as given, or (``None``) wherever that forward is exact (:mod:`compose_lens.capabilities`)."""
+    return capabilities.supports(cfg, "tables") if fast is None else fast
 
 
 # -- the circuits of one head ------------------------------------------------------------------

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
 
 # Layer of each top-level part of the package; a module imports only from layers <= its own.
 LAYERS = {
-    "errors": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
+    "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
     "data": 1, "safety": 1,  # the memory guard reads the estimates beside the renderer and the split
     "model": 2,
     "runs": 3, "phases": 3,
@@ -173,7 +173,8 @@ def test_public_api_names_resolve_lazily():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics")
+SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",
+          "model.heads")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
 
@@ -249,3 +250,43 @@ def test_the_registry_rule_catches_a_report_importing_an_analysis():
     trees["compose_lens.report.planted"] = ast.parse("from compose_lens.analysis.logit_attribution import logit_lens\n")
     assert around_the_registry(trees, registered_modules()) == [
         "compose_lens.report.planted -> compose_lens.analysis.logit_attribution"]
+
+
+# One attention forward: the causal mask and the softmax of attention scores live in model/heads.py
+# (compose_lens.model.heads); every other forward hands its scores there. These modules call a
+# softmax or a triangular mask for something that is not an attention pattern, with the reason.
+ATTENTION_HOME = "model.heads"
+NOT_ATTENTION = {
+    "analysis.metrics": "softmax of the answer logits (the prob metric)",
+    "analysis.probes": "tril(-1) keeps the earlier keys of a score table for an argmax; no pattern is made",
+    "plots": "np.triu blanks a heatmap's upper triangle",
+}
+_ATTENTION_CALLS = {"softmax", "triu", "tril"}
+
+
+def attention_maths(tree: ast.Module) -> list[str]:
+    """Calls that make an attention pattern or a causal mask (``softmax``, ``triu``, ``tril``), as
+    ``name:line``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in _ATTENTION_CALLS:
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_one_attention_forward():
+    trees = modules()
+    assert attention_maths(trees[f"compose_lens.{ATTENTION_HOME}"]), "the helper itself makes the patterns"
+    stray = {name: calls for name, tree in trees.items()
+             if name.removeprefix("compose_lens.") not in (ATTENTION_HOME, *NOT_ATTENTION)
+             and (calls := attention_maths(tree))}
+    assert not stray, f"build attention patterns and causal masks through compose_lens.model.heads: {stray}"
+
+
+def test_the_attention_rule_catches_a_hand_written_pattern():
+    tree = ast.parse("A = (q @ k.T).masked_fill(torch.ones(n, n).triu(1), -inf).softmax(-1)\n"
+                     "B = torch.softmax(s, -1)\nC = x.log_softmax(-1)\n")
+    assert sorted(attention_maths(tree)) == ["softmax:1", "softmax:2", "triu:1"]

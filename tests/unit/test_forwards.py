@@ -21,7 +21,8 @@ import torch
 
 from compose_lens import capabilities
 from compose_lens.analysis import circuit, patching
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos, tl

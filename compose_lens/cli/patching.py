@@ -7,6 +7,10 @@
 
     compose-lens dla MODEL [--split FILE] [--n N] [--format png|svg|pdf] --out DIR
 
+``ablate``'s neuron and Fourier-direction rows read the adder MLP: MLP2 in the paper
+architecture, the located adder in any other; its last line says which, or "none located"
+(:func:`compose_lens.analysis.ablation.neuron_subject`).
+
 ``dla`` writes ``logit_attribution.csv`` (each component's direct share of the answer margin
 at ``=``, per sequence kind), ``logit_lens.csv`` and one figure
 (:mod:`compose_lens.analysis.logit_attribution`).
@@ -120,6 +124,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         table = write_ablation(loaded, stage, args.pool_size, args.seed, args.fmt)
         bar.update()
     print(f"wrote {out}/ablation.csv, ablation.provenance.json, ablation.{args.fmt} ({len(table)} rows)")
+    print(f"  neurons and Fourier directions: {table.attrs['neuron_subject']['note']}")
     return 0
 
 

@@ -285,7 +285,8 @@ def write_ablation(loaded: Loaded, out: Path, pool_size: int = 500, seed: int = 
     """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``; returns the table."""
     loaded = runs.for_analyses(loaded)
     table = ablation_table(loaded.model, loaded.config, loaded.split, pool_size=pool_size, seed=seed)
-    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size))
+    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, pool_size=pool_size,
+                                                        neuron_subject=table.attrs["neuron_subject"]))
     plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)
     return table
 

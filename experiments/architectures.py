@@ -231,6 +231,9 @@ def main() -> None:
         kept = kept[[(a, s if s == s else -1) not in made for a, s in zip(kept["architecture"], kept["steps"])]]
         table = pd.concat([table, kept], ignore_index=True)
         table = table.sort_values(["architecture", "steps"], kind="stable", na_position="last")
+    for column in ("steps", "seed"):  # whole numbers, blank for the paper row (not 3000.0)
+        if column in table:
+            table[column] = table[column].astype("Int64")
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")

@@ -234,6 +234,8 @@ def main() -> None:
     for column in ("steps", "seed"):  # whole numbers, blank for the paper row (not 3000.0)
         if column in table:
             table[column] = table[column].astype("Int64")
+    first = [c for c in ("architecture", "steps", "seed") if c in table]
+    table = table[first + [c for c in table.columns if c not in first]]
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")

@@ -457,8 +457,9 @@ class ModelConfig(_JsonConfig):
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
         _check(seed_problem("init_seed", self.init_seed) is None, seed_problem("init_seed", self.init_seed) or "")
         bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
-        _check(not bad, f"mlp_layers={list(self.mlp_layers)}: layer(s) {bad} do not exist in a "
-                        f"{self.n_layers}-layer model (layers count from 0)")
+        _check(not bad, f"mlp_layers={list(self.mlp_layers)}: block(s) {bad} do not exist in a "
+                        f"{self.n_layers}-layer model (mlp_layers are block indices from 0, blocks.0 to "
+                        f"blocks.{self.n_layers - 1}: the paper's layer 2 is 1)")
         _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
         self._check_variants()
 

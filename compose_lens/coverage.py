@@ -7,8 +7,11 @@ A command that cannot read a model must say so in one line before it loads anyth
 command      covers
 ===========  ==============================================================================
 ``patch``    any model (every layer, head and MLP is patched through the hooks)
-``ablate``   any model (neuron and Fourier-direction ablations only in the study's layout)
-``circuit``  any model without normalisation (the edge graph needs a plain residual sum)
+``ablate``   any model (neuron and Fourier-direction ablations of the located adder MLP,
+             none where no MLP adds: :func:`compose_lens.analysis.ablation.neuron_subject`)
+``circuit``  any model without normalisation (the edge graph needs a plain residual sum);
+             edges scored against the located circuit, none where a role is not located
+             (:func:`compose_lens.analysis.circuit.circuit_labels`)
 ``same-mlp`` any model without normalisation: the tests read the located adder MLP and
              router head (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a
              model where no MLP adds or no head routes gets the verdict ``inconclusive``

@@ -3,6 +3,7 @@
     python experiments/architectures.py            # p = 11, 3000 steps each (~3 min per model on an idle core)
     python experiments/architectures.py --steps 2x4=9000   # a larger budget for one architecture
                                                            # (its run: WORK/2x4_s9000)
+    python experiments/architectures.py --steps 2x4=9000 --seed 2x4=1   # ... and another seed (WORK/2x4_s9000_seed1)
     python experiments/architectures.py --quick    # p = 7, 50 steps, tiny sizes: checks the script runs
 
 Trains (or reuses, when ``WORK/<name>/results.json`` exists; WORK: ``runs/architectures[_quick]``) two small non-paper models with
@@ -16,8 +17,11 @@ checkpoints, ``--paper-run``, default ``../shared/reference``: a folder of ``ste
 :func:`compose_lens.analysis.locate.locate` and runs each command (``analyze``, ``fourier``,
 ``same-mlp``, ``patch``, ``ablate``, ``circuit``, ``dynamics``, ``report``) as a subprocess with small
 sizes, recording its wall time and outcome: ``ok``, ``refused: <the one-line reason>`` (exit 2)
-or ``failed (rc N): <last line>``. The table (one row per architecture) goes to
-``experiments/results/architectures.csv`` (``--quick``: ``architectures_quick.csv``).
+or ``failed (rc N): <last line>``; ``ablate`` and ``circuit`` add what they read (the adder whose
+neurons are ablated, the ROC-AUC against the located or the paper's circuit, or none located).
+The table (one row per architecture and training budget) goes to
+``experiments/results/architectures.csv`` (``--quick``: ``architectures_quick.csv``); with
+``--only`` the rows of the other architectures (and budgets) already there are kept.
 
 Times are wall seconds on whatever else the machine is running; they say "seconds, not minutes",
 not a benchmark.
@@ -82,13 +86,19 @@ def cli(*args: str, timeout: float | None = 900) -> tuple[int, str, str, float]:
 
 
 def train(name: str, overrides: list[str], work: Path, quick: bool, modulus: int | None = None,
-          steps: int | None = None) -> Path:
+          steps: int | None = None, seed: int | None = None) -> Path:
+    """``seed``: another training and initialisation seed (``train.seed``, ``model.init_seed``;
+    None: the study's 42), its run ``WORK/<name>[_s<steps>]_seed<seed>``."""
     run = work / (name if steps in (None, FULL["steps"]) or quick else f"{name}_s{steps}")
+    if seed is not None:
+        run = run.with_name(f"{run.name}_seed{seed}")
     if (run / "results.json").exists():
         return run
     s = sizes(quick, modulus, steps)
     sets = [*overrides, *s["width"], f"modulus={s['modulus']}", f"steps={s['steps']}", f"batch_size={s['batch']}",
             f"eval_every={s['every']}", f"checkpoint_every={s['every']}", "threads=1"]
+    if seed is not None:
+        sets += [f"train.seed={seed}", f"model.init_seed={seed}"]
     rc, _, err, seconds = cli("train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run),
                               "--quiet", "--overwrite", timeout=None)  # a larger budget must not be cut at 900 s
     if rc:
@@ -110,13 +120,30 @@ def located(model: str) -> dict[str, str]:
     return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in [*found.roles(), found.gatherer]}
 
 
-def outcome(rc: int, err: str) -> str:
+def read_from(command: str, out: str) -> str:
+    """What ``ablate`` and ``circuit`` say they read (their printed lines), for the table: which MLP's
+    neurons, and the ROC-AUC against which circuit (or none located)."""
+    text = out.replace("\n", " ")
+    if command == "ablate" and "neurons and Fourier directions: " in text:
+        said = text.split("neurons and Fourier directions: ", 1)[1]
+        return " (neurons: " + ("none located" if said.startswith("none located") else said.split(",", 1)[0]) + ")"
+    if command == "circuit":
+        if "ROC-AUC " in text:
+            auc = text.split("ROC-AUC ", 1)[1].split(" ", 1)[0]
+            against = "the paper's" if "against the paper's circuit" in text else "the located"
+            return f" (ROC-AUC {auc} against {against} circuit)"
+        if "not scored against a circuit: none located" in text:
+            return " (no labelled circuit: none located)"
+    return ""
+
+
+def outcome(rc: int, err: str, out: str = "", command: str = "") -> str:
     lines = [line for line in err.strip().splitlines() if line.strip()]
     last = lines[-1].removeprefix("compose-lens: error: ") if lines else ""
     if " does not cover " in last and "): " in last:  # the reason, without the model's path
         last = last.split("): ", 1)[1]
     if rc == 0:
-        return "ok"
+        return "ok" + read_from(command, out)
     if rc == 2:
         return f"refused: {last}"
     return f"failed (rc {rc}): {last}"
@@ -141,9 +168,9 @@ def row(name: str, model: str, work: Path, quick: bool, run: Path | None = None)
             args += ["--stride", "10" if quick else "2"]  # the study's checkpoints: many
         if command not in ("report",):
             args.append("--quiet")
-        rc, _, err, seconds = cli(*args)
+        rc, printed, err, seconds = cli(*args)
         out[f"{command}_s"] = round(seconds, 1)
-        out[command] = outcome(rc, err)
+        out[command] = outcome(rc, err, printed, command)
         print(f"  {name:6s} {command:9s} {seconds:6.1f} s  {out[command][:150]}", flush=True)
     return out
 
@@ -159,6 +186,8 @@ def main() -> None:
     parser.add_argument("--steps", action="append", default=[], metavar="[NAME=]STEPS",
                         help=f"full mode: training steps (default {FULL['steps']}), for every architecture or, "
                              f"as NAME=STEPS, for one (repeatable)")
+    parser.add_argument("--seed", action="append", default=[], metavar="NAME=SEED",
+                        help="full mode: train NAME with another training and initialisation seed (repeatable)")
     parser.add_argument("--train-only", action="store_true", help="train (or reuse) the models, run nothing")
     parser.add_argument("--only", nargs="+", choices=[*ARCHITECTURES, "paper"], default=None,
                         help="the rows to make (default: every architecture and the paper model)")
@@ -172,23 +201,41 @@ def main() -> None:
         if name and name not in ARCHITECTURES or not value.isdigit():
             parser.error(f"--steps {item}: write STEPS or NAME=STEPS with NAME one of {', '.join(ARCHITECTURES)}")
         steps.update({name: int(value)} if name else dict.fromkeys(ARCHITECTURES, int(value)))
+    seeds = {}
+    for item in args.seed:
+        name, _, value = item.partition("=")
+        if name not in ARCHITECTURES or not value.isdigit():
+            parser.error(f"--seed {item}: write NAME=SEED with NAME one of {', '.join(ARCHITECTURES)}")
+        seeds[name] = int(value)
     suffix = f"_p{args.modulus}" if args.modulus not in (None, FULL["modulus"]) and not args.quick else ""
     work = Path(args.work) if args.work else ROOT / "runs" / (stem + suffix)
     out = Path(args.out) if args.out else RESULTS / f"{stem}.csv"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     wanted = set(args.only or [*ARCHITECTURES, "paper"])
-    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, steps.get(name))
+    runs_made = {name: train(name, overrides, work, args.quick, args.modulus, steps.get(name), seeds.get(name))
                  for name, overrides in ARCHITECTURES.items() if name in wanted}
     if args.train_only:
         return
     for name, run in runs_made.items():
         made = row(name, str(run), work, args.quick)
         rows.append({"architecture": made.pop("architecture"),
-                     "steps": sizes(args.quick, args.modulus, steps.get(name))["steps"], **made})
+                     "steps": sizes(args.quick, args.modulus, steps.get(name))["steps"],
+                     "seed": seeds.get(name, 42), **made})
     if not args.no_paper and "paper" in wanted:
         rows.append(row("paper", "paper", work, args.quick, Path(args.paper_run)))
     table = pd.DataFrame(rows)
+    if args.only and out.exists():  # a subset of the rows: the others stay as they were
+        kept = pd.read_csv(out)
+        made = set(zip(table["architecture"], table.get("steps", pd.Series([None] * len(table))).fillna(-1)))
+        kept = kept[[(a, s if s == s else -1) not in made for a, s in zip(kept["architecture"], kept["steps"])]]
+        table = pd.concat([table, kept], ignore_index=True)
+        table = table.sort_values(["architecture", "steps"], kind="stable", na_position="last")
+    for column in ("steps", "seed"):  # whole numbers, blank for the paper row (not 3000.0)
+        if column in table:
+            table[column] = table[column].astype("Int64")
+    first = [c for c in ("architecture", "steps", "seed") if c in table]
+    table = table[first + [c for c in table.columns if c not in first]]
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")

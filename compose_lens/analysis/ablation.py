@@ -12,12 +12,21 @@ no information about the current prompt, then measure what the model loses:
   other* reference sequence (keeps the distribution, destroys the information).
 
 Targets, in the study's words (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
-each attention **head** (its output ``blocks.L.attn.hook_z``), the layer-2 **MLP**
-(``blocks.1.hook_mlp_out``), **single neurons** of MLP2 (``blocks.1.mlp.hook_post``),
-the **neurons of one key frequency** together, and the **Fourier directions** of
-one frequency k in MLP2's output: the part of MLP2's contribution to the logits
-that is a cos / sin of frequency k over the output classes (the basis of
-:func:`compose_lens.analysis.fourier.fourier_basis`).
+each attention **head** (its output ``blocks.L.attn.hook_z``), each **MLP**
+(``blocks.L.hook_mlp_out``; the paper's layer-2 MLP is ``blocks.1``), **single neurons**
+of the adder MLP (MLP2 in the paper: ``blocks.1.mlp.hook_post``), the **neurons of one key
+frequency** together, and the **Fourier directions** of one frequency k in the adder's
+output: the part of its contribution to the logits that is a cos / sin of frequency k over
+the output classes (the basis of :func:`compose_lens.analysis.fourier.fourier_basis`).
+
+**Which MLP's neurons** (:func:`neuron_subject`): in the paper architecture MLP2,
+``blocks.1`` (not located, as every analysis of that architecture reads it); in any other
+the *located* adder (:func:`compose_lens.analysis.locate.locate_adder`), in whichever block it
+sits. An adder in the last block is ablated exactly; one before the last block through its
+direct path (the later blocks do not see the change, :class:`LastPositionMLP`). Where no MLP
+reaches the adder threshold (an untrained or stalled model) the neuron and Fourier-direction
+rows are left out and :attr:`NeuronSubject.note` says "none located": an MLP that does not add
+is never ablated in the adder's place. Heads and whole MLPs are ablated in every architecture.
 
 Heads and the whole MLP are ablated by replacing their activation in a forward pass:
 :func:`replacement_hook` makes the function that writes the replacement, and
@@ -41,11 +50,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import pandas as pd
 import torch
 
+from compose_lens.analysis import locate
 from compose_lens.analysis.activations import collect
 from compose_lens.analysis.fourier import (
     basis_frequencies, fourier_basis, key_frequencies, neuron_frequencies, operand_grid)
@@ -268,10 +279,42 @@ def fourier_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, k:
 # -- the table --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class NeuronSubject:
+    """The MLP whose neurons and Fourier directions are ablated: ``block`` None where no MLP adds
+    (then none are ablated); ``note`` says which and why, in one line."""
+
+    block: int | None
+    note: str
+
+    def to_dict(self) -> dict:
+        return {"mlp_block": self.block, "component": None if self.block is None else f"blocks.{self.block}.mlp",
+                "note": self.note}
+
+
+PAPER_SUBJECT = NeuronSubject(1, "blocks.1.mlp, the paper architecture's MLP2 (not located)")
+
+
+def neuron_subject(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+                   adder: locate.Role | None = None) -> NeuronSubject:
+    """Which MLP the neuron and Fourier-direction ablations read (see the module doc); ``adder``:
+    a :func:`~compose_lens.analysis.locate.locate` result's adder to reuse (else located here)."""
+    if weights.is_paper_architecture(config.model):
+        return PAPER_SUBJECT
+    if adder is None:
+        adder, _ = locate.locate_adder(model, config, split, seed)
+    if adder.component is None:
+        return NeuronSubject(None, f"none located ({adder.line()}): no neuron or Fourier-direction ablation, "
+                                   f"inconclusive for the adder's parts")
+    exact = "exact" if adder.layer == config.model.n_layers - 1 else "through its direct path"
+    return NeuronSubject(adder.layer, f"{adder.component}, the located adder ({adder.line()}; {exact})")
+
+
 def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
-                               min_fraction: float = 0.5) -> dict[int, list[int]]:
-    """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance."""
-    grid = operand_grid(model, config, split, "constant", seed)
+                               min_fraction: float = 0.5, *, layer: int = 1) -> dict[int, list[int]]:
+    """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance
+    (``layer``: the MLP's block, 1 the paper's MLP2)."""
+    grid = operand_grid(model, config, split, "constant", seed, layer=layer)
     neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
@@ -293,28 +336,35 @@ def _component_ablations(model: tl.Model, config: RunConfig, tokens: torch.Tenso
 
 
 def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: torch.Tensor,
-                    ref_tokens: torch.Tensor, kinds, seed: int, single_neurons: bool) -> Iterator[Ablated]:
-    """MLP2's neurons, each key frequency's neurons and its Fourier directions, ablated at ``=``."""
-    mlp = LastPositionMLP(model, config, tokens)
-    ref = LastPositionMLP(model, config, ref_tokens)
-    groups = neuron_groups_by_frequency(model, config, split, seed)
+                    ref_tokens: torch.Tensor, kinds, seed: int, single_neurons: bool,
+                    subject: NeuronSubject = PAPER_SUBJECT) -> Iterator[Ablated]:
+    """The adder's (MLP2's) neurons, each key frequency's neurons and its Fourier directions, ablated at ``=``."""
+    block = subject.block
+    paper = weights.is_paper_architecture(config.model) and block == 1
+    layer = None if paper else block  # the paper's MLP2: read through the table forward's own readout
+    mlp = LastPositionMLP(model, config, tokens, layer)
+    ref = LastPositionMLP(model, config, ref_tokens, layer)
+    groups = neuron_groups_by_frequency(model, config, split, seed, layer=block)
     for kind in kinds:
         if single_neurons:
             for neuron, answers in neuron_ablation_predictions(mlp, ref, list(range(config.model.d_mlp)), kind,
                                                                seed):
-                yield "neuron", 1, neuron, kind, answers
+                yield "neuron", block, neuron, kind, answers
         for k, members in groups.items():
             if members:
                 _, logits = next(neuron_ablation_logits(mlp, ref, [members], kind, seed))
-                yield "frequency_neurons", 1, k, kind, predictions(logits)
-            yield "fourier_directions", 1, k, kind, predictions(fourier_ablation_logits(mlp, ref, k, kind, seed))
+                yield "frequency_neurons", block, k, kind, predictions(logits)
+            yield "fourier_directions", block, k, kind, predictions(fourier_ablation_logits(mlp, ref, k, kind, seed))
 
 
 def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
                    seed: int = 0, kinds=ABLATION_KINDS, single_neurons: bool = True,
-                   reference_size: int = 1000) -> pd.DataFrame:
-    """Zero / mean / resample ablation of every head, MLP2, each neuron, each key frequency's
-    neurons and its Fourier directions, with the accuracy on each of the nine pools.
+                   reference_size: int = 1000, subject: NeuronSubject | None = None) -> pd.DataFrame:
+    """Zero / mean / resample ablation of every head, every MLP, each neuron of the adder (MLP2),
+    each key frequency's neurons and its Fourier directions, with the accuracy on each of the nine pools.
+
+    ``subject``: the MLP whose neurons are ablated (:func:`neuron_subject`, found here if None;
+    its ``block`` None: no neuron rows). ``table.attrs["neuron_subject"]`` records it.
 
     Long format, one row per (target, layer, index, kind, pool): accuracy,
     (``layer`` the paper's number from 1, ``block`` TransformerLens's ``blocks.N``; -1 for
@@ -332,9 +382,10 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
         ablations = [iter([("none", -1, -1, "none", predictions(ablated_logits(model, config.model, joined.tokens,
                                                                                  [])))]),
                      _component_ablations(model, config, joined.tokens, ref_tokens, kinds, seed)]
-        if weights.has_paper_layout(config.model):
+        subject = neuron_subject(model, config, split, seed) if subject is None else subject
+        if subject.block is not None:
             ablations.append(_mlp2_ablations(model, config, split, joined.tokens, ref_tokens, kinds, seed,
-                                             single_neurons))
+                                             single_neurons, subject))
         for target, layer, index, kind, answers in itertools.chain(*ablations):
             accuracies = accuracy_by_group(answers == joined.labels, groups)
             records += [{"target": target, "layer": layer + 1 if layer >= 0 else -1, "block": layer,
@@ -346,4 +397,5 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     table["baseline_accuracy"] = table["pool"].map(baseline)
     table["accuracy_drop"] = table["baseline_accuracy"] - table["accuracy"]
     table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
+    table.attrs["neuron_subject"] = subject.to_dict()
     return table

@@ -103,6 +103,18 @@ positions and the operands; everything into layer 2's query, MLP2 and the logits
 ``=``. A labelled edge at one position carries the circuit only in the prompts that put
 a value there, so the position-level circuit has as many binding edges as there are
 places a binding can be.
+
+**In other architectures** (:func:`circuit_labels`) the labelled circuit is the same edges by
+role, at the components that play them (:func:`located_labels`, roles from
+:func:`compose_lens.analysis.locate.locate`): the binder head's query, key and value inputs from
+the embeddings (layer 1's value-position query, variable-position keys and values), the gatherer
+head's keys and values at the operands, the router head's key from the binder and the
+embeddings, its value from the embeddings and its query from the gatherer, the router and the
+gatherer into the adder MLP, the adder and the router into the logits. Only the located heads
+are labelled, not every head of their layer. On the paper architecture the paper's labels are
+used unlocated (they are the located ones there: the test checks it); where no component plays
+the binder, the router or the adder, nothing is labelled and the summary says "none located"
+(no ROC-AUC), rather than scoring against the paper's blocks.
 """
 
 from __future__ import annotations
@@ -114,7 +126,7 @@ import pandas as pd
 import torch
 
 from compose_lens import coverage
-from compose_lens.analysis import metrics
+from compose_lens.analysis import locate, metrics
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
@@ -597,6 +609,101 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
                          for e in graph.edges])
 
 
+# the paper's circuit by role: (sender role, receiver role, receiver input, positions), with "embed"
+# the embeddings; B binder head, G gatherer head (the paper's B), R router head, A adder MLP. Positions
+# name :func:`_role_positions`' sets. In the paper (B = G = a0.h0, R = a1.h0, A = m1) these are the
+# eleven edges of ``_PAPER_IN`` at :func:`_paper_positions` (tests/integration/test_circuit.py checks it).
+_ROLE_EDGES = (("embed", "B", "q", "values"), ("embed", "B", "k", "variables"), ("embed", "B", "v", "variables"),
+               ("embed", "G", "k", "operands"), ("embed", "G", "v", "operands"),
+               ("B", "R", "k", "values"), ("embed", "R", "k", "operands"), ("embed", "R", "v", "values+operands"),
+               ("G", "R", "q", "eq"), ("R", "A", "", "eq"), ("G", "A", "", "eq"), ("A", "logits", "", "eq"),
+               ("R", "logits", "", "eq"))
+
+
+def _role_positions(name: str, n_ctx: int) -> set[int]:
+    n = n_ctx
+    sets = {"variables": set(range(n - 5)), "values": set(range(1, n - 4)), "operands": {n - 3, n - 2},
+            "eq": {n - 1}}
+    return set().union(*(sets[part] for part in name.split("+")))
+
+
+@dataclass(frozen=True)
+class CircuitRoles:
+    """Where the circuit's roles sit in a model: heads as (block, head), the adder as its block;
+    ``gatherer`` None: the gatherer's edges (``=`` onto the operands) are left out."""
+
+    binder: tuple[int, int]
+    router: tuple[int, int]
+    adder: int
+    gatherer: tuple[int, int] | None = None
+
+    def nodes(self) -> dict[str, str]:
+        head = "a{}.h{}".format
+        nodes = {"embed": "embed", "logits": "logits", "B": head(*self.binder), "R": head(*self.router),
+                 "A": f"m{self.adder}"}
+        if self.gatherer is not None:
+            nodes["G"] = head(*self.gatherer)
+        return nodes
+
+    def describe(self) -> str:
+        gathers = "none" if self.gatherer is None else "blocks.{} head {}".format(*self.gatherer)
+        return ("the located circuit (binder blocks.{} head {}, router blocks.{} head {}, adder blocks.{}.mlp, "
+                "gatherer {})").format(*self.binder, *self.router, self.adder, gathers)
+
+
+PAPER_ROLES = CircuitRoles(binder=(0, 0), router=(1, 0), adder=1, gatherer=(0, 0))
+
+
+def located_labels(graph: Graph, roles: CircuitRoles, constant_path: bool = True) -> torch.Tensor:
+    """(E,) bool: the paper's circuit with each role at the component that plays it (``roles``, e.g.
+    :func:`compose_lens.analysis.locate.locate`'s), in any layout. The same edges as the paper's
+    labelling, by role (see the module doc): only the located heads are labelled (not every head of
+    their layer), and an edge the graph lacks (a sender not before its receiver) is not labelled.
+    On the paper architecture with :data:`PAPER_ROLES` it is :func:`paper_labels`."""
+    nodes = roles.nodes()
+    wanted: dict[tuple[str, str], set[int] | None] = {}
+    for sender, receiver, kind, where in _ROLE_EDGES:
+        if sender not in nodes or receiver not in nodes or (not constant_path and (sender, receiver) == ("G", "A")):
+            continue
+        key = (nodes[sender], nodes[receiver] + (f".{kind}" if kind else ""))
+        positions = _role_positions(where, graph.cfg.n_ctx)
+        wanted[key] = wanted.get(key, set()) | positions
+    return torch.tensor([(e.sender, e.receiver) in wanted
+                         and (e.position < 0 or e.position in wanted[(e.sender, e.receiver)])
+                         for e in graph.edges])
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The circuit a method's edge scores are compared with: ``labels`` (E,) bool, or None where the
+    model has none to compare with (``name`` then says why: "none located: ...")."""
+
+    labels: torch.Tensor | None
+    name: str
+
+
+def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Graph, seed: int = 0,
+                   location=None) -> Labels:
+    """The labelled circuit of a model: the paper architecture's is the paper's (:func:`paper_labels`,
+    not located, as every analysis of that architecture reads it); any other model's is
+    :func:`located_labels` at the components :func:`compose_lens.analysis.locate.locate` finds
+    (``location``: a locate result to reuse). Where no component plays the binder, the router or the
+    adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
+    the paper's blocks."""
+    if weights.is_paper_architecture(config.model):
+        return Labels(paper_labels(graph), "the paper's circuit")
+    if location is None:
+        location = locate.locate(model, config, split, seed)
+    missing = [role.line() for role in location.roles() if role.component is None]
+    if missing:
+        return Labels(None, "none located: " + "; ".join(missing))
+    gatherer = location.gatherer
+    roles = CircuitRoles((location.binder.layer, location.binder.head), (location.router.layer, location.router.head),
+                         location.adder.layer, None if gatherer is None or gatherer.component is None
+                         else (gatherer.layer, gatherer.head))
+    return Labels(located_labels(graph, roles), roles.describe())
+
+
 def _ranks(x: torch.Tensor) -> torch.Tensor:
     """Average ranks (ties share their mean rank), from 1."""
     x = x.double()
@@ -679,7 +786,8 @@ class Discovery:
 
 def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "eap-ig", n_pairs: int = 300,
              seed: int = 0, pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
-             threshold: float = 0.01, *, pairs=None, metric: metrics.MetricLike = metrics.DEFAULT) -> Discovery:
+             threshold: float = 0.01, *, pairs=None, metric: metrics.MetricLike = metrics.DEFAULT,
+             location=None) -> Discovery:
     """Score every edge with ``method`` and take the circuit: ACDC's pruned graph, or for the
     other methods the smallest top-k set that recovers ``target`` of the metric.
 
@@ -687,7 +795,8 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     DataFrame or a list of (clean, corrupted): :func:`compose_lens.data.pairs.as_prompt_pairs`).
     ``metric``: ``logit_diff`` (default), ``prob``, ``accuracy`` (exact and ACDC only) or a function
     ``metric(logits, answers) -> (N,)`` (:mod:`compose_lens.analysis.metrics`); the pools'
-    faithfulness is read in it too."""
+    faithfulness is read in it too. The edges are scored against :func:`circuit_labels` (``location``:
+    a :func:`compose_lens.analysis.locate.locate` result to reuse); ``summary["labelled"]`` names it."""
     check_method_metric(method, metric)
     metric_name = metrics.resolve(metric)[0]
     gm = GraphModel.from_model(model, config.model, positions)
@@ -704,9 +813,11 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     else:
         size, _ = size_at(gm, pairs, scores, target, base)
         found = top_k_circuits(scores)[size]
-    labels = paper_labels(gm.graph) if weights.has_paper_layout(config.model) else None
+    labelled = circuit_labels(model, config, split, gm.graph, seed, location)
+    labels = labelled.labels
     summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
-               "roc_auc": roc_auc(scores, labels) if labels is not None else None, "metric": metric_name}
+               "roc_auc": roc_auc(scores, labels) if labels is not None else None, "metric": metric_name,
+               "labelled": labelled.name}
     in_metric = "" if metric_name == metrics.DEFAULT else f", metric {metric_name}"
     return Discovery(edge_table(gm, scores, method, found, labels),
                      pool_faithfulness(gm, split, found, seed=seed, metric=metric), summary,

@@ -88,6 +88,8 @@ class Role:
     threshold: float
 
     def line(self) -> str:
+        if self.component is None and self.score != self.score:  # NaN: nothing could play it (no MLP)
+            return f"{self.role}: none (no candidate)"
         if self.component is None:
             return f"{self.role}: none (best score {self.score:.3f} < {self.threshold})"
         return f"{self.role}: {self.component} (score {self.score:.3f} >= {self.threshold})"

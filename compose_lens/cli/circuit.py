@@ -5,7 +5,8 @@
                          [--positions] [--threshold T] [--target F] [--format png|svg|pdf] --out DIR
 
 Writes ``circuit_<method>.csv`` (every edge's score, rank, whether the found circuit
-holds it and, on a paper-layout model, whether the paper's circuit does), its
+holds it and whether the labelled circuit does: the paper's on the paper architecture, the
+located one on any other, none where a role is not located), its
 ``.provenance.json``, ``circuit_<method>_pools.csv`` (performance recovered and KL
 on every evaluation pool) and the graph figure. The found circuit is the fewest
 top-scored edges recovering ``--target`` of the clean-vs-corrupted logit difference
@@ -76,9 +77,11 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
                                        pairs=args.pairs, metric=args.metric)
         bar.update()
     stem = f"circuit_{args.method}"
-    auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against the paper's circuit"
+    auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against {summary['labelled']}"
     print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
           f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
+    if summary["roc_auc"] is None:
+        print(f"  not scored against a circuit: {summary['labelled']} (inconclusive)")
     if summary["min_pool_recovered"] is None:
         print(f"  {stem}_pools.csv is empty: no evaluation pool of this split has prompts with two different "
               f"answers, so the circuit could not be checked on the pools")

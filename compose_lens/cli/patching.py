@@ -8,6 +8,10 @@
 (``compose-lens dla``, direct logit attribution, is a registered analysis: its command is built
 from its declaration in :mod:`compose_lens.registry`, see :mod:`compose_lens.cli.analysis`.)
 
+``ablate``'s neuron and Fourier-direction rows read the adder MLP: MLP2 in the paper
+architecture, the located adder in any other; its last line says which, or "none located"
+(:func:`compose_lens.analysis.ablation.neuron_subject`).
+
 MODEL is anything :func:`compose_lens.runs.load_model` accepts. Each command
 writes a CSV (the table), its ``.provenance.json`` and a heatmap into DIR. Patching
 is grouped by token role by default (the queried variable, its value, distractors,
@@ -110,6 +114,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         table = write_ablation(loaded, stage, args.pool_size, args.seed, args.fmt)
         bar.update()
     print(f"wrote {out}/ablation.csv, ablation.provenance.json, ablation.{args.fmt} ({len(table)} rows)")
+    print(f"  neurons and Fourier directions: {table.attrs['neuron_subject']['note']}")
     return 0
 
 

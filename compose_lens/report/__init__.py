@@ -314,7 +314,9 @@ def circuit_discovery_section(inp: ReportInputs) -> str:
     """EAP-IG over the model's edge graph: the found circuit, scored against the paper's."""
     found = discover(inp.model, inp.config, inp.split, "eap-ig")
     s = found.summary
-    auc = "" if s["roc_auc"] is None else f"; ROC-AUC against the paper's labelled circuit {s['roc_auc']:.3f}"
+    against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
+    auc = (f"; not scored against a circuit, {html.escape(against)}" if s["roc_auc"] is None
+           else f"; ROC-AUC against {html.escape(against)} {s['roc_auc']:.3f}")
     pools = found.pools[["pool", "recovered"]].values.tolist() if "pool" in found.pools else []
     return (f"<p>Edge attribution patching with integrated gradients on resample pairs: "
             f"{s['circuit_edges']} of {s['edges']} edges recover 95 % of the clean-vs-corrupted logit "

@@ -194,7 +194,8 @@ def write_ablation(loaded: Loaded, out: Path, pool_size: int | None = None, seed
     ``ablation`` analysis; ``pool_size``: its setting where not given); returns the table."""
     settings = ABLATION.with_settings(None if pool_size is None else {"pool_size": pool_size})
     table = context.compute(ABLATION, context.Context(loaded, seed), settings).tables["ablation"]
-    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, **settings))
+    write_table(table, out / "ablation.csv", provenance(loaded.config, seed, loaded.source, **settings,
+                                                        neuron_subject=table.attrs.get("neuron_subject")))
     plots.save(plots.ablation_figure(table)[0], None, out / "ablation", dpi=120, fmt=fmt)
     return table
 

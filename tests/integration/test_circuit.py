@@ -59,6 +59,23 @@ def test_graph_edges():
     assert not {"embed->a0.h0.q@15", "a0.h0->a1.h0.k@14", "embed->a1.h0.v@12"} & labelled
 
 
+@pytest.mark.parametrize("positions", [False, True])
+def test_the_located_circuit_of_the_paper_roles_is_the_papers(positions):
+    """The labelling by role at the paper's components is the paper's labelling, edge for edge (and
+    without the constant path); at other components it labels only those, not their layers."""
+    g = C.build_graph(ModelConfig(), positions)
+    for constant_path in (True, False):
+        assert torch.equal(C.located_labels(g, C.PAPER_ROLES, constant_path), C.paper_labels(g, constant_path))
+    heads = C.build_graph(ModelConfig(n_heads=4, d_head=32), positions)
+    labelled = {e.name for e, x in zip(heads.edges, C.located_labels(heads, C.CircuitRoles((0, 2), (1, 3), 1,
+                                                                                          (0, 1))).tolist()) if x}
+    assert {e.split("->")[0].split(".")[0] + "." + e.split("->")[0].split(".")[1] for e in labelled
+            if e.startswith("a")} == {"a0.h2", "a0.h1", "a1.h3"}  # binder, gatherer, router: senders
+    assert ("a0.h1->a1.h3.q" if not positions else "a0.h1->a1.h3.q@15") in labelled  # the gatherer's query
+    assert not any(e.startswith(("embed->a0.h1.q", "a0.h2->a1.h3.q", "a0.h0", "a1.h0")) for e in labelled)
+    assert C.paper_labels(heads).sum() > C.located_labels(heads, C.PAPER_ROLES).sum()  # every head of a layer
+
+
 def test_eap_ig_is_complete_and_eap_is_exact_for_a_linear_edge(tiny):
     gm = C.GraphModel.from_model(tiny, TINY)
     pairs = _random_pairs(TINY, 16)

@@ -78,13 +78,17 @@ def test_same_mlp_on_a_model_that_adds_nothing_says_none_located(three_by_two, t
     assert not list(out.glob("same_mlp_*.csv")) and not (out / "same_mlp.png").exists()
 
 
-@pytest.mark.parametrize("command, options", [
-    ("patch", ["--n-pairs", "8"]),
-    ("ablate", ["--pool-size", "12"]),
-    ("circuit", ["--n-pairs", "6", "--method", "eap"]),
+@pytest.mark.parametrize("command, options, says", [
+    ("patch", ["--n-pairs", "8"], None),
+    ("ablate", ["--pool-size", "12"], "neurons and Fourier directions: none located (adder: none"),
+    ("circuit", ["--n-pairs", "6", "--method", "eap"], "not scored against a circuit: none located"),
 ])
 def test_patch_ablate_and_circuit_run_on_three_layers_of_two_heads(three_by_two, tmp_path, capsys, command,
-                                                                   options):
+                                                                   options, says):
+    """Untrained, so nothing is located: ablate and circuit run and say so (no blocks.1 neurons, no
+    paper labels)."""
     assert main([command, str(three_by_two), *options, "--out", str(tmp_path / "o"), "--quiet"]) == 0
-    assert "wrote" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "wrote" in printed
+    assert says is None or says in printed, printed
     assert any(p.suffix == ".csv" for p in (tmp_path / "o").iterdir())

@@ -301,3 +301,103 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
     assert report["components"]["adder"] is None and report["tables"] == {}
     assert all(t["status"] == "inconclusive" for t in report["tests"].values())
+
+
+# -- ablate and circuit read the located adder and circuit, never blocks.1 by default (issue #28) -----
+
+
+@pytest.fixture(scope="module")
+def family_location(family):
+    _, _, loaded = family
+    return locate.locate(loaded.model, loaded.config, loaded.split)
+
+
+@pytest.fixture(scope="module")
+def paper_parts(paper):
+    """The paper model's ablation rows of MLP2's key frequencies (zero ablation, small pools)."""
+    from compose_lens.analysis import ablation
+
+    table = ablation.ablation_table(paper.model, paper.config, paper.split, pool_size=30, reference_size=100,
+                                    kinds=("zero",), single_neurons=False)
+    return table[table["target"].isin(["frequency_neurons", "fourier_directions"])]
+
+
+def test_ablate_reads_the_planted_adders_neurons(family, family_location, paper_parts):
+    from compose_lens.analysis import ablation
+
+    name, spec, loaded = family
+    subject = ablation.neuron_subject(loaded.model, loaded.config, loaded.split, adder=family_location.adder)
+    assert subject.block == spec["adder"] and "located adder" in subject.note
+    table = ablation.ablation_table(loaded.model, loaded.config, loaded.split, pool_size=30, reference_size=100,
+                                    kinds=("zero",), single_neurons=False, subject=subject)
+    assert table.attrs["neuron_subject"]["component"] == f"blocks.{spec['adder']}.mlp"
+    parts = table[table["target"].isin(["frequency_neurons", "fourier_directions"])]
+    assert not parts.empty and (parts["block"] == spec["adder"]).all()
+    # the same function as the paper model: its adder's frequencies, and ablating them costs what it
+    # costs the paper's MLP2 (a silent MLP's neurons, or a default block's, would cost nothing)
+    key = ["target", "index", "pool"]
+    ours, theirs = parts.set_index(key)["accuracy"], paper_parts.set_index(key)["accuracy"]
+    assert sorted(set(parts["index"])) == sorted(set(paper_parts["index"]))
+    assert (ours - theirs.loc[ours.index]).abs().max() < 0.05
+
+
+def test_circuit_is_scored_against_the_planted_components(family, family_location):
+    from compose_lens.analysis import circuit as C
+
+    name, spec, loaded = family
+    found = C.discover(loaded.model, loaded.config, loaded.split, "eap", n_pairs=12, location=family_location)
+    b, r, a = "a{}.h{}".format(*spec["binder"]), "a{}.h{}".format(*spec["router"]), f"m{spec['adder']}"
+    planted = {f"embed->{b}.q", f"embed->{b}.k", f"embed->{b}.v", f"{b}->{r}.k", f"embed->{r}.k", f"embed->{r}.v",
+               f"{b}->{r}.q", f"{r}->{a}", f"{b}->{a}", f"{a}->logits", f"{r}->logits"}
+    edges = found.edges
+    assert set(edges.loc[edges["labelled"], "edge"]) == planted  # only the planted heads, not their layers
+    assert found.summary["labelled"].startswith("the located circuit")
+    # the planted components carry the whole function: the labelled edges outrank every other one
+    assert found.summary["roc_auc"] > 0.95
+
+
+def test_an_adder_in_blocks_2_is_ablated_and_labelled_there(planted, tmp_path):
+    """The commands' own path (no location handed in): ablate's neurons and circuit's labels follow
+    the adder to blocks.2 and never read the live, non-adding MLP of blocks.1."""
+    import json
+
+    from compose_lens.report.outputs import write_ablation, write_circuit
+
+    (tmp_path / "ablate").mkdir()
+    (tmp_path / "circuit").mkdir()
+    table = write_ablation(planted, tmp_path / "ablate", pool_size=12)
+    parts = table[table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"])]
+    assert not parts.empty and set(parts["block"]) == {2}
+    assert json.loads((tmp_path / "ablate" / "ablation.provenance.json").read_text()
+                      )["neuron_subject"]["mlp_block"] == 2
+
+    edges, summary = write_circuit(planted, tmp_path / "circuit", "eap", n_pairs=12)
+    labelled = set(edges.loc[edges["labelled"], "edge"])
+    assert {"m2->logits", "a2.h0->m2", "a0.h0->m2"} <= labelled
+    assert not any("m1" in edge for edge in labelled) and summary["roc_auc"] > 0.95
+
+
+def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tiny_split):
+    """An untrained model in the study's layout with four heads: no adder, binder or router is located, so
+    ablate leaves the neurons out and circuit scores against nothing, instead of blocks.1 and the paper's
+    labels (the study's layout once sent both there)."""
+    from compose_lens.analysis import ablation, circuit as C
+
+    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))
+    model = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained")).model
+    table = ablation.ablation_table(model, config, tiny_split, pool_size=12, reference_size=32, kinds=("zero",))
+    assert not table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"]).any()
+    assert {"head", "mlp"} <= set(table["target"])  # the components are still ablated
+    assert table.attrs["neuron_subject"]["mlp_block"] is None
+    assert table.attrs["neuron_subject"]["note"].startswith("none located")
+    found = C.discover(model, config, tiny_split, "eap", n_pairs=6)
+    assert found.summary["roc_auc"] is None and "labelled" not in found.edges
+    assert found.summary["labelled"].startswith("none located")
+
+
+def test_an_mlp_block_outside_the_model_is_refused_in_the_block_convention():
+    with pytest.raises(ComposeLensError, match=r"block\(s\) \[3\] do not exist in a 3-layer model .*blocks\.0 to "
+                                               r"blocks\.2: the paper's layer 2 is 1"):
+        RunConfig().with_overrides(["n_layers=3", "mlp_layers=[3]"])
+    with pytest.raises(ComposeLensError, match=r"block\(s\) \[2\]"):
+        RunConfig.from_dict({"model": {"mlp_layers": [2]}})  # the paper's "layer 2" typed as a paper number

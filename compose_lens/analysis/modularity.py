@@ -241,9 +241,9 @@ def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: 
 # -- everything, as one row ---------------------------------------------------------------------
 
 
-def learned(accuracies: dict) -> bool:
-    """Both exhaustive accuracies reach the study's headline."""
-    return all(accuracies[k]["accuracy"] >= outcome.GENERALISED for k in ("zero_var_heldout", "two_var_union"))
+def learned(accuracies: dict, at: float = outcome.GENERALISED) -> bool:
+    """Both exhaustive accuracies reach ``at`` (default the study's headline)."""
+    return all(accuracies[k]["accuracy"] >= at for k in ("zero_var_heldout", "two_var_union"))
 
 
 def verdict(separation_score, same) -> str:
@@ -257,24 +257,26 @@ def verdict(separation_score, same) -> str:
 
 def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n_pairs: int = 120,
             same_mlp_n: int = 150, pool_size: int = 200, steps: int = 8, threads: int | None = 1,
-            require_learned: bool = True) -> dict:
+            learned_at: float = outcome.GENERALISED) -> dict:
     """Every ``modularity_*`` column of the module doc for one model, plus the exhaustive accuracies
-    (``zero_var_heldout``, ``two_var_union``). ``require_learned=False`` measures a model that has not
-    reached the headline anyway (the scores are then about a model that does not do the task)."""
+    (``zero_var_heldout``, ``two_var_union``) and the located roles (``binder``, ``router``, ``adder``,
+    ``gatherer``). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
+    study's headline by default; a proxy may ask less, and must say so)."""
     with torch_threads(threads):
         accuracies = exhaustive_accuracies(model, config, split, seed)
         row = {"zero_var_heldout": accuracies["zero_var_heldout"]["accuracy"],
                "two_var_union": accuracies["two_var_union"]["accuracy"]}
-        if require_learned and not learned(accuracies):
+        if not learned(accuracies, learned_at):
             why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
-                   f"{row['two_var_union']:.3f}; the headline needs both >= {outcome.GENERALISED})")
+                   f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")
             return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why}
         found = locate.locate(model, config, split, seed)
         a = separation(model, config, split, n_pairs, seed, steps)
         b = same_adder(model, config, split, same_mlp_n, seed)
         c = circuit_fraction(model, config, split, n_pairs, pool_size, seed, steps)
-    top = lambda key: a[key].index[0] if key in a and len(a[key]) else INCONCLUSIVE  # noqa: E731
-    by_attribution = attribution_adder(a["adding"]) if "adding" in a else None
+    conclusive = a["separation"] != INCONCLUSIVE
+    top = lambda key: a[key].index[0] if conclusive and len(a[key]) else INCONCLUSIVE  # noqa: E731
+    by_attribution = attribution_adder(a["adding"]) if conclusive else None
     located = found.adder.component
     reasons = [f"separation: {a['why']}" if a["why"] else None,
                f"circuit: {c['why']}" if c["why"] else None]
@@ -284,8 +286,8 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
         "modularity_binding_component": top("binding"),
         "modularity_adding_component": top("adding"),
         "modularity_located_adder": located or f"none ({found.adder.score:.2f} < {found.adder.threshold})",
-        "modularity_attribution_adder": by_attribution or "none",
-        "modularity_adders_agree": located is not None and located == by_attribution,
+        "modularity_attribution_adder": (by_attribution or "none") if conclusive else INCONCLUSIVE,
+        "modularity_adders_agree": (located is not None and located == by_attribution) if conclusive else INCONCLUSIVE,
         "modularity_same_adder": b["same_adder"],
         "modularity_same_mlp_reason": b["reason"],
         "modularity_circuit_edges": c["edges"],

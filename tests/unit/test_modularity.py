@@ -137,6 +137,17 @@ def test_spread_plant_needs_a_larger_share_of_its_graph(paper, modular):
     assert distributed["fraction"] > 1.5 * concentrated["fraction"], (concentrated, distributed)
 
 
+def test_the_coarse_search_finds_the_size_every_size_finds(paper):
+    from compose_lens.analysis import circuit
+
+    gm = circuit.GraphModel.from_model(paper.model, paper.config.model)
+    pairs = circuit.resample_pairs(paper.split, 30)
+    scores = circuit.eap_ig_scores(gm, pairs, circuit.baseline(gm, pairs), 4)
+    every, _ = circuit.size_on_pools(gm, paper.split, scores, 0.95, 60)
+    coarse, whole = modularity.smallest_circuit(gm, paper.split, scores, 0.95, 60, coarse=4)
+    assert coarse == every and whole >= 0.95
+
+
 def orthogonal_plant(paper):
     """The same-MLP tests' planted model (variables reach MLP2 in another subspace than constants)."""
     path = Path(__file__).resolve().parents[1] / "integration" / "test_same_mlp.py"

@@ -10,7 +10,8 @@ detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_l
 the steps it took and its outcome, then locates the circuit's roles and measures it
 (:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
 **grid** runs every point whose ``point.json`` is missing (a killed point resumes its training from
-its last resume state), so running it again finishes what is left. The **table**
+its last resume state), so running it again finishes what is left; several ``grid`` processes may
+share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
 (``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
 marker per seed, an inconclusive point drawn as an x at the bottom.
@@ -29,8 +30,10 @@ instead of ~8,000), batch 256, a budget of :data:`STEPS` steps, pools of 1,000 p
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -111,6 +114,19 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
            "train_s": round(train_s, 1), "measure_s": round(time.perf_counter() - started, 1), **scores}
     done.write_text(json.dumps(row, indent=1, default=str) + "\n")
     return row
+
+
+def claim(work: Path, name: str) -> int | None:
+    """An exclusive lock on ``WORK/<name>.claim`` for this process (None: another worker holds it), so
+    several ``grid`` processes can share one WORK; the lock goes with the process, a killed one leaves
+    nothing to clean up."""
+    fd = os.open(work / f"{name}.claim", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def points(only: list[str] | None) -> list[tuple]:
@@ -223,9 +239,20 @@ def main(argv: list[str] | None = None) -> None:
                 if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
                     print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
                     break
+                held = claim(work, name_of(*point))
+                if held is None:
+                    continue  # another worker runs it
                 started = time.perf_counter()
-                row = run_point(*point, work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
-                                remeasure=args.remeasure)
+                try:
+                    row = run_point(*point, work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
+                                    remeasure=args.remeasure)
+                except ComposeLensError as e:
+                    if "another compose-lens process" not in str(e):
+                        raise
+                    print(f"{name_of(*point)}: {e}; skipped", flush=True)
+                    continue
+                finally:
+                    os.close(held)
                 print(f"{row['name']}: {row['outcome']} at {row['steps']} steps, separation "
                       f"{row['modularity_separation']}, same adder {row['modularity_same_adder']}, circuit "
                       f"{row['modularity_circuit_fraction']} ({time.perf_counter() - started:.0f} s)", flush=True)

@@ -177,9 +177,10 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
 
     rows = on_axis(frame, axis)
     x_name = AXIS_OF[axis]
-    fig, panels = plt.subplots(1, 2, figsize=(8, 3.2))
+    fig, panels = plt.subplots(1, 3, figsize=(11, 3.2))
     for panel, column, label in ((panels[0], "modularity_separation", "separation (a)"),
-                                 (panels[1], "modularity_circuit_fraction", "circuit / graph edges (c)")):
+                                 (panels[1], "modularity_same_adder", "same adder (b): 1 supported"),
+                                 (panels[2], "modularity_circuit_fraction", "circuit / graph edges (c)")):
         for group, part in rows.groupby("d_model" if axis == "depth" else "mlp_layers"):
             for seed, marker in zip(SEEDS, "os"):
                 sub = part[part["seed"] == seed]
@@ -197,7 +198,8 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
             panel.set_xscale("log", base=2)
         panel.set_xticks(sorted(rows[x_name].unique()) if len(rows) else [])
         panel.set_xticklabels([str(v) for v in sorted(rows[x_name].unique())] if len(rows) else [])
-    panels[0].legend(fontsize=7)
+    if panels[0].get_legend_handles_labels()[0]:
+        panels[0].legend(fontsize=7)
     fig.suptitle(f"modularity against {x_name} (x at 0: inconclusive)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

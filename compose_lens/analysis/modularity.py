@@ -47,7 +47,8 @@ function over every head (the planted split of the tests) needs most of them. It
 verdict: it is compared across architectures, never thresholded.
 
 **Verdict** (``modularity_verdict``): ``modular`` where the separation is at least
-:data:`SEPARATION_MIN` and (b) is 1.0; ``entangled`` where the separation is below it or (b) is 0.0;
+:data:`SEPARATION_MIN` (0.8: the paper model and its 2x4 plant score 0.93, the planted relay, one MLP
+carrying half the binding and a third of the addition, 0.61) and (b) is 1.0; ``entangled`` where the separation is below it or (b) is 0.0;
 ``inconclusive`` otherwise.
 
 **Inconclusive, never a number passed off as a score.** A model that has not learned the task has no

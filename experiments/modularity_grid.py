@@ -4,6 +4,7 @@
     python experiments/modularity_grid.py grid                 # every point not yet finished, then the table
     python experiments/modularity_grid.py grid --only width    # one axis (width, depth, heads)
     python experiments/modularity_grid.py table                # the CSV and the figures from what is done
+    python experiments/modularity_grid.py study                # the measures on the study's own checkpoints
 
 A **point** trains one architecture (in this process, one thread) until it generalises, the stall
 detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`), records
@@ -206,9 +207,34 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
     plt.close(fig)
 
 
+def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:
+    """The measures on the study's own checkpoints (p = 59, the study's recipe, the paper architecture),
+    at every step asked for, measured whatever the accuracies (``learned_at=0``; the accuracies are in
+    the row): what the proxy's "learned at 0.85" and its smaller modulus cost, read on the real run."""
+    torch.set_num_threads(1)
+    rows = []
+    for step in steps:
+        loaded = runs.for_analyses(runs.load_checkpoint(reference, step))
+        started = time.perf_counter()
+        row = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=120,
+                                 pool_size=200, learned_at=0.0)
+        rows.append({"step": step, **row, "measure_s": round(time.perf_counter() - started, 1)})
+        print(f"step {step}: 0-var held-out {row['zero_var_heldout']:.3f}, 2-var union {row['two_var_union']:.3f}, "
+              f"separation {row['modularity_separation']}, same adder {row['modularity_same_adder']}, "
+              f"circuit {row['modularity_circuit_fraction']}", flush=True)
+    frame = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "study_checkpoints.csv", index=False)
+    return frame
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("point", "grid", "table"))
+    parser.add_argument("what", choices=("point", "grid", "table", "study"))
+    parser.add_argument("--reference", type=Path, default=ROOT.parent / "shared" / "reference",
+                        help="study: the study's checkpoints (step_N.pth)")
+    parser.add_argument("--study-steps", type=int, nargs="+", default=[3001, 5001, 10001, 30001],
+                        help="study: the checkpoints to measure")
     parser.add_argument("--n-layers", type=int, default=2)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-heads", type=int, default=1)
@@ -230,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     work = work_dir(args.work, args.steps, args.set)
     work.mkdir(parents=True, exist_ok=True)
     try:
+        if args.what == "study":
+            study(args.reference, args.study_steps, args.out)
+            return
         if args.what == "point":
             row = run_point(args.n_layers, args.d_model, args.n_heads, args.mlp_every_block, args.seed,
                             work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,

@@ -94,15 +94,14 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     name = name_of(n_layers, d_model, n_heads, every, seed)
     run = work / name
     done = run / "point.json"
-    if done.exists() and not remeasure:
-        return json.loads(done.read_text())
+    previous = json.loads(done.read_text()) if done.exists() else None
+    if previous is not None and not remeasure:
+        return previous
     torch.set_num_threads(1)
     config = RunConfig().with_overrides(overrides(n_layers, d_model, n_heads, every, seed, steps, extra))
-    started = time.perf_counter()
     if not (run / "results.json").exists():
         resume = (run / "resume.safetensors").exists()
         train(config, run, progress=False, resume=resume, overwrite=not resume)
-    train_s = time.perf_counter() - started
     results = runs.read_results(run)
     found = outcome.classify_run(run)
     loaded = runs.for_analyses(runs.load_model(run, bridge=False))
@@ -111,8 +110,8 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
     row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
            "mlp_layers": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
-           "budget": steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"], "outcome_why": found["why"],
-           "train_s": round(train_s, 1), "measure_s": round(time.perf_counter() - started, 1), **scores}
+           "budget": steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
+           "outcome_why": found["why"], "train_s": results.get("train_wall_time_s"), "measure_s": round(time.perf_counter() - started, 1), **scores}
     done.write_text(json.dumps(row, indent=1, default=str) + "\n")
     return row
 
@@ -287,6 +286,11 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{row['name']}: {row['outcome']} at {row['steps']} steps, separation "
                       f"{row['modularity_separation']}, same adder {row['modularity_same_adder']}, circuit "
                       f"{row['modularity_circuit_fraction']} ({time.perf_counter() - started:.0f} s)", flush=True)
+        if args.what == "table" and args.remeasure:  # the finished points measured again, nothing trained
+            for done in sorted(work.glob("*/point.json")):
+                r = json.loads(done.read_text())
+                run_point(r["n_layers"], r["d_model"], r["n_heads"], r["mlp_layers"] == "every", r["seed"], work=work,
+                          steps=r["budget"], extra=args.set, learned_at=args.learned_at, remeasure=True)
         frame = table(work, args.out)
         print(frame[["n_layers", "d_model", "n_heads", "seed", "steps", "outcome", "modularity_separation",
                      "modularity_same_adder", "modularity_circuit_fraction", "modularity_verdict"]].to_string(index=False))

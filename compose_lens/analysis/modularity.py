@@ -261,17 +261,18 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
             learned_at: float = outcome.GENERALISED) -> dict:
     """Every ``modularity_*`` column of the module doc for one model, plus the exhaustive accuracies
     (``zero_var_heldout``, ``two_var_union``) and the located roles (``binder``, ``router``, ``adder``,
-    ``gatherer``). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
+    ``gatherer``, located whatever the accuracies: where the roles sit, or "none"). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
     study's headline by default; a proxy may ask less, and must say so)."""
     with torch_threads(threads):
         accuracies = exhaustive_accuracies(model, config, split, seed)
         row = {"zero_var_heldout": accuracies["zero_var_heldout"]["accuracy"],
                "two_var_union": accuracies["two_var_union"]["accuracy"]}
+        found = locate.locate(model, config, split, seed)
+        roles = {r.role: r.component or "none" for r in (*found.roles(), found.gatherer)}
         if not learned(accuracies, learned_at):
             why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
                    f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")
-            return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why}
-        found = locate.locate(model, config, split, seed)
+            return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}
         a = separation(model, config, split, n_pairs, seed, steps)
         b = same_adder(model, config, split, same_mlp_n, seed)
         c = circuit_fraction(model, config, split, n_pairs, pool_size, seed, steps)
@@ -296,7 +297,6 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
         "modularity_circuit_fraction": c["fraction"],
         "modularity_verdict": verdict(a["separation"], b["same_adder"]),
         "modularity_reason": "; ".join(r for r in reasons if r) or None,
-        "binder": found.binder.component or "none", "router": found.router.component or "none",
-        "adder": located or "none", "gatherer": found.gatherer.component or "none",
+        **roles,
     })
     return row

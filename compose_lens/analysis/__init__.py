@@ -19,6 +19,8 @@ Supporting modules:
 * :mod:`.locate`: which head binds, which routes and which MLP adds in *any*
   architecture (the table above names the paper's components); the Fourier
   analyses read the located adder;
+* :mod:`.modularity`: whether binding and addition sit in distinct components, whether
+  constants and variables reach one adder, and how much of the graph the circuit needs;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
   table-based forward for the paper architecture, ``run_with_cache`` otherwise);
 * :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per

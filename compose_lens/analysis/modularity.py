@@ -1,0 +1,302 @@
+"""Is a model's circuit modular? Three measures that can fail, for any architecture without normalisation.
+
+The study shows one model whose three skills sit in three components: layer 1's head binds each value
+to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider,
+deeper or many-headed model keeps them apart is an empirical question; these measures answer it for
+one trained model, from the toolkit's own graph (:mod:`.circuit`), locator (:mod:`.locate`) and
+same-MLP tests (:mod:`.same_mlp`), with nothing chosen by hand.
+
+**(a) Separation: binding and addition in distinct components** (``modularity_separation``).
+Score every edge of the position graph (:func:`compose_lens.analysis.circuit.build_graph` with
+``positions=True``) with EAP-IG on two sets of prompt pairs, and read where each skill's effect
+*leaves* a component (the edge's sender; the embeddings are not a component):
+
+* **binding**: :func:`binding_pairs`, 1-var prompts whose corrupted twin swaps the queried
+  variable's name with another assigned variable's in the context (``a=3 b=5 .. a+2=`` against
+  ``b=3 a=5 .. a+2=``): the tokens are the same, only which value is bound to which variable
+  changes, so the effect runs through whatever binds. Its profile ``b_c`` is component c's share of
+  the |attribution| of edges sent at the **context positions** (where a binding is formed);
+* **addition**: the ``constant`` pairs of :func:`compose_lens.analysis.patching.make_prompt_pairs`
+  (0-var prompts, one constant operand changed: nothing to bind). Its profile ``a_c`` is c's share of
+  the |attribution| of edges sent at the **query positions** (the two operands and ``=``, where the
+  addends are brought together and summed).
+
+``overlap = sum_c min(b_c, a_c)`` is the share of the two profiles that falls on the same heads and
+MLPs (0: disjoint, 1: the same components in the same proportions) and
+``modularity_separation = 1 - overlap``. In the paper model the binder head writes at the context
+positions and the router head and MLP2 at the query positions, so it separates; a model whose binding
+runs through an MLP that also carries the addends (the planted relay of
+``tests/unit/test_modularity.py``) does not. The component carrying most of each profile is
+reported (``modularity_binding_component``, ``modularity_adding_component``).
+
+**(b) One adder: constants and variables routed to the same MLP** (``modularity_same_adder``).
+The adder is found twice: by the locator (key-frequency strength x ablation drop on the constant grid,
+:func:`compose_lens.analysis.locate.locate`) and by attribution (the MLP with the largest share of
+the addition profile of (a)); ``modularity_adders_agree`` says whether they are the same MLP. The
+same-MLP tests (interchange, feature transfer, representation transfer) then run on the located adder
+and router (:func:`compose_lens.analysis.same_mlp.same_mlp_report`): ``modularity_same_adder`` is
+1.0 where the verdict is ``supported`` (a variable's value reaches the adder in the form and features
+a constant does), 0.0 where ``not supported``, and ``inconclusive`` otherwise (a role not located, a
+ceiling too low: the same-MLP rules).
+
+**(c) Circuit size** (``modularity_circuit_fraction``). On the component graph (no positions), the
+fewest top-|EAP-IG| edges that recover >= 95 % of the logit difference on *every* evaluation pool at
+once (:func:`compose_lens.analysis.circuit.size_on_pools`), divided by the number of edges of the
+graph. A model whose skills sit in few components needs few of its edges; one that spreads the same
+function over every head (the planted split of the tests) needs most of them. It is a size, not a
+verdict: it is compared across architectures, never thresholded.
+
+**Verdict** (``modularity_verdict``): ``modular`` where the separation is at least
+:data:`SEPARATION_MIN` (0.8: the paper model and its 2x4 plant score 0.93, the planted relay, one MLP
+carrying half the binding and a third of the addition, 0.61) and (b) is 1.0; ``entangled`` where the separation is below it or (b) is 0.0;
+``inconclusive`` otherwise.
+
+**Inconclusive, never a number passed off as a score.** A model that has not learned the task has no
+circuit to measure: unless both exhaustive accuracies reach the study's headline
+(:data:`compose_lens.outcome.GENERALISED`), every score is the string ``inconclusive`` and
+``modularity_reason`` says why. So is (a) where a pair set cannot be made or its clean and corrupted
+runs barely differ, and (c) where even the whole graph does not recover 95 % on some pool.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from compose_lens import outcome
+from compose_lens.analysis import circuit, locate, same_mlp
+from compose_lens.analysis.activations import torch_threads
+from compose_lens.analysis.patching import make_prompt_pairs
+from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.data.pairs import PromptPairs
+from compose_lens.data.sampler import make_pool
+from compose_lens.data.split import Split
+from compose_lens.data.task import label_of
+from compose_lens.evaluate import exhaustive_accuracies
+from compose_lens.model import tl
+
+INCONCLUSIVE = "inconclusive"
+SEPARATION_MIN = 0.8  # (a): at least this share of the two profiles on different components (module doc)
+MIN_EFFECT = 0.5  # mean clean - corrupted logit difference below this: the pairs test nothing
+RECOVERED = 0.95  # (c): the share of the logit difference a circuit must recover on every pool
+COLUMNS = ("modularity_separation", "modularity_overlap", "modularity_binding_component",
+           "modularity_adding_component", "modularity_located_adder", "modularity_attribution_adder",
+           "modularity_adders_agree", "modularity_same_adder", "modularity_same_mlp_reason",
+           "modularity_circuit_edges", "modularity_graph_edges", "modularity_circuit_fraction",
+           "modularity_verdict", "modularity_reason")
+
+
+# -- the pairs -----------------------------------------------------------------------------------
+
+
+def binding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPairs:
+    """1-var prompts against the same prompt with the queried variable's name swapped, in the context,
+    with another assigned variable's that holds another value (so the answer changes and only the
+    binding does: the module doc's (a))."""
+    task = split.task
+    C, n, first = task.context_len, task.seq_len, task.first_var_token
+    pool = make_pool(split, "1var_train", 4 * n_pairs, seed).tokens
+    g = torch.Generator().manual_seed(seed)
+    clean, corrupted = [], []
+    for row in pool.tolist():
+        var = next(t for t in row[n - 3: n - 1] if t >= first)
+        at = row[:C].index(var)
+        others = [j for j in range(C - 1) if row[j] >= first and j != at and row[j + 1] < task.modulus
+                  and row[j + 1] != row[at + 1]]
+        if not others:
+            continue
+        j = others[int(torch.randint(len(others), (1,), generator=g))]
+        swapped = list(row)
+        swapped[at], swapped[j] = row[j], row[at]
+        clean.append(row)
+        corrupted.append(swapped)
+        if len(clean) == n_pairs:
+            break
+    if len(clean) < 2:
+        raise ComposeLensError("no 1-var prompt has a second assigned variable with another value to swap "
+                               "its binding with")
+    clean_t, corrupted_t = torch.tensor(clean), torch.tensor(corrupted)
+    labels = lambda rows: torch.tensor([label_of(task, r) for r in rows], dtype=torch.long)  # noqa: E731
+    return PromptPairs(clean_t, corrupted_t, labels(clean), labels(corrupted), "binding")
+
+
+def adding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPairs:
+    """0-var prompts against the same prompt with one constant operand changed (nothing to bind)."""
+    return make_prompt_pairs(split, n_pairs, "constant", seed)
+
+
+# -- (a) where each skill leaves a component ----------------------------------------------------
+
+
+def sender_profile(gm: circuit.GraphModel, pairs: PromptPairs, positions: set[int],
+                   steps: int = 8) -> tuple[pd.Series, float]:
+    """Each component's share of the |EAP-IG attribution| of the edges it sends at ``positions``
+    (the embeddings left out), and the pairs' mean clean - corrupted logit difference."""
+    base = circuit.baseline(gm, pairs)
+    scores = circuit.eap_ig_scores(gm, pairs, base, steps).detach().abs()
+    edges = gm.graph.edges
+    keep = [i for i, e in enumerate(edges) if e.sender != "embed" and e.position in positions]
+    table = pd.DataFrame({"component": [edges[i].sender for i in keep],
+                          "score": scores[keep].tolist()})
+    total = table["score"].sum()
+    shares = table.groupby("component")["score"].sum() / total if total > 0 else table.groupby("component")[
+        "score"].sum() * 0.0
+    return shares.sort_values(ascending=False, kind="stable"), float(base.denominator)
+
+
+def overlap(binding: pd.Series, adding: pd.Series) -> float:
+    """``sum_c min(b_c, a_c)``: the share of two profiles (each summing to 1) on the same components."""
+    both = pd.concat([binding.rename("b"), adding.rename("a")], axis=1).fillna(0.0)
+    return float(both.min(axis=1).sum())
+
+
+def separation(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 120, seed: int = 0,
+               steps: int = 8) -> dict:
+    """(a) of the module doc: the two profiles, their overlap and the separation (or why inconclusive)."""
+    task = config.task
+    n = task.seq_len
+    gm = circuit.GraphModel.from_model(model, config.model, positions=True)
+    try:
+        bind = binding_pairs(split, n_pairs, seed)
+    except ComposeLensError as e:
+        return {"separation": INCONCLUSIVE, "why": str(e)}
+    b, b_effect = sender_profile(gm, bind, set(range(task.context_len)), steps)
+    a, a_effect = sender_profile(gm, adding_pairs(split, n_pairs, seed), {n - 3, n - 2, n - 1}, steps)
+    weak = [name for name, effect in (("binding", b_effect), ("addition", a_effect)) if effect < MIN_EFFECT]
+    if weak or b.sum() == 0 or a.sum() == 0:
+        return {"separation": INCONCLUSIVE, "binding": b, "adding": a,
+                "why": f"the {' and '.join(weak) or 'attribution'} pairs barely move the logit difference "
+                       f"(binding {b_effect:.2f}, addition {a_effect:.2f} < {MIN_EFFECT})"}
+    shared = overlap(b, a)
+    return {"separation": 1.0 - shared, "overlap": shared, "binding": b, "adding": a,
+            "binding_effect": b_effect, "adding_effect": a_effect, "why": None}
+
+
+# -- (b) one adder ---------------------------------------------------------------------------------
+
+
+def attribution_adder(adding: pd.Series) -> str | None:
+    """The MLP with the largest share of the addition profile (``blocks.L.mlp``), None without one."""
+    mlps = adding[[c.startswith("m") for c in adding.index]]
+    if mlps.empty or mlps.max() <= 0:
+        return None
+    return f"blocks.{mlps.idxmax()[1:]}.mlp"
+
+
+def same_adder(model: tl.Model, config: RunConfig, split: Split, n: int = 150, seed: int = 0) -> dict:
+    """(b) of the module doc: the located adder and the same-MLP verdict on it."""
+    report = same_mlp.same_mlp_report(model, config, split, seed, n=n)
+    score = {"supported": 1.0, "not supported": 0.0}.get(report["verdict"], INCONCLUSIVE)
+    return {"same_adder": score, "verdict": report["verdict"], "reason": report["verdict_reason"],
+            "adder": report["components"]["adder"]}
+
+
+# -- (c) circuit size -----------------------------------------------------------------------------
+
+
+def worst_recovered(gm: circuit.GraphModel, pools: dict[str, PromptPairs], circuits: torch.Tensor) -> torch.Tensor:
+    """(K,) the smallest share recovered over every pool by each circuit (K, E) bool."""
+    curves = [torch.tensor(circuit.faithfulness(gm, pairs, circuits)["recovered"].to_numpy()) for pairs in pools.values()]
+    return torch.stack(curves).min(0).values
+
+
+def smallest_circuit(gm: circuit.GraphModel, split: Split, scores: torch.Tensor, target: float = RECOVERED,
+                     pool_size: int = 200, seed: int = 0, coarse: int = 16) -> tuple[int, float]:
+    """The fewest top-|score| edges whose circuit recovers ``target`` on every evaluation pool, and what the
+    whole graph recovers on its worst pool. :func:`compose_lens.analysis.circuit.size_on_pools` reads every
+    size; this reads ``coarse`` + 1 evenly spaced sizes, then every size between the last coarse size below
+    the target and the first at or above it (the same answer where the worst pool's curve rises with the
+    size, at a fraction of the cost on a large graph)."""
+    pools = circuit.evaluation_pairs(split, pool_size, seed)
+    circuits = circuit.top_k_circuits(scores)
+    E = len(scores)
+    sizes = torch.linspace(0, E, coarse + 1).round().long().unique()
+    worst = worst_recovered(gm, pools, circuits[sizes])
+    if worst[-1] < target:
+        return E, float(worst[-1])
+    first = int(torch.nonzero(worst >= target)[0])
+    if first == 0:
+        return int(sizes[0]), float(worst[-1])
+    between = torch.arange(int(sizes[first - 1]) + 1, int(sizes[first]))
+    if len(between):
+        fine = worst_recovered(gm, pools, circuits[between])
+        hits = torch.nonzero(fine >= target)
+        if len(hits):
+            return int(between[int(hits[0])]), float(worst[-1])
+    return int(sizes[first]), float(worst[-1])
+
+
+def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 150, pool_size: int = 200,
+                     seed: int = 0, steps: int = 8) -> dict:
+    """(c) of the module doc: the fewest top-|EAP-IG| component edges recovering 95 % on every pool."""
+    gm = circuit.GraphModel.from_model(model, config.model, positions=False)
+    pairs = circuit.resample_pairs(split, n_pairs, seed)
+    scores = circuit.eap_ig_scores(gm, pairs, circuit.baseline(gm, pairs), steps).detach()
+    size, whole = smallest_circuit(gm, split, scores, RECOVERED, pool_size, seed)
+    if whole < RECOVERED:
+        return {"fraction": INCONCLUSIVE, "edges": INCONCLUSIVE, "graph_edges": len(scores),
+                "why": f"the whole graph recovers only {whole:.2f} < {RECOVERED} on some pool"}
+    return {"fraction": size / len(scores), "edges": size, "graph_edges": len(scores), "why": None}
+
+
+# -- everything, as one row ---------------------------------------------------------------------
+
+
+def learned(accuracies: dict, at: float = outcome.GENERALISED) -> bool:
+    """Both exhaustive accuracies reach ``at`` (default the study's headline)."""
+    return all(accuracies[k]["accuracy"] >= at for k in ("zero_var_heldout", "two_var_union"))
+
+
+def verdict(separation_score, same) -> str:
+    """``modular`` / ``entangled`` / ``inconclusive`` from (a) and (b) (module doc)."""
+    if separation_score != INCONCLUSIVE and separation_score < SEPARATION_MIN or same == 0.0:
+        return "entangled"
+    if separation_score != INCONCLUSIVE and same == 1.0:
+        return "modular"
+    return INCONCLUSIVE
+
+
+def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n_pairs: int = 120,
+            same_mlp_n: int = 150, pool_size: int = 200, steps: int = 8, threads: int | None = 1,
+            learned_at: float = outcome.GENERALISED) -> dict:
+    """Every ``modularity_*`` column of the module doc for one model, plus the exhaustive accuracies
+    (``zero_var_heldout``, ``two_var_union``) and the located roles (``binder``, ``router``, ``adder``,
+    ``gatherer``, located whatever the accuracies: where the roles sit, or "none"). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
+    study's headline by default; a proxy may ask less, and must say so)."""
+    with torch_threads(threads):
+        accuracies = exhaustive_accuracies(model, config, split, seed)
+        row = {"zero_var_heldout": accuracies["zero_var_heldout"]["accuracy"],
+               "two_var_union": accuracies["two_var_union"]["accuracy"]}
+        found = locate.locate(model, config, split, seed)
+        roles = {r.role: r.component or "none" for r in (*found.roles(), found.gatherer)}
+        if not learned(accuracies, learned_at):
+            why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
+                   f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")
+            return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}
+        a = separation(model, config, split, n_pairs, seed, steps)
+        b = same_adder(model, config, split, same_mlp_n, seed)
+        c = circuit_fraction(model, config, split, n_pairs, pool_size, seed, steps)
+    conclusive = a["separation"] != INCONCLUSIVE
+    top = lambda key: a[key].index[0] if conclusive and len(a[key]) else INCONCLUSIVE  # noqa: E731
+    by_attribution = attribution_adder(a["adding"]) if conclusive else None
+    located = found.adder.component
+    reasons = [f"separation: {a['why']}" if a["why"] else None,
+               f"circuit: {c['why']}" if c["why"] else None]
+    row.update({
+        "modularity_separation": a["separation"],
+        "modularity_overlap": a.get("overlap", INCONCLUSIVE),
+        "modularity_binding_component": top("binding"),
+        "modularity_adding_component": top("adding"),
+        "modularity_located_adder": located or f"none ({found.adder.score:.2f} < {found.adder.threshold})",
+        "modularity_attribution_adder": (by_attribution or "none") if conclusive else INCONCLUSIVE,
+        "modularity_adders_agree": (located is not None and located == by_attribution) if conclusive else INCONCLUSIVE,
+        "modularity_same_adder": b["same_adder"],
+        "modularity_same_mlp_reason": b["reason"],
+        "modularity_circuit_edges": c["edges"],
+        "modularity_graph_edges": c["graph_edges"],
+        "modularity_circuit_fraction": c["fraction"],
+        "modularity_verdict": verdict(a["separation"], b["same_adder"]),
+        "modularity_reason": "; ".join(r for r in reasons if r) or None,
+        **roles,
+    })
+    return row

@@ -1,0 +1,303 @@
+"""Do the circuits stay modular as depth, width and heads grow? (issue #27) One grid point, or the grid.
+
+    python experiments/modularity_grid.py point --n-layers 2 --d-model 64 --n-heads 1 --seed 0
+    python experiments/modularity_grid.py grid                 # every point not yet finished, then the table
+    python experiments/modularity_grid.py grid --only width    # one axis (width, depth, heads)
+    python experiments/modularity_grid.py table                # the CSV and the figures from what is done
+    python experiments/modularity_grid.py study                # the measures on the study's own checkpoints
+
+A **point** trains one architecture (in this process, one thread) until it generalises, the stall
+detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`), records
+the steps it took and its outcome, then locates the circuit's roles and measures it
+(:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
+**grid** runs every point whose ``point.json`` is missing (a killed point resumes its training from
+its last resume state), so running it again finishes what is left; several ``grid`` processes may
+share the work (each point is claimed by one). The **table**
+(``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
+(``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
+marker per seed, an inconclusive point drawn as an x at the bottom.
+
+**The axes** (:data:`AXES`): width, d_model 64, 128, 256, 512 at the paper layout (2 layers, 1 head,
+an MLP in the last block); depth, 2, 3, 4 layers with an MLP in every block, at d_model 64 and 128;
+heads, 1, 2, 4 at the paper layout, d_model 64. Every model has d_head = d_model / n_heads and
+d_mlp = 4 d_model (the paper's 128 / 512).
+
+**The proxy** (:data:`PROXY`, docs/modularity.md says what it costs): modulus 23 (the study's 59 costs
+~4x the steps), the stall remedy's learning rate (``remedy=lr_x3``: routing forms in ~3,000 steps
+instead of ~8,000), batch 256, a budget of :data:`STEPS` steps, pools of 1,000 prompts every 250 steps.
+``--steps`` and ``--set`` change it (a changed proxy writes its own WORK directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from compose_lens import outcome, runs  # noqa: E402
+from compose_lens.analysis import modularity  # noqa: E402
+from compose_lens.config import ComposeLensError, RunConfig  # noqa: E402
+from compose_lens.train import train  # noqa: E402
+
+RESULTS = ROOT / "experiments" / "results" / "modularity"
+STEPS = 6000
+LEARNED_AT = 0.85  # the proxy's bar for "has learned the task" (the study's headline is 0.98; docs/modularity.md)
+SEEDS = (0, 1)
+PROXY = ["modulus=23", "remedy=lr_x3", "batch_size=256", "eval_every=250", "checkpoint_every=1000",
+         "pool_size=1000", "stop_at=decided", "threads=1"]
+AXES = {  # axis: (n_layers, d_model, n_heads, MLP in every block) of each point, end points first
+    "width": [(2, 64, 1, False), (2, 512, 1, False), (2, 128, 1, False), (2, 256, 1, False)],
+    "heads": [(2, 64, 1, False), (2, 64, 4, False), (2, 64, 2, False)],
+    "depth": [(2, 64, 1, True), (4, 64, 1, True), (3, 64, 1, True),
+              (2, 128, 1, True), (4, 128, 1, True), (3, 128, 1, True)],
+}
+AXIS_OF = {"width": "d_model", "heads": "n_heads", "depth": "n_layers"}
+
+
+def name_of(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int) -> str:
+    return f"L{n_layers}_d{d_model}_h{n_heads}_{'mlpall' if every else 'mlplast'}_s{seed}"
+
+
+def overrides(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, steps: int,
+              extra: list[str]) -> list[str]:
+    mlp = list(range(n_layers)) if every else [n_layers - 1]
+    return [*PROXY, f"n_layers={n_layers}", f"d_model={d_model}", f"n_heads={n_heads}",
+            f"d_head={d_model // n_heads}", f"d_mlp={4 * d_model}", f"mlp_layers={json.dumps(mlp)}",
+            f"steps={steps}", f"task.seed={seed}", f"train.seed={seed}", f"init_seed={seed}", *extra]
+
+
+def work_dir(base: Path | None, steps: int, extra: list[str]) -> Path:
+    if base is not None:
+        return base
+    tag = "" if (steps, extra) == (STEPS, []) else "_" + hashlib.sha1(
+        json.dumps([steps, extra]).encode()).hexdigest()[:8]
+    return ROOT / "runs" / f"modularity{tag}"
+
+
+def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, *, work: Path,
+              steps: int = STEPS, extra: list[str] | None = None, measure_n: int = 120,
+              learned_at: float = LEARNED_AT, remeasure: bool = False) -> dict:
+    """Train (or resume) one point, then locate and measure it; its row, also in ``point.json``."""
+    extra = extra or []
+    name = name_of(n_layers, d_model, n_heads, every, seed)
+    run = work / name
+    done = run / "point.json"
+    previous = json.loads(done.read_text()) if done.exists() else None
+    if previous is not None and not remeasure:
+        return previous
+    torch.set_num_threads(1)
+    config = RunConfig().with_overrides(overrides(n_layers, d_model, n_heads, every, seed, steps, extra))
+    if not (run / "results.json").exists():
+        resume = (run / "resume.safetensors").exists()
+        train(config, run, progress=False, resume=resume, overwrite=not resume)
+    results = runs.read_results(run)
+    found = outcome.classify_run(run)
+    loaded = runs.for_analyses(runs.load_model(run, bridge=False))
+    started = time.perf_counter()
+    scores = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=measure_n,
+                                same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
+    row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
+           "mlp_layers": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
+           "budget": steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
+           "outcome_why": found["why"], "train_s": results.get("train_wall_time_s"), "measure_s": round(time.perf_counter() - started, 1), **scores}
+    done.write_text(json.dumps(row, indent=1, default=str) + "\n")
+    return row
+
+
+def claim(work: Path, name: str) -> int | None:
+    """An exclusive lock on ``WORK/<name>.claim`` for this process (None: another worker holds it), so
+    several ``grid`` processes can share one WORK; the lock goes with the process, a killed one leaves
+    nothing to clean up."""
+    fd = os.open(work / f"{name}.claim", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def points(only: list[str] | None) -> list[tuple]:
+    """Every (n_layers, d_model, n_heads, every, seed) of the axes asked for, once, end points first."""
+    seen, out = set(), []
+    for axis, archs in AXES.items():
+        if only and axis not in only:
+            continue
+        for seed in SEEDS:
+            for arch in archs:
+                if (*arch, seed) not in seen:
+                    seen.add((*arch, seed))
+                    out.append((*arch, seed))
+    ends = {arch for archs in AXES.values() for arch in archs[:2]}
+    cost = lambda p: p[1] ** 2 * p[0] * (2 if p[3] else 1)  # noqa: E731  (about a step's cost)
+    # what a shared CPU can finish first: every point up to d_model 128 (the axes' end points first, cheap
+    # first), then the wide ones
+    return sorted(out, key=lambda p: (p[1] > 128, p[:4] not in ends, cost(p), p[4]))
+
+
+def table(work: Path, out: Path) -> pd.DataFrame:
+    rows = [json.loads(p.read_text()) for p in sorted(work.glob("*/point.json"))]
+    if not rows:
+        raise SystemExit(f"no finished point under {work}")
+    frame = pd.DataFrame(rows)
+    first = ["n_layers", "d_model", "n_heads", "mlp_layers", "seed", "steps", "outcome", "zero_var_heldout",
+             "two_var_union", *modularity.COLUMNS, "binder", "router", "adder", "gatherer"]
+    frame = frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
+    frame = frame.sort_values(["mlp_layers", "n_layers", "d_model", "n_heads", "seed"], kind="stable")
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "grid.csv", index=False)
+    for axis in AXES:
+        figure(frame, axis, out / f"{axis}.png")
+    return frame
+
+
+def on_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
+    keys = {(a[0], a[1], a[2], "every" if a[3] else "last") for a in AXES[axis]}
+    mask = [(r.n_layers, r.d_model, r.n_heads, r.mlp_layers) in keys for r in frame.itertuples()]
+    return frame[mask]
+
+
+def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = on_axis(frame, axis)
+    x_name = AXIS_OF[axis]
+    fig, panels = plt.subplots(1, 3, figsize=(11, 3.2))
+    for panel, column, label in ((panels[0], "modularity_separation", "separation (a)"),
+                                 (panels[1], "modularity_same_adder", "same adder (b): 1 supported"),
+                                 (panels[2], "modularity_circuit_fraction", "circuit / graph edges (c)")):
+        for group, part in rows.groupby("d_model" if axis == "depth" else "mlp_layers"):
+            for seed, marker in zip(SEEDS, "os"):
+                sub = part[part["seed"] == seed]
+                value = pd.to_numeric(sub[column], errors="coerce")
+                ok = value.notna()
+                panel.plot(sub[x_name][ok], value[ok], marker=marker, linestyle="-" if seed == 0 else ":",
+                           label=f"{'d_model ' + str(group) if axis == 'depth' else ''} seed {seed}".strip())
+                panel.plot(sub[x_name][~ok], [0.0] * int((~ok).sum()), marker="x", linestyle="none", color="grey")
+        if column == "modularity_separation":
+            panel.axhline(modularity.SEPARATION_MIN, color="grey", linewidth=0.8, linestyle="--")
+        panel.set_xlabel(x_name)
+        panel.set_ylabel(label)
+        panel.set_ylim(-0.05, 1.05)
+        if axis == "width":
+            panel.set_xscale("log", base=2)
+        panel.set_xticks(sorted(rows[x_name].unique()) if len(rows) else [])
+        panel.set_xticklabels([str(v) for v in sorted(rows[x_name].unique())] if len(rows) else [])
+    if panels[0].get_legend_handles_labels()[0]:
+        panels[0].legend(fontsize=7)
+    fig.suptitle(f"modularity against {x_name} (x at 0: inconclusive)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:
+    """The measures on the study's own checkpoints (p = 59, the study's recipe, the paper architecture),
+    at every step asked for, measured whatever the accuracies (``learned_at=0``; the accuracies are in
+    the row): what the proxy's "learned at 0.85" and its smaller modulus cost, read on the real run."""
+    torch.set_num_threads(1)
+    rows = []
+    for step in steps:
+        loaded = runs.for_analyses(runs.load_checkpoint(reference, step))
+        started = time.perf_counter()
+        row = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=120,
+                                 pool_size=200, learned_at=0.0)
+        rows.append({"step": step, **row, "measure_s": round(time.perf_counter() - started, 1)})
+        print(f"step {step}: 0-var held-out {row['zero_var_heldout']:.3f}, 2-var union {row['two_var_union']:.3f}, "
+              f"separation {row['modularity_separation']}, same adder {row['modularity_same_adder']}, "
+              f"circuit {row['modularity_circuit_fraction']}", flush=True)
+    frame = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "study_checkpoints.csv", index=False)
+    return frame
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=("point", "grid", "table", "study"))
+    parser.add_argument("--reference", type=Path, default=ROOT.parent / "shared" / "reference",
+                        help="study: the study's checkpoints (step_N.pth)")
+    parser.add_argument("--study-steps", type=int, nargs="+", default=[3001, 5001, 10001, 30001],
+                        help="study: the checkpoints to measure")
+    parser.add_argument("--n-layers", type=int, default=2)
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--n-heads", type=int, default=1)
+    parser.add_argument("--mlp-every-block", action="store_true", help="an MLP in every block (else the last)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="+", choices=list(AXES), default=None, help="grid: these axes only")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"the step budget (default {STEPS})")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another proxy setting")
+    parser.add_argument("--work", type=Path, default=None, help="where the runs go (default runs/modularity*)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where grid.csv and the figures go")
+    parser.add_argument("--learned-at", type=float, default=LEARNED_AT,
+                        help=f"both exhaustive accuracies must reach this to be measured (default {LEARNED_AT})")
+    parser.add_argument("--remeasure", action="store_true", help="measure finished points again (no retraining)")
+    parser.add_argument("--deadline", default=None, metavar="HH:MM",
+                        help="grid: start no point after this UTC time (what is left resumes later)")
+    args = parser.parse_args(argv)
+    if args.d_model % args.n_heads:
+        parser.error(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
+    work = work_dir(args.work, args.steps, args.set)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.what == "study":
+            study(args.reference, args.study_steps, args.out)
+            return
+        if args.what == "point":
+            row = run_point(args.n_layers, args.d_model, args.n_heads, args.mlp_every_block, args.seed,
+                            work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
+                            remeasure=args.remeasure)
+            print(json.dumps(row, indent=1, default=str))
+            return
+        if args.what == "grid":
+            for point in points(args.only):
+                if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
+                    print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
+                    break
+                held = claim(work, name_of(*point))
+                if held is None:
+                    continue  # another worker runs it
+                started = time.perf_counter()
+                try:
+                    row = run_point(*point, work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
+                                    remeasure=args.remeasure)
+                except ComposeLensError as e:
+                    if "another compose-lens process" not in str(e):
+                        raise
+                    print(f"{name_of(*point)}: {e}; skipped", flush=True)
+                    continue
+                finally:
+                    os.close(held)
+                print(f"{row['name']}: {row['outcome']} at {row['steps']} steps, separation "
+                      f"{row['modularity_separation']}, same adder {row['modularity_same_adder']}, circuit "
+                      f"{row['modularity_circuit_fraction']} ({time.perf_counter() - started:.0f} s)", flush=True)
+        if args.what == "table" and args.remeasure:  # the finished points measured again, nothing trained
+            for done in sorted(work.glob("*/point.json")):
+                r = json.loads(done.read_text())
+                run_point(r["n_layers"], r["d_model"], r["n_heads"], r["mlp_layers"] == "every", r["seed"], work=work,
+                          steps=r["budget"], extra=args.set, learned_at=args.learned_at, remeasure=True)
+        frame = table(work, args.out)
+        print(frame[["n_layers", "d_model", "n_heads", "seed", "steps", "outcome", "modularity_separation",
+                     "modularity_same_adder", "modularity_circuit_fraction", "modularity_verdict"]].to_string(index=False))
+    except ComposeLensError as e:
+        print(f"modularity_grid: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    main()

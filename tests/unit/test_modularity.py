@@ -1,0 +1,181 @@
+"""analysis.modularity on planted models: a model whose skills sit in distinct components scores
+modular, one whose binding and addition share a component (or whose function is spread over every head,
+or whose variables reach the adder another way) does not (issue #27).
+
+Every plant computes the paper model's function exactly (checked), so accuracy cannot tell them apart:
+only where the computation runs differs."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from compose_lens import runs
+from compose_lens.analysis import modularity
+from compose_lens.config import ComposeLensError
+from compose_lens.data.sampler import make_pools
+from compose_lens.evaluate import answer_logits
+from compose_lens.model import tl
+
+from test_locate import plant  # the paper's roles rebuilt at given heads of another architecture
+
+
+@pytest.fixture(scope="module")
+def paper():
+    try:
+        return runs.load_model("paper", bridge=False)
+    except ComposeLensError:
+        pytest.skip("the paper model is not installed")
+
+
+def loaded(paper, cfg, state, name):
+    config = dataclasses.replace(paper.config, model=cfg)
+    model = runs.model_of(config, state, name, bridge=False)
+    return runs.for_analyses(runs.Loaded(model, config, paper.split, name))
+
+
+def relay(paper):
+    """Entangled: the paper model with one MLP on both skills' paths. The residual doubles (A: the
+    paper's, S: a scratch half). Number tokens embed into S, and layer 1's head reads A + S but writes
+    into S; an MLP in blocks.0 (ReLU pairs, relu(x) - relu(-x) = x) copies S into A, so after block 0
+    A holds the paper's stream exactly, and layer 2, MLP2 and the unembedding read A only. So blocks.0's
+    MLP carries the binding at the context positions and the constant addends at the query positions."""
+    src = {k: v.detach().float() for k, v in tl.parameters(paper.model).items()}
+    cfg0, p = paper.config.model, paper.config.task.modulus
+    d = cfg0.d_model
+    A, S = slice(0, d), slice(d, 2 * d)
+    cfg = cfg0.replace(d_model=2 * d, mlp_layers=(0, 1))
+    W = {name: torch.zeros(shape) for name, shape in tl.state_shapes(cfg).items()}
+    W["embed.weight"][p:, A] = src["embed.weight"][p:]
+    W["embed.weight"][:p, S] = src["embed.weight"][:p]
+    W["pos_embed.weight"][:, A] = src["pos_embed.weight"]
+    for kind in "qkv":
+        for half in (A, S):
+            W[f"blocks.0.attn.{kind}.weight"][:, half] = src[f"blocks.0.attn.{kind}.weight"]
+        W[f"blocks.1.attn.{kind}.weight"][:, A] = src[f"blocks.1.attn.{kind}.weight"]
+    W["blocks.0.attn.o.weight"][S] = src["blocks.0.attn.o.weight"]
+    W["blocks.1.attn.o.weight"][A] = src["blocks.1.attn.o.weight"]
+    eye = torch.eye(d)
+    W["blocks.0.mlp.in.weight"][:d, S], W["blocks.0.mlp.in.weight"][d: 2 * d, S] = eye, -eye
+    W["blocks.0.mlp.out.weight"][A, :d], W["blocks.0.mlp.out.weight"][A, d: 2 * d] = eye, -eye
+    W["blocks.1.mlp.in.weight"][:, A] = src["blocks.1.mlp.in.weight"]
+    W["blocks.1.mlp.out.weight"][A] = src["blocks.1.mlp.out.weight"]
+    W["unembed.weight"][:, A] = src["unembed.weight"]
+    return loaded(paper, cfg, W, "relay: blocks.0.mlp binds and carries the addends")
+
+
+def spread(paper, heads: int = 4):
+    """Distributed: every paper head copied into ``heads`` heads of its layer with the same queries, keys
+    and values and a quarter of its output each: the same function, each head doing a share of it."""
+    src = {k: v.detach().float() for k, v in tl.parameters(paper.model).items()}
+    cfg = paper.config.model.replace(n_heads=heads)
+    W = {name: torch.zeros(shape) for name, shape in tl.state_shapes(cfg).items()}
+    for name in W:
+        if name in src and ".attn." not in name:
+            W[name] = src[name].clone()
+    for layer in (0, 1):
+        for kind in "qkv":
+            W[f"blocks.{layer}.attn.{kind}.weight"] = src[f"blocks.{layer}.attn.{kind}.weight"].repeat(heads, 1)
+        W[f"blocks.{layer}.attn.o.weight"] = src[f"blocks.{layer}.attn.o.weight"].repeat(1, heads) / heads
+    return loaded(paper, cfg, W, f"the paper's heads spread over {heads}")
+
+
+def same_function(paper, other) -> float:
+    pool = make_pools(paper.split, 300, 0)["2var_train"].tokens
+    answers = [answer_logits(x.model, x.config.model, pool).argmax(-1) for x in (paper, other)]
+    return float((answers[0] == answers[1]).float().mean())
+
+
+@pytest.fixture(scope="module")
+def modular(paper):
+    return plant(paper, n_layers=2, n_heads=4, mlp_layers=(1,), binder=(0, 2), router=(1, 3), adder=1)
+
+
+@pytest.fixture(scope="module")
+def entangled(paper):
+    return relay(paper)
+
+
+def test_plants_compute_the_paper_models_function(paper, modular, entangled):
+    for other in (modular, entangled, spread(paper)):
+        assert same_function(paper, other) > 0.99, other.source
+
+
+def test_binding_pairs_swap_only_the_binding(paper):
+    pairs = modularity.binding_pairs(paper.split, 40)
+    assert len(pairs) == 40
+    assert (pairs.clean_labels != pairs.corrupted_labels).all()
+    # the same tokens, two variable names swapped in the context, the query untouched
+    assert (pairs.clean.sort(1).values == pairs.corrupted.sort(1).values).all()
+    assert ((pairs.clean != pairs.corrupted).sum(1) == 2).all()
+    C = paper.split.task.context_len
+    assert (pairs.clean[:, C:] == pairs.corrupted[:, C:]).all()
+
+
+def test_modular_plant_separates_binding_from_addition(modular):
+    a = modularity.separation(modular.model, modular.config, modular.split, n_pairs=30, steps=4)
+    assert a["separation"] >= modularity.SEPARATION_MIN, (a["binding"], a["adding"])
+    assert a["binding"].index[0] == "a0.h2"  # the planted binder, found by attribution
+    assert modularity.attribution_adder(a["adding"]) == "blocks.1.mlp"
+
+
+def test_relay_plant_shares_a_component_and_is_not_separated(entangled):
+    a = modularity.separation(entangled.model, entangled.config, entangled.split, n_pairs=30, steps=4)
+    assert a["separation"] < modularity.SEPARATION_MIN, (a["binding"], a["adding"])
+    assert a["binding"]["m0"] > 0.2 and a["adding"]["m0"] > 0.2  # the relay MLP on both paths
+
+
+def test_spread_plant_needs_a_larger_share_of_its_graph(paper, modular):
+    spread_model = spread(paper)
+    sizes = dict(n_pairs=30, pool_size=60, steps=4)
+    concentrated = modularity.circuit_fraction(modular.model, modular.config, modular.split, **sizes)
+    distributed = modularity.circuit_fraction(spread_model.model, spread_model.config, spread_model.split, **sizes)
+    assert distributed["fraction"] > 1.5 * concentrated["fraction"], (concentrated, distributed)
+
+
+def test_the_coarse_search_finds_the_size_every_size_finds(paper):
+    from compose_lens.analysis import circuit
+
+    gm = circuit.GraphModel.from_model(paper.model, paper.config.model)
+    pairs = circuit.resample_pairs(paper.split, 30)
+    scores = circuit.eap_ig_scores(gm, pairs, circuit.baseline(gm, pairs), 4)
+    every, _ = circuit.size_on_pools(gm, paper.split, scores, 0.95, 60)
+    coarse, whole = modularity.smallest_circuit(gm, paper.split, scores, 0.95, 60, coarse=5)  # sizes 0, 3, 6, 10, 13, 16: the answer lies between two
+    assert coarse == every and whole >= 0.95
+
+
+def orthogonal_plant(paper):
+    """The same-MLP tests' planted model (variables reach MLP2 in another subspace than constants)."""
+    path = Path(__file__).resolve().parents[1] / "integration" / "test_same_mlp.py"
+    spec = importlib.util.spec_from_file_location("_same_mlp_plants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.planted_model(paper)
+
+
+def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(paper, modular):
+    assert modularity.same_adder(modular.model, modular.config, modular.split, n=40)["same_adder"] == 1.0
+    other = orthogonal_plant(paper)
+    found = modularity.same_adder(other.model, other.config, other.split, n=40)
+    assert found["same_adder"] == 0.0, found
+    assert modularity.verdict(0.95, found["same_adder"]) == "entangled"
+
+
+def test_a_model_that_has_not_learned_is_inconclusive_not_a_number(tiny_config, tiny_split):
+    model = runs.for_analyses(runs.Loaded(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
+    row = modularity.measure(model, tiny_config, tiny_split)
+    for column in modularity.COLUMNS:
+        if column != "modularity_reason":
+            assert row[column] == modularity.INCONCLUSIVE, column
+    assert row["modularity_reason"].startswith("the model has not learned the task")
+
+
+def test_verdict_rules():
+    assert modularity.verdict(0.9, 1.0) == "modular"
+    assert modularity.verdict(0.5, 1.0) == "entangled"
+    assert modularity.verdict(0.9, modularity.INCONCLUSIVE) == modularity.INCONCLUSIVE
+    assert modularity.verdict(modularity.INCONCLUSIVE, 1.0) == modularity.INCONCLUSIVE

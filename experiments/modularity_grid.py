@@ -48,7 +48,8 @@ if str(ROOT) not in sys.path:
 
 from compose_lens import outcome, runs  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
-from compose_lens.config import ComposeLensError, RunConfig  # noqa: E402
+from compose_lens.config import RunConfig  # noqa: E402
+from compose_lens.errors import ComposeLensError  # noqa: E402
 from compose_lens.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"

@@ -67,7 +67,8 @@ from compose_lens import outcome
 from compose_lens.analysis import circuit, locate, same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
-from compose_lens.config import ComposeLensError, RunConfig
+from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split

@@ -16,7 +16,7 @@ import torch
 
 from compose_lens import runs
 from compose_lens.analysis import modularity
-from compose_lens.config import ComposeLensError
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pools
 from compose_lens.evaluate import answer_logits
 from compose_lens.model import tl

@@ -444,13 +444,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
         finally:
             lock.release()
     except BaseException as exc:
-        if isinstance(exc, OSError) and not exc.filename and stage is not None:
-            exc.filename = str(out)  # a write that names no file (a full disk): the output it was for
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        for parent in reversed(created):
-            with contextlib.suppress(OSError):
-                parent.rmdir()  # only if still empty
+        _abandon_stage(exc, stage, created, out)
         raise
 
 
@@ -491,15 +485,22 @@ def staged_companion(folder: str | Path, command: str, keep: tuple[str, ...] = (
         finally:
             lock.release()
     except BaseException as exc:
-        if isinstance(exc, OSError) and not exc.filename and stage is not None:
-            exc.filename = str(folder)  # a write that names no file (a full disk): the folder it was for
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        for parent in reversed(created):
-            with contextlib.suppress(OSError):
-                parent.rmdir()  # only if still empty
+        _abandon_stage(exc, stage, created, folder)
         raise
     shutil.rmtree(stage, ignore_errors=True)  # what is left of it: its marker
+
+
+
+def _abandon_stage(exc: BaseException, stage: Path | None, created: list[Path], target: Path) -> None:
+    """After a staged write failed: name ``target`` in an error that names no file (a full disk),
+    remove the stage and the parents this call made (only if still empty)."""
+    if isinstance(exc, OSError) and not exc.filename and stage is not None:
+        exc.filename = str(target)
+    if stage is not None:
+        shutil.rmtree(stage, ignore_errors=True)
+    for parent in reversed(created):
+        with contextlib.suppress(OSError):
+            parent.rmdir()
 
 
 def _swap_entry(new: Path, target: Path) -> None:

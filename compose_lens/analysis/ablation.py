@@ -66,6 +66,7 @@ from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import accuracy_by_group, predictions
+from compose_lens import capabilities
 from compose_lens.model import fastpath, tl, weights
 
 ABLATION_KINDS = ("zero", "mean", "resample")
@@ -194,7 +195,7 @@ class LastPositionMLP:
             self.W_logit = weights.linear_readout(model, layer).W_logit
             self.direct = acts.logits.float() - self.post @ self.W_logit
             return
-        if not weights.has_paper_layout(config.model):
+        if not capabilities.has_paper_layout(config.model):
             raise ComposeLensError("neuron and Fourier-direction ablation needs the study's layout: "
                                    "two layers, an MLP in the last one only")
         acts = collect(model, config.model, tokens, resid=False)
@@ -299,7 +300,7 @@ def neuron_subject(model: tl.Model, config: RunConfig, split: Split, seed: int =
                    adder: locate.Role | None = None) -> NeuronSubject:
     """Which MLP the neuron and Fourier-direction ablations read (see the module doc); ``adder``:
     a :func:`~compose_lens.analysis.locate.locate` result's adder to reuse (else located here)."""
-    if weights.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(config.model):
         return PAPER_SUBJECT
     if adder is None:
         adder, _ = locate.locate_adder(model, config, split, seed)
@@ -340,7 +341,7 @@ def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: to
                     subject: NeuronSubject = PAPER_SUBJECT) -> Iterator[Ablated]:
     """The adder's (MLP2's) neurons, each key frequency's neurons and its Fourier directions, ablated at ``=``."""
     block = subject.block
-    paper = weights.is_paper_architecture(config.model) and block == 1
+    paper = capabilities.is_paper_architecture(config.model) and block == 1
     layer = None if paper else block  # the paper's MLP2: read through the table forward's own readout
     mlp = LastPositionMLP(model, config, tokens, layer)
     ref = LastPositionMLP(model, config, ref_tokens, layer)

@@ -21,7 +21,7 @@ field                       TransformerLens hook                        shape
 
 :func:`collect` reads them with the model's own ``run_with_cache``. That forward
 pass is slow for the thousands of sequences a Fourier grid needs, so for the
-paper's architecture (:func:`compose_lens.model.weights.is_paper_architecture`:
+paper's architecture (:func:`compose_lens.capabilities.is_paper_architecture`:
 two layers, one head each, an MLP in the last layer only, no normalisation, zero
 biases) :func:`table_forward` computes the same numbers from the weights with
 *tables*: layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are

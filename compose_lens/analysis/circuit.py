@@ -125,7 +125,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from compose_lens import coverage
+from compose_lens import capabilities, coverage
 from compose_lens.analysis import locate, metrics
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
@@ -601,7 +601,7 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
     """(E,) bool: the paper's circuit (see the module doc); two layers, an MLP in layer 2 only.
 
     ``constant_path=False`` gives the first labelling, without ``a0 -> m1`` (kept to compare)."""
-    if not weights.has_paper_layout(graph.cfg):
+    if not capabilities.has_paper_layout(graph.cfg):
         raise ComposeLensError("the paper's circuit is labelled for two-layer models with an MLP in layer 2 only")
     keys = _PAPER_IN if constant_path else _PAPER_IN - {CONSTANT_PATH}
     return torch.tensor([_paper_key(e) in keys and
@@ -690,7 +690,7 @@ def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Grap
     (``location``: a locate result to reuse). Where no component plays the binder, the router or the
     adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
     the paper's blocks."""
-    if weights.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(config.model):
         return Labels(paper_labels(graph), "the paper's circuit")
     if location is None:
         location = locate.locate(model, config, split, seed)

@@ -60,7 +60,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from compose_lens import runs, study
+from compose_lens import capabilities, runs, study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
@@ -190,7 +190,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     started = time.perf_counter()
     # the paper architecture's measures run on the fast forwards: each checkpoint's tensors will
     # do (no TransformerLens import, no copy into a bridge); any other is loaded into one bridge
-    bridge = None if weights.is_paper_architecture(config.model) else tl.boot(config.model, device)
+    bridge = None if capabilities.is_paper_architecture(config.model) else tl.boot(config.model, device)
     pools = make_pools(split, pool_size, seed)
     slots = forbidden_slot_batches(split, slot_size, seed)
     variables = config.task.variable_names
@@ -233,7 +233,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
 def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int, device: str):
     """The binder and router the run's probes read: the paper's in the paper architecture (nothing
     read), else the heads located in the ``last`` checkpoint."""
-    if weights.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
     state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
     model = runs.model_of(config, state, str(last.path), bridge=False, device=device)

@@ -62,6 +62,7 @@ from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
 from compose_lens.config import RunConfig
 from compose_lens.data.split import Split
+from compose_lens import capabilities
 from compose_lens.model import lastpos, tl, weights
 
 ROLES = ("binder", "router", "adder")
@@ -320,13 +321,13 @@ def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 
                   location: Location | None = None, threads: int | None = 1) -> probes.Heads:
     """The binder, router and gatherer heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
 
-    The paper architecture (:func:`~compose_lens.model.weights.is_paper_architecture`) reads the
+    The paper architecture (:func:`~compose_lens.capabilities.is_paper_architecture`) reads the
     paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0, without scoring (so
     its numbers are the study's at every checkpoint, trained or not); any other the located ones
     (``location``: a :func:`locate` result to reuse; else the heads are scored here), None where no
     head reaches the role's threshold.
     """
-    if weights.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
     if location is None or location.gatherer is None:
         with torch_threads(threads), torch.no_grad():

@@ -43,6 +43,7 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
+from compose_lens import capabilities
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
 
@@ -70,7 +71,7 @@ def _check_supported(config: RunConfig, model) -> None:
         raise ComposeLensError("logit attribution needs a model without normalisation (the logits are then "
                                "a sum of component outputs); this model has "
                                f"normalization_type={config.model.normalization_type!r}")
-    if isinstance(model, tl.Weights) and not weights.is_paper_architecture(config.model):
+    if isinstance(model, tl.Weights) and not capabilities.is_paper_architecture(config.model):
         raise ComposeLensError("logit attribution reads TransformerLens hooks: load the model with "
                                "bridge=True (compose_lens.runs.with_bridge)")
 
@@ -81,7 +82,7 @@ def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "ba
     _check_supported(config, model)
     cfg = config.model
     params = tl.parameters(model)
-    if weights.is_paper_architecture(cfg):
+    if capabilities.is_paper_architecture(cfg):
         return _components_from_tables(params, config, tokens)
     with torch.no_grad():
         _, cache = tl.run_with_cache(model, tokens)
@@ -117,7 +118,7 @@ def _components_from_tables(params: dict[str, torch.Tensor], config: RunConfig, 
 def _answer_logits(model, config: RunConfig, tokens: torch.Tensor) -> torch.Tensor:
     """(B, d_vocab_out) the model's own logits at ``=`` (the table forward for the paper architecture)."""
     with torch.no_grad():
-        if weights.is_paper_architecture(config.model):
+        if capabilities.is_paper_architecture(config.model):
             return fastpath.last_position_logits(tl.parameters(model), config.model, tokens)
         return model(tokens)[:, -1]
 

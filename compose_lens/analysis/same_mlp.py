@@ -121,7 +121,7 @@ from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
-from compose_lens import coverage
+from compose_lens import capabilities, coverage
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import json_safe
@@ -191,7 +191,7 @@ def layout_of(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -
     and router (``missing`` says which role no component plays). Remembered per model weights and seed
     (the command and its report ask twice)."""
     check_layout(config)
-    if weights.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(config.model):
         return PAPER_LAYOUT
     params = tl.parameters(model)
     key = (id(model), seed, float(params["embed.weight"].detach().float().sum()),

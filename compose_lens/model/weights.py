@@ -35,18 +35,19 @@ linear in ``mlp_post``: ``logits = resid_mid W_U^T + b + mlp_post W_logit`` with
 ``b = b_U + b_out W_U^T``. :class:`LinearReadout` holds that form, which neuron
 ablation and the Fourier grids use: replacing neurons is then one product.
 
-**The architecture.** :func:`is_paper_architecture` says whether a model is the
-study's kind (two layers, one head each, an MLP in the last layer only, no
-normalisation, frozen zero biases), for which the fast path and the table
-forward are exact. :func:`has_paper_layout` is the weaker condition (two layers,
-an MLP in the last only) under which the readout above is the whole model after
-layer-2 attention at ``=``. Both are :mod:`compose_lens.capabilities`'s, which says for
-every forward which configs it covers and why not.
+**The architecture.** :func:`compose_lens.capabilities.is_paper_architecture` says whether
+a model is the study's kind (two layers, one head each, an MLP in the last layer only, no
+normalisation, frozen zero biases), for which the fast path and the table forward are
+exact. :func:`compose_lens.capabilities.has_paper_layout` is the weaker condition (two
+layers, an MLP in the last only) under which the readout above is the whole model after
+layer-2 attention at ``=``. :mod:`compose_lens.capabilities` says for every forward which
+configs it covers and why not.
 
+>>> from compose_lens import capabilities
 >>> from compose_lens.config import ModelConfig
 >>> from compose_lens.model import tl
 >>> cfg = ModelConfig()
->>> is_paper_architecture(cfg), has_paper_layout(cfg)
+>>> capabilities.is_paper_architecture(cfg), capabilities.has_paper_layout(cfg)
 (True, True)
 >>> model = tl.boot(cfg)
 >>> qk_matrix(model, 0).shape == (cfg.d_model, cfg.d_model)
@@ -62,7 +63,6 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens import capabilities
-from compose_lens.capabilities import has_paper_layout, is_paper_architecture  # noqa: F401 (the analyses' names)
 from compose_lens.config import ModelConfig
 from compose_lens.model import tl
 

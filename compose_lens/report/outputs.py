@@ -64,7 +64,6 @@ from compose_lens.registry import ABLATION, FOURIER, PATCHING
 from compose_lens.report import context
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
 from compose_lens.runs import Loaded, write_document, write_table
-from compose_lens.report.context import fourier_plan  # noqa: F401  (its old home: callers import it here)
 
 
 # -- training dynamics ----

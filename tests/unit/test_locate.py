@@ -16,7 +16,8 @@ from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_me
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
-from compose_lens.report.outputs import fourier_plan, write_fourier
+from compose_lens.report.context import fourier_plan
+from compose_lens.report.outputs import write_fourier
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from compose_lens.model import fastpath, lastpos, tl
-from compose_lens.model.weights import is_paper_architecture
+from compose_lens.capabilities import is_paper_architecture
 from compose_lens.config import ModelConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.runs import load_model, load_reference_pth, save_model, load_model_dir

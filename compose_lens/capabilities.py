@@ -34,8 +34,8 @@ architecture covers them.
 >>> from compose_lens.config import ModelConfig
 >>> why_not(ModelConfig(), "tables") is None
 True
->>> print(why_not(ModelConfig(n_layers=3, n_heads=2, mlp_layers=(0, 1, 2)), "tables"))
-the table forward needs the paper architecture: n_layers=3 (needs 2), n_heads=2 (needs 1), mlp_layers=[0, 1, 2] (needs [1])
+>>> print(why_not(ModelConfig(n_layers=3, n_heads=2, mlp_blocks=(0, 1, 2)), "tables"))
+the table forward needs the paper architecture: n_layers=3 (needs 2), n_heads=2 (needs 1), mlp_blocks=[0, 1, 2] (needs [1])
 >>> answer_forward(ModelConfig(n_heads=4, d_head=32))
 'lastpos'
 """
@@ -52,7 +52,7 @@ _NAMES = {"tables": "the table forward", "lastpos": "the last-position forward",
 
 def _layout_problems(cfg: ModelConfig) -> list[str]:
     found = [] if cfg.n_layers == 2 else [f"n_layers={cfg.n_layers} (needs 2)"]
-    return found + ([] if tuple(cfg.mlp_layers) == (1,) else [f"mlp_layers={list(cfg.mlp_layers)} (needs [1])"])
+    return found + ([] if tuple(cfg.mlp_blocks) == (1,) else [f"mlp_blocks={list(cfg.mlp_blocks)} (needs [1])"])
 
 
 def _norm_problems(cfg: ModelConfig) -> list[str]:

@@ -150,12 +150,20 @@ class _JsonConfig:
 
     # Keys of configurations written by earlier versions that are now derived, not set.
     LEGACY_KEYS: tuple[str, ...] = ()
+    # Keys that earlier versions wrote under another name: {old: new}. A file read with the old
+    # name loads as the new one; a file with both is refused (which one is meant is unclear).
+    RENAMED_KEYS: dict[str, str] = {}
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         _check(isinstance(data, dict), f"the {cls.__name__} section must be a JSON object "
                                        f"{{\"key\": value, ...}}, not {_type_word(data)}")
         data = {k: v for k, v in data.items() if k not in cls.LEGACY_KEYS}  # type: ignore[attr-defined]
+        for old, new in cls.RENAMED_KEYS.items():
+            if old in data:
+                _check(new not in data, f"the {cls.__name__} section has both {old} (the old name) and "
+                                        f"{new}: keep only {new}")
+                data[new] = data.pop(old)
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(known))
         if unknown:
@@ -389,17 +397,17 @@ class TaskConfig(_JsonConfig):
 class ModelConfig(_JsonConfig):
     """The model of SPEC section 4. Field names follow TransformerLens's config.
 
-    ``mlp_layers`` lists the blocks that have an MLP, as **0-based block indices**
+    ``mlp_blocks`` lists the blocks that have an MLP, as **0-based block indices**
     (``blocks.L``); the paper numbers its layers from 1, so its "layer 2" MLP is
-    ``mlp_layers=[1]``. Left unset (``None``) it is the **last block** only,
+    ``mlp_blocks=[1]``. Left unset (``None``) it is the **last block** only,
     ``[n_layers - 1]``: ``[1]`` for the paper's two layers, ``[2]`` for
     ``n_layers=3`` (a config never keeps ``[1]`` by accident when ``n_layers``
-    changes; pass ``mlp_layers`` to put MLPs elsewhere). The other blocks keep a
+    changes; pass ``mlp_blocks`` to put MLPs elsewhere). The other blocks keep a
     zero, frozen MLP so TransformerLens sees the usual block layout.
     ``trained_biases=False`` keeps every bias at zero and frozen, as the reference did.
 
     **Absent and frozen.** A weight is *absent* when it is zero and never trained (the
-    MLP of a block outside ``mlp_layers``, the untrained biases, the parts of a matrix
+    MLP of a block outside ``mlp_blocks``, the untrained biases, the parts of a matrix
     the disentangled residual forbids); it is *frozen* when it keeps its initial,
     non-zero value and is never trained (the embeddings of ``embeddings="orthogonal"``).
     :func:`compose_lens.model.tl.absent_names` and :func:`~compose_lens.model.tl.frozen_names`
@@ -432,7 +440,7 @@ class ModelConfig(_JsonConfig):
     n_ctx: int = 16
     d_vocab: int = 74
     d_vocab_out: int = 59
-    mlp_layers: tuple[int, ...] | None = None  # None: (n_layers - 1,), the last block (0-based)
+    mlp_blocks: tuple[int, ...] | None = None  # None: (n_layers - 1,), the last block (0-based)
     trained_biases: bool = False
     init: str = "study"  # study: every matrix N(0, (0.8/sqrt(d_model))^2); tl4: boot_native's scaling
     init_seed: int = 42
@@ -442,13 +450,14 @@ class ModelConfig(_JsonConfig):
     residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
 
     SILENT_DEFAULTS = MODEL_VARIANTS
+    RENAMED_KEYS = {"mlp_layers": "mlp_blocks"}  # runs written before the key said it counts blocks
 
     def __post_init__(self) -> None:
         check_types(self)
         _check_positive_ints(self, "n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab",
                              "d_vocab_out")
-        object.__setattr__(self, "mlp_layers",
-                           (self.n_layers - 1,) if self.mlp_layers is None else tuple(self.mlp_layers))
+        object.__setattr__(self, "mlp_blocks",
+                           (self.n_layers - 1,) if self.mlp_blocks is None else tuple(self.mlp_blocks))
         _check(self.act_fn in ("relu", "gelu", "gelu_new", "silu"),
                f"act_fn={self.act_fn!r}: use one of relu, gelu, gelu_new, silu")
         _check(self.init in ("study", "tl4"),
@@ -456,9 +465,9 @@ class ModelConfig(_JsonConfig):
         _check(self.normalization_type in (None, "LN", "LNPre", "RMS", "RMSPre"),
                f"normalization_type={self.normalization_type!r}: use null, LN, LNPre, RMS or RMSPre")
         _check(seed_problem("init_seed", self.init_seed) is None, seed_problem("init_seed", self.init_seed) or "")
-        bad = [i for i in self.mlp_layers if not 0 <= i < self.n_layers]
-        _check(not bad, f"mlp_layers={list(self.mlp_layers)}: block(s) {bad} do not exist in a "
-                        f"{self.n_layers}-layer model (mlp_layers are block indices from 0, blocks.0 to "
+        bad = [i for i in self.mlp_blocks if not 0 <= i < self.n_layers]
+        _check(not bad, f"mlp_blocks={list(self.mlp_blocks)}: block(s) {bad} do not exist in a "
+                        f"{self.n_layers}-layer model (mlp_blocks are block indices from 0, blocks.0 to "
                         f"blocks.{self.n_layers - 1}: the paper's layer 2 is 1)")
         _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
         self._check_variants()
@@ -502,7 +511,7 @@ class ModelConfig(_JsonConfig):
         names = ["embed"]
         for layer in range(self.n_layers):
             names.append(f"attn{layer}")
-            if layer in self.mlp_layers:
+            if layer in self.mlp_blocks:
                 names.append(f"mlp{layer}")
         return tuple(names)
 
@@ -624,7 +633,7 @@ class RunConfig(_JsonConfig):
         task = TaskConfig.from_dict(data.get("task", {}))
         model_data = dict(data.get("model", {}))
         sized = ModelConfig.for_task(task).to_dict()
-        sized.pop("mlp_layers")  # unset: the last block of the model's own n_layers (ModelConfig)
+        sized.pop("mlp_blocks")  # unset: the last block of the model's own n_layers (ModelConfig)
         model = ModelConfig.from_dict({**sized, **model_data})
         return cls(task=task, model=model, train=TrainConfig.from_dict(data.get("train", {})))
 
@@ -642,6 +651,9 @@ class RunConfig(_JsonConfig):
         for item in assignments:
             _check("=" in item, f"--set {item!r}: write key=value, e.g. --set f=0.5")
             key, raw = item.split("=", 1)
+            _check(key not in ("mlp_layers", "model.mlp_layers"),
+                   f"--set {key}: mlp_layers is now mlp_blocks: 0-based block indices (blocks.L); "
+                   f"the paper's layer 2 is mlp_blocks=[1]")
             try:
                 value = json.loads(raw)
             except (ValueError, RecursionError):  # not JSON (or absurd JSON): the plain string
@@ -657,8 +669,8 @@ class RunConfig(_JsonConfig):
             data[section][name] = value
             task_changed |= section == "task"
             if section == "model" and name == "n_layers" and not any(
-                    a.split("=", 1)[0] in ("mlp_layers", "model.mlp_layers") for a in assignments):
-                data["model"]["mlp_layers"] = None  # the last block of the new depth (ModelConfig)
+                    a.split("=", 1)[0] in ("mlp_blocks", "model.mlp_blocks") for a in assignments):
+                data["model"]["mlp_blocks"] = None  # the last block of the new depth (ModelConfig)
             if section == "task" and name == "n_vars":  # re-derive slots unless set explicitly
                 for side in ("left_forbidden", "right_forbidden"):
                     if not any(a.split("=", 1)[0] in (side, f"task.{side}") for a in assignments):

@@ -43,7 +43,7 @@ RESULTS = ROOT / "experiments" / "results"
 COMMANDS = ("analyze", "fourier", "same-mlp", "patch", "ablate", "circuit", "dynamics", "report")
 
 ARCHITECTURES = {  # name: the train --set overrides that make it
-    "3x2": ["n_layers=3", "n_heads=2", "mlp_layers=[0,1,2]"],
+    "3x2": ["n_layers=3", "n_heads=2", "mlp_blocks=[0,1,2]"],
     "2x4": ["n_heads=4"],
 }
 

@@ -39,8 +39,8 @@ from compose_lens.data.split import Split
 from compose_lens.evaluate import answer_logits
 from compose_lens.model import fastpath, lastpos, tl
 
-OTHER = {"3 layers, 2 heads, MLP everywhere": dict(n_layers=3, n_heads=2, d_head=64, mlp_layers=(0, 1, 2)),
-         "4 layers, 4 heads, MLP everywhere": dict(n_layers=4, n_heads=4, d_head=32, mlp_layers=(0, 1, 2, 3))}
+OTHER = {"3 layers, 2 heads, MLP everywhere": dict(n_layers=3, n_heads=2, d_head=64, mlp_blocks=(0, 1, 2)),
+         "4 layers, 4 heads, MLP everywhere": dict(n_layers=4, n_heads=4, d_head=32, mlp_blocks=(0, 1, 2, 3))}
 
 
 def load() -> str:

@@ -54,7 +54,7 @@ def dump(model_spec: str) -> dict[str, torch.Tensor]:
         out[f"graph{positions}.clean"] = base.clean_logits
         for name, fn in (("exact", C.exact_scores), ("eap", C.eap_scores), ("eap-ig", C.eap_ig_scores)):
             out[f"graph{positions}.{name}"] = fn(gm, pairs, base)
-    for name, over in {"3x2_mlps": ["n_layers=3", "n_heads=2", "mlp_layers=[0,1,2]", "d_head=32"],
+    for name, over in {"3x2_mlps": ["n_layers=3", "n_heads=2", "mlp_blocks=[0,1,2]", "d_head=32"],
                        "2x4": ["n_heads=4", "d_head=32"]}.items():
         c = RunConfig().with_overrides(over)
         torch.manual_seed(0)

@@ -75,7 +75,7 @@ def overrides(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
               extra: list[str]) -> list[str]:
     mlp = list(range(n_layers)) if every else [n_layers - 1]
     return [*PROXY, f"n_layers={n_layers}", f"d_model={d_model}", f"n_heads={n_heads}",
-            f"d_head={d_model // n_heads}", f"d_mlp={4 * d_model}", f"mlp_layers={json.dumps(mlp)}",
+            f"d_head={d_model // n_heads}", f"d_mlp={4 * d_model}", f"mlp_blocks={json.dumps(mlp)}",
             f"steps={steps}", f"task.seed={seed}", f"train.seed={seed}", f"init_seed={seed}", *extra]
 
 
@@ -110,7 +110,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     scores = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=measure_n,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
     row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
-           "mlp_layers": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
+           "mlp_blocks": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
            "budget": steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
            "outcome_why": found["why"], "train_s": results.get("train_wall_time_s"), "measure_s": round(time.perf_counter() - started, 1), **scores}
     done.write_text(json.dumps(row, indent=1, default=str) + "\n")
@@ -153,10 +153,10 @@ def table(work: Path, out: Path) -> pd.DataFrame:
     if not rows:
         raise SystemExit(f"no finished point under {work}")
     frame = pd.DataFrame(rows)
-    first = ["n_layers", "d_model", "n_heads", "mlp_layers", "seed", "steps", "outcome", "zero_var_heldout",
+    first = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "steps", "outcome", "zero_var_heldout",
              "two_var_union", *modularity.COLUMNS, "binder", "router", "adder", "gatherer"]
     frame = frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
-    frame = frame.sort_values(["mlp_layers", "n_layers", "d_model", "n_heads", "seed"], kind="stable")
+    frame = frame.sort_values(["mlp_blocks", "n_layers", "d_model", "n_heads", "seed"], kind="stable")
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "grid.csv", index=False)
     for axis in AXES:
@@ -166,7 +166,7 @@ def table(work: Path, out: Path) -> pd.DataFrame:
 
 def on_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
     keys = {(a[0], a[1], a[2], "every" if a[3] else "last") for a in AXES[axis]}
-    mask = [(r.n_layers, r.d_model, r.n_heads, r.mlp_layers) in keys for r in frame.itertuples()]
+    mask = [(r.n_layers, r.d_model, r.n_heads, r.mlp_blocks) in keys for r in frame.itertuples()]
     return frame[mask]
 
 
@@ -182,7 +182,7 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
     for panel, column, label in ((panels[0], "modularity_separation", "separation (a)"),
                                  (panels[1], "modularity_same_adder", "same adder (b): 1 supported"),
                                  (panels[2], "modularity_circuit_fraction", "circuit / graph edges (c)")):
-        for group, part in rows.groupby("d_model" if axis == "depth" else "mlp_layers"):
+        for group, part in rows.groupby("d_model" if axis == "depth" else "mlp_blocks"):
             for seed, marker in zip(SEEDS, "os"):
                 sub = part[part["seed"] == seed]
                 value = pd.to_numeric(sub[column], errors="coerce")
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.what == "table" and args.remeasure:  # the finished points measured again, nothing trained
             for done in sorted(work.glob("*/point.json")):
                 r = json.loads(done.read_text())
-                run_point(r["n_layers"], r["d_model"], r["n_heads"], r["mlp_layers"] == "every", r["seed"], work=work,
+                run_point(r["n_layers"], r["d_model"], r["n_heads"], r["mlp_blocks"] == "every", r["seed"], work=work,
                           steps=r["budget"], extra=args.set, learned_at=args.learned_at, remeasure=True)
         frame = table(work, args.out)
         print(frame[["n_layers", "d_model", "n_heads", "seed", "steps", "outcome", "modularity_separation",

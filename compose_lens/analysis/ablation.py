@@ -172,7 +172,7 @@ def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple
     cfg = config.model
     targets = [("head", layer, h, tl.hook_name("z", layer), (h,))
                for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    targets += [("mlp", layer, -1, tl.hook_name("mlp_out", layer), ()) for layer in cfg.mlp_layers]
+    targets += [("mlp", layer, -1, tl.hook_name("mlp_out", layer), ()) for layer in cfg.mlp_blocks]
     return targets
 
 

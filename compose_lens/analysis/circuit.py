@@ -7,7 +7,7 @@ sum into its terms and the model is a graph (Elhage et al.; Conmy et al.'s ACDC)
 * **senders** write into the residual stream: ``embed`` (token + position embedding,
   one node), each head ``a{L}.h{H}`` (its output through its rows of W_O; the
   layer's output bias is folded into head 0, it is the same in every run), each
-  MLP ``m{L}`` that exists (``cfg.mlp_layers``);
+  MLP ``m{L}`` that exists (``cfg.mlp_blocks``);
 * **receivers** read the stream: each head's query, key and value inputs
   ``a{L}.h{H}.q|k|v`` separately, each MLP's input ``m{L}``, and ``logits``;
 * an **edge** ``sender -> receiver`` exists when the sender comes earlier (heads of
@@ -204,7 +204,7 @@ def build_graph(cfg: ModelConfig, positions: bool = False) -> Graph:
             for kind in "qkv":
                 g.receivers.append(f"a{layer}.h{h}.{kind}")
                 g.depth[f"a{layer}.h{h}.{kind}"] = 2 * layer + 1
-        if layer in cfg.mlp_layers:
+        if layer in cfg.mlp_blocks:
             g.senders.append(f"m{layer}")
             g.receivers.append(f"m{layer}")
             g.depth[f"m{layer}"] = 2 * layer + 2
@@ -291,7 +291,7 @@ class GraphModel:
                 qkv = [self._input(f"{name}.{k}", outs, masks, corrupt, active, last and k == "q") for k in "qkv"]
                 outs[name] = self._head(layer, h, *qkv)
             name = f"m{layer}"
-            if layer in cfg.mlp_layers:
+            if layer in cfg.mlp_blocks:
                 outs[name] = known[name] if name in known else \
                     weights.mlp_out(p, cfg, self._input(name, outs, masks, corrupt, active, last), layer)[2]
         final = self._input("logits", outs, masks, corrupt, active, True)[:, -1]

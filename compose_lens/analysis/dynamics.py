@@ -244,7 +244,7 @@ def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, see
                      device: str) -> locate.FourierSubject:
     """The MLP the run's Fourier measures read: from the config when it has at most one MLP,
     else the adder located in the ``last`` checkpoint. None (NaN measures) unless it is the last block."""
-    layers = config.model.mlp_layers
+    layers = config.model.mlp_blocks
     if len(layers) <= 1:
         subject = locate.FourierSubject(layers[0] if layers else None, False, None,
                                         f"blocks.{layers[0]}.mlp, the model's only MLP" if layers else "no MLP")

@@ -297,8 +297,8 @@ def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torc
 def check_readout_layer(config: RunConfig, layer: int) -> None:
     """Refuse (one line) a block the grids cannot read: one without an MLP. An MLP in any block is
     read (the last block's exactly; an earlier one's through :class:`FrozenDownstreamReadout`)."""
-    if not 0 <= layer < config.model.n_layers or layer not in config.model.mlp_layers:
-        raise ComposeLensError(f"blocks.{layer} has no MLP (mlp_layers={list(config.model.mlp_layers)})")
+    if not 0 <= layer < config.model.n_layers or layer not in config.model.mlp_blocks:
+        raise ComposeLensError(f"blocks.{layer} has no MLP (mlp_blocks={list(config.model.mlp_blocks)})")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ gatherer    head (layer, h) below the router's layer (any layer when     0.4
             the head that brings the queried variables to ``=`` so the
             router can look for their values (SPEC 6.2, "``=`` gathers
             the operands (layer 1)"; in the paper the binder's head)
-adder       MLP of a block (in ``mlp_layers``, weights not all zero):    0.2
+adder       MLP of a block (in ``mlp_blocks``, weights not all zero):    0.2
             ``key_frequency_strength x ablation_drop`` on the p^2
             constant-operand grid: the share of its neurons' variance
             in their key frequencies (:mod:`.fourier`) times the
@@ -129,9 +129,9 @@ class Trace:
 
 
 def mlp_blocks(model: tl.Model, config: RunConfig) -> list[int]:
-    """The blocks with an MLP that exists: in ``mlp_layers`` and not all zero."""
+    """The blocks with an MLP that exists: in ``mlp_blocks`` and not all zero."""
     params = tl.parameters(model)
-    return [layer for layer in config.model.mlp_layers
+    return [layer for layer in config.model.mlp_blocks
             if all(bool(params[f"blocks.{layer}.mlp.{p}.weight"].detach().abs().max() > 0) for p in ("in", "out"))]
 
 
@@ -157,7 +157,7 @@ def _plain_trace(model, config, tokens, ablate) -> Trace:
         out, pattern = lastpos.attention_with_pattern(params, cfg, layer, resid)
         patterns.append(pattern)
         resid = resid + out
-        if layer in cfg.mlp_layers:  # the last block's MLP matters at the last position only
+        if layer in cfg.mlp_blocks:  # the last block's MLP matters at the last position only
             _, post, mlp = weights.mlp_out(params, cfg, resid[:, -1:] if layer == last else resid, layer)
             posts[layer] = post[:, -1]
             if layer != ablate:
@@ -168,13 +168,13 @@ def _plain_trace(model, config, tokens, ablate) -> Trace:
 def _hooked_trace(model, config, tokens, ablate) -> Trace:
     cfg = config.model
     names = {f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)}
-    names |= {f"blocks.{i}.mlp.hook_post" for i in cfg.mlp_layers}
+    names |= {f"blocks.{i}.mlp.hook_post" for i in cfg.mlp_blocks}
     hooks = [] if ablate is None else [(f"blocks.{ablate}.hook_mlp_out", lambda x, hook: torch.zeros_like(x))]
     device = tl.parameters(model)["embed.weight"].device
     with tl.hooks(model, hooks):
         logits, cache = tl.run_with_cache(model, tokens.to(device), names_filter=lambda n: n in names)
     return Trace([cache[f"blocks.{i}.attn.hook_pattern"].float().cpu() for i in range(cfg.n_layers)],
-                 {i: cache[f"blocks.{i}.mlp.hook_post"][:, -1].float().cpu() for i in cfg.mlp_layers},
+                 {i: cache[f"blocks.{i}.mlp.hook_post"][:, -1].float().cpu() for i in cfg.mlp_blocks},
                  logits[:, -1].float().cpu())
 
 
@@ -299,7 +299,7 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
     """
     blocks = mlp_blocks(model, config)
     if not blocks:
-        return FourierSubject(None, False, None, f"no MLP (mlp_layers={list(config.model.mlp_layers)}, "
+        return FourierSubject(None, False, None, f"no MLP (mlp_blocks={list(config.model.mlp_blocks)}, "
                                                  f"or all zero): no MLP adds")
     if len(blocks) == 1 and not score_single and adder is None:
         return FourierSubject(blocks[0], False, None, f"blocks.{blocks[0]}.mlp, the model's only MLP (not scored)")

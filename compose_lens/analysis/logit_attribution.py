@@ -96,7 +96,7 @@ def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "ba
         bias = params[f"blocks.{block}.attn.o.bias"]
         if bias.abs().max() > 0:
             out[f"{layer_name(block)} attention bias"] = bias.expand(len(tokens), -1)
-        if block in cfg.mlp_layers:
+        if block in cfg.mlp_blocks:
             out[f"{layer_name(block)} MLP"] = cache[f"blocks.{block}.hook_mlp_out"][:, -1]
     return out
 

@@ -166,7 +166,7 @@ def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int =
     ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only);
     ``heads``: the binder and router heads read (the paper's by default)."""
     tokens = probe_batch(split, n, seed).tokens if tokens is None else tokens
-    mlp = config.model.mlp_layers  # the probes read no MLP; the paper's (1) for the table forward
+    mlp = config.model.mlp_blocks  # the probes read no MLP; the paper's (1) for the table forward
     layer = mlp[-1] if mlp else config.model.n_layers - 1
     acts = collect(model, config.model, tokens, binder=heads.binder, router=heads.router, mlp_layer=layer)
     gatherer = heads.gatherer

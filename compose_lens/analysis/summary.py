@@ -98,7 +98,7 @@ def fourier_block(model: tl.Model, config: RunConfig, split: Split, mlp_block: i
     (:func:`compose_lens.analysis.locate.fourier_subject`), wherever it sits."""
     if mlp_block == LOCATE:
         mlp_block = locate.fourier_subject(model, config, split, seed, score_single=False).layer
-    return mlp_block if mlp_block in config.model.mlp_layers else None
+    return mlp_block if mlp_block in config.model.mlp_blocks else None
 
 
 def ov_source(heads: probes.Heads, layer: int) -> dict | None:

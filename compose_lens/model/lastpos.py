@@ -67,7 +67,7 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     for layer in range(cfg.n_layers):
         is_last = layer == last
         mid = (resid[:, -1:] if is_last else resid) + attention(params, cfg, layer, resid, is_last)
-        if layer in cfg.mlp_layers:
+        if layer in cfg.mlp_blocks:
             mid = mid + weights.mlp_out(params, cfg, mid, layer)[2]
         resid = mid
     return weights.unembed(params, cfg, resid[:, -1])

@@ -203,7 +203,7 @@ def absent_names(cfg: ModelConfig) -> list[str]:
     untrained biases). Parts of tensors that are absent are in :func:`absent_masks`."""
     names = []
     for layer in range(cfg.n_layers):
-        if layer not in cfg.mlp_layers:
+        if layer not in cfg.mlp_blocks:
             names += [f"blocks.{layer}.mlp.{p}.{w}" for p in ("in", "out") for w in ("weight", "bias")]
         if not cfg.trained_biases:
             names += [f"blocks.{layer}.attn.{p}.bias" for p in ("q", "k", "v", "o")]
@@ -299,7 +299,7 @@ def structure_problem(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> str |
     for name in absent_names(cfg):
         if name in state and state[name].abs().max() > 0:
             return (f"{name} is not zero, but the config says it does not exist "
-                    f"(mlp_layers={list(cfg.mlp_layers)}, trained_biases={cfg.trained_biases})")
+                    f"(mlp_blocks={list(cfg.mlp_blocks)}, trained_biases={cfg.trained_biases})")
     for name, mask in absent_masks(cfg).items():
         if name in state and state[name][mask.to(state[name].device)].abs().max() > 0:
             return f"{name} writes outside its block of the disentangled residual (residual=disentangled)"

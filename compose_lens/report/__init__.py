@@ -180,7 +180,7 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
     rows += [["model: layers", model.n_layers, shapes], ["model: d_model", model.d_model, shapes],
              ["model: heads per layer x d_head", f"{model.n_heads} x {model.d_head}", shapes],
              ["model: d_mlp", model.d_mlp, shapes],
-             ["model: MLP in layers", ", ".join(layer_name(b) for b in model.mlp_layers),
+             ["model: MLP in layers", ", ".join(layer_name(b) for b in model.mlp_blocks),
               "weights (the other MLPs are all zero)"],
              ["model: context positions", model.n_ctx, shapes],
              ["model: vocabulary in / out", f"{model.d_vocab} / {model.d_vocab_out}", shapes],

@@ -54,7 +54,7 @@ def world(tmp_path_factory) -> Path:
     (w / "notjson.json").write_text("{task: 1")
     (w / "deep.json").write_text("[" * 100_000)
     configs = {"list": [], "null": None, "task_null": {"task": None}, "train_int": {"train": 5},
-               "lr_string": {"train": {"lr": "0.1"}}, "mlp_scalar": {"model": {"mlp_layers": 1}},
+               "lr_string": {"train": {"lr": "0.1"}}, "mlp_scalar": {"model": {"mlp_blocks": 1}},
                "bogus_section": {"bogus": {}}, "bogus_key": {"task": {"bogus": 1}},
                "tpu": {"train": {"device": "tpu"}}, "steps_bool": {"train": {"steps": True}},
                "vars_list": {"task": {"n_vars": [6]}}, "forbidden_str": {"task": {"left_forbidden": "k"}}}
@@ -335,7 +335,7 @@ CASES = [
     *[(f"train-set-{v}", f"{TRAIN} --set {shlex.quote(v)}", None) for v in [
         "steps=true", "lr=Infinity", "lr=NaN", "lr=-Infinity", "lr=1e400", "trained_biases=maybe",
         "trained_biases=1", "steps=abc", "steps=1.5", "batch_size=2.0", 'f="0.5"', "f=null",
-        "mlp_layers=1", "mlp_layers=[true]", "mlp_layers=[5]", "left_forbidden=ab", "left_forbidden=[1]",
+        "mlp_blocks=1", "mlp_blocks=[true]", "mlp_blocks=[5]", "left_forbidden=ab", "left_forbidden=[1]",
         "device=gpu", "device=cuda:99", "device=cuda/../../x", "device=5", "nosuchkey=1", "task.nosuch=1",
         "noequals", "=5", "modulus=1", "modulus=-7", "f=1.5", "f=0", "r=-1", "r=2", "steps=0", "steps=-5",
         "beta1=1", "weight_decay=-1", "precision=fp16", "fast_path=maybe", "act_fn=tanh",

@@ -10,7 +10,7 @@ from compose_lens.config import ModelConfig
 from compose_lens.model import tl
 
 TINY = ModelConfig(n_layers=3, d_model=16, d_head=4, n_heads=2, d_mlp=8, n_ctx=6, d_vocab=10, d_vocab_out=7,
-                   mlp_layers=(0, 2), trained_biases=True)
+                   mlp_blocks=(0, 2), trained_biases=True)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def planted(direct: bool = False) -> tuple[C.GraphModel, PromptPairs, set[str]]:
     (a0.h0 still copies, into dims nothing reads).
     """
     cfg = ModelConfig(n_layers=2, d_model=25, d_head=5, n_heads=2, d_mlp=4, n_ctx=4, d_vocab=5,
-                      d_vocab_out=5, mlp_layers=())
+                      d_vocab_out=5, mlp_blocks=())
     d, dh = 25, 5
     p = {"embed.weight": torch.zeros(5, d), "pos_embed.weight": torch.zeros(4, d),
          "unembed.weight": torch.zeros(5, d), "unembed.bias": torch.zeros(5)}

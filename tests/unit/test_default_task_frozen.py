@@ -79,7 +79,12 @@ def digests() -> dict[str, str]:
     out["parse_p59"] = sha(torch.tensor([parse_sequence(paper, s) for s in (
         "b=7, e=5, d=2, b+23=?", "a=0, 58+a=?", "PAD b 7 PAD e 5 PAD d 5 PAD PAD PAD + b d =", "c=1, 3+4=?")]))
     out["task_json"] = sha_text(json.dumps(paper.to_dict(), sort_keys=True))
-    out["run_json"] = sha_text(json.dumps(RunConfig().to_dict(), sort_keys=True))
+    # Hashed under the model key's earlier name (issue #28 renamed mlp_layers to mlp_blocks, the
+    # name saying it counts 0-based blocks): the digest then still proves that nothing but the
+    # name changed in the study's run config.
+    run = RunConfig().to_dict()
+    run["model"]["mlp_layers"] = run["model"].pop("mlp_blocks")
+    out["run_json"] = sha_text(json.dumps(run, sort_keys=True))
     out["vocab"] = sha(torch.tensor([paper.d_vocab, paper.pad_token, paper.first_var_token, small.d_vocab]))
     return out
 

@@ -36,14 +36,14 @@ PATTERNS = dict(atol=1e-5, rtol=0)
 #                  forward -> the conditions its decline names)
 ARCHITECTURES = {
     "paper": ("paper", {}),
-    "3x2_mlps": (dict(n_layers=3, n_heads=2, d_head=16, mlp_layers=(0, 1, 2)),
-                 {"tables": ["n_layers=3 (needs 2)", "n_heads=2 (needs 1)", "mlp_layers=[0, 1, 2] (needs [1])"],
-                  "patching": ["n_layers=3 (needs 2)", "mlp_layers=[0, 1, 2] (needs [1])"]}),
+    "3x2_mlps": (dict(n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)),
+                 {"tables": ["n_layers=3 (needs 2)", "n_heads=2 (needs 1)", "mlp_blocks=[0, 1, 2] (needs [1])"],
+                  "patching": ["n_layers=3 (needs 2)", "mlp_blocks=[0, 1, 2] (needs [1])"]}),
     "2x4": (dict(n_heads=4, d_head=8), {"tables": ["n_heads=4 (needs 1)"]}),
     "orthogonal": (dict(embeddings="orthogonal"), {}),
     "disentangled": (dict(residual="disentangled"), {}),
     "trained_biases": (dict(trained_biases=True), {"tables": ["trained_biases=true (needs false)"]}),
-    "layernorm": (dict(normalization_type="LN", mlp_layers=(0, 1)),
+    "layernorm": (dict(normalization_type="LN", mlp_blocks=(0, 1)),
                   {f: ["normalization_type='LN' (needs null)"] for f in ("tables", "lastpos", "patching", "graph")}),
 }
 FORWARDS = ("tables", "tables_edited", "lastpos", "patching", "graph")

@@ -64,7 +64,7 @@ def reference_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
         scores = q @ k.transpose(1, 2) / math.sqrt(cfg.d_head)
         scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
         written.append(scores.softmax(-1) @ v @ own(f"blocks.{layer}.attn.o.weight", f"attn{layer}").T)
-        if layer in cfg.mlp_layers:
+        if layer in cfg.mlp_blocks:
             hidden = torch.relu(read(written, p[f"blocks.{layer}.mlp.in.weight"]))
             written.append(hidden @ own(f"blocks.{layer}.mlp.out.weight", f"mlp{layer}").T)
     return read(written, p["unembed.weight"])

@@ -4,7 +4,9 @@ located adder, never a hard-coded blocks.1 (issue #28)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from compose_lens import runs
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
 from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.errors import ConfigError
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.report.context import fourier_plan
@@ -38,7 +41,7 @@ def planted(paper):
     function as the paper model; its adder is blocks.2.mlp, while blocks.1 holds an MLP too, so an
     analysis hard-coded to blocks.1 reads the wrong MLP."""
     config = paper.config
-    model_cfg = config.model.replace(n_layers=3, mlp_layers=(1, 2))
+    model_cfg = config.model.replace(n_layers=3, mlp_blocks=(1, 2))
     cfg = dataclasses.replace(config, model=model_cfg)
     src = tl.parameters(paper.model)
     g = torch.Generator().manual_seed(0)
@@ -92,7 +95,7 @@ def test_adder_in_blocks_2_is_analysed_there_not_at_blocks_1(paper, planted, tmp
 
 
 def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
-    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(mlp_layers=()))
+    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(mlp_blocks=()))
     model = tl.boot(config.model)
     found = locate.locate(model, config, tiny_split, n=120)
     assert found.adder.component is None and found.adder.layer is None
@@ -107,7 +110,7 @@ def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
 
 
 def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny_split):
-    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_layers=3, mlp_layers=(1,)))
+    config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_layers=3, mlp_blocks=(1,)))
     loaded = runs.Loaded(tl.boot(config.model), config, tiny_split, "middle-mlp")
     _, subject = fourier_plan(loaded, seed=0)
     assert subject.layer == 1  # the only MLP, in the middle: read there, no longer refused
@@ -115,12 +118,30 @@ def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny
 
 
 def test_n_layers_alone_puts_the_mlp_in_the_last_block():
-    assert ModelConfig().mlp_layers == (1,)
-    assert ModelConfig(n_layers=3).mlp_layers == (2,)
-    assert RunConfig().with_overrides(["n_layers=3"]).model.mlp_layers == (2,)
-    assert RunConfig().with_overrides(["n_layers=3", "mlp_layers=[1]"]).model.mlp_layers == (1,)
-    assert RunConfig.from_dict({"model": {"n_layers": 4}}).model.mlp_layers == (3,)
-    assert RunConfig().to_dict()["model"]["mlp_layers"] == [1]  # the paper's configs are written as before
+    assert ModelConfig().mlp_blocks == (1,)
+    assert ModelConfig(n_layers=3).mlp_blocks == (2,)
+    assert RunConfig().with_overrides(["n_layers=3"]).model.mlp_blocks == (2,)
+    assert RunConfig().with_overrides(["n_layers=3", "mlp_blocks=[1]"]).model.mlp_blocks == (1,)
+    assert RunConfig.from_dict({"model": {"n_layers": 4}}).model.mlp_blocks == (3,)
+    assert RunConfig().to_dict()["model"]["mlp_blocks"] == [1]  # the paper's layer 2, blocks.1, as before
+
+
+def test_runs_written_with_the_old_key_still_load():
+    """Configs written before the rename (the embedded paper run, committed sweeps) say mlp_layers."""
+    legacy = RunConfig.from_dict({"model": {"n_layers": 3, "mlp_layers": [0, 2]}})
+    assert legacy.model.mlp_blocks == (0, 2)
+    assert "mlp_layers" not in legacy.to_dict()["model"]
+    paper = json.loads((Path(runs.__file__).parent / "assets" / "paper" / "config.json").read_text())
+    assert "mlp_layers" in paper["model"]  # the embedded run keeps its original file
+    assert RunConfig.from_dict(paper).model.mlp_blocks == (1,)
+    with pytest.raises(ConfigError, match="both mlp_layers .* and mlp_blocks"):
+        RunConfig.from_dict({"model": {"mlp_layers": [1], "mlp_blocks": [1]}})
+
+
+@pytest.mark.parametrize("key", ["mlp_layers", "model.mlp_layers"])
+def test_the_old_key_on_the_command_line_says_what_it_became(key):
+    with pytest.raises(ConfigError, match=r"mlp_layers is now mlp_blocks: 0-based block indices .*mlp_blocks=\[1\]"):
+        RunConfig().with_overrides([f"{key}=[1]"])
 
 
 # -- the probes read the located binder and router (issue #28) --------------------------------------
@@ -188,7 +209,7 @@ def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
 # -- every family with its roles planted in known components: same-mlp, analyze's parts, fourier ----
 
 
-def plant(paper, n_layers: int, n_heads: int, mlp_layers: tuple[int, ...], binder: tuple[int, int],
+def plant(paper, n_layers: int, n_heads: int, mlp_blocks: tuple[int, ...], binder: tuple[int, int],
           router: tuple[int, int], adder: int, seed: int = 0):
     """The paper model rebuilt in another architecture: its layer-1 head at ``binder`` (block, head), its
     layer-2 head at ``router``, its MLP at ``blocks.{adder}``. Every other head has random queries, keys
@@ -196,7 +217,7 @@ def plant(paper, n_layers: int, n_heads: int, mlp_layers: tuple[int, ...], binde
     same function as the paper model, its roles in known places; an analysis that reads a default
     block or head reads one that does nothing."""
     config = paper.config
-    model_cfg = config.model.replace(n_layers=n_layers, n_heads=n_heads, mlp_layers=mlp_layers)
+    model_cfg = config.model.replace(n_layers=n_layers, n_heads=n_heads, mlp_blocks=mlp_blocks)
     cfg = dataclasses.replace(config, model=model_cfg)
     src = tl.parameters(paper.model)
     g = torch.Generator().manual_seed(seed)
@@ -206,7 +227,7 @@ def plant(paper, n_layers: int, n_heads: int, mlp_layers: tuple[int, ...], binde
         if not name.startswith("blocks."):
             state[name] = src[name].clone()
         elif name.endswith(".bias") or ".attn.o." in name or (".mlp." in name and int(name.split(".")[1])
-                                                                   not in mlp_layers):
+                                                                   not in mlp_blocks):
             state[name] = torch.zeros(shape)  # and the frozen MLPs of blocks without one
         else:
             state[name] = (1e-4 if ".mlp.out." in name else 0.1) * torch.randn(shape, generator=g)
@@ -223,9 +244,9 @@ def plant(paper, n_layers: int, n_heads: int, mlp_layers: tuple[int, ...], binde
 
 
 FAMILIES = {  # name: plant(...) arguments, and the components each role must be found in
-    "3x2 MLPs everywhere": dict(n_layers=3, n_heads=2, mlp_layers=(0, 1, 2), binder=(0, 1), router=(2, 1), adder=2),
-    "2x4": dict(n_layers=2, n_heads=4, mlp_layers=(1,), binder=(0, 2), router=(1, 3), adder=1),
-    "3x1 adder in blocks.1, an MLP after it": dict(n_layers=3, n_heads=1, mlp_layers=(1, 2), binder=(0, 0),
+    "3x2 MLPs everywhere": dict(n_layers=3, n_heads=2, mlp_blocks=(0, 1, 2), binder=(0, 1), router=(2, 1), adder=2),
+    "2x4": dict(n_layers=2, n_heads=4, mlp_blocks=(1,), binder=(0, 2), router=(1, 3), adder=1),
+    "3x1 adder in blocks.1, an MLP after it": dict(n_layers=3, n_heads=1, mlp_blocks=(1, 2), binder=(0, 0),
                                                     router=(1, 0), adder=1),
 }
 
@@ -296,7 +317,7 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
     from compose_lens.analysis import same_mlp
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
-        n_layers=3, n_heads=2, d_head=16, mlp_layers=(0, 1, 2)))
+        n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)))
     model = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained")).model
     report = same_mlp.same_mlp_report(model, config, tiny_split, n=40)
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
@@ -399,6 +420,6 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
 def test_an_mlp_block_outside_the_model_is_refused_in_the_block_convention():
     with pytest.raises(ComposeLensError, match=r"block\(s\) \[3\] do not exist in a 3-layer model .*blocks\.0 to "
                                                r"blocks\.2: the paper's layer 2 is 1"):
-        RunConfig().with_overrides(["n_layers=3", "mlp_layers=[3]"])
+        RunConfig().with_overrides(["n_layers=3", "mlp_blocks=[3]"])
     with pytest.raises(ComposeLensError, match=r"block\(s\) \[2\]"):
-        RunConfig.from_dict({"model": {"mlp_layers": [2]}})  # the paper's "layer 2" typed as a paper number
+        RunConfig.from_dict({"model": {"mlp_blocks": [2]}})  # the paper's "layer 2" typed as a paper number

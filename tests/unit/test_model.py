@@ -84,8 +84,8 @@ def test_fast_path_gradients_match(tiny_config, tiny_split):
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-3), name
 
 
-@pytest.mark.parametrize("changes", [dict(n_layers=3, mlp_layers=(1, 2)), dict(n_heads=2, d_head=16),
-                                     dict(normalization_type="LN", mlp_layers=(0, 1)),
+@pytest.mark.parametrize("changes", [dict(n_layers=3, mlp_blocks=(1, 2)), dict(n_heads=2, d_head=16),
+                                     dict(normalization_type="LN", mlp_blocks=(0, 1)),
                                      dict(trained_biases=True)])
 def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_split, changes):
     cfg = tiny_config.model.replace(**changes)
@@ -95,9 +95,9 @@ def test_other_architectures_build_and_take_the_exact_path(tiny_config, tiny_spl
     assert model(tokens).shape == (4, tiny_config.task.seq_len, tiny_config.task.modulus)
 
 
-OTHER_ARCHITECTURES = [dict(n_layers=3, mlp_layers=(0, 1, 2), n_heads=2, d_head=16),
-                       dict(n_layers=4, mlp_layers=(0, 1, 2, 3), n_heads=4, d_head=8, act_fn="gelu"),
-                       dict(n_layers=2, mlp_layers=(0, 1), trained_biases=True)]
+OTHER_ARCHITECTURES = [dict(n_layers=3, mlp_blocks=(0, 1, 2), n_heads=2, d_head=16),
+                       dict(n_layers=4, mlp_blocks=(0, 1, 2, 3), n_heads=4, d_head=8, act_fn="gelu"),
+                       dict(n_layers=2, mlp_blocks=(0, 1), trained_biases=True)]
 
 
 @pytest.mark.parametrize("changes", OTHER_ARCHITECTURES)
@@ -128,7 +128,7 @@ def test_last_position_forward_matches_transformerlens(tiny_config, tiny_split, 
 
 
 def test_normalised_models_take_the_transformerlens_forward(tiny_config):
-    cfg = tiny_config.model.replace(normalization_type="LN", mlp_layers=(0, 1))
+    cfg = tiny_config.model.replace(normalization_type="LN", mlp_blocks=(0, 1))
     assert fastpath.forward_kind(cfg) == "transformerlens"
     assert fastpath.forward_kind(tiny_config.model) == "tables"
     assert fastpath.forward_kind(tiny_config.model, "off") == "transformerlens"
@@ -144,7 +144,7 @@ def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):
 
 
 @pytest.mark.parametrize("changes", [{}, *OTHER_ARCHITECTURES, dict(trained_biases=True),
-                                     *[dict(normalization_type=n, mlp_layers=(0, 1), n_heads=2, d_head=8)
+                                     *[dict(normalization_type=n, mlp_blocks=(0, 1), n_heads=2, d_head=8)
                                        for n in ("LN", "LNPre", "RMS", "RMSPre")]])
 def test_state_shapes_are_the_bridge_state_dict(tiny_config, changes):
     cfg = tiny_config.model.replace(**changes)
@@ -166,7 +166,7 @@ def test_weights_without_the_bridge_give_the_bridge_answers(tmp_path, tiny_confi
                        answer_logits(model, tiny_config.model, tokens))
     with pytest.raises(ValueError, match="booted model"):
         answer_logits(light.model, light.config.model, tokens, fast=False)
-    normed = tiny_config.replace(model=tiny_config.model.replace(normalization_type="LN", mlp_layers=(0, 1)))
+    normed = tiny_config.replace(model=tiny_config.model.replace(normalization_type="LN", mlp_blocks=(0, 1)))
     save_model(tl.boot(normed.model), normed, tmp_path / "ln")
     assert not isinstance(load_model(tmp_path / "ln", bridge=False).model, tl.Weights)  # no fast forward
 
@@ -234,7 +234,7 @@ def test_reference_with_a_layer1_mlp_is_refused(reference_dir, tmp_path):
 def test_paper_model_config_is_the_spec():
     cfg = ModelConfig()
     assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, cfg.n_ctx) == (2, 1, 128, 128, 512, 16)
-    assert cfg.mlp_layers == (1,) and cfg.normalization_type is None and is_paper_architecture(cfg)
+    assert cfg.mlp_blocks == (1,) and cfg.normalization_type is None and is_paper_architecture(cfg)
 
 
 def test_parameters_are_the_live_tensors_even_after_one_is_replaced(tiny_config):

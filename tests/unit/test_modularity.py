@@ -48,7 +48,7 @@ def relay(paper):
     cfg0, p = paper.config.model, paper.config.task.modulus
     d = cfg0.d_model
     A, S = slice(0, d), slice(d, 2 * d)
-    cfg = cfg0.replace(d_model=2 * d, mlp_layers=(0, 1))
+    cfg = cfg0.replace(d_model=2 * d, mlp_blocks=(0, 1))
     W = {name: torch.zeros(shape) for name, shape in tl.state_shapes(cfg).items()}
     W["embed.weight"][p:, A] = src["embed.weight"][p:]
     W["embed.weight"][:p, S] = src["embed.weight"][:p]
@@ -92,7 +92,7 @@ def same_function(paper, other) -> float:
 
 @pytest.fixture(scope="module")
 def modular(paper):
-    return plant(paper, n_layers=2, n_heads=4, mlp_layers=(1,), binder=(0, 2), router=(1, 3), adder=1)
+    return plant(paper, n_layers=2, n_heads=4, mlp_blocks=(1,), binder=(0, 2), router=(1, 3), adder=1)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def assignments(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("n_layers", [2, 3])
 def test_study_init_draws_every_matrix_with_the_same_sigma(n_layers):
-    cfg = ModelConfig(d_model=128, d_head=128, n_layers=n_layers, mlp_layers=tuple(range(n_layers)))
+    cfg = ModelConfig(d_model=128, d_head=128, n_layers=n_layers, mlp_blocks=tuple(range(n_layers)))
     sigma = 0.8 / math.sqrt(cfg.d_model)
     study = {k: v.std().item() for k, v in tl.boot(cfg).state_dict().items() if v.dim() == 2}
     tl4 = {k: v.std().item() for k, v in tl.boot(cfg.replace(init="tl4")).state_dict().items() if v.dim() == 2}

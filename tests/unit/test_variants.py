@@ -312,7 +312,7 @@ def test_overrides_set_the_variants_and_size_the_model():
                                          "max_assignments=12", "chain_rate=0.1", "n_layers=3"])
     t = config.task
     assert (t.noise_rate, t.reassign_rate, t.chain_rate, t.seq_len) == (0.3, 0.2, 0.1, 32)
-    assert (config.model.d_vocab, config.model.n_ctx, config.model.mlp_layers) == (78, 32, (2,))
+    assert (config.model.d_vocab, config.model.n_ctx, config.model.mlp_blocks) == (78, 32, (2,))
     assert RunConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="reassign_rate=2"):
         RunConfig().with_overrides(["reassign_rate=2"])

@@ -20,6 +20,9 @@ command      covers
 ``fourier``  a model with at least one MLP; the MLP analysed is the located adder, in any
              block (before the last block read through its direct path,
              :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`)
+``report``   what ``same-mlp``, ``fourier`` and ``circuit`` all cover (its sections run them): a
+             model with an MLP and without normalisation; refused before the dynamics are
+             computed, not after a minute of work
 ===========  ==============================================================================
 
 :func:`problem` gives the reason a command does not cover a model config (None: it does);
@@ -43,8 +46,8 @@ def study_layout(cfg: ModelConfig) -> bool:
 
 
 def same_mlp_problem(cfg: ModelConfig) -> str | None:
-    if not cfg.mlp_layers:
-        return "the model has no MLP (mlp_layers=[]): no MLP adds, the same-MLP tests have nothing to read"
+    if not cfg.mlp_blocks:
+        return "the model has no MLP (mlp_blocks=[]): no MLP adds, the same-MLP tests have nothing to read"
     if cfg.normalization_type is not None:
         return (f"normalization_type={cfg.normalization_type!r}: the same-MLP tests split the adder's input "
                 f"into the operands' terms, which needs a model without normalisation (a plain residual sum)")
@@ -59,9 +62,14 @@ def circuit_problem(cfg: ModelConfig) -> str | None:
 
 
 def fourier_problem(cfg: ModelConfig) -> str | None:
-    if not cfg.mlp_layers:
-        return "the model has no MLP (mlp_layers=[]): no MLP adds, the Fourier analysis has nothing to read"
+    if not cfg.mlp_blocks:
+        return "the model has no MLP (mlp_blocks=[]): no MLP adds, the Fourier analysis has nothing to read"
     return None
+
+
+def report_problem(cfg: ModelConfig) -> str | None:
+    reason = fourier_problem(cfg) or same_mlp_problem(cfg) or circuit_problem(cfg)
+    return None if reason is None else f"its same-MLP, Fourier and circuit sections cannot read it: {reason}"
 
 
 PROBLEMS = {
@@ -71,6 +79,7 @@ PROBLEMS = {
     "same-mlp": same_mlp_problem,
     "analyze": same_mlp_problem,
     "fourier": fourier_problem,
+    "report": report_problem,
 }
 
 
@@ -82,7 +91,7 @@ def problem(command: str, cfg: ModelConfig) -> str | None:
 def describe(cfg: ModelConfig) -> str:
     norm = "" if cfg.normalization_type is None else f", {cfg.normalization_type}"
     heads = f"{cfg.n_heads} head{'s' if cfg.n_heads != 1 else ''}"
-    return f"{cfg.n_layers} layers x {heads}, MLPs in {list(cfg.mlp_layers)}{norm}"
+    return f"{cfg.n_layers} layers x {heads}, MLPs in {list(cfg.mlp_blocks)}{norm}"
 
 
 def peek_model_config(spec: str | Path) -> ModelConfig | None:

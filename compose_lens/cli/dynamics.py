@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import seed
+from compose_lens.cli.common import refuse_uncovered, seed
 from compose_lens.errors import ComposeLensError
 
 DYNAMICS_FIGURE = "dynamics.png"  # the pools over training, phase onsets and the outcome (plots.dynamics_figure)
@@ -67,12 +67,14 @@ def _steps(text: str | None) -> list[int] | None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from compose_lens.report import build_report  # lazy: torch
-    from compose_lens.safety import check_count, check_file_output
-
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise ComposeLensError(f"{run_dir}: not a run directory")
+    refuse_uncovered("report", args.run_dir)  # before torch is imported and the dynamics computed
+
+    from compose_lens.report import build_report  # lazy: torch
+    from compose_lens.safety import check_count, check_file_output
+
     check_count(args.stride, "--stride")
     if args.example and len(args.example) > 100:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")

@@ -1,4 +1,4 @@
-"""Which architectures patch, ablate, circuit, same-mlp (and analyze, fourier) cover (issue #28): each
+"""Which architectures patch, ablate, circuit, same-mlp (and analyze, fourier, report) cover (issue #28): each
 either works on a small non-paper model or refuses in one line (exit 2) before anything is loaded."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.model import tl
 
-COMMANDS = ("patch", "ablate", "circuit", "same-mlp", "analyze", "fourier")
+COMMANDS = ("patch", "ablate", "circuit", "same-mlp", "analyze", "fourier", "report")
 
 
 def test_the_paper_architecture_is_covered_by_every_command():
@@ -24,11 +24,11 @@ def test_the_paper_architecture_is_covered_by_every_command():
 
 @pytest.mark.parametrize("changes, refused", [
     (dict(n_layers=3, n_heads=2), set()),
-    (dict(n_layers=3, n_heads=2, mlp_layers=(0, 1, 2)), set()),
+    (dict(n_layers=3, n_heads=2, mlp_blocks=(0, 1, 2)), set()),
     (dict(n_heads=4), set()),
-    (dict(normalization_type="LN"), {"circuit", "same-mlp", "analyze"}),
-    (dict(mlp_layers=()), {"same-mlp", "analyze", "fourier"}),
-    (dict(n_layers=3, mlp_layers=(1,)), set()),  # an MLP before the last block: read where it is
+    (dict(normalization_type="LN"), {"circuit", "same-mlp", "analyze", "report"}),
+    (dict(mlp_blocks=()), {"same-mlp", "analyze", "fourier", "report"}),
+    (dict(n_layers=3, mlp_blocks=(1,)), set()),  # an MLP before the last block: read where it is
 ])
 def test_what_each_command_covers(changes, refused):
     cfg = ModelConfig(**changes)
@@ -39,7 +39,7 @@ def test_what_each_command_covers(changes, refused):
 def three_by_two(tiny_config, tmp_path):
     """An untrained 3-layer x 2-head model (its MLP in blocks.2), saved as a model directory."""
     config = tiny_config.replace(model=tiny_config.model.replace(n_layers=3, n_heads=2, d_head=16,
-                                                                          mlp_layers=(2,)))
+                                                                          mlp_blocks=(2,)))
     return runs.save_model(tl.boot(config.model), config, tmp_path / "m")
 
 
@@ -51,7 +51,7 @@ def normalised(tiny_config, tmp_path):
     return runs.save_model(tl.boot(config.model), config, tmp_path / "ln")
 
 
-@pytest.mark.parametrize("command", ["same-mlp", "analyze"])
+@pytest.mark.parametrize("command", ["same-mlp", "analyze", "report"])
 def test_a_command_refuses_an_uncovered_model_before_importing_torch(normalised, tmp_path, command):
     code = ("import sys; from compose_lens.cli import main; "
             f"rc = main([{command!r}, {str(normalised)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "

@@ -1,8 +1,11 @@
-"""A small proxy of "the study, re-run on each task variant" (issue #26): accuracy per pool.
+"""The study, re-run on each task variant (issue #26): accuracy per pool, at a p = 11 proxy or at p = 59.
 
     python experiments/variants.py                 # p = 11, 3000 steps per variant, one thread, one at a time
     python experiments/variants.py --quick         # p = 7, 40 steps, tiny widths: checks the script runs
     python experiments/variants.py --seeds 0 1 2   # more seeds (default: 0)
+    python experiments/variants.py --scale study --variants reassign noise longer --seeds 0 1 2
+                                                   # p = 59, the study's recipe, stopped once decided:
+                                                   # writes experiments/results/variants/study.csv
 
 Trains the paper architecture (d_model 128, one head, d_mlp 512, MLP in the last block) at a
 small modulus on the study's task and on each variant of docs/variants.md, with
@@ -52,8 +55,10 @@ VARIANTS = {  # name: RunConfig overrides (the task settings and, for chains, th
 }
 
 
-def base_overrides(quick: bool) -> list[str]:
-    if quick:
+def base_overrides(scale: str) -> list[str]:
+    if scale == "study":  # the study's task size and recipe; stop once generalised or surely stalled
+        return ["steps=30000", "stop_at=decided", "threads=1"]
+    if scale == "quick":
         return ["modulus=7", "n_vars=6", 'left_forbidden=["f"]', 'right_forbidden=["a"]', "f=0.8", "steps=40",
                 "eval_every=20", "checkpoint_every=20", "pool_size=50", "batch_size=64", "threads=1",
                 "model.d_model=16", "model.d_head=16", "model.d_mlp=32"]
@@ -61,7 +66,7 @@ def base_overrides(quick: bool) -> list[str]:
             "batch_size=256", "threads=1"]
 
 
-def run_variant(name: str, seed: int, quick: bool, work: Path) -> dict:
+def run_variant(name: str, seed: int, scale: str, work: Path) -> dict:
     """Train one variant (or reuse its finished run) and return its results.json."""
     from compose_lens.config import RunConfig
     from compose_lens.train import Trainer
@@ -69,12 +74,13 @@ def run_variant(name: str, seed: int, quick: bool, work: Path) -> dict:
     run = work / f"{name}_seed={seed}"
     if (run / "results.json").exists():
         return json.loads((run / "results.json").read_text())
-    overrides = base_overrides(quick) + VARIANTS[name]
-    if name == "longer" and quick:
+    overrides = base_overrides(scale) + VARIANTS[name]
+    if name == "longer" and scale == "quick":
         overrides = [o for o in overrides if not o.startswith("max_assignments")] + ["max_assignments=6"]
     config = RunConfig().with_overrides(overrides + [f"train.seed={seed}", f"task.seed={seed}",
                                                      f"model.init_seed={seed}"])
-    return Trainer(config, run, progress=False, overwrite=run.exists()).run()
+    # an interrupted run resumes from its last checkpoint
+    return Trainer(config, run, progress=False, resume=run.exists()).run()
 
 
 def rows_of(name: str, seed: int, results: dict) -> list[dict]:
@@ -94,19 +100,26 @@ def rows_of(name: str, seed: int, results: dict) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="p = 7, 40 steps: check the script runs")
+    parser.add_argument("--scale", choices=("proxy", "study"), default="proxy",
+                        help="proxy: p = 11, 3,000 steps (default); study: p = 59, up to 30,000 steps, "
+                             "stopped once the headline holds or the stall detector is certain")
+    parser.add_argument("--out", type=Path, help="the CSV to write (default: by scale, under "
+                                                 "experiments/results/variants/)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    work = ROOT / "runs" / ("variants_quick" if args.quick else "variants")
+    scale = "quick" if args.quick else args.scale
+    work = ROOT / "runs" / {"quick": "variants_quick", "proxy": "variants", "study": "variants_study"}[scale]
     work.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / ("accuracy_quick.csv" if args.quick else "accuracy.csv")
+    out = args.out or RESULTS / {"quick": "accuracy_quick.csv", "proxy": "accuracy.csv",
+                                 "study": "study.csv"}[scale]
     rows = []
     jobs = [(name, seed) for seed in args.seeds for name in args.variants]
     for name, seed in tqdm(jobs, desc="variants", disable=args.quiet):
         start = time.time()
-        rows += rows_of(name, seed, run_variant(name, seed, args.quick, work))
+        rows += rows_of(name, seed, run_variant(name, seed, scale, work))
         if not args.quiet:
             tqdm.write(f"{name} seed {seed}: {time.time() - start:.0f} s")
         pd.DataFrame(rows).to_csv(out, index=False)  # after every run: a stopped study keeps what it has

@@ -808,9 +808,10 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Dat
 
 
 _FLOW = ("resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a block's order
-# the role order of analysis.patching.ROLES (plots does not import the analysis that runs models)
+# the roles of analysis.patching.ROLES and VARIANT_ROLES, context first (plots does not import the
+# analysis that runs models)
 _ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
-               "+", "left operand", "right operand", "=")
+               "stale value", "filler", "chain var", "+", "left operand", "right operand", "=")
 
 
 ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out

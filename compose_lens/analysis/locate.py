@@ -186,7 +186,7 @@ def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, 
     task = config.task
     tokens = probe_batch(split, n, seed).tokens
     patterns = trace(model, config, tokens).patterns
-    seq, pos = value_positions(task, tokens)
+    seq, pos, var = value_positions(task, tokens)
     two_var = (tokens[:, -3] >= task.first_var_token) & (tokens[:, -2] >= task.first_var_token)
     targets = value_targets(task, tokens)[two_var]
     values = torch.zeros(tokens.shape, dtype=torch.bool)
@@ -199,7 +199,7 @@ def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, 
     for layer, pattern in enumerate(patterns):
         for head in range(pattern.shape[1]):
             component = f"blocks.{layer} head {head}"
-            binder = pattern[seq, head, pos, pos - 1].mean().item()
+            binder = pattern[seq, head, pos, var].mean().item()
             last = pattern[two_var, head, -1]  # (B2, n): from =
             spread = (last * distractors).sum(1) / n_distractors
             router = (target_mass(last, targets) - 2 * spread).mean().item() if two_var.any() else float("nan")

@@ -84,6 +84,7 @@ from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
+from compose_lens.data.variants import bindings
 from compose_lens.evaluate import answer_logits
 from compose_lens.model import heads, tl, weights
 
@@ -116,11 +117,12 @@ def _value_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
     clean = make_pool(split, "1var_train", n_pairs, seed).tokens
     corrupted = clean.clone()
     is_var = clean[:, C + 1] >= task.first_var_token
-    queried = torch.where(is_var, clean[:, C + 1], clean[:, C + 2])
-    var_pos = (clean[:, :C] == queried.unsqueeze(1)).long().argmax(1)
+    # the number the queried variable holds (its latest, past fillers, through a chain: bindings)
+    value_pos = bindings(task, clean).operand_value_positions(task, clean)
+    value_pos = torch.where(is_var, value_pos[:, 0], value_pos[:, 1])
     rows = torch.arange(n_pairs)
     shift = torch.randint(1, p, (n_pairs,), generator=g)
-    corrupted[rows, var_pos + 1] = (clean[rows, var_pos + 1] + shift) % p
+    corrupted[rows, value_pos] = (clean[rows, value_pos] + shift) % p
     return clean, corrupted
 
 
@@ -134,13 +136,14 @@ def _variable_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
     allowed_right = {task.first_var_token + i for i in task.allowed_right}
     keep_clean, keep_corrupt = [], []
     picks = torch.rand(len(pool), generator=g).tolist()
-    for row, pick in zip(pool.tolist(), picks):
+    holds = bindings(task, pool).value_of.tolist()  # where each variable's number lies, per prompt
+    for row, pick, held in zip(pool.tolist(), picks, holds):
         slot = lhs if row[lhs] >= task.first_var_token else rhs
-        value = row[row[:C].index(row[slot]) + 1]
+        value = row[held[row[slot] - task.first_var_token]]
         allowed = allowed_left if slot == lhs else allowed_right
         options = [row[i] for i in range(C - 1)
-                   if row[i] >= task.first_var_token and row[i] != row[slot]
-                   and row[i + 1] != value and row[i] in allowed]
+                   if row[i] >= task.first_var_token and row[i] != row[slot] and row[i] in allowed
+                   and held[row[i] - task.first_var_token] >= 0 and row[held[row[i] - task.first_var_token]] != value]
         if options:
             new = list(row)
             new[slot] = options[int(pick * len(options))]
@@ -575,16 +578,29 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
 ROLES = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
          "+", "left operand", "right operand", "=")
 QUERY_ROLES = ROLES[5:]
+# What the task variants add (docs/variants.md): a queried variable's earlier, replaced value; a
+# filler word; the middle variable of a queried chain (b in c=b, b=7, c+1=?). Their rows appear
+# only for a variant task, so the study's tables are as they were.
+VARIANT_ROLES = ("stale value", "filler", "chain var")
+
+
+def role_names(task) -> tuple[str, ...]:
+    """The roles :func:`position_roles` indexes into for ``task``."""
+    return ROLES + VARIANT_ROLES if task.is_variant else ROLES
 BY = ("role", "position")
 
 
 def position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
-    """(N, n) index into :data:`ROLES` of every position of every prompt (N, n).
+    """(N, n) index into :func:`role_names` of every position of every prompt (N, n).
 
     A context variable is *queried* when it is an operand of the query, and the number
     after a variable is that variable's value; the four query positions are ``+``, the
-    left and right operands (constant or variable) and ``=``.
+    left and right operands (constant or variable) and ``=``. On a variant task the
+    context is parsed (:func:`compose_lens.data.variants.bindings`): the queried value is
+    the number the operand's variable holds at the end (latest assignment, chain followed).
     """
+    if task.is_variant:
+        return _variant_position_roles(task, tokens)
     C = task.context_len
     ctx = tokens[:, :C]
     is_var = ctx >= task.first_var_token
@@ -601,12 +617,43 @@ def position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([role, query], dim=1)
 
 
+def _variant_position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
+    names = role_names(task)
+    C = task.context_len
+    ctx = tokens[:, :C]
+    found = bindings(task, tokens)
+    is_var = ctx >= task.first_var_token
+    operands = tokens[:, C + 1: C + 3]
+    queried = is_var & (ctx.unsqueeze(2) == operands.unsqueeze(1)).any(2)
+    value_pos = found.variable_of >= 0
+    bound_token = ctx.gather(1, found.variable_of.clamp_min(0))  # the variable a value is assigned to
+    targets = found.operand_value_positions(task, tokens)  # in the context for a variable operand
+    rows = torch.arange(len(tokens))
+    # a queried chain's middle variable: the variable a queried variable is assigned to
+    middle = value_pos & is_var & queried.gather(1, found.variable_of.clamp_min(0))
+    middle_token = torch.where(middle, ctx, torch.full_like(ctx, -1))
+    is_middle = is_var & (ctx.unsqueeze(2) == middle_token.unsqueeze(1)).any(2) & ~queried
+    role = torch.full_like(ctx, names.index("distractor value"))
+    stale = value_pos & ~is_var & (bound_token.unsqueeze(2) == operands.unsqueeze(1)).any(2)
+    role[stale] = names.index("stale value")
+    role[is_var] = names.index("distractor var")
+    role[is_middle] = names.index("chain var")
+    role[queried] = names.index("queried var")
+    for side in range(2):
+        inside = targets[:, side] < C
+        role[rows[inside], targets[inside, side]] = names.index("queried value")
+    role[(ctx >= task.first_noise_token) & ~is_var] = names.index("filler")
+    role[ctx == task.pad_token] = names.index("PAD")
+    query = torch.tensor([names.index(r) for r in QUERY_ROLES]).expand(len(tokens), -1)
+    return torch.cat([role, query], dim=1)
+
+
 def _position_role(task, position: int) -> str:
     """The role a position has in every prompt: a query role, or ``context`` (it varies)."""
     return "context" if position < task.context_len else QUERY_ROLES[position - task.context_len]
 
 
-def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor):
+def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor, names: tuple[str, ...] = ROLES):
     """Per (component, layer, head) and role: each prompt's mean patched logit difference over the
     positions with that role, NaN where a prompt has none.
 
@@ -615,7 +662,7 @@ def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor)
     groups: dict[tuple[str, int, int], dict[int, int]] = {}
     for j, s in enumerate(sites):
         groups.setdefault((s.component, s.layer, s.head), {})[s.position] = j
-    onehot = torch.nn.functional.one_hot(roles, len(ROLES)).double()  # (N, n, R)
+    onehot = torch.nn.functional.one_hot(roles, len(names)).double()  # (N, n, R)
     keys, values, counts = [], [], []
     for (component, block, head), by_position in groups.items():
         positions = sorted(by_position)
@@ -625,7 +672,7 @@ def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor)
         count = hot.sum(1).T  # (R, N)
         values.append(torch.where(count > 0, total / count.clamp_min(1), torch.nan))
         counts.append(count)
-        keys += [(component, block, head, role) for role in ROLES]
+        keys += [(component, block, head, role) for role in names]
     return keys, torch.cat(values), torch.cat(counts)
 
 
@@ -678,7 +725,8 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
             "position": [s.position for s in sites], "mean": mean.tolist(), "ci_low": low.tolist(),
             "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
         return _common_columns(table, clean, corrupted, pairs, by, metric_name)
-    keys, values, counts = group_by_role(sites, patched, position_roles(split.task, pairs.clean))
+    keys, values, counts = group_by_role(sites, patched, position_roles(split.task, pairs.clean),
+                                         role_names(split.task))
     present = counts > 0
     mean, low, high = normalised_with_ci(values, clean, corrupted, n_boot=n_boot, seed=seed, present=present)
     n_prompts = present.sum(1)

@@ -67,6 +67,7 @@ from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import SequenceKind
+from compose_lens.data.variants import bindings
 from compose_lens.model import tl
 from compose_lens.model.weights import ov_matrix, qk_matrix
 
@@ -196,14 +197,20 @@ def _acts(model, config, split, n, seed, acts, heads=PAPER_HEADS) -> Activations
 NAN = float("nan")
 
 
-def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sequence, position) indices of the numbers in the context: the assigned values.
+def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sequence, position, variable position) of the numbers in the context: the assigned
+    values and where the variable each is assigned to sits.
 
-    In a valid sequence a context number always follows its variable.
+    On the study's task a value's variable is the token before it; with filler words inside
+    an assignment (``b is 7``, docs/variants.md) it lies further back, and binding means
+    attending there (:func:`compose_lens.data.variants.bindings`). A reassigned variable's
+    stale value is still bound to it.
     """
     context = tokens[:, : task.context_len]
     seq, pos = ((context >= 0) & (context < task.modulus)).nonzero(as_tuple=True)
-    return seq, pos
+    if task.noise_rate == 0:  # every value right after its variable: no parse needed
+        return seq, pos, pos - 1
+    return seq, pos, bindings(task, tokens).variable_of[seq, pos]
 
 
 # -- 1. previous-token head: activations and a linear probe ------------------------------
@@ -212,13 +219,14 @@ def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tenso
 def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                                seed: int = 0, acts: Activations | None = None,
                                heads: Heads = PAPER_HEADS) -> float:
-    """Fraction of context value positions whose binder (layer-1) attention peaks on the previous token."""
+    """Fraction of context value positions whose binder (layer-1) attention peaks on the previous token
+    (on a task with filler words inside assignments: on the value's variable, :func:`value_positions`)."""
     acts = _acts(model, config, split, n, seed, acts, heads)
     if acts.pattern0 is None:
         return NAN
-    seq, pos = value_positions(config.task, acts.tokens)
+    seq, pos, var = value_positions(config.task, acts.tokens)
     peak = acts.pattern0[seq, pos].argmax(dim=-1)
-    return (peak == pos - 1).float().mean().item()
+    return (peak == var).float().mean().item()
 
 
 def prev_token_attention_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
@@ -229,8 +237,8 @@ def prev_token_attention_mass(model: tl.Model, config: RunConfig, split: Split, 
     acts = _acts(model, config, split, n, seed, acts, heads)
     if acts.pattern0 is None:
         return NAN
-    seq, pos = value_positions(config.task, acts.tokens)
-    return acts.pattern0[seq, pos, pos - 1].mean().item()
+    seq, pos, var = value_positions(config.task, acts.tokens)
+    return acts.pattern0[seq, pos, var].mean().item()
 
 
 @dataclass
@@ -299,9 +307,9 @@ def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int
         return ProbeResult(NAN, NAN, 0, 0, task.n_vars)
     if acts.resid_mid0 is None:
         raise ValueError("these activations were collected without resid_mid0 (resid=False)")
-    seq, pos = value_positions(task, acts.tokens)
+    seq, pos, var = value_positions(task, acts.tokens)
     features = acts.resid_mid0[seq, pos]
-    labels = acts.tokens[seq, pos - 1] - task.first_var_token
+    labels = acts.tokens[seq, var] - task.first_var_token
     return fit_linear_probe(features, labels, seq, task.n_vars, seed=seed, **probe_options)
 
 
@@ -398,10 +406,13 @@ def variable_identity_score(model: tl.Model, config: RunConfig | TaskConfig, hea
 
 def value_targets(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
     """(B, 2) positions holding each operand's value: the operand's own position for a
-    constant, the position after the variable's assignment in the context for a variable."""
+    constant, the number its variable holds at the end of the context for a variable (the
+    latest assignment, a chain followed: :func:`compose_lens.data.variants.bindings`)."""
+    if task.is_variant:
+        return bindings(task, tokens).operand_value_positions(task, tokens)
     n, C = task.seq_len, task.context_len
     targets = []
-    for offset in (3, 2):
+    for offset in (3, 2):  # the study's task: the number right after the variable's one assignment
         operand = tokens[:, n - offset]
         is_var = operand >= task.first_var_token
         assigned_at = (tokens[:, :C] == operand.unsqueeze(1)).float().argmax(dim=1)

@@ -38,7 +38,7 @@ from compose_lens.config import CORRUPTIONS
 # -- what each command renders and keeps, for the memory guard (compose_lens.safety.check_sizes) -----
 
 N_BOOT = registry.PATCHING.settings["n_boot"]  # the bootstrap resamples of analysis.patching.normalised_with_ci
-N_ROLES = 9  # analysis.patching.ROLES
+N_ROLES = 12  # analysis.patching.ROLES + VARIANT_ROLES, at most
 
 
 def _patch_memory(n_pairs: int, corruption: str, config) -> None:

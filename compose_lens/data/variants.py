@@ -42,6 +42,8 @@ variant's rates), plus those of :func:`variant_pool_names` that isolate each var
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from compose_lens.config import TaskConfig
@@ -260,3 +262,65 @@ def reassignable(split: Split, rows: torch.Tensor) -> torch.Tensor:
     left = (v != CONSTANT) & stale_candidates(split, x, y, 0).any(1)
     right = (w != CONSTANT) & stale_candidates(split, x, y, 1).any(1)
     return left | right
+
+
+# -- reading a context back: where each variable's value lies ----------------------------------
+
+
+class Bindings(NamedTuple):
+    """What a context assigns, read back from its tokens (:func:`bindings`).
+
+    ``variable_of`` (B, C): for each context position that holds an assigned value (a number,
+    or a chain's middle variable in ``c b``), the position of the variable it is assigned
+    to; -1 elsewhere. ``value_of`` (B, n_vars): the context position of the number each
+    variable holds at the end of the context: its latest assignment, a chain followed to
+    its number; -1 for a variable the context does not assign.
+    """
+
+    variable_of: torch.Tensor
+    value_of: torch.Tensor
+
+    def operand_value_positions(self, task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, 2) the position holding each query operand's value: the operand's own position
+        for a constant, its variable's latest number (:attr:`value_of`) for a variable."""
+        n = task.seq_len
+        found = []
+        for offset in (3, 2):
+            operand = tokens[:, n - offset]
+            is_var = operand >= task.first_var_token
+            index = (operand - task.first_var_token).clamp(0, task.n_vars - 1)
+            at = self.value_of.gather(1, index.unsqueeze(1)).squeeze(1)
+            found.append(torch.where(is_var, at, torch.full_like(operand, n - offset)))
+        return torch.stack(found, dim=1)
+
+
+def bindings(task: TaskConfig, tokens: torch.Tensor) -> Bindings:
+    """Parse every context of ``tokens`` (B, seq_len) left to right as the task writes it.
+
+    An assignment is a variable, then (past any filler words inside it, ``b is 7``) its value:
+    a number, or in a chain another variable. PAD and fillers between assignments belong to
+    none. A later assignment of a variable replaces an earlier one (reassignment), and a
+    chain ``c=b`` gives ``c`` the number ``b`` holds at the end of the context, whatever the
+    two assignments' order. On the study's task this is the number right after each variable.
+    """
+    context = tokens[:, : task.context_len].long()
+    B, C = context.shape
+    is_var = context >= task.first_var_token
+    is_value = is_var | (context < task.modulus)
+    variable_of = torch.full_like(context, -1)
+    assigned = torch.full((B, task.n_vars), -1, dtype=torch.long)  # latest value position, number or not
+    open_at = torch.full((B,), -1, dtype=torch.long)  # the variable awaiting its value, -1: none
+    rows = torch.arange(B)
+    for t in range(C):
+        closes = (open_at >= 0) & is_value[:, t]
+        variable_of[closes, t] = open_at[closes]
+        var = (context[closes, open_at[closes]] - task.first_var_token)
+        assigned[rows[closes], var] = t
+        opens = ~closes & is_var[:, t]
+        open_at = torch.where(closes, torch.full_like(open_at, -1), torch.where(opens, torch.full_like(open_at, t),
+                                                                                open_at))
+    value_token = torch.where(assigned >= 0, context.gather(1, assigned.clamp_min(0)), torch.full_like(assigned, -1))
+    hop = value_token >= task.first_var_token  # a chain: follow the middle variable to its number
+    middle = (value_token - task.first_var_token).clamp(0, task.n_vars - 1)
+    value_of = torch.where(hop, assigned.gather(1, middle), assigned)
+    return Bindings(variable_of, value_of)

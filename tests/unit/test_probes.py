@@ -94,8 +94,8 @@ def test_value_targets_point_at_the_values_of_the_operands(tiny_task):
                            parse_sequence(tiny_task, "c 1 PAD PAD PAD PAD PAD PAD PAD PAD a 2 + a c ="),
                            parse_sequence(tiny_task, "PAD PAD PAD PAD PAD PAD PAD PAD PAD PAD e 2 + 3 4 =")])
     assert probes.value_targets(tiny_task, tokens).tolist() == [[2, 14], [11, 1], [13, 14]]
-    seq, pos = probes.value_positions(tiny_task, tokens[:1])
-    assert pos.tolist() == [2, 5, 8]
+    seq, pos, var = probes.value_positions(tiny_task, tokens[:1])
+    assert pos.tolist() == [2, 5, 8] and var.tolist() == [1, 4, 7]
 
 
 def test_table_forward_matches_run_with_cache(tiny_config, tiny_split):

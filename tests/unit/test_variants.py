@@ -325,3 +325,53 @@ def test_the_tokenizer_reads_every_variant():
     text = "let b is 7, c=b, b=9, c+1=?"
     ids = task_tokenizer(task)(text)["input_ids"]
     assert ids == parse_sequence(task, text) and decode(task, ids).label == 10
+
+
+# -- the analyses read a variant context where its values are (bindings) ---------------------------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=variant_tasks, seed=st.integers(0, 1000))
+def test_the_analyses_find_the_latest_value_and_each_values_variable(task, seed):
+    from compose_lens.analysis import patching, probes
+
+    _, batch = training_sample(task, 120, seed)
+    C = task.context_len
+    targets = probes.value_targets(task, batch.tokens).tolist()
+    seq, pos, var = (t.tolist() for t in probes.value_positions(task, batch.tokens))
+    roles = patching.position_roles(task, batch.tokens).tolist()
+    names = patching.role_names(task)
+    noise = set(range(task.first_noise_token, task.first_var_token))
+    for i, tokens in enumerate(batch.tokens.tolist()):
+        xs, ys, _, history = read_by_the_rules(task, tokens)
+        # the router's targets hold the values the label is made of: the latest, through a chain
+        assert [tokens[t] for t in targets[i]] == [xs[-1], ys[-1]]
+        for side, values in ((0, xs), (1, ys)):
+            if targets[i][side] < C:
+                assert names[roles[i][targets[i][side]]] == "queried value"
+        for t, token in enumerate(tokens[:C]):
+            if token in noise:
+                assert names[roles[i][t]] == "filler"
+            if names[roles[i][t]] == "queried value":
+                assert t in targets[i]
+    for s, p_, v in zip(seq, pos, var):  # every context number is bound to the variable it was assigned to
+        tokens = batch.tokens[s].tolist()
+        assert tokens[v] >= task.first_var_token and tokens[p_] in history_of(task, tokens)[tokens[v]]
+        assert all(t in noise for t in tokens[v + 1: p_])  # only fillers between a variable and its value
+
+
+def history_of(task: TaskConfig, tokens: list[int]) -> dict[int, list[int]]:
+    return read_by_the_rules(task, tokens)[3]
+
+
+def test_the_parse_agrees_with_the_studys_reading_on_the_studys_task():
+    from compose_lens.analysis import probes
+    from compose_lens.data.variants import bindings
+
+    task = small_task()
+    _, batch = training_sample(task, 500)
+    assert not task.is_variant
+    found = bindings(task, batch.tokens)
+    assert torch.equal(found.operand_value_positions(task, batch.tokens), probes.value_targets(task, batch.tokens))
+    seq, pos, var = probes.value_positions(task, batch.tokens)
+    assert torch.equal(found.variable_of[seq, pos], var)

@@ -69,6 +69,11 @@ subspace still decodes at 0.95 from the small shared part, while its subspace sh
 that does not add constants, or a control shows the effect). ``supported`` needs all
 three passed, ``not supported`` follows from any failed test, else ``inconclusive``; the
 report's ``verdict_reason`` says which test decided and why.
+A failure is evidence only on prompts the model answers: the feature-transfer and probe
+conditions read the model's 1-var (left, right) and 2-var prompts, and one that falls short
+on a set the model answers below ``THRESHOLDS["ceiling"]`` (``competence`` table: its own
+accuracy on those prompts) leaves its test *inconclusive*, not failed, and the reason names
+the set (a model at chance gets "inconclusive", not "not supported").
 Intervals are percentile bootstraps over prompts (95 %).
 
 **Other architectures** (:class:`Layout`, :func:`layout_of`). The paper architecture is read as
@@ -124,6 +129,7 @@ from compose_lens.analysis.probes import value_targets
 from compose_lens import capabilities, coverage
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
+from compose_lens.evaluate import answer_logits, predictions
 from compose_lens.files import json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
@@ -726,6 +732,49 @@ def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int]
     return pd.DataFrame(rows)
 
 
+# -- can the model do what a test reads? ----------------------------------------------------------
+
+# the prompt sets each probe / feature-transfer condition reads (competence_table's names)
+CONDITION_SETS = {"1-var left": ("var1_left",), "1-var right": ("var1_right",), "2-var": ("var2",),
+                  "const vs 1-var": ("var1_left", "var1_right"), "const vs 2-var": ("var2",)}
+SET_NAMES = {"var1_left": "1-var left", "var1_right": "1-var right", "var2": "2-var"}
+
+
+def competence_table(model: tl.Model, config: RunConfig, sets: dict[str, Prompts]) -> pd.DataFrame:
+    """The model's own accuracy on each variable prompt set the tests read (``var1_left``,
+    ``var1_right``, ``var2``): the answer ``x + y mod p`` at ``=``, one row per set."""
+    p, rows = config.task.modulus, []
+    for name in SET_NAMES:
+        prompts = sets[name]
+        hits = predictions(answer_logits(model, config.model, prompts.tokens)) == (prompts.x + prompts.y) % p
+        rows.append({"set": name, "accuracy": hits.float().mean().item(), "n": len(hits)})
+    return pd.DataFrame(rows)
+
+
+def unable(competence: pd.DataFrame | None, condition: str) -> list[str]:
+    """The prompt sets a probe or feature-transfer ``condition`` reads that the model answers below
+    ``THRESHOLDS["ceiling"]``, as ``"1-var right 0.073"``: it does not yet route those operands, so
+    a term that does not look like a constant's says nothing about the adder there. Empty where it can."""
+    if competence is None or competence.empty:
+        return []
+    accuracy = dict(zip(competence["set"], competence["accuracy"]))
+    return [f"{SET_NAMES[s]} {accuracy[s]:.3f}" for s in CONDITION_SETS.get(condition, ())
+            if accuracy[s] < THRESHOLDS["ceiling"]]
+
+
+def _short(cross: pd.DataFrame, ok: pd.Series, competence: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
+    """The conditions short of their bar, split: those the model can do (their prompts answered,
+    :func:`unable`), which fail the test, and the prompt sets that leave the others untested."""
+    weak = cross["condition"].map(lambda c: unable(competence, c))
+    short = ~ok & weak.map(bool)
+    return cross[~ok & ~weak.map(bool)], sorted({w for ws in weak[short] for w in ws})
+
+
+def _untested_reason(weak: list[str]) -> str:
+    return (f"the model answers {', '.join(weak)} prompts below {THRESHOLDS['ceiling']}: the conditions "
+            f"short of their bar there test nothing yet")
+
+
 # -- the verdict ---------------------------------------------------------------------------------
 
 
@@ -808,47 +857,65 @@ def judge_interchange(table: pd.DataFrame) -> dict:
                     f"upper CI > {t['control_max']})"}
 
 
-def judge_features(table: pd.DataFrame) -> dict:
+def _status_of(failed: bool, untested: list[str], inconclusive: bool) -> str:
+    """The test's own reasons first; then failed on a condition the model can do; inconclusive where a
+    short condition's prompts the model cannot answer yet; else passed."""
+    return "inconclusive" if inconclusive else "failed" if failed else "inconclusive" if untested else "passed"
+
+
+def judge_features(table: pd.DataFrame, competence: pd.DataFrame | None = None) -> dict:
     t = THRESHOLDS
     cross = table[table["kind"] == "cross"]
     if cross.empty or "pearson_low" not in cross or cross["pearson_low"].isna().any():
         return {"status": "inconclusive", "effect": None, "ci": None,
                 "rule": "no key frequency (or fewer than 3 units) on the constant grid: nothing to transfer"}
-    worst = cross.loc[cross["pearson_low"].idxmin()]
+    failing, untested = _short(cross, cross["pearson_low"] >= t["damage_correlation"], competence)
+    pick = failing if len(failing) else cross
+    worst = pick.loc[pick["pearson_low"].idxmin()]
     weak = float(worst["mean_damage_const"]) < t["damage_min"]
-    return {"status": _status(bool((cross["pearson_low"] >= t["damage_correlation"]).all()), weak),
+    status = _status_of(len(failing) > 0, untested, weak)
+    return {"status": status, **({"reason": _untested_reason(untested)} if untested and status == "inconclusive"
+                                 and not weak else {}),
             "effect": float(worst["pearson"]), "ci": [float(worst["pearson_low"]), float(worst["pearson_high"])],
             "worst_condition": worst["condition"], "null_high": float(worst["null_high"]),
             "ceiling_split_half": float(table[table["kind"] == "same"]["pearson"].iloc[0]),
             "mean_damage_const": float(worst["mean_damage_const"]),
             "rule": f"every const-vs-variable damage-profile Pearson lower CI >= {t['damage_correlation']}; "
-                    f"inconclusive if the mean damage on constants < {t['damage_min']}"}
+                    f"inconclusive if the mean damage on constants < {t['damage_min']}, or where a short "
+                    f"condition's prompts are answered below {t['ceiling']}"}
 
 
-def judge_probe(table: pd.DataFrame) -> dict:
+def judge_probe(table: pd.DataFrame, competence: pd.DataFrame | None = None) -> dict:
     """Test 3 passes when the probe decodes the variables AND their terms lie in the constants' subspace."""
     t = THRESHOLDS
-    out = {}
+    out, untested = {}, set()
     for metric in ("probe", "subspace"):
         part = table[table["test"] == metric]
         ceiling = float(part[part["kind"] == "same"]["value"].iloc[0])
         cross = part[part["kind"] == "cross"]
-        worst = cross.loc[cross["ci_low"].idxmin()]
-        out[metric] = {"passed": bool((cross["ci_low"] >= t["probe_ratio"] * ceiling).all()), "ceiling": ceiling,
+        failing, short = _short(cross, cross["ci_low"] >= t["probe_ratio"] * ceiling, competence)
+        untested.update(short)
+        pick = failing if len(failing) else cross
+        worst = pick.loc[pick["ci_low"].idxmin()]
+        out[metric] = {"passed": not len(failing) and not short, "failed": len(failing) > 0, "ceiling": ceiling,
                        "effect": float(worst["value"]), "ci": [float(worst["ci_low"]), float(worst["ci_high"])],
                        "worst_condition": worst["condition"]}
     control = table[table["kind"] == "control"]
     leaky = bool((control["ci_high"] > t["control_max"]).any())
     probe, subspace = out["probe"], out["subspace"]
-    main = subspace if probe["passed"] else probe
-    return {"status": _status(probe["passed"] and subspace["passed"], probe["ceiling"] < t["ceiling"] or leaky),
+    main = subspace if probe["passed"] or subspace["failed"] and not probe["failed"] else probe
+    inconclusive = probe["ceiling"] < t["ceiling"] or leaky
+    status = _status_of(probe["failed"] or subspace["failed"], sorted(untested), inconclusive)
+    return {"status": status, **({"reason": _untested_reason(sorted(untested))} if untested
+                                 and status == "inconclusive" and not inconclusive else {}),
             "effect": main["effect"], "ci": main["ci"], "worst_condition": f"{main['worst_condition']} "
             f"({'subspace share' if main is subspace else 'probe accuracy'})",
             "ceiling_heldout_constants": main["ceiling"], "probe": probe, "subspace": subspace,
             "control_ci_high": float(control["ci_high"].max()), "chance": float(table["chance"].iloc[0]),
             "rule": f"for every variable set, probe accuracy and subspace share lower CI >= {t['probe_ratio']} x "
                     f"held-out constants'; inconclusive if the probe's held-out constant accuracy < {t['ceiling']} "
-                    f"or the control's upper CI > {t['control_max']}"}
+                    f"or the control's upper CI > {t['control_max']}, or where a short condition's prompts are "
+                    f"answered below {t['ceiling']}"}
 
 
 def verdict(tests: dict) -> str:
@@ -909,7 +976,8 @@ def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int 
         profiles, transfer = feature_tables(model, config, split, damage_sets, features, seed, layout)
         return {"interchange": interchange_table(model, config, parts, seed, layout), "damage_profiles": profiles,
                 "feature_transfer": transfer,
-                "probe": probe_table(model, config, parts, features.keys, seed, layout)}
+                "probe": probe_table(model, config, parts, features.keys, seed, layout),
+                "competence": competence_table(model, config, sets)}
     finally:
         model.train(was_training)
 
@@ -934,9 +1002,10 @@ def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int 
             "verdict_reason": layout.missing, "components": layout.to_dict(),
             "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
             "thresholds": dict(THRESHOLDS), "controls": [], "tables": {}})
+    competence = tables.get("competence")
     tests = {"interchange": judge_interchange(tables["interchange"]),
-             "feature_transfer": judge_features(tables["feature_transfer"]),
-             "probe_transfer": judge_probe(tables["probe"])}
+             "feature_transfer": judge_features(tables["feature_transfer"], competence),
+             "probe_transfer": judge_probe(tables["probe"], competence)}
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
     return json_safe({
         **provenance(config, seed), "n_prompts": n, "isolation": layout.isolation, "verdict": verdict(tests),

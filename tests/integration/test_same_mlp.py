@@ -92,6 +92,9 @@ def test_model_trained_without_variables_is_not_supported(constants_only):
     assert constants_only.pools["0var_train"] > 0.9, "the control model must at least add constants"
     report = verdict(constants_only)
     assert report["verdict"] != "supported", report["tests"]
+    # it has never seen a variable: its short conditions test nothing, so not "not supported" either
+    assert report["verdict"] == "inconclusive", report["tests"]
+    assert "1-var left" in report["verdict_reason"] and "test nothing yet" in report["verdict_reason"]
 
 
 def planted_model(loaded, beta: float = 30.0):

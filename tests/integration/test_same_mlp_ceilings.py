@@ -72,3 +72,57 @@ def test_study_step_5001_is_inconclusive(reference_dir):
     assert interchange["ceiling"] < same_mlp.THRESHOLDS["ceiling"]
     assert "var1->var1 (left)" in interchange["reason"] and "var1->var1 (left)" in report["verdict_reason"]
     assert not any(c["status"] == "failed" for c in interchange["conditions"])
+
+
+def probe_table(cross: dict[str, float], ceiling: float = 0.95, half_width: float = 0.03) -> pd.DataFrame:
+    """A table as :func:`same_mlp.probe_table` writes it: both metrics, held-out constants at
+    ``ceiling``, the given cross values, a control at chance."""
+    rows = []
+    for test in ("probe", "subspace"):
+        for kind, values in (("same", {"held-out constants": ceiling}), ("cross", cross)):
+            for condition, value in values.items():
+                rows.append({"test": test, "side": "both", "condition": condition, "kind": kind, "value": value,
+                             "ci_low": value - half_width, "ci_high": value + half_width, "chance": 1 / 59})
+    rows.append({"test": "probe", "side": "both", "condition": "random-token terms (constant prompts)",
+                 "kind": "control", "value": 0.02, "ci_low": 0.01, "ci_high": 0.04, "chance": 1 / 59})
+    return pd.DataFrame(rows)
+
+
+def competence(var1_left: float, var1_right: float, var2: float) -> pd.DataFrame:
+    return pd.DataFrame({"set": ["var1_left", "var1_right", "var2"], "accuracy": [var1_left, var1_right, var2],
+                         "n": 150})
+
+
+SHORT_RIGHT = {"1-var left": 0.93, "1-var right": 0.2, "2-var": 0.92}
+
+
+def test_a_probe_shortfall_on_prompts_the_model_cannot_answer_is_inconclusive():
+    """A model that answers 1-var right prompts at 0.07 does not yet route that operand: its
+    term not looking like a constant's says nothing about the adder."""
+    judged = same_mlp.judge_probe(probe_table(SHORT_RIGHT), competence(0.95, 0.07, 0.9))
+    assert judged["status"] == "inconclusive", judged
+    assert "1-var right 0.070" in judged["reason"] and "1-var left" not in judged["reason"]
+    tests = {"interchange": {"status": "passed"}, "feature_transfer": {"status": "passed"}, "probe_transfer": judged}
+    assert same_mlp.verdict(tests) == "inconclusive"
+    assert "1-var right 0.070" in same_mlp.verdict_reason(tests)
+
+
+def test_a_probe_shortfall_on_prompts_the_model_answers_still_fails():
+    """The same shortfall fails where the model answers those prompts, or where a weak set sits
+    beside a failing set the model does answer."""
+    assert same_mlp.judge_probe(probe_table(SHORT_RIGHT), competence(0.95, 0.9, 0.9))["status"] == "failed"
+    assert same_mlp.judge_probe(probe_table(SHORT_RIGHT))["status"] == "failed"  # no competence: as before
+    both_short = {**SHORT_RIGHT, "2-var": 0.3}
+    judged = same_mlp.judge_probe(probe_table(both_short), competence(0.95, 0.07, 0.9))
+    assert judged["status"] == "failed" and judged["worst_condition"].startswith("2-var"), judged
+
+
+def test_a_feature_shortfall_on_prompts_the_model_cannot_answer_is_inconclusive():
+    rows = [{"test": "feature transfer", "condition": name, "kind": kind, "units": 12, "mean_damage_const": 0.8,
+             "pearson": r, "pearson_low": r - 0.1, "pearson_high": r + 0.1, "null_high": 0.2}
+            for name, kind, r in (("const (split half)", "same", 0.95), ("const vs 1-var", "cross", 0.9),
+                                  ("const vs 2-var", "cross", 0.1))]
+    table = pd.DataFrame(rows)
+    assert same_mlp.judge_features(table, competence(0.9, 0.9, 0.9))["status"] == "failed"
+    judged = same_mlp.judge_features(table, competence(0.9, 0.9, 0.04))
+    assert judged["status"] == "inconclusive" and "2-var 0.040" in judged["reason"], judged

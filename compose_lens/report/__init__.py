@@ -307,6 +307,7 @@ def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], 
         return analysis.section(inp, result, settings)
 
     section.__name__ = f"{analysis.name}_section"
+    section.reads = analysis.reads  # build_report leaves out a section with nothing to read in this model
     return section
 
 
@@ -384,7 +385,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
     with inputs.context:  # the registered analyses share one model's grids
         for anchor, title, section in SECTIONS:
-            report.section(anchor, title, functools.partial(section, inputs))
+            if getattr(section, "reads", None) is None or section.reads(inputs.config):
+                report.section(anchor, title, functools.partial(section, inputs))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
                 f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "

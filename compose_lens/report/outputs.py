@@ -127,7 +127,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
     """
     check_layout(loaded.config)  # the same-MLP step needs the study's layout: refuse now, not after minutes
     renderer = renderer or plots.Renderer()
-    steps = [a for a in registry.ANALYSES if causal or not a.causal]
+    steps = [a for a in registry.ANALYSES if (causal or not a.causal) and a.reads(loaded.config)]
     with context.opened(loaded, seed, renderer) as ctx:
         record = ctx.record()
         summary: dict = {"located": {r.role: r.component for r in ctx.plan[0].roles()}}

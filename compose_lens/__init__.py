@@ -53,6 +53,7 @@ _EXPORTS = {
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Loaded": "compose_lens.runs",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
     "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
+    "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",
     # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
     "ANALYSES": "compose_lens.registry",
     "sequence_views": "compose_lens.analysis.attention",
@@ -71,6 +72,7 @@ _EXPORTS = {
     "png_bytes": "compose_lens.plots", "interactive_attention": "compose_lens.report.page:notebook_view",
     "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
     "DasSettings": "compose_lens.analysis.das",
+    "gradient_shares": "compose_lens.analysis.gradient_terms:shares",
     "llc_over_checkpoints": "compose_lens.analysis.llc", "estimate_llc": "compose_lens.analysis.llc",
     "LlcSettings": "compose_lens.analysis.llc",
     # files and pages

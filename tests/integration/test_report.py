@@ -124,7 +124,14 @@ def test_report_is_one_self_contained_file(reported_run):
                   "Ablation: accuracy lost per pool", "Same MLP for constants and variables"):
         assert title in text, title
     toc = text[text.index('<nav class="toc">'):text.index("</nav>")]
-    assert toc.count("<li>") == len(SECTIONS) and '<a href="#patching">' in toc
+    # every section that reads this model is listed; the task-variant section has nothing to read in
+    # the study's task and is left out, not shown empty
+    config = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    reading = [anchor for anchor, _, section in SECTIONS
+               if getattr(section, "reads", None) is None or section.reads(config)]
+    assert "variant" not in reading and len(reading) == len(SECTIONS) - 1
+    assert toc.count("<li>") == len(reading) and '<a href="#patching">' in toc
+    assert '<a href="#variant">' not in toc
     # one interactive view per example sequence, its heatmap folded under it
     assert text.count('class="attention-view"') == 4 and text.count("<details><summary>heatmap") == 4
     assert "&gt; 98 %" in text  # the study's headline number beside this run's

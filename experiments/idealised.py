@@ -43,11 +43,19 @@ VARIANTS = {
     "both": ["model.embeddings=orthogonal", "model.residual=disentangled"],
 }
 PROXY = ["task.modulus=17", "model.d_model=192", "model.d_head=128", "precision=bf16", "threads=1"]
+# the study's task, model and recipe (fp32), stopped once decided; "both" needs the width that holds
+# one-hot embeddings of the 74 tokens and 16 positions in each of the four residual blocks
+STUDY = ["threads=1", "stop_at=decided", "checkpoint_every=1000"]
+STUDY_WIDTH = {"both": ["model.d_model=360"]}
+
+
+def _seeds(seed: int) -> list[str]:
+    return [f"task.seed={seed}", f"train.seed={seed}", f"model.init_seed={seed}"]
 
 
 def _common(steps: int, seed: int) -> list[str]:
     return PROXY + [f"steps={steps}", "eval_every=100", f"checkpoint_every={max(steps // 12, 100)}",
-                    "pool_size=500", f"task.seed={seed}", f"train.seed={seed}", f"model.init_seed={seed}"]
+                    "pool_size=500"] + _seeds(seed)
 
 
 def run_plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -55,8 +63,13 @@ def run_plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     finishes first covers every variant), or the overlap knob's runs (``--overlap-steps`` each)."""
     if args.only == "overlaps":
         seed = args.seeds[0]
-        return [(f"overlap{c:g}-s{seed}", _common(args.overlap_steps, seed)
-                 + ["model.embeddings=orthogonal", f"model.embedding_overlap={c}"]) for c in args.overlaps]
+        base = (STUDY + _seeds(seed) + [f"steps={args.overlap_steps}", "checkpoint_every=250"] if args.scale == "study"
+                else _common(args.overlap_steps, seed))
+        return [(f"overlap{c:g}-s{seed}", base + ["model.embeddings=orthogonal", f"model.embedding_overlap={c}"])
+                for c in args.overlaps]
+    if args.scale == "study":
+        return [(f"{name}-s{seed}", STUDY + _seeds(seed) + changes + STUDY_WIDTH.get(name, []))
+                for seed in args.seeds for name, changes in VARIANTS.items()]
     return [(f"{name}-s{seed}", _common(args.steps, seed) + changes)
             for seed in args.seeds for name, changes in VARIANTS.items()]
 
@@ -81,6 +94,11 @@ SUMMARY_KEYS = ("prev_token_attention_score", "prev_token_probe_accuracy", "equa
                 "equals_to_values_score", "variable_identity_score", "key_frequency_strength",
                 "ov_mlp_addition_accuracy", "grid_loss")
 
+SAME_MLP_N = 150  # prompts a same-MLP condition (the modularity grid's)
+CIRCUIT_KEYS = ("modularity_separation", "modularity_binding_component", "modularity_adding_component",
+                "modularity_circuit_edges", "modularity_graph_edges", "modularity_circuit_fraction",
+                "modularity_verdict", "modularity_reason")
+
 
 def run_identity(run_dir: Path) -> dict:
     """variant, seed and overlap from a run's name (``both-s0``, ``overlap0.25-s0``)."""
@@ -95,7 +113,7 @@ def describe_run(run_dir: Path) -> dict:
     import numpy as np
 
     from compose_lens import runs
-    from compose_lens.analysis import locate, summary
+    from compose_lens.analysis import locate, modularity, same_mlp, summary
     from compose_lens.outcome import classify_run
     from compose_lens.phases import logged_phases
 
@@ -119,6 +137,12 @@ def describe_run(run_dir: Path) -> dict:
     row.update({k: found[k] for k in SUMMARY_KEYS})
     row["key_frequencies"] = " ".join(map(str, found["key_frequencies"]))
     row["same_dominant_frequency"] = found["constants_vs_variables"]["same_dominant_frequency"]
+    same = same_mlp.same_mlp_report(model, loaded.config, loaded.split, n=SAME_MLP_N)
+    row.update({"same_mlp_verdict": same["verdict"], "same_mlp_reason": same["verdict_reason"]})
+    # circuit discovery: separation of binding and addition, the smallest circuit (modularity.measure;
+    # every score "inconclusive" with its reason until the model has learned the task)
+    scores = modularity.measure(model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=SAME_MLP_N)
+    row.update({k: scores[k] for k in CIRCUIT_KEYS})
     E = runs.tl.parameters(model)["embed.weight"].detach().float()
     unit = E / E.norm(dim=1, keepdim=True)
     cos = unit @ unit.T
@@ -151,14 +175,14 @@ def compare(args: argparse.Namespace) -> None:
     pd.DataFrame(rows).to_csv(args.results / "comparison.csv", index=False)
     shares = pd.concat(shares, ignore_index=True)
     shares.to_csv(args.results / "gradient_shares.csv", index=False)
-    plot_shares(shares, args.results)
+    plot_shares(shares, args.results, "p = 59, the study's setting" if args.scale == "study" else "p = 17 proxy")
 
 
 TITLES = {"qk0": "layer-1 QK (binding: value -> its variable)", "ov0": "layer-1 OV (variable moved to value)",
           "qk1": "layer-2 QK (routing: = -> operand values)"}
 
 
-def plot_shares(shares, out: Path) -> None:
+def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
     """The kept term's cosine with the full gradient over training (one line per variant, mean
     over seeds, seeds faint), and against the overlap knob."""
     import matplotlib
@@ -181,7 +205,7 @@ def plot_shares(shares, out: Path) -> None:
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("cosine(kept term, full gradient)")
     axes[0].legend(fontsize=8)
-    fig.suptitle("The associative-memory term's share of the gradient over training (p = 17 proxy)")
+    fig.suptitle(f"The associative-memory term's share of the gradient over training ({setting})")
     fig.tight_layout()
     fig.savefig(out / "gradient_shares.png", dpi=130)
     plt.close(fig)
@@ -200,7 +224,7 @@ def plot_shares(shares, out: Path) -> None:
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("cosine(kept term, full gradient)")
     axes[0].legend(fontsize=8)
-    fig.suptitle("From the idealisation (overlap 0) towards correlated embeddings: frozen embeddings, p = 17 proxy")
+    fig.suptitle(f"From the idealisation (overlap 0) towards correlated embeddings: frozen embeddings, {setting}")
     fig.tight_layout()
     fig.savefig(out / "gradient_shares_overlap.png", dpi=130)
     plt.close(fig)
@@ -212,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     for command in ("train", "compare"):
         p = sub.add_parser(command)
         p.add_argument("--out", type=Path, required=True, help="directory of the runs")
-        p.add_argument("--steps", type=int, default=3000)
+        p.add_argument("--steps", type=int, default=3000, help="steps of each proxy run")
+        p.add_argument("--scale", choices=("proxy", "study"), default="proxy",
+                       help="proxy: p = 17 (above); study: p = 59, the study's model and recipe, 30,000 steps "
+                            "at most, stopped once decided (stop_at=decided)")
         p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
         p.add_argument("--overlaps", type=float, nargs="*", default=[0.0, 0.25, 0.5, 0.75])
         p.add_argument("--overlap-steps", type=int, default=1000, help="steps of each overlap run")

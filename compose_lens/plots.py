@@ -973,6 +973,45 @@ def onsets_figure(onsets: pd.DataFrame, param: str, title: str = "") -> tuple[pl
     return fig, onsets
 
 
+GRADIENT_TITLES = {"qk0": "layer 1 (blocks.0) QK: binding, value -> its variable",
+                   "ov0": "layer 1 (blocks.0) OV: the variable moved to its value",
+                   "qk1": "layer 2 (blocks.1) QK: routing, = -> the operands' values"}
+
+
+def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = ""
+                           ) -> tuple[plt.Figure, pd.DataFrame]:
+    """The theory's kept (associative-memory) term of the gradient over training: its cosine with
+    the full gradient (:mod:`compose_lens.analysis.gradient_terms`), one panel per product
+    (``qk0``, ``ov0``, ``qk1``), one colour per value of the column ``by`` (all one line where
+    ``by`` is None): the mean over its seeds bold, each seed faint where there is a ``seed`` column.
+    A cosine near 1 is the claim holding."""
+    kept = shares[shares["term"] == "kept"]
+    groups = list(dict.fromkeys(kept[by])) if by else [None]
+    fig, axes = plt.subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.6), sharey=True)
+    for ax, matrix in zip(axes, GRADIENT_TITLES):
+        for k, group in enumerate(groups):
+            part = kept[(kept["matrix"] == matrix) & ((kept[by] == group) if by else True)]
+            seeds = part.groupby("seed") if "seed" in part else []
+            for _, seed in seeds:
+                ax.plot(seed["step"], seed["cosine"], color=OKABE_ITO[k % 8], alpha=0.3, lw=0.8)
+            mean = part.groupby("step")["cosine"].mean()
+            n = part["seed"].nunique() if "seed" in part else 1
+            label = None if group is None else f"{group} ({n} seed{'s' if n > 1 else ''})"
+            ax.plot(mean.index, mean.values, "o-" if len(mean) < 15 else "-", ms=3, color=OKABE_ITO[k % 8], lw=2,
+                    label=label)
+        ax.set_title(GRADIENT_TITLES[matrix], fontsize=9)
+        ax.set_xlabel("training step")
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_ylim(min(-0.1, float(kept["cosine"].min()) - 0.05), 1.0)
+        ax.grid(alpha=0.25)
+    axes[0].set_ylabel("cosine(kept term, full gradient)")
+    if by:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(title or "The associative-memory term's share of the gradient over training", fontsize=10)
+    fig.tight_layout()
+    return fig, kept.reset_index(drop=True)
+
+
 SAME_MLP_COLOURS = {"cross": OKABE_ITO[0], "same": OKABE_ITO[2], "control": OKABE_ITO[3], "reference": "#999999"}
 SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type ceiling",
                   "control": "control", "reference": "reference"}

@@ -110,10 +110,8 @@ def run_identity(run_dir: Path) -> dict:
 
 def describe_run(run_dir: Path) -> dict:
     """One row of the comparison: accuracies, phases, outcome, located roles, probes, key frequencies."""
-    import numpy as np
-
     from compose_lens import runs
-    from compose_lens.analysis import locate, modularity, same_mlp, summary
+    from compose_lens.analysis import gradient_terms, locate, modularity, same_mlp, summary
     from compose_lens.outcome import classify_run
     from compose_lens.phases import logged_phases
 
@@ -143,10 +141,7 @@ def describe_run(run_dir: Path) -> dict:
     # every score "inconclusive" with its reason until the model has learned the task)
     scores = modularity.measure(model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=SAME_MLP_N)
     row.update({k: scores[k] for k in CIRCUIT_KEYS})
-    E = runs.tl.parameters(model)["embed.weight"].detach().float()
-    unit = E / E.norm(dim=1, keepdim=True)
-    cos = unit @ unit.T
-    row["token_mean_cosine"] = float(cos[~np.eye(len(E), dtype=bool)].mean())
+    row["token_mean_cosine"] = gradient_terms.idealisation(model, loaded.config.model)["token_mean_cosine"]
     return row
 
 
@@ -178,37 +173,23 @@ def compare(args: argparse.Namespace) -> None:
     plot_shares(shares, args.results, "p = 59, the study's setting" if args.scale == "study" else "p = 17 proxy")
 
 
-TITLES = {"qk0": "layer-1 QK (binding: value -> its variable)", "ov0": "layer-1 OV (variable moved to value)",
-          "qk1": "layer-2 QK (routing: = -> operand values)"}
-
-
 def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
-    """The kept term's cosine with the full gradient over training (one line per variant, mean
-    over seeds, seeds faint), and against the overlap knob."""
+    """The kept term's cosine with the full gradient over training (one colour per variant, mean
+    over seeds, seeds faint: :func:`compose_lens.plots.gradient_shares_figure`), and against the overlap knob."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from compose_lens import plots
+
     kept = shares[shares["term"] == "kept"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
-    variants = [v for v in VARIANTS if v in set(kept["variant"])]
-    for ax, matrix in zip(axes, ("qk0", "ov0", "qk1")):
-        for k, variant in enumerate(variants):
-            part = kept[(kept["matrix"] == matrix) & (kept["variant"] == variant)]
-            for _, seed in part.groupby("seed"):
-                ax.plot(seed["step"], seed["cosine"], color=f"C{k}", alpha=0.3, lw=0.8)
-            mean = part.groupby("step")["cosine"].mean()
-            ax.plot(mean.index, mean.values, color=f"C{k}", lw=2,
-                    label=f"{variant} ({part['seed'].nunique()} seed{'s' if part['seed'].nunique() > 1 else ''})")
-        ax.set(title=TITLES[matrix], xlabel="training step")
-        ax.axhline(0, color="grey", lw=0.5)
-    axes[0].set_ylabel("cosine(kept term, full gradient)")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"The associative-memory term's share of the gradient over training ({setting})")
-    fig.tight_layout()
-    fig.savefig(out / "gradient_shares.png", dpi=130)
-    plt.close(fig)
+    variants = kept[kept["variant"].isin(VARIANTS)]
+    if not variants.empty:
+        fig, _ = plots.gradient_shares_figure(variants, by="variant", title="The associative-memory term's share "
+                                              f"of the gradient over training ({setting})")
+        fig.savefig(out / "gradient_shares.png", dpi=130)
+        plt.close(fig)
 
     knob = kept[kept["variant"] == "overlap"]
     if knob.empty:
@@ -220,7 +201,7 @@ def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
         for k, step in enumerate(marks):
             part = knob[(knob["matrix"] == matrix) & (knob["step"] == step)].sort_values("overlap")
             ax.plot(part["overlap"], part["cosine"], "o-", color=f"C{k}", label=f"step {step}")
-        ax.set(title=TITLES[matrix], xlabel="embedding_overlap (cosine between token embeddings)")
+        ax.set(title=plots.GRADIENT_TITLES[matrix], xlabel="embedding_overlap (cosine between token embeddings)")
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("cosine(kept term, full gradient)")
     axes[0].legend(fontsize=8)

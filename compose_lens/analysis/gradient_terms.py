@@ -225,18 +225,49 @@ def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch
     return pd.DataFrame(rows)
 
 
-def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progress: bool = False) -> pd.DataFrame:
-    """:func:`shares` at every checkpoint of a run (and its final model), on one batch of ``n``
-    training sequences (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``); a ``step`` column."""
+def shares_of_model(model: tl.Model | tl.Weights, config: RunConfig, split, n: int = 512, seed: int = 0
+                    ) -> pd.DataFrame:
+    """:func:`shares` of one model on a batch of ``n`` training sequences
+    (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``: the same batch for every model of a run)."""
+    batch = TrainingSampler(split, n, seed).batch(0)
+    with torch.enable_grad():
+        return shares(tl.parameters(model), config, batch.tokens, batch.labels)
+
+
+def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progress: bool = False,
+                         most: int | None = None) -> pd.DataFrame:
+    """:func:`shares_of_model` at the initial weights (step 0) and at every checkpoint of a run (at
+    most ``most`` of them, evenly spaced, the last always kept), on one batch; a ``step`` column."""
     run_dir = Path(run_dir)
     first = runs.load_model(run_dir, bridge=False)
-    batch = TrainingSampler(first.split, n, seed).batch(0)
     # step 0: the initial weights, booted again from the run's config (its init_seed)
-    tables = [shares(tl.parameters(tl.boot(first.config.model)), first.config, batch.tokens, batch.labels)
-              .assign(step=0)]
+    tables = [shares_of_model(tl.boot(first.config.model), first.config, first.split, n, seed).assign(step=0)]
     sources = sorted((run_dir / runs.CHECKPOINTS_DIR).glob("step_*"))
+    if most is not None and len(sources) > most:
+        sources = [sources[round(k * (len(sources) - 1) / (most - 1))] for k in range(most)] if most > 1 else sources[-1:]
     for source in tqdm(sources, disable=not progress, desc=f"gradient terms {run_dir.name}"):
         loaded = runs.load_model(source, bridge=False)
-        table = shares(tl.parameters(loaded.model), loaded.config, batch.tokens, batch.labels)
+        table = shares_of_model(loaded.model, loaded.config, loaded.split, n, seed)
         tables.append(table.assign(step=int(source.name.removeprefix("step_"))))
     return pd.concat(tables, ignore_index=True)
+
+
+def idealisation(model: tl.Model | tl.Weights, cfg: ModelConfig) -> dict:
+    """How far a model is from the theory's idealisation, measured on its weights: the mean cosine
+    between distinct token embeddings (0 for one-hot orthogonal embeddings, ``embedding_overlap``
+    with the knob, and whatever training made of learned ones); the largest change of a frozen
+    embedding from the one the config fixes (None: learned embeddings); the largest entry a
+    disentangled residual forbids (None: additive residual). Loading refuses a model whose frozen
+    or forbidden entries moved, so the last two read 0 on any model the toolkit loaded."""
+    params = tl.parameters(model)
+    E = params["embed.weight"].detach().float().cpu()
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    cos = unit @ unit.T
+    off = ~torch.eye(len(E), dtype=torch.bool)
+    fixed, masks = tl.fixed_embeddings(cfg), tl.absent_masks(cfg)
+    moved = max((float((params[k].detach().float().cpu() - v).abs().max()) for k, v in fixed.items()), default=None)
+    forbidden = max((float(params[k].detach().float().cpu()[m].abs().max()) for k, m in masks.items() if m.any()),
+                    default=None)
+    return {"embeddings": cfg.embeddings, "residual": cfg.residual, "embedding_overlap": cfg.embedding_overlap,
+            "token_mean_cosine": float(cos[off].mean()), "frozen_embedding_change": moved,
+            "forbidden_entry_max": forbidden}

@@ -69,3 +69,38 @@ def test_shares_are_fractions_and_refuse_other_architectures(tiny_config, tiny_s
     normed = config.replace(model=config.model.replace(normalization_type="LN"))
     with pytest.raises(ComposeLensError, match="needs the paper layout"):
         gradient_terms.decompose(tl.parameters(model), normed, batch.tokens, batch.labels)
+
+
+def test_idealisation_reads_the_weights_not_the_config(tiny_config):
+    """What the report's gradient section states about a model is measured on its weights: the
+    overlap knob's cosine, frozen embeddings left where the config fixes them, and the entries a
+    disentangled residual forbids at zero; a planted change of either is read back."""
+    both = tiny_config.model.replace(embeddings="orthogonal", embedding_overlap=0.3, residual="disentangled",
+                                     d_model=132)
+    model = tl.boot(both)
+    found = gradient_terms.idealisation(model, both)
+    assert found["token_mean_cosine"] == pytest.approx(0.3, abs=1e-5)
+    assert found["frozen_embedding_change"] == 0.0 and found["forbidden_entry_max"] == 0.0
+    params = tl.parameters(model)
+    mask = tl.absent_masks(both)["blocks.0.attn.o.weight"]
+    with torch.no_grad():
+        params["blocks.0.attn.o.weight"][mask.nonzero()[0].tolist()] = 0.7
+        params["embed.weight"][3, 0] += 0.25
+    found = gradient_terms.idealisation(model, both)
+    assert found["forbidden_entry_max"] == pytest.approx(0.7) and found["frozen_embedding_change"] == pytest.approx(0.25)
+    learned = gradient_terms.idealisation(tl.boot(tiny_config.model), tiny_config.model)
+    assert learned["frozen_embedding_change"] is None and learned["forbidden_entry_max"] is None
+    assert abs(learned["token_mean_cosine"]) < 0.2  # random Gaussian embeddings: near 0, not the knob's value
+
+
+def test_the_registered_gradient_analysis_reads_only_the_layout_it_covers(tiny_config, tiny_split):
+    from compose_lens import registry
+
+    analysis = registry.by_name(registry.ANALYSES, "gradient")
+    assert analysis.reads(tiny_config)
+    deeper = tiny_config.replace(model=tiny_config.model.replace(n_layers=3, mlp_blocks=[2]))
+    assert not analysis.reads(deeper)
+    model = tl.boot(tiny_config.model)
+    with torch.no_grad():  # the analyses run under no_grad; the decomposition needs autograd all the same
+        table = gradient_terms.shares_of_model(model, tiny_config, tiny_split, 32, 0)
+    assert set(table["matrix"]) == set(gradient_terms.MATRICES) and (table["full_norm"] > 0).all()

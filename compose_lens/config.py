@@ -469,6 +469,9 @@ class ModelConfig(_JsonConfig):
         _check(not bad, f"mlp_blocks={list(self.mlp_blocks)}: block(s) {bad} do not exist in a "
                         f"{self.n_layers}-layer model (mlp_blocks are block indices from 0, blocks.0 to "
                         f"blocks.{self.n_layers - 1}: the paper's layer 2 is 1)")
+        twice = sorted({i for i in self.mlp_blocks if self.mlp_blocks.count(i) > 1})
+        _check(not twice, f"mlp_blocks={list(self.mlp_blocks)}: block(s) {twice} named twice; a block has one MLP "
+                          f"or none: list each block once, e.g. mlp_blocks={sorted(set(self.mlp_blocks))}")
         _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
         self._check_variants()
 

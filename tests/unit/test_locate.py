@@ -423,3 +423,5 @@ def test_an_mlp_block_outside_the_model_is_refused_in_the_block_convention():
         RunConfig().with_overrides(["n_layers=3", "mlp_blocks=[3]"])
     with pytest.raises(ComposeLensError, match=r"block\(s\) \[2\]"):
         RunConfig.from_dict({"model": {"mlp_blocks": [2]}})  # the paper's "layer 2" typed as a paper number
+    with pytest.raises(ComposeLensError, match=r"block\(s\) \[0\] named twice.*mlp_blocks=\[0, 2\]"):
+        RunConfig().with_overrides(["n_layers=3", "mlp_blocks=[0, 2, 0]"])  # contradictory: one MLP or none

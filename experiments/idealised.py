@@ -170,7 +170,47 @@ def compare(args: argparse.Namespace) -> None:
     pd.DataFrame(rows).to_csv(args.results / "comparison.csv", index=False)
     shares = pd.concat(shares, ignore_index=True)
     shares.to_csv(args.results / "gradient_shares.csv", index=False)
+    (args.results / "comparison.md").write_text(summary_tables(pd.DataFrame(rows), shares))
     plot_shares(shares, args.results, "p = 59, the study's setting" if args.scale == "study" else "p = 17 proxy")
+
+
+def summary_tables(rows, shares) -> str:
+    """The comparison and the kept term's mean cosine per run as Markdown tables (docs/idealised.md
+    quotes them): one row per run, variants in :data:`VARIANTS` order, seeds within."""
+    order = {v: k for k, v in enumerate([*VARIANTS, "overlap"])}
+    rows = rows.assign(_o=rows["variant"].map(order)).sort_values(["_o", "seed"])
+
+    def number(value):  # separation is a number or "inconclusive" in one column
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return value
+
+    def cell(key: str, value) -> str:
+        if value is None or (isinstance(value, float) and value != value):  # a phase not reached
+            return "-"
+        if isinstance(value, str) or isinstance(value, bool):
+            return str(value)
+        return f"{value:,.0f}" if key == "steps" or key.startswith("onset_") else f"{value:.3f}"
+
+    head = ["run", "outcome", "steps", "0-var held-out", "2-var union", "addition", "assignment", "refinement",
+            "router", "prev-token attention", "identity QK", "= -> values", "same MLP", "separation", "modularity"]
+    keys = ["run", "outcome", "steps", "exhaustive_zero_var_heldout", "exhaustive_two_var_union", "onset_addition",
+            "onset_assignment", "onset_refinement", "router", "prev_token_attention_score",
+            "variable_identity_score", "equals_to_values_score", "same_mlp_verdict", "modularity_separation",
+            "modularity_verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in rows.iterrows():
+        values = [number(r.get(k)) for k in keys]
+        lines.append("| " + " | ".join(cell(k, v) for k, v in zip(keys, values)) + " |")
+    kept = shares[(shares["term"] == "kept") & (shares["step"] > 0)]
+    mean = kept.groupby(["run", "matrix"])["cosine"].mean().unstack()
+    lines += ["", "| run | layer-1 QK | layer-1 OV | layer-2 QK |", "|---|---|---|---|"]
+    ordered = sorted(mean.index, key=lambda run: (order.get(run_identity(Path(run))["variant"], 99),
+                                                  run_identity(Path(run))["overlap"] or 0, run))
+    lines += [f"| {run} | {mean.loc[run, 'qk0']:.3f} | {mean.loc[run, 'ov0']:.3f} | {mean.loc[run, 'qk1']:.3f} |"
+              for run in ordered]
+    return "\n".join(lines) + "\n"
 
 
 def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:

@@ -1,8 +1,15 @@
-"""The theory's idealised transformer beside the real one, at a small-modulus proxy (docs/idealised.md).
+"""The theory's idealised transformer beside the real one, at the study's setting or a small-modulus proxy
+(docs/idealised.md).
 
-    python experiments/idealised.py train --out runs/idealised          # the runs (resumable)
+    python experiments/idealised.py train --out runs/idealised          # the proxy's runs (resumable)
     python experiments/idealised.py compare --out runs/idealised \\
-        --results experiments/results/idealised                          # the CSV and figures
+        --results experiments/results/idealised                          # the CSV, tables and figures
+    python experiments/idealised.py train --out runs/idealised_study --scale study
+    python experiments/idealised.py compare --out runs/idealised_study --scale study \\
+        --results experiments/results/idealised/study                    # p = 59, three seeds
+
+**The study's setting** (``--scale study``): p = 59 and the study's model and recipe in fp32,
+up to 30,000 steps, stopped once decided (``stop_at=decided``); ``both`` at d_model 360.
 
 **The proxy.** The study's setting (p = 59, 30,000 steps) costs minutes per run on a free
 core; this machine shares two cores with many jobs, so the comparison runs at p = 17 (12

@@ -73,7 +73,9 @@ A failure is evidence only on prompts the model answers: the feature-transfer an
 conditions read the model's 1-var (left, right) and 2-var prompts, and one that falls short
 on a set the model answers below ``THRESHOLDS["ceiling"]`` (``competence`` table: its own
 accuracy on those prompts) leaves its test *inconclusive*, not failed, and the reason names
-the set (a model at chance gets "inconclusive", not "not supported").
+the set (a model at chance gets "inconclusive", not "not supported"). Nor is a probe failure
+evidence where the isolation it reads does not carry even a constant operand (its const->const
+interchange below the ceiling, :func:`reconcile`): the 3-layer chain models' located router term.
 Intervals are percentile bootstraps over prompts (95 %).
 
 **Other architectures** (:class:`Layout`, :func:`layout_of`). The paper architecture is read as
@@ -918,6 +920,21 @@ def judge_probe(table: pd.DataFrame, competence: pd.DataFrame | None = None) -> 
                     f"answered below {t['ceiling']}"}
 
 
+def reconcile(tests: dict) -> dict:
+    """The tests, with a probe-transfer failure made *inconclusive* where the isolation it reads does
+    not carry even a constant operand: the const->const interchange of that isolation's term below
+    ``THRESHOLDS["ceiling"]`` on a side means the term is not how the operand reaches the adder
+    (in a 3-layer chain model the located router's term at ``=`` swaps no constant: 0.000), so
+    whether variables' terms decode like constants' says nothing about the adder there."""
+    probe, carried = tests["probe_transfer"], tests["interchange"].get("ceiling_const_to_const")
+    if probe["status"] != "failed" or carried is None or carried >= THRESHOLDS["ceiling"]:
+        return tests
+    reason = (f"the isolation's terms do not carry a constant operand into the adder (const->const interchange "
+              f"{carried:.3f} < {THRESHOLDS['ceiling']}): the probe's shortfall on "
+              f"{probe['worst_condition']} ({probe['effect']:.3f}) tests nothing")
+    return {**tests, "probe_transfer": {**probe, "status": "inconclusive", "reason": reason}}
+
+
 def verdict(tests: dict) -> str:
     """``supported`` if every test passed, ``not supported`` if any failed, else ``inconclusive``."""
     states = [v["status"] for v in tests.values()]
@@ -1006,6 +1023,7 @@ def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int 
     tests = {"interchange": judge_interchange(tables["interchange"]),
              "feature_transfer": judge_features(tables["feature_transfer"], competence),
              "probe_transfer": judge_probe(tables["probe"], competence)}
+    tests = reconcile(tests)
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
     return json_safe({
         **provenance(config, seed), "n_prompts": n, "isolation": layout.isolation, "verdict": verdict(tests),

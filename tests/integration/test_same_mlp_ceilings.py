@@ -126,3 +126,19 @@ def test_a_feature_shortfall_on_prompts_the_model_cannot_answer_is_inconclusive(
     assert same_mlp.judge_features(table, competence(0.9, 0.9, 0.9))["status"] == "failed"
     judged = same_mlp.judge_features(table, competence(0.9, 0.9, 0.04))
     assert judged["status"] == "inconclusive" and "2-var 0.040" in judged["reason"], judged
+
+
+def test_a_probe_failure_on_an_isolation_that_carries_no_constant_is_inconclusive():
+    """The probe transfer reads the same isolation's terms as the interchange: where swapping that term
+    does not move even a constant operand (const->const below the ceiling), the variables' terms not
+    decoding like the constants' says nothing about the adder (the 3-layer chain models: 0.000)."""
+    def tests(const_swap: float) -> dict:
+        return {"interchange": {"status": "inconclusive", "ceiling_const_to_const": const_swap},
+                "feature_transfer": {"status": "passed"},
+                "probe_transfer": {"status": "failed", "effect": 0.005, "worst_condition": "1-var left (probe accuracy)"}}
+
+    carried = same_mlp.reconcile(tests(0.985))
+    assert carried["probe_transfer"]["status"] == "failed" and same_mlp.verdict(carried) == "not supported"
+    blind = same_mlp.reconcile(tests(0.0))
+    assert blind["probe_transfer"]["status"] == "inconclusive" and same_mlp.verdict(blind) == "inconclusive"
+    assert "do not carry a constant operand" in same_mlp.verdict_reason(blind)

@@ -99,7 +99,9 @@ def rows_of(name: str, seed: int, results: dict) -> list[dict]:
               "seq_len": config["task"]["seq_len"], "max_assignments": config["task"]["max_assignments"],
               "n_layers": config["model"]["n_layers"], "steps": results["steps"], "forward": results["forward"],
               "precision": config["train"].get("precision", "auto"),
-              "outcome": results["outcome"]["outcome"], "train_wall_time_s": results["train_wall_time_s"]}
+              "outcome": results["outcome"]["outcome"], "train_wall_time_s": results["train_wall_time_s"],
+              # the three phases' onsets (compose_lens.phases on the logged pools; empty: not reached)
+              **{f"onset_{phase}": step for phase, step in results["outcome"].get("onsets", {}).items()}}
     out = [{**common, "pool": pool, "accuracy": acc, "n": config["train"]["pool_size"]}
            for pool, acc in results["pools"].items()]
     out += [{**common, "pool": set_name, "accuracy": r["accuracy"], "n": r["total"]}

@@ -62,6 +62,11 @@ cosine near 1 is the theory's claim holding, near 0 its failing.
 
 Covers the paper layout with one head per layer, no normalisation and untrained biases
 (:func:`problem` says why not, in one line), with either residual and embeddings.
+
+**Where it is read.** :func:`shares_of_model` (one model) is the registered analysis ``gradient``
+(``analyze`` and the report, :data:`compose_lens.registry.GRADIENT`, beside :func:`idealisation`,
+what the weights say of the idealisation); :func:`shares_over_training` (a run's checkpoints) is the
+report's figure and ``experiments/idealised.py``'s comparison.
 """
 
 from __future__ import annotations

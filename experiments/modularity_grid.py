@@ -148,11 +148,22 @@ def points(only: list[str] | None) -> list[tuple]:
     return sorted(out, key=lambda p: (p[1] > 128, p[:4] not in ends, cost(p), p[4]))
 
 
+KEY = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed"]  # one grid point
+
+
 def table(work: Path, out: Path) -> pd.DataFrame:
+    """grid.csv from the points finished under ``work``, beside the rows already in ``out/grid.csv``
+    of points ``work`` does not hold (a WORK directory does not outlive its machine; the table does,
+    so a later session that runs the missing points adds to it instead of writing over it)."""
     rows = [json.loads(p.read_text()) for p in sorted(work.glob("*/point.json"))]
     if not rows:
         raise SystemExit(f"no finished point under {work}")
     frame = pd.DataFrame(rows)
+    if (out / "grid.csv").exists():
+        kept = pd.read_csv(out / "grid.csv")
+        new = set(map(tuple, frame[KEY].astype(str).values))
+        kept = kept[[tuple(k) not in new for k in kept[KEY].astype(str).values]]
+        frame = pd.concat([kept, frame], ignore_index=True)
     first = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "steps", "outcome", "zero_var_heldout",
              "two_var_union", *modularity.COLUMNS, "binder", "router", "adder", "gatherer"]
     frame = frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]

@@ -241,19 +241,19 @@ def shares_of_model(model: tl.Model | tl.Weights, config: RunConfig, split, n: i
 
 def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progress: bool = False,
                          most: int | None = None) -> pd.DataFrame:
-    """:func:`shares_of_model` at the initial weights (step 0) and at every checkpoint of a run (at
-    most ``most`` of them, evenly spaced, the last always kept), on one batch; a ``step`` column."""
+    """:func:`shares_of_model` at the initial weights (step 0) and at the run's checkpoints
+    (:func:`compose_lens.runs.find_checkpoints`; with ``most``, every k-th so that at most ``most``
+    remain besides the last, which :func:`compose_lens.runs.select_checkpoints` always keeps), on one
+    batch; a ``step`` column."""
     run_dir = Path(run_dir)
-    first = runs.load_model(run_dir, bridge=False)
+    checkpoints, config, split = runs.find_checkpoints(run_dir)
+    if most is not None:
+        checkpoints = runs.select_checkpoints(checkpoints, stride=math.ceil(len(checkpoints) / max(most, 1)))
     # step 0: the initial weights, booted again from the run's config (its init_seed)
-    tables = [shares_of_model(tl.boot(first.config.model), first.config, first.split, n, seed).assign(step=0)]
-    sources = sorted((run_dir / runs.CHECKPOINTS_DIR).glob("step_*"))
-    if most is not None and len(sources) > most:
-        sources = [sources[round(k * (len(sources) - 1) / (most - 1))] for k in range(most)] if most > 1 else sources[-1:]
-    for source in tqdm(sources, disable=not progress, desc=f"gradient terms {run_dir.name}"):
-        loaded = runs.load_model(source, bridge=False)
-        table = shares_of_model(loaded.model, loaded.config, loaded.split, n, seed)
-        tables.append(table.assign(step=int(source.name.removeprefix("step_"))))
+    tables = [shares_of_model(tl.boot(config.model), config, split, n, seed).assign(step=0)]
+    for checkpoint in tqdm(checkpoints, disable=not progress, desc=f"gradient terms {run_dir.name}"):
+        loaded = runs.load_model(checkpoint.path, bridge=False)
+        tables.append(shares_of_model(loaded.model, loaded.config, loaded.split, n, seed).assign(step=checkpoint.step))
     return pd.concat(tables, ignore_index=True)
 
 

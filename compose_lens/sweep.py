@@ -208,6 +208,8 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
         return
     saved = out / "sweep.json"
     marker = safety.read_marker(out)
+    if marker is not None and marker.get("command") == "sweep" and not saved.exists():
+        return  # a sweep began here and has not written its record yet: its lock says whether it still runs
     if not saved.is_file() or (marker is not None and marker.get("command") != "sweep"):
         raise ComposeLensError(f"--out {out}: exists and is not a sweep directory; choose another --out")
     before = load_json(saved)

@@ -10,8 +10,8 @@ A **point** trains one architecture (in this process, one thread) until it gener
 detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`), records
 the steps it took and its outcome, then locates the circuit's roles and measures it
 (:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
-**grid** runs every point whose ``point.json`` is missing (a killed point resumes its training from
-its last resume state), so running it again finishes what is left; several ``grid`` processes may
+**grid** runs every point whose ``point.json`` is missing and whose row is not already in ``--out``'s
+``grid.csv`` (a killed point resumes its training from its last resume state), so running it again finishes what is left; several ``grid`` processes may
 share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
 (``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
@@ -151,6 +151,22 @@ def points(only: list[str] | None) -> list[tuple]:
 KEY = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed"]  # one grid point
 
 
+def key_of(point: tuple) -> tuple[str, ...]:
+    """A point's KEY, as grid.csv spells it."""
+    n_layers, d_model, n_heads, every, seed = point
+    return tuple(map(str, (n_layers, d_model, n_heads, "every" if every else "last", seed)))
+
+
+def todo(only: list[str] | None, out: Path) -> list[tuple]:
+    """The points ``grid`` runs: those of :func:`points` whose row ``out/grid.csv`` does not have yet (a
+    WORK directory does not outlive its machine, the table does, so a later session does not train
+    them again)."""
+    tabled = set()
+    if (out / "grid.csv").exists():
+        tabled = set(map(tuple, pd.read_csv(out / "grid.csv")[KEY].astype(str).values))
+    return [p for p in points(only) if key_of(p) not in tabled]
+
+
 def table(work: Path, out: Path) -> pd.DataFrame:
     """grid.csv from the points finished under ``work``, beside the rows already in ``out/grid.csv``
     of points ``work`` does not hold (a WORK directory does not outlive its machine; the table does,
@@ -161,7 +177,7 @@ def table(work: Path, out: Path) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if (out / "grid.csv").exists():
         kept = pd.read_csv(out / "grid.csv")
-        new = set(map(tuple, frame[KEY].astype(str).values))
+        new = set(map(tuple, frame[KEY].astype(str).values))  # WORK's rows win over the table's
         kept = kept[[tuple(k) not in new for k in kept[KEY].astype(str).values]]
         frame = pd.concat([kept, frame], ignore_index=True)
     first = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "steps", "outcome", "zero_var_heldout",
@@ -277,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row, indent=1, default=str))
             return
         if args.what == "grid":
-            for point in points(args.only):
+            for point in todo(args.only, args.out):
                 if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
                     print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
                     break

@@ -16,6 +16,10 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   for a run still training, have not by a step after which no calibration run ever recovered
   (:func:`stall_certain_after`). The 2-var pools are left out on purpose: at small r a run can
   route single variables and still miss pairs, which is the r threshold, not a stall;
+* ``diverged``: training made the model worse than it started: the last logged training loss is more
+  than :data:`DIVERGED_FACTOR` times the first (a loss spike that never came back down; seen at d_model
+  512 with the stall remedy's learning rate, where the loss went from ~1 to over 1,000 and every pool
+  fell to chance). A run that ends there has no circuit to read; lower the learning rate;
 * ``learning``: anything else (a run still before that step, or one that composed but has not
   yet refined to the headline).
 
@@ -93,6 +97,24 @@ def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | N
     return None
 
 
+DIVERGED_FACTOR = 2.0
+
+
+def diverged(metrics: Sequence[dict]) -> tuple[float, float] | None:
+    """(first, last) logged training loss where the last is more than :data:`DIVERGED_FACTOR` times the
+    first, else None (also where no training loss was logged).
+
+    >>> diverged([{"train_loss": 3.2}, {"train_loss": 1.0}, {"train_loss": 1625.7}])
+    (3.2, 1625.7)
+    >>> diverged([{"train_loss": 3.2}, {"train_loss": 3.4}, {"train_loss": 0.01}]) is None
+    True
+    """
+    losses = [m["train_loss"] for m in metrics if m.get("train_loss") is not None]
+    if len(losses) < 2 or not losses[-1] > DIVERGED_FACTOR * losses[0]:
+        return None
+    return losses[0], losses[-1]
+
+
 def onsets(metrics: Sequence[dict]) -> dict:
     """Addition, routing and refinement onsets in logged pools (or a dynamics table's rows)."""
     if not metrics:
@@ -120,8 +142,11 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
         headline = all(exhaustive[k]["accuracy"] >= GENERALISED for k in ("zero_var_heldout", "two_var_union"))
     else:
         headline = all(onset.values())
+    spike = diverged(metrics)
     if headline:
         verdict = "generalised"
+    elif spike is not None:
+        verdict = "diverged"
     elif onset[ROUTING.name] is None and onset[ADDITION] is not None and (
             finished or (certain is not None and last >= certain)):
         verdict = "stalled"
@@ -132,6 +157,8 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
         else "addition, routing and refinement phases all reached",
         "stalled": f"addition was learned but layer-2 routing (1-var pools >= 0.9) had not formed by "
                    f"step {last}",
+        "diverged": (f"the training loss ended at {spike[1]:.4g}, above {DIVERGED_FACTOR:g} x its first logged "
+                     f"value {spike[0]:.4g}: training diverged; lower the learning rate") if spike else "",
         "learning": "still learning" if onset[ROUTING.name] is None else
                     "routing formed; the headline (>= 0.98 on both exhaustive accuracies) is not yet reached",
     }[verdict]

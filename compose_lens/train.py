@@ -255,10 +255,17 @@ class Trainer:
 
     def _watch_for_stall(self, logged: dict, bar) -> None:
         """Keep the logged pools, and say once, while training, that the run looks stalled
-        (:func:`compose_lens.outcome.stall_warning`)."""
+        (:func:`compose_lens.outcome.stall_warning`) or that its loss diverged
+        (:func:`compose_lens.outcome.diverged`)."""
         if not hasattr(self, "_logged"):
             self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
         self._logged.append(logged)
+        spike = outcome.diverged(self._logged)
+        if spike is not None and not getattr(self, "divergence_warning", None):
+            self.divergence_warning = (f"the training loss is {spike[1]:.4g} at step {self.step}, above "
+                                       f"{outcome.DIVERGED_FACTOR:g} x its first logged value {spike[0]:.4g}: "
+                                       f"training diverged; lower lr")
+            bar.write(f"warning: {self.divergence_warning}", file=sys.stderr)
         warned = getattr(self, "stall_warning", None)
         if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):
             return  # nothing below would use the outcome now

@@ -70,6 +70,35 @@ def test_the_warning_quotes_the_calibration_and_spares_a_routed_run():
     assert outcome.stall_warning(curve(5_000, last=8_000), TABLE) is None
 
 
+def with_loss(rows: list[dict], losses: list[float]) -> list[dict]:
+    return [{**row, "train_loss": loss} for row, loss in zip(rows, losses)]
+
+
+def test_a_loss_that_spikes_and_stays_up_is_diverged_and_one_that_comes_back_is_not():
+    spiked = with_loss(curve(None, last=6_000), [3.2, 1.1, 1.0, 1.0, 1.0, 1.0, 5653.1, 1405.4, 548.8, 400.0, 331.5, 331.0])
+    found = outcome.outcome(spiked, MISSED, finished=True, table={})
+    assert found["outcome"] == "diverged" and "331" in found["why"] and "lower the learning rate" in found["why"]
+    recovered = spiked[:-1] + with_loss(spiked[-1:], [0.9])
+    assert outcome.outcome(recovered, MISSED, finished=True, table={})["outcome"] == "stalled"
+    flat = with_loss(curve(None, last=6_000), [3.2] + [6.3] * 11)  # within 2x of its start: not diverged
+    assert outcome.outcome(flat, MISSED, finished=True, table={})["outcome"] == "stalled"
+
+
+def test_the_trainer_warns_once_when_the_loss_diverges():
+    from types import SimpleNamespace
+
+    from compose_lens.config import RunConfig
+    from compose_lens.train import Trainer
+
+    lines = []
+    bar = SimpleNamespace(write=lambda line, file=None: lines.append(line))
+    trainer = SimpleNamespace(_logged=[], step=0, config=RunConfig())
+    for step, loss in ((100, 3.2), (200, 1.0), (300, 90.0), (400, 80.0)):
+        trainer.step = step
+        Trainer._watch_for_stall(trainer, {"step": step, "train_loss": loss}, bar)
+    assert len(lines) == 1 and "90 at step 300" in lines[0] and "diverged" in lines[0]
+
+
 def test_wilson_interval_matches_a_hand_computed_value():
     lo, hi = outcome.wilson_interval(3, 8)  # p = 0.375, z = 1.96
     assert lo == pytest.approx(0.1369, abs=1e-3) and hi == pytest.approx(0.6943, abs=1e-3)
@@ -88,6 +117,7 @@ def test_committed_runs_the_stalls_and_the_late_learner_are_told_apart():
         found = outcome.classify_run(run)
         if found["outcome"] == "stalled":
             assert read_metrics(run)[-1]["1var_train"] < 0.9, run.name
+        assert found["outcome"] != "diverged", run.name  # none of the study's runs blew up
 
 
 def test_the_committed_calibration_counts_what_it_says():

@@ -101,6 +101,17 @@ def foreign_entries(run_dir: Path) -> list[str]:
 # -- the run directory a training claims ------------------------------------------------------
 
 
+def extends(saved: RunConfig, config: RunConfig, trained: bool = True) -> bool:
+    """Whether ``config`` may continue a run started with ``saved``: the same configuration, or (once a
+    resume state exists) the same but for a larger ``train.steps``. The recipe has no schedule that
+    reads the budget (a constant learning rate), so a run trained to N steps and then continued to M
+    ends with the weights of a run trained to M at once; ``compile=auto`` decides on the new budget."""
+    if saved.to_dict() == config.to_dict():
+        return True
+    longer = dataclasses.replace(saved, train=dataclasses.replace(saved.train, steps=config.train.steps))
+    return trained and config.train.steps > saved.train.steps and longer.to_dict() == config.to_dict()
+
+
 def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) -> str:
     """What training into ``d`` will do with it: ``new``, ``resume``, ``restart`` (resume asked, but no
     resume state was written yet) or ``replace`` (``overwrite``); refused in one line where the directory
@@ -119,9 +130,10 @@ def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) ->
         saved = d / CONFIG_FILE
         trained = (d / RESUME_FILE).exists()
         # new keys at their defaults, so a run of an earlier version still resumes
-        if saved.exists() and RunConfig.from_dict(load_json(saved)).to_dict() != config.to_dict():
+        if saved.exists() and not extends(RunConfig.from_dict(load_json(saved)), config, trained):
             raise ComposeLensError(f"{d}: the run was started with another configuration; "
-                                   f"resume without --config/--set/--split-file, or use a new --out")
+                                   f"resume without --config/--set/--split-file (only a larger "
+                                   f"--set steps=N may be added, to train it longer), or use a new --out")
         if trained and not saved.exists():  # nothing proves what the saved state was trained with
             raise ComposeLensError(f"{d}: its {CONFIG_FILE} is missing, so compose-lens cannot "
                                    f"prove the run was trained with this configuration; copy it back "

@@ -21,7 +21,9 @@ normalisation, the TransformerLens forward otherwise.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -154,6 +156,7 @@ class Trainer:
             torch.set_num_threads(self.governor.first_threads())
         if self.resuming:
             self._load_resume_state()
+            self._extend()
         else:
             write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
             self.split.save(self.run_dir / runs.SPLIT_FILE)
@@ -172,6 +175,20 @@ class Trainer:
         lock = getattr(self, "lock", None)
         if lock is not None:
             lock.release()
+
+    def _extend(self) -> None:
+        """A resumed run given a larger ``steps`` (:func:`compose_lens.runs.extends`) trains on to it:
+        its ``config.json`` takes the new budget, and the ``results.json`` of the budget it finished
+        goes beside that step's checkpoint (``checkpoints/step_N/results.json``) until the run ends."""
+        saved = RunConfig.from_dict(json.loads((self.run_dir / runs.CONFIG_FILE).read_text()))
+        if saved.train.steps == self.config.train.steps:
+            return
+        finished = self.run_dir / runs.RESULTS_FILE
+        if finished.exists():
+            step = json.loads(finished.read_text())["steps"]
+            kept = self.run_dir / runs.CHECKPOINTS_DIR / runs.checkpoint_name(step) / runs.RESULTS_FILE
+            os.replace(finished, kept) if kept.parent.is_dir() else finished.unlink()
+        write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
 
     def _load_resume_state(self) -> None:
         self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)

@@ -21,8 +21,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     out = check_out_name(args.out)
     if args.resume and args.overwrite:
         raise ComposeLensError("--resume continues a run and --overwrite replaces it: pass one of them")
-    if args.resume and (out / "config.json").is_file() and not args.config and not args.set:
-        config = RunConfig.from_dict(load_json(out / "config.json"))
+    if args.resume and (out / "config.json").is_file() and not args.config:
+        # the run's own configuration; --set may only raise steps (compose_lens.runs.extends)
+        config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides(args.set or [])
     else:
         config = run_config_from_args(args)
     split = Split.load(args.split_file, config.task) if args.split_file else None
@@ -97,7 +98,8 @@ def register(sub) -> None:
                        help="override a setting, e.g. --set steps=2000 --set f=0.5 --set model.d_model=64")
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--split-file", help="train on this split file's held-out pairs")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the last checkpoint (with --set steps=N: train on to N steps)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)

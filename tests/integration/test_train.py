@@ -102,6 +102,22 @@ def test_a_resume_removes_the_temporaries_a_kill_left_and_only_those(tmp_path, t
     assert all(torch.equal(full[k], cut[k]) for k in full)
 
 
+def test_a_finished_run_trained_on_to_more_steps_ends_with_the_weights_of_one_trained_there(tmp_path, tiny_config):
+    Trainer(tiny_config, tmp_path / "full", progress=False).run()  # 40 steps at once
+    short = tiny_config.with_overrides(["steps=20"])
+    Trainer(short, tmp_path / "run", progress=False).run()
+    with pytest.raises(ComposeLensError, match="only a larger"):  # fewer steps: refused, nothing touched
+        Trainer(tiny_config.with_overrides(["steps=10"]), tmp_path / "run", resume=True, progress=False)
+    results = Trainer(tiny_config, tmp_path / "run", resume=True, progress=False).run()
+    run = tmp_path / "run"
+    assert results["steps"] == 40 and json.loads((run / "config.json").read_text())["train"]["steps"] == 40
+    full, longer = weights(tmp_path / "full"), weights(run)
+    assert all(torch.equal(full[k], longer[k]) for k in full)
+    assert json.loads((run / "checkpoints" / "step_000020" / "results.json").read_text())["steps"] == 20
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [10, 20, 30, 40]
+
+
 def test_existing_run_is_not_overwritten(tmp_path, tiny_config):
     Trainer(tiny_config, tmp_path / "run", progress=False).run()
     before = (tmp_path / "run" / "model.safetensors").read_bytes()

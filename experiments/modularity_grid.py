@@ -7,12 +7,15 @@
     python experiments/modularity_grid.py study                # the measures on the study's own checkpoints
 
 A **point** trains one architecture (in this process, one thread) until it generalises, the stall
-detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`), records
-the steps it took and its outcome, then locates the circuit's roles and measures it
+detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`); a point
+that ends :data:`STEPS` below the proxy's bar and still learning trains on to :data:`LONGER`
+(``train --resume`` with a larger budget: the weights of a run trained there at once). It records
+the budget, the steps it took and its outcome, then locates the circuit's roles and measures it
 (:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
 **grid** runs every point whose ``point.json`` is missing and whose row is not already in ``--out``'s
-``grid.csv`` (a killed point resumes its training from its last resume state), so running it again finishes what is left; several ``grid`` processes may
-share the work (each point is claimed by one). The **table**
+``grid.csv`` (or is, below the bar on a budget short of :data:`LONGER`); a killed point resumes its
+training from its last resume state, so running it again finishes what is left; several ``grid``
+processes may share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
 (``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
 marker per seed, an inconclusive point drawn as an x at the bottom.
@@ -54,6 +57,7 @@ from compose_lens.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"
 STEPS = 6000
+LONGER = 12_000  # the budget of a point still learning below the bar at STEPS (needs_more)
 LEARNED_AT = 0.85  # the proxy's bar for "has learned the task" (the study's headline is 0.98; docs/modularity.md)
 SEEDS = (0, 1)
 PROXY = ["modulus=23", "remedy=lr_x3", "batch_size=256", "eval_every=250", "checkpoint_every=1000",
@@ -87,31 +91,54 @@ def work_dir(base: Path | None, steps: int, extra: list[str]) -> Path:
     return ROOT / "runs" / f"modularity{tag}"
 
 
+def accuracies(results: dict) -> dict:
+    """The two exhaustive accuracies a row keeps, from a run's ``results.json``."""
+    return {k: results["exhaustive"][k]["accuracy"] for k in ("zero_var_heldout", "two_var_union")}
+
+
+def needs_more(row: dict, learned_at: float, longer: int) -> bool:
+    """A point that ended its budget below the proxy's bar (some exhaustive accuracy < ``learned_at``)
+    while still ``learning`` (not stalled, not diverged, not generalised), on a budget below ``longer``:
+    it has not yet shown what it learns, so it trains on to ``longer`` (an inconclusive row is a model
+    that cannot yet do what the measures test)."""
+    below = min(float(row["zero_var_heldout"]), float(row["two_var_union"])) < learned_at
+    return below and row["outcome"] == "learning" and int(row["budget"]) < longer
+
+
 def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, *, work: Path,
               steps: int = STEPS, extra: list[str] | None = None, measure_n: int = 120,
-              learned_at: float = LEARNED_AT, remeasure: bool = False) -> dict:
-    """Train (or resume) one point, then locate and measure it; its row, also in ``point.json``."""
+              learned_at: float = LEARNED_AT, remeasure: bool = False, longer: int | None = None) -> dict:
+    """Train (or resume) one point to ``steps``, then, where it is below the bar and still learning, on
+    to ``longer`` (default :data:`LONGER`); locate and measure it; its row, also in ``point.json``."""
+    longer = LONGER if longer is None else longer
     extra = extra or []
     name = name_of(n_layers, d_model, n_heads, every, seed)
     run = work / name
     done = run / "point.json"
     previous = json.loads(done.read_text()) if done.exists() else None
-    if previous is not None and not remeasure:
+    if previous is not None and not remeasure and not needs_more(previous, learned_at, longer):
         return previous
     torch.set_num_threads(1)
     config = RunConfig().with_overrides(overrides(n_layers, d_model, n_heads, every, seed, steps, extra))
+    if (run / "config.json").exists():  # the budget the run has now (a killed longer budget resumes)
+        config = config.with_overrides([f"steps={json.loads((run / 'config.json').read_text())['train']['steps']}"])
     if not (run / "results.json").exists():
         resume = (run / "resume.safetensors").exists()
         train(config, run, progress=False, resume=resume, overwrite=not resume)
-    results = runs.read_results(run)
     found = outcome.classify_run(run)
+    if not remeasure and needs_more({**accuracies(runs.read_results(run)), "outcome": found["outcome"],
+                   "budget": config.train.steps}, learned_at, longer):  # below the bar, still learning
+        config = config.with_overrides([f"steps={longer}"])
+        train(config, run, progress=False, resume=True)
+        found = outcome.classify_run(run)
+    results = runs.read_results(run)
     loaded = runs.for_analyses(runs.load_model(run, bridge=False))
     started = time.perf_counter()
     scores = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=measure_n,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
     row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
            "mlp_blocks": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
-           "budget": steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
+           "budget": config.train.steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
            "outcome_why": found["why"], "train_s": results.get("train_wall_time_s"), "measure_s": round(time.perf_counter() - started, 1), **scores}
     done.write_text(json.dumps(row, indent=1, default=str) + "\n")
     return row
@@ -157,13 +184,15 @@ def key_of(point: tuple) -> tuple[str, ...]:
     return tuple(map(str, (n_layers, d_model, n_heads, "every" if every else "last", seed)))
 
 
-def todo(only: list[str] | None, out: Path) -> list[tuple]:
-    """The points ``grid`` runs: those of :func:`points` whose row ``out/grid.csv`` does not have yet (a
-    WORK directory does not outlive its machine, the table does, so a later session does not train
-    them again)."""
+def todo(only: list[str] | None, out: Path, learned_at: float = LEARNED_AT, longer: int = LONGER) -> list[tuple]:
+    """The points ``grid`` runs: those of :func:`points` whose row ``out/grid.csv`` does not have yet,
+    or has from a budget that :func:`needs_more` would raise (a WORK directory does not outlive its
+    machine, the table does, so a later session does not train the others again)."""
     tabled = set()
     if (out / "grid.csv").exists():
-        tabled = set(map(tuple, pd.read_csv(out / "grid.csv")[KEY].astype(str).values))
+        rows = pd.read_csv(out / "grid.csv")
+        rows = rows[[not needs_more(r, learned_at, longer) for r in rows.to_dict("records")]]
+        tabled = set(map(tuple, rows[KEY].astype(str).values))
     return [p for p in points(only) if key_of(p) not in tabled]
 
 
@@ -269,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="+", choices=list(AXES), default=None, help="grid: these axes only")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"the step budget (default {STEPS})")
+    parser.add_argument("--longer", type=int, default=LONGER,
+                        help=f"the budget of a point still learning below the bar after --steps (default {LONGER})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another proxy setting")
     parser.add_argument("--work", type=Path, default=None, help="where the runs go (default runs/modularity*)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where grid.csv and the figures go")
@@ -289,11 +320,11 @@ def main(argv: list[str] | None = None) -> None:
         if args.what == "point":
             row = run_point(args.n_layers, args.d_model, args.n_heads, args.mlp_every_block, args.seed,
                             work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
-                            remeasure=args.remeasure)
+                            remeasure=args.remeasure, longer=args.longer)
             print(json.dumps(row, indent=1, default=str))
             return
         if args.what == "grid":
-            for point in todo(args.only, args.out):
+            for point in todo(args.only, args.out, args.learned_at, args.longer):
                 if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
                     print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
                     break
@@ -303,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
                 started = time.perf_counter()
                 try:
                     row = run_point(*point, work=work, steps=args.steps, extra=args.set, learned_at=args.learned_at,
-                                    remeasure=args.remeasure)
+                                    remeasure=args.remeasure, longer=args.longer)
                 except ComposeLensError as e:
                     if "another compose-lens process" not in str(e):
                         raise

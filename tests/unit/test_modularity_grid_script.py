@@ -1,6 +1,7 @@
-"""experiments/modularity_grid.py's bookkeeping, on made-up rows (nothing trains): the table a later
-session writes keeps the points an earlier one measured, a point measured again replaces its old row,
-and ``grid`` does not train a point the table already has."""
+"""experiments/modularity_grid.py's bookkeeping: the table a later session writes keeps the points an
+earlier one measured, a point measured again replaces its old row, ``grid`` does not train a point the
+table already has unless it ended below the bar while still learning, and such a point trains on to
+the longer budget (one tiny point trains: 40 steps at p = 7)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ def grid_script():
     return module
 
 
-def row(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, separation: float) -> dict:
+def row(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, separation: float,
+        union: float = 0.9, outcome: str = "learning", budget: int = 6000) -> dict:
     return {"name": f"L{n_layers}_d{d_model}_h{n_heads}_s{seed}", "n_layers": n_layers, "d_model": d_model,
-            "n_heads": n_heads, "mlp_blocks": "every" if every else "last", "seed": seed, "steps": 6000,
-            "outcome": "learning", "zero_var_heldout": 0.95, "two_var_union": 0.9,
+            "n_heads": n_heads, "mlp_blocks": "every" if every else "last", "seed": seed, "steps": budget,
+            "budget": budget, "outcome": outcome, "zero_var_heldout": 0.95, "two_var_union": union,
             "modularity_separation": separation, "modularity_same_adder": 1.0,
             "modularity_circuit_fraction": 0.7, "modularity_verdict": "modular"}
 
@@ -53,3 +55,29 @@ def test_grid_leaves_out_the_points_the_table_has(tmp_path):
     left = g.todo(None, tmp_path)
     assert left == [p for p in every if p[1] != 64]
     assert len(left) == len(every) - len(done) > 0
+
+
+def test_grid_runs_again_a_tabled_point_still_learning_below_the_bar_and_no_other(tmp_path):
+    g = grid_script()
+    a, b, c, d = g.points(None)[:4]
+    rows = [row(*a, 0.9, union=0.7), row(*b, 0.9, union=0.7, budget=g.LONGER),
+            row(*c, 0.9, union=0.7, outcome="diverged"), row(*d, 0.9, union=0.7, outcome="stalled")]
+    pd.DataFrame(rows).to_csv(tmp_path / "grid.csv", index=False)
+    left = g.todo(None, tmp_path)
+    assert a in left and not {b, c, d} & set(left)  # only the one that has not had the longer budget
+
+
+def test_a_point_below_the_bar_trains_on_to_the_longer_budget(tmp_path):
+    g = grid_script()
+    tiny = ["modulus=7", "n_vars=6", "f=0.8", "batch_size=64", "eval_every=10", "checkpoint_every=10",
+            "pool_size=64"]
+    point = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, measure_n=8,
+                        learned_at=0.99, longer=40)
+    run = tmp_path / g.name_of(2, 32, 1, False, 0)
+    assert point["outcome"] == "learning" and point["budget"] == 40 and point["steps"] == 40
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [10, 20, 30, 40]  # trained on from step 20, not again from 0
+    assert json.loads((run / "checkpoints" / "step_000020" / "results.json").read_text())["steps"] == 20
+    assert point["modularity_verdict"] == "inconclusive"  # 40 steps do not reach the bar
+    again = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, learned_at=0.99, longer=40)
+    assert again["budget"] == 40 and len((run / "metrics.jsonl").read_text().splitlines()) == 4  # nothing trained

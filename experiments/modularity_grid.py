@@ -129,6 +129,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     if not remeasure and needs_more({**accuracies(runs.read_results(run)), "outcome": found["outcome"],
                    "budget": config.train.steps}, learned_at, longer):  # below the bar, still learning
         config = config.with_overrides([f"steps={longer}"])
+        done.unlink(missing_ok=True)  # the shorter budget's row, written again below (a run holds no foreign file)
         train(config, run, progress=False, resume=True)
         found = outcome.classify_run(run)
     results = runs.read_results(run)

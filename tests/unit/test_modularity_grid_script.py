@@ -81,3 +81,6 @@ def test_a_point_below_the_bar_trains_on_to_the_longer_budget(tmp_path):
     assert point["modularity_verdict"] == "inconclusive"  # 40 steps do not reach the bar
     again = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, learned_at=0.99, longer=40)
     assert again["budget"] == 40 and len((run / "metrics.jsonl").read_text().splitlines()) == 4  # nothing trained
+    # a later, longer budget trains the measured point on again (its point.json is not a run's file)
+    on = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, measure_n=8, learned_at=0.99, longer=50)
+    assert on["budget"] == on["steps"] == 50 and len((run / "metrics.jsonl").read_text().splitlines()) == 5

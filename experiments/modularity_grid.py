@@ -9,8 +9,9 @@
 A **point** trains one architecture (in this process, one thread) until it generalises, the stall
 detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`); a point
 that ends :data:`STEPS` below the proxy's bar and still learning trains on to :data:`LONGER`
-(``train --resume`` with a larger budget: the weights of a run trained there at once). It records
-the budget, the steps it took and its outcome, then locates the circuit's roles and measures it
+(``train --resume`` with a larger budget: the weights of a run trained there at once); a point whose
+loss diverges at the proxy's learning rate is trained again at the study's (``WORK/study_lr/``, the
+row's ``remedy`` says which). It records the budget, the steps it took and its outcome, then locates the circuit's roles and measures it
 (:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
 **grid** runs every point whose ``point.json`` is missing and whose row is not already in ``--out``'s
 ``grid.csv`` (or is, below the bar on a budget short of :data:`LONGER`); a killed point resumes its
@@ -57,11 +58,13 @@ from compose_lens.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"
 STEPS = 6000
+STUDY_LR = "study_lr"  # WORK/study_lr/<name>: a point that diverged at the proxy's rate, trained again at the study's
 LONGER = 12_000  # the budget of a point still learning below the bar at STEPS (needs_more)
 LEARNED_AT = 0.85  # the proxy's bar for "has learned the task" (the study's headline is 0.98; docs/modularity.md)
 SEEDS = (0, 1)
 PROXY = ["modulus=23", "remedy=lr_x3", "batch_size=256", "eval_every=250", "checkpoint_every=1000",
          "pool_size=1000", "stop_at=decided", "threads=1"]
+PROXY_REMEDY = next(o.split("=", 1)[1] for o in PROXY if o.startswith("remedy="))
 AXES = {  # axis: (n_layers, d_model, n_heads, MLP in every block) of each point, end points first
     "width": [(2, 64, 1, False), (2, 512, 1, False), (2, 128, 1, False), (2, 256, 1, False)],
     "heads": [(2, 64, 1, False), (2, 64, 4, False), (2, 64, 2, False)],
@@ -112,6 +115,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     to ``longer`` (default :data:`LONGER`); locate and measure it; its row, also in ``point.json``."""
     longer = LONGER if longer is None else longer
     extra = extra or []
+    work.mkdir(parents=True, exist_ok=True)
     name = name_of(n_layers, d_model, n_heads, every, seed)
     run = work / name
     done = run / "point.json"
@@ -132,6 +136,15 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
         done.unlink(missing_ok=True)  # the shorter budget's row, written again below (a run holds no foreign file)
         train(config, run, progress=False, resume=True)
         found = outcome.classify_run(run)
+    if found["outcome"] == "diverged" and config.train.remedy != "none":
+        # the proxy's faster learning rate blew this point up: it is trained again at the study's own
+        # rate (WORK/study_lr/<name>), and that run is its row
+        row = run_point(n_layers, d_model, n_heads, every, seed, work=work / STUDY_LR, steps=steps,
+                        extra=[*extra, "remedy=none"], measure_n=measure_n, learned_at=learned_at,
+                        remeasure=remeasure, longer=longer)
+        row = {**row, "remedy": "none", "retried_because": f"at remedy={config.train.remedy}: {found['why']}"}
+        done.write_text(json.dumps(row, indent=1, default=str) + "\n")
+        return row
     results = runs.read_results(run)
     loaded = runs.for_analyses(runs.load_model(run, bridge=False))
     started = time.perf_counter()
@@ -139,7 +152,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
     row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
            "mlp_blocks": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
-           "budget": config.train.steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
+           "remedy": config.train.remedy, "budget": config.train.steps, "learned_at": learned_at, "steps": results["steps"], "outcome": found["outcome"],
            "outcome_why": found["why"], "train_s": results.get("train_wall_time_s"), "measure_s": round(time.perf_counter() - started, 1), **scores}
     done.write_text(json.dumps(row, indent=1, default=str) + "\n")
     return row
@@ -210,10 +223,12 @@ def table(work: Path, out: Path) -> pd.DataFrame:
         new = set(map(tuple, frame[KEY].astype(str).values))  # WORK's rows win over the table's
         kept = kept[[tuple(k) not in new for k in kept[KEY].astype(str).values]]
         frame = pd.concat([kept, frame], ignore_index=True)
-    first = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "steps", "outcome", "zero_var_heldout",
+    first = ["n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "remedy", "steps", "outcome", "zero_var_heldout",
              "two_var_union", *modularity.COLUMNS, "binder", "router", "adder", "gatherer"]
     frame = frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
     frame = frame.sort_values(["mlp_blocks", "n_layers", "d_model", "n_heads", "seed"], kind="stable")
+    # rows measured before the column existed were all trained at the proxy's rate
+    frame["remedy"] = frame["remedy"].fillna(PROXY_REMEDY) if "remedy" in frame else PROXY_REMEDY
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "grid.csv", index=False)
     for axis in AXES:

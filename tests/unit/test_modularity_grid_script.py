@@ -1,7 +1,8 @@
 """experiments/modularity_grid.py's bookkeeping: the table a later session writes keeps the points an
 earlier one measured, a point measured again replaces its old row, ``grid`` does not train a point the
 table already has unless it ended below the bar while still learning, and such a point trains on to
-the longer budget (one tiny point trains: 40 steps at p = 7)."""
+the longer budget, and one whose loss diverged at the proxy's learning rate is trained again at the
+study's (tiny points train: 20-50 steps at p = 7)."""
 
 from __future__ import annotations
 
@@ -67,10 +68,12 @@ def test_grid_runs_again_a_tabled_point_still_learning_below_the_bar_and_no_othe
     assert a in left and not {b, c, d} & set(left)  # only the one that has not had the longer budget
 
 
+TINY = ["modulus=7", "n_vars=6", "f=0.8", "batch_size=64", "eval_every=10", "checkpoint_every=10", "pool_size=64"]
+
+
 def test_a_point_below_the_bar_trains_on_to_the_longer_budget(tmp_path):
     g = grid_script()
-    tiny = ["modulus=7", "n_vars=6", "f=0.8", "batch_size=64", "eval_every=10", "checkpoint_every=10",
-            "pool_size=64"]
+    tiny = TINY
     point = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, measure_n=8,
                         learned_at=0.99, longer=40)
     run = tmp_path / g.name_of(2, 32, 1, False, 0)
@@ -84,3 +87,23 @@ def test_a_point_below_the_bar_trains_on_to_the_longer_budget(tmp_path):
     # a later, longer budget trains the measured point on again (its point.json is not a run's file)
     on = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=tiny, measure_n=8, learned_at=0.99, longer=50)
     assert on["budget"] == on["steps"] == 50 and len((run / "metrics.jsonl").read_text().splitlines()) == 5
+
+
+def test_a_point_that_diverged_at_the_proxy_rate_is_trained_again_at_the_study_rate(tmp_path, monkeypatch):
+    g = grid_script()
+    real = g.outcome.classify_run
+
+    def planted(run):  # the proxy-rate run reads diverged; the retry is judged for real
+        found = real(run)
+        return found if g.STUDY_LR in str(run) else {**found, "outcome": "diverged", "why": "planted spike"}
+
+    monkeypatch.setattr(g.outcome, "classify_run", planted)
+    row = g.run_point(2, 32, 1, False, 0, work=tmp_path, steps=20, extra=TINY, measure_n=8, learned_at=0.99,
+                      longer=20)
+    name = g.name_of(2, 32, 1, False, 0)
+    retry = tmp_path / g.STUDY_LR / name
+    assert json.loads((tmp_path / name / "config.json").read_text())["train"]["remedy"] == "lr_x3"
+    assert json.loads((retry / "config.json").read_text())["train"]["remedy"] == "none"
+    assert row["remedy"] == "none" and "planted spike" in row["retried_because"] and row["outcome"] == "learning"
+    assert json.loads((tmp_path / name / "point.json").read_text())["remedy"] == "none"
+    assert g.table(tmp_path, tmp_path / "out")["remedy"].tolist() == ["none"]

@@ -108,6 +108,14 @@ def needs_more(row: dict, learned_at: float, longer: int) -> bool:
     return below and row["outcome"] == "learning" and int(row["budget"]) < longer
 
 
+def settled(row: dict, learned_at: float, longer: int) -> bool:
+    """A row that running its point again would not change: not :func:`needs_more`, and not diverged at
+    a faster rate than the study's (such a point is trained again at the study's)."""
+    remedy = row.get("remedy") if isinstance(row.get("remedy"), str) else PROXY_REMEDY  # older rows: the proxy's
+    retry = row["outcome"] == "diverged" and remedy != "none"
+    return not retry and not needs_more(row, learned_at, longer)
+
+
 def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, *, work: Path,
               steps: int = STEPS, extra: list[str] | None = None, measure_n: int = 120,
               learned_at: float = LEARNED_AT, remeasure: bool = False, longer: int | None = None) -> dict:
@@ -120,7 +128,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     run = work / name
     done = run / "point.json"
     previous = json.loads(done.read_text()) if done.exists() else None
-    if previous is not None and not remeasure and not needs_more(previous, learned_at, longer):
+    if previous is not None and not remeasure and settled(previous, learned_at, longer):
         return previous
     torch.set_num_threads(1)
     config = RunConfig().with_overrides(overrides(n_layers, d_model, n_heads, every, seed, steps, extra))
@@ -200,12 +208,12 @@ def key_of(point: tuple) -> tuple[str, ...]:
 
 def todo(only: list[str] | None, out: Path, learned_at: float = LEARNED_AT, longer: int = LONGER) -> list[tuple]:
     """The points ``grid`` runs: those of :func:`points` whose row ``out/grid.csv`` does not have yet,
-    or has from a budget that :func:`needs_more` would raise (a WORK directory does not outlive its
+    or has but not :func:`settled` (a WORK directory does not outlive its
     machine, the table does, so a later session does not train the others again)."""
     tabled = set()
     if (out / "grid.csv").exists():
         rows = pd.read_csv(out / "grid.csv")
-        rows = rows[[not needs_more(r, learned_at, longer) for r in rows.to_dict("records")]]
+        rows = rows[[settled(r, learned_at, longer) for r in rows.to_dict("records")]]
         tabled = set(map(tuple, rows[KEY].astype(str).values))
     return [p for p in points(only) if key_of(p) not in tabled]
 

@@ -62,10 +62,13 @@ def test_grid_runs_again_a_tabled_point_still_learning_below_the_bar_and_no_othe
     g = grid_script()
     a, b, c, d = g.points(None)[:4]
     rows = [row(*a, 0.9, union=0.7), row(*b, 0.9, union=0.7, budget=g.LONGER),
-            row(*c, 0.9, union=0.7, outcome="diverged"), row(*d, 0.9, union=0.7, outcome="stalled")]
+            {**row(*c, 0.9, union=0.7, outcome="diverged"), "remedy": "none"}, row(*d, 0.9, union=0.7, outcome="stalled")]
     pd.DataFrame(rows).to_csv(tmp_path / "grid.csv", index=False)
     left = g.todo(None, tmp_path)
     assert a in left and not {b, c, d} & set(left)  # only the one that has not had the longer budget
+    rows[2]["remedy"] = "lr_x3"  # diverged at the proxy's rate: trained again at the study's
+    pd.DataFrame(rows).to_csv(tmp_path / "grid.csv", index=False)
+    assert c in g.todo(None, tmp_path)
 
 
 TINY = ["modulus=7", "n_vars=6", "f=0.8", "batch_size=64", "eval_every=10", "checkpoint_every=10", "pool_size=64"]

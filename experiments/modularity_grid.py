@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> None:
                 if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
                     print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
                     break
+                done = work / name_of(*point) / "point.json"
+                if done.exists() and settled(json.loads(done.read_text()), args.learned_at, args.longer):
+                    continue  # finished here before (by this worker or another)
                 held = claim(work, name_of(*point))
                 if held is None:
                     continue  # another worker runs it

@@ -16,10 +16,11 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   for a run still training, have not by a step after which no calibration run ever recovered
   (:func:`stall_certain_after`). The 2-var pools are left out on purpose: at small r a run can
   route single variables and still miss pairs, which is the r threshold, not a stall;
-* ``diverged``: training made the model worse than it started: the last logged training loss is more
-  than :data:`DIVERGED_FACTOR` times the first (a loss spike that never came back down; seen at d_model
-  512 with the stall remedy's learning rate, where the loss went from ~1 to over 1,000 and every pool
-  fell to chance). A run that ends there has no circuit to read; lower the learning rate;
+* ``diverged``: training undid what it learned: the last logged training loss is above the first and
+  more than :data:`DIVERGED_FACTOR` times the lowest (a loss spike that never came back down). Seen with
+  the stall remedy's learning rate: at d_model 512 the loss went from ~1 to over 1,000; a bf16 run at
+  the study's width had learned every pool and fell to chance in its last 200 steps. A run that ends
+  there has no circuit to read; lower the learning rate;
 * ``learning``: anything else (a run still before that step, or one that composed but has not
   yet refined to the headline).
 
@@ -97,22 +98,25 @@ def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | N
     return None
 
 
-DIVERGED_FACTOR = 2.0
+DIVERGED_FACTOR = 10.0
 
 
-def diverged(metrics: Sequence[dict]) -> tuple[float, float] | None:
-    """(first, last) logged training loss where the last is more than :data:`DIVERGED_FACTOR` times the
-    first, else None (also where no training loss was logged).
+def diverged(metrics: Sequence[dict]) -> tuple[float, float, float] | None:
+    """(first, lowest, last) logged training loss where the last is above the first and more than
+    :data:`DIVERGED_FACTOR` times the lowest, else None (also where no training loss was logged). A run
+    that never learned (its loss near the first throughout) is not diverged, whatever its noise.
 
-    >>> diverged([{"train_loss": 3.2}, {"train_loss": 1.0}, {"train_loss": 1625.7}])
-    (3.2, 1625.7)
-    >>> diverged([{"train_loss": 3.2}, {"train_loss": 3.4}, {"train_loss": 0.01}]) is None
+    >>> diverged([{"train_loss": 1.6}, {"train_loss": 0.18}, {"train_loss": 3.14}])  # learned, then chance
+    (1.6, 0.18, 3.14)
+    >>> diverged([{"train_loss": 4.0}, {"train_loss": 3.9}, {"train_loss": 4.1}]) is None  # never learned
+    True
+    >>> diverged([{"train_loss": 3.2}, {"train_loss": 1e-4}, {"train_loss": 0.01}]) is None  # a late bump
     True
     """
     losses = [m["train_loss"] for m in metrics if m.get("train_loss") is not None]
-    if len(losses) < 2 or not losses[-1] > DIVERGED_FACTOR * losses[0]:
+    if len(losses) < 2 or not (losses[-1] > losses[0] and losses[-1] > DIVERGED_FACTOR * min(losses)):
         return None
-    return losses[0], losses[-1]
+    return losses[0], min(losses), losses[-1]
 
 
 def onsets(metrics: Sequence[dict]) -> dict:
@@ -157,8 +161,9 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
         else "addition, routing and refinement phases all reached",
         "stalled": f"addition was learned but layer-2 routing (1-var pools >= 0.9) had not formed by "
                    f"step {last}",
-        "diverged": (f"the training loss ended at {spike[1]:.4g}, above {DIVERGED_FACTOR:g} x its first logged "
-                     f"value {spike[0]:.4g}: training diverged; lower the learning rate") if spike else "",
+        "diverged": (f"the training loss ended at {spike[2]:.4g}, above its first logged value {spike[0]:.4g} "
+                     f"and {DIVERGED_FACTOR:g} x its lowest {spike[1]:.3g}: training diverged; lower the "
+                     f"learning rate") if spike else "",
         "learning": "still learning" if onset[ROUTING.name] is None else
                     "routing formed; the headline (>= 0.98 on both exhaustive accuracies) is not yet reached",
     }[verdict]

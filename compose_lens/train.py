@@ -279,9 +279,9 @@ class Trainer:
         self._logged.append(logged)
         spike = outcome.diverged(self._logged)
         if spike is not None and not getattr(self, "divergence_warning", None):
-            self.divergence_warning = (f"the training loss is {spike[1]:.4g} at step {self.step}, above "
-                                       f"{outcome.DIVERGED_FACTOR:g} x its first logged value {spike[0]:.4g}: "
-                                       f"training diverged; lower lr")
+            self.divergence_warning = (f"the training loss is {spike[2]:.4g} at step {self.step}, above its "
+                                       f"first logged value {spike[0]:.4g} and {outcome.DIVERGED_FACTOR:g} x its "
+                                       f"lowest {spike[1]:.3g}: training diverged; lower lr")
             bar.write(f"warning: {self.divergence_warning}", file=sys.stderr)
         warned = getattr(self, "stall_warning", None)
         if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):

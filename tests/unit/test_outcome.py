@@ -80,8 +80,21 @@ def test_a_loss_that_spikes_and_stays_up_is_diverged_and_one_that_comes_back_is_
     assert found["outcome"] == "diverged" and "331" in found["why"] and "lower the learning rate" in found["why"]
     recovered = spiked[:-1] + with_loss(spiked[-1:], [0.9])
     assert outcome.outcome(recovered, MISSED, finished=True, table={})["outcome"] == "stalled"
-    flat = with_loss(curve(None, last=6_000), [3.2] + [6.3] * 11)  # within 2x of its start: not diverged
+    flat = with_loss(curve(None, last=6_000), [3.2] + [3.0] * 10 + [3.5])  # never learned: noise, not divergence
     assert outcome.outcome(flat, MISSED, finished=True, table={})["outcome"] == "stalled"
+    # learned, then fell back to chance (ln 23 = 3.14), below twice its first logged loss
+    collapsed = with_loss(curve(4000, last=6_000), [1.6, 0.5, 0.18, 0.3] + [164549.0, 75.0, 26.0, 9.0, 6.0, 4.2, 3.2, 3.14])
+    assert outcome.outcome(collapsed, MISSED, finished=True, table={})["outcome"] == "diverged"
+
+
+REMEDY_RUNS = RESULTS / "stall_rate" / "remedy_lr_x3" / "runs"
+
+
+@pytest.mark.skipif(not REMEDY_RUNS.is_dir(), reason="committed remedy runs absent")
+def test_the_committed_remedy_run_that_fell_to_chance_reads_diverged_and_no_other():
+    found = {run.name: outcome.classify_run(run)["outcome"] for run in sorted(REMEDY_RUNS.iterdir())}
+    assert found.pop("seed=107_kernel=native_threads=1_bf16_remedy=lr_x3") == "diverged"  # at step 29,800
+    assert found and "diverged" not in found.values()
 
 
 def test_the_trainer_warns_once_when_the_loss_diverges():

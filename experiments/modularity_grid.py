@@ -270,6 +270,9 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
                 panel.plot(sub[x_name][ok], value[ok], marker=marker, linestyle="-" if seed == 0 else ":",
                            label=f"{'d_model ' + str(group) if axis == 'depth' else ''} seed {seed}".strip())
                 panel.plot(sub[x_name][~ok], [0.0] * int((~ok).sum()), marker="x", linestyle="none", color="grey")
+                study_lr = ok & (sub["remedy"] == "none").to_numpy()  # trained again at the study's rate
+                panel.plot(sub[x_name][study_lr], value[study_lr], marker="o", markersize=11, fillstyle="none",
+                           linestyle="none", color="black")
         if column == "modularity_separation":
             panel.axhline(modularity.SEPARATION_MIN, color="grey", linewidth=0.8, linestyle="--")
         panel.set_xlabel(x_name)
@@ -281,7 +284,8 @@ def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
         panel.set_xticklabels([str(v) for v in sorted(rows[x_name].unique())] if len(rows) else [])
     if panels[0].get_legend_handles_labels()[0]:
         panels[0].legend(fontsize=7)
-    fig.suptitle(f"modularity against {x_name} (x at 0: inconclusive)", fontsize=9)
+    fig.suptitle(f"modularity against {x_name} (x at 0: inconclusive; ringed: diverged at the proxy's rate, "
+                 f"trained at the study's)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

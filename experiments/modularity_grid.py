@@ -11,10 +11,11 @@ detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_l
 that ends :data:`STEPS` below the proxy's bar and still learning trains on to :data:`LONGER`
 (``train --resume`` with a larger budget: the weights of a run trained there at once); a point whose
 loss diverges at the proxy's learning rate is trained again at the study's (``WORK/study_lr/``, the
-row's ``remedy`` says which). It records the budget, the steps it took and its outcome, then locates the circuit's roles and measures it
-(:func:`compose_lens.analysis.modularity.measure`): everything goes to ``WORK/<name>/point.json``. The
-**grid** runs every point whose ``point.json`` is missing and whose row is not already in ``--out``'s
-``grid.csv`` (or is, below the bar on a budget short of :data:`LONGER`); a killed point resumes its
+row's ``remedy`` says which). It records the budget, the steps it took and its outcome, then locates
+the circuit's roles and measures it (:func:`compose_lens.analysis.modularity.measure`): everything
+goes to ``WORK/<name>/point.json``. The **grid** runs every point whose ``point.json`` is missing and
+whose row is not already in ``--out``'s ``grid.csv`` (or is, but not :func:`settled`: below the bar
+on a budget short of :data:`LONGER`, or diverged at the proxy's rate); a killed point resumes its
 training from its last resume state, so running it again finishes what is left; several ``grid``
 processes may share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis

@@ -119,6 +119,15 @@ def diverged(metrics: Sequence[dict]) -> tuple[float, float, float] | None:
     return losses[0], min(losses), losses[-1]
 
 
+def divergence_line(spike: tuple[float, float, float], step: int | None = None) -> str:
+    """The sentence that names a divergence (:func:`diverged`'s triple): the outcome's reason once a run
+    ended, ``train``'s warning (with the ``step``) while it runs."""
+    first, lowest, last = spike
+    now = f"is {last:.4g} at step {step}" if step is not None else f"ended at {last:.4g}"
+    return (f"the training loss {now}, above its first logged value {first:.4g} and {DIVERGED_FACTOR:g} x "
+            f"its lowest {lowest:.3g}: training diverged; lower the learning rate")
+
+
 def onsets(metrics: Sequence[dict]) -> dict:
     """Addition, routing and refinement onsets in logged pools (or a dynamics table's rows)."""
     if not metrics:
@@ -161,9 +170,7 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
         else "addition, routing and refinement phases all reached",
         "stalled": f"addition was learned but layer-2 routing (1-var pools >= 0.9) had not formed by "
                    f"step {last}",
-        "diverged": (f"the training loss ended at {spike[2]:.4g}, above its first logged value {spike[0]:.4g} "
-                     f"and {DIVERGED_FACTOR:g} x its lowest {spike[1]:.3g}: training diverged; lower the "
-                     f"learning rate") if spike else "",
+        "diverged": divergence_line(spike) if spike else "",
         "learning": "still learning" if onset[ROUTING.name] is None else
                     "routing formed; the headline (>= 0.98 on both exhaustive accuracies) is not yet reached",
     }[verdict]

@@ -277,11 +277,9 @@ class Trainer:
         if not hasattr(self, "_logged"):
             self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
         self._logged.append(logged)
-        spike = outcome.diverged(self._logged)
-        if spike is not None and not getattr(self, "divergence_warning", None):
-            self.divergence_warning = (f"the training loss is {spike[2]:.4g} at step {self.step}, above its "
-                                       f"first logged value {spike[0]:.4g} and {outcome.DIVERGED_FACTOR:g} x its "
-                                       f"lowest {spike[1]:.3g}: training diverged; lower lr")
+        spike = None if getattr(self, "divergence_warning", None) else outcome.diverged(self._logged)
+        if spike is not None:  # said once
+            self.divergence_warning = outcome.divergence_line(spike, self.step)
             bar.write(f"warning: {self.divergence_warning}", file=sys.stderr)
         warned = getattr(self, "stall_warning", None)
         if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):

@@ -581,7 +581,8 @@ class TrainConfig(_JsonConfig):
     compile: str = "off"  # torch.compile the training forward: off, on, or auto (runs of >= 5,000 steps)
     # end: train every step (the study); generalised: stop once the study's headline holds
     # (exhaustive 0-var held-out and 2-var union both >= 0.98); stalled: stop once the stall
-    # detector is certain (compose_lens.outcome); decided: whichever comes first
+    # detector is certain (compose_lens.outcome); decided: whichever comes first, or once the
+    # loss has stayed diverged for outcome.DIVERGED_STOP_AFTER evaluations
     stop_at: str = "end"
     # none: the study's recipe. lr_x3: the stall remedy, three times the learning rate
     # (README 'When a run stalls'; experiments/results/stall_rate measures both)

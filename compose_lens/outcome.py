@@ -20,7 +20,8 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   more than :data:`DIVERGED_FACTOR` times the lowest (a loss spike that never came back down). Seen with
   the stall remedy's learning rate: at d_model 512 the loss went from ~1 to over 1,000; a bf16 run at
   the study's width had learned every pool and fell to chance in its last 200 steps. A run that ends
-  there has no circuit to read; lower the learning rate;
+  there has no circuit to read; lower the learning rate. ``stop_at=decided`` stops a run once its loss
+  has read diverged at :data:`DIVERGED_STOP_AFTER` evaluations in a row (one reading can come back);
 * ``learning``: anything else (a run still before that step, or one that composed but has not
   yet refined to the headline).
 
@@ -99,6 +100,11 @@ def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | N
 
 
 DIVERGED_FACTOR = 10.0
+# ``stop_at=decided`` ends a run once its loss has read diverged at this many evaluations in a row: one
+# modularity-grid run (4 layers, d_model 128, seed 1, 3x lr) read diverged for one evaluation (loss 1.54
+# at step 2,500, lowest 0.086) and came back to 0.094 at 2,750 and 0.003 at 4,000; no run on record
+# stayed diverged for two evaluations and then came back (docs/stalls.md)
+DIVERGED_STOP_AFTER = 3
 
 
 def diverged(metrics: Sequence[dict]) -> tuple[float, float, float] | None:
@@ -117,6 +123,21 @@ def diverged(metrics: Sequence[dict]) -> tuple[float, float, float] | None:
     if len(losses) < 2 or not (losses[-1] > losses[0] and losses[-1] > DIVERGED_FACTOR * min(losses)):
         return None
     return losses[0], min(losses), losses[-1]
+
+
+def diverged_for(metrics: Sequence[dict]) -> int:
+    """How many of the last logged evaluations in a row read :func:`diverged` (each judged on the
+    evaluations up to it): 0 for a run whose loss is not diverged now.
+
+    >>> diverged_for([{"train_loss": 1.4}, {"train_loss": 0.09}, {"train_loss": 1.5}, {"train_loss": 2.0}])
+    2
+    >>> diverged_for([{"train_loss": 1.4}, {"train_loss": 0.09}, {"train_loss": 1.5}, {"train_loss": 0.09}])
+    0
+    """
+    count = 0
+    while count < len(metrics) and diverged(metrics[:len(metrics) - count]) is not None:
+        count += 1
+    return count
 
 
 def divergence_line(spike: tuple[float, float, float], step: int | None = None) -> str:

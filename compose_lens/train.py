@@ -281,6 +281,8 @@ class Trainer:
         if spike is not None:  # said once
             self.divergence_warning = outcome.divergence_line(spike, self.step)
             bar.write(f"warning: {self.divergence_warning}", file=sys.stderr)
+        if getattr(self, "divergence_warning", None) and self.config.train.stop_at == "decided":
+            self._diverged_for = outcome.diverged_for(self._logged)  # read by _decided
         warned = getattr(self, "stall_warning", None)
         if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):
             return  # nothing below would use the outcome now
@@ -297,11 +299,15 @@ class Trainer:
 
     def _decided(self, pools: dict) -> bool:
         """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector
-        is certain, ``generalised`` / ``decided`` once the exhaustive headline holds (checked at
+        is certain, ``decided`` once the loss has read diverged at
+        :data:`~compose_lens.outcome.DIVERGED_STOP_AFTER` evaluations in a row,
+        ``generalised`` / ``decided`` once the exhaustive headline holds (checked at
         most every 1,000 steps, and only once the held-out 0-var and the three unseen 2-var pools
         pass it)."""
         stop_at = self.config.train.stop_at
         if stop_at in ("stalled", "decided") and getattr(self, "_found", {}).get("outcome") == "stalled":
+            return True
+        if stop_at == "decided" and getattr(self, "_diverged_for", 0) >= outcome.DIVERGED_STOP_AFTER:
             return True
         if stop_at not in ("generalised", "decided") or self.step - self._checked_at < 1000:
             return False

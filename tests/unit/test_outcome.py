@@ -112,6 +112,35 @@ def test_the_trainer_warns_once_when_the_loss_diverges():
     assert len(lines) == 1 and "90 at step 300" in lines[0] and "diverged" in lines[0]
 
 
+def test_stop_at_decided_stops_a_run_whose_loss_stays_diverged_and_not_one_that_comes_back():
+    """The losses of the grid's 4-layer d_model-128 seed-1 run at 3x: one diverged reading at step 2,500
+    (1.54, lowest 0.086) that came back (0.094, then 0.003) must not stop it; a loss that stays up for
+    DIVERGED_STOP_AFTER evaluations must, at that evaluation."""
+    from types import SimpleNamespace
+
+    from compose_lens.config import RunConfig
+    from compose_lens.data.sampler import POOL_NAMES
+    from compose_lens.train import Trainer
+
+    def stops(losses):
+        bar = SimpleNamespace(write=lambda line, file=None: None)
+        trainer = SimpleNamespace(_logged=[], step=0, _checked_at=-10**9,
+                                  config=RunConfig().with_overrides(["stop_at=decided"]))
+        for i, loss in enumerate(losses):
+            trainer.step = 250 * (i + 1)
+            pools = {"step": trainer.step, "train_loss": loss, **dict.fromkeys(POOL_NAMES, 0.5)}
+            Trainer._watch_for_stall(trainer, pools, bar)
+            if Trainer._decided(trainer, pools):
+                return trainer.step
+        return None
+
+    came_back = [1.383, 1.151, 1.03, 0.644, 0.202, 0.113, 0.199, 0.086, 0.233, 1.541, 0.094, 0.019, 0.023]
+    assert stops(came_back) is None
+    assert stops(came_back[:9] + [2.0, 1.9, 0.01]) is None  # two readings in a row: not yet
+    assert outcome.DIVERGED_STOP_AFTER == 3
+    assert stops(came_back[:9] + [7e10, 7e9, 1e9]) == 250 * 12  # the third reading in a row
+
+
 def test_wilson_interval_matches_a_hand_computed_value():
     lo, hi = outcome.wilson_interval(3, 8)  # p = 0.375, z = 1.96
     assert lo == pytest.approx(0.1369, abs=1e-3) and hi == pytest.approx(0.6943, abs=1e-3)

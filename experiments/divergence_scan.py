@@ -50,7 +50,8 @@ def scan(folders: list[Path]) -> tuple[int, pd.DataFrame]:
         metrics = [m for m in runs.read_metrics(run) if m.get("train_loss") is not None]
         flags = readings(metrics)
         if any(flags):
-            rows.append({"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run), "first_diverged_at": metrics[flags.index(True)]["step"],
+            name = run.relative_to(ROOT) if run.is_relative_to(ROOT) else run
+            rows.append({"run": str(name), "first_diverged_at": metrics[flags.index(True)]["step"],
                          "last_step": metrics[-1]["step"], "last_loss": metrics[-1]["train_loss"],
                          "came_back_after": came_back_after(flags), "diverged_at_end": flags[-1]})
     return len(found), pd.DataFrame(rows)

@@ -39,6 +39,11 @@ TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
 MODEL_VARIANTS = {"embeddings": "learned", "embedding_basis": "onehot", "embedding_overlap": 0.0,
                   "residual": "additive"}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
+# The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
+# "table" reads the answer of every pair from TaskConfig.operation_table
+OPERATIONS = ("add", "subtract", "multiply", "table")
+# The operation's sign in the readable forms (a table prints as "+", the query's one operator)
+OPERATION_SIGNS = {"add": "+", "subtract": "-", "multiply": "*", "table": "+"}
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
 # Where the points of a sweep train (compose_lens.sweep)
@@ -211,7 +216,7 @@ class TaskConfig(_JsonConfig):
 
     # older config files name the row counts; they are derived from the variables now and ignored on read
     LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
-    SILENT_DEFAULTS = TASK_VARIANTS
+    SILENT_DEFAULTS = {**TASK_VARIANTS, "operation": "add", "operation_table": None}
 
     modulus: int = 59
     n_vars: int = 12
@@ -226,8 +231,13 @@ class TaskConfig(_JsonConfig):
     reassign_rate: float = 0.0  # chance a context reassigns one of its variables (the latest counts)
     noise_rate: float = 0.0  # chance a free context position holds a filler word instead of PAD
     chain_rate: float = 0.0  # chance a variable operand is reached through two hops, c=b, b=7
+    operation: str = "add"  # the answer of x, y: add (the study), subtract, multiply, or table
+    operation_table: tuple[tuple[int, ...], ...] | None = None  # operation=table: row x, column y
 
     def __post_init__(self) -> None:
+        if isinstance(self.operation_table, list | tuple) and all(  # JSON gives lists of lists
+                isinstance(row, list | tuple) for row in self.operation_table):
+            object.__setattr__(self, "operation_table", tuple(tuple(row) for row in self.operation_table))
         check_types(self)
         _check(self.modulus >= 2,
                f"modulus={self.modulus}: the modulus must be at least 2")
@@ -274,6 +284,45 @@ class TaskConfig(_JsonConfig):
                f"f={self.f} with modulus={self.modulus} holds out no pair, and the held-out pools and "
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
         self._check_variants()
+        self._check_operation()
+
+    def _check_operation(self) -> None:
+        _check(self.operation in OPERATIONS,
+               f"operation={self.operation!r}: use one of {', '.join(OPERATIONS)}")
+        table = self.operation_table
+        if self.operation != "table":
+            _check(table is None, f"operation_table is given but operation={self.operation!r}: "
+                                  f"set operation=table to use it, or drop the table")
+            return
+        p = self.modulus
+        _check(table is not None and len(table) == p and all(len(row) == p for row in table),
+               f"operation=table needs operation_table: {p} rows of {p} answers (row x, column y)")
+        bad = [v for row in table for v in row if not (_is_int(v) and 0 <= v < p)]  # type: ignore[union-attr]
+        _check(not bad, f"operation_table holds {bad[0]!r}: every answer is a number 0..{p - 1}" if bad else "")
+
+    def answer(self, x: Any, y: Any) -> Any:
+        """The answer of the operands ``x``, ``y`` (ints or integer tensors): ``(x + y) mod p`` for the
+        study, or the task's other operation. The one place a label is computed.
+
+        >>> TaskConfig().answer(17, 19), TaskConfig(operation="subtract").answer(3, 5)
+        (36, 57)
+        """
+        p = self.modulus
+        if self.operation == "add":
+            return (x + y) % p
+        if self.operation == "subtract":
+            return (x - y) % p
+        if self.operation == "multiply":
+            return (x * y) % p
+        if isinstance(x, int) or not hasattr(x, "new_tensor"):
+            return self.operation_table[int(x)][int(y)]  # type: ignore[index]
+        table = x.new_tensor(self.operation_table)
+        return table[x, y]
+
+    @property
+    def sign(self) -> str:
+        """The operator's word in the readable forms (``+`` for the study)."""
+        return OPERATION_SIGNS[self.operation]
 
     def _check_variants(self) -> None:
         for name, what in (("reassign_rate", "the chance that a context reassigns a variable"),

@@ -174,7 +174,9 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     b_idx, s_idx = torch.tensor(bases), torch.tensor(sources)
     base = render(split, one_var[b_idx], torch.Generator().manual_seed(seed))
     source = render(split, one_var[s_idx], torch.Generator().manual_seed(seed + 1))
-    target = (value[s_idx] + constant[b_idx]) % task.modulus
+    base_left = left[b_idx]  # the base's variable side keeps its place: the source's value enters there
+    target = torch.where(base_left, task.answer(value[s_idx], constant[b_idx]),
+                         task.answer(constant[b_idx], value[s_idx]))
 
     def value_position(tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         variable = torch.where(rows[:, 2] >= 0, rows[:, 2], rows[:, 3]) + task.first_var_token

@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis.activations import collect
-from compose_lens.config import RunConfig
+from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
@@ -206,6 +206,7 @@ class AdditionGrid:
     mlp_post: torch.Tensor  # (p, p, d_mlp)
     readout: weights.LinearReadout  # MLP2 + unembedding, linear in the neurons (W_logit: neuron -> logits)
     tokens: torch.Tensor | None = None  # (p^2, seq_len), x-major, or None for the weights-only grid
+    task: TaskConfig | None = None  # whose operation gives the labels (None: the study's addition)
 
     # What several measures of one grid share is computed once, on first use (a checkpoint's
     # measures read the neurons' 2-D Fourier coefficients three times and the neuron logits
@@ -242,7 +243,8 @@ class AdditionGrid:
     def labels(self) -> torch.Tensor:
         p = self.modulus
         x = torch.arange(p)
-        return (x.view(p, 1) + x.view(1, p)) % p
+        task = self.task or TaskConfig(modulus=p)
+        return task.answer(x.view(p, 1).expand(p, p), x.view(1, p).expand(p, p))
 
     def logits(self, mlp_post: torch.Tensor | None = None) -> torch.Tensor:
         """(p, p, d_vocab_out) logits, optionally with replaced neuron activations."""
@@ -378,7 +380,7 @@ def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: st
         rest = acts.logits.view(p, p, -1) - post @ readout.W_logit
         readout = FrozenDownstreamReadout(readout.W_U, readout.W_logit, readout.bias, rest)
     return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
-                        post, readout, tokens)
+                        post, readout, tokens, config.task)
 
 
 def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0,
@@ -399,7 +401,7 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: in
     ov = params["embed.weight"][:p] @ weights.ov_matrix(model, source, head)  # (p, d): OV e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
     pre, post = weights.mlp_neurons(params, config.model, resid, layer)
-    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None)
+    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None, config.task)
 
 
 def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0,

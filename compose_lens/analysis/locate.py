@@ -221,7 +221,7 @@ def adder_scores(model: tl.Model, config: RunConfig, split: Split, seed: int = 0
     """Adder score of every MLP that exists (see the module doc), one row per MLP."""
     p = config.task.modulus
     tokens = fourier.grid_tokens(split, "constant", seed)
-    labels = (torch.arange(p).repeat_interleave(p) + torch.arange(p).repeat(p)) % p
+    labels = config.task.answer(torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p))
     blocks = mlp_blocks(model, config)
     if not blocks:
         return pd.DataFrame(columns=["role", "component", "layer", "head", "score", "key_frequency_strength",

@@ -488,7 +488,6 @@ def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, 
 
     ``parts`` maps a prompt-set name to (Prompts, Decomposition); ``control`` is ``""``,
     ``random_donor`` or ``random_receiver`` (see the module doc)."""
-    p = config.task.modulus
     circ = circuits(model, layout)
     (rp, rd), (dp, dd) = parts[receiver], parts[donor]
     k = 0 if side == "left" else 1
@@ -499,8 +498,10 @@ def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, 
     c_d = term(dd, circ, d_pos, isolation)[partner]
     answer = rd.readout(model, config, rd.h - c_r + c_d).argmax(-1)
     other = rp.value("right" if side == "left" else "left")
-    predicted = (dp.value(side)[partner] + other) % p
-    return Interchanged(answer == predicted, answer == (rp.x + rp.y) % p, answer == (dp.x[partner] + dp.y[partner]) % p)
+    donor_value = dp.value(side)[partner]
+    predicted = (config.task.answer(donor_value, other) if side == "left"
+                 else config.task.answer(other, donor_value))
+    return Interchanged(answer == predicted, answer == config.task.answer(rp.x, rp.y), answer == config.task.answer(dp.x[partner], dp.y[partner]))
 
 
 def whole_input_donor_answer(model: tl.Model, config: RunConfig, parts: dict, receiver: str, donor: str,
@@ -510,7 +511,7 @@ def whole_input_donor_answer(model: tl.Model, config: RunConfig, parts: dict, re
     (rp, rd), (dp, dd) = parts[receiver], parts[donor]
     partner = pair_donors(rp, dp, "left", seed)
     answer = rd.readout(model, config, dd.h[partner]).argmax(-1)
-    return answer == (dp.x[partner] + dp.y[partner]) % config.task.modulus
+    return answer == config.task.answer(dp.x[partner], dp.y[partner])
 
 
 # (name, donor set, receiver set, kind); sets: const, var1, var2 (the side's operand a variable), random
@@ -631,12 +632,11 @@ def feature_tables(model: tl.Model, config: RunConfig, split: Split, sets: dict[
                    features: Features, seed: int = 0,
                    layout: Layout = PAPER_LAYOUT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Test 2: (the damage profiles, one row per unit; the correlations, one row per comparison)."""
-    p = config.task.modulus
     reference = LastPositionMLP(model, config, reference_tokens(split, 1000, seed),
                                 None if layout.study else layout.adder)
     damage = {}
     for name, prompts in sets.items():
-        damage[name], units = damage_matrix(model, config, prompts.tokens, (prompts.x + prompts.y) % p,
+        damage[name], units = damage_matrix(model, config, prompts.tokens, config.task.answer(prompts.x, prompts.y),
                                             features, reference, layout)
     profiles = pd.DataFrame({"unit": units, **{name: d.mean(0).tolist() for name, d in damage.items()}})
     half = len(damage["const"]) // 2
@@ -745,10 +745,10 @@ SET_NAMES = {"var1_left": "1-var left", "var1_right": "1-var right", "var2": "2-
 def competence_table(model: tl.Model, config: RunConfig, sets: dict[str, Prompts]) -> pd.DataFrame:
     """The model's own accuracy on each variable prompt set the tests read (``var1_left``,
     ``var1_right``, ``var2``): the answer ``x + y mod p`` at ``=``, one row per set."""
-    p, rows = config.task.modulus, []
+    rows = []
     for name in SET_NAMES:
         prompts = sets[name]
-        hits = predictions(answer_logits(model, config.model, prompts.tokens)) == (prompts.x + prompts.y) % p
+        hits = predictions(answer_logits(model, config.model, prompts.tokens)) == config.task.answer(prompts.x, prompts.y)
         rows.append({"set": name, "accuracy": hits.float().mean().item(), "n": len(hits)})
     return pd.DataFrame(rows)
 

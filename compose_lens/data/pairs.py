@@ -138,7 +138,7 @@ def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], co
                 if stated != labels[column]:
                     raise ComposeLensError(
                         f"{where}: {answer_column} is {stated}, but the task's answer to the {column} sequence "
-                        f"is {labels[column]} (x + y mod {task.modulus}); fix the answer or drop the column")
+                        f"is {labels[column]} (x {task.sign} y mod {task.modulus}); fix the answer or drop the column")
         if labels["clean"] == labels["corrupted"]:
             raise ComposeLensError(
                 f"{where}: clean and corrupted have the same answer ({labels['clean']}); patching measures the "

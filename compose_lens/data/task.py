@@ -142,7 +142,7 @@ def token_name(task: TaskConfig, token: int) -> str:
     if 0 <= token < task.modulus:
         return str(token)
     if token == task.plus_token:
-        return "+"
+        return task.sign
     if token == task.equals_token:
         return "="
     if token == task.pad_token:
@@ -156,7 +156,7 @@ def token_name(task: TaskConfig, token: int) -> str:
 
 def token_id(task: TaskConfig, word: str) -> int:
     """The token for one word of the token form (inverse of :func:`token_name`)."""
-    if word == "+":
+    if word == task.sign:
         return task.plus_token
     if word == "=":
         return task.equals_token
@@ -174,7 +174,7 @@ def token_id(task: TaskConfig, word: str) -> int:
     fillers = f", filler words {', '.join(task.noise_words)}" if task.noise_words else ""
     raise SequenceError(
         f"unknown word {word!r}: use numbers 0..{task.modulus - 1}, variables "
-        f"{task.variable_names[0]}..{task.variable_names[-1]}{fillers}, '+', '=' or 'PAD'"
+        f"{task.variable_names[0]}..{task.variable_names[-1]}{fillers}, '{task.sign}', '=' or 'PAD'"
     )
 
 
@@ -261,7 +261,7 @@ def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
     words = [token_name(task, t) for t in tokens]
     context, query = tokens[: task.context_len], tokens[task.context_len:]
     if query[0] != task.plus_token or query[3] != task.equals_token:
-        raise SequenceError(f"the query must read '+ LHS RHS =', got {' '.join(words[task.context_len:])!r}")
+        raise SequenceError(f"the query must read '{task.sign} LHS RHS =', got {' '.join(words[task.context_len:])!r}")
     items = _read_context(task, context)
     assignments = tuple((a.name, a.value) for a in items if a.filler is None)
     if not assignments:
@@ -303,7 +303,7 @@ def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
     kind = SequenceKind.of(isinstance(lhs, str), isinstance(rhs, str))
     reassigned = tuple(name for name, values in history.items() if len(values) > 1)
     fillers = sum(1 for t in context if is_noise(task, t))
-    return Decoded(assignments, lhs, rhs, x, y, (x + y) % task.modulus, kind,
+    return Decoded(assignments, lhs, rhs, x, y, task.answer(x, y), kind,
                    first_x, first_y, (hops_x, hops_y), reassigned, fillers)
 
 
@@ -316,7 +316,7 @@ def first_label_of(task: TaskConfig, tokens: Sequence[int]) -> int:
     """The answer from each operand's *first* assignment: what a model that ignores
     reassignments would say (the ``reassign_first`` pool's label)."""
     d = decode(task, tokens)
-    return (d.first_x + d.first_y) % task.modulus
+    return task.answer(d.first_x, d.first_y)
 
 
 def to_token_string(task: TaskConfig, tokens: Sequence[int]) -> str:
@@ -337,10 +337,12 @@ def to_text(task: TaskConfig, tokens: Sequence[int]) -> str:
         pending = []
     if pending:  # fillers after the last assignment
         parts.append(" ".join(pending))
-    return ", ".join(parts + [f"{d.lhs}+{d.rhs}=?"])
+    return ", ".join(parts + [f"{d.lhs}{task.sign}{d.rhs}=?"])
 
 
-_SHORT_QUERY = re.compile(r"^\s*(\w+)\s*\+\s*(\w+)\s*=\s*\??\s*$")
+def _short_query(task: TaskConfig) -> re.Pattern:
+    """The short form's query ``b+23=?``, with the task's operator sign."""
+    return re.compile(rf"^\s*(\w+)\s*{re.escape(task.sign)}\s*(\w+)\s*=\s*\??\s*$")
 
 
 def parse_sequence(task: TaskConfig, text: str) -> list[int]:
@@ -397,9 +399,9 @@ def _parse_assignment(task: TaskConfig, part: str) -> list[int]:
 def _parse_short(task: TaskConfig, text: str) -> list[int]:
     parts = [p for p in text.split(",")]
     *assigns, query = parts
-    m = _SHORT_QUERY.match(query)
+    m = _short_query(task).match(query)
     if not m:
-        raise SequenceError(f"the query {query.strip()!r} must read like 'b+23=?'")
+        raise SequenceError(f"the query {query.strip()!r} must read like 'b{task.sign}23=?'")
     context: list[int] = []
     for part in assigns:
         context += _parse_assignment(task, part)

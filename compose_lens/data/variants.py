@@ -243,7 +243,7 @@ def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator,
     rhs = torch.where(has_w, w + task.first_var_token, y)
     query = torch.stack([torch.full_like(x, task.plus_token), lhs, rhs,
                          torch.full_like(x, task.equals_token)], dim=1)
-    return torch.cat([context, query], dim=1), (x + y) % p, rows
+    return torch.cat([context, query], dim=1), task.answer(x, y), rows
 
 
 def variant_render_bytes(task: TaskConfig) -> int:

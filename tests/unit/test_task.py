@@ -8,7 +8,7 @@ import pytest
 
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.errors import ConfigError
-from compose_lens.data.task import SequenceError, decode, parse_sequence, to_text, to_token_string
+from compose_lens.data.task import SequenceError, decode, label_of, parse_sequence, to_text, to_token_string
 
 
 def test_paper_vocabulary():
@@ -108,3 +108,41 @@ def test_malformed_sequences_fail_clearly(text, words):
     with pytest.raises(SequenceError) as err:
         parse_sequence(TaskConfig(), text)
     assert words in str(err.value)
+
+
+# -- the task's operation (the one place a label is computed: TaskConfig.answer) -------------------
+
+
+@pytest.mark.parametrize("operation, x, y, expected", [("add", 50, 20, 11), ("subtract", 3, 5, 57),
+                                                        ("multiply", 8, 8, 5)])
+def test_each_operation_labels_sequences_and_batches(operation, x, y, expected):
+    from compose_lens.data.sampler import make_pools
+    from compose_lens.data.split import Split
+
+    task = TaskConfig(operation=operation)
+    sign = task.sign
+    tokens = parse_sequence(task, f"b={x}, e=5, b{sign}{y}=?")
+    assert label_of(task, tokens) == expected
+    split = Split.from_task(task)
+    for batch in make_pools(split, size=16).values():
+        for row, label in zip(batch.tokens.tolist(), batch.labels.tolist()):
+            assert label_of(task, row) == label  # the pools' labels are the task's operation, not addition
+
+
+def test_an_operation_table_is_checked_and_used():
+    p = 5
+    table = [[(x * x + y) % p for y in range(p)] for x in range(p)]
+    task = TaskConfig(modulus=p, n_vars=4, max_assignments=4, f=0.6, operation="table", operation_table=table)
+    assert TaskConfig.from_dict(task.to_dict()) == task
+    assert label_of(task, parse_sequence(task, "a=3, a+1=?")) == (9 + 1) % p
+    with pytest.raises(ConfigError, match="5 rows of 5"):
+        TaskConfig(modulus=p, n_vars=4, max_assignments=4, f=0.6, operation="table", operation_table=table[:4])
+    with pytest.raises(ConfigError, match="number 0..4"):
+        TaskConfig(modulus=p, n_vars=4, max_assignments=4, f=0.6, operation="table", operation_table=[[7] * p] * p)
+    with pytest.raises(ConfigError, match="set operation=table"):
+        TaskConfig(modulus=p, n_vars=4, max_assignments=4, f=0.6, operation_table=table)
+
+
+def test_the_study_task_writes_no_operation_key():
+    assert "operation" not in TaskConfig().to_dict()
+    assert TaskConfig(operation="subtract").to_dict()["operation"] == "subtract"

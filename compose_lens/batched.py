@@ -291,8 +291,3 @@ class BatchedTrainer:
             run.elapsed = time.perf_counter() - started
             run.save_checkpoint()
         return done or stop
-
-
-def train_batched(configs: Sequence[RunConfig], run_dirs: Sequence[str | Path], **kwargs) -> list[dict]:
-    """Train K runs together to the end; see :class:`BatchedTrainer` for the keyword arguments."""
-    return BatchedTrainer(configs, run_dirs, **kwargs).run()

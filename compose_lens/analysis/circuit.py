@@ -151,11 +151,6 @@ class Edge:
     def name(self) -> str:
         return f"{self.sender}->{self.receiver}" + ("" if self.position < 0 else f"@{self.position}")
 
-    @property
-    def receiver_node(self) -> str:
-        """The node a receiver input belongs to: ``a0.h0`` for ``a0.h0.q``."""
-        return self.receiver.rsplit(".", 1)[0] if self.receiver.endswith((".q", ".k", ".v")) else self.receiver
-
 
 @dataclass
 class Graph:
@@ -266,7 +261,7 @@ class GraphModel:
         n positions of ``k_in`` / ``v_in``."""
         q, k, v = (heads.project(self.p, self.cfg, layer, kind, x, head=h, bias=True)
                    for kind, x in (("q", q_in), ("k", k_in), ("v", v_in)))
-        z = heads.attend(q, k, v)[0]  # query i sits at position n - m + i
+        z = heads.attend(q, k, v, self.cfg.read_order)[0]  # query i sits at position n - m + i
         return heads.write(self.p, self.cfg, layer, z, head=h, bias=h == 0)  # the layer's b_O: head 0's
 
     def forward(self, tokens: torch.Tensor, masks: torch.Tensor | None = None, corrupt: dict | None = None,

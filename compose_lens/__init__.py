@@ -50,7 +50,7 @@ _EXPORTS = {
     "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
     "Task": "compose_lens.data.sequences", "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
-    "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Loaded": "compose_lens.runs",
+    "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Subject": "compose_lens.subject", "load_subject": "compose_lens.runs",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
     "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",

@@ -497,8 +497,12 @@ class ModelConfig(_JsonConfig):
     embedding_basis: str = "onehot"  # orthogonal embeddings: onehot unit vectors, or random (from init_seed)
     embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
     residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
+    # The order the model reads its positions in, where it is not left to right: read_order[i] is the place
+    # of position i (an infix query "x op y =" mapped onto the study's "op x y =", compose_lens.declaration);
+    # position i attends to j iff read_order[j] <= read_order[i]. None: the causal order, as the study.
+    read_order: tuple[int, ...] | None = None
 
-    SILENT_DEFAULTS = MODEL_VARIANTS
+    SILENT_DEFAULTS = {**MODEL_VARIANTS, "read_order": None}
     RENAMED_KEYS = {"mlp_layers": "mlp_blocks"}  # runs written before the key said it counts blocks
 
     def __post_init__(self) -> None:
@@ -522,6 +526,11 @@ class ModelConfig(_JsonConfig):
         _check(not twice, f"mlp_blocks={list(self.mlp_blocks)}: block(s) {twice} named twice; a block has one MLP "
                           f"or none: list each block once, e.g. mlp_blocks={sorted(set(self.mlp_blocks))}")
         _check(self.d_vocab_out <= self.d_vocab, "d_vocab_out cannot exceed d_vocab")
+        if self.read_order is not None:
+            object.__setattr__(self, "read_order", tuple(self.read_order))
+            _check(sorted(self.read_order) == list(range(self.n_ctx)) and self.read_order[-1] == self.n_ctx - 1,
+                   f"read_order={list(self.read_order)}: a permutation of the {self.n_ctx} positions that "
+                   f"keeps the last (the answer position) last")
         self._check_variants()
 
     # -- the idealised variants (see the class doc) -------------------------------------------

@@ -16,7 +16,11 @@ files are read with ``torch.load(weights_only=True)``, which accepts plain tenso
 only. Every file is written to a temporary name and renamed, so a crash leaves
 the previous version, never half a file.
 
-:func:`load_model` takes what a user types on the command line:
+:func:`load_subject` takes what a user types on the command line (MODEL, ``--task``, ``--split``)
+and returns the :class:`~compose_lens.subject.Subject` every analysis takes: a researcher's own
+TransformerLens model (a ``TransformerBridge`` object, or a directory of its TransformerLens
+``config.json`` and ``model.safetensors``) with its declared task (:mod:`compose_lens.declaration`
+maps it onto the study's coordinates), or what :func:`load_model` reads:
 
 * ``paper``: the paper model trained by this project, shipped in the package;
 * a model directory, a run directory (its final weights) or a checkpoint directory;
@@ -55,7 +59,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 import torch
@@ -68,9 +72,12 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
+from compose_lens.declaration import TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates
+from compose_lens.subject import Subject
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
+TASK_FILES = ("task.json", "task.toml")  # a researcher's own TransformerLens model directory may hold its task
 METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resume.safetensors"
 CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
@@ -197,17 +204,6 @@ def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
         remove_stale_temps(d / CHECKPOINTS_DIR, _RUN_CKPT.match, folders=True)
     lock.write({"command": "train"})
     return lock
-
-
-@dataclass
-class Loaded:
-    """A model with the configuration and the split it belongs to (``model`` is a
-    :class:`~compose_lens.model.tl.Weights` only where :func:`load_model` was asked for one)."""
-
-    model: tl.Model | tl.Weights
-    config: RunConfig
-    split: Split
-    source: str
 
 
 # -- weights ------------------------------------------------------------------------------------
@@ -354,7 +350,7 @@ def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bri
     return model.eval()
 
 
-def with_bridge(loaded: Loaded) -> Loaded:
+def with_bridge(loaded: Subject) -> Subject:
     """``loaded`` with a TransformerLens bridge as its model (eval mode), booted from its
     :class:`~compose_lens.model.tl.Weights` if it holds those (for what reads hooks)."""
     if not isinstance(loaded.model, tl.Weights):
@@ -365,7 +361,7 @@ def with_bridge(loaded: Loaded) -> Loaded:
     return dataclasses.replace(loaded, model=model.eval())
 
 
-def for_analyses(loaded: Loaded) -> Loaded:
+def for_analyses(loaded: Subject) -> Subject:
     """What the analyses need: for the paper architecture they all run on the fast forwards
     (no hooks; a :class:`~compose_lens.model.tl.Weights` will do), for any other on the
     bridge's hooks."""
@@ -373,7 +369,7 @@ def for_analyses(loaded: Loaded) -> Loaded:
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",
-               bridge: bool = True) -> Loaded:
+               bridge: bool = True) -> Subject:
     """Load what ``spec`` names (see the module docstring) with its split, in eval mode."""
     spec_str = str(spec)
     path = PAPER_MODEL_DIR if spec_str == "paper" else Path(spec_str)
@@ -387,14 +383,94 @@ def load_model(spec: str | Path, split_file: str | Path | None = None, device: s
             split_file = path.parent / SPLIT_FILE
         split = Split.load(split_file) if split_file else Split.from_task(RunConfig().task)
         model, config = load_reference_pth(path, RunConfig(task=split.task), bridge)
-        return Loaded(tl.to_device(model, device), config, split, str(path))
+        return Subject(tl.to_device(model, device), config, split, str(path))
     weights = None
     if path.suffix == ".safetensors":
         path, weights = path.parent, path  # the file named, with the config.json beside it
     model, config = load_model_dir(path, device, weights, bridge)
     split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
-    return Loaded(model, config.__class__(task=split.task, model=config.model, train=config.train),
+    return Subject(model, config.__class__(task=split.task, model=config.model, train=config.train),
                   split, str(path))
+
+
+# -- a researcher's own TransformerLens model (compose_lens.declaration maps it) ----------------------
+
+
+def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration | None" = None,
+                 split_file: str | Path | None = None, device: str = "cpu", bridge: bool = True) -> Subject:
+    """The subject ``spec`` names: a researcher's TransformerBridge (``task`` declares its task), a
+    directory of a TransformerLens model (its ``config.json`` holds the TransformerLens config), or
+    anything :func:`compose_lens.runs.load_model` reads. ``task`` is a declaration or its file."""
+    declaration = _declaration(task)
+    if not isinstance(spec, (str, Path)):  # a model object
+        if declaration is None:
+            raise ComposeLensError("a model object needs its task: pass task=TaskDeclaration(...) or a task file")
+        return from_model(spec, declaration, device=device)
+    path = Path(str(spec))
+    if path.is_dir() and is_transformerlens_dir(path):
+        declaration = declaration or _task_in(path)
+        state, cfg = read_transformerlens_dir(path)
+        return _subject_of(cfg, state, declaration, str(path), device, bridge, split_file)
+    if declaration is not None:
+        raise ComposeLensError(f"{spec}: a compose-lens model carries its own task; --task is for a "
+                               f"TransformerLens model directory trained outside compose-lens")
+    return load_model(spec, split_file, device, bridge)
+
+
+def from_model(model: Any, declaration: TaskDeclaration, source: str = "a TransformerLens model",
+               device: str = "cpu") -> Subject:
+    """The subject of a researcher's ``TransformerBridge`` (or any module with a TransformerLens
+    ``cfg`` and the native bridge's state dict) trained on the declared task."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "state_dict"):
+        raise ComposeLensError(f"{type(model).__name__}: not a TransformerLens model (no cfg / state_dict)")
+    config = {name: getattr(cfg, name, None) for name in (*TL_FIELDS, "positional_embedding_type")}
+    state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
+    return _subject_of(config, state, declaration, source, device, True)
+
+
+def is_transformerlens_dir(path: Path) -> bool:
+    """Does ``path`` hold a TransformerLens model (a config.json of TransformerLens fields), not a
+    compose-lens run (whose config.json has task / model / train sections)?"""
+    config = path / "config.json"
+    if not config.is_file() or not (path / WEIGHTS_FILE).is_file():
+        return False
+    try:
+        data = load_json(config)
+    except ComposeLensError:
+        return False
+    return isinstance(data, dict) and "d_model" in data and "model" not in data
+
+
+def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The state dict and TransformerLens config of a model directory."""
+    cfg = load_json(path / "config.json")
+    missing = [k for k in TL_FIELDS if k not in cfg and k != "normalization_type"]
+    if missing:
+        raise ComposeLensError(f"{path}/config.json: missing TransformerLens field(s) {', '.join(missing)}")
+    return read_safetensors(path / WEIGHTS_FILE), cfg
+
+
+def _subject_of(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration, source: str,
+                device: str, bridge: bool, split_file: str | Path | None = None) -> Subject:
+    config, state = study_coordinates(cfg, state, declaration, source)
+    model = model_of(config, state, source, bridge, device)
+    split = Split.load(split_file, config.task) if split_file else declaration.split()
+    return Subject(model, config, split, source, declaration)
+
+
+def _declaration(task: "str | Path | TaskDeclaration | None") -> TaskDeclaration | None:
+    if task is None or isinstance(task, TaskDeclaration):
+        return task
+    return TaskDeclaration.load(task)
+
+
+def _task_in(path: Path) -> TaskDeclaration:
+    for name in TASK_FILES:
+        if (path / name).is_file():
+            return TaskDeclaration.load(path / name)
+    raise DeclarationError(f"{path}: a TransformerLens model needs its task declared: give --task FILE "
+                           f"or put task.json beside its weights (docs/own-model.md)")
 
 
 def check_device(device: str) -> None:
@@ -493,17 +569,17 @@ def read_state(checkpoint: Checkpoint, config: RunConfig) -> dict[str, torch.Ten
 
 
 def load_checkpoint(source: str | Path, step: int | None = None, split_file: str | Path | None = None,
-                    device: str = "cpu") -> Loaded:
+                    device: str = "cpu") -> Subject:
     """The model of ``source`` at checkpoint ``step`` (the last one if None), with the run's
     configuration and split, in eval mode."""
     checkpoints, config, split = find_checkpoints(source, split_file)
     chosen = checkpoints[-1] if step is None else select_checkpoints(checkpoints, [step])[0]
     model = tl.boot(config.model, device, config.task)
     load_weights(model, config, read_state(chosen, config), str(chosen.path))
-    return Loaded(model.eval(), config, split, f"{chosen.path} (step {chosen.step})")
+    return Subject(model.eval(), config, split, f"{chosen.path} (step {chosen.step})")
 
 
-def final_model(run_dir: str | Path, split_file=None) -> tuple[Loaded, str]:
+def final_model(run_dir: str | Path, split_file=None) -> tuple[Subject, str]:
     """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint.
 
     Returns the model and a word on which one it is.

@@ -142,7 +142,7 @@ def forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: Int[torch
     x = e + pos
     scores0 = c * (x @ w.qk0 @ x.transpose(1, 2))
     scores0.retain_grad()
-    pattern0 = heads.pattern(scores0)
+    pattern0 = heads.pattern(scores0, cfg.read_order)
     out0 = pattern0 @ x @ w.ov0
     out0.retain_grad()
     r = x + out0

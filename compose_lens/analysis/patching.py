@@ -243,7 +243,7 @@ class _Weights:
     def layer0(self, resid_pre0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Causal attention of blocks.0 over all positions: z0 (R, n, H, dh), attn_out0 (R, n, d)."""
         q, k, v = (self.heads(resid_pre0, 0, s) for s in "qkv")
-        pattern = heads.pattern(heads.scale(torch.einsum("rihd,rjhd->rhij", q, k), self.dh))
+        pattern = heads.pattern(heads.scale(torch.einsum("rihd,rjhd->rhij", q, k), self.dh), self.cfg.read_order)
         z = torch.einsum("rhij,rjhd->rihd", pattern, v)
         return z, self.attn_out(z, 0)
 
@@ -373,7 +373,7 @@ def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: to
                             query_row)
     scores = torch.where(row.view(1, S, 1, 1, n), column.unsqueeze(-1), scores)
     scores = torch.where(row.view(1, S, 1, n, 1), query_row.unsqueeze(-2), scores)
-    A = heads.pattern(scores)  # (N, S, H, n, n)
+    A = heads.pattern(scores, W.cfg.read_order)  # (N, S, H, n, n)
     at_row = A.gather(-1, positions.view(1, S, 1, 1, 1).expand(N, S, H, n, 1)).squeeze(-1)  # (N, S, H, n)
 
     def through_layer1(name: str) -> torch.Tensor:

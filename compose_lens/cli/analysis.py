@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
+from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
 from compose_lens.errors import ComposeLensError
 from compose_lens import registry  # plain declarations: no torch
@@ -62,13 +62,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from compose_lens.cores import threads_now
     from compose_lens.plots import Renderer
     from compose_lens.report.outputs import write_analysis  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output
 
     # two free cores: the figures are drawn by a worker while the analyses run (and while
     # the model loads, when the worker starts)
     with staged_output(args.out, "analyze", args.overwrite) as stage, Renderer(threads_now() >= 2) as renderer:
-        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
                                  progress=not args.quiet, renderer=renderer)
     print(f"model: {loaded.source}")
@@ -84,7 +83,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
     from compose_lens.analysis import same_mlp  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.report.outputs import write_same_mlp  # lazy: torch
-    from compose_lens.runs import load_model, write_document  # lazy: torch
+    from compose_lens.runs import write_document  # lazy: torch
     from compose_lens.safety import check_count, check_model_sizes, check_sizes, kept_activation_bytes, staged_output
 
     check_count(args.n, "--n", minimum=20)
@@ -97,7 +96,7 @@ def _cmd_same_mlp(args: argparse.Namespace) -> int:
     with staged_output(args.out, "same-mlp", args.overwrite) as stage, \
             progress_bar("same-mlp", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str("locating the adder and router")
@@ -136,12 +135,11 @@ def _analysed(loaded) -> tuple:
 def _cmd_fourier(args: argparse.Namespace) -> int:
     refuse_uncovered("fourier", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_fourier  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output
 
     with staged_output(args.out, "fourier", args.overwrite) as stage, progress_bar("fourier", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
         bar.update()
         bar.set_postfix_str("the operand grids")
         facts = write_fourier(loaded, stage, args.seed, args.fmt)
@@ -164,7 +162,6 @@ def _cmd_fourier(args: argparse.Namespace) -> int:
 
 def _cmd_attention(args: argparse.Namespace) -> int:
     from compose_lens.report.outputs import write_attention  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import staged_output
 
     if len(args.sequences) > 100:
@@ -172,7 +169,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     with staged_output(args.out, "attention", args.overwrite) as stage, \
             progress_bar("attention", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device=args.device)
+        loaded = subject_of(args, device=args.device)
         bar.update()
         bar.set_postfix_str(f"{len(args.sequences)} sequences")
         written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source,
@@ -190,7 +187,6 @@ def _cmd_registered(args: argparse.Namespace) -> int:
     """The command of a registered analysis (see the module docstring)."""
     analysis = registry.by_name(registry.ANALYSES, args.analysis)
     from compose_lens.report import context  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     for option in analysis.options:
@@ -206,7 +202,7 @@ def _cmd_registered(args: argparse.Namespace) -> int:
     with staged_output(out, analysis.command, args.overwrite) as stage, \
             progress_bar(analysis.command, 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device="cpu", bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(", ".join(f"{k} {v}" for k, v in settings.items()) or analysis.name)

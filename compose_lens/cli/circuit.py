@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from compose_lens.cli.common import (METRICS, add_format_argument, add_model_arguments, add_overwrite,
+from compose_lens.cli.common import (subject_of, METRICS, add_format_argument, add_model_arguments, add_overwrite,
                                      add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
@@ -50,7 +50,6 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     refuse_uncovered("circuit", args.model)  # first: before torch is imported
     from compose_lens.errors import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
     check_count(args.n_pairs, "--n-pairs", minimum=6)
@@ -68,7 +67,7 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "circuit", args.overwrite) as stage, progress_bar("circuit", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split)
+        loaded = subject_of(args)
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"{args.method} on {args.n_pairs} pairs")

@@ -55,9 +55,20 @@ def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) 
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The MODEL positional argument and --split, as every analysis command takes them."""
-    parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, or 'paper'")
+    """The MODEL positional argument, --split and --task, as every analysis command takes them."""
+    parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the "
+                                      "directory of your own TransformerLens model (config.json + model.safetensors)")
     parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
+    parser.add_argument("--task", metavar="FILE",
+                        help="your own model's task declaration, JSON or TOML (default: task.json beside "
+                             "its weights; docs/own-model.md)")
+
+
+def subject_of(args: argparse.Namespace, device: str = "cpu", bridge: bool = True):
+    """The :class:`~compose_lens.subject.Subject` that MODEL, --task and --split name."""
+    from compose_lens.runs import load_subject  # lazy: torch
+
+    return load_subject(args.model, getattr(args, "task", None), args.split, device=device, bridge=bridge)
 
 
 def refuse_uncovered(command: str, spec: str) -> None:

@@ -45,7 +45,7 @@ def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
 
 
 def model_of(args):
-    """The model of ``args.source`` at ``args.step`` (the final one if None), as a Loaded."""
+    """The model of ``args.source`` at ``args.step`` (the final one if None), as a Subject."""
     if getattr(args, "step", None) is None:
         return runs.final_model(Path(args.source), args.split)[0]
     return runs.load_checkpoint(args.source, args.step, args.split)

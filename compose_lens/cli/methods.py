@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 
-from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
+from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, seed)
 from compose_lens.errors import ComposeLensError
 
@@ -52,14 +52,14 @@ def _cmd_das(args: argparse.Namespace) -> int:
     from compose_lens.plots import das_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
-    from compose_lens.runs import load_model, write_document, write_table
+    from compose_lens.runs import write_document, write_table
     from compose_lens.safety import staged_output
 
     settings = DasSettings(n_pairs=args.n_pairs, ranks=tuple(args.ranks), sites=tuple(args.sites),
                            epochs=args.epochs, arbitrary_control=not args.no_arbitrary, seed=args.seed)
     with staged_output(out, "das", args.overwrite) as stage, progress_bar("das", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge, in eval mode
+        loaded = subject_of(args)  # hooks: a TransformerLens bridge, in eval mode
         settings.check(loaded.config.model.d_model)
         bar.update()
         bar.set_postfix_str(f"{len(settings.sites)} sites x {len(settings.ranks)} ranks")

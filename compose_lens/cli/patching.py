@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_pairs_arguments,
+from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_pairs_arguments,
                                      add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
 from compose_lens import registry  # plain declarations: no torch
 from compose_lens.config import CORRUPTIONS
@@ -68,7 +68,6 @@ def _ablate_memory(pool_size: int, config) -> None:
 def _cmd_patch(args: argparse.Namespace) -> int:
     refuse_uncovered("patch", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_patching  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
 
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
@@ -79,7 +78,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "patch", args.overwrite) as stage, progress_bar("patch", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, bridge=False)  # see runs.for_analyses
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"patching {args.n_pairs} pairs")
@@ -97,7 +96,6 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 def _cmd_ablate(args: argparse.Namespace) -> int:
     refuse_uncovered("ablate", args.model)  # first: before torch is imported
     from compose_lens.report.outputs import write_ablation  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
 
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
 
@@ -107,7 +105,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     check_model_sizes(args.model, guard)  # before anything is loaded or made
     with staged_output(out, "ablate", args.overwrite) as stage, progress_bar("ablate", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, bridge=False)  # see runs.for_analyses
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str(f"ablating, {args.pool_size} sequences per pool")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compose_lens.cli.common import add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
+from compose_lens.cli.common import subject_of, add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
@@ -52,7 +52,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
-    from compose_lens.runs import load_model  # lazy: torch
     from compose_lens.data.sampler import exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_model_sizes, check_sizes
@@ -66,7 +65,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_model_sizes(args.model, guard)  # before the model is loaded
     with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
-        loaded = load_model(args.model, args.split, device=args.device, bridge=False)
+        loaded = subject_of(args, device=args.device, bridge=False)
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str("the nine pools")

@@ -109,6 +109,12 @@ class Split:
         return cls._from_mask(task, is_train.flatten())
 
     @classmethod
+    def from_heldout(cls, task: TaskConfig, heldout: torch.Tensor) -> "Split":
+        """The split that holds out exactly ``heldout`` ((N, 2) pairs, checked), with ``task``'s slots and r."""
+        return cls._from_mask(task, _train_mask(_pairs_of_file(heldout.tolist(), task.modulus, "heldout_pairs"),
+                                                task.modulus))
+
+    @classmethod
     def _from_mask(cls, task: TaskConfig, is_train: torch.Tensor, counts: torch.Tensor | None = None) -> "Split":
         p = task.modulus
         flat = torch.arange(p * p)
@@ -180,8 +186,7 @@ class Split:
                               f"use a split of this task or set the task to match")
         heldout = _pairs_of_file(data.get("heldout_pairs"), file_task.modulus, path)
         p = file_task.modulus
-        is_train = torch.ones(p * p, dtype=torch.bool)
-        is_train[heldout[:, 0] * p + heldout[:, 1]] = False
+        is_train = _train_mask(heldout, p)
         counts = _counts_of_file(data, file_task, is_train.view(p, p), path)
         return cls._from_mask(file_task, is_train, counts)
 
@@ -228,6 +233,13 @@ def _pairs_of_file(raw, modulus: int, path) -> torch.Tensor:
     if len(torch.unique(pairs[:, 0] * modulus + pairs[:, 1])) != len(pairs):
         raise ConfigError(f"{path}: heldout_pairs lists a pair twice")
     return pairs
+
+
+def _train_mask(heldout: torch.Tensor, modulus: int) -> torch.Tensor:
+    """(p^2,) bool: is each pair (x-major) a training pair, given the held-out pairs?"""
+    is_train = torch.ones(modulus * modulus, dtype=torch.bool)
+    is_train[heldout[:, 0] * modulus + heldout[:, 1]] = False
+    return is_train
 
 
 def _counts_of_file(data: dict, task: TaskConfig, is_train: torch.Tensor, path) -> torch.Tensor | None:

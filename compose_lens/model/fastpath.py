@@ -117,7 +117,7 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
     # ---- layer 1 (blocks.0): attention pattern from one (V+n) x (V+n) score table -----
     # S0[a, b]: query row a (a token or a position) against key row b, before scaling.
     S0 = qkv(0, "q", X) @ qkv(0, "k", X).T
-    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True))  # (B, n, n)
+    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True), cfg.read_order)  # (B, n, n)
 
     # Y: what each table row writes into the residual stream, directly and through layer 1's OV.
     Y = torch.cat([X, XOV0])  # (2 (V + n), d)
@@ -205,7 +205,7 @@ def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
 
     # ---- layer 1 (blocks.0): the pattern from the score table, then its output z0 ----
     S0 = heads.project(params, cfg, 0, "q", X) @ heads.project(params, cfg, 0, "k", X).T
-    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True))
+    A0 = heads.pattern(heads.scale(layer1_scores(S0, tokens), cfg.d_head, reciprocal=True), cfg.read_order)
     XV0 = heads.project(params, cfg, 0, "v", X)  # (V + n, d_head): value rows
     z0 = edit("blocks.0.attn.hook_z", (A0 @ XV0[tokens] + A0 @ XV0[V:]).unsqueeze(2)).squeeze(2)
     W_O0 = w("blocks.0.attn.o.weight")  # (d, d_head)

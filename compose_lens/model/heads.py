@@ -45,11 +45,19 @@ from jaxtyping import Bool, Float
 from compose_lens.config import ModelConfig
 
 
-def causal_mask(n_query: int, n_key: int, device: torch.device | str | None = None
-                ) -> Bool[torch.Tensor, "query key"]:
+def causal_mask(n_query: int, n_key: int, device: torch.device | str | None = None,
+                read_order: tuple[int, ...] | None = None) -> Bool[torch.Tensor, "query key"]:
     """True where a query may *not* look: query i sits at position ``n_key - n_query + i`` and
-    sees the keys up to it."""
-    return torch.ones(n_query, n_key, dtype=torch.bool, device=device).triu(n_key - n_query + 1)
+    sees the keys up to it, or, with a ``read_order`` (:attr:`ModelConfig.read_order`), the keys
+    read before it.
+
+    >>> causal_mask(3, 3, read_order=(1, 0, 2)).int().tolist()  # position 0 is read second
+    [[0, 0, 1], [1, 0, 1], [0, 0, 0]]
+    """
+    if read_order is None:
+        return torch.ones(n_query, n_key, dtype=torch.bool, device=device).triu(n_key - n_query + 1)
+    order = torch.tensor(read_order, device=device)
+    return order[None, :] > order[n_key - n_query:, None]
 
 
 def scale(dots: Float[torch.Tensor, "*batch"], d_head: int, reciprocal: bool = False) -> Float[torch.Tensor, "*batch"]:
@@ -64,20 +72,22 @@ def scores(q: Float[torch.Tensor, "*batch query d_head"],
     return scale(q @ k.transpose(-1, -2), q.shape[-1])
 
 
-def pattern(scores: Float[torch.Tensor, "*batch query key"]) -> Float[torch.Tensor, "*batch query key"]:
-    """The attention pattern of scaled scores: the causal mask (queries are the last positions), then
-    the softmax over the keys. A single query (the last position) sees every key: no mask."""
+def pattern(scores: Float[torch.Tensor, "*batch query key"], read_order: tuple[int, ...] | None = None
+            ) -> Float[torch.Tensor, "*batch query key"]:
+    """The attention pattern of scaled scores: the causal mask (queries are the last positions; the
+    model's ``read_order`` where it has one), then the softmax over the keys. A single query (the last
+    position) sees every key: no mask."""
     m, n = scores.shape[-2:]
     if m > 1:
-        scores = scores.masked_fill(causal_mask(m, n, scores.device), float("-inf"))
+        scores = scores.masked_fill(causal_mask(m, n, scores.device, read_order), float("-inf"))
     return scores.softmax(dim=-1)
 
 
 def attend(q: Float[torch.Tensor, "*batch query d_head"], k: Float[torch.Tensor, "*batch key d_head"],
-           v: Float[torch.Tensor, "*batch key d_head"]
+           v: Float[torch.Tensor, "*batch key d_head"], read_order: tuple[int, ...] | None = None
            ) -> tuple[Float[torch.Tensor, "*batch query d_head"], Float[torch.Tensor, "*batch query key"]]:
     """``(z, pattern)`` of a head (or of heads side by side on a batch axis)."""
-    A = pattern(scores(q, k))
+    A = pattern(scores(q, k), read_order)
     return A @ v, A
 
 

@@ -53,7 +53,7 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
     scores = heads.scores(q, k)  # (B, H, m, n)
     if not last_only:  # under CPU bf16 autocast these patterns have always been float32 (a float32 mask
         scores = scores.float()  # promoted them); kept so, which makes no difference in float32
-    pattern = heads.pattern(scores)  # the last query sees every key
+    pattern = heads.pattern(scores, cfg.read_order)  # the last query sees every key
     z = pattern @ v  # (B, H, m, d_head)
     z = z.transpose(1, 2).reshape(resid.shape[0], queries.shape[1], -1)
     return heads.write(params, cfg, layer, z), pattern

@@ -95,8 +95,24 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig 
                 for name in (f"blocks.{layer}.attn.o.weight", f"blocks.{layer}.mlp.out.weight"):
                     params[name].mul_(residual_scaling(cfg.n_layers))
     apply_structure(model, cfg)
+    apply_read_order(model, cfg)
     attach_tokenizer(model, task or implied_task(cfg))
     return model
+
+
+def apply_read_order(model: TransformerBridge, cfg: ModelConfig) -> None:
+    """Give every attention layer the causal mask of ``cfg.read_order`` (a model read in another
+    order than left to right: :mod:`compose_lens.declaration`); nothing where it is None."""
+    if cfg.read_order is None:
+        return
+    from compose_lens.model.heads import causal_mask
+
+    masks = [buffer for name, buffer in model.named_buffers() if name.endswith("attn._original_component.causal_mask")]
+    if len(masks) != cfg.n_layers:
+        raise ComposeLensError(f"read_order: found {len(masks)} attention masks for {cfg.n_layers} layers in this "
+                               f"TransformerLens version; the model cannot be read in another order")
+    for mask in masks:
+        mask.copy_(causal_mask(cfg.n_ctx, cfg.n_ctx, mask.device, cfg.read_order))
 
 
 def implied_task(cfg: ModelConfig) -> TaskConfig | None:

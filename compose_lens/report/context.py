@@ -23,10 +23,11 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 from compose_lens.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
-from compose_lens.runs import Loaded, write_document, write_table
+from compose_lens.runs import write_document, write_table
+from compose_lens.subject import Subject
 
 
-def fourier_plan(loaded: Loaded, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
+def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
     """Locate the circuit and choose the MLP to analyse, refusing (one line) a model whose MLP the
     Fourier grids cannot read, before any table is made: a few seconds, not minutes."""
     model, config, split = loaded.model, loaded.config, loaded.split
@@ -49,7 +50,7 @@ class Context:
     same-MLP features and the ablation's frequency groups read the same constant-operand grid.
     ``renderer``: where figures are drawn (:class:`compose_lens.plots.Renderer`)."""
 
-    def __init__(self, loaded: Loaded, seed: int = 0, renderer: plots.Renderer | None = None):
+    def __init__(self, loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None):
         self.loaded, self.seed = runs.for_analyses(loaded), seed
         self.renderer = renderer or plots.Renderer()
         self._open = contextlib.ExitStack()
@@ -146,7 +147,7 @@ def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | 
 
 
 @contextlib.contextmanager
-def opened(loaded: Loaded, seed: int = 0, renderer: plots.Renderer | None = None) -> Iterator[Context]:
+def opened(loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None) -> Iterator[Context]:
     """``with opened(loaded) as context:`` a :class:`Context`, its shared grids open."""
     with Context(loaded, seed, renderer) as context:
         yield context

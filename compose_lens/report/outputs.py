@@ -63,7 +63,8 @@ from compose_lens import registry
 from compose_lens.registry import ABLATION, FOURIER, PATCHING
 from compose_lens.report import context
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
-from compose_lens.runs import Loaded, write_document, write_table
+from compose_lens.runs import write_document, write_table
+from compose_lens.subject import Subject
 
 
 # -- training dynamics ----
@@ -148,7 +149,7 @@ def write_analysis(loaded, out: Path, seed: int = 0, causal: bool = True, fmt: s
 # -- the same-MLP tests ----
 
 
-def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tuple[dict, pd.DataFrame]:
+def write_same_mlp(loaded: Subject, out: Path, seed: int = 0, n: int = 400) -> tuple[dict, pd.DataFrame]:
     """Write the same-MLP tests of one model into ``out``; return the report and its verdict table."""
     out.mkdir(parents=True, exist_ok=True)
     loaded = runs.for_analyses(loaded)
@@ -166,7 +167,7 @@ def write_same_mlp(loaded: Loaded, out: Path, seed: int = 0, n: int = 400) -> tu
 # -- patching and ablation ----
 
 
-def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs: int | None = None, seed: int = 0,
+def write_patching(loaded: Subject, out: Path, corruption: str = "value", n_pairs: int | None = None, seed: int = 0,
                    by: str = "role", fmt: str = "png", pairs=None, metric: str = "logit_diff") -> pd.DataFrame:
     """``patching_<corruption>.csv`` (+ its ``.provenance.json``) and its heatmap into ``out``, by token
     role or absolute position (``by``); returns the table. ``pairs`` (a pairs file: ``patching_user.csv``)
@@ -187,7 +188,7 @@ def write_patching(loaded: Loaded, out: Path, corruption: str = "value", n_pairs
     return table
 
 
-def write_ablation(loaded: Loaded, out: Path, pool_size: int | None = None, seed: int = 0,
+def write_ablation(loaded: Subject, out: Path, pool_size: int | None = None, seed: int = 0,
                    fmt: str = "png") -> pd.DataFrame:
     """``ablation.csv`` (+ its ``.provenance.json``) and its heatmap into ``out`` (the registry's
     ``ablation`` analysis; ``pool_size``: its setting where not given); returns the table."""
@@ -228,7 +229,7 @@ def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], ou
 # -- circuit discovery ----
 
 
-def write_circuit(loaded: Loaded, out: Path, method: str = "eap-ig", n_pairs: int = 300, seed: int = 0,
+def write_circuit(loaded: Subject, out: Path, method: str = "eap-ig", n_pairs: int = 300, seed: int = 0,
                   pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
                   threshold: float = 0.01, fmt: str = "png", pairs=None,
                   metric: str = "logit_diff") -> tuple[pd.DataFrame, dict]:

@@ -57,7 +57,7 @@ def planted(paper):
         else:
             state[name] = torch.zeros(shape)  # blocks.1's attention output and every bias
     model = runs.model_of(cfg, state, "planted", bridge=False)
-    return runs.for_analyses(runs.Loaded(model, cfg, paper.split, "planted 3-layer"))  # a bridge: hooks
+    return runs.for_analyses(runs.Subject(model, cfg, paper.split, "planted 3-layer"))  # a bridge: hooks
 
 
 def test_paper_model_is_located_as_the_study_says(paper):
@@ -104,14 +104,14 @@ def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
     subject = locate.fourier_subject(model, config, tiny_split)
     assert subject.layer is None and "no MLP" in subject.note
     with pytest.raises(ComposeLensError, match="no MLP"):
-        fourier_plan(runs.Loaded(model, config, tiny_split, "no-mlp"), seed=0)
+        fourier_plan(runs.Subject(model, config, tiny_split, "no-mlp"), seed=0)
     measures = circuit_measures(model, config, tiny_split, n=120)
     assert all(math.isnan(measures[k]) for k in FOURIER_KEYS)
 
 
 def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_layers=3, mlp_blocks=(1,)))
-    loaded = runs.Loaded(tl.boot(config.model), config, tiny_split, "middle-mlp")
+    loaded = runs.Subject(tl.boot(config.model), config, tiny_split, "middle-mlp")
     _, subject = fourier_plan(loaded, seed=0)
     assert subject.layer == 1  # the only MLP, in the middle: read there, no longer refused
     assert fourier_block(loaded.model, config, tiny_split) == 1
@@ -169,7 +169,7 @@ def second_head(paper):
         else:
             state[name] = src[name].clone()
     model = runs.model_of(cfg, state, "second head", bridge=False)
-    return runs.for_analyses(runs.Loaded(model, cfg, paper.split, "paper model in head 1"))
+    return runs.for_analyses(runs.Subject(model, cfg, paper.split, "paper model in head 1"))
 
 
 def test_paper_architecture_probes_read_the_papers_heads_unlocated(paper):
@@ -192,7 +192,7 @@ def test_probes_read_the_located_heads_not_head_0(paper, second_head):
 
 def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=2, d_head=16))
-    loaded = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained"))
+    loaded = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained"))
     nobody = probes.Heads(None, None, "none")
     measures = circuit_measures(loaded.model, config, tiny_split, n=120, heads=nobody)
     assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
@@ -240,7 +240,7 @@ def plant(paper, n_layers: int, n_heads: int, mlp_blocks: tuple[int, ...], binde
         state[f"blocks.{adder}.mlp.{part}.weight"] = src[f"blocks.1.mlp.{part}.weight"].clone()
     model = runs.model_of(cfg, state, "planted", bridge=False)
     name = f"planted {n_layers}x{n_heads}, adder blocks.{adder}"
-    return runs.for_analyses(runs.Loaded(model, cfg, paper.split, name))
+    return runs.for_analyses(runs.Subject(model, cfg, paper.split, name))
 
 
 FAMILIES = {  # name: plant(...) arguments, and the components each role must be found in
@@ -318,7 +318,7 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
         n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)))
-    model = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained")).model
+    model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
     report = same_mlp.same_mlp_report(model, config, tiny_split, n=40)
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
     assert report["components"]["adder"] is None and report["tables"] == {}
@@ -406,7 +406,7 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
     from compose_lens.analysis import ablation, circuit as C
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))
-    model = runs.for_analyses(runs.Loaded(tl.boot(config.model), config, tiny_split, "untrained")).model
+    model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
     table = ablation.ablation_table(model, config, tiny_split, pool_size=12, reference_size=32, kinds=("zero",))
     assert not table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"]).any()
     assert {"head", "mlp"} <= set(table["target"])  # the components are still ablated

@@ -35,7 +35,7 @@ def paper():
 def loaded(paper, cfg, state, name):
     config = dataclasses.replace(paper.config, model=cfg)
     model = runs.model_of(config, state, name, bridge=False)
-    return runs.for_analyses(runs.Loaded(model, config, paper.split, name))
+    return runs.for_analyses(runs.Subject(model, config, paper.split, name))
 
 
 def relay(paper):
@@ -166,7 +166,7 @@ def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewher
 
 
 def test_a_model_that_has_not_learned_is_inconclusive_not_a_number(tiny_config, tiny_split):
-    model = runs.for_analyses(runs.Loaded(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
+    model = runs.for_analyses(runs.Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
     row = modularity.measure(model, tiny_config, tiny_split)
     for column in modularity.COLUMNS:
         if column != "modularity_reason":

@@ -16,12 +16,12 @@ from compose_lens.analysis import fourier, same_mlp
 from compose_lens.model import tl
 from compose_lens.report import context
 from compose_lens.report.outputs import write_analysis
-from compose_lens.runs import Loaded
+from compose_lens.subject import Subject
 
 
 @pytest.fixture
-def loaded(tiny_config, tiny_split) -> Loaded:
-    return Loaded(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
+def loaded(tiny_config, tiny_split) -> Subject:
+    return Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
 
 
 def _count_constant_grids(monkeypatch) -> list:

@@ -1,0 +1,342 @@
+"""A researcher's own task, declared in their own token ids, and its map onto the study's coordinates.
+
+compose-lens asks its questions (does a head bind values to variables, does one MLP compute the
+operation, does layer-2 routing glue them) of any model trained on a task of the study's family:
+in-context variable assignment, then a binary operation on numbers mod p. A researcher's model
+spells that task in its own vocabulary. A :class:`TaskDeclaration` says how:
+
+* which token ids are the numbers 0..p-1, the variables, the operator, ``=`` and PAD (any order,
+  any offset; other ids of the vocabulary, such as a BOS the task never uses, are ignored);
+* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD, padding on
+  the left as the study) and the query form, ``prefix`` (``op x y =``, the study's) or ``infix``
+  (``x op y =``);
+* the operation: ``add`` (the study's), ``subtract``, ``multiply``, or a p x p ``operation_table``;
+* the output: ``numbers`` (the model has p output classes, the numbers in order, as the study) or
+  ``vocab`` (one output per vocabulary id; the answer is read at the numbers' ids);
+* the split the model was trained on: the held-out pairs (``heldout_pairs``, a list of ``[x, y]``;
+  or the study's procedure from ``f`` and ``seed``) and the slot restrictions (``left_forbidden`` /
+  ``right_forbidden``, by the researcher's variable names), or a compose-lens ``split.json``
+  (``split_file``).
+
+The declaration is written in Python or in a JSON or TOML file that the CLI reads (``--task FILE``)::
+
+    {"modulus": 23, "numbers": 10, "variables": [2, 3, 4, 5, 6, 7, 8, 9], "operator": 33,
+     "equals": 34, "pad": 0, "vocab_size": 35, "seq_len": 16, "max_assignments": 4,
+     "query": "infix", "operation": "subtract", "output": "vocab",
+     "split": {"f": 0.7, "seed": 0}}
+
+``numbers`` is the first of p consecutive ids or the list of all p; ``variables`` is a list of ids
+(``variable_names`` names them, default ``a``, ``b``, ...). :func:`study_declaration` gives the
+study's task as a declaration, bit for bit.
+
+**The study's coordinates.** Every analysis of compose-lens is written once, in the study's
+coordinates: the numbers are tokens 0..p-1 and the output classes, then the operator, ``=``,
+PAD and the variables; the query reads ``op x y =``. A declared task maps onto them exactly
+(:meth:`TaskDeclaration.task` is the task in those coordinates, :meth:`~TaskDeclaration.to_user`
+and :meth:`~TaskDeclaration.to_study` translate token rows), and :mod:`compose_lens.subject` maps
+the researcher's weights the same way: the embedding's rows, the positions and the unembedding's
+answer rows are re-indexed, nothing is fitted or approximated, and the logits over the numbers
+are the researcher's model's own (a test checks them equal). An ``infix`` query swaps the
+operator's and the left operand's positions; the model in the study's coordinates then reads
+its positions in the researcher's order (:attr:`compose_lens.config.ModelConfig.read_order`), so
+its causal mask is the one the researcher trained.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from compose_lens.config import OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
+from compose_lens.data.split import Split
+from compose_lens.errors import ComposeLensError
+
+QUERY_FORMS = ("prefix", "infix")
+OUTPUTS = ("numbers", "vocab")
+# The TransformerLens config fields a researcher's model is read by (positional_embedding_type must be
+# "standard"; the rest of a bridge config is what it means for a small native model)
+TL_FIELDS = ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn", "normalization_type", "n_ctx",
+             "d_vocab", "d_vocab_out")
+_SPLIT_KEYS = ("f", "r", "seed", "left_forbidden", "right_forbidden", "heldout_pairs")
+
+
+class DeclarationError(ComposeLensError, ValueError):
+    """A task declaration that cannot describe a task of the study's family (one line says why)."""
+
+
+@dataclass(frozen=True)
+class TaskDeclaration:
+    """A task of the study's family in a researcher's own token ids (see the module doc)."""
+
+    modulus: int
+    numbers: tuple[int, ...]  # the id of each number 0..p-1
+    variables: tuple[int, ...]  # the id of each variable
+    operator: int
+    equals: int
+    pad: int
+    vocab_size: int  # the model's d_vocab (ids the task does not use are never read)
+    variable_names: tuple[str, ...] = ()  # default: a, b, c, ...
+    seq_len: int = 16
+    max_assignments: int = 6
+    query: str = "prefix"  # prefix: op x y = (the study); infix: x op y =
+    operation: str = "add"
+    operation_table: tuple[tuple[int, ...], ...] | None = None
+    output: str = "numbers"  # numbers: p output classes in number order; vocab: one per vocabulary id
+    f: float = 0.7
+    r: float = 1.0
+    seed: int = 42
+    left_forbidden: tuple[str, ...] | None = None  # by variable name; None: the study's rule (last two)
+    right_forbidden: tuple[str, ...] | None = None  # None: the first two
+    heldout_pairs: tuple[tuple[int, int], ...] | None = None  # the pairs held out of training (else f, seed)
+    split_file: str | None = None  # a compose-lens split.json instead of f / r / seed
+
+    def __post_init__(self) -> None:
+        names = self.variable_names or tuple(VARIABLE_LETTERS[: len(self.variables)])
+        object.__setattr__(self, "variable_names", tuple(names))
+        p = self.modulus
+        _need(isinstance(p, int) and p >= 2, f"modulus={p!r}: an integer of at least 2")
+        _need(len(self.numbers) == p, f"numbers: {len(self.numbers)} ids for modulus {p}; give p ids "
+                                      f"or the first of p consecutive ids")
+        _need(len(self.variables) >= 2, "variables: give at least two variable ids")
+        _need(len(names) == len(self.variables), f"variable_names: {len(names)} names for "
+                                                 f"{len(self.variables)} variables")
+        _need(len(set(names)) == len(names), "variable_names: every variable needs its own name")
+        ids = [*self.numbers, *self.variables, self.operator, self.equals, self.pad]
+        _need(all(isinstance(i, int) and not isinstance(i, bool) for i in ids),
+              "numbers, variables, operator, equals and pad are token ids (integers)")
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        _need(not twice, f"token id(s) {twice} have two roles; each id is one number, variable or symbol")
+        _need(isinstance(self.vocab_size, int) and min(ids) >= 0 and max(ids) < self.vocab_size,
+              f"token ids must lie in 0..vocab_size-1 = 0..{self.vocab_size - 1}; the largest is {max(ids)}")
+        _need(self.query in QUERY_FORMS, f"query={self.query!r}: use prefix (op x y =) or infix (x op y =)")
+        _need(self.output in OUTPUTS, f"output={self.output!r}: use numbers (p classes) or vocab (one per id)")
+        _need(self.operation in OPERATIONS, f"operation={self.operation!r}: use one of {', '.join(OPERATIONS)}")
+        for side in ("left_forbidden", "right_forbidden"):
+            value = getattr(self, side)
+            if value is not None:
+                object.__setattr__(self, side, tuple(value))
+                unknown = [v for v in value if v not in names]
+                _need(not unknown, f"{side}: unknown variable(s) {unknown}; the variables are {', '.join(names)}")
+        for key in ("operation_table", "heldout_pairs"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, tuple(tuple(row) for row in getattr(self, key)))
+        self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
+
+    # -- the study's coordinates -------------------------------------------------------------------
+
+    @property
+    def task(self) -> TaskConfig:
+        """The task in the study's coordinates (numbers first, then op, ``=``, PAD, the variables)."""
+        letter = dict(zip(self.variable_names, VARIABLE_LETTERS))
+
+        def letters(side: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            return None if side is None else tuple(letter[v] for v in side)
+
+        try:
+            return TaskConfig(modulus=self.modulus, n_vars=len(self.variables), seq_len=self.seq_len,
+                              max_assignments=self.max_assignments, f=self.f, r=self.r, seed=self.seed,
+                              left_forbidden=letters(self.left_forbidden),
+                              right_forbidden=letters(self.right_forbidden),
+                              operation=self.operation, operation_table=self.operation_table)
+        except ComposeLensError as exc:
+            raise DeclarationError(f"the declared task: {exc}") from None
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        """(d_vocab of :attr:`task`,) the researcher's id of each study-coordinates token."""
+        return torch.tensor([*self.numbers, self.operator, self.equals, self.pad, *self.variables])
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """The researcher's position of each study-coordinates position (the query's order)."""
+        order = list(range(self.seq_len))
+        if self.query == "infix":
+            start = self.seq_len - QUERY_LENGTH  # study: op x y = ; infix: x op y =
+            order[start], order[start + 1] = start + 1, start
+        return tuple(order)
+
+    @property
+    def answer_rows(self) -> torch.Tensor:
+        """(p,) the rows of the researcher's unembedding that hold the answers 0..p-1."""
+        return torch.arange(self.modulus) if self.output == "numbers" else torch.tensor(self.numbers)
+
+    @property
+    def d_vocab_out(self) -> int:
+        """The researcher's number of output classes."""
+        return self.modulus if self.output == "numbers" else self.vocab_size
+
+    def to_user(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Study-coordinates token rows (B, seq_len) as the researcher's model reads them."""
+        user = torch.empty_like(tokens)
+        user[:, list(self.positions)] = self.token_ids.to(tokens.device)[tokens]
+        return user
+
+    def to_study(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The researcher's token rows (B, seq_len) in the study's coordinates (refused where a token
+        has no role in the task)."""
+        lookup = torch.full((self.vocab_size,), -1, dtype=torch.long)
+        lookup[self.token_ids] = torch.arange(len(self.token_ids))
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+            raise DeclarationError(f"token ids outside the vocabulary 0..{self.vocab_size - 1}")
+        study = lookup[tokens][:, list(self.positions)]
+        if (study < 0).any():
+            bad = sorted(set(tokens[lookup[tokens] < 0].tolist()))[:5]
+            raise DeclarationError(f"token id(s) {bad} have no role in the declared task")
+        return study
+
+    def token_name(self, token: int) -> str:
+        """How the researcher's token ``token`` prints."""
+        study = {int(t): i for i, t in enumerate(self.token_ids.tolist())}.get(int(token))
+        if study is None:
+            return f"<{int(token)}>"
+        if study < self.modulus:
+            return str(study)
+        return (self.task.sign, "=", "PAD", *self.variable_names)[study - self.modulus]
+
+    def split(self) -> Split:
+        """The split the model was trained on, in the study's coordinates."""
+        try:
+            if self.split_file is not None:
+                return Split.load(self.split_file, self.task)
+            if self.heldout_pairs is not None:
+                return Split.from_heldout(self.task, torch.tensor(self.heldout_pairs, dtype=torch.long))
+            return Split.from_task(self.task)
+        except ComposeLensError as exc:
+            raise DeclarationError(f"the declared split: {exc}") from None
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The declaration as a file holds it (the split's keys under ``split``)."""
+        data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        split = {k: data.pop(k) for k in _SPLIT_KEYS}
+        if self.split_file is None:
+            data["split"] = {k: v for k, v in split.items() if v is not None}
+        return {k: v for k, v in data.items() if v is not None}
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the task declaration") -> "TaskDeclaration":
+        """Read a declaration (a file's JSON or TOML); a problem is one line naming ``where``."""
+        if not isinstance(data, dict):
+            raise DeclarationError(f"{where}: must be an object of settings, not {type(data).__name__}")
+        data = dict(data)
+        known = {f.name for f in fields(cls)} - set(_SPLIT_KEYS)
+        unknown = sorted(set(data) - known - {"split"})
+        if unknown:
+            raise DeclarationError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
+                                   f"{', '.join(sorted(known | {'split'}))}")
+        split = data.pop("split", {})
+        if not isinstance(split, dict):
+            raise DeclarationError(f"{where}: split must be an object like {{\"f\": 0.7, \"seed\": 42}}")
+        bad = sorted(set(split) - set(_SPLIT_KEYS))
+        if bad:
+            raise DeclarationError(f"{where}: unknown split key(s) {', '.join(bad)}; known: {', '.join(_SPLIT_KEYS)}")
+        data.update(split)
+        missing = [k for k in ("modulus", "numbers", "variables", "operator", "equals", "pad") if k not in data]
+        if missing:
+            raise DeclarationError(f"{where}: missing {', '.join(missing)} (see docs/own-model.md)")
+        p = data["modulus"]
+        if isinstance(data["numbers"], int) and isinstance(p, int):
+            data["numbers"] = list(range(data["numbers"], data["numbers"] + p))
+        for key in ("numbers", "variables", "variable_names"):
+            if key in data and not isinstance(data[key], list):
+                raise DeclarationError(f"{where}: {key} must be a list"
+                                       + (" (or, for numbers, the first of p consecutive ids)"
+                                          if key == "numbers" else ""))
+            if key in data:
+                data[key] = tuple(data[key])
+        if "vocab_size" not in data:
+            data["vocab_size"] = 1 + max([*data["numbers"], *data["variables"], data["operator"],
+                                          data["equals"], data["pad"]], default=0)
+        try:
+            return cls(**data)
+        except DeclarationError as exc:
+            raise DeclarationError(f"{where}: {str(exc).removeprefix('the declared task: ')}") from None
+        except (TypeError, ValueError) as exc:
+            raise DeclarationError(f"{where}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TaskDeclaration":
+        """A declaration from a JSON or TOML file (``--task FILE``)."""
+        path = Path(path)
+        if not path.is_file():
+            raise DeclarationError(f"{path}: no such task file; give a JSON or TOML task declaration")
+        text = path.read_text()
+        try:
+            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+            kind = "TOML" if path.suffix == ".toml" else "JSON"
+            raise DeclarationError(f"{path}: not valid {kind} ({exc})") from None
+        return cls.from_dict(data, str(path))
+
+
+def study_declaration(task: TaskConfig | None = None) -> TaskDeclaration:
+    """The study's task (or a compose-lens task) as a declaration: its own ids, prefix query, p outputs."""
+    task = task or TaskConfig()
+    if task.is_variant:
+        raise DeclarationError("a task variant (reassignment, noise words, chains) has no declaration yet")
+    return TaskDeclaration(
+        modulus=task.modulus, numbers=tuple(range(task.modulus)),
+        variables=tuple(range(task.first_var_token, task.d_vocab)), operator=task.plus_token,
+        equals=task.equals_token, pad=task.pad_token, vocab_size=task.d_vocab,
+        variable_names=task.variable_names, seq_len=task.seq_len, max_assignments=task.max_assignments,
+        operation=task.operation, operation_table=task.operation_table, f=task.f, r=task.r, seed=task.seed,
+        left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
+
+
+def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration,
+                      source: str) -> tuple[RunConfig, dict[str, torch.Tensor]]:
+    """A researcher's model (TransformerLens config and state dict) in the study's coordinates: the
+    configuration and the re-indexed weights (module doc). Refuses, in one line, what cannot map."""
+    d = declaration
+    if cfg.get("positional_embedding_type", "standard") != "standard":
+        raise ComposeLensError(f"{source}: positional_embedding_type={cfg['positional_embedding_type']!r}; "
+                               f"compose-lens reads models with learned absolute positions ('standard')")
+    if cfg["d_vocab"] != d.vocab_size:
+        raise ComposeLensError(f"{source}: the model has d_vocab={cfg['d_vocab']}, the task declares "
+                               f"vocab_size={d.vocab_size}; declare the model's vocabulary size")
+    if cfg["d_vocab_out"] != d.d_vocab_out:
+        what = "p (output numbers)" if d.output == "numbers" else "vocab_size (output vocab)"
+        raise ComposeLensError(f"{source}: the model has d_vocab_out={cfg['d_vocab_out']}, the task's output "
+                               f"{d.output!r} means {d.d_vocab_out} = {what}; declare the model's output")
+    if cfg["n_ctx"] < d.seq_len:
+        raise ComposeLensError(f"{source}: n_ctx={cfg['n_ctx']} is shorter than the task's seq_len={d.seq_len}")
+    state = dict(state)
+    for key in ("embed.weight", "pos_embed.weight", "unembed.weight"):
+        if key not in state:
+            raise ComposeLensError(f"{source}: no {key} in the weights; compose-lens reads the state dict "
+                                   f"of a native TransformerBridge (TransformerBridge.boot_native)")
+    state["embed.weight"] = state["embed.weight"][d.token_ids]
+    state["pos_embed.weight"] = state["pos_embed.weight"][list(d.positions)]
+    rows = d.answer_rows
+    state["unembed.weight"] = state["unembed.weight"][rows]
+    if "unembed.bias" in state:
+        state["unembed.bias"] = state["unembed.bias"][rows]
+    n_layers = int(cfg["n_layers"])
+    mlp_blocks = tuple(layer for layer in range(n_layers) if any(
+        state[k].abs().max() > 0 for k in (f"blocks.{layer}.mlp.in.weight", f"blocks.{layer}.mlp.out.weight")
+        if k in state))
+    biases = any(v.abs().max() > 0 for k, v in state.items() if k.endswith(".bias"))
+    try:
+        model = ModelConfig(n_layers=n_layers, d_model=cfg["d_model"], d_head=cfg["d_head"],
+                            n_heads=cfg["n_heads"], d_mlp=cfg["d_mlp"], act_fn=cfg["act_fn"],
+                            normalization_type=cfg.get("normalization_type"), n_ctx=d.seq_len,
+                            d_vocab=d.task.d_vocab, d_vocab_out=d.modulus, mlp_blocks=mlp_blocks,
+                            trained_biases=biases, read_order=None if d.query == "prefix" else d.positions)
+    except ComposeLensError as exc:
+        raise ComposeLensError(f"{source}: compose-lens cannot read this architecture: {exc}") from None
+    return RunConfig(task=d.task, model=model), state
+
+
+def _need(condition: bool, message: str) -> None:
+    if not condition:
+        raise DeclarationError(message)

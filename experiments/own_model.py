@@ -1,0 +1,133 @@
+"""A researcher's own model, trained with TransformerLens alone: the subject of docs/own-model.md.
+
+    python experiments/own_model.py --out runs/own-model            # ~15-25 min on 2 CPU cores
+    compose-lens evaluate runs/own-model --exhaustive                # task.json is beside the weights
+
+Nothing of compose-lens is imported here: the task is generated, the model built, trained and
+saved with plain torch and TransformerLens, as a researcher would who never heard of the toolkit.
+The task is of the study's family (in-context variable assignment, then a binary operation
+mod p) but differs from the study's wherever a declaration can say so:
+
+* the operation is **subtraction** mod 23 (the study adds mod 59);
+* the **vocabulary layout** is the researcher's: ``PAD`` 0, ``BOS`` 1 (never used), the
+  variables ``u v w x y z q r`` at 2-9, the numbers at 10-32, ``-`` at 33, ``=`` at 34;
+* the **query is infix**, ``x - y =`` (the study: ``+ x y =``);
+* the **output is the whole vocabulary** (35 classes; the study: the 59 numbers);
+* **two heads** per layer and an MLP in **both** blocks (the study: one head, no MLP in layer 1).
+
+Training holds out 30 % of the (x, y) pairs (``heldout_pairs`` in task.json), never puts ``q``
+or ``r`` on the left of the query nor ``u`` or ``v`` on the right, and draws constants, one
+variable and two variables alike. The folder it writes holds ``config.json`` (the
+TransformerLens config), ``model.safetensors`` (the bridge's state dict) and ``task.json`` (the
+declaration compose-lens reads, docs/own-model.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.model_bridge.sources import native  # noqa: F401  (registers boot_native)
+
+P = 23
+PAD, BOS = 0, 1
+VARIABLES = ["u", "v", "w", "x", "y", "z", "q", "r"]
+VAR_IDS = list(range(2, 2 + len(VARIABLES)))
+NUMBER_IDS = list(range(10, 10 + P))
+MINUS, EQUALS = 33, 34
+VOCAB = 35
+SEQ_LEN, CONTEXT = 16, 12
+NOT_LEFT, NOT_RIGHT = {"q", "r"}, {"u", "v"}
+
+
+def split_pairs(seed: int, f: float = 0.7) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    pairs = [(x, y) for x in range(P) for y in range(P)]
+    random.Random(seed).shuffle(pairs)
+    n = int(f * len(pairs))
+    return pairs[:n], pairs[n:]
+
+
+def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences ``PAD u 5 PAD PAD w 17 .. x - w =`` (infix) and their answers' token ids: up to six
+    assignments, the PAD scattered among them, as the study's contexts."""
+    rows, labels = [], []
+    for _ in range(batch):
+        x, y = rng.choice(pairs)
+        kind = rng.randrange(4)  # 0: constants, 1: left variable, 2: right variable, 3: both
+        left = rng.choice([v for v in VARIABLES if v not in NOT_LEFT]) if kind in (1, 3) else None
+        right_pool = [v for v in VARIABLES if v not in NOT_RIGHT and v != left]
+        right = rng.choice(right_pool) if kind in (2, 3) else None
+        used = [v for v in (left, right) if v]
+        n = max(rng.randint(1, 6), len(used))  # assignments, as many as the study's contexts hold
+        others = rng.sample([v for v in VARIABLES if v not in used], n - len(used))
+        assignments = [(v, x if v == left else y if v == right else rng.randrange(P)) for v in used + others]
+        rng.shuffle(assignments)
+        gaps = [0] * (n + 1)  # each PAD falls into one of the n + 1 gaps around the assignments
+        for _ in range(CONTEXT - 2 * n):
+            gaps[rng.randrange(n + 1)] += 1
+        context = [PAD] * gaps[0]
+        for (var, value), pads in zip(assignments, gaps[1:]):
+            context += [VAR_IDS[VARIABLES.index(var)], NUMBER_IDS[value]] + [PAD] * pads
+        lhs = VAR_IDS[VARIABLES.index(left)] if left else NUMBER_IDS[x]
+        rhs = VAR_IDS[VARIABLES.index(right)] if right else NUMBER_IDS[y]
+        rows.append(context + [lhs, MINUS, rhs, EQUALS])
+        labels.append(NUMBER_IDS[(x - y) % P])
+    return torch.tensor(rows), torch.tensor(labels)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=8000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    cfg = TransformerBridgeConfig(n_layers=2, d_model=64, d_head=32, n_heads=2, d_mlp=256, act_fn="relu",
+                                  normalization_type=None, n_ctx=SEQ_LEN, d_vocab=VOCAB, d_vocab_out=VOCAB,
+                                  positional_embedding_type="standard", architecture="TransformerLensNative",
+                                  seed=a.seed)
+    model = TransformerBridge.boot_native(cfg)
+    train, heldout = split_pairs(a.seed)
+    rng = random.Random(a.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.02)
+    test_x, test_y = sample(2000, heldout, random.Random(1))
+    started = time.time()
+    for step in range(1, a.steps + 1):
+        tokens, labels = sample(512, train, rng)
+        loss = F.cross_entropy(model(tokens)[:, -1], labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 500 == 0 or step == a.steps:
+            with torch.no_grad():
+                acc = (model(test_x)[:, -1].argmax(-1) == test_y).float().mean().item()
+            print(f"step {step}: loss {loss.item():.4f}, held-out pairs accuracy {acc:.3f} "
+                  f"({time.time() - started:.0f} s)", flush=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(a.out / "model.safetensors"))
+    fields = ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn", "normalization_type", "n_ctx",
+              "d_vocab", "d_vocab_out", "positional_embedding_type")
+    (a.out / "config.json").write_text(json.dumps({k: getattr(cfg, k) for k in fields}, indent=1) + "\n")
+    task = {"modulus": P, "numbers": NUMBER_IDS[0], "variables": VAR_IDS, "variable_names": VARIABLES,
+            "operator": MINUS, "equals": EQUALS, "pad": PAD, "vocab_size": VOCAB, "seq_len": SEQ_LEN,
+            "max_assignments": 6, "query": "infix", "operation": "subtract", "output": "vocab",
+            "split": {"heldout_pairs": [list(p) for p in heldout], "left_forbidden": sorted(NOT_LEFT),
+                      "right_forbidden": sorted(NOT_RIGHT)}}
+    (a.out / "task.json").write_text(json.dumps(task, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

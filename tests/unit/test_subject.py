@@ -1,0 +1,145 @@
+"""A researcher's own TransformerLens model and task: the map onto the study's coordinates is exact.
+
+The model here is built with TransformerLens alone (``TransformerBridge.boot_native``, random
+weights, biases switched on), on a task that differs from the study's in every way a declaration
+can say: a shuffled vocabulary with an unused id, an infix query, subtraction, the whole vocabulary
+as output, two heads and an MLP in both blocks. Each check would fail if one index of the map
+were wrong (a swapped position, a wrong answer row, the causal mask left as it was).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from compose_lens import runs
+from compose_lens.data.sampler import make_pools
+from compose_lens.declaration import DeclarationError, TaskDeclaration, study_declaration
+from compose_lens.errors import ComposeLensError
+from compose_lens.evaluate import answer_logits
+from compose_lens.runs import load_subject
+
+P, N_VARS, VOCAB = 7, 5, 20
+
+
+def declaration(query: str = "infix", output: str = "vocab") -> TaskDeclaration:
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randperm(VOCAB, generator=gen).tolist()  # numbers, variables, op, =, PAD, one unused id
+    return TaskDeclaration(modulus=P, numbers=tuple(ids[:P]), variables=tuple(ids[P:P + N_VARS]),
+                           operator=ids[12], equals=ids[13], pad=ids[14], vocab_size=VOCAB,
+                           variable_names=("x1", "x2", "x3", "x4", "x5"), seq_len=12, max_assignments=3,
+                           query=query, operation="subtract", output=output, f=0.6, seed=1)
+
+
+def user_model(decl: TaskDeclaration, n_ctx: int = 12):
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge.sources import native  # noqa: F401  (registers boot_native)
+
+    cfg = TransformerBridgeConfig(n_layers=2, d_model=32, d_head=8, n_heads=2, d_mlp=64, act_fn="relu",
+                                  normalization_type=None, n_ctx=n_ctx, d_vocab=VOCAB,
+                                  d_vocab_out=decl.d_vocab_out, positional_embedding_type="standard",
+                                  architecture="TransformerLensNative", seed=0)
+    model = TransformerBridge.boot_native(cfg)
+    with torch.no_grad():
+        for name, value in model.named_parameters():
+            if name.endswith("bias"):
+                value.normal_(0, 0.3)  # biases on, so the answer rows of b_U matter too
+    return model.eval()
+
+
+def user_logits(model, decl: TaskDeclaration, study_tokens: torch.Tensor) -> torch.Tensor:
+    """The researcher's model on the researcher's tokens, at the answers 0..p-1."""
+    with torch.no_grad():
+        return model(decl.to_user(study_tokens))[:, -1][:, decl.answer_rows]
+
+
+@pytest.mark.parametrize("query, output", [("infix", "vocab"), ("prefix", "numbers")])
+def test_a_researchers_model_reads_the_same_in_the_study_coordinates(query, output):
+    decl = declaration(query, output)
+    model = user_model(decl)
+    tokens = torch.cat([b.tokens for b in make_pools(decl.split(), size=40).values()])
+    want = user_logits(model, decl, tokens)
+    subject = load_subject(model, decl)
+    weights = runs.model_of(subject.config, subject.model.state_dict(), "test", bridge=False)
+    for forward in (subject.model, weights):  # the bridge's hooks and the fast forwards
+        got = answer_logits(forward, subject.config.model, tokens)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert subject.config.model.n_heads == 2 and subject.config.model.mlp_blocks == (0, 1)
+    assert (subject.config.model.read_order is None) == (query == "prefix")
+
+
+def test_every_position_of_an_infix_model_is_the_researchers():
+    """The residual stream at every position, not only the answer: the causal mask is the researcher's."""
+    decl = declaration()
+    model = user_model(decl)
+    subject = load_subject(model, decl)
+    tokens = make_pools(decl.split(), size=8)["2var_train"].tokens
+    _, mine = subject.model.run_with_cache(tokens)
+    _, theirs = model.run_with_cache(decl.to_user(tokens))
+    order = list(decl.positions)
+    torch.testing.assert_close(mine["blocks.1.hook_resid_post"], theirs["blocks.1.hook_resid_post"][:, order],
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_directory_and_its_task_file(tmp_path):
+    from safetensors.torch import save_file
+
+    decl = declaration()
+    model = user_model(decl)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    cfg = {k: getattr(model.cfg, k) for k in ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn",
+                                              "normalization_type", "n_ctx", "d_vocab", "d_vocab_out",
+                                              "positional_embedding_type")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(DeclarationError, match="needs its task declared"):
+        load_subject(tmp_path)
+    decl.write(tmp_path / "task.json")
+    assert TaskDeclaration.load(tmp_path / "task.json") == decl
+    subject = load_subject(tmp_path)
+    tokens = make_pools(decl.split(), size=16)["1var_add_restricted"].tokens
+    torch.testing.assert_close(answer_logits(subject.model, subject.config.model, tokens),
+                               user_logits(model, decl, tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_the_study_is_the_default_declaration():
+    from compose_lens.config import TaskConfig
+
+    decl = study_declaration()
+    assert decl.task == TaskConfig()
+    assert torch.equal(decl.token_ids, torch.arange(TaskConfig().d_vocab))
+    assert decl.positions == tuple(range(16)) and decl.split().heldout_pairs.equal(
+        load_subject("paper").split.heldout_pairs)
+
+
+def test_declared_heldout_pairs_are_the_split():
+    decl = TaskDeclaration.from_dict({**declaration().to_dict(), "split": {"heldout_pairs": [[0, 1], [2, 3]]}})
+    split = decl.split()
+    assert sorted(map(tuple, split.heldout_pairs.tolist())) == [(0, 1), (2, 3)]
+    assert len(split.train_pairs) == P * P - 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"numbers": [0, 1]}, "2 ids for modulus 7"),
+    ({"operator": "pad"}, "two roles"),  # the operator given PAD's id
+    ({"query": "postfix"}, "use prefix"),
+    ({"colour": 1}, "unknown key"),
+    ({"split": {"f": 2}}, "f=2"),
+    ({"split": {"held": 1}}, "unknown split key"),
+])
+def test_a_bad_declaration_is_one_line(change, message):
+    data = {**declaration().to_dict(), **change}
+    if data["operator"] == "pad":
+        data["operator"] = data["pad"]
+    with pytest.raises(DeclarationError, match=message) as info:
+        TaskDeclaration.from_dict(data, "task.json")
+    assert "\n" not in str(info.value) and str(info.value).startswith("task.json")
+
+
+def test_a_model_that_does_not_fit_its_declaration_is_refused():
+    decl = declaration()
+    model = user_model(declaration(output="numbers"))  # 7 outputs, the declaration says the vocabulary
+    with pytest.raises(ComposeLensError, match="d_vocab_out=7"):
+        load_subject(model, decl)

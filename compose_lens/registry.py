@@ -579,4 +579,46 @@ GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the ass
                     exports=("shares_of_model", "shares_over_training", "idealisation"))
 
 
-ANALYSES: tuple[Analysis, ...] = (PROBES, QK, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, VARIANT, GRADIENT)
+# -- attention entropy per head at = ------------------------------------------------------------
+
+
+def _entropy(ctx: Context, settings: dict) -> Result:
+    from compose_lens.analysis.attention_entropy import attention_entropy, lowest
+
+    table = attention_entropy(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
+    low = lowest(table)
+    return Result(tables={"attention_entropy": table},
+                  facts={"lowest_entropy_head_var2": f"blocks.{low['layer']} head {low['head']}" if low else None,
+                         "lowest_entropy_var2": low.get("entropy")})
+
+
+def _entropy_lines(result: Result) -> list[str]:
+    table = result.tables["attention_entropy"]
+    rows = table[table["kind"] != "all"]
+    return [f"  blocks.{r.layer} head {r.head} on {r.kind}: {r.entropy:.2f} nats [{r.low:.2f}, {r.high:.2f}] "
+            f"(log 2 = {r.log_2:.2f}, uniform = {r.log_n:.2f})" for r in rows.itertuples()]
+
+
+def _entropy_section(inp, result: Result, settings: dict) -> str:
+    from compose_lens.report.page import html_table
+
+    table = result.tables["attention_entropy"]
+    rows = [[f"blocks.{r.layer} head {r.head}", r.kind, f"{r.entropy:.2f} [{r.low:.2f}, {r.high:.2f}]", r.n]
+            for r in table.itertuples()]
+    return (f"<p>Entropy (nats) of each head's attention from <code>=</code>, mean over {settings['pool_size']} "
+            f"sequences of each pool with a 95 % bootstrap interval; log 2 = 0.69 (two positions), uniform over the "
+            f"sequence = {table['log_n'].iloc[0]:.2f}.</p>" + html_table(rows, ["head", "kind", "entropy", "n"]))
+
+
+ENTROPY = Analysis(
+    name="attention_entropy", title="Attention entropy per head at =", compute=_entropy,
+    settings={"pool_size": 200}, module="compose_lens.analysis.attention_entropy", tables=("attention_entropy",),
+    section=_entropy_section, report_after="qk",
+    findings=(Finding("lowest_entropy_head_var2", "the head whose attention from = is most focused (2-var)",
+                      "the router"),),
+    command="entropy", help="attention entropy of every head at '=', by sequence kind",
+    options=(Option("--pool-size", "pool_size", "sequences per pool (nine pools)"),),
+    describe=_entropy_lines, exports=("attention_entropy",))
+
+
+ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, VARIANT, GRADIENT)

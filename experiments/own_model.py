@@ -89,6 +89,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--weight-decay", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -100,7 +101,7 @@ def main() -> int:
     model = TransformerBridge.boot_native(cfg)
     train, heldout = split_pairs(a.seed)
     rng = random.Random(a.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.02)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     test_x, test_y = sample(2000, heldout, random.Random(1))
     started = time.time()
     for step in range(1, a.steps + 1):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import refuse_uncovered, seed
+from compose_lens.cli.common import refuse_uncovered, seed, subject_of
 from compose_lens.errors import ComposeLensError
 
 DYNAMICS_FIGURE = "dynamics.png"  # the pools over training, phase onsets and the outcome (plots.dynamics_figure)
@@ -68,19 +68,26 @@ def _steps(text: str | None) -> list[int] | None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        raise ComposeLensError(f"{run_dir}: not a run directory")
     refuse_uncovered("report", args.run_dir)  # before torch is imported and the dynamics computed
 
-    from compose_lens.report import build_report  # lazy: torch
+    from compose_lens.report import build_model_report, build_report, is_run_source  # lazy: torch
     from compose_lens.safety import check_count, check_file_output
 
     check_count(args.stride, "--stride")
     if args.example and len(args.example) > 100:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")
-    check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
-    path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
-                                  progress=not args.quiet, recompute=args.recompute)
+    if is_run_source(run_dir):
+        if args.task:
+            raise ComposeLensError(f"{run_dir}: a compose-lens run carries its own task; --task is for your own model")
+        check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
+        path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
+                                      progress=not args.quiet, recompute=args.recompute)
+    else:  # one model: paper, a checkpoint or model directory, a .pth, your own TransformerLens model
+        if args.out is None:
+            raise ComposeLensError(f"{args.run_dir}: one model has no run directory to write into; give --out FILE.html")
+        check_file_output(args.out, args.overwrite, "compose-lens")
+        subject = subject_of(argparse.Namespace(model=args.run_dir, task=args.task, split=args.split))
+        path, problems = build_model_report(subject, args.out, args.example or None)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
     for problem in problems:
         print(f"  section skipped: {problem}")
@@ -113,10 +120,13 @@ def _register_dynamics(sub) -> None:
 
 
 def _register_report(sub) -> None:
-    p = sub.add_parser("report", help="write RUN_DIR/report.html: one offline page with every result")
-    p.add_argument("run_dir", help="run directory (or a folder of the study's step_N.pth files with --out)")
-    p.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
+    p = sub.add_parser("report", help="one offline HTML page with every result of a run or of one model")
+    p.add_argument("run_dir", metavar="RUN_OR_MODEL",
+                   help="a run directory (its dynamics and phases too), a folder of the study's step_N.pth files "
+                        "(with --out), or one MODEL: paper, a checkpoint, a .pth, your own TransformerLens model")
+    p.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html; required for one model)")
     p.add_argument("--split", help="split file (default: the run's split.json)")
+    p.add_argument("--task", metavar="FILE", help="your own model's task declaration (docs/own-model.md)")
     p.add_argument("--example", action="append", help="example sequence for the attention views (repeatable)")
     p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
     p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")

@@ -344,7 +344,89 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.
 ), registered_section)
 
 
+# -- one model: the report of a model without a training run ------------------------------------
+
+
+def model_configuration_section(inp: ReportInputs) -> str:
+    subject = inp.context.loaded
+    declared = subject.declaration
+    head = (f"<p>Model <code>{html.escape(subject.source)}</code>; split: {len(inp.split.train_pairs)} training "
+            f"pairs, {len(inp.split.heldout_pairs)} held out. One model, no training run: the sections that read "
+            f"checkpoints (the dynamics, the phases, the early jump) are left out.</p>")
+    rows = [] if declared is None else [[k, json.dumps(v) if len(json.dumps(v)) < 120 else f"({len(v)} entries)"]
+                                        for k, v in declared.to_dict().items()]
+    task = html_table(rows, ["task, as declared", "value"]) if rows else ""
+    model = html_table([[k, json.dumps(v)] for k, v in inp.config.model.to_dict().items()],
+                       ["model, in the study's coordinates", "value"])
+    return head + f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{task}{model}</div>'
+
+
+def model_results_section(inp: ReportInputs) -> str:
+    model, config, split = inp.model, inp.config, inp.split
+    exhaustive = exhaustive_accuracies(model, config, split)
+    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
+    rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"]
+            for name, v in exhaustive.items()]
+    return (html_table(rows, ["exhaustive set", "study", "this model"])
+            + "<h3>Pool accuracies</h3>" + html_table([[name, pools[name]] for name in pools], ["pool", "accuracy"]))
+
+
+# The sections of one model's report, in page order (the registered analyses' among them)
+MODEL_SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.sections(ANALYSES, (
+    ("config", "Configuration", model_configuration_section),
+    ("results", "Results", model_results_section),
+    ("dynamics", "", None),  # an anchor the registered sections may follow; not on the page
+    ("attention", "Attention on example sequences", attention_section),
+    ("qk", "Previous-token head and variable-identity routing", qk_section),
+    ("fourier", "The MLP computes the operation: best Fourier neuron", fourier_section),
+    ("circuit-discovery", "Circuit discovery (EAP-IG)", circuit_discovery_section),
+), registered_section)
+
+
+def is_run_source(spec: str | Path) -> bool:
+    """Does ``spec`` name a training run (a run directory with checkpoints, or a folder of the
+    study's ``step_N.pth``), whose report has the dynamics, rather than one model?"""
+    path = Path(str(spec))
+    return path.is_dir() and ((path / runs.CHECKPOINTS_DIR).is_dir() or any(path.glob("step_*.pth")))
+
+
+def build_model_report(subject, out: str | Path, examples: list[str] | None = None,
+                       files_dir: Path | None = None) -> tuple[Path, list[str]]:
+    """Write the report of one model (a :class:`~compose_lens.subject.Subject`: ``paper``, a checkpoint,
+    a researcher's own model) to ``out``: every section that reads one model. Its figures and the
+    registered analyses' files go to ``OUT_files/`` beside the page, written through a stage."""
+    out = Path(out)
+    if files_dir is None:
+        with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
+            return build_model_report(subject, out, examples, files_dir=stage)
+    report = Report(files_dir / "figures")
+    inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, model=subject.model, config=subject.config,
+                          split=subject.split, which="the model", table=pd.DataFrame(),
+                          phases_doc={"phases": {}}, results=None,
+                          texts=examples or figure_data.example_sequences(subject.split), report=report,
+                          context=context.Context(subject, seed=0), results_dir=files_dir / "results")
+    _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,
+                f"compose-lens report: {Path(subject.source).name}", "")
+    return out, report.problems
+
+
 # -- the page --------------------------------------------------------------------------------------
+
+
+def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: str) -> None:
+    """Make each section that reads this model (a failing one says so on the page) and write the page."""
+    report = inputs.report
+    with inputs.context:  # the registered analyses share one model's grids
+        for anchor, name, section in sections:
+            if getattr(section, "reads", None) is None or section.reads(inputs.config):
+                report.section(anchor, name, functools.partial(section, inputs))
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
+                f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
+                f"embedded: it works offline.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, report.render(title, subtitle, banner))
+
 
 
 def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool:
@@ -383,20 +465,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
-    with inputs.context:  # the registered analyses share one model's grids
-        for anchor, title, section in SECTIONS:
-            if getattr(section, "reads", None) is None or section.reads(inputs.config):
-                report.section(anchor, title, functools.partial(section, inputs))
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
-                f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
-                f"embedded: it works offline.")
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         banner = stall_banner(run_outcome(inputs))
     except Exception:  # the results section says what went wrong
         banner = ""
-    write_text_atomic(out, report.render(f"compose-lens report: {run_dir.name}", subtitle, banner))
+    _write_page(inputs, SECTIONS, out, f"compose-lens report: {run_dir.name}", banner)
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

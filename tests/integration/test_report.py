@@ -336,3 +336,25 @@ def test_the_head_labels_of_an_attention_view_cover_no_pattern(tiny_config, tmp_
     dom, _ = render_offline(page, tmp_path)
     assert int(body_attribute(dom, "data-labels")) == 2  # one per layer
     assert json.loads(body_attribute(dom, "data-label-faults")) == []
+
+
+@needs_chromium
+def test_one_model_has_a_report_without_the_sections_that_read_checkpoints(reported_run, tmp_path, capsys):
+    """``report MODEL --out`` on one model (here the tiny run's final model directory, which has no
+    checkpoints/): the page holds what one model can show and renders offline; the sections that
+    read a training run are left out, not shown empty ("1 checkpoints")."""
+    run_dir, _, _ = reported_run
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for name in ("model.safetensors", "config.json"):
+        shutil.copy(run_dir / name, model_dir / name)
+    assert main(["report", str(model_dir), "--quiet"]) == 2  # no run directory to write into: --out
+    assert "give --out" in capsys.readouterr().err
+    page = tmp_path / "one.html"
+    assert main(["report", str(model_dir), "--out", str(page), "--quiet"]) == 0
+    text = page.read_text(encoding="utf-8")
+    for shown in ("Configuration", "Pool accuracies", "Attention on example sequences", "Circuit summary"):
+        assert shown in text, shown
+    for left_out in ("Training dynamics", "The early generalisation jump", "checkpoints (steps"):
+        assert left_out not in text, left_out
+    assert_clean_offline_render(page, tmp_path, min_views=1, min_images=1)

@@ -61,6 +61,8 @@ def test_the_wheel_carries_every_file_of_the_package(installed):
         pytest.skip("not a git checkout")
     missing = [name for name in tracked if not (installed / name).is_file()]
     assert missing == [], f"left out of the wheel (pyproject.toml package-data): {missing}"
+    assert (installed / "compose_lens" / "py.typed").is_file()  # type checkers read the hints (PEP 561)
+    assert list(installed.glob("compose_lens-*.dist-info/licenses/LICENSE")), "the wheel carries no LICENSE"
 
 
 def test_installed_wheel_evaluates_the_paper_model_with_the_calibration(installed, tmp_path):

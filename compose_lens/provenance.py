@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import shlex
 import subprocess
-import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,6 +47,8 @@ def is_compose_lens_checkout(root: Path) -> bool:
     """Whether ``root`` (the folder above the package) is a git checkout of compose-lens: the
     top of a git work tree whose ``pyproject.toml`` names the project. A ``site-packages`` is
     never one, whatever repository it lies in."""
+    import tomllib  # here: the command line's --help reads no TOML
+
     try:
         with open(root / "pyproject.toml", "rb") as handle:
             name = tomllib.load(handle).get("project", {}).get("name")

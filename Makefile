@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/paper
 
-.PHONY: install test reproduce bench paper-model constraints clean
+.PHONY: install test reproduce bench paper-model constraints lower-bounds clean
 
 install: $(VENV)/.installed
 
@@ -64,6 +64,17 @@ constraints:
 	print("# The exact versions the tests last passed with: the dependencies pyproject.toml names, torch\n" \
 	      "# without its +cpu tag. make install installs with these; remade by make constraints."); \
 	print("\n".join(name + "==" + md.version(name).split("+")[0] for name in names))' > constraints.txt
+
+# The lower bound of every range in pyproject.toml, installed together into a fresh venv
+# (.venv-lower): the package installs, and evaluates the paper model from outside the checkout.
+lower-bounds:
+	rm -rf .venv-lower && $(PYTHON) -m venv .venv-lower
+	.venv-lower/bin/python -m pip install -q torch==2.13.0
+	.venv-lower/bin/python -c 'import re, tomllib; \
+	deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	print("\n".join("==".join(re.match(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", d).groups()) for d in deps))' > .venv-lower/lowest.txt
+	.venv-lower/bin/python -m pip install -q -c .venv-lower/lowest.txt .
+	cd .venv-lower && bin/compose-lens --version && bin/compose-lens evaluate paper
 
 clean:
 	rm -rf $(VENV) .pytest_cache

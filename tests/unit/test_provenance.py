@@ -27,6 +27,7 @@ def _git(cwd: Path, *args: str) -> str:
 def test_in_a_checkout_the_commit_is_recorded_with_the_version():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
+    provenance._code_version.cache_clear()  # read once per process: a commit made since would not show
     record = provenance.provenance(seed=1)
     assert record["code_version"] == _git(REPO, "describe", "--always", "--dirty", "--abbrev=12")
     assert record["compose_lens_version"] == provenance.VERSION

@@ -5,20 +5,22 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/paper
 
-.PHONY: install test reproduce bench paper-model clean
+.PHONY: install test reproduce bench paper-model constraints lower-bounds clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# pyproject.toml gives ranges (what a user's environment may hold); the project's own venv gets
+# the exact versions its tests passed with, constraints.txt.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
 # What only the tests need: pytest, Hypothesis, the notebook runner, Ray, devinterp and TensorBoard.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[test,ray,methods]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ray,methods]'
 	touch $@
 
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough
@@ -51,6 +53,28 @@ bench: install
 # Re-make the paper model shipped in compose_lens/assets/paper from a full run.
 paper-model: install
 	$(BIN)/python experiments/reproduce.py --out runs/paper-model --install-paper-model
+
+# constraints.txt from the venv's versions of every dependency pyproject.toml names (run after
+# `make test` passes on newer versions).
+constraints:
+	$(BIN)/python -c 'import importlib.metadata as md, re, tomllib; \
+	project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	wanted = project["dependencies"] + sum(project["optional-dependencies"].values(), []); \
+	names = sorted({re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in wanted}); \
+	print("# The exact versions the tests last passed with: the dependencies pyproject.toml names, torch\n" \
+	      "# without its +cpu tag. make install installs with these; remade by make constraints."); \
+	print("\n".join(name + "==" + md.version(name).split("+")[0] for name in names))' > constraints.txt
+
+# The lower bound of every range in pyproject.toml, installed together into a fresh venv
+# (.venv-lower): the package installs, and evaluates the paper model from outside the checkout.
+lower-bounds:
+	rm -rf .venv-lower && $(PYTHON) -m venv .venv-lower
+	.venv-lower/bin/python -m pip install -q torch==2.13.0
+	.venv-lower/bin/python -c 'import re, tomllib; \
+	deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	print("\n".join("==".join(re.match(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", d).groups()) for d in deps))' > .venv-lower/lowest.txt
+	.venv-lower/bin/python -m pip install -q -c .venv-lower/lowest.txt .
+	cd .venv-lower && bin/compose-lens --version && bin/compose-lens evaluate paper
 
 clean:
 	rm -rf $(VENV) .pytest_cache

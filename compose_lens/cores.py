@@ -7,8 +7,8 @@ busy 2-core machine a 2-thread step was ~10x slower than a 1-thread step.
 
 The rule (:class:`ThreadGovernor`): use ``cores - busy`` threads, at least one,
 where ``busy`` is how many cores *other* processes used over the last interval,
-measured as the machine's busy CPU time (``/proc/stat``) minus this process's
-own (``os.times``). The trainer asks once, when it starts, and keeps that count for
+measured as the machine's busy CPU time (``psutil.cpu_times``: ``/proc/stat`` on Linux, the
+same counters on macOS and Windows) minus this process's own (``os.times``). The trainer asks once, when it starts, and keeps that count for
 the whole run (``results.json`` records it): the thread count changes float
 rounding (after 60 steps of the paper model, 1 and 2 threads differ by 4e-7 in the
 weights, which training amplifies), so a run that changed its threads as the load
@@ -34,14 +34,16 @@ def cpu_count() -> int:
 
 
 def machine_busy_seconds() -> float | None:
-    """CPU seconds every core has spent on work since boot (``/proc/stat``), None off Linux."""
+    """CPU seconds every core has spent on work since boot (``psutil.cpu_times``), None where
+    the platform does not say."""
+    import psutil  # here, not at import: the command line's --help stays fast
+
     try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+        times = psutil.cpu_times()
+    except (OSError, RuntimeError, NotImplementedError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is inside user time
+    waiting = ("idle", "iowait", "guest", "guest_nice")  # guest time is inside user time (Linux)
+    return sum(getattr(times, name) for name in times._fields if name not in waiting)
 
 
 def own_busy_seconds() -> float:
@@ -63,7 +65,7 @@ def threads_now() -> int:
     machine's 1-minute load average (this process has not run yet, so that is the others')."""
     try:
         busy = os.getloadavg()[0]
-    except OSError:
+    except (OSError, AttributeError):  # Windows has no load average
         busy = 0.0
     return threads_for(cpu_count(), busy)
 

@@ -1,4 +1,4 @@
-"""The study's figures, drawn with matplotlib (Agg backend): drawing only, from numbers.
+"""The study's figures, drawn with matplotlib: drawing only, from numbers.
 
 Each ``*_figure`` function takes numbers (a dynamics table, a matrix, an
 attention pattern, an analysis table), never a model, and returns ``(figure,
@@ -6,6 +6,10 @@ data)``: the matplotlib figure and the :class:`pandas.DataFrame` it plotted.
 :func:`save` writes both, ``NAME.png`` beside ``NAME.csv``, so every figure can be
 re-plotted or checked without re-running the analysis; :func:`png_bytes` and
 :func:`data_uri` give the figure as an ``<img>`` source for the offline report.
+The figures are :class:`matplotlib.figure.Figure` objects made without pyplot, so importing
+this module leaves the user's matplotlib backend alone (a notebook's own plots still show)
+and saving renders through the Agg canvas whatever the backend; a figure shows inline in
+Jupyter as PNG (:class:`StudyFigure`).
 Every figure names layers as the whole package does: ``layer 1 (blocks.0)`` is the
 paper's layer 1, TransformerLens's ``blocks.0`` (:func:`layer_name`). :func:`save` writes
 PNG, SVG or PDF (:data:`FORMATS`). Scales are chosen for print: one-sided quantities
@@ -62,20 +66,20 @@ import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, PowerNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.cm import ScalarMappable  # noqa: E402
-from matplotlib.colors import Normalize, PowerNorm  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
-
-from compose_lens.analysis.figure_data import FourierNeuron  # noqa: E402
-from compose_lens.analysis.summary import MEASURE_KEYS  # noqa: E402
-from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy  # noqa: E402
-from compose_lens.files import atomic_path  # noqa: E402
+from compose_lens.analysis.figure_data import FourierNeuron
+from compose_lens.analysis.summary import MEASURE_KEYS
+from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
+from compose_lens.files import atomic_path
 
 # phase onsets: Okabe-Ito sky blue, reddish purple and grey (colour-blind safe, and apart from the
 # four colours the curves use)
@@ -116,22 +120,42 @@ def layer_name(block: int) -> str:
     return f"layer {block + 1} (blocks.{block})"
 
 
-def figure_bytes(fig: plt.Figure, dpi: int = 110, fmt: str = "png") -> bytes:
-    """The figure as PNG, SVG or PDF bytes (the figure is closed)."""
+class StudyFigure(Figure):
+    """A matplotlib figure made without pyplot (no backend chosen, nothing kept in pyplot's list
+    of open figures) that Jupyter shows inline, as PNG, when it is a cell's value."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+        return buffer.getvalue()
+
+
+def subplots(*grid, figsize: tuple[float, float] | None = None, **kwargs):
+    """``(figure, axes)`` as ``pyplot.subplots`` gives them, on a :class:`StudyFigure`: pyplot
+    is never touched, so no backend is switched or opened."""
+    fig = StudyFigure(figsize=figsize)
+    return fig, fig.subplots(*grid, **kwargs)
+
+
+def figure_bytes(fig: Figure, dpi: int = 110, fmt: str = "png") -> bytes:
+    """The figure as PNG, SVG or PDF bytes (a figure of pyplot's is closed)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    if getattr(fig.canvas, "manager", None) is not None:  # made by pyplot (a caller's): release it there
+        import matplotlib.pyplot as plt  # already imported by whoever made it
+
+        plt.close(fig)
     return buffer.getvalue()
 
 
-def png_bytes(fig: plt.Figure, dpi: int = 110) -> bytes:
+def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
     """The figure as PNG bytes (the figure is closed)."""
     return figure_bytes(fig, dpi, "png")
 
 
-def save(fig: plt.Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110,
+def save(fig: Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110,
          fmt: str = "png") -> list[Path]:
     """Write ``path`` as ``fmt`` (png, svg or pdf; the suffix follows the format) and ``data``
     beside it as CSV (same stem); close the figure. Each file is written whole or not at all
@@ -232,7 +256,7 @@ def data_uri(png: bytes) -> str:
 # -- training curves -----------------------------------------------------------------------------
 
 
-def mark_phases(ax: plt.Axes, phases: Mapping | None, label: bool = True) -> None:
+def mark_phases(ax: Axes, phases: Mapping | None, label: bool = True) -> None:
     """Dashed vertical lines at the phase onsets of a ``phases.json`` ``phases`` entry."""
     for name, phase in (phases or {}).items():
         if phase.get("step") is None:
@@ -243,13 +267,13 @@ def mark_phases(ax: plt.Axes, phases: Mapping | None, label: bool = True) -> Non
 
 
 def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None,
-                                      outcome: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+                                      outcome: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
     """Pool accuracies over training, one panel per variable count (0, 1, 2), each pool in its own
     Okabe-Ito colour and marker, the phase onsets dashed (legend under the panels).
 
     ``outcome``: the run's outcome (``phases.json``'s ``outcome``: generalised, stalled or
     learning, and why), written in the title; a stalled run's title is set in vermillion."""
-    fig, axes = plt.subplots(1, 3, figsize=(REPORT_WIDTH_IN, 4.3), sharey=True)
+    fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 4.3), sharey=True)
     columns = ["step"]
     markers = "osD^"
     for ax, (title, pools) in zip(axes, POOL_GROUPS.items()):
@@ -266,7 +290,7 @@ def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | Non
         ax.tick_params(labelsize=8)
         ax.legend(fontsize=8, loc="best", title="pool", title_fontsize=8)
     axes[0].set_ylabel("accuracy at =", fontsize=9)
-    onsets = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset ({phases[name]['step']})")
+    onsets = [Line2D([], [], color=c, ls="--", label=f"{t} onset ({phases[name]['step']})")
               for name, (c, t) in PHASE_STYLE.items() if (phases or {}).get(name, {}).get("step") is not None]
     title = "Accuracy of the nine pools over training"
     colour = "black"
@@ -280,14 +304,14 @@ def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | Non
     return fig, table[columns].copy()
 
 
-def dynamics_figure(table: pd.DataFrame, document: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+def dynamics_figure(table: pd.DataFrame, document: Mapping) -> tuple[Figure, pd.DataFrame]:
     """The figure ``compose-lens dynamics`` writes: :func:`accuracy_by_variable_count_figure` of a
     dynamics table with its ``phases.json`` (phase onsets, and the outcome in the title)."""
     return accuracy_by_variable_count_figure(table, document.get("phases"), document.get("outcome"))
 
 
 def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
-                             measures: Sequence[str] | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+                             measures: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
     """One small panel per progress measure over training, phase boundaries marked.
 
     Uses the circuit measures present in ``table`` (:data:`MEASURE_KEYS`, in that
@@ -299,7 +323,7 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     cols = min(4, max(n, 1))
     rows = max(1, -(-n // cols))
     height = 2.45 * rows + 0.7
-    fig, axes = plt.subplots(rows, cols, figsize=(REPORT_WIDTH_IN, height), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(REPORT_WIDTH_IN, height), squeeze=False)
     for i, (ax, name) in enumerate(zip(axes.flat, measures)):
         ax.plot(table["step"], table[name], marker=".", ms=3, color="black", lw=1)
         mark_phases(ax, phases, label=False)
@@ -313,7 +337,7 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
             ax.set_yscale("log")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    handles = [plt.Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
+    handles = [Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
     fig.suptitle("Progress measures over training (dashed: phase onsets)", fontsize=10, y=0.995)
     # the legend gets its own strip between the title and the panels, so it covers no panel title
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height), h_pad=0.8, w_pad=0.6)
@@ -338,14 +362,14 @@ def _measure_unit(name: str) -> str:
 
 
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
-                      phases: Mapping | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+                      phases: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
     """Left: the ``=`` query's layer-1 score per variable key over training, each variable with a
     forbidden operand slot in its own Okabe-Ito colour and the others as one grey bundle (they move
     together). Right: the accuracy with a variable in a slot it never had in training, one colour
     per slot (the colour of its variable on the left), solid for 1-var and dotted for 2-var
     sequences, with the two var-restricted pools in black. Phase onsets dashed, in both panels;
     legends under the panels."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.6))
+    fig, (left, right) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.6))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
     colour_of = {v: OKABE_ITO[i % 4] for i, v in enumerate(v for v in variables if v in forbidden)}
     others = [c for c in score_cols if c.rsplit("_", 1)[1] not in colour_of]
@@ -390,7 +414,7 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
 # -- matrices and attention -----------------------------------------------------------------------
 
 
-def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, title: str,
+def heatmap(ax: Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, title: str,
             cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False, fontsize: float = 7,
             rotation: float = 90, aspect: str | None = None, colorbar_label: str | None = None,
             vmax: float | None = None, gamma: float | None = None, annotate: bool = False) -> None:
@@ -419,12 +443,12 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequen
     ax.set_title(title, fontsize=10)
     if annotate:
         _annotate(ax, m, im, fontsize)
-    bar = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    bar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if colorbar_label:
         bar.set_label(colorbar_label)
 
 
-def _annotate(ax: plt.Axes, m: np.ndarray, im, fontsize: float = 6.5) -> None:
+def _annotate(ax: Axes, m: np.ndarray, im, fontsize: float = 6.5) -> None:
     """Each finite cell's value, in black or white by the cell's brightness."""
     for (i, j), v in np.ndenumerate(m):
         if np.isfinite(v):
@@ -441,14 +465,14 @@ def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str)
 
 
 def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
-                       title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+                       title: str = "") -> tuple[Figure, pd.DataFrame]:
     """Layer-1 positional QK over the context positions beside layer-2 variable identity.
 
     Left: ``P W_QK P^T / sqrt(d_head)`` of layer 1 (query position row, key position column);
     right: layer 2's score for a query ``=`` carrying one variable against a key value tagged
     (through layer 1's OV) with another, ``(E_var OV1) W_QK (E_var OV1)^T / sqrt(d_head)``.
     The panels' titles say this in words; the matrix products are in this docstring."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5))
+    fig, (a, b) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5))
     positions = [str(i) for i in range(len(positional))]
     heatmap(a, positional, positions, positions, f"{layer_name(0)}: positional score,\nquery position against key position",
             mask_upper=True, colorbar_label="attention score (logit)", fontsize=8, rotation=0)
@@ -474,8 +498,8 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
 
 
 def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str, ylabel: str,
-                   mask_upper: bool = False) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(5, 4.2))
+                   mask_upper: bool = False) -> Figure:
+    fig, ax = subplots(figsize=(5, 4.2))
     heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, mask_upper=mask_upper,
             colorbar_label="attention score (logit)")
     ax.set_xlabel(xlabel)
@@ -484,7 +508,7 @@ def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str
     return fig
 
 
-def positional_qk_figure(positional: np.ndarray) -> tuple[plt.Figure, pd.DataFrame]:
+def positional_qk_figure(positional: np.ndarray) -> tuple[Figure, pd.DataFrame]:
     """Layer-1 ``P QK1 P^T`` over the context positions, the cells above the diagonal blank.
 
     The data is the whole matrix, one row per query position.
@@ -495,7 +519,7 @@ def positional_qk_figure(positional: np.ndarray) -> tuple[plt.Figure, pd.DataFra
     return fig, _matrix_frame(positional, range(n), range(n), "query_position")
 
 
-def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[plt.Figure, pd.DataFrame]:
+def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
     """Layer-2 ``(E_var OV1) QK2 (E_var OV1)^T``: a query variable's score for each key variable."""
     fig = _square_figure(identity, list(variables), "layer 2: (E_var OV1) QK2 (E_var OV1)^T", "key variable",
                          "query variable")
@@ -503,7 +527,7 @@ def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> 
 
 
 def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping[int, Sequence] | None = None,
-                     title: str = "", layer_names: Sequence[str] | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+                     title: str = "", layer_names: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
     """Attention patterns (layers, n, n) of one sequence, with marked cells.
 
     ``marks[layer]`` is a list of ``(query_position, key_position, kind)`` with kind
@@ -513,7 +537,7 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     n_layers = patterns.shape[0]
     names = list(layer_names or [layer_name(i) for i in range(n_layers)])
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
-    fig, axes = plt.subplots(1, n_layers, figsize=(min(REPORT_WIDTH_IN, 5.5 * n_layers), 5.8), squeeze=False)
+    fig, axes = subplots(1, n_layers, figsize=(min(REPORT_WIDTH_IN, 5.5 * n_layers), 5.8), squeeze=False)
     seen = set()
     for layer, ax in enumerate(axes[0]):
         heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True,
@@ -538,19 +562,19 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     return fig, pd.concat(frames)
 
 
-def view_figure(view: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+def view_figure(view: Mapping) -> tuple[Figure, pd.DataFrame]:
     """:func:`attention_figure` of one :func:`compose_lens.analysis.attention.sequence_views` entry (head 0)."""
     verdict = "correct" if view["correct"] else "wrong"
     return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
                             title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")
 
 
-def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[plt.Figure, pd.DataFrame]:
+def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
     """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump.
 
     ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
     """
-    fig, axes = plt.subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
+    fig, axes = subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
     frames = []
     # one colour scale for both identity panels: "after" is read against "before"
     shared = max(float(np.nanmax(np.abs(np.asarray(s["identity"], dtype=float)))) for s in (before, after)) or 1.0
@@ -584,7 +608,7 @@ COSINE_TITLE = "MLP2 input (centred): + x y = against the same values through a 
 
 
 def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSINE_TITLE
-                             ) -> tuple[plt.Figure, pd.DataFrame]:
+                             ) -> tuple[Figure, pd.DataFrame]:
     """Step-outline histograms of cosine similarities, one panel per side (the part of a group's
     name after ", ": ``left variable``, ``right variable``), each group's outline in its own
     Okabe-Ito colour with its mean dashed and printed in the legend."""
@@ -594,7 +618,7 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
 
     sides = list(dict.fromkeys(split(n)[1] for n in groups))
     kinds = list(dict.fromkeys(split(n)[0] for n in groups))
-    fig, axes = plt.subplots(1, len(sides), figsize=(min(REPORT_WIDTH_IN, 4.6 * len(sides) + 0.6), 3.6),
+    fig, axes = subplots(1, len(sides), figsize=(min(REPORT_WIDTH_IN, 4.6 * len(sides) + 0.6), 3.6),
                              squeeze=False, sharey=True)
     bins = np.linspace(-1, 1, 81)
     for name, values in groups.items():
@@ -622,19 +646,19 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
     return fig, data
 
 
-def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[plt.Figure, pd.DataFrame]:
+def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     """A neuron's activation over the p x p operand grid beside its ideal pattern
     (:func:`compose_lens.analysis.figure_data.fourier_neuron`)."""
     k = chosen.frequency
     titles = (f"MLP2 neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its variance at k = {k}",
               f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    fig, axes = subplots(1, 2, figsize=(11, 4.8))
     for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):
         im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
         ax.set_xlabel("y (right operand value)")
         ax.set_ylabel("x (left operand value)")
         ax.set_title(name, fontsize=10)
-        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("activation (ReLU output)")
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("activation (ReLU output)")
     fig.tight_layout()
     p = np.asarray(chosen.pattern).shape[0]
     xs, ys = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
@@ -645,8 +669,8 @@ def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[plt.Figure, pd.DataFra
 
 
 def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: Sequence[int], ylabel: str,
-                    title: str, column: str) -> tuple[plt.Figure, pd.DataFrame]:
-    fig, ax = plt.subplots(figsize=(7, 3))
+                    title: str, column: str) -> tuple[Figure, pd.DataFrame]:
+    fig, ax = subplots(figsize=(7, 3))
     ax.bar(frequencies, values, color=["tab:red" if k in keys else "tab:gray" for k in frequencies])
     ax.set_xlabel("frequency k (cycles over the p residues)")
     ax.set_ylabel(ylabel)
@@ -656,7 +680,7 @@ def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: S
                               "key": [k in keys for k in frequencies]})
 
 
-def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[plt.Figure, pd.DataFrame]:
+def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: share of the MLP2 variance at each frequency, key frequencies in red
     (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`)."""
     shares = [float(v) for v in shares]
@@ -664,7 +688,7 @@ def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tup
                            f"MLP2 activations by frequency (key: {list(keys)})", "variance_share")
 
 
-def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.Figure, pd.DataFrame]:
+def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: the norm of ``W_out W_U`` per frequency (:func:`compose_lens.analysis.fourier.unembed_frequency_norms`)."""
     return _frequency_bars(list(norms.values), list(norms.index), keys, "norm of W_out W_U",
                            "the readout in the Fourier basis", "norm")
@@ -673,13 +697,13 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[plt.F
 EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
 
 
-def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt.Figure, pd.DataFrame]:
+def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Figure, pd.DataFrame]:
     """Bars: the number embeddings' share of (non-constant) squared norm per frequency
     (:func:`compose_lens.analysis.fourier.embedding_fourier`), the MLP's key frequencies in
     blue and hatched (readable without colour), the uniform share dashed."""
     keys = summary.get("key_frequencies") or []
     is_key = [int(k) in keys for k in table["frequency"]]
-    fig, ax = plt.subplots(figsize=(6.5, 2.6))
+    fig, ax = subplots(figsize=(6.5, 2.6))
     ax.bar(table["frequency"], table["share"], width=0.8, edgecolor="black", linewidth=0.4,
            color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
     for bar, k in zip(ax.patches, is_key):
@@ -689,7 +713,7 @@ def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt
     handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
                          label="MLP key frequency"),
                Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other"),
-               plt.Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
+               Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
     ax.legend(handles=handles if keys else handles[1:], fontsize=8, frameon=False, loc="upper right", ncol=3)
     ax.set_xlim(0.3, len(table) + 0.7)
     ax.set_ylim(0, max(float(table["share"].max()), summary["uniform_share"]) * 1.3)
@@ -704,7 +728,7 @@ def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[plt
     return fig, table.copy()
 
 
-def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[plt.Figure, pd.DataFrame]:
+def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[Figure, pd.DataFrame]:
     """Each key frequency's best neuron: its (p, p) pattern beside its ideal neuron, the ReLU of the
     frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`).
 
@@ -714,7 +738,7 @@ def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[p
     n = len(neurons)
     columns = max(1, min(columns, n))
     rows = max(1, -(-n // columns))
-    fig, axes = plt.subplots(rows, 2 * columns, figsize=(REPORT_WIDTH_IN, 1.95 * rows + 0.9), squeeze=False)
+    fig, axes = subplots(rows, 2 * columns, figsize=(REPORT_WIDTH_IN, 1.95 * rows + 0.9), squeeze=False)
     frames, image = [], None
     for i, n_ in enumerate(neurons):
         row, col = divmod(i, columns)
@@ -775,7 +799,7 @@ def table_metric(table: pd.DataFrame) -> str:
     return names[0] if names else "logit_diff"
 
 
-def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.DataFrame]:
+def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFrame]:
     """Normalised logit difference per site (rows) and token role or position (columns) of
     :func:`compose_lens.analysis.patching.patching_table`; returns the table with its ``site`` labels.
 
@@ -798,7 +822,7 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[plt.Figure, pd.Dat
         roles = table.drop_duplicates("position").set_index("position")["role"]
         labels = [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns]
     grid = grid[(grid.abs() > 1e-4).any(axis=1)]
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
+    fig, ax = subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
     heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35,
             colorbar_label=patch_scale(table_metric(table)), annotate=by_role)
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
@@ -817,7 +841,7 @@ _ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor val
 ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out
 
 
-def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) -> tuple[plt.Figure, pd.DataFrame]:
+def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) -> tuple[Figure, pd.DataFrame]:
     """Accuracy lost per pool (columns) for each ablated component (rows) of
     :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out); returns the rows drawn.
 
@@ -842,7 +866,7 @@ def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) ->
     shown = shown.assign(name=names)
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
     labels = [str(c).replace("_", " ") for c in grid.columns]
-    fig, ax = plt.subplots(figsize=(min(REPORT_WIDTH_IN, max(8, 0.75 * len(labels) + 5)),
+    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, max(8, 0.75 * len(labels) + 5)),
                                     max(3.5, 0.36 * len(grid.index) + 2.2)))
     title = "ablation: accuracy lost per pool"
     if n_left_out:
@@ -859,7 +883,7 @@ def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) ->
 # -- sweeps --------------------------------------------------------------------------------------
 
 
-def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[Figure, pd.DataFrame]:
     """Figure-3 style: each metric against the parameter, one thin line per seed, the mean bold.
 
     ``rows`` are a sweep's ``results.csv`` rows, with numeric values.
@@ -868,7 +892,7 @@ def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[plt.Figure, pd.
     seeds = sorted({int(r["seed"]) for r in rows})
     values = sorted({float(r["value"]) for r in rows})
     labels = {"zero_var_heldout": "0-var held-out accuracy", "two_var_union": "2-var union accuracy"}
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(5.2 * len(METRICS), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(METRICS), figsize=(5.2 * len(METRICS), 3.8), squeeze=False)
     for ax, metric in zip(axes[0], METRICS):
         table = {(int(r["seed"]), float(r["value"])): accuracy_of(r, metric) for r in rows}
         for s in seeds:
@@ -897,7 +921,7 @@ LABELS = {"zero_var_heldout": "0-var held-out accuracy (exhaustive)",
           "two_var_union": "2-var union accuracy (exhaustive)"}
 
 
-def _fit_panel(ax: plt.Axes, rows: Sequence[dict], found: Mapping, study: float | None) -> pd.DataFrame:
+def _fit_panel(ax: Axes, rows: Sequence[dict], found: Mapping, study: float | None) -> pd.DataFrame:
     """One metric: points per seed, the fitted curve, each crossing with its interval shaded."""
     x, y, seeds = sweep_xy(rows, found["metric"])
     for s in sorted(set(seeds.tolist())):
@@ -929,13 +953,13 @@ def _fit_panel(ax: plt.Axes, rows: Sequence[dict], found: Mapping, study: float 
 
 
 def threshold_fit_figure(rows: Sequence[dict], fits: Mapping[str, Mapping], param: str,
-                         study: Mapping[str, float] | None = None, title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+                         study: Mapping[str, float] | None = None, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """One panel per fitted metric (:func:`compose_lens.analysis.thresholds.fit_thresholds`
     outputs keyed by metric): every seed's final accuracy against ``param``, the fitted
     logistic, the 50 % and 90 % crossings (solid lines) with their 95 % bootstrap intervals
     (shaded; an interval end beyond the swept range is shaded to the edge), and ``study``'s
     threshold for its metric (dashed red)."""
-    fig, axes = plt.subplots(1, len(fits), figsize=(6.2 * len(fits), 5.4), squeeze=False)
+    fig, axes = subplots(1, len(fits), figsize=(6.2 * len(fits), 5.4), squeeze=False)
     frames = []
     for ax, (metric, found) in zip(axes[0], fits.items()):
         frames.append(_fit_panel(ax, rows, found, (study or {}).get(metric)))
@@ -946,12 +970,12 @@ def threshold_fit_figure(rows: Sequence[dict], fits: Mapping[str, Mapping], para
     return fig, pd.concat(frames, ignore_index=True)
 
 
-def onsets_figure(onsets: pd.DataFrame, param: str, title: str = "") -> tuple[plt.Figure, pd.DataFrame]:
+def onsets_figure(onsets: pd.DataFrame, param: str, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """Each point's phase onset steps (the dynamics rule on its logged pool accuracies) against
     ``param``, one colour per phase, drawn side by side at each value; a phase not reached
     within the run is an ``x`` at the run's last logged step (a lower bound on its onset;
     for a point still training, ``status`` pending, a provisional one)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = subplots(figsize=(6.4, 4.2))
     values = onsets["value"].astype(float)
     seeds = sorted(onsets["seed"].unique())
     span = (values.max() - values.min()) or 1.0
@@ -979,7 +1003,7 @@ GRADIENT_TITLES = {"qk0": "layer 1 (blocks.0) QK: binding, value -> its variable
 
 
 def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = ""
-                           ) -> tuple[plt.Figure, pd.DataFrame]:
+                           ) -> tuple[Figure, pd.DataFrame]:
     """The theory's kept (associative-memory) term of the gradient over training: its cosine with
     the full gradient (:mod:`compose_lens.analysis.gradient_terms`), one panel per product
     (``qk0``, ``ov0``, ``qk1``), one colour per value of the column ``by`` (all one line where
@@ -987,7 +1011,7 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
     A cosine near 1 is the claim holding."""
     kept = shares[shares["term"] == "kept"]
     groups = list(dict.fromkeys(kept[by])) if by else [None]
-    fig, axes = plt.subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.6), sharey=True)
+    fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.6), sharey=True)
     for ax, matrix in zip(axes, GRADIENT_TITLES):
         for k, group in enumerate(groups):
             part = kept[(kept["matrix"] == matrix) & ((kept[by] == group) if by else True)]
@@ -1017,7 +1041,7 @@ SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-t
                   "control": "control", "reference": "reference"}
 
 
-def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:
+def same_mlp_figure(report: dict) -> tuple[Figure, pd.DataFrame]:
     """The same-MLP tests of :mod:`compose_lens.analysis.same_mlp`, one panel per measure: operand
     interchange accuracy per condition and side (left, the full height), the constant vs variable
     damage profiles (one point per ablated unit), the probe's decoding accuracy and the share of the
@@ -1025,7 +1049,7 @@ def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:
     axis). Bars carry 95 % intervals and their value; the "not shared" prediction is a black tick,
     chance a dotted line; the colour of a bar is its kind of condition (legend at the bottom)."""
     tables = {name: pd.DataFrame(rows) for name, rows in report["tables"].items()}
-    fig = plt.figure(figsize=(REPORT_WIDTH_IN, 8.6))
+    fig = StudyFigure(figsize=(REPORT_WIDTH_IN, 8.6))
     grid = fig.add_gridspec(3, 2, width_ratios=[1.25, 1], hspace=0.75, wspace=0.5)
     inter = tables["interchange"]
     inter = inter[(inter["isolation"] == report["isolation"]) | (inter["kind"] == "reference")]
@@ -1059,9 +1083,9 @@ def same_mlp_figure(report: dict) -> tuple[plt.Figure, pd.DataFrame]:
         ax.set_title(f"3{'ab'[row - 1]}. {title}{status}", fontsize=9)
     kinds = [k for k in SAME_MLP_COLOURS if k in set(inter["kind"]) | set(probe["kind"])]
     handles = [Rectangle((0, 0), 1, 1, color=SAME_MLP_COLOURS[k], label=SAME_MLP_KINDS[k]) for k in kinds]
-    handles += [plt.Line2D([], [], color="black", marker="|", ls="", ms=10, mew=1.5,
+    handles += [Line2D([], [], color="black", marker="|", ls="", ms=10, mew=1.5,
                            label='"not shared" prediction'),
-                plt.Line2D([], [], color="black", ls=":", lw=1, label="chance")]
+                Line2D([], [], color="black", ls=":", lw=1, label="chance")]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0))
     fig.suptitle(f"Same MLP for constants and variables: {report['verdict']}", fontsize=10)
     fig.subplots_adjust(left=0.3, right=0.97, top=0.92, bottom=0.14)
@@ -1125,7 +1149,7 @@ EDGE_CMAP = "viridis_r"  # |edge score|: pale yellow (weak) to dark violet (stro
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
-def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[plt.Figure, pd.DataFrame]:
+def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[Figure, pd.DataFrame]:
     """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
 
     Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
@@ -1165,9 +1189,9 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     n_cols = len(columns)
     tallest = max(sum(1 for n in nodes if _node_depth(n) == d) for d in columns)
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
-    fig, ax = plt.subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
+    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
     lim = max(float(edges["score"].abs().max()), 1e-9)
-    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), plt.get_cmap(EDGE_CMAP)
+    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), colormaps[EDGE_CMAP]
     boxes = {}
     touched = set(zip(edges["sender"], edges["position"])) | {
         (_receiver_node(r)[0], p) for r, p in zip(edges["receiver"], edges["position"])}
@@ -1224,11 +1248,11 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
     bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
-    handles = [plt.Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
-               plt.Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
-               plt.Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
+    handles = [Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
+               Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
+               Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
     if by_position:
-        handles.append(plt.Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))
+        handles.append(Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=8,
               frameon=False, handlelength=2.5)
     ax.set_title(title, fontsize=9, pad=6 if not by_position else 34)
@@ -1236,7 +1260,7 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     return fig, edges
 
 
-def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[Figure, pd.DataFrame]:
     """Left: each component's direct share of the answer margin at ``=``, per sequence kind
     (:func:`compose_lens.analysis.logit_attribution.logit_attribution`). Right: the logit lens,
     accuracy of the residual stream read through the unembedding after each stage."""
@@ -1245,7 +1269,7 @@ def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[p
             label = label.replace(old, new)
         return label
 
-    fig, (ax, lx) = plt.subplots(1, 2, figsize=(REPORT_WIDTH_IN, 4.4), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, lx) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     kinds = list(dict.fromkeys(table["kind"]))
     components = list(dict.fromkeys(table["component"]))
     width = 0.8 / len(kinds)
@@ -1286,11 +1310,11 @@ SITE_TITLES = {"value_after_layer1": "value token, after layer 1 (blocks.0)",
                "query_variable_after_layer1": "query's variable token, after layer 1 (blocks.0)\n(placebo site)"}
 
 
-def das_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
+def das_figure(table: pd.DataFrame, title: str = "") -> Figure:
     """Interchange-intervention accuracy against the subspace's rank, one panel per site, the
     learned subspace beside its controls, chance (1/p) dotted."""
     sites = list(dict.fromkeys(table["site"]))
-    fig, axes = plt.subplots(1, len(sites), figsize=(4.2 * len(sites), 3.6), sharey=True, squeeze=False)
+    fig, axes = subplots(1, len(sites), figsize=(4.2 * len(sites), 3.6), sharey=True, squeeze=False)
     ranks = sorted(table["rank"].unique())
     for ax, site in zip(axes[0], sites):
         part = table[table["site"] == site]
@@ -1319,10 +1343,10 @@ def das_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     return fig
 
 
-def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> plt.Figure:
+def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> Figure:
     """The LLC of each checkpoint (mean over chains, bars: their spread; hollow: an estimate that
     failed a sanity check) above the checkpoint's training loss, the phase onsets dashed."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5.6), sharex=True,
+    fig, (top, bottom) = subplots(2, 1, figsize=(7.5, 5.6), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
     table = table.sort_values("step")
     healthy = table["healthy"].astype(bool).to_numpy()

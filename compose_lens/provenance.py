@@ -4,9 +4,11 @@ Every file compose-lens writes records the configuration, the seed and the code
 that made it, so a number can always be traced back to a commit. This module
 holds the one way to say that:
 
-* :data:`VERSION` is the package version;
+* :data:`VERSION` is the package version (``pyproject.toml`` reads it from here);
 * :func:`code_version` is the git commit of the source tree (``-dirty`` when it has
-  uncommitted changes), or the package version outside a git checkout;
+  uncommitted changes) where the package runs from a checkout of compose-lens itself, else the
+  package version: installed into a virtual environment that lies inside the user's own git
+  repository, the repository around ``site-packages`` is not compose-lens's code;
 * :func:`provenance` is the record itself, as every JSON output carries it (JSON
   documents under the key ``provenance``, CSV tables in a ``NAME.provenance.json``
   beside them). It includes the command line that made the file: pass ``command``,
@@ -33,22 +35,43 @@ def set_command(argv: Sequence[str] | None) -> None:
     _COMMAND = None if argv is None else [str(a) for a in argv]
 
 
-@functools.lru_cache(maxsize=1)
-def _git_describe(root: str) -> str | None:
+def _git(root: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
+def is_compose_lens_checkout(root: Path) -> bool:
+    """Whether ``root`` (the folder above the package) is a git checkout of compose-lens: the
+    top of a git work tree whose ``pyproject.toml`` names the project. A ``site-packages`` is
+    never one, whatever repository it lies in."""
+    import tomllib  # here: the command line's --help reads no TOML
+
+    try:
+        with open(root / "pyproject.toml", "rb") as handle:
+            name = tomllib.load(handle).get("project", {}).get("name")
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    top = _git(root, "rev-parse", "--show-toplevel")
+    return name == "compose-lens" and top is not None and Path(top).resolve() == root.resolve()
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version(root: str) -> str:
+    if not is_compose_lens_checkout(Path(root)):
+        return VERSION
+    return _git(Path(root), "describe", "--always", "--dirty", "--abbrev=12") or VERSION
+
+
 def code_version() -> str:
-    """The git commit of the source tree (with ``-dirty`` if modified), else the version.
+    """The git commit of compose-lens's checkout (with ``-dirty`` if modified) where the package
+    runs from one, else the package version.
 
     Read once per process: a run that trains for minutes records the tree it started from.
     """
-    return _git_describe(str(Path(__file__).resolve().parent.parent)) or VERSION
+    return _code_version(str(Path(__file__).resolve().parent.parent))
 
 
 def provenance(config: Any = None, seed: int | None = None, source: str | None = None,

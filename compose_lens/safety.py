@@ -9,7 +9,8 @@ tokens plus the render's scratch tensors), and the forward pass (``batch x seq x
 d_model`` activations per layer, kept for the backward). :func:`training_estimate`
 adds these up (a deliberately generous estimate) and :func:`require_memory` refuses
 a configuration whose estimate exceeds the memory the machine has available now
-(``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``), saying how much it needs.
+(``psutil.virtual_memory().available``: ``MemAvailable`` on Linux, its equivalent on macOS and
+Windows), saying how much it needs.
 Counts typed on the command line (``--n``, ``--pool-size``) are also capped at
 :data:`MAX_COUNT` whatever the memory, and every command's size arguments go through
 one guard, :func:`check_sizes`: the sequences they render, what the command keeps of
@@ -30,18 +31,20 @@ and renamed. Every temporary name is created exclusively
 symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
-exclusive ``flock`` on it (:func:`lock_directory`; a sweep's points lock a file beside
-their run directories with the same :class:`FileLock`, :func:`lock_file`). The kernel drops the lock when
-the process ends, however it ends, so a crash never leaves a stale lock; a second
-trainer on the same run, or a second command writing the same output, is refused
-at once with one line.
+exclusive lock on it (:func:`lock_directory`; a sweep's points lock a file beside
+their run directories with the same :class:`FileLock`, :func:`lock_file`): ``flock`` on POSIX,
+``msvcrt.locking`` of a byte far past the marker's text on Windows (so the holder can still
+rewrite the marker). The kernel drops the lock when the process ends, however it ends, so a
+crash never leaves a stale lock; a second trainer on the same run, or a second command writing
+the same output, is refused at once with one line. (The ``filelock`` library is not used here:
+it owns its lock file's content, which its releases truncate on acquiring or, on Windows, lock
+from byte 0, and compose-lens's lock file is the marker, which holds data.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -67,18 +70,46 @@ GB = 1024 ** 3
 
 
 def available_memory() -> int:
-    """Bytes of memory available to a new allocation now (MemAvailable, else free pages)."""
+    """Bytes of memory available to a new allocation now (psutil's ``available``: Linux's
+    MemAvailable, and its equivalent elsewhere)."""
+    import psutil  # here, not at import: the command line's --help stays fast
+
     try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError, AttributeError):
         return 1 << 62  # unknown: do not refuse
+
+
+# The byte the Windows lock holds: far past any marker's text, which the holder rewrites while
+# locked (Windows locks are mandatory: a locked byte cannot be written, even by its holder's other
+# handles); a lock may lie beyond the end of the file.
+_WINDOWS_LOCK_OFFSET = 1 << 30
+
+
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive lock on the open file ``fd`` without waiting; False where another process
+    holds it. flock on POSIX (the lock goes with the open file and drops when it is closed or the
+    process ends), msvcrt.locking on Windows; each module is imported only where it exists."""
+    if os.name == "nt":
+        import msvcrt
+
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        finally:
+            os.lseek(fd, 0, os.SEEK_SET)
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
 
 
 def activation_bytes(config: RunConfig, training: bool) -> int:
@@ -230,7 +261,7 @@ def read_marker(directory: Path) -> dict | None:
 
 
 class FileLock:
-    """An exclusive flock on the file ``path``, which it creates if missing (never truncated, never
+    """An exclusive lock on the file ``path``, which it creates if missing (never truncated, never
     through a symlink); ``busy`` is the one line said when another process holds it. The one lock
     of compose-lens: a directory's marker (:class:`DirectoryLock`) and a sweep point's
     ``POINT.lock`` (:mod:`compose_lens.sweep`). Usable as a context manager."""
@@ -249,18 +280,19 @@ class FileLock:
             os.close(self.fd)
             raise ComposeLensError(f"{self.path}: is not a regular file; remove it or use another folder")
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+            locked = _try_lock(self.fd)
+        except BaseException:
             os.close(self.fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ComposeLensError(busy) from None
             raise
+        if not locked:
+            os.close(self.fd)
+            raise ComposeLensError(busy)
 
     what = "lock"  # what the file is, in the symlink's refusal
 
     def release(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)  # closing drops the flock
+            os.close(self.fd)  # closing drops the lock
             self.fd = -1
 
     def __enter__(self) -> "FileLock":
@@ -271,7 +303,7 @@ class FileLock:
 
 
 class DirectoryLock(FileLock):
-    """An exclusive flock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
+    """An exclusive lock on ``DIR/.compose-lens``, which it creates (with ``command``) if missing."""
 
     what = "marker"
 
@@ -284,7 +316,10 @@ class DirectoryLock(FileLock):
         """Rewrite the marker in place (the same inode, so the lock stays on it)."""
         text = json.dumps({"written_by": "compose-lens", **data}, indent=1, sort_keys=True).encode()
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, text, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)  # (os.pwrite is POSIX only)
+        view = memoryview(text)
+        while view:
+            view = view[os.write(self.fd, view):]
 
 
 def lock_directory(directory: Path, command: str, busy: str) -> DirectoryLock:

@@ -61,6 +61,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import json
+import logging
 import multiprocessing
 import re
 import signal
@@ -544,10 +545,12 @@ def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, add
     started_here = not ray.is_initialized()
     if started_here:
         try:
+            # Ray's own logger follows the level the caller set (the command line's -v / -q)
+            level = logging.getLogger("ray").getEffectiveLevel()
             if address:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False, logging_level=level)
             else:
-                ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=level)
         except ConnectionError as exc:
             raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
     try:

@@ -14,32 +14,73 @@ the package imports sit at the top of the module.
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 (:mod:`.train`), ``analyze``, ``same-mlp``, ``fourier``, ``attention`` (:mod:`.analysis`),
 ``patch``, ``ablate`` (:mod:`.patching`), ``circuit`` (:mod:`.circuit`), ``dynamics``, ``report``
-(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), and the command
-of each registered analysis that declares one (``dla``: built by :mod:`.analysis` from
-:mod:`compose_lens.registry`).
+(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), ``settings``
+(:mod:`.settings`), and the command of each registered analysis that declares one (``dla``: built
+by :mod:`.analysis` from :mod:`compose_lens.registry`).
+
+**What every command shares** (:func:`main`): ``--version``; ``-v`` / ``-q`` before the command
+set the level of Python's ``logging`` for the whole process, so other libraries' loggers (Ray's
+among them) follow it: warnings by default, ``-v`` info, ``-vv`` debug, ``-q`` errors only (a
+command's own ``--quiet`` means ``-q`` too); and progress bars are drawn only where stderr is a
+terminal, so a log file never fills with a bar's carriage-return frames.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import sys
 from typing import Sequence
 
-from compose_lens.cli import analysis, circuit, data, dynamics, methods, patching, sweep, train
+from compose_lens.cli import analysis, circuit, data, dynamics, methods, patching, settings, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
-from compose_lens.provenance import set_command
+from compose_lens.provenance import VERSION, set_command
 
-COMMAND_MODULES = (data, train, analysis, patching, circuit, dynamics, sweep, methods)
+COMMAND_MODULES = (data, train, analysis, patching, circuit, dynamics, sweep, methods, settings)
+
+DESCRIPTION = """\
+Train and take apart the small transformer of the 'Assign and Add' study, which learns
+addition modulo 59 with variables assigned in its context (b=7, e=3, b+e=?).
+
+The shipped paper model is called 'paper' wherever a command takes a MODEL."""
+
+EPILOG = """\
+a first session:
+  compose-lens evaluate paper                  accuracy of the paper model on the nine pools
+  compose-lens analyze paper --out analysis    every analysis, tables and figures in analysis/
+  compose-lens train --out runs/mine --set steps=2000
+                                               train your own (the study's recipe otherwise)
+  compose-lens report runs/mine                one offline HTML page of a run's results
+  compose-lens settings                        every --set KEY=VALUE that train takes
+
+`compose-lens COMMAND --help` explains a command. Bad input is one line on stderr and exit
+status 2; nothing is overwritten without --overwrite."""
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="compose-lens", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    parser = Parser(prog="compose-lens", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"compose-lens {VERSION}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output, also from other libraries (-v: info, -vv: debug)")
+    parser.add_argument("-q", "--quiet", dest="log_quiet", action="store_true",
+                        help="log errors only, also from other libraries")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND",
+                                title="commands")
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
+
+
+def log_level(args: argparse.Namespace) -> int:
+    """The logging level a command runs at: WARNING, INFO (-v), DEBUG (-vv), ERROR (-q, or the
+    command's own --quiet)."""
+    if args.log_quiet or getattr(args, "quiet", False):
+        return logging.ERROR
+    return {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
 
 
 # commands that choose their own threads: the trainer follows the load as it runs
@@ -62,6 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in OWN_THREADS:  # before torch is imported, which reads it once
         os.environ.setdefault("OMP_NUM_THREADS", str(threads_now()))
     set_command(["compose-lens", *argv])  # every file this command writes records it
+    root, handler = logging.getLogger(), None
+    level_before = root.level
+    root.setLevel(log_level(args))
+    if not root.handlers:  # a caller that set up logging (a notebook, pytest) keeps its own handlers
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(levelname).1s: %(message)s"))
+        root.addHandler(handler)
+    if hasattr(args, "quiet") and not _stderr_is_terminal():
+        args.quiet = True  # progress bars only on a terminal: in a log file they are noise
     try:
         return int(args.func(args) or 0)
     except ComposeLensError as exc:
@@ -84,6 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"traceback that COMPOSE_LENS_DEBUG=1 shows", 70)
     finally:
         set_command(None)  # a caller that goes on in this process (a test, a notebook) is not this command
+        root.setLevel(level_before)
+        if handler is not None:
+            root.removeHandler(handler)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
 
 
 def command() -> int:

@@ -101,7 +101,7 @@ def register(subparsers) -> None:
     p.add_argument("--positions", action="store_true", help="split every edge by position")
     p.add_argument("--threshold", type=float, default=0.01, help="ACDC's pruning threshold (share)")
     p.add_argument("--target", type=float, default=0.95, help="performance the found circuit recovers")
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     p.add_argument("--out", required=True, help="directory for the CSVs, JSON and figure")
     add_overwrite(p)
     add_format_argument(p)

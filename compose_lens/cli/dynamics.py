@@ -109,8 +109,8 @@ def _register_dynamics(sub) -> None:
     p.add_argument("--steps", help="only these checkpoint steps, comma-separated")
     p.add_argument("--stride", type=int, default=1, help="every k-th checkpoint (the last always kept)")
     p.add_argument("--no-circuit", action="store_true", help="skip the circuit measures (pools only)")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the evaluation pools and prompt pairs (default 0), the same at every checkpoint")
+    p.add_argument("--device", default="cpu", help="where the checkpoints run: cpu (default), cuda or cuda:N")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for these small ops)")
     p.add_argument("--update", action="store_true",
                    help="keep the rows of OUT/dynamics.csv (same settings) and evaluate only new checkpoints")
@@ -130,6 +130,6 @@ def _register_report(sub) -> None:
     p.add_argument("--example", action="append", help="example sequence for the attention views (repeatable)")
     p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
     p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--overwrite", action="store_true", help="replace an existing report page")
     p.set_defaults(func=_cmd_report)

@@ -142,7 +142,7 @@ def register(subparsers) -> None:
                      help="base/source pairs drawn (default 600; those answered correctly are kept)")
     das.add_argument("--epochs", type=int, default=15, help="DAS training epochs (default 15)")
     das.add_argument("--no-arbitrary", action="store_true", help="skip the arbitrary-label control (one more fit per site, at the largest rank)")
-    das.add_argument("--seed", type=seed, default=0)
+    das.add_argument("--seed", type=seed, default=0, help="seed of the sequences, the rotation's initialisation and the controls (default 0)")
     add_overwrite(das)
     add_format_argument(das)
     add_quiet_argument(das)
@@ -166,7 +166,7 @@ def register(subparsers) -> None:
     g.add_argument("--batch-size", type=int, default=128, help="SGLD batch size (default 128)")
     g.add_argument("--n-sequences", type=int, default=4096,
                    help="training sequences drawn for the estimate (default 4096)")
-    llc.add_argument("--seed", type=seed, default=0)
+    llc.add_argument("--seed", type=seed, default=0, help="seed of the sequences and of the SGLD chains (default 0)")
     add_overwrite(llc)
     add_format_argument(llc)
     add_quiet_argument(llc)

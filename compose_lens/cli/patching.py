@@ -126,7 +126,7 @@ def register(subparsers) -> None:
     patch.add_argument("--by", choices=("role", "position"), default="role",
                        help="group positions by token role (default) or keep absolute positions")
     add_pairs_arguments(patch)
-    patch.add_argument("--seed", type=seed, default=0)
+    patch.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     patch.add_argument("--out", required=True, help="directory for the CSV, JSON and figure (one per corruption)")
     add_overwrite(patch)
     add_format_argument(patch)
@@ -137,7 +137,7 @@ def register(subparsers) -> None:
     add_model_arguments(ablate)
     ablate.add_argument("--pool-size", type=int, default=registry.ABLATION.settings["pool_size"],
                         help="sequences per pool")
-    ablate.add_argument("--seed", type=seed, default=0)
+    ablate.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     add_format_argument(ablate)
     add_quiet_argument(ablate)
     ablate.add_argument("--out", required=True, help="directory for the CSV, JSON and PNG")

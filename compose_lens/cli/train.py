@@ -94,7 +94,8 @@ def register(sub) -> None:
     train = sub.add_parser("train", help="train a model (the paper recipe by default)")
     train.add_argument("--config", help="run config JSON ({task: ..., model: ..., train: ...})")
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="override a setting, e.g. --set steps=2000 --set f=0.5 --set model.d_model=64")
+                       help="override a setting, e.g. --set steps=2000 --set f=0.5 --set model.d_model=64; "
+                            "`compose-lens settings` lists them all")
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--split-file", help="train on this split file's held-out pairs")
     train.add_argument("--resume", action="store_true",
@@ -106,9 +107,9 @@ def register(sub) -> None:
     ev = sub.add_parser("evaluate", help="accuracy on the nine pools (and the exhaustive sets)")
     add_model_arguments(ev)
     ev.add_argument("--exhaustive", action="store_true", help="also the 0-var held-out and 2-var union sets")
-    ev.add_argument("--json", action="store_true")
-    ev.add_argument("--pool-size", type=int, default=2000)
-    ev.add_argument("--seed", type=seed, default=0)
-    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--json", action="store_true", help="print the accuracies and their provenance as JSON")
+    ev.add_argument("--pool-size", type=int, default=2000, help="sequences in each of the nine pools (default 2000)")
+    ev.add_argument("--seed", type=seed, default=0, help="seed of the pools' sequences (default 0)")
+    ev.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
     add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)

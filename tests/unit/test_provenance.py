@@ -1,0 +1,57 @@
+"""Provenance names compose-lens's own code: its commit in a checkout, its version when installed.
+
+``code_version`` once ran ``git describe`` in the folder above the package, whatever that was:
+installed into a virtual environment inside a user's own repository, every output recorded
+the user's commit as compose-lens's code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compose_lens import provenance
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_in_a_checkout_the_commit_is_recorded_with_the_version():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    provenance._code_version.cache_clear()  # read once per process: a commit made since would not show
+    record = provenance.provenance(seed=1)
+    assert record["code_version"] == _git(REPO, "describe", "--always", "--dirty", "--abbrev=12")
+    assert record["compose_lens_version"] == provenance.VERSION
+
+
+def test_installed_inside_a_users_repository_the_users_commit_is_not_recorded(tmp_path):
+    """A venv's site-packages inside a git repository of the user's: code_version is the package
+    version, not the user's HEAD."""
+    user = tmp_path / "my-project"
+    site = user / ".venv" / "lib" / "site-packages"
+    shutil.copytree(REPO / "compose_lens", site / "compose_lens", ignore=shutil.ignore_patterns("__pycache__"))
+    (user / "analysis.py").write_text("print('my work')\n")
+    _git(user, "init", "-q")
+    _git(user, "add", "analysis.py")
+    _git(user, "-c", "user.name=u", "-c", "user.email=u@example.org", "commit", "-q", "-m", "mine")
+    users_commit = _git(user, "rev-parse", "--short=12", "HEAD")
+
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    read = subprocess.run([sys.executable, "-c", "import compose_lens.provenance as p; r = p.provenance(); "
+                           "print(p.__file__); print(r['code_version']); print(r['compose_lens_version'])"],
+                          cwd=user, env=env, capture_output=True, text=True, timeout=120)
+    assert read.returncode == 0, read.stderr
+    where, code, version = read.stdout.split()
+    assert Path(where).is_relative_to(site)
+    assert users_commit not in code
+    assert code == version == provenance.VERSION
+

@@ -23,7 +23,8 @@ def _cmd_sweep(args) -> int:
         raise ComposeLensError("--address is for --backend ray")
     result = run_sweep(base, args.param, parse_values(args.values), args.seeds, args.out,
                        backend=args.backend, workers=args.workers, threads=args.threads,
-                       address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process)
+                       address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process,
+                       gpus_per_point=args.gpus_per_point)
     print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in format_thresholds(result.thresholds, args.param):
@@ -65,5 +66,8 @@ def register(subparsers) -> None:
                    help="train up to K compatible points together in one process (one batched model; "
                         "for a GPU; numbers equal to float rounding, not bit-for-bit; default: 1)")
     p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
+    p.add_argument("--gpus-per-point", type=float, default=0, metavar="G",
+                   help="ray backend: GPUs each point asks Ray for, a fraction to share one (0.25: four points "
+                        "per GPU); each point trains on the GPU Ray gives it (with --set device=cuda; default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_sweep)

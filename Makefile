@@ -16,9 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-# What only the tests need: pytest, Hypothesis, the notebook runner, Ray, devinterp and TensorBoard.
+# What only the tests need: pytest, Hypothesis, the notebook runner, Ray, submitit, devinterp and TensorBoard.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[test,ray,methods]'
+	$(BIN)/python -m pip install -q -e '.[test,ray,methods,slurm]'
 	touch $@
 
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough

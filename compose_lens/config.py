@@ -42,7 +42,7 @@ QUERY_LENGTH = 4  # "+ LHS RHS ="
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
 # Where the points of a sweep train (compose_lens.sweep)
-SWEEP_BACKENDS = ("local", "ray")
+SWEEP_BACKENDS = ("local", "ray", "slurm")
 
 
 MAX_SEED = 2 ** 63 - 1  # torch's generators take a signed 64-bit seed

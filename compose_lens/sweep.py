@@ -42,7 +42,9 @@ machine: ``workers * threads <= cores``, each worker one torch thread pool of
 ``threads`` threads (one worker runs in this process). ``ray`` sends the same
 function to a Ray cluster (``address``), or to a local Ray it starts, each point
 a task asking for ``threads`` CPUs; the run directories must then lie on a file
-system every Ray node can write.
+system every Ray node can write. ``slurm`` submits the points as one SLURM job array
+through submitit and waits for it (:mod:`compose_lens.slurm`). Whichever backend trains
+them, ``results.csv`` is read from the same run directories, so it is the same file.
 
 **GPUs on Ray.** ``gpus_per_point`` G (``--gpus-per-point``) makes each Ray task ask for G
 GPUs besides its CPUs: 0.25 lets four tasks share one GPU, 1 gives each its own, 2 gives each
@@ -597,6 +599,10 @@ def check_gpus_per_point(gpus_per_point: float, backend: str, configs: dict[Swee
                                f"or a whole number")
     if not gpus_per_point:
         return
+    if backend == "slurm":
+        raise ComposeLensError("--gpus-per-point is for --backend ray; on slurm each job gets one GPU when the "
+                               "points say device=cuda (--slurm gpus_per_node=N for more), and --runs-per-process "
+                               "K shares it among K points")
     if backend != "ray":
         raise ComposeLensError(f"--gpus-per-point is for --backend ray; the {backend} backend trains each point "
                                f"on the device it names (--set device=cuda)")
@@ -704,10 +710,12 @@ def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]
 def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequence[int], out: str | Path,
               backend: str = "local", workers: int | None = None, threads: int | None = None,
               address: str | None = None, progress: bool = True, runs_per_process: int = 1,
-              gpus_per_point: float = 0) -> SweepResult:
+              gpus_per_point: float = 0, slurm: dict | None = None,
+              points_per_job: int | None = None) -> SweepResult:
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
     (``runs_per_process``: points trained together per worker; ``gpus_per_point``: what each Ray
-    task asks for; see the module doc)."""
+    task asks for; ``slurm``: submitit's executor settings and ``points_per_job`` the points of
+    one SLURM job, see :mod:`compose_lens.slurm`)."""
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
     if backend not in SWEEP_BACKENDS:
@@ -721,6 +729,16 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     check_sweep_dir(out, param, base)
     if backend == "ray":
         _import_ray()
+    if (slurm or points_per_job is not None) and backend != "slurm":
+        raise ComposeLensError(f"--slurm and --points-per-job are for --backend slurm, not {backend}")
+    points_per_job = runs_per_process if points_per_job is None else points_per_job
+    on_gpu = any(c.train.device.startswith("cuda") for c in configs.values())
+    if backend == "slurm":
+        from compose_lens import slurm as slurm_backend
+
+        if points_per_job < 1:
+            raise ComposeLensError(f"--points-per-job {points_per_job}: use at least 1")
+        slurm_backend.check_options(slurm or {}, threads or 1, on_gpu)
     started = time.perf_counter()
     _pending(out, points, configs)  # may refuse: before anything is written
     out.mkdir(parents=True, exist_ok=True)
@@ -735,10 +753,11 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         write_json_atomic(out / "sweep.json", {
             "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
             "runs_per_process": runs_per_process, "gpus_per_point": gpus_per_point,
+            **({"slurm": slurm or {}, "points_per_job": points_per_job} if backend == "slurm" else {}),
             "base_config": base.to_dict(), "provenance": provenance(base),
         })
         chunks = chunk_jobs(jobs, runs_per_process)
-        if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
+        if backend in ("ray", "slurm"):  # the cluster places the tasks; each asks for `threads` CPUs
             threads, workers = threads or 1, 0
         else:
             workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
@@ -747,11 +766,16 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
         gpus = f" and {gpus_per_point:g} GPU(s)" if gpus_per_point else ""
         bar.set_postfix_str((f"ray: {threads} thread(s){gpus} per task" if backend == "ray"
-                             else f"local: {workers} worker(s) x {threads} thread(s)") + together)
+                             else f"slurm: {threads} thread(s) per job, up to {points_per_job} point(s) per job"
+                             if backend == "slurm" else f"local: {workers} worker(s) x {threads} thread(s)")
+                            + together)
         recorder = _Recorder(out, points, bar)
         try:
             if jobs and backend == "local":
                 _run_local(chunks, workers, threads, recorder)
+            elif jobs and backend == "slurm":
+                slurm_backend.run_slurm(chunks, threads, out / "slurm", slurm or {}, points_per_job, on_gpu,
+                                        recorder)
             elif jobs:
                 _run_ray(chunks, threads, address, recorder, gpus_per_point)
         finally:

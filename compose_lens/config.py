@@ -590,8 +590,10 @@ class TrainConfig(_JsonConfig):
     # none, tensorboard (RUN/tensorboard/) or wandb (RUN/wandb/, offline): where each evaluation's
     # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
     log_to: str = "none"
+    # true: torch's deterministic algorithms (warn where an op has none) and cuBLAS's fixed workspace (compose_lens.train.make_deterministic)
+    deterministic: bool = False
 
-    SILENT_DEFAULTS = {"log_to": "none"}
+    SILENT_DEFAULTS = {"log_to": "none", "deterministic": False}
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -77,22 +77,22 @@ def parse_options(items: Sequence[str] | None) -> dict:
 
 class PointsJob:
     """One job of the array: groups of points (each a list of configs and run directories, trained
-    together by :func:`compose_lens.sweep.train_points`), one group after another.
+    together by ``train``: :func:`compose_lens.sweep.train_points`, pickled by its name), one group
+    after another.
 
     Returns one outcome per point, in order. Plain data in and out, so submitit can pickle it;
     its :meth:`checkpoint` is what submitit calls on preemption or time-out.
     """
 
-    def __init__(self, groups: list[tuple[list[dict], list[str]]], threads: int):
-        self.groups, self.threads = groups, threads
+    def __init__(self, train: Callable[[list[dict], list[str], int], list[dict]],
+                 groups: list[tuple[list[dict], list[str]]], threads: int):
+        self.train, self.groups, self.threads = train, groups, threads
 
     def __call__(self) -> list[dict]:
-        from compose_lens.sweep import train_points  # in the job's own process
-
         outcomes = []
         for configs, run_dirs in self.groups:  # a requeued job leaves its finished points as they are
             todo = [i for i, d in enumerate(run_dirs) if not (Path(d) / "results.json").exists()]
-            trained = iter(train_points([configs[i] for i in todo], [run_dirs[i] for i in todo], self.threads)
+            trained = iter(self.train([configs[i] for i in todo], [run_dirs[i] for i in todo], self.threads)
                            if todo else [])
             outcomes += [next(trained) if i in todo else {"status": "done", "error": "", "wall_s": 0.0}
                          for i in range(len(run_dirs))]
@@ -102,7 +102,7 @@ class PointsJob:
         """Requeue the same job: the run directories hold every point's state (module doc)."""
         from submitit.helpers import DelayedSubmission
 
-        return DelayedSubmission(PointsJob(self.groups, self.threads))
+        return DelayedSubmission(PointsJob(self.train, self.groups, self.threads))
 
 
 def executor_parameters(options: dict, threads: int, on_gpu: bool) -> tuple[str, dict]:
@@ -154,15 +154,16 @@ def group_chunks(chunks: list[list], points_per_job: int) -> list[list[list]]:
     return jobs
 
 
-def run_slurm(chunks: list[list[tuple]], threads: int, folder: Path, options: dict, points_per_job: int,
-              on_gpu: bool, done: Callable, poll_s: float | None = None) -> None:
-    """Submit the chunks as one job array, then call ``done(point, outcome)`` for each point as its
-    job ends (a job that fails fails each of its points with the job's one-line error)."""
+def run_slurm(train: Callable, chunks: list[list[tuple]], threads: int, folder: Path, options: dict,
+              points_per_job: int, on_gpu: bool, done: Callable, poll_s: float | None = None) -> None:
+    """Submit the chunks ((point, config, run directory) triples, each trained together by ``train``)
+    as one job array, then call ``done(point, outcome)`` for each point as its job ends (a job that
+    fails fails each of its points with the job's one-line error)."""
     submitit = import_submitit()
     executor = make_executor(folder, options, threads, on_gpu)
     grouped = group_chunks(chunks, points_per_job)
     with executor.batch():  # one job array: one sbatch, however many jobs
-        submitted = [executor.submit(PointsJob([([c for _, c, _ in chunk], [d for _, _, d in chunk])
+        submitted = [executor.submit(PointsJob(train, [([c for _, c, _ in chunk], [d for _, _, d in chunk])
                                                 for chunk in job], threads)) for job in grouped]
     points = {id(job): [point for chunk in group for point, _, _ in chunk] for job, group in zip(submitted, grouped)}
     poll = poll_s if poll_s is not None else (1.0 if executor.cluster == "local" else 30.0)

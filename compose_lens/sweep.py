@@ -726,6 +726,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     check_gpus_per_point(gpus_per_point, backend, configs)
     if backend == "local":
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
+        for device in sorted({c.train.device for c in configs.values()}):  # (a cluster's nodes may have GPUs this one lacks)
+            runs.check_device(device)
     check_sweep_dir(out, param, base)
     if backend == "ray":
         _import_ray()
@@ -774,7 +776,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
             if jobs and backend == "local":
                 _run_local(chunks, workers, threads, recorder)
             elif jobs and backend == "slurm":
-                slurm_backend.run_slurm(chunks, threads, out / "slurm", slurm or {}, points_per_job, on_gpu,
+                slurm_backend.run_slurm(train_points, chunks, threads, out / "slurm", slurm or {}, points_per_job, on_gpu,
                                         recorder)
             elif jobs:
                 _run_ray(chunks, threads, address, recorder, gpus_per_point)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from compose_lens.cli.common import run_config_from_args, seed
+from compose_lens.cli.train import add_device_options, with_device_options
 from compose_lens.config import SWEEP_BACKENDS
 from compose_lens.errors import ComposeLensError
 
@@ -17,7 +18,7 @@ def _cmd_sweep(args) -> int:
     from compose_lens.safety import check_out_name
 
     check_out_name(args.out)
-    base = run_config_from_args(args)
+    base = with_device_options(run_config_from_args(args), args)
     if args.steps is not None:
         base = base.with_overrides([f"train.steps={args.steps}"])
     if args.address and args.backend != "ray":
@@ -60,6 +61,7 @@ def register(subparsers) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a base setting, e.g. --set r=1 --set eval_every=500")
     p.add_argument("--out", required=True, help="sweep directory")
+    add_device_options(p)
     p.add_argument("--backend", choices=SWEEP_BACKENDS, default="local",
                    help="local: worker processes on this machine; ray: tasks on a Ray cluster; slurm: one "
                         "SLURM job array through submitit (docs/cluster.md)")

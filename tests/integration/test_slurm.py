@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from compose_lens.cli import main
 from compose_lens.errors import ComposeLensError
-from compose_lens.sweep import SweepPoint, read_csv, run_dir_of, run_sweep
+from compose_lens.sweep import SweepPoint, read_csv, run_dir_of, run_sweep, train_points
 
 submitit = pytest.importorskip("submitit")
 
@@ -71,7 +71,7 @@ def test_a_timed_out_job_is_requeued_and_its_point_resumes(tiny_config, tmp_path
     # submitit reads a signal as the time limit's once the job has run min(0.8 x, x - 10 min) of
     # its limit x: with 10 minutes, at once. A timed-out job is requeued only if it can checkpoint.
     executor.update_parameters(timeout_min=10)
-    job = executor.submit(PointsJob([([config.to_dict()], [str(run_dir)])], threads=1))
+    job = executor.submit(PointsJob(train_points, [([config.to_dict()], [str(run_dir)])], threads=1))
     deadline = time.monotonic() + 300
     while not (run_dir / "resume.safetensors").exists() and time.monotonic() < deadline:
         time.sleep(0.2)  # wait for the first checkpoint (not a timing assertion: it only waits)

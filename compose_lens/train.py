@@ -86,9 +86,9 @@ CUBLAS_WORKSPACE = ":4096:8"  # the fixed cuBLAS workspace CUDA's reproducibilit
 def make_deterministic() -> None:
     """``deterministic=true``: make this process's training repeat bit for bit where torch can.
 
-    On CUDA two things vary between runs of the same seed: kernels that accumulate with atomics
-    (the embedding's backward is one) and cuBLAS's choice of reduction order per stream
-    workspace. This asks torch for its deterministic algorithms (an op that has none warns,
+    On CUDA two things can vary between runs of the same seed: kernels that accumulate with
+    atomics (the scatter- and index-adds that ``torch.use_deterministic_algorithms`` lists) and
+    cuBLAS's reduction order, which depends on its workspace. This asks torch for its deterministic algorithms (an op that has none warns,
     ``warn_only``, rather than stopping the run) and sets ``CUBLAS_WORKSPACE_CONFIG`` (read when
     cuBLAS starts, so before the first matrix product on the GPU; one that the environment
     already sets is kept). cuDNN, unused by this model, is held to its deterministic kernels too.

@@ -7,6 +7,7 @@ These tests skip cleanly where torch sees no CUDA device (every CI machine of th
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -49,18 +50,22 @@ def test_paper_model_exhaustive_accuracy_is_the_same_on_the_gpu():
 
 
 def test_deterministic_gpu_runs_repeat_bit_for_bit(tmp_path, tiny_config):
-    """deterministic=true on a GPU: the same seed twice gives the same weights, bit for bit
-    (README 'On a GPU'). The process keeps torch's deterministic mode afterwards, so it is put back."""
+    """`train --deterministic` on a GPU: the same seed twice gives the same weights, bit for bit
+    (docs/cluster.md, 'Bit for bit on a GPU'). Each run is its own process, as a user's would be,
+    so CUBLAS_WORKSPACE_CONFIG is set before that process first uses cuBLAS."""
+    import subprocess
+    import sys
+
     from safetensors.torch import load_file
 
-    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    try:
-        config = tiny_config.with_overrides(["device=cuda", "precision=bf16", "steps=60", "lr=0.01",
-                                             "deterministic=true"])
-        for name in ("a", "b"):
-            Trainer(config, tmp_path / name, progress=False).run()
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    config = tmp_path / "tiny.json"
+    config.write_text(tiny_config.with_overrides(["precision=bf16", "steps=60", "lr=0.01"]).to_json())
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    for name in ("a", "b"):
+        done = subprocess.run([sys.executable, "-m", "compose_lens.cli", "train", "--config", str(config), "--quiet",
+                               "--device", "cuda", "--deterministic", "--out", str(tmp_path / name)],
+                              env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
 

@@ -18,9 +18,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-# What only the tests need: pytest, Hypothesis, the notebook runner, Ray, devinterp and TensorBoard.
+# What only the tests need: pytest, Hypothesis, the notebook runner, Ray, submitit, devinterp and TensorBoard.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ray,methods]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ray,methods,slurm]'
 	touch $@
 
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough

@@ -102,7 +102,7 @@ from compose_lens.train import Trainer, autocast_context, learning_rate, use_fas
 
 # Training settings every run of one batched process must share (see the module doc).
 SHARED_TRAIN = ("batch_size", "lr", "remedy", "beta1", "beta2", "weight_decay", "device", "precision",
-                "threads", "fast_path")
+                "threads", "fast_path", "deterministic")
 MAPPED_FORWARDS = {"tables": fastpath.last_position_logits, "lastpos": lastpos.last_position_logits}
 
 

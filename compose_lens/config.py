@@ -47,7 +47,7 @@ OPERATION_SIGNS = {"add": "+", "subtract": "-", "multiply": "*", "table": "+"}
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
 # Where the points of a sweep train (compose_lens.sweep)
-SWEEP_BACKENDS = ("local", "ray")
+SWEEP_BACKENDS = ("local", "ray", "slurm")
 
 
 MAX_SEED = 2 ** 63 - 1  # torch's generators take a signed 64-bit seed
@@ -648,8 +648,10 @@ class TrainConfig(_JsonConfig):
     # none, tensorboard (RUN/tensorboard/) or wandb (RUN/wandb/, offline): where each evaluation's
     # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
     log_to: str = "none"
+    # true: torch's deterministic algorithms (warn where an op has none) and cuBLAS's fixed workspace (compose_lens.train.make_deterministic)
+    deterministic: bool = False
 
-    SILENT_DEFAULTS = {"log_to": "none"}
+    SILENT_DEFAULTS = {"log_to": "none", "deterministic": False}
 
     def __post_init__(self) -> None:
         check_types(self)

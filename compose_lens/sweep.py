@@ -42,7 +42,20 @@ machine: ``workers * threads <= cores``, each worker one torch thread pool of
 ``threads`` threads (one worker runs in this process). ``ray`` sends the same
 function to a Ray cluster (``address``), or to a local Ray it starts, each point
 a task asking for ``threads`` CPUs; the run directories must then lie on a file
-system every Ray node can write.
+system every Ray node can write. ``slurm`` submits the points as one SLURM job array
+through submitit and waits for it (:mod:`compose_lens.slurm`). Whichever backend trains
+them, ``results.csv`` is read from the same run directories, so it is the same file.
+
+**GPUs on Ray.** ``gpus_per_point`` G (``--gpus-per-point``) makes each Ray task ask for G
+GPUs besides its CPUs: 0.25 lets four tasks share one GPU, 1 gives each its own, 2 gives each
+two. Ray places the task and names its GPUs in ``CUDA_VISIBLE_DEVICES``; :func:`pin_to_ray_gpus`
+sets that variable again from ``ray.get_gpu_ids()`` before torch first touches CUDA, so inside
+the task ``device=cuda`` (``cuda:0`` of what it sees) *is* the GPU Ray gave it, and a task that
+asks for GPUs ends its worker when it ends (``max_calls=1``), so no worker carries a CUDA
+context from one GPU to the next task. Without G every task sees every GPU of its node and
+``device=cuda`` puts them all on the first. With G a point must say ``device=cuda``, not
+``cuda:N``: Ray chooses the GPU. Each outcome records where it ran (``placement``: Ray's GPU
+ids and ``CUDA_VISIBLE_DEVICES``).
 
 **Runs per process.** ``runs_per_process`` K > 1 (``--runs-per-process``) trains up to
 K compatible points of a worker together as one :class:`compose_lens.batched.BatchedTrainer`
@@ -488,6 +501,7 @@ class SweepResult:
     trained: int
     skipped: int
     failed: int
+    outcomes: dict[str, dict] = None  # point name -> what its worker returned (status, error, wall_s, placement)
 
 
 def run_dir_of(out: Path, point: SweepPoint) -> Path:
@@ -539,8 +553,71 @@ def _import_ray():
     return ray
 
 
+def pin_to_ray_gpus(gpu_ids: Sequence) -> dict:
+    """Make the GPUs Ray gave this task the only ones torch sees here; return where it runs.
+
+    ``gpu_ids`` are ``ray.get_gpu_ids()``: none when the task asked for no GPU (then nothing
+    changes: the task sees what its node sees). Must run before torch first uses CUDA in this
+    process (a fresh worker per GPU task, ``max_calls=1``, keeps it so).
+
+    >>> import os; before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    >>> pin_to_ray_gpus([3])["cuda_visible_devices"], os.environ["CUDA_VISIBLE_DEVICES"]
+    ('3', '3')
+    >>> _ = os.environ.pop("CUDA_VISIBLE_DEVICES") if before is None else os.environ.update(CUDA_VISIBLE_DEVICES=before)
+    """
+    import os
+
+    ids = [str(i) for i in gpu_ids]
+    if ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+    return {"gpu_ids": ids, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+
+def train_points_on_ray(configs: list[dict], run_dirs: list[str], threads: int) -> list[dict]:
+    """:func:`train_points` as a Ray task: pinned to Ray's GPUs first, each outcome saying where it ran."""
+    import ray
+
+    placement = pin_to_ray_gpus(ray.get_gpu_ids())
+    return [{**outcome, "placement": placement} for outcome in train_points(configs, run_dirs, threads)]
+
+
+def task_gpus(gpus_per_point: float, points: int) -> float:
+    """The GPUs one Ray task asks for: ``gpus_per_point`` for a lone point; for ``points`` stacked
+    in one process (one device) that many times it, at most one GPU.
+
+    >>> task_gpus(0.25, 1), task_gpus(0.25, 2), task_gpus(0.5, 4), task_gpus(2, 1), task_gpus(0, 4)
+    (0.25, 0.5, 1.0, 2, 0)
+    """
+    if not gpus_per_point or points == 1:
+        return gpus_per_point
+    return min(1.0, round(gpus_per_point * points, 4))
+
+
+def check_gpus_per_point(gpus_per_point: float, backend: str, configs: dict[SweepPoint, RunConfig]) -> None:
+    """Refuse a GPU request the backend cannot honour, before anything is written."""
+    if gpus_per_point < 0 or gpus_per_point != gpus_per_point:
+        raise ComposeLensError(f"--gpus-per-point {gpus_per_point}: use 0 (no GPU), a fraction such as 0.25, "
+                               f"or a whole number")
+    if not gpus_per_point:
+        return
+    if backend == "slurm":
+        raise ComposeLensError("--gpus-per-point is for --backend ray; on slurm each job gets one GPU when the "
+                               "points say device=cuda (--slurm gpus_per_node=N for more), and --runs-per-process "
+                               "K shares it among K points")
+    if backend != "ray":
+        raise ComposeLensError(f"--gpus-per-point is for --backend ray; the {backend} backend trains each point "
+                               f"on the device it names (--set device=cuda)")
+    if gpus_per_point > 1 and gpus_per_point != int(gpus_per_point):
+        raise ComposeLensError(f"--gpus-per-point {gpus_per_point}: Ray shares a GPU only below 1; above 1 give "
+                               f"a whole number")
+    for point, config in configs.items():
+        if config.train.device.startswith("cuda:"):
+            raise ComposeLensError(f"point {point.name}: device={config.train.device} with --gpus-per-point; give "
+                                   f"device=cuda and Ray picks the GPU")
+
+
 def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, address: str | None,
-             done: Callable[[SweepPoint, dict], None]) -> None:
+             done: Callable[[SweepPoint, dict], None], gpus_per_point: float = 0) -> None:
     ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
@@ -554,8 +631,17 @@ def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, add
         except ConnectionError as exc:
             raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
     try:
-        remote = ray.remote(num_cpus=threads, max_retries=0)(train_points)
-        refs = {remote.remote(*_chunk_args(chunk), threads): chunk for chunk in chunks}
+        asks = [task_gpus(gpus_per_point, len(chunk)) for chunk in chunks]
+        have = ray.cluster_resources().get("GPU", 0) if gpus_per_point else 0
+        if gpus_per_point and have < max(asks):
+            raise ComposeLensError(f"--gpus-per-point {gpus_per_point}: the Ray cluster has {have:g} GPU(s), too "
+                                   f"few for a task asking {max(asks):g}; lower it or add GPUs")
+        # one remote function per GPU share; a GPU task's worker ends with it (max_calls=1, set here:
+        # Ray takes it in ray.remote only)
+        remotes = {ask: ray.remote(num_cpus=threads, max_retries=0,
+                                   **({"num_gpus": ask, "max_calls": 1} if ask else {}))(train_points_on_ray)
+                   for ask in set(asks)}
+        refs = {remotes[ask].remote(*_chunk_args(chunk), threads): chunk for chunk, ask in zip(chunks, asks)}
         pending = list(refs)
         while pending:
             finished, pending = ray.wait(pending, num_returns=1)
@@ -626,9 +712,13 @@ def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]
 
 def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequence[int], out: str | Path,
               backend: str = "local", workers: int | None = None, threads: int | None = None,
-              address: str | None = None, progress: bool = True, runs_per_process: int = 1) -> SweepResult:
+              address: str | None = None, progress: bool = True, runs_per_process: int = 1,
+              gpus_per_point: float = 0, slurm: dict | None = None,
+              points_per_job: int | None = None) -> SweepResult:
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
-    (``runs_per_process``: points trained together per worker, see the module doc)."""
+    (``runs_per_process``: points trained together per worker; ``gpus_per_point``: what each Ray
+    task asks for; ``slurm``: submitit's executor settings and ``points_per_job`` the points of
+    one SLURM job, see :mod:`compose_lens.slurm`)."""
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
     if backend not in SWEEP_BACKENDS:
@@ -636,11 +726,24 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     out = Path(out)
     points = sweep_points(param, values, seeds)
     configs = check_points(base, points)
+    check_gpus_per_point(gpus_per_point, backend, configs)
     if backend == "local":
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
+        for device in sorted({c.train.device for c in configs.values()}):  # (a cluster's nodes may have GPUs this one lacks)
+            runs.check_device(device)
     check_sweep_dir(out, param, base)
     if backend == "ray":
         _import_ray()
+    if (slurm or points_per_job is not None) and backend != "slurm":
+        raise ComposeLensError(f"--slurm and --points-per-job are for --backend slurm, not {backend}")
+    points_per_job = runs_per_process if points_per_job is None else points_per_job
+    on_gpu = any(c.train.device.startswith("cuda") for c in configs.values())
+    if backend == "slurm":
+        from compose_lens import slurm as slurm_backend
+
+        if points_per_job < 1:
+            raise ComposeLensError(f"--points-per-job {points_per_job}: use at least 1")
+        slurm_backend.check_options(slurm or {}, threads or 1, on_gpu)
     started = time.perf_counter()
     _pending(out, points, configs)  # may refuse: before anything is written
     out.mkdir(parents=True, exist_ok=True)
@@ -654,25 +757,32 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         remove_stale_temps(out, SWEEP_NAMES)  # a killed sweep's half-written results.csv and the like
         write_json_atomic(out / "sweep.json", {
             "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
-            "runs_per_process": runs_per_process,
+            "runs_per_process": runs_per_process, "gpus_per_point": gpus_per_point,
+            **({"slurm": slurm or {}, "points_per_job": points_per_job} if backend == "slurm" else {}),
             "base_config": base.to_dict(), "provenance": provenance(base),
         })
         chunks = chunk_jobs(jobs, runs_per_process)
-        if backend == "ray":  # Ray places the tasks on the cluster's CPUs; a task asks for `threads`
+        if backend in ("ray", "slurm"):  # the cluster places the tasks; each asks for `threads` CPUs
             threads, workers = threads or 1, 0
         else:
             workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
         bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
                    dynamic_ncols=True)
         together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
-        bar.set_postfix_str((f"ray: {threads} thread(s) per task" if backend == "ray"
-                             else f"local: {workers} worker(s) x {threads} thread(s)") + together)
+        gpus = f" and {gpus_per_point:g} GPU(s)" if gpus_per_point else ""
+        bar.set_postfix_str((f"ray: {threads} thread(s){gpus} per task" if backend == "ray"
+                             else f"slurm: {threads} thread(s) per job, up to {points_per_job} point(s) per job"
+                             if backend == "slurm" else f"local: {workers} worker(s) x {threads} thread(s)")
+                            + together)
         recorder = _Recorder(out, points, bar)
         try:
             if jobs and backend == "local":
                 _run_local(chunks, workers, threads, recorder)
+            elif jobs and backend == "slurm":
+                slurm_backend.run_slurm(train_points, chunks, threads, out / "slurm", slurm or {}, points_per_job, on_gpu,
+                                        recorder)
             elif jobs:
-                _run_ray(chunks, threads, address, recorder)
+                _run_ray(chunks, threads, address, recorder, gpus_per_point)
         finally:
             bar.close()
         rows = recorder.rows()
@@ -680,4 +790,5 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     finally:
         lock.release()
     failed = sum(1 for o in recorder.outcomes.values() if o["status"] == "failed")
-    return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed)
+    return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed,
+                       {p.name: o for p, o in recorder.outcomes.items()})

@@ -80,6 +80,27 @@ def autocast_context(config: RunConfig):
     return contextlib.nullcontext()
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # the fixed cuBLAS workspace CUDA's reproducibility notes ask for
+
+
+def make_deterministic() -> None:
+    """``deterministic=true``: make this process's training repeat bit for bit where torch can.
+
+    On CUDA two things can vary between runs of the same seed: kernels that accumulate with
+    atomics (the scatter- and index-adds that ``torch.use_deterministic_algorithms`` lists) and
+    cuBLAS's reduction order, which depends on its workspace. This asks torch for its deterministic algorithms (an op that has none warns,
+    ``warn_only``, rather than stopping the run) and sets ``CUBLAS_WORKSPACE_CONFIG`` (read when
+    cuBLAS starts, so before the first matrix product on the GPU; one that the environment
+    already sets is kept). cuDNN, unused by this model, is held to its deterministic kernels too.
+    On CPU training is deterministic already; the flag changes nothing there that the tests can see.
+    The process keeps these settings to its end.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
 def learning_rate(t) -> float:
     """The configured rate, or three times it under ``remedy=lr_x3``: the stall remedy. At the
     study's setting a larger step carries the run past the plateau on which layer-2 routing
@@ -111,6 +132,8 @@ class Trainer:
         t = config.train
         check_training_memory(config)
         runs.check_device(t.device)
+        if t.deterministic:
+            make_deterministic()
         tracking.check_available(t.log_to)  # a missing tracker package: one line, nothing touched
         self.fast = use_fast_path(config)
         self.mode = runs.plan_directory(self.run_dir, config, resume, overwrite)

@@ -192,13 +192,15 @@ def sanity(trace: np.ndarray, per_chain: np.ndarray, init_loss: float, settings:
 
 
 def estimate_llc(state: dict[str, torch.Tensor], config: RunConfig, dataset, settings: LlcSettings,
-                 progress: bool = False) -> dict:
+                 progress: bool = False, device: str = "cpu") -> dict:
     """The LLC of one set of weights of a compose-lens model (see :func:`sample_llc`)."""
-    return sample_llc(AnswerModel(state, config.model), dataset, answer_loss, settings, progress)
+    return sample_llc(AnswerModel(state, config.model), dataset, answer_loss, settings, progress, device)
 
 
-def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, progress: bool = False) -> dict:
-    """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``:
+def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, progress: bool = False,
+               device: str = "cpu") -> dict:
+    """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``
+    (the chains run on ``device``: devinterp moves the module and each batch there):
     the mean, spread and each chain's estimate, the loss trace (chains x steps), the loss at the
     weights themselves, and :func:`sanity`'s verdict."""
     llc = require_devinterp()
@@ -214,7 +216,7 @@ def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, 
         result = llc.llc(model, dataset, {}, lr=settings.epsilon, n_beta=settings.beta, loss_fn=loss_fn,
                          localization=settings.gamma, num_chains=settings.chains, num_draws=settings.draws,
                          num_burnin_steps=settings.burnin, batch_size=settings.batch_size,
-                         init_seed=settings.seed, device="cpu", output_path=Path(scratch) / "samples.zarr")
+                         init_seed=settings.seed, device=device, output_path=Path(scratch) / "samples.zarr")
         trace = np.asarray(result["loss_trace"].values, dtype=float)
         per_chain = np.asarray(result["llc_per_chain"].values, dtype=float)
         init_loss = float(result["init_loss"].values)
@@ -225,8 +227,8 @@ def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, 
 
 def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = None,
                          settings: LlcSettings = LlcSettings(), steps: Sequence[int] | None = None,
-                         stride: int = 1, include_final: bool = True, progress: bool = False
-                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                         stride: int = 1, include_final: bool = True, progress: bool = False,
+                         device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The LLC of every checkpoint of ``source`` (a run directory or a folder of the study's
     ``step_N.pth``; those of ``steps``, then every ``stride``-th), and of its final model
     (``final.pth`` or ``model.safetensors``) where there is one; or of one model (anything
@@ -243,7 +245,7 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
     dataset = training_sequences(split, settings.n_sequences, settings.seed)
     rows, traces = [], []
     for step, path, read in tqdm(entries, desc="llc", disable=not progress, leave=False):
-        found = estimate_llc(read(), config, dataset, settings, progress=False)
+        found = estimate_llc(read(), config, dataset, settings, progress=False, device=device)
         rows.append({"step": step, "checkpoint": Path(path).name, "llc_mean": found["llc_mean"],
                      "llc_std": found["llc_std"],
                      **{f"llc_chain_{i}": v for i, v in enumerate(found["llc_per_chain"])},

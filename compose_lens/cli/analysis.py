@@ -62,12 +62,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from compose_lens.cores import threads_now
     from compose_lens.plots import Renderer
     from compose_lens.report.outputs import write_analysis  # lazy: torch
+    from compose_lens.runs import check_device  # lazy: torch
     from compose_lens.safety import staged_output
 
     # two free cores: the figures are drawn by a worker while the analyses run (and while
     # the model loads, when the worker starts)
+    check_device(args.device)  # one line, before the output is staged
     with staged_output(args.out, "analyze", args.overwrite) as stage, Renderer(threads_now() >= 2) as renderer:
-        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device=args.device, bridge=False)  # see runs.for_analyses
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
                                  progress=not args.quiet, renderer=renderer)
     print(f"model: {loaded.source}")
@@ -244,6 +246,8 @@ def register(subparsers) -> None:
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
+    analyze.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model's forwards run "
+                                                         "(default cpu; README 'On a GPU')")
     causal = " and ".join(a.name for a in registry.ANALYSES if a.causal)
     analyze.add_argument("--skip-causal", action="store_true", help=f"skip the causal analyses ({causal})")
     add_overwrite(analyze)

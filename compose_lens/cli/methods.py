@@ -94,6 +94,9 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     from compose_lens.safety import staged_output
 
     require_devinterp()  # one line if it is missing, before anything is loaded or written
+    from compose_lens.runs import check_device
+
+    check_device(args.device)
     settings = LlcSettings(epsilon=args.epsilon, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains,
                            draws=args.draws, burnin=args.burnin, batch_size=args.batch_size,
                            n_sequences=args.n_sequences, seed=args.seed)
@@ -103,7 +106,8 @@ def _cmd_llc(args: argparse.Namespace) -> int:
         bar.set_postfix_str("SGLD over the checkpoints")
         bar.update()
         table, traces = llc_over_checkpoints(args.source, args.split, settings, args.steps, args.stride,
-                                             include_final=not args.steps, progress=not args.quiet)
+                                             include_final=not args.steps, progress=not args.quiet,
+                                             device=args.device)
         by_phase = phase_means(table, phases)
         origin = provenance(None, args.seed, source=str(args.source))
         write_table(table, stage / "llc.csv", origin)
@@ -167,6 +171,7 @@ def register(subparsers) -> None:
     g.add_argument("--n-sequences", type=int, default=4096,
                    help="training sequences drawn for the estimate (default 4096)")
     llc.add_argument("--seed", type=seed, default=0, help="seed of the sequences and of the SGLD chains (default 0)")
+    llc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the SGLD chains run (default cpu)")
     add_overwrite(llc)
     add_format_argument(llc)
     add_quiet_argument(llc)

@@ -5,25 +5,29 @@ from __future__ import annotations
 import sys
 
 from compose_lens.cli.common import run_config_from_args, seed
+from compose_lens.cli.train import add_device_options, with_device_options
 from compose_lens.config import SWEEP_BACKENDS
 from compose_lens.errors import ComposeLensError
 
 
 def _cmd_sweep(args) -> int:
     from compose_lens.analysis.thresholds import format_thresholds  # lazy: torch
+    from compose_lens.slurm import parse_options
     from compose_lens.sweep import parse_values, run_sweep
 
     from compose_lens.safety import check_out_name
 
     check_out_name(args.out)
-    base = run_config_from_args(args)
+    base = with_device_options(run_config_from_args(args), args)
     if args.steps is not None:
         base = base.with_overrides([f"train.steps={args.steps}"])
     if args.address and args.backend != "ray":
         raise ComposeLensError("--address is for --backend ray")
     result = run_sweep(base, args.param, parse_values(args.values), args.seeds, args.out,
                        backend=args.backend, workers=args.workers, threads=args.threads,
-                       address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process)
+                       address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process,
+                       gpus_per_point=args.gpus_per_point, slurm=parse_options(args.slurm),
+                       points_per_job=args.points_per_job)
     print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in format_thresholds(result.thresholds, args.param):
@@ -57,13 +61,24 @@ def register(subparsers) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a base setting, e.g. --set r=1 --set eval_every=500")
     p.add_argument("--out", required=True, help="sweep directory")
+    add_device_options(p)
     p.add_argument("--backend", choices=SWEEP_BACKENDS, default="local",
-                   help="local: worker processes on this machine; ray: tasks on a Ray cluster")
+                   help="local: worker processes on this machine; ray: tasks on a Ray cluster; slurm: one "
+                        "SLURM job array through submitit (docs/cluster.md)")
     p.add_argument("--workers", type=int, help="parallel points (default: one per core)")
     p.add_argument("--threads", type=int, help="torch threads per point (default: cores / workers)")
     p.add_argument("--runs-per-process", type=int, default=1, metavar="K",
                    help="train up to K compatible points together in one process (one batched model; "
                         "for a GPU; numbers equal to float rounding, not bit-for-bit; default: 1)")
     p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
+    p.add_argument("--gpus-per-point", type=float, default=0, metavar="G",
+                   help="ray backend: GPUs each point asks Ray for, a fraction to share one (0.25: four points "
+                        "per GPU); each point trains on the GPU Ray gives it (with --set device=cuda; default: 0)")
+    p.add_argument("--slurm", action="append", metavar="KEY=VALUE",
+                   help="slurm backend: a setting of submitit's executor, e.g. --slurm slurm_partition=gpu "
+                        "--slurm timeout_min=120 --slurm slurm_array_parallelism=20; cluster=local runs the "
+                        "jobs as processes here")
+    p.add_argument("--points-per-job", type=int, metavar="N",
+                   help="slurm backend: points one job trains, one group after another (default: --runs-per-process)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_sweep)

@@ -12,6 +12,21 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 
 
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """--device and --deterministic of the commands that train (train, sweep): shorthands for
+    ``--set device=D`` and ``--set deterministic=true``."""
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (the same as --set device=...; default: the config's)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="torch's deterministic algorithms and cuBLAS's fixed workspace, so a GPU run repeats "
+                             "bit for bit where CUDA can (README 'On a GPU'; --set deterministic=true)")
+
+
+def with_device_options(config: RunConfig, args: argparse.Namespace) -> RunConfig:
+    """``config`` with what --device and --deterministic ask (the device checked in one line first)."""
+    changes = ([f"device={args.device}"] if args.device else []) + (["deterministic=true"] if args.deterministic else [])
+    return config.with_overrides(changes) if changes else config
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from compose_lens.data.split import Split  # lazy: torch
     from compose_lens.train import Trainer  # lazy: torch
@@ -26,6 +41,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides(args.set or [])
     else:
         config = run_config_from_args(args)
+    config = with_device_options(config, args)
     split = Split.load(args.split_file, config.task) if args.split_file else None
     if split is not None:
         config = RunConfig(task=split.task, model=config.model, train=config.train)
@@ -101,6 +117,7 @@ def register(sub) -> None:
     train.add_argument("--resume", action="store_true",
                        help="continue from the last checkpoint (with --set steps=N: train on to N steps)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    add_device_options(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -191,6 +191,50 @@ def test_ray_backend_gives_the_local_numbers(tiny_config, tmp_path):
         assert all((wa[k] == wb[k]).all() for k in wa)
 
 
+def test_ray_points_ask_for_gpus_and_train_on_the_one_ray_gives(tiny_config, tmp_path):
+    """--gpus-per-point: each Ray task asks for that share of a GPU, and the point is pinned to the
+    GPU Ray assigns (CUDA_VISIBLE_DEVICES = ray.get_gpu_ids()). Ray's resource mechanism stands in
+    for the GPUs here: this Ray is told the node has two (num_gpus=2) and hands out their ids as
+    it would real ones; the points themselves train on the CPU."""
+    ray = pytest.importorskip("ray")
+    try:
+        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # Ray's own start-up (e.g. its raylet timing out on a loaded machine)
+        ray.shutdown()
+        pytest.skip(f"a local Ray did not start here: {str(exc).splitlines()[0]}")
+    try:
+        with pytest.raises(ComposeLensError, match="has 2 GPU"):
+            run_sweep(tiny_config, "r", [0.0], [0], tmp_path / "too_many", backend="ray", threads=1,
+                      gpus_per_point=4, progress=False)
+        result = run_sweep(tiny_config, "r", [0.0, 1.0], [0], tmp_path / "ray", backend="ray", threads=1,
+                           gpus_per_point=0.5, progress=False)
+    finally:
+        ray.shutdown()
+    assert {r["status"] for r in result.rows} == {"done"}
+    for name, outcome in result.outcomes.items():
+        placement = outcome["placement"]
+        assert len(placement["gpu_ids"]) == 1 and placement["gpu_ids"][0] in {"0", "1"}, name
+        assert placement["cuda_visible_devices"] == placement["gpu_ids"][0], name
+    assert json.loads((tmp_path / "ray" / "sweep.json").read_text())["gpus_per_point"] == 0.5
+
+
+def test_a_gpu_request_the_backend_cannot_honour_is_refused(tiny_config, tmp_path):
+    from compose_lens.sweep import check_gpus_per_point
+
+    configs = {SweepPoint("r", 0.0, 0): tiny_config}
+    for gpus, backend, says in ((0.5, "local", "is for --backend ray"), (1.5, "ray", "whole number"),
+                                (-1, "ray", "use 0")):
+        with pytest.raises(ComposeLensError, match=says):
+            check_gpus_per_point(gpus, backend, configs)
+    pinned = {SweepPoint("r", 0.0, 0): tiny_config.with_overrides(["device=cuda:1"])}
+    with pytest.raises(ComposeLensError, match="Ray picks the GPU"):
+        check_gpus_per_point(0.5, "ray", pinned)
+    check_gpus_per_point(0.25, "ray", configs)  # a share of a GPU per point is fine
+    with pytest.raises(ComposeLensError, match="is for --backend ray"):
+        run_sweep(tiny_config, "r", [0.0], [0], tmp_path / "s", gpus_per_point=1, progress=False)
+    assert not (tmp_path / "s").exists()  # refused before anything is written
+
+
 def test_a_point_held_by_another_process_is_left_alone(tiny_config, tmp_path):
     import fcntl
 

@@ -29,14 +29,14 @@ LAYERS = {
     "analysis": 5,
     "plots": 6,
     "report": 7, "registry": 7,
-    "sweep": 8,
+    "sweep": 8, "slurm": 8,
     "cli": 9,
 }
 
 # Imports allowed inside functions, with the reason.
 LAZY_ALLOWED = {
     "cli": "start-up time: `compose-lens --help` must not import torch",
-    "sweep": "ray is an optional dependency",
+    "sweep": "ray and submitit (compose_lens.slurm) are optional dependencies",
     "report.page": "circuitsvis is read for its bundle file only",
     "registry": "start-up time: the command line builds its findings table and the registered analyses' "
                 "commands from these declarations before torch is imported; their functions import the analyses",

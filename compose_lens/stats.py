@@ -61,6 +61,21 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     return float(ci.low), float(ci.high)
 
 
+def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`wilson_interval` of many observed fractions at once (each of ``n`` trials), as arrays:
+    the band around an accuracy curve whose every point is a pool of ``n`` sequences.
+
+    >>> low, high = wilson_bounds([2 / 14, 1.0], 14)
+    >>> low.round(2).tolist(), high.round(2).tolist()
+    ([0.04, 0.78], [0.4, 1.0])
+    """
+    p = np.clip(np.asarray(fraction, float), 0.0, 1.0)
+    z = float(_scipy.norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
 @dataclass(frozen=True)
 class Rate:
     """``k`` of ``n`` independent trials, the fraction and its Wilson interval."""

@@ -13,7 +13,8 @@ held-out and 2-var union >= 0.98), or, when every attempt fails, with last lines
 what it means and what to do, and exit status 1: it never ends silently on a stalled model.
 
 The table: the exhaustive accuracies next to the study's, the onsets of the three learning
-phases (the rule of :mod:`compose_lens.analysis.dynamics` on ``metrics.jsonl``), the measured
+phases with their intervals (:func:`compose_lens.phases.measure_phases` on the run's evaluated
+checkpoints: the reading ``compose-lens dynamics`` and the report print), the measured
 stall rate and the wall time; the study's own final checkpoint beside it where
 ``../shared/reference`` exists. Written to ``OUT/reproduction.json`` too. Interrupted attempts
 resume; finished ones are read back.
@@ -31,17 +32,16 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from compose_lens import study
-from compose_lens.analysis.dynamics import PHASE_RULES, add_derived_columns, find_phases
+from compose_lens.analysis.dynamics import PHASE_RULES, run_phases_measured, trajectory
 from compose_lens.outcome import classify_run
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json, write_json_atomic
 from compose_lens.config import RunConfig
 from compose_lens.evaluate import exhaustive_accuracies
-from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model, read_metrics
+from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model
 from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -91,7 +91,6 @@ def main() -> int:
     chosen = attempts[-1]
     run = chosen["run"]
     results = load_json(run / "results.json")
-    metrics = read_metrics(run)
 
     reference = None
     if (REFERENCE / "final.pth").exists():
@@ -111,12 +110,16 @@ def main() -> int:
             row["study_checkpoint"] = reference[name]
         print(line)
         rows.append(row)
-    phases = find_phases(add_derived_columns(pd.DataFrame(metrics)))
+    # the run's onsets as dynamics and the report read them: every checkpoint's pools evaluated
+    # (no circuit measures), each onset with its interval (compose_lens.phases.measure_phases)
+    traj = trajectory(run, circuit=False, progress=True)
+    phases = run_phases_measured(traj.table, run, traj.settings)
     for rule in PHASE_RULES:
         label = f"phase: {rule.name} ({rule.metric} >= {rule.threshold})"
-        step = phases[rule.name]["step"]
-        print(f"{label:50s} {study.PHASES[rule.name]:>22s} {str(step):>16s}")
-        rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": step})
+        phase = phases[rule.name]
+        print(f"{label:50s} {study.PHASES[rule.name]:>22s} {phase['text']:>26s}")
+        rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": phase["step"],
+                     "interval": phase["interval"], "stride_may_move": phase["stride_may_move"]})
     print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
     rate = load_json(STALL_RATE)["by_seed"]["precision=fp32"] if STALL_RATE.exists() else None

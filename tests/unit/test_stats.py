@@ -110,3 +110,10 @@ def test_percentile_interval_numpy_and_torch_agree():
 ])
 def test_format_estimate(args, text):
     assert stats.format_estimate(*args) == text
+
+
+def test_wilson_bounds_match_the_scalar_interval():
+    fractions = np.array([0.0, 0.14, 0.5, 0.97, 1.0])
+    low, high = stats.wilson_bounds(fractions, 2000)
+    for f, lo, hi in zip(fractions, low, high):
+        assert (lo, hi) == pytest.approx(stats.wilson_interval(round(f * 2000), 2000), abs=1e-9)

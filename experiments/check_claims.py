@@ -134,6 +134,31 @@ def table_expression(source: Path, expr: str) -> dict:
 
 
 @computation
+def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-sided") -> dict:
+    """Mann-Whitney of two samples, each a pandas expression on a committed CSV (``a`` on
+    ``source``, ``b`` on ``other``; ``df`` is the table): p, rank_biserial, common_language, n_a, n_b."""
+    first = eval(a, {"pd": pd}, {"df": pd.read_csv(source)})  # noqa: S307
+    second = eval(b, {"pd": pd}, {"df": pd.read_csv(ROOT / other)})  # noqa: S307
+    found = stats.compare_steps(first, second, alternative=alternative)
+    return {**found, "p": found["p_value"]}
+
+
+@computation
+def interchange(source: Path, side: str, condition: str, isolation: str = "token") -> dict:
+    """One same-MLP interchange condition (value, low, high) from a ``same_mlp_interchange.csv``."""
+    df = pd.read_csv(source)
+    row = df[(df["side"] == side) & (df["condition"] == condition) & (df["isolation"] == isolation)].iloc[0]
+    return {"value": row["value"], "low": row["ci_low"], "high": row["ci_high"]}
+
+
+@computation
+def wilson(source: Path, k: int, n: int) -> dict:
+    """A count's Wilson interval (the count quoted on the page, ``source`` the table it comes from)."""
+    low, high = stats.wilson_interval(k, n)
+    return {"k": k, "n": n, "low": low, "high": high}
+
+
+@computation
 def diverged_runs(source: Path) -> dict:
     """``experiments/divergence_scan.py`` over a folder: runs with a log, and how many ever read diverged."""
     n, frame = _script("divergence_scan").scan([source])

@@ -239,6 +239,18 @@ def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
 # -- printing -----------------------------------------------------------------------------------
 
 
+def snap_to_zero(values, tolerance: float = ZERO_TOLERANCE):
+    """``values`` (numpy or torch) with every entry of magnitude below ``tolerance`` set to exactly 0:
+    a normalised score of float32 arithmetic is not resolved below ~1e-7, so -3.2e-08 is 0.
+
+    >>> snap_to_zero(np.array([-3.2e-8, 0.25, 2e-7])).tolist()
+    [0.0, 0.25, 0.0]
+    """
+    if hasattr(values, "masked_fill"):  # a torch tensor
+        return values.masked_fill(values.abs() < tolerance, 0.0)
+    return np.where(np.abs(values) < tolerance, 0.0, values)
+
+
 def _decimals(width: float, significant: int) -> int:
     """Decimal places that give ``width`` ``significant`` significant digits (at least 0)."""
     return max(0, significant - 1 - math.floor(math.log10(width)))

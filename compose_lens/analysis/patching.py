@@ -566,7 +566,8 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
     counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
     boot = (gain @ counts.T) / (mask @ counts.T).clamp_min(1) / (counts @ scale / N).unsqueeze(0)  # (S, n_boot)
     low, high = stats.percentile_interval(boot, confidence, axis=1)
-    return value.float(), low.float(), high.float()
+    # below float32's resolution of the ratio a score is noise: written as 0, not -3.2e-08
+    return tuple(stats.snap_to_zero(v).float() for v in (value, low, high))
 
 
 # -- token roles -------------------------------------------------------------------------------

@@ -117,3 +117,9 @@ def test_wilson_bounds_match_the_scalar_interval():
     low, high = stats.wilson_bounds(fractions, 2000)
     for f, lo, hi in zip(fractions, low, high):
         assert (lo, hi) == pytest.approx(stats.wilson_interval(round(f * 2000), 2000), abs=1e-9)
+
+
+def test_snap_to_zero_removes_float_noise_and_keeps_real_values():
+    noisy = torch.tensor([-3.2e-8, -4.3e-8, -2.1e-8, 0.125, -0.5])
+    assert stats.snap_to_zero(noisy).tolist() == [0.0, 0.0, 0.0, 0.125, -0.5]
+    assert str(stats.snap_to_zero(noisy)[0].item()) == "0.0"  # not -0.0

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from compose_lens import study
+from compose_lens import stats, study
 from compose_lens.analysis.dynamics import PHASE_RULES, run_phases_measured, trajectory
 from compose_lens.outcome import classify_run
 from compose_lens.errors import ComposeLensError
@@ -104,11 +104,12 @@ def main() -> int:
     for name, claim in study.CLAIMS.items():
         r = results["exhaustive"][name]
         line = f"{name + ' accuracy':50s} {claim:>22s} {r['accuracy']:>16.4f}"
-        row = {"measure": name, "study": claim, "this_run": r}
+        interval = stats.wilson_interval(r["correct"], r["total"])  # over the set's sequences
+        row = {"measure": name, "study": claim, "this_run": r, "interval_95": list(interval)}
         if reference:
             line += f" {reference[name]['accuracy']:>14.4f}"
             row["study_checkpoint"] = reference[name]
-        print(line)
+        print(line + f"   95 % [{interval[0]:.4f}, {interval[1]:.4f}]")
         rows.append(row)
     # the run's onsets as dynamics and the report read them: every checkpoint's pools evaluated
     # (no circuit measures), each onset with its interval (compose_lens.phases.measure_phases)

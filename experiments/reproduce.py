@@ -128,6 +128,7 @@ def main() -> int:
         lo, hi = rate["interval_95"]
         print(f"{'stall rate of the recipe (measured, fp32, by seed)':50s} {'one run shown':>22s} "
               f"{rate['stalled']:>7d} of {rate['seeds']:<3d} [{lo:.2f}, {hi:.2f}]")
+    wall = time.perf_counter() - started  # the checkpoints' evaluation for the onsets included
     print(f"wall time of this command (training, if it trained, and evaluation): {wall:.1f} s")
     summary = [{k: (str(v) if k == "run" else v) for k, v in a.items()} for a in attempts]
     write_json_atomic(out / "reproduction.json", {"rows": rows, "attempts": summary, "run": str(run),

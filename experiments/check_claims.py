@@ -128,9 +128,10 @@ def json_value(source: Path, keys: list[str]) -> dict:
 
 @computation
 def table_expression(source: Path, expr: str) -> dict:
-    """A pandas expression on a committed CSV (``df``), e.g. ``int((df.outcome == 'stalled').sum())``."""
+    """A pandas expression on a committed CSV (``df``; ``pd`` and :mod:`compose_lens.stats` as ``stats``),
+    e.g. ``int((df.outcome == 'stalled').sum())``."""
     df = pd.read_csv(source)
-    return {"value": eval(expr, {"pd": pd}, {"df": df})}  # noqa: S307 (expressions from the repository's own table)
+    return {"value": eval(expr, {"pd": pd, "stats": stats}, {"df": df})}  # noqa: S307 (expressions from the repository's own table)
 
 
 @computation

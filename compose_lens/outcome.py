@@ -30,14 +30,12 @@ The calibration (``compose_lens/assets/stall_calibration.json``, made by
 many runs had not formed routing by N and how many of those never did: the numbers the
 training-time warning quotes, so a late learner is never called stalled on a guess.
 
->>> wilson_interval(3, 8)[0] < 3 / 8 < wilson_interval(3, 8)[1]
-True
+A rate over such outcomes counts each seed once: :mod:`compose_lens.stats`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -54,16 +52,6 @@ ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
 ROUTING_POOLS = ("1var_train", "1var_add_restricted")
 ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "
                     "in an allowed slot (training and held-out pairs)", "routing_accuracy", 0.90, 0.10)
-
-
-def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a fraction k / n (n = 0: the whole [0, 1])."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @lru_cache(maxsize=1)
@@ -102,8 +90,9 @@ def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | N
 DIVERGED_FACTOR = 10.0
 # ``stop_at=decided`` ends a run once its loss has read diverged at this many evaluations in a row: one
 # modularity-grid run (4 layers, d_model 128, seed 1, 3x lr) read diverged for one evaluation (loss 1.54
-# at step 2,500, lowest 0.086) and came back to 0.094 at 2,750 and 0.003 at 4,000; no run on record
-# stayed diverged for two evaluations and then came back (experiments/divergence_scan.py)
+# at step 2,500, lowest 0.086) and came back to 0.094 at 2,750 and 0.003 at 4,000 (that run's log is not
+# committed); of the committed logs only one ever reads diverged and it never came back
+# (python experiments/divergence_scan.py)
 DIVERGED_STOP_AFTER = 3
 
 

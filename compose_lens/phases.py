@@ -13,6 +13,26 @@ accuracies a run logs in ``metrics.jsonl``), so training, the stall detector
 (:mod:`compose_lens.outcome`) and the analyses of :mod:`compose_lens.analysis.dynamics`
 share them.
 
+**A run's onsets, as printed** (``make reproduce``, ``compose-lens dynamics``, the report, the
+README) are one measurement, :func:`measure_phases`, on one curve: the run's *evaluated
+checkpoints* (``compose-lens dynamics``'s pools, ``pool_size`` sequences each, the same draw
+for every checkpoint). The pools a run logs while training are a second sample of the same
+accuracies (another draw), and read by the same rule they can land a few hundred steps away
+(seed 42: addition 1,400 logged, 1,200 at the checkpoints); they serve the stall detector and
+the sweeps, which have nothing else, and are not printed as the run's onsets. Each onset comes
+with the interval it is known to:
+
+* **checkpoint spacing**: the curve crossed after the last checkpoint before the onset, so
+  the onset lies in ``(bracket[0], step]``;
+* **pool sampling**: each point of the curve is a pool of ``pool_size`` sequences; the rule is
+  read again on each pool's 95 % Wilson band (upper band: the earliest plausible onset, lower
+  band: the latest), and the interval runs from the earliest reading's bracket start to the
+  latest reading's step (``None`` where the lower band never crosses and stays);
+* **stride**: read on every ``stride``-th checkpoint, an onset is flagged (``stride_may_move``)
+  where the reading skipped a checkpoint the run has after the bracket's start: one inside the
+  bracket may cross first (earlier), one after it may dip below ``threshold - margin`` (later).
+  The interval is then the reading's own, not the run's.
+
 >>> phase_onset([100, 200, 300, 400], [0.1, 0.95, 0.5, 0.99], threshold=0.9, margin=0.05)["step"]
 400
 >>> phase_onset([100, 200, 300], [0.1, 0.95, 0.93], threshold=0.9, margin=0.05)["interpolated_step"]
@@ -22,9 +42,12 @@ share them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
+
+from compose_lens.stats import format_estimate, wilson_bounds
 
 # Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")
@@ -109,3 +132,88 @@ def logged_phases(metrics: Sequence[dict], rules: Sequence[PhaseRule] = PHASE_RU
     if not metrics:
         return {}
     return find_phases(add_derived_columns(pd.DataFrame(list(metrics))), rules)
+
+
+POOL_COLUMNS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
+                "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+
+
+def _pool_band(table: pd.DataFrame, pool_size: int, side: int) -> pd.DataFrame:
+    """``table`` with every pool accuracy moved to its Wilson bound (``side`` +1 upper, -1 lower) and
+    the phase curves derived again from those bounds."""
+    band = table.copy()
+    for col in POOL_COLUMNS:
+        if col in band:
+            low, high = wilson_bounds(band[col].to_numpy(float), pool_size)
+            band[col] = high if side > 0 else low
+    return add_derived_columns(band)
+
+
+def measure_phases(table: pd.DataFrame, pool_size: int | None = None, available_steps: Iterable[int] | None = None,
+                   rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
+    """The run's phase onsets with their intervals: :func:`find_phases` plus, per phase,
+    ``interval`` ([low, high]: checkpoint spacing and, given ``pool_size``, pool sampling; high
+    ``None`` where the lower band never crosses and stays), ``stride_may_move`` (given the run's
+    ``available_steps``: the reading skipped a checkpoint after the bracket's start) and ``text``
+    (``"5,000 [4,900, 5,200]"``).
+
+    >>> curve = [0.5, 0.965, 0.99, 0.99]  # 0.965 of 2,000 may be 0.97: the interval reaches back to 100
+    >>> table = pd.DataFrame({"step": [100, 200, 300, 400], **{pool: curve for pool in POOL_COLUMNS}})
+    >>> found = measure_phases(table, rules=PHASE_RULES[:1], pool_size=2000, available_steps=[100, 200, 250, 300, 400])
+    >>> found["addition"]["step"], found["addition"]["interval"], found["addition"]["stride_may_move"]
+    (300, [100, 300], True)
+    """
+    table = add_derived_columns(table).sort_values("step")
+    found = find_phases(table, rules)
+    early = late = None
+    if pool_size:
+        early, late = find_phases(_pool_band(table, pool_size, +1), rules), find_phases(_pool_band(table, pool_size, -1), rules)
+    read = set(int(s) for s in table["step"])
+    skipped = sorted(set(int(s) for s in available_steps) - read) if available_steps is not None else []
+    for rule in rules:
+        onset = found[rule.name]
+        if onset["step"] is None:
+            onset.update(interval=None, stride_may_move=False, text="not reached", pool_size=pool_size)
+            continue
+        low, high = onset["bracket"][0], onset["step"]
+        if early is not None and early[rule.name]["step"] is not None:
+            low = min(low, early[rule.name]["bracket"][0])
+        if late is not None:
+            high = late[rule.name]["step"]
+        moves = any(s > onset["bracket"][0] for s in skipped)
+        onset.update(interval=[low, high], stride_may_move=moves, pool_size=pool_size,
+                     text=onset_text(onset["step"], [low, high]))
+    return found
+
+
+def onset_text(step: int | None, interval: Sequence | None) -> str:
+    """``5,000 [4,900, 5,200]``; ``[.., open]`` where the interval has no upper end."""
+    if step is None:
+        return "not reached"
+    if not interval:
+        return f"{step:,}"
+    return f"{step:,} [{interval[0]:,}, " + (f"{interval[1]:,}]" if interval[1] is not None else "not established]")
+
+
+PROVISIONAL_BELOW = 3  # later checkpoints needed to show that an onset stays
+
+
+def phase_line(phase: dict | None) -> str:
+    """The one sentence every printer uses for a :func:`measure_phases` onset.
+
+    >>> phase_line({"step": 5000, "interval": [4700, 5000], "bracket": [4900, 5000], "interpolated_step": 4950.0,
+    ...             "later_checkpoints": 250, "stride_may_move": False, "pool_size": 2000})
+    'step 5,000 [4,700, 5,000] (crossed between checkpoints 4,900 and 5,000, ~4,950; interval: spacing and pools of 2,000)'
+    """
+    if not phase or phase.get("step") is None:
+        return "not reached"
+    interval = phase.get("interval")
+    lo, hi = phase["bracket"]
+    why = "spacing and pools of " + f"{phase['pool_size']:,}" if phase.get("pool_size") else "checkpoint spacing"
+    text = (f"step {onset_text(phase['step'], interval)} (crossed between checkpoints {lo:,} and {hi:,}, "
+            f"~{phase['interpolated_step']:,.0f}; interval: {why})")
+    if phase.get("stride_may_move"):
+        text += "; read on a stride that skipped checkpoints from the bracket on: a denser reading can move it"
+    if phase.get("later_checkpoints", PROVISIONAL_BELOW) < PROVISIONAL_BELOW:
+        text += "; provisional: too few later checkpoints to show that it stays"
+    return text

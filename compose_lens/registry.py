@@ -202,7 +202,7 @@ PROBES = Analysis(
               Finding("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high"),
               Finding("equals_to_values_score", "layer 2: = attends to the queried values", "high"),
               Finding("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1"),
-              Finding("key_frequency_strength", "MLP2 variance in its key frequencies", "high")),
+              Finding("key_frequency_strength", "MLP2 post-ReLU variance in its key frequencies", "high")),
     exports=("circuit_summary", "circuit_measures"))
 
 

@@ -13,7 +13,8 @@ held-out and 2-var union >= 0.98), or, when every attempt fails, with last lines
 what it means and what to do, and exit status 1: it never ends silently on a stalled model.
 
 The table: the exhaustive accuracies next to the study's, the onsets of the three learning
-phases (the rule of :mod:`compose_lens.analysis.dynamics` on ``metrics.jsonl``), the measured
+phases with their intervals (:func:`compose_lens.phases.measure_phases` on the run's evaluated
+checkpoints: the reading ``compose-lens dynamics`` and the report print), the measured
 stall rate and the wall time; the study's own final checkpoint beside it where
 ``../shared/reference`` exists. Written to ``OUT/reproduction.json`` too. Interrupted attempts
 resume; finished ones are read back.
@@ -31,17 +32,16 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
 
-from compose_lens import study
-from compose_lens.analysis.dynamics import PHASE_RULES, add_derived_columns, find_phases
+from compose_lens import stats, study
+from compose_lens.analysis.dynamics import PHASE_RULES, run_phases_measured, trajectory
 from compose_lens.outcome import classify_run
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json, write_json_atomic
 from compose_lens.config import RunConfig
 from compose_lens.evaluate import exhaustive_accuracies
-from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model, read_metrics
+from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model
 from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -91,7 +91,6 @@ def main() -> int:
     chosen = attempts[-1]
     run = chosen["run"]
     results = load_json(run / "results.json")
-    metrics = read_metrics(run)
 
     reference = None
     if (REFERENCE / "final.pth").exists():
@@ -105,25 +104,31 @@ def main() -> int:
     for name, claim in study.CLAIMS.items():
         r = results["exhaustive"][name]
         line = f"{name + ' accuracy':50s} {claim:>22s} {r['accuracy']:>16.4f}"
-        row = {"measure": name, "study": claim, "this_run": r}
+        interval = stats.wilson_interval(r["correct"], r["total"])  # over the set's sequences
+        row = {"measure": name, "study": claim, "this_run": r, "interval_95": list(interval)}
         if reference:
             line += f" {reference[name]['accuracy']:>14.4f}"
             row["study_checkpoint"] = reference[name]
-        print(line)
+        print(line + f"   95 % [{interval[0]:.4f}, {interval[1]:.4f}]")
         rows.append(row)
-    phases = find_phases(add_derived_columns(pd.DataFrame(metrics)))
+    # the run's onsets as dynamics and the report read them: every checkpoint's pools evaluated
+    # (no circuit measures), each onset with its interval (compose_lens.phases.measure_phases)
+    traj = trajectory(run, circuit=False, progress=True)
+    phases = run_phases_measured(traj.table, run, traj.settings)
     for rule in PHASE_RULES:
         label = f"phase: {rule.name} ({rule.metric} >= {rule.threshold})"
-        step = phases[rule.name]["step"]
-        print(f"{label:50s} {study.PHASES[rule.name]:>22s} {str(step):>16s}")
-        rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": step})
+        phase = phases[rule.name]
+        print(f"{label:50s} {study.PHASES[rule.name]:>22s} {phase['text']:>26s}")
+        rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": phase["step"],
+                     "interval": phase["interval"], "stride_may_move": phase["stride_may_move"]})
     print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
-    rate = load_json(STALL_RATE)["all"] if STALL_RATE.exists() else None
-    if rate:
+    rate = load_json(STALL_RATE)["by_seed"]["precision=fp32"] if STALL_RATE.exists() else None
+    if rate:  # counted by seed (experiments/stall_rate.py): a seed's kernel variants are one trial
         lo, hi = rate["interval_95"]
-        print(f"{'stall rate of the recipe (measured, fp32)':50s} {'one run shown':>22s} "
-              f"{rate['stalled']:>7d} of {rate['runs']:<3d} [{lo:.2f}, {hi:.2f}]")
+        print(f"{'stall rate of the recipe (measured, fp32, by seed)':50s} {'one run shown':>22s} "
+              f"{rate['stalled']:>7d} of {rate['seeds']:<3d} [{lo:.2f}, {hi:.2f}]")
+    wall = time.perf_counter() - started  # the checkpoints' evaluation for the onsets included
     print(f"wall time of this command (training, if it trained, and evaluation): {wall:.1f} s")
     summary = [{k: (str(v) if k == "run" else v) for k, v in a.items()} for a in attempts]
     write_json_atomic(out / "reproduction.json", {"rows": rows, "attempts": summary, "run": str(run),

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.outcome import CALIBRATION_FILE, onsets, wilson_interval
+from compose_lens.outcome import CALIBRATION_FILE, onsets
+from compose_lens.stats import wilson_interval
 from compose_lens.study import HEADLINE
 from compose_lens.runs import read_metrics
 

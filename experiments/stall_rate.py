@@ -16,8 +16,16 @@ A run directory keeps ``config.json``, ``metrics.jsonl`` and ``results.json`` (t
 ignored by git); a finished run is skipped and an interrupted one resumes, so the study can be
 continued from the repository on any machine. ``--table`` (also written after every run)
 reads every run directory, classifies it with :mod:`compose_lens.outcome`, and writes
-``runs.csv`` (one row per run) and ``summary.json`` (the stall fraction with its 95 % Wilson
-interval, per precision and overall).
+``runs.csv`` (one row per run, finished or not) and ``summary.json``: the stall rate **counted by
+seed** (:data:`ONE_PER_SEED` picks one trajectory per seed; a seed's runs share split, weights and
+data order, so they are one trial, not several) with its 95 % Wilson interval, overall and per
+precision, and apart from it how often a seed's kernel (or precision) variants agree on the stall
+(McNemar's exact test on the pairs that disagree). ``--compare OTHER_DIR`` sets this folder's runs
+(the recipe) against another's (the remedy), by seed and per precision: both rates, Fisher's exact
+p, and the steps to the headline by Mann-Whitney (``comparison_with_<OTHER>.json``):
+
+    python experiments/stall_rate.py --out experiments/results/stall_rate/fp32 --table \\
+        --compare experiments/results/stall_rate/remedy_lr_x3
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.outcome import classify_run, wilson_interval
+from compose_lens import stats
+from compose_lens.outcome import classify_run
 
 KERNELS = {"native": {}, "default": {"ATEN_CPU_CAPABILITY": "default"},
            "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}
@@ -84,40 +93,129 @@ def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, c
     return f"{run.name}: {row['outcome']} at step {row['steps']} ({took:.0f} s)"
 
 
+# A seed's trajectories differ in rounding alone (kernels, threads, compile, device) or in precision; the
+# rate counts each seed once, by this rule, fixed before any outcome is read: native kernels first, then
+# fp32, the CPU, uncompiled, one thread; among equals the first run by name.
+ONE_PER_SEED = (("kernel", "native"), ("precision", "fp32"), ("device", "cpu"), ("compiled", False), ("threads", 1))
+RULE = ("one trajectory per seed: native kernels first, then fp32, CPU, uncompiled, one thread, then the "
+        "first by run name; a seed whose chosen run is still undecided (unfinished, routing not formed, "
+        "stall not yet certain) is left out and listed")
+
+
+def run_row(run: Path) -> dict:
+    """One run directory's row: its setting, outcome, and whether that outcome is decided.
+
+    A finished run is decided. So is an unfinished one whose routing formed (a stall is routing never
+    forming, so it can no longer stall) or whose outcome already reads stalled or diverged."""
+    cfg = json.loads((run / "config.json").read_text())
+    res = json.loads((run / "results.json").read_text()) if (run / "results.json").exists() else {}
+    row = classify_run(run)
+    finished = bool(res)
+    exhaustive = res.get("exhaustive", {})
+    return {
+        "run": run.name, "seed": cfg["train"]["seed"], "f": cfg["task"]["f"], "r": cfg["task"]["r"],
+        "precision": cfg["train"]["precision"].replace("auto", "fp32"),
+        "threads": res.get("threads", cfg["train"].get("threads")), "kernel": run.name.split("kernel=")[1].split("_")[0],
+        "device": cfg["train"]["device"],
+        "compiled": res.get("compiled", cfg["train"].get("compile") == "on"), "remedy": cfg["train"].get("remedy", "none"),
+        "steps": row["steps"], "outcome": row["outcome"], "finished": finished,
+        "decided": finished or row["routing_formed_step"] is not None or row["outcome"] in ("stalled", "diverged"),
+        "routing_formed_step": row["routing_formed_step"],
+        "zero_var_heldout": exhaustive.get("zero_var_heldout", {}).get("accuracy"),
+        "two_var_union": exhaustive.get("two_var_union", {}).get("accuracy"),
+        "1var_train_final": row["final_1var_train"],
+        "train_wall_time_s": res.get("train_wall_time_s"),
+    }
+
+
+def read_runs(out: Path) -> pd.DataFrame:
+    """One row per run directory with a logged evaluation (finished or not), sorted by name."""
+    rows = [run_row(run) for run in sorted((out / "runs").glob("*"))
+            if (run / "config.json").exists() and (run / "metrics.jsonl").exists()
+            and (run / "metrics.jsonl").stat().st_size]
+    return pd.DataFrame(rows)
+
+
+def rate_by_seed(runs: pd.DataFrame) -> dict:
+    """The stall rate over seeds (:data:`ONE_PER_SEED`), its Wilson interval, and the seeds left out."""
+    chosen = stats.one_per_seed(runs, ONE_PER_SEED)
+    decided = chosen[chosen["decided"]]
+    rate = stats.Rate.of(int((decided["outcome"] == "stalled").sum()), len(decided))
+    return {"seeds": rate.n, "stalled": rate.k, "stall_fraction": rate.fraction, "interval_95": [rate.low, rate.high],
+            "generalised": int((decided["outcome"] == "generalised").sum()),
+            "stalled_seeds": sorted(int(s) for s in decided.loc[decided["outcome"] == "stalled", "seed"]),
+            "undecided_seeds": sorted(int(s) for s in chosen.loc[~chosen["decided"], "seed"]),
+            "runs_chosen": sorted(chosen.loc[chosen["decided"], "run"])}
+
+
+def summarise(runs: pd.DataFrame) -> dict:
+    """summary.json: the rate by seed (over all runs and per precision) and, apart, how often the
+    variants of one seed (kernels; precisions) reach the same stall outcome."""
+    decided = runs[runs["decided"]].assign(stalled=lambda d: d["outcome"] == "stalled")
+    by_seed = {"all": rate_by_seed(runs)}
+    for precision, group in runs.groupby("precision"):
+        by_seed[f"precision={precision}"] = rate_by_seed(group)
+    paired = []
+    for precision, group in decided.groupby("precision"):
+        if group["kernel"].nunique() > 1:
+            paired.append({"precision": precision, **stats.paired_agreement(group, "kernel", "native", "default", "stalled")})
+    native = decided[decided["kernel"] == "native"]
+    if native["precision"].nunique() > 1:
+        paired.append({"kernel": "native", **stats.paired_agreement(native, "precision", "fp32", "bf16", "stalled")})
+    return {"rule": RULE, "by_seed": by_seed, "paired_variants": paired,
+            "trajectories": {"runs": len(runs), "finished": int(runs["finished"].sum()),
+                             "decided": int(runs["decided"].sum()),
+                             "stalled": int((decided["outcome"] == "stalled").sum())}}
+
+
 def table(out: Path) -> pd.DataFrame:
-    rows = []
-    for run in sorted((out / "runs").glob("*")):
-        if not (run / "results.json").exists():
-            continue
-        cfg = json.loads((run / "config.json").read_text())
-        res = json.loads((run / "results.json").read_text())
-        row = classify_run(run)
-        rows.append({
-            "run": run.name, "seed": cfg["train"]["seed"], "f": cfg["task"]["f"], "r": cfg["task"]["r"],
-            "precision": cfg["train"]["precision"].replace("auto", "fp32"),
-            "threads": res.get("threads"), "kernel": run.name.split("kernel=")[1].split("_")[0],
-            "device": cfg["train"]["device"],
-            "compiled": res.get("compiled"), "remedy": cfg["train"].get("remedy", "none"),
-            "steps": res["steps"], "outcome": row["outcome"],
-            "routing_formed_step": row["routing_formed_step"],
-            "zero_var_heldout": res["exhaustive"]["zero_var_heldout"]["accuracy"],
-            "two_var_union": res["exhaustive"]["two_var_union"]["accuracy"],
-            "1var_train_final": row["final_1var_train"],
-            "train_wall_time_s": res.get("train_wall_time_s"),
-        })
-    df = pd.DataFrame(rows)
+    """Re-read ``out``'s run directories; write ``runs.csv`` (one row per run) and ``summary.json``."""
+    df = read_runs(out)
     if df.empty:
         return df
     df.to_csv(out / "runs.csv", index=False)
-    summary = {}
-    for key, group in [("all", df), *[(f"precision={p}", g) for p, g in df.groupby("precision")],
-                       *[(f"kernel={k}", g) for k, g in df.groupby("kernel")]]:
-        n, k = len(group), int((group["outcome"] == "stalled").sum())
-        lo, hi = wilson_interval(k, n)
-        summary[key] = {"runs": n, "stalled": k, "stall_fraction": k / n, "interval_95": [lo, hi],
-                        "generalised": int((group["outcome"] == "generalised").sum())}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summarise(df), indent=2) + "\n")
     return df
+
+
+def compare(recipe: pd.DataFrame, other: pd.DataFrame) -> dict:
+    """The recipe's runs against another set's (the remedy's), per precision both have, each counted by
+    seed: both rates with their intervals and Fisher's exact p; the steps to the headline of the runs
+    that reached it, by Mann-Whitney (rank-biserial < 0: the other set's runs got there later)."""
+    found = {"rule": RULE}
+    for precision in sorted(set(recipe["precision"]) & set(other["precision"])):
+        a = rate_by_seed(recipe[recipe["precision"] == precision])
+        b = rate_by_seed(other[other["precision"] == precision])
+        row = {"recipe": {k: a[k] for k in ("seeds", "stalled", "interval_95")},
+               "other": {k: b[k] for k in ("seeds", "stalled", "interval_95")},
+               "fisher_exact_p": stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"],
+               "common_seeds": len(set(map(int, recipe.loc[recipe["run"].isin(a["runs_chosen"]), "seed"]))
+                                   & set(map(int, other.loc[other["run"].isin(b["runs_chosen"]), "seed"])))}
+        steps = [d.loc[d["run"].isin(c["runs_chosen"]) & (d["outcome"] == "generalised"), "steps"]
+                 for d, c in ((recipe, a), (other, b))]
+        if all(len(s) for s in steps):
+            row["steps_to_headline"] = stats.compare_steps(steps[0], steps[1])
+        found[f"precision={precision}"] = row
+    return found
+
+
+def compare_lines(found: dict, names: tuple[str, str]) -> list[str]:
+    lines = []
+    for key, row in found.items():
+        if key == "rule":
+            continue
+        parts = []
+        for side, name in zip(("recipe", "other"), names):
+            r = row[side]
+            rate = stats.Rate.of(r["stalled"], r["seeds"])
+            parts.append(f"{name} {rate.text()}")
+        line = f"{key}: stalled seeds {'; '.join(parts)}; Fisher exact p = {row['fisher_exact_p']:.2f}"
+        if "steps_to_headline" in row:
+            s = row["steps_to_headline"]
+            line += (f"; steps to the headline median {s['median_a']:.0f} vs {s['median_b']:.0f}, Mann-Whitney "
+                     f"p = {s['p_value']:.2f}, rank-biserial {s['rank_biserial']:+.2f}")
+        lines.append(line)
+    return lines
 
 
 def main() -> int:
@@ -136,7 +234,15 @@ def main() -> int:
                    help="generalised: stalls train the whole budget (the study here); decided: also stop "
                         "once the detector is certain of a stall")
     p.add_argument("--table", action="store_true", help="only re-read the run directories")
+    p.add_argument("--compare", type=Path, metavar="OTHER_DIR",
+                   help="after --table: compare these runs (the recipe) with OTHER_DIR's (e.g. the remedy), by seed")
     a = p.parse_args()
+    if a.compare is not None and not (a.compare / "runs").is_dir():
+        print(f"error: --compare {a.compare}: no runs/ folder there; give a stall_rate.py --out folder", file=sys.stderr)
+        return 2
+    if a.table and not (a.out / "runs").is_dir():
+        print(f"error: --out {a.out}: no runs/ folder there; train first (without --table)", file=sys.stderr)
+        return 2
     if not a.table:
         jobs = [(s, k) for s in seeds_of(a.seeds) for k in a.kernels]
         with ThreadPoolExecutor(a.workers) as pool:
@@ -147,8 +253,27 @@ def main() -> int:
                 table(a.out)
     df = table(a.out)
     if not df.empty:
-        print(df[["run", "steps", "outcome", "zero_var_heldout", "two_var_union"]].to_string(index=False))
-        print(json.dumps(json.loads((a.out / "summary.json").read_text()), indent=1))
+        print(df[["run", "steps", "outcome", "finished", "zero_var_heldout", "two_var_union"]].to_string(index=False))
+        summary = json.loads((a.out / "summary.json").read_text())
+        print(f"counted by seed ({summary['rule']}):")
+        for key, r in summary["by_seed"].items():
+            rate = stats.Rate.of(r["stalled"], r["seeds"])
+            undecided = f"; undecided seeds {r['undecided_seeds']}" if r["undecided_seeds"] else ""
+            print(f"  {key}: {rate.text()} stalled{undecided}")
+        for p_ in summary["paired_variants"]:
+            print(f"  {p_['variant']} {p_['a']} vs {p_['b']}: {p_['agree']} of {p_['seeds']} seeds agree on the stall "
+                  f"({p_['only_a']} stalled only under {p_['a']}, {p_['only_b']} only under {p_['b']}; McNemar exact "
+                  f"p = {p_['mcnemar_exact_p']:.2f})")
+    if a.compare is not None:
+        other = read_runs(a.compare)
+        if df.empty or other.empty:
+            print(f"error: nothing to compare: {a.out if df.empty else a.compare} has no run with a logged evaluation",
+                  file=sys.stderr)
+            return 2
+        found = compare(df, other)
+        (a.out / f"comparison_with_{a.compare.name}.json").write_text(json.dumps(found, indent=2) + "\n")
+        for line in compare_lines(found, (a.out.name, a.compare.name)):
+            print(line)
     return 0
 
 

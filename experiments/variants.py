@@ -60,7 +60,7 @@ VARIANTS = {  # name: RunConfig overrides (the task settings and, for chains, th
 
 # chains at p = 59: the 3-layer model trains on the last-position forward, 196 ms a step in fp32 on one
 # AMD EPYC core; bf16 autocast took 1.86x less (measured side by side), and on the study's task it
-# stalled as often as fp32 (1 of 7 runs against 2 of 24, docs/stalls.md)
+# stalled no more often than fp32 as far as the seeds tell (1 of 9 seeds against 2 of 14, docs/stalls.md)
 STUDY_EXTRA = {"chain": ["precision=bf16"]}
 
 

@@ -125,7 +125,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from compose_lens import capabilities, coverage
+from compose_lens import capabilities, coverage, stats
 from compose_lens.analysis import locate, metrics
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
@@ -712,12 +712,19 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Probability that a labelled edge outranks an unlabelled one by |score| (Mann-Whitney)."""
-    pos, neg = int(labels.sum()), int((~labels).sum())
-    if pos == 0 or neg == 0:
-        return float("nan")
-    r = _ranks(scores.abs())
-    return float((r[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+    """Probability that a labelled edge outranks an unlabelled one by |score| (Mann-Whitney,
+    :func:`compose_lens.stats.roc_auc`): with ``pos`` labelled and ``neg`` unlabelled edges it moves
+    in steps of 1 / (pos neg), e.g. 1/55 on the paper graph's 11 and 5."""
+    return stats.roc_auc(scores.abs().double().numpy(), labels.bool().numpy())
+
+
+def roc_auc_interval(scores: torch.Tensor, labels: torch.Tensor, seed: int = 0) -> list[float] | None:
+    """The 95 % percentile bootstrap interval of :func:`roc_auc` over the graph's edges (None when a
+    class is empty)."""
+    if not labels.any() or labels.all():
+        return None
+    _, low, high = stats.auc_interval(scores.abs().double().numpy(), labels.bool().numpy(), seed=seed)
+    return [low, high]
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -811,7 +818,10 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     labelled = circuit_labels(model, config, split, gm.graph, seed, location)
     labels = labelled.labels
     summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
-               "roc_auc": roc_auc(scores, labels) if labels is not None else None, "metric": metric_name,
+               "roc_auc": roc_auc(scores, labels) if labels is not None else None,
+               "roc_auc_ci95": roc_auc_interval(scores, labels, seed) if labels is not None else None,
+               "labelled_edges": None if labels is None else [int(labels.sum()), int((~labels).sum())],
+               "metric": metric_name,
                "labelled": labelled.name}
     in_metric = "" if metric_name == metrics.DEFAULT else f", metric {metric_name}"
     return Discovery(edge_table(gm, scores, method, found, labels),

@@ -65,13 +65,14 @@ from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
 from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
 from compose_lens.data.split import Split
 from compose_lens.evaluate import batch_accuracies, pool_accuracies
 from compose_lens.model import tl, weights
 from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
-                                 add_derived_columns, find_phases, logged_phases, phase_onset)
+                                 add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
 from compose_lens.provenance import provenance
 
 
@@ -261,14 +262,33 @@ def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, see
 # -- the phases -------------------------------------------------------------------------------
 
 
+def run_phases_measured(table: pd.DataFrame, source: str | Path, settings: dict | None,
+                        split_file: str | Path | None = None) -> dict:
+    """The run's onsets (:func:`compose_lens.phases.measure_phases`) from its evaluated checkpoints:
+    intervals from the pools' size (``settings``) and, against every checkpoint ``source`` has, the
+    stride flag. The one reading ``dynamics``, the report and ``make reproduce`` print."""
+    try:
+        available = [c.step for c in runs.find_checkpoints(source, split_file)[0]]
+    except (ComposeLensError, OSError):  # the checkpoints are gone (a copied results folder): no stride flag
+        available = None
+    return measure_phases(table, pool_size=(settings or {}).get("pool_size"), available_steps=available)
+
+
+PHASE_RULE_TEXT = ("onset = first checkpoint step at which the metric is >= threshold and never falls below "
+                   "threshold - margin at any later checkpoint; bracket = [previous checkpoint, onset]; "
+                   "interpolated_step = linear interpolation of the threshold crossing inside the bracket; "
+                   "interval = [earliest bracket start, latest onset] over the rule read on each pool's 95 % "
+                   "Wilson band (pool_size sequences a pool) and the bracket; stride_may_move: a checkpoint "
+                   "the reading skipped lies inside the bracket")
+
+
 def phases_document(traj: Trajectory) -> dict:
     """``phases.json``: the phases of a trajectory, the rule, the timing and the provenance."""
     return {
-        "phases": find_phases(traj.table),
+        "phases": run_phases_measured(traj.table, traj.source, traj.settings,
+                                      (traj.settings or {}).get("split_file")),
         "study": study.PHASES,
-        "rule": "onset = first checkpoint step at which the metric is >= threshold and never falls "
-                "below threshold - margin at any later checkpoint; bracket = [previous checkpoint, onset]; "
-                "interpolated_step = linear interpolation of the threshold crossing inside the bracket",
+        "rule": PHASE_RULE_TEXT,
         "source": traj.source,
         "checkpoints": len(traj.table),
         "steps": [int(s) for s in traj.table["step"]],

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens import capabilities
+from compose_lens import capabilities, stats
 from compose_lens.analysis import metrics
 from compose_lens.config import CORRUPTIONS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
@@ -565,9 +565,9 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
     counts = torch.zeros(n_boot, N, dtype=torch.float64)
     counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
     boot = (gain @ counts.T) / (mask @ counts.T).clamp_min(1) / (counts @ scale / N).unsqueeze(0)  # (S, n_boot)
-    alpha = (1 - confidence) / 2
-    low, high = torch.quantile(boot, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=1)
-    return value.float(), low.float(), high.float()
+    low, high = stats.percentile_interval(boot, confidence, axis=1)
+    # below float32's resolution of the ratio a score is noise: written as 0, not -3.2e-08
+    return tuple(stats.snap_to_zero(v).float() for v in (value, low, high))
 
 
 # -- token roles -------------------------------------------------------------------------------

@@ -128,7 +128,7 @@ from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
-from compose_lens import capabilities, coverage
+from compose_lens import capabilities, coverage, stats
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import answer_logits, predictions
@@ -426,8 +426,8 @@ def bootstrap_mean(values: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP)
     values = values.float()
     g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 12)
     idx = torch.randint(0, len(values), (n_boot, len(values)), generator=g)
-    means = values[idx].mean(1)
-    return values.mean().item(), means.quantile(0.025).item(), means.quantile(0.975).item()
+    low, high = stats.percentile_interval(values[idx].mean(1))
+    return values.mean().item(), low.item(), high.item()
 
 
 def _rank(v: torch.Tensor) -> torch.Tensor:
@@ -622,9 +622,10 @@ def profile_correlation(a: torch.Tensor, b: torch.Tensor, seed: int = 0, n_boot:
     boot_b = b[torch.randint(0, len(b), (n_boot, len(b)), generator=g)].mean(1)
     pearson, spearman = _pearson(boot_a, boot_b), _pearson(_rank(boot_a), _rank(boot_b))
     null = _pearson(pa.expand(n_boot, -1), pb[torch.stack([torch.randperm(len(pb), generator=g) for _ in range(n_boot)])])
-    return {"pearson": _pearson(pa, pb).item(), "pearson_low": pearson.quantile(0.025).item(),
-            "pearson_high": pearson.quantile(0.975).item(), "spearman": _pearson(_rank(pa), _rank(pb)).item(),
-            "spearman_low": spearman.quantile(0.025).item(), "spearman_high": spearman.quantile(0.975).item(),
+    (pearson_low, pearson_high), (spearman_low, spearman_high) = map(stats.percentile_interval, (pearson, spearman))
+    return {"pearson": _pearson(pa, pb).item(), "pearson_low": pearson_low.item(),
+            "pearson_high": pearson_high.item(), "spearman": _pearson(_rank(pa), _rank(pb)).item(),
+            "spearman_low": spearman_low.item(), "spearman_high": spearman_high.item(),
             "null_mean": null.mean().item(), "null_high": null.quantile(0.975).item()}
 
 
@@ -697,7 +698,8 @@ def captured_share(X: torch.Tensor, V: torch.Tensor, seed: int = 0, n_boot: int 
     g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 14)
     idx = torch.randint(0, len(X), (n_boot, len(X)), generator=g)
     boot = inside[idx].sum(1) / total[idx].sum(1).clamp_min(1e-30)
-    return (inside.sum() / total.sum().clamp_min(1e-30)).item(), boot.quantile(0.025).item(), boot.quantile(0.975).item()
+    low, high = stats.percentile_interval(boot)
+    return (inside.sum() / total.sum().clamp_min(1e-30)).item(), low.item(), high.item()
 
 
 def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0,

@@ -22,7 +22,9 @@ The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
 ``equals_to_values_score``     layer-2 attention from ``=`` on the two value positions
 ``equals_to_values_mass``      ... its mean mass on them (graded; the hit rate saturates)
 ``ov_mlp_addition_accuracy``   MLP2 adds ``OV2 e_x + OV2 e_y`` for all p^2 pairs
-``key_frequency_strength``     share of MLP2 activation variance in the key frequencies
+``key_frequency_strength``     share of MLP2's post-ReLU activation variance in the key frequencies
+                              (the pre-activations, ReLU(f(x) + g(y)) before the ReLU, hold more:
+                              experiments/claim_measures.py)
 ``n_key_frequencies``          how many key frequencies
 ``grid_loss``                  loss over the p^2 constant-operand grid
 ``restricted_loss``            ... with MLP2 kept to the key frequencies

@@ -51,6 +51,7 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     from compose_lens.errors import ComposeLensError
     from compose_lens.report.outputs import write_circuit  # lazy: torch
     from compose_lens.safety import check_count, check_model_sizes, check_out_name, staged_output
+    from compose_lens.stats import format_estimate
 
     check_count(args.n_pairs, "--n-pairs", minimum=6)
     if not 0 < args.target <= 1:
@@ -76,7 +77,10 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
                                        pairs=args.pairs, metric=args.metric)
         bar.update()
     stem = f"circuit_{args.method}"
-    auc = "" if summary["roc_auc"] is None else f", ROC-AUC {summary['roc_auc']:.3f} against {summary['labelled']}"
+    auc = "" if summary["roc_auc"] is None else (
+        f", ROC-AUC {format_estimate(summary['roc_auc'], *(summary.get('roc_auc_ci95') or [None, None]))} "
+        f"(95 % bootstrap over the edges; {summary['labelled_edges'][0]} labelled, {summary['labelled_edges'][1]} "
+        f"not) against {summary['labelled']}")
     print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
           f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
     if summary["roc_auc"] is None:

@@ -16,6 +16,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
     from compose_lens import plots, runs, study  # lazy: torch
     from compose_lens.analysis.dynamics import phases_document, trajectory, trajectory_settings
     from compose_lens.outcome import trajectory_outcome
+    from compose_lens.phases import phase_line
     from compose_lens.safety import check_count, check_sizes, staged_output
 
     steps = _steps(args.steps)
@@ -44,10 +45,7 @@ def _cmd_dynamics(args: argparse.Namespace) -> int:
           f"300 checkpoints ~ {t['extrapolated_300_checkpoints_s'] / 60:.1f} min); circuit measures: "
           f"{'yes' if traj.circuit else 'no'}")
     for name, phase in doc["phases"].items():
-        where = (f"step {phase['step']} (between {phase['bracket'][0]} and {phase['bracket'][1]}, "
-                 f"crossing ~{phase['interpolated_step']:.0f}; {phase['later_checkpoints']} later checkpoints "
-                 f"confirm it)" if phase["step"] is not None else "not reached")
-        print(f"  {name:11s} {where}   [study: {study.PHASES[name]}]")
+        print(f"  {name:11s} {phase_line(phase)}   [study: {study.PHASES[name]}]")
     print(f"outcome: {doc['outcome']['outcome']} ({doc['outcome']['why']})")
     print(f"wrote {Path(args.out) / runs.DYNAMICS_FILE}, {Path(args.out) / runs.PHASES_FILE} and "
           f"{Path(args.out) / DYNAMICS_FIGURE}")

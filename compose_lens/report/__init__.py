@@ -64,6 +64,7 @@ from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.circuit import discover
 from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
+from compose_lens.phases import phase_line
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
 from compose_lens.data.sampler import POOL_NAMES, make_pools
@@ -137,13 +138,7 @@ def stall_banner(found: dict) -> str:
 
 
 def _phase_text(phase: dict | None) -> str:
-    if not phase or phase.get("step") is None:
-        return "not reached"
-    lo, hi = phase["bracket"]
-    text = f"step {phase['step']} (jump between {lo} and {hi}, crossing ~{phase['interpolated_step']:.0f})"
-    if phase.get("later_checkpoints", 99) < 3:
-        text += "; provisional: too few later checkpoints to show that it stays"
-    return text
+    return phase_line(phase)  # the one sentence dynamics and make reproduce print
 
 
 # -- the sections ----------------------------------------------------------------------------------

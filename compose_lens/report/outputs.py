@@ -51,7 +51,7 @@ from compose_lens import plots
 from compose_lens.analysis import circuit as C
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.dynamics import find_phases, phases_document, trajectory, trajectory_settings
+from compose_lens.analysis.dynamics import phases_document, run_phases_measured, trajectory, trajectory_settings
 from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.analysis.same_mlp import check_layout, same_mlp_report, same_mlp_tables, verdict_table
 from compose_lens import runs
@@ -85,7 +85,8 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
         wanted = [c.step for c in runs.select_checkpoints(runs.find_checkpoints(run_dir, split_file)[0],
                                                           stride=stride)]
         if set(wanted) <= set(int(s) for s in table["step"]):
-            return table, {**doc, "phases": find_phases(table)}  # the current rule, from the saved curves
+            # the current rule and intervals, from the saved curves
+            return table, {**doc, "phases": run_phases_measured(table, run_dir, doc.get("settings"), split_file)}
         try:
             known = runs.previous_dynamics(results_dir, settings)
         except ComposeLensError:

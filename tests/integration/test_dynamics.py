@@ -188,3 +188,17 @@ def test_update_evaluates_only_new_checkpoints(tiny_run, tmp_path):
     pd.testing.assert_frame_equal(again[again["step"] <= 20].reset_index(drop=True), first)
     # rows made with other settings are not mixed in
     assert main(["dynamics", str(tiny_run), "--update", *common[:-1], "--seed", "1", "--no-circuit"]) == 2
+
+
+def test_a_stride_over_the_study_checkpoints_flags_every_onset_it_may_move(reference_dir):
+    """report --stride 4 read the study's onsets 3,801 / 5,401 / 16,001 as 4,401 / 5,601 / 20,001 and
+    marked only one provisional: now each onset read on a stride that skipped checkpoints says so."""
+    from compose_lens.analysis.dynamics import run_phases_measured
+
+    traj = trajectory(reference_dir, pool_size=600, slot_size=150, circuit=False, progress=False, stride=4)
+    phases = run_phases_measured(traj.table, reference_dir, traj.settings)
+    assert all(phase["stride_may_move"] for phase in phases.values() if phase["step"] is not None)
+    assert all(phase["interval"][0] <= phase["bracket"][0] for phase in phases.values() if phase["step"])
+    every = trajectory(reference_dir, pool_size=600, slot_size=150, circuit=False, progress=False)
+    dense = run_phases_measured(every.table, reference_dir, every.settings)
+    assert not any(phase["stride_may_move"] for phase in dense.values())

@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
 # Layer of each top-level part of the package; a module imports only from layers <= its own.
 LAYERS = {
     "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
+    "stats": 0,  # the intervals and tests every claim is quoted with (scipy, numpy, pandas only)
     "data": 1, "safety": 1, "declaration": 1,  # the memory guard reads the estimates beside the renderer and the split
     "model": 2,
     "runs": 3, "phases": 3, "subject": 3,

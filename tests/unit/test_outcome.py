@@ -141,12 +141,6 @@ def test_stop_at_decided_stops_a_run_whose_loss_stays_diverged_and_not_one_that_
     assert stops(came_back[:9] + [7e10, 7e9, 1e9]) == 250 * 12  # the third reading in a row
 
 
-def test_wilson_interval_matches_a_hand_computed_value():
-    lo, hi = outcome.wilson_interval(3, 8)  # p = 0.375, z = 1.96
-    assert lo == pytest.approx(0.1369, abs=1e-3) and hi == pytest.approx(0.6943, abs=1e-3)
-    assert outcome.wilson_interval(0, 0) == (0.0, 1.0)
-
-
 @pytest.mark.skipif(not (RESULTS / "sweeps" / "r" / "runs").is_dir(), reason="committed sweep runs absent")
 def test_committed_runs_the_stalls_and_the_late_learner_are_told_apart():
     runs = RESULTS / "sweeps" / "r" / "runs"

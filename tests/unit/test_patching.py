@@ -157,3 +157,15 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
     assert main(["evaluate", model, "--pool-size", "8", "--json", "--quiet"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["provenance"]["command"] == f"compose-lens evaluate {model} --pool-size 8 --json --quiet"
+
+
+def test_a_site_that_changes_nothing_scores_exactly_zero_not_float_noise():
+    """A site whose patch moves the metric by float32 rounding only reads 0 [0, 0], not -3.2e-08."""
+    from compose_lens.analysis.patching import normalised_with_ci
+
+    g = torch.Generator().manual_seed(0)
+    clean, corrupted = torch.rand(50, generator=g) + 2, torch.rand(50, generator=g)
+    patched = torch.stack([corrupted - 3e-8 * torch.rand(50, generator=g), clean])  # noise, then the full effect
+    value, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=200)
+    assert (value[0].item(), low[0].item(), high[0].item()) == (0.0, 0.0, 0.0)
+    assert value[1].item() == pytest.approx(1.0)

@@ -1,0 +1,290 @@
+"""Every claim with its uncertainty: the statistics the study's numbers are quoted with, in one place.
+
+A number the study quotes is an estimate from a finite sample, and each kind of sample has its
+own honest interval:
+
+* **A rate over runs** (how often the recipe stalls): ``k`` of ``n`` *independent* trials, with the
+  95 % Wilson score interval (:func:`wilson_interval`), which stays inside [0, 1] and keeps its
+  coverage at small ``n`` and at rates near 0, where the normal approximation fails. The trials
+  must be independent: two trajectories of one seed (native and scalar CPU kernels, fp32 and
+  bf16) share the split, the initial weights and the data order, so they are *paired* data, not
+  two trials. :func:`one_per_seed` collapses them to one trajectory per seed by a stated rule, and
+  :func:`paired_agreement` asks the pairs' own question: how often does rounding alone flip an
+  outcome (agreement count, McNemar's exact test on the discordant pairs).
+* **Two run sets compared** (the recipe against its remedy): Fisher's exact test for two rates
+  (:func:`compare_rates`); for steps or onsets, the Mann-Whitney rank test with its effect size
+  (:func:`compare_steps`): the common-language effect ``P(a > b) + P(a = b) / 2`` and the
+  rank-biserial correlation ``2 * CL - 1`` (0: no shift, +-1: every a above / below every b).
+* **A score over prompts** (an accuracy, a ROC-AUC, a patching score): the percentile bootstrap
+  over prompts (:func:`bootstrap_interval`), seeded so a rerun prints the same interval.
+* **Printing**: :func:`format_estimate` writes a value and its interval at the digits the interval
+  supports, and prints values within a tolerance of zero as 0, so float noise such as
+  ``-3.2e-08 [-4.3e-08, -2.1e-08]`` reads ``0 [0, 0]``.
+
+``scipy.stats`` does the tests; this module states which test answers which question.
+
+>>> [round(v, 2) for v in wilson_interval(2, 14)]
+[0.04, 0.4]
+>>> round(compare_rates(0, 16, 3, 31)["p_value"], 2)
+0.54
+>>> format_estimate(-3.2e-8, -4.3e-8, -2.1e-8)
+'0 [0, 0]'
+>>> format_estimate(0.8333, 0.6124, 0.9421)
+'0.83 [0.61, 0.94]'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _scipy
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 1000
+ZERO_TOLERANCE = 1e-6  # below this a printed value is float noise: it prints as 0
+
+
+# -- a rate over independent trials -------------------------------------------------------------
+
+
+def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of a fraction ``k / n`` (``n = 0``: the whole [0, 1])."""
+    if not 0 <= k <= n:
+        raise ValueError(f"a rate needs 0 <= k <= n; got k = {k}, n = {n}")
+    if n == 0:
+        return 0.0, 1.0
+    ci = _scipy.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`wilson_interval` of many observed fractions at once (each of ``n`` trials), as arrays:
+    the band around an accuracy curve whose every point is a pool of ``n`` sequences.
+
+    >>> low, high = wilson_bounds([2 / 14, 1.0], 14)
+    >>> low.round(2).tolist(), high.round(2).tolist()
+    ([0.04, 0.78], [0.4, 1.0])
+    """
+    p = np.clip(np.asarray(fraction, float), 0.0, 1.0)
+    z = float(_scipy.norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``k`` of ``n`` independent trials, the fraction and its Wilson interval."""
+
+    k: int
+    n: int
+    fraction: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, k: int, n: int, confidence: float = CONFIDENCE) -> "Rate":
+        low, high = wilson_interval(k, n, confidence)
+        return cls(int(k), int(n), k / n if n else float("nan"), low, high)
+
+    def text(self) -> str:
+        """``2 of 14, 0.14 [0.04, 0.40]``."""
+        return f"{self.k} of {self.n}, {format_estimate(self.fraction, self.low, self.high)}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- paired trajectories of one seed ----------------------------------------------------------
+
+
+def one_per_seed(runs: pd.DataFrame, prefer: Sequence[tuple[str, object]], seed: str = "seed") -> pd.DataFrame:
+    """One row per seed: of a seed's rows, the first in the order ``prefer`` gives.
+
+    ``prefer``: ``(column, value)`` pairs, most preferred first, e.g. ``[("kernel", "native"),
+    ("precision", "fp32")]``: a seed's row with ``kernel == "native"`` wins; among equals, the one
+    with ``precision == "fp32"``; among equals still, the first by the frame's order. The rule is
+    fixed before the outcomes are read, so the choice cannot favour an outcome.
+
+    >>> runs = pd.DataFrame({"seed": [1, 1, 2], "kernel": ["default", "native", "default"], "y": [0, 1, 2]})
+    >>> one_per_seed(runs, [("kernel", "native")])["y"].tolist()
+    [1, 2]
+    """
+    if runs.empty:
+        return runs
+    rank = pd.DataFrame({f"_p{i}": (runs[col] != value).astype(int) for i, (col, value) in enumerate(prefer)},
+                        index=runs.index)
+    rank["_order"] = np.arange(len(runs))
+    order = rank.sort_values(list(rank.columns)).index
+    return runs.loc[order].drop_duplicates(seed, keep="first").sort_values(seed, kind="stable")
+
+
+def paired_agreement(runs: pd.DataFrame, variant: str, a: object, b: object, outcome: str,
+                     seed: str = "seed") -> dict:
+    """Do two variants of a seed (``variant == a`` and ``variant == b``) reach the same ``outcome``?
+
+    Over the seeds that have both: how many agree, and the discordant pairs both ways (``a``'s
+    outcome true and ``b``'s false, and the reverse). McNemar's exact test asks whether the
+    variant shifts the outcome one way: under no shift a discordant pair goes either way with
+    probability 1/2, so the two-sided binomial test of one direction's count (p = 1 when no pair
+    disagrees). ``outcome`` is a boolean column (e.g. stalled).
+    """
+    left = runs[runs[variant] == a].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
+    right = runs[runs[variant] == b].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
+    both = left.index.intersection(right.index)
+    left, right = left.loc[both], right.loc[both]
+    only_a, only_b = int((left & ~right).sum()), int((~left & right).sum())
+    discordant = only_a + only_b
+    p = float(_scipy.binomtest(only_a, discordant, 0.5).pvalue) if discordant else 1.0
+    return {"variant": variant, "a": a, "b": b, "outcome": outcome, "seeds": int(len(both)),
+            "agree": int(len(both) - discordant), "only_a": only_a, "only_b": only_b, "mcnemar_exact_p": p}
+
+
+# -- two run sets compared ----------------------------------------------------------------------
+
+
+def compare_rates(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
+    """Fisher's exact test (two-sided) of ``k_a / n_a`` against ``k_b / n_b``, each with its Wilson interval."""
+    table = [[k_a, n_a - k_a], [k_b, n_b - k_b]]
+    res = _scipy.fisher_exact(table, alternative="two-sided")
+    return {"a": Rate.of(k_a, n_a).as_dict(), "b": Rate.of(k_b, n_b).as_dict(),
+            "difference": (k_a / n_a if n_a else float("nan")) - (k_b / n_b if n_b else float("nan")),
+            "odds_ratio": float(res.statistic), "p_value": float(res.pvalue), "test": "Fisher exact, two-sided"}
+
+
+def compare_steps(a: Sequence[float], b: Sequence[float], alternative: str = "two-sided") -> dict:
+    """Mann-Whitney rank test of two samples (steps, onsets) with its effect sizes.
+
+    ``common_language``: the chance that a value of ``a`` exceeds one of ``b`` (ties count half),
+    i.e. U / (n_a n_b); ``rank_biserial``: ``2 * common_language - 1``. ``alternative`` as in
+    scipy (``"less"``: ``a`` tends below ``b``).
+
+    >>> found = compare_steps([1, 2, 3], [4, 5, 6], alternative="less")
+    >>> found["common_language"], found["rank_biserial"], round(found["p_value"], 2)
+    (0.0, -1.0, 0.05)
+    """
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError(f"a rank test needs both samples; got {len(a)} and {len(b)} values")
+    res = _scipy.mannwhitneyu(a, b, alternative=alternative)
+    cl = float(res.statistic) / (len(a) * len(b))
+    return {"n_a": len(a), "n_b": len(b), "median_a": float(np.median(a)), "median_b": float(np.median(b)),
+            "u": float(res.statistic), "p_value": float(res.pvalue), "alternative": alternative,
+            "common_language": cl, "rank_biserial": 2 * cl - 1, "test": "Mann-Whitney U"}
+
+
+# -- a score over prompts -----------------------------------------------------------------------
+
+
+def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed: int = 0,
+                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement.
+
+    ``samples`` are paired arrays of one row per prompt (e.g. scores and labels), resampled
+    together; ``statistic`` maps them to one number. Seeded: the same call gives the same interval.
+
+    >>> value, low, high = bootstrap_interval(np.mean, np.r_[np.zeros(50), np.ones(50)], seed=1)
+    >>> value, 0.38 < low < 0.45, 0.55 < high < 0.62
+    (0.5, True, True)
+    """
+    arrays = [np.asarray(s) for s in samples]
+    value = float(statistic(*arrays))
+    res = _scipy.bootstrap(arrays, statistic, paired=True, vectorized=False, n_resamples=resamples,
+                           confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
+    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def percentile_interval(replicates, confidence: float = CONFIDENCE, axis: int = -1):
+    """The percentile interval (low, high) of bootstrap ``replicates`` along ``axis`` (numpy or torch):
+    for the analyses that draw their own resamples (patching reweights one resample for every site)."""
+    alpha = (1 - confidence) / 2
+    if hasattr(replicates, "new_tensor"):  # a torch tensor: torch's quantile, the result stays a tensor
+        low, high = replicates.quantile(replicates.new_tensor([alpha, 1 - alpha]), dim=axis)
+        return low, high
+    low, high = np.quantile(np.asarray(replicates), [alpha, 1 - alpha], axis=axis)
+    return low, high
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """The ROC-AUC: the chance that a positive scores above a negative (ties half), the Mann-Whitney U
+    of the positives over n_pos n_neg. With 11 positives and 5 negatives it moves in steps of 1/55.
+
+    >>> roc_auc([0.9, 0.8, 0.3, 0.1], [True, False, True, False])
+    0.75
+    """
+    scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
+    pos, neg = scores[labels], scores[~labels]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    return float(_scipy.mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
+
+
+def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
+                 resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
+    """:func:`roc_auc` and its percentile bootstrap interval over the scored items (a resample
+    drawing no positive or no negative is dropped)."""
+    scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(scores), (resamples, len(scores)))
+    boots = [roc_auc(scores[d], labels[d]) for d in draws]
+    boots = np.array([b for b in boots if not math.isnan(b)])
+    low, high = percentile_interval(boots)
+    return roc_auc(scores, labels), float(low), float(high)
+
+
+# -- printing -----------------------------------------------------------------------------------
+
+
+def snap_to_zero(values, tolerance: float = ZERO_TOLERANCE):
+    """``values`` (numpy or torch) with every entry of magnitude below ``tolerance`` set to exactly 0:
+    a normalised score of float32 arithmetic is not resolved below ~1e-7, so -3.2e-08 is 0.
+
+    >>> snap_to_zero(np.array([-3.2e-8, 0.25, 2e-7])).tolist()
+    [0.0, 0.25, 0.0]
+    """
+    if hasattr(values, "masked_fill"):  # a torch tensor
+        return values.masked_fill(values.abs() < tolerance, 0.0)
+    return np.where(np.abs(values) < tolerance, 0.0, values)
+
+
+def _decimals(width: float, significant: int) -> int:
+    """Decimal places that give ``width`` ``significant`` significant digits (at least 0)."""
+    return max(0, significant - 1 - math.floor(math.log10(width)))
+
+
+def format_estimate(value: float, low: float | None = None, high: float | None = None, significant: int = 2,
+                    zero_below: float = ZERO_TOLERANCE) -> str:
+    """``value [low, high]`` at the digits the interval supports: the interval's width to
+    ``significant`` significant digits, never more than 6 decimals; values whose magnitude is
+    below ``zero_below`` print as 0 (float noise). Without an interval, ``value`` to
+    ``significant`` significant digits (at least 2 decimals below 1).
+
+    >>> format_estimate(23100.0, 21800.0, 23100.0)
+    '23100 [21800, 23100]'
+    >>> format_estimate(0.5, 0.49999999, 0.5)
+    '0.50 [0.50, 0.50]'
+    >>> format_estimate(0.0123, -0.0003, 0.0251)
+    '0.012 [0.000, 0.025]'
+    """
+    clean = [0.0 if v is not None and abs(v) < zero_below else v for v in (value, low, high)]
+    value, low, high = clean
+    if low is None or high is None:
+        scale = abs(value)
+        digits = 2 if scale == 0 else min(6, max(_decimals(scale, significant), 0))
+        return _fixed(value, digits)
+    width = high - low
+    if width <= zero_below:
+        scale = max(abs(value), abs(low), abs(high))
+        digits = 0 if scale == 0 else min(6, _decimals(scale, significant))
+    else:
+        digits = min(6, _decimals(width, significant))
+    return f"{_fixed(value, digits)} [{_fixed(low, digits)}, {_fixed(high, digits)}]"
+
+
+def _fixed(v: float, digits: int) -> str:
+    text = f"{v:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text

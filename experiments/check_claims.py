@@ -1,0 +1,215 @@
+"""Docs that cannot drift from their data: every number in docs/claims.toml, checked twice.
+
+    python experiments/check_claims.py                 # every claim: ok, or what is wrong
+    python experiments/check_claims.py --claims FILE   # another claims table
+
+``docs/claims.toml`` lists claims, each a ``quote`` (the text as a page prints it), the page
+(``doc``), the committed data it comes from (``source``, a path in the repository) and how
+(``compute``: one of the registered computations below, with ``args``; ``template`` turns its
+fields into text, e.g. ``"{stalled} of {seeds}"``). A claim holds when
+
+1. the quote appears in the page as written (whitespace, such as a wrapped line, does not count),
+2. and the template filled from the data gives exactly the quote: the number is what the data
+   gives, rounded as quoted.
+
+A page edited to a number its data does not give, or data recomputed under a quote that no longer
+matches it, fails ``tests/unit/test_claims.py`` (run by ``make test``). A new claim is a new
+``[[claim]]`` block; a new kind of computation is a function registered with :func:`computation`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from compose_lens import stats  # noqa: E402
+from compose_lens.phases import measure_phases  # noqa: E402
+
+CLAIMS = ROOT / "docs" / "claims.toml"
+COMPUTATIONS: dict[str, Callable[..., dict]] = {}
+
+
+def computation(fn: Callable[..., dict]) -> Callable[..., dict]:
+    """Register ``fn(source: Path, **args) -> fields`` under its name."""
+    COMPUTATIONS[fn.__name__] = fn
+    return fn
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the computations ------------------------------------------------------------------------------
+
+
+@computation
+def stall_rate(source: Path, precision: str | None = None) -> dict:
+    """The stall rate counted by seed, from a stall-rate folder's ``runs.csv`` (one run per seed by
+    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high."""
+    runs = pd.read_csv(source)
+    if precision:
+        runs = runs[runs["precision"] == precision]
+    found = _script("stall_rate").rate_by_seed(runs)
+    return {"stalled": found["stalled"], "seeds": found["seeds"], "fraction": found["stall_fraction"],
+            "low": found["interval_95"][0], "high": found["interval_95"][1]}
+
+
+@computation
+def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
+    """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p)."""
+    runs = pd.read_csv(source)
+    runs = runs[runs["decided"]].assign(stalled=lambda d: d["outcome"] == "stalled")
+    if precision:
+        runs = runs[runs["precision"] == precision]
+    found = stats.paired_agreement(runs, variant, a, b, "stalled")
+    return {**found, "p": found["mcnemar_exact_p"]}
+
+
+@computation
+def stall_comparison(source: Path, other: str, precision: str) -> dict:
+    """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates and Fisher's p."""
+    a, b = (stall_rate(path, precision) for path in (source, ROOT / other))
+    p = stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"]
+    return {"p": p, **{f"a_{k}": v for k, v in a.items()}, **{f"b_{k}": v for k, v in b.items()}}
+
+
+@computation
+def trajectories_comparison(source: Path, recipe: list[str], other: list[str]) -> dict:
+    """The old count, every finished trajectory a trial (``recipe`` / ``other``: runs.csv paths)."""
+    def count(paths):
+        runs = pd.concat([pd.read_csv(ROOT / p) for p in paths])
+        runs = runs[runs["finished"]]
+        return int((runs["outcome"] == "stalled").sum()), len(runs)
+    (ka, na), (kb, nb) = count(recipe), count(other)
+    return {"a_stalled": ka, "a_runs": na, "b_stalled": kb, "b_runs": nb,
+            "p": stats.compare_rates(ka, na, kb, nb)["p_value"]}
+
+
+@computation
+def onset(source: Path, phase: str, pool_size: int = 2000) -> dict:
+    """A phase onset and its interval from a committed dynamics table (``text``: ``1,200 [1,000, 1,400]``)."""
+    table = pd.read_csv(source)
+    found = measure_phases(table, pool_size=pool_size, available_steps=table["step"])[phase]
+    return {"text": found["text"], "step": found["step"]}
+
+
+@computation
+def onset_row(source: Path, phase: str, columns: list[str], pool_size: int = 2000) -> dict:
+    """The onset of ``phase`` in each of several dynamics tables (``columns``, beside ``source``),
+    joined as a table row's cells (``cells``)."""
+    texts = [onset(source.parent / name, phase, pool_size)["text"] for name in columns]
+    return {"cells": " | ".join(texts)}
+
+
+@computation
+def json_value(source: Path, keys: list[str]) -> dict:
+    """One value from a JSON file, by its keys (``value``)."""
+    value = json.loads(source.read_text())
+    for key in keys:
+        value = value[key]
+    return {"value": value}
+
+
+@computation
+def table_expression(source: Path, expr: str) -> dict:
+    """A pandas expression on a committed CSV (``df``; ``pd`` and :mod:`compose_lens.stats` as ``stats``),
+    e.g. ``int((df.outcome == 'stalled').sum())``."""
+    df = pd.read_csv(source)
+    return {"value": eval(expr, {"pd": pd, "stats": stats}, {"df": df})}  # noqa: S307 (expressions from the repository's own table)
+
+
+@computation
+def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-sided") -> dict:
+    """Mann-Whitney of two samples, each a pandas expression on a committed CSV (``a`` on
+    ``source``, ``b`` on ``other``; ``df`` is the table): p, rank_biserial, common_language, n_a, n_b."""
+    first = eval(a, {"pd": pd}, {"df": pd.read_csv(source)})  # noqa: S307
+    second = eval(b, {"pd": pd}, {"df": pd.read_csv(ROOT / other)})  # noqa: S307
+    found = stats.compare_steps(first, second, alternative=alternative)
+    return {**found, "p": found["p_value"]}
+
+
+@computation
+def interchange(source: Path, side: str, condition: str, isolation: str = "token") -> dict:
+    """One same-MLP interchange condition (value, low, high) from a ``same_mlp_interchange.csv``."""
+    df = pd.read_csv(source)
+    row = df[(df["side"] == side) & (df["condition"] == condition) & (df["isolation"] == isolation)].iloc[0]
+    return {"value": row["value"], "low": row["ci_low"], "high": row["ci_high"]}
+
+
+@computation
+def wilson(source: Path, k: int, n: int) -> dict:
+    """A count's Wilson interval (the count quoted on the page, ``source`` the table it comes from)."""
+    low, high = stats.wilson_interval(k, n)
+    return {"k": k, "n": n, "low": low, "high": high}
+
+
+@computation
+def diverged_runs(source: Path) -> dict:
+    """``experiments/divergence_scan.py`` over a folder: runs with a log, and how many ever read diverged."""
+    n, frame = _script("divergence_scan").scan([source])
+    return {"runs": n, "diverged": len(frame)}
+
+
+# -- the check -------------------------------------------------------------------------------------
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def check(claim: dict, root: Path = ROOT) -> list[str]:
+    """What is wrong with one claim ([] when it holds)."""
+    problems = []
+    quote, doc = claim["quote"], root / claim["doc"]
+    if _flat(quote) not in _flat(doc.read_text()):
+        problems.append(f"{claim['doc']}: the quote {quote!r} is not on the page")
+    compute = COMPUTATIONS.get(claim["compute"])
+    if compute is None:
+        return problems + [f"unknown computation {claim['compute']!r}; known: {sorted(COMPUTATIONS)}"]
+    fields = compute(root / claim["source"], **claim.get("args", {}))
+    given = claim["template"].format(**fields)
+    if _flat(given) != _flat(quote):
+        problems.append(f"{claim['doc']}: quotes {quote!r}, but {claim['source']} gives {given!r}")
+    return problems
+
+
+def load(path: Path = CLAIMS) -> list[dict]:
+    return tomllib.loads(path.read_text())["claim"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--claims", type=Path, default=CLAIMS)
+    a = p.parse_args(argv)
+    if not a.claims.is_file():
+        print(f"error: --claims {a.claims}: no such file; give a claims table such as docs/claims.toml", file=sys.stderr)
+        return 2
+    wrong = 0
+    for claim in load(a.claims):
+        problems = check(claim)
+        wrong += bool(problems)
+        print(("ok     " if not problems else "WRONG  ") + f"{claim['doc']}: {claim['quote'][:90]}")
+        for line in problems:
+            print(f"       {line}")
+    print(f"{wrong} of {len(load(a.claims))} claims wrong")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

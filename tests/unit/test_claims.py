@@ -1,0 +1,69 @@
+"""Every number docs/claims.toml lists is on its page as written and is what its committed data gives."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("check_claims", ROOT / "experiments" / "check_claims.py")
+check_claims = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check_claims)
+
+CLAIMS = check_claims.load()
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[f"{c['doc']}: {c['quote'][:50]}" for c in CLAIMS])
+def test_claim_holds(claim):
+    assert check_claims.check(claim) == []
+
+
+def test_the_claims_cover_the_stall_rate_the_seed_table_and_the_divergence_count():
+    computes = {c["compute"] for c in CLAIMS}
+    assert {"stall_rate", "stall_comparison", "paired_variants", "onset_row", "json_value", "diverged_runs"} <= computes
+
+
+def planted(tmp_path: Path, doc: str, old: str, new: str) -> Path:
+    """A copy of the repository's page ``doc`` (and the data the claims read) with one number changed."""
+    root = tmp_path / "repo"
+    (root / doc).parent.mkdir(parents=True, exist_ok=True)
+    text = (ROOT / doc).read_text()
+    assert old in text
+    (root / doc).write_text(text.replace(old, new, 1))
+    shutil.copytree(ROOT / "experiments" / "results" / "stall_rate" / "fp32", root / "experiments" / "results"
+                    / "stall_rate" / "fp32", ignore=shutil.ignore_patterns("runs"))
+    return root
+
+
+def test_a_planted_wrong_number_on_the_page_fails(tmp_path):
+    claim = next(c for c in CLAIMS if c["quote"].startswith("2 of 14 fp32 seeds"))
+    root = planted(tmp_path, claim["doc"], "2 of 14 fp32 seeds stalled (0.14", "2 of 24 fp32 seeds stalled (0.08")
+    wrong = {**claim, "quote": claim["quote"].replace("2 of 14", "2 of 24").replace("(0.14", "(0.08")}
+    problems = check_claims.check(wrong, root)
+    assert len(problems) == 1 and "gives '2 of 14 fp32 seeds stalled (0.14" in problems[0]
+    assert check_claims.check(claim, root) and "not on the page" in check_claims.check(claim, root)[0]
+
+
+def test_a_planted_wrong_row_in_the_data_fails(tmp_path):
+    claim = next(c for c in CLAIMS if c["quote"].startswith("2 of 14 fp32 seeds"))
+    root = planted(tmp_path, claim["doc"], "2 of 14", "2 of 14")
+    runs = root / claim["source"]
+    text = runs.read_text()
+    runs.write_text(text.replace("seed=101_kernel=native_threads=1_fp32,101,0.7,1.0,fp32,1,native,cpu,False,none,17300,generalised",
+                                 "seed=101_kernel=native_threads=1_fp32,101,0.7,1.0,fp32,1,native,cpu,False,none,30000,stalled"))
+    assert runs.read_text() != text
+    (problem,) = check_claims.check(claim, root)
+    assert "gives '3 of 14 fp32 seeds stalled (0.21" in problem
+
+
+def test_the_command_says_which_claims_are_wrong(tmp_path, capsys):
+    table = tmp_path / "claims.toml"
+    table.write_text((ROOT / "docs" / "claims.toml").read_text().replace(
+        'quote = "9 of 10 agree, McNemar exact p = 1.00"', 'quote = "8 of 10 agree, McNemar exact p = 1.00"'))
+    assert check_claims.main(["--claims", str(table)]) == 1
+    out = capsys.readouterr().out
+    assert "WRONG  docs/stalls.md: 8 of 10 agree" in out and "1 of " in out.splitlines()[-1]
+    assert check_claims.main(["--claims", str(tmp_path / "missing.toml")]) == 2

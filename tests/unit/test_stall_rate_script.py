@@ -1,0 +1,90 @@
+"""experiments/stall_rate.py --table / --compare on planted run folders: a seed counts once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("stall_rate", ROOT / "experiments" / "stall_rate.py")
+stall_rate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(stall_rate)
+
+POOLS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
+         "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+
+
+def plant(out: Path, seed: int, kernel: str, routing_at: int | None, last: int, finished: bool,
+          precision: str = "fp32") -> None:
+    """A run folder as stall_rate.py leaves it: pools every 500 steps (addition at 1,000; routing and the
+    headline at ``routing_at``, None: never), ``results.json`` once ``finished``."""
+    run = out / "runs" / stall_rate.run_name(seed, kernel, 1, precision, "off", "none")
+    run.mkdir(parents=True)
+    config = {"task": {"f": 0.7, "r": 1.0},
+              "train": {"seed": seed, "precision": precision, "device": "cpu", "threads": 1, "compile": "off"}}
+    (run / "config.json").write_text(json.dumps(config))
+    rows = []
+    for step in range(500, last + 1, 500):
+        routed = routing_at is not None and step >= routing_at
+        rows.append({"step": step, "train_loss": 0.01, **{
+            pool: (1.0 if step >= 1000 else 0.1) if pool.startswith("0var") else (0.99 if routed else 0.57)
+            for pool in POOLS}})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+        acc = 0.99 if routing_at is not None else 0.3
+        (run / "results.json").write_text(json.dumps({
+            "steps": last, "threads": 1, "compiled": False,
+            "exhaustive": {"zero_var_heldout": {"accuracy": 0.99}, "two_var_union": {"accuracy": acc}}}))
+
+
+def recipe(out: Path) -> None:
+    plant(out, 1, "native", None, 30_000, True)          # stalled
+    plant(out, 1, "default", 3_000, 8_000, True)         # its rounding twin generalised
+    plant(out, 2, "native", 3_000, 9_000, True)
+    plant(out, 2, "default", 3_000, 12_000, True)
+    plant(out, 3, "native", 2_500, 7_000, True)
+    plant(out, 4, "native", None, 6_000, False)          # unfinished, no routing yet: undecided
+    plant(out, 5, "native", 3_500, 6_000, False)         # unfinished, routing formed: can no longer stall
+
+
+def test_table_counts_each_seed_once_and_reports_the_kernel_pairs_apart(tmp_path):
+    recipe(tmp_path)
+    frame = stall_rate.table(tmp_path)
+    assert len(frame) == 7  # every run has its row, unfinished ones too
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    fp32 = summary["by_seed"]["precision=fp32"]
+    # by trajectory this would be 1 of 5 finished runs; by seed (native first) it is 1 of 4 decided seeds
+    assert (fp32["stalled"], fp32["seeds"]) == (1, 4)
+    assert fp32["stalled_seeds"] == [1] and fp32["undecided_seeds"] == [4]
+    assert fp32["interval_95"] == pytest.approx(list(stall_rate.stats.wilson_interval(1, 4)))
+    (pair,) = summary["paired_variants"]
+    assert (pair["seeds"], pair["agree"], pair["only_a"], pair["only_b"]) == (2, 1, 1, 0)
+    assert summary["trajectories"] == {"runs": 7, "finished": 5, "decided": 6, "stalled": 1}
+
+
+def test_compare_sets_the_recipe_against_the_remedy_by_seed(tmp_path, capsys, monkeypatch):
+    recipe(tmp_path / "recipe")
+    for seed in (1, 2, 3, 4):
+        plant(tmp_path / "remedy", seed, "native", 1_500, 5_000, True)
+    monkeypatch.setattr("sys.argv", ["stall_rate.py", "--out", str(tmp_path / "recipe"), "--table",
+                                     "--compare", str(tmp_path / "remedy")])
+    assert stall_rate.main() == 0
+    found = json.loads((tmp_path / "recipe" / "comparison_with_remedy.json").read_text())["precision=fp32"]
+    assert (found["recipe"]["stalled"], found["recipe"]["seeds"]) == (1, 4)
+    assert (found["other"]["stalled"], found["other"]["seeds"]) == (0, 4)
+    assert found["fisher_exact_p"] == pytest.approx(1.0) and found["common_seeds"] == 3
+    steps = found["steps_to_headline"]  # the remedy's runs (5,000) all before the recipe's (7,000-9,000)
+    assert steps["rank_biserial"] == 1.0 and (steps["n_a"], steps["n_b"]) == (3, 4)
+    assert "recipe 1 of 4, 0.25 [0.05, 0.70]; remedy 0 of 4" in capsys.readouterr().out
+
+
+def test_compare_with_a_folder_without_runs_is_refused(tmp_path, capsys, monkeypatch):
+    recipe(tmp_path / "recipe")
+    monkeypatch.setattr("sys.argv", ["stall_rate.py", "--out", str(tmp_path / "recipe"), "--table",
+                                     "--compare", str(tmp_path / "nothing")])
+    assert stall_rate.main() == 2
+    assert "no runs/ folder" in capsys.readouterr().err
+    assert not (tmp_path / "recipe" / "runs.csv").exists()  # refused before anything was written

@@ -614,8 +614,6 @@ ENTROPY = Analysis(
     name="attention_entropy", title="Attention entropy per head at =", compute=_entropy,
     settings={"pool_size": 200}, module="compose_lens.analysis.attention_entropy", tables=("attention_entropy",),
     section=_entropy_section, report_after="qk",
-    findings=(Finding("lowest_entropy_head_var2", "the head whose attention from = is most focused (2-var)",
-                      "the router"),),
     command="entropy", help="attention entropy of every head at '=', by sequence kind",
     options=(Option("--pool-size", "pool_size", "sequences per pool (nine pools)"),),
     describe=_entropy_lines, exports=("attention_entropy",))

@@ -47,6 +47,8 @@ def print_findings(summary: dict) -> None:
 
     def value(key: str) -> str:
         v = summary[key]
+        if isinstance(v, str):  # a finding may name a component ("blocks.1 head 0")
+            return v
         return "none (NaN)" if v is None or v != v else f"{v:.3f}"
 
     rows = [[what, value(key), expected] for key, what, expected in FINDINGS if key in summary]

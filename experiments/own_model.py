@@ -1,6 +1,6 @@
 """A researcher's own model, trained with TransformerLens alone: the subject of docs/own-model.md.
 
-    python experiments/own_model.py --out runs/own-model            # ~15-25 min on 2 CPU cores
+    python experiments/own_model.py --out runs/own-model            # 4,000 steps, ~10-15 min on 2 CPU cores
     compose-lens evaluate runs/own-model --exhaustive                # task.json is beside the weights
 
 Nothing of compose-lens is imported here: the task is generated, the model built, trained and
@@ -17,7 +17,10 @@ mod p) but differs from the study's wherever a declaration can say so:
 
 Training holds out 30 % of the (x, y) pairs (``heldout_pairs`` in task.json), never puts ``q``
 or ``r`` on the left of the query nor ``u`` or ``v`` on the right, and draws constants, one
-variable and two variables alike. The folder it writes holds ``config.json`` (the
+variable and two variables alike. Trained 4,000 steps (AdamW, lr 3e-3, weight decay 1.0, batch 512): seed 0 here reached 0.988 on
+held-out pairs at 3,000 and 0.999 at 4,000, then, trained on, fell to chance at 5,000 (loss 3.12,
+ln 23 = 3.14) and stayed there to 7,000; at weight decay 0.02 it memorised (held-out 0.135 at 4,000).
+The folder it writes holds ``config.json`` (the
 TransformerLens config), ``model.safetensors`` (the bridge's state dict) and ``task.json`` (the
 declaration compose-lens reads, docs/own-model.md).
 """
@@ -86,7 +89,7 @@ def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random) -> tupl
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=8000)
+    ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=1.0)

@@ -622,8 +622,9 @@ def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, add
     started_here = not ray.is_initialized()
     if started_here:
         try:
-            # Ray's own logger follows the level the caller set (the command line's -v / -q)
-            level = logging.getLogger("ray").getEffectiveLevel()
+            # Ray follows the level the caller set (the command line's -v / -q): the root logger's, since
+            # an earlier ray.init in this process set the "ray" logger's own level to INFO
+            level = logging.getLogger().getEffectiveLevel()
             if address:
                 ray.init(address=address, log_to_driver=False, logging_level=level)
             else:

@@ -3,7 +3,7 @@
 # modularity in Python; the printed lines are what docs/own-model.md quotes.
 #   bash experiments/own_model_check.sh runs/own-model out/own-model
 set -euo pipefail
-MODEL=${1:?the own model's directory}; OUT=${2:?an output folder}
+MODEL=${1:?give the own model directory}; OUT=${2:?an output folder}
 CL="${PYTHON:-python} -m compose_lens.cli"
 mkdir -p "$OUT"
 $CL evaluate "$MODEL" --exhaustive --quiet

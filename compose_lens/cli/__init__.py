@@ -106,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     root, handler = logging.getLogger(), None
     level_before = root.level
     root.setLevel(log_level(args))
+    # a library that set its own logger's level (ray.init sets "ray" to INFO) follows -v / -q too, for this command
+    own_levels = {name: lg.level for name, lg in logging.root.manager.loggerDict.items()
+                  if isinstance(lg, logging.Logger) and lg.level != logging.NOTSET and not name.startswith("compose_lens")}
+    for name in own_levels:
+        logging.getLogger(name).setLevel(log_level(args))
     if not root.handlers:  # a caller that set up logging (a notebook, pytest) keeps its own handlers
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(levelname).1s: %(message)s"))
@@ -135,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         set_command(None)  # a caller that goes on in this process (a test, a notebook) is not this command
         root.setLevel(level_before)
+        for name, level in own_levels.items():
+            logging.getLogger(name).setLevel(level)
         if handler is not None:
             root.removeHandler(handler)
 

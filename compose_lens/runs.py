@@ -87,6 +87,89 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
                            ERROR_FILE})
 
 
+# What compose-lens writes *inside* a run directory, by name and kind: what ``train --overwrite``
+# checks every entry it would delete against (:func:`foreign_in_run`). A key is a name pattern
+# (a regular expression matched whole); a value is FILE (a regular file), LINK (a symlink or a
+# file: what W&B points at its latest run with), TREE (a folder another library lays out as it
+# likes: a W&B run) or the layout of a folder, checked entry by entry. The figures the report draws
+# (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``) are
+# named here; tests/integration/test_report.py holds a reported run to this list.
+FILE, LINK, TREE = "a file", "a symlink", "a folder"
+FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
+                "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
+                "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
+                "variable_identity", "frequency_shares", "best_neurons")
+_FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
+
+
+# The analyses the report saves into RUN/results/NAME/, with the tables and documents of each
+# (compose_lens.registry's; tests/unit/test_run_ownership.py holds the two equal).
+REPORT_RESULTS = {
+    "probes": ("scores_by_type", "circuit_summary"), "qk": ("positional_qk", "variable_identity"),
+    "fourier": ("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier",
+                "locate", "key_frequencies", "constants_vs_variables"),
+    "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
+    "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
+    "gradient": ("gradient_shares", "idealisation"),
+}
+
+
+def run_layout() -> dict:
+    """The layout of a run directory below its top-level names (see the comment above)."""
+    analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
+                                  "figures": {_FIGURE + r"\.(png|svg|pdf)": FILE}}
+                for name, stems in REPORT_RESULTS.items()}
+    return {
+        CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},
+        "results": {re.escape(DYNAMICS_FILE): FILE, re.escape(PHASES_FILE): FILE, r"dynamics\.png": FILE,
+                    re.escape(safety.MARKER): FILE, **analysis},
+        "figures": {_FIGURE + r"\.(png|csv)": FILE},
+        "tensorboard": {r"events\.out\.tfevents\..+": FILE},  # torch's SummaryWriter
+        "wandb": {r"(offline-)?run-\d{8}_\d{6}-\w+": TREE, "latest-run": LINK,
+                  r"debug(-internal|-cli\..+)?\.log": LINK},  # wandb.init(dir=RUN)
+        **{re.escape(name): FILE for name in RUN_NAMES - {CHECKPOINTS_DIR, "results", "figures", "tensorboard",
+                                                          "wandb"}},
+    }
+
+
+def _kind(entry: Path) -> str:
+    if entry.is_symlink():
+        return LINK
+    if entry.is_dir():
+        return TREE
+    return FILE if entry.is_file() else "a special file"
+
+
+def foreign_in_run(run_dir: Path) -> str | None:
+    """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name or
+    by kind: a file where it writes a folder, a symlink where it writes a file), said as what a
+    refusal prints; None where everything is compose-lens's own. The temporaries a killed writer
+    left (:func:`compose_lens.files.temp_beside`) of an owned name are owned; nothing is followed."""
+    return _foreign_below(Path(run_dir), run_layout(), "")
+
+
+def _foreign_below(folder: Path, layout: dict, prefix: str) -> str | None:
+    for entry in sorted(folder.iterdir()):
+        stands_for = temp_of(entry.name)
+        name = stands_for or entry.name
+        if not prefix and stands_for is None and name.endswith(".tmp"):
+            name = name[:-4]  # an earlier version's NAME.tmp at the top of a run
+        rule = next((r for pattern, r in layout.items() if re.fullmatch(pattern, name)), None)
+        where, kind = prefix + entry.name, _kind(entry)
+        if rule is None:
+            return f"{where}, which compose-lens did not write"
+        expected = FILE if rule in (FILE, LINK) else TREE
+        if kind == LINK and rule == LINK:
+            continue
+        if kind != expected or (stands_for is not None and kind == LINK):
+            return f"{where} ({kind}, where compose-lens writes {expected})"
+        if isinstance(rule, dict) and stands_for is None:
+            found = _foreign_below(entry, rule, where + "/")
+            if found:
+                return found
+    return None
+
+
 def foreign_entries(run_dir: Path) -> list[str]:
     """Entries of a run directory that compose-lens does not write there (temporary files aside)."""
     names = []
@@ -152,9 +235,9 @@ def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) ->
     if marker and marker.get("command", "train") != "train":
         raise ComposeLensError(f"{d}: holds the output of `{marker['command']}`, not a run; "
                                f"choose another --out")
+    foreign = foreign_in_run(d)
     if foreign:
-        raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
-                               f"--overwrite will not delete it: move it away")
+        raise ComposeLensError(f"{d}: holds {foreign}; --overwrite will not delete it: move it away")
     return "replace"
 
 

@@ -551,6 +551,16 @@ def _swap(stage: Path, out: Path, replace: bool) -> None:
         os.replace(stage, out)  # onto a missing or empty directory
 
 
+def special_kind(path: Path) -> str:
+    """What ``path`` is, in words, where it is neither a regular file nor a folder."""
+    mode = os.stat(path).st_mode
+    for test, word in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "a special file"
+
+
 def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path:
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
@@ -560,6 +570,9 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():
         raise ComposeLensError(f"--out {path}: the folder {path.parent} does not exist")
+    if path.exists() and not path.is_file():  # never opened: reading a FIFO blocks, a device is no file
+        raise ComposeLensError(f"--out {path}: is {special_kind(path)}, not a regular file; compose-lens "
+                               f"replaces only a file it wrote: give another file name")
     if path.exists():
         if not overwrite:
             raise ComposeLensError(f"--out {path}: exists; pass --overwrite to replace it")

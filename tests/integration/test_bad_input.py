@@ -304,6 +304,49 @@ def _user_tmp_files(sb: Path, w: Path) -> None:
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
+def _run_with_user_entry(where: str, folder: bool = False):
+    """A run (copied) holding the user's own entry at ``where``: inside a folder compose-lens writes
+    (results/, figures/, checkpoints/, tensorboard/), or a file with the name of one (wandb)."""
+    def setup(sb: Path, w: Path) -> None:
+        _run_copy(sb, w)
+        path = sb / "out" / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if folder:
+            path.mkdir()
+            (path / "keep.txt").write_text("the user's\n")
+        else:
+            path.write_text("the user's own notes\n")
+    return setup
+
+
+def _special_out(kind: str):
+    """``out.jsonl`` and ``split.json`` as a FIFO or a character device (never opened, never replaced)."""
+    def setup(sb: Path, w: Path) -> None:
+        import os
+        import stat
+
+        for name in ("out.jsonl", "split.json"):
+            if kind == "fifo":
+                os.mkfifo(sb / name)
+            else:
+                try:
+                    os.mknod(sb / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+                except PermissionError:
+                    pytest.skip("making a character device needs root")
+    return setup
+
+
+RUN_USER_ENTRIES = {
+    "run+results_note": _run_with_user_entry("results/my_notes.txt"),
+    "run+results_folder": _run_with_user_entry("results/old", folder=True),
+    "run+tensorboard_note": _run_with_user_entry("tensorboard/my_notes.txt"),
+    "run+checkpoints_note": _run_with_user_entry("checkpoints/step_000010/notes.md"),
+    "run+checkpoints_folder": _run_with_user_entry("checkpoints/best", folder=True),
+    "run+figures_note": _run_with_user_entry("figures/my_plot.png"),
+    "run+wandb_file": _run_with_user_entry("wandb"),
+    "run+tensorboard_file": _run_with_user_entry("tensorboard"),
+}
+
 SWEEP_SETUPS = {
     "sweep_json_list": lambda sb, w: _sweep_dir(sb, [1, 2]),
     "sweep_json_null": lambda sb, w: _sweep_dir(sb, None),
@@ -319,7 +362,7 @@ SWEEP_SETUPS = {
     "sweep_provenance_link": _sweep_summary_not_a_file("results.provenance.json", link=True),
 }
 
-SETUPS = {**SWEEP_SETUPS, "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -634,6 +677,15 @@ CASES = [
     ("sweep-json-list-other-param", f"{SWEEP} --param r --values 0.5", "sweep_json_list"),
     ("sweep-results-dir-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_results_dir"),
     ("sweep-results-dir-other-param", f"{SWEEP} --param r --values 0.5", "sweep_results_dir"),
+    # issue #45 (round four), data loss: --overwrite walks what it would delete, by name and kind
+    *[(f"train-overwrite-{setup.removeprefix('run+').replace('_', '-')}", f"{TRAIN} --overwrite", setup)
+      for setup in RUN_USER_ENTRIES],
+    ("data-split-chardev-overwrite", "data split --out {sb}/split.json --overwrite", "chardev"),
+    ("data-sample-chardev-overwrite", "data sample --out {sb}/out.jsonl --overwrite", "chardev"),
+    ("data-sample-fifo-overwrite", "data sample --out {sb}/out.jsonl --overwrite", "fifo"),
+    ("data-split-fifo-overwrite", "data split --out {sb}/split.json --overwrite", "fifo"),
+    ("data-sample-fifo", "data sample --out {sb}/out.jsonl", "fifo"),
+    ("report-fifo-overwrite", "report {w}/run --out {sb}/out.jsonl --overwrite", "fifo"),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -662,6 +714,12 @@ SAYS = {
     "evaluate-pth-note": "'note' holds a str",
     "evaluate-pth-int-key": "has the key 5",
     "train-set-f-1-modulus-7": "holds out no pair",
+    "train-overwrite-results-note": "holds results/my_notes.txt",
+    "train-overwrite-checkpoints-note": "holds checkpoints/step_000010/notes.md",
+    "train-overwrite-figures-note": "holds figures/my_plot.png",
+    "train-overwrite-wandb-file": "holds wandb (a file, where compose-lens writes a folder)",
+    "data-split-chardev-overwrite": "is a character device, not a regular file",
+    "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
 }
 
 

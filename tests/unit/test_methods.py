@@ -178,7 +178,7 @@ def test_llc_cli_refuses_bad_settings_in_one_line(tmp_path, capsys):
 def test_tensorboard_logs_what_metrics_jsonl_holds(tiny_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from compose_lens.runs import read_metrics
+    from compose_lens.runs import foreign_in_run, read_metrics
     from compose_lens.train import train
 
     config = tiny_config.with_overrides(["log_to=tensorboard"])
@@ -193,6 +193,7 @@ def test_tensorboard_logs_what_metrics_jsonl_holds(tiny_config, tmp_path):
     assert [e.value for e in events.Scalars("accuracy/0var_train")] == pytest.approx(
         [m["0var_train"] for m in logged])
     assert events.Scalars("lr")[0].value == pytest.approx(config.train.lr)
+    assert foreign_in_run(tmp_path / "run") is None  # what --overwrite may delete: the SummaryWriter's files
 
 
 def test_log_to_none_imports_no_tracker(tmp_path):

@@ -66,6 +66,7 @@ from compose_lens import capabilities, safety
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
+from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 
@@ -451,8 +452,21 @@ def with_bridge(loaded: Loaded) -> Loaded:
 def for_analyses(loaded: Loaded) -> Loaded:
     """What the analyses need: for the paper architecture they all run on the fast forwards
     (no hooks; a :class:`~compose_lens.model.tl.Weights` will do), for any other on the
-    bridge's hooks."""
+    bridge's hooks. A model whose forward overflows is refused first (:func:`check_forward`)."""
+    check_forward(loaded)
     return loaded if capabilities.supports(loaded.config.model, "tables") else with_bridge(loaded)
+
+
+def check_forward(loaded: Loaded, per_pool: int = 8) -> None:
+    """Refuse, in one line, a model whose logits on a few sequences of each pool are not finite:
+    its weights are finite (:func:`check_weights`) but its forward overflows float32, and every
+    analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""
+    tokens = concat_batches(make_pools(loaded.split, per_pool))[0].tokens
+    model, cfg = loaded.model, loaded.config.model
+    forward = fastpath.answer_forward(model, cfg, fastpath.forward_kind(cfg))  # a Weights has a fast one
+    with torch.no_grad():
+        logits = forward(tokens.to(tl.parameters(model)["embed.weight"].device))
+    safety.check_finite_logits(logits, loaded.source)
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",
@@ -548,6 +562,18 @@ def find_checkpoints(source: str | Path, split_file: str | Path | None = None
     split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
     config = RunConfig(task=split.task, model=config.model, train=config.train)
     return [Checkpoint(s, p, "safetensors") for s, p in found], config, split
+
+
+def checkpoints_without_weights(source: str | Path) -> list[Path]:
+    """The ``checkpoints/step_NNNNNN/`` folders of a run that hold no ``model.safetensors`` (a copy
+    cut short, a file deleted): :func:`find_checkpoints` leaves them out, and a command that reads
+    every checkpoint says so rather than skip a step without a word."""
+    source = Path(source)
+    folder = source if source.name == CHECKPOINTS_DIR else source / CHECKPOINTS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _RUN_CKPT.match(p.name) and p.is_dir()
+                  and not (p / WEIGHTS_FILE).is_file())
 
 
 def select_checkpoints(checkpoints: list[Checkpoint], steps: Sequence[int] | None = None,

@@ -72,6 +72,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
+from compose_lens.safety import check_finite_logits
 from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl, weights
 
@@ -377,8 +378,10 @@ def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: st
     if not is_last_block(config, layer):
         rest = acts.logits.view(p, p, -1) - post @ readout.W_logit
         readout = FrozenDownstreamReadout(readout.W_U, readout.W_logit, readout.bias, rest)
-    return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
+    grid = AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
                         post, readout, tokens)
+    check_finite_logits(grid.logits())  # what every measure of the grid reads (its loss, accuracy, spectra)
+    return grid
 
 
 def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0,
@@ -399,7 +402,9 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: in
     ov = params["embed.weight"][:p] @ weights.ov_matrix(model, source, head)  # (p, d): OV e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
     pre, post = weights.mlp_neurons(params, config.model, resid, layer)
-    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None)
+    grid = AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None)
+    check_finite_logits(grid.logits())
+    return grid
 
 
 def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0,

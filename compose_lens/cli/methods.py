@@ -22,6 +22,7 @@ chain's sampled losses), ``llc_phases.csv`` (the mean LLC between phase onsets),
 from __future__ import annotations
 
 import argparse
+import sys
 
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, seed)
@@ -90,7 +91,7 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     from compose_lens.plots import llc_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
-    from compose_lens.runs import write_document, write_table
+    from compose_lens.runs import WEIGHTS_FILE, checkpoints_without_weights, write_document, write_table
     from compose_lens.safety import staged_output
 
     require_devinterp()  # one line if it is missing, before anything is loaded or written
@@ -99,6 +100,9 @@ def _cmd_llc(args: argparse.Namespace) -> int:
                            n_sequences=args.n_sequences, seed=args.seed)
     settings.check()
     phases, phases_from = run_phases(args.source, args.phases)
+    for folder in checkpoints_without_weights(args.source):  # said, not skipped without a word
+        sys.stderr.write(f"compose-lens: warning: {folder}: no {WEIGHTS_FILE}, so this checkpoint is left out "
+                         f"of the estimates\n")
     with staged_output(out, "llc", args.overwrite) as stage, progress_bar("llc", 2, args.quiet) as bar:
         bar.set_postfix_str("SGLD over the checkpoints")
         bar.update()

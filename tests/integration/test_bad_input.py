@@ -125,6 +125,14 @@ def _broken_models(w: Path) -> None:
     state = load_file(str(run / "model.safetensors"))
     state["embed.weight"][0, 0] = float("nan")
     save_file(state, str(nan / "model.safetensors"))
+    overflow = w / "overflowmodel"  # finite weights whose forward overflows float32: NaN logits (issue #45)
+    overflow.mkdir()
+    shutil.copy(run / "config.json", overflow / "config.json")
+    shutil.copy(run / "split.json", overflow / "split.json")
+    state = load_file(str(run / "model.safetensors"))
+    state["embed.weight"] = state["embed.weight"] * 3e37
+    assert all(bool(torch.isfinite(v).all()) for v in state.values())
+    save_file(state, str(overflow / "model.safetensors"))
     garbage = w / "garbage"
     garbage.mkdir()
     shutil.copy(run / "config.json", garbage / "config.json")
@@ -686,6 +694,14 @@ CASES = [
     ("data-split-fifo-overwrite", "data split --out {sb}/split.json --overwrite", "fifo"),
     ("data-sample-fifo", "data sample --out {sb}/out.jsonl", "fifo"),
     ("report-fifo-overwrite", "report {w}/run --out {sb}/out.jsonl --overwrite", "fifo"),
+    # issue #45, silent wrong: finite weights whose logits are NaN are refused wherever logits are read
+    ("evaluate-overflow-logits", "evaluate {w}/overflowmodel", None),
+    ("evaluate-overflow-logits-exhaustive", "evaluate {w}/overflowmodel --exhaustive --json", None),
+    ("patch-overflow-logits", "patch {w}/overflowmodel --out {out}", None),
+    ("patch-overflow-logits-pairs", "patch {w}/overflowmodel --pairs {w}/pairs_ok.csv --out {out}", None),
+    ("fourier-overflow-logits", "fourier {w}/overflowmodel --out {out}", None),
+    ("analyze-overflow-logits", "analyze {w}/overflowmodel --out {out}", None),
+    ("same-mlp-overflow-logits", "same-mlp {w}/overflowmodel --out {out}", None),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -720,6 +736,9 @@ SAYS = {
     "train-overwrite-wandb-file": "holds wandb (a file, where compose-lens writes a folder)",
     "data-split-chardev-overwrite": "is a character device, not a regular file",
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
+    "evaluate-overflow-logits": "logits are NaN or infinite",
+    "patch-overflow-logits": "logits are NaN or infinite",
+    "fourier-overflow-logits": "logits are NaN or infinite",
 }
 
 

@@ -250,3 +250,28 @@ def test_das_and_llc_commands_write_their_files(tmp_path, capsys):
     assert len(estimates) == 1 and estimates["llc_mean"].notna().all()
     assert len(pd.read_csv(llc_out / "llc_traces.csv")) == 2 * 8  # 2 chains x 8 draws
     assert json.loads((llc_out / "llc.json").read_text())["settings"]["chains"] == 2
+
+
+@needs_devinterp
+def test_llc_of_a_run_estimates_its_last_step_once_and_says_which_checkpoint_has_no_weights(tmp_path, capsys):
+    """A run's last checkpoint and its final model are the same step and the same weights: one row,
+    not two (llc.csv and the phase means counted it twice). A checkpoint folder without its
+    weights is said on stderr, not skipped without a word (issue #45)."""
+    from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+    from compose_lens.train import Trainer
+
+    task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
+    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),
+                       train=TrainConfig(steps=30, batch_size=16, eval_every=10, checkpoint_every=10, pool_size=16))
+    run = tmp_path / "run"
+    Trainer(config, run, progress=False).run()
+    (run / "checkpoints" / "step_000010" / "model.safetensors").unlink()
+    sgld = ["--chains", "2", "--draws", "8", "--batch-size", "16", "--n-sequences", "64", "--quiet"]
+    capsys.readouterr()
+    assert main(["llc", str(run), "--out", str(tmp_path / "llc"), *sgld]) == 0
+    err = capsys.readouterr().err
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "llc" / "llc.csv")
+    assert list(table["step"]) == [20, 30], table[["step", "checkpoint"]]
+    assert "step_000010: no model.safetensors, so this checkpoint is left out" in err, err

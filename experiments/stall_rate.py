@@ -120,7 +120,7 @@ def table(out: Path) -> pd.DataFrame:
     return df
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seeds", nargs="*", default=["100-111"], help="seeds or ranges (100-111)")
@@ -136,9 +136,37 @@ def main() -> int:
                    help="generalised: stalls train the whole budget (the study here); decided: also stop "
                         "once the detector is certain of a stall")
     p.add_argument("--table", action="store_true", help="only re-read the run directories")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+
+    def refuse(line: str) -> int:  # bad input: one line, exit 2, nothing trained or tabled
+        print(f"stall_rate: error: {line}", file=sys.stderr)
+        return 2
+
+    if a.out.exists() and not a.out.is_dir():
+        return refuse(f"--out {a.out}: is a file, not a folder; name the folder of the runs")
     if not a.table:
-        jobs = [(s, k) for s in seeds_of(a.seeds) for k in a.kernels]
+        try:
+            seeds = seeds_of(a.seeds)
+        except ValueError:
+            return refuse(f"--seeds {' '.join(a.seeds)}: give whole numbers or ranges of them (100 or 100-111)")
+        if a.workers < 1 or a.steps < 1 or a.threads < 1:
+            return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}: each must be at least 1")
+        jobs = [(s, k) for s in seeds for k in a.kernels]
+        # a run already there goes on (or is tabled) as it was trained: a changed budget or stop rule
+        # would table the old run under the new settings, so it is refused before anything trains
+        for s, k in jobs:
+            run = a.out / "runs" / run_name(s, k, a.threads, a.precision, a.compile, a.remedy, a.device)
+            if not (run / "config.json").exists():
+                continue
+            try:
+                saved = json.loads((run / "config.json").read_text())["train"]
+                trained = {"steps": int(saved["steps"]), "stop-at": saved.get("stop_at", "end")}
+            except (OSError, ValueError, KeyError, TypeError):
+                return refuse(f"{run}/config.json: not a compose-lens run's config; move the run away")
+            for option, asked in (("steps", a.steps), ("stop-at", a.stop_at)):
+                if trained[option] != asked:
+                    return refuse(f"{run}: was trained with --{option} {trained[option]}, not {asked}; "
+                                  f"use another --out for other settings (the table would mix the two)")
         with ThreadPoolExecutor(a.workers) as pool:
             futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps,
                                    a.device, a.stop_at) for s, k in jobs]

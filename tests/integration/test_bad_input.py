@@ -112,6 +112,15 @@ def _broken_pairs(w: Path) -> None:
         "pairs_one.csv": "clean,corrupted\n" + '"b=3, b+2=?","b=4, b+2=?"\n',
         "pairs_notjson.jsonl": '{"clean": "b=3, b+2=?", "corrupted": \n',
         "pairs.txt": "clean,corrupted\n" + good,
+        # issue #45: a repeated column (the last won), a space around a name, numbers of 5,000 digits, deep nesting
+        "pairs_repeated.csv": "clean,corrupted,clean\n" + '"b=3, b+2=?","b=4, b+2=?","c=1, 5+c=?"\n' * 2,
+        "pairs_space.csv": " clean,corrupted\n" + good,
+        "pairs_digits.csv": "clean,corrupted\n" + "9" * 5000 + ',"b=4, b+2=?"\n' + good,
+        "pairs_digits_text.csv": "clean,corrupted\n" + '"b=' + "9" * 5000 + ', b+2=?","b=4, b+2=?"\n' + good,
+        "pairs_answer_digits.csv": "clean,corrupted,clean_answer\n" + '"b=3, b+2=?","b=4, b+2=?",' + "9" * 5000
+                                   + "\n",
+        "pairs_digits.jsonl": '{"clean": [' + "9" * 5000 + '], "corrupted": "b=4, b+2=?"}\n',
+        "pairs_nested.jsonl": '{"clean": ' + "[" * 100_000 + "]" * 100_000 + ', "corrupted": "b=4, b+2=?"}\n',
     }
     for name, text in files.items():
         (w / name).write_text(text)
@@ -506,6 +515,10 @@ CASES = [
       for command in ("patch", "circuit") for fault in
       ("nocolumn.csv", "unparseable.csv", "vocabulary.csv", "length.jsonl", "answer.csv", "same_answer.csv",
        "one.csv", "notjson.jsonl", "missing.csv")],
+    *[(f"patch-pairs-{fault}", f"patch {{w}}/run --pairs {{w}}/pairs_{fault} --out {{out}}", None) for fault in
+      ("repeated.csv", "space.csv", "digits.csv", "digits_text.csv", "answer_digits.csv", "digits.jsonl",
+       "nested.jsonl")],
+    ("circuit-pairs-nested.jsonl", "circuit {w}/run --pairs {w}/pairs_nested.jsonl --out {out}", None),
     ("patch-pairs-wrong-suffix", "patch {w}/run --pairs {w}/pairs.txt --out {out}", None),
     ("patch-pairs-and-corruption", "patch {w}/run --pairs {w}/pairs_ok.csv --corruption constant --out {out}", None),
     ("patch-bad-metric", "patch {w}/run --metric kl --out {out}", None),
@@ -737,6 +750,9 @@ SAYS = {
     "data-split-chardev-overwrite": "is a character device, not a regular file",
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
     "evaluate-overflow-logits": "logits are NaN or infinite",
+    "patch-pairs-repeated.csv": "the column 'clean' appears 2 times",
+    "patch-pairs-space.csv": "has a space around its name",
+    "patch-pairs-nested.jsonl": "nested too deeply",
     "patch-overflow-logits": "logits are NaN or infinite",
     "fourier-overflow-logits": "logits are NaN or infinite",
 }

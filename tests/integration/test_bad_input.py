@@ -389,6 +389,17 @@ SPLITS = ("outside", "negative", "two_vars", "null_vars", "forbidden_int")
 TRAIN = "train --config {w}/tiny.json --out {out} --quiet"
 SWEEP = "sweep --config {w}/tiny.json --out {out} --quiet --steps 4 --workers 1 --threads 1"
 
+def _dead_port() -> int:
+    """A local port where nothing listens (a Ray head that is not there)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+DEAD_PORT = _dead_port()
+
 # (id, command line, setup): {w} is the shared world, {sb} the sandbox, {out} = {sb}/out
 CASES = [
     # train: --set values of the wrong type or range
@@ -715,6 +726,14 @@ CASES = [
     ("fourier-overflow-logits", "fourier {w}/overflowmodel --out {out}", None),
     ("analyze-overflow-logits", "analyze {w}/overflowmodel --out {out}", None),
     ("same-mlp-overflow-logits", "same-mlp {w}/overflowmodel --out {out}", None),
+    # issue #45: tracebacks and hangs of sweeps
+    ("sweep-list-values", f"{SWEEP} --param mlp_blocks --values [1] [0,1]", None),
+    ("sweep-object-value", f"{SWEEP} --param f --values '{{\"a\": 1}}'", None),
+    ("sweep-huge-range", f"{SWEEP} --param f --values 0.1:0.9:100000000", None),
+    ("sweep-infinite-range", f"{SWEEP} --param lr --values 0:inf:5", None),
+    ("sweep-too-many-seeds", f"{SWEEP} --param f --values 0.1:0.9:200 --seeds " + " ".join(map(str, range(60))), None),
+    ("sweep-ray-dead-address", f"{SWEEP} --param f --values 0.8 --backend ray --address 127.0.0.1:{DEAD_PORT}", None),
+    ("sweep-ray-address-words", f"{SWEEP} --param f --values 0.8 --backend ray --address nowhere", None),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -750,6 +769,9 @@ SAYS = {
     "data-split-chardev-overwrite": "is a character device, not a regular file",
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
     "evaluate-overflow-logits": "logits are NaN or infinite",
+    "sweep-list-values": "a sweep's values are numbers or words, not lists",
+    "sweep-huge-range": "100,000,000 values",
+    "sweep-infinite-range": "a range's ends are finite numbers",
     "patch-pairs-repeated.csv": "the column 'clean' appears 2 times",
     "patch-pairs-space.csv": "has a space around its name",
     "patch-pairs-nested.jsonl": "nested too deeply",

@@ -49,6 +49,12 @@ def _cmd_das(args: argparse.Namespace) -> int:
     if min(args.ranks) < 1:
         raise ComposeLensError(f"--ranks {min(args.ranks)}: a subspace has at least 1 dimension")
     out = check_out_name(args.out)
+    from compose_lens.safety import activation_bytes, check_model_sizes, check_sizes
+
+    def guard(config) -> None:  # a base and a source per pair, each run through the model with its hooks
+        check_sizes(config, {f"--n-pairs {args.n_pairs}": (args.n_pairs, 2, 2 * activation_bytes(config, False))})
+
+    check_model_sizes(args.model, guard)  # before the model is loaded or --out made
     from compose_lens.analysis.das import DasSettings, best_rows, das_table  # lazy: torch
     from compose_lens.plots import das_figure
     from compose_lens.plots import save
@@ -61,6 +67,7 @@ def _cmd_das(args: argparse.Namespace) -> int:
     with staged_output(out, "das", args.overwrite) as stage, progress_bar("das", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = load_model(args.model, args.split)  # hooks: a TransformerLens bridge, in eval mode
+        guard(loaded.config)
         settings.check(loaded.config.model.d_model)
         bar.update()
         bar.set_postfix_str(f"{len(settings.sites)} sites x {len(settings.ranks)} ranks")
@@ -86,6 +93,12 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     for name in ("chains", "draws", "batch_size", "n_sequences", "stride"):
         check_count(getattr(args, name), "--" + name.replace("_", "-"))
     out = check_out_name(args.out)
+    from compose_lens.config import RunConfig
+    from compose_lens.safety import activation_bytes, check_sizes, peek_run_config
+
+    config = peek_run_config(args.source) or RunConfig()  # a folder of the study's .pth: the paper's
+    check_sizes(config, {f"--n-sequences {args.n_sequences}": (args.n_sequences, 1),  # drawn once, kept
+                         f"--batch-size {args.batch_size}": (args.batch_size, 1, activation_bytes(config, True))})
     from compose_lens.analysis.llc import (LlcSettings, llc_over_checkpoints, phase_means, require_devinterp,
                                            run_phases, settings_dict)  # lazy: torch
     from compose_lens.plots import llc_figure

@@ -726,6 +726,12 @@ CASES = [
     ("fourier-overflow-logits", "fourier {w}/overflowmodel --out {out}", None),
     ("analyze-overflow-logits", "analyze {w}/overflowmodel --out {out}", None),
     ("same-mlp-overflow-logits", "same-mlp {w}/overflowmodel --out {out}", None),
+    # issue #45: every size argument through the memory guard (das and llc had none)
+    ("das-n-pairs-5M", "das paper --n-pairs 5000000 --out {out}", None),
+    ("das-n-pairs-5M-garbage-weights", "das {w}/garbage --n-pairs 5000000 --out {out}", None),
+    ("llc-n-sequences-9900000", "llc paper --n-sequences 9900000 --out {out}", None),
+    ("llc-batch-size-5M", "llc paper --batch-size 5000000 --out {out}", None),
+    ("llc-n-sequences-huge-model", "llc {w}/hugemodel --n-sequences 100000 --out {out}", None),
     # issue #45: tracebacks and hangs of sweeps
     ("sweep-list-values", f"{SWEEP} --param mlp_blocks --values [1] [0,1]", None),
     ("sweep-object-value", f"{SWEEP} --param f --values '{{\"a\": 1}}'", None),
@@ -770,6 +776,10 @@ SAYS = {
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
     "evaluate-overflow-logits": "logits are NaN or infinite",
     "sweep-list-values": "a sweep's values are numbers or words, not lists",
+    "das-n-pairs-5M": "--n-pairs 5000000 needs about",
+    "das-n-pairs-5M-garbage-weights": "--n-pairs 5000000 needs about",
+    "llc-n-sequences-9900000": "--n-sequences 9900000",
+    "llc-batch-size-5M": "--batch-size 5000000",
     "sweep-huge-range": "100,000,000 values",
     "sweep-infinite-range": "a range's ends are finite numbers",
     "patch-pairs-repeated.csv": "the column 'clean' appears 2 times",

@@ -371,7 +371,7 @@ def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: st
                   seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
     check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
-    acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer)
+    acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer, binder=None, router=None)  # the MLP only
     p = config.task.modulus
     readout = weights.linear_readout(model, layer)
     post = acts.mlp_post.view(p, p, -1)

@@ -767,7 +767,20 @@ def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists():
         raise ComposeLensError(f"{directory}: no {DYNAMICS_FILE}; run `compose-lens dynamics RUN --out {directory}`")
-    return pd.read_csv(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
+    return read_dynamics_table(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
+
+
+def read_dynamics_table(path: Path) -> pd.DataFrame:
+    """A ``dynamics.csv``, or one line saying it is damaged (cut short, edited, not a table of steps)."""
+    damaged = f"{path}: damaged ({{}}); delete it, or run dynamics with --overwrite instead of --update"
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # EmptyDataError too
+        raise ComposeLensError(damaged.format(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)) from None
+    steps = pd.to_numeric(table["step"], errors="coerce") if "step" in table else None
+    if steps is None or steps.isna().any() or not (steps == steps.round()).all():
+        raise ComposeLensError(damaged.format("no whole-number 'step' column"))
+    return table
 
 
 def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | None:
@@ -775,8 +788,9 @@ def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | N
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists() or not (directory / PHASES_FILE).exists():
         return None
-    saved = load_json(directory / PHASES_FILE).get("settings")
+    saved = load_json(directory / PHASES_FILE)
+    saved = saved.get("settings") if isinstance(saved, dict) else "unreadable"
     if saved != settings:
         raise ComposeLensError(f"{directory}: its dynamics were made with other settings ({saved}); "
                                f"drop --update or use another --out")
-    return pd.read_csv(directory / DYNAMICS_FILE)
+    return read_dynamics_table(directory / DYNAMICS_FILE)

@@ -62,6 +62,8 @@ def world(tmp_path_factory) -> Path:
         (w / f"{name}.json").write_text(json.dumps(data))
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
     _broken_models(w)
+    assert main(["dynamics", str(w / "run"), "--out", str(w / "dyn"), "--pool-size", "16", "--slot-size", "8",
+                 "--quiet"]) == 0  # what dynamics --update reads (issue #45: a damaged one)
     _broken_splits(w)
     _odd_weights(w)
     _links(w)
@@ -353,6 +355,18 @@ def _special_out(kind: str):
     return setup
 
 
+def _damaged_dynamics(text: str):
+    def setup(sb: Path, w: Path) -> None:
+        shutil.copytree(w / "dyn", sb / "out")
+        (sb / "out" / "dynamics.csv").write_text(text)
+    return setup
+
+
+DAMAGED_DYNAMICS = {"dynamics_cut": _damaged_dynamics('step,0var_train\n10,"0.5'),
+                    "dynamics_empty": _damaged_dynamics(""),
+                    "dynamics_no_step": _damaged_dynamics("x,y\n1,2\n"),
+                    "dynamics_word_step": _damaged_dynamics("step,0var_train\nten,0.5\n")}
+
 RUN_USER_ENTRIES = {
     "run+results_note": _run_with_user_entry("results/my_notes.txt"),
     "run+results_folder": _run_with_user_entry("results/old", folder=True),
@@ -379,7 +393,7 @@ SWEEP_SETUPS = {
     "sweep_provenance_link": _sweep_summary_not_a_file("results.provenance.json", link=True),
 }
 
-SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, **DAMAGED_DYNAMICS, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -732,6 +746,9 @@ CASES = [
     ("llc-n-sequences-9900000", "llc paper --n-sequences 9900000 --out {out}", None),
     ("llc-batch-size-5M", "llc paper --batch-size 5000000 --out {out}", None),
     ("llc-n-sequences-huge-model", "llc {w}/hugemodel --n-sequences 100000 --out {out}", None),
+    # issue #45: dynamics --update on a damaged dynamics.csv
+    *[(f"dynamics-update-{name.replace('_', '-')}", "dynamics {w}/run --out {out} --update --pool-size 16 "
+       "--slot-size 8 --quiet", name) for name in DAMAGED_DYNAMICS],
     # issue #45: tracebacks and hangs of sweeps
     ("sweep-list-values", f"{SWEEP} --param mlp_blocks --values [1] [0,1]", None),
     ("sweep-object-value", f"{SWEEP} --param f --values '{{\"a\": 1}}'", None),
@@ -776,6 +793,8 @@ SAYS = {
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
     "evaluate-overflow-logits": "logits are NaN or infinite",
     "sweep-list-values": "a sweep's values are numbers or words, not lists",
+    "dynamics-update-dynamics-cut": "dynamics.csv: damaged",
+    "dynamics-update-dynamics-word-step": "no whole-number 'step' column",
     "das-n-pairs-5M": "--n-pairs 5000000 needs about",
     "das-n-pairs-5M-garbage-weights": "--n-pairs 5000000 needs about",
     "llc-n-sequences-9900000": "--n-sequences 9900000",

@@ -53,3 +53,19 @@ def test_analyze_reads_a_valid_one_layer_run(tmp_path, capsys):
         capsys.readouterr().err
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary and (tmp_path / "a" / "fourier").is_dir()
+
+
+def test_dla_on_all_zero_weights_says_there_is_no_margin_to_share(run, tmp_path, capsys):
+    """Degenerate but valid weights: every answer margin is 0, so no component has a share of it. The
+    command says so (issue #45: it ended in a pandas error after its output folder was committed)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    zero = tmp_path / "zero"
+    zero.mkdir()
+    shutil.copy(run / "config.json", zero / "config.json")
+    save_file({k: v * 0 for k, v in load_file(str(run / "model.safetensors")).items()}, str(zero / "model.safetensors"))
+    capsys.readouterr()
+    assert main(["dla", str(zero), "--out", str(tmp_path / "d"), "--quiet"]) == 0, capsys.readouterr().err
+    assert "its mean answer margin is 0, so no component has a share of it" in capsys.readouterr().out

@@ -828,6 +828,37 @@ ISSUE_30_CLASSES = {
 }
 
 
+# the classes of issue #45 (round four), and which cases belong to each (before the earlier rounds' rules)
+ISSUE_45_CLASSES = {
+    "data loss: --overwrite inside a run, --out a FIFO or a device": lambda n, c, s: s in RUN_USER_ENTRIES or s in (
+        "fifo", "chardev"),
+    "silent wrong: NaN logits of finite weights": lambda n, c, s: "overflow-logits" in n,
+    "pairs files: a repeated or spaced column, 5,000 digits, deep nesting": lambda n, c, s: re.search(
+        r"pairs-(repeated|space|digits|answer_digits|nested)", n) is not None,
+    "memory guards of das and llc": lambda n, c, s: n.startswith(("das-", "llc-")),
+    "sweeps: list values, huge or infinite ranges, a dead Ray address": lambda n, c, s: re.search(
+        r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-)", n) is not None,
+    "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
+}
+
+
+def issue_45_classes() -> dict[str, int]:
+    """How many fuzzer cases each class of issue #45 has."""
+    counts = {name: 0 for name in ISSUE_45_CLASSES}
+    for name, command, setup in CASES:
+        for label, rule in ISSUE_45_CLASSES.items():
+            if rule(name, command, setup):
+                counts[label] += 1
+                break
+    return counts
+
+
+def test_every_class_of_issue_45_has_cases():
+    counts = issue_45_classes()
+    print("\n".join(f"{n:5d}  {k}" for k, n in counts.items()))
+    assert all(n >= 4 for n in counts.values()), counts
+
+
 def case_classes() -> dict[str, int]:
     """How many fuzzer cases each class of issue #30 has (a case counts in its first class)."""
     counts = {name: 0 for name in ISSUE_30_CLASSES} | {"earlier rounds": 0}
@@ -1108,5 +1139,8 @@ def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
 
 if __name__ == "__main__":  # python tests/integration/test_bad_input.py: the fuzzer's cases per class
     for label, n in case_classes().items():
+        print(f"{n:5d}  {label}")
+    print("issue #45 (round four):")
+    for label, n in issue_45_classes().items():
         print(f"{n:5d}  {label}")
     print(f"{len(CASES):5d}  in all (and the property-based tests' draws)")

@@ -689,6 +689,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     (``runs_per_process``: points trained together per worker, see the module doc)."""
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
+    if runs_per_process > 1 and base.train.log_to != "none":  # the batched trainer tracks nothing
+        raise ComposeLensError(f"log_to={base.train.log_to} with --runs-per-process {runs_per_process}: points "
+                               f"trained together are not tracked (their event files would stay empty); use "
+                               f"--runs-per-process 1, or log_to=none")
     if backend not in SWEEP_BACKENDS:
         raise ComposeLensError(f"--backend {backend}: use {' or '.join(SWEEP_BACKENDS)}")
     out = Path(out)

@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             seeds = seeds_of(a.seeds)
         except ValueError:
             return refuse(f"--seeds {' '.join(a.seeds)}: give whole numbers or ranges of them (100 or 100-111)")
+        if not seeds:  # a range written high-low holds no seed: nothing would train, and nothing be said
+            return refuse(f"--seeds {' '.join(a.seeds)}: no seed in it; write a range low-high (100-111)")
         if a.workers < 1 or a.steps < 1 or a.threads < 1:
             return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}: each must be at least 1")
         jobs = [(s, k) for s in seeds for k in a.kernels]

@@ -751,6 +751,9 @@ CASES = [
        "--slot-size 8 --quiet", name) for name in DAMAGED_DYNAMICS],
     # issue #45: tracebacks and hangs of sweeps
     ("sweep-list-values", f"{SWEEP} --param mlp_blocks --values [1] [0,1]", None),
+    ("sweep-steps-and-param-steps", f"{SWEEP} --param steps --values 4 8", None),
+    ("sweep-tracking-runs-together", f"{SWEEP} --param f --values 0.8 0.9 --runs-per-process 2 --set log_to=tensorboard",
+     None),
     ("sweep-object-value", f"{SWEEP} --param f --values '{{\"a\": 1}}'", None),
     ("sweep-huge-range", f"{SWEEP} --param f --values 0.1:0.9:100000000", None),
     ("sweep-infinite-range", f"{SWEEP} --param lr --values 0:inf:5", None),
@@ -793,6 +796,8 @@ SAYS = {
     "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
     "evaluate-overflow-logits": "logits are NaN or infinite",
     "sweep-list-values": "a sweep's values are numbers or words, not lists",
+    "sweep-steps-and-param-steps": "drop --steps",
+    "sweep-tracking-runs-together": "are not tracked",
     "dynamics-update-dynamics-cut": "dynamics.csv: damaged",
     "dynamics-update-dynamics-word-step": "no whole-number 'step' column",
     "das-n-pairs-5M": "--n-pairs 5000000 needs about",
@@ -836,8 +841,8 @@ ISSUE_45_CLASSES = {
     "pairs files: a repeated or spaced column, 5,000 digits, deep nesting": lambda n, c, s: re.search(
         r"pairs-(repeated|space|digits|answer_digits|nested)", n) is not None,
     "memory guards of das and llc": lambda n, c, s: n.startswith(("das-", "llc-")),
-    "sweeps: list values, huge or infinite ranges, a dead Ray address": lambda n, c, s: re.search(
-        r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-)", n) is not None,
+    "sweeps: list values, huge ranges, a dead Ray address, dropped options": lambda n, c, s: re.search(
+        r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-|steps-and|tracking)", n) is not None,
     "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
 }
 

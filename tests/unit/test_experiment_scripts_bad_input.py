@@ -60,6 +60,7 @@ CASES = [
                  .write_text("{")), "not a compose-lens run's config"),
     ("stall-rate-seed-words", "stall_rate", ["--out", "{sb}/out", "--seeds", "abc"], None, "--seeds abc"),
     ("stall-rate-seed-range-words", "stall_rate", ["--out", "{sb}/out", "--seeds", "1-x"], None, "whole numbers"),
+    ("stall-rate-empty-seed-range", "stall_rate", ["--out", "{sb}/out", "--seeds", "111-100"], None, "no seed in it"),
     ("stall-rate-workers-0", "stall_rate", ["--out", "{sb}/out", *STALL, "--workers", "0"], None, "--workers 0"),
     ("stall-rate-out-is-file", "stall_rate", ["--out", "{sb}/afile", *STALL], None, "is a file, not a folder"),
     ("modularity-zero-heads", "modularity_grid", ["point", "--n-heads", "0", "--work", "{sb}/work"], None,

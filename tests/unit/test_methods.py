@@ -275,3 +275,30 @@ def test_llc_of_a_run_estimates_its_last_step_once_and_says_which_checkpoint_has
     table = pd.read_csv(tmp_path / "llc" / "llc.csv")
     assert list(table["step"]) == [20, 30], table[["step", "checkpoint"]]
     assert "step_000010: no model.safetensors, so this checkpoint is left out" in err, err
+
+
+needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed")
+
+
+@needs_wandb
+@pytest.mark.parametrize("mode,fails", [("bogus", False), ("online", True)])
+def test_a_tracker_that_does_not_start_leaves_no_half_made_run(mode, fails, tiny_config, tmp_path, monkeypatch,
+                                                               capsys):
+    """A WANDB_MODE W&B refuses is refused before the run directory is made; a W&B that fails to
+    start (no network, a bad key) is one line, and the run it was to track is not left behind
+    (issue #45: a traceback, and a run directory with a marker and an empty wandb/)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", mode)
+    if fails:
+        def no_network(*args, **kwargs):
+            raise wandb.errors.CommError("Network error (ConnectionError), entering retry loop")
+        monkeypatch.setattr(wandb, "init", no_network)
+    config = tmp_path / "c.json"
+    config.write_text(tiny_config.with_overrides(["log_to=wandb"]).to_json())
+    capsys.readouterr()
+    status = main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("W&B did not start" if fails else "WANDB_MODE='bogus'") in err, err
+    assert not (tmp_path / "run").exists()

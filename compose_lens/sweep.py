@@ -315,9 +315,13 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
         try:
             Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
         except Exception as exc:  # one failing point must not stop the sweep
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            directory.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
+            error = (safety.os_error_line(exc, "train this point") if isinstance(exc, OSError)  # a full disk, said
+                     else f"{type(exc).__name__}: {exc}".splitlines()[0])
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
+            except OSError:  # the disk that failed the point: results.csv and stderr still say why
+                error += "; its error.json could not be written either"
             return {"status": "failed", "error": error, "wall_s": time.perf_counter() - started}
     return {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
 
@@ -483,10 +487,15 @@ def sweep_rows(out: str | Path) -> list[dict]:
 def write_csv(rows: Sequence[dict], path: Path) -> None:
     if not rows:
         return
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as exc:
+        if not exc.filename:  # a write that names no file (a full disk): the file it was for, not "?"
+            exc.filename = str(path)
+        raise
 
 
 def read_csv(path: str | Path) -> list[dict]:

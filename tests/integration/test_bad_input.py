@@ -1149,3 +1149,33 @@ if __name__ == "__main__":  # python tests/integration/test_bad_input.py: the fu
     for label, n in issue_45_classes().items():
         print(f"{n:5d}  {label}")
     print(f"{len(CASES):5d}  in all (and the property-based tests' draws)")
+
+
+def test_a_full_disk_in_a_sweep_fails_the_point_not_the_sweep(world, tmp_path, monkeypatch, capsys):
+    """The disk fills while a point trains, and again when its error.json is written: the point fails
+    (said with its path and "the disk is full"), the sweep records it and exits 1, as
+    docs/bad-input.md promises (issue #45: "?: the disk is full", exit 2)."""
+    import errno
+
+    import compose_lens.sweep as sweep
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_json = sweep.write_json_atomic
+    monkeypatch.setattr(sweep.Trainer, "run", lambda self: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "checkpoints" / "step_000004"))))
+    monkeypatch.setattr(sweep, "write_json_atomic", lambda path, data: full() if Path(path).name == "error.json"
+                        else real_json(path, data))
+    out = tmp_path / "sweep"
+    argv = shlex.split(SWEEP.replace("{w}", str(world)).replace("{out}", str(out))) + ["--param", "f", "--values",
+                                                                                       "0.8"]
+    capsys.readouterr()
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("compose-lens: error:")]
+    assert "point f=0.8 seed 0 failed" in lines[0] and "step_000004: cannot train this point (the disk is full" \
+        in lines[0] and "error.json could not be written" in lines[0], err
+    assert "1 of 1 points failed" in lines[-1] and "?:" not in err, err
+    assert read_csv(out / "results.csv")[0]["status"] == "failed"

@@ -126,6 +126,7 @@ def _broken_pairs(w: Path) -> None:
     }
     for name, text in files.items():
         (w / name).write_text(text)
+    (w / "pairs_folder.csv").mkdir()  # a folder with a pairs file's name: said as a folder (issue #45)
 
 
 def _broken_models(w: Path) -> None:
@@ -544,6 +545,7 @@ CASES = [
       ("repeated.csv", "space.csv", "digits.csv", "digits_text.csv", "answer_digits.csv", "digits.jsonl",
        "nested.jsonl")],
     ("circuit-pairs-nested.jsonl", "circuit {w}/run --pairs {w}/pairs_nested.jsonl --out {out}", None),
+    ("patch-pairs-a-folder", "patch {w}/run --pairs {w}/pairs_folder.csv --out {out}", None),
     ("patch-pairs-wrong-suffix", "patch {w}/run --pairs {w}/pairs.txt --out {out}", None),
     ("patch-pairs-and-corruption", "patch {w}/run --pairs {w}/pairs_ok.csv --corruption constant --out {out}", None),
     ("patch-bad-metric", "patch {w}/run --metric kl --out {out}", None),
@@ -809,6 +811,7 @@ SAYS = {
     "patch-pairs-repeated.csv": "the column 'clean' appears 2 times",
     "patch-pairs-space.csv": "has a space around its name",
     "patch-pairs-nested.jsonl": "nested too deeply",
+    "patch-pairs-a-folder": "is a folder, not a file",
     "patch-overflow-logits": "logits are NaN or infinite",
     "fourier-overflow-logits": "logits are NaN or infinite",
 }

@@ -3,7 +3,9 @@
 The answer is read at the last position over the p number classes (SPEC
 section 3). :func:`answer_logits` takes the fastest exact forward
 (:func:`compose_lens.model.fastpath.forward_kind`), in chunks of 1,024, without
-gradients and in float32; the trainer passes its compiled forward.
+gradients and in float32; the trainer passes its compiled forward. Logits that are not finite
+(finite weights whose forward overflows) are refused in one line
+(:func:`compose_lens.safety.check_finite_logits`), never read as an answer.
 
 >>> from compose_lens.config import RunConfig, TaskConfig, ModelConfig
 >>> task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))
@@ -26,6 +28,7 @@ from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive
 from compose_lens.data.split import Split
+from compose_lens.safety import check_finite_logits
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Float, Int
@@ -46,7 +49,9 @@ def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "
     with torch.no_grad():
         for start in range(0, len(tokens), chunk):
             out.append(forward(tokens[start: start + chunk].to(device)).float().cpu())
-    return torch.cat(out) if out else torch.zeros(0, cfg.d_vocab_out)
+    logits = torch.cat(out) if out else torch.zeros(0, cfg.d_vocab_out)
+    check_finite_logits(logits)
+    return logits
 
 
 def predictions(logits: Float[torch.Tensor, "batch d_vocab_out"]) -> Int[torch.Tensor, "batch"]:

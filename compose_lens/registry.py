@@ -379,9 +379,12 @@ def _dla_memory(settings: dict, config) -> None:
 
 def _dla_lines(result: Result) -> list[str]:
     table = result.tables["logit_attribution"]
-    top = table.loc[table.groupby("kind")["share"].idxmax()]
+    shared = table.dropna(subset=["share"])  # a kind whose mean margin is 0 has no shares (degenerate weights)
+    top = shared.loc[shared.groupby("kind")["share"].idxmax()]
     return [f"  {row.kind}: {row.component} writes {row.share:.0%} of the answer margin "
-            f"({row.contribution:.2f} of {row.margin:.2f})" for row in top.itertuples()]
+            f"({row.contribution:.2f} of {row.margin:.2f})" for row in top.itertuples()] + [
+        f"  {kind}: its mean answer margin is 0, so no component has a share of it"
+        for kind in table["kind"].drop_duplicates() if kind not in set(shared["kind"])]
 
 
 DLA = Analysis(

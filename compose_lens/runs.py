@@ -70,6 +70,7 @@ from compose_lens import capabilities, safety
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
+from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 from compose_lens.declaration import TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates
@@ -92,6 +93,89 @@ RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESU
 # these, and only of these: a report being written into the run meanwhile keeps its own)
 TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
                            ERROR_FILE})
+
+
+# What compose-lens writes *inside* a run directory, by name and kind: what ``train --overwrite``
+# checks every entry it would delete against (:func:`foreign_in_run`). A key is a name pattern
+# (a regular expression matched whole); a value is FILE (a regular file), LINK (a symlink or a
+# file: what W&B points at its latest run with), TREE (a folder another library lays out as it
+# likes: a W&B run) or the layout of a folder, checked entry by entry. The figures the report draws
+# (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``) are
+# named here; tests/integration/test_report.py holds a reported run to this list.
+FILE, LINK, TREE = "a file", "a symlink", "a folder"
+FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
+                "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
+                "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
+                "variable_identity", "frequency_shares", "best_neurons")
+_FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
+
+
+# The analyses the report saves into RUN/results/NAME/, with the tables and documents of each
+# (compose_lens.registry's; tests/unit/test_run_ownership.py holds the two equal).
+REPORT_RESULTS = {
+    "probes": ("scores_by_type", "circuit_summary"), "qk": ("positional_qk", "variable_identity"),
+    "fourier": ("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier",
+                "locate", "key_frequencies", "constants_vs_variables"),
+    "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
+    "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
+    "gradient": ("gradient_shares", "idealisation"),
+}
+
+
+def run_layout() -> dict:
+    """The layout of a run directory below its top-level names (see the comment above)."""
+    analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
+                                  "figures": {_FIGURE + r"\.(png|svg|pdf)": FILE}}
+                for name, stems in REPORT_RESULTS.items()}
+    return {
+        CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},
+        "results": {re.escape(DYNAMICS_FILE): FILE, re.escape(PHASES_FILE): FILE, r"dynamics\.png": FILE,
+                    re.escape(safety.MARKER): FILE, **analysis},
+        "figures": {_FIGURE + r"\.(png|csv)": FILE},
+        "tensorboard": {r"events\.out\.tfevents\..+": FILE},  # torch's SummaryWriter
+        "wandb": {r"(offline-)?run-\d{8}_\d{6}-\w+": TREE, "latest-run": LINK,
+                  r"debug(-internal|-cli\..+)?\.log": LINK},  # wandb.init(dir=RUN)
+        **{re.escape(name): FILE for name in RUN_NAMES - {CHECKPOINTS_DIR, "results", "figures", "tensorboard",
+                                                          "wandb"}},
+    }
+
+
+def _kind(entry: Path) -> str:
+    if entry.is_symlink():
+        return LINK
+    if entry.is_dir():
+        return TREE
+    return FILE if entry.is_file() else "a special file"
+
+
+def foreign_in_run(run_dir: Path) -> str | None:
+    """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name or
+    by kind: a file where it writes a folder, a symlink where it writes a file), said as what a
+    refusal prints; None where everything is compose-lens's own. The temporaries a killed writer
+    left (:func:`compose_lens.files.temp_beside`) of an owned name are owned; nothing is followed."""
+    return _foreign_below(Path(run_dir), run_layout(), "")
+
+
+def _foreign_below(folder: Path, layout: dict, prefix: str) -> str | None:
+    for entry in sorted(folder.iterdir()):
+        stands_for = temp_of(entry.name)
+        name = stands_for or entry.name
+        if not prefix and stands_for is None and name.endswith(".tmp"):
+            name = name[:-4]  # an earlier version's NAME.tmp at the top of a run
+        rule = next((r for pattern, r in layout.items() if re.fullmatch(pattern, name)), None)
+        where, kind = prefix + entry.name, _kind(entry)
+        if rule is None:
+            return f"{where}, which compose-lens did not write"
+        expected = FILE if rule in (FILE, LINK) else TREE
+        if kind == LINK and rule == LINK:
+            continue
+        if kind != expected or (stands_for is not None and kind == LINK):
+            return f"{where} ({kind}, where compose-lens writes {expected})"
+        if isinstance(rule, dict) and stands_for is None:
+            found = _foreign_below(entry, rule, where + "/")
+            if found:
+                return found
+    return None
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
@@ -159,9 +243,9 @@ def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) ->
     if marker and marker.get("command", "train") != "train":
         raise ComposeLensError(f"{d}: holds the output of `{marker['command']}`, not a run; "
                                f"choose another --out")
+    foreign = foreign_in_run(d)
     if foreign:
-        raise ComposeLensError(f"{d}: holds {foreign[0]}, which compose-lens did not write; "
-                               f"--overwrite will not delete it: move it away")
+        raise ComposeLensError(f"{d}: holds {foreign}; --overwrite will not delete it: move it away")
     return "replace"
 
 
@@ -364,8 +448,21 @@ def with_bridge(loaded: Subject) -> Subject:
 def for_analyses(loaded: Subject) -> Subject:
     """What the analyses need: for the paper architecture they all run on the fast forwards
     (no hooks; a :class:`~compose_lens.model.tl.Weights` will do), for any other on the
-    bridge's hooks."""
+    bridge's hooks. A model whose forward overflows is refused first (:func:`check_forward`)."""
+    check_forward(loaded)
     return loaded if capabilities.supports(loaded.config.model, "tables") else with_bridge(loaded)
+
+
+def check_forward(loaded: Loaded, per_pool: int = 8) -> None:
+    """Refuse, in one line, a model whose logits on a few sequences of each pool are not finite:
+    its weights are finite (:func:`check_weights`) but its forward overflows float32, and every
+    analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""
+    tokens = concat_batches(make_pools(loaded.split, per_pool))[0].tokens
+    model, cfg = loaded.model, loaded.config.model
+    forward = fastpath.answer_forward(model, cfg, fastpath.forward_kind(cfg))  # a Weights has a fast one
+    with torch.no_grad():
+        logits = forward(tokens.to(tl.parameters(model)["embed.weight"].device))
+    safety.check_finite_logits(logits, loaded.source)
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",
@@ -541,6 +638,18 @@ def find_checkpoints(source: str | Path, split_file: str | Path | None = None
     split = Split.load(split_file, config.task) if split_file else Split.from_task(config.task)
     config = RunConfig(task=split.task, model=config.model, train=config.train)
     return [Checkpoint(s, p, "safetensors") for s, p in found], config, split
+
+
+def checkpoints_without_weights(source: str | Path) -> list[Path]:
+    """The ``checkpoints/step_NNNNNN/`` folders of a run that hold no ``model.safetensors`` (a copy
+    cut short, a file deleted): :func:`find_checkpoints` leaves them out, and a command that reads
+    every checkpoint says so rather than skip a step without a word."""
+    source = Path(source)
+    folder = source if source.name == CHECKPOINTS_DIR else source / CHECKPOINTS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _RUN_CKPT.match(p.name) and p.is_dir()
+                  and not (p / WEIGHTS_FILE).is_file())
 
 
 def select_checkpoints(checkpoints: list[Checkpoint], steps: Sequence[int] | None = None,
@@ -734,7 +843,20 @@ def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists():
         raise ComposeLensError(f"{directory}: no {DYNAMICS_FILE}; run `compose-lens dynamics RUN --out {directory}`")
-    return pd.read_csv(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
+    return read_dynamics_table(directory / DYNAMICS_FILE), load_json(directory / PHASES_FILE)
+
+
+def read_dynamics_table(path: Path) -> pd.DataFrame:
+    """A ``dynamics.csv``, or one line saying it is damaged (cut short, edited, not a table of steps)."""
+    damaged = f"{path}: damaged ({{}}); delete it, or run dynamics with --overwrite instead of --update"
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # EmptyDataError too
+        raise ComposeLensError(damaged.format(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)) from None
+    steps = pd.to_numeric(table["step"], errors="coerce") if "step" in table else None
+    if steps is None or steps.isna().any() or not (steps == steps.round()).all():
+        raise ComposeLensError(damaged.format("no whole-number 'step' column"))
+    return table
 
 
 def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | None:
@@ -742,8 +864,9 @@ def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | N
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists() or not (directory / PHASES_FILE).exists():
         return None
-    saved = load_json(directory / PHASES_FILE).get("settings")
+    saved = load_json(directory / PHASES_FILE)
+    saved = saved.get("settings") if isinstance(saved, dict) else "unreadable"
     if saved != settings:
         raise ComposeLensError(f"{directory}: its dynamics were made with other settings ({saved}); "
                                f"drop --update or use another --out")
-    return pd.read_csv(directory / DYNAMICS_FILE)
+    return read_dynamics_table(directory / DYNAMICS_FILE)

@@ -586,6 +586,36 @@ def _swap(stage: Path, out: Path, replace: bool) -> None:
         os.replace(stage, out)  # onto a missing or empty directory
 
 
+def check_finite_logits(logits, what: str = "the model") -> None:
+    """Refuse logits that hold NaN or an infinity, in one line: the one check wherever an answer
+    is read from a model (the evaluation's accuracies, the patching baseline, the Fourier grids).
+
+    Weights are checked finite when loaded (:func:`compose_lens.runs.check_weights`), but finite
+    weights may still overflow float32 in a forward (a residual of 1e37 squared), and the argmax
+    of NaN logits is a class like any other: accuracies, effects and losses computed from them
+    would be printed as numbers, silently wrong.
+    """
+    import torch  # the callers have it loaded already; --help does not
+
+    finite = torch.isfinite(logits.detach())
+    if not bool(finite.all()):
+        rows = finite.reshape(-1, logits.shape[-1]).all(-1) if logits.dim() else finite.reshape(1)
+        raise ComposeLensError(f"{what}'s logits are NaN or infinite on {int((~rows).sum())} of {rows.numel()} "
+                               f"inputs although its weights are finite (an activation overflows float32); "
+                               f"every accuracy or effect read from them would be meaningless: pick another "
+                               f"checkpoint")
+
+
+def special_kind(path: Path) -> str:
+    """What ``path`` is, in words, where it is neither a regular file nor a folder."""
+    mode = os.stat(path).st_mode
+    for test, word in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "a special file"
+
+
 def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path:
     """Validate writing the file ``path``: its folder exists; an existing file needs
     ``overwrite`` and must look like compose-lens wrote it (contains ``signature``)."""
@@ -595,6 +625,9 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
         raise ComposeLensError(f"--out {path}: is a directory; give a file name")
     if not path.parent.is_dir():
         raise ComposeLensError(f"--out {path}: the folder {path.parent} does not exist")
+    if path.exists() and not path.is_file():  # never opened: reading a FIFO blocks, a device is no file
+        raise ComposeLensError(f"--out {path}: is {special_kind(path)}, not a regular file; compose-lens "
+                               f"replaces only a file it wrote: give another file name")
     if path.exists():
         if not overwrite:
             raise ComposeLensError(f"--out {path}: exists; pass --overwrite to replace it")

@@ -75,9 +75,12 @@ import csv
 import ctypes
 import json
 import logging
+import math
 import multiprocessing
+import os
 import re
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -142,6 +145,8 @@ class SweepPoint:
         return base.with_overrides(overrides)
 
 
+MAX_POINTS = 10_000  # runs in one sweep: more is a typo in a range, not a study
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._,=+-]")  # a point's directory name keeps only these
 
 
@@ -169,6 +174,11 @@ def parse_values(raw: Iterable[str]) -> list[Any]:
                 raise ComposeLensError(f"--values {item!r}: a range is start:stop:num, e.g. 0.05:1:20") from None
             if num < 2:
                 raise ComposeLensError(f"--values {item!r}: a range needs at least 2 values")
+            if not (math.isfinite(start) and math.isfinite(stop)):
+                raise ComposeLensError(f"--values {item!r}: a range's ends are finite numbers")
+            if num > MAX_POINTS:  # refused before a list of them is made (1e8 values took minutes and GBs)
+                raise ComposeLensError(f"--values {item!r}: {num:,} values; a sweep trains one run per value "
+                                       f"and seed, at most {MAX_POINTS:,} in all: ask for fewer")
             out += [round(start + (stop - start) * i / (num - 1), 6) for i in range(num)]
             continue
         try:
@@ -177,6 +187,11 @@ def parse_values(raw: Iterable[str]) -> list[Any]:
             out.append(item)
     if not out:
         raise ComposeLensError("--values: give at least one value")
+    listed = next((v for v in out if isinstance(v, (list, dict))), None)
+    if listed is not None:  # a point's directory name holds one number or word, and its name is its value
+        raise ComposeLensError(f"--values {json.dumps(listed)}: a sweep's values are numbers or words, not "
+                               f"{'lists' if isinstance(listed, list) else 'objects'}; train each setting "
+                               f"with `compose-lens train --set KEY={json.dumps(listed)}` instead")
     if len({json.dumps(v) for v in out}) != len(out):
         raise ComposeLensError(f"--values {list(raw)}: a value is repeated")
     return out
@@ -190,6 +205,9 @@ def sweep_points(param: str, values: Sequence[Any], seeds: Sequence[int]) -> lis
         raise ComposeLensError(f"--seeds {list(seeds)}: a seed is repeated")
     if param == "seed" and len(seeds) > 1:
         raise ComposeLensError("--param seed sweeps the seeds themselves: give them as --values, without --seeds")
+    if len(values) * len(seeds) > MAX_POINTS:
+        raise ComposeLensError(f"--values and --seeds: {len(values):,} values x {len(seeds):,} seeds is more than "
+                               f"{MAX_POINTS:,} runs; ask for fewer")
     points = [SweepPoint(param, v, int(s)) for v in values for s in seeds]
     names = [p.name for p in points]
     if len(set(names)) != len(names):
@@ -310,9 +328,13 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
         try:
             Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
         except Exception as exc:  # one failing point must not stop the sweep
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            directory.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
+            error = (safety.os_error_line(exc, "train this point") if isinstance(exc, OSError)  # a full disk, said
+                     else f"{type(exc).__name__}: {exc}".splitlines()[0])
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(directory / "error.json", {"error": error, "traceback": traceback.format_exc()})
+            except OSError:  # the disk that failed the point: results.csv and stderr still say why
+                error += "; its error.json could not be written either"
             return {"status": "failed", "error": error, "wall_s": time.perf_counter() - started}
     return {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
 
@@ -478,10 +500,15 @@ def sweep_rows(out: str | Path) -> list[dict]:
 def write_csv(rows: Sequence[dict], path: Path) -> None:
     if not rows:
         return
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as exc:
+        if not exc.filename:  # a write that names no file (a full disk): the file it was for, not "?"
+            exc.filename = str(path)
+        raise
 
 
 def read_csv(path: str | Path) -> list[dict]:
@@ -616,21 +643,63 @@ def check_gpus_per_point(gpus_per_point: float, backend: str, configs: dict[Swee
                                    f"device=cuda and Ray picks the GPU")
 
 
+RAY_CONNECT_TIMEOUT_S = 10  # a cluster's head answers a TCP connection at once; a dead address never does
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse, in one line and within ``timeout`` seconds, a Ray address where nothing listens.
+
+    ``ray.init(address=...)`` retries a head that does not answer for minutes, and ignores SIGTERM
+    meanwhile; a plain TCP connection to the head's port, with a timeout, says at once whether
+    anything is there (``auto`` and ``local`` name no host: Ray finds those itself).
+    """
+    if address in ("auto", "local"):
+        return
+    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address.strip())
+    if not found or not 0 < int(found.group(2)) < 65536:
+        raise ComposeLensError(f"--address {address}: give the Ray head as HOST:PORT (e.g. 10.0.0.5:6379), "
+                               f"ray://HOST:PORT, or auto")
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ComposeLensError(f"--address {address}: no Ray cluster answers there ({why} within "
+                               f"{timeout:g} s); start one with `ray start --head`, or leave --address "
+                               f"out to start a local Ray") from None
+
+
+def connect_ray(address: str | None) -> bool:
+    """Join the Ray cluster at ``address`` (a local Ray where None) unless Ray is up in this process
+    already; True where it was started here (and is to be shut down here). A head that answers the
+    port but is not Ray's is refused in one line when ``ray.init`` gives up."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    sys.stderr.flush()
+    saved = os.dup(2)  # Ray's C++ core prints each retry to the process's stderr: not ours to show
+    try:
+        with open(os.devnull, "w") as quiet:
+            os.dup2(quiet.fileno(), 2)
+        # Ray follows the level the caller set (the command line's -v / -q): the root logger's, since an
+        # earlier ray.init in this process set the "ray" logger's own level to INFO
+        level = logging.getLogger().getEffectiveLevel()
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=level)
+        else:
+            ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=level)
+    except ConnectionError as exc:
+        raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return True
+
+
 def _run_ray(chunks: list[list[tuple[SweepPoint, dict, str]]], threads: int, address: str | None,
              done: Callable[[SweepPoint, dict], None], gpus_per_point: float = 0) -> None:
     ray = _import_ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        try:
-            # Ray follows the level the caller set (the command line's -v / -q): the root logger's, since
-            # an earlier ray.init in this process set the "ray" logger's own level to INFO
-            level = logging.getLogger().getEffectiveLevel()
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=level)
-            else:
-                ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=level)
-        except ConnectionError as exc:
-            raise ComposeLensError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
+    started_here = connect_ray(address)
     try:
         asks = [task_gpus(gpus_per_point, len(chunk)) for chunk in chunks]
         have = ray.cluster_resources().get("GPU", 0) if gpus_per_point else 0
@@ -722,6 +791,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     one SLURM job, see :mod:`compose_lens.slurm`)."""
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
+    if runs_per_process > 1 and base.train.log_to != "none":  # the batched trainer tracks nothing
+        raise ComposeLensError(f"log_to={base.train.log_to} with --runs-per-process {runs_per_process}: points "
+                               f"trained together are not tracked (their event files would stay empty); use "
+                               f"--runs-per-process 1, or log_to=none")
     if backend not in SWEEP_BACKENDS:
         raise ComposeLensError(f"--backend {backend}: use {' or '.join(SWEEP_BACKENDS)}")
     out = Path(out)
@@ -735,6 +808,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     check_sweep_dir(out, param, base)
     if backend == "ray":
         _import_ray()
+        if address:
+            check_ray_address(address)
     if (slurm or points_per_job is not None) and backend != "slurm":
         raise ComposeLensError(f"--slurm and --points-per-job are for --backend slurm, not {backend}")
     points_per_job = runs_per_process if points_per_job is None else points_per_job
@@ -747,6 +822,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         slurm_backend.check_options(slurm or {}, threads or 1, on_gpu)
     started = time.perf_counter()
     _pending(out, points, configs)  # may refuse: before anything is written
+    # Ray joined now: a cluster that cannot be reached leaves no half-made sweep (shut down at the end)
+    ray_here = backend == "ray" and connect_ray(address)
     out.mkdir(parents=True, exist_ok=True)
     # the marker is the sweep's lock, held to the end: a second sweep into this --out would train
     # the points the first has not locked yet and rewrite results.csv under it
@@ -790,6 +867,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         found = _write_summary(out, rows, param, sorted({int(r["seed"]) for r in rows}))
     finally:
         lock.release()
+        if ray_here:
+            _import_ray().shutdown()
     failed = sum(1 for o in recorder.outcomes.values() if o["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed,
                        {p.name: o for p, o in recorder.outcomes.items()})

@@ -31,14 +31,23 @@ _PACKAGE = {"tensorboard": ("tensorboard", "pip install tensorboard==2.21.0 (or 
             "wandb": ("wandb", "pip install wandb")}
 
 
+WANDB_MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")  # what wandb.init accepts as WANDB_MODE
+WANDB_INIT_TIMEOUT_S = 60  # an online W&B run whose server does not answer: refused, not retried for minutes
+
+
 def check_available(log_to: str) -> None:
-    """Refuse, in one line, a tracker whose package is not installed (nothing is imported)."""
+    """Refuse, in one line, a tracker whose package is not installed (nothing is imported), or a
+    ``WANDB_MODE`` that W&B would refuse only once the run directory is made."""
     if log_to == "none":
         return
     package, how = _PACKAGE[log_to]
     if importlib.util.find_spec(package) is None:
         raise ComposeLensError(f"train.log_to={log_to} needs the {package} package, which is not installed: "
                                f"{how}; or use log_to=none")
+    mode = os.environ.get("WANDB_MODE", "offline")
+    if log_to == "wandb" and mode not in WANDB_MODES:
+        raise ComposeLensError(f"WANDB_MODE={mode!r}: W&B runs {', '.join(WANDB_MODES[:3])}; set one of those "
+                               f"(offline by default), or use log_to=none")
 
 
 class MetricsLogger:
@@ -78,8 +87,14 @@ class WandbLogger(MetricsLogger):
     def __init__(self, run_dir: Path, config: dict):
         import wandb
 
-        self.run = wandb.init(project="compose-lens", name=run_dir.name, dir=str(run_dir), config=config,
-                              mode=os.environ.get("WANDB_MODE", "offline"))
+        try:
+            self.run = wandb.init(project="compose-lens", name=run_dir.name, dir=str(run_dir), config=config,
+                                  mode=os.environ.get("WANDB_MODE", "offline"),
+                                  settings=wandb.Settings(init_timeout=WANDB_INIT_TIMEOUT_S))
+        except Exception as exc:  # wandb raises its own errors (no network, a bad key): the run is not made
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ComposeLensError(f"train.log_to=wandb: W&B did not start ({detail}); try WANDB_MODE=offline, "
+                                   f"or log_to=none") from None
 
     def log(self, line: dict[str, Any], lr: float) -> None:
         self.run.log(scalars(line, lr), step=int(line["step"]))

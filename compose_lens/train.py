@@ -142,11 +142,14 @@ class Trainer:
         if split is None and self.mode in ("resume", "restart") and (self.run_dir / runs.SPLIT_FILE).exists():
             split = Split.load(self.run_dir / runs.SPLIT_FILE, config.task)
         self.split = split or Split.from_task(config.task)
+        made = not self.run_dir.exists()
         self.lock = runs.claim_directory(self.run_dir, self.mode)
         try:
             self._build()
         except BaseException:
             self.close()
+            if made:  # a run that never started (its tracker failed) is not left half-made
+                shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
     def _build(self) -> None:

@@ -44,10 +44,11 @@ def came_back_after(flags: list[bool]) -> int:
 
 def scan(folders: list[Path]) -> tuple[int, pd.DataFrame]:
     """(how many runs were read, one row per run that ever read diverged)."""
-    found = sorted({p.resolve().parent for folder in folders for p in folder.rglob("metrics.jsonl")})
+    found = sorted({p.resolve().parent for folder in folders for p in folder.rglob("metrics.jsonl") if p.is_file()})
     rows = []
     for run in found:
-        metrics = [m for m in runs.read_metrics(run) if m.get("train_loss") is not None]
+        metrics = [m for m in runs.read_metrics(run) if isinstance(m.get("train_loss"), (int, float))
+                   and not isinstance(m.get("train_loss"), bool) and isinstance(m.get("step"), int)]
         flags = readings(metrics)
         if any(flags):
             name = run.relative_to(ROOT) if run.is_relative_to(ROOT) else run
@@ -62,9 +63,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folders", nargs="*", type=Path, default=[ROOT / "runs", ROOT / "experiments" / "results"])
     parser.add_argument("--csv", type=Path, default=None, help="write the rows here")
     args = parser.parse_args(argv)
+
+    def refuse(line: str) -> None:  # bad input: one line, exit 2, as the command line's
+        print(f"divergence_scan: error: {line}", file=sys.stderr)
+        raise SystemExit(2)
+
+    for folder in args.folders:
+        if folder.exists() and not folder.is_dir():
+            refuse(f"{folder}: is a file, not a folder; name folders that hold run directories")
+    if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
+        refuse(f"--csv {args.csv}: {'is a folder' if args.csv.is_dir() else 'its folder does not exist'}; "
+               f"give a file name in an existing folder")
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if len(missing) == len(args.folders):
-        raise SystemExit(f"divergence_scan: error: no folder to scan ({', '.join(missing)}); name folders that hold runs")
+        refuse(f"no folder to scan ({', '.join(missing)}); name folders that hold runs")
     n, frame = scan([f for f in args.folders if f.is_dir()])
     if len(frame):
         print(frame.to_string(index=False))

@@ -55,6 +55,7 @@ from compose_lens import outcome, runs  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
 from compose_lens.config import RunConfig  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
+from compose_lens.files import load_json  # noqa: E402
 from compose_lens.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"
@@ -117,6 +118,33 @@ def settled(row: dict, learned_at: float, longer: int) -> bool:
     return not retry and not needs_more(row, learned_at, longer)
 
 
+POINT_NEEDS = ("name", "n_layers", "d_model", "n_heads", "mlp_blocks", "seed", "outcome", "budget",
+               "zero_var_heldout", "two_var_union")  # what settled() and the table read of a row
+
+
+def read_point(path: Path) -> dict:
+    """A point's ``point.json``, or one line saying it is damaged (it is rewritten by measuring again)."""
+    row = load_json(path)
+    missing = [k for k in POINT_NEEDS if k not in row] if isinstance(row, dict) else list(POINT_NEEDS)
+    if missing:
+        raise ComposeLensError(f"{path}: not a point's row (no {', '.join(missing[:3])}); delete it to measure "
+                               f"the point again")
+    return row
+
+
+def read_grid(path: Path) -> pd.DataFrame:
+    """``grid.csv``, or one line saying what it lacks (a table from elsewhere, or cut short)."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise ComposeLensError(f"{path}: not readable as a table ({str(e).splitlines()[0] if str(e) else e})") from None
+    missing = [c for c in (*KEY, "outcome", "budget", "zero_var_heldout", "two_var_union") if c not in frame]
+    if missing:
+        raise ComposeLensError(f"{path}: has no column {', '.join(missing)}; this is not the grid's table: "
+                               f"move it away or give another --out")
+    return frame
+
+
 def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int, *, work: Path,
               steps: int = STEPS, extra: list[str] | None = None, measure_n: int = 120,
               learned_at: float = LEARNED_AT, remeasure: bool = False, longer: int | None = None) -> dict:
@@ -128,7 +156,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     name = name_of(n_layers, d_model, n_heads, every, seed)
     run = work / name
     done = run / "point.json"
-    previous = json.loads(done.read_text()) if done.exists() else None
+    previous = read_point(done) if done.exists() else None
     if previous is not None and not remeasure and settled(previous, learned_at, longer):
         return previous
     torch.set_num_threads(1)
@@ -213,7 +241,7 @@ def todo(only: list[str] | None, out: Path, learned_at: float = LEARNED_AT, long
     machine, the table does, so a later session does not train the others again)."""
     tabled = set()
     if (out / "grid.csv").exists():
-        rows = pd.read_csv(out / "grid.csv")
+        rows = read_grid(out / "grid.csv")
         rows = rows[[settled(r, learned_at, longer) for r in rows.to_dict("records")]]
         tabled = set(map(tuple, rows[KEY].astype(str).values))
     return [p for p in points(only) if key_of(p) not in tabled]
@@ -223,12 +251,12 @@ def table(work: Path, out: Path) -> pd.DataFrame:
     """grid.csv from the points finished under ``work``, beside the rows already in ``out/grid.csv``
     of points ``work`` does not hold (a WORK directory does not outlive its machine; the table does,
     so a later session that runs the missing points adds to it instead of writing over it)."""
-    rows = [json.loads(p.read_text()) for p in sorted(work.glob("*/point.json"))]
+    rows = [read_point(p) for p in sorted(work.glob("*/point.json"))]
     if not rows:
         raise SystemExit(f"no finished point under {work}")
     frame = pd.DataFrame(rows)
     if (out / "grid.csv").exists():
-        kept = pd.read_csv(out / "grid.csv")
+        kept = read_grid(out / "grid.csv")
         new = set(map(tuple, frame[KEY].astype(str).values))  # WORK's rows win over the table's
         kept = kept[[tuple(k) not in new for k in kept[KEY].astype(str).values]]
         frame = pd.concat([kept, frame], ignore_index=True)
@@ -338,10 +366,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deadline", default=None, metavar="HH:MM",
                         help="grid: start no point after this UTC time (what is left resumes later)")
     args = parser.parse_args(argv)
+
+    def refuse(line: str) -> None:  # bad input: one line, exit 2, nothing trained or written
+        print(f"modularity_grid: error: {line}", file=sys.stderr)
+        raise SystemExit(2)
+
+    for option in ("n_layers", "d_model", "n_heads", "steps", "longer"):
+        if getattr(args, option) < 1:
+            refuse(f"--{option.replace('_', '-')} {getattr(args, option)}: must be at least 1")
     if args.d_model % args.n_heads:
-        parser.error(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
+        refuse(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
     work = work_dir(args.work, args.steps, args.set)
-    work.mkdir(parents=True, exist_ok=True)
+    for option, folder in (("--work", work), ("--out", args.out)):
+        if folder.exists() and not folder.is_dir():
+            refuse(f"{option} {folder}: is a file, not a folder")
     try:
         if args.what == "study":
             study(args.reference, args.study_steps, args.out)
@@ -353,12 +391,14 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row, indent=1, default=str))
             return
         if args.what == "grid":
-            for point in todo(args.only, args.out, args.learned_at, args.longer):
+            pending = todo(args.only, args.out, args.learned_at, args.longer)  # grid.csv read before anything is made
+            work.mkdir(parents=True, exist_ok=True)
+            for point in pending:
                 if args.deadline and time.strftime("%H:%M", time.gmtime()) >= args.deadline:
                     print(f"deadline {args.deadline} UTC reached; run again to finish the rest", flush=True)
                     break
                 done = work / name_of(*point) / "point.json"
-                if done.exists() and settled(json.loads(done.read_text()), args.learned_at, args.longer):
+                if done.exists() and settled(read_point(done), args.learned_at, args.longer):
                     continue  # finished here before (by this worker or another)
                 held = claim(work, name_of(*point))
                 if held is None:
@@ -379,15 +419,14 @@ def main(argv: list[str] | None = None) -> None:
                       f"{row['modularity_circuit_fraction']} ({time.perf_counter() - started:.0f} s)", flush=True)
         if args.what == "table" and args.remeasure:  # the finished points measured again, nothing trained
             for done in sorted(work.glob("*/point.json")):
-                r = json.loads(done.read_text())
+                r = read_point(done)
                 run_point(r["n_layers"], r["d_model"], r["n_heads"], r["mlp_blocks"] == "every", r["seed"], work=work,
                           steps=r["budget"], extra=args.set, learned_at=args.learned_at, remeasure=True)
         frame = table(work, args.out)
         print(frame[["n_layers", "d_model", "n_heads", "seed", "steps", "outcome", "modularity_separation",
                      "modularity_same_adder", "modularity_circuit_fraction", "modularity_verdict"]].to_string(index=False))
     except ComposeLensError as e:
-        print(f"modularity_grid: error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        refuse(str(e))
 
 
 if __name__ == "__main__":

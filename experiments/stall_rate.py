@@ -218,7 +218,7 @@ def compare_lines(found: dict, names: tuple[str, str]) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seeds", nargs="*", default=["100-111"], help="seeds or ranges (100-111)")
@@ -236,15 +236,43 @@ def main() -> int:
     p.add_argument("--table", action="store_true", help="only re-read the run directories")
     p.add_argument("--compare", type=Path, metavar="OTHER_DIR",
                    help="after --table: compare these runs (the recipe) with OTHER_DIR's (e.g. the remedy), by seed")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+
+    def refuse(line: str) -> int:  # bad input: one line, exit 2, nothing trained or tabled
+        print(f"stall_rate: error: {line}", file=sys.stderr)
+        return 2
+
+    if a.out.exists() and not a.out.is_dir():
+        return refuse(f"--out {a.out}: is a file, not a folder; name the folder of the runs")
     if a.compare is not None and not (a.compare / "runs").is_dir():
-        print(f"error: --compare {a.compare}: no runs/ folder there; give a stall_rate.py --out folder", file=sys.stderr)
-        return 2
+        return refuse(f"--compare {a.compare}: no runs/ folder there; give a stall_rate.py --out folder")
     if a.table and not (a.out / "runs").is_dir():
-        print(f"error: --out {a.out}: no runs/ folder there; train first (without --table)", file=sys.stderr)
-        return 2
+        return refuse(f"--out {a.out}: no runs/ folder there; train first (without --table)")
     if not a.table:
-        jobs = [(s, k) for s in seeds_of(a.seeds) for k in a.kernels]
+        try:
+            seeds = seeds_of(a.seeds)
+        except ValueError:
+            return refuse(f"--seeds {' '.join(a.seeds)}: give whole numbers or ranges of them (100 or 100-111)")
+        if not seeds:  # a range written high-low holds no seed: nothing would train, and nothing be said
+            return refuse(f"--seeds {' '.join(a.seeds)}: no seed in it; write a range low-high (100-111)")
+        if a.workers < 1 or a.steps < 1 or a.threads < 1:
+            return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}: each must be at least 1")
+        jobs = [(s, k) for s in seeds for k in a.kernels]
+        # a run already there goes on (or is tabled) as it was trained: a changed budget or stop rule
+        # would table the old run under the new settings, so it is refused before anything trains
+        for s, k in jobs:
+            run = a.out / "runs" / run_name(s, k, a.threads, a.precision, a.compile, a.remedy, a.device)
+            if not (run / "config.json").exists():
+                continue
+            try:
+                saved = json.loads((run / "config.json").read_text())["train"]
+                trained = {"steps": int(saved["steps"]), "stop-at": saved.get("stop_at", "end")}
+            except (OSError, ValueError, KeyError, TypeError):
+                return refuse(f"{run}/config.json: not a compose-lens run's config; move the run away")
+            for option, asked in (("steps", a.steps), ("stop-at", a.stop_at)):
+                if trained[option] != asked:
+                    return refuse(f"{run}: was trained with --{option} {trained[option]}, not {asked}; "
+                                  f"use another --out for other settings (the table would mix the two)")
         with ThreadPoolExecutor(a.workers) as pool:
             futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps,
                                    a.device, a.stop_at) for s, k in jobs]

@@ -72,6 +72,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
+from compose_lens.safety import check_finite_logits
 from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl, weights
 
@@ -372,15 +373,17 @@ def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: st
                   seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
     check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
-    acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer)
+    acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer, binder=None, router=None)  # the MLP only
     p = config.task.modulus
     readout = weights.linear_readout(model, layer)
     post = acts.mlp_post.view(p, p, -1)
     if not is_last_block(config, layer):
         rest = acts.logits.view(p, p, -1) - post @ readout.W_logit
         readout = FrozenDownstreamReadout(readout.W_U, readout.W_logit, readout.bias, rest)
-    return AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
+    grid = AdditionGrid(operands, acts.resid_mid1_last.view(p, p, -1), acts.mlp_pre.view(p, p, -1),
                         post, readout, tokens, config.task)
+    check_finite_logits(grid.logits())  # what every measure of the grid reads (its loss, accuracy, spectra)
+    return grid
 
 
 def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0,
@@ -401,7 +404,9 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: in
     ov = params["embed.weight"][:p] @ weights.ov_matrix(model, source, head)  # (p, d): OV e_x as rows
     resid = scale * (ov.view(p, 1, -1) + ov.view(1, p, -1))
     pre, post = weights.mlp_neurons(params, config.model, resid, layer)
-    return AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None, config.task)
+    grid = AdditionGrid("ov", resid, pre, post, weights.linear_readout(model, layer), None, config.task)
+    check_finite_logits(grid.logits())
+    return grid
 
 
 def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0,

@@ -273,9 +273,25 @@ def _entries(source, split_file, steps, stride, include_final):
     chosen = runs.select_checkpoints(checkpoints, steps, stride)
     entries = [(c.step, c.path, lambda c=c: runs.read_state(c, config)) for c in chosen]
     final = _final_weights(path, config)
-    if include_final and final is not None:
+    if include_final and final is not None and not _is_a_checkpoint(final, chosen, config):
         entries.append(final)
     return config, split, entries
+
+
+def _is_a_checkpoint(final, chosen, config: RunConfig) -> bool:
+    """Whether the final model is one of the chosen checkpoints (a run's last checkpoint is written at
+    its last step: the same step and the same weights), so it is estimated once, not counted twice in
+    ``llc.csv`` and in the phase means. The same step with other weights is refused in one line."""
+    step, path, read = final
+    same = [c for c in chosen if c.step == step]
+    if not same:
+        return False
+    final_state, checkpoint_state = read(), runs.read_state(same[0], config)
+    if final_state.keys() == checkpoint_state.keys() and all(
+            torch.equal(final_state[k].float(), checkpoint_state[k].float()) for k in final_state):
+        return True
+    raise ComposeLensError(f"{path}: the final model and {same[0].path} are both step {step} but their weights "
+                           f"differ; estimate one of them (--steps, or the model itself as the source)")
 
 
 def _final_weights(source: Path, config: RunConfig):

@@ -86,6 +86,7 @@ from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.data.variants import bindings
 from compose_lens.evaluate import answer_logits
+from compose_lens.safety import check_finite_logits
 from compose_lens.model import heads, tl, weights
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
@@ -476,8 +477,9 @@ def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig |
         if cfg is not None:
             logits = answer_logits(model, cfg, torch.cat([pairs.clean, pairs.corrupted]))
             return _metric(fn, logits[: len(pairs)], pairs), _metric(fn, logits[len(pairs):], pairs)
-        return (_metric(fn, model(pairs.clean)[:, -1].float(), pairs),
-                _metric(fn, model(pairs.corrupted)[:, -1].float(), pairs))
+        clean, corrupted = model(pairs.clean)[:, -1].float(), model(pairs.corrupted)[:, -1].float()
+        check_finite_logits(torch.cat([clean, corrupted]))
+        return _metric(fn, clean, pairs), _metric(fn, corrupted, pairs)
 
 
 # -- the general path: the model's hooks, batched over sites ---------------------------------

@@ -213,9 +213,10 @@ def _cmd_registered(args: argparse.Namespace) -> int:
         with context.opened(loaded, args.seed) as ctx:
             result = context.compute(analysis, ctx, settings)
             context.write(analysis, result, stage, ctx, settings, fmt=args.fmt)
+        lines = list(analysis.describe(result)) if analysis.describe else []  # before --out is committed
         bar.update()
     print(f"model: {loaded.source}")
-    for line in analysis.describe(result) if analysis.describe else ():
+    for line in lines:
         print(line)
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
     drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]

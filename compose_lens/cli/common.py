@@ -163,7 +163,7 @@ def check_pairs_file(args: argparse.Namespace) -> None:
     if path.suffix.lower() not in PAIRS_SUFFIXES:
         raise ComposeLensError(f"--pairs {args.pairs}: give a .csv or .jsonl file of clean,corrupted pairs")
     if not path.is_file():
-        raise ComposeLensError(f"--pairs {args.pairs}: no such file")
+        raise ComposeLensError(f"--pairs {args.pairs}: {'is a folder, not a file' if path.is_dir() else 'no such file'}")
     if getattr(args, "corruption", "value") != "value":
         raise ComposeLensError(f"--corruption {args.corruption} makes pairs and --pairs brings them; give one")
 

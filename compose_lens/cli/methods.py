@@ -22,6 +22,7 @@ chain's sampled losses), ``llc_phases.csv`` (the mean LLC between phase onsets),
 from __future__ import annotations
 
 import argparse
+import sys
 
 from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, seed)
@@ -48,6 +49,12 @@ def _cmd_das(args: argparse.Namespace) -> int:
     if min(args.ranks) < 1:
         raise ComposeLensError(f"--ranks {min(args.ranks)}: a subspace has at least 1 dimension")
     out = check_out_name(args.out)
+    from compose_lens.safety import activation_bytes, check_model_sizes, check_sizes
+
+    def guard(config) -> None:  # a base and a source per pair, each run through the model with its hooks
+        check_sizes(config, {f"--n-pairs {args.n_pairs}": (args.n_pairs, 2, 2 * activation_bytes(config, False))})
+
+    check_model_sizes(args.model, guard)  # before the model is loaded or --out made
     from compose_lens.analysis.das import DasSettings, best_rows, das_table  # lazy: torch
     from compose_lens.plots import das_figure
     from compose_lens.plots import save
@@ -60,6 +67,7 @@ def _cmd_das(args: argparse.Namespace) -> int:
     with staged_output(out, "das", args.overwrite) as stage, progress_bar("das", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the model")
         loaded = subject_of(args)  # hooks: a TransformerLens bridge, in eval mode
+        guard(loaded.config)
         settings.check(loaded.config.model.d_model)
         bar.update()
         bar.set_postfix_str(f"{len(settings.sites)} sites x {len(settings.ranks)} ranks")
@@ -85,12 +93,18 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     for name in ("chains", "draws", "batch_size", "n_sequences", "stride"):
         check_count(getattr(args, name), "--" + name.replace("_", "-"))
     out = check_out_name(args.out)
+    from compose_lens.config import RunConfig
+    from compose_lens.safety import activation_bytes, check_sizes, peek_run_config
+
+    config = peek_run_config(args.source) or RunConfig()  # a folder of the study's .pth: the paper's
+    check_sizes(config, {f"--n-sequences {args.n_sequences}": (args.n_sequences, 1),  # drawn once, kept
+                         f"--batch-size {args.batch_size}": (args.batch_size, 1, activation_bytes(config, True))})
     from compose_lens.analysis.llc import (LlcSettings, llc_over_checkpoints, phase_means, require_devinterp,
                                            run_phases, settings_dict)  # lazy: torch
     from compose_lens.plots import llc_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
-    from compose_lens.runs import write_document, write_table
+    from compose_lens.runs import WEIGHTS_FILE, checkpoints_without_weights, write_document, write_table
     from compose_lens.safety import staged_output
 
     require_devinterp()  # one line if it is missing, before anything is loaded or written
@@ -102,6 +116,9 @@ def _cmd_llc(args: argparse.Namespace) -> int:
                            n_sequences=args.n_sequences, seed=args.seed)
     settings.check()
     phases, phases_from = run_phases(args.source, args.phases)
+    for folder in checkpoints_without_weights(args.source):  # said, not skipped without a word
+        sys.stderr.write(f"compose-lens: warning: {folder}: no {WEIGHTS_FILE}, so this checkpoint is left out "
+                         f"of the estimates\n")
     with staged_output(out, "llc", args.overwrite) as stage, progress_bar("llc", 2, args.quiet) as bar:
         bar.set_postfix_str("SGLD over the checkpoints")
         bar.update()

@@ -20,6 +20,9 @@ def _cmd_sweep(args) -> int:
     check_out_name(args.out)
     base = with_device_options(run_config_from_args(args), args)
     if args.steps is not None:
+        if args.param.rsplit(".", 1)[-1] == "steps":  # each point's value would win: --steps said nothing
+            raise ComposeLensError(f"--steps {args.steps} with --param {args.param}: the swept values set each "
+                                   f"point's steps; drop --steps")
         base = base.with_overrides([f"train.steps={args.steps}"])
     if args.address and args.backend != "ray":
         raise ComposeLensError("--address is for --backend ray")

@@ -82,6 +82,9 @@ class PromptPairs:
         return torch.stack([self.clean_labels, self.corrupted_labels], dim=1)
 
 
+_MAX_DIGITS = 18  # more digits than any token id or residue has: said, never converted
+
+
 def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
     """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError."""
     if isinstance(sequence, torch.Tensor):
@@ -93,7 +96,11 @@ def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
     elif isinstance(sequence, str):
         text = sequence.strip()
         if _INTEGERS.fullmatch(text):  # token ids: the token form always has '+' and '='
-            tokens = [int(word) for word in text.split()]
+            words = text.split()
+            long = next((w for w in words if len(w.lstrip("-")) > _MAX_DIGITS), None)
+            if long is not None:  # never converted: Python refuses ints of over 4,300 digits
+                raise SequenceError(f"the token id {long[:12]}... ({len(long)} digits) is not in the vocabulary")
+            tokens = [int(word) for word in words]
         else:
             return parse_sequence(task, text)
     else:
@@ -109,6 +116,8 @@ def _answer(value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        if len(value.strip()) > _MAX_DIGITS:
+            raise SequenceError(f"an answer of {len(value.strip())} digits is no residue of the task")
         return int(value)
     raise SequenceError(f"an answer is a whole number, got {value!r}")
 
@@ -156,7 +165,15 @@ def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], co
 
 def _check_columns(where: str, found: Iterable[str]) -> None:
     found = list(found)
+    repeated = sorted({c for c in found if found.count(c) > 1})
+    if repeated:  # csv.DictReader would keep the last of them without a word
+        raise ComposeLensError(f"{where}: the column {repeated[0]!r} appears {found.count(repeated[0])} times; "
+                               f"give each column once")
     missing = [c for c in COLUMNS if c not in found]
+    spaced = [c for c in found if isinstance(c, str) and c != c.strip() and c.strip() in missing]
+    if spaced:
+        raise ComposeLensError(f"{where}: the column {spaced[0]!r} has a space around its name; name it "
+                               f"{spaced[0].strip()!r}")
     if missing:
         raise ComposeLensError(f"{where}: no {' or '.join(repr(c) for c in missing)} "
                                f"{'column' if len(missing) == 1 else 'columns'} (found: {', '.join(found) or 'none'}); "
@@ -180,6 +197,12 @@ def _jsonl_records(path: Path, lines: list[str]):
         except json.JSONDecodeError as exc:
             raise ComposeLensError(f"{where}: not JSON ({exc.msg}); write one object a line, "
                                    f'e.g. {{"clean": "b=7, b+23=?", "corrupted": "b=9, b+23=?"}}') from None
+        except RecursionError:
+            raise ComposeLensError(f"{where}: JSON nested too deeply; a line holds one flat object "
+                                   f"with 'clean' and 'corrupted'") from None
+        except ValueError:  # an integer of more digits than Python converts (4,300)
+            raise ComposeLensError(f"{where}: holds a number of thousands of digits, which no token "
+                                   f"or answer is") from None
         if not isinstance(record, dict):
             raise ComposeLensError(f"{where}: a line holds one JSON object with 'clean' and 'corrupted', "
                                    f"got {type(record).__name__}")

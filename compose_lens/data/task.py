@@ -167,6 +167,9 @@ def token_id(task: TaskConfig, word: str) -> int:
     if word in task.noise_words:
         return task.first_noise_token + task.noise_words.index(word)
     if re.fullmatch(r"\d+", word):
+        if len(word.lstrip("0")) > len(str(task.modulus)):  # never int(): Python refuses 4,300+ digits
+            raise SequenceError(f"value {word[:12]}... ({len(word)} digits) is out of range: numbers are "
+                                f"0..{task.modulus - 1}")
         value = int(word)
         if value >= task.modulus:
             raise SequenceError(f"value {value} is out of range: numbers are 0..{task.modulus - 1}")

@@ -62,6 +62,8 @@ def world(tmp_path_factory) -> Path:
         (w / f"{name}.json").write_text(json.dumps(data))
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
     _broken_models(w)
+    assert main(["dynamics", str(w / "run"), "--out", str(w / "dyn"), "--pool-size", "16", "--slot-size", "8",
+                 "--quiet"]) == 0  # what dynamics --update reads (issue #45: a damaged one)
     _broken_splits(w)
     _odd_weights(w)
     _links(w)
@@ -112,9 +114,19 @@ def _broken_pairs(w: Path) -> None:
         "pairs_one.csv": "clean,corrupted\n" + '"b=3, b+2=?","b=4, b+2=?"\n',
         "pairs_notjson.jsonl": '{"clean": "b=3, b+2=?", "corrupted": \n',
         "pairs.txt": "clean,corrupted\n" + good,
+        # issue #45: a repeated column (the last won), a space around a name, numbers of 5,000 digits, deep nesting
+        "pairs_repeated.csv": "clean,corrupted,clean\n" + '"b=3, b+2=?","b=4, b+2=?","c=1, 5+c=?"\n' * 2,
+        "pairs_space.csv": " clean,corrupted\n" + good,
+        "pairs_digits.csv": "clean,corrupted\n" + "9" * 5000 + ',"b=4, b+2=?"\n' + good,
+        "pairs_digits_text.csv": "clean,corrupted\n" + '"b=' + "9" * 5000 + ', b+2=?","b=4, b+2=?"\n' + good,
+        "pairs_answer_digits.csv": "clean,corrupted,clean_answer\n" + '"b=3, b+2=?","b=4, b+2=?",' + "9" * 5000
+                                   + "\n",
+        "pairs_digits.jsonl": '{"clean": [' + "9" * 5000 + '], "corrupted": "b=4, b+2=?"}\n',
+        "pairs_nested.jsonl": '{"clean": ' + "[" * 100_000 + "]" * 100_000 + ', "corrupted": "b=4, b+2=?"}\n',
     }
     for name, text in files.items():
         (w / name).write_text(text)
+    (w / "pairs_folder.csv").mkdir()  # a folder with a pairs file's name: said as a folder (issue #45)
 
 
 def _broken_models(w: Path) -> None:
@@ -125,6 +137,14 @@ def _broken_models(w: Path) -> None:
     state = load_file(str(run / "model.safetensors"))
     state["embed.weight"][0, 0] = float("nan")
     save_file(state, str(nan / "model.safetensors"))
+    overflow = w / "overflowmodel"  # finite weights whose forward overflows float32: NaN logits (issue #45)
+    overflow.mkdir()
+    shutil.copy(run / "config.json", overflow / "config.json")
+    shutil.copy(run / "split.json", overflow / "split.json")
+    state = load_file(str(run / "model.safetensors"))
+    state["embed.weight"] = state["embed.weight"] * 3e37
+    assert all(bool(torch.isfinite(v).all()) for v in state.values())
+    save_file(state, str(overflow / "model.safetensors"))
     garbage = w / "garbage"
     garbage.mkdir()
     shutil.copy(run / "config.json", garbage / "config.json")
@@ -304,6 +324,61 @@ def _user_tmp_files(sb: Path, w: Path) -> None:
     (sb / "split.json.tmp").write_text("the user's tmp\n")
 
 
+def _run_with_user_entry(where: str, folder: bool = False):
+    """A run (copied) holding the user's own entry at ``where``: inside a folder compose-lens writes
+    (results/, figures/, checkpoints/, tensorboard/), or a file with the name of one (wandb)."""
+    def setup(sb: Path, w: Path) -> None:
+        _run_copy(sb, w)
+        path = sb / "out" / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if folder:
+            path.mkdir()
+            (path / "keep.txt").write_text("the user's\n")
+        else:
+            path.write_text("the user's own notes\n")
+    return setup
+
+
+def _special_out(kind: str):
+    """``out.jsonl`` and ``split.json`` as a FIFO or a character device (never opened, never replaced)."""
+    def setup(sb: Path, w: Path) -> None:
+        import os
+        import stat
+
+        for name in ("out.jsonl", "split.json"):
+            if kind == "fifo":
+                os.mkfifo(sb / name)
+            else:
+                try:
+                    os.mknod(sb / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+                except PermissionError:
+                    pytest.skip("making a character device needs root")
+    return setup
+
+
+def _damaged_dynamics(text: str):
+    def setup(sb: Path, w: Path) -> None:
+        shutil.copytree(w / "dyn", sb / "out")
+        (sb / "out" / "dynamics.csv").write_text(text)
+    return setup
+
+
+DAMAGED_DYNAMICS = {"dynamics_cut": _damaged_dynamics('step,0var_train\n10,"0.5'),
+                    "dynamics_empty": _damaged_dynamics(""),
+                    "dynamics_no_step": _damaged_dynamics("x,y\n1,2\n"),
+                    "dynamics_word_step": _damaged_dynamics("step,0var_train\nten,0.5\n")}
+
+RUN_USER_ENTRIES = {
+    "run+results_note": _run_with_user_entry("results/my_notes.txt"),
+    "run+results_folder": _run_with_user_entry("results/old", folder=True),
+    "run+tensorboard_note": _run_with_user_entry("tensorboard/my_notes.txt"),
+    "run+checkpoints_note": _run_with_user_entry("checkpoints/step_000010/notes.md"),
+    "run+checkpoints_folder": _run_with_user_entry("checkpoints/best", folder=True),
+    "run+figures_note": _run_with_user_entry("figures/my_plot.png"),
+    "run+wandb_file": _run_with_user_entry("wandb"),
+    "run+tensorboard_file": _run_with_user_entry("tensorboard"),
+}
+
 SWEEP_SETUPS = {
     "sweep_json_list": lambda sb, w: _sweep_dir(sb, [1, 2]),
     "sweep_json_null": lambda sb, w: _sweep_dir(sb, None),
@@ -319,7 +394,7 @@ SWEEP_SETUPS = {
     "sweep_provenance_link": _sweep_summary_not_a_file("results.provenance.json", link=True),
 }
 
-SETUPS = {**SWEEP_SETUPS, "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
+SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, **DAMAGED_DYNAMICS, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
@@ -328,6 +403,17 @@ SETUPS = {**SWEEP_SETUPS, "sweep_other_point": _sweep_other_point, "run_no_confi
 SPLITS = ("outside", "negative", "two_vars", "null_vars", "forbidden_int")
 TRAIN = "train --config {w}/tiny.json --out {out} --quiet"
 SWEEP = "sweep --config {w}/tiny.json --out {out} --quiet --steps 4 --workers 1 --threads 1"
+
+def _dead_port() -> int:
+    """A local port where nothing listens (a Ray head that is not there)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+DEAD_PORT = _dead_port()
 
 # (id, command line, setup): {w} is the shared world, {sb} the sandbox, {out} = {sb}/out
 CASES = [
@@ -455,6 +541,11 @@ CASES = [
       for command in ("patch", "circuit") for fault in
       ("nocolumn.csv", "unparseable.csv", "vocabulary.csv", "length.jsonl", "answer.csv", "same_answer.csv",
        "one.csv", "notjson.jsonl", "missing.csv")],
+    *[(f"patch-pairs-{fault}", f"patch {{w}}/run --pairs {{w}}/pairs_{fault} --out {{out}}", None) for fault in
+      ("repeated.csv", "space.csv", "digits.csv", "digits_text.csv", "answer_digits.csv", "digits.jsonl",
+       "nested.jsonl")],
+    ("circuit-pairs-nested.jsonl", "circuit {w}/run --pairs {w}/pairs_nested.jsonl --out {out}", None),
+    ("patch-pairs-a-folder", "patch {w}/run --pairs {w}/pairs_folder.csv --out {out}", None),
     ("patch-pairs-wrong-suffix", "patch {w}/run --pairs {w}/pairs.txt --out {out}", None),
     ("patch-pairs-and-corruption", "patch {w}/run --pairs {w}/pairs_ok.csv --corruption constant --out {out}", None),
     ("patch-bad-metric", "patch {w}/run --metric kl --out {out}", None),
@@ -634,6 +725,43 @@ CASES = [
     ("sweep-json-list-other-param", f"{SWEEP} --param r --values 0.5", "sweep_json_list"),
     ("sweep-results-dir-more-values", f"{SWEEP} --param f --values 0.8 0.9", "sweep_results_dir"),
     ("sweep-results-dir-other-param", f"{SWEEP} --param r --values 0.5", "sweep_results_dir"),
+    # issue #45 (round four), data loss: --overwrite walks what it would delete, by name and kind
+    *[(f"train-overwrite-{setup.removeprefix('run+').replace('_', '-')}", f"{TRAIN} --overwrite", setup)
+      for setup in RUN_USER_ENTRIES],
+    ("data-split-chardev-overwrite", "data split --out {sb}/split.json --overwrite", "chardev"),
+    ("data-sample-chardev-overwrite", "data sample --out {sb}/out.jsonl --overwrite", "chardev"),
+    ("data-sample-fifo-overwrite", "data sample --out {sb}/out.jsonl --overwrite", "fifo"),
+    ("data-split-fifo-overwrite", "data split --out {sb}/split.json --overwrite", "fifo"),
+    ("data-sample-fifo", "data sample --out {sb}/out.jsonl", "fifo"),
+    ("report-fifo-overwrite", "report {w}/run --out {sb}/out.jsonl --overwrite", "fifo"),
+    # issue #45, silent wrong: finite weights whose logits are NaN are refused wherever logits are read
+    ("evaluate-overflow-logits", "evaluate {w}/overflowmodel", None),
+    ("evaluate-overflow-logits-exhaustive", "evaluate {w}/overflowmodel --exhaustive --json", None),
+    ("patch-overflow-logits", "patch {w}/overflowmodel --out {out}", None),
+    ("patch-overflow-logits-pairs", "patch {w}/overflowmodel --pairs {w}/pairs_ok.csv --out {out}", None),
+    ("fourier-overflow-logits", "fourier {w}/overflowmodel --out {out}", None),
+    ("analyze-overflow-logits", "analyze {w}/overflowmodel --out {out}", None),
+    ("same-mlp-overflow-logits", "same-mlp {w}/overflowmodel --out {out}", None),
+    # issue #45: every size argument through the memory guard (das and llc had none)
+    ("das-n-pairs-5M", "das paper --n-pairs 5000000 --out {out}", None),
+    ("das-n-pairs-5M-garbage-weights", "das {w}/garbage --n-pairs 5000000 --out {out}", None),
+    ("llc-n-sequences-9900000", "llc paper --n-sequences 9900000 --out {out}", None),
+    ("llc-batch-size-5M", "llc paper --batch-size 5000000 --out {out}", None),
+    ("llc-n-sequences-huge-model", "llc {w}/hugemodel --n-sequences 100000 --out {out}", None),
+    # issue #45: dynamics --update on a damaged dynamics.csv
+    *[(f"dynamics-update-{name.replace('_', '-')}", "dynamics {w}/run --out {out} --update --pool-size 16 "
+       "--slot-size 8 --quiet", name) for name in DAMAGED_DYNAMICS],
+    # issue #45: tracebacks and hangs of sweeps
+    ("sweep-list-values", f"{SWEEP} --param mlp_blocks --values [1] [0,1]", None),
+    ("sweep-steps-and-param-steps", f"{SWEEP} --param steps --values 4 8", None),
+    ("sweep-tracking-runs-together", f"{SWEEP} --param f --values 0.8 0.9 --runs-per-process 2 --set log_to=tensorboard",
+     None),
+    ("sweep-object-value", f"{SWEEP} --param f --values '{{\"a\": 1}}'", None),
+    ("sweep-huge-range", f"{SWEEP} --param f --values 0.1:0.9:100000000", None),
+    ("sweep-infinite-range", f"{SWEEP} --param lr --values 0:inf:5", None),
+    ("sweep-too-many-seeds", f"{SWEEP} --param f --values 0.1:0.9:200 --seeds " + " ".join(map(str, range(60))), None),
+    ("sweep-ray-dead-address", f"{SWEEP} --param f --values 0.8 --backend ray --address 127.0.0.1:{DEAD_PORT}", None),
+    ("sweep-ray-address-words", f"{SWEEP} --param f --values 0.8 --backend ray --address nowhere", None),
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -662,6 +790,30 @@ SAYS = {
     "evaluate-pth-note": "'note' holds a str",
     "evaluate-pth-int-key": "has the key 5",
     "train-set-f-1-modulus-7": "holds out no pair",
+    "train-overwrite-results-note": "holds results/my_notes.txt",
+    "train-overwrite-checkpoints-note": "holds checkpoints/step_000010/notes.md",
+    "train-overwrite-figures-note": "holds figures/my_plot.png",
+    "train-overwrite-wandb-file": "holds wandb (a file, where compose-lens writes a folder)",
+    "data-split-chardev-overwrite": "is a character device, not a regular file",
+    "data-sample-fifo-overwrite": "is a FIFO (named pipe), not a regular file",
+    "evaluate-overflow-logits": "logits are NaN or infinite",
+    "sweep-list-values": "a sweep's values are numbers or words, not lists",
+    "sweep-steps-and-param-steps": "drop --steps",
+    "sweep-tracking-runs-together": "are not tracked",
+    "dynamics-update-dynamics-cut": "dynamics.csv: damaged",
+    "dynamics-update-dynamics-word-step": "no whole-number 'step' column",
+    "das-n-pairs-5M": "--n-pairs 5000000 needs about",
+    "das-n-pairs-5M-garbage-weights": "--n-pairs 5000000 needs about",
+    "llc-n-sequences-9900000": "--n-sequences 9900000",
+    "llc-batch-size-5M": "--batch-size 5000000",
+    "sweep-huge-range": "100,000,000 values",
+    "sweep-infinite-range": "a range's ends are finite numbers",
+    "patch-pairs-repeated.csv": "the column 'clean' appears 2 times",
+    "patch-pairs-space.csv": "has a space around its name",
+    "patch-pairs-nested.jsonl": "nested too deeply",
+    "patch-pairs-a-folder": "is a folder, not a file",
+    "patch-overflow-logits": "logits are NaN or infinite",
+    "fourier-overflow-logits": "logits are NaN or infinite",
 }
 
 
@@ -684,10 +836,43 @@ ISSUE_30_CLASSES = {
 }
 
 
+# the classes of issue #45 (round four), and which cases belong to each (before the earlier rounds' rules)
+ISSUE_45_CLASSES = {
+    "data loss: --overwrite inside a run, --out a FIFO or a device": lambda n, c, s: s in RUN_USER_ENTRIES or s in (
+        "fifo", "chardev"),
+    "silent wrong: NaN logits of finite weights": lambda n, c, s: "overflow-logits" in n,
+    "pairs files: a repeated or spaced column, 5,000 digits, deep nesting": lambda n, c, s: re.search(
+        r"pairs-(repeated|space|digits|answer_digits|nested)", n) is not None,
+    "memory guards of das and llc": lambda n, c, s: n.startswith(("das-", "llc-")),
+    "sweeps: list values, huge ranges, a dead Ray address, dropped options": lambda n, c, s: re.search(
+        r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-|steps-and|tracking)", n) is not None,
+    "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
+}
+
+
+def issue_45_classes() -> dict[str, int]:
+    """How many fuzzer cases each class of issue #45 has."""
+    counts = {name: 0 for name in ISSUE_45_CLASSES}
+    for name, command, setup in CASES:
+        for label, rule in ISSUE_45_CLASSES.items():
+            if rule(name, command, setup):
+                counts[label] += 1
+                break
+    return counts
+
+
+def test_every_class_of_issue_45_has_cases():
+    counts = issue_45_classes()
+    print("\n".join(f"{n:5d}  {k}" for k, n in counts.items()))
+    assert all(n >= 4 for n in counts.values()), counts
+
+
 def case_classes() -> dict[str, int]:
     """How many fuzzer cases each class of issue #30 has (a case counts in its first class)."""
     counts = {name: 0 for name in ISSUE_30_CLASSES} | {"earlier rounds": 0}
     for name, command, setup in CASES:
+        if any(rule(name, command, setup) for rule in ISSUE_45_CLASSES.values()):
+            continue  # counted by issue_45_classes
         found = next((k for k, rule in ISSUE_30_CLASSES.items() if rule(name, command, setup)), "earlier rounds")
         counts[found] += 1
     return counts
@@ -697,7 +882,7 @@ def test_every_class_of_issue_30_has_more_cases_than_the_issue_lists():
     counts = case_classes()
     print("\n".join(f"{n:5d}  {k}" for k, n in counts.items()))
     assert all(n >= 8 for n in counts.values()), counts
-    assert sum(counts.values()) == len(CASES)
+    assert sum(counts.values()) + sum(issue_45_classes().values()) == len(CASES)
 
 
 def run_case(argv: list[str], capsys) -> tuple[int, str]:
@@ -965,4 +1150,37 @@ def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
 if __name__ == "__main__":  # python tests/integration/test_bad_input.py: the fuzzer's cases per class
     for label, n in case_classes().items():
         print(f"{n:5d}  {label}")
+    print("issue #45 (round four):")
+    for label, n in issue_45_classes().items():
+        print(f"{n:5d}  {label}")
     print(f"{len(CASES):5d}  in all (and the property-based tests' draws)")
+
+
+def test_a_full_disk_in_a_sweep_fails_the_point_not_the_sweep(world, tmp_path, monkeypatch, capsys):
+    """The disk fills while a point trains, and again when its error.json is written: the point fails
+    (said with its path and "the disk is full"), the sweep records it and exits 1, as
+    docs/bad-input.md promises (issue #45: "?: the disk is full", exit 2)."""
+    import errno
+
+    import compose_lens.sweep as sweep
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_json = sweep.write_json_atomic
+    monkeypatch.setattr(sweep.Trainer, "run", lambda self: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "checkpoints" / "step_000004"))))
+    monkeypatch.setattr(sweep, "write_json_atomic", lambda path, data: full() if Path(path).name == "error.json"
+                        else real_json(path, data))
+    out = tmp_path / "sweep"
+    argv = shlex.split(SWEEP.replace("{w}", str(world)).replace("{out}", str(out))) + ["--param", "f", "--values",
+                                                                                       "0.8"]
+    capsys.readouterr()
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("compose-lens: error:")]
+    assert "point f=0.8 seed 0 failed" in lines[0] and "step_000004: cannot train this point (the disk is full" \
+        in lines[0] and "error.json could not be written" in lines[0], err
+    assert "1 of 1 points failed" in lines[-1] and "?:" not in err, err
+    assert read_csv(out / "results.csv")[0]["status"] == "failed"

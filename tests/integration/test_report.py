@@ -142,6 +142,14 @@ def test_report_is_one_self_contained_file(reported_run):
     assert (run_dir / "figures" / "accuracy_by_variable_count.csv").exists()
 
 
+def test_a_reported_run_holds_only_what_train_overwrite_may_delete(reported_run):
+    """Every file the report and training wrote is in the layout ``train --overwrite`` checks
+    (runs.run_layout): a figure or result added without a name there would make --overwrite refuse."""
+    from compose_lens.runs import foreign_in_run
+
+    assert foreign_in_run(reported_run[0]) is None
+
+
 def test_report_cli_reuses_saved_dynamics(reported_run, tmp_path):
     run_dir, _, _ = reported_run
     before = (run_dir / "results" / "dynamics.csv").stat().st_mtime_ns

@@ -39,3 +39,33 @@ def test_the_largest_seed_trains(tmp_path):
                                   "steps=2", "eval_every=1", "checkpoint_every=2"])
     Trainer(config, tmp_path / "run", progress=False).run()
     assert json.loads((tmp_path / "run" / "results.json").read_text())["steps"] == 2
+
+
+def test_analyze_reads_a_valid_one_layer_run(tmp_path, capsys):
+    """One block, its MLP the adder: no blocks.1 to read heads from (issue #45: the Fourier grid
+    asked for blocks.1's attention pattern, which it never uses, and analyze ended in a KeyError)."""
+    config = RunConfig(task=TASK, model=ModelConfig.for_task(TASK, d_model=16, d_head=16, d_mlp=32, n_layers=1,
+                                                             mlp_blocks=(0,)),
+                       train=TINY.train)
+    Trainer(config, tmp_path / "one", progress=False).run()
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "one"), "--out", str(tmp_path / "a"), "--quiet"]) == 0, \
+        capsys.readouterr().err
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary and (tmp_path / "a" / "fourier").is_dir()
+
+
+def test_dla_on_all_zero_weights_says_there_is_no_margin_to_share(run, tmp_path, capsys):
+    """Degenerate but valid weights: every answer margin is 0, so no component has a share of it. The
+    command says so (issue #45: it ended in a pandas error after its output folder was committed)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    zero = tmp_path / "zero"
+    zero.mkdir()
+    shutil.copy(run / "config.json", zero / "config.json")
+    save_file({k: v * 0 for k, v in load_file(str(run / "model.safetensors")).items()}, str(zero / "model.safetensors"))
+    capsys.readouterr()
+    assert main(["dla", str(zero), "--out", str(tmp_path / "d"), "--quiet"]) == 0, capsys.readouterr().err
+    assert "its mean answer margin is 0, so no component has a share of it" in capsys.readouterr().out

@@ -178,7 +178,7 @@ def test_llc_cli_refuses_bad_settings_in_one_line(tmp_path, capsys):
 def test_tensorboard_logs_what_metrics_jsonl_holds(tiny_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from compose_lens.runs import read_metrics
+    from compose_lens.runs import foreign_in_run, read_metrics
     from compose_lens.train import train
 
     config = tiny_config.with_overrides(["log_to=tensorboard"])
@@ -193,6 +193,7 @@ def test_tensorboard_logs_what_metrics_jsonl_holds(tiny_config, tmp_path):
     assert [e.value for e in events.Scalars("accuracy/0var_train")] == pytest.approx(
         [m["0var_train"] for m in logged])
     assert events.Scalars("lr")[0].value == pytest.approx(config.train.lr)
+    assert foreign_in_run(tmp_path / "run") is None  # what --overwrite may delete: the SummaryWriter's files
 
 
 def test_log_to_none_imports_no_tracker(tmp_path):
@@ -249,3 +250,55 @@ def test_das_and_llc_commands_write_their_files(tmp_path, capsys):
     assert len(estimates) == 1 and estimates["llc_mean"].notna().all()
     assert len(pd.read_csv(llc_out / "llc_traces.csv")) == 2 * 8  # 2 chains x 8 draws
     assert json.loads((llc_out / "llc.json").read_text())["settings"]["chains"] == 2
+
+
+@needs_devinterp
+def test_llc_of_a_run_estimates_its_last_step_once_and_says_which_checkpoint_has_no_weights(tmp_path, capsys):
+    """A run's last checkpoint and its final model are the same step and the same weights: one row,
+    not two (llc.csv and the phase means counted it twice). A checkpoint folder without its
+    weights is said on stderr, not skipped without a word (issue #45)."""
+    from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+    from compose_lens.train import Trainer
+
+    task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
+    config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),
+                       train=TrainConfig(steps=30, batch_size=16, eval_every=10, checkpoint_every=10, pool_size=16))
+    run = tmp_path / "run"
+    Trainer(config, run, progress=False).run()
+    (run / "checkpoints" / "step_000010" / "model.safetensors").unlink()
+    sgld = ["--chains", "2", "--draws", "8", "--batch-size", "16", "--n-sequences", "64", "--quiet"]
+    capsys.readouterr()
+    assert main(["llc", str(run), "--out", str(tmp_path / "llc"), *sgld]) == 0
+    err = capsys.readouterr().err
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "llc" / "llc.csv")
+    assert list(table["step"]) == [20, 30], table[["step", "checkpoint"]]
+    assert "step_000010: no model.safetensors, so this checkpoint is left out" in err, err
+
+
+needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed")
+
+
+@needs_wandb
+@pytest.mark.parametrize("mode,fails", [("bogus", False), ("online", True)])
+def test_a_tracker_that_does_not_start_leaves_no_half_made_run(mode, fails, tiny_config, tmp_path, monkeypatch,
+                                                               capsys):
+    """A WANDB_MODE W&B refuses is refused before the run directory is made; a W&B that fails to
+    start (no network, a bad key) is one line, and the run it was to track is not left behind
+    (issue #45: a traceback, and a run directory with a marker and an empty wandb/)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", mode)
+    if fails:
+        def no_network(*args, **kwargs):
+            raise wandb.errors.CommError("Network error (ConnectionError), entering retry loop")
+        monkeypatch.setattr(wandb, "init", no_network)
+    config = tmp_path / "c.json"
+    config.write_text(tiny_config.with_overrides(["log_to=wandb"]).to_json())
+    capsys.readouterr()
+    status = main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("W&B did not start" if fails else "WANDB_MODE='bogus'") in err, err
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,116 @@
+"""The experiment scripts are held to the command line's standard (issue #45): bad input is one
+line on stderr and exit status 2, no traceback, nothing trained or written; and a run already
+there is never tabled under settings it was not trained with.
+
+Each script's ``main`` runs in this process (as the scripts' own tests do); no case trains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tree(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes() if path.is_file() else b"<dir>")
+    return h.hexdigest()
+
+
+def _stall_run(sb: Path, steps: int = 100, stop_at: str = "generalised") -> None:
+    run = sb / "out" / "runs" / "seed=1_kernel=native_threads=1_fp32"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {"steps": steps, "stop_at": stop_at}, "task": {}}))
+
+
+def _point(sb: Path, text: str) -> None:
+    (sb / "work" / "L2_d64_h1_mlplast_s0").mkdir(parents=True)
+    (sb / "work" / "L2_d64_h1_mlplast_s0" / "point.json").write_text(text)
+
+
+def _grid_csv(sb: Path, text: str) -> None:
+    (sb / "out").mkdir()
+    (sb / "out" / "grid.csv").write_text(text)
+
+
+STALL = ["--seeds", "1", "--kernels", "native", "--threads", "1"]
+# (id, script, argv with {sb}, setup, what the line must say)
+CASES = [
+    ("stall-rate-other-steps", "stall_rate", ["--out", "{sb}/out", *STALL, "--steps", "200"], _stall_run,
+     "was trained with --steps 100, not 200"),
+    ("stall-rate-other-stop-at", "stall_rate", ["--out", "{sb}/out", *STALL, "--steps", "100", "--stop-at", "decided"],
+     _stall_run, "was trained with --stop-at generalised, not decided"),
+    ("stall-rate-damaged-config", "stall_rate", ["--out", "{sb}/out", *STALL, "--steps", "100"],
+     lambda sb: (_stall_run(sb), (sb / "out" / "runs" / "seed=1_kernel=native_threads=1_fp32" / "config.json")
+                 .write_text("{")), "not a compose-lens run's config"),
+    ("stall-rate-seed-words", "stall_rate", ["--out", "{sb}/out", "--seeds", "abc"], None, "--seeds abc"),
+    ("stall-rate-seed-range-words", "stall_rate", ["--out", "{sb}/out", "--seeds", "1-x"], None, "whole numbers"),
+    ("stall-rate-empty-seed-range", "stall_rate", ["--out", "{sb}/out", "--seeds", "111-100"], None, "no seed in it"),
+    ("stall-rate-workers-0", "stall_rate", ["--out", "{sb}/out", *STALL, "--workers", "0"], None, "--workers 0"),
+    ("stall-rate-out-is-file", "stall_rate", ["--out", "{sb}/afile", *STALL], None, "is a file, not a folder"),
+    ("modularity-zero-heads", "modularity_grid", ["point", "--n-heads", "0", "--work", "{sb}/work"], None,
+     "--n-heads 0: must be at least 1"),
+    ("modularity-zero-d-model", "modularity_grid", ["point", "--d-model", "0", "--work", "{sb}/work"], None,
+     "--d-model 0"),
+    ("modularity-heads-not-dividing", "modularity_grid", ["point", "--n-heads", "3", "--work", "{sb}/work"], None,
+     "not a multiple"),
+    ("modularity-damaged-point", "modularity_grid", ["table", "--work", "{sb}/work", "--out", "{sb}/out"],
+     lambda sb: _point(sb, "{"), "point.json: not valid JSON"),
+    ("modularity-point-not-a-row", "modularity_grid", ["table", "--work", "{sb}/work", "--out", "{sb}/out"],
+     lambda sb: _point(sb, "[1, 2]"), "not a point's row"),
+    ("modularity-grid-missing-columns", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
+                                                            "--out", "{sb}/out"],
+     lambda sb: _grid_csv(sb, "a,b\n1,2\n"), "has no column n_layers"),
+    ("modularity-work-is-file", "modularity_grid", ["table", "--work", "{sb}/afile"], None, "is a file, not a folder"),
+    ("modularity-out-is-file", "modularity_grid", ["table", "--work", "{sb}/work", "--out", "{sb}/afile"], None,
+     "is a file, not a folder"),
+    ("divergence-folder-is-file", "divergence_scan", ["{sb}/afile"], None, "is a file, not a folder"),
+    ("divergence-csv-is-folder", "divergence_scan", ["{sb}", "--csv", "{sb}"], None, "is a folder"),
+    ("divergence-nothing-to-scan", "divergence_scan", ["{sb}/nothing"], None, "no folder to scan"),
+]
+
+
+@pytest.mark.parametrize("name,which,argv,setup,says", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_to_an_experiment_script_is_one_line_and_exit_2(name, which, argv, setup, says, tmp_path, capsys):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "afile").write_text("a file\n")
+    if setup:
+        setup(sb)
+    before = tree(sb)
+    capsys.readouterr()
+    try:
+        status = script(which).main([a.replace("{sb}", str(sb)) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err and says in err, err
+    assert tree(sb) == before
+
+
+def test_divergence_scan_reads_past_a_loss_that_is_not_a_number(tmp_path, capsys):
+    """A metrics.jsonl line with a loss of the wrong type (or a folder named metrics.jsonl) is not a
+    reading: the scan goes on."""
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    lines = [{"step": 10 * i, "train_loss": 1.0 / (i + 1)} for i in range(5)] + [{"step": 60, "train_loss": "nan?"}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "runs" / "odd" / "metrics.jsonl").mkdir(parents=True)
+    script("divergence_scan").main([str(tmp_path / "runs")])
+    assert "1 runs, 0 ever read diverged" in capsys.readouterr().out

@@ -453,7 +453,7 @@ def for_analyses(loaded: Subject) -> Subject:
     return loaded if capabilities.supports(loaded.config.model, "tables") else with_bridge(loaded)
 
 
-def check_forward(loaded: Loaded, per_pool: int = 8) -> None:
+def check_forward(loaded: Subject, per_pool: int = 8) -> None:
     """Refuse, in one line, a model whose logits on a few sequences of each pool are not finite:
     its weights are finite (:func:`check_weights`) but its forward overflows float32, and every
     analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""

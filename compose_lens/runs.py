@@ -118,7 +118,7 @@ REPORT_RESULTS = {
                 "locate", "key_frequencies", "constants_vs_variables"),
     "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
     "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
-    "gradient": ("gradient_shares", "idealisation"),
+    "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),
 }
 
 

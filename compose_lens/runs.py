@@ -67,6 +67,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from compose_lens import capabilities, safety
+from compose_lens.provenance import VERSION, code_version
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
@@ -568,6 +569,58 @@ def _task_in(path: Path) -> TaskDeclaration:
             return TaskDeclaration.load(path / name)
     raise DeclarationError(f"{path}: a TransformerLens model needs its task declared: give --task FILE "
                            f"or put task.json beside its weights (docs/own-model.md)")
+
+
+MODEL_CARD = "MODEL_CARD.md"
+
+
+def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
+    """Write ``subject`` into ``directory`` as a model plain TransformerLens loads, with no compose-lens:
+    ``config.json`` (the ``TransformerBridgeConfig`` fields), ``model.safetensors`` (the bridge's state
+    dict), ``task.json`` (the task's declaration, which :func:`load_subject` reads back) and
+    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written."""
+    cfg = subject.config.model
+    if cfg.read_order is not None or subject.declaration is None:
+        why = ("it reads its positions in another order (an infix model): export the original instead"
+               if cfg.read_order is not None else "its task is a variant, which has no declaration yet")
+        raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: {why}")
+    tl_config = {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "d_head": cfg.d_head, "n_heads": cfg.n_heads,
+                 "d_mlp": cfg.d_mlp, "act_fn": cfg.act_fn, "normalization_type": cfg.normalization_type,
+                 "n_ctx": cfg.n_ctx, "d_vocab": cfg.d_vocab, "d_vocab_out": cfg.d_vocab_out,
+                 "positional_embedding_type": "standard"}
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / CONFIG_FILE, tl_config)
+    with atomic_path(directory / WEIGHTS_FILE) as tmp:
+        write_safetensors(state_dict(subject.model), tmp, {"format": "pt"})
+    subject.declaration.write(directory / TASK_FILES[0])
+    results = read_results(subject.source) if Path(subject.source).is_dir() else None
+    outcome = (results or {}).get("outcome") or "not recorded (no results.json beside the weights)"
+    card = f"""# A model of the "Assign and Add" task family, exported by compose-lens {VERSION}
+
+* source: `{subject.source}`
+* task: {subject.task.operation} mod {subject.task.modulus}, {subject.task.n_vars} variables, sequences of \
+{subject.task.seq_len} tokens (`task.json`, in the model's own token ids)
+* outcome: {outcome}
+* code: {code_version()}
+
+Load it with TransformerLens alone:
+
+```python
+import json
+from safetensors.torch import load_file
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.model_bridge.sources import native  # registers boot_native
+
+cfg = TransformerBridgeConfig(**json.load(open("config.json")), architecture="TransformerLensNative")
+model = TransformerBridge.boot_native(cfg)
+model.load_state_dict(load_file("model.safetensors"))
+```
+
+or with compose-lens: `compose-lens evaluate THIS_FOLDER` (the task is read from `task.json`).
+"""
+    safety.write_text_atomic(directory / MODEL_CARD, card)
+    return [CONFIG_FILE, WEIGHTS_FILE, TASK_FILES[0], MODEL_CARD]
 
 
 def check_device(device: str) -> None:

@@ -106,6 +106,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from compose_lens.runs import export_transformerlens  # lazy: torch
+    from compose_lens.safety import staged_output
+
+    subject = subject_of(args)
+    with staged_output(args.out, "export", args.overwrite) as stage:
+        written = export_transformerlens(subject, stage)
+    print(f"wrote {args.out}: {', '.join(written)} (plain TransformerLens loads it; MODEL_CARD.md says how)")
+    return 0
+
+
 def register(sub) -> None:
     train = sub.add_parser("train", help="train a model (the paper recipe by default)")
     train.add_argument("--config", help="run config JSON ({task: ..., model: ..., train: ...})")
@@ -130,3 +141,9 @@ def register(sub) -> None:
     ev.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
     add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)
+    export = sub.add_parser("export", help="write a model as a folder plain TransformerLens loads (weights, "
+                                           "config, task, model card)")
+    add_model_arguments(export)
+    export.add_argument("out", help="the folder to write")
+    export.add_argument("--overwrite", action="store_true", help="replace a folder an earlier export wrote")
+    export.set_defaults(func=_cmd_export)

@@ -33,7 +33,7 @@ study's task as a declaration, bit for bit.
 coordinates: the numbers are tokens 0..p-1 and the output classes, then the operator, ``=``,
 PAD and the variables; the query reads ``op x y =``. A declared task maps onto them exactly
 (:meth:`TaskDeclaration.task` is the task in those coordinates, :meth:`~TaskDeclaration.to_user`
-and :meth:`~TaskDeclaration.to_study` translate token rows), and :mod:`compose_lens.subject` maps
+translates its token rows into the researcher's), and :mod:`compose_lens.subject` maps
 the researcher's weights the same way: the embedding's rows, the positions and the unembedding's
 answer rows are re-indexed, nothing is fitted or approximated, and the logits over the numbers
 are the researcher's model's own (a test checks them equal). An ``infix`` query swaps the
@@ -175,29 +175,6 @@ class TaskDeclaration:
         user = torch.empty_like(tokens)
         user[:, list(self.positions)] = self.token_ids.to(tokens.device)[tokens]
         return user
-
-    def to_study(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The researcher's token rows (B, seq_len) in the study's coordinates (refused where a token
-        has no role in the task)."""
-        lookup = torch.full((self.vocab_size,), -1, dtype=torch.long)
-        lookup[self.token_ids] = torch.arange(len(self.token_ids))
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
-            raise DeclarationError(f"token ids outside the vocabulary 0..{self.vocab_size - 1}")
-        study = lookup[tokens][:, list(self.positions)]
-        if (study < 0).any():
-            bad = sorted(set(tokens[lookup[tokens] < 0].tolist()))[:5]
-            raise DeclarationError(f"token id(s) {bad} have no role in the declared task")
-        return study
-
-    def token_name(self, token: int) -> str:
-        """How the researcher's token ``token`` prints."""
-        study = {int(t): i for i, t in enumerate(self.token_ids.tolist())}.get(int(token))
-        if study is None:
-            return f"<{int(token)}>"
-        if study < self.modulus:
-            return str(study)
-        return (self.task.sign, "=", "PAD", *self.variable_names)[study - self.modulus]
 
     def split(self) -> Split:
         """The split the model was trained on, in the study's coordinates."""

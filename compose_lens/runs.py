@@ -584,10 +584,7 @@ def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
         why = ("it reads its positions in another order (an infix model): export the original instead"
                if cfg.read_order is not None else "its task is a variant, which has no declaration yet")
         raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: {why}")
-    tl_config = {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "d_head": cfg.d_head, "n_heads": cfg.n_heads,
-                 "d_mlp": cfg.d_mlp, "act_fn": cfg.act_fn, "normalization_type": cfg.normalization_type,
-                 "n_ctx": cfg.n_ctx, "d_vocab": cfg.d_vocab, "d_vocab_out": cfg.d_vocab_out,
-                 "positional_embedding_type": "standard"}
+    tl_config = {**{name: getattr(cfg, name) for name in TL_FIELDS}, "positional_embedding_type": "standard"}
     directory.mkdir(parents=True, exist_ok=True)
     write_json_atomic(directory / CONFIG_FILE, tl_config)
     with atomic_path(directory / WEIGHTS_FILE) as tmp:

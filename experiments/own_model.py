@@ -18,8 +18,9 @@ mod p) but differs from the study's wherever a declaration can say so:
 Training holds out 30 % of the (x, y) pairs (``heldout_pairs`` in task.json), never puts ``q``
 or ``r`` on the left of the query nor ``u`` or ``v`` on the right, and draws constants, one
 variable and two variables alike. Trained 4,000 steps (AdamW, lr 3e-3, weight decay 1.0, batch 512): seed 0 here reached 0.988 on
-held-out pairs at 3,000 and 0.999 at 4,000, then, trained on, fell to chance at 5,000 (loss 3.12,
-ln 23 = 3.14) and stayed there to 7,000; at weight decay 0.02 it memorised (held-out 0.135 at 4,000).
+held-out pairs at 3,000 and 0.999 at 4,000 (experiments/results/own_model/training.log). Two
+development runs, whose logs were not kept, are why: trained on past 4,000 this seed fell to chance,
+and at weight decay 0.02 it memorised the training pairs; rerun with --steps / --weight-decay to see.
 The folder it writes holds ``config.json`` (the
 TransformerLens config), ``model.safetensors`` (the bridge's state dict) and ``task.json`` (the
 declaration compose-lens reads, docs/own-model.md).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import refuse_uncovered, seed, subject_of
+from compose_lens.cli.common import refuse_uncovered, seed
 from compose_lens.errors import ComposeLensError
 
 DYNAMICS_FIGURE = "dynamics.png"  # the pools over training, phase onsets and the outcome (plots.dynamics_figure)
@@ -69,6 +69,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     refuse_uncovered("report", args.run_dir)  # before torch is imported and the dynamics computed
 
     from compose_lens.report import build_model_report, build_report, is_run_source  # lazy: torch
+    from compose_lens.runs import load_subject
     from compose_lens.safety import check_count, check_file_output
 
     check_count(args.stride, "--stride")
@@ -84,7 +85,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if args.out is None:
             raise ComposeLensError(f"{args.run_dir}: one model has no run directory to write into; give --out FILE.html")
         check_file_output(args.out, args.overwrite, "compose-lens")
-        subject = subject_of(argparse.Namespace(model=args.run_dir, task=args.task, split=args.split))
+        subject = load_subject(args.run_dir, args.task, args.split)
         path, problems = build_model_report(subject, args.out, args.example or None)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
     for problem in problems:

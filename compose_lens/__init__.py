@@ -78,7 +78,8 @@ _EXPORTS = {
     "llc_over_checkpoints": "compose_lens.analysis.llc", "estimate_llc": "compose_lens.analysis.llc",
     "LlcSettings": "compose_lens.analysis.llc",
     # files and pages
-    "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.outputs",
+    "build_report": "compose_lens.report", "write_analysis": "compose_lens.context",
+    "run_analysis": "compose_lens.context",
     "run_sweep": "compose_lens.sweep",
 }
 

@@ -46,6 +46,8 @@ OPERATIONS = ("add", "subtract", "multiply", "table")
 OPERATION_SIGNS = {"add": "+", "subtract": "-", "multiply": "*", "table": "+"}
 # What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
 CORRUPTIONS = ("value", "variable", "constant")
+# What a patched run is read as (compose_lens.analysis.metrics.METRICS, named here without torch)
+PATCH_METRICS = ("logit_diff", "prob", "accuracy")
 # Where the points of a sweep train (compose_lens.sweep)
 SWEEP_BACKENDS = ("local", "ray", "slurm")
 

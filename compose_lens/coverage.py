@@ -73,8 +73,6 @@ def report_problem(cfg: ModelConfig) -> str | None:
 
 
 PROBLEMS = {
-    "patch": lambda cfg: None,
-    "ablate": lambda cfg: None,
     "circuit": circuit_problem,
     "same-mlp": same_mlp_problem,
     "analyze": same_mlp_problem,
@@ -84,8 +82,9 @@ PROBLEMS = {
 
 
 def problem(command: str, cfg: ModelConfig) -> str | None:
-    """Why ``command`` does not cover a model of ``cfg`` (one line), or None where it does."""
-    return PROBLEMS[command](cfg)
+    """Why ``command`` does not cover a model of ``cfg`` (one line), or None where it does (a command not
+    in :data:`PROBLEMS` covers every architecture its analysis's forwards run)."""
+    return PROBLEMS.get(command, lambda cfg: None)(cfg)
 
 
 def describe(cfg: ModelConfig) -> str:

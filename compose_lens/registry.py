@@ -8,32 +8,34 @@ the order ``analyze`` runs them):
 * its **settings** with their defaults, in this one place: ``analyze``, the report and its own command
   run it with the same ones, and every file it writes records them (``settings`` in the provenance);
 * its **computation**, ``compute(context, settings) -> Result``, over a per-model
-  :class:`~compose_lens.report.context.Context`: what several analyses of one model share (the
+  :class:`~compose_lens.context.Context`: what several analyses of one model share (the
   loaded model on the forwards the analyses use, the located circuit, the Fourier subject, the
   probe heads, the constant-operand grid) is made there once per model;
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
-  :func:`~compose_lens.report.context.read` rebuilds it, and its **figures**, drawn by
+  :func:`~compose_lens.context.read` rebuilds it, and its **figures**, drawn by
   :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
-  leave it out where it does not: the variant reading on the study's task), its report **section** (``section(inputs, result, settings) -> HTML``, placed after the
-  section ``report_after`` names), the **findings** ``analyze`` prints (summary key, what it measures,
-  what the circuit predicts), its own **command** (``compose-lens <command> MODEL --out DIR``, with
-  the ``options`` that set its settings and a memory ``guard``), and the **exports** of its module
-  that are public API (``compose_lens.<name>``).
+  leave it out where it does not: the variant reading on the study's task), its report **section**
+  (``section(inputs, result, settings) -> HTML``, placed after the section ``report_after`` names), the
+  **findings** ``analyze`` prints (summary key, what it measures, what the circuit predicts), its own
+  **command** (``compose-lens <command> MODEL --out DIR``, with the ``options`` that set its settings:
+  integers, choices or a pairs file), a settings check (``validate``) and a memory ``guard``, the lines
+  its command prints (``describe``), and the **exports** of its module that are public API
+  (``compose_lens.<name>``).
 
-Nothing else names an analysis: :func:`compose_lens.report.outputs.write_analysis` loops over the
-registry, the report makes each registered section with :func:`~compose_lens.report.context.obtain`
-(the saved files where they were made with the same settings, seed and configuration, else computed
-now and saved), the command
-line builds the findings table and the registered commands from it, and ``compose_lens`` resolves the
+Nothing else names an analysis: :mod:`compose_lens.context` runs a declaration (its guards on every
+path: the command, ``analyze``, the report, :func:`compose_lens.context.run_analysis`), the report makes
+each registered section with :func:`~compose_lens.context.obtain` (the saved files where they were made
+with the same settings, seed and configuration, else computed now and saved), the command line builds
+every analysis command and the findings table from the declarations, and ``compose_lens`` resolves the
 exports. ``docs/extending.md`` walks through adding one (direct logit attribution, ``dla``).
 
 **This module is imported by the command line before torch** (it builds the parser's registered
 commands and the findings table from it): the declarations are plain data, and the functions
 they name import the analysis modules, pandas and the figures inside their bodies
-(``tests/unit/test_layout.py``, ``LAZY_ALLOWED``). It is the only module of the report and command
-layers that imports the analysis modules it presents.
+(``tests/unit/test_layout.py``, ``LAZY_ALLOWED``). It imports nothing of the report (its sections write
+tables with :func:`compose_lens.markup.html_table`): the report reads the registry, not the other way.
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from compose_lens.config import CORRUPTIONS, PATCH_METRICS
 from compose_lens.errors import ComposeLensError
 
 if TYPE_CHECKING:  # annotations only: the command line reads this module before torch
     import pandas as pd
 
-# ``ctx: Context`` below is a compose_lens.report.context.Context (not imported: that module reads this one)
+# ``ctx: Context`` below is a compose_lens.context.Context (not imported: that module reads this one)
 
 FIGURES = "figures"  # the folder of an analysis's figures, beside its tables
 
@@ -62,12 +65,17 @@ class Finding:
 
 @dataclass(frozen=True)
 class Option:
-    """An option of an analysis's own command: ``--flag VALUE`` sets the integer setting ``setting``."""
+    """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting``.
+
+    Its type is its default's: an integer (at least ``minimum``), or a string among ``choices``;
+    ``pairs_file``: a path to a file of prompt pairs (default None; checked before the model loads)."""
 
     flag: str
     setting: str
     help: str
     minimum: int = 1
+    choices: tuple[str, ...] = ()
+    pairs_file: bool = False
 
 
 @dataclass
@@ -76,13 +84,15 @@ class Result:
 
     ``figures``: ``(stem, plots function, its arguments, dpi)``, drawn where the figures are drawn;
     ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table).
-    ``value``: anything else the analysis's command prints (not written)."""
+    ``provenance``: what the tables' and documents' provenance records beside the settings (what the
+    analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     documents: dict[str, dict] = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
     figures: list[tuple[str, Callable, tuple, int]] = field(default_factory=list)
     drawn: list[tuple[str, Any, int]] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
     value: Any = None
 
 
@@ -105,7 +115,8 @@ class Analysis:
     command: str | None = None
     help: str = ""
     options: tuple[Option, ...] = ()
-    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or one-line refusal
+    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory)
+    validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
     exports: tuple[str, ...] = ()  # names of ``module`` that are public API
     applies: Callable[[Any], bool] | None = None  # (config) -> whether it reads this model (None: every model)
@@ -166,7 +177,7 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
     import html
     import json
 
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     summary = result.documents["circuit_summary"]
     numbers = [[k, float(v)] for k, v in summary.items()
@@ -221,8 +232,30 @@ def _qk(ctx: Context, settings: dict) -> Result:
                   drawn=[(name, fig, 120) for name, (fig, _) in drawn.items()])
 
 
+def _qk_section(inp, result: Result, settings: dict) -> str:
+    """The two figures the analysis draws, of the located binder and router."""
+    import compose_lens.plots as plots
+    from compose_lens.analysis import figure_data
+
+    heads = inp.context.heads
+    positional, identity = figure_data.qk_matrices(inp.model, inp.config, heads)
+    parts = [f"<p>The heads read: {html_escape(heads.how)}.</p>"]
+    if positional is not None:
+        parts.append(inp.report.figure(plots.positional_qk_figure(positional), "positional_qk",
+                                       "The binder's positional score: query position against key position "
+                                       "(outlined: the previous position)."))
+    if identity is not None:
+        parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.config.task.variable_names),
+                                       "variable_identity", "The router's variable-identity score: a query = "
+                                       "carrying one variable against a key value tagged with another "
+                                       "(outlined: the diagonal)."))
+    if positional is None and identity is None:
+        parts.append('<p class="missing">No head plays the binder, so there is no QK circuit to draw.</p>')
+    return "\n".join(parts)
+
+
 QK = Analysis(name="qk", title="Previous-token head and variable-identity routing", compute=_qk,
-              tables=("positional_qk", "variable_identity"))
+              tables=("positional_qk", "variable_identity"), section=_qk_section, report_after="attention")
 
 
 # -- fourier: the adder MLP --------------------------------------------------------------------
@@ -283,25 +316,94 @@ def _fourier(ctx: Context, settings: dict) -> Result:
                   value={**facts, "constants_vs_variables": comparison, "located": location})
 
 
+def _fourier_lines(result: Result) -> list[str]:
+    facts = result.value
+    emb = facts["embedding_fourier"]
+    return [*(f"  {role.line()}" for role in facts["located"].roles()),
+            f"  analysed blocks.{facts['mlp_block']}.mlp: {facts['fourier_subject']['note']}",
+            f"  key frequencies {facts['key_frequencies']} (strength {facts['key_frequency_strength']:.3f})",
+            f"  grid loss {facts['grid_loss']:.4g}, restricted {facts['restricted_loss']:.4g}, "
+            f"all keys excluded {facts['excluded_loss_all']:.4g}",
+            f"  embedding W_E frequencies {emb['top_frequencies']} (above uniform, {emb['top_share']:.3f} of its "
+            f"norm²); {emb['key_share']:.3f} in the key frequencies (flat: {emb['key_share_if_uniform']:.3f})",
+            f"  OV -> MLP addition accuracy {facts['ov_mlp_addition_accuracy']:.4f} "
+            f"(blocks.{facts['mlp_block']} head {facts['ov_head']})"]
+
+
+def _fourier_section(inp, result: Result, settings: dict) -> str:
+    """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
+    import compose_lens.plots as plots
+    from compose_lens.analysis import figure_data
+
+    facts = result.documents["key_frequencies"]
+    if not facts["key_frequencies"]:
+        return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp. No key frequency yet: no neuron is explained by "
+                f"one frequency, so there is no Fourier neuron to draw.</p>")
+    chosen = figure_data.fourier_neuron(inp.model, inp.config, inp.split)
+    return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp ({html_escape(facts['fourier_subject']['note'])}). "
+            f"Key frequencies {facts['key_frequencies']}, holding {facts['key_frequency_strength']:.3f} of its "
+            f"post-ReLU variance over the constant-operand grid; <code>compose-lens fourier</code> writes every "
+            f"table and figure.</p>"
+            + inp.report.figure(plots.fourier_neuron_figure(chosen), "fourier_neuron",
+                                "The MLP neuron best explained by a key frequency, over all (x, y) of "
+                                "constant-operand sequences, beside its fitted ideal pattern."))
+
+
+def html_escape(text) -> str:
+    import html
+
+    return html.escape(str(text))
+
+
 FOURIER = Analysis(
     name="fourier", title="The MLP adds: Fourier analysis of the adder", compute=_fourier,
+    section=_fourier_section, report_after="jump",
     module="compose_lens.analysis.fourier",
     tables=("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier"),
     documents=("locate", "key_frequencies", "constants_vs_variables"),
-    exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons"))
+    command="fourier", help="Fourier analysis of the adder MLP (located; the paper's MLP2): key frequencies and losses",
+    describe=_fourier_lines, exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons"))
 
 
 # -- same_mlp: one MLP for constants and variables? ---------------------------------------------
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:
+    import compose_lens.plots as plots
     from compose_lens.analysis import same_mlp
     from compose_lens.files import json_safe
 
-    report = dict(same_mlp.same_mlp_report(ctx.model, ctx.config, ctx.split, seed=ctx.seed, n=settings["n"]))
+    layout = same_mlp.layout_of(ctx.model, ctx.config, ctx.split, ctx.seed)
+    tables = same_mlp.same_mlp_tables(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"], layout=layout)
+    report = dict(same_mlp.same_mlp_report(ctx.model, ctx.config, ctx.split, seed=ctx.seed, n=settings["n"],
+                                           tables=tables, layout=layout))
     trimmed = {k: v for k, v in report.items() if k not in ("tables", "config", "code_version", "seed")}
-    # summary.json keeps the verdict; the tables belong to `compose-lens same-mlp` and to same_mlp.json here
-    return Result(documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)})
+    # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (none where a
+    # role is not located: then there is nothing to test, and the verdict says why)
+    return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
+                  documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)},
+                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if tables else [])
+
+
+def _same_mlp_lines(result: Result) -> list[str]:
+    from compose_lens.analysis import same_mlp
+
+    report = result.documents["same_mlp"]
+    table = same_mlp.verdict_table(report).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    because = [] if report["verdict"] == "supported" else [f"  because: {report['verdict_reason']}"]
+    return [f"tests read: {report['components']['how']}", table,
+            f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {report['n_prompts']} prompts per set)",
+            *because]
+
+
+def _same_mlp_guard(settings: dict, config) -> None:
+    """The layout the tests read (one line, before minutes of work), then six prompt sets of ``n``, and as
+    many again for the damage profiles and the probes."""
+    from compose_lens.analysis.same_mlp import check_layout
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    check_layout(config)
+    check_sizes(config, {f"--n {settings['n']}": (settings["n"], 12)}, kept_activation_bytes(config))
 
 
 def _same_mlp_section(inp, result: Result, settings: dict) -> str:
@@ -311,7 +413,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
 
     import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, same_mlp
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
@@ -332,10 +434,16 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
                                 "each group's mean."))
 
 
-SAME_MLP = Analysis(name="same_mlp", title="Same MLP for constants and variables", compute=_same_mlp,
-                    settings={"n": 400}, module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
-                    section=_same_mlp_section, anchor="same-mlp", report_after="ablation",
-                    exports=("same_mlp_report",))
+SAME_MLP = Analysis(
+    name="same_mlp", title="Same MLP for constants and variables", compute=_same_mlp, settings={"n": 400},
+    module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
+    tables=tuple(f"same_mlp_{name}" for name in ("interchange", "damage_profiles", "feature_transfer", "probe",
+                                                 "competence")),
+    section=_same_mlp_section, anchor="same-mlp", report_after="ablation",
+    command="same-mlp", help="does MLP2 add variables with the features it uses for constants? three tests that "
+                             "can fail, and a verdict",
+    options=(Option("--n", "n", "prompts per prompt set", minimum=20),), guard=_same_mlp_guard,
+    describe=_same_mlp_lines, exports=("same_mlp_report",))
 
 
 # -- dla: direct logit attribution and the logit lens at = --------------------------------------
@@ -354,7 +462,7 @@ def _dla(ctx: Context, settings: dict) -> Result:
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
     import compose_lens.plots as plots
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
     kinds = table.drop_duplicates("kind")
@@ -405,7 +513,31 @@ def _ablation(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.ablation import ablation_table
 
     table = ablation_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
-    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table,), 120)])
+    subject = table.attrs.get("neuron_subject")
+    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table,), 120)],
+                  provenance={"neuron_subject": subject}, value=subject)
+
+
+def _ablation_lines(result: Result) -> list[str]:
+    """The table's size and its three largest accuracy drops (single neurons left out: ablation.csv has them)."""
+    table = result.tables["ablation"]
+    shown = table[table["target"] != "neuron"]
+    top = shown.loc[shown["accuracy_drop"].nlargest(3).index]
+    note = [f"  neurons and Fourier directions: {result.value['note']}"] if result.value else []
+    return [f"  {len(table)} rows; the largest drops:",
+            *(f"    {r.target} (blocks.{r.block}, {r.kind} ablation) on {r.pool}: accuracy {r.baseline_accuracy:.3f} "
+              f"-> {r.accuracy:.3f}" for r in top.itertuples()), *note]
+
+
+def _ablation_memory(settings: dict, config) -> None:
+    """Nine pools of ``pool_size`` (joined once more into one batch); kept of each sequence: MLP2's
+    activations at ``=`` and the direct path, the logits of an ablation, and the activations read
+    for the replacement."""
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    m, n = config.model, settings["pool_size"]
+    kept = 4 * (2 * m.d_mlp + 3 * m.d_vocab_out) + 8 * config.task.seq_len + kept_activation_bytes(config)
+    check_sizes(config, {f"--pool-size {n}": (n, 9)}, kept)
 
 
 def _ablation_section(inp, result: Result, settings: dict) -> str:
@@ -428,7 +560,10 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,
                     settings={"pool_size": 500}, module="compose_lens.analysis.ablation", tables=("ablation",),
-                    causal=True, section=_ablation_section, report_after="patching", exports=("ablation_table",))
+                    causal=True, section=_ablation_section, report_after="patching",
+                    command="ablate", help="zero/mean/resample ablation, accuracy on the nine pools",
+                    options=(Option("--pool-size", "pool_size", "sequences per pool"),), guard=_ablation_memory,
+                    describe=_ablation_lines, exports=("ablation_table",))
 
 
 def _patching(ctx: Context, settings: dict) -> Result:
@@ -436,34 +571,87 @@ def _patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.patching import patching_table
 
     table = patching_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
-    return Result(tables={"patching": table},
-                  figures=[("patching", plots.patching_figure, (table, "activation patching, value corrupted"), 120)])
+    corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
+    metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
+    title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
+    return Result(tables={"patching": table}, figures=[("patching", plots.patching_figure, (table, title), 120)])
+
+
+def _largest_sites(table, k: int):
+    """The ``k`` sites of a patching table that restore the most, outside the residual stream: restoring
+    the stream at the corrupted token restores the answer by construction, and its three names there
+    (resid_mid, resid_post, the next block's resid_pre) are one tensor."""
+    found = table[~table["component"].str.startswith("resid")]
+    return found.loc[found["mean"].abs().nlargest(k).index]
+
+
+def _patching_lines(result: Result) -> list[str]:
+    """The table's size and its largest sites (:func:`_largest_sites`) with their intervals."""
+    table = result.tables["patching"]
+    where = table["by"].iloc[0]  # role or position
+    first = table.iloc[0]
+    top = _largest_sites(table, 5)
+    pairs = "from your pairs file" if first["corruption"] == "user" else f"({first['corruption']} corrupted)"
+    return [f"  {len(table)} rows by {where}, {int(first['n_pairs'])} pairs {pairs}; "
+            f"restored most, outside the residual stream (0: the corrupted answer, 1: the clean one):",
+            *(f"    blocks.{int(r.block)} {r.component}{'' if int(r.head) < 0 else f' head {int(r.head)}'} at "
+              f"{getattr(r, where)}: {r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in top.itertuples())]
+
+
+N_ROLES = 12  # analysis.patching.ROLES + VARIANT_ROLES, at most
+
+
+def _patching_memory(settings: dict, config) -> None:
+    """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair and
+    keeps the corrupted copy); kept: every site's patched logit difference (float32) and its
+    float64 gain and mask, the bootstrap's counts and draws, the role one-hots, and (on the hook
+    path) the clean prompt's cached activations."""
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    m, n = config.model, settings["n_pairs"]
+    sites = m.n_layers * m.n_ctx * (5 + m.n_heads)  # analysis.patching.all_sites: five components, z per head
+    kept = 20 * sites + 16 * settings["n_boot"] + 8 * m.n_ctx * N_ROLES + kept_activation_bytes(config)
+    check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
+
+
+def _patching_settings(settings: dict) -> None:
+    if settings["pairs"] is not None and settings["corruption"] != "value":
+        raise ComposeLensError(f"--corruption {settings['corruption']} makes pairs and --pairs brings them; give one")
 
 
 def _patching_section(inp, result: Result, settings: dict) -> str:
     import html
 
     import compose_lens.plots as plots
-    from compose_lens.report.page import html_table
 
     table, n_pairs = result.tables["patching"], settings["n_pairs"]
-    top = table.loc[table["mean"].abs().nlargest(3).index]
     found = "; ".join(f"{plots.layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}"
-                      for r in top.itertuples())
+                      for r in _largest_sites(table, 3).itertuples())
     return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
             f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
-            f"prompt. Largest: {html.escape(found)}.</p>"
+            f"prompt. Restored most, outside the residual stream: {html.escape(found)}.</p>"
             + inp.report.figure(plots.patching_figure(table, f"activation patching, value corrupted ({n_pairs} pairs)"),
                                 "patching", "Normalised logit difference (0: the corrupted answer, 1: the clean "
                                 "one). Rows that are zero everywhere (the absent layer-1 MLP) are left out; "
                                 "<code>compose-lens patch --by position</code> gives absolute positions."))
 
 
-PATCHING = Analysis(name="patching", title="Activation patching by token role", compute=_patching,
-                    settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role",
-                              "pairs": None, "metric": "logit_diff"},
-                    module="compose_lens.analysis.patching", tables=("patching",), causal=True,
-                    section=_patching_section, report_after="dla", exports=("patching_table",))
+PATCHING = Analysis(
+    name="patching", title="Activation patching by token role", compute=_patching,
+    settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
+              "metric": "logit_diff"},
+    module="compose_lens.analysis.patching", tables=("patching",), causal=True,
+    section=_patching_section, report_after="dla",
+    command="patch", help="activation patching by component, layer and token role (or position)",
+    options=(Option("--corruption", "corruption", "what the corrupted prompt changes", choices=CORRUPTIONS),
+             Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=2),
+             Option("--by", "by", "group positions by token role or keep absolute positions",
+                    choices=("role", "position")),
+             Option("--pairs", "pairs", "a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
+                    "(readable form or token ids); replaces --corruption and --n-pairs", pairs_file=True),
+             Option("--metric", "metric", "logit difference of the two answers, probability or accuracy of the "
+                    "clean answer", choices=PATCH_METRICS)),
+    guard=_patching_memory, validate=_patching_settings, describe=_patching_lines, exports=("patching_table",))
 
 
 # -- variant: what the circuit reads in a noisier context -----------------------------------------
@@ -479,7 +667,7 @@ def _variant(ctx: Context, settings: dict) -> Result:
 def _variant_section(inp, result: Result, settings: dict) -> str:
     import html
 
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     task, facts = inp.config.task, result.documents["variant_reading"]
     by_role, fillers = result.tables["attention_by_role"], result.tables["binding_through_fillers"]
@@ -543,7 +731,7 @@ def _gradient_section(inp, result: Result, settings: dict) -> str:
     import compose_lens.plots as plots
     from compose_lens import runs
     from compose_lens.analysis import gradient_terms
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     ideal, table = result.documents["idealisation"], result.tables["gradient_shares"]
     overlap = (f", embedding_overlap {ideal['embedding_overlap']:g}" if ideal["embeddings"] == "orthogonal" else "")
@@ -603,7 +791,7 @@ def _entropy_lines(result: Result) -> list[str]:
 
 
 def _entropy_section(inp, result: Result, settings: dict) -> str:
-    from compose_lens.report.page import html_table
+    from compose_lens.markup import html_table
 
     table = result.tables["attention_entropy"]
     rows = [[f"blocks.{r.layer} head {r.head}", r.kind, f"{r.entropy:.2f} [{r.low:.2f}, {r.high:.2f}]", r.n]

@@ -107,7 +107,7 @@ FILE, LINK, TREE = "a file", "a symlink", "a folder"
 FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
                 "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
                 "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
-                "variable_identity", "frequency_shares", "best_neurons")
+                "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier")
 _FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
 
 
@@ -117,7 +117,9 @@ REPORT_RESULTS = {
     "probes": ("scores_by_type", "circuit_summary"), "qk": ("positional_qk", "variable_identity"),
     "fourier": ("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier",
                 "locate", "key_frequencies", "constants_vs_variables"),
-    "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
+    "same_mlp": ("same_mlp_interchange", "same_mlp_damage_profiles", "same_mlp_feature_transfer", "same_mlp_probe",
+                 "same_mlp_competence", "same_mlp"),
+    "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
     "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),
 }

@@ -345,7 +345,7 @@ def shared_grids() -> Iterator[None]:
     hands the same :class:`AdditionGrid` to every later caller: the analyses of one model
     (the summary, the Fourier tables, the same-MLP features, the ablation's frequency groups)
     all read the constant-operand grid. Opened by the per-model context of
-    :mod:`compose_lens.report.context`; the grids are read, never written, by their users."""
+    :mod:`compose_lens.context`; the grids are read, never written, by their users."""
     token = _SHARED_GRIDS.set({})
     try:
         yield

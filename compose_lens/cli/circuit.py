@@ -24,7 +24,7 @@ import argparse
 import functools
 
 from compose_lens.cli.common import (subject_of, METRICS, add_format_argument, add_model_arguments, add_overwrite,
-                                     add_quiet_argument, check_pairs_file, progress_bar, refuse_uncovered, seed)
+                                     add_quiet_argument, check_pairs_path, progress_bar, refuse_uncovered, seed)
 
 METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
 PAIR_KINDS = ("resample", "mixed")  # compose_lens.analysis.circuit.PAIRS
@@ -59,7 +59,7 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
     if not 0 <= args.threshold < 1:
         raise ComposeLensError(f"--threshold {args.threshold}: give a share in [0, 1)")
     args.pairs_kind, args.pairs = (args.pairs, None) if args.pairs in PAIR_KINDS else ("resample", args.pairs)
-    check_pairs_file(args)
+    check_pairs_path("--pairs", args.pairs)
     if args.metric == "accuracy" and args.method in ("eap", "eap-ig", "eap-ig-inputs"):
         raise ComposeLensError(f"--metric accuracy has no gradient, which {args.method} follows; use --method "
                                f"exact or acdc with it, or --metric logit_diff or prob")

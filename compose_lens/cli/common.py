@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.config import PATCH_METRICS, RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 
@@ -140,32 +140,19 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
                         help="figure file format (default png)")
 
 
-METRICS = ("logit_diff", "prob", "accuracy")  # compose_lens.analysis.metrics.METRICS, without importing torch
+METRICS = PATCH_METRICS  # compose_lens.analysis.metrics.METRICS, without importing torch
 PAIRS_SUFFIXES = (".csv", ".jsonl", ".ndjson")  # compose_lens.data.pairs.FORMATS
 
 
-def add_pairs_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pairs FILE and --metric of ``patch``: your own prompt pairs and what is read on them."""
-    parser.add_argument("--pairs", metavar="FILE", default=None,
-                        help="a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
-                             "(readable form or token ids); replaces --corruption and --n-pairs")
-    parser.add_argument("--metric", choices=METRICS, default="logit_diff",
-                        help="logit difference of the two answers (default), probability or accuracy "
-                             "of the clean answer")
-
-
-def check_pairs_file(args: argparse.Namespace) -> None:
-    """Refuse a --pairs file that cannot be one before the model loads (its rows are checked on reading),
-    and --corruption beside it (the file says what its pairs change)."""
-    if args.pairs is None:
+def check_pairs_path(flag: str, value: str | None) -> None:
+    """Refuse a pairs file that cannot be one before the model loads (its rows are checked on reading)."""
+    if value is None:
         return
-    path = Path(args.pairs)
+    path = Path(value)
     if path.suffix.lower() not in PAIRS_SUFFIXES:
-        raise ComposeLensError(f"--pairs {args.pairs}: give a .csv or .jsonl file of clean,corrupted pairs")
+        raise ComposeLensError(f"{flag} {value}: give a .csv or .jsonl file of clean,corrupted pairs")
     if not path.is_file():
-        raise ComposeLensError(f"--pairs {args.pairs}: {'is a folder, not a file' if path.is_dir() else 'no such file'}")
-    if getattr(args, "corruption", "value") != "value":
-        raise ComposeLensError(f"--corruption {args.corruption} makes pairs and --pairs brings them; give one")
+        raise ComposeLensError(f"{flag} {value}: {'is a folder, not a file' if path.is_dir() else 'no such file'}")
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:

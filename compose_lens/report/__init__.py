@@ -22,9 +22,9 @@ and lays them out; the maths is elsewhere.
 4. the circuit summary (the registered ``probes`` analysis);
 5. :func:`attention_section`: one interactive circuitsvis attention view per example
    sequence (the PNG heatmap with the circuit's cells outlined folded under it);
-6. the analysis figures: :func:`qk_section` (layer-1 positional and layer-2
-   identity QK), :func:`jump_section` (the early jump before/after),
-   :func:`fourier_section` (the best Fourier neuron), then the registered ``dla`` (direct
+6. the analysis figures: the registered ``qk`` (the located binder's positional QK and the
+   router's variable identity), :func:`jump_section` (the early jump before/after), the
+   registered ``fourier`` (the key frequencies and the best Fourier neuron) and ``dla`` (direct
    logit attribution and the logit lens at ``=``);
 7. the causal tests, registered: ``patching`` (activation patching grouped by token
    role), ``ablation`` (accuracy lost per pool) and ``same_mlp`` (the same-MLP verdict and
@@ -75,9 +75,10 @@ from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
-from compose_lens.report import context
+from compose_lens import context
 from compose_lens.report.outputs import dynamics_for
-from compose_lens.report.page import Report, html_table, view_html
+from compose_lens.markup import html_table
+from compose_lens.report.page import Report, view_html
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
@@ -268,13 +269,6 @@ def attention_section(inp: ReportInputs) -> str:
     return "\n".join(parts)
 
 
-def qk_section(inp: ReportInputs) -> str:
-    positional, identity = figure_data.qk_matrices(inp.model, inp.config)
-    return inp.report.figure(plots.qk_heatmaps_figure(positional, identity, inp.config.task.variable_names),
-                             "qk_heatmaps", "Layer-1 positional scores (outlined: the previous position) and "
-                             "layer-2 variable-identity scores (outlined: the diagonal).")
-
-
 def jump_section(inp: ReportInputs) -> str:
     bracket = inp.phases["assignment"].get("bracket")
     if not bracket or bracket[0] == bracket[1]:
@@ -284,13 +278,6 @@ def jump_section(inp: ReportInputs) -> str:
     return inp.report.figure(plots.early_jump_figure(*states), "early_jump",
                              f"Layer-1 attention on <code>{html.escape(text)}</code> and the layer-2 identity "
                              f"matrix at steps {bracket[0]} and {bracket[1]}.")
-
-
-def fourier_section(inp: ReportInputs) -> str:
-    chosen = figure_data.fourier_neuron(inp.model, inp.config, inp.split)
-    return inp.report.figure(plots.fourier_neuron_figure(chosen), "fourier_neuron",
-                             "The MLP2 neuron best explained by a key frequency, over all (x, y) of "
-                             "constant-operand sequences, beside its fitted ideal pattern.")
 
 
 def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], str]:
@@ -332,9 +319,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.
     ("results", "Results: the study and this run", results_section),
     ("dynamics", "Training dynamics and the three phases", dynamics_section),
     ("attention", "Attention on example sequences", attention_section),
-    ("qk", "Previous-token head and variable-identity routing", qk_section),
     ("jump", "The early generalisation jump", jump_section),
-    ("fourier", "The MLP adds: best Fourier neuron", fourier_section),
     ("circuit-discovery", "Circuit discovery (EAP-IG) against the known circuit", circuit_discovery_section),
 ), registered_section)
 
@@ -372,8 +357,7 @@ MODEL_SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = reg
     ("results", "Results", model_results_section),
     ("dynamics", "", None),  # an anchor the registered sections may follow; not on the page
     ("attention", "Attention on example sequences", attention_section),
-    ("qk", "Previous-token head and variable-identity routing", qk_section),
-    ("fourier", "The MLP computes the operation: best Fourier neuron", fourier_section),
+    ("jump", "", None),  # an anchor the registered sections may follow; not on the page
     ("circuit-discovery", "Circuit discovery (EAP-IG)", circuit_discovery_section),
 ), registered_section)
 

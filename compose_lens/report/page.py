@@ -158,16 +158,3 @@ class Report:
         for anchor, title_, content in self.sections:
             body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
         return offline_page(title, "\n".join(body), STYLE)
-
-
-def html_table(rows: list[list], header: list[str]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return f'<td class="num">{v:.4f}</td>'
-        return f"<td>{html.escape(str(v))}</td>"
-
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-

@@ -75,7 +75,7 @@ def test_same_mlp_on_a_model_that_adds_nothing_says_none_located(three_by_two, t
     report = json.loads((out / "same_mlp.json").read_text())
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
     assert report["components"]["adder"] is None
-    assert not list(out.glob("same_mlp_*.csv")) and not (out / "same_mlp.png").exists()
+    assert not list(out.glob("same_mlp_*.csv")) and not (out / "figures").exists()
 
 
 @pytest.mark.parametrize("command, options, says", [

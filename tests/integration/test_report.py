@@ -289,7 +289,8 @@ def test_the_report_reads_saved_analyses_and_computes_only_what_is_missing(repor
     a second report reads them all back, and computes only one whose folder is gone."""
     import shutil
 
-    from compose_lens.report import build_report, context
+    from compose_lens import context
+    from compose_lens.report import build_report
 
     run_dir = tmp_path / "run"
     shutil.copytree(reported_run[0], run_dir)

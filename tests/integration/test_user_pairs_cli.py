@@ -47,10 +47,10 @@ def test_patch_reads_the_users_pairs_in_each_metric(pairs_file, tmp_path, metric
     # the figure's scale names the metric it shows (it said "logit difference" under every metric)
     assert colour_bar_labels == [f"normalised {SCALE_WORDS[metric]} (0: corrupted, 1: clean)"]
     said = capsys.readouterr().out
-    assert f"4 pairs from {pairs_file}" in said
-    table = pd.read_csv(out / "patching_user.csv")
-    provenance = json.loads((out / "patching_user.provenance.json").read_text())
-    assert provenance["metric"] == metric and provenance["pairs"] == str(pairs_file) and provenance["n_pairs"] == 4
+    assert "4 pairs from your pairs file" in said
+    table = pd.read_csv(out / "patching.csv")
+    settings = json.loads((out / "patching.provenance.json").read_text())["settings"]
+    assert settings["metric"] == metric and settings["pairs"] == str(pairs_file)
     assert (table["n_pairs"] == 4).all() and (table["corruption"] == "user").all()
     assert {metric, f"clean_{metric}", f"corrupted_{metric}"} <= set(table.columns)
     # every clean prompt is answered right, no corrupted one gives the clean answer

@@ -19,8 +19,8 @@ from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ConfigError
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
-from compose_lens.report.context import fourier_plan
-from compose_lens.report.outputs import write_fourier
+from compose_lens.context import fourier_plan
+from compose_lens.context import run_analysis
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
@@ -82,7 +82,7 @@ def test_adder_in_blocks_2_is_analysed_there_not_at_blocks_1(paper, planted, tmp
     mlp1 = found.candidates[found.candidates["component"] == "blocks.1.mlp"].iloc[0]
     assert mlp1["score"] < locate.THRESHOLDS["adder"]  # it exists, but does not add
 
-    facts = write_fourier(planted, tmp_path, seed=0)
+    facts = run_analysis("fourier", planted, tmp_path).value
     assert facts["mlp_block"] == 2 and facts["fourier_subject"]["adds"]
     # the same function as the paper model, so the same key frequencies as its blocks.1 MLP
     paper_keys = locate.locate_adder(paper.model, paper.config, paper.split)[1]["key_frequencies"].iloc[0]
@@ -298,7 +298,7 @@ def test_same_mlp_reads_the_located_adder_and_router(family, paper_same_mlp):
 
 def test_fourier_and_the_summary_read_the_planted_adder(family, paper, tmp_path):
     name, spec, loaded = family
-    facts = write_fourier(loaded, tmp_path, seed=0)
+    facts = run_analysis("fourier", loaded, tmp_path).value
     assert facts["mlp_block"] == spec["adder"] and facts["fourier_subject"]["adds"]
     paper_keys = locate.locate_adder(paper.model, paper.config, paper.split)[1]["key_frequencies"].iloc[0]
     assert facts["key_frequencies"] == paper_keys
@@ -383,11 +383,10 @@ def test_an_adder_in_blocks_2_is_ablated_and_labelled_there(planted, tmp_path):
     the adder to blocks.2 and never read the live, non-adding MLP of blocks.1."""
     import json
 
-    from compose_lens.report.outputs import write_ablation, write_circuit
+    from compose_lens.report.outputs import write_circuit
 
-    (tmp_path / "ablate").mkdir()
     (tmp_path / "circuit").mkdir()
-    table = write_ablation(planted, tmp_path / "ablate", pool_size=12)
+    table = run_analysis("ablation", planted, tmp_path / "ablate", pool_size=12).tables["ablation"]
     parts = table[table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"])]
     assert not parts.empty and set(parts["block"]) == {2}
     assert json.loads((tmp_path / "ablate" / "ablation.provenance.json").read_text()

@@ -142,17 +142,19 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
                  "--out", str(tmp_path / "q"), "--quiet"]) == 0  # one output folder per call
     assert main(["ablate", model, "--pool-size", "8", "--format", "pdf", "--out", str(tmp_path / "a"),
                  "--quiet"]) == 0
-    for stem, figure in (("p/patching_value", "png"), ("q/patching_value_by_position", "svg"),
-                         ("a/ablation", "pdf")):
+    # each command writes what analyze writes in OUT/<name>/: the same stems, figures under figures/
+    for stem, figure in (("p/patching", "png"), ("q/patching", "svg"), ("a/ablation", "pdf")):
         csv = tmp_path / f"{stem}.csv"
         assert not csv.read_text().startswith("#")
         table = pd.read_csv(csv)
         assert {"layer", "block"} <= set(table.columns)
         record = json.loads((tmp_path / f"{stem}.provenance.json").read_text())
         assert record["config"] == tiny_config.to_dict() and record["command"].startswith("compose-lens ")
-        assert (tmp_path / f"{stem}.{figure}").stat().st_size > 0
-    by_role = pd.read_csv(tmp_path / "p/patching_value.csv")
+        folder, name = stem.split("/")
+        assert (tmp_path / folder / "figures" / f"{name}.{figure}").stat().st_size > 0
+    by_role = pd.read_csv(tmp_path / "p/patching.csv")
     assert set(by_role["role"]) <= set(patching.ROLES) and (by_role["by"] == "role").all()
+    assert (pd.read_csv(tmp_path / "q/patching.csv")["by"] == "position").all()
     capsys.readouterr()
     assert main(["evaluate", model, "--pool-size", "8", "--json", "--quiet"]) == 0
     printed = json.loads(capsys.readouterr().out)

@@ -14,8 +14,8 @@ import compose_lens
 from compose_lens import registry
 from compose_lens.analysis import fourier, same_mlp
 from compose_lens.model import tl
-from compose_lens.report import context
-from compose_lens.report.outputs import write_analysis
+from compose_lens import context
+from compose_lens.context import write_analysis
 from compose_lens.subject import Subject
 
 
@@ -40,6 +40,7 @@ def _count_constant_grids(monkeypatch) -> list:
 def test_analyze_builds_the_constant_grid_once_and_each_analysis_without_the_context_would_build_its_own(
         loaded, tmp_path, monkeypatch):
     monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})  # its own tests
+    monkeypatch.setattr(same_mlp, "same_mlp_tables", lambda *a, **k: {})
     built = _count_constant_grids(monkeypatch)
     write_analysis(loaded, tmp_path / "shared", causal=True)
     assert len(built) == 1, built
@@ -94,6 +95,7 @@ def test_one_declaration_reaches_analyze_the_report_the_cli_and_the_api(loaded, 
                             command="width", help="the width", options=(registry.Option("--k", "k", "rows"),))
     monkeypatch.setattr(registry, "ANALYSES", (*registry.ANALYSES, new))
     monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})
+    monkeypatch.setattr(same_mlp, "same_mlp_tables", lambda *a, **k: {})
     summary = write_analysis(loaded, tmp_path / "a", causal=False)
     assert summary["width_checked"] is True and (tmp_path / "a" / "width" / "widths.csv").exists()
     page = registry.sections(registry.ANALYSES, (("fourier", "F", None), ("circuit-discovery", "C", None)),

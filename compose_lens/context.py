@@ -1,10 +1,18 @@
-"""One model as its registered analyses read it, and how their results are computed, written and read back.
+"""The analyses' one door: one model as its registered analyses read it, and how their results are
+computed, written and read back.
 
 :class:`Context` holds what several analyses of one model share, made once; :func:`compute` runs a
-declaration of :mod:`compose_lens.registry` over it, :func:`write` puts its :class:`~compose_lens.registry.Result`
-into a folder (tables as CSV with a provenance JSON beside each that records the settings, documents as
-JSON, figures under ``figures/``), :func:`read` rebuilds it from such a folder where it was made with the
-same settings, seed and configuration, and :func:`obtain` does the one or the other (the report).
+declaration of :mod:`compose_lens.registry` over it (its memory guard first, on every path: an analysis's
+own command, ``analyze``, the report and the API), :func:`write` puts its
+:class:`~compose_lens.registry.Result` into a folder (tables as CSV with a provenance JSON beside each that
+records the settings, documents as JSON, figures under ``figures/``), :func:`read` rebuilds it from such a
+folder where it was made with the same settings, seed and configuration, and :func:`obtain` does the one or
+the other (the report). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
+(``compose-lens analyze``).
+
+The registry declares; this module runs. Nothing in the report or the command line computes a
+registered analysis any other way, so an analysis's command, ``analyze`` and the report write the same
+files with the same settings (``tests/unit/test_layout.py`` holds the report and the command line to it).
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from compose_lens import plots, runs
+from tqdm.auto import tqdm
+
+from compose_lens import plots, registry, runs
 from compose_lens.analysis import fourier, locate
+from compose_lens.analysis.activations import torch_threads
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
 from compose_lens.provenance import provenance
@@ -80,9 +91,20 @@ class Context:
         self._open.close()
 
 
+def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
+    """``analysis``'s settings (the defaults where not given), refused in one line where they cannot be
+    run on a model of ``config`` (its declared ``validate`` and memory ``guard``)."""
+    settings = analysis.with_settings(settings)
+    if analysis.validate is not None:
+        analysis.validate(settings)
+    if analysis.guard is not None:
+        analysis.guard(settings, config)
+    return settings
+
+
 def compute(analysis: Analysis, context: Context, settings: dict | None = None) -> Result:
-    """``analysis`` of the context's model with ``settings`` (the defaults where not given)."""
-    return analysis.compute(context, analysis.with_settings(settings))
+    """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard."""
+    return analysis.compute(context, guard(analysis, context.config, settings))
 
 
 def write(analysis: Analysis, result: Result, folder: Path, context: Context, settings: dict | None = None,
@@ -90,7 +112,7 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context, se
     """The result's tables, documents and figures into ``folder`` (figures under ``folder/figures``),
     each with the provenance of ``context`` and the settings."""
     folder.mkdir(parents=True, exist_ok=True)
-    record = context.record(analysis.with_settings(settings))
+    record = {**context.record(analysis.with_settings(settings)), **result.provenance}
     for stem, table in result.tables.items():
         write_table(table, folder / f"{stem}.csv", record)
     for stem, document in result.documents.items():
@@ -146,8 +168,63 @@ def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | 
     return result
 
 
+def run_analysis(analysis: Analysis | str, loaded: Subject, out: Path | str | None = None, seed: int = 0,
+                 fmt: str = "png", **settings) -> Result:
+    """One registered analysis of one model (its declaration, or its name: ``"patching"``), with
+    ``settings`` over its defaults: guarded, computed and, with ``out``, written there as its command
+    writes it (tables, documents, ``figures/``). What ``compose-lens <command>`` runs, in Python.
+
+    >>> from compose_lens import load_subject, run_analysis          # doctest: +SKIP
+    >>> run_analysis("patching", load_subject("paper"), n_pairs=200).tables["patching"]  # doctest: +SKIP
+    """
+    if isinstance(analysis, str):
+        analysis = registry.by_name(registry.ANALYSES, analysis)
+    with opened(loaded, seed) as ctx:
+        result = compute(analysis, ctx, settings)
+        if out is not None:
+            write(analysis, result, Path(out), ctx, settings, fmt=fmt)
+            ctx.renderer.wait()
+    return result
+
+
 @contextlib.contextmanager
 def opened(loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None) -> Iterator[Context]:
     """``with opened(loaded) as context:`` a :class:`Context`, its shared grids open."""
     with Context(loaded, seed, renderer) as context:
         yield context
+
+
+def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
+                   progress: bool = False, renderer: plots.Renderer | None = None) -> dict:
+    """Write every registered analysis of one model into ``out/<name>/`` and ``out/summary.json`` (every
+    analysis's facts: the probe and Fourier measures, the key frequencies, the same-MLP verdict); return
+    the summary.
+
+    ``causal=False`` leaves out the causal analyses (ablation, patching); an analysis that does not
+    apply to the model (:meth:`~compose_lens.registry.Analysis.reads`) is left out. Every guard runs
+    first, on the loaded model's config: a refusal comes before minutes of work, not after.
+    ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
+    (:class:`compose_lens.plots.Renderer`; default: here, as each analysis finishes). With a background
+    renderer the analyses run on one torch thread, so that they and the figure worker share two cores
+    without oversubscription (two threads beside the worker made the same-MLP step 2.6x slower). Same
+    files either way; the figures are all written when this returns.
+    """
+    renderer = renderer or plots.Renderer()
+    steps = [a for a in registry.ANALYSES if (causal or not a.causal) and a.reads(loaded.config)]
+    for analysis in steps:
+        guard(analysis, loaded.config)
+    with opened(loaded, seed, renderer) as ctx:
+        record = ctx.record()
+        summary: dict = {"located": {r.role: r.component for r in ctx.plan[0].roles()}}
+        bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
+        with torch_threads(1 if renderer.background else None):
+            for analysis in bar:
+                bar.set_postfix_str(analysis.name)
+                result = compute(analysis, ctx)
+                write(analysis, result, out / analysis.name, ctx, fmt=fmt)
+                summary.update(result.facts)
+        renderer.wait()
+    for key in ("config", "code_version", "seed"):
+        summary.pop(key, None)
+    write_document(summary, out / "summary.json", record)
+    return summary

@@ -1,0 +1,28 @@
+"""HTML tables for the report's sections: one small place, below both the registry and the report.
+
+The registry's declared sections (:mod:`compose_lens.registry`) and the report's own sections
+(:mod:`compose_lens.report`) write their tables with :func:`html_table`, so the registry needs
+nothing of the report: the report reads the registry, never the other way round.
+
+>>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0]], ["measure", "value"])
+'<table><tr><th>measure</th><th>value</th></tr><tr><td>prev_token_attention_score</td><td class="num">0.9877</td></tr><tr><td>steps</td><td class="num">1800</td></tr></table>'
+"""
+
+from __future__ import annotations
+
+import html
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        # a count kept as a float (1800.0) reads as the count, a measure to four places
+        text = f"{value:.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4f}"
+        return f'<td class="num">{text}</td>'
+    return f"<td>{html.escape(str(value))}</td>"
+
+
+def html_table(rows: list[list], header: list[str]) -> str:
+    """A plain ``<table>``: the header, then one row per list; floats right-aligned (class ``num``)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"

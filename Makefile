@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/paper
 
-.PHONY: install test reproduce bench paper-model constraints lower-bounds clean
+.PHONY: install test reproduce bench paper-model constraints lower-bounds other-versions clean
 
 install: $(VENV)/.installed
 
@@ -75,6 +75,27 @@ lower-bounds:
 	print("\n".join("==".join(re.match(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", d).groups()) for d in deps))' > .venv-lower/lowest.txt
 	.venv-lower/bin/python -m pip install -q -c .venv-lower/lowest.txt .
 	cd .venv-lower && bin/compose-lens --version && bin/compose-lens evaluate paper
+
+# compose-lens joining an environment that already holds other versions than constraints.txt's,
+# within pyproject.toml's ranges: a fresh venv (.venv-other) gets those first, then `pip install .`
+# without constraints must keep every one, and the paper model, evaluated from outside the
+# checkout, must give the project venv's accuracies exactly.
+OTHER_VERSIONS ?= torch==2.13.0 numpy==2.1.3 pandas==2.2.3 scipy==1.14.1
+other-versions: install
+	rm -rf .venv-other && $(PYTHON) -m venv .venv-other
+	.venv-other/bin/python -m pip install -q $(OTHER_VERSIONS)
+	.venv-other/bin/python -m pip install -q .
+	.venv-other/bin/python -c 'import importlib.metadata as md, sys; \
+	wanted = dict(v.split("==") for v in sys.argv[1:]); \
+	found = {name: md.version(name).split("+")[0] for name in wanted}; \
+	print("kept:", found); sys.exit(found != wanted)' $(OTHER_VERSIONS)
+	cd .venv-other && bin/compose-lens evaluate paper --exhaustive --json --quiet > other.json
+	cd .venv-other && $(abspath $(BIN))/compose-lens evaluate paper --exhaustive --json --quiet > own.json
+	$(BIN)/python -c 'import json; \
+	other, own = (json.load(open(f".venv-other/{n}.json")) for n in ("other", "own")); \
+	keys = ("pools", "zero_var_heldout", "two_var_union"); \
+	same = all(other[k] == own[k] for k in keys); \
+	print("accuracies equal:", same, other["zero_var_heldout"], other["two_var_union"]); exit(not same)'
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -65,6 +65,8 @@ _EXPORTS = {
     "variable_identity_score": "compose_lens.analysis.probes",
     "qk_matrices": "compose_lens.analysis.figure_data", "fourier_neuron": "compose_lens.analysis.figure_data",
     "TOKEN_ROLES": "compose_lens.analysis.patching:ROLES", "discover_circuit": "compose_lens.analysis.circuit:discover",
+    # TransformerLens's test_prompt and detect_head, on the study's sequences (TransformerLens's own refuse them)
+    "test_prompt": "compose_lens.analysis.exploratory", "detect_head": "compose_lens.analysis.exploratory",
     # your own prompt pairs and patching metric (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
     "PATCHING_METRICS": "compose_lens.analysis.metrics:METRICS",

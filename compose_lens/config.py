@@ -194,8 +194,8 @@ class TaskConfig(_JsonConfig):
     ``r`` follows the reference's definition (its row table, :mod:`compose_lens.data.split`):
     every training pair gets one 0-var row per variable (12), one 1-var row per
     variable allowed on each side (10 + 10) and one candidate 2-var row per variable
-    allowed on the left (10), each kept with probability ``r``. The expected ratio
-    #2-var / #0-var is therefore ``r * len(allowed_left) / n_vars`` (10 r / 12 at the
+    allowed on the left (10), each kept with probability ``r``. The expected number of
+    2-var rows per 0-var row is therefore ``r * len(allowed_left) / n_vars`` (10 r / 12 at the
     defaults). ``seed`` (42, the study's) decides the training pairs and the kept rows.
     ``variables_in_training=False`` trains on the 0-var rows only: a model that never
     sees a variable operand, the negative control of :mod:`compose_lens.analysis.same_mlp`.

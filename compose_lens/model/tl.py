@@ -413,3 +413,26 @@ def tl_patch_sweep(model: TransformerBridge, component: str, corrupted_tokens: t
     finally:
         model.train(was_training)
     return result.values
+
+
+# -- TransformerLens's head detector (its scoring, for compose_lens.analysis.exploratory) -------------
+
+HEAD_DETECTION_NAMES = ("previous_token_head", "duplicate_token_head", "induction_head")  # head_detector.HEAD_NAMES
+
+
+def head_detection_pattern(name: str, tokens: torch.Tensor) -> torch.Tensor:
+    """TransformerLens's (pos, pos) detection pattern ``name`` (one of :data:`HEAD_DETECTION_NAMES`)
+    for one row of tokens: where a head of that kind attends."""
+    from transformer_lens import head_detector
+
+    return getattr(head_detector, f"get_{name}_detection_pattern")(tokens.cpu()).float()
+
+
+def head_similarity(pattern: torch.Tensor, detection: torch.Tensor, *, exclude_bos: bool,
+                    exclude_current_token: bool, error_measure: str) -> float:
+    """TransformerLens's score of one head's (query, key) attention pattern against a detection pattern."""
+    from transformer_lens.head_detector import compute_head_attention_similarity_score
+
+    return compute_head_attention_similarity_score(pattern.clone(), detection, exclude_bos=exclude_bos,
+                                                   exclude_current_token=exclude_current_token,
+                                                   error_measure=error_measure)

@@ -74,6 +74,26 @@ def test_das_finds_the_bound_value_and_not_at_the_placebo_site(paper):
     assert das.interchange_accuracy(paper.model, placebo, fitted, test)["iia"] < 0.05
 
 
+def test_methods_page_gives_the_das_settings_of_the_committed_table():
+    """docs/methods.md's commands and table name the ranks, pairs and epochs the committed data was made with."""
+    import re
+
+    page = (ROOT / "docs" / "methods.md").read_text()
+    made = {json.dumps(json.loads(p.read_text())["settings"], sort_keys=True)
+            for p in (ROOT / "experiments" / "results" / "methods").glob("das_*.json")}
+    assert len(made) == 1, "the committed DAS results were made with different settings"
+    settings = json.loads(made.pop())
+    commands = re.findall(r"^compose-lens das .*$", page, re.M)
+    assert commands
+    for command in commands:
+        ranks = re.search(r"--ranks ((?:\d+ ?)+)", command)
+        assert ranks and [int(r) for r in ranks.group(1).split()] == settings["ranks"], command
+        assert f"--n-pairs {settings['n_pairs']}" in command and f"--epochs {settings['epochs']}" in command, command
+    ranks = ", ".join(map(str, settings["ranks"]))
+    assert f"{settings['n_pairs']} pairs drawn, {settings['epochs']} epochs, ranks {ranks};" in page
+    assert "rank " + " / ".join(map(str, settings["ranks"])) in page
+
+
 def test_das_refuses_a_model_in_train_mode(paper):
     """TransformerLens's fit_das needs eval mode; the loaded model has it (a model put in train
     mode is refused by TransformerLens, not silently run with training behaviour)."""

@@ -1,7 +1,8 @@
 """docs/other-libraries.md runs as printed, and says what its comments say.
 
 The page shows TransformerLens's own tools (the cache, decompose_resid and logit_attrs, hooks by
-name, transformer_lens.patching) and nnsight on the paper model. Its python blocks run here in
+name, transformer_lens.patching), compose-lens's test_prompt and detect_head, and nnsight on the
+paper model. Its python blocks run here in
 one namespace, top to bottom, and each claim the page makes is checked on what they computed.
 """
 
@@ -61,6 +62,19 @@ def test_hooks_by_name_and_transformerlens_patching(transformerlens_page):
     others = [p for p in range(16) if p != changed]
     assert (by_position[0, others] < 0.1).all()  # the other positions do nothing
     assert page["by_head"].shape == (2, 1) and page["by_head"][1, 0] > 0.9
+
+
+def test_test_prompt_and_detect_head_say_what_the_page_says(transformerlens_page):
+    page = transformerlens_page
+    found = page["found"]
+    assert found.answer == 30 and found.rank == 0 and found.prob > 0.999 and len(found.top) == 3
+    heads, duplicates = page["heads"], page["duplicates"]
+    assert heads.shape == (2, 1)
+    assert heads[0, 0] == pytest.approx(0.57, abs=0.01) and heads[1, 0] == pytest.approx(0.21, abs=0.01)
+    assert (duplicates < 0.02).all()
+    padded = page["cl"].detect_head(page["loaded"], ["b=7, e=5, b+23=?", "c=3, a=40, 4+c=?"], "duplicate_token",
+                                    exclude_padding=False)  # the page's "0.24 and 0.34 from the padding alone"
+    assert padded[:, 0].tolist() == pytest.approx([0.24, 0.34], abs=0.005)
 
 
 def test_nnsight_reads_patches_and_differentiates(transformerlens_page):

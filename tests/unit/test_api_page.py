@@ -1,0 +1,57 @@
+"""docs/api.md, the API reference, documents every public name of ``compose_lens`` and nothing else.
+
+The page is a list of mkdocstrings entries (``::: module.attribute``, with ``heading: name`` where
+the public name is not the attribute's own); the strict docs build renders each from its
+docstring. Here the entries are compared with what ``compose_lens`` exports (``__all__``: its
+``_EXPORTS`` and the registered analyses' exports), so a name added to the package without a
+page entry, or an entry left behind by a name that moved, fails.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import compose_lens
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+
+def page_entries() -> dict[str, str]:
+    """Public name -> the dotted path the page documents it from."""
+    entries = {}
+    for path, options in re.findall(r"^::: (\S+)\n((?:    .*\n)*)", PAGE.read_text(), re.M):
+        heading = re.search(r"^\s+heading: (\S+)$", options, re.M)
+        name = heading.group(1) if heading else path.rpartition(".")[2]
+        assert name not in entries, f"{name} is documented twice"
+        entries[name] = path
+    return entries
+
+
+def exported() -> dict[str, str]:
+    """Public name -> the dotted path of the object ``compose_lens.<name>`` resolves to."""
+    found = {**compose_lens._EXPORTS, **compose_lens._registered()}
+    paths = {}
+    for name in compose_lens.__all__:
+        if name == "__version__":
+            continue
+        module, _, attribute = found[name].partition(":")
+        paths[name] = f"{module}.{attribute or name}"
+    return paths
+
+
+def test_every_public_name_is_on_the_api_page_from_where_it_is_defined():
+    public, documented = exported(), page_entries()
+    assert len(public) > 70  # the registry's exports are counted too
+    missing = sorted(set(public) - set(documented))
+    assert not missing, f"public names missing from docs/api.md: {missing}"
+    stale = sorted(set(documented) - set(public))
+    assert not stale, f"docs/api.md documents names compose_lens does not export: {stale}"
+    wrong = {name: documented[name] for name in public if documented[name] != public[name]}
+    assert not wrong, f"docs/api.md documents these from the wrong place: {wrong}"
+
+
+def test_the_api_page_is_in_the_docs_navigation():
+    mkdocs = (PAGE.parents[1] / "mkdocs.yml").read_text()
+    assert re.search(r"^\s+- .+: api\.md$", mkdocs, re.M)
+    assert "mkdocstrings" in mkdocs

@@ -331,9 +331,9 @@ def text_table(table: pd.DataFrame) -> list[list[str]]:
             return "" if value is None else value
         if isinstance(value, float) and math.isnan(value):
             return "none"
-        if low == high == value:  # exact: the interval is the value itself
-            return stats.format_estimate(value)
-        return stats.format_estimate(value, *((low, high) if not (np.isnan(low) or np.isnan(high)) else ()))
+        if low == high == value or np.isnan(low):  # exact, or no interval: the digits float32 resolves
+            return stats.format_estimate(value, significant=4)
+        return stats.format_estimate(value, low, high)
 
     def changed(value) -> str:
         return "?" if value is pd.NA or (isinstance(value, float) and math.isnan(value)) else str(bool(value))

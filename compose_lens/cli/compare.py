@@ -72,7 +72,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         bar.set_postfix_str("reading both on the same prompts")
         table = compare.compare(a, b, seed=args.seed, pool_size=args.pool_size)
         bar.update()
-        settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b")}
+        settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
         record = provenance(a.config, args.seed, a.source, b=b.source, b_config=b.config.to_dict(), **settings)
         write_table(table, stage / "compare.csv", record)
         write_document({"a": a.source, "b": b.source, "settings": settings,

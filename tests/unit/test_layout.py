@@ -29,7 +29,7 @@ LAYERS = {
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
     "plots": 6,
-    "report": 7, "registry": 7,
+    "report": 7, "registry": 7, "compare": 7,  # compare: two models through the registry's per-model context
     "sweep": 8, "slurm": 8,
     "cli": 9,
 }

@@ -66,16 +66,18 @@ def test_zeroing_layer_2_attention_moves_the_router_and_drops_accuracy(lesioned)
     assert lesioned.loc["binder: score", "difference"] == 0 and lesioned.loc["binder: score", "changed"] == False
 
 
-def test_the_resampled_statistics_give_the_registered_findings_on_all_prompts(paper):
+def test_the_resampled_statistics_give_the_registered_findings_on_all_prompts(reference_dir):
     """The intervals resample the statistic the probes analysis reports: on all the prompts
-    (no resampling) each gives the analysis's finding (same batch, same heads)."""
+    (no resampling) each gives the analysis's finding (same batch, same heads). At step 5001 none
+    is saturated (the paper model scores 1 on each, on any batch)."""
     from compose_lens import registry
 
-    with context.opened(paper, 0) as ctx:
+    with context.opened(load_subject(reference_dir / "step_5001.pth", bridge=False), 0) as ctx:
         facts = context.compute(registry.by_name(registry.ANALYSES, "probes"), ctx).facts
         acts = C.probes.probe_activations(ctx.model, ctx.config, ctx.split, C.PROBE_SEQUENCES, 0, heads=ctx.heads)
         everything = C._subset(acts, np.arange(len(acts)))
         for key, statistic in C.OVER_PROMPTS.items():
+            assert 0.2 < facts[key] < 0.999, (key, facts[key])
             assert statistic(ctx, everything) == pytest.approx(facts[key], abs=1e-7), key
 
 
@@ -113,8 +115,8 @@ def _table(a, b, options):
 
 @pytest.mark.parametrize("argv, says", [
     (["compare", "paper", "no/such/model.pth", "--out", "OUT"], "no/such/model.pth"),
-    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size"),
-    (["compare", "paper", "paper", "--out", "OUT", "--task", "task.json"], "--task"),
+    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size 0: use at least 1"),
+    (["compare", "paper", "paper", "--out", "OUT", "--task", "task.json"], "--task task.json: neither paper nor paper"),
     (["compare", "paper", "paper", "--out", "OUT", "--colour", "red"], "unrecognized arguments: --colour"),
     (["compare", "paper", "--out", "OUT"], "the following arguments are required: B"),
 ])

@@ -257,7 +257,7 @@ def check_comparable(a: Subject, b: Subject) -> None:
     if not (torch.equal(a.split.heldout_pairs, b.split.heldout_pairs)
             and torch.equal(a.split.two_var_counts, b.split.two_var_counts)):
         raise ComposeLensError(f"{a.source} and {b.source} hold out different pairs (different splits); compare "
-                               f"reads both on the same prompts, so give two models of one split (--split)")
+                               f"reads both on the same prompts, so give two models of one split")
 
 
 def _changed(a: Reading, b: Reading, difference: float, low: float, high: float) -> Any:

@@ -88,6 +88,23 @@ def test_two_tasks_are_refused_in_one_line(paper):
         C.check_comparable(paper, other)
 
 
+def test_two_splits_are_refused_in_one_line(paper):
+    other = dataclasses.replace(paper, split=dataclasses.replace(paper.split, heldout_pairs=paper.split.heldout_pairs[1:]))
+    with pytest.raises(C.ComposeLensError, match="hold out different pairs"):
+        C.check_comparable(paper, other)
+
+
+def test_the_command_reads_your_own_model_with_its_task(tmp_path, capsys, monkeypatch):
+    """--task goes to the TransformerLens model directory only (paper carries its own task), and
+    the exported paper model is of paper's task and split: comparable."""
+    assert main(["export", "paper", str(tmp_path / "mine")]) == 0
+    monkeypatch.setattr(C, "compare", lambda a, b, **kw: _table(a, b, kw))
+    argv = ["compare", "paper", str(tmp_path / "mine"), "--task", str(tmp_path / "mine" / "task.json"),
+            "--out", str(tmp_path / "c")]
+    assert main(argv) == 0
+    assert f"B: {tmp_path / 'mine'}" in capsys.readouterr().out
+
+
 def test_the_command_writes_the_table_and_prints_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(C, "compare", lambda a, b, **kw: _table(a, b, kw))
     assert main(["compare", "paper", "paper", "--out", str(tmp_path / "c"), "--pool-size", "50", "--seed", "3"]) == 0

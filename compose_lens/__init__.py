@@ -52,7 +52,7 @@ _EXPORTS = {
     # models, runs, training and evaluation
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Subject": "compose_lens.subject", "load_subject": "compose_lens.runs",
     "TaskDeclaration": "compose_lens.declaration", "answer_logits": "compose_lens.evaluate",
-    "locate_circuit": "compose_lens.analysis.locate:locate",
+    "locate_circuit": "compose_lens.analysis.locate:locate", "compare_models": "compose_lens.compare:compare",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
     "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",

@@ -60,7 +60,7 @@ import torch
 from compose_lens.analysis import fourier, probes
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
-from compose_lens.config import RunConfig
+from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens import capabilities
 from compose_lens.model import lastpos, tl, weights
@@ -183,9 +183,13 @@ def _hooked_trace(model, config, tokens, ablate) -> Trace:
 
 def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Binder and router score of every head (see the module doc), one row per (role, head)."""
-    task = config.task
     tokens = probe_batch(split, n, seed).tokens
-    patterns = trace(model, config, tokens).patterns
+    return head_scores_of(config.task, tokens, trace(model, config, tokens).patterns)
+
+
+def head_scores_of(task: TaskConfig, tokens: torch.Tensor, patterns: list[torch.Tensor]) -> pd.DataFrame:
+    """:func:`head_scores` of sequences already traced: ``tokens`` (B, n) and each layer's attention
+    ``patterns`` (B, heads, n, n). ``compose-lens compare`` calls it on resamples of the prompts."""
     seq, pos, var = value_positions(task, tokens)
     two_var = (tokens[:, -3] >= task.first_var_token) & (tokens[:, -2] >= task.first_var_token)
     targets = value_targets(task, tokens)[two_var]

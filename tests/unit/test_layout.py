@@ -30,6 +30,7 @@ LAYERS = {
     "analysis": 5,
     "plots": 6,
     "registry": 7, "context": 7,  # the analyses' one door: their declarations, and running one over a subject
+    "compare": 7,  # two models through the registry's per-model context
     "report": 8,
     "sweep": 9, "slurm": 9,
     "cli": 10,

@@ -1,0 +1,85 @@
+"""``compose-lens compare A B --out DIR``: two models side by side (:mod:`compose_lens.compare`).
+
+Writes ``DIR/compare.csv`` (one row per measure, with ``compare.provenance.json`` beside it) and
+``DIR/compare.json`` (the same rows, the two models and the settings), and prints the table: each
+model's value with its interval, the difference B - A with its interval, and whether it changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from compose_lens.cli.common import add_overwrite, add_quiet_argument, print_table, progress_bar, seed
+from compose_lens.errors import ComposeLensError
+
+DEFAULT_POOL_SIZE = 2000  # compose_lens.compare.POOL_SIZE, repeated here so --help imports no torch
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="two models side by side: differences and their intervals",
+                       description="Read two models (checkpoints of one run, or runs of one task) on the same "
+                                   "prompts: pool accuracies, located roles, the registered analyses' findings, "
+                                   "the same-MLP verdict, MLP2's key frequencies; for each, the difference B - A "
+                                   "with a paired bootstrap interval over the prompts where it is a rate or a "
+                                   "mean over prompts, and whether it changed.")
+    for name in ("a", "b"):
+        p.add_argument(name, metavar=name.upper(),
+                       help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the directory of "
+                            "your own TransformerLens model")
+    p.add_argument("--out", required=True, help="output directory (compare.csv, compare.json)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the prompts and of the resamples (default 0)")
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE,
+                   help=f"sequences in each of the nine pools (default {DEFAULT_POOL_SIZE})")
+    p.add_argument("--task", metavar="FILE",
+                   help="the task declaration of A and/or B where it is your own TransformerLens model "
+                        "directory without a task.json (docs/own-model.md)")
+    add_overwrite(p)
+    add_quiet_argument(p)
+    p.set_defaults(func=_cmd_compare)
+
+
+def _subjects(args: argparse.Namespace) -> list:
+    """A and B, ``--task`` given to whichever is a TransformerLens model directory."""
+    from compose_lens.runs import is_transformerlens_dir, load_subject  # lazy: torch
+
+    own = [Path(spec).is_dir() and is_transformerlens_dir(Path(spec)) for spec in (args.a, args.b)]
+    if args.task and not any(own):
+        raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
+                               f"directory; a compose-lens model carries its own task")
+    return [load_subject(spec, args.task if mine else None, device="cpu", bridge=False)
+            for spec, mine in zip((args.a, args.b), own)]
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from compose_lens import compare  # lazy: torch
+    from compose_lens.provenance import provenance
+    from compose_lens.runs import write_document, write_table
+    from compose_lens.safety import check_count, check_model_sizes, check_sizes, staged_output
+
+    check_count(args.pool_size, "--pool-size")
+
+    def guard(config) -> None:  # the nine pools of each model, as `evaluate` reads them
+        check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9)})
+
+    for spec in (args.a, args.b):
+        check_model_sizes(spec, guard)  # before anything is loaded
+    with staged_output(args.out, "compare", args.overwrite) as stage, progress_bar("compare", 2, args.quiet) as bar:
+        bar.set_postfix_str("loading the models")
+        a, b = _subjects(args)
+        compare.check_comparable(a, b)
+        bar.update()
+        bar.set_postfix_str("reading both on the same prompts")
+        table = compare.compare(a, b, seed=args.seed, pool_size=args.pool_size)
+        bar.update()
+        settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
+        record = provenance(a.config, args.seed, a.source, b=b.source, b_config=b.config.to_dict(), **settings)
+        write_table(table, stage / "compare.csv", record)
+        write_document({"a": a.source, "b": b.source, "settings": settings,
+                        "rows": compare.json_rows(table)}, stage / "compare.json", record)
+    print(f"A: {a.source}\nB: {b.source}")
+    print_table(compare.text_table(table), ["measure", "A", "B", "B - A", "changed"])
+    print("intervals: 95 %; pool accuracies: Wilson; B - A: paired bootstrap over the same prompts where the "
+          "measure is a rate or a mean over prompts ('interval' column of compare.csv)")
+    print(f"wrote {args.out}/compare.csv and {args.out}/compare.json")
+    return 0

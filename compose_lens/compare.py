@@ -1,0 +1,353 @@
+"""Two models side by side: what changed between them, and by more than the prompts' noise?
+
+A researcher holding two checkpoints of one run (or two runs of one task) asks what changed from
+the one to the other. :func:`compare` reads both models on the **same prompts** and answers with
+one row per measure:
+
+* **pool accuracy**: each of the nine pools (``compose-lens evaluate``), each model's 95 % Wilson
+  interval beside its accuracy (:func:`compose_lens.stats.wilson_interval`);
+* **located roles**: which component binds, routes and adds (:mod:`compose_lens.analysis.locate`)
+  and each role's score;
+* **findings**: every finding a registered analysis declares (:data:`compose_lens.registry.ANALYSES`,
+  ``Analysis.findings``), computed as ``analyze`` computes it, through
+  :func:`compose_lens.context.compute` on one :class:`~compose_lens.context.Context`
+  per model; the causal analyses only with ``causal=True`` (none declares a finding today);
+* **same MLP**: the same-MLP verdict and each of its tests' effect;
+* **Fourier**: MLP2's key frequencies.
+
+The columns: ``measure``, ``group``; ``A`` and ``B`` with each model's own interval (``A_low``,
+``A_high``, ``B_low``, ``B_high``, where it has one); ``difference`` (B - A) and its 95 % interval
+(``low``, ``high``); ``interval`` (how that interval was had) and ``changed``.
+
+**The difference's interval** depends on what the measure is:
+
+* ``paired bootstrap over N prompts``: a rate or a mean over prompts (a pool's accuracy, an
+  attention score over the probe batch, a head role's score). Both models read the same prompts;
+  each of :data:`compose_lens.stats.BOOTSTRAP_RESAMPLES` resamples of the prompts (with replacement,
+  seeded) gives both models' statistic on the *same* resampled prompts, and the interval is the
+  percentile interval (:func:`compose_lens.stats.percentile_interval`) of B - A over the
+  resamples. Pairing takes the prompts' own difficulty out of the difference: for two identical
+  models every resample's difference is exactly 0. Each model's own interval is the percentile
+  interval of its statistic over the same resamples (Wilson's, for a pool's accuracy).
+* ``exact``: a measure with nothing sampled (the weights alone, or all p^2 operand pairs of the
+  seeded constant-operand grid, which both models read): the interval is the difference itself.
+* ``n/a (...)``: no interval (a fitted probe's held-out accuracy, a gradient cosine, a same-MLP
+  test's effect, whose own interval each model has; a name).
+
+**changed** is True where the interval excludes 0 (exact: the difference is not 0, float noise
+below :data:`compose_lens.stats.ZERO_TOLERANCE` aside); for a categorical (a located component, the
+verdict, the key frequencies), where the two differ; for a measure that only one model has (a
+score of a role no head plays in the other: NaN), True. Where the two values differ and no
+interval says whether by more than noise, it is NA; otherwise False.
+
+Both models must share the task and its split (the same prompts mean the same thing to both);
+two different ones are refused in one line. ``compare("paper", "paper")`` gives 0 in every
+difference and False in every ``changed`` (tests/unit/test_compare.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from compose_lens import context, registry, stats
+from compose_lens.analysis import locate, probes
+from compose_lens.analysis.activations import Activations, torch_threads
+from compose_lens.config import TaskConfig
+from compose_lens.data.sampler import concat_batches, make_pools
+from compose_lens.errors import ComposeLensError
+from compose_lens.evaluate import correct_mask
+from compose_lens.runs import load_subject
+from compose_lens.subject import Subject
+
+POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
+PROBE_SEQUENCES = 1800  # the probe batch the probes analysis reads its findings on (circuit_summary's n)
+LOCATE_SEQUENCES = 600  # the probe batch locate scores the heads on (locate.locate's n)
+COLUMNS = ("measure", "what", "group", "A", "A_low", "A_high", "B", "B_low", "B_high", "difference", "low", "high",
+           "interval", "changed")
+NAN = float("nan")
+
+# the findings that are a rate or a mean over the probe batch: each as a function of its activations
+# (the probes analysis's own functions), so that a resample of the prompts is a subset of them
+OVER_PROMPTS: dict[str, Callable[[context.Context, Activations], float]] = {
+    "prev_token_attention_score":
+        lambda ctx, acts: probes.prev_token_attention_score(ctx.model, ctx.config, ctx.split, acts=acts),
+    "equals_to_operands_score":
+        lambda ctx, acts: probes.equals_to_operands_score(ctx.model, ctx.config, ctx.split, acts=acts,
+                                                          heads=ctx.heads),
+    "equals_to_values_score":
+        lambda ctx, acts: probes.equals_to_values_score(ctx.model, ctx.config, ctx.split, acts=acts),
+}
+# the findings with nothing sampled, and why
+EXACT = {
+    "variable_identity_score": "exact (the weights alone)",
+    "ov_mlp_addition_accuracy": "exact (all p^2 operand pairs)",
+    "key_frequency_strength": "exact (the p^2 constant-operand grid)",
+}
+# the findings without an interval, and why
+WITHOUT = {
+    "prev_token_probe_accuracy": "n/a (a fitted probe's held-out accuracy)",
+    "gradient_kept_cosine_qk0": "n/a (a cosine of gradients summed over sequences)",
+    "gradient_kept_cosine_qk1": "n/a (a cosine of gradients summed over sequences)",
+}
+
+
+@dataclass
+class Reading:
+    """One measure of one model: its value, its own interval, and (a rate or a mean over prompts)
+    its statistic on each shared resample of the prompts."""
+
+    measure: str
+    group: str
+    value: Any
+    interval: str  # how the difference's interval is had (see the module doc)
+    low: float = NAN
+    high: float = NAN
+    replicates: np.ndarray | None = None
+    categorical: bool = False
+    what: str = ""  # what it measures, in words (a finding's declaration)
+
+
+def resamples_of(n: int, seed: int, resamples: int, prompts: str) -> np.ndarray:
+    """(resamples, n) indices of ``n`` prompts drawn with replacement: the same for both models
+    (seeded by ``seed`` and the name of the prompt set)."""
+    rng = np.random.default_rng([seed, zlib.crc32(prompts.encode())])
+    return rng.integers(0, n, (resamples, n))
+
+
+def _bootstrapped(measure: str, group: str, value: float, replicates: np.ndarray, n: int) -> Reading:
+    low, high = stats.percentile_interval(replicates[~np.isnan(replicates)]) if not np.isnan(replicates).all() \
+        else (NAN, NAN)
+    return Reading(measure, group, value, f"paired bootstrap over {n} prompts", float(low), float(high), replicates)
+
+
+def _pools(subject: Subject, pool_size: int, seed: int, resamples: int) -> list[Reading]:
+    joined, groups = concat_batches(make_pools(subject.split, pool_size, seed))
+    correct = correct_mask(subject.model, subject.config.model, joined).numpy()
+    readings = []
+    for name, rows in groups.items():
+        hits = correct[rows].astype(float)
+        k, n = int(hits.sum()), len(hits)
+        low, high = stats.wilson_interval(k, n)
+        draws = resamples_of(n, seed, resamples, f"pool {name}")
+        readings.append(Reading(f"accuracy: {name}", "pool accuracy", k / n, f"paired bootstrap over {n} prompts",
+                                low, high, hits[draws].mean(axis=1)))
+    return readings
+
+
+def _roles(ctx: context.Context, resamples: int) -> list[Reading]:
+    """The three roles: the component (categorical) and the score. A head role's score is the best
+    head's score over the probe batch locate reads (resampled); the adder's reads the whole grid."""
+    location = ctx.plan[0]
+    tokens = probes.probe_batch(ctx.split, LOCATE_SEQUENCES, ctx.seed).tokens
+    with torch.no_grad():
+        patterns = locate.trace(ctx.model, ctx.config, tokens).patterns
+    draws = resamples_of(len(tokens), ctx.seed, resamples, "locate")
+    best = np.full((len(draws), 2), NAN)
+    for r, idx in enumerate(torch.from_numpy(draws)):
+        table = locate.head_scores_of(ctx.config.task, tokens[idx], [p[idx] for p in patterns])
+        best[r] = [table.loc[table["role"] == role, "score"].max() for role in ("binder", "router")]
+    readings = []
+    for role in location.roles():
+        readings.append(Reading(f"{role.role}: component", "located roles", role.component or "none", "n/a (a name)",
+                                categorical=True))
+        if role.role == "adder":
+            readings.append(Reading("adder: score", "located roles", role.score,
+                                    "exact (the p^2 constant-operand grid)"))
+        else:
+            column = 0 if role.role == "binder" else 1
+            readings.append(_bootstrapped(f"{role.role}: score", "located roles", role.score, best[:, column],
+                                          len(tokens)))
+    return readings
+
+
+RESAMPLED_FIELDS = ("tokens", "pattern0", "pattern1_last")  # what the OVER_PROMPTS statistics read
+
+
+def _subset(acts: Activations, idx: torch.Tensor) -> Activations:
+    """The activations of the prompts ``idx`` (a resample: repeats allowed) that the
+    :data:`OVER_PROMPTS` statistics read; the others are None (a statistic reading one fails loudly)."""
+    kept = {f.name: (getattr(acts, f.name) if not isinstance(getattr(acts, f.name), torch.Tensor)
+                     else getattr(acts, f.name)[idx] if f.name in RESAMPLED_FIELDS else None)
+            for f in dataclasses.fields(acts)}
+    out = Activations(**kept)
+    if hasattr(acts, "gatherer_last"):
+        out.gatherer_last = None if acts.gatherer_last is None else acts.gatherer_last[idx]
+    return out
+
+
+def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings: dict, resamples: int
+              ) -> tuple[list[Reading], dict[str, registry.Result]]:
+    results = {a.name: context.compute(a, ctx, settings.get(a.name)) for a in analyses}
+    resampled = [f.key for a in analyses for f in a.findings if f.key in OVER_PROMPTS]
+    replicates: dict[str, np.ndarray] = {}
+    if resampled:
+        with torch.no_grad():
+            acts = probes.probe_activations(ctx.model, ctx.config, ctx.split, PROBE_SEQUENCES, ctx.seed,
+                                            heads=ctx.heads)
+            draws = torch.from_numpy(resamples_of(len(acts), ctx.seed, resamples, "probes"))
+            values = []
+            for idx in draws:
+                sub = _subset(acts, idx)
+                values.append([OVER_PROMPTS[key](ctx, sub) for key in resampled])
+        replicates = dict(zip(resampled, np.array(values, dtype=float).T))
+    readings = []
+    for analysis in analyses:
+        for finding in analysis.findings:
+            value = results[analysis.name].facts.get(finding.key)
+            value = NAN if value is None else float(value)
+            if finding.key in replicates:
+                readings.append(_bootstrapped(finding.key, "findings", value, replicates[finding.key], len(acts)))
+            else:
+                readings.append(Reading(finding.key, "findings", value,
+                                        EXACT.get(finding.key) or WITHOUT.get(finding.key, "n/a (no per-prompt form)")))
+            readings[-1].what = finding.what
+    return readings, results
+
+
+def _same_mlp(result: registry.Result) -> list[Reading]:
+    report = result.documents["same_mlp"]
+    readings = [Reading("same MLP: verdict", "same MLP", report["verdict"], "n/a (a verdict)", categorical=True)]
+    for name, test in (report.get("tests") or {}).items():
+        ci = test.get("ci") or [None, None]
+        effect = test.get("effect")
+        readings.append(Reading(f"same MLP: {name} effect", "same MLP", NAN if effect is None else float(effect),
+                                "n/a (each model's own interval)", NAN if ci[0] is None else float(ci[0]),
+                                NAN if ci[1] is None else float(ci[1])))
+    return readings
+
+
+def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal: bool = False,
+            settings: dict[str, dict] | None = None, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> list[Reading]:
+    """Every measure of one model, in the table's order (the half of :func:`compare` that reads one model)."""
+    settings = settings or {}
+    for name in settings:
+        registry.by_name(registry.ANALYSES, name)  # an unknown analysis: one line
+    same_mlp = registry.by_name(registry.ANALYSES, "same_mlp")
+    analyses = [a for a in registry.ANALYSES if a.findings and a.reads(subject.config) and (causal or not a.causal)]
+    with context.opened(subject, seed) as ctx, torch_threads(1):
+        readings = _pools(ctx.loaded, pool_size, seed, resamples)
+        readings += _roles(ctx, resamples)
+        found, results = _findings(ctx, analyses, settings, resamples)
+        readings += found
+        readings += _same_mlp(context.compute(same_mlp, ctx, settings.get("same_mlp")))
+        keys = results["probes"].facts.get("key_frequencies") if "probes" in results else None
+        readings.append(Reading("MLP2 key frequencies", "Fourier", " ".join(map(str, keys or [])) or "none",
+                                "n/a (a set of frequencies)", categorical=True))
+    return readings
+
+
+def check_comparable(a: Subject, b: Subject) -> None:
+    """Refuse, in one line, two models that do not share the task and its split: the same prompts
+    would not mean the same thing to both (or not be held out from both)."""
+    differs = [f"{f.name} {getattr(a.task, f.name)!r} vs {getattr(b.task, f.name)!r}"
+               for f in dataclasses.fields(TaskConfig) if getattr(a.task, f.name) != getattr(b.task, f.name)]
+    if differs:
+        raise ComposeLensError(f"{a.source} and {b.source} were trained on different tasks ({'; '.join(differs)}); "
+                               f"compare reads both on the same prompts, so give two models of one task")
+    if not (torch.equal(a.split.heldout_pairs, b.split.heldout_pairs)
+            and torch.equal(a.split.two_var_counts, b.split.two_var_counts)):
+        raise ComposeLensError(f"{a.source} and {b.source} hold out different pairs (different splits); compare "
+                               f"reads both on the same prompts, so give two models of one split")
+
+
+def _changed(a: Reading, b: Reading, difference: float, low: float, high: float) -> Any:
+    if np.isnan(a.value) and np.isnan(b.value):
+        return False
+    if np.isnan(a.value) or np.isnan(b.value):
+        return True  # measured in one model only: a role no head plays in the other
+    if not np.isnan(low):
+        return bool(low > 0 or high < 0)
+    return False if difference == 0 else pd.NA
+
+
+def _rounded(row: dict) -> dict:
+    """Every float to 6 significant digits: float32 arithmetic resolves no more (0.9922409653663635)."""
+    return {k: float(f"{v:.6g}") if isinstance(v, float) and not math.isnan(v) else v for k, v in row.items()}
+
+
+def _row(a: Reading, b: Reading) -> dict:
+    row = {"measure": a.measure, "what": a.what, "group": a.group, "A": a.value, "A_low": a.low, "A_high": a.high,
+           "B": b.value, "B_low": b.low, "B_high": b.high, "interval": a.interval}
+    if a.categorical or b.categorical:
+        return _rounded({**row, "difference": None, "low": NAN, "high": NAN, "changed": str(a.value) != str(b.value)})
+    difference = float(stats.snap_to_zero(np.float64(b.value - a.value)))
+    low = high = NAN
+    if a.replicates is not None and b.replicates is not None:
+        diffs = stats.snap_to_zero(b.replicates - a.replicates)
+        diffs = diffs[~np.isnan(diffs)]
+        if len(diffs):
+            low, high = (float(v) for v in stats.percentile_interval(diffs))
+    elif a.interval.startswith("exact") and not np.isnan(difference):
+        low = high = difference
+    return _rounded({**row, "difference": difference, "low": low, "high": high,
+                     "changed": _changed(a, b, difference, low, high)})
+
+
+def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, pool_size: int = POOL_SIZE,
+            causal: bool = False, settings: dict[str, dict] | None = None,
+            resamples: int = stats.BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
+    """Two models side by side, one row per measure (see the module doc for the columns).
+
+    ``a``, ``b``: :class:`~compose_lens.subject.Subject` (:func:`compose_lens.runs.load_subject`) or
+    what it takes (``"paper"``, a run, a checkpoint, a study ``.pth``, a TransformerLens model
+    directory). ``seed``: the prompts and the resamples; ``pool_size``: sequences per pool;
+    ``causal``: also the causal analyses' findings; ``settings``: per analysis name, settings
+    changed from the registry's defaults (e.g. ``{"same_mlp": {"n": 100}}``); ``resamples``: of
+    the prompts, for the paired intervals. ``.attrs`` holds the two sources and the settings."""
+    a, b = (s if isinstance(s, Subject) else load_subject(s, bridge=False) for s in (a, b))
+    check_comparable(a, b)
+    if pool_size < 1 or resamples < 1:
+        raise ComposeLensError(f"pool_size and resamples must be at least 1 (got {pool_size}, {resamples})")
+    options = {"seed": seed, "pool_size": pool_size, "causal": causal, "settings": settings or {},
+               "resamples": resamples}
+    read_a = {r.measure: r for r in measure(a, **options)}
+    read_b = {r.measure: r for r in measure(b, **options)}
+    rows = []
+    for name in [*read_a, *(m for m in read_b if m not in read_a)]:  # an analysis may read one model only
+        ra, rb = read_a.get(name), read_b.get(name)
+        ra = ra or dataclasses.replace(rb, value=NAN, low=NAN, high=NAN, replicates=None)
+        rb = rb or dataclasses.replace(ra, value=NAN, low=NAN, high=NAN, replicates=None)
+        rows.append(_row(ra, rb))
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table.attrs.update({"a": a.source, "b": b.source, **options})
+    return table
+
+
+def text_table(table: pd.DataFrame) -> list[list[str]]:
+    """The rows as a reader reads them: each value with its interval at the digits it supports
+    (:func:`compose_lens.stats.format_estimate`), the difference with its interval, changed."""
+    def one(value, low, high) -> str:
+        if isinstance(value, str) or value is None:
+            return "" if value is None else value
+        if isinstance(value, float) and math.isnan(value):
+            return "none"
+        if low == high == value or np.isnan(low):  # exact, or no interval: the digits float32 resolves
+            return stats.format_estimate(value, significant=4)
+        return stats.format_estimate(value, low, high)
+
+    def changed(value) -> str:
+        return "?" if value is pd.NA or (isinstance(value, float) and math.isnan(value)) else str(bool(value))
+
+    return [[r.measure, one(r.A, r.A_low, r.A_high), one(r.B, r.B_low, r.B_high),
+             "" if isinstance(r.A, str) or isinstance(r.B, str) else one(r.difference, r.low, r.high),
+             changed(r.changed)]
+            for r in table.itertuples()]
+
+
+def json_rows(table: pd.DataFrame) -> list[dict]:
+    """The rows for JSON: NaN and NA as null."""
+    def plain(value):
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            return None
+        return value.item() if isinstance(value, np.generic) else value
+
+    return [{k: plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]

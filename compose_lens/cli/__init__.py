@@ -13,7 +13,8 @@ the package imports sit at the top of the module.
 
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
 (:mod:`.train`), ``analyze``, ``same-mlp``, ``fourier``, ``attention`` (:mod:`.analysis`),
-``patch``, ``ablate`` (:mod:`.patching`), ``circuit`` (:mod:`.circuit`), ``dynamics``, ``report``
+``patch``, ``ablate`` (:mod:`.patching`), ``patch-heads``, ``path-patch``
+(:mod:`.heads`), ``circuit`` (:mod:`.circuit`), ``dynamics``, ``report``
 (:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), ``settings``
 (:mod:`.settings`), and the command of each registered analysis that declares one (``dla``: built
 by :mod:`.analysis` from :mod:`compose_lens.registry`).
@@ -33,13 +34,13 @@ import os
 import sys
 from typing import Sequence
 
-from compose_lens.cli import analysis, circuit, data, dynamics, methods, patching, settings, sweep, train
+from compose_lens.cli import analysis, circuit, data, dynamics, heads, methods, patching, settings, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import VERSION, set_command
 
-COMMAND_MODULES = (data, train, analysis, patching, circuit, dynamics, sweep, methods, settings)
+COMMAND_MODULES = (data, train, analysis, patching, heads, circuit, dynamics, sweep, methods, settings)
 
 DESCRIPTION = """\
 Train and take apart the small transformer of the 'Assign and Add' study, which learns

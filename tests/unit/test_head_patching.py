@@ -186,3 +186,23 @@ def test_a_model_without_the_bridge_is_refused(paper):
                  lambda: patching.path_patching(weights, n_pairs=2)):
         with pytest.raises(ComposeLensError, match="bridge=True"):
             call()
+
+
+def test_path_patching_is_the_circuit_graph_s_exact_edge_score_read_backwards(paper, pairs):
+    """``circuit --method exact`` corrupts one edge of the clean run (the share of the answer lost);
+    path patching restores one path of the corrupted run. With the pairs' roles swapped the two are
+    one number, from two implementations (the edge graph runs the weights, path patching the hooks)."""
+    from compose_lens.analysis import circuit
+    from compose_lens.data.pairs import PromptPairs
+
+    chosen = pairs["variable"]
+    swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
+    table = patching.path_patching(paper, sender="blocks.0.head0", pairs=swapped, n_boot=10, receivers=[
+        "blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v", "blocks.1.mlp"])
+    gm = circuit.GraphModel(tl.parameters(paper.model), paper.config.model)
+    scores = circuit.exact_scores(gm, chosen)
+    edges = [e.name for e in gm.graph.edges]
+    exact = [float(scores[edges.index(f"a0.h0->{r}")]) for r in ("a1.h0.q", "a1.h0.k", "a1.h0.v", "m1")]
+    assert torch.allclose(torch.tensor(table["mean"][:4].values, dtype=torch.float64),
+                          torch.tensor(exact, dtype=torch.float64), atol=1e-4), (table["mean"], exact)
+    assert max(map(abs, exact)) > 0.1  # some edge carries the swap

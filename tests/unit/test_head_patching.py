@@ -206,3 +206,53 @@ def test_path_patching_is_the_circuit_graph_s_exact_edge_score_read_backwards(pa
     assert torch.allclose(torch.tensor(table["mean"][:4].values, dtype=torch.float64),
                           torch.tensor(exact, dtype=torch.float64), atol=1e-4), (table["mean"], exact)
     assert max(map(abs, exact)) > 0.1  # some edge carries the swap
+
+
+# -- several heads: the head index is the one named ---------------------------------------------
+
+
+@pytest.fixture
+def three_heads(tiny_config, tiny_split):
+    """A tiny model with three heads per layer and trained biases, its weights pushed off the
+    initialisation so every head matters, in eval mode; (model, config, split)."""
+    config = tiny_config.replace(model=tiny_config.model.replace(n_heads=3, d_head=16, trained_biases=True))
+    model = tl.boot(config.model)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, value in tl.parameters(model).items():
+            if "blocks.0.mlp" in name:
+                continue  # absent: stays zero
+            value.normal_(0, 0.3) if name.endswith("bias") else value.mul_(3.0)
+    return model.eval(), config, tiny_split
+
+
+@pytest.mark.parametrize("component", list(TL_FUNCTIONS))
+def test_per_head_patching_is_transformer_lens_s_with_several_heads(three_heads, component):
+    model, config, split = three_heads
+    chosen = patching.make_prompt_pairs(split, 6, "variable", seed=1)
+    ours = patching.hook_batched_logit_diffs(model, chosen, patching.head_sites(config.model, [component]))
+    theirs = _transformer_lens(model, chosen, component)
+    assert (theirs - theirs[:1]).abs().amax() > 0.01  # the sites differ
+    assert torch.allclose(ours, theirs, atol=1e-5 * float(theirs.abs().amax())), float((ours - theirs).abs().max())
+
+
+def test_path_patching_reads_the_heads_it_names(three_heads):
+    """Head 1 of blocks.0 into head 2's keys, head 0's query and the MLP of blocks.1: the circuit
+    graph's exact edge scores of exactly those edges (pairs' roles swapped, as above)."""
+    from compose_lens.analysis import circuit
+    from compose_lens.data.pairs import PromptPairs
+
+    model, config, split = three_heads
+    chosen = patching.make_prompt_pairs(split, 8, "variable", seed=1)
+    swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
+    table = patching.path_patching(model, config, split, "blocks.0.head1", pairs=swapped, n_boot=10,
+                                   receivers=["blocks.1.head2.k", "blocks.1.head0.q", "blocks.1.mlp"])
+    gm = circuit.GraphModel(tl.parameters(model), config.model)
+    scores = circuit.exact_scores(gm, chosen)
+    edges = [e.name for e in gm.graph.edges]
+    exact = torch.tensor([float(scores[edges.index(f"a0.h1->{r}")]) for r in ("a1.h2.k", "a1.h0.q", "m1")],
+                         dtype=torch.float64)
+    other_heads = torch.tensor([float(scores[edges.index(f"a0.h{h}->a1.h2.k")]) for h in (0, 2)], dtype=torch.float64)
+    ours = torch.tensor(table["mean"][:3].values, dtype=torch.float64)
+    assert torch.allclose(ours, exact, atol=1e-4), (ours, exact)
+    assert (other_heads - exact[0]).abs().min() > 1e-3  # another sender head would give another number

@@ -256,3 +256,28 @@ def test_path_patching_reads_the_heads_it_names(three_heads):
     ours = torch.tensor(table["mean"][:3].values, dtype=torch.float64)
     assert torch.allclose(ours, exact, atol=1e-4), (ours, exact)
     assert (other_heads - exact[0]).abs().min() > 1e-3  # another sender head would give another number
+
+
+def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
+    """With an MLP in both blocks, blocks.0.mlp's paths into blocks.1 head 1's keys and into
+    blocks.1.mlp are the circuit graph's exact edge scores m0 -> a1.h1.k and m0 -> m1."""
+    from compose_lens.analysis import circuit
+    from compose_lens.data.pairs import PromptPairs
+
+    config = tiny_config.replace(model=tiny_config.model.replace(n_heads=2, d_head=16, mlp_blocks=(0, 1)))
+    model = tl.boot(config.model)
+    with torch.no_grad():
+        for value in tl.parameters(model).values():
+            value.mul_(3.0)
+    chosen = patching.make_prompt_pairs(tiny_split, 8, "value", seed=2)
+    swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
+    table = patching.path_patching(model.eval(), config, tiny_split, "blocks.0.mlp", pairs=swapped, n_boot=10,
+                                   receivers=["blocks.1.head1.k", "blocks.1.mlp"])
+    gm = circuit.GraphModel(tl.parameters(model), config.model)
+    scores = circuit.exact_scores(gm, chosen)
+    edges = [e.name for e in gm.graph.edges]
+    exact = torch.tensor([float(scores[edges.index(e)]) for e in ("m0->a1.h1.k", "m0->m1")], dtype=torch.float64)
+    assert torch.allclose(torch.tensor(table["mean"][:2].values, dtype=torch.float64), exact, atol=1e-4)
+    assert exact.abs().max() > 0.01
+    with pytest.raises(ComposeLensError, match="no path blocks.0.mlp -> blocks.0.head0.v"):
+        patching.path_patching(model, config, tiny_split, "blocks.0.mlp", ["blocks.0.head0.v"], n_pairs=2)

@@ -91,8 +91,10 @@ def _cmd_patch_heads(args: argparse.Namespace) -> int:
         fig, _ = plots.patching_figure(table, f"per-head patching ({_pairs_words(table, args)})")
         plots.save(fig, None, stage / stem, dpi=120, fmt=args.fmt)
         bar.update()
+    from compose_lens.plots import metric_words
+
     print(f"per-head patching of {', '.join(components)} ({_pairs_words(table, args)}); normalised "
-          f"{'logit difference' if args.metric == 'logit_diff' else args.metric}, 0: corrupted, 1: clean, "
+          f"{metric_words(args.metric)}, 0: corrupted, 1: clean, "
           f"[95 % bootstrap interval]:")
     _print_largest(table)
     print(f"wrote {out}/{stem}.csv, {stem}.provenance.json, {stem}.{args.fmt} ({len(table)} rows by {args.by})")
@@ -166,10 +168,11 @@ def _cmd_path_patch(args: argparse.Namespace) -> int:
 
 
 def _print_paths(table, args) -> None:
+    from compose_lens.plots import metric_words
     from compose_lens.stats import format_estimate
 
     print(f"path patching ({_pairs_words(table, args)}); normalised "
-          f"{'logit difference' if args.metric == 'logit_diff' else args.metric}, 0: corrupted, 1: clean, "
+          f"{metric_words(args.metric)}, 0: corrupted, 1: clean, "
           f"[95 % bootstrap interval]:")
     labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)" for s, r in zip(table["sender"], table["receiver"])]
     width = max(map(len, labels))

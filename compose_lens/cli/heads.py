@@ -91,10 +91,8 @@ def _cmd_patch_heads(args: argparse.Namespace) -> int:
         fig, _ = plots.patching_figure(table, f"per-head patching ({_pairs_words(table, args)})")
         plots.save(fig, None, stage / stem, dpi=120, fmt=args.fmt)
         bar.update()
-    from compose_lens.plots import metric_words
-
     print(f"per-head patching of {', '.join(components)} ({_pairs_words(table, args)}); normalised "
-          f"{metric_words(args.metric)}, 0: corrupted, 1: clean, "
+          f"{plots.metric_words(args.metric)}, 0: corrupted, 1: clean, "
           f"[95 % bootstrap interval]:")
     _print_largest(table)
     print(f"wrote {out}/{stem}.csv, {stem}.provenance.json, {stem}.{args.fmt} ({len(table)} rows by {args.by})")

@@ -986,7 +986,8 @@ def path_patching(subject, config: RunConfig | None = None, split: Split | None 
     """
     model, config, split = _subject_parts(subject, config, split, "path patching")
     source = path_end(sender, "sender", config.model)
-    targets = [path_end(r, "receiver", config.model) for r in ([receivers] if isinstance(receivers, str) else receivers)]
+    named = [receivers] if isinstance(receivers, str) else list(receivers)
+    targets = [path_end(r, "receiver", config.model) for r in named]
     if not targets:
         raise ComposeLensError("path patching: give at least one receiver")
     for target in targets:

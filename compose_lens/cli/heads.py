@@ -172,7 +172,8 @@ def _print_paths(table, args) -> None:
     print(f"path patching ({_pairs_words(table, args)}); normalised "
           f"{metric_words(args.metric)}, 0: corrupted, 1: clean, "
           f"[95 % bootstrap interval]:")
-    labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)" for s, r in zip(table["sender"], table["receiver"])]
+    labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)"
+              for s, r in zip(table["sender"], table["receiver"])]
     width = max(map(len, labels))
     for label, (_, row) in zip(labels, table.iterrows()):
         print(f"  {label.ljust(width)}  {format_estimate(row['mean'], row['ci_low'], row['ci_high'])}")

@@ -70,6 +70,9 @@ _EXPORTS = {
     # your own prompt pairs and patching metric (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
     "PATCHING_METRICS": "compose_lens.analysis.metrics:METRICS",
+    # finer patching through the bridge's hooks: per-head q / k / v / pattern, and path patching
+    "head_patching_table": "compose_lens.analysis.patching", "path_patching": "compose_lens.analysis.patching",
+    "path_patching_figure": "compose_lens.plots",
     # figures (matplotlib; each returns (figure, the data drawn)) and notebook display
     "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
     "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",

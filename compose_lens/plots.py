@@ -76,6 +76,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from compose_lens import stats
 from compose_lens.analysis.figure_data import FourierNeuron
 from compose_lens.analysis.summary import MEASURE_KEYS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
@@ -831,11 +832,38 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFra
     return fig, table
 
 
-_FLOW = ("resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a block's order
+# a block's order (a head's query, key, value and pattern before its output)
+_FLOW = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
 # the roles of analysis.patching.ROLES and VARIANT_ROLES, context first (plots does not import the
 # analysis that runs models)
 _ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
                "stale value", "filler", "chain var", "+", "left operand", "right operand", "=")
+
+
+def path_patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFrame]:
+    """One bar per path of :func:`compose_lens.analysis.patching.path_patching` (the sender's
+    whole effect, receiver ``all``, last and grey), with its 95 % interval and value; 0 and 1
+    (the corrupted and the clean run) dotted."""
+    metric = table_metric(table)
+    y = np.arange(len(table))
+    value = table["mean"].to_numpy()
+    err = np.stack([value - table["ci_low"].to_numpy(), table["ci_high"].to_numpy() - value]).clip(min=0)
+    colours = ["#999999" if r == "all" else OKABE_ITO[4] for r in table["receiver"]]
+    fig, ax = subplots(figsize=(6.5, max(2.2, 0.45 * len(table) + 1.3)))
+    ax.barh(y, value, xerr=err, color=colours, capsize=3, error_kw={"lw": 0.9})
+    for yi, v, low, high in zip(y, value, table["ci_low"], table["ci_high"]):
+        ax.text(max(v, high, 0) + 0.03, yi, stats.format_estimate(v, low, high), va="center", fontsize=8)
+    labels = ["every path (the sender alone)" if r == "all" else f"→ {r}" for r in table["receiver"]]
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    for x in (0, 1):
+        ax.axvline(x, color="black", lw=0.8, ls=":")
+    ax.set_xlim(min(-0.1, float(np.nanmin(table["ci_low"])) - 0.05), 1.6)
+    ax.set_xlabel(patch_scale(metric), fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig, table
 
 
 ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out

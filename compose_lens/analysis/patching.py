@@ -66,10 +66,19 @@ Other architectures go through the model's own hooks, still batched: one forward
 of (sites x prompts) rows per (component, layer), the hook writing each row's clean
 activation at that row's position (:func:`hook_batched_logit_diffs`).
 ``experiments/bench_patching.py`` checks both against the TransformerLens loop.
+
+**Finer tools, through the bridge's hooks.** :func:`head_patching_table` patches each head's
+query, key, value or attention pattern (or output) per position, the numbers of
+``transformer_lens.patching.get_act_patch_attn_head_{q,k,v,pattern}_by_pos``, by token role or
+position; :func:`path_patching` patches the path from a sender (a head's or an MLP's output) to
+one receiver (a later head's query, key or value, or an MLP's input) alone, by the two-step
+method of Wang et al. (2022) (:func:`path_patched_values`).
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -90,6 +99,10 @@ from compose_lens.safety import check_finite_logits
 from compose_lens.model import heads, tl, weights
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
+# per head, through the bridge's hooks (head_patching_table): a head's query, key, value, its
+# attention pattern (a destination position's row) and its output
+HEAD_COMPONENTS = ("q", "k", "v", "pattern", "z")
+HEAD_VECTORS = ("q", "k", "v", "z")  # (batch, pos, head, d_head)
 
 
 # -- prompt pairs -----------------------------------------------------------------------------
@@ -515,7 +528,9 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
                 def write_clean(act, hook, positions=positions, heads=heads, prompt=prompt, rows=rows):
                     # in place, as transformer_lens.patching does: some bridge hooks are
                     # aliases whose returned tensor does not reach every reader
-                    if component == "z":
+                    if component == "pattern":  # (batch, head, dest, src): the head's row at dest
+                        act[rows, heads, positions] = clean_act[prompt, heads, positions]
+                    elif component in HEAD_VECTORS:
                         act[rows, positions, heads] = clean_act[prompt, positions, heads]
                     else:
                         act[rows, positions] = clean_act[prompt, positions]
@@ -714,10 +729,15 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
     sites = all_sites(config.model, components)
     patched = patched_logit_diffs(model, config.model, pairs, sites, metric=metric_fn)
     clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
-    if abs(float((clean - corrupted).mean())) < 1e-6:
-        what = "logit difference" if metric_name == metrics.DEFAULT else metric_name
-        raise ComposeLensError(f"clean and corrupted prompts have the same mean {what}: "
-                               "the model does not tell them apart, so nothing can be normalised")
+    return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
+
+
+def _sites_table(split: Split, sites: list[Site], patched: torch.Tensor, clean: torch.Tensor,
+                 corrupted: torch.Tensor, pairs: PromptPairs, by: str, n_boot: int, seed: int,
+                 metric_name: str) -> pd.DataFrame:
+    """The table of :func:`patching_table` (and :func:`head_patching_table`) from the patched values
+    (S, N) of ``sites`` and the unpatched (clean, corrupted) values (N,), by role or position."""
+    _check_separable(clean, corrupted, metric_name)
     if by == "position":
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
         table = pd.DataFrame({
@@ -740,3 +760,247 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
         "logit_diff": (torch.nan_to_num(values).sum(1) / n_prompts.clamp_min(1)).tolist()})
     table = table[table["n_prompts"] > 0].reset_index(drop=True)
     return _common_columns(table, clean, corrupted, pairs, by, metric_name)
+
+
+def _check_separable(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: str) -> None:
+    """Refuse to normalise where the clean and corrupted runs have the same mean metric."""
+    if abs(float((clean - corrupted).mean())) < 1e-6:
+        what = "logit difference" if metric_name == metrics.DEFAULT else metric_name
+        raise ComposeLensError(f"clean and corrupted prompts have the same mean {what}: "
+                               "the model does not tell them apart, so nothing can be normalised")
+
+
+# -- per-head inputs, and path patching, through the bridge's hooks ---------------------------
+
+
+def _subject_parts(subject, config: RunConfig | None, split: Split | None, what: str):
+    """(model, config, split) of a :class:`~compose_lens.subject.Subject`, or of a model given with
+    its config and split; the model must have the bridge's hooks."""
+    if all(hasattr(subject, name) for name in ("model", "config", "split")):
+        subject, config, split = subject.model, subject.config, subject.split
+    if config is None or split is None:
+        raise ComposeLensError(f"{what}: give a subject (compose_lens.runs.load_subject) or a model with "
+                               "its config and split")
+    if isinstance(subject, tl.Weights):
+        raise ComposeLensError(f"{what} reads the TransformerLens bridge's hooks, and this model was loaded "
+                               "without the bridge: load it with load_subject(..., bridge=True), the default")
+    return subject, config, split
+
+
+def head_sites(cfg: ModelConfig, components=HEAD_COMPONENTS) -> list[Site]:
+    """Every (component, layer, position, head) of the per-head components, layer-major; for
+    ``pattern`` the position is the destination (query) position, whose whole row is patched."""
+    for component in components:
+        if component not in HEAD_COMPONENTS:
+            raise ComposeLensError(f"component {component!r}: use one of {', '.join(HEAD_COMPONENTS)}")
+    return [Site(component, layer, position, head) for component in components for layer in range(cfg.n_layers)
+            for position in range(cfg.n_ctx) for head in range(cfg.n_heads)]
+
+
+def head_patching_table(subject, config: RunConfig | None = None, split: Split | None = None, *,
+                        components=("q", "k", "v", "pattern"), n_pairs: int = 1000, corruption: str = "value",
+                        seed: int = 0, n_boot: int = 1000, by: str = "role", pairs=None,
+                        metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
+    """Per-head patching of a head's query, key, value, attention pattern or output
+    (:data:`HEAD_COMPONENTS`), one site per (layer, position, head), by token role or position.
+
+    What :func:`patching_table` does for whole components, for the inputs of each head, through the
+    bridge's hooks (``blocks.L.attn.hook_q`` / ``hook_k`` / ``hook_v`` / ``hook_pattern`` /
+    ``hook_z``): the clean prompt's query (say) of one head at one position written into the
+    corrupted run, everything downstream recomputed. A patched key or value changes what every
+    later query reads at that position; a patched query, what that position reads. ``pattern``
+    patches one destination position's whole row of the head's attention (which positions it
+    reads, not what it reads there), as ``transformer_lens.patching.get_act_patch_attn_head_pattern_by_pos``
+    does; the table's ``position`` / ``role`` is then the destination's. These are the numbers of
+    TransformerLens's ``get_act_patch_attn_head_{q,k,v}_by_pos``, ``..._pattern_by_pos`` and
+    ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`hook_batched_logit_diffs`).
+
+    ``subject``: a :class:`~compose_lens.subject.Subject` with its bridge, or a bridge with
+    ``config`` and ``split``. The other arguments and the columns are :func:`patching_table`'s.
+    """
+    model, config, split = _subject_parts(subject, config, split, "per-head patching")
+    if by not in BY:
+        raise ComposeLensError(f"by={by!r}: use role or position")
+    metric_name, metric_fn = metrics.resolve(metric)
+    pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
+    sites = head_sites(config.model, components)
+    patched = hook_batched_logit_diffs(model, pairs, sites, metric=metric_fn)
+    clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
+    return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
+
+
+_PATH_END = re.compile(r"blocks\.(\d+)\.(?:head(\d+)|(mlp))(?:\.(\w+))?")
+RECEIVER_INPUTS = ("q", "k", "v")
+
+
+@dataclass(frozen=True)
+class PathEnd:
+    """One end of a path: a head (``head`` >= 0) or a block's MLP (``head`` -1). A sender is the
+    output of either; a receiver is a head's query, key or value (``input``) or the MLP's input."""
+
+    block: int
+    head: int = -1
+    input: str = ""
+
+    @property
+    def name(self) -> str:
+        """``blocks.0.head0``, ``blocks.1.head0.v``, ``blocks.1.mlp``: how the CLI and tables name it."""
+        part = "mlp" if self.head < 0 else f"head{self.head}"
+        return f"blocks.{self.block}.{part}" + (f".{self.input}" if self.input else "")
+
+    @property
+    def writes_at(self) -> float:
+        """Where a sender's output joins the residual stream: after its block's attention (a head,
+        read by the MLP of the same block) or at the end of its block (an MLP)."""
+        return self.block + (0.5 if self.head >= 0 else 1.0)
+
+    @property
+    def reads_at(self) -> float:
+        """Where a receiver reads the residual stream: at its block's start (a head's q / k / v) or
+        after its block's attention (an MLP)."""
+        return self.block + (0.0 if self.head >= 0 else 0.5)
+
+
+def path_end(text: str, side: str, cfg: ModelConfig | None = None) -> PathEnd:
+    """Parse a sender (``blocks.L.headH``, ``blocks.L.mlp``) or a receiver (``blocks.L.headH.q|k|v``,
+    ``blocks.L.mlp``); with ``cfg``, check the model has it. One line of ComposeLensError otherwise."""
+    found = _PATH_END.fullmatch(text.strip())
+    shape = "blocks.L.headH or blocks.L.mlp" if side == "sender" else "blocks.L.headH.q|k|v or blocks.L.mlp"
+    if found is None:
+        raise ComposeLensError(f"{side} {text!r}: name it as {shape} (TransformerLens's block numbers, from 0)")
+    block, head, mlp, part = found.groups()
+    end = PathEnd(int(block), -1 if mlp else int(head), part or "")
+    if side == "sender" and part:
+        raise ComposeLensError(f"sender {text!r}: a sender is a head's or an MLP's output, {shape}, "
+                               f"without .{part}")
+    if side == "receiver" and end.head >= 0 and part not in RECEIVER_INPUTS:
+        raise ComposeLensError(f"receiver {text!r}: say which input of the head receives: "
+                               f"{end.name}.q, {end.name}.k or {end.name}.v")
+    if side == "receiver" and mlp and part:
+        raise ComposeLensError(f"receiver {text!r}: an MLP has one input; name it {end.name}")
+    if cfg is not None:
+        if end.block >= cfg.n_layers:
+            raise ComposeLensError(f"{side} {text!r}: the model has blocks.0 to blocks.{cfg.n_layers - 1}")
+        if end.head >= cfg.n_heads:
+            raise ComposeLensError(f"{side} {text!r}: the model has heads 0 to {cfg.n_heads - 1} per block")
+        if end.head < 0 and end.block not in cfg.mlp_blocks:
+            have = ", ".join(f"blocks.{b}.mlp" for b in cfg.mlp_blocks) or "none"
+            raise ComposeLensError(f"{side} {text!r}: blocks.{end.block} has no MLP (the model's MLPs: {have})")
+    return end
+
+
+def check_path(sender: PathEnd, receiver: PathEnd) -> None:
+    """Refuse, in one line, a receiver that reads the residual stream before the sender writes it."""
+    if receiver.reads_at < sender.writes_at:
+        raise ComposeLensError(f"no path {sender.name} -> {receiver.name}: {receiver.name} reads the residual "
+                               f"stream before {sender.name} writes to it; give a receiver in a later block "
+                               "(or the MLP of the sender head's own block)")
+
+
+def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sender: PathEnd,
+                        receivers: list[PathEnd], metric: metrics.MetricLike = metrics.DEFAULT,
+                        chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """The metric (R, N) with only the path sender -> each receiver patched, and (N,) with the
+    sender patched alone, by the two-step path patching of Wang et al. (2022), clean into corrupted:
+
+    1. run the corrupted prompts with the sender's output (every position) taken from the clean
+       run and every attention head after the sender's block frozen at its corrupted output, so
+       the sender's change reaches the receivers directly (and through the MLPs in between, which
+       recompute, as in Wang et al.); record each receiver's input there (its query, key or value
+       through ``hook_q`` / ``hook_k`` / ``hook_v``, an MLP's through ``mlp.hook_pre``);
+    2. run the corrupted prompts with only that receiver's recorded input written in (every
+       position), everything downstream of it recomputed, and read the metric at ``=``.
+    """
+    for receiver in receivers:
+        check_path(sender, receiver)
+    fn = metrics.resolve(metric)[1]
+    sender_hook = tl.hook_name("z" if sender.head >= 0 else "mlp_out", sender.block)
+    frozen = {tl.hook_name("z", layer) for layer in range(sender.block + 1, cfg.n_layers)}
+    reads = {r: tl.hook_name(r.input or "mlp_pre", r.block) for r in receivers}
+    paths, totals = [], []
+    with torch.no_grad():
+        for part in _chunks(pairs, chunk):
+            _, clean = tl.run_with_cache(model, part.clean, names_filter=lambda name: name == sender_hook)
+            _, corrupt = tl.run_with_cache(model, part.corrupted, names_filter=lambda name: name in frozen)
+
+            def send(act, hook):  # in place: see hook_batched_logit_diffs
+                if sender.head >= 0:
+                    act[:, :, sender.head] = clean[sender_hook][:, :, sender.head]
+                else:
+                    act[:] = clean[sender_hook]
+                return act
+
+            # hook.name is not always the name hooked (the bridge's hook_z is an alias): bind it
+            def freeze(act, hook, name):
+                act[:] = corrupt[name]
+                return act
+
+            recorded: dict[str, torch.Tensor] = {}
+
+            def record(act, hook, name):
+                recorded[name] = act.detach().clone()
+                return act
+
+            hooks = [(sender_hook, send), *((name, functools.partial(freeze, name=name)) for name in sorted(frozen)),
+                     *((name, functools.partial(record, name=name)) for name in sorted(set(reads.values())))]
+            tl.run_with_hooks(model, part.corrupted, hooks)
+
+            def values(logits: torch.Tensor) -> torch.Tensor:
+                return _metric(fn, logits[:, -1].float(), part)
+
+            row = []
+            for receiver in receivers:
+                name = reads[receiver]
+
+                def receive(act, hook, receiver=receiver, name=name):
+                    if receiver.head >= 0:
+                        act[:, :, receiver.head] = recorded[name][:, :, receiver.head]
+                    else:
+                        act[:] = recorded[name]
+                    return act
+
+                row.append(values(tl.run_with_hooks(model, part.corrupted, [(name, receive)])))
+            paths.append(torch.stack(row) if row else torch.empty(0, len(part)))
+            totals.append(values(tl.run_with_hooks(model, part.corrupted, [(sender_hook, send)])))
+    return torch.cat(paths, dim=1), torch.cat(totals)
+
+
+def path_patching(subject, config: RunConfig | None = None, split: Split | None = None,
+                  sender: str = "blocks.0.head0", receivers=("blocks.1.head0.v",), *, n_pairs: int = 1000,
+                  corruption: str = "value", seed: int = 0, n_boot: int = 1000, pairs=None,
+                  metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
+    """Path patching: how much of the clean answer the sender's output restores when it reaches
+    only the receiver (:func:`path_patched_values`), per receiver, normalised as
+    :func:`patching_table` normalises (0: the corrupted run, 1: the clean run), with a bootstrap
+    interval over the prompt pairs.
+
+    ``sender``: ``blocks.L.headH`` (a head's output) or ``blocks.L.mlp``; ``receivers``: one or
+    several of ``blocks.L.headH.q`` / ``.k`` / ``.v`` (the head's query, key or value) or
+    ``blocks.L.mlp`` (its input), each after the sender in the forward pass (one line of
+    ComposeLensError otherwise). A last row, receiver ``all``, is the sender patched alone: every
+    path from it at once. The paths to every receiver need not sum to it (the readers interact).
+
+    Columns: path, sender, receiver, mean, ci_low, ci_high, logit_diff (mean patched),
+    clean_logit_diff, corrupted_logit_diff, n_pairs, corruption (with ``metric``, the
+    logit-difference columns take its name, as in :func:`patching_table`).
+    """
+    model, config, split = _subject_parts(subject, config, split, "path patching")
+    source = path_end(sender, "sender", config.model)
+    named = [receivers] if isinstance(receivers, str) else list(receivers)
+    targets = [path_end(r, "receiver", config.model) for r in named]
+    if not targets:
+        raise ComposeLensError("path patching: give at least one receiver")
+    for target in targets:
+        check_path(source, target)
+    metric_name, metric_fn = metrics.resolve(metric)
+    pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
+    paths, total = path_patched_values(model, config.model, pairs, source, targets, metric_fn)
+    clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
+    _check_separable(clean, corrupted, metric_name)
+    patched = torch.cat([paths, total.unsqueeze(0)])
+    mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
+    names = [t.name for t in targets] + ["all"]
+    table = pd.DataFrame({"path": [f"{source.name} -> {n}" for n in names], "sender": source.name,
+                          "receiver": names, "mean": mean.tolist(), "ci_low": low.tolist(),
+                          "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
+    return _common_columns(table, clean, corrupted, pairs, "path", metric_name).drop(columns="by")

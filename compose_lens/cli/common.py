@@ -144,6 +144,25 @@ METRICS = PATCH_METRICS  # compose_lens.analysis.metrics.METRICS, without import
 PAIRS_SUFFIXES = (".csv", ".jsonl", ".ndjson")  # compose_lens.data.pairs.FORMATS
 
 
+def add_pairs_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pairs FILE and --metric of ``patch-heads`` and ``path-patch`` (``patch`` declares the same two options
+    in the registry): your own prompt pairs and what is read on them."""
+    parser.add_argument("--pairs", metavar="FILE", default=None,
+                        help="a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
+                             "(readable form or token ids); replaces --corruption and --n-pairs")
+    parser.add_argument("--metric", choices=METRICS, default="logit_diff",
+                        help="logit difference of the two answers (default), probability or accuracy "
+                             "of the clean answer")
+
+
+def check_pairs_file(args: argparse.Namespace) -> None:
+    """``--pairs`` checked (:func:`check_pairs_path`), and ``--corruption`` beside it refused (the file says
+    what its pairs change)."""
+    check_pairs_path("--pairs", args.pairs)
+    if args.pairs is not None and getattr(args, "corruption", "value") != "value":
+        raise ComposeLensError(f"--corruption {args.corruption} makes pairs and --pairs brings them; give one")
+
+
 def check_pairs_path(flag: str, value: str | None) -> None:
     """Refuse a pairs file that cannot be one before the model loads (its rows are checked on reading)."""
     if value is None:

@@ -379,6 +379,13 @@ PATCH_HOOKS = {
     "attn_out": "blocks.{layer}.hook_attn_out",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
     "z": "blocks.{layer}.attn.hook_z",
+    # a head's inputs (compose_lens.analysis.patching.head_patching_table): (batch, pos, head, d_head),
+    # the pattern (batch, head, dest, src); and an MLP's pre-activation (path patching's MLP receiver)
+    "q": "blocks.{layer}.attn.hook_q",
+    "k": "blocks.{layer}.attn.hook_k",
+    "v": "blocks.{layer}.attn.hook_v",
+    "pattern": "blocks.{layer}.attn.hook_pattern",
+    "mlp_pre": "blocks.{layer}.mlp.hook_pre",
 }
 
 

@@ -926,7 +926,9 @@ def test_the_table_covers_every_command():
 # one memory guard over every size argument, before the model is loaded (issue #30, class 3)
 GUARDED = ["patch {w}/garbage --n-pairs 10000000 --out {sb}/o", "ablate {w}/garbage --pool-size 10000000 --out {sb}/o",
            "dla {w}/garbage --n 10000000 --out {sb}/o", "circuit {w}/garbage --n-pairs 10000000 --out {sb}/o",
-           "evaluate {w}/garbage --pool-size 10000000", "data sample --n 10000000"]
+           "evaluate {w}/garbage --pool-size 10000000", "data sample --n 10000000",
+           "patch-heads {w}/garbage --n-pairs 10000000 --out {sb}/o",
+           "path-patch {w}/garbage --sender blocks.0.head0 --receiver blocks.1.mlp --n-pairs 10000000 --out {sb}/o"]
 
 
 @pytest.mark.parametrize("command", GUARDED, ids=[c.split()[0] + ("-" + c.split()[1] if c.startswith("data") else "")

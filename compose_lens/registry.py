@@ -56,11 +56,19 @@ FIGURES = "figures"  # the folder of an analysis's figures, beside its tables
 
 @dataclass(frozen=True)
 class Finding:
-    """One row of the table ``analyze`` prints: a summary key, what it measures, what the circuit predicts."""
+    """One row of the table ``analyze`` prints: a summary key, what it measures, what the circuit predicts,
+    and the least value that agrees with the prediction (``at_least``; :meth:`verdict`)."""
 
     key: str
     what: str
     predicts: str
+    at_least: float | None = None
+
+    def verdict(self, value) -> str:
+        """``agrees`` or ``contradicts`` the prediction, or ``-`` where there is no number to judge."""
+        if self.at_least is None or not isinstance(value, (int, float)) or value != value:
+            return "-"
+        return "agrees" if value >= self.at_least else "contradicts"
 
 
 @dataclass(frozen=True)
@@ -207,13 +215,13 @@ PROBES = Analysis(
     name="probes", title="Circuit summary", compute=_probes, module="compose_lens.analysis.summary",
     tables=("scores_by_type",), documents=("circuit_summary",),
     section=_probes_section, anchor="circuit", report_after="dynamics",
-    findings=(Finding("prev_token_attention_score", "layer 1: each value attends to its variable", "near 1"),
-              Finding("prev_token_probe_accuracy", "layer 1 writes the variable into the value's stream", "near 1"),
-              Finding("equals_to_operands_score", "layer 1: = attends to the operands", "high"),
-              Finding("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high"),
-              Finding("equals_to_values_score", "layer 2: = attends to the queried values", "high"),
-              Finding("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1"),
-              Finding("key_frequency_strength", "MLP2 post-ReLU variance in its key frequencies", "high")),
+    findings=(Finding("prev_token_attention_score", "layer 1: each value attends to its variable", "near 1 (>= 0.9)", 0.9),
+              Finding("prev_token_probe_accuracy", "layer 1 writes the variable into the value's stream", "near 1 (>= 0.9)", 0.9),
+              Finding("equals_to_operands_score", "layer 1: = attends to the operands", "high (>= 0.5)", 0.5),
+              Finding("variable_identity_score", "layer 2 QK: = finds the value of its variable", "high (>= 0.5)", 0.5),
+              Finding("equals_to_values_score", "layer 2: = attends to the queried values", "high (>= 0.5)", 0.5),
+              Finding("ov_mlp_addition_accuracy", "OV2 -> MLP2 adds the routed values", "near 1 (>= 0.9)", 0.9),
+              Finding("key_frequency_strength", "MLP2 post-ReLU variance in its key frequencies", "high (>= 0.5)", 0.5)),
     exports=("circuit_summary", "circuit_measures"))
 
 
@@ -705,9 +713,9 @@ VARIANT = Analysis(name="variant", title="The task variant: what the circuit rea
                    section=_variant_section,
                    report_after="circuit", applies=lambda config: config.task.is_variant,
                    findings=(Finding("router_latest_over_stale", "reassignment: = weights the latest value above "
-                                     "the stale one (share of sequences)", "near 1"),
+                                     "the stale one (share of sequences)", "near 1 (>= 0.9)", 0.9),
                              Finding("binder_through_one_filler", "fillers: a value attends to its variable past "
-                                     "one filler", "near 1")),
+                                     "one filler", "near 1 (>= 0.9)", 0.9)),
                    exports=("variant_reading", "attention_by_role", "binding_through_fillers"))
 
 
@@ -764,9 +772,9 @@ GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the ass
                     documents=("idealisation",), section=_gradient_section, report_after="circuit-discovery",
                     applies=_gradient_applies,
                     findings=(Finding("gradient_kept_cosine_qk0", "layer-1 QK gradient: cosine of the kept "
-                                      "(binding) term with the full gradient", "near 1 (the theory)"),
+                                      "(binding) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9),
                               Finding("gradient_kept_cosine_qk1", "layer-2 QK gradient: cosine of the kept "
-                                      "(routing) term with the full gradient", "near 1 (the theory)")),
+                                      "(routing) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9)),
                     exports=("shares_of_model", "shares_over_training", "idealisation"))
 
 

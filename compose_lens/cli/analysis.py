@@ -23,8 +23,8 @@ from compose_lens.cli.common import (subject_of, add_format_argument, add_model_
 from compose_lens.errors import ComposeLensError
 from compose_lens import registry  # plain declarations: no torch
 
-# the findings analyze prints, from the registry: (summary key, what it measures, what the circuit predicts)
-FINDINGS = tuple((f.key, f.what, f.predicts) for a in registry.ANALYSES for f in a.findings)
+# the findings analyze prints, from the registry (summary key, what it measures, what the circuit predicts)
+FINDINGS = tuple(f for a in registry.ANALYSES for f in a.findings)
 
 
 def same_mlp_verdict(report: dict | None) -> str | None:
@@ -52,9 +52,9 @@ def print_findings(summary: dict) -> None:
             return v
         return "none (NaN)" if v is None or v != v else f"{v:.3f}"
 
-    rows = [[what, value(key), expected] for key, what, expected in FINDINGS if key in summary]
-    rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few"])
-    print_table(rows, ["finding", "value", "circuit predicts"])
+    rows = [[f.what, value(f.key), f.predicts, f.verdict(summary[f.key])] for f in FINDINGS if f.key in summary]
+    rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few", "-"])
+    print_table(rows, ["finding", "value", "circuit predicts", "verdict"])
     verdict = same_mlp_verdict(summary.get("same_mlp"))
     if verdict:
         print(f"same MLP for constants and variables: {verdict}")

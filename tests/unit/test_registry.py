@@ -108,7 +108,7 @@ def test_one_declaration_reaches_analyze_the_report_the_cli_and_the_api(loaded, 
     assert (args.analysis, args.k) == ("width", 2)
     assert ("width_checked", "the width was read", "True") in tuple(
         (f.key, f.what, f.predicts) for a in registry.ANALYSES for f in a.findings)
-    assert analysis.FINDINGS[0][0] == "prev_token_attention_score"  # the module's table, built at import
+    assert analysis.FINDINGS[0].key == "prev_token_attention_score"  # the module's table, built at import
     assert compose_lens.__getattr__("sequence_kind").__module__ == "compose_lens.analysis.logit_attribution"
     assert main(["width", "paper", "--out", str(tmp_path / "w"), "--k", "3", "--quiet"]) == 0
     assert len((tmp_path / "w" / "widths.csv").read_text().splitlines()) == 4

@@ -120,7 +120,8 @@ REPORT_RESULTS = {
     "same_mlp": ("same_mlp_interchange", "same_mlp_damage_profiles", "same_mlp_feature_transfer", "same_mlp_probe",
                  "same_mlp_competence", "same_mlp"),
     "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
-    "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
+    "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
+    "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),
 }
 

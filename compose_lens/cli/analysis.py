@@ -110,10 +110,10 @@ def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
     from compose_lens.safety import check_count
 
     for option in analysis.options:
-        value = getattr(args, option.setting)
-        if option.pairs_file:
+        value, default = getattr(args, option.setting), analysis.settings[option.setting]
+        if option.pairs_file and value not in option.choices:
             check_pairs_path(option.flag, value)
-        elif not option.choices:
+        elif isinstance(default, int) and not isinstance(default, bool):
             check_count(value, option.flag, minimum=option.minimum)
     settings = analysis.with_settings({o.setting: getattr(args, o.setting) for o in analysis.options})
     if analysis.validate is not None:
@@ -156,14 +156,16 @@ def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
     add_model_arguments(parser)
     for option in analysis.options:
         default = analysis.settings[option.setting]
+        shown = f"{option.help} (default {default})"
         if option.pairs_file:
-            parser.add_argument(option.flag, dest=option.setting, metavar="FILE", default=default, help=option.help)
+            parser.add_argument(option.flag, dest=option.setting, default=default, help=option.help if default is None
+                                else shown, metavar="|".join((*option.choices, "FILE")))
         elif option.choices:
-            parser.add_argument(option.flag, dest=option.setting, choices=option.choices, default=default,
-                                help=f"{option.help} (default {default})")
+            parser.add_argument(option.flag, dest=option.setting, choices=option.choices, default=default, help=shown)
+        elif isinstance(default, bool):
+            parser.add_argument(option.flag, dest=option.setting, action="store_true", help=option.help)
         else:
-            parser.add_argument(option.flag, dest=option.setting, type=int, default=default,
-                                help=f"{option.help} (default {default})")
+            parser.add_argument(option.flag, dest=option.setting, type=type(default), default=default, help=shown)
     parser.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     parser.add_argument("--out", required=True, help="directory for the tables and figures")
     add_format_argument(parser)

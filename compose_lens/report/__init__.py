@@ -61,7 +61,6 @@ from compose_lens import plots, runs
 from compose_lens.plots import layer_name
 from compose_lens.analysis import figure_data
 from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.circuit import discover
 from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
@@ -293,25 +292,6 @@ def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], 
     return section
 
 
-def circuit_discovery_section(inp: ReportInputs) -> str:
-    """EAP-IG over the model's edge graph: the found circuit, scored against the paper's."""
-    found = discover(inp.model, inp.config, inp.split, "eap-ig")
-    s = found.summary
-    against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
-    auc = (f"; not scored against a circuit, {html.escape(against)}" if s["roc_auc"] is None
-           else f"; ROC-AUC against {html.escape(against)} {s['roc_auc']:.3f}")
-    pools = found.pools[["pool", "recovered"]].values.tolist() if "pool" in found.pools else []
-    return (f"<p>Edge attribution patching with integrated gradients on resample pairs: "
-            f"{s['circuit_edges']} of {s['edges']} edges recover 95 % of the clean-vs-corrupted logit "
-            f"difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
-            f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
-            + inp.report.figure(plots.circuit_figure(found.edges, found.title), "circuit",
-                                "The found circuit: components in forward order, each edge coloured by "
-                                "its |score| (colour bar), solid if in the circuit, grey dashed if not; "
-                                "attention takes its q, k and v inputs at three ports on its left edge.")
-            + (html_table(pools, ["pool", "share of the metric the circuit recovers"]) if pools else ""))
-
-
 # (anchor, title, section) in page order: the report's own sections, and each registered analysis's
 # after the one its report_after names (compose_lens.registry)
 SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.sections(ANALYSES, (
@@ -320,7 +300,6 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.
     ("dynamics", "Training dynamics and the three phases", dynamics_section),
     ("attention", "Attention on example sequences", attention_section),
     ("jump", "The early generalisation jump", jump_section),
-    ("circuit-discovery", "Circuit discovery (EAP-IG) against the known circuit", circuit_discovery_section),
 ), registered_section)
 
 
@@ -358,7 +337,6 @@ MODEL_SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = reg
     ("dynamics", "", None),  # an anchor the registered sections may follow; not on the page
     ("attention", "Attention on example sequences", attention_section),
     ("jump", "", None),  # an anchor the registered sections may follow; not on the page
-    ("circuit-discovery", "Circuit discovery (EAP-IG)", circuit_discovery_section),
 ), registered_section)
 
 

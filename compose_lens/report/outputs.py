@@ -1,10 +1,10 @@
 """The analyses not yet declared in the registry, as files: training dynamics (``dynamics``, the
-report), attention views (``attention``) and circuit discovery (``circuit``).
+report) and attention views (``attention``).
 
 Each function composes: it asks :mod:`compose_lens.analysis` for the numbers,
 :mod:`compose_lens.runs` to write them and :mod:`compose_lens.plots` to draw them. It computes and
 draws nothing of its own. Figures are written by :func:`compose_lens.plots.save` as PNG, SVG or PDF
-(``fmt``). The registered analyses (probes, QK, Fourier, same-MLP, DLA, ablation, patching, ...) are
+(``fmt``). The registered analyses (probes, QK, Fourier, same-MLP, DLA, ablation, patching, circuit, ...) are
 written by :func:`compose_lens.context.write_analysis` and their own commands, through
 :mod:`compose_lens.context`: nothing here. This module shrinks as the rest move into the registry.
 """
@@ -20,17 +20,13 @@ import pandas as pd
 import torch
 
 from compose_lens import plots, runs
-from compose_lens.analysis import circuit as C
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.dynamics import phases_document, run_phases_measured, trajectory, trajectory_settings
 from compose_lens.config import RunConfig
-from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
 from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
-from compose_lens.runs import write_table
-from compose_lens.subject import Subject
 
 
 # -- training dynamics ----
@@ -87,30 +83,3 @@ def write_attention(model: tl.Model, config: RunConfig, texts: Sequence[str], ou
     record = provenance(config, source=source, sequences=list(texts))
     (out / "attention.json").write_text(json.dumps({"model": source, "sequences": summary, "provenance": record}))
     return [page, out / "attention.json", *written], views
-
-
-# -- circuit discovery ----
-
-
-def write_circuit(loaded: Subject, out: Path, method: str = "eap-ig", n_pairs: int = 300, seed: int = 0,
-                  pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
-                  threshold: float = 0.01, fmt: str = "png", pairs=None,
-                  metric: str = "logit_diff") -> tuple[pd.DataFrame, dict]:
-    """``circuit_<method>.csv`` (one row per edge) with its provenance, ``circuit_<method>_pools.csv``
-    (faithfulness of the found circuit on every pool) and the graph figure into ``out``. ``pairs``
-    (your own, e.g. a pairs file, in place of ``pairs_kind``) and ``metric``: see
-    :func:`~compose_lens.analysis.circuit.discover`."""
-    if pairs is not None:  # read here: the provenance names the file and counts its pairs
-        pairs_kind, pairs = str(pairs), as_prompt_pairs(loaded.split.task, pairs)
-        n_pairs = len(pairs)
-    found = C.discover(loaded.model, loaded.config, loaded.split, method, n_pairs, seed, pairs_kind, positions,
-                       target, threshold, pairs=pairs, metric=metric)
-    summary = found.summary
-    stem = f"circuit_{method}"
-    write_table(found.edges, out / f"{stem}.csv", provenance(loaded.config, seed, loaded.source,
-                n_pairs=n_pairs, pairs=pairs_kind, positions=positions, target=target, **summary))
-    write_table(found.pools, out / f"{stem}_pools.csv", provenance(loaded.config, seed, loaded.source, method=method))
-    plots.save(plots.circuit_figure(found.edges, found.title, summary["metric"])[0], None, out / stem, dpi=120,
-               fmt=fmt)
-    recovered = found.pools["recovered"].min() if "recovered" in found.pools else None  # no pool has two answers
-    return found.edges, {**summary, "min_pool_recovered": None if recovered is None else float(recovered)}

@@ -947,19 +947,18 @@ def test_a_huge_size_is_refused_by_the_memory_guard_before_the_model_is_loaded(c
 def test_the_guards_let_the_default_sizes_through(pinned_memory):
     """The documented defaults (and the paper model) pass every guard with 16 GB: the estimates
     refuse what cannot fit, not what the study runs."""
-    from compose_lens.analysis import logit_attribution
-    from compose_lens.cli import circuit, data, patching
+    from compose_lens import registry
+    from compose_lens.cli import data
     from compose_lens.config import ModelConfig
+    from compose_lens.context import guard
     from compose_lens.data.sampler import exhaustive_count
     from compose_lens.safety import check_sizes
 
     for config in (TINY, RunConfig()):
-        patching._patch_memory(1000, "value", config)
-        patching._patch_memory(1000, "variable", config)
-        patching._ablate_memory(500, config)
-        logit_attribution.check_memory(600, config)
-        circuit._circuit_memory(300, False, config)
-        circuit._circuit_memory(300, True, config)
+        for analysis in registry.ANALYSES:  # every declared guard at its default settings
+            guard(analysis, config)
+        guard(registry.PATCHING, config, {"corruption": "variable"})
+        guard(registry.CIRCUIT, config, {"positions": True})
         check_sizes(config, {"--pool-size 2000": (2000, 9), "--exhaustive": (1, exhaustive_count(config.task))})
     task = RunConfig().task
     check_sizes(RunConfig(task=task, model=ModelConfig.for_task(task)),
@@ -1143,7 +1142,7 @@ def test_circuit_on_a_modulus_2_model_works_or_says_why(tmp_path, capsys):
                    "--out", str(tmp_path / "c"), "--quiet"])
     printed, err = capsys.readouterr()
     assert status == 0, err
-    assert "circuit_eap_pools.csv is empty" in printed and (tmp_path / "c" / "circuit_eap.csv").exists()
+    assert "circuit_pools.csv is empty" in printed and (tmp_path / "c" / "circuit.csv").exists()
     status, err = run_case(["circuit", str(tmp_path / "m2"), "--n-pairs", "20", "--out", str(tmp_path / "r"),
                             "--quiet"], capsys)
     assert status == 2 and err.count("\n") == 1 and "use --pairs mixed" in err, err

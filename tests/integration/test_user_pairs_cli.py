@@ -66,9 +66,10 @@ def test_circuit_scores_edges_on_the_users_pairs(pairs_file, tmp_path, capsys, c
                  "--out", str(out), "--quiet"]) == 0
     assert [label.replace("\n", " ") for label in colour_bar_labels] == [
         "|edge score| (share of the probability of the clean answer; sqrt scale)"]
-    provenance = json.loads((out / "circuit_exact.provenance.json").read_text())
-    assert provenance["pairs"] == str(pairs_file) and provenance["n_pairs"] == 4 and provenance["metric"] == "prob"
-    pools = pd.read_csv(out / "circuit_exact_pools.csv")
+    settings = json.loads((out / "circuit.provenance.json").read_text())["settings"]
+    assert settings["pairs"] == str(pairs_file) and settings["metric"] == "prob" and settings["method"] == "exact"
+    assert json.loads((out / "circuit.json").read_text())["n_pairs"] == 4
+    pools = pd.read_csv(out / "circuit_pools.csv")
     assert {"prob_clean", "prob_corrupted"} <= set(pools.columns) and len(pools) == 9
-    edges = pd.read_csv(out / "circuit_exact.csv")
+    edges = pd.read_csv(out / "circuit.csv")
     assert len(edges) == 16 and edges["score"].abs().max() > 0.5

@@ -31,7 +31,7 @@ def test_circuit_runs_at_its_documented_minimum_of_pairs(run, tmp_path, pairs):
     out = tmp_path / "c"
     assert main(["circuit", str(run), "--n-pairs", "6", "--pairs", pairs, "--method", "eap", "--out", str(out),
                  "--quiet"]) == 0
-    assert (out / "circuit_eap.csv").exists()
+    assert (out / "circuit.csv").exists()
 
 
 def test_the_largest_seed_trains(tmp_path):

@@ -213,10 +213,8 @@ def test_the_shape_rule_catches_a_bare_tensor():
 # registered, so still reached around the registry (each import below is one the registry would own
 # once the analysis is declared there; the list only shrinks):
 NOT_YET_REGISTERED = {
-    "compose_lens.report": {"compose_lens.analysis.figure_data", "compose_lens.analysis.attention",
-                            "compose_lens.analysis.circuit"},
-    "compose_lens.report.outputs": {"compose_lens.analysis.circuit", "compose_lens.analysis.attention",
-                                    "compose_lens.analysis.dynamics"},
+    "compose_lens.report": {"compose_lens.analysis.figure_data", "compose_lens.analysis.attention"},
+    "compose_lens.report.outputs": {"compose_lens.analysis.attention", "compose_lens.analysis.dynamics"},
     "compose_lens.cli.dynamics": {"compose_lens.analysis.dynamics"},
     "compose_lens.cli.heads": {"compose_lens.analysis.patching"},  # per-head and path patching (lists of sites)
     "compose_lens.cli.methods": {"compose_lens.analysis.das", "compose_lens.analysis.llc"},

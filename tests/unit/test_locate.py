@@ -383,16 +383,14 @@ def test_an_adder_in_blocks_2_is_ablated_and_labelled_there(planted, tmp_path):
     the adder to blocks.2 and never read the live, non-adding MLP of blocks.1."""
     import json
 
-    from compose_lens.report.outputs import write_circuit
-
-    (tmp_path / "circuit").mkdir()
     table = run_analysis("ablation", planted, tmp_path / "ablate", pool_size=12).tables["ablation"]
     parts = table[table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"])]
     assert not parts.empty and set(parts["block"]) == {2}
     assert json.loads((tmp_path / "ablate" / "ablation.provenance.json").read_text()
                       )["neuron_subject"]["mlp_block"] == 2
 
-    edges, summary = write_circuit(planted, tmp_path / "circuit", "eap", n_pairs=12)
+    found = run_analysis("circuit", planted, tmp_path / "circuit", method="eap", n_pairs=12)
+    edges, summary = found.tables["circuit"], found.documents["circuit"]
     labelled = set(edges.loc[edges["labelled"], "edge"])
     assert {"m2->logits", "a2.h0->m2", "a0.h0->m2"} <= labelled
     assert not any("m1" in edge for edge in labelled) and summary["roc_auc"] > 0.95

@@ -348,7 +348,8 @@ def _dla(ctx: Context, settings: dict) -> Result:
     model, config, split = ctx.model, ctx.config, ctx.split
     table = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed)
     lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
-    return Result(tables={"logit_attribution": table, "logit_lens": lens},
+    by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
+    return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
                   figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens), 120)])
 
 
@@ -390,7 +391,8 @@ def _dla_lines(result: Result) -> list[str]:
 DLA = Analysis(
     name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
     settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
-    tables=("logit_attribution", "logit_lens"), section=_dla_section, report_after="fourier",
+    tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"), section=_dla_section,
+    report_after="fourier",
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
     guard=lambda settings, config: _dla_memory(settings, config),

@@ -117,7 +117,8 @@ REPORT_RESULTS = {
     "probes": ("scores_by_type", "circuit_summary"), "qk": ("positional_qk", "variable_identity"),
     "fourier": ("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier",
                 "locate", "key_frequencies", "constants_vs_variables"),
-    "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
+    "same_mlp": ("same_mlp",), "dla": ("logit_attribution", "logit_lens", "logit_attribution_by_pool"),
+    "ablation": ("ablation",),
     "patching": ("patching",), "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),
 }

@@ -315,7 +315,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
-    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "worst", "ceiling") if c in table]
+    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "condition", "reference") if c in table]
     groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
     return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "

@@ -37,7 +37,7 @@ same-MLP tests (interchange, feature transfer, representation transfer) then run
 and router (:func:`compose_lens.analysis.same_mlp.same_mlp_report`): ``modularity_same_adder`` is
 1.0 where the verdict is ``supported`` (a variable's value reaches the adder in the form and features
 a constant does), 0.0 where ``not supported``, and ``inconclusive`` otherwise (a role not located, a
-ceiling too low: the same-MLP rules).
+reference too low: the same-MLP rules).
 
 **(c) Circuit size** (``modularity_circuit_fraction``). On the component graph (no positions), the
 fewest top-|EAP-IG| edges that recover >= 95 % of the logit difference on *every* evaluation pool at

@@ -77,12 +77,14 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
                                        pairs=args.pairs, metric=args.metric)
         bar.update()
     stem = f"circuit_{args.method}"
+    ci = summary.get("circuit_edges_ci95")
+    size_ci = "" if ci is None else f" [{ci[0]}, {ci[1]}] (95 % bootstrap over the pairs)"
     auc = "" if summary["roc_auc"] is None else (
         f", ROC-AUC {format_estimate(summary['roc_auc'], *(summary.get('roc_auc_ci95') or [None, None]))} "
         f"(95 % bootstrap over the edges; {summary['labelled_edges'][0]} labelled, {summary['labelled_edges'][1]} "
         f"not) against {summary['labelled']}")
     print(f"wrote {out}/{stem}.csv, {stem}_pools.csv, {stem}.provenance.json, {stem}.{args.fmt} "
-          f"({summary['circuit_edges']} of {summary['edges']} edges in the circuit{auc})")
+          f"({summary['circuit_edges']}{size_ci} of {summary['edges']} edges in the circuit{auc})")
     if summary["roc_auc"] is None:
         print(f"  not scored against a circuit: {summary['labelled']} (inconclusive)")
     if summary["min_pool_recovered"] is None:

@@ -394,8 +394,9 @@ def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = Non
 
 
 def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corrupt: dict,
-                   metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
-    """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,)."""
+                   metric: metrics.Metric = metrics.logit_diff, per_pair: bool = False) -> torch.Tensor:
+    """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,); ``per_pair``: the
+    (N, E) terms of that sum, one row per pair."""
     masks = masks.expand(len(pairs), -1).clone().requires_grad_(True)
     logits, _ = gm.forward(pairs.clean, masks, corrupt)
     value = _ld(logits, pairs, 1, metric).mean()
@@ -403,7 +404,7 @@ def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corr
         raise ComposeLensError("the metric has no gradient (it does not depend on the logits differentiably); "
                                "EAP and EAP-IG need one: use --method exact or acdc, or another metric")
     (grad,) = torch.autograd.grad(value, masks)
-    return grad.sum(0)
+    return grad if per_pair else grad.sum(0)
 
 
 def eap_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
@@ -420,6 +421,16 @@ def eap_ig_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = No
     grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs,
                             base.metric) for i in range(steps)]
     return -torch.stack(grads).mean(0) / base.denominator
+
+
+def eap_ig_pair_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
+                       steps: int = 16) -> torch.Tensor:
+    """(N, E) :func:`eap_ig_scores` pair by pair: each pair's own attribution of every edge, whose
+    mean over the pairs is the method's score (for bootstrap intervals over the pairs)."""
+    base = base or baseline(gm, pairs)
+    grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs,
+                            base.metric, per_pair=True) for i in range(steps)]
+    return -torch.stack(grads).mean(0) * len(pairs) / base.denominator
 
 
 def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,

@@ -32,8 +32,9 @@ no hooks: a :class:`~compose_lens.model.tl.Weights` will do), whose activations 
 ``=`` give the same terms; any other architecture through ``run_with_cache`` on a bridge.
 :func:`check_memory` is the guard of both (what ``n`` sequences keep), run before anything is
 drawn. This module is registered as the ``dla`` analysis (:mod:`compose_lens.registry`):
-``analyze`` writes its tables (``logit_attribution``, ``logit_attribution_by_pool``, ``logit_lens``) into ``OUT/dla/``, the report draws its section from them and
-``compose-lens dla`` runs it alone.
+``analyze`` writes its tables (``logit_attribution``, ``logit_attribution_by_pool``,
+``logit_lens``) into ``OUT/dla/``, the report draws its section from them and ``compose-lens dla``
+runs it alone.
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ def test_a_probe_failure_on_an_isolation_that_carries_no_constant_is_inconclusiv
     def tests(const_swap: float) -> dict:
         return {"interchange": {"status": "inconclusive", "const_to_const": const_swap},
                 "feature_transfer": {"status": "passed"},
-                "probe_transfer": {"status": "failed", "effect": 0.005, "deciding_condition": "1-var left (probe accuracy)"}}
+                "probe_transfer": {"status": "failed", "effect": 0.005,
+                                   "deciding_condition": "1-var left (probe accuracy)"}}
 
     carried = same_mlp.reconcile(tests(0.985))
     assert carried["probe_transfer"]["status"] == "failed" and same_mlp.verdict(carried) == "not supported"

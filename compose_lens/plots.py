@@ -1065,7 +1065,7 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
 
 
 SAME_MLP_COLOURS = {"cross": OKABE_ITO[0], "same": OKABE_ITO[2], "control": OKABE_ITO[3], "reference": "#999999"}
-SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type ceiling",
+SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type reference",
                   "control": "control", "reference": "reference"}
 
 

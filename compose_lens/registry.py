@@ -427,7 +427,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
-    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "worst", "ceiling") if c in table]
+    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "condition", "reference") if c in table]
     groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
     return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
@@ -466,7 +466,8 @@ def _dla(ctx: Context, settings: dict) -> Result:
     model, config, split = ctx.model, ctx.config, ctx.split
     table = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed)
     lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
-    return Result(tables={"logit_attribution": table, "logit_lens": lens},
+    by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
+    return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
                   figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens), 120)])
 
 
@@ -508,7 +509,8 @@ def _dla_lines(result: Result) -> list[str]:
 DLA = Analysis(
     name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
     settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
-    tables=("logit_attribution", "logit_lens"), section=_dla_section, report_after="fourier",
+    tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"), section=_dla_section,
+    report_after="fourier",
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
     guard=lambda settings, config: _dla_memory(settings, config),
@@ -698,7 +700,9 @@ def _circuit_lines(result: Result) -> list[str]:
     auc = "" if s["roc_auc"] is None else (
         f", ROC-AUC {format_estimate(s['roc_auc'], *(s.get('roc_auc_ci95') or [None, None]))} (95 % bootstrap "
         f"over the edges; {s['labelled_edges'][0]} labelled, {s['labelled_edges'][1]} not) against {s['labelled']}")
-    lines = [f"  {s['method']}: {s['circuit_edges']} of {s['edges']} edges in the circuit{auc}"]
+    ci = s.get("circuit_edges_ci95")
+    size_ci = "" if ci is None else f" [{ci[0]}, {ci[1]}] (95 % bootstrap over the pairs)"
+    lines = [f"  {s['method']}: {s['circuit_edges']}{size_ci} of {s['edges']} edges in the circuit{auc}"]
     if s["roc_auc"] is None:
         lines.append(f"  not scored against a circuit: {s['labelled']} (inconclusive)")
     if s["min_pool_recovered"] is None:

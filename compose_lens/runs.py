@@ -119,7 +119,7 @@ REPORT_RESULTS = {
                 "locate", "key_frequencies", "constants_vs_variables"),
     "same_mlp": ("same_mlp_interchange", "same_mlp_damage_profiles", "same_mlp_feature_transfer", "same_mlp_probe",
                  "same_mlp_competence", "same_mlp"),
-    "dla": ("logit_attribution", "logit_lens"), "ablation": ("ablation",),
+    "dla": ("logit_attribution", "logit_lens", "logit_attribution_by_pool"), "ablation": ("ablation",),
     "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
     "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),

@@ -76,6 +76,29 @@ def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.
     return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
 
 
+def count_decimals(n: int) -> int:
+    """Decimals that resolve a fraction of ``n`` trials: ``ceil(log10 n)`` (at least 2), enough to tell
+    ``k / n`` from ``(k + 1) / n`` and no more (0.9925 of 2,000, not float32's 0.9925000071525574).
+
+    >>> count_decimals(2000), count_decimals(1045), count_decimals(7)
+    (4, 4, 2)
+    """
+    return max(2, math.ceil(math.log10(n))) if n > 0 else 2
+
+
+def rate_record(k: int, n: int, confidence: float = CONFIDENCE) -> dict:
+    """``k`` of ``n`` as a JSON record: the count, the fraction and its Wilson interval, rounded to
+    :func:`count_decimals` (what ``n`` trials resolve).
+
+    >>> rate_record(1985, 2000)
+    {'correct': 1985, 'n': 2000, 'accuracy': 0.9925, 'low': 0.9877, 'high': 0.9954}
+    """
+    low, high = wilson_interval(k, n, confidence)
+    digits = count_decimals(n)
+    return {"correct": int(k), "n": int(n), "accuracy": round(k / n, digits) if n else float("nan"),
+            "low": round(low, digits), "high": round(high, digits)}
+
+
 @dataclass(frozen=True)
 class Rate:
     """``k`` of ``n`` independent trials, the fraction and its Wilson interval."""

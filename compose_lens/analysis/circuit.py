@@ -64,7 +64,9 @@ the *distance from the full model* is the mean KL divergence of the full model's
 answer distribution from the circuit's, on the clean prompts. A method's circuit is the
 fewest edges of largest |score| that recover 95 %: of its own pairs (:func:`size_at`), or
 of every evaluation pool at once (:func:`size_on_pools`, the stricter one: a circuit found on
-pairs that never corrupt a binding can leave the binding out).
+pairs that never corrupt a binding can leave the binding out). The size on the method's pairs comes
+with its 95 % bootstrap interval over the pairs (:func:`size_with_interval`; ``circuit_edges_ci95``
+in :func:`discover`'s summary): the pairs resampled, the edges' ranking held, the size re-read.
 
 **The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in
 layer 2 only; SPEC section 6). Layer 1's previous-token head binds each value to its
@@ -122,6 +124,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -391,8 +394,9 @@ def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = Non
 
 
 def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corrupt: dict,
-                   metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
-    """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,)."""
+                   metric: metrics.Metric = metrics.logit_diff, per_pair: bool = False) -> torch.Tensor:
+    """dLD/dm_e (E,) summed over the pairs, with the edge masks at ``masks`` (E,); ``per_pair``: the
+    (N, E) terms of that sum, one row per pair."""
     masks = masks.expand(len(pairs), -1).clone().requires_grad_(True)
     logits, _ = gm.forward(pairs.clean, masks, corrupt)
     value = _ld(logits, pairs, 1, metric).mean()
@@ -400,7 +404,7 @@ def _mask_gradient(gm: GraphModel, pairs: PromptPairs, masks: torch.Tensor, corr
         raise ComposeLensError("the metric has no gradient (it does not depend on the logits differentiably); "
                                "EAP and EAP-IG need one: use --method exact or acdc, or another metric")
     (grad,) = torch.autograd.grad(value, masks)
-    return grad.sum(0)
+    return grad if per_pair else grad.sum(0)
 
 
 def eap_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
@@ -417,6 +421,16 @@ def eap_ig_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = No
     grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs,
                             base.metric) for i in range(steps)]
     return -torch.stack(grads).mean(0) / base.denominator
+
+
+def eap_ig_pair_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
+                       steps: int = 16) -> torch.Tensor:
+    """(N, E) :func:`eap_ig_scores` pair by pair: each pair's own attribution of every edge, whose
+    mean over the pairs is the method's score (for bootstrap intervals over the pairs)."""
+    base = base or baseline(gm, pairs)
+    grads = [_mask_gradient(gm, pairs, torch.full((len(gm.graph),), (i + 0.5) / steps), base.corrupt_outs,
+                            base.metric, per_pair=True) for i in range(steps)]
+    return -torch.stack(grads).mean(0) * len(pairs) / base.denominator
 
 
 def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None,
@@ -535,6 +549,44 @@ def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: fl
     curve = faithfulness(gm, pairs, top_k_circuits(scores), base)
     hits = curve.index[curve["recovered"] >= target]
     return (int(curve.loc[hits[0], "n_edges"]) if len(hits) else len(scores)), curve
+
+
+def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, target: float = 0.95,
+                    seed: int = 0, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> torch.Tensor:
+    """(resamples,) the circuit size read on each bootstrap resample of the prompt pairs.
+
+    ``ld``: (E + 1, N) the metric per pair with circuit k (its k top edges) kept, row k;
+    ``clean``, ``corrupted``: (N,) the metric per pair on the two unpatched runs. A resample draws
+    N pairs with replacement (as weights, one row per resample), recomputes each circuit's share
+    recovered from the resampled means, and takes the fewest edges that reach ``target`` (E where
+    none does). The edges' order is held: re-scoring each resample would run the method again."""
+    n = ld.shape[1]
+    draws = torch.from_numpy(np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples))
+    share = draws.double().T / n  # (N, B): each resample as a weight per pair
+    means, top, bottom = ld.double() @ share, clean.double() @ share, corrupted.double() @ share
+    recovered = (means - bottom) / (top - bottom)  # (E + 1, B)
+    hit = recovered >= target
+    first = hit.double().argmax(0)
+    return torch.where(hit.any(0), first, torch.full_like(first, ld.shape[0] - 1)).long()
+
+
+def size_with_interval(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: float = 0.95,
+                       base: Baseline | None = None, seed: int = 0,
+                       resamples: int = stats.BOOTSTRAP_RESAMPLES) -> tuple[int, list[int]]:
+    """:func:`size_at`'s circuit size (the same number, from the same patched runs) and its 95 %
+    percentile bootstrap interval over the prompt pairs (:func:`bootstrap_sizes`; the interval's
+    ends rounded outwards to whole edges). How much the size depends on which pairs were drawn,
+    the ranking of the edges held fixed."""
+    base = base or baseline(gm, pairs)
+    ld = _masked_runs(gm, pairs, base, (~top_k_circuits(scores)).float())  # (E + 1, N)
+    recovered = ((ld.mean(1) - base.ld_corrupted) / base.denominator).tolist()
+    size = next((k for k, share in enumerate(recovered) if share >= target), len(scores))
+    with torch.no_grad():
+        corrupted = _ld(gm.forward(pairs.corrupted)[0], pairs, 1, base.metric)
+    clean = _ld(base.clean_logits, pairs, 1, base.metric)
+    sizes = bootstrap_sizes(ld, clean, corrupted, target, seed, resamples)
+    low, high = stats.percentile_interval(sizes.double().numpy())
+    return size, [int(np.floor(low)), int(np.ceil(high))]
 
 
 def evaluation_pairs(split: Split, size: int = 500, seed: int = 0) -> dict[str, PromptPairs]:
@@ -778,7 +830,7 @@ PAIRS = {"resample": resample_pairs, "mixed": circuit_pairs}
 class Discovery:
     """What one circuit-discovery method finds on one model: every edge scored (``edges``, with
     ``in_circuit`` and the paper's label), the found circuit's faithfulness on every pool
-    (``pools``), and a summary (method, edges, circuit size, seconds, ROC-AUC)."""
+    (``pools``), and a summary (method, edges, circuit size and its bootstrap interval, seconds, ROC-AUC)."""
 
     edges: pd.DataFrame
     pools: pd.DataFrame
@@ -811,13 +863,14 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     base = baseline(gm, pairs, metric)
     if method == "acdc":
         found = acdc(gm, pairs, threshold, base)[0]
-        size = int(found.sum())
+        size, size_ci = int(found.sum()), None  # ACDC prunes to its threshold: no recovery curve to resample
     else:
-        size, _ = size_at(gm, pairs, scores, target, base)
+        size, size_ci = size_with_interval(gm, pairs, scores, target, base, seed)
         found = top_k_circuits(scores)[size]
     labelled = circuit_labels(model, config, split, gm.graph, seed, location)
     labels = labelled.labels
-    summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "seconds": round(seconds, 3),
+    summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "circuit_edges_ci95": size_ci,
+               "seconds": round(seconds, 3),
                "roc_auc": roc_auc(scores, labels) if labels is not None else None,
                "roc_auc_ci95": roc_auc_interval(scores, labels, seed) if labels is not None else None,
                "labelled_edges": None if labels is None else [int(labels.sum()), int((~labels).sum())],

@@ -21,6 +21,10 @@ readable.
 
 Sequence kinds are read from the tokens (how many of the two operands are variables), so the
 nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
+``by="pool"`` keeps the nine apart (the ``dla`` analysis writes both tables): a kind mixes
+training pairs with held-out ones, and below the kinds' means layer 2's head writes *for* the
+answer on the training pairs and *against* it on the held-out (``add_restricted``) pools, a
+memorisation signature (docs/sweeps.md).
 Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
 
 The paper architecture is read through the table forward (:mod:`compose_lens.model.fastpath`,
@@ -28,14 +32,16 @@ no hooks: a :class:`~compose_lens.model.tl.Weights` will do), whose activations 
 ``=`` give the same terms; any other architecture through ``run_with_cache`` on a bridge.
 :func:`check_memory` is the guard of both (what ``n`` sequences keep), run before anything is
 drawn. This module is registered as the ``dla`` analysis (:mod:`compose_lens.registry`):
-``analyze`` writes its tables into ``OUT/dla/``, the report draws its section from them and
-``compose-lens dla`` runs it alone.
+``analyze`` writes its tables (``logit_attribution``, ``logit_attribution_by_pool``,
+``logit_lens``) into ``OUT/dla/``, the report draws its section from them and ``compose-lens dla``
+runs it alone.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -43,7 +49,7 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens import capabilities
+from compose_lens import capabilities, stats
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
 
@@ -138,10 +144,26 @@ def _margins(resid: torch.Tensor, w_u: torch.Tensor, labels: torch.Tensor) -> to
     return logits.gather(1, labels[:, None])[:, 0] - logits.mean(1)
 
 
-def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
-    """One row per (sequence kind, component): its mean direct contribution to the answer margin,
-    its share of the kind's mean margin, and the kind's mean margin and accuracy."""
-    tokens, labels = _pooled(split, n, seed)
+GROUPINGS = ("kind", "pool")  # what logit_attribution's rows are grouped by
+
+
+def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0, by: str = "kind"
+                      ) -> pd.DataFrame:
+    """One row per (group, component): its mean direct contribution to the answer margin, its share
+    of the group's mean margin, and the group's mean margin and accuracy.
+
+    ``by="kind"`` (default): the groups are the sequence kinds (``0var``, ``1var``, ``2var``).
+    ``by="pool"``: the groups are the pools the sequences were drawn from (column ``pool``, in
+    :func:`~compose_lens.data.sampler.pool_names` order), each with the ``kind`` its tokens have.
+    The same sequences either way: a kind's row is the mean of its pools' rows weighted by ``n``.
+    A pool's row also has its contribution's 95 % bootstrap interval over the pool's sequences
+    (``contribution_low``, ``contribution_high``).
+    Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the
+    answer's margin on the training pairs and against it on the held-out pairs, which the kinds'
+    means, each a mixture of both, hide."""
+    if by not in GROUPINGS:
+        raise ComposeLensError(f"by={by!r}: group the attribution by {' or '.join(GROUPINGS)}")
+    tokens, labels, groups = _pooled_groups(split, n, seed)
     parts = components_at_answer(model, config, tokens)
     params = tl.parameters(model)
     w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
@@ -150,18 +172,35 @@ def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed
     total = sum(contributions.values())
     correct = _answer_logits(model, config, tokens).argmax(-1) == labels
     kinds = sequence_kind(tokens, config.task.first_var_token)
-    rows = []
-    for kind in (0, 1, 2):
-        mask = kinds == kind
+    if by == "kind":
+        masks = [({"kind": f"{kind}var"}, kinds == kind) for kind in (0, 1, 2)]
+    else:
+        masks = []
+        for name, rows in groups.items():
+            mask = torch.zeros(len(labels), dtype=torch.bool)
+            mask[rows] = True
+            masks.append(({"pool": name, "kind": _kind_label(kinds[mask])}, mask))
+    out = []
+    for group, mask in masks:
         if not mask.any():
             continue
         margin = total[mask].mean().item()
         for name, value in contributions.items():
             mean = value[mask].mean().item()
-            rows.append({"kind": f"{kind}var", "component": name, "contribution": mean,
-                         "share": mean / margin if margin else float("nan"), "margin": margin,
-                         "accuracy": correct[mask].float().mean().item(), "n": int(mask.sum())})
-    return pd.DataFrame(rows)
+            row = {**group, "component": name, "contribution": mean,
+                   "share": mean / margin if margin else float("nan"), "margin": margin,
+                   "accuracy": correct[mask].float().mean().item(), "n": int(mask.sum())}
+            if by == "pool":  # a pool holds a few dozen sequences: its mean with its bootstrap interval
+                _, row["contribution_low"], row["contribution_high"] = stats.bootstrap_interval(
+                    np.mean, value[mask].double().numpy(), seed=seed)
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _kind_label(kinds: torch.Tensor) -> str:
+    """The sequence kind of a pool's sequences (``1var``), or its kinds joined (``0var+1var``) where
+    a pool mixes them."""
+    return "+".join(f"{int(kind)}var" for kind in kinds.unique().tolist())
 
 
 def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"], labels: Int[torch.Tensor, "batch"]
@@ -202,6 +241,12 @@ def logit_lens(model, config: RunConfig, split: Split, n: int = 600, seed: int =
 
 def _pooled(split: Split, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` sequences drawn evenly from the nine pools."""
+    tokens, labels, _ = _pooled_groups(split, n, seed)
+    return tokens, labels
+
+
+def _pooled_groups(split: Split, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, slice]]:
+    """:func:`_pooled`, and the rows each pool's sequences hold in it."""
     pools = make_pools(split, max(1, n // 9), seed)
-    joined, _ = concat_batches(pools)
-    return joined.tokens, joined.labels
+    joined, groups = concat_batches(pools)
+    return joined.tokens, joined.labels, groups

@@ -23,7 +23,9 @@ Score every edge of the position graph (:func:`compose_lens.analysis.circuit.bui
 
 ``overlap = sum_c min(b_c, a_c)`` is the share of the two profiles that falls on the same heads and
 MLPs (0: disjoint, 1: the same components in the same proportions) and
-``modularity_separation = 1 - overlap``. In the paper model the binder head writes at the context
+``modularity_separation = 1 - overlap``, with its 95 % bootstrap interval over the prompt pairs
+(``modularity_separation_low``, ``_high``: both pair sets resampled, the profiles recomputed from
+each pair's own attribution, :func:`separation_interval`). In the paper model the binder head writes at the context
 positions and the router head and MLP2 at the query positions, so it separates; a model whose binding
 runs through an MLP that also carries the addends (the planted relay of
 ``tests/unit/test_modularity.py``) does not. The component carrying most of each profile is
@@ -37,12 +39,14 @@ same-MLP tests (interchange, feature transfer, representation transfer) then run
 and router (:func:`compose_lens.analysis.same_mlp.same_mlp_report`): ``modularity_same_adder`` is
 1.0 where the verdict is ``supported`` (a variable's value reaches the adder in the form and features
 a constant does), 0.0 where ``not supported``, and ``inconclusive`` otherwise (a role not located, a
-ceiling too low: the same-MLP rules).
+reference too low: the same-MLP rules).
 
 **(c) Circuit size** (``modularity_circuit_fraction``). On the component graph (no positions), the
 fewest top-|EAP-IG| edges that recover >= 95 % of the logit difference on *every* evaluation pool at
 once (:func:`compose_lens.analysis.circuit.size_on_pools`), divided by the number of edges of the
-graph. A model whose skills sit in few components needs few of its edges; one that spreads the same
+graph, with its 95 % bootstrap interval over the pools' pairs (``modularity_circuit_fraction_low``,
+``_high``; the edges' ranking held, :meth:`PoolRuns.size_interval`). A model whose skills sit in few
+components needs few of its edges; one that spreads the same
 function over every head (the planted split of the tests) needs most of them. It is a size, not a
 verdict: it is compared across architectures, never thresholded.
 
@@ -60,10 +64,11 @@ runs barely differ, and (c) where even the whole graph does not recover 95 % on 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens import outcome
+from compose_lens import outcome, stats
 from compose_lens.analysis import circuit, locate, same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
@@ -80,11 +85,12 @@ INCONCLUSIVE = "inconclusive"
 SEPARATION_MIN = 0.8  # (a): at least this share of the two profiles on different components (module doc)
 MIN_EFFECT = 0.5  # mean clean - corrupted logit difference below this: the pairs test nothing
 RECOVERED = 0.95  # (c): the share of the logit difference a circuit must recover on every pool
-COLUMNS = ("modularity_separation", "modularity_overlap", "modularity_binding_component",
-           "modularity_adding_component", "modularity_located_adder", "modularity_attribution_adder",
-           "modularity_adders_agree", "modularity_same_adder", "modularity_same_mlp_reason",
-           "modularity_circuit_edges", "modularity_graph_edges", "modularity_circuit_fraction",
-           "modularity_verdict", "modularity_reason")
+COLUMNS = ("modularity_separation", "modularity_separation_low", "modularity_separation_high",
+           "modularity_overlap", "modularity_binding_component", "modularity_adding_component",
+           "modularity_located_adder", "modularity_attribution_adder", "modularity_adders_agree",
+           "modularity_same_adder", "modularity_same_mlp_reason", "modularity_circuit_edges",
+           "modularity_graph_edges", "modularity_circuit_fraction", "modularity_circuit_fraction_low",
+           "modularity_circuit_fraction_high", "modularity_verdict", "modularity_reason")
 
 
 # -- the pairs -----------------------------------------------------------------------------------
@@ -129,20 +135,58 @@ def adding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPairs
 # -- (a) where each skill leaves a component ----------------------------------------------------
 
 
+def sender_attributions(gm: circuit.GraphModel, pairs: PromptPairs, positions: set[int],
+                        steps: int = 8) -> tuple[torch.Tensor, list[str], float]:
+    """The EAP-IG attribution pair by pair (N, K) of the K edges sent at ``positions`` (the
+    embeddings left out), each edge's sender, and the pairs' mean clean - corrupted logit difference."""
+    base = circuit.baseline(gm, pairs)
+    per_pair = circuit.eap_ig_pair_scores(gm, pairs, base, steps).detach()
+    edges = gm.graph.edges
+    keep = [i for i, e in enumerate(edges) if e.sender != "embed" and e.position in positions]
+    return per_pair[:, keep], [edges[i].sender for i in keep], float(base.denominator)
+
+
+def _shares(scores: torch.Tensor, components: list[str]) -> pd.Series:
+    """Each component's share of the edges' |scores| (K,), largest first."""
+    table = pd.DataFrame({"component": components, "score": scores.abs().tolist()})
+    total = table["score"].sum()
+    shares = table.groupby("component")["score"].sum() / total if total > 0 else table.groupby("component")[
+        "score"].sum() * 0.0
+    return shares.sort_values(ascending=False, kind="stable")
+
+
 def sender_profile(gm: circuit.GraphModel, pairs: PromptPairs, positions: set[int],
                    steps: int = 8) -> tuple[pd.Series, float]:
     """Each component's share of the |EAP-IG attribution| of the edges it sends at ``positions``
     (the embeddings left out), and the pairs' mean clean - corrupted logit difference."""
-    base = circuit.baseline(gm, pairs)
-    scores = circuit.eap_ig_scores(gm, pairs, base, steps).detach().abs()
-    edges = gm.graph.edges
-    keep = [i for i, e in enumerate(edges) if e.sender != "embed" and e.position in positions]
-    table = pd.DataFrame({"component": [edges[i].sender for i in keep],
-                          "score": scores[keep].tolist()})
-    total = table["score"].sum()
-    shares = table.groupby("component")["score"].sum() / total if total > 0 else table.groupby("component")[
-        "score"].sum() * 0.0
-    return shares.sort_values(ascending=False, kind="stable"), float(base.denominator)
+    per_pair, components, effect = sender_attributions(gm, pairs, positions, steps)
+    return _shares(per_pair.mean(0), components), effect
+
+
+def _resampled_shares(per_pair: torch.Tensor, components: list[str], names: list[str], rng: np.random.Generator,
+                      resamples: int) -> torch.Tensor:
+    """(resamples, C) each component's share of the |mean attribution| on a resample of the pairs."""
+    n = len(per_pair)
+    weight = torch.from_numpy(rng.multinomial(n, np.full(n, 1 / n), size=resamples) / n)  # (B, N)
+    by_edge = (weight @ per_pair.double()).abs()  # (B, K)
+    owner = torch.zeros(len(components), len(names), dtype=torch.double)
+    owner[torch.arange(len(components)), torch.tensor([names.index(c) for c in components], dtype=torch.long)] = 1.0
+    by_component = by_edge @ owner
+    total = by_component.sum(1, keepdim=True)
+    return torch.where(total > 0, by_component / total.clamp_min(1e-300), torch.zeros_like(by_component))
+
+
+def separation_interval(binding: tuple[torch.Tensor, list[str]], adding: tuple[torch.Tensor, list[str]],
+                        seed: int = 0, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+    """The 95 % percentile bootstrap interval of ``modularity_separation``: the binding pairs and the
+    addition pairs each resampled (with replacement), the two profiles and their overlap recomputed
+    from the pairs' own attributions (``(per_pair (N, K), senders)`` of :func:`sender_attributions`)."""
+    names = sorted(set(binding[1]) | set(adding[1]))
+    rng = np.random.default_rng(seed)
+    b = _resampled_shares(*binding, names, rng, resamples)
+    a = _resampled_shares(*adding, names, rng, resamples)
+    low, high = stats.percentile_interval((1.0 - torch.minimum(b, a).sum(1)).numpy())
+    return float(low), float(high)
 
 
 def overlap(binding: pd.Series, adding: pd.Series) -> float:
@@ -161,16 +205,19 @@ def separation(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 
         bind = binding_pairs(split, n_pairs, seed)
     except ComposeLensError as e:
         return {"separation": INCONCLUSIVE, "why": str(e)}
-    b, b_effect = sender_profile(gm, bind, set(range(task.context_len)), steps)
-    a, a_effect = sender_profile(gm, adding_pairs(split, n_pairs, seed), {n - 3, n - 2, n - 1}, steps)
+    bound = sender_attributions(gm, bind, set(range(task.context_len)), steps)
+    added = sender_attributions(gm, adding_pairs(split, n_pairs, seed), {n - 3, n - 2, n - 1}, steps)
+    (b, b_effect), (a, a_effect) = [(_shares(per_pair.mean(0), senders), effect)
+                                    for per_pair, senders, effect in (bound, added)]
     weak = [name for name, effect in (("binding", b_effect), ("addition", a_effect)) if effect < MIN_EFFECT]
     if weak or b.sum() == 0 or a.sum() == 0:
         return {"separation": INCONCLUSIVE, "binding": b, "adding": a,
                 "why": f"the {' and '.join(weak) or 'attribution'} pairs barely move the logit difference "
                        f"(binding {b_effect:.2f}, addition {a_effect:.2f} < {MIN_EFFECT})"}
     shared = overlap(b, a)
-    return {"separation": 1.0 - shared, "overlap": shared, "binding": b, "adding": a,
-            "binding_effect": b_effect, "adding_effect": a_effect, "why": None}
+    interval = separation_interval(bound[:2], added[:2], seed)
+    return {"separation": 1.0 - shared, "separation_ci95": list(interval), "overlap": shared, "binding": b,
+            "adding": a, "binding_effect": b_effect, "adding_effect": a_effect, "why": None}
 
 
 # -- (b) one adder ---------------------------------------------------------------------------------
@@ -195,10 +242,57 @@ def same_adder(model: tl.Model, config: RunConfig, split: Split, n: int = 150, s
 # -- (c) circuit size -----------------------------------------------------------------------------
 
 
-def worst_recovered(gm: circuit.GraphModel, pools: dict[str, PromptPairs], circuits: torch.Tensor) -> torch.Tensor:
-    """(K,) the smallest share recovered over every pool by each circuit (K, E) bool."""
-    curves = [torch.tensor(circuit.faithfulness(gm, pairs, circuits)["recovered"].to_numpy()) for pairs in pools.values()]
-    return torch.stack(curves).min(0).values
+class PoolRuns:
+    """The patched runs of circuits on every evaluation pool, kept pair by pair: the worst pool's share
+    recovered by each circuit (:func:`compose_lens.analysis.circuit.faithfulness`'s shares, pair by pair),
+    and afterwards
+    the bootstrap of the size over the pools' pairs (:meth:`size_interval`)."""
+
+    def __init__(self, gm: circuit.GraphModel, pools: dict[str, PromptPairs]):
+        self.gm, self.pools = gm, pools
+        self.bases = {name: circuit.baseline(gm, pairs) for name, pairs in pools.items()}
+        self.ends = {}  # pool -> (clean, corrupted) metric per pair
+        for name, pairs in pools.items():
+            base = self.bases[name]
+            with torch.no_grad():
+                corrupted = circuit._ld(gm.forward(pairs.corrupted)[0], pairs, 1, base.metric)
+            self.ends[name] = (circuit._ld(base.clean_logits, pairs, 1, base.metric), corrupted)
+        self.read: dict[int, dict[str, torch.Tensor]] = {}  # circuit size -> pool -> (N,) metric per pair
+
+    def worst(self, circuits: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """(len(sizes),) the worst pool's share recovered by the circuits of these sizes (rows of ``circuits``)."""
+        shares = []
+        for name, pairs in self.pools.items():
+            base = self.bases[name]
+            ld = circuit._masked_runs(self.gm, pairs, base, (~circuits[sizes]).float())  # (S, N)
+            for size, row in zip(sizes.tolist(), ld):
+                self.read.setdefault(int(size), {})[name] = row
+            shares.append(torch.tensor(((ld.mean(1) - base.ld_corrupted) / base.denominator).tolist(),
+                                       dtype=torch.double))
+        return torch.stack(shares).min(0).values
+
+    def size_interval(self, target: float, edges: int, seed: int = 0,
+                      resamples: int = stats.BOOTSTRAP_RESAMPLES) -> list[int]:
+        """The 95 % percentile bootstrap interval of the smallest circuit reaching ``target`` on every
+        pool: each pool's pairs resampled, every size read so far re-scored, the first that reaches
+        the target on the worst pool taken (``edges`` where none does). Between two sizes not read
+        (outside the coarse search's fine window) a resample's size is the next size read, so an end
+        there is an upper bound."""
+        sizes = sorted(self.read)
+        rng = np.random.default_rng(seed)
+        worst = None
+        for name, pairs in self.pools.items():
+            n = len(pairs)
+            weight = torch.from_numpy(rng.multinomial(n, np.full(n, 1 / n), size=resamples) / n).T  # (N, B)
+            clean, corrupted = (v.double() @ weight for v in self.ends[name])
+            ld = torch.stack([self.read[k][name] for k in sizes]).double() @ weight  # (S, B)
+            share = (ld - corrupted) / (clean - corrupted)
+            worst = share if worst is None else torch.minimum(worst, share)
+        hit = worst >= target
+        first = torch.tensor(sizes, dtype=torch.double)[hit.double().argmax(0)]
+        found = torch.where(hit.any(0), first, torch.full_like(first, float(edges)))
+        low, high = stats.percentile_interval(found.numpy())
+        return [int(np.floor(low)), int(np.ceil(high))]
 
 
 def smallest_circuit(gm: circuit.GraphModel, split: Split, scores: torch.Tensor, target: float = RECOVERED,
@@ -208,23 +302,33 @@ def smallest_circuit(gm: circuit.GraphModel, split: Split, scores: torch.Tensor,
     size; this reads ``coarse`` + 1 evenly spaced sizes, then every size between the last coarse size below
     the target and the first at or above it (the same answer where the worst pool's curve rises with the
     size, at a fraction of the cost on a large graph)."""
-    pools = circuit.evaluation_pairs(split, pool_size, seed)
+    size, whole, _ = smallest_circuit_with_interval(gm, split, scores, target, pool_size, seed, coarse)
+    return size, whole
+
+
+def smallest_circuit_with_interval(gm: circuit.GraphModel, split: Split, scores: torch.Tensor,
+                                   target: float = RECOVERED, pool_size: int = 200, seed: int = 0,
+                                   coarse: int = 16) -> tuple[int, float, list[int]]:
+    """:func:`smallest_circuit`, and the size's 95 % bootstrap interval over the pools' pairs
+    (:meth:`PoolRuns.size_interval`, from the same runs)."""
+    runs = PoolRuns(gm, circuit.evaluation_pairs(split, pool_size, seed))
     circuits = circuit.top_k_circuits(scores)
     E = len(scores)
     sizes = torch.linspace(0, E, coarse + 1).round().long().unique()
-    worst = worst_recovered(gm, pools, circuits[sizes])
+    worst = runs.worst(circuits, sizes)
+    interval = lambda: runs.size_interval(target, E, seed)  # noqa: E731 (after every size is read)
     if worst[-1] < target:
-        return E, float(worst[-1])
+        return E, float(worst[-1]), interval()
     first = int(torch.nonzero(worst >= target)[0])
     if first == 0:
-        return int(sizes[0]), float(worst[-1])
+        return int(sizes[0]), float(worst[-1]), interval()
     between = torch.arange(int(sizes[first - 1]) + 1, int(sizes[first]))
     if len(between):
-        fine = worst_recovered(gm, pools, circuits[between])
+        fine = runs.worst(circuits, between)
         hits = torch.nonzero(fine >= target)
         if len(hits):
-            return int(between[int(hits[0])]), float(worst[-1])
-    return int(sizes[first]), float(worst[-1])
+            return int(between[int(hits[0])]), float(worst[-1]), interval()
+    return int(sizes[first]), float(worst[-1]), interval()
 
 
 def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 150, pool_size: int = 200,
@@ -233,11 +337,13 @@ def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: 
     gm = circuit.GraphModel.from_model(model, config.model, positions=False)
     pairs = circuit.resample_pairs(split, n_pairs, seed)
     scores = circuit.eap_ig_scores(gm, pairs, circuit.baseline(gm, pairs), steps).detach()
-    size, whole = smallest_circuit(gm, split, scores, RECOVERED, pool_size, seed)
+    size, whole, (low, high) = smallest_circuit_with_interval(gm, split, scores, RECOVERED, pool_size, seed)
     if whole < RECOVERED:
         return {"fraction": INCONCLUSIVE, "edges": INCONCLUSIVE, "graph_edges": len(scores),
+                "fraction_ci95": [INCONCLUSIVE, INCONCLUSIVE],
                 "why": f"the whole graph recovers only {whole:.2f} < {RECOVERED} on some pool"}
-    return {"fraction": size / len(scores), "edges": size, "graph_edges": len(scores), "why": None}
+    return {"fraction": size / len(scores), "edges": size, "graph_edges": len(scores),
+            "fraction_ci95": [low / len(scores), high / len(scores)], "why": None}
 
 
 # -- everything, as one row ---------------------------------------------------------------------
@@ -285,6 +391,8 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
                f"circuit: {c['why']}" if c["why"] else None]
     row.update({
         "modularity_separation": a["separation"],
+        "modularity_separation_low": a["separation_ci95"][0] if conclusive else INCONCLUSIVE,
+        "modularity_separation_high": a["separation_ci95"][1] if conclusive else INCONCLUSIVE,
         "modularity_overlap": a.get("overlap", INCONCLUSIVE),
         "modularity_binding_component": top("binding"),
         "modularity_adding_component": top("adding"),
@@ -296,6 +404,8 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
         "modularity_circuit_edges": c["edges"],
         "modularity_graph_edges": c["graph_edges"],
         "modularity_circuit_fraction": c["fraction"],
+        "modularity_circuit_fraction_low": c["fraction_ci95"][0],
+        "modularity_circuit_fraction_high": c["fraction_ci95"][1],
         "modularity_verdict": verdict(a["separation"], b["same_adder"]),
         "modularity_reason": "; ".join(r for r in reasons if r) or None,
         **roles,

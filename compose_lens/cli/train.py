@@ -71,6 +71,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_model_sizes, check_sizes
+    from compose_lens.stats import rate_record
 
     check_count(args.pool_size, "--pool-size")
 
@@ -85,24 +86,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         guard(loaded.config)
         bar.update()
         bar.set_postfix_str("the nine pools")
-        pools = pool_accuracies(loaded.model, loaded.config, make_pools(loaded.split, args.pool_size, args.seed))
+        batches = make_pools(loaded.split, args.pool_size, args.seed)
+        accuracies = pool_accuracies(loaded.model, loaded.config, batches)
+        # each pool k of n sequences: the accuracy at the digits n resolves, with its Wilson interval
+        intervals = {name: rate_record(round(acc * len(batches[name])), len(batches[name]))
+                     for name, acc in accuracies.items()}
+        pools = {name: record["accuracy"] for name, record in intervals.items()}
         bar.update()
-        result = {"model": loaded.source, "pools": pools}
+        result = {"model": loaded.source, "pools": pools, "pool_intervals": intervals,
+                  "interval": "Wilson score, 95 %"}
         if args.exhaustive:
             bar.set_postfix_str("the exhaustive sets")
-            result.update(exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed))
+            for name, r in exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed).items():
+                record = rate_record(r["correct"], r["total"])
+                result[name] = {"correct": r["correct"], "total": r["total"], "accuracy": record["accuracy"],
+                                "low": record["low"], "high": record["high"]}
             bar.update()
     if args.json:
         print_json({**result, "provenance": provenance(loaded.config, args.seed, loaded.source,
                                                        pool_size=args.pool_size)})
         return 0
-    print(f"model: {loaded.source}")
-    for name, acc in pools.items():
-        print(f"  {name:24s} {acc:.4f}")
+    print(f"model: {loaded.source} (accuracy [95 % Wilson interval] (correct/sequences))")
+    for name, r in intervals.items():
+        print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})")
     for name in ("zero_var_heldout", "two_var_union"):
         if name in result:
             r = result[name]
-            print(f"  {name:24s} {r['accuracy']:.4f} ({r['correct']}/{r['total']})")
+            print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['total']})")
     return 0
 
 

@@ -211,3 +211,35 @@ def test_early_checkpoint_lacks_the_labelled_circuit(reference_dir):
         found[step] = (C.roc_auc(scores, C.paper_labels(gm.graph)), routing)
     assert found[3001][0] < 0.9 and found[3001][1] < 0.005
     assert found[16001][0] > 0.95 and found[16001][1] > 0.015
+
+
+def test_the_bootstrap_of_pairs_that_agree_gives_one_size_and_of_pairs_that_differ_a_range():
+    """Every pair alike: each resample reads the same curve, so the same size. Half the pairs need
+    one edge and half need three: resamples read 1 to 3, and the point is the pooled curve's."""
+    curve = torch.tensor([0.0, 0.5, 0.9, 1.0])  # recovered by 0..3 edges (clean 1, corrupted 0)
+    ld = curve[:, None].repeat(1, 40)
+    ones, zeros = torch.ones(40), torch.zeros(40)
+    assert set(C.bootstrap_sizes(ld, ones, zeros, 0.95).tolist()) == {3}
+    quick = torch.tensor([0.0, 1.0, 1.0, 1.0])[:, None].repeat(1, 20)
+    slow = torch.tensor([0.0, 0.0, 0.2, 1.0])[:, None].repeat(1, 20)
+    sizes = C.bootstrap_sizes(torch.cat([quick, slow], 1), ones, zeros, 0.55)
+    assert set(sizes.tolist()) <= {1, 2, 3} and len(set(sizes.tolist())) > 1
+
+
+def test_the_circuit_size_interval_holds_the_size_and_narrows_with_more_pairs():
+    """The paper model's position graph: the size with its interval is size_at's size, inside its
+    interval, and the interval over 150 pairs is narrower than over 30."""
+    from compose_lens.runs import load_model
+
+    loaded = load_model("paper")
+    gm = C.GraphModel.from_model(loaded.model, loaded.config.model, positions=True)
+    widths = []
+    for n in (30, 150):
+        pairs = C.resample_pairs(loaded.split, n)
+        base = C.baseline(gm, pairs)
+        scores = C.eap_ig_scores(gm, pairs, base, steps=8)
+        size, (low, high) = C.size_with_interval(gm, pairs, scores, 0.95, base)
+        assert size == C.size_at(gm, pairs, scores, 0.95, base)[0]
+        assert low <= size <= high
+        widths.append(high - low)
+    assert widths[1] < widths[0], widths

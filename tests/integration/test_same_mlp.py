@@ -48,8 +48,8 @@ def test_paper_model_is_supported_and_the_report_is_json():
 def test_study_final_checkpoint_is_supported(reference_final):
     report = verdict(reference_final)
     assert report["verdict"] == "supported", report["tests"]
-    # every cross-type swap against the lower of its two same-type ceilings, all of them strong
-    assert all(c["status"] == "passed" and c["ceiling"] > 0.9 for c in report["tests"]["interchange"]["conditions"])
+    # every cross-type swap against the lower of its two same-type scores (its reference), all of them strong
+    assert all(c["status"] == "passed" and c["reference"] > 0.9 for c in report["tests"]["interchange"]["conditions"])
     reference = [c for c in report["controls"] if c["kind"] == "reference"][0]
     assert reference["value"] > 0.9  # the old whole-input patch "works" even on random tokens
 
@@ -160,7 +160,7 @@ def test_planted_model_computes_the_same_function_but_is_not_supported():
     assert same.float().mean() > 0.95
     report = verdict(planted)
     assert report["tests"]["probe_transfer"]["status"] == "failed", report["tests"]
-    assert report["tests"]["interchange"]["status"] == "passed"  # same function: the swaps reach their ceilings
+    assert report["tests"]["interchange"]["status"] == "passed"  # same function: the swaps reach their references
     assert report["verdict"] == "not supported"
     assert report["verdict_reason"].startswith("probe_transfer failed")
 

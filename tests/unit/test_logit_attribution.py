@@ -71,7 +71,35 @@ def test_the_dla_command_writes_its_tables_and_figure(tmp_path):
 
     out = tmp_path / "dla"
     assert main(["dla", "paper", "--out", str(out), "--n", "90", "--quiet"]) == 0
-    for name in ("logit_attribution.csv", "logit_lens.csv", "figures/logit_attribution.png"):
+    for name in ("logit_attribution.csv", "logit_lens.csv", "logit_attribution_by_pool.csv",
+                 "figures/logit_attribution.png"):
         assert (out / name).is_file(), name
     record = json.loads((out / "logit_attribution.provenance.json").read_text())
     assert record["settings"] == {"n": 90} and record["seed"] == 0
+
+
+def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_pool(paper):
+    """By pool, the same sequences: each kind's row is its pools' rows weighted by their counts; and
+    each pool's row is that pool's (its mean margin is the model's own margin on that pool drawn
+    alone), so pools swapped or mislabelled, even within one kind, are seen."""
+    from compose_lens.data.sampler import POOL_NAMES, make_pool
+    from compose_lens.evaluate import answer_logits
+
+    kinds = la.logit_attribution(paper.model, paper.config, paper.split, n=270)
+    pools = la.logit_attribution(paper.model, paper.config, paper.split, n=270, by="pool")
+    assert list(pools["pool"].drop_duplicates()) == list(POOL_NAMES)
+    assert all(row.pool.startswith(row.kind) for row in pools.itertuples())
+    weighted = (pools.assign(total=pools["contribution"] * pools["n"]).groupby(["kind", "component"])
+                [["total", "n"]].sum())
+    merged = kinds.set_index(["kind", "component"]).join(weighted, rsuffix="_pools")
+    assert (merged["n"] == merged["n_pools"]).all()
+    assert ((merged["total"] / merged["n_pools"] - merged["contribution"]).abs() < 1e-4).all()
+    for name in POOL_NAMES:
+        batch = make_pool(paper.split, name, 30, 0)
+        logits = answer_logits(paper.model, paper.config.model, batch.tokens)
+        own = (logits.gather(1, batch.labels[:, None])[:, 0] - logits.mean(1)).mean().item()
+        row = pools[pools["pool"] == name].iloc[0]
+        assert abs(row["margin"] - own) < 1e-3, name
+        assert (pools[pools["pool"] == name]["contribution_low"] <= pools[pools["pool"] == name]["contribution"]).all()
+    with pytest.raises(ComposeLensError, match="kind or pool"):
+        la.logit_attribution(paper.model, paper.config, paper.split, n=90, by="side")

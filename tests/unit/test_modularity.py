@@ -135,6 +135,9 @@ def test_spread_plant_needs_a_larger_share_of_its_graph(paper, modular):
     concentrated = modularity.circuit_fraction(modular.model, modular.config, modular.split, **sizes)
     distributed = modularity.circuit_fraction(spread_model.model, spread_model.config, spread_model.split, **sizes)
     assert distributed["fraction"] > 1.5 * concentrated["fraction"], (concentrated, distributed)
+    for found in (concentrated, distributed):  # each size inside its bootstrap interval over the pools' pairs
+        low, high = found["fraction_ci95"]
+        assert low <= found["fraction"] <= high, found
 
 
 def test_the_coarse_search_finds_the_size_every_size_finds(paper):
@@ -179,3 +182,33 @@ def test_verdict_rules():
     assert modularity.verdict(0.5, 1.0) == "entangled"
     assert modularity.verdict(0.9, modularity.INCONCLUSIVE) == modularity.INCONCLUSIVE
     assert modularity.verdict(modularity.INCONCLUSIVE, 1.0) == modularity.INCONCLUSIVE
+
+
+def test_the_separation_interval_holds_the_score_and_narrows_with_more_pairs(paper):
+    widths = []
+    for n_pairs in (20, 80):
+        a = modularity.separation(paper.model, paper.config, paper.split, n_pairs=n_pairs, steps=4)
+        low, high = a["separation_ci95"]
+        assert low <= a["separation"] <= high, a["separation_ci95"]
+        widths.append(high - low)
+    assert 0 < widths[1] < widths[0], widths
+
+
+def _pool_runs(read: dict[int, torch.Tensor], n: int) -> "modularity.PoolRuns":
+    """A PoolRuns of one pool of ``n`` pairs (clean 1, corrupted 0) whose circuits of each size in
+    ``read`` gave those metrics per pair, without a model."""
+    runs = object.__new__(modularity.PoolRuns)
+    runs.pools = {"pool": [None] * n}
+    runs.ends = {"pool": (torch.ones(n), torch.zeros(n))}
+    runs.read = {size: {"pool": row} for size, row in read.items()}
+    return runs
+
+
+def test_the_circuit_size_interval_is_one_size_where_the_pairs_agree_and_a_range_where_they_differ():
+    alike = {k: torch.full((40,), share) for k, share in ((0, 0.0), (4, 0.5), (8, 0.97), (12, 1.0))}
+    assert _pool_runs(alike, 40).size_interval(0.95, 12) == [8, 8]
+    quick = torch.tensor([0.0, 1.0, 1.0, 1.0])  # shares recovered at sizes 0, 4, 8, 12 by two kinds of pair
+    slow = torch.tensor([0.0, 0.0, 0.2, 1.0])
+    mixed = {k: torch.cat([quick[i].repeat(20), slow[i].repeat(20)]) for i, k in enumerate((0, 4, 8, 12))}
+    low, high = _pool_runs(mixed, 40).size_interval(0.55, 12)
+    assert low < high and {low, high} <= {4, 8, 12}

@@ -123,3 +123,34 @@ def test_snap_to_zero_removes_float_noise_and_keeps_real_values():
     noisy = torch.tensor([-3.2e-8, -4.3e-8, -2.1e-8, 0.125, -0.5])
     assert stats.snap_to_zero(noisy).tolist() == [0.0, 0.0, 0.0, 0.125, -0.5]
     assert str(stats.snap_to_zero(noisy)[0].item()) == "0.0"  # not -0.0
+
+
+def test_a_rate_record_keeps_the_digits_its_count_resolves_and_the_hand_wilson_interval():
+    record = stats.rate_record(1985, 2000)
+    low, high = hand_wilson(1985, 2000)
+    assert record == {"correct": 1985, "n": 2000, "accuracy": 0.9925, "low": round(low, 4), "high": round(high, 4)}
+    assert record["low"] == 0.9877 and record["high"] == 0.9954
+    assert stats.rate_record(1, 3)["accuracy"] == 0.33  # not 0.3333333333333333
+    for n in (3, 7, 59, 1045, 2000, 193580):  # neighbouring counts stay apart after rounding
+        digits = stats.count_decimals(n)
+        assert len({round(k / n, digits) for k in range(n + 1)}) == n + 1 and 10 ** digits >= n
+
+
+def test_evaluate_prints_each_pool_with_its_interval_and_rounds_its_json(capsys):
+    import json
+
+    from compose_lens import cli
+
+    assert cli.main(["evaluate", "paper", "--pool-size", "40", "--json", "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["pool_intervals"]) == set(printed["pools"])
+    for name, record in printed["pool_intervals"].items():
+        assert record["n"] == 40 and printed["pools"][name] == record["accuracy"] == round(record["correct"] / 40, 2)
+        low, high = hand_wilson(record["correct"], 40)
+        assert (record["low"], record["high"]) == (round(low, 2), round(high, 2))
+        assert record["low"] <= record["accuracy"] <= record["high"] and record["high"] - record["low"] > 0.03
+    assert cli.main(["evaluate", "paper", "--pool-size", "40", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    record = printed["pool_intervals"]["2var_add_restricted"]
+    assert (f"2var_add_restricted      {record['accuracy']:.4f} [{record['low']:.4f}, {record['high']:.4f}] "
+            f"({record['correct']}/40)") in table

@@ -116,6 +116,15 @@ def check_types(config: Any) -> None:
             wanted = _KINDS.get(str(f.type), str(f.type))
             if isinstance(value, float) and str(f.type).startswith("float"):
                 raise ConfigError(f"{f.name}={shown}: must be {wanted} (not NaN or infinite)")
+            item_kind = str(f.type).removesuffix(" | None").removeprefix("tuple[").removesuffix(", ...]")
+            if isinstance(value, (list, tuple)) and str(f.type).startswith("tuple["):  # a list: say which item
+                bad = next(v for v in value if not _fits(item_kind, v))  # (it said "not a list" of a list)
+                item = json.dumps(bad) if _json_able(bad) else repr(bad)
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {_type_word(bad)}")
+            if isinstance(value, str) and value.lstrip().startswith("[") and str(f.type).startswith("tuple["):
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
+                                  f"e.g. {f.name}={json.dumps(['k', 'l'] if item_kind == 'str' else [1])}"
+                                  f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
             raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
 
 
@@ -252,9 +261,7 @@ class TaskConfig(_JsonConfig):
                and 2 <= self.max_assignments <= context // 2,
                f"max_assignments={self.max_assignments}: must be between 2 and {context // 2} "
                f"(the {context}-token context holds at most {context // 2} 'VAR VALUE' pairs)")
-        _check(self.max_assignments <= self.n_vars,
-               f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
-               f"each variable is assigned at most once")
+        _check(self.max_assignments <= self.n_vars, self._too_many_assignments())
         names = self.variable_names
         if self.left_forbidden is None:
             object.__setattr__(self, "left_forbidden", names[-2:])
@@ -285,6 +292,17 @@ class TaskConfig(_JsonConfig):
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
         self._check_variants()
         self._check_operation()
+
+    def _too_many_assignments(self) -> str:
+        """Why max_assignments may not exceed n_vars, in the words of the task asked for: with
+        reassignment on a variable may be assigned twice, but a context that reassigns nothing still
+        assigns up to max_assignments distinct variables (issue #45: the study's reason was given)."""
+        head = f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
+        if self.reassign_rate > 0:
+            return (head + f"with reassign_rate={self.reassign_rate} a context that reassigns nothing still assigns "
+                           f"up to {self.max_assignments} distinct variables; use max_assignments <= {self.n_vars} "
+                           f"or raise n_vars")
+        return head + f"each variable is assigned at most once; use max_assignments <= {self.n_vars} or raise n_vars"
 
     def _check_operation(self) -> None:
         _check(self.operation in OPERATIONS,

@@ -397,6 +397,7 @@ SWEEP_SETUPS = {
 SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, **DAMAGED_DYNAMICS, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
+          "dynamics_spaced_step": _damaged_dynamics(" step,0var_train\n10,0.5\n"),
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
           "corrupt_resume": _corrupt_resume, "other_command": _other_command, "files": _existing_files}
 
@@ -414,6 +415,29 @@ def _dead_port() -> int:
 
 
 DEAD_PORT = _dead_port()
+
+# issue #45, unclear: refusals that named a reason other than the one that holds (with what each now says)
+WRONG_REASON = {
+    # a reassignment variant was told "each variable is assigned at most once"
+    "train-reassign-max-assignments": (f"{TRAIN} --set reassign_rate=0.3 --set max_assignments=7 --set seq_len=20",
+                                       None, "a context that reassigns nothing still assigns up to 7"),
+    # --n-vars was applied before --set, so the refusal named max_assignments=6, a value nobody asked for
+    "data-stats-flags-beside-set": ("data stats --modulus 7 --n-vars 4 --set reassign_rate=0.3 --set max_assignments=5 "
+                                    "--set seq_len=20", None, "max_assignments=5 exceeds n_vars=4: with reassign_rate"),
+    # a list was told it is "not a list"
+    "train-set-list-of-strings": (f"{TRAIN} --set 'mlp_blocks=[\"1\"]'", None, 'its item "1" is a string'),
+    "train-set-list-mixed": (f"{TRAIN} --set 'left_forbidden=[\"f\", 1]'", None, "its item 1 is an integer"),
+    "train-set-list-unquoted": (f"{TRAIN} --set 'left_forbidden=[f]'", None, "write the list in JSON"),
+    # a range whose values overflow, round together or are one value was told "a value is repeated"
+    "sweep-range-too-wide": (f"{SWEEP} --param lr --values 1e308:-1e308:3", None, "too wide for a number"),
+    "sweep-range-too-close": (f"{SWEEP} --param f --values 0.5:0.5000001:5", None, "closer than the 6 decimals"),
+    "sweep-range-one-value": (f"{SWEEP} --param f --values 0.8:0.8:3", None, "holds one value"),
+    "sweep-value-twice": (f"{SWEEP} --param f --values 0.7 0.8 0.7", None, "the value 0.7 is given twice"),
+    # a leading space in a header cannot be seen: said (the pairs file's already was)
+    "dynamics-update-spaced-step-column": ("dynamics {w}/run --out {out} --update --pool-size 16 --slot-size 8 "
+                                           "--quiet", "dynamics_spaced_step", "the column ' step' has a space"),
+}
+WRONG_REASON_CASES = [(name, command, setup) for name, (command, setup, _) in WRONG_REASON.items()]
 
 # (id, command line, setup): {w} is the shared world, {sb} the sandbox, {out} = {sb}/out
 CASES = [
@@ -762,6 +786,8 @@ CASES = [
     ("sweep-too-many-seeds", f"{SWEEP} --param f --values 0.1:0.9:200 --seeds " + " ".join(map(str, range(60))), None),
     ("sweep-ray-dead-address", f"{SWEEP} --param f --values 0.8 --backend ray --address 127.0.0.1:{DEAD_PORT}", None),
     ("sweep-ray-address-words", f"{SWEEP} --param f --values 0.8 --backend ray --address nowhere", None),
+    # issue #45, unclear: each refusal names the reason that holds for the input given
+    *WRONG_REASON_CASES,
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -814,6 +840,7 @@ SAYS = {
     "patch-pairs-a-folder": "is a folder, not a file",
     "patch-overflow-logits": "logits are NaN or infinite",
     "fourier-overflow-logits": "logits are NaN or infinite",
+    **{name: says for name, (_, _, says) in WRONG_REASON.items()},
 }
 
 
@@ -847,6 +874,7 @@ ISSUE_45_CLASSES = {
     "sweeps: list values, huge ranges, a dead Ray address, dropped options": lambda n, c, s: re.search(
         r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-|steps-and|tracking)", n) is not None,
     "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
+    "unclear: a refusal naming another reason than the one that holds": lambda n, c, s: n in WRONG_REASON,
 }
 
 

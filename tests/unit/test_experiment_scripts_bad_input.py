@@ -75,13 +75,19 @@ CASES = [
      lambda sb: _point(sb, "[1, 2]"), "not a point's row"),
     ("modularity-grid-missing-columns", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
                                                             "--out", "{sb}/out"],
-     lambda sb: _grid_csv(sb, "a,b\n1,2\n"), "has no column n_layers"),
+     lambda sb: _grid_csv(sb, "a,b\n1,2\n"), "no column 'n_layers'"),
     ("modularity-work-is-file", "modularity_grid", ["table", "--work", "{sb}/afile"], None, "is a file, not a folder"),
     ("modularity-out-is-file", "modularity_grid", ["table", "--work", "{sb}/work", "--out", "{sb}/afile"], None,
      "is a file, not a folder"),
     ("divergence-folder-is-file", "divergence_scan", ["{sb}/afile"], None, "is a file, not a folder"),
     ("divergence-csv-is-folder", "divergence_scan", ["{sb}", "--csv", "{sb}"], None, "is a folder"),
     ("divergence-nothing-to-scan", "divergence_scan", ["{sb}/nothing"], None, "no folder to scan"),
+    # issue #45, unclear: the reason that holds, not another
+    ("modularity-grid-spaced-column", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
+                                                          "--out", "{sb}/out"],
+     lambda sb: _grid_csv(sb, "n_layers, d_model\n1,2\n"), "the column ' d_model' has a space around its name"),
+    ("check-claims-folder", "check_claims", ["--claims", "{sb}"], None, "is a folder, not a file"),
+    ("mirror-pairs-model-is-file", "mirror_pairs", ["--model", "{sb}/afile"], None, "is a file, not a folder"),
 ]
 
 

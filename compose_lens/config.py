@@ -562,6 +562,9 @@ class ModelConfig(_JsonConfig):
                f"residual={self.residual!r}: use additive (the study) or disentangled (one block per layer)")
         _check(0.0 <= self.embedding_overlap < 1.0,
                f"embedding_overlap={self.embedding_overlap}: the cosine between tokens must be in [0, 1)")
+        _check(self.embedding_basis == "onehot" or self.embeddings == "orthogonal",  # it was recorded, unused
+               f"embedding_basis={self.embedding_basis} chooses the directions of frozen embeddings: it needs "
+               f"embeddings=orthogonal (with embeddings={self.embeddings} it would change nothing); drop it")
         _check(self.embedding_overlap == 0.0 or self.embeddings == "orthogonal",
                f"embedding_overlap={self.embedding_overlap} sets frozen embeddings: it needs "
                f"embeddings=orthogonal (learned embeddings choose their own overlap)")
@@ -699,6 +702,19 @@ class RunConfig(_JsonConfig):
 
     def __post_init__(self) -> None:
         self.model.check_task(self.task)
+        self._check_compile()
+
+    def _check_compile(self) -> None:
+        """compile=on compiles the table or last-position forward; a run that trains on the TransformerLens
+        forward is never compiled, so the setting would be recorded and do nothing (issue #45)."""
+        if self.train.compile != "on" or self.train.fast_path == "on":
+            return
+        from compose_lens.capabilities import answer_forward  # lazy: capabilities reads this module
+
+        _check(answer_forward(self.model, self.train.fast_path) != "transformerlens",
+               f"compile=on with fast_path={self.train.fast_path}: this run trains on the TransformerLens forward, "
+               f"which is never compiled; drop compile=on" + (" or use fast_path=auto"
+                                                             if self.train.fast_path == "off" else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task.to_dict(), "model": self.model.to_dict(), "train": self.train.to_dict()}

@@ -57,7 +57,9 @@ def world(tmp_path_factory) -> Path:
                "lr_string": {"train": {"lr": "0.1"}}, "mlp_scalar": {"model": {"mlp_blocks": 1}},
                "bogus_section": {"bogus": {}}, "bogus_key": {"task": {"bogus": 1}},
                "tpu": {"train": {"device": "tpu"}}, "steps_bool": {"train": {"steps": True}},
-               "vars_list": {"task": {"n_vars": [6]}}, "forbidden_str": {"task": {"left_forbidden": "k"}}}
+               "vars_list": {"task": {"n_vars": [6]}}, "forbidden_str": {"task": {"left_forbidden": "k"}},
+               "basis_learned": {**json.loads(TINY.to_json()), "model": {**TINY.model.to_dict(),
+                                                                         "embedding_basis": "random"}}}
     for name, data in configs.items():
         (w / f"{name}.json").write_text(json.dumps(data))
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
@@ -439,6 +441,20 @@ WRONG_REASON = {
 }
 WRONG_REASON_CASES = [(name, command, setup) for name, (command, setup, _) in WRONG_REASON.items()]
 
+# issue #45, silent wrong: a setting that acts only under another setting's value was recorded and did nothing
+NO_EFFECT = {
+    "train-set-embedding-basis-learned": (f"{TRAIN} --set embedding_basis=random", "it needs embeddings=orthogonal"),
+    "train-config-embedding-basis-learned": ("train --config {w}/basis_learned.json --out {out} --quiet",
+                                             "embedding_basis=random chooses the directions of frozen embeddings"),
+    "sweep-param-embedding-basis-learned": (f"{SWEEP} --param embedding_basis --values random onehot",
+                                            "it needs embeddings=orthogonal"),
+    "train-set-compile-fast-path-off": (f"{TRAIN} --set compile=on --set fast_path=off",
+                                        "compile=on with fast_path=off"),
+    "train-set-compile-transformerlens-forward": (f"{TRAIN} --set compile=on --set normalization_type=LN "
+                                                  "--set n_layers=3", "which is never compiled"),
+}
+NO_EFFECT_CASES = [(name, command, None) for name, (command, _) in NO_EFFECT.items()]
+
 # (id, command line, setup): {w} is the shared world, {sb} the sandbox, {out} = {sb}/out
 CASES = [
     # train: --set values of the wrong type or range
@@ -788,6 +804,8 @@ CASES = [
     ("sweep-ray-address-words", f"{SWEEP} --param f --values 0.8 --backend ray --address nowhere", None),
     # issue #45, unclear: each refusal names the reason that holds for the input given
     *WRONG_REASON_CASES,
+    # issue #45, silent wrong: a setting that would do nothing in the variant asked for is refused
+    *NO_EFFECT_CASES,
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -841,6 +859,7 @@ SAYS = {
     "patch-overflow-logits": "logits are NaN or infinite",
     "fourier-overflow-logits": "logits are NaN or infinite",
     **{name: says for name, (_, _, says) in WRONG_REASON.items()},
+    **{name: says for name, (_, says) in NO_EFFECT.items()},
 }
 
 
@@ -875,6 +894,7 @@ ISSUE_45_CLASSES = {
         r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-|steps-and|tracking)", n) is not None,
     "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
     "unclear: a refusal naming another reason than the one that holds": lambda n, c, s: n in WRONG_REASON,
+    "silent wrong: a setting with no effect in the variant asked for": lambda n, c, s: n in NO_EFFECT,
 }
 
 

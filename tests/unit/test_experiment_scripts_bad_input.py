@@ -120,3 +120,14 @@ def test_divergence_scan_reads_past_a_loss_that_is_not_a_number(tmp_path, capsys
     (tmp_path / "runs" / "odd" / "metrics.jsonl").mkdir(parents=True)
     script("divergence_scan").main([str(tmp_path / "runs")])
     assert "1 runs, 0 ever read diverged" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--seeds", "--sweeps", "--replicates"])
+def test_threshold_interval_coverage_refuses_nothing_to_simulate(option):
+    """--seeds 0 (no rows: KeyError) and --sweeps 0 (a division by zero) were tracebacks (issue #45)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "threshold_interval_coverage.py"), option, "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == f"error: {option} 0: give at least 1\n", done.stderr

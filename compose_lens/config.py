@@ -284,6 +284,8 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
+        _check(self.variables_in_training or self.r == 1.0,  # it was recorded and kept no row (issue #45)
+               f"r={self.r} keeps 2-var training rows, but variables_in_training=false trains none: drop r")
         _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")

@@ -448,6 +448,8 @@ NO_EFFECT = {
                                              "embedding_basis=random chooses the directions of frozen embeddings"),
     "sweep-param-embedding-basis-learned": (f"{SWEEP} --param embedding_basis --values random onehot",
                                             "it needs embeddings=orthogonal"),
+    "train-set-r-without-variables": (f"{TRAIN} --set r=0.5 --set variables_in_training=false",
+                                      "variables_in_training=false trains none"),
     "train-set-compile-fast-path-off": (f"{TRAIN} --set compile=on --set fast_path=off",
                                         "compile=on with fast_path=off"),
     "train-set-compile-transformerlens-forward": (f"{TRAIN} --set compile=on --set normalization_type=LN "

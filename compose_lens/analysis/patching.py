@@ -70,6 +70,7 @@ activation at that row's position (:func:`hook_batched_logit_diffs`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pandas as pd
@@ -685,6 +686,22 @@ def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, b
     return table if metric_name == metrics.DEFAULT else table.rename(columns=metrics.column_names(metric_name))
 
 
+FEW_DIFFERING = 0.05  # below this share of pairs that the model tells apart, the normalisation is said to rest on them
+
+
+def warn_if_few_pairs_differ(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: str) -> int:
+    """How many pairs the model tells apart (clean and corrupted metric differ); a warning, one line,
+    where that is 1 or under 5 % of them: the normalised values then rest on those pairs (issue #45:
+    ``--metric accuracy`` of a barely trained model, normalised on 1 pair of 20 without a word)."""
+    differing = int(((clean - corrupted).abs() > 1e-6).sum())
+    if differing <= 1 or differing < FEW_DIFFERING * len(clean):
+        logging.getLogger(__name__).warning(
+            f"only {differing} of {len(clean)} prompt pairs have a different clean and corrupted {metric_name}: the "
+            f"normalised values rest on {'that pair' if differing == 1 else 'those pairs'}; use more pairs "
+            f"(--n-pairs) or another --metric")
+    return differing
+
+
 def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
                    n_boot: int = 1000, by: str = "role", pairs=None,
@@ -718,6 +735,7 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
         what = "logit difference" if metric_name == metrics.DEFAULT else metric_name
         raise ComposeLensError(f"clean and corrupted prompts have the same mean {what}: "
                                "the model does not tell them apart, so nothing can be normalised")
+    warn_if_few_pairs_differ(clean, corrupted, metric_name)
     if by == "position":
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
         table = pd.DataFrame({

@@ -1234,3 +1234,34 @@ def test_a_full_disk_in_a_sweep_fails_the_point_not_the_sweep(world, tmp_path, m
         in lines[0] and "error.json could not be written" in lines[0], err
     assert "1 of 1 points failed" in lines[-1] and "?:" not in err, err
     assert read_csv(out / "results.csv")[0]["status"] == "failed"
+
+
+def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, capsys, caplog):
+    """--metric accuracy on the 20-step model: the model answers the clean and the corrupted prompt
+    alike on all but one pair of 20, so the normalised table rests on that pair. It was written
+    without a word (issue #45); now one warning line names the count. A metric that differs on
+    every pair gets none."""
+    import logging
+
+    from compose_lens import runs
+    from compose_lens.analysis.patching import baseline_logit_diffs, make_prompt_pairs
+
+    subject = runs.load_subject(world / "run")
+
+    def differing(seed: int, metric: str) -> int:
+        pairs = make_prompt_pairs(subject.split, 20, "value", seed)
+        clean, corrupted = baseline_logit_diffs(subject.model, pairs, subject.config.model, metric=metric)
+        return int(((clean - corrupted).abs() > 1e-6).sum())
+
+    seed = next(s for s in range(200) if differing(s, "accuracy") == 1)
+    for metric, out, says in (("accuracy", "one", "only 1 of 20 prompt pairs have a different clean and corrupted "
+                                                   "accuracy"), ("logit_diff", "all", None)):
+        if says is None:
+            assert differing(seed, metric) == 20
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="compose_lens.analysis.patching"):
+            status = main(["patch", str(world / "run"), "--metric", metric, "--n-pairs", "20", "--seed", str(seed),
+                           "--out", str(tmp_path / out), "--quiet"])
+        assert status == 0, capsys.readouterr().err
+        warned = [r.getMessage() for r in caplog.records if r.name == "compose_lens.analysis.patching"]
+        assert (warned == []) if says is None else (len(warned) == 1 and says in warned[0]), warned

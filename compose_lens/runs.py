@@ -269,8 +269,8 @@ def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
     what a replace or a restart (the ``mode`` of :func:`plan_directory`) starts without."""
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
-    busy = (f"{d}: another compose-lens process is training this run now; wait for it to end "
-            f"(or stop it), or use another --out")
+    busy = (f"{d}: another compose-lens process is using this run now (training it or writing its report); "
+            f"wait for it to end (or stop it), or use another --out")
     try:
         lock = safety.lock_directory(d, "train", busy)
     except BaseException:

@@ -1265,3 +1265,40 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
         assert status == 0, capsys.readouterr().err
         warned = [r.getMessage() for r in caplog.records if r.name == "compose_lens.analysis.patching"]
         assert (warned == []) if says is None else (len(warned) == 1 and says in warned[0]), warned
+
+
+def _run_copy_in(tmp_path: Path, world: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(world / "run", run)
+    return run
+
+
+def test_report_in_a_run_is_locked(world, tmp_path, capsys):
+    """report RUN writes figures/, results/ and report.html into the run. While another command holds
+    the run (a report writing it, or train), a second report is refused in one line and the run is
+    unchanged (issue #45: two reports at once both wrote, exit 0)."""
+    run = _run_copy_in(tmp_path, world)
+    before = tree_hash(tmp_path)
+    with DirectoryLock(run, "report", "held by this test"):
+        status, err = run_case(["report", str(run), "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "another compose-lens command is using this run now" in err, err
+    assert tree_hash(tmp_path) == before
+
+
+def test_report_in_a_run_is_staged(world, tmp_path, monkeypatch, capsys):
+    """A full disk as the page is written leaves the run exactly as it was (issue #45: figures/ and
+    results/ were left behind)."""
+    import errno
+
+    import compose_lens.report as report
+
+    run = _run_copy_in(tmp_path, world)
+    before = tree_hash(tmp_path)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_text_atomic", full)
+    status, err = run_case(["report", str(run), "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "the disk is full" in err, err
+    assert tree_hash(tmp_path) == before, sorted(p.name for p in run.iterdir())

@@ -704,19 +704,6 @@ class RunConfig(_JsonConfig):
 
     def __post_init__(self) -> None:
         self.model.check_task(self.task)
-        self._check_compile()
-
-    def _check_compile(self) -> None:
-        """compile=on compiles the table or last-position forward; a run that trains on the TransformerLens
-        forward is never compiled, so the setting would be recorded and do nothing (issue #45)."""
-        if self.train.compile != "on" or self.train.fast_path == "on":
-            return
-        from compose_lens.capabilities import answer_forward  # lazy: capabilities reads this module
-
-        _check(answer_forward(self.model, self.train.fast_path) != "transformerlens",
-               f"compile=on with fast_path={self.train.fast_path}: this run trains on the TransformerLens forward, "
-               f"which is never compiled; drop compile=on" + (" or use fast_path=auto"
-                                                             if self.train.fast_path == "off" else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task.to_dict(), "model": self.model.to_dict(), "train": self.train.to_dict()}

@@ -104,7 +104,7 @@ from compose_lens.files import remove_stale_temps
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
 from compose_lens.safety import check_training_memory
-from compose_lens.train import Trainer
+from compose_lens.train import Trainer, check_compile
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
 # what a sweep writes at the top of its --out (each through a temporary, see compose_lens.files)
@@ -235,6 +235,7 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
         try:
             configs[point] = point.config(base)
             check_training_memory(configs[point])
+            check_compile(configs[point])
         except ComposeLensError as exc:
             raise ComposeLensError(f"point {point.name}: {exc}") from None
     return configs

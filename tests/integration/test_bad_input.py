@@ -1302,3 +1302,50 @@ def test_report_in_a_run_is_staged(world, tmp_path, monkeypatch, capsys):
     status, err = run_case(["report", str(run), "--quiet"], capsys)
     assert status == 2 and err.count("\n") == 1 and "the disk is full" in err, err
     assert tree_hash(tmp_path) == before, sorted(p.name for p in run.iterdir())
+
+
+@pytest.fixture(scope="module")
+def three_layers(tmp_path_factory):
+    """The tiny run with three layers: its one MLP sits in blocks.2 (mlp_blocks unset: the last block)."""
+    config = TINY.with_overrides(["n_layers=3"])
+    assert config.model.mlp_blocks == (2,)
+    run = tmp_path_factory.mktemp("three") / "run"
+    Trainer(config, run, progress=False).run()
+    from compose_lens import runs
+
+    return runs.load_subject(run)
+
+
+def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):
+    """The best Fourier neuron and the cosine histograms read the MLP the Fourier analyses read
+    (blocks.2 here), not blocks.1 (issue #45: the report skipped the Fourier section with
+    "blocks.1 has no MLP", and the cosines read the zero MLP of blocks.1 without a word)."""
+    from compose_lens.analysis import figure_data, fourier
+
+    model, config, split = three_layers.model, three_layers.config, three_layers.split
+    chosen = figure_data.fourier_neuron(model, config, split, frequency=1)
+    assert figure_data.mlp_block(model, config, split) == 2
+    grid = fourier.operand_grid(model, config, split, "constant", layer=2)
+    assert chosen.block == 2 and torch.equal(torch.as_tensor(chosen.pattern), grid.mlp_post[:, :, chosen.neuron])
+    located = figure_data.cosine_groups(model, config, split, n=64)
+    for name, values in figure_data.cosine_groups(model, config, split, n=64, block=2).items():
+        assert (located[name] == values).all()
+    assert not all((located[n] == v).all() for n, v in figure_data.cosine_groups(model, config, split, n=64,
+                                                                                 block=1).items())
+
+
+def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
+    """A model where no adder or router is located runs no same-MLP test: its section says so in
+    one sentence beside the verdict (issue #45: the section was skipped on KeyError 'interchange')."""
+    from types import SimpleNamespace
+
+    from compose_lens import registry
+    from compose_lens.analysis import same_mlp
+    from compose_lens.report.page import Report
+
+    model, config, split = three_layers.model, three_layers.config, three_layers.split
+    report = same_mlp.same_mlp_report(model, config, split, n=64)
+    assert report["tables"] == {} and report["verdict_reason"].startswith("none located")
+    inp = SimpleNamespace(model=model, config=config, split=split, report=Report(None))
+    html = registry.SAME_MLP.section(inp, registry.Result(documents={"same_mlp": report}), {"n": 64})
+    assert "No test ran, so there is no figure of them: none located" in html and "Verdict:</b> inconclusive" in html

@@ -118,6 +118,15 @@ def check_types(config: Any) -> None:
             wanted = _KINDS.get(str(f.type), str(f.type))
             if isinstance(value, float) and str(f.type).startswith("float"):
                 raise ConfigError(f"{f.name}={shown}: must be {wanted} (not NaN or infinite)")
+            item_kind = str(f.type).removesuffix(" | None").removeprefix("tuple[").removesuffix(", ...]")
+            if isinstance(value, (list, tuple)) and str(f.type).startswith("tuple["):  # a list: say which item
+                bad = next(v for v in value if not _fits(item_kind, v))  # (it said "not a list" of a list)
+                item = json.dumps(bad) if _json_able(bad) else repr(bad)
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {_type_word(bad)}")
+            if isinstance(value, str) and value.lstrip().startswith("[") and str(f.type).startswith("tuple["):
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
+                                  f"e.g. {f.name}={json.dumps(['k', 'l'] if item_kind == 'str' else [1])}"
+                                  f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
             raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
 
 
@@ -254,9 +263,7 @@ class TaskConfig(_JsonConfig):
                and 2 <= self.max_assignments <= context // 2,
                f"max_assignments={self.max_assignments}: must be between 2 and {context // 2} "
                f"(the {context}-token context holds at most {context // 2} 'VAR VALUE' pairs)")
-        _check(self.max_assignments <= self.n_vars,
-               f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
-               f"each variable is assigned at most once")
+        _check(self.max_assignments <= self.n_vars, self._too_many_assignments())
         names = self.variable_names
         if self.left_forbidden is None:
             object.__setattr__(self, "left_forbidden", names[-2:])
@@ -279,6 +286,8 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
+        _check(self.variables_in_training or self.r == 1.0,  # it was recorded and kept no row (issue #45)
+               f"r={self.r} keeps 2-var training rows, but variables_in_training=false trains none: drop r")
         _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
                f"f={self.f} with modulus={self.modulus} leaves no training pair; raise f")
@@ -287,6 +296,17 @@ class TaskConfig(_JsonConfig):
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
         self._check_variants()
         self._check_operation()
+
+    def _too_many_assignments(self) -> str:
+        """Why max_assignments may not exceed n_vars, in the words of the task asked for: with
+        reassignment on a variable may be assigned twice, but a context that reassigns nothing still
+        assigns up to max_assignments distinct variables (issue #45: the study's reason was given)."""
+        head = f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
+        if self.reassign_rate > 0:
+            return (head + f"with reassign_rate={self.reassign_rate} a context that reassigns nothing still assigns "
+                           f"up to {self.max_assignments} distinct variables; use max_assignments <= {self.n_vars} "
+                           f"or raise n_vars")
+        return head + f"each variable is assigned at most once; use max_assignments <= {self.n_vars} or raise n_vars"
 
     def _check_operation(self) -> None:
         _check(self.operation in OPERATIONS,
@@ -546,6 +566,9 @@ class ModelConfig(_JsonConfig):
                f"residual={self.residual!r}: use additive (the study) or disentangled (one block per layer)")
         _check(0.0 <= self.embedding_overlap < 1.0,
                f"embedding_overlap={self.embedding_overlap}: the cosine between tokens must be in [0, 1)")
+        _check(self.embedding_basis == "onehot" or self.embeddings == "orthogonal",  # it was recorded, unused
+               f"embedding_basis={self.embedding_basis} chooses the directions of frozen embeddings: it needs "
+               f"embeddings=orthogonal (with embeddings={self.embeddings} it would change nothing); drop it")
         _check(self.embedding_overlap == 0.0 or self.embeddings == "orthogonal",
                f"embedding_overlap={self.embedding_overlap} sets frozen embeddings: it needs "
                f"embeddings=orthogonal (learned embeddings choose their own overlap)")

@@ -55,6 +55,7 @@ import torch
 from compose_lens.config import OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
+from compose_lens.files import not_there
 
 QUERY_FORMS = ("prefix", "infix")
 OUTPUTS = ("numbers", "vocab")
@@ -245,8 +246,8 @@ class TaskDeclaration:
     def load(cls, path: str | Path) -> "TaskDeclaration":
         """A declaration from a JSON or TOML file (``--task FILE``)."""
         path = Path(path)
-        if not path.is_file():
-            raise DeclarationError(f"{path}: no such task file; give a JSON or TOML task declaration")
+        if not_there(path):
+            raise DeclarationError(f"{path}: {not_there(path)}; give a JSON or TOML task declaration")
         text = path.read_text()
         try:
             data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)

@@ -33,6 +33,43 @@ from typing import Any
 from compose_lens.errors import ComposeLensError
 
 
+def not_there(path: str | Path, folder: bool = False) -> str | None:
+    """Why ``path`` is not the file (or, ``folder=True``, the folder) a command wants, in a few words,
+    or None where it is: "no such file", "is a folder, not a file", "is a file, not a folder" (issue
+    #45: a folder given as a file was called missing).
+
+    >>> not_there("/"), not_there("/", folder=True), not_there("/nowhere/x")
+    ('is a folder, not a file', None, 'no such file')
+    """
+    path = Path(path)
+    if not path.exists():
+        return f"no such {'folder' if folder else 'file'}"
+    if folder and not path.is_dir():
+        return "is a file, not a folder"
+    if not folder and path.is_dir():
+        return "is a folder, not a file"
+    return None
+
+
+def missing_columns(found: Any, needed: Any) -> str | None:
+    """What a table's header lacks of the columns ``needed``, in a few words, or None: a name
+    with a space around it is said as such, since the space cannot be seen (issue #45).
+
+    >>> missing_columns(["step", " loss"], ["step", "loss"])
+    "the column ' loss' has a space around its name; name it 'loss'"
+    >>> missing_columns(["step"], ["step", "loss"])
+    "no column 'loss'"
+    """
+    found = [str(c) for c in found]
+    missing = [c for c in needed if c not in found]
+    spaced = next((c for c in found if c != c.strip() and c.strip() in missing), None)
+    if spaced is not None:
+        return f"the column {spaced!r} has a space around its name; name it {spaced.strip()!r}"
+    if missing:
+        return f"no column {', '.join(repr(c) for c in missing)}"
+    return None
+
+
 def load_json(path: str | Path) -> Any:
     """Read a JSON file, turning a missing or malformed file into one clear line."""
     path = Path(path)

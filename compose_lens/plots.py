@@ -651,7 +651,8 @@ def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     """A neuron's activation over the p x p operand grid beside its ideal pattern
     (:func:`compose_lens.analysis.figure_data.fourier_neuron`)."""
     k = chosen.frequency
-    titles = (f"MLP2 neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its variance at k = {k}",
+    titles = (f"MLP{chosen.block + 1} neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its "
+              f"variance at k = {k}",
               f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
     fig, axes = subplots(1, 2, figsize=(11, 4.8))
     for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):

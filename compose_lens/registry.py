@@ -433,11 +433,14 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
             f"same_mlp.json; {settings['n']} prompts per set)</p>"
             + html_table(table[columns].values.tolist(), columns)
-            + inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
-                                "Operand interchange per condition (black tick: what the interchange would "
-                                "give if constants and variables did not share the MLP's representation; "
-                                "dotted: chance), constant against variable damage profiles, and the probe "
-                                "and subspace transfer, with the controls. Bars: 95 % intervals.")
+            + (inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
+                                 "Operand interchange per condition (black tick: what the interchange would "
+                                 "give if constants and variables did not share the MLP's representation; "
+                                 "dotted: chance), constant against variable damage profiles, and the probe "
+                                 "and subspace transfer, with the controls. Bars: 95 % intervals.")
+               if report["tables"] else  # no role located: no test ran (issue #45: KeyError 'interchange')
+               f'<p class="missing">No test ran, so there is no figure of them: '
+               f'{html.escape(str(report["verdict_reason"]))}.</p>')
             + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
                                 "Correlational only: cosine similarity of the MLP2 input, constant "
                                 "against variable operand, one panel per side of the variable; dashed: "

@@ -70,7 +70,8 @@ from compose_lens import capabilities, safety
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.config import RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import atomic_path, load_json, remove_stale_temps, temp_beside, temp_of, write_json_atomic
+from compose_lens.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
+                                write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
@@ -271,8 +272,8 @@ def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
     what a replace or a restart (the ``mode`` of :func:`plan_directory`) starts without."""
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
-    busy = (f"{d}: another compose-lens process is training this run now; wait for it to end "
-            f"(or stop it), or use another --out")
+    busy = (f"{d}: another compose-lens process is using this run now (training it or writing its report); "
+            f"wait for it to end (or stop it), or use another --out")
     try:
         lock = safety.lock_directory(d, "train", busy)
     except BaseException:
@@ -906,8 +907,10 @@ def read_dynamics_table(path: Path) -> pd.DataFrame:
         table = pd.read_csv(path)
     except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # EmptyDataError too
         raise ComposeLensError(damaged.format(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)) from None
-    steps = pd.to_numeric(table["step"], errors="coerce") if "step" in table else None
-    if steps is None or steps.isna().any() or not (steps == steps.round()).all():
+    if "step" not in table:
+        raise ComposeLensError(damaged.format(f"{missing_columns(table.columns, ['step'])}, so no step numbers"))
+    steps = pd.to_numeric(table["step"], errors="coerce")
+    if steps.isna().any() or not (steps == steps.round()).all():
         raise ComposeLensError(damaged.format("no whole-number 'step' column"))
     return table
 

@@ -330,6 +330,17 @@ def lock_file(path: Path, busy: str) -> FileLock:
     return FileLock(path, busy)
 
 
+def lock_run(run_dir: Path, command: str) -> contextlib.AbstractContextManager:
+    """The lock of a command that writes into a run folder (``report RUN``): the run's marker, the lock
+    ``train`` holds while it trains, so neither runs beside the other or beside a second such command
+    (issue #45: two reports at once both wrote). A folder without a marker (the study's ``step_N.pth``)
+    is not given one; its writes are still staged, and their stage is locked."""
+    if not (Path(run_dir) / MARKER).is_file():
+        return contextlib.nullcontext()
+    return DirectoryLock(run_dir, command, f"{run_dir}: another compose-lens command is using this run now "
+                                          f"(training it or writing its report); wait for it to end")
+
+
 # -- outputs ---------------------------------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ from compose_lens.files import remove_stale_temps
 from compose_lens.plots import save, sweep_figure
 from compose_lens.provenance import provenance
 from compose_lens.safety import check_training_memory
-from compose_lens.train import Trainer
+from compose_lens.train import Trainer, check_compile
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
 # what a sweep writes at the top of its --out (each through a temporary, see compose_lens.files)
@@ -179,7 +179,17 @@ def parse_values(raw: Iterable[str]) -> list[Any]:
             if num > MAX_POINTS:  # refused before a list of them is made (1e8 values took minutes and GBs)
                 raise ComposeLensError(f"--values {item!r}: {num:,} values; a sweep trains one run per value "
                                        f"and seed, at most {MAX_POINTS:,} in all: ask for fewer")
-            out += [round(start + (stop - start) * i / (num - 1), 6) for i in range(num)]
+            if start == stop:
+                raise ComposeLensError(f"--values {item!r}: a range from {parts[0]} to {parts[1]} holds one value; "
+                                       f"give two different ends, or the value alone")
+            if not math.isfinite(stop - start):  # each end finite, the span not: its values would be inf and NaN
+                raise ComposeLensError(f"--values {item!r}: the span from {parts[0]} to {parts[1]} is too wide "
+                                       f"for a number; give nearer ends")
+            spaced = [round(start + (stop - start) * i / (num - 1), 6) for i in range(num)]
+            if len(set(spaced)) < num:  # the 6 decimals a point's name keeps cannot tell them apart
+                raise ComposeLensError(f"--values {item!r}: {num} values between {parts[0]} and {parts[1]} are "
+                                       f"closer than the 6 decimals a sweep keeps; give fewer values or wider ends")
+            out += spaced
             continue
         try:
             out.append(json.loads(item))
@@ -192,8 +202,10 @@ def parse_values(raw: Iterable[str]) -> list[Any]:
         raise ComposeLensError(f"--values {json.dumps(listed)}: a sweep's values are numbers or words, not "
                                f"{'lists' if isinstance(listed, list) else 'objects'}; train each setting "
                                f"with `compose-lens train --set KEY={json.dumps(listed)}` instead")
-    if len({json.dumps(v) for v in out}) != len(out):
-        raise ComposeLensError(f"--values {list(raw)}: a value is repeated")
+    shown = [json.dumps(v) for v in out]
+    twice = next((v for v in shown if shown.count(v) > 1), None)
+    if twice is not None:
+        raise ComposeLensError(f"--values: the value {twice} is given twice; give each value once")
     return out
 
 
@@ -223,6 +235,7 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
         try:
             configs[point] = point.config(base)
             check_training_memory(configs[point])
+            check_compile(configs[point])
         except ComposeLensError as exc:
             raise ComposeLensError(f"point {point.name}: {exc}") from None
     return configs

@@ -72,6 +72,18 @@ def use_compile(config: RunConfig) -> bool:
     return mode == "on" or (mode == "auto" and config.train.steps >= COMPILE_MIN_STEPS)
 
 
+def check_compile(config: RunConfig) -> None:
+    """Refuse compile=on where nothing would be compiled: a run on the TransformerLens forward
+    (``fast_path=off``, or a model only TransformerLens runs) would record the setting and ignore it
+    (issue #45)."""
+    t = config.train
+    if t.compile == "on" and t.fast_path != "on" and capabilities.answer_forward(config.model, t.fast_path) \
+            == "transformerlens":
+        raise ComposeLensError(f"compile=on with fast_path={t.fast_path}: this run trains on the TransformerLens "
+                               f"forward, which is never compiled; drop compile=on"
+                               + (" or use fast_path=auto" if t.fast_path == "off" else ""))
+
+
 def autocast_context(config: RunConfig):
     device_type = "cuda" if config.train.device.startswith("cuda") else "cpu"
     precision = config.train.precision
@@ -136,6 +148,7 @@ class Trainer:
             make_deterministic()
         tracking.check_available(t.log_to)  # a missing tracker package: one line, nothing touched
         self.fast = use_fast_path(config)
+        check_compile(config)
         self.mode = runs.plan_directory(self.run_dir, config, resume, overwrite)
         if self.resuming:
             runs.check_resume_split(self.run_dir, config, split)

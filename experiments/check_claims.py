@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from compose_lens import stats  # noqa: E402
+from compose_lens.files import not_there  # noqa: E402
 from compose_lens.phases import measure_phases  # noqa: E402
 
 CLAIMS = ROOT / "docs" / "claims.toml"
@@ -197,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--claims", type=Path, default=CLAIMS)
     a = p.parse_args(argv)
-    if not a.claims.is_file():
-        print(f"error: --claims {a.claims}: no such file; give a claims table such as docs/claims.toml", file=sys.stderr)
+    if not_there(a.claims):
+        print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims.toml",
+              file=sys.stderr)
         return 2
     wrong = 0
     for claim in load(a.claims):

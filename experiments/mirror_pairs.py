@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 from compose_lens import stats  # noqa: E402
 from compose_lens.config import RunConfig  # noqa: E402
 from compose_lens.data.split import Split  # noqa: E402
+from compose_lens.files import not_there  # noqa: E402
 
 SWEEP = ROOT / "experiments" / "results" / "sweeps" / "f"
 
@@ -92,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the table / JSON here (default: mirror_pairs.csv in --sweep)")
     a = p.parse_args(argv)
     if a.model is not None:
-        if not a.model.is_dir():
-            print(f"error: --model {a.model}: no such run directory", file=sys.stderr)
+        if not_there(a.model, folder=True):
+            print(f"error: --model {a.model}: {not_there(a.model, folder=True)}; give a run directory", file=sys.stderr)
             return 2
         found = per_pair(a.model)
         for name in ("mirror_trained", "mirror_not_trained"):

@@ -55,7 +55,7 @@ from compose_lens import outcome, runs  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
 from compose_lens.config import RunConfig  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
-from compose_lens.files import load_json  # noqa: E402
+from compose_lens.files import load_json, missing_columns  # noqa: E402
 from compose_lens.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"
@@ -138,10 +138,9 @@ def read_grid(path: Path) -> pd.DataFrame:
         frame = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError) as e:
         raise ComposeLensError(f"{path}: not readable as a table ({str(e).splitlines()[0] if str(e) else e})") from None
-    missing = [c for c in (*KEY, "outcome", "budget", "zero_var_heldout", "two_var_union") if c not in frame]
+    missing = missing_columns(frame.columns, (*KEY, "outcome", "budget", "zero_var_heldout", "two_var_union"))
     if missing:
-        raise ComposeLensError(f"{path}: has no column {', '.join(missing)}; this is not the grid's table: "
-                               f"move it away or give another --out")
+        raise ComposeLensError(f"{path}: {missing}; this is not the grid's table: move it away or give another --out")
     return frame
 
 

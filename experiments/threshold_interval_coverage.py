@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 import numpy as np
 
@@ -25,6 +26,10 @@ parser.add_argument("--shift", type=float, default=0.0, help="sd of each seed's 
 parser.add_argument("--sweeps", type=int, default=40)
 parser.add_argument("--replicates", type=int, default=100)
 args = parser.parse_args()
+for name in ("seeds", "sweeps", "replicates"):  # none of them: nothing to fit, or a division by zero (issue #45)
+    if getattr(args, name) < 1:
+        print(f"error: --{name} {getattr(args, name)}: give at least 1", file=sys.stderr)
+        raise SystemExit(2)
 
 values = np.round(np.arange(0.10, 0.70, 0.05), 3)
 true = 0.3 + 0.03 * math.log((0.5 - 0.05) / (0.95 - 0.5))

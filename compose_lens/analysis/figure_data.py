@@ -32,11 +32,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens.analysis import fourier
+from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.probes import PAPER_HEADS, Heads, positional_qk_scores, variable_identity_matrix
-from compose_lens.analysis.same_mlp import MLP_IN, matched_prompts
+from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
 from compose_lens.config import RunConfig
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import to_text
@@ -109,17 +110,31 @@ class FourierNeuron:
     pattern: np.ndarray
     ideal: np.ndarray
     keys: list[int]
+    block: int = 1  # the block whose MLP holds the neuron (blocks.1: the paper's MLP2)
+
+
+def mlp_block(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> int:
+    """The block whose MLP the figures read: the Fourier analyses' MLP
+    (:func:`compose_lens.analysis.locate.fourier_subject`: the model's only MLP, or the located adder
+    wherever it sits), blocks.1 for the paper architecture. A model without an MLP is refused, in words
+    (issue #45: the figures read blocks.1 of a 3-layer model whose MLP is in blocks.2)."""
+    subject = locate.fourier_subject(model, config, split, seed, score_single=False)
+    if subject.layer is None:
+        raise ComposeLensError(f"this figure reads an MLP, and the model has {subject.note}")
+    return subject.layer
 
 
 def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: int | None = None,
-                   seed: int = 0) -> FourierNeuron:
+                   seed: int = 0, block: int | None = None) -> FourierNeuron:
     """:func:`fourier.best_neurons`'s neuron for ``frequency`` (default: the key frequency whose best
-    neuron it explains most), over all (x, y) of constant-operand sequences.
+    neuron it explains most), over all (x, y) of constant-operand sequences, in the MLP of ``block``
+    (default: :func:`mlp_block`).
 
     The ideal is :func:`fourier.ideal_neuron`: the nonlinearity applied to the
     frequency-k part of the neuron's own pre-activation.
     """
-    grid = fourier.operand_grid(model, config, split, "constant", seed)
+    block = mlp_block(model, config, split, seed) if block is None else block
+    grid = fourier.operand_grid(model, config, split, "constant", seed, layer=block)
     keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
     if not keys:
         raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
@@ -129,7 +144,8 @@ def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: 
     return FourierNeuron(neuron=neuron, frequency=k, fraction_explained=float(row["fraction_explained"]),
                          correlation=float(row["ideal_neuron_correlation"]),
                          pattern=grid.mlp_post[:, :, neuron].numpy(),
-                         ideal=fourier.ideal_neuron(grid.mlp_pre[:, :, neuron], k).numpy(), keys=list(keys))
+                         ideal=fourier.ideal_neuron(grid.mlp_pre[:, :, neuron], k).numpy(), keys=list(keys),
+                         block=block)
 
 
 def frequency_variance_shares(grid: fourier.AdditionGrid) -> np.ndarray:
@@ -156,20 +172,22 @@ def best_neuron_patterns(grid: fourier.AdditionGrid, best: pd.DataFrame) -> list
 # -- one MLP for constants and variables ---------------------------------------------------------
 
 
-def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 1000, seed: int = 0
-                  ) -> dict[str, np.ndarray]:
-    """Centred cosines of the MLP2 input at ``=``: constant vs variable prompt of the same (x, y)
-    (matched) against pairs with different answers (mismatched), for a left and a right variable.
+def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 1000, seed: int = 0,
+                  block: int | None = None) -> dict[str, np.ndarray]:
+    """Centred cosines of the MLP2 input at ``=`` (the input of ``block``'s MLP, default
+    :func:`mlp_block`): constant vs variable prompt of the same (x, y) (matched) against pairs with
+    different answers (mismatched), for a left and a right variable.
 
     The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
     MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
     """
+    hook = mlp_in(mlp_block(model, config, split, seed) if block is None else block)
     groups = {}
     g = torch.Generator().manual_seed(seed)
     for side in ("left", "right"):
         const, var, labels = matched_prompts(split, n, side, seed)
         with torch.no_grad():
-            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == MLP_IN)[1][MLP_IN][:, -1].float()
+            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == hook)[1][hook][:, -1].float()
                  for t in (const, var)]
         centre = torch.cat(h).mean(0)
         a, b = h[0] - centre, h[1] - centre

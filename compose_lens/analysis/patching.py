@@ -78,6 +78,7 @@ method of Wang et al. (2022) (:func:`path_patched_values`).
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from dataclasses import dataclass
 
@@ -700,6 +701,22 @@ def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, b
     return table if metric_name == metrics.DEFAULT else table.rename(columns=metrics.column_names(metric_name))
 
 
+FEW_DIFFERING = 0.05  # below this share of pairs that the model tells apart, the normalisation is said to rest on them
+
+
+def warn_if_few_pairs_differ(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: str) -> int:
+    """How many pairs the model tells apart (clean and corrupted metric differ); a warning, one line,
+    where that is 1 or under 5 % of them: the normalised values then rest on those pairs (issue #45:
+    ``--metric accuracy`` of a barely trained model, normalised on 1 pair of 20 without a word)."""
+    differing = int(((clean - corrupted).abs() > 1e-6).sum())
+    if differing <= 1 or differing < FEW_DIFFERING * len(clean):
+        logging.getLogger(__name__).warning(
+            f"only {differing} of {len(clean)} prompt pairs have a different clean and corrupted {metric_name}: the "
+            f"normalised values rest on {'that pair' if differing == 1 else 'those pairs'}; use more pairs "
+            f"(--n-pairs) or another --metric")
+    return differing
+
+
 def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
                    n_boot: int = 1000, by: str = "role", pairs=None,
@@ -738,6 +755,7 @@ def _sites_table(split: Split, sites: list[Site], patched: torch.Tensor, clean: 
     """The table of :func:`patching_table` (and :func:`head_patching_table`) from the patched values
     (S, N) of ``sites`` and the unpatched (clean, corrupted) values (N,), by role or position."""
     _check_separable(clean, corrupted, metric_name)
+    warn_if_few_pairs_differ(clean, corrupted, metric_name)
     if by == "position":
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
         table = pd.DataFrame({

@@ -152,7 +152,12 @@ from compose_lens.data.task import SequenceKind
 from compose_lens.model import fastpath, tl, weights
 from compose_lens.provenance import provenance
 
-MLP_IN = "blocks.1.mlp.hook_in"
+def mlp_in(block: int) -> str:
+    """The hook of the input of ``blocks.{block}``'s MLP."""
+    return f"blocks.{block}.mlp.hook_in"
+
+
+MLP_IN = mlp_in(1)  # the paper architecture's adder input
 ISOLATION = "token"
 ISOLATIONS = ("token", "ov2")
 ROUTER_ISOLATION = "router"  # another architecture's operand term: what the located router writes at =

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from compose_lens.config import PATCH_METRICS, RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json
+from compose_lens.files import load_json, not_there
 
 
 class Parser(argparse.ArgumentParser):
@@ -90,7 +90,10 @@ def task_from_args(args: argparse.Namespace) -> TaskConfig:
         return Split.load(args.split_file).task
     changes = {k: v for k, v in (("f", args.f), ("r", args.r), ("modulus", args.modulus),
                                   ("n_vars", args.n_vars), ("seed", args.task_seed)) if v is not None}
-    return task_with_sets(TaskConfig(**changes), getattr(args, "set", None))
+    sets = getattr(args, "set", None)
+    if sets:  # the flags and the --set values checked together, so a refusal names the values asked for
+        return task_with_sets(TaskConfig(), [f"task.{k}={json.dumps(v)}" for k, v in changes.items()] + sets)
+    return TaskConfig(**changes)
 
 
 def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
@@ -170,8 +173,8 @@ def check_pairs_path(flag: str, value: str | None) -> None:
     path = Path(value)
     if path.suffix.lower() not in PAIRS_SUFFIXES:
         raise ComposeLensError(f"{flag} {value}: give a .csv or .jsonl file of clean,corrupted pairs")
-    if not path.is_file():
-        raise ComposeLensError(f"{flag} {value}: {'is a folder, not a file' if path.is_dir() else 'no such file'}")
+    if not_there(path):
+        raise ComposeLensError(f"{flag} {value}: {not_there(path)}")
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:

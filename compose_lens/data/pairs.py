@@ -55,6 +55,7 @@ import torch
 
 from compose_lens.config import TaskConfig
 from compose_lens.errors import ComposeLensError
+from compose_lens.files import missing_columns
 from compose_lens.data.task import SequenceError, decode, parse_sequence
 
 USER = "user"  # the corruption label of pairs a user brought: what they change is theirs to say
@@ -169,14 +170,9 @@ def _check_columns(where: str, found: Iterable[str]) -> None:
     if repeated:  # csv.DictReader would keep the last of them without a word
         raise ComposeLensError(f"{where}: the column {repeated[0]!r} appears {found.count(repeated[0])} times; "
                                f"give each column once")
-    missing = [c for c in COLUMNS if c not in found]
-    spaced = [c for c in found if isinstance(c, str) and c != c.strip() and c.strip() in missing]
-    if spaced:
-        raise ComposeLensError(f"{where}: the column {spaced[0]!r} has a space around its name; name it "
-                               f"{spaced[0].strip()!r}")
-    if missing:
-        raise ComposeLensError(f"{where}: no {' or '.join(repr(c) for c in missing)} "
-                               f"{'column' if len(missing) == 1 else 'columns'} (found: {', '.join(found) or 'none'}); "
+    problem = missing_columns(found, COLUMNS)
+    if problem:
+        raise ComposeLensError(f"{where}: {problem} (found: {', '.join(map(repr, found)) or 'none'}); "
                                f"name the two sequences of each pair 'clean' and 'corrupted'")
 
 
@@ -224,7 +220,7 @@ def read_pairs(task: TaskConfig, path: str | Path) -> PromptPairs:
     except FileNotFoundError:
         raise ComposeLensError(f"pairs file {path}: no such file") from None
     except IsADirectoryError:
-        raise ComposeLensError(f"pairs file {path}: is a directory; give the CSV or JSONL file") from None
+        raise ComposeLensError(f"pairs file {path}: is a folder, not a file; give the CSV or JSONL file") from None
     except UnicodeDecodeError:
         raise ComposeLensError(f"pairs file {path}: not UTF-8 text; save it as a UTF-8 CSV or JSONL") from None
     except OSError as exc:

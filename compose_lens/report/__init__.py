@@ -47,6 +47,7 @@ page instead of stopping the report.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import html
@@ -71,7 +72,7 @@ from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
-from compose_lens.safety import staged_companion, write_text_atomic
+from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
 from compose_lens import context
@@ -415,10 +416,12 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         raise ComposeLensError(f"{run_dir}: not a run directory")
     writable = out is None or Path(out).parent.resolve() == run_dir.resolve()
     out = Path(out) if out else run_dir / "report.html"
-    if not writable and files_dir is None:
-        with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
+    if files_dir is None:  # locked and staged, in the run too (#45: it left figures/ and results/ on a full disk)
+        folder = run_dir if writable else out.parent / (out.stem + "_files")
+        with lock_run(run_dir, "report") if writable else contextlib.nullcontext(), \
+                staged_companion(folder, "report", keep=("results",)) as stage:
             return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage)
-    base = run_dir if writable else files_dir
+    base = files_dir
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)

@@ -57,7 +57,9 @@ def world(tmp_path_factory) -> Path:
                "lr_string": {"train": {"lr": "0.1"}}, "mlp_scalar": {"model": {"mlp_blocks": 1}},
                "bogus_section": {"bogus": {}}, "bogus_key": {"task": {"bogus": 1}},
                "tpu": {"train": {"device": "tpu"}}, "steps_bool": {"train": {"steps": True}},
-               "vars_list": {"task": {"n_vars": [6]}}, "forbidden_str": {"task": {"left_forbidden": "k"}}}
+               "vars_list": {"task": {"n_vars": [6]}}, "forbidden_str": {"task": {"left_forbidden": "k"}},
+               "basis_learned": {**json.loads(TINY.to_json()), "model": {**TINY.model.to_dict(),
+                                                                         "embedding_basis": "random"}}}
     for name, data in configs.items():
         (w / f"{name}.json").write_text(json.dumps(data))
     (w / "nan.json").write_text('{"train": {"lr": NaN}}')
@@ -397,6 +399,7 @@ SWEEP_SETUPS = {
 SETUPS = {**SWEEP_SETUPS, **RUN_USER_ENTRIES, **DAMAGED_DYNAMICS, "fifo": _special_out("fifo"), "chardev": _special_out("chardev"), "sweep_other_point": _sweep_other_point, "run_no_config": _run_no_config, "run_no_split": _run_no_split, "user_partial": _user_partial, "user_partial_file": _user_partial_file,
           "user_partial_link": _user_partial_link, "user_old": _user_old, "run_marker_link": _run_marker_link,
           "out_marker_link": _out_marker_link, "user_tmp": _user_tmp_files,
+          "dynamics_spaced_step": _damaged_dynamics(" step,0var_train\n10,0.5\n"),
           "foreign": _foreign_dir, "file": _file_out, "run": _run_copy, "run+foreign": _run_copy_foreign,
           "corrupt_resume": _corrupt_resume, "other_command": _other_command, "files": _existing_files}
 
@@ -414,6 +417,45 @@ def _dead_port() -> int:
 
 
 DEAD_PORT = _dead_port()
+
+# issue #45, unclear: refusals that named a reason other than the one that holds (with what each now says)
+WRONG_REASON = {
+    # a reassignment variant was told "each variable is assigned at most once"
+    "train-reassign-max-assignments": (f"{TRAIN} --set reassign_rate=0.3 --set max_assignments=7 --set seq_len=20",
+                                       None, "a context that reassigns nothing still assigns up to 7"),
+    # --n-vars was applied before --set, so the refusal named max_assignments=6, a value nobody asked for
+    "data-stats-flags-beside-set": ("data stats --modulus 7 --n-vars 4 --set reassign_rate=0.3 --set max_assignments=5 "
+                                    "--set seq_len=20", None, "max_assignments=5 exceeds n_vars=4: with reassign_rate"),
+    # a list was told it is "not a list"
+    "train-set-list-of-strings": (f"{TRAIN} --set 'mlp_blocks=[\"1\"]'", None, 'its item "1" is a string'),
+    "train-set-list-mixed": (f"{TRAIN} --set 'left_forbidden=[\"f\", 1]'", None, "its item 1 is an integer"),
+    "train-set-list-unquoted": (f"{TRAIN} --set 'left_forbidden=[f]'", None, "write the list in JSON"),
+    # a range whose values overflow, round together or are one value was told "a value is repeated"
+    "sweep-range-too-wide": (f"{SWEEP} --param lr --values 1e308:-1e308:3", None, "too wide for a number"),
+    "sweep-range-too-close": (f"{SWEEP} --param f --values 0.5:0.5000001:5", None, "closer than the 6 decimals"),
+    "sweep-range-one-value": (f"{SWEEP} --param f --values 0.8:0.8:3", None, "holds one value"),
+    "sweep-value-twice": (f"{SWEEP} --param f --values 0.7 0.8 0.7", None, "the value 0.7 is given twice"),
+    # a leading space in a header cannot be seen: said (the pairs file's already was)
+    "dynamics-update-spaced-step-column": ("dynamics {w}/run --out {out} --update --pool-size 16 --slot-size 8 "
+                                           "--quiet", "dynamics_spaced_step", "the column ' step' has a space"),
+}
+WRONG_REASON_CASES = [(name, command, setup) for name, (command, setup, _) in WRONG_REASON.items()]
+
+# issue #45, silent wrong: a setting that acts only under another setting's value was recorded and did nothing
+NO_EFFECT = {
+    "train-set-embedding-basis-learned": (f"{TRAIN} --set embedding_basis=random", "it needs embeddings=orthogonal"),
+    "train-config-embedding-basis-learned": ("train --config {w}/basis_learned.json --out {out} --quiet",
+                                             "embedding_basis=random chooses the directions of frozen embeddings"),
+    "sweep-param-embedding-basis-learned": (f"{SWEEP} --param embedding_basis --values random onehot",
+                                            "it needs embeddings=orthogonal"),
+    "train-set-r-without-variables": (f"{TRAIN} --set r=0.5 --set variables_in_training=false",
+                                      "variables_in_training=false trains none"),
+    "train-set-compile-fast-path-off": (f"{TRAIN} --set compile=on --set fast_path=off",
+                                        "compile=on with fast_path=off"),
+    "train-set-compile-transformerlens-forward": (f"{TRAIN} --set compile=on --set normalization_type=LN "
+                                                  "--set n_layers=3", "which is never compiled"),
+}
+NO_EFFECT_CASES = [(name, command, None) for name, (command, _) in NO_EFFECT.items()]
 
 # (id, command line, setup): {w} is the shared world, {sb} the sandbox, {out} = {sb}/out
 CASES = [
@@ -762,6 +804,10 @@ CASES = [
     ("sweep-too-many-seeds", f"{SWEEP} --param f --values 0.1:0.9:200 --seeds " + " ".join(map(str, range(60))), None),
     ("sweep-ray-dead-address", f"{SWEEP} --param f --values 0.8 --backend ray --address 127.0.0.1:{DEAD_PORT}", None),
     ("sweep-ray-address-words", f"{SWEEP} --param f --values 0.8 --backend ray --address nowhere", None),
+    # issue #45, unclear: each refusal names the reason that holds for the input given
+    *WRONG_REASON_CASES,
+    # issue #45, silent wrong: a setting that would do nothing in the variant asked for is refused
+    *NO_EFFECT_CASES,
     # the command line itself
     ("no-command", "", None),
     ("bogus-command", "bogus", None),
@@ -814,6 +860,8 @@ SAYS = {
     "patch-pairs-a-folder": "is a folder, not a file",
     "patch-overflow-logits": "logits are NaN or infinite",
     "fourier-overflow-logits": "logits are NaN or infinite",
+    **{name: says for name, (_, _, says) in WRONG_REASON.items()},
+    **{name: says for name, (_, says) in NO_EFFECT.items()},
 }
 
 
@@ -847,6 +895,8 @@ ISSUE_45_CLASSES = {
     "sweeps: list values, huge ranges, a dead Ray address, dropped options": lambda n, c, s: re.search(
         r"^sweep-(list|object|huge-range|infinite-range|too-many|ray-|steps-and|tracking)", n) is not None,
     "dynamics --update on a damaged dynamics.csv": lambda n, c, s: n.startswith("dynamics-update-dynamics-"),
+    "unclear: a refusal naming another reason than the one that holds": lambda n, c, s: n in WRONG_REASON,
+    "silent wrong: a setting with no effect in the variant asked for": lambda n, c, s: n in NO_EFFECT,
 }
 
 
@@ -1185,3 +1235,118 @@ def test_a_full_disk_in_a_sweep_fails_the_point_not_the_sweep(world, tmp_path, m
         in lines[0] and "error.json could not be written" in lines[0], err
     assert "1 of 1 points failed" in lines[-1] and "?:" not in err, err
     assert read_csv(out / "results.csv")[0]["status"] == "failed"
+
+
+def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, capsys, caplog):
+    """--metric accuracy on the 20-step model: the model answers the clean and the corrupted prompt
+    alike on all but one pair of 20, so the normalised table rests on that pair. It was written
+    without a word (issue #45); now one warning line names the count. A metric that differs on
+    every pair gets none."""
+    import logging
+
+    from compose_lens import runs
+    from compose_lens.analysis.patching import baseline_logit_diffs, make_prompt_pairs
+
+    subject = runs.load_subject(world / "run")
+
+    def differing(seed: int, metric: str) -> int:
+        pairs = make_prompt_pairs(subject.split, 20, "value", seed)
+        clean, corrupted = baseline_logit_diffs(subject.model, pairs, subject.config.model, metric=metric)
+        return int(((clean - corrupted).abs() > 1e-6).sum())
+
+    seed = next(s for s in range(200) if differing(s, "accuracy") == 1)
+    for metric, out, says in (("accuracy", "one", "only 1 of 20 prompt pairs have a different clean and corrupted "
+                                                   "accuracy"), ("logit_diff", "all", None)):
+        if says is None:
+            assert differing(seed, metric) == 20
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="compose_lens.analysis.patching"):
+            status = main(["patch", str(world / "run"), "--metric", metric, "--n-pairs", "20", "--seed", str(seed),
+                           "--out", str(tmp_path / out), "--quiet"])
+        assert status == 0, capsys.readouterr().err
+        warned = [r.getMessage() for r in caplog.records if r.name == "compose_lens.analysis.patching"]
+        assert (warned == []) if says is None else (len(warned) == 1 and says in warned[0]), warned
+
+
+def _run_copy_in(tmp_path: Path, world: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(world / "run", run)
+    return run
+
+
+def test_report_in_a_run_is_locked(world, tmp_path, capsys):
+    """report RUN writes figures/, results/ and report.html into the run. While another command holds
+    the run (a report writing it, or train), a second report is refused in one line and the run is
+    unchanged (issue #45: two reports at once both wrote, exit 0)."""
+    run = _run_copy_in(tmp_path, world)
+    before = tree_hash(tmp_path)
+    with DirectoryLock(run, "report", "held by this test"):
+        status, err = run_case(["report", str(run), "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "another compose-lens command is using this run now" in err, err
+    assert tree_hash(tmp_path) == before
+
+
+def test_report_in_a_run_is_staged(world, tmp_path, monkeypatch, capsys):
+    """A full disk as the page is written leaves the run exactly as it was (issue #45: figures/ and
+    results/ were left behind)."""
+    import errno
+
+    import compose_lens.report as report
+
+    run = _run_copy_in(tmp_path, world)
+    before = tree_hash(tmp_path)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_text_atomic", full)
+    status, err = run_case(["report", str(run), "--quiet"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "the disk is full" in err, err
+    assert tree_hash(tmp_path) == before, sorted(p.name for p in run.iterdir())
+
+
+@pytest.fixture(scope="module")
+def three_layers(tmp_path_factory):
+    """The tiny run with three layers: its one MLP sits in blocks.2 (mlp_blocks unset: the last block)."""
+    config = TINY.with_overrides(["n_layers=3"])
+    assert config.model.mlp_blocks == (2,)
+    run = tmp_path_factory.mktemp("three") / "run"
+    Trainer(config, run, progress=False).run()
+    from compose_lens import runs
+
+    return runs.load_subject(run)
+
+
+def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):
+    """The best Fourier neuron and the cosine histograms read the MLP the Fourier analyses read
+    (blocks.2 here), not blocks.1 (issue #45: the report skipped the Fourier section with
+    "blocks.1 has no MLP", and the cosines read the zero MLP of blocks.1 without a word)."""
+    from compose_lens.analysis import figure_data, fourier
+
+    model, config, split = three_layers.model, three_layers.config, three_layers.split
+    chosen = figure_data.fourier_neuron(model, config, split, frequency=1)
+    assert figure_data.mlp_block(model, config, split) == 2
+    grid = fourier.operand_grid(model, config, split, "constant", layer=2)
+    assert chosen.block == 2 and torch.equal(torch.as_tensor(chosen.pattern), grid.mlp_post[:, :, chosen.neuron])
+    located = figure_data.cosine_groups(model, config, split, n=64)
+    for name, values in figure_data.cosine_groups(model, config, split, n=64, block=2).items():
+        assert (located[name] == values).all()
+    assert not all((located[n] == v).all() for n, v in figure_data.cosine_groups(model, config, split, n=64,
+                                                                                 block=1).items())
+
+
+def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
+    """A model where no adder or router is located runs no same-MLP test: its section says so in
+    one sentence beside the verdict (issue #45: the section was skipped on KeyError 'interchange')."""
+    from types import SimpleNamespace
+
+    from compose_lens import registry
+    from compose_lens.analysis import same_mlp
+    from compose_lens.report.page import Report
+
+    model, config, split = three_layers.model, three_layers.config, three_layers.split
+    report = same_mlp.same_mlp_report(model, config, split, n=64)
+    assert report["tables"] == {} and report["verdict_reason"].startswith("none located")
+    inp = SimpleNamespace(model=model, config=config, split=split, report=Report(None))
+    html = registry.SAME_MLP.section(inp, registry.Result(documents={"same_mlp": report}), {"n": 64})
+    assert "No test ran, so there is no figure of them: none located" in html and "Verdict:</b> inconclusive" in html

@@ -146,7 +146,7 @@ def test_bad_sweep_input_is_one_clear_line(tiny_config):
         check_points(tiny_config, [SweepPoint("f", 1.5, 0)])
     with pytest.raises(ComposeLensError, match="no such setting"):
         check_points(tiny_config, [SweepPoint("learning_speed", 1, 0)])
-    with pytest.raises(ComposeLensError, match="repeated"):
+    with pytest.raises(ComposeLensError, match="the value 0.1 is given twice"):
         parse_values(["0.1", "0.1"])
     assert parse_values(["0.1:0.3:3", "1"]) == [0.1, 0.2, 0.3, 1]
     assert first_step_above([{"step": 10, "p": 0.2}], "p") is None

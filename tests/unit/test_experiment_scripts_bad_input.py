@@ -75,13 +75,19 @@ CASES = [
      lambda sb: _point(sb, "[1, 2]"), "not a point's row"),
     ("modularity-grid-missing-columns", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
                                                             "--out", "{sb}/out"],
-     lambda sb: _grid_csv(sb, "a,b\n1,2\n"), "has no column n_layers"),
+     lambda sb: _grid_csv(sb, "a,b\n1,2\n"), "no column 'n_layers'"),
     ("modularity-work-is-file", "modularity_grid", ["table", "--work", "{sb}/afile"], None, "is a file, not a folder"),
     ("modularity-out-is-file", "modularity_grid", ["table", "--work", "{sb}/work", "--out", "{sb}/afile"], None,
      "is a file, not a folder"),
     ("divergence-folder-is-file", "divergence_scan", ["{sb}/afile"], None, "is a file, not a folder"),
     ("divergence-csv-is-folder", "divergence_scan", ["{sb}", "--csv", "{sb}"], None, "is a folder"),
     ("divergence-nothing-to-scan", "divergence_scan", ["{sb}/nothing"], None, "no folder to scan"),
+    # issue #45, unclear: the reason that holds, not another
+    ("modularity-grid-spaced-column", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
+                                                          "--out", "{sb}/out"],
+     lambda sb: _grid_csv(sb, "n_layers, d_model\n1,2\n"), "the column ' d_model' has a space around its name"),
+    ("check-claims-folder", "check_claims", ["--claims", "{sb}"], None, "is a folder, not a file"),
+    ("mirror-pairs-model-is-file", "mirror_pairs", ["--model", "{sb}/afile"], None, "is a file, not a folder"),
 ]
 
 
@@ -114,3 +120,14 @@ def test_divergence_scan_reads_past_a_loss_that_is_not_a_number(tmp_path, capsys
     (tmp_path / "runs" / "odd" / "metrics.jsonl").mkdir(parents=True)
     script("divergence_scan").main([str(tmp_path / "runs")])
     assert "1 runs, 0 ever read diverged" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--seeds", "--sweeps", "--replicates"])
+def test_threshold_interval_coverage_refuses_nothing_to_simulate(option):
+    """--seeds 0 (no rows: KeyError) and --sweeps 0 (a division by zero) were tracebacks (issue #45)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "threshold_interval_coverage.py"), option, "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == f"error: {option} 0: give at least 1\n", done.stderr

@@ -52,4 +52,7 @@ def test_the_committed_sweep_below_f_star_answers_about_its_mirror_share(tmp_pat
 
 def test_a_missing_model_is_refused(tmp_path, capsys):
     assert mirror_pairs.main(["--model", str(tmp_path / "nothing")]) == 2
-    assert "no such run directory" in capsys.readouterr().err
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("x")  # a file is said to be one (issue #45: it was "no such run directory")
+    assert mirror_pairs.main(["--model", str(tmp_path / "a_file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

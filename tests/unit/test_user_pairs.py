@@ -75,7 +75,7 @@ def test_the_shipped_example_file_reads():
 
 
 @pytest.mark.parametrize("text,says", [
-    ("clean,other\n", "line 1: no 'corrupted' column"),
+    ("clean,other\n", "line 1: no column 'corrupted'"),
     ('clean,corrupted\n"b=3, b+2=?","b=4, b+2=?"\n"b=3, b+q=?","b=4, b+2=?"\n', "line 3: the clean sequence"),
     ('clean,corrupted\n"b=3, b+2=?","9 9 9 9 9 9 9 9 10 3 9 9 7 10 2 99"\n', "token 99 is outside the vocabulary"),
     ('clean,corrupted\n"b=3, b+2=?","9 9 9 10 3 9 9 7 10 2 8"\n', "exactly 16 tokens, got 11"),

@@ -32,6 +32,8 @@ notebook (``experiments/walkthrough.ipynb``) uses only these names.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 from compose_lens import registry as _registry  # plain declarations: no torch
@@ -110,3 +112,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """This package's module object: importing a submodule named like a public name (``compose_lens.train``,
+    which any use of ``cl.Trainer`` imports) does not replace that name (``cl.train``, the function) with
+    the submodule, as Python's import would; ``from compose_lens.train import Trainer`` is unchanged."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -174,6 +174,16 @@ def test_public_api_names_resolve_lazily():
     assert out.returncode == 0 and "MISSING []" in out.stdout, out.stderr[-500:]
 
 
+def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
+    """``cl.train`` is the function even after ``cl.Trainer`` imported the module compose_lens.train (Python's
+    import sets the package attribute to the submodule; it read as a module, in any order of use)."""
+    probe = ("import types, compose_lens as cl\ncl.Trainer\nimport compose_lens.train\n"
+             "from compose_lens.train import Trainer\nfrom compose_lens import train\n"
+             "print('KINDS', type(cl.train).__name__, type(train).__name__, Trainer is cl.Trainer)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert "KINDS function function True" in out.stdout, out.stdout[-300:] + out.stderr[-500:]
+
+
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
 SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",

@@ -418,10 +418,13 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
 def heatmap(ax: Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, title: str,
             cmap: str = "RdBu_r", centre: bool = True, mask_upper: bool = False, fontsize: float = 7,
             rotation: float = 90, aspect: str | None = None, colorbar_label: str | None = None,
-            vmax: float | None = None, gamma: float | None = None, annotate: bool = False) -> None:
+            vmax: float | None = None, gamma: float | None = None, annotate: bool = False,
+            bar_range: tuple[float, float] | None = None) -> None:
     """Draw ``matrix`` on ``ax``: the one heatmap of every figure.
 
     ``centre``: a diverging scale symmetric about 0 (else sequential from 0 up to ``vmax``);
+    ``bar_range``: the part of a diverging scale the colour bar shows (data from 0 to 1 with a few small
+    negatives: the bar runs from the least value to 1, not from -1, with 0 still white);
     ``gamma``: a power-law colour scale (sequential only; 0.5 = square root);
     ``mask_upper``: blank the cells above the diagonal (a causal attention pattern);
     ``annotate``: write each cell's value in it (small tables), at ``fontsize``.
@@ -447,6 +450,8 @@ def heatmap(ax: Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, 
     bar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if colorbar_label:
         bar.set_label(colorbar_label)
+    if bar_range is not None:
+        bar.ax.set_ylim(*bar_range)
 
 
 def _annotate(ax: Axes, m: np.ndarray, im, fontsize: float = 6.5) -> None:
@@ -825,8 +830,12 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFra
         labels = [f"{p} {roles[p]}" if roles[p] != "context" else str(p) for p in grid.columns]
     grid = grid[(grid.abs() > 1e-4).any(axis=1)]
     fig, ax = subplots(figsize=(max(6.5, 0.62 * len(labels) + 3.5), max(3, 0.42 * len(grid.index) + 1.6)))
-    heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35,
-            colorbar_label=patch_scale(table_metric(table)), annotate=by_role)
+    values = grid.to_numpy()
+    finite = values[np.isfinite(values)]
+    lim = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)  # 0 white; 1, the clean run, full red
+    low = min(0.0, float(finite.min()) if finite.size else 0.0)
+    heatmap(ax, values, labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35, vmax=lim,
+            colorbar_label=patch_scale(table_metric(table)), annotate=by_role, bar_range=(low, lim))
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
     ax.set_ylabel("patched activation")
     fig.tight_layout()

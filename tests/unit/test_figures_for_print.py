@@ -26,6 +26,19 @@ def test_patching_cells_that_round_to_zero_print_without_a_sign():
     assert min(t.get_fontsize() for t in _cell_texts(fig)) >= 8
 
 
+def test_the_patching_colour_bar_spans_the_data_not_minus_one_to_one():
+    """Normalised patching runs from 0 (the corrupted run) to 1 (the clean one): the bar shows from the least
+    value to 1 (issue 43: it showed -1 to 1, half of it for values no cell has), with 0 still white."""
+    table = pd.DataFrame({"component": ["attn_out"] * 3, "head": -1, "block": [1] * 3,
+                          "role": ["queried value", "PAD", "="], "mean": [0.97, -0.02, 0.4]})
+    fig, _ = plots.patching_figure(table, "t")
+    low, high = fig.axes[1].get_ylim()
+    assert low == pytest.approx(-0.02) and high == pytest.approx(1.0)
+    image = fig.axes[0].images[0]
+    assert image.norm.vmin == -image.norm.vmax  # diverging about 0: a zero cell is white
+    plt.close(fig)
+
+
 def test_a_count_is_labelled_a_count():
     assert plots._measure_unit("n_key_frequencies") == "count"
     assert plots._measure_unit("equals_to_values_mass") == "attention weight"

@@ -279,7 +279,7 @@ def test_two_trains_into_one_out_one_trains_the_other_is_refused(tmp_path, refer
     outcomes = sorted((finish(p) for p in procs), key=lambda o: o[0])
     assert [o[0] for o in outcomes] == [0, 2], outcomes
     line = one_line(outcomes[1][2])
-    assert "another compose-lens process is training" in line or "already holds a run" in line, line
+    assert "another compose-lens process is using this run" in line or "already holds a run" in line, line
     assert_whole_run(run, reference_run)
 
 
@@ -307,7 +307,7 @@ def test_a_trainer_that_loses_the_race_for_a_new_out_says_it_is_busy(tmp_path, m
         raise ComposeLensError(busy)
 
     monkeypatch.setattr(safety, "lock_directory", the_winner_got_there_first)
-    with pytest.raises(ComposeLensError, match="another compose-lens process is training"):
+    with pytest.raises(ComposeLensError, match="another compose-lens process is using this run"):
         Trainer(RunConfig().with_overrides(TRAIN_SETS), tmp_path / "run", progress=False)
     assert (tmp_path / "run" / ".compose-lens").exists()  # the winner's folder is left to it
 

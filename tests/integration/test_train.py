@@ -217,7 +217,7 @@ def test_a_second_trainer_on_a_run_in_use_is_refused(tmp_path, tiny_config, caps
 
     run = tmp_path / "run"
     first = Trainer(tiny_config, run, progress=False)  # holds the run's lock until it ends
-    with pytest.raises(ComposeLensError, match="another compose-lens process is training"):
+    with pytest.raises(ComposeLensError, match="another compose-lens process is using this run"):
         Trainer(tiny_config, run, resume=True, progress=False)
     config = tmp_path / "tiny.json"
     config.write_text(tiny_config.to_json())

@@ -293,7 +293,7 @@ class NeuronSubject:
                 "note": self.note}
 
 
-PAPER_SUBJECT = NeuronSubject(1, "blocks.1.mlp, the paper architecture's MLP2 (not located)")
+PAPER_SUBJECT = NeuronSubject(1, "adder: blocks.1.mlp (the paper architecture's MLP2, read without locating)")
 
 
 def neuron_subject(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,

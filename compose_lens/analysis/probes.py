@@ -83,7 +83,7 @@ class Heads:
 
     binder: Head | None = PAPER_BINDER
     router: Head | None = PAPER_ROUTER
-    how: str = "the paper architecture's: blocks.0 head 0 binds, blocks.1 head 0 routes (not located)"
+    how: str = "binder: blocks.0 head 0, router: blocks.1 head 0 (the paper architecture's heads, read without locating)"
     gatherer: Head | None | str = "binder"  # "binder": the binder's head (the paper: one head does both)
 
     def __post_init__(self):

@@ -206,8 +206,8 @@ class Layout:
                 "isolation": self.isolation, "how": self.how, "missing": self.missing, "located": self.located}
 
 
-PAPER_LAYOUT = Layout(1, ((1, 0),), ISOLATION, "the paper architecture's: blocks.1.mlp adds, blocks.1 head 0 "
-                                               "routes (not located)")
+PAPER_LAYOUT = Layout(1, ((1, 0),), ISOLATION, "adder: blocks.1.mlp, router: blocks.1 head 0 (the paper "
+                                               "architecture's, read without locating)")
 _LAYOUTS: dict = {}
 
 

@@ -42,9 +42,7 @@ def print_findings(summary: dict) -> None:
 
     heads = summary.get("circuit_heads") or {}
     if heads:  # which heads "layer 1" and "layer 2" are (a role no head plays: its measures are none)
-        named = {role: (heads[role]["component"] or "none") for role in ("binder", "router")}
-        print(f"probes read: binder (layer 1) {named['binder']}, router (layer 2) {named['router']} "
-              f"({heads.get('how')})")
+        print(f"probes read (layer 1 below: the binder; layer 2: the router): {heads.get('how')}")
 
     def value(key: str) -> str:
         v = summary[key]

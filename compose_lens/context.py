@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
-
 from tqdm.auto import tqdm
 
 from compose_lens import plots, registry, runs

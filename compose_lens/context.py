@@ -199,8 +199,9 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     analysis's facts: the probe and Fourier measures, the key frequencies, the same-MLP verdict); return
     the summary.
 
-    ``causal=False`` leaves out the causal analyses (ablation, patching); an analysis that does not
-    apply to the model (:meth:`~compose_lens.registry.Analysis.reads`) is left out. Every guard runs
+    ``causal=False`` leaves out the causal analyses (ablation, patching, circuit); an analysis that does
+    not apply to the model (:meth:`~compose_lens.registry.Analysis.reads`), or that is run by its own
+    command only (``in_analyze=False``: DAS), is left out. Every guard runs
     first, on the loaded model's config: a refusal comes before minutes of work, not after.
     ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
     (:class:`compose_lens.plots.Renderer`; default: here, as each analysis finishes). With a background
@@ -209,7 +210,7 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     files either way; the figures are all written when this returns.
     """
     renderer = renderer or plots.Renderer()
-    steps = [a for a in registry.ANALYSES if (causal or not a.causal) and a.reads(loaded.config)]
+    steps = [a for a in registry.ANALYSES if a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
     for analysis in steps:
         guard(analysis, loaded.config)
     with opened(loaded, seed, renderer) as ctx:

@@ -76,7 +76,8 @@ class Option:
     """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting``.
 
     Its type is its default's: a switch (a bool, False by default), an integer (at least ``minimum``), a
-    float (its range checked by the analysis's ``validate``), or a string among ``choices``;
+    float (its range checked by the analysis's ``validate``), or a string among ``choices``; ``many``: one or
+    more such values (``das --ranks 4 16``);
     ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
     before the model loads)."""
 
@@ -86,6 +87,7 @@ class Option:
     minimum: int = 1
     choices: tuple[str, ...] = ()
     pairs_file: bool = False
+    many: bool = False  # one or more values (the default is a tuple of them)
 
 
 @dataclass
@@ -130,6 +132,7 @@ class Analysis:
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
     exports: tuple[str, ...] = ()  # names of ``module`` that are public API
     applies: Callable[[Any], bool] | None = None  # (config) -> whether it reads this model (None: every model)
+    in_analyze: bool = True  # False: minutes of fitting, run by its own command only (not by analyze)
 
     def reads(self, config) -> bool:
         """Whether this analysis has anything to read in a model of ``config`` (:attr:`applies`)."""
@@ -788,6 +791,61 @@ CIRCUIT = Analysis(
     guard=_circuit_memory, validate=_circuit_settings, describe=_circuit_lines)
 
 
+# -- das: distributed alignment search for the variable-value binding ---------------------------------
+
+DAS_SITES = ("value_after_layer1", "equals_before_mlp2", "query_variable_after_layer1")  # analysis.das.SITE_NAMES
+
+
+def _das(ctx: Context, settings: dict) -> Result:
+    import compose_lens.plots as plots
+    from compose_lens import runs
+    from compose_lens.analysis.das import DasSettings, das_table
+
+    chosen = DasSettings(n_pairs=settings["n_pairs"], ranks=tuple(settings["ranks"]), sites=tuple(settings["sites"]),
+                         epochs=settings["epochs"], arbitrary_control=not settings["no_arbitrary"], seed=ctx.seed)
+    chosen.check(ctx.config.model.d_model)
+    table, summary = das_table(runs.with_bridge(ctx.loaded), chosen)  # TransformerLens's fit_das reads hooks
+    figure = plots.das_figure(table, f"DAS for the variable-value binding: {ctx.loaded.source}")
+    return Result(tables={"das": table}, documents={"das": {"model": ctx.loaded.source, **summary}},
+                  drawn=[("das", figure, 120)])
+
+
+def _das_lines(result: Result) -> list[str]:
+    from compose_lens.analysis.das import best_rows
+
+    s = result.documents["das"]
+    return [f"pairs: {s['pairs_kept']} of {s['pairs_drawn']} answered correctly (base and source); "
+            f"{s['pairs_train']} train DAS, {s['pairs_test']} score it",
+            best_rows(result.tables["das"]).to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+
+
+def _das_settings(settings: dict) -> None:
+    if min(settings["ranks"]) < 1:
+        raise ComposeLensError(f"--ranks {min(settings['ranks'])}: a subspace has at least 1 dimension")
+
+
+def _das_memory(settings: dict, config) -> None:
+    """A base and a source per pair, each run through the model with its hooks."""
+    from compose_lens.safety import activation_bytes, check_sizes
+
+    n = settings["n_pairs"]
+    check_sizes(config, {f"--n-pairs {n}": (n, 2, 2 * activation_bytes(config, False))})
+
+
+DAS = Analysis(
+    name="das", title="Distributed alignment search for the variable-value binding", compute=_das,
+    settings={"n_pairs": 600, "ranks": (2, 8, 16, 32), "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
+    module="compose_lens.analysis.das", tables=("das",), documents=("das",), causal=True, in_analyze=False,
+    command="das", help="distributed alignment search for the variable-value binding, with its controls",
+    options=(Option("--ranks", "ranks", "subspace ranks", many=True),
+             Option("--sites", "sites", "where to search", choices=DAS_SITES, many=True),
+             Option("--n-pairs", "n_pairs", "pairs drawn; those the model answers correctly are kept", minimum=30),
+             Option("--epochs", "epochs", "DAS training epochs"),
+             Option("--no-arbitrary", "no_arbitrary", "skip the arbitrary-label control (one more fit per site, "
+                    "at the largest rank)")),
+    guard=_das_memory, validate=_das_settings, describe=_das_lines)
+
+
 # -- variant: what the circuit reads in a noisier context -----------------------------------------
 
 
@@ -945,4 +1003,4 @@ ENTROPY = Analysis(
 
 
 ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, CIRCUIT, VARIANT,
-                                  GRADIENT)
+                                  GRADIENT, DAS)

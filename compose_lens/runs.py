@@ -123,7 +123,7 @@ REPORT_RESULTS = {
     "dla": ("logit_attribution", "logit_lens", "logit_attribution_by_pool"), "ablation": ("ablation",),
     "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
     "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
-    "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",),
+    "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",), "das": ("das", "das"),
 }
 
 

@@ -1,15 +1,9 @@
-"""``compose-lens das`` and ``llc``: two standard methods of the field, as files.
+"""``compose-lens llc``: a standard method of the field, as files (``das``, the other, is a registered
+analysis: its command is built from its declaration in :mod:`compose_lens.registry`).
 
-    compose-lens das MODEL [--split FILE] [--ranks 2 8 16 32] [--sites ...] [--n-pairs N]
-                     [--epochs E] [--no-arbitrary] [--seed S] [--format png|svg|pdf] --out DIR
     compose-lens llc RUN_OR_CHECKPOINT_DIR [--split FILE] [--phases phases.json] [--steps N ...]
                      [--stride K] [--epsilon E] [--gamma G] [--n-beta B] [--chains C] [--draws D]
                      [--batch-size B] [--n-sequences N] [--seed S] --out DIR
-
-``das`` (:mod:`compose_lens.analysis.das`): distributed alignment search for the value bound to
-the queried variable, with TransformerLens 4.3's ``fit_das``, at three sites, beside a random
-subspace of the same rank and DAS towards arbitrary labels. Writes ``das.csv`` (one row per site,
-rank and control), ``das.json`` (pairs, settings) and ``das.png``.
 
 ``llc`` (:mod:`compose_lens.analysis.llc`): the local learning coefficient of every checkpoint
 (or of one model), estimated by SGLD with devinterp 2.0.1 (``pip install -e '.[methods]'``).
@@ -24,11 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, seed)
-from compose_lens.errors import ComposeLensError
-
-SITE_NAMES = ("value_after_layer1", "equals_before_mlp2", "query_variable_after_layer1")  # analysis.das.SITE_NAMES
+from compose_lens.cli.common import add_format_argument, add_overwrite, add_quiet_argument, progress_bar, seed
 
 
 def _positive_float(text: str) -> float:
@@ -39,52 +29,6 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: use a positive number")
     return value
-
-
-def _cmd_das(args: argparse.Namespace) -> int:
-    from compose_lens.safety import check_count, check_out_name
-
-    check_count(args.n_pairs, "--n-pairs", minimum=30)
-    check_count(args.epochs, "--epochs")
-    if min(args.ranks) < 1:
-        raise ComposeLensError(f"--ranks {min(args.ranks)}: a subspace has at least 1 dimension")
-    out = check_out_name(args.out)
-    from compose_lens.safety import activation_bytes, check_model_sizes, check_sizes
-
-    def guard(config) -> None:  # a base and a source per pair, each run through the model with its hooks
-        check_sizes(config, {f"--n-pairs {args.n_pairs}": (args.n_pairs, 2, 2 * activation_bytes(config, False))})
-
-    check_model_sizes(args.model, guard)  # before the model is loaded or --out made
-    from compose_lens.analysis.das import DasSettings, best_rows, das_table  # lazy: torch
-    from compose_lens.plots import das_figure
-    from compose_lens.plots import save
-    from compose_lens.provenance import provenance
-    from compose_lens.runs import write_document, write_table
-    from compose_lens.safety import staged_output
-
-    settings = DasSettings(n_pairs=args.n_pairs, ranks=tuple(args.ranks), sites=tuple(args.sites),
-                           epochs=args.epochs, arbitrary_control=not args.no_arbitrary, seed=args.seed)
-    with staged_output(out, "das", args.overwrite) as stage, progress_bar("das", 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the model")
-        loaded = subject_of(args)  # hooks: a TransformerLens bridge, in eval mode
-        guard(loaded.config)
-        settings.check(loaded.config.model.d_model)
-        bar.update()
-        bar.set_postfix_str(f"{len(settings.sites)} sites x {len(settings.ranks)} ranks")
-        table, summary = das_table(loaded, settings, progress=not args.quiet)
-        origin = provenance(loaded.config, args.seed, source=loaded.source)
-        write_table(table, stage / "das.csv", origin)
-        write_document({"model": loaded.source, **summary}, stage / "das.json", origin)
-        save(das_figure(table, f"DAS for the variable-value binding: {args.model}"), None, stage / "das",
-             fmt=args.fmt)
-        bar.update()
-    print(f"model: {loaded.source}")
-    print(f"pairs: {summary['pairs_kept']} of {summary['pairs_drawn']} answered correctly (base and source); "
-          f"{summary['pairs_train']} train DAS, {summary['pairs_test']} score it")
-    best = best_rows(table)
-    print(best.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"wrote {out}/das.csv, das.json and das.{args.fmt}")
-    return 0
 
 
 def _cmd_llc(args: argparse.Namespace) -> int:
@@ -151,23 +95,6 @@ def _cmd_llc(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    das = subparsers.add_parser("das", help="distributed alignment search for the variable-value binding, "
-                                            "with random-subspace, arbitrary-label and placebo-site controls")
-    add_model_arguments(das)
-    das.add_argument("--out", required=True, help="directory for das.csv, das.json and the figure")
-    das.add_argument("--ranks", type=int, nargs="+", default=[2, 8, 16, 32],
-                     help="subspace dimensions to try (default 2 8 16 32)")
-    das.add_argument("--sites", nargs="+", choices=SITE_NAMES, default=list(SITE_NAMES),
-                     help="where to intervene (default: all three; the last is the placebo site)")
-    das.add_argument("--n-pairs", type=int, default=600,
-                     help="base/source pairs drawn (default 600; those answered correctly are kept)")
-    das.add_argument("--epochs", type=int, default=15, help="DAS training epochs (default 15)")
-    das.add_argument("--no-arbitrary", action="store_true", help="skip the arbitrary-label control (one more fit per site, at the largest rank)")
-    das.add_argument("--seed", type=seed, default=0, help="seed of the sequences, the rotation's initialisation and the controls (default 0)")
-    add_overwrite(das)
-    add_format_argument(das)
-    add_quiet_argument(das)
-    das.set_defaults(func=_cmd_das)
 
     llc = subparsers.add_parser("llc", help="local learning coefficient of every checkpoint (SGLD, devinterp), "
                                             "beside the phases")

@@ -265,7 +265,7 @@ def test_das_and_llc_commands_write_their_files(tmp_path, capsys):
     assert set(table["site"]) == {"value_after_layer1", "query_variable_after_layer1"}
     assert set(table["control"]) == {"learned", "random subspace", "arbitrary labels"}
     assert json.loads((das_out / "das.json").read_text())["pairs_drawn"] == 60
-    assert (das_out / "das.png").stat().st_size > 0
+    assert (das_out / "figures" / "das.png").stat().st_size > 0
     estimates = pd.read_csv(llc_out / "llc.csv")
     assert len(estimates) == 1 and estimates["llc_mean"].notna().all()
     assert len(pd.read_csv(llc_out / "llc_traces.csv")) == 2 * 8  # 2 chains x 8 draws

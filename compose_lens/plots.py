@@ -1382,16 +1382,19 @@ def das_figure(table: pd.DataFrame, title: str = "") -> Figure:
 
 
 def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> Figure:
-    """The LLC of each checkpoint (mean over chains, bars: their spread; hollow: an estimate that
-    failed a sanity check) above the checkpoint's training loss, the phase onsets dashed."""
+    """The LLC of each checkpoint (mean over chains, bars: their spread; hollow and off the line: an
+    estimate that failed a sanity check) above the checkpoint's training loss, the phase onsets dashed."""
     fig, (top, bottom) = subplots(2, 1, figsize=(7.5, 5.6), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
     table = table.sort_values("step")
     healthy = table["healthy"].astype(bool).to_numpy()
     colour = OKABE_ITO[0]
+    # the line joins only the estimates that passed the sanity checks (issue 43: it ran through the
+    # failed ones); every estimate keeps its bar and its marker
     top.errorbar(table["step"], table["llc_mean"], yerr=table["llc_std"], color=colour, lw=1.2, capsize=2,
-                 fmt="-", label="LLC (mean of chains, bar: their s.d.)")
-    top.scatter(table["step"][healthy], table["llc_mean"][healthy], color=colour, s=18, zorder=3)
+                 fmt="none")
+    top.plot(table["step"][healthy], table["llc_mean"][healthy], "-o", color=colour, lw=1.2, ms=4, zorder=3,
+             label="LLC (mean of chains, bar: their s.d.)")
     if (~healthy).any():
         top.scatter(table["step"][~healthy], table["llc_mean"][~healthy], facecolors="white", edgecolors=colour,
                     s=24, zorder=3, label="failed a sanity check (see llc.csv)")

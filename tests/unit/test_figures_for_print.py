@@ -39,6 +39,18 @@ def test_the_patching_colour_bar_spans_the_data_not_minus_one_to_one():
     plt.close(fig)
 
 
+def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
+    """An LLC estimate that failed a sanity check keeps its hollow marker and bar, but the line does not run
+    through it (issue 43: it did, reading as a measured value)."""
+    table = pd.DataFrame({"step": [100, 200, 300, 400], "llc_mean": [5.0, 9.0, -3.0, 12.0],
+                          "llc_std": [0.5, 0.5, 4.0, 0.5], "healthy": [True, True, False, True],
+                          "train_loss": [1.0, 0.5, 0.2, 0.1]})
+    fig = plots.llc_figure(table)
+    lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
+    assert [list(line.get_xdata()) for line in lines] == [[100, 200, 400]]
+    plt.close(fig)
+
+
 def test_a_count_is_labelled_a_count():
     assert plots._measure_unit("n_key_frequencies") == "count"
     assert plots._measure_unit("equals_to_values_mass") == "attention weight"

@@ -71,7 +71,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize, PowerNorm
+from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
@@ -1183,7 +1183,9 @@ def component_name(node: str, several_heads: bool = False) -> str:
 
 
 PORT_OFFSET = {"q": 1 / 3, "k": 0.0, "v": -1 / 3, "": 0.0}  # of half a node's height: q above, v below
-EDGE_CMAP = "viridis_r"  # |edge score|: pale yellow (weak) to dark violet (strong); colour-blind safe
+# |edge score|: green (weak) to dark violet (strong), viridis without its palest third, so the weakest
+# edge of a circuit stays visible on the white page (issue 43: pale yellow vanished); colour-blind safe
+EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), name="edge_score")
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
@@ -1229,7 +1231,7 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
     fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
     lim = max(float(edges["score"].abs().max()), 1e-9)
-    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), colormaps[EDGE_CMAP]
+    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), EDGE_CMAP
     boxes = {}
     touched = set(zip(edges["sender"], edges["position"])) | {
         (_receiver_node(r)[0], p) for r, p in zip(edges["receiver"], edges["position"])}

@@ -51,6 +51,17 @@ def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
     plt.close(fig)
 
 
+def test_the_weakest_edge_colour_stays_visible_on_white():
+    """The circuit graph's weakest |score| colour has a luminance well below the page's white (issue 43:
+    viridis's pale yellow end, luminance 0.9, vanished)."""
+    def luminance(rgba):
+        r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    contrast = (1.0 + 0.05) / (luminance(plots.EDGE_CMAP(0.0)) + 0.05)  # WCAG contrast against white
+    assert contrast >= 2.0, contrast
+
+
 def test_a_count_is_labelled_a_count():
     assert plots._measure_unit("n_key_frequencies") == "count"
     assert plots._measure_unit("equals_to_values_mass") == "attention weight"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
@@ -89,6 +90,7 @@ class LlcSettings:
     seed: int = 0
     flat_tolerance: float = 0.2
     chains_tolerance: float = 0.25
+    component: str | None = None  # the weights the chains move (component_masks); None: every trained weight
 
     @property
     def beta(self) -> float:
@@ -107,10 +109,67 @@ class LlcSettings:
         for ok, message in problems:
             if not ok:
                 raise ComposeLensError(message)
+        if self.component is not None:
+            _component_parts(self.component)
 
 
 def _slot(name: str) -> str:
     return name.replace(".", "__")
+
+
+_COMPONENT = re.compile(r"blocks\.(\d+)\.(?:head(\d+)|(mlp))")
+_HEAD_INPUTS, _HEAD_OUTPUT = ("q", "k", "v"), "o"
+
+
+def _component_parts(component: str) -> tuple[int, int | None]:
+    """(block, head) of ``blocks.L.headH``, (block, None) of ``blocks.L.mlp``; anything else refused."""
+    found = _COMPONENT.fullmatch(component)
+    if not found:
+        raise ComposeLensError(f"component {component!r}: give blocks.L.headH (one attention head) or blocks.L.mlp")
+    return int(found.group(1)), None if found.group(3) else int(found.group(2))
+
+
+def check_component(component: str, cfg: ModelConfig) -> None:
+    """Refuse, in one line, a component a model of ``cfg`` does not have."""
+    layer, head = _component_parts(component)
+    if layer >= cfg.n_layers:
+        raise ComposeLensError(f"component {component}: the model has blocks 0..{cfg.n_layers - 1}")
+    if head is None and layer not in cfg.mlp_blocks:
+        raise ComposeLensError(f"component {component}: blocks.{layer} has no MLP (MLPs in {list(cfg.mlp_blocks)})")
+    if head is not None and head >= cfg.n_heads:
+        raise ComposeLensError(f"component {component}: the model has heads 0..{cfg.n_heads - 1} per block")
+
+
+def component_masks(model: AnswerModel, component: str) -> dict[str, torch.Tensor | None]:
+    """devinterp's ``param_masks`` that let SGLD move one component's weights only (devinterp 2's weight
+    restriction), the rest held at the checkpoint: for ``blocks.L.headH`` its rows of the query, key and value
+    weights (and their trained biases) and its columns of the output weight (the shared output bias is
+    not the head's); for ``blocks.L.mlp`` every trained weight of that MLP."""
+    cfg = model.model_config
+    check_component(component, cfg)
+    layer, head = _component_parts(component)
+    masks: dict[str, torch.Tensor | None] = {}
+    for name in model.names:
+        if _slot(name) not in model.weights:
+            continue  # frozen or absent: never sampled
+        parameter, parts = model.weights[_slot(name)], name.split(".")
+        if parts[:2] != ["blocks", str(layer)]:
+            continue
+        if head is None and parts[2] == "mlp":
+            masks[f"weights.{_slot(name)}"] = None
+        elif head is not None and parts[2] == "attn" and parts[3] in (*_HEAD_INPUTS, _HEAD_OUTPUT):
+            if parts[3] == _HEAD_OUTPUT and parts[4] == "bias":
+                continue
+            mask, own = torch.zeros_like(parameter), slice(head * cfg.d_head, (head + 1) * cfg.d_head)
+            if parts[3] == _HEAD_OUTPUT:
+                mask[:, own] = 1.0  # (d_model, n_heads d_head): the head's columns
+            else:
+                mask[own] = 1.0  # (n_heads d_head, ...): the head's rows
+            masks[f"weights.{_slot(name)}"] = mask
+    if not masks:
+        raise ComposeLensError(f"component {component}: none of its weights is trained in this model, so SGLD has "
+                               f"nothing to move")
+    return masks
 
 
 class AnswerModel(torch.nn.Module):
@@ -194,13 +253,16 @@ def sanity(trace: np.ndarray, per_chain: np.ndarray, init_loss: float, settings:
 def estimate_llc(state: dict[str, torch.Tensor], config: RunConfig, dataset, settings: LlcSettings,
                  progress: bool = False, device: str = "cpu") -> dict:
     """The LLC of one set of weights of a compose-lens model (see :func:`sample_llc`)."""
-    return sample_llc(AnswerModel(state, config.model), dataset, answer_loss, settings, progress, device)
+    model = AnswerModel(state, config.model)
+    masks = None if settings.component is None else component_masks(model, settings.component)
+    return sample_llc(model, dataset, answer_loss, settings, progress, device, param_masks=masks)
 
 
 def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, progress: bool = False,
-               device: str = "cpu") -> dict:
+               device: str = "cpu", param_masks: dict | None = None) -> dict:
     """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``
-    (the chains run on ``device``: devinterp moves the module and each batch there):
+    (the chains run on ``device``: devinterp moves the module and each batch there; ``param_masks``:
+    the weights they move, :func:`component_masks`; None: every parameter):
     the mean, spread and each chain's estimate, the loss trace (chains x steps), the loss at the
     weights themselves, and :func:`sanity`'s verdict."""
     llc = require_devinterp()
@@ -214,6 +276,7 @@ def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, 
             mock.patch.object(devinterp_sampler, "trange", bars), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "Chain failed": caught below as a non-finite trace
         result = llc.llc(model, dataset, {}, lr=settings.epsilon, n_beta=settings.beta, loss_fn=loss_fn,
+                         param_masks=param_masks,
                          localization=settings.gamma, num_chains=settings.chains, num_draws=settings.draws,
                          num_burnin_steps=settings.burnin, batch_size=settings.batch_size,
                          init_seed=settings.seed, device=device, output_path=Path(scratch) / "samples.zarr")

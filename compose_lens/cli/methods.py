@@ -43,8 +43,8 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     config = peek_run_config(args.source) or RunConfig()  # a folder of the study's .pth: the paper's
     check_sizes(config, {f"--n-sequences {args.n_sequences}": (args.n_sequences, 1),  # drawn once, kept
                          f"--batch-size {args.batch_size}": (args.batch_size, 1, activation_bytes(config, True))})
-    from compose_lens.analysis.llc import (LlcSettings, llc_over_checkpoints, phase_means, require_devinterp,
-                                           run_phases, settings_dict)  # lazy: torch
+    from compose_lens.analysis.llc import (LlcSettings, check_component, llc_over_checkpoints, phase_means,
+                                           require_devinterp, run_phases, settings_dict)  # lazy: torch
     from compose_lens.plots import llc_figure
     from compose_lens.plots import save
     from compose_lens.provenance import provenance
@@ -57,8 +57,10 @@ def _cmd_llc(args: argparse.Namespace) -> int:
     check_device(args.device)
     settings = LlcSettings(epsilon=args.epsilon, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains,
                            draws=args.draws, burnin=args.burnin, batch_size=args.batch_size,
-                           n_sequences=args.n_sequences, seed=args.seed)
+                           n_sequences=args.n_sequences, seed=args.seed, component=args.component)
     settings.check()
+    if args.component is not None:
+        check_component(args.component, config.model)
     phases, phases_from = run_phases(args.source, args.phases)
     for folder in checkpoints_without_weights(args.source):  # said, not skipped without a word
         sys.stderr.write(f"compose-lens: warning: {folder}: no {WEIGHTS_FILE}, so this checkpoint is left out "
@@ -78,7 +80,8 @@ def _cmd_llc(args: argparse.Namespace) -> int:
         write_document({"source": str(args.source), "settings": settings_dict(settings), "phases": phases,
                         "phases_from": phases_from, "healthy": int(table["healthy"].sum()),
                         "estimates": len(table)}, stage / "llc.json", origin)
-        save(llc_figure(table, phases, f"local learning coefficient: {args.source}"), None, stage / "llc",
+        of = "" if args.component is None else f" of {args.component}"
+        save(llc_figure(table, phases, f"local learning coefficient{of}: {args.source}"), None, stage / "llc",
              fmt=args.fmt)
         bar.update()
     shown = table[["step", "llc_mean", "llc_std", "train_loss", "problems"]]
@@ -104,6 +107,9 @@ def register(subparsers) -> None:
     llc.add_argument("--phases", help="a phases.json of `compose-lens dynamics` to mark (default: the run's own)")
     llc.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: all)")
     llc.add_argument("--stride", type=int, default=1, help="every K-th checkpoint (default 1)")
+    llc.add_argument("--component", metavar="blocks.L.headH|blocks.L.mlp",
+                     help="the LLC of one component: SGLD moves only its weights, the rest held at the checkpoint "
+                          "(default: every trained weight)")
     g = llc.add_argument_group("SGLD (see compose_lens.analysis.llc)")
     g.add_argument("--epsilon", type=_positive_float, default=1e-4, help="step size (default 1e-4)")
     g.add_argument("--gamma", type=float, default=1000.0, help="localisation strength (default 1000)")

@@ -182,6 +182,55 @@ def test_llc_of_the_paper_model_samples_only_what_it_trained(tmp_path):
     assert found["check_finite"] and found["llc_mean"] > 0
 
 
+@needs_devinterp
+def test_a_component_llc_moves_only_the_masked_weights():
+    """devinterp's weight restriction reaches the chains: on a quadratic of rank 8, SGLD restricted to two of
+    its directions reads about rank 2's LLC, 1, where the whole reads 4 (issue 43: per-component LLC)."""
+    from datasets import Dataset
+
+    data = Dataset.from_dict({"input_ids": [[0, 0]] * 256}).with_format("torch")
+    settings = llc.LlcSettings(epsilon=1e-3, gamma=1.0, n_beta=100.0, chains=2, draws=150, burnin=50,
+                               batch_size=16)
+    mask = torch.zeros_like(Quadratic(8).w)
+    mask[:2] = 1.0  # two of the eight directions the loss bends in
+    whole = llc.sample_llc(Quadratic(8), data, lambda m, ids: m(ids), settings)
+    part = llc.sample_llc(Quadratic(8), data, lambda m, ids: m(ids), settings, param_masks={"w": mask})
+    assert 0.5 < part["llc_mean"] < 1.5 < 3.0 < whole["llc_mean"] < 6.0, (part["llc_mean"], whole["llc_mean"])
+
+
+def test_component_masks_pick_one_heads_slice_or_one_mlp():
+    from compose_lens.config import ModelConfig
+
+    cfg = ModelConfig(n_heads=2, d_head=4, d_model=8, d_mlp=16)
+    state = {n: torch.randn(tuple(shape)) for n, shape in _state_shapes(cfg).items()}
+    model = llc.AnswerModel(state, cfg)
+    masks = llc.component_masks(model, "blocks.1.head1")
+    assert set(masks) == {f"weights.blocks__1__attn__{p}__weight" for p in "qkvo"}
+    q, o = masks["weights.blocks__1__attn__q__weight"], masks["weights.blocks__1__attn__o__weight"]
+    assert q[4:].eq(1).all() and q[:4].eq(0).all() and o[:, 4:].eq(1).all() and o[:, :4].eq(0).all()
+    assert set(llc.component_masks(model, "blocks.1.mlp")) == {"weights.blocks__1__mlp__in__weight",
+                                                                "weights.blocks__1__mlp__out__weight"}
+    for bad, said in (("blocks.0.mlp", "no MLP"), ("blocks.2.head0", "blocks 0..1"), ("blocks.1.head2", "heads 0..1"),
+                      ("layer1", "blocks.L.headH")):
+        with pytest.raises(ComposeLensError, match=said):
+            llc.component_masks(model, bad)
+
+
+def _state_shapes(cfg) -> dict:
+    from compose_lens.model import tl
+
+    return {n: t.shape for n, t in tl.parameters(tl.boot(cfg, "cpu")).items()}
+
+
+def test_llc_cli_refuses_a_component_the_model_lacks(tmp_path, capsys):
+    out = tmp_path / "llc"
+    assert main(["llc", "paper", "--out", str(out), "--component", "blocks.0.mlp"]) == 2
+    assert main(["llc", "paper", "--out", str(out), "--component", "mlp2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no MLP" in err[0] and "blocks.L.headH" in err[1]
+    assert not out.exists()
+
+
 def test_llc_cli_refuses_bad_settings_in_one_line(tmp_path, capsys):
     out = tmp_path / "llc"
     assert main(["llc", "paper", "--out", str(out), "--chains", "1"]) == 2

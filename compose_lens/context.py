@@ -171,10 +171,10 @@ def run_analysis(analysis: Analysis | str, loaded: Subject, out: Path | str | No
                  fmt: str = "png", **settings) -> Result:
     """One registered analysis of one model (its declaration, or its name: ``"patching"``), with
     ``settings`` over its defaults: guarded, computed and, with ``out``, written there as its command
-    writes it (tables, documents, ``figures/``). What ``compose-lens <command>`` runs, in Python.
+    writes it (tables, documents, ``figures/``). What ``compose-lens <command>`` runs, in Python::
 
-    >>> from compose_lens import load_subject, run_analysis          # doctest: +SKIP
-    >>> run_analysis("patching", load_subject("paper"), n_pairs=200).tables["patching"]  # doctest: +SKIP
+        from compose_lens import load_subject, run_analysis
+        run_analysis("patching", load_subject("paper"), n_pairs=200).tables["patching"]
     """
     if isinstance(analysis, str):
         analysis = registry.by_name(registry.ANALYSES, analysis)

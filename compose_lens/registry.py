@@ -247,12 +247,14 @@ def _qk(ctx: Context, settings: dict) -> Result:
 
 def _qk_section(inp, result: Result, settings: dict) -> str:
     """The two figures the analysis draws, of the located binder and router."""
+    import html
+
     import compose_lens.plots as plots
     from compose_lens.analysis import figure_data
 
     heads = inp.context.heads
     positional, identity = figure_data.qk_matrices(inp.model, inp.config, heads)
-    parts = [f"<p>The heads read: {html_escape(heads.how)}.</p>"]
+    parts = [f"<p>The heads read: {html.escape(heads.how)}.</p>"]
     if positional is not None:
         parts.append(inp.report.figure(plots.positional_qk_figure(positional), "positional_qk",
                                        "The binder's positional score: query position against key position "
@@ -345,6 +347,8 @@ def _fourier_lines(result: Result) -> list[str]:
 
 def _fourier_section(inp, result: Result, settings: dict) -> str:
     """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
+    import html
+
     import compose_lens.plots as plots
     from compose_lens.analysis import figure_data
 
@@ -353,19 +357,13 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
         return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp. No key frequency yet: no neuron is explained by "
                 f"one frequency, so there is no Fourier neuron to draw.</p>")
     chosen = figure_data.fourier_neuron(inp.model, inp.config, inp.split)
-    return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp ({html_escape(facts['fourier_subject']['note'])}). "
+    return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp ({html.escape(facts['fourier_subject']['note'])}). "
             f"Key frequencies {facts['key_frequencies']}, holding {facts['key_frequency_strength']:.3f} of its "
             f"post-ReLU variance over the constant-operand grid; <code>compose-lens fourier</code> writes every "
             f"table and figure.</p>"
             + inp.report.figure(plots.fourier_neuron_figure(chosen), "fourier_neuron",
                                 "The MLP neuron best explained by a key frequency, over all (x, y) of "
                                 "constant-operand sequences, beside its fitted ideal pattern."))
-
-
-def html_escape(text) -> str:
-    import html
-
-    return html.escape(str(text))
 
 
 FOURIER = Analysis(
@@ -719,13 +717,15 @@ def _circuit_lines(result: Result) -> list[str]:
 
 def _circuit_section(inp, result: Result, settings: dict) -> str:
     """The found circuit, scored against the labelled one, and its faithfulness on every pool."""
+    import html
+
     import compose_lens.plots as plots
     from compose_lens.markup import html_table
 
     s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
     against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
-    auc = (f"; not scored against a circuit, {html_escape(against)}" if s["roc_auc"] is None
-           else f"; ROC-AUC against {html_escape(against)} {s['roc_auc']:.3f}")
+    auc = (f"; not scored against a circuit, {html.escape(against)}" if s["roc_auc"] is None
+           else f"; ROC-AUC against {html.escape(against)} {s['roc_auc']:.3f}")
     rows = pools[["pool", "recovered"]].values.tolist() if "pool" in pools else []
     return (f"<p>Edge attribution patching with integrated gradients on {settings['pairs']} pairs: "
             f"{s['circuit_edges']} of {s['edges']} edges recover {settings['target']:.0%} of the clean-vs-corrupted "

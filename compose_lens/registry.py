@@ -257,13 +257,14 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
     parts = [f"<p>The heads read: {html.escape(heads.how)}.</p>"]
     if positional is not None:
         parts.append(inp.report.figure(plots.positional_qk_figure(positional), "positional_qk",
-                                       "The binder's positional score: query position against key position "
-                                       "(outlined: the previous position)."))
+                                       "The binder's positional score: query position (row) against key "
+                                       "position (column) over the context; the cells above the diagonal are "
+                                       "later positions, masked."))
     if identity is not None:
         parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.config.task.variable_names),
                                        "variable_identity", "The router's variable-identity score: a query = "
-                                       "carrying one variable against a key value tagged with another "
-                                       "(outlined: the diagonal)."))
+                                       "carrying one variable (row) against a key value tagged with another "
+                                       "(column); the diagonal is the matching variable."))
     if positional is None and identity is None:
         parts.append('<p class="missing">No head plays the binder, so there is no QK circuit to draw.</p>')
     return "\n".join(parts)

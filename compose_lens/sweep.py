@@ -95,7 +95,8 @@ from tqdm.auto import tqdm
 from compose_lens import runs, safety
 from compose_lens.outcome import classify_run
 from compose_lens.cores import cpu_count
-from compose_lens.analysis.thresholds import METRICS, THRESHOLD_RULE, first_step_above, numeric, thresholds
+from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_step_above, format_thresholds, numeric,
+                                              thresholds)
 from compose_lens.config import SWEEP_BACKENDS, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
@@ -542,6 +543,10 @@ class SweepResult:
     skipped: int
     failed: int
     outcomes: dict[str, dict] = None  # point name -> what its worker returned (status, error, wall_s, placement)
+
+    def threshold_lines(self, param: str) -> list[str]:
+        """The thresholds in words, one line each (:func:`~compose_lens.analysis.thresholds.format_thresholds`)."""
+        return format_thresholds(self.thresholds, param)
 
 
 def run_dir_of(out: Path, point: SweepPoint) -> Path:

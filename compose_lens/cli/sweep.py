@@ -11,7 +11,6 @@ from compose_lens.errors import ComposeLensError
 
 
 def _cmd_sweep(args) -> int:
-    from compose_lens.analysis.thresholds import format_thresholds  # lazy: torch
     from compose_lens.slurm import parse_options
     from compose_lens.sweep import parse_values, run_sweep
 
@@ -33,7 +32,7 @@ def _cmd_sweep(args) -> int:
                        points_per_job=args.points_per_job)
     print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
-    for line in format_thresholds(result.thresholds, args.param):
+    for line in result.threshold_lines(args.param):
         print("  " + line)
     print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
           f"{result.directory / 'sweep.png'}")

@@ -228,7 +228,6 @@ NOT_YET_REGISTERED = {
     "compose_lens.cli.dynamics": {"compose_lens.analysis.dynamics"},
     "compose_lens.cli.heads": {"compose_lens.analysis.patching"},  # per-head and path patching (lists of sites)
     "compose_lens.cli.methods": {"compose_lens.analysis.llc"},
-    "compose_lens.cli.sweep": {"compose_lens.analysis.thresholds"},
 }
 
 

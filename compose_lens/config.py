@@ -48,6 +48,13 @@ OPERATION_SIGNS = {"add": "+", "subtract": "-", "multiply": "*", "table": "+"}
 CORRUPTIONS = ("value", "variable", "constant")
 # What a patched run is read as (compose_lens.analysis.metrics.METRICS, named here without torch)
 PATCH_METRICS = ("logit_diff", "prob", "accuracy")
+# The heads' inputs and outputs per-head patching restores (compose_lens.analysis.patching)
+HEAD_COMPONENTS = ("q", "k", "v", "pattern", "z")
+# How circuit discovery scores edges (compose_lens.analysis.circuit)
+CIRCUIT_METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
+# Where DAS searches for the variable's value, and the ranks it tries (compose_lens.analysis.das)
+DAS_SITES = ("value_after_layer1", "equals_before_mlp2", "query_variable_after_layer1")
+DAS_RANKS = (2, 8, 16, 32)
 # Where the points of a sweep train (compose_lens.sweep)
 SWEEP_BACKENDS = ("local", "ray", "slurm")
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from compose_lens.config import CORRUPTIONS, PATCH_METRICS
+from compose_lens.config import CIRCUIT_METHODS, CORRUPTIONS, DAS_RANKS, DAS_SITES, PATCH_METRICS
 from compose_lens.errors import ComposeLensError
 
 if TYPE_CHECKING:  # annotations only: the command line reads this module before torch
@@ -673,7 +673,6 @@ PATCHING = Analysis(
 
 # -- circuit: automatic circuit discovery on the edge graph ------------------------------------------
 
-CIRCUIT_METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")  # analysis.circuit.METHODS, without torch
 CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 
 
@@ -794,9 +793,6 @@ CIRCUIT = Analysis(
 
 # -- das: distributed alignment search for the variable-value binding ---------------------------------
 
-DAS_SITES = ("value_after_layer1", "equals_before_mlp2", "query_variable_after_layer1")  # analysis.das.SITE_NAMES
-
-
 def _das(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens import runs
@@ -835,7 +831,7 @@ def _das_memory(settings: dict, config) -> None:
 
 DAS = Analysis(
     name="das", title="Distributed alignment search for the variable-value binding", compute=_das,
-    settings={"n_pairs": 600, "ranks": (2, 8, 16, 32), "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
+    settings={"n_pairs": 600, "ranks": DAS_RANKS, "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
     module="compose_lens.analysis.das", tables=("das",), documents=("das",), causal=True, in_analyze=False,
     command="das", help="distributed alignment search for the variable-value binding, with its controls",
     options=(Option("--ranks", "ranks", "subspace ranks", many=True),

@@ -130,7 +130,7 @@ import torch
 
 from compose_lens import capabilities, coverage, stats
 from compose_lens.analysis import locate, metrics
-from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.data.split import Split
@@ -138,7 +138,7 @@ from compose_lens.model import heads, tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 from compose_lens.data.pairs import as_prompt_pairs
 
-METHODS = ("exact", "eap", "eap-ig", "eap-ig-inputs", "acdc")
+METHODS = CIRCUIT_METHODS
 
 
 # -- the graph --------------------------------------------------------------------------------

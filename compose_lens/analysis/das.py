@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compose_lens.config import DAS_RANKS
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
 from compose_lens.data.pools import ONE_VAR
@@ -96,7 +97,7 @@ SITES = (
          "the query's variable token after layer 1 (placebo: names the variable, holds no value)"),
 )
 SITE_NAMES = tuple(s.name for s in SITES)
-DEFAULT_RANKS = (2, 8, 16, 32)
+DEFAULT_RANKS = DAS_RANKS
 CONTROLS = ("learned", "random subspace", "arbitrary labels")
 
 

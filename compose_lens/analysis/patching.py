@@ -87,7 +87,7 @@ import torch
 
 from compose_lens import capabilities, stats
 from compose_lens.analysis import metrics
-from compose_lens.config import CORRUPTIONS, ModelConfig, RunConfig
+from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
@@ -102,7 +102,6 @@ from compose_lens.model import heads, tl, weights
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 # per head, through the bridge's hooks (head_patching_table): a head's query, key, value, its
 # attention pattern (a destination position's row) and its output
-HEAD_COMPONENTS = ("q", "k", "v", "pattern", "z")
 HEAD_VECTORS = ("q", "k", "v", "z")  # (batch, pos, head, d_head)
 
 

@@ -28,9 +28,8 @@ import functools
 from compose_lens import registry  # plain declarations: no torch
 from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_overwrite, add_pairs_arguments,
                                      add_quiet_argument, check_pairs_file, progress_bar, seed, subject_of)
-from compose_lens.config import CORRUPTIONS
+from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS
 
-HEAD_COMPONENTS = ("q", "k", "v", "pattern", "z")  # compose_lens.analysis.patching.HEAD_COMPONENTS, without torch
 DEFAULT_COMPONENTS = ("q", "k", "v", "pattern")
 SHOWN = 12  # patch-heads prints the sites with the largest effects, this many at most,
 SMALL = 0.005  # and none smaller than this (half a percent of the clean-corrupted difference)

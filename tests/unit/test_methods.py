@@ -371,3 +371,11 @@ def test_a_tracker_that_does_not_start_leaves_no_half_made_run(mode, fails, tiny
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert ("W&B did not start" if fails else "WANDB_MODE='bogus'") in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_das_sites_the_command_offers_are_the_ones_das_searches():
+    """config.DAS_SITES names the sites for the command line without torch; analysis.das defines them."""
+    from compose_lens.analysis import das
+    from compose_lens.config import DAS_SITES
+
+    assert das.SITE_NAMES == DAS_SITES

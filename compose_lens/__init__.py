@@ -53,6 +53,7 @@ _EXPORTS = {
     "Task": "compose_lens.data.sequences", "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Subject": "compose_lens.subject", "load_subject": "compose_lens.runs",
+    "Forward": "compose_lens.forward", "Site": "compose_lens.forward",
     "TaskDeclaration": "compose_lens.declaration", "answer_logits": "compose_lens.evaluate",
     "locate_circuit": "compose_lens.analysis.locate:locate", "compare_models": "compose_lens.compare:compare",
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",

@@ -39,6 +39,7 @@ import torch
 
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.declaration import TaskDeclaration, study_declaration
+from compose_lens.forward import Forward
 
 if TYPE_CHECKING:
     from compose_lens.data.split import Split
@@ -63,6 +64,12 @@ class Subject:
     def __post_init__(self) -> None:
         if self.declaration is None and not self.config.task.is_variant:
             self.declaration = study_declaration(self.config.task)
+
+    @property
+    def forward(self) -> Forward:
+        """The model's one forward (:class:`compose_lens.forward.Forward`): its answer, activations and
+        edited answers at ``=``, asked for by :class:`~compose_lens.forward.Site`."""
+        return Forward(self.model, self.config.model)
 
     def user_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Study-coordinates token rows as the researcher's model reads them."""

@@ -48,7 +48,6 @@ forward passes; the tests check this shortcut against the hooked forward.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -67,7 +66,8 @@ from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, concat_batche
 from compose_lens.data.split import Split
 from compose_lens.evaluate import accuracy_by_group, predictions
 from compose_lens import capabilities
-from compose_lens.model import fastpath, tl, weights
+from compose_lens.forward import Forward, Site
+from compose_lens.model import tl, weights
 
 ABLATION_KINDS = ("zero", "mean", "resample")
 
@@ -113,47 +113,23 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
     return hook_name, ablate
 
 
-@contextlib.contextmanager
-def ablated(model: tl.Model, hooks: list[Hook]) -> Iterator[tl.Model]:
-    """Run the model with ablation hooks inside the block; they are removed on exit."""
-    with tl.hooks(model, hooks):
-        yield model
-
-
 def ablated_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, hooks: list[Hook],
                    chunk: int = 1024, fast: bool | None = None) -> torch.Tensor:
-    """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients
-    (chunks of 1,024 keep the fast forward's (chunk, n, d_head) tensors in cache: 2x faster than 4,096).
-
-    ``fast`` (default: for the paper architecture) runs
-    :func:`~compose_lens.model.fastpath.edited_answer_logits` with the hook functions as
-    edits, else the TransformerLens forward with them as hooks. A layer-2 hook then sees
-    "=" only, so its mean / resample reference must come from :func:`reference_activations`
-    with the same ``fast``.
-    """
-    out = []
-    if weights.use_table_forward(cfg, fast):
-        params = {name: value.float() for name, value in tl.parameters(model).items()}
-        edits = {name: fn for name, fn in hooks}
-        if len(edits) != len(hooks):
-            raise ComposeLensError("one ablation hook per activation on the fast forward")
-        with torch.no_grad():
-            for start in range(0, len(tokens), chunk):
-                out.append(fastpath.edited_answer_logits(params, cfg, tokens[start: start + chunk], edits))
-        return torch.cat(out)
-    with torch.no_grad(), ablated(model, hooks):
-        for start in range(0, len(tokens), chunk):
-            out.append(model(tokens[start: start + chunk])[:, -1].float())
-    return torch.cat(out)
+    """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients:
+    :meth:`compose_lens.forward.Forward.edited_logits` (``fast``, default for the paper
+    architecture: the table forward, on which a layer-2 hook sees "=" only, so its mean / resample
+    reference must come from :func:`reference_activations` with the same ``fast``)."""
+    return Forward(model, cfg, fast).edited_logits(tokens, hooks, chunk)
 
 
 def reference_activations(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, names: set[str],
                           fast: bool | None = None) -> dict[str, torch.Tensor]:
     """The activations (float32) at hooks ``names`` on ``tokens``, as :func:`ablated_logits` with the
     same ``fast`` sees them: what mean and resample ablation write, via :func:`replacement_hook`."""
-    if not weights.use_table_forward(cfg, fast):
-        _, cache = tl.run_with_cache(model, tokens, names_filter=lambda n: n in names)
-        return {name: cache[name].float() for name in names}
+    forward = Forward(model, cfg, fast)
+    if not forward.tables:
+        found = forward.read(tokens, [Site(name) for name in names], len(tokens))
+        return {name: found[Site(name)] for name in names}
     seen: dict[str, torch.Tensor] = {}
 
     def keep(name: str) -> Callable:
@@ -162,8 +138,7 @@ def reference_activations(model: tl.Model, cfg: ModelConfig, tokens: torch.Tenso
             return act
         return record
 
-    ablated_logits(model, cfg, tokens, [(name, keep(name)) for name in sorted(names)], chunk=len(tokens),
-                   fast=True)
+    forward.edited_logits(tokens, [(name, keep(name)) for name in sorted(names)], chunk=len(tokens))
     return seen
 
 

@@ -19,16 +19,14 @@ field                       TransformerLens hook                        shape
 ``binder=None`` / ``router=None`` (no head plays the role) leaves that head's fields None;
 ``binder`` / ``router`` record which head filled them.
 
-:func:`collect` reads them with the model's own ``run_with_cache``. That forward
-pass is slow for the thousands of sequences a Fourier grid needs, so for the
-paper's architecture (:func:`compose_lens.capabilities.is_paper_architecture`:
-two layers, one head each, an MLP in the last layer only, no normalisation, zero
-biases) :func:`table_forward` computes the same numbers from the weights with
-*tables*: layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are
-rows of small (vocabulary) and (position) tables gathered at the tokens, and so
-are layer 2's keys and values once layer 1's pattern is known. Only the last
-position's query, MLP and unembedding are computed per sequence. The test suite
-checks that both give the same activations.
+:func:`collect` reads them through the one forward (:class:`compose_lens.forward.Forward`):
+for the paper's architecture (:func:`compose_lens.capabilities.is_paper_architecture`: two layers,
+one head each, an MLP in the last layer only, no normalisation, zero biases) from the weights with
+*tables* (layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are rows of small
+vocabulary and position tables gathered at the tokens, and so are layer 2's keys and values once
+layer 1's pattern is known), which the thousands of sequences of a Fourier grid need; for any other
+(or for heads and blocks the tables do not compute) with the model's own ``run_with_cache``. The
+test suite checks that both give the same activations.
 """
 
 from __future__ import annotations
@@ -40,7 +38,8 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 
 from compose_lens.config import ModelConfig
-from compose_lens.model import fastpath, tl, weights
+from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model import tl
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Int
@@ -80,97 +79,34 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@torch.no_grad()
-def table_forward(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"],
-                  resid: bool = True) -> Activations:
-    """The activations of the paper architecture from weight tables (exact up to rounding).
-
-    This is the training fast path (:func:`compose_lens.model.fastpath.forward_at_answer`)
-    read out at every step; ``resid=False`` skips ``resid_mid0`` at every position
-    (the Fourier grids need only ``=``).
-    """
-    params = {k: v.float() for k, v in params.items()}
-    a = fastpath.forward_at_answer(params, cfg, tokens)
-    resid_mid0 = fastpath.resid_after_layer1(params, tokens, a.pattern0) if resid else None
-    return Activations(tokens, a.pattern0, resid_mid0, a.pattern1_last, a.resid_mid1_last,
-                       a.mlp_pre, a.mlp_post, a.logits, PAPER_BINDER, PAPER_ROUTER)
-
-
 PAPER_BINDER = (0, 0)  # blocks.0 head 0: the paper's previous-token head (layer 1)
 PAPER_ROUTER = (1, 0)  # blocks.1 head 0: the paper's routing head (layer 2)
-
-
-@torch.no_grad()
-def cached_forward(model: tl.Model, tokens: Int[torch.Tensor, "batch pos"], mlp_layer: int = 1, *,
-                   binder: tuple[int, int] | None = PAPER_BINDER,
-                   router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:
-    """The same activations read from the model's own ``run_with_cache`` (any architecture);
-    ``mlp_layer``: the block whose MLP input and neurons fill ``resid_mid1_last``, ``mlp_pre``
-    and ``mlp_post`` (the paper's MLP2, 1, by default; the located adder for the Fourier grids);
-    ``binder`` / ``router``: the heads of ``pattern0`` / ``pattern1_last`` (see the module doc)."""
-    hooks = {f"blocks.{mlp_layer}.hook_resid_mid", f"blocks.{mlp_layer}.mlp.hook_pre",
-             f"blocks.{mlp_layer}.mlp.hook_post"}
-    if binder is not None:
-        hooks |= {f"blocks.{binder[0]}.attn.hook_pattern", f"blocks.{binder[0]}.hook_resid_mid"}
-    if router is not None:
-        hooks.add(f"blocks.{router[0]}.attn.hook_pattern")
-    logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in hooks)
-    return Activations(
-        tokens=tokens,
-        pattern0=None if binder is None else cache[f"blocks.{binder[0]}.attn.hook_pattern"][:, binder[1]].float(),
-        resid_mid0=None if binder is None else cache[f"blocks.{binder[0]}.hook_resid_mid"].float(),
-        pattern1_last=(None if router is None
-                       else cache[f"blocks.{router[0]}.attn.hook_pattern"][:, router[1], -1].float()),
-        resid_mid1_last=cache[f"blocks.{mlp_layer}.hook_resid_mid"][:, -1].float(),
-        mlp_pre=cache[f"blocks.{mlp_layer}.mlp.hook_pre"][:, -1].float(),
-        mlp_post=cache[f"blocks.{mlp_layer}.mlp.hook_post"][:, -1].float(),
-        logits=logits[:, -1].float(),
-        binder=binder,
-        router=router,
-    )
 
 
 def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"], *, chunk: int = 4096,
             fast: bool | None = None, resid: bool = True, mlp_layer: int = 1,
             binder: tuple[int, int] | None = PAPER_BINDER,
             router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:
-    """Activations of ``tokens`` (N, n) on CPU in float32; the table forward where it is exact.
+    """Activations of ``tokens`` (N, n) on CPU in float32, read by the one forward
+    (:class:`compose_lens.forward.Forward`: the tables where they are exact, else the hooks).
 
-    ``resid=False`` lets the table forward skip ``resid_mid0`` (set to None). ``mlp_layer``,
-    ``binder``, ``router``: see :func:`cached_forward` (the table forward has its MLP in block 1
-    and reads the paper's heads only).
+    ``resid=False`` skips ``resid_mid0`` (None); ``mlp_layer``: the block whose MLP input and
+    neurons fill ``resid_mid1_last``, ``mlp_pre`` and ``mlp_post`` (the paper's MLP2, 1, by
+    default; the located adder for the Fourier grids); ``binder`` / ``router``: the heads of
+    ``pattern0`` / ``pattern1_last`` (see the module doc; None leaves their fields None).
     """
     binder = None if binder is None else tuple(binder)
     router = None if router is None else tuple(router)
-    use_tables = weights.use_table_forward(cfg, fast)
-    if use_tables and mlp_layer != 1:
-        raise ValueError(f"mlp_layer={mlp_layer}: the table forward's MLP is blocks.1's")
-    if use_tables and (binder not in (PAPER_BINDER, None) or router not in (PAPER_ROUTER, None)):
-        raise ValueError(f"binder={binder}, router={router}: the table forward reads blocks.0 head 0 and "
-                         f"blocks.1 head 0 only")
-    params = tl.parameters(model)
-    device = params["embed.weight"].device
-    parts = []
-    for start in range(0, len(tokens), chunk):
-        part = tokens[start: start + chunk].to(device)
-        acts = (table_forward(params, cfg, part, resid) if use_tables
-                else cached_forward(model, part, mlp_layer, binder=binder, router=router))
-        parts.append(acts)
-    for acts in parts:
-        if not resid or binder is None:
-            acts.resid_mid0 = None
-        if binder is None:
-            acts.pattern0 = None
-        if router is None:
-            acts.pattern1_last = None
-        acts.binder, acts.router = binder, router
-
-    def join(name: str):
-        if name in ("binder", "router"):
-            return getattr(parts[0], name)
-        if getattr(parts[0], name) is None:
-            return None
-        tensors = [getattr(a, name).detach().cpu() for a in parts]
-        return torch.cat([t if name == "tokens" else t.float() for t in tensors])
-
-    return Activations(**{name: join(name) for name in Activations.__dataclass_fields__})
+    sites = {"resid_mid1_last": Site(f"blocks.{mlp_layer}.hook_resid_mid", ANSWER),
+             "mlp_pre": Site(f"blocks.{mlp_layer}.mlp.hook_pre", ANSWER),
+             "mlp_post": Site(f"blocks.{mlp_layer}.mlp.hook_post", ANSWER), "logits": Site("logits", ANSWER)}
+    if binder is not None:
+        sites["pattern0"] = Site(f"blocks.{binder[0]}.attn.hook_pattern", None, binder[1])
+        if resid:
+            sites["resid_mid0"] = Site(f"blocks.{binder[0]}.hook_resid_mid")
+    if router is not None:
+        sites["pattern1_last"] = Site(f"blocks.{router[0]}.attn.hook_pattern", ANSWER, router[1])
+    found = Forward(model, cfg, fast).read(tokens, sites.values(), chunk)
+    fields = dict.fromkeys(("pattern0", "resid_mid0", "pattern1_last"))
+    fields.update({field: found[site] for field, site in sites.items()})
+    return Activations(tokens=tokens.detach().cpu(), **fields, binder=binder, router=router)

@@ -38,6 +38,7 @@ from compose_lens.analysis.probes import PAPER_HEADS, Heads, positional_qk_score
 from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
+from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import to_text
@@ -181,14 +182,13 @@ def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 100
     The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
     MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
     """
-    hook = mlp_in(mlp_block(model, config, split, seed) if block is None else block)
+    site = Site(mlp_in(mlp_block(model, config, split, seed) if block is None else block), ANSWER)
+    forward = Forward(model, config.model)
     groups = {}
     g = torch.Generator().manual_seed(seed)
     for side in ("left", "right"):
         const, var, labels = matched_prompts(split, n, side, seed)
-        with torch.no_grad():
-            h = [tl.run_with_cache(model, t, names_filter=lambda name: name == hook)[1][hook][:, -1].float()
-                 for t in (const, var)]
+        h = [forward.read(t, [site], len(t))[site] for t in (const, var)]
         centre = torch.cat(h).mean(0)
         a, b = h[0] - centre, h[1] - centre
         partner = torch.randperm(len(labels), generator=g)

@@ -27,9 +27,10 @@ answer on the training pairs and *against* it on the held-out (``add_restricted`
 memorisation signature (docs/sweeps.md).
 Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
 
-The paper architecture is read through the table forward (:mod:`compose_lens.model.fastpath`,
-no hooks: a :class:`~compose_lens.model.tl.Weights` will do), whose activations on the way to
-``=`` give the same terms; any other architecture through ``run_with_cache`` on a bridge.
+The terms are read by the one forward (:class:`compose_lens.forward.Forward`): each head's write
+is its ``hook_result`` at ``=``, each MLP's its ``hook_mlp_out``, from the tables for the paper
+architecture (no hooks: a :class:`~compose_lens.model.tl.Weights` will do) and through
+``run_with_cache`` on a bridge for any other.
 :func:`check_memory` is the guard of both (what ``n`` sequences keep), run before anything is
 drawn. This module is registered as the ``dla`` analysis (:mod:`compose_lens.registry`):
 ``analyze`` writes its tables (``logit_attribution``, ``logit_attribution_by_pool``,
@@ -49,8 +50,9 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens import capabilities, stats
-from compose_lens.model import fastpath, tl, weights
+from compose_lens import stats
+from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model import tl
 from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
@@ -72,61 +74,39 @@ def check_memory(n: int, config: RunConfig, flag: str = "--n") -> None:
     check_sizes(config, {f"{flag} {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
-def _check_supported(config: RunConfig, model) -> None:
+def _check_supported(config: RunConfig) -> None:
     if config.model.normalization_type is not None:
         raise ComposeLensError("logit attribution needs a model without normalisation (the logits are then "
                                "a sum of component outputs); this model has "
                                f"normalization_type={config.model.normalization_type!r}")
-    if isinstance(model, tl.Weights) and not capabilities.is_paper_architecture(config.model):
-        raise ComposeLensError("logit attribution reads TransformerLens hooks: load the model with "
-                               "bridge=True (compose_lens.runs.with_bridge)")
 
 
 def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]
                          ) -> dict[str, Float[torch.Tensor, "batch d_model"]]:
-    """Each component's write into the residual stream at ``=``: {name: (B, d_model)}."""
-    _check_supported(config, model)
+    """Each component's write into the residual stream at ``=``: {name: (B, d_model)}, in forward
+    order (read by the one forward: :class:`compose_lens.forward.Forward`)."""
+    _check_supported(config)
     cfg = config.model
+    heads = {block: Site(f"blocks.{block}.attn.hook_result", ANSWER) for block in range(cfg.n_layers)}
+    mlps = {block: Site(f"blocks.{block}.hook_mlp_out", ANSWER) for block in cfg.mlp_blocks}
+    embeddings = {"token embedding": Site("hook_embed", ANSWER), "position embedding": Site("hook_pos_embed", ANSWER)}
+    found = Forward(model, cfg).read(tokens, [*embeddings.values(), *heads.values(), *mlps.values()], len(tokens))
     params = tl.parameters(model)
-    if capabilities.is_paper_architecture(cfg):
-        return _components_from_tables(params, config, tokens)
-    with torch.no_grad():
-        _, cache = tl.run_with_cache(model, tokens)
-    out = {"token embedding": cache["hook_embed"][:, -1], "position embedding": cache["hook_pos_embed"][:, -1]}
+    out = {name: found[site] for name, site in embeddings.items()}
     for block in range(cfg.n_layers):
-        z = cache[f"blocks.{block}.attn.hook_z"][:, -1]  # (B, H, d_head)
-        w_o = params[f"blocks.{block}.attn.o.weight"]  # (d_model, H * d_head)
         for h in range(cfg.n_heads):
-            part = w_o[:, h * cfg.d_head:(h + 1) * cfg.d_head]
-            out[f"{layer_name(block)} head {h}"] = z[:, h] @ part.T
-        bias = params[f"blocks.{block}.attn.o.bias"]
+            out[f"{layer_name(block)} head {h}"] = found[heads[block]][:, h]
+        bias = params[f"blocks.{block}.attn.o.bias"].detach()
         if bias.abs().max() > 0:
-            out[f"{layer_name(block)} attention bias"] = bias.expand(len(tokens), -1)
-        if block in cfg.mlp_blocks:
-            out[f"{layer_name(block)} MLP"] = cache[f"blocks.{block}.hook_mlp_out"][:, -1]
+            out[f"{layer_name(block)} attention bias"] = bias.float().cpu().expand(len(tokens), -1)
+        if block in mlps:
+            out[f"{layer_name(block)} MLP"] = found[mlps[block]]
     return out
 
 
-def _components_from_tables(params: dict[str, torch.Tensor], config: RunConfig, tokens: torch.Tensor
-                            ) -> dict[str, torch.Tensor]:
-    """:func:`components_at_answer` of the paper architecture (one head per layer, an MLP in the last
-    layer only, zero biases) from the table forward's residual stream at ``=``."""
-    with torch.no_grad():
-        acts = fastpath.forward_at_answer(params, config.model, tokens)
-        token = params["embed.weight"][tokens[:, -1]]
-        place = params["pos_embed.weight"][tokens.shape[1] - 1].expand(len(tokens), -1)
-        return {"token embedding": token, "position embedding": place,
-                f"{layer_name(0)} head 0": acts.resid_mid0_last - token - place,
-                f"{layer_name(1)} head 0": acts.resid_mid1_last - acts.resid_mid0_last,
-                f"{layer_name(1)} MLP": weights.mlp_out(params, config.model, acts.resid_mid1_last, 1)[2]}
-
-
 def _answer_logits(model, config: RunConfig, tokens: torch.Tensor) -> torch.Tensor:
-    """(B, d_vocab_out) the model's own logits at ``=`` (the table forward for the paper architecture)."""
-    with torch.no_grad():
-        if capabilities.is_paper_architecture(config.model):
-            return fastpath.last_position_logits(tl.parameters(model), config.model, tokens)
-        return model(tokens)[:, -1]
+    """(B, d_vocab_out) the model's own logits at ``=``."""
+    return Forward(model, config.model).logits(tokens).float().cpu()
 
 
 def stage_of(component: str) -> str:

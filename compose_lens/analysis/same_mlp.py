@@ -149,7 +149,8 @@ from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
 from compose_lens.data.task import SequenceKind
-from compose_lens.model import fastpath, tl, weights
+from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model import tl, weights
 from compose_lens.provenance import provenance
 
 def mlp_in(block: int) -> str:
@@ -348,44 +349,32 @@ class Decomposition:
 
 def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None,
               layout: Layout = PAPER_LAYOUT) -> Decomposition:
-    """Attention patterns and residuals of a batch: from the table forward for the paper
-    architecture (:func:`compose_lens.model.fastpath.forward_at_answer`, no bridge needed;
-    ``fast=False``: not), else read with the model's own hooks; ``layout``: another
-    architecture's (:func:`layout_of`)."""
+    """Attention patterns and residuals of a batch, read by the one forward
+    (:class:`compose_lens.forward.Forward`: the tables for the paper architecture, no bridge needed;
+    ``fast=False``: the hooks); ``layout``: another architecture's (:func:`layout_of`)."""
+    forward = Forward(model, cfg, fast)
     if not layout.study:
-        return _decompose_routed(model, tokens, layout)
-    with torch.no_grad():
-        if weights.use_table_forward(cfg, fast):
-            params = weights.detached_parameters(model)
-            acts = fastpath.forward_at_answer(params, cfg, tokens)
-            p0, a1 = acts.pattern0.unsqueeze(1), acts.pattern1_last.unsqueeze(0)  # (N, 1, n, n), (1, N, n)
-            h, resid1 = acts.resid_mid1_last, fastpath.resid_after_layer1(params, tokens, acts.pattern0)
-        else:
-            names = ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.0.hook_resid_post", MLP_IN)
-            _, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
-            p0 = cache[names[0]].float().cpu()  # (N, H, n, n)
-            a1 = cache[names[1]][:, :, -1].float().cpu().transpose(0, 1)  # (H, N, n)
-            h, resid1 = cache[MLP_IN][:, -1].float().cpu(), cache[names[2]].float().cpu()
-    through = torch.einsum("gbi,bhis->hgbs", a1, p0)
-    return Decomposition(h, resid1, p0[:, :, -1].transpose(0, 1), a1, through, tokens)
+        return _decompose_routed(forward, tokens, layout)
+    p0, a1 = Site("blocks.0.attn.hook_pattern"), Site("blocks.1.attn.hook_pattern", ANSWER)
+    resid1, h = Site("blocks.0.hook_resid_post"), Site(MLP_IN, ANSWER)
+    found = forward.read(tokens, [p0, a1, resid1, h], len(tokens))
+    a1_heads = found[a1].transpose(0, 1)  # (H, N, n)
+    through = torch.einsum("gbi,bhis->hgbs", a1_heads, found[p0])
+    return Decomposition(found[h], found[resid1], found[p0][:, :, -1].transpose(0, 1), a1_heads, through, tokens)
 
 
-def _decompose_routed(model: tl.Model, tokens: torch.Tensor, layout: Layout) -> Decomposition:
+def _decompose_routed(forward: Forward, tokens: torch.Tensor, layout: Layout) -> Decomposition:
     """The router isolation's parts: the router's block input and attention from ``=``, the adder's
-    input and output at ``=`` and the clean logits (the model's own hooks)."""
+    input and output at ``=`` and the clean logits."""
     adder = layout.adder
-    layers = sorted({layer for layer, _ in layout.routers})
-    names = {f"blocks.{adder}.hook_resid_mid", f"blocks.{adder}.hook_mlp_out"}
-    names |= {f"blocks.{layer}.hook_{what}" for layer in layers for what in ("resid_pre", "attn.hook_pattern")}
-    names = {n.replace("hook_attn.hook_pattern", "attn.hook_pattern") for n in names}
-    with torch.no_grad():
-        logits, cache = tl.run_with_cache(model, tokens, names_filter=lambda name: name in names)
-    a1 = torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][:, head, -1].float().cpu()
-                      for layer, head in layout.routers])  # (G, N, n)
-    resid = torch.stack([cache[f"blocks.{layer}.hook_resid_pre"].float().cpu() for layer, _ in layout.routers])
-    return Decomposition(cache[f"blocks.{adder}.hook_resid_mid"][:, -1].float().cpu(), resid, None, a1, None,
-                         tokens, logits[:, -1].float().cpu(), cache[f"blocks.{adder}.hook_mlp_out"][:, -1].float().cpu(),
-                         adder)
+    mlp_in, mlp_out, logits = (Site(f"blocks.{adder}.hook_resid_mid", ANSWER), Site(f"blocks.{adder}.hook_mlp_out", ANSWER),
+                               Site("logits", ANSWER))
+    patterns = [Site(f"blocks.{layer}.attn.hook_pattern", ANSWER, head) for layer, head in layout.routers]
+    inputs = [Site(f"blocks.{layer}.hook_resid_pre") for layer, _ in layout.routers]
+    found = forward.read(tokens, [mlp_in, mlp_out, logits, *patterns, *inputs], len(tokens))
+    a1 = torch.stack([found[site] for site in patterns])  # (G, N, n)
+    resid = torch.stack([found[site] for site in inputs])
+    return Decomposition(found[mlp_in], resid, None, a1, None, tokens, found[logits], found[mlp_out], adder)
 
 
 @dataclass

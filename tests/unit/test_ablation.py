@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from compose_lens.analysis import ablation
+from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.data.sampler import POOL_NAMES, make_pool
 
@@ -30,11 +31,11 @@ def test_ablation_hooks_restore_the_model(tiny_model, tiny_config, tiny_split):
     for target, layer, index, name, sel in ablation.component_targets(tiny_config):
         for kind in ablation.ABLATION_KINDS:
             hook = ablation.replacement_hook(name, kind, cache[name], sel)
-            with ablation.ablated(tiny_model, [hook]):
+            with tl.hooks(tiny_model, [hook]):
                 inside = _logits(tiny_model, tokens)
             assert not torch.equal(inside, before), (target, layer, kind)
     with pytest.raises(RuntimeError):
-        with ablation.ablated(tiny_model, [ablation.replacement_hook("blocks.0.attn.hook_z", "zero")]):
+        with tl.hooks(tiny_model, [ablation.replacement_hook("blocks.0.attn.hook_z", "zero")]):
             raise RuntimeError("interrupted")
     assert torch.equal(_logits(tiny_model, tokens), before)
 
@@ -87,7 +88,7 @@ def test_fast_ablation_equals_the_hooked_forward(tiny_model, tiny_config, tiny_s
 def test_the_fast_forward_refuses_hooks_it_does_not_have(tiny_model, tiny_config, tiny_split):
     tokens = make_pool(tiny_split, "0var_train", 4).tokens
     hook = ablation.replacement_hook("blocks.0.hook_resid_mid", "zero")
-    with pytest.raises(ValueError, match="cannot edit"):
+    with pytest.raises(ComposeLensError, match="cannot edit blocks.0.hook_resid_mid"):
         ablation.ablated_logits(tiny_model, tiny_config.model, tokens, [hook], fast=True)
 
 

@@ -24,7 +24,7 @@ LAYERS = {
     "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
     "stats": 0, "markup": 0,  # the intervals and tests every claim is quoted with (scipy, numpy, pandas only)
     "data": 1, "safety": 1, "declaration": 1,  # the memory guard reads the estimates beside the renderer and the split
-    "model": 2,
+    "model": 2, "forward": 2,  # the one forward over model/'s tables and bridge
     "runs": 3, "phases": 3, "subject": 3,
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
@@ -267,6 +267,52 @@ def test_the_registry_imports_nothing_of_the_report():
     planted = ast.parse("def section():\n    from compose_lens.report.page import Report\n")
     targets = {resolve(t, set(modules())) for t in imported("compose_lens.registry", planted)}
     assert "compose_lens.report.page" in targets and layer("compose_lens.report.page") > layer("compose_lens.registry")
+
+
+# -- one forward ----------------------------------------------------------------------------------------
+# An analysis asks compose_lens.forward.Forward for activations and edited answers, in Site terms; which
+# forward computes them (the tables, the bridge's hooks) is chosen there. These analysis modules still run
+# a forward of their own, each for a reason the Forward does not cover yet (the list only shrinks):
+OWN_FORWARD = {
+    "compose_lens.analysis.attention": "every layer's whole pattern (the tables hold layer 2 at '=' only)",
+    "compose_lens.analysis.locate": "every layer's pattern with an MLP zeroed, by the last-position forward",
+    "compose_lens.analysis.llc": "the answer logits with gradients, under SGLD's weight draws",
+    "compose_lens.analysis.patching": "the batched engine and many sites per hooked forward",
+}
+_FORWARD_NAMES = {"fastpath", "lastpos", "run_with_cache", "run_with_hooks", "use_table_forward", "hooks"}
+
+
+def own_forwards(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """{analysis module: the forward-choosing names it uses (model.fastpath / lastpos, the bridge's
+    run_with_cache / run_with_hooks / hooks, use_table_forward)}."""
+    found = {}
+    for name, tree in trees.items():
+        if not name.startswith("compose_lens.analysis."):
+            continue
+        used = sorted({f"{node.value.id}.{node.attr}" if isinstance(node, ast.Attribute) else node.id
+                       for node in ast.walk(tree)
+                       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                       and (node.value.id in ("fastpath", "lastpos") or
+                            (node.value.id in ("tl", "weights") and node.attr in _FORWARD_NAMES))
+                       or isinstance(node, ast.Name) and node.id in ("fastpath", "lastpos")})
+        if used:
+            found[name] = used
+    return found
+
+
+def test_analyses_read_the_model_through_the_one_forward():
+    stray = {name: used for name, used in own_forwards(modules()).items() if name not in OWN_FORWARD}
+    assert not stray, f"read these through compose_lens.forward.Forward (Site terms): {stray}"
+
+
+def test_the_one_forward_rule_catches_a_planted_forward_and_its_list_only_shrinks():
+    trees = dict(modules())
+    trees["compose_lens.analysis.planted"] = ast.parse(
+        "def f(model, tokens):\n    return tl.run_with_cache(model, tokens)\n")
+    assert own_forwards(trees)["compose_lens.analysis.planted"] == ["tl.run_with_cache"]
+    found = own_forwards(trees)
+    for name in OWN_FORWARD:
+        assert name in found, f"{name} no longer runs a forward of its own: take it off OWN_FORWARD"
 
 
 # One attention forward: the causal mask and the softmax of attention scores live in model/heads.py

@@ -9,8 +9,8 @@ import torch
 
 from compose_lens.analysis import logit_attribution as la
 from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
+from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import tl
 from compose_lens.runs import load_model
@@ -59,11 +59,19 @@ def test_the_table_forward_gives_the_hooked_terms_on_the_paper_model(paper):
     assert la.check_sums(weights.model, weights.config, joined.tokens, joined.labels) < 1e-3
 
 
-def test_weights_without_hooks_are_refused_in_one_line(tiny_task):
+def test_weights_of_another_architecture_are_read_through_a_bridge_booted_for_them(tiny_task):
+    """A two-head model handed in as weights only (no hooks) gets the same terms as its bridge: the one
+    forward boots one (it was refused before)."""
     cfg = ModelConfig.for_task(tiny_task, d_model=32, d_head=16, d_mlp=64).replace(n_heads=2)
-    weights = tl.Weights(tl.boot(cfg, task=tiny_task).state_dict(), cfg)
-    with pytest.raises(ComposeLensError, match="bridge"):
-        la.components_at_answer(weights, RunConfig(task=tiny_task, model=cfg), torch.zeros(1, 16, dtype=torch.long))
+    bridge = tl.boot(cfg, task=tiny_task)
+    weights = tl.Weights(bridge.state_dict(), cfg)
+    config = RunConfig(task=tiny_task, model=cfg)
+    tokens = concat_batches(make_pools(Split.from_task(tiny_task), 5, 0))[0].tokens
+    from_weights = la.components_at_answer(weights, config, tokens)
+    from_bridge = la.components_at_answer(bridge, config, tokens)
+    assert list(from_weights) == list(from_bridge) and "layer 1 (blocks.0) head 1" in from_weights
+    for name, value in from_bridge.items():
+        assert torch.equal(from_weights[name], value), name
 
 
 def test_the_dla_command_writes_its_tables_and_figure(tmp_path):

@@ -1,0 +1,291 @@
+"""One forward for every analysis: the model's activations and answer at ``=``, read or edited at a :class:`Site`.
+
+An analysis asks the model three things: its answer logits at ``=``, some activations on the
+way there, and its answer with some activations replaced. compose-lens can compute these in
+two ways (:mod:`compose_lens.capabilities` says which is exact for which architecture):
+
+* **the tables** (:mod:`compose_lens.model.fastpath`): the paper architecture's answer at ``=``
+  from score tables over the vocabulary and the positions, with no (batch, positions, d_model)
+  tensor and no TransformerLens bridge (a :class:`~compose_lens.model.tl.Weights` will do). It
+  has the activations the answer is made of (:data:`TABLE_SITES`), and can replace the four
+  it is arranged around (:data:`compose_lens.model.fastpath.EDITABLE_HOOKS`);
+* **the TransformerLens bridge**: ``run_with_cache`` and ``run_with_hooks``, every hook of any
+  architecture (a bridge is booted from the weights when the subject holds only those).
+
+A :class:`Forward` makes that choice once, per request: :meth:`Forward.read` answers from the
+tables when every site asked for is one of theirs, else from the bridge, and
+:meth:`Forward.edited_logits` likewise. The two give the same numbers up to float rounding
+(tests/unit/test_forward.py), so an analysis is written once, in :class:`Site` terms, and never
+asks which forward it is on.
+
+**One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and
+a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,
+``Site("blocks.0.attn.hook_pattern", head=0)`` the layer-1 pattern at every query,
+``Site("blocks.1.attn.hook_pattern", "=", 0)`` layer 2's attention from ``=``. A position is
+``None`` (every position: the axis is kept), ``"="`` (the answer position, the last) or an
+index (the axis is dropped); a head is ``None`` (every head: the axis is kept) or an index.
+Besides TransformerLens's own hooks there is one more, ``blocks.L.attn.hook_result``: what
+each head writes into the residual stream (``hook_z`` through its slice of ``W_O``, without
+the output bias), so direct logit attribution is one read on either forward.
+
+>>> site = Site.parse("blocks.1.hook_mlp_out@=")
+>>> site, site.layer, str(site)
+(Site(hook='blocks.1.hook_mlp_out', position='=', head=None), 1, 'blocks.1.hook_mlp_out@=')
+>>> str(Site("blocks.0.attn.hook_pattern", head=0))
+'blocks.0.attn.hook_pattern[0]'
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
+
+import torch
+
+from compose_lens.config import ModelConfig
+from compose_lens.errors import ComposeLensError
+from compose_lens.model import fastpath, tl, weights
+
+ANSWER = "="  # the answer position: the last of every sequence
+Edit = Callable[[torch.Tensor], torch.Tensor]  # an activation in, what to write in its place out
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where to read or intervene: a hook, a position (None: every one; ``"="``: the answer's;
+    an index) and a head (None: every head). See the module doc."""
+
+    hook: str
+    position: int | str | None = None
+    head: int | None = None
+
+    _TEXT = re.compile(r"^(?P<hook>[\w.]+)(?:\[(?P<head>\d+)\])?(?:@(?P<position>=|-?\d+))?$")
+
+    @classmethod
+    def parse(cls, text: str) -> "Site":
+        """``hook[head]@position``, each part but the hook optional (``blocks.1.attn.hook_pattern[0]@=``)."""
+        found = cls._TEXT.match(text.strip())
+        if found is None:
+            raise ComposeLensError(f"site {text!r}: write HOOK[HEAD]@POSITION, e.g. blocks.1.hook_mlp_out@= "
+                                   f"or blocks.0.attn.hook_pattern[0]")
+        position = found["position"]
+        return cls(found["hook"], position if position in (None, ANSWER) else int(position),
+                   None if found["head"] is None else int(found["head"]))
+
+    def __str__(self) -> str:
+        head = "" if self.head is None else f"[{self.head}]"
+        return self.hook + head + ("" if self.position is None else f"@{self.position}")
+
+    @functools.cached_property
+    def layer(self) -> int | None:
+        """The block the hook belongs to (None for the embeddings)."""
+        found = re.match(r"blocks\.(\d+)\.", self.hook)
+        return None if found is None else int(found[1])
+
+    @functools.cached_property
+    def component(self) -> str:
+        """The hook's short name within its block, as patching tables name it: ``resid_pre``,
+        ``attn_out``, ``mlp_out``, ``z``, ``q``, ``pattern``, ``mlp_pre`` (see
+        :data:`compose_lens.model.tl.PATCH_HOOKS`)."""
+        for name, template in tl.PATCH_HOOKS.items():
+            if template.format(layer=self.layer) == self.hook:
+                return name
+        return self.hook.rsplit(".", 1)[-1].removeprefix("hook_")
+
+    def at(self, position: int | str | None) -> "Site":
+        return replace(self, position=position)
+
+
+def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> dict:
+    """Every activation the tables compute, keyed by (hook, position): the answer position's
+    (B, ...) and, for layer 1, every position's (B, n, ...). Heads are the paper's one head."""
+    acts = fastpath.forward_at_answer(params, cfg, tokens)
+    token = params["embed.weight"][tokens[:, -1]]
+    place = params["pos_embed.weight"][tokens.shape[1] - 1].expand(len(tokens), -1)
+    mlp_out = weights.mlp_out(params, cfg, acts.resid_mid1_last, 1)[2]
+    after_layer1 = acts.resid_mid0_last
+    head0, head1 = after_layer1 - token - place, acts.resid_mid1_last - after_layer1
+    return {
+        ("hook_embed", ANSWER): token, ("hook_pos_embed", ANSWER): place,
+        ("blocks.0.attn.hook_pattern", None): acts.pattern0.unsqueeze(1),
+        ("blocks.0.attn.hook_pattern", ANSWER): acts.pattern0[:, -1].unsqueeze(1),
+        ("blocks.0.hook_resid_mid", None): lambda: fastpath.resid_after_layer1(params, tokens, acts.pattern0),
+        ("blocks.0.hook_resid_mid", ANSWER): after_layer1,
+        ("blocks.0.attn.hook_result", ANSWER): head0.unsqueeze(1), ("blocks.0.hook_attn_out", ANSWER): head0,
+        ("blocks.1.attn.hook_pattern", ANSWER): acts.pattern1_last.unsqueeze(1),
+        ("blocks.1.attn.hook_result", ANSWER): head1.unsqueeze(1), ("blocks.1.hook_attn_out", ANSWER): head1,
+        ("blocks.1.hook_resid_mid", ANSWER): acts.resid_mid1_last,
+        ("blocks.1.mlp.hook_pre", ANSWER): acts.mlp_pre, ("blocks.1.mlp.hook_post", ANSWER): acts.mlp_post,
+        ("blocks.1.hook_mlp_out", ANSWER): mlp_out,
+        ("blocks.1.hook_resid_post", ANSWER): acts.resid_mid1_last + mlp_out,
+        ("logits", ANSWER): acts.logits,
+    }
+
+
+_SAME = {"blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_resid_pre": "blocks.0.hook_resid_mid",
+         "blocks.1.mlp.hook_in": "blocks.1.hook_resid_mid"}
+# the sites the tables compute (layer 1 has no MLP, so its residual after attention is its output; with
+# no normalisation the MLP's input is the residual after attention)
+TABLE_SITES = frozenset({("hook_embed", ANSWER), ("hook_pos_embed", ANSWER), ("logits", ANSWER),
+                         ("blocks.0.attn.hook_pattern", None), ("blocks.0.attn.hook_pattern", ANSWER),
+                         ("blocks.0.hook_resid_mid", None), ("blocks.0.hook_resid_mid", ANSWER),
+                         ("blocks.0.hook_resid_post", None), ("blocks.0.hook_resid_post", ANSWER),
+                         ("blocks.1.hook_resid_pre", None), ("blocks.1.hook_resid_pre", ANSWER),
+                         ("blocks.0.attn.hook_result", ANSWER), ("blocks.0.hook_attn_out", ANSWER),
+                         ("blocks.1.attn.hook_pattern", ANSWER), ("blocks.1.attn.hook_result", ANSWER),
+                         ("blocks.1.hook_attn_out", ANSWER), ("blocks.1.hook_resid_mid", ANSWER),
+                         ("blocks.1.mlp.hook_in", ANSWER),
+                         ("blocks.1.mlp.hook_pre", ANSWER), ("blocks.1.mlp.hook_post", ANSWER),
+                         ("blocks.1.hook_mlp_out", ANSWER), ("blocks.1.hook_resid_post", ANSWER)})
+_HEADED = ("hook_pattern", "hook_result", "hook_z", "hook_q", "hook_k", "hook_v")
+
+
+def _head_axis(hook: str, position_kept: bool) -> int | None:
+    """Where a hook's head axis sits once the batch (and, if not kept, the position) is taken."""
+    if not hook.endswith(_HEADED):
+        return None
+    if hook.endswith("hook_pattern"):
+        return 1  # (B, H, query, key)
+    return 2 if position_kept else 1  # (B, pos, H, ...)
+
+
+def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
+    """A hook's whole tensor (as ``run_with_cache`` keeps it) at the site's position and head."""
+    pattern = site.hook.endswith("hook_pattern")
+    out = full
+    if site.position is not None:
+        index = -1 if site.position == ANSWER else site.position
+        out = out[:, :, index] if pattern else out[:, index]
+    if site.head is not None:
+        axis = _head_axis(site.hook, site.position is None)
+        if axis is None:
+            raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
+        out = out.select(axis, site.head)
+    return out
+
+
+class Forward:
+    """The one forward of a model (``model``: a bridge or :class:`~compose_lens.model.tl.Weights`;
+    ``fast``: None takes the tables where they are exact, True insists (refusing what they cannot
+    compute), False never). See the module doc."""
+
+    def __init__(self, model: "tl.Model | tl.Weights", cfg: ModelConfig, fast: bool | None = None):
+        self.model, self.cfg = model, cfg
+        self.tables = weights.use_table_forward(cfg, fast)
+        self.insist = fast is True  # the tables or a refusal, never the bridge
+        self._bridge = None if isinstance(model, tl.Weights) else model
+
+    @property
+    def params(self) -> dict[str, torch.Tensor]:
+        return tl.parameters(self.model)
+
+    @property
+    def device(self) -> torch.device:
+        return self.params["embed.weight"].device
+
+    def bridge(self):
+        """The TransformerLens bridge (booted from the weights once, if the model is only weights)."""
+        if self._bridge is None:
+            state = self.params
+            self._bridge = tl.boot(self.cfg, self.device)
+            tl.load_state(self._bridge, state)
+            self._bridge.eval()
+        return self._bridge
+
+    def _refuse_if_insisted(self, what: str) -> None:
+        if self.insist:
+            raise ComposeLensError(f"the table forward cannot {what} (it reads {len(TABLE_SITES)} sites and edits "
+                                   f"{', '.join(fastpath.EDITABLE_HOOKS)}): leave fast unset to use the bridge")
+
+    def on_tables(self, sites: Iterable[Site]) -> bool:
+        """Whether the tables answer every site (else the bridge does)."""
+        return self.tables and all((s.hook, s.position) in TABLE_SITES and s.head in (None, 0) for s in sites)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def read(self, tokens: torch.Tensor, sites: Iterable[Site], chunk: int = 4096) -> dict[Site, torch.Tensor]:
+        """{site: activation} of ``tokens`` (N, n), float32 on CPU, in chunks of ``chunk`` sequences.
+        ``Site("logits", "=")`` is the answer logits."""
+        sites, chunk = list(dict.fromkeys(sites)), max(1, chunk)
+        parts = [self._read(tokens[start: start + chunk].to(self.device), sites)
+                 for start in range(0, len(tokens), chunk)]
+        return {site: torch.cat([p[site] for p in parts]) for site in sites}
+
+    def _read(self, tokens: torch.Tensor, sites: list[Site]) -> dict[Site, torch.Tensor]:
+        for site in sites:
+            if site.head is not None and _head_axis(site.hook, site.position is None) is None:
+                raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
+        if not self.on_tables(sites):
+            self._refuse_if_insisted(f"read {', '.join(str(s) for s in sites if (s.hook, s.position) not in TABLE_SITES)}")
+            return self._read_hooks(tokens, sites)
+        params = {k: v.float() for k, v in self.params.items()}
+        found = _answer_tables(params, self.cfg, tokens)
+        out = {}
+        for site in sites:
+            value = found[(_SAME.get(site.hook, site.hook), site.position)]
+            value = value() if callable(value) else value
+            out[site] = (value if site.head is None else value.select(1, site.head)).detach().float().cpu()
+        return out
+
+    def _read_hooks(self, tokens: torch.Tensor, sites: list[Site]) -> dict[Site, torch.Tensor]:
+        def source(hook: str) -> str:
+            return hook.replace("hook_result", "hook_z")
+
+        names = {source(s.hook) for s in sites if s.hook != "logits"}
+        logits, cache = tl.run_with_cache(self.bridge(), tokens, names_filter=lambda name: name in names)
+        out = {}
+        for site in sites:
+            if site.hook == "logits":
+                value = _select(site, logits)
+            elif site.hook.endswith("hook_result"):  # the position first: each head's write where it is read
+                z = _select(replace(site, head=None), cache[source(site.hook)])
+                value = self._head_writes(site.layer, z)
+                value = value if site.head is None else value.select(-2, site.head)
+            else:
+                value = _select(site, cache[site.hook])
+            out[site] = value.detach().float().cpu()
+        return out
+
+    def _head_writes(self, layer: int, z: torch.Tensor) -> torch.Tensor:
+        """(..., H, d_model): each head's ``hook_z`` (..., H, d_head) through its slice of ``W_O`` (no bias)."""
+        w_o, d_head = self.params[f"blocks.{layer}.attn.o.weight"], self.cfg.d_head
+        return torch.stack([z[..., h, :] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(z.shape[-2])], dim=-2)
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, d_vocab_out) the answer logits at ``=`` (the fastest exact forward)."""
+        if self.tables:
+            return fastpath.last_position_logits(self.params, self.cfg, tokens.to(self.device))
+        return self.bridge()(tokens.to(self.device))[:, -1]
+
+    # -- editing -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def edited_logits(self, tokens: torch.Tensor, edits: Mapping[str, Edit] | Iterable[tuple[str, Edit]],
+                      chunk: int = 1024) -> torch.Tensor:
+        """(N, d_vocab_out) answer logits with each edit's ``function(activation)`` written in place
+        of its hook's activation (``edits``: {hook: function}, or (hook, function) pairs, several
+        per hook on the bridge), in chunks of ``chunk`` (1,024 keep the tables' (chunk, n, d_head)
+        tensors in cache: 2x faster than 4,096). The tables are used when every edited hook is one
+        of theirs (:data:`~compose_lens.model.fastpath.EDITABLE_HOOKS`); they see a layer-2 hook at
+        ``=`` only."""
+        pairs = list(edits.items()) if isinstance(edits, Mapping) else list(edits)
+        out = []
+        if self.tables and {name for name, _ in pairs} <= set(fastpath.EDITABLE_HOOKS):
+            table_edits = dict(pairs)
+            if len(table_edits) != len(pairs):
+                raise ComposeLensError("one edit per hook on the table forward")
+            params = {name: value.float() for name, value in self.params.items()}
+            for start in range(0, len(tokens), chunk):
+                out.append(fastpath.edited_answer_logits(params, self.cfg, tokens[start: start + chunk], table_edits))
+            return torch.cat(out)
+        self._refuse_if_insisted(f"edit {', '.join(sorted({n for n, _ in pairs} - set(fastpath.EDITABLE_HOOKS)))}")
+        model = self.bridge()
+        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in pairs]
+        with tl.hooks(model, hooks):
+            for start in range(0, len(tokens), chunk):
+                out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())
+        return torch.cat(out)

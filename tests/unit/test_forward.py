@@ -1,0 +1,72 @@
+"""The one forward: the tables and the bridge give the same activations and edited answers at every Site
+the tables hold; what the tables do not hold is read from the bridge, or refused when the tables are insisted on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compose_lens.data.sampler import concat_batches, make_pools
+from compose_lens.errors import ComposeLensError
+from compose_lens.forward import ANSWER, TABLE_SITES, Forward, Site
+from compose_lens.runs import load_model
+
+
+@pytest.fixture(scope="module")
+def paper():
+    bridge, weights = load_model("paper"), load_model("paper", bridge=False)
+    tokens = concat_batches(make_pools(bridge.split, 12, 0))[0].tokens
+    return bridge, weights, tokens
+
+
+def test_every_table_site_reads_as_the_bridge_reads_it(paper):
+    bridge, weights, tokens = paper
+    sites = [Site(hook, position) for hook, position in sorted(TABLE_SITES, key=str)]
+    sites += [Site("blocks.0.attn.hook_pattern", None, 0), Site("blocks.1.attn.hook_pattern", ANSWER, 0)]
+    tables = Forward(weights.model, weights.config.model)
+    hooked = Forward(bridge.model, bridge.config.model, fast=False)
+    assert tables.on_tables(sites) and not hooked.on_tables(sites)
+    from_tables, from_hooks = tables.read(tokens, sites), hooked.read(tokens, sites)
+    for site in sites:
+        assert from_tables[site].shape == from_hooks[site].shape, site
+        assert torch.allclose(from_tables[site], from_hooks[site], atol=2e-4), (site, (from_tables[site] - from_hooks[site]).abs().max())
+
+
+def test_a_site_the_tables_lack_is_read_from_a_bridge_booted_from_the_weights(paper):
+    bridge, weights, tokens = paper
+    site = Site("blocks.1.attn.hook_pattern")  # layer 2 at every query: the tables hold "=" only
+    forward = Forward(weights.model, weights.config.model)
+    assert not forward.on_tables([site])
+    pattern = forward.read(tokens, [site])[site]
+    assert pattern.shape == (len(tokens), 1, tokens.shape[1], tokens.shape[1])
+    assert torch.allclose(pattern, Forward(bridge.model, bridge.config.model).read(tokens, [site])[site])
+    assert torch.allclose(pattern[:, 0, -1], forward.read(tokens, [site.at(ANSWER)])[site.at(ANSWER)][:, 0], atol=1e-5)
+
+
+def test_insisting_on_the_tables_refuses_in_one_line_what_they_cannot_do(paper):
+    _, weights, tokens = paper
+    forward = Forward(weights.model, weights.config.model, fast=True)
+    with pytest.raises(ComposeLensError, match=r"cannot read blocks\.1\.attn\.hook_pattern\b") as error:
+        forward.read(tokens, [Site("blocks.1.attn.hook_pattern"), Site("logits", ANSWER)])
+    assert "\n" not in str(error.value)
+    with pytest.raises(ComposeLensError, match="no head axis"):
+        forward.read(tokens, [Site("blocks.1.hook_resid_mid", ANSWER, 0)])
+
+
+def test_an_edit_gives_the_same_answer_on_the_tables_and_the_bridge(paper):
+    bridge, weights, tokens = paper
+    halve = {"blocks.1.hook_mlp_out": lambda act: act * 0.5, "blocks.0.attn.hook_z": lambda act: act * 0.0}
+    tables = Forward(weights.model, weights.config.model).edited_logits(tokens, halve)
+    hooked = Forward(bridge.model, bridge.config.model, fast=False).edited_logits(tokens, halve)
+    clean = Forward(weights.model, weights.config.model).logits(tokens)
+    assert (tables - clean).abs().max() > 1.0  # the edit changes the answer
+    assert torch.allclose(tables, hooked, atol=1e-3)
+
+
+def test_a_site_is_written_and_read_as_one_line():
+    for text in ("blocks.1.hook_mlp_out@=", "blocks.0.attn.hook_pattern[0]", "blocks.1.attn.hook_z[2]@14", "hook_embed"):
+        assert str(Site.parse(text)) == text
+    assert Site.parse("blocks.1.attn.hook_z[2]@14") == Site("blocks.1.attn.hook_z", 14, 2)
+    assert Site("blocks.1.attn.hook_z", 3, 0).component == "z" and Site("blocks.0.hook_resid_pre").component == "resid_pre"
+    with pytest.raises(ComposeLensError, match="HOOK"):
+        Site.parse("blocks.1 mlp")

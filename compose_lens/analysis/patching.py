@@ -96,6 +96,7 @@ from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.data.variants import bindings
 from compose_lens.evaluate import answer_logits
+from compose_lens.forward import Site
 from compose_lens.safety import check_finite_logits
 from compose_lens.model import heads, tl, weights
 
@@ -202,12 +203,15 @@ def _metric(metric: metrics.Metric, logits: torch.Tensor, pairs: PromptPairs) ->
 # -- sites ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Site:
-    component: str
-    layer: int
-    position: int
-    head: int = -1  # -1: the whole component (not a head output)
+def patch_site(component: str, layer: int, position: int, head: int | None = None) -> Site:
+    """The :class:`~compose_lens.forward.Site` of a patching table's row: ``component``
+    (:data:`COMPONENTS` or :data:`HEAD_COMPONENTS`) of ``blocks.{layer}`` at ``position``, one head or all."""
+    return Site(tl.hook_name(component, layer), position, head)
+
+
+def head_column(s: Site) -> int:
+    """The table's ``head`` column: the head, or -1 for a whole component."""
+    return -1 if s.head is None else s.head
 
 
 def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
@@ -219,7 +223,7 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
         for layer in range(cfg.n_layers):
             for position in range(cfg.n_ctx):
                 heads = range(cfg.n_heads) if component == "z" else [-1]
-                sites += [Site(component, layer, position, h) for h in heads]
+                sites += [patch_site(component, layer, position, None if h < 0 else h) for h in heads]
     return sites
 
 
@@ -521,7 +525,7 @@ def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Si
             for start in range(0, len(members), per_forward):
                 part = members[start: start + per_forward]
                 positions = torch.tensor([sites[j].position for j in part]).repeat_interleave(N)
-                heads = torch.tensor([sites[j].head for j in part]).repeat_interleave(N)
+                heads = torch.tensor([head_column(sites[j]) for j in part]).repeat_interleave(N)
                 prompt = torch.arange(N).repeat(len(part))
                 rows = torch.arange(len(part) * N)
 
@@ -678,7 +682,7 @@ def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor,
     """
     groups: dict[tuple[str, int, int], dict[int, int]] = {}
     for j, s in enumerate(sites):
-        groups.setdefault((s.component, s.layer, s.head), {})[s.position] = j
+        groups.setdefault((s.component, s.layer, head_column(s)), {})[s.position] = j
     onehot = torch.nn.functional.one_hot(roles, len(names)).double()  # (N, n, R)
     keys, values, counts = [], [], []
     for (component, block, head), by_position in groups.items():
@@ -759,7 +763,7 @@ def _sites_table(split: Split, sites: list[Site], patched: torch.Tensor, clean: 
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
         table = pd.DataFrame({
             "component": [s.component for s in sites], "layer": [s.layer + 1 for s in sites],
-            "block": [s.layer for s in sites], "head": [s.head for s in sites],
+            "block": [s.layer for s in sites], "head": [head_column(s) for s in sites],
             "role": [_position_role(split.task, s.position) for s in sites],
             "position": [s.position for s in sites], "mean": mean.tolist(), "ci_low": low.tolist(),
             "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
@@ -810,7 +814,7 @@ def head_sites(cfg: ModelConfig, components=HEAD_COMPONENTS) -> list[Site]:
     for component in components:
         if component not in HEAD_COMPONENTS:
             raise ComposeLensError(f"component {component!r}: use one of {', '.join(HEAD_COMPONENTS)}")
-    return [Site(component, layer, position, head) for component in components for layer in range(cfg.n_layers)
+    return [patch_site(component, layer, position, head) for component in components for layer in range(cfg.n_layers)
             for position in range(cfg.n_ctx) for head in range(cfg.n_heads)]
 
 

@@ -43,7 +43,7 @@ def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config,
     clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs)
     fast = patching.baseline_logit_diffs(tiny_model, pairs, tiny_config.model)  # the table forward
     assert torch.allclose(fast[0], clean, atol=1e-5) and torch.allclose(fast[1], corrupted, atol=1e-5)
-    final = sites.index(patching.Site("resid_post", 1, tiny_config.model.n_ctx - 1))
+    final = sites.index(patching.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
     assert torch.allclose(values[final], clean, atol=1e-5)  # the whole last residual: the clean run
     assert not torch.allclose(clean, corrupted, atol=1e-3)
     moved = (values - corrupted).abs().amax(1)

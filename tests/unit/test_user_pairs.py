@@ -113,7 +113,7 @@ def test_each_metric_is_what_it_says_on_every_engine(tiny_model, tiny_config, ti
     last residual stream gives the clean run's value."""
     pairs = patching.make_prompt_pairs(tiny_split, 16, "constant", seed=2)
     sites = patching.all_sites(tiny_config.model)
-    final = sites.index(patching.Site("resid_post", 1, tiny_config.model.n_ctx - 1))
+    final = sites.index(patching.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
 
     def top_margin(logits, answers):  # a metric of the user's own: clean logit over the best other
         rows = torch.arange(len(logits))

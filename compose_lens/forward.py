@@ -46,7 +46,8 @@ import torch
 
 from compose_lens.config import ModelConfig
 from compose_lens.errors import ComposeLensError
-from compose_lens.model import fastpath, tl, weights
+from compose_lens import capabilities
+from compose_lens.model import fastpath, lastpos, tl, weights
 
 ANSWER = "="  # the answer position: the last of every sequence
 Edit = Callable[[torch.Tensor], torch.Tensor]  # an activation in, what to write in its place out
@@ -166,6 +167,23 @@ def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_PLAIN_ANY = ("hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid")  # at every position
+_PLAIN_LAST = ("mlp.hook_in", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post")
+_NOT_PLAIN_EDITS = ("attn.hook_pattern", "mlp.hook_pre", "mlp.hook_post")  # read there, not written back
+
+
+def _plain_reads(site: Site, cfg: ModelConfig) -> bool:
+    """Whether the last-position forward computes ``site``: every layer's residual stream and attention
+    at every position, the MLPs of every layer but the last at every position, the last one's at
+    ``=`` (it is computed there only), the embeddings and the logits at ``=``."""
+    if site.hook in ("hook_embed", "hook_pos_embed", "logits"):
+        return site.position == ANSWER or site.hook != "logits"
+    layer, name = site.layer, site.hook.split(".", 2)[-1]
+    if layer is None or name not in _PLAIN_ANY + _PLAIN_LAST or "mlp" in name and layer not in cfg.mlp_blocks:
+        return False  # a block without an MLP has its zero weights on the bridge only
+    return name in _PLAIN_ANY or layer < cfg.n_layers - 1 or site.position == ANSWER
+
+
 class Forward:
     """The one forward of a model (``model``: a bridge or :class:`~compose_lens.model.tl.Weights`;
     ``fast``: None takes the tables where they are exact, True insists (refusing what they cannot
@@ -175,6 +193,7 @@ class Forward:
         self.model, self.cfg = model, cfg
         self.tables = weights.use_table_forward(cfg, fast)
         self.insist = fast is True  # the tables or a refusal, never the bridge
+        self.plain = fast is not False and capabilities.supports(cfg, "lastpos")  # no normalisation
         self._bridge = None if isinstance(model, tl.Weights) else model
 
     @property
@@ -206,21 +225,27 @@ class Forward:
     # -- reading -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def read(self, tokens: torch.Tensor, sites: Iterable[Site], chunk: int = 4096) -> dict[Site, torch.Tensor]:
+    def read(self, tokens: torch.Tensor, sites: Iterable[Site], chunk: int = 4096,
+             edits: Mapping[str, Edit] | None = None) -> dict[Site, torch.Tensor]:
         """{site: activation} of ``tokens`` (N, n), float32 on CPU, in chunks of ``chunk`` sequences.
-        ``Site("logits", "=")`` is the answer logits."""
-        sites, chunk = list(dict.fromkeys(sites)), max(1, chunk)
-        parts = [self._read(tokens[start: start + chunk].to(self.device), sites)
+        ``Site("logits", "=")`` is the answer logits. ``edits`` ({hook: function}): read with those
+        activations replaced (by the last-position forward or the bridge; the tables read unedited)."""
+        sites, chunk, edits = list(dict.fromkeys(sites)), max(1, chunk), dict(edits or {})
+        parts = [self._read(tokens[start: start + chunk].to(self.device), sites, edits)
                  for start in range(0, len(tokens), chunk)]
         return {site: torch.cat([p[site] for p in parts]) for site in sites}
 
-    def _read(self, tokens: torch.Tensor, sites: list[Site]) -> dict[Site, torch.Tensor]:
+    def _read(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
         for site in sites:
             if site.head is not None and _head_axis(site.hook, site.position is None) is None:
                 raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
-        if not self.on_tables(sites):
-            self._refuse_if_insisted(f"read {', '.join(str(s) for s in sites if (s.hook, s.position) not in TABLE_SITES)}")
-            return self._read_hooks(tokens, sites)
+        if edits or not self.on_tables(sites):
+            self._refuse_if_insisted(f"read {', '.join(str(s) for s in sites if (s.hook, s.position) not in TABLE_SITES)}"
+                                     if not edits else "read under edits")
+            if self.plain and all(_plain_reads(s, self.cfg) for s in sites) and \
+                    all(_plain_reads(Site(h, ANSWER), self.cfg) and not h.endswith(_NOT_PLAIN_EDITS) for h in edits):
+                return self._read_plain(tokens, sites, edits)
+            return self._read_hooks(tokens, sites, edits)
         params = {k: v.float() for k, v in self.params.items()}
         found = _answer_tables(params, self.cfg, tokens)
         out = {}
@@ -230,12 +255,43 @@ class Forward:
             out[site] = (value if site.head is None else value.select(1, site.head)).detach().float().cpu()
         return out
 
-    def _read_hooks(self, tokens: torch.Tensor, sites: list[Site]) -> dict[Site, torch.Tensor]:
+    def _read_plain(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
+        """The sites from :mod:`compose_lens.model.lastpos`'s plain-torch layers (no hooks): every layer
+        at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`)."""
+        cfg = self.cfg
+        params = {k: v.detach().float().cpu() for k, v in self.params.items()}
+        tokens = tokens.cpu()
+        found: dict[str, torch.Tensor] = {}
+
+        def keep(name: str, value: torch.Tensor) -> torch.Tensor:
+            found[name] = value = edits[name](value) if name in edits else value
+            return value
+
+        n, last = tokens.shape[1], cfg.n_layers - 1
+        resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
+        for layer in range(cfg.n_layers):
+            block = f"blocks.{layer}."
+            resid = keep(block + "hook_resid_pre", resid)
+            out, found[block + "attn.hook_pattern"] = lastpos.attention_with_pattern(params, cfg, layer, resid)
+            resid = keep(block + "hook_resid_mid", resid + keep(block + "hook_attn_out", out))
+            if layer in cfg.mlp_blocks:  # the last block's MLP matters at the last position only
+                mlp_in = keep(block + "mlp.hook_in", resid[:, -1:] if layer == last else resid)
+                found[block + "mlp.hook_pre"], found[block + "mlp.hook_post"], mlp = weights.mlp_out(params, cfg, mlp_in, layer)
+                mlp = keep(block + "hook_mlp_out", mlp)
+                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
+            resid = keep(block + "hook_resid_post", resid)
+        found["logits"] = weights.unembed(params, cfg, resid[:, -1]).unsqueeze(1)
+        return {site: _select(site, found[site.hook]).detach().float() for site in sites}
+
+    def _read_hooks(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit] | None = None
+                    ) -> dict[Site, torch.Tensor]:
         def source(hook: str) -> str:
             return hook.replace("hook_result", "hook_z")
 
         names = {source(s.hook) for s in sites if s.hook != "logits"}
-        logits, cache = tl.run_with_cache(self.bridge(), tokens, names_filter=lambda name: name in names)
+        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in (edits or {}).items()]
+        with tl.hooks(self.bridge(), hooks):
+            logits, cache = tl.run_with_cache(self.bridge(), tokens, names_filter=lambda name: name in names)
         out = {}
         for site in sites:
             if site.hook == "logits":

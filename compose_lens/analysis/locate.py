@@ -45,9 +45,9 @@ three, :meth:`Location.to_dict` all four.
 the threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as
 not adding; ``None`` where the model has no MLP at all.
 
-The forward pass is plain torch over every layer and head
-(:func:`compose_lens.model.lastpos.attention_with_pattern`) for models without
-normalisation, and the bridge's hooks otherwise.
+The patterns, neurons and logits are read by the one forward (:class:`compose_lens.forward.Forward`):
+plain torch over every layer and head for models without normalisation, the bridge's hooks
+otherwise.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ from compose_lens.analysis.probes import probe_batch, target_mass, value_positio
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens import capabilities
-from compose_lens.model import lastpos, tl, weights
+from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model import tl
 
 ROLES = ("binder", "router", "adder")
 THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2, "gatherer": 0.4}
@@ -135,47 +136,20 @@ def mlp_blocks(model: tl.Model, config: RunConfig) -> list[int]:
             if all(bool(params[f"blocks.{layer}.mlp.{p}.weight"].detach().abs().max() > 0) for p in ("in", "out"))]
 
 
-@torch.no_grad()
 def trace(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ablate: int | None = None,
           chunk: int = 1024) -> Trace:
     """Every layer's attention pattern, every MLP's neurons at ``=`` and the logits, on CPU in
-    float32; ``ablate``: a block whose MLP output is zeroed at every position."""
+    float32, read by the one forward (:class:`compose_lens.forward.Forward`: the last-position
+    forward for a model without normalisation, else the bridge); ``ablate``: a block whose MLP
+    output is zeroed at every position."""
     cfg = config.model
-    parts = [(_plain_trace if lastpos.covers(cfg) else _hooked_trace)(model, config, tokens[i: i + chunk], ablate)
-             for i in range(0, len(tokens), chunk)]
-    return Trace([torch.cat([p.patterns[layer] for p in parts]) for layer in range(cfg.n_layers)],
-                 {layer: torch.cat([p.mlp_post[layer] for p in parts]) for layer in parts[0].mlp_post},
-                 torch.cat([p.logits for p in parts]))
-
-
-def _plain_trace(model, config, tokens, ablate) -> Trace:
-    cfg = config.model
-    params = {k: v.detach().float().cpu() for k, v in tl.parameters(model).items()}
-    resid = params["embed.weight"][tokens] + params["pos_embed.weight"][: tokens.shape[1]]
-    patterns, posts, last = [], {}, cfg.n_layers - 1
-    for layer in range(cfg.n_layers):
-        out, pattern = lastpos.attention_with_pattern(params, cfg, layer, resid)
-        patterns.append(pattern)
-        resid = resid + out
-        if layer in cfg.mlp_blocks:  # the last block's MLP matters at the last position only
-            _, post, mlp = weights.mlp_out(params, cfg, resid[:, -1:] if layer == last else resid, layer)
-            posts[layer] = post[:, -1]
-            if layer != ablate:
-                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
-    return Trace(patterns, posts, weights.unembed(params, cfg, resid[:, -1]))
-
-
-def _hooked_trace(model, config, tokens, ablate) -> Trace:
-    cfg = config.model
-    names = {f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)}
-    names |= {f"blocks.{i}.mlp.hook_post" for i in cfg.mlp_blocks}
-    hooks = [] if ablate is None else [(f"blocks.{ablate}.hook_mlp_out", lambda x, hook: torch.zeros_like(x))]
-    device = tl.parameters(model)["embed.weight"].device
-    with tl.hooks(model, hooks):
-        logits, cache = tl.run_with_cache(model, tokens.to(device), names_filter=lambda n: n in names)
-    return Trace([cache[f"blocks.{i}.attn.hook_pattern"].float().cpu() for i in range(cfg.n_layers)],
-                 {i: cache[f"blocks.{i}.mlp.hook_post"][:, -1].float().cpu() for i in cfg.mlp_blocks},
-                 logits[:, -1].float().cpu())
+    patterns = [Site(f"blocks.{layer}.attn.hook_pattern") for layer in range(cfg.n_layers)]
+    posts = {layer: Site(f"blocks.{layer}.mlp.hook_post", ANSWER) for layer in cfg.mlp_blocks}
+    logits = Site("logits", ANSWER)
+    edits = {} if ablate is None else {f"blocks.{ablate}.hook_mlp_out": torch.zeros_like}
+    found = Forward(model, cfg).read(tokens, [*patterns, *posts.values(), logits], chunk, edits)
+    return Trace([found[site] for site in patterns], {layer: found[site] for layer, site in posts.items()},
+                 found[logits])
 
 
 # -- the scores ----------------------------------------------------------------------------------

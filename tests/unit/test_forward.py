@@ -70,3 +70,31 @@ def test_a_site_is_written_and_read_as_one_line():
     assert Site("blocks.1.attn.hook_z", 3, 0).component == "z" and Site("blocks.0.hook_resid_pre").component == "resid_pre"
     with pytest.raises(ComposeLensError, match="HOOK"):
         Site.parse("blocks.1 mlp")
+
+
+def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_architecture(tiny_task):
+    """Three layers, two heads, an MLP in every layer: no tables; the plain-torch forward answers what it
+    computes (every layer at every position, the last MLP at "="), read and under an edit, as the bridge."""
+    from compose_lens.config import ModelConfig
+    from compose_lens.data.split import Split
+    from compose_lens.model import tl
+
+    cfg = ModelConfig.for_task(tiny_task, d_model=32, d_head=8, d_mlp=64).replace(n_layers=3, n_heads=2,
+                                                                                  mlp_blocks=(0, 1, 2))
+    torch.manual_seed(0)
+    model = tl.boot(cfg, task=tiny_task)
+    tokens = concat_batches(make_pools(Split.from_task(tiny_task), 6, 0))[0].tokens
+    sites = [Site("blocks.0.attn.hook_pattern"), Site("blocks.2.attn.hook_pattern", ANSWER, 1),
+             Site("blocks.1.hook_resid_mid", 3), Site("blocks.1.mlp.hook_post"), Site("blocks.2.mlp.hook_post", ANSWER),
+             Site("blocks.2.hook_resid_post", ANSWER), Site("logits", ANSWER)]
+    plain, hooked = Forward(model, cfg), Forward(model, cfg, fast=False)
+    assert plain.plain and not plain.tables and not hooked.plain
+    zero_mlp = {"blocks.1.hook_mlp_out": torch.zeros_like}
+    for edits in ({}, zero_mlp):
+        a, b = plain.read(tokens, sites, edits=edits), hooked.read(tokens, sites, edits=edits)
+        for site in sites:
+            assert a[site].shape == b[site].shape and torch.allclose(a[site], b[site], atol=1e-5), (site, edits)
+    edited = plain.read(tokens, [Site("logits", ANSWER)], edits=zero_mlp)[Site("logits", ANSWER)]
+    assert (edited - plain.logits(tokens)).abs().max() > 1e-3  # the edit reaches the answer
+    last_mlp = Site("blocks.2.mlp.hook_post")  # at every position: only the bridge has it
+    assert plain.read(tokens, [last_mlp])[last_mlp].shape == (len(tokens), tokens.shape[1], 64)

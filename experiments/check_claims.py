@@ -62,13 +62,14 @@ def _script(name: str):
 @computation
 def stall_rate(source: Path, precision: str | None = None) -> dict:
     """The stall rate counted by seed, from a stall-rate folder's ``runs.csv`` (one run per seed by
-    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high."""
-    runs = pd.read_csv(source)
-    if precision:
-        runs = runs[runs["precision"] == precision]
-    found = _script("stall_rate").rate_by_seed(runs)
+    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high, and the seeds that reached
+    the headline (generalised, generalised_fraction, generalised_low, generalised_high)."""
+    found = _script("stall_rate").rate_from_table(source, precision)
+    generalised = stats.Rate.of(found["generalised"], found["seeds"])
     return {"stalled": found["stalled"], "seeds": found["seeds"], "fraction": found["stall_fraction"],
-            "low": found["interval_95"][0], "high": found["interval_95"][1]}
+            "low": found["interval_95"][0], "high": found["interval_95"][1],
+            "generalised": generalised.k, "generalised_fraction": generalised.fraction,
+            "generalised_low": generalised.low, "generalised_high": generalised.high}
 
 
 @computation
@@ -84,10 +85,14 @@ def paired_variants(source: Path, variant: str, a: str, b: str, precision: str |
 
 @computation
 def stall_comparison(source: Path, other: str, precision: str) -> dict:
-    """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates and Fisher's p."""
+    """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates (``a_``, ``b_``:
+    :func:`stall_rate`'s fields) and Fisher's p for the stall (``p``) and for reaching the headline
+    (``p_generalised``)."""
     a, b = (stall_rate(path, precision) for path in (source, ROOT / other))
     p = stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"]
-    return {"p": p, **{f"a_{k}": v for k, v in a.items()}, **{f"b_{k}": v for k, v in b.items()}}
+    p_generalised = stats.compare_rates(a["generalised"], a["seeds"], b["generalised"], b["seeds"])["p_value"]
+    return {"p": p, "p_generalised": p_generalised, **{f"a_{k}": v for k, v in a.items()},
+            **{f"b_{k}": v for k, v in b.items()}}
 
 
 @computation

@@ -67,3 +67,42 @@ def test_the_command_says_which_claims_are_wrong(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "WRONG  docs/stalls.md: 8 of 10 agree" in out and "1 of " in out.splitlines()[-1]
     assert check_claims.main(["--claims", str(tmp_path / "missing.toml")]) == 2
+
+
+def _reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "experiments" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BY_SEED = ROOT / "experiments" / "results" / "stall_rate" / "by_seed"
+
+
+def test_reproduce_quotes_the_by_seed_rates_the_committed_tables_give():
+    import json
+
+    rows = _reproduce().stall_rates()
+    # the main line is the by-seed recipe study; every line is what `stall_rate.py --table` wrote there
+    assert Path(rows[0]["folder"]) == BY_SEED / "recipe" and "Intel Xeon" in rows[0]["measure"]
+    assert any("AMD EPYC" in row["measure"] and Path(row["folder"]).name == "fp32" for row in rows)
+    for row in rows:
+        summary = json.loads((Path(row["folder"]) / "summary.json").read_text())["by_seed"]["precision=fp32"]
+        assert (row["stalled"], row["seeds"]) == (summary["stalled"], summary["seeds"])
+        assert row["text"].startswith(f"{summary['stalled']} of {summary['seeds']}, ")
+        low, high = summary["interval_95"]
+        assert row["text"].endswith(f"[{low:.2f}, {high:.2f}]")
+
+
+def test_reproduce_follows_the_runs_table_when_a_seed_is_added(tmp_path):
+    runs = (BY_SEED / "recipe" / "runs.csv").read_text().splitlines()
+    stalled = next(line for line in runs if line.split(",")[11] == "stalled")
+    seed = stalled.split(",")[1]
+    added = stalled.replace(f"seed={seed}_", "seed=9999_").replace(f",{seed},", ",9999,", 1)
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "runs.csv").write_text("\n".join([*runs, added]) + "\n")
+    before = _reproduce().stall_rates()[0]
+    (after,) = _reproduce().stall_rates((("stall rate, recipe", tmp_path / "recipe"),))
+    assert (after["stalled"], after["seeds"]) == (before["stalled"] + 1, before["seeds"] + 1)
+    assert after["text"].startswith(f"{before['stalled'] + 1} of {before['seeds'] + 1}, ")
+    assert _reproduce().stall_rates((("absent", tmp_path / "nothing"),)) == []

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,8 @@ def test_claim_holds(claim):
 
 def test_the_claims_cover_the_stall_rate_the_seed_table_and_the_divergence_count():
     computes = {c["compute"] for c in CLAIMS}
-    assert {"stall_rate", "stall_comparison", "paired_variants", "onset_row", "json_value", "diverged_runs"} <= computes
+    assert {"stall_rate", "stall_comparison", "paired_variants", "onset_row", "json_value", "diverged_runs",
+                "table_expressions"} <= computes
 
 
 def planted(tmp_path: Path, doc: str, old: str, new: str) -> Path:
@@ -106,3 +108,19 @@ def test_reproduce_follows_the_runs_table_when_a_seed_is_added(tmp_path):
     assert (after["stalled"], after["seeds"]) == (before["stalled"] + 1, before["seeds"] + 1)
     assert after["text"].startswith(f"{before['stalled'] + 1} of {before['seeds'] + 1}, ")
     assert _reproduce().stall_rates((("absent", tmp_path / "nothing"),)) == []
+
+
+def test_a_planted_row_in_one_of_several_tables_fails_the_sentence_that_quotes_them_all(tmp_path):
+    claim = next(c for c in CLAIMS if c["quote"].startswith("9, 9 and 11 of the 15"))
+    assert claim["compute"] == "table_expressions"
+    root = tmp_path / "repo"
+    (root / claim["doc"]).parent.mkdir(parents=True)
+    shutil.copy(ROOT / claim["doc"], root / claim["doc"])
+    shutil.copytree(ROOT / claim["source"], root / claim["source"])
+    adder = root / claim["source"] / "blocks.1.mlp" / "llc.csv"
+    table = pd.read_csv(adder)
+    table.loc[table["step"] == 5001, "healthy"] = False  # one more estimate of the adder failed
+    table.to_csv(adder, index=False)
+    assert check_claims.check(claim) == []
+    (problem,) = check_claims.check(claim, root)
+    assert "gives '9, 9 and 12 of the 15 estimates" in problem

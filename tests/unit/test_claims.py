@@ -97,12 +97,10 @@ def test_reproduce_quotes_the_by_seed_rates_the_committed_tables_give():
 
 
 def test_reproduce_follows_the_runs_table_when_a_seed_is_added(tmp_path):
-    runs = (BY_SEED / "recipe" / "runs.csv").read_text().splitlines()
-    stalled = next(line for line in runs if line.split(",")[11] == "stalled")
-    seed = stalled.split(",")[1]
-    added = stalled.replace(f"seed={seed}_", "seed=9999_").replace(f",{seed},", ",9999,", 1)
+    runs = pd.read_csv(BY_SEED / "recipe" / "runs.csv")
+    added = runs[runs["outcome"] == "stalled"].iloc[[0]].assign(seed=9999, run="seed=9999_kernel=native_threads=1_fp32")
     (tmp_path / "recipe").mkdir()
-    (tmp_path / "recipe" / "runs.csv").write_text("\n".join([*runs, added]) + "\n")
+    pd.concat([runs, added]).to_csv(tmp_path / "recipe" / "runs.csv", index=False)
     before = _reproduce().stall_rates()[0]
     (after,) = _reproduce().stall_rates((("stall rate, recipe", tmp_path / "recipe"),))
     assert (after["stalled"], after["seeds"]) == (before["stalled"] + 1, before["seeds"] + 1)

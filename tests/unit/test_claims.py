@@ -122,3 +122,17 @@ def test_a_planted_row_in_one_of_several_tables_fails_the_sentence_that_quotes_t
     assert check_claims.check(claim) == []
     (problem,) = check_claims.check(claim, root)
     assert "gives '9, 9 and 12 of the 15 estimates" in problem
+
+
+@pytest.mark.parametrize("folder", ["by_seed/recipe", "by_seed/remedy", "fp32", "bf16", "remedy_lr_x3"])
+def test_each_stall_rate_table_is_what_its_committed_runs_give(folder):
+    """The claims and `make reproduce` read runs.csv; a run added to runs/ without the table made again
+    would leave them quoting fewer seeds than are committed."""
+    spec = importlib.util.spec_from_file_location("stall_rate", ROOT / "experiments" / "stall_rate.py")
+    stall_rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stall_rate)
+    out = ROOT / "experiments" / "results" / "stall_rate" / folder
+    committed, read = pd.read_csv(out / "runs.csv"), stall_rate.read_runs(out).reset_index(drop=True)
+    assert set(committed["run"]) == set(read["run"]), (
+        f"{out}/runs.csv does not list the runs in {out}/runs: python experiments/stall_rate.py --out {out} --table")
+    pd.testing.assert_frame_equal(read, committed, check_dtype=False)

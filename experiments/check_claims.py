@@ -176,6 +176,17 @@ def wilson(source: Path, k: int, n: int) -> dict:
 
 
 @computation
+def text_match(source: Path, pattern: str) -> dict:
+    """The named groups of the first match of a regular expression (``pattern``, multi-line) in a
+    committed text file, for a log that writes no table (``(?P<score>[0-9.]+)`` gives ``score``), as the
+    log prints them: a page quotes them as written."""
+    found = re.search(pattern, source.read_text(), re.MULTILINE)
+    if found is None:
+        raise ValueError(f"{pattern!r} matches nothing in it")
+    return found.groupdict()
+
+
+@computation
 def diverged_runs(source: Path) -> dict:
     """``experiments/divergence_scan.py`` over a folder: runs with a log, and how many ever read diverged."""
     n, frame = _script("divergence_scan").scan([source])
@@ -198,8 +209,11 @@ def check(claim: dict, root: Path = ROOT) -> list[str]:
     compute = COMPUTATIONS.get(claim["compute"])
     if compute is None:
         return problems + [f"unknown computation {claim['compute']!r}; known: {sorted(COMPUTATIONS)}"]
-    fields = compute(root / claim["source"], **claim.get("args", {}))
-    given = claim["template"].format(**fields)
+    try:
+        fields = compute(root / claim["source"], **claim.get("args", {}))
+        given = claim["template"].format(**fields)
+    except (OSError, ValueError, KeyError, IndexError) as exc:  # the data is missing or does not hold the fields
+        return problems + [f"{claim['doc']}: {claim['source']} gives no value for the quote ({type(exc).__name__}: {exc})"]
     if _flat(given) != _flat(quote):
         problems.append(f"{claim['doc']}: quotes {quote!r}, but {claim['source']} gives {given!r}")
     return problems

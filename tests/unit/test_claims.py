@@ -136,3 +136,19 @@ def test_each_stall_rate_table_is_what_its_committed_runs_give(folder):
     assert set(committed["run"]) == set(read["run"]), (
         f"{out}/runs.csv does not list the runs in {out}/runs: python experiments/stall_rate.py --out {out} --table")
     pd.testing.assert_frame_equal(read, committed, check_dtype=False)
+
+
+def test_a_log_claim_follows_the_log_and_says_when_the_log_lacks_the_line(tmp_path):
+    claim = next(c for c in CLAIMS if c["compute"] == "text_match" and "23 of 46 edges" in c["quote"])
+    root = tmp_path / "repo"
+    (root / claim["doc"]).parent.mkdir(parents=True)
+    shutil.copy(ROOT / claim["doc"], root / claim["doc"])
+    log = root / claim["source"]
+    log.parent.mkdir(parents=True)
+    text = (ROOT / claim["source"]).read_text()
+    log.write_text(text.replace("(23 of 46 edges in the circuit", "(24 of 46 edges in the circuit"))
+    (problem,) = check_claims.check(claim, root)
+    assert "gives '`circuit` (EAP-IG): 24 of 46 edges" in problem
+    log.write_text(text.replace("edges in the circuit", "edges kept"))
+    (problem,) = check_claims.check(claim, root)
+    assert "gives no value for the quote" in problem and "matches nothing" in problem

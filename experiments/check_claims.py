@@ -62,13 +62,14 @@ def _script(name: str):
 @computation
 def stall_rate(source: Path, precision: str | None = None) -> dict:
     """The stall rate counted by seed, from a stall-rate folder's ``runs.csv`` (one run per seed by
-    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high."""
-    runs = pd.read_csv(source)
-    if precision:
-        runs = runs[runs["precision"] == precision]
-    found = _script("stall_rate").rate_by_seed(runs)
+    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high, and the seeds that reached
+    the headline (generalised, generalised_fraction, generalised_low, generalised_high)."""
+    found = _script("stall_rate").rate_from_table(source, precision)
+    generalised = stats.Rate.of(found["generalised"], found["seeds"])
     return {"stalled": found["stalled"], "seeds": found["seeds"], "fraction": found["stall_fraction"],
-            "low": found["interval_95"][0], "high": found["interval_95"][1]}
+            "low": found["interval_95"][0], "high": found["interval_95"][1],
+            "generalised": generalised.k, "generalised_fraction": generalised.fraction,
+            "generalised_low": generalised.low, "generalised_high": generalised.high}
 
 
 @computation
@@ -84,10 +85,14 @@ def paired_variants(source: Path, variant: str, a: str, b: str, precision: str |
 
 @computation
 def stall_comparison(source: Path, other: str, precision: str) -> dict:
-    """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates and Fisher's p."""
+    """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates (``a_``, ``b_``:
+    :func:`stall_rate`'s fields) and Fisher's p for the stall (``p``) and for reaching the headline
+    (``p_generalised``)."""
     a, b = (stall_rate(path, precision) for path in (source, ROOT / other))
     p = stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"]
-    return {"p": p, **{f"a_{k}": v for k, v in a.items()}, **{f"b_{k}": v for k, v in b.items()}}
+    p_generalised = stats.compare_rates(a["generalised"], a["seeds"], b["generalised"], b["seeds"])["p_value"]
+    return {"p": p, "p_generalised": p_generalised, **{f"a_{k}": v for k, v in a.items()},
+            **{f"b_{k}": v for k, v in b.items()}}
 
 
 @computation
@@ -136,6 +141,16 @@ def table_expression(source: Path, expr: str) -> dict:
 
 
 @computation
+def table_expressions(source: Path, files: list[str], exprs: dict[str, str]) -> dict:
+    """Several pandas expressions (``exprs``: field -> expression on ``df``) on each of several committed
+    CSVs (``files``, under the folder ``source``): each field a list, one value per file in order, for a
+    sentence that quotes the same count of several tables (``{failed[0]}, {failed[1]} and {failed[2]}``)."""
+    tables = [pd.read_csv(source / name) for name in files]
+    return {field: [eval(expr, {"pd": pd, "stats": stats}, {"df": df}) for df in tables]  # noqa: S307
+            for field, expr in exprs.items()}
+
+
+@computation
 def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-sided") -> dict:
     """Mann-Whitney of two samples, each a pandas expression on a committed CSV (``a`` on
     ``source``, ``b`` on ``other``; ``df`` is the table): p, rank_biserial, common_language, n_a, n_b."""
@@ -161,6 +176,17 @@ def wilson(source: Path, k: int, n: int) -> dict:
 
 
 @computation
+def text_match(source: Path, pattern: str) -> dict:
+    """The named groups of the first match of a regular expression (``pattern``, multi-line) in a
+    committed text file, for a log that writes no table (``(?P<score>[0-9.]+)`` gives ``score``), as the
+    log prints them: a page quotes them as written."""
+    found = re.search(pattern, source.read_text(), re.MULTILINE)
+    if found is None:
+        raise ValueError(f"{pattern!r} matches nothing in it")
+    return found.groupdict()
+
+
+@computation
 def diverged_runs(source: Path) -> dict:
     """``experiments/divergence_scan.py`` over a folder: runs with a log, and how many ever read diverged."""
     n, frame = _script("divergence_scan").scan([source])
@@ -183,8 +209,11 @@ def check(claim: dict, root: Path = ROOT) -> list[str]:
     compute = COMPUTATIONS.get(claim["compute"])
     if compute is None:
         return problems + [f"unknown computation {claim['compute']!r}; known: {sorted(COMPUTATIONS)}"]
-    fields = compute(root / claim["source"], **claim.get("args", {}))
-    given = claim["template"].format(**fields)
+    try:
+        fields = compute(root / claim["source"], **claim.get("args", {}))
+        given = claim["template"].format(**fields)
+    except (OSError, ValueError, KeyError, IndexError) as exc:  # the data is missing or does not hold the fields
+        return problems + [f"{claim['doc']}: {claim['source']} gives no value for the quote ({type(exc).__name__}: {exc})"]
     if _flat(given) != _flat(quote):
         problems.append(f"{claim['doc']}: quotes {quote!r}, but {claim['source']} gives {given!r}")
     return problems

@@ -15,8 +15,9 @@ what it means and what to do, and exit status 1: it never ends silently on a sta
 The table: the exhaustive accuracies next to the study's, the onsets of the three learning
 phases with their intervals (:func:`compose_lens.phases.measure_phases` on the run's evaluated
 checkpoints: the reading ``compose-lens dynamics`` and the report print), the measured
-stall rate and the wall time; the study's own final checkpoint beside it where
-``../shared/reference`` exists. Written to ``OUT/reproduction.json`` too. Interrupted attempts
+stall rates counted by seed (the recipe's and the remedy's from the by-seed study, and the older
+study's, each labelled with its CPU, read from the committed ``runs.csv``) and the wall time;
+the study's own final checkpoint beside it where ``../shared/reference`` exists. Written to ``OUT/reproduction.json`` too. Interrupted attempts
 resume; finished ones are read back.
 
 ``--install-paper-model`` copies the reproducing run's weights to ``compose_lens/assets/paper``,
@@ -45,7 +46,41 @@ from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model
 from compose_lens.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
-STALL_RATE = Path(__file__).resolve().parent / "results" / "stall_rate" / "fp32" / "summary.json"
+STALL_RATE = Path(__file__).resolve().parent / "results" / "stall_rate"
+# The stall-rate studies the table quotes, each counted by seed (fp32) from the runs.csv that
+# `experiments/stall_rate.py --table` wrote in its folder, so the table follows the committed runs.
+# A label names the CPU: rounding, and so a seed's outcome, depends on the machine.
+STALL_STUDIES = (
+    ("stall rate, recipe (by seed, fp32, Intel Xeon)", STALL_RATE / "by_seed" / "recipe"),
+    ("stall rate, remedy lr_x3 (by seed, same CPU)", STALL_RATE / "by_seed" / "remedy"),
+    ("stall rate, recipe, older study (fp32, AMD EPYC)", STALL_RATE / "fp32"),
+)
+
+
+def _stall_rate_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stall_rate", Path(__file__).resolve().parent / "stall_rate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def stall_rates(studies=STALL_STUDIES) -> list[dict]:
+    """Each study's stall rate by seed, in fp32, from its folder's committed ``runs.csv``
+    (``stall_rate.rate_from_table``, the reading docs/claims.toml checks the README against):
+    label, folder, stalled, seeds, the Wilson interval and the line's text (``8 of 20, 0.40 [0.22, 0.61]``).
+    A study whose folder has no ``runs.csv`` is left out."""
+    rate_from_table = _stall_rate_script().rate_from_table
+    rows = []
+    for label, folder in studies:
+        if not (folder / "runs.csv").exists():
+            continue
+        found = rate_from_table(folder / "runs.csv", "fp32")
+        rate = stats.Rate.of(found["stalled"], found["seeds"])
+        rows.append({"measure": label, "folder": str(folder), "stalled": rate.k, "seeds": rate.n,
+                     "interval_95": [rate.low, rate.high], "text": rate.text()})
+    return rows
 
 
 def attempt(seed: int, out: Path, args: argparse.Namespace) -> dict:
@@ -123,11 +158,9 @@ def main() -> int:
                      "interval": phase["interval"], "stride_may_move": phase["stride_may_move"]})
     print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
-    rate = load_json(STALL_RATE)["by_seed"]["precision=fp32"] if STALL_RATE.exists() else None
-    if rate:  # counted by seed (experiments/stall_rate.py): a seed's kernel variants are one trial
-        lo, hi = rate["interval_95"]
-        print(f"{'stall rate of the recipe (measured, fp32, by seed)':50s} {'one run shown':>22s} "
-              f"{rate['stalled']:>7d} of {rate['seeds']:<3d} [{lo:.2f}, {hi:.2f}]")
+    for rate in stall_rates():  # counted by seed (experiments/stall_rate.py): a seed's variants are one trial
+        print(f"{rate['measure']:50s} {'one run shown':>22s} {rate['text']:>26s}")
+        rows.append(rate)
     wall = time.perf_counter() - started  # the checkpoints' evaluation for the onsets included
     print(f"wall time of this command (training, if it trained, and evaluation): {wall:.1f} s")
     summary = [{k: (str(v) if k == "run" else v) for k, v in a.items()} for a in attempts]

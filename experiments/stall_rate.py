@@ -148,6 +148,15 @@ def rate_by_seed(runs: pd.DataFrame) -> dict:
             "runs_chosen": sorted(chosen.loc[chosen["decided"], "run"])}
 
 
+def rate_from_table(runs_csv: Path, precision: str | None = None) -> dict:
+    """:func:`rate_by_seed` of a folder's committed ``runs.csv`` (what ``--table`` wrote), optionally of one
+    precision: the one reading that ``make reproduce`` and the docs' claims (docs/claims.toml) quote."""
+    runs = pd.read_csv(runs_csv)
+    if precision:
+        runs = runs[runs["precision"] == precision]
+    return rate_by_seed(runs)
+
+
 def summarise(runs: pd.DataFrame) -> dict:
     """summary.json: the rate by seed (over all runs and per precision) and, apart, how often the
     variants of one seed (kernels; precisions) reach the same stall outcome."""

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,8 @@ def test_claim_holds(claim):
 
 def test_the_claims_cover_the_stall_rate_the_seed_table_and_the_divergence_count():
     computes = {c["compute"] for c in CLAIMS}
-    assert {"stall_rate", "stall_comparison", "paired_variants", "onset_row", "json_value", "diverged_runs"} <= computes
+    assert {"stall_rate", "stall_comparison", "paired_variants", "onset_row", "json_value", "diverged_runs",
+                "table_expressions"} <= computes
 
 
 def planted(tmp_path: Path, doc: str, old: str, new: str) -> Path:
@@ -67,3 +69,86 @@ def test_the_command_says_which_claims_are_wrong(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "WRONG  docs/stalls.md: 8 of 10 agree" in out and "1 of " in out.splitlines()[-1]
     assert check_claims.main(["--claims", str(tmp_path / "missing.toml")]) == 2
+
+
+def _reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "experiments" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BY_SEED = ROOT / "experiments" / "results" / "stall_rate" / "by_seed"
+
+
+def test_reproduce_quotes_the_by_seed_rates_the_committed_tables_give():
+    import json
+
+    rows = _reproduce().stall_rates()
+    # the main line is the by-seed recipe study; every line is what `stall_rate.py --table` wrote there
+    assert Path(rows[0]["folder"]) == BY_SEED / "recipe" and "Intel Xeon" in rows[0]["measure"]
+    assert any("AMD EPYC" in row["measure"] and Path(row["folder"]).name == "fp32" for row in rows)
+    for row in rows:
+        summary = json.loads((Path(row["folder"]) / "summary.json").read_text())["by_seed"]["precision=fp32"]
+        assert (row["stalled"], row["seeds"]) == (summary["stalled"], summary["seeds"])
+        assert row["text"].startswith(f"{summary['stalled']} of {summary['seeds']}, ")
+        low, high = summary["interval_95"]
+        assert row["text"].endswith(f"[{low:.2f}, {high:.2f}]")
+
+
+def test_reproduce_follows_the_runs_table_when_a_seed_is_added(tmp_path):
+    runs = pd.read_csv(BY_SEED / "recipe" / "runs.csv")
+    added = runs[runs["outcome"] == "stalled"].iloc[[0]].assign(seed=9999, run="seed=9999_kernel=native_threads=1_fp32")
+    (tmp_path / "recipe").mkdir()
+    pd.concat([runs, added]).to_csv(tmp_path / "recipe" / "runs.csv", index=False)
+    before = _reproduce().stall_rates()[0]
+    (after,) = _reproduce().stall_rates((("stall rate, recipe", tmp_path / "recipe"),))
+    assert (after["stalled"], after["seeds"]) == (before["stalled"] + 1, before["seeds"] + 1)
+    assert after["text"].startswith(f"{before['stalled'] + 1} of {before['seeds'] + 1}, ")
+    assert _reproduce().stall_rates((("absent", tmp_path / "nothing"),)) == []
+
+
+def test_a_planted_row_in_one_of_several_tables_fails_the_sentence_that_quotes_them_all(tmp_path):
+    claim = next(c for c in CLAIMS if c["quote"].startswith("9, 9 and 11 of the 15"))
+    assert claim["compute"] == "table_expressions"
+    root = tmp_path / "repo"
+    (root / claim["doc"]).parent.mkdir(parents=True)
+    shutil.copy(ROOT / claim["doc"], root / claim["doc"])
+    shutil.copytree(ROOT / claim["source"], root / claim["source"])
+    adder = root / claim["source"] / "blocks.1.mlp" / "llc.csv"
+    table = pd.read_csv(adder)
+    table.loc[table["step"] == 5001, "healthy"] = False  # one more estimate of the adder failed
+    table.to_csv(adder, index=False)
+    assert check_claims.check(claim) == []
+    (problem,) = check_claims.check(claim, root)
+    assert "gives '9, 9 and 12 of the 15 estimates" in problem
+
+
+@pytest.mark.parametrize("folder", ["by_seed/recipe", "by_seed/remedy", "fp32", "bf16", "remedy_lr_x3"])
+def test_each_stall_rate_table_is_what_its_committed_runs_give(folder):
+    """The claims and `make reproduce` read runs.csv; a run added to runs/ without the table made again
+    would leave them quoting fewer seeds than are committed."""
+    spec = importlib.util.spec_from_file_location("stall_rate", ROOT / "experiments" / "stall_rate.py")
+    stall_rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stall_rate)
+    out = ROOT / "experiments" / "results" / "stall_rate" / folder
+    committed, read = pd.read_csv(out / "runs.csv"), stall_rate.read_runs(out).reset_index(drop=True)
+    assert set(committed["run"]) == set(read["run"]), (
+        f"{out}/runs.csv does not list the runs in {out}/runs: python experiments/stall_rate.py --out {out} --table")
+    pd.testing.assert_frame_equal(read, committed, check_dtype=False)
+
+
+def test_a_log_claim_follows_the_log_and_says_when_the_log_lacks_the_line(tmp_path):
+    claim = next(c for c in CLAIMS if c["compute"] == "text_match" and "23 of 46 edges" in c["quote"])
+    root = tmp_path / "repo"
+    (root / claim["doc"]).parent.mkdir(parents=True)
+    shutil.copy(ROOT / claim["doc"], root / claim["doc"])
+    log = root / claim["source"]
+    log.parent.mkdir(parents=True)
+    text = (ROOT / claim["source"]).read_text()
+    log.write_text(text.replace("(23 of 46 edges in the circuit", "(24 of 46 edges in the circuit"))
+    (problem,) = check_claims.check(claim, root)
+    assert "gives '`circuit` (EAP-IG): 24 of 46 edges" in problem
+    log.write_text(text.replace("edges in the circuit", "edges kept"))
+    (problem,) = check_claims.check(claim, root)
+    assert "gives no value for the quote" in problem and "matches nothing" in problem

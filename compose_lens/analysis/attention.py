@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from compose_lens.model import tl
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.task import decode, parse_sequence, to_text, token_name
+from compose_lens.forward import ANSWER, Forward, Site
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
@@ -32,16 +33,13 @@ HOOK = "blocks.{layer}.attn.hook_pattern"
 # -- the patterns --------------------------------------------------------------------------------
 
 
-def attention_patterns(model: tl.Model, tokens: Int[torch.Tensor, "batch pos"]
+def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
                        ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
-    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out)."""
-    n_layers = tl.size(model, "n_layers")
-    names = {HOOK.format(layer=i) for i in range(n_layers)}
-    device = tl.parameters(model)["embed.weight"].device
-    with torch.no_grad():
-        logits, cache = tl.run_with_cache(model, tokens.to(device), names_filter=lambda n: n in names)
-    patterns = torch.stack([cache[HOOK.format(layer=i)] for i in range(n_layers)], dim=1)
-    return patterns.float().cpu(), logits[:, -1].float().cpu()
+    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
+    forward (:class:`compose_lens.forward.Forward`)."""
+    patterns = [Site(HOOK.format(layer=layer)) for layer in range(cfg.n_layers)]
+    found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
+    return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]
 
 
 def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tuple[int, int, str]]]:
@@ -82,7 +80,7 @@ def sequence_views(model: tl.Model, config: RunConfig, texts: Sequence[str]) -> 
     task = config.task
     token_rows = [parse_sequence(task, text) for text in texts]
     tokens = torch.tensor(token_rows, dtype=torch.long)
-    patterns, logits = attention_patterns(model, tokens)
+    patterns, logits = attention_patterns(model, config.model, tokens)
     names = head_names(model)
     views = []
     for i, row in enumerate(token_rows):

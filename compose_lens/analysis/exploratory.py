@@ -50,7 +50,7 @@ from compose_lens.data.task import SequenceError, decode, parse_sequence, token_
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import answer_logits
 from compose_lens.model import tl
-from compose_lens.runs import load_subject, with_bridge
+from compose_lens.runs import load_subject
 from compose_lens.subject import Subject
 
 if TYPE_CHECKING:
@@ -166,14 +166,13 @@ def detect_head(model: Subject | str | Path, prompts: str | Sequence[str],
         if detection_pattern.shape != (n, n) or detection_pattern[after_query].any():
             raise ComposeLensError(f"detection pattern of shape {tuple(detection_pattern.shape)}: give a "
                                    f"lower-triangular ({n}, {n}) tensor, one row per query position")
-    subject = with_bridge(subject)  # the patterns are read from hooks
-    n_layers, n_heads = tl.size(subject.model, "n_layers"), tl.size(subject.model, "n_heads")
+    n_layers, n_heads = subject.config.model.n_layers, subject.config.model.n_heads
     chosen = [(layer, head) for layer in range(n_layers) for head in range(n_heads)] if heads is None else list(heads)
     outside = [h for h in chosen if not (0 <= h[0] < n_layers and 0 <= h[1] < n_heads)]
     if outside:
         raise ComposeLensError(f"head {outside[0]}: the model has {n_layers} layers of {n_heads} heads "
                                f"(layer from 0 to {n_layers - 1}, head from 0 to {n_heads - 1})")
-    patterns, _ = attention_patterns(subject.model, rows)  # (prompt, layer, head, query, key)
+    patterns, _ = attention_patterns(subject.model, subject.config.model, rows)  # (prompt, layer, head, query, key)
     scores = torch.full((len(texts), n_layers, n_heads), -1.0)
     for i, row in enumerate(rows):
         start = int((row != task.pad_token).nonzero()[0]) if exclude_padding else 0

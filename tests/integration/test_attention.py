@@ -34,7 +34,7 @@ def test_marked_cells_follow_the_circuit(tiny_task):
 def test_patterns_are_causal_distributions(tiny_config):
     model = tl.boot(tiny_config.model)
     tokens = torch.tensor([parse_sequence(tiny_config.task, "b=3, e=5, b+e=?")])
-    patterns, logits = attention_patterns(model, tokens)
+    patterns, logits = attention_patterns(model, tiny_config.model, tokens)
     assert patterns.shape == (1, 2, 1, tiny_config.task.seq_len, tiny_config.task.seq_len)
     assert torch.allclose(patterns.sum(-1), torch.ones(1, 2, 1, tiny_config.task.seq_len), atol=1e-5)
     assert patterns.triu(1).abs().max() == 0

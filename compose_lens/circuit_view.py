@@ -101,7 +101,8 @@ SCRIPT = """
     var f = slider.value / steps; apply(vmax * f * f);  // the colour bar's square-root scale
   });
   var asked = /threshold=([0-9.eE+-]+)/.exec(location.hash);
-  var start = asked ? Math.max(0, parseFloat(asked[1])) : 0;
+  var start = asked ? parseFloat(asked[1]) : 0;
+  if (!(start > 0)) { start = 0; }  // none, negative or not a number: every edge
   slider.value = Math.round(steps * Math.sqrt(Math.min(start, vmax) / vmax));
   apply(start);
   var tip = root.querySelector(".tip");

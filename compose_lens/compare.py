@@ -40,6 +40,9 @@ verdict, the key frequencies), where the two differ; for a measure that only one
 score of a role no head plays in the other: NaN), True. Where the two values differ and no
 interval says whether by more than noise, it is NA; otherwise False.
 
+:func:`text_table` gives the rows as the command prints them, :func:`json_rows` as ``compare.json``
+holds them, :func:`html_page` as ``compare.html`` shows them (the changed rows highlighted).
+
 Both models must share the task and its split (the same prompts mean the same thing to both);
 two different ones are refused in one line. ``compare("paper", "paper")`` gives 0 in every
 difference and False in every ``changed`` (tests/unit/test_compare.py).
@@ -48,6 +51,7 @@ difference and False in every ``changed`` (tests/unit/test_compare.py).
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 import zlib
 from dataclasses import dataclass
@@ -65,6 +69,7 @@ from compose_lens.config import TaskConfig
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import correct_mask
+from compose_lens.markup import html_table
 from compose_lens.runs import load_subject
 from compose_lens.subject import Subject
 
@@ -341,6 +346,60 @@ def text_table(table: pd.DataFrame) -> list[list[str]]:
              "" if isinstance(r.A, str) or isinstance(r.B, str) else one(r.difference, r.low, r.high),
              changed(r.changed)]
             for r in table.itertuples()]
+
+
+PAGE_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
+table{border-collapse:collapse;margin:6px 0 18px}
+th,td{border-bottom:1px solid #ddd;padding:3px 10px;text-align:left;vertical-align:top}
+td.num{text-align:right}
+td:nth-last-child(3),td:nth-last-child(4),td:nth-last-child(5){white-space:nowrap}
+td:nth-last-child(6):not(:first-child){min-width:16em}
+td:nth-last-child(2){min-width:12em}
+tr.changed{background:#ffe3b3}
+tr.changed td:last-child{font-weight:700;color:#8a3b00}
+tr.unsure{background:#eeeeee}
+tr.unsure td:last-child{font-style:italic}
+.note{color:#555}
+.key span{padding:1px 6px;margin-right:8px}
+"""
+ROW_MARK = {"True": "changed", "?": "unsure", "False": None}  # text_table's changed column -> the row's class
+
+
+def html_page(table: pd.DataFrame) -> str:
+    """:func:`compare`'s table as one offline HTML page (``compare.html``): A and B side by side with
+    their intervals, B - A with its interval, how that interval was had, and **changed**, one table
+    per group (pool accuracy, located roles, ...). A changed row is highlighted (class ``changed``),
+    one that differs where no interval says whether by more than noise greyed (``unsure``, changed
+    ``?``). The numbers are :func:`text_table`'s; the page loads nothing."""
+    texts = text_table(table)
+    sections = []
+    for group in dict.fromkeys(table["group"]):
+        rows, classes = [], []
+        for text, row in zip(texts, table.itertuples()):
+            if row.group == group:
+                measure, a, b, difference, changed = text
+                rows.append([measure, row.what if isinstance(row.what, str) else "", a, b, difference,
+                             row.interval, changed])
+                classes.append(ROW_MARK[changed])
+        header = ["measure", "what it measures", "A", "B", "B - A", "interval of B - A", "changed"]
+        if not any(r[1] for r in rows):  # only the findings say what they measure
+            header, rows = header[:1] + header[2:], [r[:1] + r[2:] for r in rows]
+        sections.append(f"<h2>{html.escape(str(group))}</h2>" + html_table(rows, header, classes))
+    settings = ", ".join(f"{k} {table.attrs[k]}" for k in ("seed", "pool_size", "resamples") if k in table.attrs)
+    counts = {mark: sum(t[-1] == mark for t in texts) for mark in ROW_MARK}
+    a, b = (html.escape(str(table.attrs.get(k, k.upper()))) for k in ("a", "b"))
+    intro = (f"<h1>Two models side by side</h1><p><b>A</b>: <code>{a}</code><br><b>B</b>: <code>{b}</code></p>"
+             f"<p class=\"note\">Both read on the same prompts ({html.escape(settings)}). Each value with its 95 % "
+             "interval (pool accuracies: Wilson); B - A with its 95 % interval: a paired bootstrap over the same "
+             "prompts where the measure is a rate or a mean over prompts, the difference itself where nothing is "
+             "sampled (exact), none otherwise (n/a). <i>changed</i>: the interval excludes 0, or a name differs.</p>"
+             f'<p class="key"><span class="changed" style="background:#ffe3b3">changed: {counts["True"]}</span>'
+             f'<span style="background:#eeeeee">differs, no interval to say (?): {counts["?"]}</span>'
+             f'<span>unchanged: {counts["False"]}</span></p>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>compare: {a} vs {b}</title>\n<style>{PAGE_STYLE}</style>\n</head>\n<body>\n{intro}\n"
+            + "\n".join(sections) + "\n</body>\n</html>\n")
 
 
 def json_rows(table: pd.DataFrame) -> list[dict]:

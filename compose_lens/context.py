@@ -30,7 +30,7 @@ from compose_lens import plots, registry, runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json
+from compose_lens.files import atomic_path, load_json
 from compose_lens.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.runs import write_document, write_table
@@ -108,7 +108,7 @@ def compute(analysis: Analysis, context: Context, settings: dict | None = None) 
 
 def write(analysis: Analysis, result: Result, folder: Path, context: Context, settings: dict | None = None,
           fmt: str = "png") -> None:
-    """The result's tables, documents and figures into ``folder`` (figures under ``folder/figures``),
+    """The result's tables, documents, figures and pages into ``folder`` (figures and pages under ``folder/figures``),
     each with the provenance of ``context`` and the settings."""
     folder.mkdir(parents=True, exist_ok=True)
     record = {**context.record(analysis.with_settings(settings)), **result.provenance}
@@ -116,8 +116,11 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context, se
         write_table(table, folder / f"{stem}.csv", record)
     for stem, document in result.documents.items():
         write_document(document, folder / f"{stem}.json", record)
-    if result.figures or result.drawn:
+    if result.figures or result.drawn or result.pages:
         (folder / FIGURES).mkdir(exist_ok=True)
+    for stem, page in result.pages.items():
+        with atomic_path(folder / FIGURES / f"{stem}.html") as tmp:
+            tmp.write_text(page, encoding="utf-8")
     for stem, figure, dpi in result.drawn:
         plots.save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
     for stem, draw, numbers, dpi in result.figures:

@@ -21,8 +21,17 @@ def _cell(value) -> str:
     return f"<td>{html.escape(str(value))}</td>"
 
 
-def html_table(rows: list[list], header: list[str]) -> str:
-    """A plain ``<table>``: the header, then one row per list; floats right-aligned (class ``num``)."""
+def html_table(rows: list[list], header: list[str], row_classes: list[str | None] | None = None) -> str:
+    """A plain ``<table>``: the header, then one row per list; floats right-aligned (class ``num``).
+    ``row_classes``: a CSS class for each row (None: none), for a page's style to mark rows by.
+
+    >>> html_table([["a", 1.0]], ["x", "y"], row_classes=["changed"])
+    '<table><tr><th>x</th><th>y</th></tr><tr class="changed"><td>a</td><td class="num">1</td></tr></table>'
+    """
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    classes = [None] * len(rows) if row_classes is None else row_classes
+    if len(classes) != len(rows):
+        raise ValueError(f"{len(classes)} row classes for {len(rows)} rows")
+    body = "".join(("<tr>" if c is None else f'<tr class="{html.escape(c, quote=True)}">')
+                   + "".join(_cell(v) for v in row) + "</tr>" for row, c in zip(rows, classes))
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -63,6 +63,7 @@ import base64
 import io
 import math
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -1163,7 +1164,7 @@ def _node_depth(node: str) -> float:
     return 2 * layer + (1 if node.startswith("a") else 2)
 
 
-def _receiver_node(receiver: str) -> tuple[str, str]:
+def receiver_node(receiver: str) -> tuple[str, str]:
     """(node, input) of a receiver: ``a1.h0.k`` -> (``a1.h0``, ``k``); ``m1`` -> (``m1``, "")."""
     return (receiver[:-2], receiver[-1]) if receiver[-2:] in (".q", ".k", ".v") else (receiver, "")
 
@@ -1189,6 +1190,92 @@ EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), 
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
+@dataclass(frozen=True)
+class CircuitLayout:
+    """Where the circuit graph puts each component and each edge, in data units: one column per
+    component depth (:func:`_node_depth`), x = the column's index; y = the head's place in its
+    layer (whole graph, 1.4 units apart) or minus the position's row (by position). Both
+    :func:`circuit_figure` (the PNG) and :mod:`compose_lens.circuit_view` (the interactive HTML
+    view) draw from it, so the two show the same graph in the same places."""
+
+    edges: pd.DataFrame  # the edges drawn (position -1: whole graph)
+    by_position: bool
+    several: bool  # a layer has several heads: name each
+    nodes: frozenset
+    columns: tuple  # the component depths, left to right
+    positions: tuple  # the rows (by position), or (-1,)
+    width: float  # of a box
+    height: float
+    stacked: Mapping  # node -> its offset within its column (whole graph)
+
+    def row(self, position: int) -> float:
+        """The y of a position's row (by position)."""
+        return -float(self.positions.index(position))
+
+    def centre(self, node: str, position: int) -> tuple[float, float]:
+        x = float(self.columns.index(_node_depth(node)))
+        return x, (self.row(position) if self.by_position else 1.4 * self.stacked[node])
+
+    def boxes(self) -> list[tuple[str, int]]:
+        """Every (component, position) an edge touches, sorted."""
+        e = self.edges
+        return sorted(set(zip(e["sender"], e["position"])) | {
+            (receiver_node(r)[0], p) for r, p in zip(e["receiver"], e["position"])})
+
+    def edge_path(self, sender: str, receiver: str, position: int) -> tuple[tuple, tuple, float]:
+        """(start, end, rad) of an edge: from its sender's right edge to its receiver's left edge (at
+        the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips."""
+        target, port = receiver_node(receiver)
+        (x0, y0), (x1, y1) = self.centre(sender, position), self.centre(target, position)
+        skip = x1 - x0
+        start = (x0 + self.width / 2, y0)
+        end = (x1 - self.width / 2, y1 + PORT_OFFSET[port] * self.height)
+        rad = 0.0 if skip <= 1 and y0 == y1 else (0.12 + 0.05 * (skip - 1)) * (1 if port != "v" else -1)
+        if self.by_position:
+            rad = 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+        return start, end, rad
+
+    def drawing_order(self) -> pd.DataFrame:
+        """The edges faint first, then the circuit's, weakest first, so the strongest lie on top."""
+        e = self.edges
+        return e.assign(_abs=e["score"].abs()).sort_values(["in_circuit", "_abs"]).drop(columns="_abs")
+
+    def colour_scale(self) -> PowerNorm:
+        """|score| -> [0, 1] for :data:`EDGE_CMAP`: square-root scale up to the largest |score|."""
+        return PowerNorm(EDGE_GAMMA, vmin=0, vmax=max(float(self.edges["score"].abs().max()), 1e-9))
+
+    def column_name(self, depth: float) -> str:
+        return component_name(next(n for n in sorted(self.nodes) if _node_depth(n) == depth), self.several)
+
+
+def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
+    """The layout of :func:`compose_lens.analysis.circuit.edge_table`'s edges (see
+    :class:`CircuitLayout`). Without positions (``position`` -1 or absent) the edges are one per
+    (sender, receiver), scores summed; an interval (``ci_low``, ``ci_high``) stays where each is
+    one row of the table already."""
+    by_position = "position" in table and bool((table["position"] >= 0).any())
+    edges = table.copy()
+    if "position" not in edges:
+        edges["position"] = -1
+    if not by_position:
+        groups = edges.groupby(["sender", "receiver"], as_index=False, sort=False)
+        kept = {c: (c, "first") for c in ("ci_low", "ci_high") if c in edges and groups.size()["size"].max() == 1}
+        edges = groups.agg(score=("score", "sum"), in_circuit=("in_circuit", "any"), **kept).assign(position=-1)
+    nodes = set(edges["sender"]) | {receiver_node(r)[0] for r in edges["receiver"]}
+    several = any(n.startswith("a") and not n.endswith(".h0") for n in nodes)
+    columns = sorted({_node_depth(n) for n in nodes})
+    # rows: the heads of a layer one under another (whole graph), or the positions
+    stacked: dict[str, float] = {}
+    for d in columns:
+        group = sorted(n for n in nodes if _node_depth(n) == d)
+        for i, n in enumerate(group):
+            stacked[n] = (len(group) - 1) / 2 - i
+    positions = sorted(int(p) for p in set(edges["position"])) if by_position else [-1]
+    width, height = (0.2, 0.62) if by_position else (0.62, 0.7)
+    return CircuitLayout(edges, by_position, several, frozenset(nodes), tuple(columns), tuple(positions), width,
+                         height, stacked)
+
+
 def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[Figure, pd.DataFrame]:
     """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
 
@@ -1201,41 +1288,19 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
     negative), the others grey and dashed. Every arrow ends on its receiver's box; the colour bar
     names the ``metric`` the scores share (the discovery's ``summary["metric"]``). Returns the
-    edges drawn (position -1: whole graph)."""
-    by_position = "position" in table and bool((table["position"] >= 0).any())
-    edges = table.copy()
-    if "position" not in edges:
-        edges["position"] = -1
-    if not by_position:
-        edges = (edges.groupby(["sender", "receiver"], as_index=False, sort=False)
-                 .agg(score=("score", "sum"), in_circuit=("in_circuit", "any")).assign(position=-1))
-    nodes = set(edges["sender"]) | {_receiver_node(r)[0] for r in edges["receiver"]}
-    several = any(n.startswith("a") and not n.endswith(".h0") for n in nodes)
-    columns = sorted({_node_depth(n) for n in nodes})
-    column = {d: i for i, d in enumerate(columns)}
-    # rows: the heads of a layer one under another (whole graph), or the positions
-    stacked: dict[str, float] = {}
-    for d in columns:
-        group = sorted(n for n in nodes if _node_depth(n) == d)
-        for i, n in enumerate(group):
-            stacked[n] = (len(group) - 1) / 2 - i
-    positions = sorted(int(p) for p in set(edges["position"])) if by_position else [-1]
-    row_of = {p: -i for i, p in enumerate(positions)}
-    width, height = (0.2, 0.62) if by_position else (0.62, 0.7)
-
-    def centre(node: str, position: int) -> tuple[float, float]:
-        return float(column[_node_depth(node)]), (row_of[position] if by_position else 1.4 * stacked[node])
-
+    edges drawn (position -1: whole graph). The places are :func:`circuit_layout`'s."""
+    layout = circuit_layout(table)
+    edges, by_position, several, nodes = layout.edges, layout.by_position, layout.several, layout.nodes
+    columns, positions, width, height = layout.columns, layout.positions, layout.width, layout.height
+    centre = layout.centre
     n_cols = len(columns)
     tallest = max(sum(1 for n in nodes if _node_depth(n) == d) for d in columns)
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
     fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
-    lim = max(float(edges["score"].abs().max()), 1e-9)
-    norm, cmap = PowerNorm(EDGE_GAMMA, vmin=0, vmax=lim), EDGE_CMAP
+    norm, cmap = layout.colour_scale(), EDGE_CMAP
+    lim = norm.vmax
     boxes = {}
-    touched = set(zip(edges["sender"], edges["position"])) | {
-        (_receiver_node(r)[0], p) for r, p in zip(edges["receiver"], edges["position"])}
-    for node, position in sorted(touched):
+    for node, position in layout.boxes():
         x, y = centre(node, position)
         box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.05",
                              facecolor="white", edgecolor="#555555", lw=0.8, zorder=3,
@@ -1250,17 +1315,8 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
                     if port:
                         ax.text(x - width / 2 + 0.03, y + offset * height, port, ha="left", va="center",
                                 fontsize=8, color="#333333", zorder=4, fontweight="bold")
-    # faint edges first, then the circuit's, weakest first so the strongest lie on top
-    order = edges.assign(_abs=edges["score"].abs()).sort_values(["in_circuit", "_abs"]).drop(columns="_abs")
-    for row in order.itertuples():
-        target, port = _receiver_node(row.receiver)
-        (x0, y0), (x1, y1) = centre(row.sender, row.position), centre(target, row.position)
-        skip = x1 - x0
-        start = (x0 + width / 2, y0)
-        end = (x1 - width / 2, y1 + PORT_OFFSET[port] * height)
-        rad = 0.0 if skip <= 1 and y0 == y1 else (0.12 + 0.05 * (skip - 1)) * (1 if port != "v" else -1)
-        if by_position:
-            rad = 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+    for row in layout.drawing_order().itertuples():
+        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position)
         arrow = FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=8 if by_position else 11,
                                 shrinkA=0, shrinkB=0, connectionstyle=f"arc3,rad={rad}",
                                 color=cmap(norm(abs(row.score))) if row.in_circuit else "#bbbbbb",
@@ -1280,11 +1336,10 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     if by_position:
         last = max(positions)
         for p in positions:
-            ax.text(min(xs) - 0.32, row_of[p], f"position {p}" + (" (=)" if p == last else ""), ha="right",
-                    va="center", fontsize=8)
-        for d in columns:
-            name = component_name(next(n for n in sorted(nodes) if _node_depth(n) == d), several)
-            ax.text(column[d], max(ys) + 0.6, textwrap.fill(name, 14), ha="center", va="bottom", fontsize=8)
+            ax.text(min(xs) - 0.32, layout.row(p), f"position {p}" + (" (=)" if p == last else ""),
+                    ha="right", va="center", fontsize=8)
+        for i, d in enumerate(columns):
+            ax.text(i, max(ys) + 0.6, textwrap.fill(layout.column_name(d), 14), ha="center", va="bottom", fontsize=8)
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
     bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)

@@ -95,7 +95,8 @@ class Result:
     """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
 
     ``figures``: ``(stem, plots function, its arguments, dpi)``, drawn where the figures are drawn;
-    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table).
+    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table);
+    ``pages``: ``stem -> HTML``, offline pages written beside the figures (``figures/<stem>.html``).
     ``provenance``: what the tables' and documents' provenance records beside the settings (what the
     analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
 
@@ -104,6 +105,7 @@ class Result:
     facts: dict = field(default_factory=dict)
     figures: list[tuple[str, Callable, tuple, int]] = field(default_factory=list)
     drawn: list[tuple[str, Any, int]] = field(default_factory=list)
+    pages: dict[str, str] = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
     value: Any = None
 
@@ -679,6 +681,7 @@ CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 def _circuit(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.circuit import discover
+    from compose_lens.circuit_view import circuit_page
     from compose_lens.files import json_safe
 
     s = settings
@@ -694,7 +697,8 @@ def _circuit(ctx: Context, settings: dict) -> Result:
                          "n_pairs": s["n_pairs"] if pairs is None else len(pairs),
                          "min_pool_recovered": None if recovered is None else float(recovered)})
     return Result(tables={"circuit": found.edges, "circuit_pools": found.pools}, documents={"circuit": summary},
-                  figures=[("circuit", plots.circuit_figure, (found.edges, found.title, summary["metric"]), 120)])
+                  figures=[("circuit", plots.circuit_figure, (found.edges, found.title, summary["metric"]), 120)],
+                  pages={"circuit": circuit_page(found.edges, found.title, summary["metric"])})  # hover, slider
 
 
 def _circuit_lines(result: Result) -> list[str]:
@@ -720,6 +724,7 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     import html
 
     import compose_lens.plots as plots
+    from compose_lens.circuit_view import circuit_view
     from compose_lens.markup import html_table
 
     s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
@@ -735,6 +740,9 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
                                 "The found circuit: components in forward order, each edge coloured by "
                                 "its |score| (colour bar), solid if in the circuit, grey dashed if not; "
                                 "attention takes its q, k and v inputs at three ports on its left edge.")
+            + "<details><summary>The same graph to explore: hover an edge or a component for its score, the "
+              "slider hides the edges below a |score| (<code>figures/circuit.html</code> of "
+              f"<code>compose-lens circuit</code>)</summary>{circuit_view(edges, s['title'], s['metric'])}</details>"
             + (html_table(rows, ["pool", "share of the metric the circuit recovers"]) if rows else ""))
 
 

@@ -102,7 +102,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 # (a regular expression matched whole); a value is FILE (a regular file), LINK (a symlink or a
 # file: what W&B points at its latest run with), TREE (a folder another library lays out as it
 # likes: a W&B run) or the layout of a folder, checked entry by entry. The figures the report draws
-# (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``) are
+# (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``, ``.html``) are
 # named here; tests/integration/test_report.py holds a reported run to this list.
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
 FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
@@ -130,7 +130,7 @@ REPORT_RESULTS = {
 def run_layout() -> dict:
     """The layout of a run directory below its top-level names (see the comment above)."""
     analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
-                                  "figures": {_FIGURE + r"\.(png|svg|pdf)": FILE}}
+                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit_view
                 for name, stems in REPORT_RESULTS.items()}
     return {
         CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},

@@ -145,6 +145,7 @@ def _cmd_registered(args: argparse.Namespace) -> int:
         print(line)
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
     drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]
+    drawn += [f"figures/{stem}.html" for stem in result.pages]
     print(f"wrote {out}/{', '.join(files + drawn)}")
     return 0
 

@@ -1,7 +1,8 @@
 """``compose-lens compare A B --out DIR``: two models side by side (:mod:`compose_lens.compare`).
 
-Writes ``DIR/compare.csv`` (one row per measure, with ``compare.provenance.json`` beside it) and
-``DIR/compare.json`` (the same rows, the two models and the settings), and prints the table: each
+Writes ``DIR/compare.csv`` (one row per measure, with ``compare.provenance.json`` beside it),
+``DIR/compare.json`` (the same rows, the two models and the settings) and ``DIR/compare.html`` (the
+table as an offline page, the changed rows highlighted), and prints the table: each
 model's value with its interval, the difference B - A with its interval, and whether it changed.
 """
 
@@ -27,7 +28,7 @@ def register(sub) -> None:
         p.add_argument(name, metavar=name.upper(),
                        help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the directory of "
                             "your own TransformerLens model")
-    p.add_argument("--out", required=True, help="output directory (compare.csv, compare.json)")
+    p.add_argument("--out", required=True, help="output directory (compare.csv, compare.json, compare.html)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the prompts and of the resamples (default 0)")
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE,
                    help=f"sequences in each of the nine pools (default {DEFAULT_POOL_SIZE})")
@@ -53,6 +54,7 @@ def _subjects(args: argparse.Namespace) -> list:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens import compare  # lazy: torch
+    from compose_lens.files import atomic_path
     from compose_lens.provenance import provenance
     from compose_lens.runs import write_document, write_table
     from compose_lens.safety import check_count, check_model_sizes, check_sizes, staged_output
@@ -77,9 +79,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         write_table(table, stage / "compare.csv", record)
         write_document({"a": a.source, "b": b.source, "settings": settings,
                         "rows": compare.json_rows(table)}, stage / "compare.json", record)
+        with atomic_path(stage / "compare.html") as tmp:
+            tmp.write_text(compare.html_page(table), encoding="utf-8")
     print(f"A: {a.source}\nB: {b.source}")
     print_table(compare.text_table(table), ["measure", "A", "B", "B - A", "changed"])
     print("intervals: 95 %; pool accuracies: Wilson; B - A: paired bootstrap over the same prompts where the "
           "measure is a rate or a mean over prompts ('interval' column of compare.csv)")
-    print(f"wrote {args.out}/compare.csv and {args.out}/compare.json")
+    print(f"wrote {args.out}/compare.csv, {args.out}/compare.json and {args.out}/compare.html (opens offline)")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
@@ -116,6 +118,57 @@ def test_the_command_writes_the_table_and_prints_it(tmp_path, capsys, monkeypatc
     assert record["seed"] == 3 and record["pool_size"] == 50 and record["b"].endswith("paper")
     doc = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert doc["rows"][0]["measure"] == "accuracy: 2var_train" and doc["rows"][1]["low"] is None
+    page = (tmp_path / "c" / "compare.html").read_text()
+    assert [mark for mark, cells in PageRows(page).rows if cells] == ["changed", "changed"]
+    assert "compare.html" in out
+
+
+class PageRows(HTMLParser):
+    """Each ``<tr>`` of a page with a class or cells: (its class, its cells' text)."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.rows: list[tuple[str | None, list[str]]] = []
+        self.in_cell = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append((dict(attrs).get("class"), []))
+        elif tag == "td":
+            self.rows[-1][1].append("")
+            self.in_cell = True
+
+    def handle_endtag(self, tag):
+        self.in_cell = self.in_cell and tag != "td"
+
+    def handle_data(self, data):
+        if self.in_cell:
+            self.rows[-1][1][-1] += data
+
+
+@pytest.mark.parametrize("which", ["itself", "lesioned"])
+def test_the_page_holds_every_row_and_marks_the_changed_ones(which, request):
+    table = request.getfixturevalue(which)
+    table = table.reset_index() if "measure" not in table else table
+    page = C.html_page(table)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page) and "<script" not in page
+    rows = [(mark, cells) for mark, cells in PageRows(page).rows if cells]
+    assert [cells[0] for _, cells in rows] == list(table["measure"])  # every row once, in the table's order
+    for (mark, cells), text, row in zip(rows, C.text_table(table), table.itertuples()):
+        assert cells[-5:-2] == text[1:4] and cells[-2] == row.interval and cells[-1] == text[4]  # intervals and all
+        assert len(cells) == (7 if row.group == "findings" else 6)  # what a finding measures, beside it
+        assert len(cells) == 6 or cells[1] == row.what
+        expected = "changed" if row.changed is True else "unsure" if row.changed is pd.NA else None
+        assert mark == expected, (row.measure, row.changed, mark)
+    marked = [mark for mark, _ in rows]
+    if which == "lesioned":  # the router moved, 2-var accuracy fell: highlighted; the binder kept: not
+        assert marked.count("changed") == int((table["changed"] == True).sum()) >= 3  # noqa: E712
+        assert rows[list(table["measure"]).index("router: component")][0] == "changed"
+        assert rows[list(table["measure"]).index("binder: score")][0] is None
+    else:
+        assert set(marked) == {None}
+    assert f'changed: {marked.count("changed")}<' in page
 
 
 def _table(a, b, options):

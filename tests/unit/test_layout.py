@@ -28,7 +28,7 @@ LAYERS = {
     "runs": 3, "phases": 3, "subject": 3,
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
-    "plots": 6,
+    "plots": 6, "circuit_view": 6,  # the circuit graph as an interactive page, from plots' layout
     "registry": 7, "context": 7,  # the analyses' one door: their declarations, and running one over a subject
     "compare": 7,  # two models through the registry's per-model context
     "report": 8,

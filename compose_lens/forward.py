@@ -24,6 +24,9 @@ a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer po
 ``Site("blocks.1.attn.hook_pattern", "=", 0)`` layer 2's attention from ``=``. A position is
 ``None`` (every position: the axis is kept), ``"="`` (the answer position, the last) or an
 index (the axis is dropped); a head is ``None`` (every head: the axis is kept) or an index.
+Patching tables name their rows by such sites (:func:`compose_lens.analysis.patching.patch_site`);
+an analysis whose position differs per sequence names it by a token role, which it resolves
+itself (DAS's :meth:`~compose_lens.analysis.das.BindingSite.where`: the queried value).
 Besides TransformerLens's own hooks there is one more, ``blocks.L.attn.hook_result``: what
 each head writes into the residual stream (``hook_z`` through its slice of ``W_O``, without
 the output bias), so direct logit attribution is one read on either forward.

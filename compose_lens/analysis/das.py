@@ -74,12 +74,17 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
 from compose_lens.data.pools import ONE_VAR
 from compose_lens.data.split import Split, row_types, training_rows
+from compose_lens.forward import Site
 from compose_lens.model import tl
 
 
 @dataclass(frozen=True)
-class Site:
-    """Where to intervene: a hook, which position of each sequence, and what the circuit predicts."""
+class BindingSite:
+    """A named DAS site: where to intervene and what the study's circuit predicts there.
+
+    Where is a :class:`compose_lens.forward.Site` whose position is a token *role*, found per
+    sequence of a pair (:meth:`BindingPairs.positions`), and whose hook may name the last block
+    (``{last}``): :meth:`where` gives it for a model."""
 
     name: str
     hook: str
@@ -87,13 +92,17 @@ class Site:
     carries_value: bool  # the study's story: does the bound value live here?
     description: str
 
+    def where(self, n_layers: int) -> Site:
+        """The site in the one vocabulary, for a model of ``n_layers`` (its position a role)."""
+        return Site(self.hook.format(last=n_layers - 1), self.position)
+
 
 SITES = (
-    Site("value_after_layer1", "blocks.0.hook_resid_post", "value", True,
+    BindingSite("value_after_layer1", "blocks.0.hook_resid_post", "value", True,
          "the queried variable's value token in the context, after layer 1"),
-    Site("equals_before_mlp2", "blocks.{last}.hook_resid_mid", "equals", True,
+    BindingSite("equals_before_mlp2", "blocks.{last}.hook_resid_mid", "equals", True,
          "'=' after layer 2's routing: the MLP2 input"),
-    Site("query_variable_after_layer1", "blocks.0.hook_resid_post", "query_variable", False,
+    BindingSite("query_variable_after_layer1", "blocks.0.hook_resid_post", "query_variable", False,
          "the query's variable token after layer 1 (placebo: names the variable, holds no value)"),
 )
 SITE_NAMES = tuple(s.name for s in SITES)
@@ -133,7 +142,7 @@ class BindingPairs:
                    "source_value_pos", "base_query_pos", "source_query_pos")}
         return BindingPairs(**fields, key=[self.key[i] for i in pick], drawn=self.drawn, kept=len(pick))
 
-    def positions(self, site: Site) -> tuple[torch.Tensor, torch.Tensor]:
+    def positions(self, site: BindingSite) -> tuple[torch.Tensor, torch.Tensor]:
         """The (base, source) position of each pair at ``site``."""
         if site.position == "value":
             return self.base_value_pos, self.source_value_pos
@@ -209,11 +218,11 @@ def correct_pairs(model, pairs: BindingPairs, batch_size: int = 512) -> BindingP
     return pairs.subset(ok.nonzero().flatten())
 
 
-def site_hook(site: Site, n_layers: int) -> str:
-    return site.hook.format(last=n_layers - 1)
+def site_hook(site: BindingSite, n_layers: int) -> str:
+    return site.where(n_layers).hook
 
 
-def interchange_accuracy(model, site: Site, basis: torch.Tensor, pairs: BindingPairs,
+def interchange_accuracy(model, site: BindingSite, basis: torch.Tensor, pairs: BindingPairs,
                          targets: torch.Tensor | None = None) -> dict[str, float]:
     """IIA of ``basis`` at ``site`` on ``pairs`` (against ``targets``, default the counterfactual
     answers), and how often the base's own answer survives the interchange."""
@@ -231,7 +240,7 @@ def interchange_accuracy(model, site: Site, basis: torch.Tensor, pairs: BindingP
             "keeps_base_answer": float((answer == pairs.base_label).float().mean())}
 
 
-def fit_binding_subspace(model, site: Site, pairs: BindingPairs, rank: int, targets: torch.Tensor | None = None,
+def fit_binding_subspace(model, site: BindingSite, pairs: BindingPairs, rank: int, targets: torch.Tensor | None = None,
                          epochs: int = 15, lr: float = 1e-2, batch_size: int = 64, seed: int = 0):
     """TransformerLens's :func:`fit_das` at ``site`` on ``pairs`` (towards ``targets``, default the
     counterfactual answers): the learned ``d_model x rank`` basis and its loss per epoch."""

@@ -12,11 +12,10 @@ function, after the arguments are parsed and checked, so ``compose-lens --help``
 the package imports sit at the top of the module.
 
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
-(:mod:`.train`), ``analyze`` and ``attention`` (:mod:`.analysis`), ``patch-heads`` and ``path-patch``
-(:mod:`.heads`), ``compare`` (:mod:`.compare`), ``dynamics``, ``report``
+(:mod:`.train`), ``analyze`` and ``attention`` (:mod:`.analysis`), ``compare`` (:mod:`.compare`), ``dynamics``, ``report``
 (:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), ``settings``
 (:mod:`.settings`), and the command of each registered analysis that declares one (``fourier``,
-``same-mlp``, ``dla``, ``patch``, ``ablate``, ``circuit``, ``entropy``: built
+``same-mlp``, ``dla``, ``patch``, ``patch-heads``, ``path-patch``, ``ablate``, ``circuit``, ``das``, ``entropy``: built
 by :mod:`.analysis` from :mod:`compose_lens.registry`).
 
 **What every command shares** (:func:`main`): ``--version``; ``-v`` / ``-q`` before the command
@@ -34,13 +33,13 @@ import os
 import sys
 from typing import Sequence
 
-from compose_lens.cli import analysis, compare, data, dynamics, heads, methods, settings, sweep, train
+from compose_lens.cli import analysis, compare, data, dynamics, methods, settings, sweep, train
 from compose_lens.cli.common import Parser
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import VERSION, set_command
 
-COMMAND_MODULES = (data, train, analysis, heads, compare, dynamics, sweep, methods, settings)
+COMMAND_MODULES = (data, train, analysis, compare, dynamics, sweep, methods, settings)
 
 DESCRIPTION = """\
 Train and take apart the small transformer of the 'Assign and Add' study, which learns

@@ -113,8 +113,8 @@ def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
             check_pairs_path(option.flag, value)
         elif isinstance(default, int) and not isinstance(default, bool):
             check_count(value, option.flag, minimum=option.minimum)
-    settings = analysis.with_settings({o.setting: tuple(getattr(args, o.setting)) if o.many else getattr(args, o.setting)
-                                       for o in analysis.options})
+    settings = analysis.with_settings({o.setting: tuple(getattr(args, o.setting) or analysis.settings[o.setting])
+                                       if o.many else getattr(args, o.setting) for o in analysis.options})
     if analysis.validate is not None:
         analysis.validate(settings)
     return settings
@@ -160,8 +160,9 @@ def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
         if option.pairs_file:
             parser.add_argument(option.flag, dest=option.setting, default=default, help=option.help if default is None
                                 else shown, metavar="|".join((*option.choices, "FILE")))
-        elif option.many:  # one or more values, of the default's items' type
-            parser.add_argument(option.flag, dest=option.setting, nargs="+", default=default, help=shown,
+        elif option.many:  # one or more values, of the default's items' type; a repeated flag adds its values
+            parser.add_argument(option.flag, dest=option.setting, nargs="+", action="extend", default=None,
+                                help=f"{option.help}; repeat or list several (default {' '.join(map(str, default))})",
                                 **({"choices": option.choices} if option.choices else {"type": type(default[0])}))
         elif option.choices:
             parser.add_argument(option.flag, dest=option.setting, choices=option.choices, default=default, help=shown)

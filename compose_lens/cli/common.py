@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from compose_lens.config import PATCH_METRICS, RunConfig, TaskConfig
+from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json, not_there
 
@@ -143,27 +143,7 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
                         help="figure file format (default png)")
 
 
-METRICS = PATCH_METRICS  # compose_lens.analysis.metrics.METRICS, without importing torch
 PAIRS_SUFFIXES = (".csv", ".jsonl", ".ndjson")  # compose_lens.data.pairs.FORMATS
-
-
-def add_pairs_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pairs FILE and --metric of ``patch-heads`` and ``path-patch`` (``patch`` declares the same two options
-    in the registry): your own prompt pairs and what is read on them."""
-    parser.add_argument("--pairs", metavar="FILE", default=None,
-                        help="a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
-                             "(readable form or token ids); replaces --corruption and --n-pairs")
-    parser.add_argument("--metric", choices=METRICS, default="logit_diff",
-                        help="logit difference of the two answers (default), probability or accuracy "
-                             "of the clean answer")
-
-
-def check_pairs_file(args: argparse.Namespace) -> None:
-    """``--pairs`` checked (:func:`check_pairs_path`), and ``--corruption`` beside it refused (the file says
-    what its pairs change)."""
-    check_pairs_path("--pairs", args.pairs)
-    if args.pairs is not None and getattr(args, "corruption", "value") != "value":
-        raise ComposeLensError(f"--corruption {args.corruption} makes pairs and --pairs brings them; give one")
 
 
 def check_pairs_path(flag: str, value: str | None) -> None:

@@ -22,11 +22,12 @@ def test_patch_heads_writes_the_table_and_prints_its_numbers(tmp_path, capsys):
     out = tmp_path / "heads"
     assert main(["patch-heads", "paper", "--component", "v", "--n-pairs", "8", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    stem = out / "patching_heads_value"
-    table = pd.read_csv(stem.with_suffix(".csv"))
-    assert set(table["component"]) == {"v"} and (stem.with_suffix(".png")).is_file()
-    record = json.loads(stem.with_suffix(".provenance.json").read_text())
-    assert record["components"] == ["v"] and record["n_pairs"] == 8 and "patch-heads" in record["command"]
+    table = pd.read_csv(out / "patching_heads.csv")
+    assert set(table["component"]) == {"v"} and set(table["corruption"]) == {"value"}
+    assert (out / "figures" / "patching_heads.png").is_file()
+    record = json.loads((out / "patching_heads.provenance.json").read_text())
+    assert record["settings"]["components"] == ["v"] and record["settings"]["n_pairs"] == 8
+    assert "patch-heads" in record["command"]
     row = table[(table.block == 1) & (table.role == "queried value")].iloc[0]
     assert row["mean"] > 0.9  # layer 2's value at the queried value carries the answer
     assert _printed(printed, "v of blocks.1 head 0 at queried value") == format_estimate(
@@ -39,9 +40,9 @@ def test_path_patch_prints_each_path_with_its_interval(tmp_path, capsys):
             "--receiver", "blocks.1.mlp", "--corruption", "variable", "--n-pairs", "8", "--out", str(out), "--quiet"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    table = pd.read_csv(out / "path_patching_variable.csv")
+    table = pd.read_csv(out / "path_patching.csv")
     assert list(table["receiver"]) == ["blocks.1.head0.q", "blocks.1.mlp", "all"]
-    assert (out / "path_patching_variable.png").is_file()
+    assert set(table["corruption"]) == {"variable"} and (out / "figures" / "path_patching.png").is_file()
     for label, (_, row) in zip(["blocks.0.head0 -> blocks.1.head0.q", "blocks.0.head0 -> blocks.1.mlp",
                                 "blocks.0.head0 alone (every path)"], table.iterrows()):
         assert _printed(printed, label) == format_estimate(row["mean"], row["ci_low"], row["ci_high"])

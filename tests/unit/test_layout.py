@@ -226,7 +226,6 @@ NOT_YET_REGISTERED = {
     "compose_lens.report": {"compose_lens.analysis.figure_data", "compose_lens.analysis.attention"},
     "compose_lens.report.outputs": {"compose_lens.analysis.attention", "compose_lens.analysis.dynamics"},
     "compose_lens.cli.dynamics": {"compose_lens.analysis.dynamics"},
-    "compose_lens.cli.heads": {"compose_lens.analysis.patching"},  # per-head and path patching (lists of sites)
     "compose_lens.cli.methods": {"compose_lens.analysis.llc"},
 }
 

@@ -149,3 +149,19 @@ def test_a_command_writes_what_the_api_writes_through_the_one_door(tiny_config, 
         said = [json.loads((tmp_path / where / f"{stem}.provenance.json").read_text())["settings"]
                 for where in ("cli", "api")]
         assert said[0] == said[1] and all(said[0][k] == v for k, v in settings.items())
+
+
+def test_an_option_of_several_values_keeps_every_repeat_and_its_default_when_absent():
+    """``--receiver A --receiver B`` is two receivers (argparse's nargs='+' alone kept the last flag's values,
+    silently dropping the first), ``--ranks 4 16`` two ranks, and no flag the declaration's default."""
+    from compose_lens.cli import analysis, build_parser
+
+    def settings(argv):
+        args = build_parser().parse_args(argv)
+        return analysis._settings_of(registry.by_name(registry.ANALYSES, args.analysis), args)
+
+    paths = settings(["path-patch", "paper", "--receiver", "blocks.1.head0.q", "--receiver", "blocks.1.mlp", "--out", "o"])
+    assert paths["receivers"] == ("blocks.1.head0.q", "blocks.1.mlp")
+    assert settings(["das", "paper", "--ranks", "4", "16", "--out", "o"])["ranks"] == (4, 16)
+    assert settings(["das", "paper", "--out", "o"])["ranks"] == tuple(registry.DAS.settings["ranks"])
+    assert settings(["patch-heads", "paper", "--out", "o"])["components"] == registry.HEAD_PATCHING.settings["components"]

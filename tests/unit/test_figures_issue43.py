@@ -1,0 +1,122 @@
+"""Issue 43's figure defects, each as a fact of the figure that was false before the fix: the pool
+dynamics' dense window and sampling gaps, the progress measures' words and axes, the late refinement's
+layer names and legend, the report's tables, the attention view's first layer, the Fourier shares'
+remainder, the DLA's sign by pool and the modularity width figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from compose_lens import plots
+
+# the study's checkpoint steps (../shared/reference): every 500 to 2,501, every 100 to 6,001, then sparse
+STUDY_STEPS = ([1, 501, 1001, 1501, 2001] + list(range(2501, 6002, 100))
+               + [7001, 8001, 9001, 10001, 12001, 14001, 14501, 15001, 15501, 16001, 18001, 20001, 25001, 30001])
+
+
+def _study_dynamics() -> pd.DataFrame:
+    steps = np.array(STUDY_STEPS)
+    rise = lambda at: 1 / (1 + np.exp(-(steps - at) / 300))  # noqa: E731
+    pools = [p for group in plots.POOL_GROUPS.values() for p in group]
+    return pd.DataFrame({"step": steps, **{pool: rise(3000 + 300 * i) for i, pool in enumerate(pools)}})
+
+
+def _solid_lines(ax):
+    return [line for line in ax.get_lines() if line.get_linestyle() not in ("None", ":", "--")
+            and len(line.get_xdata()) > 1]
+
+
+def test_pool_dynamics_enlarge_the_dense_window_and_break_lines_over_gaps():
+    """On a linear axis to 30,000 steps the 36 checkpoints of 2,501-6,001 took 12 % of each panel
+    (issue 43): a second row enlarges them. No solid line bridges 6,001 -> 7,001 (a stride of 100
+    becoming 1,000: nothing was measured in between)."""
+    fig, _ = plots.accuracy_by_variable_count_figure(_study_dynamics(), {"addition": {"step": 3801}})
+    assert len(fig.axes) == 6, "one row of three panels: the dense window squeezed"
+    low, high = fig.axes[3].get_xlim()
+    assert 2400 <= low <= 2501 and 6001 <= high <= 6100
+    for ax in fig.axes[:3]:
+        for line in _solid_lines(ax):
+            x = np.asarray(line.get_xdata(), dtype=float)
+            y = np.asarray(line.get_ydata(), dtype=float)
+            joined = [(a, b) for a, b, ya, yb in zip(x, x[1:], y, y[1:]) if np.isfinite(ya) and np.isfinite(yb)]
+            assert (6001, 7001) not in joined and (2001, 2501) not in joined, line.get_label()
+    plt.close(fig)
+
+
+def test_an_evenly_sampled_run_keeps_one_row_and_unbroken_lines():
+    table = _study_dynamics().assign(step=np.arange(len(STUDY_STEPS)) * 100)
+    fig, _ = plots.accuracy_by_variable_count_figure(table)
+    assert len(fig.axes) == 3
+    assert all(np.isfinite(np.asarray(line.get_ydata(), dtype=float)).all() for line in _solid_lines(fig.axes[0]))
+    assert not plots.sampling_gaps(table["step"]).any()
+    plt.close(fig)
+
+
+def _progress_table() -> pd.DataFrame:
+    from compose_lens.analysis.summary import MEASURE_KEYS
+
+    steps = np.array(STUDY_STEPS[:12])
+    table = pd.DataFrame({"step": steps, **{m: np.linspace(0.1, 0.9, len(steps)) for m in MEASURE_KEYS}})
+    table["n_key_frequencies"] = np.minimum(np.arange(len(steps)), 10).astype(float)
+    return table
+
+
+def test_progress_measures_speak_words_and_every_panel_has_its_step_axis():
+    from compose_lens.analysis.summary import MEASURE_KEYS
+
+    fig, _ = plots.progress_measures_figure(_progress_table(), {"addition": {"step": 2501}})
+    drawn = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(drawn) == len(MEASURE_KEYS)
+    titles = [ax.get_title() for ax in drawn]
+    keys = [t for t in titles if "_" in t or t.replace(" ", "_") in MEASURE_KEYS]
+    assert not keys, keys  # the titles were the measures' snake_case keys, "_" -> " "
+    assert all(ax.get_xlabel() == "training step" for ax in drawn)  # was 4 of 16
+    by_title = {ax.get_title().replace("\n", " "): ax for ax in drawn}
+    restricted = [t for t in by_title if t.startswith("restricted loss")]
+    excluded = [t for t in by_title if t.startswith("excluded loss")]
+    assert len(restricted) == 1 and "key frequencies" in restricted[0]  # says what is kept
+    assert len(excluded) == 2 and all("removed" in t for t in excluded)  # and what is taken out
+    count = next(ax for t, ax in by_title.items() if "number of key frequencies" in t)
+    assert count.get_ylabel() == "count"
+    ticks = [t for t in count.get_yticks() if count.get_ylim()[0] <= t <= count.get_ylim()[1]]
+    assert all(float(t).is_integer() for t in ticks), ticks  # whole numbers, not 2.5 frequencies
+    others = {line.get_color() for ax in drawn if ax is not count for line in ax.get_lines()[:1]}
+    assert count.get_lines()[0].get_color() not in others  # the count stands apart from the fractions
+    plt.close(fig)
+
+
+def _refinement_table() -> pd.DataFrame:
+    steps = np.arange(0, 3000, 100)
+    rise = lambda at: 1 / (1 + np.exp(-(steps - at) / 100))  # noqa: E731
+    table = pd.DataFrame({"step": steps})
+    for v in "abcdefghijkl":
+        table[f"equals_score_{v}"] = rise(800) - (v in "abkl")
+    for slot in ("left_k", "left_l", "right_a", "right_b"):
+        for count in ("1var", "2var"):
+            table[f"slot_{count}_{slot}"] = rise(2000)
+    for pool in ("2var_var_restricted_1", "2var_var_restricted_2"):
+        table[pool] = rise(2200)
+    return table
+
+
+def test_late_refinement_names_layers_as_the_study_does_with_one_grouped_legend():
+    """"QK1" on the old left axis meant layer 1 (blocks.0), while ``qk1`` is layer 2 in the gradient
+    table and docs/idealised.md: the figure now says layer 1 (blocks.0). Its eleven-plus legend entries
+    shared colours (a colour per slot, repeated for 1-var and 2-var); now one legend gives each colour
+    once (a variable) and each line style once."""
+    from matplotlib.colors import to_hex
+
+    fig, _ = plots.refinement_figure(_refinement_table(), list("abcdefghijkl"), ("k", "l", "a", "b"),
+                                     {"addition": {"step": 500}})
+    words = [fig.axes[0].get_title(), fig.axes[0].get_ylabel(), fig.axes[1].get_ylabel()]
+    assert not any("QK1" in w or "QK2" in w for w in words), words
+    assert plots.layer_name(0) in fig.axes[0].get_title()
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    entries = fig.legends[0].legend_handles
+    styles = [(to_hex(h.get_color()), h.get_linestyle()) for h in entries]
+    assert len(styles) == len(set(styles)), styles  # no two entries drawn alike
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(labels) <= 11 and any("1-var" in t for t in labels) and any("2-var" in t for t in labels)
+    plt.close(fig)

@@ -107,6 +107,17 @@ MEASURE_WORDS = {
     "excluded_loss": "excluded loss: one key frequency removed from MLP2 (mean over them)",
     "excluded_loss_all": "excluded loss: every key frequency removed from MLP2",
 }
+# the other numbers of circuit_summary, in words (the report's circuit-summary table)
+DETAIL_WORDS = {
+    "restricted_loss_logits": "restricted loss, the logits (not MLP2) kept to the key frequencies",
+    "neurons_explained_by_one_frequency": "share of MLP2 neurons with half their variance in one frequency",
+    "live_neurons": "share of MLP2 neurons that ever fire on the grid",
+    "constant_grid_accuracy": "accuracy over all p² constant-operand sums",
+    "n_sequences": "sequences the attention measures read (a count)",
+}
+# the sequence types of circuit_summary's scores_by_type
+TYPE_WORDS = {"0var": "0-var (two constants)", "1var_left": "1-var, the variable on the left",
+              "1var_right": "1-var, the variable on the right", "2var": "2-var (two variables)"}
 
 
 FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_frequencies", "grid_loss",

@@ -168,8 +168,10 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
             ["task: variables", f"{task.n_vars} ({', '.join(task.variable_names)})", where_split],
             ["task: f (share of addition pairs in training)", f"{task.f:g}", where_split],
             ["task: held-out pairs", len(split.heldout_pairs), where_split],
-            ["task: left operand never a variable in training", ", ".join(task.left_forbidden), where_split],
-            ["task: right operand never a variable in training", ", ".join(task.right_forbidden), where_split]]
+            # the variables listed never stand as that operand in training (issue 43: "left operand never a
+            # variable: k, l" read as if the left operand were never a variable)
+            ["task: variables never the left operand in training", ", ".join(task.left_forbidden), where_split],
+            ["task: variables never the right operand in training", ", ".join(task.right_forbidden), where_split]]
     for key, label in (("r", "task: r"), ("seed", "task: split seed"), ("max_assignments", "task: max assignments")):
         rows.append([label, recorded[key], "split.json"] if key in recorded else [label, "unknown", UNKNOWN])
     shapes = "weight shapes (checked when loaded)"

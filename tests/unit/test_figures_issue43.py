@@ -120,3 +120,51 @@ def test_late_refinement_names_layers_as_the_study_does_with_one_grouped_legend(
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(labels) <= 11 and any("1-var" in t for t in labels) and any("2-var" in t for t in labels)
     plt.close(fig)
+
+
+# -- the report's circuit-summary tables --------------------------------------------------------------
+
+SUMMARY = {"prev_token_attention_score": 1.0, "n_key_frequencies": 11.0, "restricted_loss": 7.9e-10,
+           "excluded_loss": 0.0236, "live_neurons": 0.98, "n_sequences": 1800, "seed": 0,
+           "key_frequencies": [3, 4],
+           "best_neurons": [{"frequency": 3, "neuron": 407, "fraction_explained": 0.817, "cos_correlation": 0.312,
+                             "phase": -1.54, "ideal_neuron_correlation": 0.920}],
+           "scores_by_type": {"0var": {"n": 400, "equals_to_values_score": 1.0},
+                              "1var_left": {"n": 319, "equals_to_values_score": 0.5}}}
+
+
+def _cells(page: str, column: int) -> list[str]:
+    import re
+
+    tables = re.findall(r"<table>(.*?)</table>", page, re.S)
+    out = []
+    for table in tables:
+        for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+            if len(cells) > column:
+                out.append(cells[column])
+    return out
+
+
+def test_the_circuit_summary_tables_speak_words_and_print_counts_as_counts():
+    from compose_lens.registry import PROBES, Result
+
+    page = PROBES.section(None, Result(documents={"circuit_summary": SUMMARY}), {})
+    first = _cells(page, 0)
+    assert "prev_token_attention_score" not in first and "n_sequences" not in first  # raw keys as labels
+    assert any("restricted loss" in c and "key frequencies" in c for c in first)
+    assert "1800" in _cells(page, 1) and "11" in _cells(page, 1) and "1800.0000" not in page
+    headers = " ".join(__import__("re").findall(r"<th>(.*?)</th>", page))
+    assert "cos_correlation" not in headers and "fraction_explained" not in headers and "1var_left" not in page
+    assert "407" in _cells(page, 1) and "1-var, the variable on the left" in first
+
+
+def test_the_forbidden_slots_row_says_which_variables_never_take_the_slot(tmp_path, tiny_config, tiny_split):
+    """It read "left operand never a variable in training: k, l", as if the left operand were never a
+    variable; it means k and l never stand as the left operand."""
+    from compose_lens.report import study_configuration
+
+    rows = {r[0]: r[1] for r in study_configuration(tmp_path, tiny_config, tiny_split)}
+    left = [k for k in rows if "left operand" in k]
+    assert left == ["task: variables never the left operand in training"], left
+    assert rows[left[0]] == ", ".join(tiny_config.task.left_forbidden)

@@ -257,12 +257,24 @@ def dynamics_section(inp: ReportInputs) -> str:
     return "\n".join(parts)
 
 
+def router_index(inp: ReportInputs) -> int:
+    """The index, among the views' heads (layer by layer), of the router the study's routing claim is
+    about (the located one; the paper's ``blocks.1`` head 0): the attention views open on it. 0 (the
+    first head) where none is located."""
+    router = inp.context.heads.router if inp.context is not None else None
+    return 0 if router is None else router[0] * inp.config.model.n_heads + router[1]
+
+
 def attention_section(inp: ReportInputs) -> str:
-    parts = ["<p>One interactive view per example (circuitsvis, drawn offline): pick a layer to enlarge it, "
-             "hover a token to see where it attends. Under each, folded, the same patterns as a heatmap with "
-             "the circuit's cells outlined.</p>"]
-    for i, view in enumerate(sequence_views(inp.model, inp.config, inp.texts)):
-        parts.append(view_html(view))
+    focus = router_index(inp)
+    views = sequence_views(inp.model, inp.config, inp.texts)
+    opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, the router"
+              if focus and views else "each opens on the first layer")
+    parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
+             "enlarge it, hover a token to see where it attends. Under each, folded, the same patterns as a "
+             "heatmap with the circuit's cells outlined.</p>"]
+    for i, view in enumerate(views):
+        parts.append(view_html(view, focus))
         figure = inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
                                    "(blue), each value to its variable (green, dashed); layer 2: = to the "
                                    "values (orange). Colour: square root of the attention weight, so weights "

@@ -168,3 +168,48 @@ def test_the_forbidden_slots_row_says_which_variables_never_take_the_slot(tmp_pa
     left = [k for k in rows if "left operand" in k]
     assert left == ["task: variables never the left operand in training"], left
     assert rows[left[0]] == ", ".join(tiny_config.task.left_forbidden)
+
+
+# -- the attention views open on the router -------------------------------------------------------------
+
+
+def test_the_report_opens_the_attention_views_on_the_router():
+    from types import SimpleNamespace
+
+    from compose_lens.analysis.probes import PAPER_HEADS
+    from compose_lens.report import router_index
+
+    paper = SimpleNamespace(context=SimpleNamespace(heads=PAPER_HEADS), config=SimpleNamespace(
+        model=SimpleNamespace(n_heads=1)))
+    assert router_index(paper) == 1  # layer 2 (blocks.1), the second of the views' heads
+    four = SimpleNamespace(context=SimpleNamespace(heads=SimpleNamespace(router=(1, 2))),
+                           config=SimpleNamespace(model=SimpleNamespace(n_heads=4)))
+    assert router_index(four) == 6
+
+
+def test_the_view_shows_the_chosen_head_when_chromium_draws_it(tmp_path):
+    """circuitsvis opens every view on its first head, layer 1, so the routing claim needed a click
+    (issue 43); drawn in headless Chromium, the view now has layer 2's thumbnail selected."""
+    import re
+    import shutil
+    import subprocess
+
+    import pytest
+    import torch
+
+    from compose_lens.report.page import attention_view, offline_page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here")
+    patterns = torch.tril(torch.ones(2, 4, 4))
+    patterns = patterns / patterns.sum(-1, keepdim=True)
+    names = ["layer 1 (blocks.0)", "layer 2 (blocks.1)"]
+    page = tmp_path / "view.html"
+    page.write_text(offline_page("t", attention_view(patterns, list("abcd"), names, "v", focus=1)), encoding="utf-8")
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+                           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    selected = re.findall(r'<div[^>]*box-shadow[^>]*><h4[^>]*>([^<]*)</h4>', done.stdout)
+    assert selected == ["layer 2 (blocks.1)"], selected

@@ -780,56 +780,86 @@ def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     return fig, data.assign(neuron=chosen.neuron, frequency=k, key_frequencies=" ".join(map(str, chosen.keys)))
 
 
+EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+CROSS_COLOUR = "#666666"  # the cross-frequency remainder of a share figure
+FREQUENCY_AXIS = "frequency k (cycles over the p numbers)"
+
+
+def _key_bars(ax: Axes, frequencies: Sequence[int], values: Sequence[float], keys: Sequence[int]) -> list:
+    """The one palette of the Fourier bar figures: the MLP's key frequencies Okabe-Ito blue and hatched
+    (readable without colour), the others light grey; returns the legend's handles."""
+    is_key = [int(k) in set(int(x) for x in keys) for k in frequencies]
+    bars = ax.bar(frequencies, values, width=0.8, edgecolor="black", linewidth=0.4,
+                  color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
+    for bar, k in zip(bars, is_key):
+        if k:
+            bar.set_hatch("//")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
+                         label="MLP key frequency"),
+               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other")]
+    return handles if any(is_key) else handles[1:]
+
+
 def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: Sequence[int], ylabel: str,
-                    title: str, column: str) -> tuple[Figure, pd.DataFrame]:
+                    title: str, column: str, remainder: float | None = None) -> tuple[Figure, pd.DataFrame]:
+    """Bars per frequency in :func:`_key_bars`'s palette; ``remainder``: a last bar, apart, for what no
+    single frequency holds (the cross terms ``cos kx cos k'y``, k != k'), so shares sum to 1."""
     fig, ax = subplots(figsize=(7, 3))
-    ax.bar(frequencies, values, color=["tab:red" if k in keys else "tab:gray" for k in frequencies])
-    ax.set_xlabel("frequency k (cycles over the p residues)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    handles = _key_bars(ax, frequencies, values, keys)
+    data = pd.DataFrame({"frequency": list(frequencies), column: list(values),
+                         "key": [k in keys for k in frequencies]})
+    if remainder is not None:
+        at = max(frequencies) + 2.5
+        ax.bar([at], [remainder], width=1.6, color=CROSS_COLOUR, edgecolor="black", linewidth=0.4, hatch="..")
+        ax.annotate(f"{remainder:.2f}", (at, remainder), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+        handles.append(Rectangle((0, 0), 1, 1, facecolor=CROSS_COLOUR, hatch="..", edgecolor="black", lw=0.4,
+                                 label="cross terms (k ≠ k′): no one frequency"))
+        ticks = [k for k in ax.get_xticks() if 0 <= k <= max(frequencies)]
+        ax.set_xticks([*ticks, at], [f"{k:g}" for k in ticks] + ["cross"])
+        data = pd.concat([data.assign(cross_terms=False), pd.DataFrame(
+            {"frequency": [-1], column: [remainder], "key": [False], "cross_terms": [True]})], ignore_index=True)
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper right", ncol=len(handles))
+    ax.set_ylim(0, max([*values, remainder or 0]) * 1.3 or 1)
+    ax.set_xlabel(FREQUENCY_AXIS, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return fig, pd.DataFrame({"frequency": list(frequencies), column: list(values),
-                              "key": [k in keys for k in frequencies]})
+    return fig, data
 
 
 def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
-    """Bars: share of the MLP2 variance at each frequency, key frequencies in red
-    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`)."""
+    """Bars: the share of the MLP2 post-ReLU variance at each frequency
+    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`, fractions of the non-constant
+    variance), key frequencies blue and hatched, and the rest, the cross terms that belong to no one
+    frequency, as a last bar: the bars sum to 1 (issue 43: they summed to ~0.88, the rest not shown)."""
     shares = [float(v) for v in shares]
-    return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2 variance",
-                           f"MLP2 activations by frequency (key: {list(keys)})", "variance_share")
+    remainder = max(0.0, 1.0 - sum(shares))
+    return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2's\npost-ReLU variance",
+                           f"MLP2 post-ReLU variance by frequency: {sum(shares[k] for k in keys if k < len(shares)):.0%}"
+                           f" in the MLP key frequencies", "variance_share", remainder)
 
 
 def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: the norm of ``W_out W_U`` per frequency (:func:`compose_lens.analysis.fourier.unembed_frequency_norms`)."""
     return _frequency_bars(list(norms.values), list(norms.index), keys, "norm of W_out W_U",
-                           "the readout in the Fourier basis", "norm")
-
-
-EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+                           "the MLP's readout W_out W_U by frequency", "norm")
 
 
 def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Figure, pd.DataFrame]:
     """Bars: the number embeddings' share of (non-constant) squared norm per frequency
-    (:func:`compose_lens.analysis.fourier.embedding_fourier`), the MLP's key frequencies in
-    blue and hatched (readable without colour), the uniform share dashed."""
+    (:func:`compose_lens.analysis.fourier.embedding_fourier`), in :func:`_key_bars`'s palette, the
+    uniform share dashed."""
     keys = summary.get("key_frequencies") or []
-    is_key = [int(k) in keys for k in table["frequency"]]
-    fig, ax = subplots(figsize=(6.5, 2.6))
-    ax.bar(table["frequency"], table["share"], width=0.8, edgecolor="black", linewidth=0.4,
-           color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
-    for bar, k in zip(ax.patches, is_key):
-        if k:
-            bar.set_hatch("//")
+    fig, ax = subplots(figsize=(7, 3))
+    handles = _key_bars(ax, list(table["frequency"]), list(table["share"]), keys)
     ax.axhline(summary["uniform_share"], color="black", ls="--", lw=0.8)
-    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
-                         label="MLP key frequency"),
-               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other"),
-               Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
-    ax.legend(handles=handles if keys else handles[1:], fontsize=8, frameon=False, loc="upper right", ncol=3)
+    handles.append(Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share"))
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper right", ncol=3)
     ax.set_xlim(0.3, len(table) + 0.7)
     ax.set_ylim(0, max(float(table["share"].max()), summary["uniform_share"]) * 1.3)
-    ax.set_xlabel("frequency k (cycles over the p numbers)", fontsize=9)
+    ax.set_xlabel(FREQUENCY_AXIS, fontsize=9)
     ax.set_ylabel("share of centred\nW_E norm²", fontsize=9)
     ax.tick_params(labelsize=8)
     title = "number embeddings W_E by frequency"

@@ -213,3 +213,43 @@ def test_the_view_shows_the_chosen_head_when_chromium_draws_it(tmp_path):
                           capture_output=True, text=True, timeout=120)
     selected = re.findall(r'<div[^>]*box-shadow[^>]*><h4[^>]*>([^<]*)</h4>', done.stdout)
     assert selected == ["layer 2 (blocks.1)"], selected
+
+
+# -- the Fourier bars -------------------------------------------------------------------------------------
+
+
+def test_the_variance_shares_show_the_cross_term_remainder_and_sum_to_one():
+    """The per-frequency shares of MLP2's variance sum to ~0.86 on paper (the rest is in cross terms
+    cos kx cos k'y, k != k', which no single frequency holds); the figure showed no remainder."""
+    shares = [0.0, 0.01, 0.3, 0.02, 0.45, 0.02]  # sums to 0.80
+    fig, data = plots.frequency_shares_figure(shares, [2, 4])
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert abs(sum(heights) - 1.0) < 1e-9, sum(heights)
+    assert abs(float(data.loc[data["cross_terms"], "variance_share"].iloc[0]) - 0.2) < 1e-9
+    assert any("cross" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)
+
+
+def test_the_fourier_bar_figures_share_one_palette_and_one_axis_wording():
+    """Three palettes (red and grey; red and grey; blue hatched and light grey) and two axis wordings
+    ("p residues", "p numbers") for one idea, the MLP's key frequencies."""
+    from matplotlib.colors import to_hex
+
+    keys = [2, 4]
+    norms = pd.Series([1.0, 2.0, 9.0, 1.0, 8.0, 1.0], index=range(6))
+    embedding = pd.DataFrame({"frequency": range(1, 6), "share": [0.05, 0.4, 0.05, 0.45, 0.05]})
+    figs = [plots.frequency_shares_figure([0.0, 0.01, 0.3, 0.02, 0.45, 0.02], keys)[0],
+            plots.readout_fourier_figure(norms, keys)[0],
+            plots.embedding_fourier_figure(embedding, {"key_frequencies": keys, "uniform_share": 0.2})[0]]
+    palettes, labels = set(), set()
+    for fig in figs:
+        ax = fig.axes[0]
+        key = {to_hex(p.get_facecolor()) for p in ax.patches
+               if round(p.get_x() + p.get_width() / 2) in keys and p.get_width() < 1}
+        other = {to_hex(p.get_facecolor()) for p in ax.patches
+                 if round(p.get_x() + p.get_width() / 2) not in keys and p.get_width() < 1}
+        palettes.add((frozenset(key), frozenset(other)))
+        labels.add(ax.get_xlabel())
+        plt.close(fig)
+    assert len(palettes) == 1, palettes
+    assert len(labels) == 1, labels

@@ -484,7 +484,7 @@ def _dla(ctx: Context, settings: dict) -> Result:
     lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
     by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
     return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
-                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens), 120)])
+                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
 
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
@@ -501,9 +501,13 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
             f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
             + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
                                 "largest direct share"])
-            + inp.report.figure(plots.logit_attribution_figure(table, lens), "logit_attribution",
-                                "Left: direct logit attribution per sequence kind; right: logit-lens accuracy "
-                                "after each stage."))
+            + inp.report.figure(plots.logit_attribution_figure(table, lens,
+                                                               result.tables.get("logit_attribution_by_pool")),
+                                "logit_attribution",
+                                "Left: each component's direct contribution per pool with its 95 % interval, but "
+                                "the one that writes nearly the whole margin (named above the panel); a sign that "
+                                "differs between training and add-restricted pools shows here. Right: logit-lens "
+                                "accuracy after each stage."))
 
 
 def _dla_memory(settings: dict, config) -> None:

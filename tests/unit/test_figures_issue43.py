@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from compose_lens import plots
+from tests.unit.test_figures_for_print import assert_readable_in_the_report
 
 # the study's checkpoint steps (../shared/reference): every 500 to 2,501, every 100 to 6,001, then sparse
 STUDY_STEPS = ([1, 501, 1001, 1501, 2001] + list(range(2501, 6002, 100))
@@ -253,3 +254,36 @@ def test_the_fourier_bar_figures_share_one_palette_and_one_axis_wording():
         plt.close(fig)
     assert len(palettes) == 1, palettes
     assert len(labels) == 1, labels
+
+
+# -- direct logit attribution by pool ---------------------------------------------------------------------
+
+
+def test_dla_draws_the_sign_flip_of_a_small_term_between_pools():
+    """On paper layer 2's direct term is +0.49 logits on 0var_train and -0.59 on 0var_add_restricted
+    (intervals clear of 0), beside an MLP term of ~45: the old figure drew shares by sequence kind, one
+    visible bar of 1.00, and the flip vanished. Drawn by pool, without the term that writes the whole
+    margin, both signs show on an axis a few logits tall."""
+    pools = ["0var_train", "0var_add_restricted"]
+    head = {"0var_train": 0.49, "0var_add_restricted": -0.59}
+    rows = [{"pool": pool, "kind": "0var", "component": component, "contribution": value, "share": value / 45,
+             "margin": 45.0, "contribution_low": value - 0.2, "contribution_high": value + 0.2}
+            for pool in pools for component, value in (("layer 2 (blocks.1) head 0", head[pool]),
+                                                       ("layer 2 (blocks.1) MLP", 45.0 - head[pool]),
+                                                       ("unembedding bias", 0.0))]
+    by_pool = pd.DataFrame(rows)
+    by_kind = pd.DataFrame([{"kind": "0var", "component": c, "share": s} for c, s in
+                            (("layer 2 (blocks.1) head 0", 0.0), ("layer 2 (blocks.1) MLP", 1.0))])
+    lens = pd.DataFrame([{"kind": "0var", "after": "embeddings", "order": 0, "accuracy": 0.0}])
+    fig, drawn = plots.logit_attribution_figure(by_kind, lens, by_pool)
+    ax = fig.axes[0]
+    points = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()
+                             if line.get_marker() not in (None, "None", "")])
+    assert points.max() > 0.4 and points.min() < -0.5  # both signs drawn
+    low, high = ax.get_ylim()
+    assert high - low < 5, (low, high)  # not squashed under the MLP's 45 logits
+    assert set(drawn["component"]) == {"layer 2 (blocks.1) head 0"}  # the MLP is named, the zero bias left out
+    assert "MLP" in ax.get_title() and [t.get_text() for t in ax.get_xticklabels()] == [
+        "0var train", "0var add restricted"]
+    assert_readable_in_the_report(fig)
+    plt.close(fig)

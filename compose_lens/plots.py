@@ -1598,3 +1598,109 @@ def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = 
         top.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# -- modularity against architecture (experiments/modularity_grid.py) ------------------------------
+
+MODULARITY_MEASURES = (("modularity_separation", "separation (a)"),
+                       ("modularity_same_adder", "same adder (b): 1 supported"),
+                       ("modularity_circuit_fraction", "circuit / graph edges (c)"))
+MODULARITY_CONSTANT_WORDS = {"modularity_separation": "the separation (a)",
+                             "modularity_same_adder": "the same-adder test (b; 1: supported)",
+                             "modularity_circuit_fraction": "the circuit fraction (c)"}
+
+
+def modularity_figure(rows: pd.DataFrame, x: str, group: str | None = None, log2: bool = False,
+                      separation_min: float | None = None) -> tuple[Figure, pd.DataFrame]:
+    """The modularity measures (:mod:`compose_lens.analysis.modularity`) of a grid's points against one
+    architecture axis ``x`` (``d_model``, ``n_layers``, ``n_heads``), one colour per value of ``group``.
+
+    Each seed is a marker (seeds side by side); the line joins the mean over seeds and its error bar is
+    the range over seeds; a point's own 95 % bootstrap interval (``<measure>_low`` / ``_high``, where the
+    table has them) is the seed marker's bar. A panel whose every measured value is the same (the same
+    adder test passing everywhere) is not drawn: the title says the value instead. The legend lists only
+    the markers drawn: an inconclusive point (no measure) as an x at 0, a point trained again at the
+    study's learning rate (``remedy`` none) ringed (issue 43: the title named markers the figure did
+    not have, one panel was constant, and nothing showed the spread)."""
+    rows = rows.copy()
+    values = {c: pd.to_numeric(rows[c], errors="coerce") if c in rows else pd.Series(np.nan, index=rows.index)
+              for c, _ in MODULARITY_MEASURES}
+    constant = {c: float(v.dropna().iloc[0]) for c, v in values.items()
+                if v.notna().sum() > 1 and v.dropna().nunique() == 1}
+    shown = [(c, label) for c, label in MODULARITY_MEASURES if c not in constant]
+    fig, panels = subplots(1, max(len(shown), 1), figsize=(REPORT_WIDTH_IN if len(shown) > 2 else 7.5, 3.6),
+                           squeeze=False)
+    seeds = sorted(rows["seed"].unique()) if "seed" in rows else [0]
+    groups = list(dict.fromkeys(rows[group])) if group else [None]
+    xs_all = sorted(rows[x].unique())
+    drew = {"inconclusive": False, "ringed": False}
+
+    def shifted(v, k: int, n: int):
+        step = (k - (n - 1) / 2) * 0.05
+        return np.asarray(v, dtype=float) * 2 ** step if log2 else np.asarray(v, dtype=float) + step * 2
+
+    for panel, (column, label) in zip(panels[0], shown):
+        for gi, g in enumerate(groups):
+            part = rows if g is None else rows[rows[group] == g]
+            value = values[column][part.index]
+            colour = OKABE_ITO[gi % 8]
+            mean = value.groupby(part[x]).mean()
+            spread = value.groupby(part[x]).agg(["min", "max"]).loc[mean.index]
+            ok = mean.notna()
+            panel.errorbar(mean.index[ok], mean[ok], yerr=[mean[ok] - spread["min"][ok], spread["max"][ok] - mean[ok]],
+                           color=colour, lw=1.4, capsize=4, label=None if g is None else f"{group} {g}")
+            for si, seed in enumerate(seeds):
+                sub = part[part["seed"] == seed] if "seed" in part else part
+                v = values[column][sub.index]
+                have = v.notna().to_numpy()
+                at = shifted(sub[x], si + gi * len(seeds), len(seeds) * len(groups))
+                low, high = f"{column}_low", f"{column}_high"
+                err = None
+                if low in sub and high in sub:
+                    lo, hi = pd.to_numeric(sub[low], errors="coerce"), pd.to_numeric(sub[high], errors="coerce")
+                    err = np.stack([(v - lo).to_numpy(), (hi - v).to_numpy()])[:, have]
+                    err = None if not np.isfinite(err).any() else np.nan_to_num(err.clip(0))
+                panel.errorbar(at[have], v[have], yerr=err, fmt="os^D"[si % 4], color=colour, ms=5, alpha=0.75,
+                               ls="none", capsize=2, lw=0.8)
+                if (~have).any():
+                    panel.plot(at[~have], np.zeros(int((~have).sum())), "x", color="#666666", ms=7)
+                    drew["inconclusive"] = True
+                again = have & (sub["remedy"] == "none").to_numpy() if "remedy" in sub else np.zeros(len(sub), bool)
+                if again.any():
+                    panel.plot(at[again], v[again], "o", ms=12, fillstyle="none", color="black")
+                    drew["ringed"] = True
+        if column == "modularity_separation" and separation_min is not None:
+            panel.axhline(separation_min, color="#666666", lw=0.8, ls="--")
+        panel.set_xlabel(x, fontsize=9)
+        panel.set_ylabel(label, fontsize=9)
+        panel.set_ylim(-0.05, 1.05)
+        if log2 and xs_all:  # an axis with no point yet stays linear (a log axis needs a positive value)
+            panel.set_xscale("log", base=2)
+        panel.set_xticks(xs_all, [str(v) for v in xs_all])
+        panel.tick_params(labelsize=8)
+        panel.grid(alpha=0.3)
+    handles = [Line2D([], [], color="#333333", marker="os^D"[i % 4], ls="none", label=f"seed {s}")
+               for i, s in enumerate(seeds)]
+    handles.append(Line2D([], [], color="#333333", lw=1.4, label="mean, bar: range over the measured seeds"))
+    if any(f"{c}_low" in rows for c, _ in shown):
+        handles.append(Line2D([], [], color="#333333", lw=0.8, marker="|", ls="none", ms=10,
+                              label="seed's bar: its 95 % bootstrap interval"))
+    if separation_min is not None and any(c == "modularity_separation" for c, _ in shown):
+        handles.append(Line2D([], [], color="#666666", lw=0.8, ls="--", label=f"separation bar ({separation_min:g})"))
+    if drew["inconclusive"]:
+        handles.append(Line2D([], [], color="#666666", marker="x", ls="none", label="inconclusive (not measured)"))
+    if drew["ringed"]:
+        handles.append(Line2D([], [], color="black", marker="o", ms=10, fillstyle="none", ls="none",
+                              label="diverged at the proxy's rate, trained at the study's"))
+    if group:
+        handles += [Line2D([], [], color=OKABE_ITO[i % 8], lw=1.4, label=f"{group} {g}") for i, g in enumerate(groups)]
+    title = f"modularity against {x}"
+    if constant:
+        title += "; " + ", ".join(f"{MODULARITY_CONSTANT_WORDS.get(c, c)} gives {v:g} at every measured point, "
+                                  f"so it has no panel" for c, v in constant.items())
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
+    rows_of_legend = -(-len(handles) // 4)
+    fig.tight_layout(rect=(0, 0.07 * rows_of_legend + 0.02, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    columns = [c for c in rows if c in {x, group, "seed", "remedy"} or c.startswith("modularity_")]
+    return fig, rows[columns]

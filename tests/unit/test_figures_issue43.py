@@ -287,3 +287,57 @@ def test_dla_draws_the_sign_flip_of_a_small_term_between_pools():
         "0var train", "0var add restricted"]
     assert_readable_in_the_report(fig)
     plt.close(fig)
+
+
+# -- modularity against width ------------------------------------------------------------------------------
+
+
+def _width_grid(inconclusive: bool = False) -> pd.DataFrame:
+    rows = []
+    for d_model, separations in ((64, (0.94, 0.93)), (128, (0.99, 0.98)), (256, (0.995, 0.984)), (512, (0.97, 0.99))):
+        for seed, separation in enumerate(separations):
+            missing = inconclusive and d_model == 256 and seed == 1
+            rows.append({"d_model": d_model, "seed": seed, "remedy": "none" if d_model == 512 else "lr_x3",
+                         "modularity_separation": "inconclusive" if missing else separation,
+                         "modularity_same_adder": "inconclusive" if missing else 1.0,
+                         "modularity_circuit_fraction": "inconclusive" if missing else 0.6 + 0.05 * seed})
+    return pd.DataFrame(rows)
+
+
+def _figure_words(fig) -> str:
+    import matplotlib.text
+
+    return " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+
+
+def test_the_width_figure_draws_spread_names_only_its_markers_and_drops_a_constant_panel():
+    """experiments/results/modularity/width.png: its title named "x at 0: inconclusive" markers the
+    width points do not have, its same-adder panel was 1.0 at every point, and nothing showed the
+    spread over seeds."""
+    fig, _ = plots.modularity_figure(_width_grid(), "d_model", log2=True, separation_min=0.8)
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["separation (a)", "circuit / graph edges (c)"], labels  # the constant panel is a sentence
+    words = _figure_words(fig)
+    assert "inconclusive" not in words and "x at 0" not in words  # no such marker drawn
+    assert "same-adder test" in fig._suptitle.get_text() and "1 at every measured point" in fig._suptitle.get_text()
+    assert "diverged at the proxy's rate" in words  # the ringed d_model 512 points are drawn, and named
+    from matplotlib.collections import LineCollection
+
+    for ax in fig.axes:  # every panel has error bars of non-zero length (the seeds differ at each width)
+        bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+        lengths = [abs(seg[1][1] - seg[0][1]) for c in bars for seg in c.get_segments()]
+        assert max(lengths) > 0.005, ax.get_ylabel()
+    assert_readable_in_the_report(fig)
+    plt.close(fig)
+
+
+def test_an_inconclusive_point_is_drawn_and_named():
+    fig, _ = plots.modularity_figure(_width_grid(inconclusive=True), "d_model", log2=True)
+    assert "inconclusive (not measured)" in _figure_words(fig)
+    assert any(line.get_marker() == "x" for line in fig.axes[0].get_lines())
+    plt.close(fig)
+
+
+def test_an_axis_with_no_point_yet_still_draws():
+    fig, _ = plots.modularity_figure(_width_grid().iloc[:0], "d_model", log2=True)
+    plots.png_bytes(fig)

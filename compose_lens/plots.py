@@ -34,9 +34,10 @@ Training curves (SPEC section 7):
 
 Attention and QK:
 
-* :func:`qk_heatmaps_figure`: layer-1 positional scores ``P QK1 P^T`` (a
-  previous-token head puts its maximum just below the diagonal) beside layer-2
-  variable identity ``(E_var OV1) QK2 (E_var OV1)^T`` (diagonal maxima);
+* :func:`qk_heatmaps_figure`: layer 1's (blocks.0) positional scores ``P W_QK P^T`` (a
+  previous-token head puts its maximum just below the diagonal) beside layer 2's (blocks.1)
+  variable identity ``(E_var OV) W_QK (E_var OV)^T``, layer 1's OV and layer 2's QK (diagonal
+  maxima); the figures say "layer 1 (blocks.0)", never "QK1";
   :func:`positional_qk_figure` and :func:`variable_identity_figure` draw each alone;
 * :func:`attention_figure` / :func:`view_figure`: both layers' patterns on one
   sequence, the cells the circuit predicts outlined (``=`` to the operands in
@@ -620,20 +621,24 @@ def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str
 
 
 def positional_qk_figure(positional: np.ndarray) -> tuple[Figure, pd.DataFrame]:
-    """Layer-1 ``P QK1 P^T`` over the context positions, the cells above the diagonal blank.
+    """Layer 1's (blocks.0) positional score ``P W_QK P^T / sqrt(d_head)`` over the context positions, the
+    cells above the diagonal blank; titled in words (issue 43: "QK1" meant layer 1 here and layer 2 in
+    the gradient table).
 
     The data is the whole matrix, one row per query position.
     """
     n = len(positional)
-    fig = _square_figure(positional, list(range(n)), "layer 1: P QK1 P^T (context)", "key position",
-                         "query position", mask_upper=True)
+    fig = _square_figure(positional, list(range(n)), f"{layer_name(0)}: positional score\n(context positions)",
+                         "key position", "query position", mask_upper=True)
     return fig, _matrix_frame(positional, range(n), range(n), "query_position")
 
 
 def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer-2 ``(E_var OV1) QK2 (E_var OV1)^T``: a query variable's score for each key variable."""
-    fig = _square_figure(identity, list(variables), "layer 2: (E_var OV1) QK2 (E_var OV1)^T", "key variable",
-                         "query variable")
+    """Layer 2's (blocks.1) variable identity ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)`` (the OV of
+    layer 1, the QK of layer 2): a query variable's score for each key variable, titled in words."""
+    fig = _square_figure(identity, list(variables), f"{layer_name(1)}: variable identity,\n= carrying a variable "
+                         f"against the value tagged with one", "key: value tagged with variable",
+                         "query: = carrying variable")
     return fig, _matrix_frame(identity, variables, variables, "query_variable")
 
 

@@ -341,3 +341,17 @@ def test_an_inconclusive_point_is_drawn_and_named():
 def test_an_axis_with_no_point_yet_still_draws():
     fig, _ = plots.modularity_figure(_width_grid().iloc[:0], "d_model", log2=True)
     plots.png_bytes(fig)
+
+
+def test_the_single_qk_figures_name_layers_in_words():
+    """positional_qk_figure said "layer 1: P QK1 P^T" and variable_identity_figure "(E_var OV1) QK2": the
+    numbers after QK / OV counted layers from 1, the gradient table's qk0 / qk1 from 0."""
+    rng = np.random.default_rng(0)
+    fig_a, _ = plots.positional_qk_figure(rng.normal(size=(6, 6)))
+    fig_b, _ = plots.variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
+    titles = [fig_a.axes[0].get_title(), fig_b.axes[0].get_title()]
+    assert titles[0].startswith(plots.layer_name(0)) and titles[1].startswith(plots.layer_name(1)), titles
+    assert not any(w in t for t in titles for w in ("QK1", "QK2", "OV1")), titles
+    for fig in (fig_a, fig_b):
+        assert_readable_in_the_report(fig)
+        plt.close(fig)

@@ -246,9 +246,14 @@ def dynamics_section(inp: ReportInputs) -> str:
              f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
     parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
                                "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
-                               "dashed lines: phase onsets; the title gives the run's outcome."))
+                               "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
+                               "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
+                               "in the checkpoints (nothing measured there)."))
     parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
-                               "Progress measures over training with the phase boundaries."))
+                               "Progress measures over training with the phase boundaries. The losses are over all "
+                               "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
+                               "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
+                               "them (high: the model needs them)."))
     forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
     parts.append(report.figure(
         plots.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",

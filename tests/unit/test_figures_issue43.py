@@ -155,6 +155,8 @@ def test_the_circuit_summary_tables_speak_words_and_print_counts_as_counts():
     assert "prev_token_attention_score" not in first and "n_sequences" not in first  # raw keys as labels
     assert any("restricted loss" in c and "key frequencies" in c for c in first)
     assert "1800" in _cells(page, 1) and "11" in _cells(page, 1) and "1800.0000" not in page
+    assert "7.90e-10" in _cells(page, 1)  # a restricted loss of 7.9e-10 printed as 0.0000 read as exactly 0
+    assert '<td class="num">407</td>' in page  # a count is right-aligned with the numbers
     headers = " ".join(__import__("re").findall(r"<th>(.*?)</th>", page))
     assert "cos_correlation" not in headers and "fraction_explained" not in headers and "1var_left" not in page
     assert "407" in _cells(page, 1) and "1-var, the variable on the left" in first

@@ -841,9 +841,10 @@ def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tup
     frequency, as a last bar: the bars sum to 1 (issue 43: they summed to ~0.88, the rest not shown)."""
     shares = [float(v) for v in shares]
     remainder = max(0.0, 1.0 - sum(shares))
+    in_keys = sum(shares[k] for k in keys if k < len(shares))
     return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2's\npost-ReLU variance",
-                           f"MLP2 post-ReLU variance by frequency: {sum(shares[k] for k in keys if k < len(shares)):.0%}"
-                           f" in the MLP key frequencies", "variance_share", remainder)
+                           f"MLP2 post-ReLU variance by frequency: {in_keys:.0%} in the MLP key frequencies",
+                           "variance_share", remainder)
 
 
 def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:

@@ -4,8 +4,9 @@ The registry's declared sections (:mod:`compose_lens.registry`) and the report's
 (:mod:`compose_lens.report`) write their tables with :func:`html_table`, so the registry needs
 nothing of the report: the report reads the registry, never the other way round.
 
->>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0]], ["measure", "value"])
-'<table><tr><th>measure</th><th>value</th></tr><tr><td>prev_token_attention_score</td><td class="num">0.9877</td></tr><tr><td>steps</td><td class="num">1800</td></tr></table>'
+>>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0], ["restricted loss", 7.9e-10]],
+...            ["measure", "value"])
+'<table><tr><th>measure</th><th>value</th></tr><tr><td>prev_token_attention_score</td><td class="num">0.9877</td></tr><tr><td>steps</td><td class="num">1800</td></tr><tr><td>restricted loss</td><td class="num">7.90e-10</td></tr></table>'
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import html
 
 def _cell(value) -> str:
     if isinstance(value, float):
-        # a count kept as a float (1800.0) reads as the count, a measure to four places
-        text = f"{value:.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4f}"
+        # a count kept as a float (1800.0) reads as the count, a measure to four places, and one too small
+        # for four places (a restricted loss of 7.9e-10) in powers of ten rather than as 0.0000
+        text = (f"{value:.0f}" if value.is_integer() and abs(value) < 1e15
+                else f"{value:.2e}" if 0 < abs(value) < 5e-5 else f"{value:.4f}")
         return f'<td class="num">{text}</td>'
+    if isinstance(value, int) and not isinstance(value, bool):  # a count: right-aligned like the numbers
+        return f'<td class="num">{value}</td>'
     return f"<td>{html.escape(str(value))}</td>"
 
 

@@ -34,9 +34,10 @@ Training curves (SPEC section 7):
 
 Attention and QK:
 
-* :func:`qk_heatmaps_figure`: layer-1 positional scores ``P QK1 P^T`` (a
-  previous-token head puts its maximum just below the diagonal) beside layer-2
-  variable identity ``(E_var OV1) QK2 (E_var OV1)^T`` (diagonal maxima);
+* :func:`qk_heatmaps_figure`: layer 1's (blocks.0) positional scores ``P W_QK P^T`` (a
+  previous-token head puts its maximum just below the diagonal) beside layer 2's (blocks.1)
+  variable identity ``(E_var OV) W_QK (E_var OV)^T``, layer 1's OV and layer 2's QK (diagonal
+  maxima); the figures say "layer 1 (blocks.0)", never "QK1";
   :func:`positional_qk_figure` and :func:`variable_identity_figure` draw each alone;
 * :func:`attention_figure` / :func:`view_figure`: both layers' patterns on one
   sequence, the cells the circuit predicts outlined (``=`` to the operands in
@@ -79,7 +80,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from compose_lens import stats
 from compose_lens.analysis.figure_data import FourierNeuron
-from compose_lens.analysis.summary import MEASURE_KEYS
+from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
 from compose_lens.files import atomic_path
 
@@ -268,41 +269,122 @@ def mark_phases(ax: Axes, phases: Mapping | None, label: bool = True) -> None:
                    label=f"{text} ({phase['step']})" if label else None)
 
 
+GAP_FACTOR = 3.0  # a step gap this many times its finer neighbour's is a gap in the sampling, not a stride
+DENSE_MIN_CHECKPOINTS = 10  # dense_window: the fewest checkpoints at the finest stride worth enlarging
+
+
+def sampling_gaps(steps: Sequence[float]) -> np.ndarray:
+    """For each pair of neighbouring checkpoints (sorted steps), whether the distance between them is
+    a gap in the sampling: more than :data:`GAP_FACTOR` times the finer of the distances beside it
+    (the local stride). Steps 5,901, 6,001 then 7,001: the 1,000 after a stride of 100 is a gap, so a
+    curve does not draw a straight line over a stretch where nothing was measured.
+
+    >>> sampling_gaps([0, 100, 200, 1200, 2200]).tolist()
+    [False, False, True, False]
+    """
+    steps = np.asarray(steps, dtype=float)
+    d = np.diff(steps)
+    if len(d) < 2:
+        return np.zeros(len(d), dtype=bool)
+    before = np.concatenate([[np.inf], d[:-1]])
+    after = np.concatenate([d[1:], [np.inf]])
+    return d > GAP_FACTOR * np.minimum(before, after)
+
+
+def dense_window(steps: Sequence[float]) -> tuple[float, float] | None:
+    """The longest stretch of checkpoints at the run's finest stride (the study's 2,501 to 6,001 every
+    100 steps), when it holds at least :data:`DENSE_MIN_CHECKPOINTS` checkpoints and less than half
+    the run: on a linear step axis it is a few pixels wide. None for an evenly sampled run."""
+    steps = np.sort(np.asarray(steps, dtype=float))
+    d = np.diff(steps)
+    if len(d) < DENSE_MIN_CHECKPOINTS:
+        return None
+    finest = d.min()
+    best, run_start = (0, 0), 0
+    for i in range(len(d) + 1):
+        if i == len(d) or not np.isclose(d[i], finest):
+            if i - run_start > best[1] - best[0]:
+                best = (run_start, i)
+            run_start = i + 1
+    first, last = steps[best[0]], steps[best[1]]
+    if best[1] - best[0] + 1 < DENSE_MIN_CHECKPOINTS or last - first >= 0.5 * (steps[-1] - steps[0]):
+        return None
+    return float(first), float(last)
+
+
+def plot_over_steps(ax: Axes, steps: Sequence[float], values: Sequence[float], **style) -> None:
+    """A curve over training checkpoints: markers at every checkpoint, a line only within a stride, and
+    a thin dotted line of the same colour over each gap in the sampling (:func:`sampling_gaps`)."""
+    steps = np.asarray(steps, dtype=float)
+    values = np.asarray(values, dtype=float)
+    order = np.argsort(steps)
+    steps, values = steps[order], values[order]
+    gaps = np.flatnonzero(sampling_gaps(steps))
+    xs = np.insert(steps, gaps + 1, np.nan)  # a NaN between the two ends of a gap breaks the line
+    ys = np.insert(values, gaps + 1, np.nan)
+    (line,) = ax.plot(xs, ys, **style)
+    for i in gaps:
+        ax.plot(steps[i:i + 2], values[i:i + 2], ls=":", lw=0.8, color=line.get_color(), label="_gap")
+
+
 def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None,
                                       outcome: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
     """Pool accuracies over training, one panel per variable count (0, 1, 2), each pool in its own
     Okabe-Ito colour and marker, the phase onsets dashed (legend under the panels).
 
+    Where the checkpoints are dense in a short stretch (:func:`dense_window`: the study's 2.5k-6k
+    window, every 100 steps), a second row of panels enlarges it on its own linear step axis (shaded
+    in the first row), so the addition and assignment jumps are not squeezed into a few pixels.
+    Lines break over gaps in the sampling (:func:`plot_over_steps`).
+
     ``outcome``: the run's outcome (``phases.json``'s ``outcome``: generalised, stalled or
     learning, and why), written in the title; a stalled run's title is set in vermillion."""
-    fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 4.3), sharey=True)
+    window = dense_window(table["step"])
+    rows = 2 if window else 1
+    height = 4.3 if rows == 1 else 7.6
+    fig, axes = subplots(rows, 3, figsize=(REPORT_WIDTH_IN, height), sharey=True, squeeze=False)
     columns = ["step"]
     markers = "osD^"
-    for ax, (title, pools) in zip(axes, POOL_GROUPS.items()):
-        for i, pool in enumerate(pools):
-            if pool in table:
-                ax.plot(table["step"], table[pool], marker=markers[i], ms=2.5, lw=1.2, color=OKABE_ITO[i],
-                        label=pool.split("_", 1)[1].replace("_", " "))
-                columns.append(pool)
-        mark_phases(ax, phases, label=False)
-        ax.set_title(f"{title} sequences", fontsize=9)
-        ax.set_xlabel("training step", fontsize=9)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=8)
-        ax.legend(fontsize=8, loc="best", title="pool", title_fontsize=8)
-    axes[0].set_ylabel("accuracy at =", fontsize=9)
+    for col, (title, pools) in enumerate(POOL_GROUPS.items()):
+        for row in range(rows):
+            ax = axes[row, col]
+            part = table if row == 0 else table[table["step"].between(*window)]
+            for i, pool in enumerate(pools):
+                if pool in table:
+                    plot_over_steps(ax, part["step"], part[pool], marker=markers[i], ms=2.5, lw=1.2,
+                                    color=OKABE_ITO[i], label=pool.split("_", 1)[1].replace("_", " "))
+                    if row == 0:
+                        columns.append(pool)
+            mark_phases(ax, phases, label=False)
+            if row == 0:
+                ax.set_title(f"{title} sequences", fontsize=9)
+                ax.legend(fontsize=8, loc="best", title="pool", title_fontsize=8)
+                if window:
+                    ax.axvspan(*window, color="#999999", alpha=0.15, lw=0)
+            else:
+                ax.set_title(f"{title}: steps {window[0]:,.0f} to {window[1]:,.0f} enlarged", fontsize=9)
+                ax.set_xlim(window[0] - 0.02 * (window[1] - window[0]), window[1] + 0.02 * (window[1] - window[0]))
+            ax.set_xlabel("training step", fontsize=9)
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=8)
+        if rows == 2:
+            axes[0, col].set_xlabel("training step (shaded: enlarged below)", fontsize=9)
+    for row in range(rows):
+        axes[row, 0].set_ylabel("accuracy at =", fontsize=9)
     onsets = [Line2D([], [], color=c, ls="--", label=f"{t} onset ({phases[name]['step']})")
               for name, (c, t) in PHASE_STYLE.items() if (phases or {}).get(name, {}).get("step") is not None]
+    handles = onsets + ([Line2D([], [], color="black", ls=":", lw=0.8, label="gap in the checkpoints")]
+                        if sampling_gaps(np.sort(table["step"].to_numpy())).any() else [])
     title = "Accuracy of the nine pools over training"
     colour = "black"
     if outcome:
         title += f": {outcome['outcome']}" + (f" ({outcome['why']})" if outcome.get("why") else "")
         colour = OKABE_ITO[3] if outcome["outcome"] == "stalled" else "black"
     fig.suptitle(textwrap.fill(title, 110), fontsize=10, color=colour)
-    fig.tight_layout(rect=(0, 0.07 if onsets else 0, 1, 1))
-    if onsets:
-        fig.legend(handles=onsets, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, (0.3 / height) if handles else 0, 1, 1))
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     return fig, table[columns].copy()
 
 
@@ -317,32 +399,42 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
     """One small panel per progress measure over training, phase boundaries marked.
 
     Uses the circuit measures present in ``table`` (:data:`MEASURE_KEYS`, in that
-    order); without them, the phase curves and the ``=`` score spread.
+    order); without them, the phase curves and the ``=`` score spread. Each panel is titled in
+    words (:data:`compose_lens.analysis.summary.MEASURE_WORDS`; the restricted and excluded losses
+    say what is kept or removed), has its own step axis and a y label naming the kind of number
+    (:func:`_measure_unit`); a count (the number of key frequencies) is drawn in another colour
+    with whole-number ticks, so it is not read as a fraction.
     """
+    from matplotlib.ticker import MaxNLocator
+
     if measures is None:
         measures = [m for m in MEASURE_KEYS if m in table] or [m for m in PHASE_CURVES if m in table]
     n = len(measures)
     cols = min(4, max(n, 1))
     rows = max(1, -(-n // cols))
-    height = 2.45 * rows + 0.7
+    height = 2.6 * rows + 0.9
     fig, axes = subplots(rows, cols, figsize=(REPORT_WIDTH_IN, height), squeeze=False)
-    for i, (ax, name) in enumerate(zip(axes.flat, measures)):
-        ax.plot(table["step"], table[name], marker=".", ms=3, color="black", lw=1)
+    for ax, name in zip(axes.flat, measures):
+        unit = _measure_unit(name)
+        plot_over_steps(ax, table["step"], table[name], marker=".", ms=3, lw=1,
+                        color=OKABE_ITO[3] if unit == "count" else "black")
         mark_phases(ax, phases, label=False)
-        ax.set_title(name.replace("_", " "), fontsize=9)
-        if i + cols >= n:  # the lowest panel of its column
-            ax.set_xlabel("training step", fontsize=8)
-        ax.set_ylabel(_measure_unit(name), fontsize=8)
+        ax.set_title(textwrap.fill(MEASURE_WORDS.get(name, name.replace("_", " ")), 34), fontsize=8.5)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.set_ylabel(unit, fontsize=8)
         ax.tick_params(which="both", labelsize=8)  # the log axes' minor labels too
         ax.grid(alpha=0.3)
+        if unit == "count":
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         if "loss" in name and (table[name] > 0).all():
             ax.set_yscale("log")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles = [Line2D([], [], color=c, ls="--", label=f"{t} onset") for c, t in PHASE_STYLE.values()]
-    fig.suptitle("Progress measures over training (dashed: phase onsets)", fontsize=10, y=0.995)
+    fig.suptitle("Progress measures over training (dashed: phase onsets; layer 1 = blocks.0, layer 2 = blocks.1, "
+                 "MLP2 = the adder's MLP)", fontsize=9.5, y=0.995)
     # the legend gets its own strip between the title and the panels, so it covers no panel title
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height), h_pad=0.8, w_pad=0.6)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height), h_pad=0.9, w_pad=0.6)
     fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.28 / height))
     return fig, table[["step", *measures]].copy()
@@ -365,50 +457,64 @@ def _measure_unit(name: str) -> str:
 
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
                       phases: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
-    """Left: the ``=`` query's layer-1 score per variable key over training, each variable with a
-    forbidden operand slot in its own Okabe-Ito colour and the others as one grey bundle (they move
-    together). Right: the accuracy with a variable in a slot it never had in training, one colour
-    per slot (the colour of its variable on the left), solid for 1-var and dotted for 2-var
-    sequences, with the two var-restricted pools in black. Phase onsets dashed, in both panels;
-    legends under the panels."""
-    fig, (left, right) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.6))
+    """Left: the ``=`` query's score in layer 1 (blocks.0) for each variable key over training, each
+    variable with a forbidden operand slot in its own Okabe-Ito colour and the others as one grey
+    bundle (they move together). Right: the accuracy with a variable in a slot it never had in
+    training, in its variable's colour, solid for 1-var and dotted for 2-var sequences, with the two
+    var-restricted pools in black (dashed, dash-dotted). One legend under both panels, grouped: a
+    colour per variable, then what each line style means (issue 43: eleven entries shared colours).
+    Phase onsets dashed in both panels."""
+    fig, (left, right) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.4))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
-    colour_of = {v: OKABE_ITO[i % 4] for i, v in enumerate(v for v in variables if v in forbidden)}
+    slot_cols = [c for c in table if c.startswith("slot_")]
+    slots = list(dict.fromkeys(c.split("_", 2)[2] for c in slot_cols))  # left_k, right_a, ...
+    in_slots = [s.split("_")[1] for s in slots]
+    colour_of = {v: OKABE_ITO[i % 4] for i, v in enumerate(dict.fromkeys(
+        [v for v in variables if v in forbidden] + [v for v in in_slots if v not in forbidden]))}
     others = [c for c in score_cols if c.rsplit("_", 1)[1] not in colour_of]
-    for i, col in enumerate(others):
-        left.plot(table["step"], table[col], lw=0.8, color="#999999", alpha=0.8,
-                  label=f"the other {len(others)} variables" if i == 0 else None)
+    for col in others:
+        plot_over_steps(left, table["step"], table[col], lw=0.8, color="#999999", alpha=0.8)
     for col in score_cols:
         v = col.rsplit("_", 1)[1]
         if v in colour_of:
-            left.plot(table["step"], table[col], lw=2, color=colour_of[v], label=f"{v} (has a forbidden slot)")
+            plot_over_steps(left, table["step"], table[col], lw=2, color=colour_of[v])
     mark_phases(left, phases, label=False)
-    left.set_title("layer-1 score of the = query for each variable key", fontsize=9)
+    left.set_title(f"{layer_name(0)}: score of the = query for each variable's key", fontsize=9)
     left.set_xlabel("training step", fontsize=9)
-    left.set_ylabel("(E= + P_last) QK1 E_var / sqrt(d_head)", fontsize=9)
-    left.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-    slot_cols = [c for c in table if c.startswith("slot_")]
-    slots = list(dict.fromkeys(c.split("_", 2)[2] for c in slot_cols))  # left_k, right_a, ...
+    left.set_ylabel("attention score from the weights (logit)", fontsize=9)
     for col in slot_cols:
         count, slot = col.split("_", 2)[1:]
-        right.plot(table["step"], table[col], lw=1.6 if count == "1var" else 1.3,
-                   color=colour_of.get(slot.split("_")[1], OKABE_ITO[slots.index(slot) % 7]),
-                   ls="-" if count == "1var" else ":",
-                   label=f"{slot.split('_')[1]} as {slot.split('_')[0]} operand, {count[0]}-var")
-    for pool, ls in (("2var_var_restricted_1", "-"), ("2var_var_restricted_2", "--")):
+        plot_over_steps(right, table["step"], table[col], lw=1.6 if count == "1var" else 1.3,
+                        color=colour_of.get(slot.split("_")[1], "#999999"), ls="-" if count == "1var" else ":")
+    pool_style = {"2var_var_restricted_1": ("--", "pool 2-var var-restricted 1 (one variable in a forbidden slot)"),
+                  "2var_var_restricted_2": ("-.", "pool 2-var var-restricted 2 (both in forbidden slots)")}
+    for pool, (ls, _) in pool_style.items():
         if pool in table:
-            right.plot(table["step"], table[pool], color="black", lw=1.8, ls=ls,
-                       label=f"pool {pool.replace('_', ' ')}")
-    mark_phases(right, phases)
+            plot_over_steps(right, table["step"], table[pool], color="black", lw=1.8, ls=ls)
+    mark_phases(right, phases, label=False)
     right.set_title("accuracy with a variable in a slot it never had in training", fontsize=9)
     right.set_xlabel("training step", fontsize=9)
     right.set_ylim(-0.02, 1.02)
     right.set_ylabel("accuracy at =", fontsize=9)
-    right.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     for ax in (left, right):
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
+    slot_words = {v: [s.split("_")[0] for s in slots if s.split("_")[1] == v] for v in colour_of}
+    handles = [Line2D([], [], color=c, lw=2, label=f"{v}" + (f": never the {' or '.join(slot_words[v])} operand"
+                                                            if slot_words[v] else ""))
+               for v, c in colour_of.items()]
+    if others:
+        handles.append(Line2D([], [], color="#999999", lw=0.8, label=f"the other {len(others)} variables (left)"))
+    if slot_cols:
+        handles += [Line2D([], [], color="black", lw=1.6, ls="-", label="right: 1-var sequences"),
+                    Line2D([], [], color="black", lw=1.3, ls=":", label="right: 2-var sequences")]
+    handles += [Line2D([], [], color="black", lw=1.8, ls=ls, label=text)
+                for pool, (ls, text) in pool_style.items() if pool in table]
+    handles += [Line2D([], [], color=c, ls="--", lw=1.2, label=f"{t} onset ({phases[name]['step']})")
+                for name, (c, t) in PHASE_STYLE.items() if (phases or {}).get(name, {}).get("step") is not None]
+    rows = -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     cols = ["step", *score_cols, *slot_cols] + [c for c in ("equals_score_spread",) if c in table]
     return fig, table[cols].copy()
 
@@ -516,20 +622,24 @@ def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str
 
 
 def positional_qk_figure(positional: np.ndarray) -> tuple[Figure, pd.DataFrame]:
-    """Layer-1 ``P QK1 P^T`` over the context positions, the cells above the diagonal blank.
+    """Layer 1's (blocks.0) positional score ``P W_QK P^T / sqrt(d_head)`` over the context positions, the
+    cells above the diagonal blank; titled in words (issue 43: "QK1" meant layer 1 here and layer 2 in
+    the gradient table).
 
     The data is the whole matrix, one row per query position.
     """
     n = len(positional)
-    fig = _square_figure(positional, list(range(n)), "layer 1: P QK1 P^T (context)", "key position",
-                         "query position", mask_upper=True)
+    fig = _square_figure(positional, list(range(n)), f"{layer_name(0)}: positional score\n(context positions)",
+                         "key position", "query position", mask_upper=True)
     return fig, _matrix_frame(positional, range(n), range(n), "query_position")
 
 
 def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer-2 ``(E_var OV1) QK2 (E_var OV1)^T``: a query variable's score for each key variable."""
-    fig = _square_figure(identity, list(variables), "layer 2: (E_var OV1) QK2 (E_var OV1)^T", "key variable",
-                         "query variable")
+    """Layer 2's (blocks.1) variable identity ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)`` (the OV of
+    layer 1, the QK of layer 2): a query variable's score for each key variable, titled in words."""
+    fig = _square_figure(identity, list(variables), f"{layer_name(1)}: variable identity,\n= carrying a variable "
+                         f"against the value tagged with one", "key: value tagged with variable",
+                         "query: = carrying variable")
     return fig, _matrix_frame(identity, variables, variables, "query_variable")
 
 
@@ -676,56 +786,87 @@ def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     return fig, data.assign(neuron=chosen.neuron, frequency=k, key_frequencies=" ".join(map(str, chosen.keys)))
 
 
+EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+CROSS_COLOUR = "#666666"  # the cross-frequency remainder of a share figure
+FREQUENCY_AXIS = "frequency k (cycles over the p numbers)"
+
+
+def _key_bars(ax: Axes, frequencies: Sequence[int], values: Sequence[float], keys: Sequence[int]) -> list:
+    """The one palette of the Fourier bar figures: the MLP's key frequencies Okabe-Ito blue and hatched
+    (readable without colour), the others light grey; returns the legend's handles."""
+    is_key = [int(k) in set(int(x) for x in keys) for k in frequencies]
+    bars = ax.bar(frequencies, values, width=0.8, edgecolor="black", linewidth=0.4,
+                  color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
+    for bar, k in zip(bars, is_key):
+        if k:
+            bar.set_hatch("//")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
+                         label="MLP key frequency"),
+               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other")]
+    return handles if any(is_key) else handles[1:]
+
+
 def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: Sequence[int], ylabel: str,
-                    title: str, column: str) -> tuple[Figure, pd.DataFrame]:
+                    title: str, column: str, remainder: float | None = None) -> tuple[Figure, pd.DataFrame]:
+    """Bars per frequency in :func:`_key_bars`'s palette; ``remainder``: a last bar, apart, for what no
+    single frequency holds (the cross terms ``cos kx cos k'y``, k != k'), so shares sum to 1."""
     fig, ax = subplots(figsize=(7, 3))
-    ax.bar(frequencies, values, color=["tab:red" if k in keys else "tab:gray" for k in frequencies])
-    ax.set_xlabel("frequency k (cycles over the p residues)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    handles = _key_bars(ax, frequencies, values, keys)
+    data = pd.DataFrame({"frequency": list(frequencies), column: list(values),
+                         "key": [k in keys for k in frequencies]})
+    if remainder is not None:
+        at = max(frequencies) + 2.5
+        ax.bar([at], [remainder], width=1.6, color=CROSS_COLOUR, edgecolor="black", linewidth=0.4, hatch="..")
+        ax.annotate(f"{remainder:.2f}", (at, remainder), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+        handles.append(Rectangle((0, 0), 1, 1, facecolor=CROSS_COLOUR, hatch="..", edgecolor="black", lw=0.4,
+                                 label="cross terms (k ≠ k′): no one frequency"))
+        ticks = [k for k in ax.get_xticks() if 0 <= k <= max(frequencies)]
+        ax.set_xticks([*ticks, at], [f"{k:g}" for k in ticks] + ["cross"])
+        data = pd.concat([data.assign(cross_terms=False), pd.DataFrame(
+            {"frequency": [-1], column: [remainder], "key": [False], "cross_terms": [True]})], ignore_index=True)
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper right", ncol=len(handles))
+    ax.set_ylim(0, max([*values, remainder or 0]) * 1.3 or 1)
+    ax.set_xlabel(FREQUENCY_AXIS, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return fig, pd.DataFrame({"frequency": list(frequencies), column: list(values),
-                              "key": [k in keys for k in frequencies]})
+    return fig, data
 
 
 def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
-    """Bars: share of the MLP2 variance at each frequency, key frequencies in red
-    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`)."""
+    """Bars: the share of the MLP2 post-ReLU variance at each frequency
+    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`, fractions of the non-constant
+    variance), key frequencies blue and hatched, and the rest, the cross terms that belong to no one
+    frequency, as a last bar: the bars sum to 1 (issue 43: they summed to ~0.88, the rest not shown)."""
     shares = [float(v) for v in shares]
-    return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2 variance",
-                           f"MLP2 activations by frequency (key: {list(keys)})", "variance_share")
+    remainder = max(0.0, 1.0 - sum(shares))
+    in_keys = sum(shares[k] for k in keys if k < len(shares))
+    return _frequency_bars(shares, list(range(len(shares))), keys, "share of MLP2's\npost-ReLU variance",
+                           f"MLP2 post-ReLU variance by frequency: {in_keys:.0%} in the MLP key frequencies",
+                           "variance_share", remainder)
 
 
 def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: the norm of ``W_out W_U`` per frequency (:func:`compose_lens.analysis.fourier.unembed_frequency_norms`)."""
     return _frequency_bars(list(norms.values), list(norms.index), keys, "norm of W_out W_U",
-                           "the readout in the Fourier basis", "norm")
-
-
-EMBEDDING_KEY_COLOUR, EMBEDDING_OTHER_COLOUR = "#0072B2", "#BBBBBB"  # Okabe-Ito blue, light grey
+                           "the MLP's readout W_out W_U by frequency", "norm")
 
 
 def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Figure, pd.DataFrame]:
     """Bars: the number embeddings' share of (non-constant) squared norm per frequency
-    (:func:`compose_lens.analysis.fourier.embedding_fourier`), the MLP's key frequencies in
-    blue and hatched (readable without colour), the uniform share dashed."""
+    (:func:`compose_lens.analysis.fourier.embedding_fourier`), in :func:`_key_bars`'s palette, the
+    uniform share dashed."""
     keys = summary.get("key_frequencies") or []
-    is_key = [int(k) in keys for k in table["frequency"]]
-    fig, ax = subplots(figsize=(6.5, 2.6))
-    ax.bar(table["frequency"], table["share"], width=0.8, edgecolor="black", linewidth=0.4,
-           color=[EMBEDDING_KEY_COLOUR if k else EMBEDDING_OTHER_COLOUR for k in is_key])
-    for bar, k in zip(ax.patches, is_key):
-        if k:
-            bar.set_hatch("//")
+    fig, ax = subplots(figsize=(7, 3))
+    handles = _key_bars(ax, list(table["frequency"]), list(table["share"]), keys)
     ax.axhline(summary["uniform_share"], color="black", ls="--", lw=0.8)
-    handles = [Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_KEY_COLOUR, hatch="//", edgecolor="black", lw=0.4,
-                         label="MLP key frequency"),
-               Rectangle((0, 0), 1, 1, facecolor=EMBEDDING_OTHER_COLOUR, edgecolor="black", lw=0.4, label="other"),
-               Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share")]
-    ax.legend(handles=handles if keys else handles[1:], fontsize=8, frameon=False, loc="upper right", ncol=3)
+    handles.append(Line2D([], [], color="black", ls="--", lw=0.8, label="uniform share"))
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper right", ncol=3)
     ax.set_xlim(0.3, len(table) + 0.7)
     ax.set_ylim(0, max(float(table["share"].max()), summary["uniform_share"]) * 1.3)
-    ax.set_xlabel("frequency k (cycles over the p numbers)", fontsize=9)
+    ax.set_xlabel(FREQUENCY_AXIS, fontsize=9)
     ax.set_ylabel("share of centred\nW_E norm²", fontsize=9)
     ax.tick_params(labelsize=8)
     title = "number embeddings W_E by frequency"
@@ -1355,44 +1496,92 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     return fig, edges
 
 
-def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame) -> tuple[Figure, pd.DataFrame]:
-    """Left: each component's direct share of the answer margin at ``=``, per sequence kind
-    (:func:`compose_lens.analysis.logit_attribution.logit_attribution`). Right: the logit lens,
-    accuracy of the residual stream read through the unembedding after each stage."""
-    def wrap(label: str) -> str:
-        for old, new in ((" (", "\n("), (") ", ")\n"), (" embedding", "\nembedding"), (" bias", "\nbias")):
-            label = label.replace(old, new)
-        return label
+def _wrap_component(label: str) -> str:
+    for old, new in ((" (", "\n("), (") ", ")\n"), (" embedding", "\nembedding"), (" bias", "\nbias")):
+        label = label.replace(old, new)
+    return label
 
-    fig, (ax, lx) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 4.4), gridspec_kw={"width_ratios": [3, 2]})
+
+def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
+    """Each component's direct contribution (logits, 95 % interval) in each pool, but the one that writes
+    nearly the whole margin (named in the title with its share): on one axis with it, a sign flip of
+    half a logit between pools (layer 2's direct term: + on training pairs, - on add-restricted ones)
+    was a sliver of a bar of 1.00 (issue 43)."""
+    pools = list(dict.fromkeys(by_pool["pool"]))
+    mean_share = by_pool.groupby("component", sort=False)["share"].mean()
+    largest = mean_share.abs().idxmax()
+    spread = by_pool[by_pool["component"] == largest]["share"]
+    rest = by_pool[(by_pool["component"] != largest)]
+    moving = rest.groupby("component", sort=False)["contribution"].apply(lambda v: v.abs().max() > 1e-6)
+    components = [c for c in moving.index if moving[c]]
+    width = 0.7 / max(len(components), 1)
+    for i, pool in enumerate(pools):
+        if "add_restricted" in pool:
+            ax.axvspan(i - 0.45, i + 0.45, color="#999999", alpha=0.18, lw=0)
+    for j, component in enumerate(components):
+        part = rest[rest["component"] == component].set_index("pool").reindex(pools)
+        xs = np.arange(len(pools)) + (j - (len(components) - 1) / 2) * width
+        y = part["contribution"].to_numpy()
+        err = None
+        if {"contribution_low", "contribution_high"} <= set(part.columns):
+            err = np.stack([y - part["contribution_low"].to_numpy(), part["contribution_high"].to_numpy() - y]).clip(0)
+        ax.errorbar(xs, y, yerr=err, fmt="osD^v<>"[j % 7], color=OKABE_ITO[j % 8], ms=5, capsize=2, lw=1,
+                    label=component)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(pools)), [p.replace("_", " ") for p in pools], fontsize=8, rotation=30, ha="right",
+                  rotation_mode="anchor")
+    ax.set_xlim(-0.6, len(pools) - 0.4)
+    ax.set_ylabel("direct contribution to the answer margin\n(logits; bars: 95 % interval)", fontsize=9)
+    ax.set_title(f"direct logit attribution at '=' by pool (shaded: add-restricted pools)\n{largest} not drawn: "
+                 f"it writes {spread.min():.2f}-{spread.max():.2f} of the margin in every pool", fontsize=9)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low - 0.4 * (high - low), high)  # room under the points for the legend
+    ax.legend(fontsize=8, loc="lower right", ncol=2, title="component", title_fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return rest[rest["component"].isin(components)]
+
+
+def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame,
+                             by_pool: pd.DataFrame | None = None) -> tuple[Figure, pd.DataFrame]:
+    """Left: with ``by_pool`` (:func:`compose_lens.analysis.logit_attribution.logit_attribution` with
+    ``by="pool"``), each smaller component's direct contribution per pool with its interval
+    (:func:`_attribution_by_pool`); without it, each component's direct share of the answer margin at
+    ``=`` per sequence kind. Right: the logit lens, accuracy of the residual stream read through the
+    unembedding after each stage."""
+    fig, (ax, lx) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 4.8 if by_pool is not None else 4.4),
+                             gridspec_kw={"width_ratios": [3, 2]})
     kinds = list(dict.fromkeys(table["kind"]))
-    components = list(dict.fromkeys(table["component"]))
-    width = 0.8 / len(kinds)
-    for i, kind in enumerate(kinds):
-        shares = table[table["kind"] == kind].set_index("component")["share"].reindex(components)
-        xs = np.arange(len(components)) + (i - (len(kinds) - 1) / 2) * width
-        bars = ax.bar(xs, shares.values, width, color=OKABE_ITO[i], label=kind)
-        for bar, value in zip(bars, shares.values):
-            if abs(value) >= 0.05:
-                ax.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
-                            va="bottom" if value >= 0 else "top", fontsize=8, rotation=90,
-                            xytext=(0, 2 if value >= 0 else -2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(components)), [wrap(c) for c in components], fontsize=8)
-    ax.axhline(0, color="black", lw=0.6)
-    ax.set_ylabel("share of the answer margin", fontsize=9)
-    ax.set_title("direct logit attribution at '='", fontsize=10)
-    ax.legend(title="sequence kind", fontsize=8, title_fontsize=8)
+    data = table
+    if by_pool is not None and len(by_pool):
+        data = _attribution_by_pool(ax, by_pool)
+    else:
+        components = list(dict.fromkeys(table["component"]))
+        width = 0.8 / len(kinds)
+        for i, kind in enumerate(kinds):
+            shares = table[table["kind"] == kind].set_index("component")["share"].reindex(components)
+            xs = np.arange(len(components)) + (i - (len(kinds) - 1) / 2) * width
+            bars = ax.bar(xs, shares.values, width, color=OKABE_ITO[i], label=kind)
+            for bar, value in zip(bars, shares.values):
+                if abs(value) >= 0.05:
+                    ax.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
+                                va="bottom" if value >= 0 else "top", fontsize=8, rotation=90,
+                                xytext=(0, 2 if value >= 0 else -2), textcoords="offset points")
+        ax.set_xticks(np.arange(len(components)), [_wrap_component(c) for c in components], fontsize=8)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_ylabel("share of the answer margin", fontsize=9)
+        ax.set_title("direct logit attribution at '='", fontsize=10)
+        ax.legend(title="sequence kind", fontsize=8, title_fontsize=8)
     stages = list(dict.fromkeys(lens.sort_values("order")["after"]))
     for i, kind in enumerate(kinds):
         acc = lens[lens["kind"] == kind].set_index("after")["accuracy"].reindex(stages)
         lx.plot(range(len(stages)), acc.values, marker="o", color=OKABE_ITO[i], label=kind)
-    lx.set_xticks(range(len(stages)), [wrap(s) for s in stages], fontsize=8)
+    lx.set_xticks(range(len(stages)), [_wrap_component(s) for s in stages], fontsize=8)
     lx.set_ylim(-0.02, 1.02)
     lx.set_ylabel("accuracy of the unembedded residual", fontsize=9)
     lx.set_title("logit lens at '='", fontsize=10)
-    lx.legend(fontsize=8)
+    lx.legend(fontsize=8, title="sequence kind", title_fontsize=8)
     fig.tight_layout()
-    return fig, table
+    return fig, data
 
 
 # -- the standard methods: DAS (compose_lens.analysis.das) and the LLC (compose_lens.analysis.llc) --
@@ -1470,3 +1659,109 @@ def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = 
         top.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# -- modularity against architecture (experiments/modularity_grid.py) ------------------------------
+
+MODULARITY_MEASURES = (("modularity_separation", "separation (a)"),
+                       ("modularity_same_adder", "same adder (b): 1 supported"),
+                       ("modularity_circuit_fraction", "circuit / graph edges (c)"))
+MODULARITY_CONSTANT_WORDS = {"modularity_separation": "the separation (a)",
+                             "modularity_same_adder": "the same-adder test (b; 1: supported)",
+                             "modularity_circuit_fraction": "the circuit fraction (c)"}
+
+
+def modularity_figure(rows: pd.DataFrame, x: str, group: str | None = None, log2: bool = False,
+                      separation_min: float | None = None) -> tuple[Figure, pd.DataFrame]:
+    """The modularity measures (:mod:`compose_lens.analysis.modularity`) of a grid's points against one
+    architecture axis ``x`` (``d_model``, ``n_layers``, ``n_heads``), one colour per value of ``group``.
+
+    Each seed is a marker (seeds side by side); the line joins the mean over seeds and its error bar is
+    the range over seeds; a point's own 95 % bootstrap interval (``<measure>_low`` / ``_high``, where the
+    table has them) is the seed marker's bar. A panel whose every measured value is the same (the same
+    adder test passing everywhere) is not drawn: the title says the value instead. The legend lists only
+    the markers drawn: an inconclusive point (no measure) as an x at 0, a point trained again at the
+    study's learning rate (``remedy`` none) ringed (issue 43: the title named markers the figure did
+    not have, one panel was constant, and nothing showed the spread)."""
+    rows = rows.copy()
+    values = {c: pd.to_numeric(rows[c], errors="coerce") if c in rows else pd.Series(np.nan, index=rows.index)
+              for c, _ in MODULARITY_MEASURES}
+    constant = {c: float(v.dropna().iloc[0]) for c, v in values.items()
+                if v.notna().sum() > 1 and v.dropna().nunique() == 1}
+    shown = [(c, label) for c, label in MODULARITY_MEASURES if c not in constant]
+    fig, panels = subplots(1, max(len(shown), 1), figsize=(REPORT_WIDTH_IN if len(shown) > 2 else 7.5, 3.6),
+                           squeeze=False)
+    seeds = sorted(rows["seed"].unique()) if "seed" in rows else [0]
+    groups = list(dict.fromkeys(rows[group])) if group else [None]
+    xs_all = sorted(rows[x].unique())
+    drew = {"inconclusive": False, "ringed": False}
+
+    def shifted(v, k: int, n: int):
+        step = (k - (n - 1) / 2) * 0.05
+        return np.asarray(v, dtype=float) * 2 ** step if log2 else np.asarray(v, dtype=float) + step * 2
+
+    for panel, (column, label) in zip(panels[0], shown):
+        for gi, g in enumerate(groups):
+            part = rows if g is None else rows[rows[group] == g]
+            value = values[column][part.index]
+            colour = OKABE_ITO[gi % 8]
+            mean = value.groupby(part[x]).mean()
+            spread = value.groupby(part[x]).agg(["min", "max"]).loc[mean.index]
+            ok = mean.notna()
+            panel.errorbar(mean.index[ok], mean[ok], yerr=[mean[ok] - spread["min"][ok], spread["max"][ok] - mean[ok]],
+                           color=colour, lw=1.4, capsize=4, label=None if g is None else f"{group} {g}")
+            for si, seed in enumerate(seeds):
+                sub = part[part["seed"] == seed] if "seed" in part else part
+                v = values[column][sub.index]
+                have = v.notna().to_numpy()
+                at = shifted(sub[x], si + gi * len(seeds), len(seeds) * len(groups))
+                low, high = f"{column}_low", f"{column}_high"
+                err = None
+                if low in sub and high in sub:
+                    lo, hi = pd.to_numeric(sub[low], errors="coerce"), pd.to_numeric(sub[high], errors="coerce")
+                    err = np.stack([(v - lo).to_numpy(), (hi - v).to_numpy()])[:, have]
+                    err = None if not np.isfinite(err).any() else np.nan_to_num(err.clip(0))
+                panel.errorbar(at[have], v[have], yerr=err, fmt="os^D"[si % 4], color=colour, ms=5, alpha=0.75,
+                               ls="none", capsize=2, lw=0.8)
+                if (~have).any():
+                    panel.plot(at[~have], np.zeros(int((~have).sum())), "x", color="#666666", ms=7)
+                    drew["inconclusive"] = True
+                again = have & (sub["remedy"] == "none").to_numpy() if "remedy" in sub else np.zeros(len(sub), bool)
+                if again.any():
+                    panel.plot(at[again], v[again], "o", ms=12, fillstyle="none", color="black")
+                    drew["ringed"] = True
+        if column == "modularity_separation" and separation_min is not None:
+            panel.axhline(separation_min, color="#666666", lw=0.8, ls="--")
+        panel.set_xlabel(x, fontsize=9)
+        panel.set_ylabel(label, fontsize=9)
+        panel.set_ylim(-0.05, 1.05)
+        if log2 and xs_all:  # an axis with no point yet stays linear (a log axis needs a positive value)
+            panel.set_xscale("log", base=2)
+        panel.set_xticks(xs_all, [str(v) for v in xs_all])
+        panel.tick_params(labelsize=8)
+        panel.grid(alpha=0.3)
+    handles = [Line2D([], [], color="#333333", marker="os^D"[i % 4], ls="none", label=f"seed {s}")
+               for i, s in enumerate(seeds)]
+    handles.append(Line2D([], [], color="#333333", lw=1.4, label="mean, bar: range over the measured seeds"))
+    if any(f"{c}_low" in rows for c, _ in shown):
+        handles.append(Line2D([], [], color="#333333", lw=0.8, marker="|", ls="none", ms=10,
+                              label="seed's bar: its 95 % bootstrap interval"))
+    if separation_min is not None and any(c == "modularity_separation" for c, _ in shown):
+        handles.append(Line2D([], [], color="#666666", lw=0.8, ls="--", label=f"separation bar ({separation_min:g})"))
+    if drew["inconclusive"]:
+        handles.append(Line2D([], [], color="#666666", marker="x", ls="none", label="inconclusive (not measured)"))
+    if drew["ringed"]:
+        handles.append(Line2D([], [], color="black", marker="o", ms=10, fillstyle="none", ls="none",
+                              label="diverged at the proxy's rate, trained at the study's"))
+    if group:
+        handles += [Line2D([], [], color=OKABE_ITO[i % 8], lw=1.4, label=f"{group} {g}") for i, g in enumerate(groups)]
+    title = f"modularity against {x}"
+    if constant:
+        title += "; " + ", ".join(f"{MODULARITY_CONSTANT_WORDS.get(c, c)} gives {v:g} at every measured point, "
+                                  f"so it has no panel" for c, v in constant.items())
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
+    rows_of_legend = -(-len(handles) // 4)
+    fig.tight_layout(rect=(0, 0.07 * rows_of_legend + 0.02, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    columns = [c for c in rows if c in {x, group, "seed", "remedy"} or c.startswith("modularity_")]
+    return fig, rows[columns]

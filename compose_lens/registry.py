@@ -189,28 +189,39 @@ def _probes(ctx: Context, settings: dict) -> Result:
 
 
 def _probes_section(inp, result: Result, settings: dict) -> str:
+    """The summary in words (issue 43: raw keys, counts as 1800.0000, an unexplained cos_correlation):
+    each number with what it measures, counts as whole numbers, the JSON key kept for the files."""
     import html
     import json
 
+    from compose_lens.analysis.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
     from compose_lens.markup import html_table
 
     summary = result.documents["circuit_summary"]
-    numbers = [[k, float(v)] for k, v in summary.items()
-               if isinstance(v, (int, float)) and k != "seed"]
-    parts = [html_table(numbers, ["measure (final model)", "value"])]
+    words = {**MEASURE_WORDS, **DETAIL_WORDS}
+    numbers = [[words.get(k, k.replace("_", " ")), int(v) if k.startswith("n_") else float(v), k]
+               for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "seed"]
+    parts = [html_table(numbers, ["measure (final model)", "value", "key in circuit_summary.json"])]
     if summary.get("key_frequencies") is not None:
         parts.append(f"<p>Key frequencies of MLP2: <b>{html.escape(str(summary['key_frequencies']))}</b></p>")
     best = summary.get("best_neurons") or []
     if best:
-        header = list(best[0])
         parts.append("<h3>Best neuron per key frequency</h3>"
-                     + html_table([[row[h] for h in header] for row in best], header))
+                     "<p class=\"note\">Its ideal is the ReLU of the frequency-k part of its own pre-activation. "
+                     "The fitted <code>cos k(x + y)</code> correlation and phase are in best_neurons.csv: a ReLU "
+                     "neuron keeps its single-operand terms too, so that fit stays well below 1 for a clean "
+                     "neuron.</p>"
+                     + html_table([[int(row["frequency"]), int(row["neuron"]), float(row["fraction_explained"]),
+                                    float(row["ideal_neuron_correlation"])] for row in best],
+                                  ["key frequency k", "neuron", "share of its variance at k",
+                                   "correlation with its ideal"]))
     by_type = summary.get("scores_by_type") or {}
     if by_type:
-        scores = sorted({k for v in by_type.values() for k in v})
+        scores = sorted({k for v in by_type.values() for k in v} - {"n"})
         parts.append("<h3>Attention scores by sequence type</h3>"
-                     + html_table([[kind] + [by_type[kind].get(sc, "") for sc in scores] for kind in by_type],
-                                  ["type", *scores]))
+                     + html_table([[TYPE_WORDS.get(kind, kind), int(by_type[kind].get("n", 0))]
+                                   + [by_type[kind].get(sc, "") for sc in scores] for kind in by_type],
+                                  ["sequence type", "sequences", *(MEASURE_WORDS.get(sc, sc) for sc in scores)]))
     rest = {k: v for k, v in summary.items() if k in ("constants_vs_variables", "prev_token_probe")}
     if rest:
         parts.append("<details><summary>constants vs variables, probe details (JSON)</summary><pre>"
@@ -475,7 +486,7 @@ def _dla(ctx: Context, settings: dict) -> Result:
     lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
     by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
     return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
-                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens), 120)])
+                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
 
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
@@ -492,9 +503,13 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
             f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
             + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
                                 "largest direct share"])
-            + inp.report.figure(plots.logit_attribution_figure(table, lens), "logit_attribution",
-                                "Left: direct logit attribution per sequence kind; right: logit-lens accuracy "
-                                "after each stage."))
+            + inp.report.figure(plots.logit_attribution_figure(table, lens,
+                                                               result.tables.get("logit_attribution_by_pool")),
+                                "logit_attribution",
+                                "Left: each component's direct contribution per pool with its 95 % interval, but "
+                                "the one that writes nearly the whole margin (named above the panel); a sign that "
+                                "differs between training and add-restricted pools shows here. Right: logit-lens "
+                                "accuracy after each stage."))
 
 
 def _dla_memory(settings: dict, config) -> None:

@@ -20,7 +20,8 @@ training from its last resume state, so running it again finishes what is left; 
 processes may share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
 (``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
-marker per seed, an inconclusive point drawn as an x at the bottom.
+marker per seed, the mean over seeds with their range, an inconclusive point drawn as an x at the bottom, a
+measure equal at every point said in the title instead of a panel (:func:`compose_lens.plots.modularity_figure`).
 
 **The axes** (:data:`AXES`): width, d_model 64, 128, 256, 512 at the paper layout (2 layers, 1 head,
 an MLP in the last block); depth, 2, 3, 4 layers with an MLP in every block, at d_model 64 and 128;
@@ -279,44 +280,14 @@ def on_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 
 def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
-    import matplotlib
+    """One axis's figure (:func:`compose_lens.plots.modularity_figure`): the depth points grouped by
+    d_model, the others by where the MLPs sit."""
+    from compose_lens import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = on_axis(frame, axis)
-    x_name = AXIS_OF[axis]
-    fig, panels = plt.subplots(1, 3, figsize=(11, 3.2))
-    for panel, column, label in ((panels[0], "modularity_separation", "separation (a)"),
-                                 (panels[1], "modularity_same_adder", "same adder (b): 1 supported"),
-                                 (panels[2], "modularity_circuit_fraction", "circuit / graph edges (c)")):
-        for group, part in rows.groupby("d_model" if axis == "depth" else "mlp_blocks"):
-            for seed, marker in zip(SEEDS, "os"):
-                sub = part[part["seed"] == seed]
-                value = pd.to_numeric(sub[column], errors="coerce")
-                ok = value.notna()
-                panel.plot(sub[x_name][ok], value[ok], marker=marker, linestyle="-" if seed == 0 else ":",
-                           label=f"{'d_model ' + str(group) if axis == 'depth' else ''} seed {seed}".strip())
-                panel.plot(sub[x_name][~ok], [0.0] * int((~ok).sum()), marker="x", linestyle="none", color="grey")
-                study_lr = ok & (sub["remedy"] == "none").to_numpy()  # trained again at the study's rate
-                panel.plot(sub[x_name][study_lr], value[study_lr], marker="o", markersize=11, fillstyle="none",
-                           linestyle="none", color="black")
-        if column == "modularity_separation":
-            panel.axhline(modularity.SEPARATION_MIN, color="grey", linewidth=0.8, linestyle="--")
-        panel.set_xlabel(x_name)
-        panel.set_ylabel(label)
-        panel.set_ylim(-0.05, 1.05)
-        if axis == "width":
-            panel.set_xscale("log", base=2)
-        panel.set_xticks(sorted(rows[x_name].unique()) if len(rows) else [])
-        panel.set_xticklabels([str(v) for v in sorted(rows[x_name].unique())] if len(rows) else [])
-    if panels[0].get_legend_handles_labels()[0]:
-        panels[0].legend(fontsize=7)
-    fig.suptitle(f"modularity against {x_name} (x at 0: inconclusive; ringed: diverged at the proxy's rate, "
-                 f"trained at the study's)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig, _ = plots.modularity_figure(on_axis(frame, axis), AXIS_OF[axis],
+                                     group="d_model" if axis == "depth" else None, log2=axis == "width",
+                                     separation_min=modularity.SEPARATION_MIN)
+    plots.save(fig, None, path, dpi=120)
 
 
 def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:

@@ -87,6 +87,38 @@ MEASURE_KEYS = (
     "excluded_loss_all",
 )
 
+# each measure in words, for figure titles and the report's tables ("layer 1" is blocks.0, the binder;
+# "layer 2" blocks.1, the router; "MLP2" the adder's MLP, as in the table above)
+MEASURE_WORDS = {
+    "prev_token_weight_score": "layer 1 QK weights pick the previous position",
+    "prev_token_attention_score": "layer 1: share of values whose attention peaks on their variable",
+    "prev_token_attention_mass": "layer 1: a value's attention weight on its variable",
+    "prev_token_probe_accuracy": "linear probe reads the variable at its value",
+    "equals_to_operands_score": "layer 1: share of = whose attention peaks on the operands",
+    "equals_to_operands_mass": "layer 1: attention weight of = on the operands",
+    "variable_identity_score": "layer 2 QK matches a variable to its value",
+    "equals_to_values_score": "layer 2: share of = whose attention peaks on the queried values",
+    "equals_to_values_mass": "layer 2: attention weight of = on the queried values",
+    "ov_mlp_addition_accuracy": "layer 2 OV into MLP2 adds the routed values",
+    "key_frequency_strength": "share of MLP2's variance in its key frequencies",
+    "n_key_frequencies": "number of key frequencies (a count)",
+    "grid_loss": "loss over all p² constant-operand sums",
+    "restricted_loss": "restricted loss: MLP2 kept to its key frequencies only",
+    "excluded_loss": "excluded loss: one key frequency removed from MLP2 (mean over them)",
+    "excluded_loss_all": "excluded loss: every key frequency removed from MLP2",
+}
+# the other numbers of circuit_summary, in words (the report's circuit-summary table)
+DETAIL_WORDS = {
+    "restricted_loss_logits": "restricted loss, the logits (not MLP2) kept to the key frequencies",
+    "neurons_explained_by_one_frequency": "share of MLP2 neurons with half their variance in one frequency",
+    "live_neurons": "share of MLP2 neurons that ever fire on the grid",
+    "constant_grid_accuracy": "accuracy over all p² constant-operand sums",
+    "n_sequences": "sequences the attention measures read (a count)",
+}
+# the sequence types of circuit_summary's scores_by_type
+TYPE_WORDS = {"0var": "0-var (two constants)", "1var_left": "1-var, the variable on the left",
+              "1var_right": "1-var, the variable on the right", "2var": "2-var (two variables)"}
+
 
 FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_frequencies", "grid_loss",
                 "restricted_loss", "excluded_loss", "excluded_loss_all")

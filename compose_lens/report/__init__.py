@@ -168,8 +168,10 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
             ["task: variables", f"{task.n_vars} ({', '.join(task.variable_names)})", where_split],
             ["task: f (share of addition pairs in training)", f"{task.f:g}", where_split],
             ["task: held-out pairs", len(split.heldout_pairs), where_split],
-            ["task: left operand never a variable in training", ", ".join(task.left_forbidden), where_split],
-            ["task: right operand never a variable in training", ", ".join(task.right_forbidden), where_split]]
+            # the variables listed never stand as that operand in training (issue 43: "left operand never a
+            # variable: k, l" read as if the left operand were never a variable)
+            ["task: variables never the left operand in training", ", ".join(task.left_forbidden), where_split],
+            ["task: variables never the right operand in training", ", ".join(task.right_forbidden), where_split]]
     for key, label in (("r", "task: r"), ("seed", "task: split seed"), ("max_assignments", "task: max assignments")):
         rows.append([label, recorded[key], "split.json"] if key in recorded else [label, "unknown", UNKNOWN])
     shapes = "weight shapes (checked when loaded)"
@@ -244,9 +246,14 @@ def dynamics_section(inp: ReportInputs) -> str:
              f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
     parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
                                "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
-                               "dashed lines: phase onsets; the title gives the run's outcome."))
+                               "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
+                               "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
+                               "in the checkpoints (nothing measured there)."))
     parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
-                               "Progress measures over training with the phase boundaries."))
+                               "Progress measures over training with the phase boundaries. The losses are over all "
+                               "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
+                               "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
+                               "them (high: the model needs them)."))
     forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
     parts.append(report.figure(
         plots.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
@@ -255,12 +262,24 @@ def dynamics_section(inp: ReportInputs) -> str:
     return "\n".join(parts)
 
 
+def router_index(inp: ReportInputs) -> int:
+    """The index, among the views' heads (layer by layer), of the router the study's routing claim is
+    about (the located one; the paper's ``blocks.1`` head 0): the attention views open on it. 0 (the
+    first head) where none is located."""
+    router = inp.context.heads.router if inp.context is not None else None
+    return 0 if router is None else router[0] * inp.config.model.n_heads + router[1]
+
+
 def attention_section(inp: ReportInputs) -> str:
-    parts = ["<p>One interactive view per example (circuitsvis, drawn offline): pick a layer to enlarge it, "
-             "hover a token to see where it attends. Under each, folded, the same patterns as a heatmap with "
-             "the circuit's cells outlined.</p>"]
-    for i, view in enumerate(sequence_views(inp.model, inp.config, inp.texts)):
-        parts.append(view_html(view))
+    focus = router_index(inp)
+    views = sequence_views(inp.model, inp.config, inp.texts)
+    opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, the router"
+              if focus and views else "each opens on the first layer")
+    parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
+             "enlarge it, hover a token to see where it attends. Under each, folded, the same patterns as a "
+             "heatmap with the circuit's cells outlined.</p>"]
+    for i, view in enumerate(views):
+        parts.append(view_html(view, focus))
         figure = inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
                                    "(blue), each value to its variable (green, dashed); layer 2: = to the "
                                    "values (orange). Colour: square root of the attention weight, so weights "

@@ -70,17 +70,29 @@ def circuitsvis_bundle() -> str:
 
 
 def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Sequence[str],
-                   element_id: str | None = None) -> str:
+                   element_id: str | None = None, focus: int = 0) -> str:
     """One interactive ``AttentionHeads`` view: a div and the call that draws into it.
 
-    ``patterns`` (heads, n, n); needs the bundle of :func:`offline_page` on the page.
+    ``patterns`` (heads, n, n); needs the bundle of :func:`offline_page` on the page. ``focus``: the
+    head the view opens on (its index in ``head_names``). circuitsvis always opens on the first head
+    and takes no option for it, so a small script clicks the thumbnail named ``head_names[focus]``
+    once the view is drawn (a click locks a head, as a reader's would).
     """
     element_id = element_id or f"circuits-vis-{uuid.uuid4().hex[:12]}"
     props = {"attention": [[[round(float(v), 5) for v in row] for row in head] for head in patterns.tolist()],
              "tokens": list(tokens), "attentionHeadNames": list(head_names), "maskUpperTri": True}
     payload = json.dumps(props).replace("</", "<\\/")
+    opener = ""
+    if focus:
+        name = json.dumps(str(head_names[focus])).replace("</", "<\\/")
+        opener = (f'<script>(function () {{ var view = document.getElementById("{element_id}"), tries = 0;'
+                  f" function open() {{ var names = view.querySelectorAll('h4');"
+                  f" for (var i = 0; i < names.length; i++) {{ if (names[i].textContent === {name}) {{"
+                  f" names[i].click(); return; }} }} if (++tries < 200) {{ setTimeout(open, 25); }} }}"
+                  f" open(); }})();</script>")
     return (f'<div id="{element_id}" class="attention-view" style="margin: 15px 0;"></div>\n'
-            f'<script>CircuitsVis.render("{element_id}", CircuitsVis.AttentionHeads, {payload});</script>')
+            f'<script>CircuitsVis.render("{element_id}", CircuitsVis.AttentionHeads, {payload});</script>'
+            + opener)
 
 
 def offline_page(title: str, body: str, style: str = "") -> str:
@@ -90,15 +102,16 @@ def offline_page(title: str, body: str, style: str = "") -> str:
             f"<script>\n{circuitsvis_bundle()}\n</script>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 
-def view_html(view: dict) -> str:
-    """A heading and the interactive view for one entry of :func:`sequence_views`."""
+def view_html(view: dict, focus: int = 0) -> str:
+    """A heading and the interactive view for one entry of :func:`sequence_views`, opened on head
+    ``focus`` (an index into ``view["head_names"]``: the report opens on the router's)."""
     p = view["patterns"]
     flat = p.reshape(-1, p.shape[-2], p.shape[-1])
     verdict = "correct" if view["correct"] else "wrong"
     return (f"<h3><code>{html.escape(view['text'])}</code></h3>\n"
             f"<p>model answers <b>{view['answer']}</b>, the label is {view['label']} ({verdict}); "
             f"type {view['type']}. Tokens: <code>{html.escape(' '.join(view['words']))}</code></p>\n"
-            + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"]))
+            + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"], focus=focus))
 
 
 class OfflineHTML:

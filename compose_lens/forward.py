@@ -128,21 +128,21 @@ def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: to
     }
 
 
-_SAME = {"blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_resid_pre": "blocks.0.hook_resid_mid",
-         "blocks.1.mlp.hook_in": "blocks.1.hook_resid_mid"}
-# the sites the tables compute (layer 1 has no MLP, so its residual after attention is its output; with
-# no normalisation the MLP's input is the residual after attention)
-TABLE_SITES = frozenset({("hook_embed", ANSWER), ("hook_pos_embed", ANSWER), ("logits", ANSWER),
+# what the tables compute, by (hook, position) (:func:`_answer_tables`'s keys), and the hooks that name
+# one of them: layer 1 has no MLP, so its residual after attention is its output and layer 2's input;
+# with no normalisation the MLP's input is the residual after attention
+_TABLE_KEYS = frozenset({("hook_embed", ANSWER), ("hook_pos_embed", ANSWER), ("logits", ANSWER),
                          ("blocks.0.attn.hook_pattern", None), ("blocks.0.attn.hook_pattern", ANSWER),
                          ("blocks.0.hook_resid_mid", None), ("blocks.0.hook_resid_mid", ANSWER),
-                         ("blocks.0.hook_resid_post", None), ("blocks.0.hook_resid_post", ANSWER),
-                         ("blocks.1.hook_resid_pre", None), ("blocks.1.hook_resid_pre", ANSWER),
                          ("blocks.0.attn.hook_result", ANSWER), ("blocks.0.hook_attn_out", ANSWER),
                          ("blocks.1.attn.hook_pattern", ANSWER), ("blocks.1.attn.hook_result", ANSWER),
                          ("blocks.1.hook_attn_out", ANSWER), ("blocks.1.hook_resid_mid", ANSWER),
-                         ("blocks.1.mlp.hook_in", ANSWER),
                          ("blocks.1.mlp.hook_pre", ANSWER), ("blocks.1.mlp.hook_post", ANSWER),
                          ("blocks.1.hook_mlp_out", ANSWER), ("blocks.1.hook_resid_post", ANSWER)})
+_SAME = {"blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_resid_pre": "blocks.0.hook_resid_mid",
+         "blocks.1.mlp.hook_in": "blocks.1.hook_resid_mid"}
+TABLE_SITES = _TABLE_KEYS | {(alias, position) for alias, hook in _SAME.items()
+                             for named, position in _TABLE_KEYS if named == hook}
 _HEADED = ("hook_pattern", "hook_result", "hook_z", "hook_q", "hook_k", "hook_v")
 
 

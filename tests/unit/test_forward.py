@@ -32,6 +32,15 @@ def test_every_table_site_reads_as_the_bridge_reads_it(paper):
         assert torch.allclose(from_tables[site], from_hooks[site], atol=2e-4), (site, (from_tables[site] - from_hooks[site]).abs().max())
 
 
+def test_the_tables_compute_exactly_the_sites_they_claim(paper):
+    from compose_lens import forward
+    from compose_lens.model import tl
+
+    _, weights, tokens = paper
+    computed = forward._answer_tables(tl.parameters(weights.model), weights.config.model, tokens[:2])
+    assert set(computed) == forward._TABLE_KEYS
+
+
 def test_a_site_the_tables_lack_is_read_from_a_bridge_booted_from_the_weights(paper):
     bridge, weights, tokens = paper
     site = Site("blocks.1.attn.hook_pattern")  # layer 2 at every query: the tables hold "=" only

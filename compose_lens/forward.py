@@ -316,9 +316,12 @@ class Forward:
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, d_vocab_out) the answer logits at ``=`` (the fastest exact forward)."""
+        tokens = tokens.to(self.device)
         if self.tables:
-            return fastpath.last_position_logits(self.params, self.cfg, tokens.to(self.device))
-        return self.bridge()(tokens.to(self.device))[:, -1]
+            return fastpath.last_position_logits(self.params, self.cfg, tokens)
+        if self.plain:
+            return lastpos.last_position_logits(self.params, self.cfg, tokens)
+        return self.bridge()(tokens)[:, -1]
 
     # -- editing -------------------------------------------------------------------------------
 

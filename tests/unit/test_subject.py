@@ -143,3 +143,45 @@ def test_a_model_that_does_not_fit_its_declaration_is_refused():
     model = user_model(declaration(output="numbers"))  # 7 outputs, the declaration says the vocabulary
     with pytest.raises(ComposeLensError, match="d_vocab_out=7"):
         load_subject(model, decl)
+
+
+def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
+    """``"split": "none"``: every pair and every operand slot in training. The pools that would test what
+    was held out are absent, said so with why (the held-out pools drew from no pair and crashed), and
+    evaluate and the analyses run on the training pools."""
+    from compose_lens.cli import main
+    from compose_lens.context import run_analysis
+    from compose_lens.data.sampler import absent_pools, make_pool
+    from safetensors.torch import save_file
+
+    decl = TaskDeclaration.from_dict({**declaration().to_dict(), "split": "none"}, "task.json")
+    assert decl.holds_out_nothing and decl.to_dict()["split"] == "none"
+    split = decl.split()
+    assert len(split.train_pairs) == P * P and len(split.heldout_pairs) == 0
+    assert split.is_train.all() and decl.task.left_forbidden == decl.task.right_forbidden == ()
+    absent = absent_pools(split)
+    assert sorted(make_pools(split, size=8)) == ["0var_train", "1var_train", "2var_train"]
+    assert len(absent) == 6 and absent["0var_add_restricted"] == "the split holds out no addition pair"
+    with pytest.raises(ComposeLensError, match="pool 1var_var_restricted: no variable is forbidden") as info:
+        make_pool(split, "1var_var_restricted", 8)
+    assert "\n" not in str(info.value)
+
+    model = user_model(decl)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    cfg = {k: getattr(model.cfg, k) for k in ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn",
+                                              "normalization_type", "n_ctx", "d_vocab", "d_vocab_out")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    decl.write(tmp_path / "task.json")
+    assert main(["evaluate", str(tmp_path), "--exhaustive", "--pool-size", "16", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert sorted(said["pools"]) == ["0var_train", "1var_train", "2var_train"] and said["absent_pools"] == absent
+    assert sorted(said["absent_exhaustive"]) == ["two_var_union", "zero_var_heldout"]
+    result = run_analysis("ablation", load_subject(tmp_path), pool_size=8)
+    assert set(result.tables["ablation"]["pool"]) == {"0var_train", "1var_train", "2var_train"}
+
+
+@pytest.mark.parametrize("split", ["all", "None", ["none"]])
+def test_a_split_that_is_neither_none_nor_an_object_is_one_line(split):
+    with pytest.raises(DeclarationError, match='use "none"') as info:
+        TaskDeclaration.from_dict({**declaration().to_dict(), "split": split}, "task.json")
+    assert "\n" not in str(info.value) and str(info.value).startswith("task.json: split=")

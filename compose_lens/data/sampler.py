@@ -24,8 +24,8 @@ its fields (kinds, pairs, forbidden slots, row source), never from its name. A t
 variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`) renders
 through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
 :func:`~compose_lens.data.variants.variant_pools` to the nine (:func:`pools_of`); the
-study's task keeps the code below, bit for bit. :class:`compose_lens.data.sequences.Task`
-is the one door to all of this.
+study's task keeps the code below, bit for bit. A split that holds nothing out (a declaration's
+``"split": "none"``) has no held-out or forbidden-slot pool: :func:`absent_pools` says which and why.
 """
 
 from __future__ import annotations

@@ -176,8 +176,14 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
     said = json.loads(capsys.readouterr().out)
     assert sorted(said["pools"]) == ["0var_train", "1var_train", "2var_train"] and said["absent_pools"] == absent
     assert sorted(said["absent_exhaustive"]) == ["two_var_union", "zero_var_heldout"]
-    result = run_analysis("ablation", load_subject(tmp_path), pool_size=8)
+    subject = load_subject(tmp_path)
+    result = run_analysis("ablation", subject, pool_size=8)
     assert set(result.tables["ablation"]["pool"]) == {"0var_train", "1var_train", "2var_train"}
+    # modularity is gated on the exhaustive sets; empty, they are not read as "not learned (nan)"
+    from compose_lens.analysis import modularity
+
+    row = modularity.measure(subject.model, subject.config, subject.split, n_pairs=12)
+    assert row["modularity_reason"].startswith("the split holds out nothing")
 
 
 @pytest.mark.parametrize("split", ["all", "None", ["none"]])

@@ -191,3 +191,15 @@ def test_a_split_that_is_neither_none_nor_an_object_is_one_line(split):
     with pytest.raises(DeclarationError, match='use "none"') as info:
         TaskDeclaration.from_dict({**declaration().to_dict(), "split": split}, "task.json")
     assert "\n" not in str(info.value) and str(info.value).startswith("task.json: split=")
+
+
+def test_a_split_that_holds_nothing_out_is_analysed_not_trained(tiny_config, tmp_path):
+    """Training tracks the held-out pools; on a split without them it stopped in an internal error
+    (randint over no pair, then a KeyError) after making the run's folder. Now one line, no folder."""
+    from compose_lens.data.split import Split
+    from compose_lens.train import Trainer
+
+    split = Split.from_heldout(tiny_config.task, torch.zeros(0, 2, dtype=torch.long))
+    with pytest.raises(ComposeLensError, match="the split has no 0var_add_restricted") as info:
+        Trainer(tiny_config, tmp_path / "run", split=split, progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()

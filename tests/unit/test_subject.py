@@ -9,6 +9,7 @@ were wrong (a swapped position, a wrong answer row, the causal mask left as it w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 from compose_lens import runs
 from compose_lens.data.sampler import make_pools
-from compose_lens.declaration import DeclarationError, TaskDeclaration, study_declaration
+from compose_lens.declaration import NOTHING_HELD_OUT, DeclarationError, TaskDeclaration, study_declaration
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import answer_logits
 from compose_lens.runs import load_subject
@@ -156,6 +157,8 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
 
     decl = TaskDeclaration.from_dict({**declaration().to_dict(), "split": "none"}, "task.json")
     assert decl.holds_out_nothing and decl.to_dict()["split"] == "none"
+    in_python = dataclasses.replace(declaration(), **NOTHING_HELD_OUT)  # the same, said in Python
+    assert in_python.holds_out_nothing and in_python.to_dict()["split"] == "none"
     split = decl.split()
     assert len(split.train_pairs) == P * P and len(split.heldout_pairs) == 0
     assert split.is_train.all() and decl.task.left_forbidden == decl.task.right_forbidden == ()

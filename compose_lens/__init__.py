@@ -6,7 +6,7 @@ assignment, then composes them. Its folders follow the flow of the work, and
 imports only point forward along it::
 
     config, provenance   settings, errors, where a result came from
-    data/                sequences (Task: the one door), task (tokens, readable form, kinds), split,
+    data/                task (tokens, readable form, kinds), split,
                          pools (as data), sampler (batches, pools), variants, pairs (yours)
     model/               tl (the only module that imports TransformerLens), weights, fastpath
     runs                 run and checkpoint directories: every file read or written
@@ -50,7 +50,7 @@ _EXPORTS = {
     "decode": "compose_lens.data.task", "Split": "compose_lens.data.split",
     "make_pool": "compose_lens.data.sampler", "make_pools": "compose_lens.data.sampler",
     "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
-    "Task": "compose_lens.data.sequences", "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
+    "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
     "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Subject": "compose_lens.subject", "load_subject": "compose_lens.runs",
     "Forward": "compose_lens.forward", "Site": "compose_lens.forward",

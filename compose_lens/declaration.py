@@ -16,7 +16,10 @@ spells that task in its own vocabulary. A :class:`TaskDeclaration` says how:
 * the split the model was trained on: the held-out pairs (``heldout_pairs``, a list of ``[x, y]``;
   or the study's procedure from ``f`` and ``seed``) and the slot restrictions (``left_forbidden`` /
   ``right_forbidden``, by the researcher's variable names), or a compose-lens ``split.json``
-  (``split_file``).
+  (``split_file``); or nothing held out, every pair and every operand slot in training
+  (``"split": "none"`` in a file, ``**NOTHING_HELD_OUT`` in Python). Then the held-out and
+  forbidden-slot pools are absent (:func:`compose_lens.data.sampler.absent_pools` says which and
+  why) and the exhaustive sets empty; everything else runs on the training pairs.
 
 The declaration is written in Python or in a JSON or TOML file that the CLI reads (``--task FILE``)::
 
@@ -64,6 +67,9 @@ OUTPUTS = ("numbers", "vocab")
 TL_FIELDS = ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn", "normalization_type", "n_ctx",
              "d_vocab", "d_vocab_out")
 _SPLIT_KEYS = ("f", "r", "seed", "left_forbidden", "right_forbidden", "heldout_pairs")
+# a model trained on every addition pair and every operand slot: a file's "split": "none"
+NOTHING_HELD_OUT = {"heldout_pairs": (), "left_forbidden": (), "right_forbidden": ()}
+NO_SPLIT = "none"
 
 
 class DeclarationError(ComposeLensError, ValueError):
@@ -148,6 +154,11 @@ class TaskDeclaration:
             raise DeclarationError(f"the declared task: {exc}") from None
 
     @property
+    def holds_out_nothing(self) -> bool:
+        """Was the model trained on every pair and every operand slot (``"split": "none"``)?"""
+        return self.split_file is None and all(getattr(self, k) == v for k, v in NOTHING_HELD_OUT.items())
+
+    @property
     def token_ids(self) -> torch.Tensor:
         """(d_vocab of :attr:`task`,) the researcher's id of each study-coordinates token."""
         return torch.tensor([*self.numbers, self.operator, self.equals, self.pad, *self.variables])
@@ -194,7 +205,9 @@ class TaskDeclaration:
         """The declaration as a file holds it (the split's keys under ``split``)."""
         data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         split = {k: data.pop(k) for k in _SPLIT_KEYS}
-        if self.split_file is None:
+        if self.holds_out_nothing and self.r == TaskConfig().r:
+            data["split"] = NO_SPLIT
+        elif self.split_file is None:
             data["split"] = {k: v for k, v in split.items() if v is not None}
         return {k: v for k, v in data.items() if v is not None}
 
@@ -213,8 +226,11 @@ class TaskDeclaration:
             raise DeclarationError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
                                    f"{', '.join(sorted(known | {'split'}))}")
         split = data.pop("split", {})
+        if split == NO_SPLIT:
+            split = {k: list(v) for k, v in NOTHING_HELD_OUT.items()}
         if not isinstance(split, dict):
-            raise DeclarationError(f"{where}: split must be an object like {{\"f\": 0.7, \"seed\": 42}}")
+            raise DeclarationError(f"{where}: split={split!r}: use \"{NO_SPLIT}\" (trained on every pair and slot) "
+                                   f"or an object like {{\"f\": 0.7, \"seed\": 42}} or {{\"heldout_pairs\": [[0, 1]]}}")
         bad = sorted(set(split) - set(_SPLIT_KEYS))
         if bad:
             raise DeclarationError(f"{where}: unknown split key(s) {', '.join(bad)}; known: {', '.join(_SPLIT_KEYS)}")

@@ -40,7 +40,7 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import write_json_atomic
 from compose_lens.cores import ThreadGovernor, cpu_count
-from compose_lens.data.sampler import TrainingSampler, make_pools
+from compose_lens.data.sampler import TrainingSampler, absent_pools, make_pools
 from compose_lens.data.split import Split
 from compose_lens import outcome, tracking
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
@@ -155,6 +155,10 @@ class Trainer:
         if split is None and self.mode in ("resume", "restart") and (self.run_dir / runs.SPLIT_FILE).exists():
             split = Split.load(self.run_dir / runs.SPLIT_FILE, config.task)
         self.split = split or Split.from_task(config.task)
+        absent = absent_pools(self.split)
+        if absent:  # a model trained on every pair and slot is analysed (split "none"), not trained here
+            raise ComposeLensError(f"the split has no {', '.join(absent)} pool ({next(iter(absent.values()))}); "
+                                   f"training tracks every pool: give a split that holds out pairs and forbids operand slots")
         made = not self.run_dir.exists()
         self.lock = runs.claim_directory(self.run_dir, self.mode)
         try:

@@ -39,7 +39,7 @@ from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.forward import ANSWER, Forward, Site
-from compose_lens.data.sampler import make_pool
+from compose_lens.data.sampler import make_pool, present_pools
 from compose_lens.data.split import Split
 from compose_lens.data.task import to_text
 from compose_lens.model import tl
@@ -51,9 +51,10 @@ EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2v
 
 
 def example_sequences(split: Split, seed: int = 0) -> list[str]:
-    """One readable sequence from each of :data:`EXAMPLE_POOLS`."""
+    """One readable sequence from each of :data:`EXAMPLE_POOLS` the split has (a split that holds
+    nothing out has no held-out or forbidden-slot pool)."""
     out = []
-    for pool in EXAMPLE_POOLS:
+    for pool in present_pools(split, EXAMPLE_POOLS):
         batch = make_pool(split, pool, size=1, seed=seed)
         out.append(to_text(split.task, batch.tokens[0].tolist()))
     return out

@@ -376,6 +376,10 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
                "two_var_union": accuracies["two_var_union"]["accuracy"]}
         found = locate.locate(model, config, split, seed)
         roles = {r.role: r.component or "none" for r in (*found.roles(), found.gatherer)}
+        if not any(accuracies[k]["total"] for k in ("zero_var_heldout", "two_var_union")):
+            why = ("the split holds out nothing, so no exhaustive set can show that the model generalises, which "
+                   "modularity is measured on (a model trained without some pairs or operand slots)")
+            return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}
         if not learned(accuracies, learned_at):
             why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
                    f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")

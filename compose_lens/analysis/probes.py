@@ -64,7 +64,7 @@ import torch
 from compose_lens.analysis.activations import PAPER_BINDER, PAPER_ROUTER, Activations, collect
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data import streams
-from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool
+from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool, present_pools
 from compose_lens.data.split import Split
 from compose_lens.data.task import SequenceKind
 from compose_lens.data.variants import bindings
@@ -153,10 +153,11 @@ def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None
 
 
 def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
-    """``n`` sequences, every pool of SPEC section 3 in equal parts (all four sequence types)."""
-    per_pool = max(1, math.ceil(n / len(POOL_NAMES)))
+    """``n`` sequences, every pool of SPEC section 3 the split has in equal parts (all four sequence types)."""
+    names = present_pools(split, POOL_NAMES)
+    per_pool = max(1, math.ceil(n / len(names)))
     seed = seed + streams.PROBE_POOL_SEED_OFFSET  # not the evaluation pools of the same seed
-    joined, _ = concat_batches({name: make_pool(split, name, per_pool, seed=seed) for name in POOL_NAMES})
+    joined, _ = concat_batches({name: make_pool(split, name, per_pool, seed=seed) for name in names})
     return joined[:n]
 
 

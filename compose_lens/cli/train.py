@@ -68,7 +68,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
-    from compose_lens.data.sampler import exhaustive_count, make_pools  # lazy: torch
+    from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_model_sizes, check_sizes
     from compose_lens.stats import rate_record
@@ -95,9 +95,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         bar.update()
         result = {"model": loaded.source, "pools": pools, "pool_intervals": intervals,
                   "interval": "Wilson score, 95 %"}
+        absent = absent_pools(loaded.split)  # a split that holds nothing out: pools with nothing to draw
+        if absent:
+            result["absent_pools"] = absent
         if args.exhaustive:
             bar.set_postfix_str("the exhaustive sets")
             for name, r in exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed).items():
+                if not r["total"]:
+                    result.setdefault("absent_exhaustive", {})[name] = "the split holds out nothing it would test"
+                    continue
                 record = rate_record(r["correct"], r["total"])
                 result[name] = {"correct": r["correct"], "total": r["total"], "accuracy": record["accuracy"],
                                 "low": record["low"], "high": record["high"]}
@@ -113,6 +119,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         if name in result:
             r = result[name]
             print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['total']})")
+    for name, why in {**result.get("absent_pools", {}), **result.get("absent_exhaustive", {})}.items():
+        print(f"  {name:24s} absent: {why}")
     return 0
 
 

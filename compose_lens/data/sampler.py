@@ -24,8 +24,8 @@ its fields (kinds, pairs, forbidden slots, row source), never from its name. A t
 variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`) renders
 through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
 :func:`~compose_lens.data.variants.variant_pools` to the nine (:func:`pools_of`); the
-study's task keeps the code below, bit for bit. :class:`compose_lens.data.sequences.Task`
-is the one door to all of this.
+study's task keeps the code below, bit for bit. A split that holds nothing out (a declaration's
+``"split": "none"``) has no held-out or forbidden-slot pool: :func:`absent_pools` says which and why.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, row_types, traini
 from compose_lens.data.task import SequenceKind, first_label_of
 from compose_lens.data.variants import reassignable, render_variant, variant_pools, variant_render_bytes
 
-__all__ = ["Batch", "render", "render_bytes", "TrainingSampler", "pools_of", "pool_names", "make_pool", "make_pools",
+__all__ = ["Batch", "render", "render_bytes", "TrainingSampler", "pools_of", "pool_names", "absent_pools", "present_pools", "make_pool", "make_pools",
            "concat_batches", "exhaustive_rows", "exhaustive_count", "make_exhaustive", "POOL_NAMES", "EXHAUSTIVE_NAMES"]
 
 
@@ -271,6 +271,28 @@ def pool_names(task) -> tuple[str, ...]:
     return tuple(pool.name for pool in pools_of(task))
 
 
+def absent_pools(split: Split) -> dict[str, str]:
+    """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a
+    held-out pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a
+    model trained on every pair and slot, a declaration's ``"split": "none"``). The study's split
+    has none absent."""
+    task, absent = split.task, {}
+    for pool in pools_of(task):
+        if pool.pairs == "heldout" and not len(split.heldout_pairs):
+            absent[pool.name] = "the split holds out no addition pair"
+        elif pool.forbidden and not (task.restricted_two_var_pairs(pool.forbidden) if SequenceKind.TWO_VAR
+                                     in pool.kinds else task.left_forbidden + task.right_forbidden):
+            absent[pool.name] = ("no variable is forbidden in an operand slot" if pool.forbidden == 1 else
+                                 "no pair of variables has both in forbidden operand slots")
+    return absent
+
+
+def present_pools(split: Split, names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """``names`` (default: every pool of the split's task), less the :func:`absent_pools`."""
+    absent = absent_pools(split)
+    return tuple(name for name in (pool_names(split.task) if names is None else names) if name not in absent)
+
+
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
     """One of the nine accuracy pools of SPEC section 3, ``size`` sequences, as the study draws them.
 
@@ -289,6 +311,10 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     """
     pools = pools_of(split.task)
     pool = find_pool(pools, name)
+    why = absent_pools(split).get(pool.name)
+    if why:
+        raise ConfigError(f"pool {pool.name}: {why}, so it has no sequence; the split's pools are "
+                          f"{', '.join(present_pools(split))}")
     index = [p.name for p in pools].index(pool.stream_of)
     g = streams.derived_generator(seed, streams.POOLS, index)
     if pool.name not in POOL_NAMES:
@@ -316,8 +342,9 @@ def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Ba
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
-    """Every pool of the split's task (:func:`pools_of`): the nine, and a variant's own."""
-    return {name: make_pool(split, name, size, seed) for name in pool_names(split.task)}
+    """Every pool of the split's task (:func:`pools_of`): the nine, and a variant's own, less the
+    :func:`absent_pools` of a split that holds nothing out (each keeps its own random stream)."""
+    return {name: make_pool(split, name, size, seed) for name in present_pools(split)}
 
 
 def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:

@@ -67,7 +67,7 @@ from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
-from compose_lens.data.sampler import POOL_NAMES, make_pools
+from compose_lens.data.sampler import POOL_NAMES, absent_pools, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
@@ -344,10 +344,12 @@ def model_results_section(inp: ReportInputs) -> str:
     model, config, split = inp.model, inp.config, inp.split
     exhaustive = exhaustive_accuracies(model, config, split)
     pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
-    rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"]
-            for name, v in exhaustive.items()]
+    rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"
+             if v["total"] else "absent: the split holds out nothing it would test"] for name, v in exhaustive.items()]
+    absent = [[name, f"absent: {why}"] for name, why in absent_pools(split).items()]  # a split holding nothing out
     return (html_table(rows, ["exhaustive set", "study", "this model"])
-            + "<h3>Pool accuracies</h3>" + html_table([[name, pools[name]] for name in pools], ["pool", "accuracy"]))
+            + "<h3>Pool accuracies</h3>"
+            + html_table([[name, pools[name]] for name in pools] + absent, ["pool", "accuracy"]))
 
 
 # The sections of one model's report, in page order (the registered analyses' among them)

@@ -1,4 +1,4 @@
-"""The Task object: its pools hold what their fields say, its readable form round-trips, its
+"""The task's sequences: its pools hold what their fields say, its readable form round-trips, its
 memory estimate matches what rendering allocates, and unknown kinds or pools are refused in one line."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import torch
 
 from compose_lens.config import TaskConfig
 from compose_lens.data.pools import STUDY_POOLS, Pool
-from compose_lens.data.sequences import Task
-from compose_lens.data.split import training_rows
+from compose_lens.data.sampler import make_pool, pools_of, render
+from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, training_rows
 from compose_lens.data.streams import derived_generator
-from compose_lens.data.task import SequenceError, SequenceKind
+from compose_lens.data.task import (SequenceError, SequenceKind, decode, parse_sequence, to_text, to_token_string,
+                                    token_name)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = TaskConfig(modulus=11, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.6, r=0.5, seed=5)
@@ -23,8 +24,8 @@ VARIANT = SMALL.replace(reassign_rate=0.3, noise_rate=0.2, chain_rate=0.2, seq_l
 
 
 @pytest.fixture(scope="module", params=[SMALL, VARIANT], ids=["study-like", "variant"])
-def task(request) -> Task:
-    return Task.of(request.param)
+def split(request) -> Split:
+    return Split.from_task(request.param)
 
 
 def _forbidden_slots(config: TaskConfig, d) -> int:
@@ -32,12 +33,13 @@ def _forbidden_slots(config: TaskConfig, d) -> int:
     return (d.lhs in config.left_forbidden) + (d.rhs in config.right_forbidden)
 
 
-def test_every_pool_holds_the_kinds_pairs_and_slots_its_fields_say(task):
-    config, held = task.config, {tuple(p) for p in task.split.heldout_pairs.tolist()}
-    assert len(task.pools) == 9 + (8 if config.is_variant else 0)
-    for pool in task.pools:
-        batch = task.make_pool(pool.name, 120, seed=1)
-        decoded = [task.decode(t) for t in batch.tokens.tolist()]
+def test_every_pool_holds_the_kinds_pairs_and_slots_its_fields_say(split):
+    config, held = split.task, {tuple(p) for p in split.heldout_pairs.tolist()}
+    pools = pools_of(config)
+    assert len(pools) == 9 + (8 if config.is_variant else 0)
+    for pool in pools:
+        batch = make_pool(split, pool.name, 120, seed=1)
+        decoded = [decode(config, t) for t in batch.tokens.tolist()]
         kinds = {d.type for d in decoded}
         # a pool's rows are its kinds (and a pool drawn from several kinds shows each)
         assert kinds <= set(pool.kinds) and (len(kinds) == len(pool.kinds) or pool.rows == "training"), pool.name
@@ -63,43 +65,38 @@ def test_a_pool_is_data_that_refuses_what_it_cannot_draw():
         assert words in str(refused.value) and "\n" not in str(refused.value), bad
 
 
-def test_rows_render_to_sequences_that_decode_back_and_read_back(task):
+def test_rows_render_to_sequences_that_decode_back_and_read_back(split):
     """Row -> render -> decode gives the row's numbers, kind and variables; the readable form
     parses to a sequence that decodes the same and reads the same."""
-    config = task.config
-    rows = training_rows(task.split)
+    config = split.task
+    rows = training_rows(split)
     rows = rows[torch.randint(0, len(rows), (400,), generator=derived_generator(3, 0))]
-    batch = task.render(rows, derived_generator(3, 1))
+    batch = render(split, rows, derived_generator(3, 1))
     for tokens, (x, y, v, w), kind in zip(batch.tokens.tolist(), batch.rows.tolist(), batch.types.tolist()):
-        d = task.decode(tokens)
+        d = decode(config, tokens)
         assert (d.x, d.y, d.type) == (x, y, SequenceKind.at(kind))
         names = [config.variable_names[i] if i >= 0 else None for i in (v, w)]
         assert [d.lhs if isinstance(d.lhs, str) else None, d.rhs if isinstance(d.rhs, str) else None] == names
-        text = task.readable(tokens)
-        again = task.decode(task.parse(text))
-        assert task.readable(task.parse(text)) == text
+        text = to_text(config, tokens)
+        again = decode(config, parse_sequence(config, text))
+        assert to_text(config, parse_sequence(config, text)) == text
         assert (again.assignments, again.lhs, again.rhs, again.label, again.type) == (
             d.assignments, d.lhs, d.rhs, d.label, d.type)
-        assert task.parse(task.token_string(tokens)) == tokens
-        assert " ".join(task.vocabulary[t] for t in tokens) == task.token_string(tokens)
+        assert parse_sequence(config, to_token_string(config, tokens)) == tokens
+        assert " ".join(token_name(config, t) for t in tokens) == to_token_string(config, tokens)
 
 
-def test_a_row_is_written_from_its_kind_and_rendered_as_that_kind():
-    task = Task.of(SMALL)
-    rows = torch.tensor([task.row("0var", 3, 4), task.row("left", 3, 4, left="b"),
-                         task.row(SequenceKind.ONE_VAR_RIGHT, 3, 4, right="c"), task.row("2var", 3, 4),
-                         task.row("both", 3, 4, left="b", right="c")])
-    batch = task.render(rows, derived_generator(0, 0))
-    kinds = [task.kind_of(t) for t in batch.tokens.tolist()]
-    assert kinds == [SequenceKind.ZERO_VAR, SequenceKind.ONE_VAR_LEFT, SequenceKind.ONE_VAR_RIGHT,
-                     SequenceKind.TWO_VAR, SequenceKind.TWO_VAR]
-    assert [task.decode(t).label for t in batch.tokens.tolist()] == [7] * 5
-    with pytest.raises(SequenceError, match="has no variable on the side named"):
-        task.row("0var", 3, 4, left="b")
-    with pytest.raises(SequenceError, match="names its variable"):
-        task.row("left", 3, 4)
-    with pytest.raises(SequenceError, match="unknown variable 'z': the variables are a..f"):
-        task.row("left", 3, 4, left="z")
+def test_a_row_renders_as_the_kind_its_variable_columns_say():
+    """(x, y, v, w): v / w a variable's index or -1 (a constant); -2 in both, a 2-var row whose pair is drawn."""
+    split = Split.from_task(SMALL)
+    b, c = SMALL.var_index("b"), SMALL.var_index("c")
+    rows = torch.tensor([[3, 4, CONSTANT, CONSTANT], [3, 4, b, CONSTANT], [3, 4, CONSTANT, c],
+                         [3, 4, ANY_PAIR, ANY_PAIR], [3, 4, b, c]])
+    batch = render(split, rows, derived_generator(0, 0))
+    decoded = [decode(SMALL, t) for t in batch.tokens.tolist()]
+    assert [d.type for d in decoded] == [SequenceKind.ZERO_VAR, SequenceKind.ONE_VAR_LEFT, SequenceKind.ONE_VAR_RIGHT,
+                                         SequenceKind.TWO_VAR, SequenceKind.TWO_VAR]
+    assert [d.label for d in decoded] == [7] * 5 and (decoded[1].lhs, decoded[2].rhs) == ("b", "c")
 
 
 @pytest.mark.parametrize("word", ["3var", "constants", "", "1var"])
@@ -121,28 +118,27 @@ def test_every_name_of_a_kind_reads_back_to_it():
 
 
 def test_an_unknown_pool_is_refused_in_one_line():
-    task = Task.of(SMALL)
     with pytest.raises(SequenceError) as refused:
-        task.make_pool("reassign_latest")  # a variant's pool, not this task's
+        make_pool(Split.from_task(SMALL), "reassign_latest")  # a variant's pool, not this task's
     assert "\n" not in str(refused.value) and "the pools are 0var_train" in str(refused.value)
 
 
 MEASURE = """
 import sys, torch
 from compose_lens.config import TaskConfig
-from compose_lens.data.sequences import Task
-from compose_lens.data.split import training_rows
+from compose_lens.data.sampler import render, render_bytes
+from compose_lens.data.split import Split, training_rows
 torch.set_num_threads(1)
-task, n = Task.of(TaskConfig(**eval(sys.argv[1]))), int(sys.argv[2])
-table = training_rows(task.split)
+split, n = Split.from_task(TaskConfig(**eval(sys.argv[1]))), int(sys.argv[2])
+table = training_rows(split)
 g = torch.Generator().manual_seed(0)
 rows = table[torch.randint(0, len(table), (n,), generator=g)]
 def peak():  # this process's own high-water mark (ru_maxrss would start at the parent's, forked)
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-task.render(rows[:100], g)  # the libraries' own first allocations, before the baseline
+render(split, rows[:100], g)  # the libraries' own first allocations, before the baseline
 before = peak()
-batch = task.render(rows, g)
-print(peak() - before, task.render_bytes(n))
+batch = render(split, rows, g)
+print(peak() - before, render_bytes(split.task, n))
 """
 
 

@@ -9,6 +9,7 @@ were wrong (a swapped position, a wrong answer row, the causal mask left as it w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 from compose_lens import runs
 from compose_lens.data.sampler import make_pools
-from compose_lens.declaration import DeclarationError, TaskDeclaration, study_declaration
+from compose_lens.declaration import NOTHING_HELD_OUT, DeclarationError, TaskDeclaration, study_declaration
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import answer_logits
 from compose_lens.runs import load_subject
@@ -143,3 +144,65 @@ def test_a_model_that_does_not_fit_its_declaration_is_refused():
     model = user_model(declaration(output="numbers"))  # 7 outputs, the declaration says the vocabulary
     with pytest.raises(ComposeLensError, match="d_vocab_out=7"):
         load_subject(model, decl)
+
+
+def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
+    """``"split": "none"``: every pair and every operand slot in training. The pools that would test what
+    was held out are absent, said so with why (the held-out pools drew from no pair and crashed), and
+    evaluate and the analyses run on the training pools."""
+    from compose_lens.cli import main
+    from compose_lens.context import run_analysis
+    from compose_lens.data.sampler import absent_pools, make_pool
+    from safetensors.torch import save_file
+
+    decl = TaskDeclaration.from_dict({**declaration().to_dict(), "split": "none"}, "task.json")
+    assert decl.holds_out_nothing and decl.to_dict()["split"] == "none"
+    in_python = dataclasses.replace(declaration(), **NOTHING_HELD_OUT)  # the same, said in Python
+    assert in_python.holds_out_nothing and in_python.to_dict()["split"] == "none"
+    split = decl.split()
+    assert len(split.train_pairs) == P * P and len(split.heldout_pairs) == 0
+    assert split.is_train.all() and decl.task.left_forbidden == decl.task.right_forbidden == ()
+    absent = absent_pools(split)
+    assert sorted(make_pools(split, size=8)) == ["0var_train", "1var_train", "2var_train"]
+    assert len(absent) == 6 and absent["0var_add_restricted"] == "the split holds out no addition pair"
+    with pytest.raises(ComposeLensError, match="pool 1var_var_restricted: no variable is forbidden") as info:
+        make_pool(split, "1var_var_restricted", 8)
+    assert "\n" not in str(info.value)
+
+    model = user_model(decl)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    cfg = {k: getattr(model.cfg, k) for k in ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn",
+                                              "normalization_type", "n_ctx", "d_vocab", "d_vocab_out")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    decl.write(tmp_path / "task.json")
+    assert main(["evaluate", str(tmp_path), "--exhaustive", "--pool-size", "16", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert sorted(said["pools"]) == ["0var_train", "1var_train", "2var_train"] and said["absent_pools"] == absent
+    assert sorted(said["absent_exhaustive"]) == ["two_var_union", "zero_var_heldout"]
+    subject = load_subject(tmp_path)
+    result = run_analysis("ablation", subject, pool_size=8)
+    assert set(result.tables["ablation"]["pool"]) == {"0var_train", "1var_train", "2var_train"}
+    # modularity is gated on the exhaustive sets; empty, they are not read as "not learned (nan)"
+    from compose_lens.analysis import modularity
+
+    row = modularity.measure(subject.model, subject.config, subject.split, n_pairs=12)
+    assert row["modularity_reason"].startswith("the split holds out nothing")
+
+
+@pytest.mark.parametrize("split", ["all", "None", ["none"]])
+def test_a_split_that_is_neither_none_nor_an_object_is_one_line(split):
+    with pytest.raises(DeclarationError, match='use "none"') as info:
+        TaskDeclaration.from_dict({**declaration().to_dict(), "split": split}, "task.json")
+    assert "\n" not in str(info.value) and str(info.value).startswith("task.json: split=")
+
+
+def test_a_split_that_holds_nothing_out_is_analysed_not_trained(tiny_config, tmp_path):
+    """Training tracks the held-out pools; on a split without them it stopped in an internal error
+    (randint over no pair, then a KeyError) after making the run's folder. Now one line, no folder."""
+    from compose_lens.data.split import Split
+    from compose_lens.train import Trainer
+
+    split = Split.from_heldout(tiny_config.task, torch.zeros(0, 2, dtype=torch.long))
+    with pytest.raises(ComposeLensError, match="the split has no 0var_add_restricted") as info:
+        Trainer(tiny_config, tmp_path / "run", split=split, progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()

@@ -1509,7 +1509,7 @@ def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
     was a sliver of a bar of 1.00 (issue 43)."""
     pools = list(dict.fromkeys(by_pool["pool"]))
     mean_share = by_pool.groupby("component", sort=False)["share"].mean()
-    largest = mean_share.abs().idxmax()
+    largest = mean_share.abs().idxmax() if mean_share.notna().any() else None  # no margin: no shares (all NaN)
     spread = by_pool[by_pool["component"] == largest]["share"]
     rest = by_pool[(by_pool["component"] != largest)]
     moving = rest.groupby("component", sort=False)["contribution"].apply(lambda v: v.abs().max() > 1e-6)
@@ -1532,8 +1532,9 @@ def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
                   rotation_mode="anchor")
     ax.set_xlim(-0.6, len(pools) - 0.4)
     ax.set_ylabel("direct contribution to the answer margin\n(logits; bars: 95 % interval)", fontsize=9)
-    ax.set_title(f"direct logit attribution at '=' by pool (shaded: add-restricted pools)\n{largest} not drawn: "
-                 f"it writes {spread.min():.2f}-{spread.max():.2f} of the margin in every pool", fontsize=9)
+    left_out = ("every component drawn: the answer margin is 0, so no share of it" if largest is None else
+                f"{largest} not drawn: it writes {spread.min():.2f}-{spread.max():.2f} of the margin in every pool")
+    ax.set_title(f"direct logit attribution at '=' by pool (shaded: add-restricted pools)\n{left_out}", fontsize=9)
     low, high = ax.get_ylim()
     ax.set_ylim(low - 0.4 * (high - low), high)  # room under the points for the legend
     ax.legend(fontsize=8, loc="lower right", ncol=2, title="component", title_fontsize=8)

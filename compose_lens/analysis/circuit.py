@@ -122,6 +122,7 @@ the binder, the router or the adder, nothing is labelled and the summary says "n
 from __future__ import annotations
 
 import time
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,6 +134,7 @@ from compose_lens.analysis import locate, metrics
 from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
+from compose_lens.forward import ANSWER, Site
 from compose_lens.data.split import Split
 from compose_lens.model import heads, tl, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
@@ -153,6 +155,30 @@ class Edge:
     @property
     def name(self) -> str:
         return f"{self.sender}->{self.receiver}" + ("" if self.position < 0 else f"@{self.position}")
+
+    def sites(self) -> tuple[Site, Site]:
+        """The edge's two ends in the one vocabulary (:class:`compose_lens.forward.Site`): what the
+        sender writes (the stream at the start for ``embed``, a head's ``hook_result``, an MLP's
+        ``hook_mlp_out``) and what the receiver reads (a head's ``hook_q_input`` / ``k`` / ``v``, an
+        MLP's ``mlp.hook_in``, the logits at ``=``), at the edge's position (every position: None)."""
+        position = None if self.position < 0 else self.position
+        return _node_site(self.sender, position, reads=False), _node_site(self.receiver, position, reads=True)
+
+
+def _node_site(node: str, position: int | None, reads: bool) -> Site:
+    """A graph node as a :class:`~compose_lens.forward.Site`; an MLP ``m{L}`` is its input where it
+    ``reads`` (a receiver), its output where it writes (a sender)."""
+    if node == "embed":
+        return Site("blocks.0.hook_resid_pre", position)
+    if node == "logits":
+        return Site("logits", ANSWER)
+    found = re.fullmatch(r"([am])(\d+)(?:\.h(\d+))?(?:\.([qkv]))?", node)
+    layer = int(found[2])
+    if found[1] == "m":
+        return Site(f"blocks.{layer}.mlp.hook_in" if reads else f"blocks.{layer}.hook_mlp_out", position)
+    if found[4] is not None:
+        return Site(f"blocks.{layer}.hook_{found[4]}_input", position, int(found[3]))
+    return Site(f"blocks.{layer}.attn.hook_result", position, int(found[3]))
 
 
 @dataclass
@@ -795,6 +821,7 @@ def edge_table(gm: GraphModel, scores: torch.Tensor, method: str, found: torch.T
     table = pd.DataFrame({
         "edge": [e.name for e in g.edges], "sender": [e.sender for e in g.edges],
         "receiver": [e.receiver for e in g.edges], "position": [e.position for e in g.edges],
+        "sender_site": [str(e.sites()[0]) for e in g.edges], "receiver_site": [str(e.sites()[1]) for e in g.edges],
         "score": scores.tolist(), "rank": (len(scores) + 1 - _ranks(scores.abs())).tolist(),
         "in_circuit": found.tolist(), "method": method})
     if labels is not None:

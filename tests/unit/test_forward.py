@@ -107,3 +107,28 @@ def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_arch
     assert (edited - plain.logits(tokens)).abs().max() > 1e-3  # the edit reaches the answer
     last_mlp = Site("blocks.2.mlp.hook_post")  # at every position: only the bridge has it
     assert plain.read(tokens, [last_mlp])[last_mlp].shape == (len(tokens), tokens.shape[1], 64)
+
+
+def test_every_circuit_edge_names_its_ends_as_sites_of_the_model(paper):
+    """The circuit graph speaks Site: each edge's sender is a hook the one forward reads (a head's write,
+    an MLP's output, the stream at the start) at the edge's position, each receiver a head's q / k / v
+    input (TransformerLens's hook_q_input names), an MLP's input or the logits; the text form parses back."""
+    from compose_lens.analysis.circuit import build_graph
+
+    bridge, weights, tokens = paper
+    cfg = weights.config.model
+    graph = build_graph(cfg, positions=True)
+    hooks = set(bridge.model.hook_dict)
+    forward = Forward(weights.model, cfg)
+    senders = set()
+    for edge in graph.edges:
+        sender, receiver = edge.sites()
+        assert Site.parse(str(sender)) == sender and Site.parse(str(receiver)) == receiver, edge.name
+        assert sender.position == receiver.position or receiver.hook == "logits", edge.name
+        assert receiver.hook == "logits" or receiver.hook.replace("hook_q_input", "attn.hook_q").replace(
+            "hook_k_input", "attn.hook_k").replace("hook_v_input", "attn.hook_v") in hooks, edge.name
+        senders.add(sender.at(ANSWER) if sender.position is None else sender)
+    read = forward.read(tokens[:3], sorted(senders, key=str))
+    assert len(read) == len(senders) > 3 and all(value.shape == (3, cfg.d_model) for value in read.values())
+    a0_to_v = next(e for e in graph.edges if e.name == "a0.h0->a1.h0.v@5")
+    assert [str(s) for s in a0_to_v.sites()] == ["blocks.0.attn.hook_result[0]@5", "blocks.1.hook_v_input[0]@5"]

@@ -670,6 +670,15 @@ def _patching_section(inp, result: Result, settings: dict) -> str:
                                 "<code>compose-lens patch --by position</code> gives absolute positions."))
 
 
+# the prompt-pair options of every patching command (patch, patch-heads, path-patch)
+PAIR_OPTIONS = (Option("--corruption", "corruption", "what the corrupted prompt changes", choices=CORRUPTIONS),
+                Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=2),
+                Option("--pairs", "pairs", "a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
+                       "(readable form or token ids); replaces --corruption and --n-pairs", pairs_file=True),
+                Option("--metric", "metric", "logit difference of the two answers, probability or accuracy of the "
+                       "clean answer", choices=PATCH_METRICS))
+BY_OPTION = Option("--by", "by", "group positions by token role or keep absolute positions", choices=("role", "position"))
+
 PATCHING = Analysis(
     name="patching", title="Activation patching by token role", compute=_patching,
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
@@ -677,14 +686,7 @@ PATCHING = Analysis(
     module="compose_lens.analysis.patching", tables=("patching",), causal=True,
     section=_patching_section, report_after="dla",
     command="patch", help="activation patching by component, layer and token role (or position)",
-    options=(Option("--corruption", "corruption", "what the corrupted prompt changes", choices=CORRUPTIONS),
-             Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=2),
-             Option("--by", "by", "group positions by token role or keep absolute positions",
-                    choices=("role", "position")),
-             Option("--pairs", "pairs", "a CSV / JSONL file of your own prompt pairs, columns clean and corrupted "
-                    "(readable form or token ids); replaces --corruption and --n-pairs", pairs_file=True),
-             Option("--metric", "metric", "logit difference of the two answers, probability or accuracy of the "
-                    "clean answer", choices=PATCH_METRICS)),
+    options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines, exports=("patching_table",))
 
 
@@ -758,13 +760,7 @@ HEAD_PATCHING = Analysis(
                                 "or position",
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
                     choices=HEAD_COMPONENTS, many=True),
-             Option("--by", "by", "group positions by token role or keep absolute positions", choices=("role", "position")),
-             Option("--corruption", "corruption", "what the corrupted prompt changes", choices=CORRUPTIONS),
-             Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=2),
-             Option("--pairs", "pairs", "a CSV / JSONL file of your own prompt pairs, columns clean and corrupted; "
-                    "replaces --corruption and --n-pairs", pairs_file=True),
-             Option("--metric", "metric", "logit difference of the two answers, probability or accuracy of the "
-                    "clean answer", choices=PATCH_METRICS)),
+             BY_OPTION, *PAIR_OPTIONS),
     guard=_fine_patching_memory, validate=_patching_settings,
     describe=_head_patching_lines)
 
@@ -817,13 +813,7 @@ PATH_PATCHING = Analysis(
     command="path-patch", help="path patching: a sender's output reaching one receiver only",
     options=(Option("--sender", "sender", "a head's output, blocks.L.headH, or an MLP's, blocks.L.mlp (blocks from 0)"),
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "
-                    "MLP's input, blocks.L.mlp", many=True),
-             Option("--corruption", "corruption", "what the corrupted prompt changes", choices=CORRUPTIONS),
-             Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=2),
-             Option("--pairs", "pairs", "a CSV / JSONL file of your own prompt pairs, columns clean and corrupted; "
-                    "replaces --corruption and --n-pairs", pairs_file=True),
-             Option("--metric", "metric", "logit difference of the two answers, probability or accuracy of the "
-                    "clean answer", choices=PATCH_METRICS)),
+                    "MLP's input, blocks.L.mlp", many=True), *PAIR_OPTIONS),
     guard=_path_names, validate=_patching_settings, describe=_path_patching_lines)
 
 

@@ -1,0 +1,72 @@
+"""The ``ablation`` declaration: the accuracy each pool loses when a head, an MLP, its neurons or
+its Fourier directions are ablated.
+
+One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
+holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+the registry).
+"""
+
+from __future__ import annotations
+
+from compose_lens.registry.analysis import Analysis, Option, Result
+
+
+# -- ablation and patching: the causal tables ---------------------------------------------------
+
+
+def _ablation(ctx: Context, settings: dict) -> Result:
+    import compose_lens.plots as plots
+    from compose_lens.analysis.ablation import ablation_table
+
+    table = ablation_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
+    subject = table.attrs.get("neuron_subject")
+    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table,), 120)],
+                  provenance={"neuron_subject": subject}, value=subject)
+
+
+def _ablation_lines(result: Result) -> list[str]:
+    """The table's size and its three largest accuracy drops (single neurons left out: ablation.csv has them)."""
+    table = result.tables["ablation"]
+    shown = table[table["target"] != "neuron"]
+    top = shown.loc[shown["accuracy_drop"].nlargest(3).index]
+    note = [f"  neurons and Fourier directions: {result.value['note']}"] if result.value else []
+    return [f"  {len(table)} rows; the largest drops:",
+            *(f"    {r.target} (blocks.{r.block}, {r.kind} ablation) on {r.pool}: accuracy {r.baseline_accuracy:.3f} "
+              f"-> {r.accuracy:.3f}" for r in top.itertuples()), *note]
+
+
+def _ablation_memory(settings: dict, config) -> None:
+    """Nine pools of ``pool_size`` (joined once more into one batch); kept of each sequence: MLP2's
+    activations at ``=`` and the direct path, the logits of an ablation, and the activations read
+    for the replacement."""
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    m, n = config.model, settings["pool_size"]
+    kept = 4 * (2 * m.d_mlp + 3 * m.d_vocab_out) + 8 * config.task.seq_len + kept_activation_bytes(config)
+    check_sizes(config, {f"--pool-size {n}": (n, 9)}, kept)
+
+
+def _ablation_section(inp, result: Result, settings: dict) -> str:
+    import pandas as pd
+
+    import compose_lens.plots as plots
+    from compose_lens.data.sampler import POOL_NAMES
+
+    table = result.tables["ablation"].copy()
+    table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
+    frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
+    shown = table[(~frequencies | (table["kind"] == "resample")) & (table["target"] != "neuron")]
+    return inp.report.figure(plots.ablation_figure(shown), "ablation",
+                             f"Accuracy lost on each pool ({settings['pool_size']} sequences each) when a component "
+                             "is ablated: the heads and the MLP by zero, mean and resample ablation, each key "
+                             "frequency's neurons and Fourier directions by resample ablation (the other kinds and "
+                             "single neurons are in <code>ablation.csv</code>). Ablations that change no pool's "
+                             f"accuracy by more than {plots.ABLATION_MIN_DROP:g} are left out; the title counts them.")
+
+
+ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,
+                    settings={"pool_size": 500}, module="compose_lens.analysis.ablation", tables=("ablation",),
+                    causal=True, section=_ablation_section, report_after="patching",
+                    command="ablate", help="zero/mean/resample ablation, accuracy on the nine pools",
+                    options=(Option("--pool-size", "pool_size", "sequences per pool"),), guard=_ablation_memory,
+                    describe=_ablation_lines, exports=("ablation_table",))

@@ -1,0 +1,143 @@
+"""What a declaration is: :class:`Analysis` (its settings, computation, tables, figures, report
+section, findings and command), the command's :class:`Option` s, the :class:`Result` it computes and the
+:class:`Finding` s ``analyze`` prints; :func:`sections` and :func:`by_name` read a tuple of them.
+
+Plain data: the command line imports this before torch (see :mod:`compose_lens.registry`).
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from compose_lens.errors import ComposeLensError
+
+if TYPE_CHECKING:  # annotations only: the command line reads this module before torch
+    import pandas as pd
+
+# ``ctx: Context`` below is a compose_lens.context.Context (not imported: that module reads this one)
+
+FIGURES = "figures"  # the folder of an analysis's figures, beside its tables
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One row of the table ``analyze`` prints: a summary key, what it measures, what the circuit predicts,
+    and the least value that agrees with the prediction (``at_least``; :meth:`verdict`)."""
+
+    key: str
+    what: str
+    predicts: str
+    at_least: float | None = None
+
+    def verdict(self, value) -> str:
+        """``agrees`` or ``contradicts`` the prediction, or ``-`` where there is no number to judge."""
+        if self.at_least is None or not isinstance(value, (int, float)) or value != value:
+            return "-"
+        return "agrees" if value >= self.at_least else "contradicts"
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting``.
+
+    Its type is its default's: a switch (a bool, False by default), an integer (at least ``minimum``), a
+    float (its range checked by the analysis's ``validate``), or a string among ``choices``; ``many``: one or
+    more such values (``das --ranks 4 16``);
+    ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
+    before the model loads)."""
+
+    flag: str
+    setting: str
+    help: str
+    minimum: int = 1
+    choices: tuple[str, ...] = ()
+    pairs_file: bool = False
+    many: bool = False  # one or more values (the default is a tuple of them)
+
+
+@dataclass
+class Result:
+    """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
+
+    ``figures``: ``(stem, plots function, its arguments, dpi)``, drawn where the figures are drawn;
+    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table);
+    ``pages``: ``stem -> HTML``, offline pages written beside the figures (``figures/<stem>.html``).
+    ``provenance``: what the tables' and documents' provenance records beside the settings (what the
+    analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    documents: dict[str, dict] = field(default_factory=dict)
+    facts: dict = field(default_factory=dict)
+    figures: list[tuple[str, Callable, tuple, int]] = field(default_factory=list)
+    drawn: list[tuple[str, Any, int]] = field(default_factory=list)
+    pages: dict[str, str] = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One registered analysis (see the module docstring)."""
+
+    name: str
+    title: str
+    compute: Callable[[Context, dict], Result]
+    settings: dict = field(default_factory=dict)
+    tables: tuple[str, ...] = ()
+    documents: tuple[str, ...] = ()
+    module: str | None = None  # the analysis module it presents (only the registry imports it)
+    causal: bool = False  # left out by `analyze --skip-causal`
+    section: Callable[[Any, Result, dict], str] | None = None
+    anchor: str | None = None  # the section's anchor (default: the name)
+    report_after: str | None = None  # the anchor of the section it follows (default: the last)
+    findings: tuple[Finding, ...] = ()
+    command: str | None = None
+    help: str = ""
+    options: tuple[Option, ...] = ()
+    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory)
+    validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
+    describe: Callable[[Result], list[str]] | None = None  # what its command prints
+    exports: tuple[str, ...] = ()  # names of ``module`` that are public API
+    applies: Callable[[Any], bool] | None = None  # (config) -> whether it reads this model (None: every model)
+    in_analyze: bool = True  # False: minutes of fitting, run by its own command only (not by analyze)
+
+    def reads(self, config) -> bool:
+        """Whether this analysis has anything to read in a model of ``config`` (:attr:`applies`)."""
+        return self.applies is None or bool(self.applies(config))
+
+    def with_settings(self, changes: dict | None = None) -> dict:
+        """The default settings with ``changes``; an unknown setting is refused in one line."""
+        unknown = set(changes or {}) - set(self.settings)
+        if unknown:
+            raise ComposeLensError(f"analysis {self.name}: no setting {sorted(unknown)} "
+                                   f"(it has {sorted(self.settings)})")
+        return {**self.settings, **(changes or {})}
+
+
+def sections(registry: tuple[Analysis, ...], fixed: tuple[tuple[str, str, Callable], ...],
+             make: Callable[[Analysis], Callable]) -> tuple[tuple[str, str, Callable], ...]:
+    """The report's page: ``fixed`` (anchor, title, section) in order, and after each the registered
+    sections whose ``report_after`` names it (``make(analysis)``: the section of the page); the
+    registered ones without a known anchor at the end."""
+    page = list(fixed)
+    pending = [a for a in registry if a.section is not None]
+    while pending:  # a section may follow another registered one: place what can be placed, again
+        anchors = [a for a, _, _ in page]
+        placeable = [a for a in pending if a.report_after in anchors] or pending[:1]
+        for analysis in placeable:
+            anchors = [a for a, _, _ in page]
+            where = anchors.index(analysis.report_after) + 1 if analysis.report_after in anchors else len(page)
+            page.insert(where, (analysis.anchor or analysis.name, analysis.title, make(analysis)))
+            pending.remove(analysis)
+    return tuple(page)
+
+
+def by_name(registry: tuple[Analysis, ...], name: str) -> Analysis:
+    for analysis in registry:
+        if analysis.name == name:
+            return analysis
+    raise ComposeLensError(f"no analysis {name!r}; registered: {', '.join(a.name for a in registry)}")
+
+

@@ -1,0 +1,76 @@
+"""The ``dla`` declaration: direct logit attribution and the logit lens at ``=``, the worked
+example of docs/extending.md.
+
+One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
+holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+the registry).
+"""
+
+from __future__ import annotations
+
+from compose_lens.registry.analysis import Analysis, Option, Result
+
+
+# -- dla: direct logit attribution and the logit lens at = --------------------------------------
+
+
+def _dla(ctx: Context, settings: dict) -> Result:
+    import compose_lens.plots as plots
+    from compose_lens.analysis import logit_attribution
+
+    model, config, split = ctx.model, ctx.config, ctx.split
+    table = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed)
+    lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
+    by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
+    return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
+                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
+
+
+def _dla_section(inp, result: Result, settings: dict) -> str:
+    import compose_lens.plots as plots
+    from compose_lens.markup import html_table
+
+    table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
+    kinds = table.drop_duplicates("kind")
+    largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
+    rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]
+    return ("<p>The answer's margin at <code>=</code> (its logit minus the mean logit) is a sum of one term per "
+            "component, since the model has no normalisation; each bar is a component's share of it (values "
+            "of at least 0.05 printed). The logit lens reads the residual stream through the unembedding "
+            f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
+            + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
+                                "largest direct share"])
+            + inp.report.figure(plots.logit_attribution_figure(table, lens,
+                                                               result.tables.get("logit_attribution_by_pool")),
+                                "logit_attribution",
+                                "Left: each component's direct contribution per pool with its 95 % interval, but "
+                                "the one that writes nearly the whole margin (named above the panel); a sign that "
+                                "differs between training and add-restricted pools shows here. Right: logit-lens "
+                                "accuracy after each stage."))
+
+
+def _dla_memory(settings: dict, config) -> None:
+    from compose_lens.analysis import logit_attribution
+
+    logit_attribution.check_memory(settings["n"], config)
+
+
+def _dla_lines(result: Result) -> list[str]:
+    table = result.tables["logit_attribution"]
+    shared = table.dropna(subset=["share"])  # a kind whose mean margin is 0 has no shares (degenerate weights)
+    top = shared.loc[shared.groupby("kind")["share"].idxmax()]
+    return [f"  {row.kind}: {row.component} writes {row.share:.0%} of the answer margin "
+            f"({row.contribution:.2f} of {row.margin:.2f})" for row in top.itertuples()] + [
+        f"  {kind}: its mean answer margin is 0, so no component has a share of it"
+        for kind in table["kind"].drop_duplicates() if kind not in set(shared["kind"])]
+
+
+DLA = Analysis(
+    name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
+    settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
+    tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"), section=_dla_section,
+    report_after="fourier",
+    command="dla", help="direct logit attribution and logit lens at '='",
+    options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
+    guard=lambda settings, config: _dla_memory(settings, config),
+    describe=_dla_lines, exports=("logit_attribution", "logit_lens"))

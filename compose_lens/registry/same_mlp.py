@@ -1,0 +1,95 @@
+"""The ``same_mlp`` declaration: does one MLP add constants and variables? Its command, memory
+guard, verdict lines and report section.
+
+One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
+holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+the registry).
+"""
+
+from __future__ import annotations
+
+from compose_lens.registry.analysis import Analysis, Option, Result
+
+
+# -- same_mlp: one MLP for constants and variables? ---------------------------------------------
+
+
+def _same_mlp(ctx: Context, settings: dict) -> Result:
+    import compose_lens.plots as plots
+    from compose_lens.analysis import same_mlp
+    from compose_lens.files import json_safe
+
+    layout = same_mlp.layout_of(ctx.model, ctx.config, ctx.split, ctx.seed)
+    tables = same_mlp.same_mlp_tables(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"], layout=layout)
+    report = dict(same_mlp.same_mlp_report(ctx.model, ctx.config, ctx.split, seed=ctx.seed, n=settings["n"],
+                                           tables=tables, layout=layout))
+    trimmed = {k: v for k, v in report.items() if k not in ("tables", "config", "code_version", "seed")}
+    # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (none where a
+    # role is not located: then there is nothing to test, and the verdict says why)
+    return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
+                  documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)},
+                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if tables else [])
+
+
+def _same_mlp_lines(result: Result) -> list[str]:
+    from compose_lens.analysis import same_mlp
+
+    report = result.documents["same_mlp"]
+    table = same_mlp.verdict_table(report).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    because = [] if report["verdict"] == "supported" else [f"  because: {report['verdict_reason']}"]
+    return [f"tests read: {report['components']['how']}", table,
+            f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {report['n_prompts']} prompts per set)",
+            *because]
+
+
+def _same_mlp_guard(settings: dict, config) -> None:
+    """The layout the tests read (one line, before minutes of work), then six prompt sets of ``n``, and as
+    many again for the damage profiles and the probes."""
+    from compose_lens.analysis.same_mlp import check_layout
+    from compose_lens.safety import check_sizes, kept_activation_bytes
+
+    check_layout(config)
+    check_sizes(config, {f"--n {settings['n']}": (settings["n"], 12)}, kept_activation_bytes(config))
+
+
+def _same_mlp_section(inp, result: Result, settings: dict) -> str:
+    """The causal tests that can fail (operand interchange, feature transfer, representation
+    transfer) with their controls and verdict, then the correlational cosines."""
+    import html
+
+    import compose_lens.plots as plots
+    from compose_lens.analysis import figure_data, same_mlp
+    from compose_lens.markup import html_table
+
+    report = result.documents["same_mlp"]
+    table = same_mlp.verdict_table(report)
+    columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "condition", "reference") if c in table]
+    groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
+    return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
+            f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
+            f"same_mlp.json; {settings['n']} prompts per set)</p>"
+            + html_table(table[columns].values.tolist(), columns)
+            + (inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
+                                 "Operand interchange per condition (black tick: what the interchange would "
+                                 "give if constants and variables did not share the MLP's representation; "
+                                 "dotted: chance), constant against variable damage profiles, and the probe "
+                                 "and subspace transfer, with the controls. Bars: 95 % intervals.")
+               if report["tables"] else  # no role located: no test ran (issue #45: KeyError 'interchange')
+               f'<p class="missing">No test ran, so there is no figure of them: '
+               f'{html.escape(str(report["verdict_reason"]))}.</p>')
+            + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
+                                "Correlational only: cosine similarity of the MLP2 input, constant "
+                                "against variable operand, one panel per side of the variable; dashed: "
+                                "each group's mean."))
+
+
+SAME_MLP = Analysis(
+    name="same_mlp", title="Same MLP for constants and variables", compute=_same_mlp, settings={"n": 400},
+    module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
+    tables=tuple(f"same_mlp_{name}" for name in ("interchange", "damage_profiles", "feature_transfer", "probe",
+                                                 "competence")),
+    section=_same_mlp_section, anchor="same-mlp", report_after="ablation",
+    command="same-mlp", help="does MLP2 add variables with the features it uses for constants? three tests that "
+                             "can fail, and a verdict",
+    options=(Option("--n", "n", "prompts per prompt set", minimum=20),), guard=_same_mlp_guard,
+    describe=_same_mlp_lines, exports=("same_mlp_report",))

@@ -129,12 +129,36 @@ def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = 
 
 def previous_position_fraction(scores: torch.Tensor) -> float:
     """Fraction of query rows i >= 1 whose largest score among keys j < i is at j = i - 1."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
     n = scores.shape[0]
     if n < 2:
         return float("nan")
     earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)
     best = scores.masked_fill(~earlier, float("-inf"))[1:].argmax(dim=1)
     return (best == torch.arange(n - 1)).float().mean().item()
+
+
+def positional_peaks(scores: torch.Tensor) -> dict:
+    """Where each query row's largest allowed score (keys j <= i) sits, rows 1..C-1 (row 0 has one key):
+    ``on_diagonal`` (j = i: position alone keeps the query on itself), ``just_below`` (j = i - 1: a
+    positional previous-token head), ``query_positions`` and ``argmax_per_query``."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    n = scores.shape[0]
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    best = scores.masked_fill(~allowed, float("-inf"))[1:].argmax(dim=1)
+    rows = torch.arange(1, n)
+    return {"query_positions": n - 1, "on_diagonal": int((best == rows).sum()),
+            "just_below": int((best == rows - 1).sum()), "argmax_per_query": best.tolist()}
+
+
+def positional_attention(scores: torch.Tensor) -> torch.Tensor:
+    """The attention a head would pay from position alone: the softmax, over the keys each query may
+    attend to (j <= i), of its positional scores (:func:`positional_qk_scores`); (C, C), each row
+    summing to 1, zero above the diagonal. The same unit as an attention pattern (weights from 0 to 1),
+    so it reads against the head's real pattern on a sequence: the difference is what the tokens add."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    later = torch.ones(scores.shape, dtype=torch.bool).triu(1)
+    return scores.masked_fill(later, float("-inf")).softmax(dim=-1)
 
 
 def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None = None,

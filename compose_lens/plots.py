@@ -35,13 +35,14 @@ Training curves (SPEC section 7):
 Attention and QK:
 
 * :func:`qk_heatmaps_figure`: layer 1's (blocks.0) attention from position alone, the softmax of
-  its positional scores ``P W_Q (P W_K)^T / sqrt(d_head)`` in attention weight (:data:`ATTENTION_LABEL`,
+  its positional scores ``P QK_binder P^T / sqrt(d_head)`` in attention weight (:data:`ATTENTION_LABEL`,
   the unit of :func:`attention_figure` and :func:`early_jump_figure`), the key one back outlined (where
   a previous-token head peaks when the query is a value; on the paper model position alone peaks on
   the diagonal and the tokens make the look back), beside layer 2's (blocks.1) variable identity
-  ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)``, layer 1's OV and layer 2's QK (diagonal maxima),
-  in attention score (:data:`SCORE_LABEL`, as the early-jump figure's); the figures say
-  "layer 1 (blocks.0)", never "QK1";
+  ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` (the circuits named by role,
+  :mod:`compose_lens.analysis.probes`: layer 1's OV, layer 2's QK; diagonal maxima), in attention
+  score (:data:`SCORE_LABEL`, as the early-jump figure's); the figures say "layer 1 (blocks.0)",
+  never "QK1";
   :func:`positional_qk_figure` and :func:`variable_identity_figure` draw each alone;
 * :func:`attention_figure` / :func:`view_figure`: both layers' patterns on one
   sequence, the cells the circuit predicts outlined (``=`` to the operands in
@@ -618,11 +619,11 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
     """The binder's (layer 1's) attention from position alone beside the router's (layer 2's) variable identity.
 
     Left: :func:`positional_qk_figure`'s panel, the softmax over the allowed keys of the positional
-    scores ``P W_Q (P W_K)^T / sqrt(d_head)`` (``positional``: those scores, query position row, key
+    scores ``P QK_binder P^T / sqrt(d_head)`` (``positional``: those scores, query position row, key
     position column), in attention weight; right: layer 2's score for a query ``=`` carrying one variable
     against a key value tagged (through layer 1's OV) with another,
-    ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)`` (the OV of layer 1, the QK of layer 2), in
-    :data:`SCORE_LABEL`. The panels' titles say this in words; the matrix products are in this docstring."""
+    ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` (layer 1's OV, layer 2's QK),
+    in :data:`SCORE_LABEL`. The panels' titles say this in words; the matrix products are in this docstring."""
     fig, (a, b) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.4))
     left = _positional_panel(a, positional, fontsize=8)
     heatmap(b, identity, variables, variables, f"{layer_name(1)}: variable identity,\n= carrying a variable against "
@@ -644,7 +645,7 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
 def positional_qk_figure(positional: np.ndarray, block: int = 0) -> tuple[Figure, pd.DataFrame]:
     """The binder's (paper: layer 1's, blocks.0) attention from position alone over the context positions.
 
-    ``positional``: the positional scores ``P W_Q (P W_K)^T / sqrt(d_head)``
+    ``positional``: the positional scores ``P QK_binder P^T / sqrt(d_head)``
     (:func:`~compose_lens.analysis.probes.positional_qk_scores`, query position row, key position
     column). Drawn is their softmax over the keys each query may attend to, in attention weight on the
     colour scale of every attention pattern (:data:`ATTENTION_LABEL`; issue 43: the scores were drawn
@@ -672,8 +673,9 @@ def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str
 
 
 def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer 2's (blocks.1) variable identity ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)`` (the OV of
-    layer 1, the QK of layer 2): a query variable's score for each key variable, titled in words."""
+    """Layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``
+    (layer 1's OV, layer 2's QK), in :data:`SCORE_LABEL`: a query variable's score for each key variable,
+    titled in words."""
     fig = _square_figure(identity, list(variables), f"{layer_name(1)}: variable identity,\n= carrying a variable "
                          f"against the value tagged with one", "key: value tagged with variable",
                          "query: = carrying variable")

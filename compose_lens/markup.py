@@ -44,14 +44,15 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-# the two-model tables inside <div class="comparison"> (compose_lens.compare.html_tables): the intervals kept
+# the two-model tables inside <div class="comparison"> (compose_lens.compare.html_tables), narrow enough for
+# the report's 1,250 px column (paper against step 10001 of the study fits, in Chromium): the intervals kept
 # on one line (the tables scroll sideways rather than run past the page), the changed rows highlighted,
 # the rows that differ with no interval to say greyed
 COMPARISON_STYLE = """
 .comparison{overflow-x:auto}
 .comparison td:nth-last-child(3),.comparison td:nth-last-child(4),.comparison td:nth-last-child(5){white-space:nowrap}
-.comparison td:nth-last-child(6):not(:first-child){min-width:16em}
-.comparison td:nth-last-child(2){min-width:12em}
+.comparison td:nth-last-child(6):not(:first-child){min-width:11em}
+.comparison td:nth-last-child(2){min-width:9em}
 .comparison tr.changed{background:#ffe3b3}
 .comparison tr.changed td:last-child{font-weight:700;color:#8a3b00}
 .comparison tr.unsure{background:#eeeeee}

@@ -404,6 +404,8 @@ def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path,
     pools = [cells for _, cells in rows if cells[0].startswith("accuracy: ")]
     assert len(pools) == 9 and all("[" in cell for cells in pools for cell in cells[1:4])  # A, B, B - A intervals
     assert doc["settings"]["pool_size"] == C.POOL_SIZE  # as `compose-lens compare` reads them
+    if CHROMIUM is not None:
+        assert_clean_offline_render(page, tmp_path, min_views=1, min_images=1)
 
 
 @pytest.mark.parametrize("other, says", [("no/such/model.pth", "no/such/model.pth: no such file or directory"),

@@ -123,8 +123,8 @@ def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = 
     """The binder's positional scores ``P QK_binder P^T / sqrt(d_head)``, (C, C) over the context positions.
 
     Entry (i, j) is how much query position i (row) prefers key position j (column) from position
-    alone, in attention score (logit): the position-position term of the head's real score, which
-    also holds the tokens' terms. Only j <= i is ever used (causal mask). Without a task, every position.
+    alone, in attention score (logit): the position-position term of the head's real score, to which
+    the tokens' terms add. Only j <= i is ever used (causal mask). Without a task, every position.
     ``heads``: whose QK (default: blocks.0 head ``head``).
     """
     binder = _weight_heads(head, heads).binder

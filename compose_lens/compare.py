@@ -41,7 +41,9 @@ score of a role no head plays in the other: NaN), True. Where the two values dif
 interval says whether by more than noise, it is NA; otherwise False.
 
 :func:`text_table` gives the rows as the command prints them, :func:`json_rows` as ``compare.json``
-holds them, :func:`html_page` as ``compare.html`` shows them (the changed rows highlighted).
+holds them, :func:`html_page` as ``compare.html`` shows them (the changed rows highlighted; its tables,
+:func:`html_tables`, are also the report's "Compared with" section: ``compose-lens report X --compare Y``),
+and :func:`write` writes the three files.
 
 Both models must share the task and its split (the same prompts mean the same thing to both);
 two different ones are refused in one line. ``compare("paper", "paper")`` gives 0 in every
@@ -69,7 +71,7 @@ from compose_lens.config import TaskConfig
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import correct_mask
-from compose_lens.markup import html_table
+from compose_lens.markup import COMPARISON_STYLE, html_table
 from compose_lens.runs import load_subject
 from compose_lens.subject import Subject
 
@@ -353,25 +355,23 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24p
 table{border-collapse:collapse;margin:6px 0 18px}
 th,td{border-bottom:1px solid #ddd;padding:3px 10px;text-align:left;vertical-align:top}
 td.num{text-align:right}
-td:nth-last-child(3),td:nth-last-child(4),td:nth-last-child(5){white-space:nowrap}
-td:nth-last-child(6):not(:first-child){min-width:16em}
-td:nth-last-child(2){min-width:12em}
-tr.changed{background:#ffe3b3}
-tr.changed td:last-child{font-weight:700;color:#8a3b00}
-tr.unsure{background:#eeeeee}
-tr.unsure td:last-child{font-style:italic}
 .note{color:#555}
-.key span{padding:1px 6px;margin-right:8px}
-"""
+""" + COMPARISON_STYLE
 ROW_MARK = {"True": "changed", "?": "unsure", "False": None}  # text_table's changed column -> the row's class
+HOW_READ = ("Each value with its 95 % interval (pool accuracies: Wilson); B - A with its 95 % interval: a paired "
+            "bootstrap over the same prompts where the measure is a rate or a mean over prompts, the difference "
+            "itself where nothing is sampled (exact), none otherwise (n/a). <i>changed</i>: the interval excludes "
+            "0, or a name differs.")
 
 
-def html_page(table: pd.DataFrame) -> str:
-    """:func:`compare`'s table as one offline HTML page (``compare.html``): A and B side by side with
-    their intervals, B - A with its interval, how that interval was had, and **changed**, one table
-    per group (pool accuracy, located roles, ...). A changed row is highlighted (class ``changed``),
-    one that differs where no interval says whether by more than noise greyed (``unsure``, changed
-    ``?``). The numbers are :func:`text_table`'s; the page loads nothing."""
+def html_tables(table: pd.DataFrame, heading: str = "h2") -> str:
+    """:func:`compare`'s rows as HTML, one table per group (pool accuracy, located roles, ...) under a
+    ``heading`` of each group's name, the counts of changed / unsure / unchanged rows above them, in one
+    ``<div class="comparison">`` (its look: :data:`compose_lens.markup.COMPARISON_STYLE`): A and B with
+    their intervals, B - A with its interval, how that interval was had, and **changed**. A changed row
+    is highlighted (class ``changed``), one that differs where no interval says whether by more than
+    noise greyed (``unsure``, changed ``?``). The numbers are :func:`text_table`'s. ``compare.html``
+    (:func:`html_page`) and the report's comparison section (``report --compare``) both show this."""
     texts = text_table(table)
     sections = []
     for group in dict.fromkeys(table["group"]):
@@ -385,21 +385,49 @@ def html_page(table: pd.DataFrame) -> str:
         header = ["measure", "what it measures", "A", "B", "B - A", "interval of B - A", "changed"]
         if not any(r[1] for r in rows):  # only the findings say what they measure
             header, rows = header[:1] + header[2:], [r[:1] + r[2:] for r in rows]
-        sections.append(f"<h2>{html.escape(str(group))}</h2>" + html_table(rows, header, classes))
-    settings = ", ".join(f"{k} {table.attrs[k]}" for k in ("seed", "pool_size", "resamples") if k in table.attrs)
+        sections.append(f"<{heading}>{html.escape(str(group))}</{heading}>" + html_table(rows, header, classes))
     counts = {mark: sum(t[-1] == mark for t in texts) for mark in ROW_MARK}
+    key = (f'<p class="key"><span class="changed" style="background:#ffe3b3">changed: {counts["True"]}</span>'
+           f'<span style="background:#eeeeee">differs, no interval to say (?): {counts["?"]}</span>'
+           f'<span>unchanged: {counts["False"]}</span></p>')
+    return '<div class="comparison">' + key + "\n".join(sections) + "</div>"
+
+
+def read_on(table: pd.DataFrame) -> str:
+    """The settings both models were read with, in words (``seed 0, pool_size 2000, resamples 1000``)."""
+    return ", ".join(f"{k} {table.attrs[k]}" for k in ("seed", "pool_size", "resamples") if k in table.attrs)
+
+
+def html_page(table: pd.DataFrame) -> str:
+    """:func:`compare`'s table as one offline HTML page (``compare.html``): the two models, how to read
+    the intervals, and :func:`html_tables`. The page loads nothing."""
     a, b = (html.escape(str(table.attrs.get(k, k.upper()))) for k in ("a", "b"))
     intro = (f"<h1>Two models side by side</h1><p><b>A</b>: <code>{a}</code><br><b>B</b>: <code>{b}</code></p>"
-             f"<p class=\"note\">Both read on the same prompts ({html.escape(settings)}). Each value with its 95 % "
-             "interval (pool accuracies: Wilson); B - A with its 95 % interval: a paired bootstrap over the same "
-             "prompts where the measure is a rate or a mean over prompts, the difference itself where nothing is "
-             "sampled (exact), none otherwise (n/a). <i>changed</i>: the interval excludes 0, or a name differs.</p>"
-             f'<p class="key"><span class="changed" style="background:#ffe3b3">changed: {counts["True"]}</span>'
-             f'<span style="background:#eeeeee">differs, no interval to say (?): {counts["?"]}</span>'
-             f'<span>unchanged: {counts["False"]}</span></p>')
+             f"<p class=\"note\">Both read on the same prompts ({html.escape(read_on(table))}). {HOW_READ}</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>compare: {a} vs {b}</title>\n<style>{PAGE_STYLE}</style>\n</head>\n<body>\n{intro}\n"
-            + "\n".join(sections) + "\n</body>\n</html>\n")
+            + html_tables(table) + "\n</body>\n</html>\n")
+
+
+def write(table: pd.DataFrame, a: Subject, b: Subject, folder: Path) -> list[Path]:
+    """Write ``compare.csv`` (with its provenance beside it: both configurations, the settings),
+    ``compare.json`` (the rows, the two models, the settings) and ``compare.html`` (:func:`html_page`)
+    into ``folder``, each whole or not at all: what ``compose-lens compare`` writes and the report's
+    comparison section keeps."""
+    from compose_lens.files import atomic_path
+    from compose_lens.provenance import provenance
+    from compose_lens.runs import write_document, write_table
+
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
+    record = provenance(a.config, table.attrs.get("seed", 0), a.source, b=b.source, b_config=b.config.to_dict(),
+                        **settings)
+    write_table(table, folder / "compare.csv", record)
+    write_document({"a": a.source, "b": b.source, "settings": settings, "rows": json_rows(table)},
+                   folder / "compare.json", record)
+    with atomic_path(folder / "compare.html") as tmp:
+        tmp.write_text(html_page(table), encoding="utf-8")
+    return [folder / name for name in ("compare.csv", "compare.json", "compare.html")]
 
 
 def json_rows(table: pd.DataFrame) -> list[dict]:

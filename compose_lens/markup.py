@@ -3,6 +3,8 @@
 The registry's declared sections (:mod:`compose_lens.registry`) and the report's own sections
 (:mod:`compose_lens.report`) write their tables with :func:`html_table`, so the registry needs
 nothing of the report: the report reads the registry, never the other way round.
+:data:`COMPARISON_STYLE` is the look of a two-model table (:func:`compose_lens.compare.html_tables`),
+in ``compare.html`` and in the report's comparison section alike.
 
 >>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0], ["restricted loss", 7.9e-10]],
 ...            ["measure", "value"])
@@ -40,3 +42,20 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
     body = "".join(("<tr>" if c is None else f'<tr class="{html.escape(c, quote=True)}">')
                    + "".join(_cell(v) for v in row) + "</tr>" for row, c in zip(rows, classes))
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+# the two-model tables inside <div class="comparison"> (compose_lens.compare.html_tables), narrow enough for
+# the report's 1,250 px column (paper against step 10001 of the study fits, in Chromium): the intervals kept
+# on one line (the tables scroll sideways rather than run past the page), the changed rows highlighted,
+# the rows that differ with no interval to say greyed
+COMPARISON_STYLE = """
+.comparison{overflow-x:auto}
+.comparison td:nth-last-child(3),.comparison td:nth-last-child(4),.comparison td:nth-last-child(5){white-space:nowrap}
+.comparison td:nth-last-child(6):not(:first-child){min-width:11em}
+.comparison td:nth-last-child(2){min-width:9em}
+.comparison tr.changed{background:#ffe3b3}
+.comparison tr.changed td:last-child{font-weight:700;color:#8a3b00}
+.comparison tr.unsure{background:#eeeeee}
+.comparison tr.unsure td:last-child{font-style:italic}
+.comparison .key span{padding:1px 6px;margin-right:8px}
+"""

@@ -34,10 +34,15 @@ Training curves (SPEC section 7):
 
 Attention and QK:
 
-* :func:`qk_heatmaps_figure`: layer 1's (blocks.0) positional scores ``P W_QK P^T`` (a
-  previous-token head puts its maximum just below the diagonal) beside layer 2's (blocks.1)
-  variable identity ``(E_var OV) W_QK (E_var OV)^T``, layer 1's OV and layer 2's QK (diagonal
-  maxima); the figures say "layer 1 (blocks.0)", never "QK1";
+* :func:`qk_heatmaps_figure`: layer 1's (blocks.0) attention from position alone, the softmax of
+  its positional scores ``P QK_binder P^T / sqrt(d_head)`` in attention weight (:data:`ATTENTION_LABEL`,
+  the unit of :func:`attention_figure` and :func:`early_jump_figure`), the key one back outlined (where
+  a previous-token head peaks when the query is a value; on the paper model position alone peaks on
+  the diagonal and the tokens make the look back), beside layer 2's (blocks.1) variable identity
+  ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` (the circuits named by role,
+  :mod:`compose_lens.analysis.probes`: layer 1's OV, layer 2's QK; diagonal maxima), in attention
+  score (:data:`SCORE_LABEL`, as the early-jump figure's); the figures say "layer 1 (blocks.0)",
+  never "QK1";
   :func:`positional_qk_figure` and :func:`variable_identity_figure` draw each alone;
 * :func:`attention_figure` / :func:`view_figure`: both layers' patterns on one
   sequence, the cells the circuit predicts outlined (``=`` to the operands in
@@ -112,6 +117,10 @@ FORMATS = ("png", "svg", "pdf")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 REPORT_WIDTH_IN = 11.0  # at 110 dpi 1,210 px: the report's column (1,218 px) shows such a figure unshrunk
 ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
+# the two units of every attention heatmap's colour bar (issue 43: the QK and early-jump figures drew one
+# matrix in two units under three labels): a weight after the softmax, a score (logit) before it
+ATTENTION_LABEL = "attention weight (square-root colour scale)"
+SCORE_LABEL = "attention score q.k / sqrt(d_head) (logit)"
 
 
 def layer_name(block: int) -> str:
@@ -577,66 +586,96 @@ def _matrix_frame(matrix: np.ndarray, rows: Sequence, cols: Sequence, name: str)
     return frame.reset_index()
 
 
+def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: int = 0) -> pd.DataFrame:
+    """The binder's attention from position alone (:func:`~compose_lens.analysis.probes.positional_attention`
+    of the positional scores) on ``ax``, in the unit and colours of an attention pattern, with the cells
+    where the study's previous-token head peaks outlined: for a query holding a value, the key one back,
+    its variable's. Any position after the first can hold a value (the padding is scattered, SPEC
+    section 3), so every row has one. The data: both matrices, one row per query."""
+    from compose_lens.analysis.probes import positional_attention
+
+    scores = np.asarray(positional, dtype=float)
+    n = len(scores)
+    weights = positional_attention(scores).numpy()
+    heatmap(ax, weights, range(n), range(n), f"{layer_name(block)}: attention from position alone",
+            cmap="Blues", centre=False, mask_upper=True, vmax=1.0, gamma=ATTENTION_GAMMA,
+            colorbar_label=ATTENTION_LABEL, fontsize=fontsize, rotation=0)
+    colour, ls, _ = MARK_STYLE["previous"]
+    for i in range(1, n):
+        ax.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec=colour, ls=ls, lw=2,
+                               label=None if i > 1 else "previous token: where the head peaks when the query is "
+                                                        "a value (its variable)"))
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    if n > 1:  # below the axes: covers no cell
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    index = [f"pos{i}" for i in range(n)]
+    return pd.concat([_matrix_frame(scores, index, index, "query_position").assign(matrix="score"),
+                      _matrix_frame(weights, index, index, "query_position").assign(matrix="attention_from_position")])
+
+
 def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
                        title: str = "") -> tuple[Figure, pd.DataFrame]:
-    """Layer-1 positional QK over the context positions beside layer-2 variable identity.
+    """The binder's (layer 1's) attention from position alone beside the router's (layer 2's) variable identity.
 
-    Left: ``P W_QK P^T / sqrt(d_head)`` of layer 1 (query position row, key position column);
-    right: layer 2's score for a query ``=`` carrying one variable against a key value tagged
-    (through layer 1's OV) with another, ``(E_var OV1) W_QK (E_var OV1)^T / sqrt(d_head)``.
-    The panels' titles say this in words; the matrix products are in this docstring."""
-    fig, (a, b) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5))
-    positions = [str(i) for i in range(len(positional))]
-    heatmap(a, positional, positions, positions, f"{layer_name(0)}: positional score,\nquery position against key position",
-            mask_upper=True, colorbar_label="attention score (logit)", fontsize=8, rotation=0)
-    n = len(positional)
-    for i in range(1, n):
-        a.add_patch(Rectangle((i - 1.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
+    Left: :func:`positional_qk_figure`'s panel, the softmax over the allowed keys of the positional
+    scores ``P QK_binder P^T / sqrt(d_head)`` (``positional``: those scores, query position row, key
+    position column), in attention weight; right: layer 2's score for a query ``=`` carrying one variable
+    against a key value tagged (through layer 1's OV) with another,
+    ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` (layer 1's OV, layer 2's QK),
+    in :data:`SCORE_LABEL`. The panels' titles say this in words; the matrix products are in this docstring."""
+    fig, (a, b) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.4))
+    left = _positional_panel(a, positional, fontsize=8)
     heatmap(b, identity, variables, variables, f"{layer_name(1)}: variable identity,\n= carrying a variable against "
-            f"the value tagged with one", colorbar_label="attention score (logit)", fontsize=8, rotation=0)
+            f"the value tagged with one", colorbar_label=SCORE_LABEL, fontsize=8, rotation=0)
     for i in range(len(variables)):
         b.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=1))
-    a.set_xlabel("key position")
-    a.set_ylabel("query position")
     b.set_xlabel("key: value tagged with variable")
     b.set_ylabel("query: = carrying variable")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    data = pd.concat([_matrix_frame(positional, [f"pos{i}" for i in range(n)], [f"pos{i}" for i in range(n)],
-                                    "layer1_positional_query").assign(matrix="layer1_positional_qk"),
+    left["matrix"] = "layer1_positional_" + left["matrix"]
+    data = pd.concat([left.rename(columns={"query_position": "layer1_positional_query"}),
                       _matrix_frame(identity, list(variables), list(variables),
                                     "layer2_identity_query").assign(matrix="layer2_variable_identity")])
     return fig, data
 
 
-def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str, ylabel: str,
-                   mask_upper: bool = False) -> Figure:
+def positional_qk_figure(positional: np.ndarray, block: int = 0) -> tuple[Figure, pd.DataFrame]:
+    """The binder's (paper: layer 1's, blocks.0) attention from position alone over the context positions.
+
+    ``positional``: the positional scores ``P QK_binder P^T / sqrt(d_head)``
+    (:func:`~compose_lens.analysis.probes.positional_qk_scores`, query position row, key position
+    column). Drawn is their softmax over the keys each query may attend to, in attention weight on the
+    colour scale of every attention pattern (:data:`ATTENTION_LABEL`; issue 43: the scores were drawn
+    as logits while the early-jump figure draws layer 1 in attention weight), the cells above the
+    diagonal blank. Outlined, and named in the legend: the key one back, where the previous-token head
+    peaks when the query holds a value. On the paper model position alone puts most rows' peak on the
+    diagonal, not there: the look back comes from the tokens (issue 43 saw the outlines off the peak
+    with nothing saying why; the report's caption counts the rows).
+    The data: the scores and the weights (column ``matrix``), one row per query position. ``block``:
+    the binder's (the title's layer).
+    """
+    fig, ax = subplots(figsize=(5, 4.8))
+    data = _positional_panel(ax, positional, fontsize=10, block=block)
+    fig.tight_layout()
+    return fig, data
+
+
+def _square_figure(matrix: np.ndarray, labels: Sequence, title: str, xlabel: str, ylabel: str) -> Figure:
     fig, ax = subplots(figsize=(5, 4.2))
-    heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, mask_upper=mask_upper,
-            colorbar_label="attention score (logit)")
+    heatmap(ax, matrix, labels, labels, title, fontsize=10, rotation=0, colorbar_label=SCORE_LABEL)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     fig.tight_layout()
     return fig
 
 
-def positional_qk_figure(positional: np.ndarray) -> tuple[Figure, pd.DataFrame]:
-    """Layer 1's (blocks.0) positional score ``P W_QK P^T / sqrt(d_head)`` over the context positions, the
-    cells above the diagonal blank; titled in words (issue 43: "QK1" meant layer 1 here and layer 2 in
-    the gradient table).
-
-    The data is the whole matrix, one row per query position.
-    """
-    n = len(positional)
-    fig = _square_figure(positional, list(range(n)), f"{layer_name(0)}: positional score\n(context positions)",
-                         "key position", "query position", mask_upper=True)
-    return fig, _matrix_frame(positional, range(n), range(n), "query_position")
-
-
 def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer 2's (blocks.1) variable identity ``(E_var OV) W_QK (E_var OV)^T / sqrt(d_head)`` (the OV of
-    layer 1, the QK of layer 2): a query variable's score for each key variable, titled in words."""
+    """Layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``
+    (layer 1's OV, layer 2's QK), in :data:`SCORE_LABEL`: a query variable's score for each key variable,
+    titled in words."""
     fig = _square_figure(identity, list(variables), f"{layer_name(1)}: variable identity,\n= carrying a variable "
                          f"against the value tagged with one", "key: value tagged with variable",
                          "query: = carrying variable")
@@ -658,7 +697,7 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
     seen = set()
     for layer, ax in enumerate(axes[0]):
         heatmap(ax, patterns[layer], labels, labels, names[layer], cmap="Blues", centre=False, mask_upper=True,
-                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root colour scale)",
+                vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label=ATTENTION_LABEL,
                 fontsize=8)
         for q, k, kind in (marks or {}).get(layer, ()):
             color, ls, text = MARK_STYLE[kind]
@@ -700,10 +739,10 @@ def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str])
         acc = f"\nassignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
         heatmap(axes[0, col], state["pattern0"], labels, labels,
                 f"step {state['step']}: {layer_name(0)} attention{acc}", cmap="Blues", centre=False,
-                mask_upper=True, vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label="attention weight (square-root scale)",
+                mask_upper=True, vmax=1.0, gamma=ATTENTION_GAMMA, colorbar_label=ATTENTION_LABEL,
                 fontsize=8)
         heatmap(axes[1, col], state["identity"], variables, variables,
-                f"step {state['step']}: {layer_name(1)} variable identity", colorbar_label="score / sqrt(d_head)",
+                f"step {state['step']}: {layer_name(1)} variable identity", colorbar_label=SCORE_LABEL,
                 vmax=shared, fontsize=8, rotation=0)
         axes[0, col].set_xlabel("key (source) position:token")
         axes[0, col].set_ylabel("query (destination) position:token")

@@ -5,9 +5,10 @@
 For each model (``paper``, and ``../shared/reference/final.pth`` where it exists):
 
 * **layer-1 positional QK** (``P W_Q (P W_K)^T / sqrt(d_head)`` over the context,
-  :func:`compose_lens.analysis.probes.positional_qk_scores`): for how many query positions the
-  largest score over the keys it may attend to (j <= i) is the diagonal (j = i), and for how many
-  it is the position before (j = i - 1). A peak "just below the diagonal" would be the second;
+  :func:`compose_lens.analysis.probes.positional_qk_scores`, counted by
+  :func:`compose_lens.analysis.probes.positional_peaks`): for how many query positions the largest
+  score over the keys it may attend to (j <= i) is the diagonal (j = i), and for how many it is the
+  position before (j = i - 1). A peak "just below the diagonal" would be the second;
 * **MLP2's key frequencies** (:func:`compose_lens.analysis.fourier.key_frequency_strength` on the
   constant-operand grid): the share of the neurons' non-constant variance over (x, y) in the key
   frequencies, on the post-ReLU activations (what the Fourier measures read) and on the
@@ -37,16 +38,6 @@ OUT = ROOT / "experiments" / "results" / "claims" / "measures.json"
 REFERENCE = ROOT.parent / "shared" / "reference" / "final.pth"
 
 
-def positional_peaks(scores: torch.Tensor) -> dict:
-    """Where each query row's largest allowed score (keys j <= i) sits, rows 1..n-1."""
-    n = scores.shape[0]
-    allowed = torch.ones(n, n, dtype=torch.bool).tril()
-    best = scores.masked_fill(~allowed, float("-inf"))[1:].argmax(dim=1)
-    rows = torch.arange(1, n)
-    return {"query_positions": n - 1, "on_diagonal": int((best == rows).sum()),
-            "just_below": int((best == rows - 1).sum()), "argmax_per_query": best.tolist()}
-
-
 def additive_share(pre: torch.Tensor) -> float:
     """Share of the pre-activations' variance over (x, y) explained by f(x) + g(y), all neurons pooled."""
     centred = pre - pre.mean(dim=(0, 1), keepdim=True)
@@ -61,7 +52,7 @@ def measure(spec: str) -> dict:
     keys = fourier.key_frequencies(grid)
     return {
         "model": spec,
-        "positional_qk": positional_peaks(probes.positional_qk_scores(model, config)),
+        "positional_qk": probes.positional_peaks(probes.positional_qk_scores(model, config)),
         "key_frequencies": keys,
         "key_frequency_share_post_relu": fourier.key_frequency_strength(grid, keys),
         "key_frequency_share_pre_activation": fourier.key_frequency_strength(grid.mlp_pre, keys),

@@ -8,13 +8,14 @@ the ``compose-lens`` output writers draw the same numbers the same way:
 * :func:`example_sequences`: one readable sequence of each kind the circuit must
   handle, drawn from the pools (the report's attention views, the default of the
   figure scripts);
-* :func:`qk_matrices`: layer-1 positional ``P QK1 P^T`` and layer-2 variable
-  identity ``(E_var OV1) QK2 (E_var OV1)^T`` (:mod:`.probes`);
-* :func:`jump_state` / :func:`jump_states`: layer-1 attention on one sequence and
+* :func:`qk_matrices`: layer 1's (blocks.0) positional scores ``P QK_binder P^T`` and
+  layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T``, both in
+  attention score (the circuits named by role, :mod:`.probes`);
+* :func:`jump_state` / :func:`jump_states`: layer 1's (blocks.0) attention on one sequence and
   the identity matrix at the checkpoints just before and after the
   variable-assignment jump;
-* :func:`fourier_neuron`: the MLP2 neuron best explained by a key frequency and its
-  ideal pattern (:mod:`.fourier`);
+* :func:`fourier_neuron`: the MLP2 (the adder's MLP: layer 2's, blocks.1, in the paper) neuron
+  best explained by a key frequency and its ideal pattern (:mod:`.fourier`);
 * :func:`frequency_variance_shares` and :func:`best_neuron_patterns`: the MLP2
   variance per frequency, and each best neuron's pattern beside its ideal
   (:func:`fourier.ideal_neuron`: the ReLU of the frequency-k part of its own
@@ -62,8 +63,9 @@ def example_sequences(split: Split, seed: int = 0) -> list[str]:
 
 def qk_matrices(model: tl.Model, config: RunConfig,
                 heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(the binder's (layer-1) positional QK over the context, the binder/router (layer-2) variable
-    identity), both scaled by sqrt(d_head); ``heads``: the paper's by default; None where no head
+    """(the binder's (paper: layer 1 (blocks.0)) positional scores over the context, the variable
+    identity of the binder's OV and the router's (layer 2 (blocks.1)) QK), both attention scores
+    (scaled by sqrt(d_head)); ``heads``: the paper's by default; None where no head
     plays a role (the identity also needs the router above the binder)."""
     positional = None if heads.binder is None else positional_qk_scores(model, config, heads=heads).numpy()
     identity = (None if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]

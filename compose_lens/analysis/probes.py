@@ -1,16 +1,24 @@
 """Probes of the routing circuit: the previous-token head, operand gathering, identity routing.
 
-The study's circuit (SPEC section 6, items 1-3), in the order information flows
-(paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
+The study's circuit (SPEC section 6, items 1-3), in the order information flows. Layers are
+named as every figure names them (:func:`compose_lens.plots.layer_name`): layer 1 (blocks.0)
+is the paper's layer 1, TransformerLens's ``blocks.0``; layer 2 (blocks.1) its layer 2. A head's
+circuits are named by its role, never by a layer number: ``QK_binder = W_Q W_K^T`` and
+``OV_binder = W_V W_O`` of the binder head (paper: layer 1 (blocks.0) head 0), ``QK_router`` and
+``OV_router`` of the router (layer 2 (blocks.1) head 0); ``E`` and ``P`` are the token and position
+embeddings (:mod:`compose_lens.model.weights`).
 
-1. **Previous-token head (layer 1).** At a value position ``... v 17 ...`` layer-1
-   attention looks one token back, so the residual stream at ``17`` now carries
-   ``E_v OV1``: the value is tagged with the variable it was assigned to. Three
+1. **Previous-token head (layer 1 (blocks.0)).** At a value position ``... v 17 ...``
+   layer-1 attention looks one token back, so the residual stream at ``17`` now carries
+   ``E_v OV_binder``: the value is tagged with the variable it was assigned to. Three
    views of the same mechanism:
 
-   * weights: :func:`positional_qk_scores` is ``P QK1 P^T / sqrt(d_head)`` over the
-     context positions and :func:`prev_token_weight_score` the fraction of query
-     positions whose best earlier key is the previous position;
+   * weights: :func:`positional_qk_scores` is ``P QK_binder P^T / sqrt(d_head)`` over the
+     context positions (:func:`positional_attention`: its softmax, in attention weight) and
+     :func:`prev_token_weight_score` the fraction of query positions whose best earlier key
+     is the previous position. Position alone does not make the look back: on the paper
+     model most rows peak on the diagonal (:func:`positional_peaks`), and the tokens (a
+     variable as the key) move the peak one back;
    * activations: :func:`prev_token_attention_score`, the fraction of value
      positions whose layer-1 attention peaks on the token before;
    * a linear probe: :func:`prev_token_probe_accuracy` recovers the variable from
@@ -18,12 +26,12 @@ The study's circuit (SPEC section 6, items 1-3), in the order information flows
 
 2. **``=`` gathers the operands (layer 1).** :func:`equals_to_operands_score`: do the
    two largest layer-1 weights from ``=`` fall on the operand positions
-   (``seq_len - 3``, ``seq_len - 2``)? Then the ``=`` position carries ``E_v OV1``
+   (``seq_len - 3``, ``seq_len - 2``)? Then the ``=`` position carries ``E_v OV_binder``
    for a variable operand, the same tag the value position carries.
 
-3. **Variable-identity routing (layer 2).** Layer 2's query (``=``, tagged with the
+3. **Variable-identity routing (layer 2 (blocks.1)).** Layer 2's query (``=``, tagged with the
    operand variable) matches keys (values, tagged with their variable):
-   :func:`variable_identity_matrix` is ``S = (E_var OV1) QK2 (E_var OV1)^T`` and
+   :func:`variable_identity_matrix` is ``S = (E_var OV_binder) QK_router (E_var OV_binder)^T`` and
    :func:`variable_identity_score` the fraction of rows whose maximum is on the
    diagonal. In activations, :func:`equals_to_values_score`: do the two largest
    layer-2 weights from ``=`` fall on the *value positions* (the operand itself for
@@ -112,10 +120,11 @@ def _weight_heads(head: int, heads: Heads | None) -> Heads:
 
 def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = None,
                          head: int = 0, *, heads: Heads | None = None) -> torch.Tensor:
-    """The binder's positional scores ``P QK1 P^T / sqrt(d_head)``, (C, C) over the context positions.
+    """The binder's positional scores ``P QK_binder P^T / sqrt(d_head)``, (C, C) over the context positions.
 
-    Entry (i, j) is how much query position i prefers key position j from position
-    alone; only j <= i is ever used (causal mask). Without a task, every position.
+    Entry (i, j) is how much query position i (row) prefers key position j (column) from position
+    alone, in attention score (logit): the position-position term of the head's real score, to which
+    the tokens' terms add. Only j <= i is ever used (causal mask). Without a task, every position.
     ``heads``: whose QK (default: blocks.0 head ``head``).
     """
     binder = _weight_heads(head, heads).binder
@@ -129,12 +138,36 @@ def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = 
 
 def previous_position_fraction(scores: torch.Tensor) -> float:
     """Fraction of query rows i >= 1 whose largest score among keys j < i is at j = i - 1."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
     n = scores.shape[0]
     if n < 2:
         return float("nan")
     earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)
     best = scores.masked_fill(~earlier, float("-inf"))[1:].argmax(dim=1)
     return (best == torch.arange(n - 1)).float().mean().item()
+
+
+def positional_peaks(scores: torch.Tensor) -> dict:
+    """Where each query row's largest allowed score (keys j <= i) sits, rows 1..C-1 (row 0 has one key):
+    ``on_diagonal`` (j = i: position alone keeps the query on itself), ``just_below`` (j = i - 1: a
+    positional previous-token head), ``query_positions`` and ``argmax_per_query``."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    n = scores.shape[0]
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    best = scores.masked_fill(~allowed, float("-inf"))[1:].argmax(dim=1)
+    rows = torch.arange(1, n)
+    return {"query_positions": n - 1, "on_diagonal": int((best == rows).sum()),
+            "just_below": int((best == rows - 1).sum()), "argmax_per_query": best.tolist()}
+
+
+def positional_attention(scores: torch.Tensor) -> torch.Tensor:
+    """The attention a head would pay from position alone: the softmax, over the keys each query may
+    attend to (j <= i), of its positional scores (:func:`positional_qk_scores`); (C, C), each row
+    summing to 1, zero above the diagonal. The same unit as an attention pattern (weights from 0 to 1),
+    so it reads against the head's real pattern on a sequence: the difference is what the tokens add."""
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    later = torch.ones(scores.shape, dtype=torch.bool).triu(1)
+    return scores.masked_fill(later, float("-inf")).softmax(dim=-1)
 
 
 def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None = None,
@@ -372,12 +405,13 @@ def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *,
 
 def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0, *,
                              heads: Heads | None = None) -> torch.Tensor:
-    """``S = (E_var OV1) QK2 (E_var OV1)^T / sqrt(d_head)``, (n_vars, n_vars).
+    """``S = (E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``, (n_vars, n_vars), in attention
+    score (logit).
 
-    Row v: the ``=`` query carrying variable v (gathered by layer 1 from the operand)
+    Row v: the ``=`` query carrying variable v (gathered by layer 1 (blocks.0) from the operand)
     against the key of a value position carrying variable w (written by the
     previous-token head). Identity routing means each row peaks on the diagonal.
-    ``heads``: OV1 is the binder's, QK2 the router's (default: head ``head`` of blocks.0 and
+    ``heads``: the binder's OV and the router's QK (default: head ``head`` of blocks.0 and
     blocks.1); the router must sit above the binder.
     """
     heads = _weight_heads(head, heads)

@@ -12,16 +12,16 @@
 The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
 
 =============================  ====================================================
-``prev_token_weight_score``    layer-1 positional QK picks the previous position
+``prev_token_weight_score``    the binder's positional QK picks the previous position
 ``prev_token_attention_score`` layer-1 attention at value positions peaks one back
 ``prev_token_attention_mass``  ... its mean weight on the token one back (graded)
 ``prev_token_probe_accuracy``  linear probe recovers the variable at a value position
 ``equals_to_operands_score``   layer-1 attention from ``=`` on the two operands
 ``equals_to_operands_mass``    ... its mean mass on them (graded)
-``variable_identity_score``    ``(E_var OV1) QK2 (E_var OV1)^T`` peaks on the diagonal
+``variable_identity_score``    ``(E_var OV_binder) QK_router (E_var OV_binder)^T`` on the diagonal
 ``equals_to_values_score``     layer-2 attention from ``=`` on the two value positions
 ``equals_to_values_mass``      ... its mean mass on them (graded; the hit rate saturates)
-``ov_mlp_addition_accuracy``   MLP2 adds ``OV2 e_x + OV2 e_y`` for all p^2 pairs
+``ov_mlp_addition_accuracy``   MLP2 adds ``OV_router e_x + OV_router e_y`` for all p^2 pairs
 ``key_frequency_strength``     share of MLP2's post-ReLU activation variance in the key frequencies
                               (the pre-activations, ReLU(f(x) + g(y)) before the ReLU, hold more:
                               experiments/claim_measures.py)
@@ -44,9 +44,11 @@ MLP the Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a defau
 ``ov_mlp_addition_accuracy`` feeds the MLP ``OV e_x + OV e_y`` of the router head (the
 paper's ``blocks.1`` head 0; NaN where no router is located).
 
-Likewise "layer 1" is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*:
+Likewise "layer 1" (layer 1 (blocks.0) in the figures, :func:`compose_lens.plots.layer_name`)
+is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*:
 the head whose attention from ``=`` lands on the operands, SPEC 6.2) and "layer 2" the
-*router* head that the probes read (``heads``, by default
+*router* head that the probes read (``QK_router``, ``OV_binder``: the roles' circuits,
+:mod:`compose_lens.analysis.probes`; ``heads``, by default
 :func:`compose_lens.analysis.locate.circuit_heads`: the paper's ``blocks.0`` head 0 and
 ``blocks.1`` head 0 in the paper architecture, the located ones in another). Where no head
 plays a role, the measures that read it are NaN and :func:`circuit_summary`'s

@@ -40,32 +40,44 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_compare)
 
 
-def _subjects(args: argparse.Namespace) -> list:
-    """A and B, ``--task`` given to whichever is a TransformerLens model directory."""
+def subjects(specs, task: str | None) -> list:
+    """The models ``specs`` name, loaded as ``compare`` reads them (on the CPU, the fast forwards where
+    exact), ``task`` given to whichever is a TransformerLens model directory (docs/own-model.md)."""
     from compose_lens.runs import is_transformerlens_dir, load_subject  # lazy: torch
 
-    own = [Path(spec).is_dir() and is_transformerlens_dir(Path(spec)) for spec in (args.a, args.b)]
-    if args.task and not any(own):
+    own = [Path(str(spec)).is_dir() and is_transformerlens_dir(Path(str(spec))) for spec in specs]
+    return [load_subject(spec, task if mine else None, device="cpu", bridge=False) for spec, mine in zip(specs, own)]
+
+
+def check_memory(specs, pool_size: int, option: str | None = None) -> None:
+    """Refuse, in one line and before anything is loaded, a model whose nine pools of ``pool_size``
+    sequences (as ``evaluate`` reads them) would not fit in memory; ``option``: what the message
+    names (default ``--pool-size N``)."""
+    from compose_lens.safety import check_model_sizes, check_sizes
+
+    def guard(config) -> None:
+        check_sizes(config, {option or f"--pool-size {pool_size}": (pool_size, 9)})
+
+    for spec in specs:
+        check_model_sizes(spec, guard)
+
+
+def _subjects(args: argparse.Namespace) -> list:
+    """A and B, ``--task`` given to whichever is a TransformerLens model directory."""
+    from compose_lens.runs import is_transformerlens_dir  # lazy: torch
+
+    if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
         raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
                                f"directory; a compose-lens model carries its own task")
-    return [load_subject(spec, args.task if mine else None, device="cpu", bridge=False)
-            for spec, mine in zip((args.a, args.b), own)]
+    return subjects((args.a, args.b), args.task)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens import compare  # lazy: torch
-    from compose_lens.files import atomic_path
-    from compose_lens.provenance import provenance
-    from compose_lens.runs import write_document, write_table
-    from compose_lens.safety import check_count, check_model_sizes, check_sizes, staged_output
+    from compose_lens.safety import check_count, staged_output
 
     check_count(args.pool_size, "--pool-size")
-
-    def guard(config) -> None:  # the nine pools of each model, as `evaluate` reads them
-        check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9)})
-
-    for spec in (args.a, args.b):
-        check_model_sizes(spec, guard)  # before anything is loaded
+    check_memory((args.a, args.b), args.pool_size)  # before anything is loaded
     with staged_output(args.out, "compare", args.overwrite) as stage, progress_bar("compare", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the models")
         a, b = _subjects(args)
@@ -74,13 +86,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         bar.set_postfix_str("reading both on the same prompts")
         table = compare.compare(a, b, seed=args.seed, pool_size=args.pool_size)
         bar.update()
-        settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
-        record = provenance(a.config, args.seed, a.source, b=b.source, b_config=b.config.to_dict(), **settings)
-        write_table(table, stage / "compare.csv", record)
-        write_document({"a": a.source, "b": b.source, "settings": settings,
-                        "rows": compare.json_rows(table)}, stage / "compare.json", record)
-        with atomic_path(stage / "compare.html") as tmp:
-            tmp.write_text(compare.html_page(table), encoding="utf-8")
+        compare.write(table, a, b, stage)
     print(f"A: {a.source}\nB: {b.source}")
     print_table(compare.text_table(table), ["measure", "A", "B", "B - A", "changed"])
     print("intervals: 95 %; pool accuracies: Wilson; B - A: paired bootstrap over the same prompts where the "

@@ -18,11 +18,34 @@ def _qk(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis import figure_data
 
     positional, identity = figure_data.qk_matrices(ctx.model, ctx.config, ctx.heads)  # None: no head plays it
-    drawn = {} if positional is None else {"positional_qk": plots.positional_qk_figure(positional)}
+    drawn = ({} if positional is None else
+             {"positional_qk": plots.positional_qk_figure(positional, block=ctx.heads.binder[0])})
     if identity is not None:
         drawn["variable_identity"] = plots.variable_identity_figure(identity, ctx.config.task.variable_names)
     return Result(tables={name: table for name, (_, table) in drawn.items()},
                   drawn=[(name, fig, 120) for name, (fig, _) in drawn.items()])
+
+
+def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
+    """What the positional figure shows and marks, with where its rows peak (issue 43: the outlines sat one
+    below the diagonal, the peaks on it, and nothing said why)."""
+    from compose_lens.analysis.probes import positional_peaks, previous_position_fraction
+    from compose_lens.plots import layer_name
+
+    peaks = positional_peaks(positional)
+    fillers = (" (with filler words inside an assignment the variable can sit further back)"
+               if task.noise_rate > 0 else "")
+    return (f"The binder's ({layer_name(binder[0])} head {binder[1]}) attention from position alone: the "
+            "softmax, over the keys a query may attend to, of the positional part of its score, "
+            "P W_Q (P W_K)^T / sqrt(d_head) (query position row, key position column, later keys blank), in "
+            "attention weight, the unit of the attention views. Outlined: the key one back, the variable's "
+            "when the query holds a value, where the previous-token head peaks on real sequences (the "
+            f"attention view above){fillers}; any position after the first can hold a value, the padding "
+            f"being scattered. Position alone puts a row's peak on the diagonal (the query itself) in "
+            f"{peaks['on_diagonal']} of {peaks['query_positions']} query positions and one back in "
+            f"{peaks['just_below']}; among the earlier keys alone, one back scores highest in "
+            f"{previous_position_fraction(positional):.0%} of them. Where an outlined cell is not its row's "
+            "peak here, the look back comes from the tokens (the key is a variable), not from position.")
 
 
 def _qk_section(inp, result: Result, settings: dict) -> str:
@@ -36,10 +59,9 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
     positional, identity = figure_data.qk_matrices(inp.model, inp.config, heads)
     parts = [f"<p>The heads read: {html.escape(heads.how)}.</p>"]
     if positional is not None:
-        parts.append(inp.report.figure(plots.positional_qk_figure(positional), "positional_qk",
-                                       "The binder's positional score: query position (row) against key "
-                                       "position (column) over the context; the cells above the diagonal are "
-                                       "later positions, masked."))
+        parts.append(inp.report.figure(plots.positional_qk_figure(positional, block=heads.binder[0]),
+                                       "positional_qk", _positional_caption(positional, inp.config.task,
+                                                                            heads.binder)))
     if identity is not None:
         parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.config.task.variable_names),
                                        "variable_identity", "The router's variable-identity score: a query = "

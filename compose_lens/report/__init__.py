@@ -28,7 +28,10 @@ and lays them out; the maths is elsewhere.
    logit attribution and the logit lens at ``=``);
 7. the causal tests, registered: ``patching`` (activation patching grouped by token
    role), ``ablation`` (accuracy lost per pool) and ``same_mlp`` (the same-MLP verdict and
-   the MLP2 input cosines, constants against variables); then circuit discovery.
+   the MLP2 input cosines, constants against variables); then circuit discovery;
+8. with ``compare_with`` (``report X --compare Y``), :func:`comparison_section`: this model (A)
+   beside another (B) on the same prompts, every row of ``compose-lens compare X Y``
+   (:mod:`compose_lens.compare`) with its intervals, the changed rows highlighted.
 
 The sections of registered analyses (:mod:`compose_lens.registry`) come from the
 registry, each after the section its ``report_after`` names: :func:`registered_section` reads
@@ -54,7 +57,7 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -100,6 +103,9 @@ class ReportInputs:
     report: Report  # where figures go (embedded and saved)
     context: context.Context | None = None  # the final model as the registered analyses read it
     results_dir: Path | None = None  # where their files are read from and kept: results_dir/<name>/
+    compare_with: Any = None  # a Subject to compare this model with (comparison_section), or None
+    compare_label: str = ""  # its name on the page (default: its source)
+    compare_options: dict | None = None  # compose_lens.compare.compare's options (default: the command's)
 
     @property
     def phases(self) -> dict:
@@ -299,6 +305,24 @@ def jump_section(inp: ReportInputs) -> str:
                              f"matrix at steps {bracket[0]} and {bracket[1]}.")
 
 
+def comparison_section(inp: ReportInputs) -> str:
+    """This model (A) beside ``inp.compare_with`` (B), read on the same prompts: every row of
+    :func:`compose_lens.compare.compare` in :func:`compose_lens.compare.html_tables` (the tables of
+    ``compare.html``), kept as ``results/compare/compare.{csv,json,html}`` beside the page."""
+    from compose_lens import compare
+
+    a, b = inp.context.loaded, inp.compare_with
+    table = compare.compare(a, b, **(inp.compare_options or {}))
+    compare.write(table, a, b, inp.results_dir / "compare")
+    label = f"<code>{html.escape(inp.compare_label or b.source)}</code>"
+    if inp.compare_label and inp.compare_label != b.source:
+        label += f" ({html.escape(b.source)})"
+    return (f"<p><b>A</b>: this model, <code>{html.escape(a.source)}</code>; <b>B</b>: {label}. The same rows as <code>compose-lens compare A B</code>, read on the same "
+            f"prompts ({html.escape(compare.read_on(table))}); B - A is the other model minus this one. "
+            f"{compare.HOW_READ} Saved in <code>results/compare/</code> (compare.csv, compare.json, "
+            f"compare.html).</p>" + compare.html_tables(table, heading="h3"))
+
+
 def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], str]:
     """The report section of a registered analysis: its saved result (``results_dir/<name>/``, where
     made with the same settings) or one computed now and saved there, laid out by its ``section``."""
@@ -370,20 +394,26 @@ def is_run_source(spec: str | Path) -> bool:
 
 
 def build_model_report(subject, out: str | Path, examples: list[str] | None = None,
-                       files_dir: Path | None = None) -> tuple[Path, list[str]]:
+                       files_dir: Path | None = None, compare_with=None, compare_label: str = "",
+                       compare_options: dict | None = None) -> tuple[Path, list[str]]:
     """Write the report of one model (a :class:`~compose_lens.subject.Subject`: ``paper``, a checkpoint,
     a researcher's own model) to ``out``: every section that reads one model. Its figures and the
-    registered analyses' files go to ``OUT_files/`` beside the page, written through a stage."""
+    registered analyses' files go to ``OUT_files/`` beside the page, written through a stage.
+    ``compare_with`` (a Subject of the same task and split; ``compare_label`` its name on the page):
+    a last section compares the two (:func:`comparison_section`; ``compare_options``: those of
+    :func:`compose_lens.compare.compare`)."""
     out = Path(out)
     if files_dir is None:
         with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
-            return build_model_report(subject, out, examples, files_dir=stage)
+            return build_model_report(subject, out, examples, files_dir=stage, compare_with=compare_with,
+                                      compare_label=compare_label, compare_options=compare_options)
     report = Report(files_dir / "figures")
     inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, model=subject.model, config=subject.config,
                           split=subject.split, which="the model", table=pd.DataFrame(),
                           phases_doc={"phases": {}}, results=None,
                           texts=examples or figure_data.example_sequences(subject.split), report=report,
-                          context=context.Context(subject, seed=0), results_dir=files_dir / "results")
+                          context=context.Context(subject, seed=0), results_dir=files_dir / "results",
+                          compare_with=compare_with, compare_label=compare_label, compare_options=compare_options)
     _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,
                 f"compose-lens report: {Path(subject.source).name}", "")
     return out, report.problems
@@ -393,8 +423,12 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
 
 
 def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: str) -> None:
-    """Make each section that reads this model (a failing one says so on the page) and write the page."""
+    """Make each section that reads this model (a failing one says so on the page) and write the page;
+    with ``inputs.compare_with``, the comparison last."""
     report = inputs.report
+    if inputs.compare_with is not None:
+        name = inputs.compare_label or inputs.compare_with.source
+        sections = (*sections, ("compare", f"Compared with {name}", comparison_section))
     with inputs.context:  # the registered analyses share one model's grids
         for anchor, name, section in sections:
             if getattr(section, "reads", None) is None or section.reads(inputs.config):
@@ -424,13 +458,16 @@ def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
                  stride: int = 1, progress: bool = True, recompute: bool = False,
-                 files_dir: Path | None = None) -> tuple[Path, list[str]]:
+                 files_dir: Path | None = None, compare_with=None, compare_label: str = "",
+                 compare_options: dict | None = None) -> tuple[Path, list[str]]:
     """Write the report of ``run_dir`` (default ``run_dir/report.html``).
 
     Returns the page's path and the sections that could not be made (each also
     explained on the page itself). A page outside the run keeps its figures and results in
     ``X_files/`` beside it, written through a stage (:func:`compose_lens.safety.staged_companion`,
     which passes ``files_dir``): a call that fails (a full disk) leaves no part of it.
+    ``compare_with``, ``compare_label``, ``compare_options``: as :func:`build_model_report`'s, the run's
+    final model being A.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -441,11 +478,14 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         folder = run_dir if writable else out.parent / (out.stem + "_files")
         with lock_run(run_dir, "report") if writable else contextlib.nullcontext(), \
                 staged_companion(folder, "report", keep=("results",)) as stage:
-            return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage)
+            return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage,
+                                compare_with=compare_with, compare_label=compare_label,
+                                compare_options=compare_options)
     base = files_dir
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
     inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
+    inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
     try:
         banner = stall_banner(run_outcome(inputs))
     except Exception:  # the results section says what went wrong

@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import torch
 
 from compose_lens.errors import ComposeLensError
+from compose_lens.markup import COMPARISON_STYLE
 from compose_lens.plots import data_uri, png_bytes
 
 STYLE = """
@@ -49,7 +50,7 @@ figure{margin:1em 0}figcaption{color:#555;font-size:.92em}
 # "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
 # left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
 VIEW_STYLE = ".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
-STYLE += VIEW_STYLE + "\n"
+STYLE += VIEW_STYLE + "\n" + COMPARISON_STYLE  # the comparison section (report --compare)
 
 
 PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}"

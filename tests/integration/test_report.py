@@ -367,3 +367,54 @@ def test_one_model_has_a_report_without_the_sections_that_read_checkpoints(repor
     for left_out in ("Training dynamics", "The early generalisation jump", "checkpoints (steps"):
         assert left_out not in text, left_out
     assert_clean_offline_render(page, tmp_path, min_views=1, min_images=1)
+
+
+def _comparison_section(text: str) -> str:
+    """The page's comparison section: from its heading to the end of the body (it is the last section)."""
+    start = text.index('<h2 id="compare">')
+    return text[start:text.index("</body>", start)]
+
+
+def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path, capsys):
+    """``report RUN --compare OTHER`` (issue 43: "compare ... a report section"): a last section holds
+    every row of ``compose-lens compare`` for the run's final model (A) and OTHER (B), in the tables of
+    compare.html (one builder), intervals and the changed rows' highlight included; the page without
+    --compare has no such section."""
+    from compose_lens import compare as C
+    from tests.unit.test_compare import PageRows
+
+    run_dir, plain_page, _ = reported_run
+    assert 'id="compare"' not in plain_page.read_text(encoding="utf-8")
+    assert "Compared with" not in plain_page.read_text(encoding="utf-8")
+    other = run_dir / "checkpoints" / "step_000010"  # trained 10 steps: the final model differs from it
+    page = tmp_path / "compared.html"
+    assert main(["report", str(run_dir), "--out", str(page), "--quiet", "--compare", str(other)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert f'<h2 id="compare">Compared with {other}</h2>' in text
+    saved = tmp_path / "compared_files" / "results" / "compare"
+    doc = json.loads((saved / "compare.json").read_text())
+    rows = [(mark, cells) for mark, cells in PageRows(_comparison_section(text)).rows if cells]
+    assert [cells[0] for _, cells in rows] == [r["measure"] for r in doc["rows"]]  # every row, once, in order
+    assert len(rows) >= 20 and doc["b"] == str(other)
+    marks = {True: "changed", None: "unsure", False: None}  # changed: True, ? (no interval to say), False
+    assert [mark for mark, _ in rows] == [marks[r["changed"]] for r in doc["rows"]]
+    assert "changed" in [mark for mark, _ in rows]  # ten steps of training apart: something moved
+    shown = [cells for mark, cells in PageRows((saved / "compare.html").read_text()).rows if cells]
+    assert [cells for _, cells in rows] == shown  # compare.html's own tables
+    pools = [cells for _, cells in rows if cells[0].startswith("accuracy: ")]
+    assert len(pools) == 9 and all("[" in cell for cells in pools for cell in cells[1:4])  # A, B, B - A intervals
+    assert doc["settings"]["pool_size"] == C.POOL_SIZE  # as `compose-lens compare` reads them
+    if CHROMIUM is not None:
+        assert_clean_offline_render(page, tmp_path, min_views=1, min_images=1)
+
+
+@pytest.mark.parametrize("other, says", [("no/such/model.pth", "no/such/model.pth: no such file or directory"),
+                                         ("paper", "trained on different tasks")])
+def test_report_compare_with_a_bad_model_is_one_line_and_writes_nothing(reported_run, tmp_path, capsys, other,
+                                                                        says):
+    run_dir, _, _ = reported_run
+    page = tmp_path / "page.html"
+    assert main(["report", str(run_dir), "--out", str(page), "--quiet", "--compare", other]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # no page, no page_files/

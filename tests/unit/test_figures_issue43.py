@@ -357,3 +357,71 @@ def test_the_single_qk_figures_name_layers_in_words():
     for fig in (fig_a, fig_b):
         assert_readable_in_the_report(fig)
         plt.close(fig)
+
+
+def _outlined_cells(ax) -> set[tuple[int, int]]:
+    """The outlined cells as (row, column) of the drawn matrix: (query, key) in an attention heatmap."""
+    from matplotlib.patches import Rectangle
+
+    return {(round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in ax.patches
+            if isinstance(p, Rectangle) and not p.get_fill()}
+
+
+def _colour_bar_label(ax) -> str:
+    return ax.images[0].colorbar.ax.get_ylabel()
+
+
+def _paper_like_positional_scores(n: int = 12) -> np.ndarray:
+    """Positional scores as the paper model's: each row's peak on the diagonal, one back the next best."""
+    return 2.0 * np.eye(n) + 1.0 * np.eye(n, k=-1) + np.random.default_rng(0).normal(0, 0.1, (n, n))
+
+
+def test_the_positional_figure_speaks_the_early_jump_figures_units_and_names_its_outlines():
+    """Issue 43: the positional QK figure drew layer 1 in attention score (logit) where the early-jump
+    figure draws layer 1 in attention weight, and the identity matrix under two labels; its outlines,
+    one back in every row, said nothing while the peak sat on the diagonal. Now the panel is the
+    softmax of the scores over the allowed keys, on the attention colour scale and label, and the
+    outlines (query row i, key column i - 1 in the figure's own axes) are named in the legend."""
+    from compose_lens.analysis.probes import positional_attention
+
+    scores = _paper_like_positional_scores()
+    n = len(scores)
+    fig, data = plots.positional_qk_figure(scores)
+    ax = fig.axes[0]
+    lower = np.tril(np.ones((n, n), dtype=bool))
+    shown = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
+    np.testing.assert_allclose(shown[lower], positional_attention(scores).numpy()[lower], rtol=1e-6)
+    np.testing.assert_allclose(np.nansum(np.where(lower, shown, np.nan), axis=1), 1.0, rtol=1e-6)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("key position", "query position")
+    assert _outlined_cells(ax) == {(i, i - 1) for i in range(1, n)}
+    assert "previous token" in ax.get_legend().get_texts()[0].get_text()
+    assert set(data["matrix"]) == {"score", "attention_from_position"}  # the logits stay in the data
+
+    rng = np.random.default_rng(1)
+    state = lambda step: {"step": step, "pattern0": np.tril(rng.random((n, n))), "tokens": [str(i) for i in range(n)],  # noqa: E731
+                          "identity": rng.normal(size=(3, 3)), "accuracy": 0.5}
+    jump, _ = plots.early_jump_figure(state(1), state(2), list("abc"))
+    attention = {_colour_bar_label(a) for a in jump.axes if a.images and "attention" in a.get_title()}
+    identity = {_colour_bar_label(a) for a in jump.axes if a.images and "identity" in a.get_title()}
+    assert attention == {_colour_bar_label(ax)}, (attention, _colour_bar_label(ax))
+    alone, _ = plots.variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
+    both, _ = plots.qk_heatmaps_figure(scores, rng.normal(size=(3, 3)), list("abc"))
+    left, right = both.axes[:2]
+    assert identity == {_colour_bar_label(alone.axes[0])} == {_colour_bar_label(right)}, identity
+    assert _colour_bar_label(left) == _colour_bar_label(ax) and _outlined_cells(left) == _outlined_cells(ax)
+    assert ax.images[0].get_clim() == jump.axes[0].images[0].get_clim() == (0.0, 1.0)
+    for figure in (fig, jump, alone, both):
+        assert_readable_in_the_report(figure)
+        plt.close(figure)
+
+
+def test_the_positional_caption_counts_where_position_alone_peaks():
+    """The report says what the outlines mark and where the rows' peaks are (on the paper model 9 of 11 on
+    the diagonal: experiments/results/claims/measures.json)."""
+    from compose_lens.config import TaskConfig
+    from compose_lens.registry import _positional_caption
+
+    caption = _positional_caption(_paper_like_positional_scores(), TaskConfig(), (0, 0))
+    assert "layer 1 (blocks.0) head 0" in caption and "Outlined: the key one back" in caption
+    assert "on the diagonal (the query itself) in 11 of 11 query positions and one back in 0" in caption
+    assert "highest in 100% of them" in caption

@@ -71,6 +71,37 @@ def test_positional_scores_and_previous_position_fraction():
     assert probes.previous_position_fraction(first) == pytest.approx(1 / (n - 1))
 
 
+def test_positional_attention_is_the_heads_pattern_with_the_tokens_taken_out(tiny_config, tiny_split):
+    """What the positional figure draws (issue 43 asked which axis is which): row i, column j of
+    ``positional_attention(positional_qk_scores)`` is the weight the binder's query at position i gives
+    the key at position j when the token embeddings are zeroed, read from the model's own pattern hook.
+    Transposed, it would not be: the random weights make the scores far from symmetric."""
+    torch.manual_seed(0)
+    model = tl.boot(tiny_config.model)
+    with torch.no_grad():
+        for tensor in tl.parameters(model).values():
+            if tensor.requires_grad:
+                tensor.normal_(0, 0.5)
+    scores = probes.positional_qk_scores(model, tiny_config)
+    weights = probes.positional_attention(scores)
+    seen = {}
+    model.run_with_hooks(make_pool(tiny_split, "2var_train", 1).tokens,
+                         fwd_hooks=[("hook_embed", lambda x, hook: torch.zeros_like(x)),
+                                    ("blocks.0.attn.hook_pattern", lambda x, hook: seen.setdefault("p", x))])
+    n = tiny_config.task.context_len
+    pattern = seen["p"][0, 0, :n, :n].detach()
+    assert torch.allclose(weights, pattern, atol=1e-5)
+    assert not torch.allclose(probes.positional_attention(scores.T), pattern, atol=1e-2)
+    assert torch.allclose(weights.sum(dim=1), torch.ones(n)) and (weights.triu(1) == 0).all()
+
+
+def test_positional_peaks_count_diagonal_and_previous_rows():
+    scores = 2 * torch.eye(5) + torch.eye(5).roll(-1, dims=1)  # the diagonal first, one back second
+    scores[4, 3] = 5.0  # the last row looks back
+    assert probes.positional_peaks(scores) == {"query_positions": 4, "on_diagonal": 3, "just_below": 1,
+                                               "argmax_per_query": [1, 2, 3, 3]}
+
+
 def test_variable_identity_matrix_finds_planted_routing_and_rejects_a_permutation(tiny_config):
     model = one_hot_model(tiny_config, key_shift=1)  # OV1 copies tokens: E_var OV1 = e_var
     task = tiny_config.task

@@ -71,8 +71,10 @@ from compose_lens.config import TaskConfig
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import correct_mask
+from compose_lens.files import atomic_path
 from compose_lens.markup import COMPARISON_STYLE, html_table
-from compose_lens.runs import load_subject
+from compose_lens.provenance import provenance
+from compose_lens.runs import load_subject, write_document, write_table
 from compose_lens.subject import Subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
@@ -414,10 +416,6 @@ def write(table: pd.DataFrame, a: Subject, b: Subject, folder: Path) -> list[Pat
     ``compare.json`` (the rows, the two models, the settings) and ``compare.html`` (:func:`html_page`)
     into ``folder``, each whole or not at all: what ``compose-lens compare`` writes and the report's
     comparison section keeps."""
-    from compose_lens.files import atomic_path
-    from compose_lens.provenance import provenance
-    from compose_lens.runs import write_document, write_table
-
     folder.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
     record = provenance(a.config, table.attrs.get("seed", 0), a.source, b=b.source, b_config=b.config.to_dict(),

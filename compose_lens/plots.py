@@ -85,6 +85,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from compose_lens import stats
 from compose_lens.analysis.figure_data import FourierNeuron
+from compose_lens.analysis.probes import positional_attention
 from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
 from compose_lens.files import atomic_path
@@ -592,8 +593,6 @@ def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: 
     where the study's previous-token head peaks outlined: for a query holding a value, the key one back,
     its variable's. Any position after the first can hold a value (the padding is scattered, SPEC
     section 3), so every row has one. The data: both matrices, one row per query."""
-    from compose_lens.analysis.probes import positional_attention
-
     scores = np.asarray(positional, dtype=float)
     n = len(scores)
     weights = positional_attention(scores).numpy()

@@ -78,7 +78,7 @@ from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
-from compose_lens import context
+from compose_lens import compare, context
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.markup import html_table
 from compose_lens.report.page import Report, view_html
@@ -309,8 +309,6 @@ def comparison_section(inp: ReportInputs) -> str:
     """This model (A) beside ``inp.compare_with`` (B), read on the same prompts: every row of
     :func:`compose_lens.compare.compare` in :func:`compose_lens.compare.html_tables` (the tables of
     ``compare.html``), kept as ``results/compare/compare.{csv,json,html}`` beside the page."""
-    from compose_lens import compare
-
     a, b = inp.context.loaded, inp.compare_with
     table = compare.compare(a, b, **(inp.compare_options or {}))
     compare.write(table, a, b, inp.results_dir / "compare")

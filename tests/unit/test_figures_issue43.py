@@ -419,7 +419,7 @@ def test_the_positional_caption_counts_where_position_alone_peaks():
     """The report says what the outlines mark and where the rows' peaks are (on the paper model 9 of 11 on
     the diagonal: experiments/results/claims/measures.json)."""
     from compose_lens.config import TaskConfig
-    from compose_lens.registry import _positional_caption
+    from compose_lens.registry.qk import _positional_caption
 
     caption = _positional_caption(_paper_like_positional_scores(), TaskConfig(), (0, 0))
     assert "layer 1 (blocks.0) head 0" in caption and "Outlined: the key one back" in caption

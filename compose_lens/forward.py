@@ -27,6 +27,9 @@ index (the axis is dropped); a head is ``None`` (every head: the axis is kept) o
 Patching tables name their rows by such sites (:func:`compose_lens.analysis.patching.patch_site`);
 an analysis whose position differs per sequence names it by a token role, which it resolves
 itself (DAS's :meth:`~compose_lens.analysis.das.BindingSite.where`: the queried value).
+The same sites name interventions: :meth:`Forward.edited_logits` takes ``{Site: function}`` (or a
+hook name for the whole activation), so "zero layer 1's head at position 5" is
+``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` on either forward.
 Besides TransformerLens's own hooks there is one more, ``blocks.L.attn.hook_result``: what
 each head writes into the residual stream (``hook_z`` through its slice of ``W_O``, without
 the output bias), so direct logit attribution is one read on either forward.
@@ -102,6 +105,9 @@ class Site:
         return replace(self, position=position)
 
 
+Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook (all of it) or by Site
+
+
 def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> dict:
     """Every activation the tables compute, keyed by (hook, position): the answer position's
     (B, ...) and, for layer 1, every position's (B, n, ...). Heads are the paper's one head."""
@@ -170,6 +176,43 @@ def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _edit_at(site: Site, fn: Edit) -> Edit:
+    """``fn`` applied to the site's part of its hook's activation (its position and head, as
+    :func:`_select` takes them), everything else left as it is."""
+    if site.position is None and site.head is None:
+        return fn
+    pattern = site.hook.endswith("hook_pattern")
+
+    def edit(act: torch.Tensor) -> torch.Tensor:
+        index: list = [slice(None)] * act.dim()
+        if site.position is not None:
+            index[2 if pattern else 1] = -1 if site.position == ANSWER else site.position
+        if site.head is not None:
+            index[1 if pattern else 2] = site.head
+        out = act.clone()
+        out[tuple(index)] = fn(act[tuple(index)])
+        return out
+    return edit
+
+
+def _hook_edits(edits: Mapping | Iterable | None) -> tuple[list[Site], dict[str, Edit]]:
+    """The edits' sites, and one function per hook (several edits of one hook applied in turn)."""
+    pairs = list(edits.items()) if isinstance(edits, Mapping) else list(edits or ())
+    sites = [key if isinstance(key, Site) else Site(key) for key, _ in pairs]
+    by_hook: dict[str, Edit] = {}
+    for site, (_, fn) in zip(sites, pairs):
+        fn = _edit_at(site, fn)
+        before = by_hook.get(site.hook)
+        by_hook[site.hook] = fn if before is None else (lambda a, b: lambda act: b(a(act)))(before, fn)
+    return sites, by_hook
+
+
+def _table_edits(sites: list[Site]) -> bool:
+    """Whether the tables make these edits: hooks they are arranged around, a layer-2 one at ``=``
+    (the only place they compute it)."""
+    return all(s.hook in fastpath.EDITABLE_HOOKS and (s.layer == 0 or s.position in (None, ANSWER)) for s in sites)
+
+
 _PLAIN_ANY = ("hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid")  # at every position
 _PLAIN_LAST = ("mlp.hook_in", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post")
 _NOT_PLAIN_EDITS = ("attn.hook_pattern", "mlp.hook_pre", "mlp.hook_post")  # read there, not written back
@@ -229,16 +272,18 @@ class Forward:
 
     @torch.no_grad()
     def read(self, tokens: torch.Tensor, sites: Iterable[Site], chunk: int = 4096,
-             edits: Mapping[str, Edit] | None = None) -> dict[Site, torch.Tensor]:
+             edits: Edits | None = None) -> dict[Site, torch.Tensor]:
         """{site: activation} of ``tokens`` (N, n), float32 on CPU, in chunks of ``chunk`` sequences.
-        ``Site("logits", "=")`` is the answer logits. ``edits`` ({hook: function}): read with those
-        activations replaced (by the last-position forward or the bridge; the tables read unedited)."""
-        sites, chunk, edits = list(dict.fromkeys(sites)), max(1, chunk), dict(edits or {})
-        parts = [self._read(tokens[start: start + chunk].to(self.device), sites, edits)
+        ``Site("logits", "=")`` is the answer logits. ``edits`` (as :meth:`edited_logits` takes them):
+        read with those activations replaced (by the last-position forward or the bridge)."""
+        sites, chunk = list(dict.fromkeys(sites)), max(1, chunk)
+        edit_sites, edits = _hook_edits(edits)
+        parts = [self._read(tokens[start: start + chunk].to(self.device), sites, edits, edit_sites)
                  for start in range(0, len(tokens), chunk)]
         return {site: torch.cat([p[site] for p in parts]) for site in sites}
 
-    def _read(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
+    def _read(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit], edit_sites: list[Site]
+              ) -> dict[Site, torch.Tensor]:
         for site in sites:
             if site.head is not None and _head_axis(site.hook, site.position is None) is None:
                 raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
@@ -246,7 +291,8 @@ class Forward:
             self._refuse_if_insisted(f"read {', '.join(str(s) for s in sites if (s.hook, s.position) not in TABLE_SITES)}"
                                      if not edits else "read under edits")
             if self.plain and all(_plain_reads(s, self.cfg) for s in sites) and \
-                    all(_plain_reads(Site(h, ANSWER), self.cfg) and not h.endswith(_NOT_PLAIN_EDITS) for h in edits):
+                    all(_plain_reads(s if s.position is not None else s.at(ANSWER), self.cfg)
+                        and not s.hook.endswith(_NOT_PLAIN_EDITS) for s in edit_sites):
                 return self._read_plain(tokens, sites, edits)
             return self._read_hooks(tokens, sites, edits)
         params = {k: v.float() for k, v in self.params.items()}
@@ -326,27 +372,25 @@ class Forward:
     # -- editing -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def edited_logits(self, tokens: torch.Tensor, edits: Mapping[str, Edit] | Iterable[tuple[str, Edit]],
-                      chunk: int = 1024) -> torch.Tensor:
-        """(N, d_vocab_out) answer logits with each edit's ``function(activation)`` written in place
-        of its hook's activation (``edits``: {hook: function}, or (hook, function) pairs, several
-        per hook on the bridge), in chunks of ``chunk`` (1,024 keep the tables' (chunk, n, d_head)
-        tensors in cache: 2x faster than 4,096). The tables are used when every edited hook is one
-        of theirs (:data:`~compose_lens.model.fastpath.EDITABLE_HOOKS`); they see a layer-2 hook at
-        ``=`` only."""
-        pairs = list(edits.items()) if isinstance(edits, Mapping) else list(edits)
+    def edited_logits(self, tokens: torch.Tensor, edits: Edits, chunk: int = 1024) -> torch.Tensor:
+        """(N, d_vocab_out) answer logits with each edit's ``function(activation)`` written in place of
+        what it names: a hook (its whole activation) or a :class:`Site` (that position and head only:
+        ``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` zeroes layer 1's head at position 5);
+        ``edits`` is a mapping or (key, function) pairs, several edits of one hook applied in turn.
+        In chunks of ``chunk`` (1,024 keep the tables' (chunk, n, d_head) tensors in cache: 2x faster
+        than 4,096). The tables make the edits of the hooks they are arranged around
+        (:data:`~compose_lens.model.fastpath.EDITABLE_HOOKS`; a layer-2 one at ``=``, the only place
+        they compute it), the bridge any other."""
+        sites, by_hook = _hook_edits(edits)
         out = []
-        if self.tables and {name for name, _ in pairs} <= set(fastpath.EDITABLE_HOOKS):
-            table_edits = dict(pairs)
-            if len(table_edits) != len(pairs):
-                raise ComposeLensError("one edit per hook on the table forward")
+        if self.tables and _table_edits(sites):
             params = {name: value.float() for name, value in self.params.items()}
             for start in range(0, len(tokens), chunk):
-                out.append(fastpath.edited_answer_logits(params, self.cfg, tokens[start: start + chunk], table_edits))
+                out.append(fastpath.edited_answer_logits(params, self.cfg, tokens[start: start + chunk], by_hook))
             return torch.cat(out)
-        self._refuse_if_insisted(f"edit {', '.join(sorted({n for n, _ in pairs} - set(fastpath.EDITABLE_HOOKS)))}")
+        self._refuse_if_insisted(f"edit {', '.join(str(s) for s in sites if not _table_edits([s]))}")
         model = self.bridge()
-        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in pairs]
+        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in by_hook.items()]
         with tl.hooks(model, hooks):
             for start in range(0, len(tokens), chunk):
                 out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())

@@ -132,3 +132,26 @@ def test_every_circuit_edge_names_its_ends_as_sites_of_the_model(paper):
     assert len(read) == len(senders) > 3 and all(value.shape == (3, cfg.d_model) for value in read.values())
     a0_to_v = next(e for e in graph.edges if e.name == "a0.h0->a1.h0.v@5")
     assert [str(s) for s in a0_to_v.sites()] == ["blocks.0.attn.hook_result[0]@5", "blocks.1.hook_v_input[0]@5"]
+
+
+def test_an_edit_named_by_a_site_touches_that_position_and_head_only(paper):
+    bridge, weights, tokens = paper
+    tables, hooked = Forward(weights.model, weights.config.model), Forward(bridge.model, bridge.config.model, fast=False)
+    at_5 = {Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}
+
+    def by_hand(act):  # the same edit written on the whole activation
+        act = act.clone()
+        act[:, 5, 0] = 0
+        return act
+
+    edited = tables.edited_logits(tokens, at_5)
+    assert torch.allclose(edited, hooked.edited_logits(tokens, at_5), atol=1e-3)
+    assert torch.allclose(edited, hooked.edited_logits(tokens, {"blocks.0.attn.hook_z": by_hand}), atol=1e-3)
+    clean = tables.logits(tokens)
+    assert (edited - clean).abs().max() > 1e-3 and not torch.allclose(edited, tables.edited_logits(
+        tokens, {"blocks.0.attn.hook_z": torch.zeros_like}), atol=1e-3)  # one position, not all
+    # layer 2 off "=" never reaches the answer: the tables cannot make it, the bridge does, and nothing moves
+    off_answer = {Site("blocks.1.hook_mlp_out", 3): lambda act: act + 100.0}
+    assert torch.allclose(tables.edited_logits(tokens, off_answer), clean, atol=1e-3)
+    with pytest.raises(ComposeLensError, match=r"cannot edit blocks\.1\.hook_mlp_out@3"):
+        Forward(weights.model, weights.config.model, fast=True).edited_logits(tokens, off_answer)

@@ -2,19 +2,22 @@
 
 An analysis asks the model three things: its answer logits at ``=``, some activations on the
 way there, and its answer with some activations replaced. compose-lens can compute these in
-two ways (:mod:`compose_lens.capabilities` says which is exact for which architecture):
+three ways (:mod:`compose_lens.capabilities` says which is exact for which architecture):
 
 * **the tables** (:mod:`compose_lens.model.fastpath`): the paper architecture's answer at ``=``
   from score tables over the vocabulary and the positions, with no (batch, positions, d_model)
   tensor and no TransformerLens bridge (a :class:`~compose_lens.model.tl.Weights` will do). It
   has the activations the answer is made of (:data:`TABLE_SITES`), and can replace the four
   it is arranged around (:data:`compose_lens.model.fastpath.EDITABLE_HOOKS`);
+* **the last-position forward** (:mod:`compose_lens.model.lastpos`): plain torch for any depth
+  and head count without normalisation, every layer at every position but the last layer's MLP
+  at ``=`` only, its activations read and edited as they are made, with no hooks;
 * **the TransformerLens bridge**: ``run_with_cache`` and ``run_with_hooks``, every hook of any
   architecture (a bridge is booted from the weights when the subject holds only those).
 
-A :class:`Forward` makes that choice once, per request: :meth:`Forward.read` answers from the
-tables when every site asked for is one of theirs, else from the bridge, and
-:meth:`Forward.edited_logits` likewise. The two give the same numbers up to float rounding
+A :class:`Forward` makes that choice per request, in that order: :meth:`Forward.read` answers
+from the first that computes every site asked for (and every edit), :meth:`Forward.edited_logits`
+and :meth:`Forward.logits` likewise. They give the same numbers up to float rounding
 (tests/unit/test_forward.py), so an analysis is written once, in :class:`Site` terms, and never
 asks which forward it is on.
 
@@ -51,8 +54,8 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from compose_lens.config import ModelConfig
-from compose_lens.errors import ComposeLensError
 from compose_lens import capabilities
+from compose_lens.errors import ComposeLensError
 from compose_lens.model import fastpath, lastpos, tl, weights
 
 ANSWER = "="  # the answer position: the last of every sequence
@@ -253,10 +256,7 @@ class Forward:
     def bridge(self):
         """The TransformerLens bridge (booted from the weights once, if the model is only weights)."""
         if self._bridge is None:
-            state = self.params
-            self._bridge = tl.boot(self.cfg, self.device)
-            tl.load_state(self._bridge, state)
-            self._bridge.eval()
+            self._bridge = tl.bridge_of(self.model)
         return self._bridge
 
     def _refuse_if_insisted(self, what: str) -> None:

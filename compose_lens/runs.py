@@ -445,10 +445,7 @@ def with_bridge(loaded: Subject) -> Subject:
     :class:`~compose_lens.model.tl.Weights` if it holds those (for what reads hooks)."""
     if not isinstance(loaded.model, tl.Weights):
         return loaded
-    state = tl.parameters(loaded.model)
-    model = tl.boot(loaded.config.model, state["embed.weight"].device, loaded.config.task)
-    tl.load_state(model, state)  # checked when the Weights were made
-    return dataclasses.replace(loaded, model=model.eval())
+    return dataclasses.replace(loaded, model=tl.bridge_of(loaded.model, loaded.config.task))
 
 
 def for_analyses(loaded: Subject) -> Subject:

@@ -100,6 +100,15 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig 
     return model
 
 
+def bridge_of(weights: "Weights", task: TaskConfig | None = None) -> TransformerBridge:
+    """A bridge (eval mode) holding ``weights``' tensors, for what reads hooks, with the tokenizer of
+    ``task`` (default: the one the sizes imply)."""
+    state = parameters(weights)
+    model = boot(weights.cfg, state["embed.weight"].device, task)
+    load_state(model, state)  # checked when the Weights were made
+    return model.eval()
+
+
 def apply_read_order(model: TransformerBridge, cfg: ModelConfig) -> None:
     """Give every attention layer the causal mask of ``cfg.read_order`` (a model read in another
     order than left to right: :mod:`compose_lens.declaration`); nothing where it is None."""

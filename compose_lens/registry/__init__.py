@@ -59,3 +59,8 @@ from compose_lens.registry.entropy import ENTROPY
 ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, CIRCUIT, VARIANT,
                                   GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING)
 
+
+# what the rest of the package reads here: the declarations' vocabulary and every declaration
+__all__ = ["ANALYSES", "FIGURES", "Analysis", "Finding", "Option", "Result", "by_name", "sections", "PROBES", "QK",
+           "FOURIER", "SAME_MLP", "DLA", "ABLATION", "PATCHING", "HEAD_PATCHING", "PATH_PATCHING", "CIRCUIT", "DAS",
+           "VARIANT", "GRADIENT", "ENTROPY"]

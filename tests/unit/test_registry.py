@@ -165,3 +165,10 @@ def test_an_option_of_several_values_keeps_every_repeat_and_its_default_when_abs
     assert settings(["das", "paper", "--ranks", "4", "16", "--out", "o"])["ranks"] == (4, 16)
     assert settings(["das", "paper", "--out", "o"])["ranks"] == tuple(registry.DAS.settings["ranks"])
     assert settings(["patch-heads", "paper", "--out", "o"])["components"] == registry.HEAD_PATCHING.settings["components"]
+
+
+def test_every_declaration_is_named_by_the_registry_package():
+    """The registry is a package of declaration modules: each declaration in ANALYSES is one of its public
+    names (what ``registry.DLA`` and friends read), and nothing else is declared that ANALYSES leaves out."""
+    declared = {name for name in registry.__all__ if isinstance(getattr(registry, name), registry.Analysis)}
+    assert {id(getattr(registry, name)) for name in declared} == {id(a) for a in registry.ANALYSES}

@@ -85,7 +85,7 @@ STYLES = {
             "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7, "figure.titlesize": 9,
             "lines.linewidth": 1.0, "lines.markersize": 3.5, "axes.linewidth": 0.6, "patch.linewidth": 0.6,
             "grid.linewidth": 0.5, "xtick.major.width": 0.6, "ytick.major.width": 0.6,
-            "xtick.major.size": 2.5, "ytick.major.size": 2.5, "savefig.dpi": 300,
+            "xtick.major.size": 2.5, "ytick.major.size": 2.5, "savefig.dpi": 300, "savefig.pad_inches": 0.03,
             "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}),
 }
 
@@ -140,6 +140,16 @@ def fit(fig: Figure, chosen: str | FigureStyle | None = None) -> Figure:
     _rewrap(fig)
     if fig.axes:
         _lay_out(fig, dict(getattr(fig, "study_layout", None) or {}))
+    # the file is the drawn box and a margin (bbox_inches="tight"): text reaching out of the figure, a
+    # colour bar's label, would make it wider than the column
+    target = None if chosen.width is None else chosen.width - 2 * chosen.rc.get("savefig.pad_inches", 0.1) - 0.01
+    for _ in range(3):
+        drawn = fig.get_tightbbox(fig._get_renderer()).width
+        if target is None or drawn <= target + 0.001:
+            break
+        fig.set_size_inches(fig.get_figwidth() - (drawn - target) - 0.01, fig.get_figheight())
+        if fig.axes:
+            _lay_out(fig, dict(getattr(fig, "study_layout", None) or {}))
     fig._fitted_to = chosen.name
     return fig
 
@@ -197,10 +207,10 @@ def _rewrap(fig: Figure) -> None:
     for text, width in room:
         words = text.get_text()
         drawn = text.get_window_extent(renderer).width if words.strip() else 0
-        if drawn > width * 1.02:
-            lines = words.count("\n") + 1
-            per_line = max(8, int(len(words) / lines * width / drawn))
-            text.set_text(textwrap.fill(" ".join(words.split()), per_line))
+        if drawn > width * 1.02:  # each line the figure broke stays a line of its own, wrapped if long
+            lines = words.split("\n")
+            per_line = max(8, int(max(map(len, lines)) * width / drawn))
+            text.set_text("\n".join(textwrap.fill(line, per_line) for line in lines))
 
 
 def _free_rect(fig: Figure) -> tuple[float, float, float, float]:

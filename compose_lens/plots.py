@@ -180,7 +180,8 @@ def figure_bytes(fig: Figure, dpi: int = 110, fmt: str = "png") -> bytes:
     fit(fig, chosen)
     dpi = chosen.dpi or dpi
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
+    with rc_context(chosen.rc):  # what is read when writing (margin, PDF font type): a user's figure too
+        fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
     if getattr(fig.canvas, "manager", None) is not None:  # made by pyplot (a caller's): release it there
         import matplotlib.pyplot as plt  # already imported by whoever made it
 

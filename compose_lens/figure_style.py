@@ -227,12 +227,14 @@ def _rewrap(fig: Figure) -> None:
     if fig._suptitle is not None:
         room.append((fig._suptitle, fig.bbox.width))
     for text, width in room:
-        words = text.get_text()
-        drawn = text.get_window_extent(renderer).width if words.strip() else 0
+        drawn = text.get_window_extent(renderer).width if text.get_text().strip() else 0
         if drawn > width * 1.02:  # each line the figure broke stays a line of its own, wrapped if long
-            lines = words.split("\n")
+            lines = text.get_text().split("\n")
             per_line = max(8, int(max(map(len, lines)) * width / drawn))
-            text.set_text("\n".join(textwrap.fill(line, per_line) for line in lines))
+            original = getattr(text, "_report_words", None) or text.get_text()  # wrapped again from the figure's
+            text._report_words = original
+            text.set_text("\n".join(textwrap.fill(line, per_line, break_on_hyphens=False, break_long_words=False)
+                                     for line in original.split("\n")))
 
 
 def _free_rect(fig: Figure) -> tuple[float, float, float, float]:

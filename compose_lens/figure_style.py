@@ -143,6 +143,7 @@ def fit(fig: Figure, chosen: str | FigureStyle | None = None) -> Figure:
         if fig.axes:
             _lay_out(fig, dict(getattr(fig, "study_layout", None) or {}))
     _thin_ticks(fig)
+    _title_down(fig)
     # the file is the drawn box and a margin (bbox_inches="tight"): text reaching out of the figure, a
     # colour bar's label, would make it wider than the column
     target = None if chosen.width is None else chosen.width - 2 * chosen.rc.get("savefig.pad_inches", 0.1) - 0.01
@@ -197,6 +198,22 @@ def _below_title(fig: Figure) -> None:
         if box.y1 > title.y0 and (box.y0 + box.y1) / 2 > 0.5:
             legend.set_loc("upper center")
             legend.set_bbox_to_anchor(((box.x0 + box.x1) / 2, title.y0 - 0.005), transform=fig.transFigure)
+
+
+def _title_down(fig: Figure) -> None:
+    """Bring the figure's title down to its axes where square panels (heatmaps, drawn at a fixed
+    aspect) left the narrowed figure's top empty; the file is then cropped to what is drawn. A
+    figure with a legend at its top keeps its title where it is."""
+    title = fig._suptitle
+    if title is None or not title.get_text().strip() or not fig.axes:
+        return
+    renderer, inverse = fig._get_renderer(), fig.transFigure.inverted()
+    if any(legend.get_window_extent(renderer).transformed(inverse).y0 > 0.5 for legend in fig.legends):
+        return
+    top = max(ax.get_tightbbox(renderer).transformed(inverse).y1 for ax in fig.axes if ax.get_visible())
+    gap = title.get_window_extent(renderer).transformed(inverse).y0 - top
+    if gap > 0.03:
+        title.set_y(title.get_position()[1] - gap + 0.015)
 
 
 def _thin_ticks(fig: Figure) -> None:

@@ -91,7 +91,10 @@ from compose_lens.analysis.probes import positional_attention
 from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
 from compose_lens.files import atomic_path
-from compose_lens.figure_style import STYLES, FigureStyle, current_style, fit, style, style_named  # noqa: F401
+from compose_lens import figure_style
+from compose_lens.figure_style import current_style, fit, style, style_named
+
+STYLES, FigureStyle = figure_style.STYLES, figure_style.FigureStyle  # plots.STYLES: the one place of the figure style
 
 # phase onsets: Okabe-Ito sky blue, reddish purple and grey (colour-blind safe, and apart from the
 # four colours the curves use)

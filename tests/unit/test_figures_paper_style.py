@@ -91,7 +91,8 @@ def test_no_text_overlaps_another_in_the_busiest_figures_at_paper_width(name):
     renderer = fig._get_renderer()
     texts = _texts(fig)
     boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
-    overlapping = [(a.get_text(), b.get_text()) for (a, (_, box_a)), (b, (_, box_b)) in combinations(zip(texts, boxes), 2)
+    overlapping = [(a.get_text(), b.get_text())
+                   for (a, (_, box_a)), (b, (_, box_b)) in combinations(zip(texts, boxes), 2)
                    if box_a.shrunk(0.98, 0.9).overlaps(box_b.shrunk(0.98, 0.9)) and not _side_by_side(a, b, renderer)]
     assert not overlapping, overlapping[:5]
     figure = fig.bbox.padded(1)  # and none is cut by the figure's edge
@@ -153,7 +154,8 @@ def test_style_paper_on_the_command_line_writes_pdf_and_a_bad_style_exits_2(monk
 
     parser = cli.build_parser()
     for argv, expected in ((["fourier", "paper", "--out", "o", "--style", "paper"], ("pdf", "paper")),
-                           (["fourier", "paper", "--out", "o", "--style", "paper", "--format", "svg"], ("svg", "paper")),
+                           (["fourier", "paper", "--out", "o", "--style", "paper", "--format", "svg"],
+                            ("svg", "paper")),
                            (["analyze", "paper", "--out", "o"], ("png", "report"))):
         args = parser.parse_args(argv)
         args.func = command

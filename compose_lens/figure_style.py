@@ -143,6 +143,11 @@ def fit(fig: Figure, chosen: str | FigureStyle | None = None) -> Figure:
         if fig.axes:
             _lay_out(fig, dict(getattr(fig, "study_layout", None) or {}))
     _thin_ticks(fig)
+    for _ in range(4):  # named ticks (a bar chart's conditions) are never dropped: give them the height
+        if not _names_touch(fig):
+            break
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() * 1.12)
+        _lay_out(fig, dict(getattr(fig, "study_layout", None) or {}))
     _title_down(fig)
     # the file is the drawn box and a margin (bbox_inches="tight"): text reaching out of the figure, a
     # colour bar's label, would make it wider than the column
@@ -214,6 +219,18 @@ def _title_down(fig: Figure) -> None:
     gap = title.get_window_extent(renderer).transformed(inverse).y0 - top
     if gap > 0.03:
         title.set_y(title.get_position()[1] - gap + 0.015)
+
+
+def _names_touch(fig: Figure) -> bool:
+    """Whether two neighbouring y tick labels that name rows (not numbers) overlap."""
+    renderer = fig._get_renderer()
+    for ax in fig.axes:
+        if isinstance(ax.yaxis.get_major_locator(), MaxNLocator):
+            continue
+        boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_visible() and t.get_text()]
+        if any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])):
+            return True
+    return False
 
 
 def _thin_ticks(fig: Figure) -> None:

@@ -26,8 +26,19 @@ def _progress():
     return plots.progress_measures_figure(table, {"addition": {"step": 100}})
 
 
+def _same_mlp_five_probe_rows():
+    """The paper model's probe table: five conditions, the last a two-line name (its rows touched at 7 in)."""
+    report = _same_mlp_report()
+    probe = report["tables"]["probe"]
+    for test in ("probe", "subspace"):
+        row = next(r for r in probe if r["test"] == test)
+        probe += [{**row, "condition": name} for name in ("1-var right", "random-token terms (constant prompts)")]
+    return plots.same_mlp_figure(report)
+
+
 BUSIEST = {"progress measures (12 panels)": _progress,
            "same MLP (4 panels, long labels)": lambda: plots.same_mlp_figure(_same_mlp_report()),
+           "same MLP (five probe rows)": _same_mlp_five_probe_rows,
            "nine pools": lambda: plots.dynamics_figure(*_dynamics()),
            "ablation (27 rows x 9 pools)": lambda: _study_section_figure("ablation"),
            "early jump (4 heatmaps)": lambda: _study_section_figure("jump")}

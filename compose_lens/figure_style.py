@@ -21,8 +21,11 @@ the style is applied in two steps that work for every figure, a user's own inclu
    and :func:`compose_lens.plots.figure_bytes`), a figure wider than the style's width is narrowed
    to it, its height by the square root of that factor (text does not shrink as much as the width,
    so panels keep room for their titles and labels), every text is set to the style's size for
-   it (:meth:`FigureStyle.font_size`: the report's 10 pt title becomes 9, its 8 pt labels 7), and
-   the figure's own ``tight_layout`` is run again at the new size, so labels do not overlap.
+   it (:meth:`FigureStyle.font_size`: the report's 10 pt title becomes 9, its 8 pt labels 7),
+   titles wider than their panel are wrapped again, the figure's own ``tight_layout`` is run again
+   at the new size, number ticks that touch are thinned, rows named on an axis that touch get more
+   height, and a title left high above square panels comes down to them: no label overlaps another
+   (``tests/unit/test_figures_paper_style.py`` checks the busiest figures' text boxes).
 
 A figure remembers the style it was drawn in, so saving it later, outside the ``with`` block, still
 writes it in that style. From Python or a notebook::

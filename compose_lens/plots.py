@@ -12,7 +12,9 @@ and saving renders through the Agg canvas whatever the backend; a figure shows i
 Jupyter as PNG (:class:`StudyFigure`).
 Every figure names layers as the whole package does: ``layer 1 (blocks.0)`` is the
 paper's layer 1, TransformerLens's ``blocks.0`` (:func:`layer_name`). :func:`save` writes
-PNG, SVG or PDF (:data:`FORMATS`). Scales are chosen for print: one-sided quantities
+PNG, SVG or PDF (:data:`FORMATS`). The figures are drawn in one style, the report's by default;
+``with plots.style("paper"):`` draws them for a journal (7.0 in wide, 7 to 9 pt, vector files:
+:mod:`compose_lens.figure_style`, :data:`STYLES`). Scales are chosen for print: one-sided quantities
 (attention weights, accuracy drops) use sequential colour maps from 0, two-sided ones
 (scores, normalised logit differences) a diverging map centred on 0, and attention
 is drawn on a square-root colour scale (:data:`ATTENTION_GAMMA`) so that weights of
@@ -75,7 +77,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize, PowerNorm
@@ -89,6 +91,10 @@ from compose_lens.analysis.probes import positional_attention
 from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
 from compose_lens.files import atomic_path
+from compose_lens import figure_style
+from compose_lens.figure_style import current_style, fit, style, style_named
+
+STYLES, FigureStyle = figure_style.STYLES, figure_style.FigureStyle  # plots.STYLES: the one place of the figure style
 
 # phase onsets: Okabe-Ito sky blue, reddish purple and grey (colour-blind safe, and apart from the
 # four colours the curves use)
@@ -135,7 +141,25 @@ def layer_name(block: int) -> str:
 
 class StudyFigure(Figure):
     """A matplotlib figure made without pyplot (no backend chosen, nothing kept in pyplot's list
-    of open figures) that Jupyter shows inline, as PNG, when it is a cell's value."""
+    of open figures) that Jupyter shows inline, as PNG, when it is a cell's value.
+
+    It remembers the figure style it was made in (:func:`style`, ``study_style``) and its
+    ``tight_layout`` settings (``study_layout``), so that writing it (``savefig``, :func:`save`)
+    fits it to that style (:func:`compose_lens.figure_style.fit`) however late it is written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.study_style = current_style()
+        self.study_layout: dict | None = None
+
+    def tight_layout(self, **kwargs) -> None:
+        self.study_layout = kwargs
+        super().tight_layout(**kwargs)
+
+    def savefig(self, *args, **kwargs) -> None:
+        fit(self)
+        with rc_context(self.study_style.rc):  # the settings read when writing (PDF font type) too
+            super().savefig(*args, **kwargs)
 
     def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
@@ -151,11 +175,16 @@ def subplots(*grid, figsize: tuple[float, float] | None = None, **kwargs):
 
 
 def figure_bytes(fig: Figure, dpi: int = 110, fmt: str = "png") -> bytes:
-    """The figure as PNG, SVG or PDF bytes (a figure of pyplot's is closed)."""
+    """The figure as PNG, SVG or PDF bytes (a figure of pyplot's is closed), fitted to the style it
+    was drawn in (:func:`style`; a paper style's own ``dpi`` wins over ``dpi``)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
+    chosen = style_named(getattr(fig, "study_style", None) or current_style())
+    fit(fig, chosen)
+    dpi = chosen.dpi or dpi
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
+    with rc_context(chosen.rc):  # what is read when writing (margin, PDF font type): a user's figure too
+        fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
     if getattr(fig.canvas, "manager", None) is not None:  # made by pyplot (a caller's): release it there
         import matplotlib.pyplot as plt  # already imported by whoever made it
 
@@ -225,10 +254,13 @@ class Renderer:
         return self._pool is not None
 
     def save(self, figure, *numbers, path: str | Path, dpi: int = 110, fmt: str = "png") -> None:
+        """Draw ``figure(*numbers)`` and write it, in the figure style current here (:func:`style`),
+        whichever process draws it."""
+        chosen = current_style().name
         if self._pool is None:
-            _draw(figure, numbers, path, dpi, fmt)
+            _draw(figure, numbers, path, dpi, fmt, chosen)
         else:
-            self._pending.append(self._pool.submit(_draw, figure, numbers, path, dpi, fmt))
+            self._pending.append(self._pool.submit(_draw, figure, numbers, path, dpi, fmt, chosen))
 
     def wait(self) -> None:
         """Return when every figure sent so far is written; raise the first failure."""
@@ -257,8 +289,9 @@ def _worker_ready() -> bool:
     return True
 
 
-def _draw(figure, numbers: tuple, path: str | Path, dpi: int, fmt: str) -> list[Path]:
-    return save(figure(*numbers)[0], None, path, dpi, fmt)
+def _draw(figure, numbers: tuple, path: str | Path, dpi: int, fmt: str, style_name: str = "report") -> list[Path]:
+    with style(style_name):
+        return save(figure(*numbers)[0], None, path, dpi, fmt)
 
 
 def data_uri(png: bytes) -> str:

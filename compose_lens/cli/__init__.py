@@ -34,7 +34,7 @@ import sys
 from typing import Sequence
 
 from compose_lens.cli import analysis, compare, data, dynamics, methods, settings, sweep, train
-from compose_lens.cli.common import Parser
+from compose_lens.cli.common import Parser, figure_style
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import VERSION, set_command
@@ -118,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "quiet") and not _stderr_is_terminal():
         args.quiet = True  # progress bars only on a terminal: in a log file they are noise
     try:
-        return int(args.func(args) or 0)
+        with figure_style(args):  # --style / --format of a command that writes figures
+            return int(args.func(args) or 0)
     except ComposeLensError as exc:
         return _fail(str(exc), 2)
     except KeyboardInterrupt:

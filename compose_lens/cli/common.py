@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
@@ -137,10 +139,36 @@ def add_overwrite(parser: argparse.ArgumentParser, what: str = "--out") -> None:
 FORMATS = ("png", "svg", "pdf")  # compose_lens.plots.FORMATS, repeated here so --help imports no matplotlib
 
 
+STYLES = ("report", "paper")  # compose_lens.figure_style.STYLES, repeated here so --help imports no matplotlib
+
+
 def add_format_argument(parser: argparse.ArgumentParser) -> None:
-    """--format png|svg|pdf for the commands that write figures."""
-    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="png",
-                        help="figure file format (default png)")
+    """--format png|svg|pdf and --style report|paper for the commands that write figures
+    (:func:`figure_style` applies them)."""
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default=None,
+                        help="figure file format (default png; pdf with --style paper)")
+    parser.add_argument("--style", choices=STYLES, default="report",
+                        help="figure style: report (default: 11 in wide, for the HTML report) or paper "
+                             "(7.0 in, a two-column journal's text width; text 7 to 9 pt; PDF unless --format)")
+
+
+@contextmanager
+def figure_style(args: argparse.Namespace) -> Iterator[None]:
+    """Run a command in the figure style its ``--style`` names (:mod:`compose_lens.figure_style`),
+    its ``--format`` defaulting to the style's (png for the report, pdf for a paper). A command
+    without these options runs as it is."""
+    name = getattr(args, "style", None)
+    if name in (None, "report"):  # the report's style changes nothing: matplotlib is not imported for it
+        if hasattr(args, "fmt") and args.fmt is None:
+            args.fmt = "png"
+        yield
+        return
+    from compose_lens.figure_style import style
+
+    with style(name) as chosen:
+        if args.fmt is None:
+            args.fmt = chosen.format
+        yield
 
 
 PAIRS_SUFFIXES = (".csv", ".jsonl", ".ndjson")  # compose_lens.data.pairs.FORMATS

@@ -79,7 +79,8 @@ _EXPORTS = {
     # figures (matplotlib; each returns (figure, the data drawn)) and notebook display
     "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
     "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",
-    "png_bytes": "compose_lens.plots", "interactive_attention": "compose_lens.report.page:notebook_view",
+    "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.figure_style:style",
+    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit", "interactive_attention": "compose_lens.report.page:notebook_view",
     "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
     "DasSettings": "compose_lens.analysis.das",
     "gradient_shares": "compose_lens.analysis.gradient_terms:shares",

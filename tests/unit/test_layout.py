@@ -29,6 +29,7 @@ LAYERS = {
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
     "plots": 6, "circuit_view": 6,  # the circuit graph as an interactive page, from plots' layout
+    "figure_style": 0,  # matplotlib settings only: the report and paper styles plots draws in
     "registry": 7, "context": 7,  # the analyses' one door: their declarations, and running one over a subject
     "compare": 7,  # two models through the registry's per-model context
     "report": 8,

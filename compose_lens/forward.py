@@ -113,11 +113,15 @@ Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook
 
 def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> dict:
     """Every activation the tables compute, keyed by (hook, position): the answer position's
-    (B, ...) and, for layer 1, every position's (B, n, ...). Heads are the paper's one head."""
+    (B, ...) and, for layer 1, every position's (B, n, ...); a function where it costs work beyond
+    the answer's own forward (called only when read). Heads are the paper's one head."""
     acts = fastpath.forward_at_answer(params, cfg, tokens)
     token = params["embed.weight"][tokens[:, -1]]
     place = params["pos_embed.weight"][tokens.shape[1] - 1].expand(len(tokens), -1)
-    mlp_out = weights.mlp_out(params, cfg, acts.resid_mid1_last, 1)[2]
+
+    def mlp_out() -> torch.Tensor:  # MLP2 once more, from its input: only where a read asks for its output
+        return weights.mlp_out(params, cfg, acts.resid_mid1_last, 1)[2]
+
     after_layer1 = acts.resid_mid0_last
     head0, head1 = after_layer1 - token - place, acts.resid_mid1_last - after_layer1
     return {
@@ -132,7 +136,7 @@ def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: to
         ("blocks.1.hook_resid_mid", ANSWER): acts.resid_mid1_last,
         ("blocks.1.mlp.hook_pre", ANSWER): acts.mlp_pre, ("blocks.1.mlp.hook_post", ANSWER): acts.mlp_post,
         ("blocks.1.hook_mlp_out", ANSWER): mlp_out,
-        ("blocks.1.hook_resid_post", ANSWER): acts.resid_mid1_last + mlp_out,
+        ("blocks.1.hook_resid_post", ANSWER): lambda: acts.resid_mid1_last + mlp_out(),
         ("logits", ANSWER): acts.logits,
     }
 
@@ -208,6 +212,11 @@ def _hook_edits(edits: Mapping | Iterable | None) -> tuple[list[Site], dict[str,
         before = by_hook.get(site.hook)
         by_hook[site.hook] = fn if before is None else (lambda a, b: lambda act: b(a(act)))(before, fn)
     return sites, by_hook
+
+
+def _bridge_hooks(by_hook: dict[str, Edit]) -> list[tuple[str, Callable]]:
+    """The edits as TransformerLens forward hooks (which are called with the hook point too)."""
+    return [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in by_hook.items()]
 
 
 def _table_edits(sites: list[Site]) -> bool:
@@ -308,7 +317,7 @@ class Forward:
         """The sites from :mod:`compose_lens.model.lastpos`'s plain-torch layers (no hooks): every layer
         at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`)."""
         cfg = self.cfg
-        params = {k: v.detach().float().cpu() for k, v in self.params.items()}
+        params = weights.detached_parameters(self.model)
         tokens = tokens.cpu()
         found: dict[str, torch.Tensor] = {}
 
@@ -338,8 +347,7 @@ class Forward:
             return hook.replace("hook_result", "hook_z")
 
         names = {source(s.hook) for s in sites if s.hook != "logits"}
-        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in (edits or {}).items()]
-        with tl.hooks(self.bridge(), hooks):
+        with tl.hooks(self.bridge(), _bridge_hooks(edits or {})):
             logits, cache = tl.run_with_cache(self.bridge(), tokens, names_filter=lambda name: name in names)
         out = {}
         for site in sites:
@@ -390,8 +398,7 @@ class Forward:
             return torch.cat(out)
         self._refuse_if_insisted(f"edit {', '.join(str(s) for s in sites if not _table_edits([s]))}")
         model = self.bridge()
-        hooks = [(name, (lambda fn: lambda act, hook=None: fn(act))(fn)) for name, fn in by_hook.items()]
-        with tl.hooks(model, hooks):
+        with tl.hooks(model, _bridge_hooks(by_hook)):
             for start in range(0, len(tokens), chunk):
                 out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())
         return torch.cat(out)

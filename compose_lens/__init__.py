@@ -62,7 +62,6 @@ _EXPORTS = {
     # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
     "ANALYSES": "compose_lens.registry",
     "sequence_views": "compose_lens.analysis.attention",
-    "trajectory": "compose_lens.analysis.dynamics", "find_phases": "compose_lens.analysis.dynamics",
     "classify_run": "compose_lens.outcome",
     "prev_token_attention_score": "compose_lens.analysis.probes",
     "variable_identity_score": "compose_lens.analysis.probes",
@@ -84,11 +83,10 @@ _EXPORTS = {
     "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
     "DasSettings": "compose_lens.analysis.das",
     "gradient_shares": "compose_lens.analysis.gradient_terms:shares",
-    "llc_over_checkpoints": "compose_lens.analysis.llc", "estimate_llc": "compose_lens.analysis.llc",
-    "LlcSettings": "compose_lens.analysis.llc",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.context",
     "run_analysis": "compose_lens.context",
+    "RunContext": "compose_lens.context",
     "run_sweep": "compose_lens.sweep",
 }
 

@@ -10,6 +10,9 @@ folder where it was made with the same settings, seed and configuration, and :fu
 the other (the report). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
 (``compose-lens analyze``).
 
+An analysis of a run's checkpoints (``of="run"``: the dynamics, the LLC) is run over a
+:class:`RunContext` instead, the same way: :func:`run_analysis` takes a run's source where it takes a model.
+
 The registry declares; this module runs. Nothing in the report or the command line computes a
 registered analysis any other way, so an analysis's command, ``analyze`` and the report write the same
 files with the same settings (``tests/unit/test_layout.py`` holds the report and the command line to it).
@@ -34,6 +37,7 @@ from compose_lens.files import atomic_path, load_json
 from compose_lens.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.runs import write_document, write_table
+from compose_lens.safety import peek_run_config
 from compose_lens.subject import Subject
 
 
@@ -90,6 +94,32 @@ class Context:
         self._open.close()
 
 
+class RunContext:
+    """A run's checkpoints as a run analysis reads them (``Analysis.of == "run"``).
+
+    ``source``: a run directory, its ``checkpoints/`` folder, a folder of the study's ``step_N.pth``
+    files, or one model (``paper``: the LLC reads one model as a run of one checkpoint); ``split``: a
+    split file (None: the run's own); ``device``: where its checkpoints run; ``progress``: a progress bar
+    over them; ``previous``: the folder of an earlier result of the same analysis, which an ``update``
+    keeps and extends (the dynamics of a growing run). ``config``: the run's configuration, read from its
+    ``config.json`` without loading weights (the study's for a folder of ``.pth`` files)."""
+
+    def __init__(self, source: str | Path, split: str | Path | None = None, seed: int = 0, device: str = "cpu",
+                 progress: bool = True, previous: Path | None = None, renderer: plots.Renderer | None = None):
+        self.source, self.split, self.seed, self.device = source, split, seed, device
+        self.progress, self.previous = progress, previous
+        self.renderer = renderer or plots.Renderer()
+
+    @functools.cached_property
+    def config(self):
+        config = peek_run_config(self.source)  # a run's or a model's config.json, no weights read
+        return config if config is not None else runs.find_checkpoints(self.source, self.split)[1]
+
+    def record(self, settings: dict | None = None) -> dict:
+        extra = {} if settings is None else {"settings": settings}
+        return provenance(self.config, self.seed, str(self.source), **extra)
+
+
 def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
     """``analysis``'s settings (the defaults where not given), refused in one line where they cannot be
     run on a model of ``config`` (its declared ``validate`` and memory ``guard``)."""
@@ -101,12 +131,12 @@ def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
     return settings
 
 
-def compute(analysis: Analysis, context: Context, settings: dict | None = None) -> Result:
+def compute(analysis: Analysis, context: Context | RunContext, settings: dict | None = None) -> Result:
     """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard."""
     return analysis.compute(context, guard(analysis, context.config, settings))
 
 
-def write(analysis: Analysis, result: Result, folder: Path, context: Context, settings: dict | None = None,
+def write(analysis: Analysis, result: Result, folder: Path, context: Context | RunContext, settings: dict | None = None,
           fmt: str = "png") -> None:
     """The result's tables, documents, figures and pages into ``folder`` (figures and pages under ``folder/figures``),
     each with the provenance of ``context`` and the settings."""
@@ -170,17 +200,30 @@ def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | 
     return result
 
 
-def run_analysis(analysis: Analysis | str, loaded: Subject, out: Path | str | None = None, seed: int = 0,
-                 fmt: str = "png", **settings) -> Result:
+def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Path | str | None = None,
+                 seed: int = 0, fmt: str = "png", **settings) -> Result:
     """One registered analysis of one model (its declaration, or its name: ``"patching"``), with
     ``settings`` over its defaults: guarded, computed and, with ``out``, written there as its command
     writes it (tables, documents, ``figures/``). What ``compose-lens <command>`` runs, in Python::
 
         from compose_lens import load_subject, run_analysis
         run_analysis("patching", load_subject("paper"), n_pairs=200).tables["patching"]
+
+    An analysis of a run's checkpoints takes a :class:`RunContext` (its seed is the context's)::
+
+        run_analysis("dynamics", RunContext("runs/mine"), stride=4).documents["phases"]
     """
     if isinstance(analysis, str):
         analysis = registry.by_name(registry.ANALYSES, analysis)
+    if (analysis.of == "run") != isinstance(loaded, RunContext):
+        raise ComposeLensError(f"analysis {analysis.name} reads {'a run' if analysis.of == 'run' else 'one model'}: "
+                               f"give it {'a RunContext' if analysis.of == 'run' else 'a Subject (load_subject)'}")
+    if isinstance(loaded, RunContext):
+        result = compute(analysis, loaded, settings)
+        if out is not None:
+            write(analysis, result, Path(out), loaded, settings, fmt=fmt)
+            loaded.renderer.wait()
+        return result
     with opened(loaded, seed) as ctx:
         result = compute(analysis, ctx, settings)
         if out is not None:
@@ -213,7 +256,7 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     files either way; the figures are all written when this returns.
     """
     renderer = renderer or plots.Renderer()
-    steps = [a for a in registry.ANALYSES if a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
+    steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
     for analysis in steps:
         guard(analysis, loaded.config)
     with opened(loaded, seed, renderer) as ctx:

@@ -76,6 +76,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
 from compose_lens.declaration import TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates
+from compose_lens.phases import measure_phases
 from compose_lens.subject import Subject
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
@@ -136,7 +137,8 @@ def run_layout() -> dict:
     return {
         CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},
         "results": {re.escape(DYNAMICS_FILE): FILE, re.escape(PHASES_FILE): FILE, r"dynamics\.png": FILE,
-                    re.escape(safety.MARKER): FILE, **analysis},
+                    r"dynamics\.provenance\.json": FILE,
+                    "figures": {r"dynamics\.(png|svg|pdf|csv)": FILE}, re.escape(safety.MARKER): FILE, **analysis},
         "figures": {_FIGURE + r"\.(png|csv)": FILE},
         "tensorboard": {r"events\.out\.tfevents\..+": FILE},  # torch's SummaryWriter
         "wandb": {r"(offline-)?run-\d{8}_\d{6}-\w+": TREE, "latest-run": LINK,
@@ -879,19 +881,28 @@ def write_document(data: dict, path: str | Path, provenance: dict) -> Path:
     return Path(path)
 
 
-def write_dynamics(table: pd.DataFrame, phases_doc: dict, out: str | Path) -> None:
-    """``dynamics.csv`` and ``phases.json`` into ``out``."""
+def mark_written(out: str | Path, command: str) -> None:
+    """Mark ``out`` (a run's ``results/`` folder, written by the report) as written by compose-lens, so that
+    ``compose-lens COMMAND --out OUT --update`` may later extend it."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_table(table, out / DYNAMICS_FILE)
-    write_json_atomic(out / PHASES_FILE, phases_doc)
-    if safety.read_marker(out) is None:  # e.g. a run's results/ folder written by the report
-        write_json_atomic(out / safety.MARKER, {"command": "dynamics", "files": [DYNAMICS_FILE, PHASES_FILE],
-                                                "written_by": "compose-lens"})
+    write_json_atomic(out / safety.MARKER, {"command": command, "files": sorted(e.name for e in out.iterdir()),
+                                            "written_by": "compose-lens"})
+
+
+def run_phases_measured(table: pd.DataFrame, source: str | Path, settings: dict | None,
+                        split_file: str | Path | None = None) -> dict:
+    """The run's onsets (:func:`compose_lens.phases.measure_phases`) from its evaluated checkpoints:
+    intervals from the pools' size (``settings``) and, against every checkpoint ``source`` has, the
+    stride flag. The one reading ``dynamics``, the report and ``make reproduce`` print."""
+    try:
+        available = [c.step for c in find_checkpoints(source, split_file)[0]]
+    except (ComposeLensError, OSError):  # the checkpoints are gone (a copied results folder): no stride flag
+        available = None
+    return measure_phases(table, pool_size=(settings or {}).get("pool_size"), available_steps=available)
 
 
 def load_dynamics(directory: str | Path) -> tuple[pd.DataFrame, dict]:
-    """Read back what :func:`write_dynamics` wrote."""
+    """Read back what the ``dynamics`` analysis wrote (``dynamics.csv`` and ``phases.json``)."""
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists():
         raise ComposeLensError(f"{directory}: no {DYNAMICS_FILE}; run `compose-lens dynamics RUN --out {directory}`")

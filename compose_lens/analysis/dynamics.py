@@ -73,6 +73,7 @@ from compose_lens.evaluate import batch_accuracies, pool_accuracies
 from compose_lens.model import tl, weights
 from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
                                  add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
+from compose_lens.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
 from compose_lens.provenance import provenance
 
 
@@ -260,18 +261,6 @@ def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, see
 
 
 # -- the phases -------------------------------------------------------------------------------
-
-
-def run_phases_measured(table: pd.DataFrame, source: str | Path, settings: dict | None,
-                        split_file: str | Path | None = None) -> dict:
-    """The run's onsets (:func:`compose_lens.phases.measure_phases`) from its evaluated checkpoints:
-    intervals from the pools' size (``settings``) and, against every checkpoint ``source`` has, the
-    stride flag. The one reading ``dynamics``, the report and ``make reproduce`` print."""
-    try:
-        available = [c.step for c in runs.find_checkpoints(source, split_file)[0]]
-    except (ComposeLensError, OSError):  # the checkpoints are gone (a copied results folder): no stride flag
-        available = None
-    return measure_phases(table, pool_size=(settings or {}).get("pool_size"), available_steps=available)
 
 
 PHASE_RULE_TEXT = ("onset = first checkpoint step at which the metric is >= threshold and never falls below "

@@ -12,11 +12,11 @@ function, after the arguments are parsed and checked, so ``compose-lens --help``
 the package imports sit at the top of the module.
 
 Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
-(:mod:`.train`), ``analyze`` and ``attention`` (:mod:`.analysis`), ``compare`` (:mod:`.compare`), ``dynamics``, ``report``
-(:mod:`.dynamics`), ``sweep`` (:mod:`.sweep`), ``das``, ``llc`` (:mod:`.methods`), ``settings``
-(:mod:`.settings`), and the command of each registered analysis that declares one (``fourier``,
-``same-mlp``, ``dla``, ``patch``, ``patch-heads``, ``path-patch``, ``ablate``, ``circuit``, ``das``, ``entropy``: built
-by :mod:`.analysis` from :mod:`compose_lens.registry`).
+(:mod:`.train`), ``analyze`` and ``attention`` (:mod:`.analysis`), ``compare`` (:mod:`.compare`), ``report``
+(:mod:`.report`), ``sweep`` (:mod:`.sweep`), ``settings`` (:mod:`.settings`), and the command of each
+registered analysis that declares one (``fourier``, ``same-mlp``, ``dla``, ``patch``, ``patch-heads``,
+``path-patch``, ``ablate``, ``circuit``, ``das``, ``entropy``, and over a run's checkpoints ``dynamics`` and
+``llc``: built by :mod:`.analysis` from :mod:`compose_lens.registry`).
 
 **What every command shares** (:func:`main`): ``--version``; ``-v`` / ``-q`` before the command
 set the level of Python's ``logging`` for the whole process, so other libraries' loggers (Ray's
@@ -33,13 +33,13 @@ import os
 import sys
 from typing import Sequence
 
-from compose_lens.cli import analysis, compare, data, dynamics, methods, settings, sweep, train
+from compose_lens.cli import analysis, compare, data, report, settings, sweep, train
 from compose_lens.cli.common import Parser, figure_style
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import VERSION, set_command
 
-COMMAND_MODULES = (data, train, analysis, compare, dynamics, sweep, methods, settings)
+COMMAND_MODULES = (data, train, analysis, compare, report, sweep, settings)
 
 DESCRIPTION = """\
 Train and take apart the small transformer of the 'Assign and Add' study, which learns

@@ -107,14 +107,19 @@ def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
     from compose_lens.cli.common import check_pairs_path
     from compose_lens.safety import check_count
 
+    chosen = {}
     for option in analysis.options:
         value, default = getattr(args, option.setting), analysis.settings[option.setting]
+        if option.many:  # the values of every repeat, an integer option's commas read (_ints)
+            value = tuple(v for item in value for v in (item if isinstance(item, list) else [item])) if value \
+                else tuple(default)
         if option.pairs_file and value not in option.choices:
             check_pairs_path(option.flag, value)
-        elif isinstance(default, int) and not isinstance(default, bool):
-            check_count(value, option.flag, minimum=option.minimum)
-    settings = analysis.with_settings({o.setting: tuple(getattr(args, o.setting) or analysis.settings[o.setting])
-                                       if o.many else getattr(args, o.setting) for o in analysis.options})
+        for number in (value if option.many else [value]):
+            if isinstance(number, int) and not isinstance(number, bool):  # a count, a step: at least its minimum
+                check_count(number, option.flag, minimum=option.minimum)
+        chosen[option.setting] = value
+    settings = analysis.with_settings(chosen)
     if analysis.validate is not None:
         analysis.validate(settings)
     return settings
@@ -123,6 +128,8 @@ def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
 def _cmd_registered(args: argparse.Namespace) -> int:
     """The command of a registered analysis (see the module docstring)."""
     analysis = registry.by_name(registry.ANALYSES, args.analysis)
+    if analysis.of == "run":
+        return _run_command(analysis, args)
     refuse_uncovered(analysis.command, args.model)  # first: before torch is imported
     settings = _settings_of(analysis, args)
     from compose_lens import context  # lazy: torch
@@ -141,35 +148,81 @@ def _cmd_registered(args: argparse.Namespace) -> int:
         lines = list(analysis.describe(result)) if analysis.describe else []  # before --out is committed
         bar.update()
     print(f"model: {loaded.source}")
+    _print_written(result, lines, out, args.fmt)
+    return 0
+
+
+def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
+    """The command of an analysis of a run's checkpoints: RUN, its config read (no weights) and the settings
+    guarded before anything is written; ``--update`` (a setting ``update``) may write over its own --out,
+    whose earlier result the compute reads first."""
+    settings = _settings_of(analysis, args)
+    from compose_lens import context  # lazy: torch
+    from compose_lens.runs import check_device
+    from compose_lens.safety import check_out_name, staged_output
+
+    out = check_out_name(args.out)
+    check_device(args.device)
+    update = bool(settings.get("update"))
+    run = context.RunContext(args.source, args.split, args.seed, args.device, progress=not args.quiet,
+                             previous=out if update else None)
+    context.guard(analysis, run.config, settings)
+    with staged_output(out, analysis.command, args.overwrite or update) as stage:
+        result = context.run_analysis(analysis, run, stage, fmt=args.fmt, **settings)
+        lines = list(analysis.describe(result)) if analysis.describe else []  # before --out is committed
+    print(f"run: {args.source}")
+    _print_written(result, lines, out, args.fmt)
+    return 0
+
+
+def _print_written(result: registry.Result, lines: list[str], out, fmt: str) -> None:
     for line in lines:
         print(line)
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
-    drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]
+    drawn = [f"figures/{stem}.{fmt}" for stem, *_ in result.drawn + result.figures]
     drawn += [f"figures/{stem}.html" for stem in result.pages]
     print(f"wrote {out}/{', '.join(files + drawn)}")
-    return 0
+
+
+def _ints(text: str) -> list[int]:
+    """An integer option's value: one integer, or several with commas (``--steps 1000,2000``)."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write integers, e.g. 1000 or 1000,2000") from None
 
 
 def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
     """``compose-lens <analysis.command>``, from its declaration."""
     parser = subparsers.add_parser(analysis.command, help=analysis.help or analysis.title)
-    add_model_arguments(parser)
+    if analysis.of == "run":
+        parser.add_argument("source", metavar="RUN",
+                            help="run directory, its checkpoints/ folder, or a folder of the study's step_N.pth files")
+        parser.add_argument("--split", help="split file (default: the run's split.json)")
+        parser.add_argument("--device", default="cpu", help="where the checkpoints run: cpu (default), cuda or cuda:N")
+    else:
+        add_model_arguments(parser)
     for option in analysis.options:
         default = analysis.settings[option.setting]
+        kind = option.kind or (type(default[0]) if option.many else type(default))
         shown = f"{option.help} (default {default})"
+        named = {"metavar": option.metavar} if option.metavar else {}
         if option.pairs_file:
             parser.add_argument(option.flag, dest=option.setting, default=default, help=option.help if default is None
                                 else shown, metavar="|".join((*option.choices, "FILE")))
         elif option.many:  # one or more values, of the default's items' type; a repeated flag adds its values
             parser.add_argument(option.flag, dest=option.setting, nargs="+", action="extend", default=None,
-                                help=f"{option.help}; repeat or list several (default {' '.join(map(str, default))})",
-                                **({"choices": option.choices} if option.choices else {"type": type(default[0])}))
+                                help=f"{option.help}; repeat or list several"
+                                     + (f" (default {' '.join(map(str, default))})" if default else ""),
+                                **({"choices": option.choices} if option.choices else
+                                   {"type": _ints if kind is int else kind}), **named)
         elif option.choices:
             parser.add_argument(option.flag, dest=option.setting, choices=option.choices, default=default, help=shown)
         elif isinstance(default, bool):
             parser.add_argument(option.flag, dest=option.setting, action="store_true", help=option.help)
         else:
-            parser.add_argument(option.flag, dest=option.setting, type=type(default), default=default, help=shown)
+            parser.add_argument(option.flag, dest=option.setting, type=kind, default=default,
+                                help=option.help if default is None else shown, **named)
     parser.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     parser.add_argument("--out", required=True, help="directory for the tables and figures")
     add_format_argument(parser)
@@ -183,7 +236,7 @@ def register(subparsers) -> None:
         if analysis.command:
             register_analysis_command(subparsers, analysis)
 
-    names = ", ".join(a.name for a in registry.ANALYSES)
+    names = ", ".join(a.name for a in registry.ANALYSES if a.of == "model")
     analyze = subparsers.add_parser("analyze", help=f"every registered analysis ({names}): files into --out/<name>/")
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")

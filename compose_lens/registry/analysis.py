@@ -2,6 +2,12 @@
 section, findings and command), the command's :class:`Option` s, the :class:`Result` it computes and the
 :class:`Finding` s ``analyze`` prints; :func:`sections` and :func:`by_name` read a tuple of them.
 
+An analysis reads one of two things (:attr:`Analysis.of`): **one model** (``"model"``: the probes,
+patching, the circuit, ...; its compute takes a :class:`compose_lens.context.Context`), or **a run's
+checkpoints** (``"run"``: the training dynamics and the local learning coefficient; its compute takes a
+:class:`compose_lens.context.RunContext`: the run's source, split, seed and device). Both are declared,
+run, written and read back the same way; only the command's first argument differs (MODEL or RUN).
+
 Plain data: the command line imports this before torch (see :mod:`compose_lens.registry`).
 """
 
@@ -42,11 +48,14 @@ class Finding:
 class Option:
     """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting``.
 
-    Its type is its default's: a switch (a bool, False by default), an integer (at least ``minimum``), a
-    float (its range checked by the analysis's ``validate``), or a string among ``choices``; ``many``: one or
-    more such values (``das --ranks 4 16``);
+    Its type is its default's (``kind`` where the default is None: a float, a string): a switch (a bool,
+    False by default), an integer (at least ``minimum``), a float (its range checked by the analysis's
+    ``validate``), or a string among ``choices``; ``many``: one or more such values (``das --ranks 4 16``;
+    integers may also be written with commas, ``--steps 1000,2000``);
     ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
-    before the model loads)."""
+    before the model loads). A setting named ``update`` is special to a run analysis's command: set, the
+    command may write over its own earlier ``--out`` and the compute reads that folder first
+    (:attr:`compose_lens.context.RunContext.previous`: the dynamics of a growing run)."""
 
     flag: str
     setting: str
@@ -55,6 +64,8 @@ class Option:
     choices: tuple[str, ...] = ()
     pairs_file: bool = False
     many: bool = False  # one or more values (the default is a tuple of them)
+    kind: type | None = None  # the value's type where the default is None (float, str)
+    metavar: str | None = None
 
 
 @dataclass
@@ -83,7 +94,8 @@ class Analysis:
 
     name: str
     title: str
-    compute: Callable[[Context, dict], Result]
+    compute: Callable[[Context, dict], Result]  # (RunContext, settings) where ``of`` is "run"
+    of: str = "model"  # "model": one model; "run": a run's checkpoints (the module docstring)
     settings: dict = field(default_factory=dict)
     tables: tuple[str, ...] = ()
     documents: tuple[str, ...] = ()

@@ -19,10 +19,10 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from compose_lens import plots, runs
+from compose_lens import plots, runs, safety
 from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.dynamics import phases_document, run_phases_measured, trajectory, trajectory_settings
 from compose_lens.config import RunConfig
+from compose_lens.context import RunContext, run_analysis
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.provenance import provenance
@@ -34,29 +34,28 @@ from compose_lens.report.page import PAGE_STYLE, offline_page, view_html
 
 def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int = 1, progress: bool = True,
                  recompute: bool = False) -> tuple[pd.DataFrame, dict]:
-    """The run's dynamics table and phases, kept in ``results_dir``.
+    """The run's dynamics table and phases (the ``dynamics`` declaration), kept in ``results_dir``.
 
-    Computed if missing; if saved with the same settings but the run has written
-    checkpoints since, only the new ones are evaluated (a report of a run still
-    training stays current cheaply).
+    Computed if missing. Saved ones are read where they hold every wanted checkpoint (the phases measured
+    again, nothing evaluated), else extended (``update``): only the checkpoints the run has written since are
+    evaluated, so a report of a run still training stays current cheaply; made with other settings, they
+    are made again.
     """
-    settings = trajectory_settings(split_file=split_file)
-    known = None
     if not recompute and (results_dir / runs.DYNAMICS_FILE).exists() and (results_dir / runs.PHASES_FILE).exists():
         table, doc = runs.load_dynamics(results_dir)
         wanted = [c.step for c in runs.select_checkpoints(runs.find_checkpoints(run_dir, split_file)[0],
                                                           stride=stride)]
-        if set(wanted) <= set(int(s) for s in table["step"]):
-            # the current rule and intervals, from the saved curves
-            return table, {**doc, "phases": run_phases_measured(table, run_dir, doc.get("settings"), split_file)}
-        try:
-            known = runs.previous_dynamics(results_dir, settings)
-        except ComposeLensError:
-            known = None  # made with other settings: start again
-    traj = trajectory(run_dir, split_file, stride=stride, progress=progress, known=known)
-    doc = phases_document(traj)
-    runs.write_dynamics(traj.table, doc, results_dir)
-    return traj.table, doc
+        if set(wanted) <= set(int(s) for s in table["step"]):  # the phases measured again, nothing evaluated
+            return table, {**doc, "phases": runs.run_phases_measured(table, run_dir, doc.get("settings"), split_file)}
+    settings = {"stride": stride, "update": not recompute}
+    run = RunContext(run_dir, split_file, progress=progress, previous=results_dir)
+    try:
+        result = run_analysis("dynamics", run, results_dir, **settings)
+    except ComposeLensError:  # saved with other settings: made again
+        result = run_analysis("dynamics", run, results_dir, **{**settings, "update": False})
+    if safety.read_marker(results_dir) is None:  # a run's results/ folder: `dynamics --update` may extend it
+        runs.mark_written(results_dir, "dynamics")
+    return result.tables["dynamics"], result.documents["phases"]
 
 
 # -- attention ----

@@ -13,7 +13,8 @@ from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.analysis.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_phases,
                                             forbidden_slot_batches, phase_onset, phases_document, trajectory)
-from compose_lens.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints, write_dynamics
+from compose_lens.context import RunContext, run_analysis
+from compose_lens.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints
 from compose_lens.data.sampler import POOL_NAMES
 
 # -- the rule on synthetic curves -----------------------------------------------------------------
@@ -148,9 +149,9 @@ def test_forbidden_slot_batches_put_the_variable_in_its_forbidden_slot(tiny_run)
         assert d.lhs == "f" and d.type == "1var_left"
 
 
-def test_write_dynamics_records_the_config_and_code_version(tiny_run, tmp_path):
-    traj = trajectory(tiny_run, pool_size=20, slot_size=5, circuit=False, progress=False, steps=[30])
-    write_dynamics(traj.table, phases_document(traj), tmp_path)
+def test_written_dynamics_record_the_config_and_code_version(tiny_run, tmp_path):
+    run_analysis("dynamics", RunContext(tiny_run, progress=False), tmp_path, pool_size=20, slot_size=5,
+                 no_circuit=True, steps=(30,))
     table, doc = load_dynamics(tmp_path)
     assert doc["config"]["task"]["modulus"] == 7 and doc["code_version"]
     assert doc["steps"] == [30] and list(table["step"]) == [30]

@@ -256,9 +256,9 @@ def test_dynamics_writes_its_figure(reported_run, tmp_path):
                  "--no-circuit"]) == 0
     from PIL import Image
 
-    with Image.open(out / "dynamics.png") as image:
+    with Image.open(out / "figures" / "dynamics.png") as image:
         assert image.format == "PNG" and image.size[0] > 600
-    assert "dynamics.png" in json.loads((out / ".compose-lens").read_text())["files"]
+    assert "figures/dynamics.png" in json.loads((out / ".compose-lens").read_text())["files"]
 
 
 REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference"

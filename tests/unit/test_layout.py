@@ -225,9 +225,7 @@ def test_the_shape_rule_catches_a_bare_tensor():
 # once the analysis is declared there; the list only shrinks):
 NOT_YET_REGISTERED = {
     "compose_lens.report": {"compose_lens.analysis.figure_data", "compose_lens.analysis.attention"},
-    "compose_lens.report.outputs": {"compose_lens.analysis.attention", "compose_lens.analysis.dynamics"},
-    "compose_lens.cli.dynamics": {"compose_lens.analysis.dynamics"},
-    "compose_lens.cli.methods": {"compose_lens.analysis.llc"},
+    "compose_lens.report.outputs": {"compose_lens.analysis.attention"},
 }
 
 

@@ -172,3 +172,33 @@ def test_every_declaration_is_named_by_the_registry_package():
     names (what ``registry.DLA`` and friends read), and nothing else is declared that ANALYSES leaves out."""
     declared = {name for name in registry.__all__ if isinstance(getattr(registry, name), registry.Analysis)}
     assert {id(getattr(registry, name)) for name in declared} == {id(a) for a in registry.ANALYSES}
+
+
+def test_the_analyses_of_a_run_are_declared_and_their_commands_built_from_the_declarations(loaded, tmp_path):
+    """dynamics and llc read a run's checkpoints (``of="run"``): their commands come from the declarations
+    (RUN, --split, --device and each declared option; steps with commas or spaces, a negative one refused in
+    one line), analyze leaves them out, and run_analysis refuses one model given to them, or a run given to
+    a one-model analysis, in one line."""
+    from compose_lens.cli import analysis, build_parser
+    from compose_lens.errors import ComposeLensError
+
+    runs_of = {a.name for a in registry.ANALYSES if a.of == "run"}
+    assert runs_of == {"dynamics", "llc"}
+
+    def settings(argv):
+        args = build_parser().parse_args(argv)
+        return args, analysis._settings_of(registry.by_name(registry.ANALYSES, args.analysis), args)
+
+    args, chosen = settings(["dynamics", "runs/x", "--steps", "10,20", "30", "--no-circuit", "--device", "cuda",
+                             "--out", "o"])
+    assert (args.source, args.device, chosen["steps"], chosen["no_circuit"]) == ("runs/x", "cuda", (10, 20, 30), True)
+    assert settings(["llc", "runs/x", "--n-beta", "2.5", "--component", "blocks.1.mlp", "--out", "o"])[1] == \
+        {**registry.LLC.settings, "n_beta": 2.5, "component": "blocks.1.mlp"}
+    with pytest.raises(ComposeLensError, match="--steps"):
+        settings(["dynamics", "runs/x", "--steps", "10,-20", "--out", "o"])
+    with pytest.raises(ComposeLensError, match="reads a run"):
+        context.run_analysis("dynamics", loaded)
+    with pytest.raises(ComposeLensError, match="reads one model"):
+        context.run_analysis("dla", context.RunContext("runs/x"))
+    summary = write_analysis(loaded, tmp_path, causal=False)
+    assert summary and not runs_of & {p.name for p in tmp_path.iterdir()}

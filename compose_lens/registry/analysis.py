@@ -46,7 +46,8 @@ class Option:
     float (its range checked by the analysis's ``validate``), or a string among ``choices``; ``many``: one or
     more such values (``das --ranks 4 16``);
     ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
-    before the model loads)."""
+    before the model loads); ``positional``: the command's values after MODEL, none or several, with
+    no flag (``attention MODEL 'b=7, b+23=?' ...``; ``flag`` names them in the help)."""
 
     flag: str
     setting: str
@@ -55,6 +56,7 @@ class Option:
     choices: tuple[str, ...] = ()
     pairs_file: bool = False
     many: bool = False  # one or more values (the default is a tuple of them)
+    positional: bool = False  # values after MODEL, with no flag (with many: none or several)
 
 
 @dataclass
@@ -96,7 +98,8 @@ class Analysis:
     command: str | None = None
     help: str = ""
     options: tuple[Option, ...] = ()
-    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory)
+    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory,
+    # or settings the model's task cannot take: a sequence it cannot parse)
     validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
     exports: tuple[str, ...] = ()  # names of ``module`` that are public API

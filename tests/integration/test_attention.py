@@ -139,3 +139,24 @@ def test_reference_model_attends_where_the_circuit_says(reference_final):
             operand_cells = [(q, k) for q, k, kind in view["marks"][layer] if kind in ("operand", "value")]
             top2 = set(pattern[layer, -1].topk(2).indices.tolist())
             assert top2 == {k for _, k in operand_cells}, (view["text"], layer)
+
+
+def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_config, tiny_split, tmp_path):
+    """The report lays out the attention views from the saved ``attention.json`` where it was made alike
+    (compose_lens.context.obtain): read back, each view is the computed one (patterns, marks per layer),
+    so the page and the heatmap are the same."""
+    from compose_lens import context, plots, registry
+    from compose_lens.attention_view import view_html
+    from compose_lens.registry.attention import views
+
+    texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d ="]
+    subject = Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
+    with context.opened(subject) as ctx:
+        made = context.obtain(registry.ATTENTION, ctx, tmp_path, {"sequences": tuple(texts)})
+        read = context.read(registry.ATTENTION, tmp_path, ctx, {"sequences": tuple(texts)})
+    assert read is not None and read.value is None  # from the files, not the computation
+    same_ids = lambda page: re.sub(r"circuits-vis-[0-9a-f]{12}", "ID", page)  # noqa: E731
+    for computed, back in zip(made.value, views(read), strict=True):
+        assert torch.equal(computed["patterns"], back["patterns"]) and computed["marks"] == back["marks"]
+        assert same_ids(view_html(computed, focus=1)) == same_ids(view_html(back, focus=1))
+        assert plots.view_figure(computed)[1].equals(plots.view_figure(back)[1])

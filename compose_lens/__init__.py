@@ -13,6 +13,7 @@ imports only point forward along it::
     train, evaluate      the recipe of the study, accuracies
     analysis/            probes, Fourier, patching, ablation, same MLP, attention, dynamics: numbers only
     plots                every figure (matplotlib)
+    attention_view       attention patterns as circuitsvis views that open offline
     report/              the offline HTML report and the analysis output folders
     sweep                sweeps over f, r or any setting, local or on Ray
     cli/                 the compose-lens command
@@ -61,7 +62,6 @@ _EXPORTS = {
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",
     # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
     "ANALYSES": "compose_lens.registry",
-    "sequence_views": "compose_lens.analysis.attention",
     "classify_run": "compose_lens.outcome",
     "prev_token_attention_score": "compose_lens.analysis.probes",
     "variable_identity_score": "compose_lens.analysis.probes",
@@ -79,7 +79,7 @@ _EXPORTS = {
     "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
     "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",
     "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.figure_style:style",
-    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit", "interactive_attention": "compose_lens.report.page:notebook_view",
+    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit", "interactive_attention": "compose_lens.attention_view:notebook_view",
     "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
     "DasSettings": "compose_lens.analysis.das",
     "gradient_shares": "compose_lens.analysis.gradient_terms:shares",

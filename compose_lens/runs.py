@@ -109,7 +109,8 @@ FILE, LINK, TREE = "a file", "a symlink", "a folder"
 FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
                 "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
                 "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
-                "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier")
+                "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier",
+                "attention")  # attention.html: the attention views' page
 _FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
 
 
@@ -125,14 +126,14 @@ REPORT_RESULTS = {
     "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
     "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",), "das": ("das", "das"),
-    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",),
+    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "attention": ("attention", "attention"),
 }
 
 
 def run_layout() -> dict:
     """The layout of a run directory below its top-level names (see the comment above)."""
     analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
-                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit_view
+                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit_view, the attention views
                 for name, stems in REPORT_RESULTS.items()}
     return {
         CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},

@@ -4,8 +4,10 @@
 (:func:`compose_lens.data.task.parse_sequence`), runs the model once with
 ``run_with_cache`` and reads ``blocks.{0,1}.attn.hook_pattern``; it returns, per
 sequence, the patterns, the model's answer, the label and the cells the study's
-circuit predicts (:func:`marked_cells`). :mod:`compose_lens.report.page` turns a
-view into an offline circuitsvis widget, :mod:`compose_lens.plots` into a heatmap.
+circuit predicts (:func:`marked_cells`); :func:`pattern_table` lays every view's
+patterns out as one table. :mod:`compose_lens.attention_view` turns a view into an
+offline circuitsvis widget, :mod:`compose_lens.plots` into a heatmap; the
+``attention`` analysis (:mod:`compose_lens.registry.attention`) writes both.
 
 What to look for (SPEC section 6, items 1-3): in layer 1 each context value
 attends to the variable just before it (previous-token head) and ``=`` attends to
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+import pandas as pd
 import torch
 
 from compose_lens.model import tl
@@ -90,3 +93,22 @@ def sequence_views(model: tl.Model, config: RunConfig, texts: Sequence[str]) -> 
                       "patterns": patterns[i], "head_names": names, "answer": answer, "label": d.label,
                       "correct": answer == d.label, "type": d.type, "marks": marked_cells(task, row)})
     return views
+
+
+def pattern_table(views: Sequence[dict]) -> pd.DataFrame:
+    """Every view's patterns, one row per (sequence, layer, head, query, key) with the key at or before
+    the query (a causal pattern is 0 above its diagonal): ``sequence`` (the view's index), ``text``,
+    ``layer`` (1, 2), ``block`` (0, 1), ``head``, the query and key positions and tokens, the
+    ``attention`` weight, and ``mark``: the kind of cell the circuit predicts there
+    (:func:`marked_cells`: ``operand``, ``previous``, ``value``) or empty."""
+    rows = []
+    for index, view in enumerate(views):
+        patterns, words = torch.as_tensor(view["patterns"]), view["words"]
+        marks = {(int(layer), q, k): kind for layer, cells in view["marks"].items() for q, k, kind in cells}
+        for layer in range(patterns.shape[0]):
+            for head in range(patterns.shape[1]):
+                weights = patterns[layer, head].tolist()
+                rows += [(index, view["text"], layer + 1, layer, head, q, words[q], k, words[k], weights[q][k],
+                          marks.get((layer, q, k), "")) for q in range(len(words)) for k in range(q + 1)]
+    return pd.DataFrame(rows, columns=["sequence", "text", "layer", "block", "head", "query", "query_token", "key",
+                                       "key_token", "attention", "mark"])

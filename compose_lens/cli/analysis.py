@@ -1,26 +1,25 @@
-"""``compose-lens analyze``, the command of every registered analysis, and ``attention``.
+"""``compose-lens analyze`` and the command of every registered analysis.
 
 MODEL is anything :func:`compose_lens.runs.load_subject` accepts. Every command takes
 ``--quiet`` (no progress bar).
 
 ``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
 findings they declare. An analysis that declares a ``command`` (``fourier``, ``same-mlp``, ``dla``,
-``patch``, ``ablate``, ``entropy``) gets it here, built from its declaration
+``patch``, ``ablate``, ``entropy``, ``attention``, ...) gets it here, built from its declaration
 (:func:`register_analysis_command`): ``compose-lens <command> MODEL --out DIR`` with ``--seed``,
 ``--format``, ``--overwrite``, ``--quiet`` and one option per declared setting (an integer, a choice,
-or a pairs file); it writes what ``analyze`` writes into ``OUT/<name>/`` (tables as CSV with their
-provenance, documents as JSON, figures under ``DIR/figures``), refuses settings and sizes the analysis
-declares it cannot run before anything is loaded, and prints the lines its ``describe`` gives.
+a pairs file, or values after MODEL: ``attention MODEL 'b=7, b+23=?' ...``); it writes what
+``analyze`` writes into ``OUT/<name>/`` (tables as CSV with their provenance, documents as JSON,
+figures and offline pages under ``DIR/figures``), refuses settings and sizes the analysis declares it
+cannot run before anything is loaded, and prints the lines its ``describe`` gives.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
                                      progress_bar, refuse_uncovered, seed)
-from compose_lens.errors import ComposeLensError
 from compose_lens import registry  # plain declarations: no torch
 
 # the findings analyze prints, from the registry (summary key, what it measures, what the circuit predicts)
@@ -76,29 +75,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     print(f"model: {loaded.source}")
     print_findings(summary)
     print(f"wrote {args.out}/summary.json and each analysis's tables and figures in {args.out}/<name>/")
-    return 0
-
-
-def _cmd_attention(args: argparse.Namespace) -> int:
-    from compose_lens.report.outputs import write_attention  # lazy: torch
-    from compose_lens.safety import staged_output
-
-    if len(args.sequences) > 100:
-        raise ComposeLensError(f"{len(args.sequences)} sequences: at most 100 per page")
-    with staged_output(args.out, "attention", args.overwrite) as stage, \
-            progress_bar("attention", 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the model")
-        loaded = subject_of(args, device=args.device)
-        bar.update()
-        bar.set_postfix_str(f"{len(args.sequences)} sequences")
-        written, views = write_attention(loaded.model, loaded.config, args.sequences, stage, loaded.source,
-                                         fmt=args.fmt)
-        bar.update()
-    for view in views:
-        mark = "ok " if view["correct"] else "WRONG"
-        print(f"{mark} {view['text']:40s} -> {view['answer']} (label {view['label']})")
-    print(f"wrote {Path(args.out) / written[0].name} (opens offline) and {len(written) - 2} figure/CSV files "
-          f"in {args.out}")
     return 0
 
 
@@ -204,10 +180,13 @@ def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
         add_model_arguments(parser)
     for option in analysis.options:
         default = analysis.settings[option.setting]
-        kind = option.kind or (type(default[0]) if option.many else type(default))
+        kind = option.kind or (type(default[0] if default else "") if option.many else type(default))
         shown = f"{option.help} (default {default})"
         named = {"metavar": option.metavar} if option.metavar else {}
-        if option.pairs_file:
+        if option.positional:  # after MODEL, no flag: one value, or (many) none or several
+            parser.add_argument(option.setting, nargs="*" if option.many else None, type=kind,
+                                metavar=option.flag.upper(), help=option.help)
+        elif option.pairs_file:
             parser.add_argument(option.flag, dest=option.setting, default=default, help=option.help if default is None
                                 else shown, metavar="|".join((*option.choices, "FILE")))
         elif option.many:  # one or more values, of the default's items' type; a repeated flag adds its values
@@ -250,12 +229,3 @@ def register(subparsers) -> None:
     add_quiet_argument(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 
-    attention = subparsers.add_parser("attention", help="attention views of readable sequences (offline HTML + PNG)")
-    add_model_arguments(attention)
-    attention.add_argument("sequences", nargs="+", help="readable sequences, e.g. 'b=7, e=5, b+23=?'")
-    attention.add_argument("--out", required=True, help="output directory")
-    attention.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
-    add_overwrite(attention)
-    add_format_argument(attention)
-    add_quiet_argument(attention)
-    attention.set_defaults(func=_cmd_attention)

@@ -22,7 +22,7 @@ A declaration holds:
   (``section(inputs, result, settings) -> HTML``, placed after the section ``report_after`` names), the
   **findings** ``analyze`` prints (summary key, what it measures, what the circuit predicts), its own
   **command** (``compose-lens <command> MODEL --out DIR``, with the ``options`` that set its settings:
-  integers, choices or a pairs file), a settings check (``validate``) and a memory ``guard``, the lines
+  integers, choices, a pairs file, or values after MODEL), a settings check (``validate``) and a memory ``guard``, the lines
   its command prints (``describe``), and the **exports** of its module that are public API
   (``compose_lens.<name>``).
 
@@ -55,14 +55,15 @@ from compose_lens.registry.das import DAS
 from compose_lens.registry.variant import VARIANT
 from compose_lens.registry.gradient import GRADIENT
 from compose_lens.registry.entropy import ENTROPY
+from compose_lens.registry.attention import ATTENTION
 from compose_lens.registry.dynamics import DYNAMICS
 from compose_lens.registry.llc import LLC
 
 ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, CIRCUIT, VARIANT,
-                                  GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING, DYNAMICS, LLC)
+                                  GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING, ATTENTION, DYNAMICS, LLC)
 
 
 # what the rest of the package reads here: the declarations' vocabulary and every declaration
 __all__ = ["ANALYSES", "FIGURES", "Analysis", "Finding", "Option", "Result", "by_name", "sections", "PROBES", "QK",
            "FOURIER", "SAME_MLP", "DLA", "ABLATION", "PATCHING", "HEAD_PATCHING", "PATH_PATCHING", "CIRCUIT", "DAS",
-           "VARIANT", "GRADIENT", "ENTROPY", "DYNAMICS", "LLC"]
+           "VARIANT", "GRADIENT", "ENTROPY", "ATTENTION", "DYNAMICS", "LLC"]

@@ -53,9 +53,11 @@ class Option:
     ``validate``), or a string among ``choices``; ``many``: one or more such values (``das --ranks 4 16``;
     integers may also be written with commas, ``--steps 1000,2000``);
     ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
-    before the model loads). A setting named ``update`` is special to a run analysis's command: set, the
-    command may write over its own earlier ``--out`` and the compute reads that folder first
-    (:attr:`compose_lens.context.RunContext.previous`: the dynamics of a growing run)."""
+    before the model loads); ``positional``: the command's values after MODEL, none or several, with
+    no flag (``attention MODEL 'b=7, b+23=?' ...``; ``flag`` names them in the help). A setting named
+    ``update`` is special to a run analysis's command: set, the command may write over its own earlier
+    ``--out`` and the compute reads that folder first (:attr:`compose_lens.context.RunContext.previous`: the
+    dynamics of a growing run)."""
 
     flag: str
     setting: str
@@ -66,6 +68,7 @@ class Option:
     many: bool = False  # one or more values (the default is a tuple of them)
     kind: type | None = None  # the value's type where the default is None (float, str)
     metavar: str | None = None
+    positional: bool = False  # values after MODEL, with no flag (with many: none or several)
 
 
 @dataclass
@@ -108,7 +111,8 @@ class Analysis:
     command: str | None = None
     help: str = ""
     options: tuple[Option, ...] = ()
-    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory)
+    guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory,
+    # or settings the model's task cannot take: a sequence it cannot parse)
     validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
     exports: tuple[str, ...] = ()  # names of ``module`` that are public API

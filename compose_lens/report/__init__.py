@@ -21,7 +21,8 @@ and lays them out; the maths is elsewhere.
    refinement, each with the phase onsets marked;
 4. the circuit summary (the registered ``probes`` analysis);
 5. :func:`attention_section`: one interactive circuitsvis attention view per example
-   sequence (the PNG heatmap with the circuit's cells outlined folded under it);
+   sequence (the PNG heatmap with the circuit's cells outlined folded under it), from the registered
+   ``attention`` analysis, opened on the router;
 6. the analysis figures: the registered ``qk`` (the located binder's positional QK and the
    router's variable identity), :func:`jump_section` (the early jump before/after), the
    registered ``fourier`` (the key frequencies and the best Fourier neuron) and ``dla`` (direct
@@ -42,7 +43,7 @@ and computes and saves only what is missing, with the settings ``analyze`` uses.
 The page opens with a table of contents.
 
 Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.report.page`), so the page has no
+circuitsvis bundle once, see :mod:`compose_lens.attention_view`), so the page has no
 external reference at all; the figures are also saved as PNG + CSV under
 ``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
 page instead of stopping the report.
@@ -64,7 +65,6 @@ import pandas as pd
 from compose_lens import plots, runs
 from compose_lens.plots import layer_name
 from compose_lens.analysis import figure_data
-from compose_lens.analysis.attention import sequence_views
 from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
@@ -78,10 +78,12 @@ from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
+from compose_lens.registry.attention import views as attention_views
 from compose_lens import compare, context
 from compose_lens.report.outputs import dynamics_for
 from compose_lens.markup import html_table
-from compose_lens.report.page import Report, view_html
+from compose_lens.report.page import Report
+from compose_lens.attention_view import view_html
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
@@ -106,6 +108,7 @@ class ReportInputs:
     compare_with: Any = None  # a Subject to compare this model with (comparison_section), or None
     compare_label: str = ""  # its name on the page (default: its source)
     compare_options: dict | None = None  # compose_lens.compare.compare's options (default: the command's)
+    examples: tuple[str, ...] = ()  # the sequences the reader gave (none: ``texts`` are the split's examples)
 
     @property
     def phases(self) -> dict:
@@ -121,6 +124,7 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
                         split=loaded.split, which=which, table=table, phases_doc=phases_doc,
                         results=runs.read_results(run_dir),
                         texts=examples or figure_data.example_sequences(loaded.split), report=report,
+                        examples=tuple(examples or ()),
                         context=context.Context(loaded, seed=0), results_dir=results_dir)
 
 
@@ -277,8 +281,11 @@ def router_index(inp: ReportInputs) -> int:
 
 
 def attention_section(inp: ReportInputs) -> str:
+    """The registered ``attention`` analysis of :attr:`ReportInputs.texts` (saved in ``results/attention/``,
+    or computed and saved there: :func:`compose_lens.context.obtain`), each view opened on the router."""
     focus = router_index(inp)
-    views = sequence_views(inp.model, inp.config, inp.texts)
+    settings = {"sequences": inp.examples}  # none: the split's examples, as analyze makes them
+    views = attention_views(context.obtain(registry.ATTENTION, inp.context, inp.results_dir / "attention", settings))
     opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, the router"
               if focus and views else "each opens on the first layer")
     parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
@@ -410,6 +417,7 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                           split=subject.split, which="the model", table=pd.DataFrame(),
                           phases_doc={"phases": {}}, results=None,
                           texts=examples or figure_data.example_sequences(subject.split), report=report,
+                          examples=tuple(examples or ()),
                           context=context.Context(subject, seed=0), results_dir=files_dir / "results",
                           compare_with=compare_with, compare_label=compare_label, compare_options=compare_options)
     _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,

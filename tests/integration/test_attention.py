@@ -1,4 +1,5 @@
-"""Attention views: the patterns, the marked cells, and HTML that needs no network."""
+"""Attention views: the patterns, the marked cells, HTML that needs no network, and the ``attention``
+command built from its declaration (compose_lens.registry.attention)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import re
 
 import torch
 
+import pandas as pd
+
 from compose_lens.analysis.attention import attention_patterns, marked_cells, sequence_views
-from compose_lens.report.outputs import write_attention
-from compose_lens.report.page import circuitsvis_bundle, offline_page
+from compose_lens.attention_view import circuitsvis_bundle, offline_page
 from compose_lens.cli import main
+from compose_lens.context import run_analysis
 from compose_lens.model import tl
 from compose_lens.runs import save_model
 from compose_lens.data.task import parse_sequence
+from compose_lens.subject import Subject
 
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
@@ -41,22 +45,32 @@ def test_patterns_are_causal_distributions(tiny_config):
     assert logits.shape == (1, tiny_config.task.modulus)
 
 
-def test_offline_page_inlines_the_bundle_and_loads_nothing_from_the_network(tiny_config, tmp_path):
+def test_offline_page_inlines_the_bundle_and_loads_nothing_from_the_network(tiny_config, tiny_split, tmp_path):
     model = tl.boot(tiny_config.model)
     texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d =", "c=1, 4+c=?"]
-    written, views = write_attention(model, tiny_config, texts, tmp_path, "tiny")
-    page = (tmp_path / "attention.html").read_text()
+    result = run_analysis("attention", Subject(model, tiny_config, tiny_split, "tiny"), tmp_path, sequences=texts)
+    views = result.value
+    page = (tmp_path / "figures" / "attention.html").read_text()
     assert not EXTERNAL.search(page), "the page must not load anything from the network"
     assert "unpkg" not in page and "sourceMappingURL" not in page
     assert page.count("var CircuitsVis") == 1  # the bundle once, however many views
     assert page.count("CircuitsVis.render(") == len(texts)
     assert len(circuitsvis_bundle()) > 500_000
     for i in range(len(texts)):
-        assert (tmp_path / f"attention_{i}.png").stat().st_size > 1000
-        assert (tmp_path / f"attention_{i}.csv").exists()
+        assert (tmp_path / "figures" / f"attention_{i}.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "attention.json").read_text())
     assert [s["text"] for s in saved["sequences"]] == [v["text"] for v in views]
     assert all(s["label"] == v["label"] for s, v in zip(saved["sequences"], views))
+    assert saved["provenance"]["settings"] == {"sequences": texts}
+    # the table holds every view's patterns (what each heatmap's CSV held): the causal cells, marked as predicted
+    table = pd.read_csv(tmp_path / "attention.csv")
+    for i, view in enumerate(views):
+        cells = table[(table["sequence"] == i) & (table["layer"] == 2) & (table["head"] == 0)]
+        assert len(cells) == tiny_config.task.seq_len * (tiny_config.task.seq_len + 1) // 2
+        weights = view["patterns"][1, 0][cells["query"].tolist(), cells["key"].tolist()]
+        assert torch.allclose(torch.tensor(cells["attention"].to_numpy(), dtype=weights.dtype), weights)
+        assert sorted(zip(*cells[cells["mark"] == "value"][["query", "key"]].to_numpy().T)) == \
+            sorted((q, k) for q, k, _ in view["marks"][1])
 
 
 def test_script_text_cannot_close_the_script_element():
@@ -68,9 +82,50 @@ def test_script_text_cannot_close_the_script_element():
 def test_attention_cli(tiny_config, tmp_path, capsys):
     model_dir = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main(["attention", str(model_dir), "b=3, e=5, b+2=?", "--out", str(tmp_path / "views")]) == 0
-    assert (tmp_path / "views" / "attention.html").exists()
+    assert (tmp_path / "views" / "figures" / "attention.html").exists()
     assert "label" in capsys.readouterr().out
     assert main(["attention", str(model_dir), "b=3, b+z=?", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_the_command_built_from_the_declaration_writes_one_view_per_sequence_and_refuses_a_bad_one(
+        tiny_config, tmp_path, capsys, monkeypatch):
+    """``attention MODEL SEQ... --out DIR`` is built from the registered declaration (its sequences after
+    MODEL): the page has one view per sequence, the command prints a line per sequence; none given, the
+    split's examples; a sequence the task cannot parse, or more than 100, is refused in one line before
+    the model loads, and nothing is written."""
+    model_dir = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
+    texts = ["b=3, e=5, b+2=?", "c=1, 4+c=?"]
+    assert main(["attention", str(model_dir), *texts, "--out", str(tmp_path / "two"), "--quiet"]) == 0
+    page = (tmp_path / "two" / "figures" / "attention.html").read_text(encoding="utf-8")
+    assert page.count("CircuitsVis.render(") == 2 and all(json.dumps(t)[1:-1] in page for t in texts)
+    said = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in said if line.startswith(("ok", "WRONG"))] == ["b=3,", "c=1,"]
+    saved = json.loads((tmp_path / "two" / "attention.json").read_text())
+    assert [s["text"] for s in saved["sequences"]] == texts
+
+    assert main(["attention", str(model_dir), "--out", str(tmp_path / "examples"), "--quiet"]) == 0
+    from compose_lens.analysis.figure_data import example_sequences
+    from compose_lens.runs import load_subject
+
+    examples = example_sequences(load_subject(str(model_dir)).split)
+    saved = json.loads((tmp_path / "examples" / "attention.json").read_text())
+    assert [s["text"] for s in saved["sequences"]] == examples and len(examples) >= 2
+
+    capsys.readouterr()
+    import compose_lens.runs
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the sequences were checked")
+
+    monkeypatch.setattr(compose_lens.runs, "load_subject", no_load)  # a refusal comes before any load
+    assert main(["attention", str(model_dir), texts[0], "b=3, b+z=?", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'b=3, b+z=?'" in err[0], err
+    assert not (tmp_path / "bad").exists()
+    assert main(["attention", str(model_dir), *[texts[0]] * 101, "--out", str(tmp_path / "many")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "101 sequences" in err[0] and "at most 100" in err[0], err
+    assert not (tmp_path / "many").exists()
 
 
 def test_reference_model_attends_where_the_circuit_says(reference_final):
@@ -84,3 +139,24 @@ def test_reference_model_attends_where_the_circuit_says(reference_final):
             operand_cells = [(q, k) for q, k, kind in view["marks"][layer] if kind in ("operand", "value")]
             top2 = set(pattern[layer, -1].topk(2).indices.tolist())
             assert top2 == {k for _, k in operand_cells}, (view["text"], layer)
+
+
+def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_config, tiny_split, tmp_path):
+    """The report lays out the attention views from the saved ``attention.json`` where it was made alike
+    (compose_lens.context.obtain): read back, each view is the computed one (patterns, marks per layer),
+    so the page and the heatmap are the same."""
+    from compose_lens import context, plots, registry
+    from compose_lens.attention_view import view_html
+    from compose_lens.registry.attention import views
+
+    texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d ="]
+    subject = Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
+    with context.opened(subject) as ctx:
+        made = context.obtain(registry.ATTENTION, ctx, tmp_path, {"sequences": tuple(texts)})
+        read = context.read(registry.ATTENTION, tmp_path, ctx, {"sequences": tuple(texts)})
+    assert read is not None and read.value is None  # from the files, not the computation
+    same_ids = lambda page: re.sub(r"circuits-vis-[0-9a-f]{12}", "ID", page)  # noqa: E731
+    for computed, back in zip(made.value, views(read), strict=True):
+        assert torch.equal(computed["patterns"], back["patterns"]) and computed["marks"] == back["marks"]
+        assert same_ids(view_html(computed, focus=1)) == same_ids(view_html(back, focus=1))
+        assert plots.view_figure(computed)[1].equals(plots.view_figure(back)[1])

@@ -559,10 +559,9 @@ CASES = [
     ("same-mlp-other-command-overwrite", "same-mlp {w}/run --out {out} --overwrite", "other_command"),
     ("attention-bad-sequence", "attention {w}/run 'b=3, b+z=?' --out {out}", None),
     ("attention-bad-sequence-over-old", "attention {w}/run 'nonsense' --out {out} --overwrite", "other_command"),
-    ("attention-device-tpu", "attention {w}/run 'b=3, e=5, b+2=?' --out {out} --device tpu", None),
+    ("attention-101-sequences", "attention {w}/run " + "'b=3, e=5, b+2=?' " * 101 + "--out {out}", None),
     ("attention-missing-model", "attention {w}/nothing 'b=3, e=5, b+2=?' --out {out}", None),
     ("attention-foreign-overwrite", "attention {w}/run 'b=3, e=5, b+2=?' --out {out} --overwrite", "foreign"),
-    ("attention-no-sequence", "attention {w}/run --out {out}", None),
     # patch, ablate
     *[(f"patch-n-pairs-{n}", f"patch {{w}}/run --n-pairs {n} --out {{out}}", None) for n in
       ["1", "-4", "100000000", "many"]],

@@ -24,11 +24,11 @@ def _model(tmp_path, tiny_config):
 def test_attention_overwrite_leaves_no_stale_file(tmp_path, tiny_config, capsys):
     model, out = _model(tmp_path, tiny_config), tmp_path / "views"
     assert main(["attention", model, "b=3, e=5, b+2=?", "c=1, c+4=?", "--out", str(out)]) == 0
-    assert (out / "attention_1.png").exists()
+    assert (out / "figures" / "attention_1.png").exists()
     assert json.loads((out / MARKER).read_text())["command"] == "attention"
     assert main(["attention", model, "b=3, e=5, b+2=?", "--out", str(out)]) == 2  # exists: refused
     assert main(["attention", model, "b=3, e=5, b+2=?", "--out", str(out), "--overwrite"]) == 0
-    assert not (out / "attention_1.png").exists() and (out / "attention_0.png").exists()
+    assert not (out / "figures" / "attention_1.png").exists() and (out / "figures" / "attention_0.png").exists()
     (out / "keep.txt").write_text("mine")
     capsys.readouterr()
     assert main(["attention", model, "b=3, e=5, b+2=?", "--out", str(out), "--overwrite"]) == 2

@@ -184,12 +184,14 @@ def test_the_recorder_catches_errors_and_network_use(tmp_path):
 
 
 @needs_chromium
-def test_attention_page_renders_offline_in_chromium(tiny_config, tmp_path):
-    from compose_lens.report.outputs import write_attention
+def test_attention_page_renders_offline_in_chromium(tiny_config, tiny_split, tmp_path):
+    from compose_lens.context import run_analysis
     from compose_lens.model import tl
+    from compose_lens.subject import Subject
 
-    write_attention(tl.boot(tiny_config.model), tiny_config, ["b=3, e=5, b+2=?", "c=1, 4+c=?"], tmp_path / "v")
-    assert_clean_offline_render(tmp_path / "v" / "attention.html", tmp_path, min_views=2, min_images=0)
+    run_analysis("attention", Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny"), tmp_path / "v",
+                 sequences=["b=3, e=5, b+2=?", "c=1, 4+c=?"])
+    assert_clean_offline_render(tmp_path / "v" / "figures" / "attention.html", tmp_path, min_views=2, min_images=0)
 
 
 def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
@@ -332,15 +334,17 @@ window.addEventListener("load", function () {
 
 
 @needs_chromium
-def test_the_head_labels_of_an_attention_view_cover_no_pattern(tiny_config, tmp_path):
+def test_the_head_labels_of_an_attention_view_cover_no_pattern(tiny_config, tiny_split, tmp_path):
     """circuitsvis places each head's name on its thumbnail; "layer 1 (blocks.0)" is wider than
     the thumbnail, so it covered the pattern and ran out of its tile (issue #29). The page's style
     sets it above the thumbnail."""
-    from compose_lens.report.outputs import write_attention
+    from compose_lens.context import run_analysis
     from compose_lens.model import tl
+    from compose_lens.subject import Subject
 
-    write_attention(tl.boot(tiny_config.model), tiny_config, ["b=3, e=5, b+2=?"], tmp_path / "v")
-    page = tmp_path / "v" / "attention.html"
+    run_analysis("attention", Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny"), tmp_path / "v",
+                 sequences=["b=3, e=5, b+2=?"])
+    page = tmp_path / "v" / "figures" / "attention.html"
     page.write_text(page.read_text(encoding="utf-8").replace("<head>", "<head>\n" + LABEL_CHECK, 1), encoding="utf-8")
     dom, _ = render_offline(page, tmp_path)
     assert int(body_attribute(dom, "data-labels")) == 2  # one per layer

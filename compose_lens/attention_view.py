@@ -1,0 +1,140 @@
+"""Attention patterns as interactive circuitsvis views that open offline: one view, a page of them,
+and a notebook cell.
+
+**What a reader sees.** circuitsvis's ``AttentionHeads`` widget draws each head's pattern as a
+thumbnail; a click on one enlarges it, and hovering a token shows where it attends from (its row)
+and what attends to it (its column). :func:`view_html` is one readable sequence's view with a line
+that says what the model answered, the label and the sequence's type, above the widget
+(:func:`attention_view`).
+
+**Offline.** circuitsvis's own HTML imports its JavaScript from a CDN (unpkg), so it shows nothing
+without a network. The installed package ships the same bundle, ``circuitsvis/dist/cdn/iife.js``,
+which defines a global ``CircuitsVis``. :func:`offline_page` inlines that bundle *once* in a
+classic ``<script>`` (:func:`circuitsvis_bundle`, with every ``</script`` inside it escaped so the
+bundle cannot close its own element) and each view is a ``<div>`` plus a one-line
+``CircuitsVis.render(id, CircuitsVis.AttentionHeads, props)`` call, so a page with many views stays
+one self-contained file that opens from disk. The run report (:mod:`compose_lens.report`) puts its
+views on its own page the same way.
+
+**Opening on a head.** circuitsvis always opens on the first head and takes no option for another;
+``focus`` adds a small script that clicks the named head's thumbnail once it is drawn, as a reader
+would (the report opens each view on the router, the head the study's routing claim is about).
+
+**In a notebook**, :func:`notebook_view` wraps one view with the bundle in an object Jupyter shows
+as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank offline, this is not.
+
+The views are made from :func:`compose_lens.analysis.attention.sequence_views` entries (the
+``attention`` analysis, :mod:`compose_lens.registry.attention`, makes the page of them). Like
+:mod:`compose_lens.circuit_view`, this module lays out what the analyses computed and computes
+nothing; it sits below the registry so that a declaration can build its page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from compose_lens.errors import ComposeLensError
+
+# circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
+# "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
+# left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
+VIEW_STYLE = ".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
+
+# the style of a page of views alone (the report has its own, with VIEW_STYLE in it)
+PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}"
+              "code{background:#f3f3f3;padding:0 .3em}h2{margin-top:2em}" + VIEW_STYLE)
+
+PAGE_TITLE = "compose-lens attention"
+
+
+def circuitsvis_bundle() -> str:
+    """The circuitsvis browser bundle from the installed package, safe to inline."""
+    import circuitsvis  # only for its file location: the bundle is read, not the Python package used
+
+    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+    if not path.exists():
+        raise ComposeLensError(f"{path}: the circuitsvis package has no browser bundle; "
+                               f"reinstall circuitsvis==1.43.3")
+    source = path.read_text(encoding="utf-8")
+    lines = [line for line in source.splitlines() if not line.startswith("//# sourceMappingURL")]
+    return "\n".join(lines).replace("</script", "<\\/script")
+
+
+def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Sequence[str],
+                   element_id: str | None = None, focus: int = 0) -> str:
+    """One interactive ``AttentionHeads`` view: a div and the call that draws into it.
+
+    ``patterns`` (heads, n, n); needs the bundle of :func:`offline_page` on the page. ``focus``: the
+    head the view opens on (its index in ``head_names``). circuitsvis always opens on the first head
+    and takes no option for it, so a small script clicks the thumbnail named ``head_names[focus]``
+    once the view is drawn (a click locks a head, as a reader's would).
+    """
+    element_id = element_id or f"circuits-vis-{uuid.uuid4().hex[:12]}"
+    props = {"attention": [[[round(float(v), 5) for v in row] for row in head] for head in patterns.tolist()],
+             "tokens": list(tokens), "attentionHeadNames": list(head_names), "maskUpperTri": True}
+    payload = json.dumps(props).replace("</", "<\\/")
+    opener = ""
+    if focus:
+        name = json.dumps(str(head_names[focus])).replace("</", "<\\/")
+        opener = (f'<script>(function () {{ var view = document.getElementById("{element_id}"), tries = 0;'
+                  f" function open() {{ var names = view.querySelectorAll('h4');"
+                  f" for (var i = 0; i < names.length; i++) {{ if (names[i].textContent === {name}) {{"
+                  f" names[i].click(); return; }} }} if (++tries < 200) {{ setTimeout(open, 25); }} }}"
+                  f" open(); }})();</script>")
+    return (f'<div id="{element_id}" class="attention-view" style="margin: 15px 0;"></div>\n'
+            f'<script>CircuitsVis.render("{element_id}", CircuitsVis.AttentionHeads, {payload});</script>'
+            + opener)
+
+
+def offline_page(title: str, body: str, style: str = "") -> str:
+    """A complete HTML page with the circuitsvis bundle inlined once in the head."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{style}</style>\n"
+            f"<script>\n{circuitsvis_bundle()}\n</script>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+
+
+def view_html(view: dict, focus: int = 0) -> str:
+    """A heading and the interactive view for one entry of
+    :func:`~compose_lens.analysis.attention.sequence_views`, opened on head ``focus`` (an index into
+    ``view["head_names"]``: the report opens on the router's)."""
+    p = view["patterns"]
+    flat = p.reshape(-1, p.shape[-2], p.shape[-1])
+    verdict = "correct" if view["correct"] else "wrong"
+    return (f"<h3><code>{html.escape(view['text'])}</code></h3>\n"
+            f"<p>model answers <b>{view['answer']}</b>, the label is {view['label']} ({verdict}); "
+            f"type {view['type']}. Tokens: <code>{html.escape(' '.join(view['words']))}</code></p>\n"
+            + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"], focus=focus))
+
+
+def views_page(views: Sequence[dict], source: str = "") -> str:
+    """The offline page of the ``attention`` command: a heading naming the model, one view per sequence."""
+    body = [f"<h1>Attention views</h1><p>model: <code>{html.escape(source)}</code></p>",
+            "<p>Click a head to enlarge it; hover a token to see where it attends.</p>"]
+    body += [view_html(view) for view in views]
+    return offline_page(PAGE_TITLE, "\n".join(body), PAGE_STYLE)
+
+
+class OfflineHTML:
+    """HTML with the circuitsvis bundle inlined, shown by Jupyter as it is (no network needed)."""
+
+    def __init__(self, body: str):
+        self.body = body
+
+    def _repr_html_(self) -> str:
+        return f"<script>\n{circuitsvis_bundle()}\n</script>\n{self.body}"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the view as a complete offline page."""
+        Path(path).write_text(offline_page(PAGE_TITLE, self.body, PAGE_STYLE), encoding="utf-8")
+        return Path(path)
+
+
+def notebook_view(view: dict) -> OfflineHTML:
+    """One entry of :func:`compose_lens.analysis.attention.sequence_views`, ready to display offline."""
+    return OfflineHTML(view_html(view))

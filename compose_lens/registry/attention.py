@@ -1,0 +1,96 @@
+"""The ``attention`` declaration: where both layers attend on readable sequences, as interactive views.
+
+One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
+holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+the registry).
+
+The analysis runs the model once on the sequences (:func:`compose_lens.analysis.attention.sequence_views`:
+the patterns, the model's answer, the label and the cells the study's circuit predicts) and writes
+
+* ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
+  offline (:func:`compose_lens.attention_view.views_page`);
+* ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
+  outlined (:func:`compose_lens.plots.view_figure`);
+* ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
+  from which :func:`views` rebuilds the views (the report lays them out from it, saved or new);
+* ``attention.csv``: the same patterns as one table, a row per cell
+  (:func:`compose_lens.analysis.attention.pattern_table`).
+
+Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
+means one example from each pool the split has (:func:`compose_lens.analysis.figure_data.example_sequences`,
+as the report shows). A sequence the model's task cannot parse, or more than 100, is refused in one
+line before any work: the count by ``validate``, the parse by ``guard`` (which sees the task).
+"""
+
+from __future__ import annotations
+
+from compose_lens.registry.analysis import Analysis, Option, Result
+
+MAX_SEQUENCES = 100  # views on one page (each inlines its patterns)
+
+
+def _attention(ctx: Context, settings: dict) -> Result:
+    import torch
+
+    import compose_lens.plots as plots
+    from compose_lens.analysis.attention import pattern_table, sequence_views
+    from compose_lens.analysis.figure_data import example_sequences
+    from compose_lens.attention_view import views_page
+
+    texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)
+    views = sequence_views(ctx.model, ctx.config, texts)
+    listed = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]
+    return Result(tables={"attention": pattern_table(views)},
+                  documents={"attention": {"model": ctx.loaded.source, "sequences": listed}},
+                  figures=[(f"attention_{i}", plots.view_figure, (view,), 110) for i, view in enumerate(views)],
+                  pages={"attention": views_page(views, ctx.loaded.source)},
+                  provenance={"sequences": texts}, value=views)
+
+
+def views(result: Result) -> list[dict]:
+    """The views of a result, computed now or read back from ``attention.json``: each entry as
+    :func:`~compose_lens.analysis.attention.sequence_views` gives it (patterns a tensor, marks per layer)."""
+    import torch
+
+    return [{**view, "patterns": torch.tensor(view["patterns"]),
+             "marks": {int(layer): [tuple(cell) for cell in cells] for layer, cells in view["marks"].items()}}
+            for view in result.documents["attention"]["sequences"]]
+
+
+def _check_count(settings: dict) -> None:
+    from compose_lens.errors import ComposeLensError
+
+    sequences = settings["sequences"]
+    if isinstance(sequences, str) or not all(isinstance(s, str) for s in sequences):
+        raise ComposeLensError(f"sequences {sequences!r}: give a list of readable sequences, e.g. "
+                               "['b=7, e=5, b+23=?']")
+    if len(sequences) > MAX_SEQUENCES:
+        raise ComposeLensError(f"{len(sequences)} sequences: at most {MAX_SEQUENCES} per page; "
+                               "split them over several --out folders")
+
+
+def _check_parse(settings: dict, config) -> None:
+    """Each sequence parsed by the model's task: one line naming the first that is not a sequence of it."""
+    from compose_lens.data.task import SequenceError, parse_sequence
+    from compose_lens.errors import ComposeLensError
+
+    for text in settings["sequences"]:
+        try:
+            parse_sequence(config.task, text)
+        except SequenceError as error:
+            raise ComposeLensError(f"sequence {text!r}: {error}") from None
+
+
+def _lines(result: Result) -> list[str]:
+    return [f"{'ok ' if view['correct'] else 'WRONG'} {view['text']:40s} -> {view['answer']} (label {view['label']})"
+            for view in result.documents["attention"]["sequences"]]
+
+
+ATTENTION = Analysis(
+    name="attention", title="Attention on example sequences", compute=_attention,
+    settings={"sequences": ()}, module="compose_lens.analysis.attention", tables=("attention",),
+    documents=("attention",), command="attention",
+    help="attention views of readable sequences (offline HTML + a heatmap each)",
+    options=(Option("sequences", "sequences", "readable sequences, e.g. 'b=7, e=5, b+23=?' (none: one example "
+                    "from each pool)", many=True, positional=True),),
+    validate=_check_count, guard=_check_parse, describe=_lines, exports=("sequence_views",))

@@ -126,7 +126,7 @@ REPORT_RESULTS = {
     "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
     "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",), "das": ("das", "das"),
-    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "attention": ("attention", "attention"),
+    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "modularity": ("modularity",), "attention": ("attention", "attention"),
 }
 
 

@@ -5,9 +5,6 @@ the analyses of this package on one model (or two checkpoints) and returns what
 one figure shows, so the offline report, the ``experiments/fig_*.py`` scripts and
 the ``compose-lens`` output writers draw the same numbers the same way:
 
-* :func:`example_sequences`: one readable sequence of each kind the circuit must
-  handle, drawn from the pools (the report's attention views, the default of the
-  figure scripts);
 * :func:`qk_matrices`: layer 1's (blocks.0) positional scores ``P QK_binder P^T`` and
   layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T``, both in
   attention score (the circuits named by role, :mod:`.probes`);
@@ -40,26 +37,9 @@ from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.forward import ANSWER, Forward, Site
-from compose_lens.data.sampler import make_pool, present_pools
 from compose_lens.data.split import Split
-from compose_lens.data.task import to_text
 from compose_lens.model import tl
 from compose_lens.runs import load_checkpoint
-
-# the pools of example_sequences: 0-var held-out pair, 1-var, 2-var held-out pair,
-# 2-var with both variables in forbidden slots
-EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2")
-
-
-def example_sequences(split: Split, seed: int = 0) -> list[str]:
-    """One readable sequence from each of :data:`EXAMPLE_POOLS` the split has (a split that holds
-    nothing out has no held-out or forbidden-slot pool)."""
-    out = []
-    for pool in present_pools(split, EXAMPLE_POOLS):
-        batch = make_pool(split, pool, size=1, seed=seed)
-        out.append(to_text(split.task, batch.tokens[0].tolist()))
-    return out
-
 
 def qk_matrices(model: tl.Model, config: RunConfig,
                 heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -39,7 +39,7 @@ from compose_lens.errors import ConfigError
 from compose_lens.data import streams
 from compose_lens.data.pools import EXHAUSTIVE_NAMES, ONE_VAR, POOL_NAMES, STUDY_POOLS, Pool, find_pool
 from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, row_types, training_rows
-from compose_lens.data.task import SequenceKind, first_label_of
+from compose_lens.data.task import SequenceKind, first_label_of, to_text
 from compose_lens.data.variants import reassignable, render_variant, variant_pools, variant_render_bytes
 
 __all__ = ["Batch", "render", "render_bytes", "TrainingSampler", "pools_of", "pool_names", "absent_pools", "present_pools", "make_pool", "make_pools",
@@ -339,6 +339,22 @@ def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Ba
         batch.labels = torch.tensor([first_label_of(split.task, t) for t in batch.tokens.tolist()],
                                     dtype=torch.long)
     return batch
+
+
+# the pools of example_sequences: 0-var held-out pair, 1-var, 2-var held-out pair,
+# 2-var with both variables in forbidden slots
+EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2")
+
+
+def example_sequences(split: Split, seed: int = 0) -> list[str]:
+    """One readable sequence from each of :data:`EXAMPLE_POOLS` the split has (a split that holds
+    nothing out has no held-out or forbidden-slot pool): the report's attention views and early jump,
+    and the figure scripts' default."""
+    out = []
+    for pool in present_pools(split, EXAMPLE_POOLS):
+        batch = make_pool(split, pool, size=1, seed=seed)
+        out.append(to_text(split.task, batch.tokens[0].tolist()))
+    return out
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:

@@ -1,6 +1,6 @@
 """The analysis registry: one declaration per analysis, read by ``analyze``, the report, the CLI and the API.
 
-An analysis of one model, or of a run's checkpoints (``of="run"``: ``dynamics``, ``llc``), is declared once, as an :class:`Analysis` (:mod:`.analysis` says what
+An analysis of one model, or of a run's checkpoints (``of="run"``: ``dynamics``, ``early_jump``, ``llc``), is declared once, as an :class:`Analysis` (:mod:`.analysis` says what
 one holds) in a module of this package, one per analysis or family (``registry/dla.py``,
 ``registry/patching.py``, ...); :data:`ANALYSES` lists them in the order ``analyze`` runs them.
 A declaration holds:
@@ -58,12 +58,15 @@ from compose_lens.registry.entropy import ENTROPY
 from compose_lens.registry.attention import ATTENTION
 from compose_lens.registry.dynamics import DYNAMICS
 from compose_lens.registry.llc import LLC
+from compose_lens.registry.early_jump import EARLY_JUMP
+from compose_lens.registry.modularity import MODULARITY
 
 ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, CIRCUIT, VARIANT,
-                                  GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING, ATTENTION, DYNAMICS, LLC)
+                                  GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING, ATTENTION, MODULARITY,
+                                  DYNAMICS, EARLY_JUMP, LLC)
 
 
 # what the rest of the package reads here: the declarations' vocabulary and every declaration
 __all__ = ["ANALYSES", "FIGURES", "Analysis", "Finding", "Option", "Result", "by_name", "sections", "PROBES", "QK",
            "FOURIER", "SAME_MLP", "DLA", "ABLATION", "PATCHING", "HEAD_PATCHING", "PATH_PATCHING", "CIRCUIT", "DAS",
-           "VARIANT", "GRADIENT", "ENTROPY", "ATTENTION", "DYNAMICS", "LLC"]
+           "VARIANT", "GRADIENT", "ENTROPY", "ATTENTION", "MODULARITY", "DYNAMICS", "EARLY_JUMP", "LLC"]

@@ -17,7 +17,7 @@ the patterns, the model's answer, the label and the cells the study's circuit pr
   (:func:`compose_lens.analysis.attention.pattern_table`).
 
 Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
-means one example from each pool the split has (:func:`compose_lens.analysis.figure_data.example_sequences`,
+means one example from each pool the split has (:func:`compose_lens.data.sampler.example_sequences`,
 as the report shows). A sequence the model's task cannot parse, or more than 100, is refused in one
 line before any work: the count by ``validate``, the parse by ``guard`` (which sees the task).
 """
@@ -34,7 +34,7 @@ def _attention(ctx: Context, settings: dict) -> Result:
 
     import compose_lens.plots as plots
     from compose_lens.analysis.attention import pattern_table, sequence_views
-    from compose_lens.analysis.figure_data import example_sequences
+    from compose_lens.data.sampler import example_sequences
     from compose_lens.attention_view import views_page
 
     texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)

@@ -96,7 +96,7 @@ def _circuit_settings(settings: dict) -> None:
                                f"--method exact or acdc with it, or --metric logit_diff or prob")
 
 
-def _circuit_memory(settings: dict, config) -> None:
+def circuit_memory(settings: dict, config) -> None:
     """Per pair: up to five prompts rendered (``mixed``'s variable corruption draws four per pair;
     ``resample`` draws a pool and its partners); kept: every node's output on the clean and the
     corrupted prompt (the baseline the masked runs patch from), and one forward over all pairs
@@ -136,4 +136,4 @@ CIRCUIT = Analysis(
              Option("--positions", "positions", "split every edge by position"),
              Option("--threshold", "threshold", "ACDC's pruning threshold (share)"),
              Option("--target", "target", "performance the found circuit recovers")),
-    guard=_circuit_memory, validate=_circuit_settings, describe=_circuit_lines)
+    guard=circuit_memory, validate=_circuit_settings, describe=_circuit_lines)

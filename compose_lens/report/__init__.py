@@ -64,13 +64,12 @@ import pandas as pd
 
 from compose_lens import plots, runs
 from compose_lens.plots import layer_name
-from compose_lens.analysis import figure_data
 from compose_lens import study
 from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
-from compose_lens.data.sampler import POOL_NAMES, absent_pools, make_pools
+from compose_lens.data.sampler import POOL_NAMES, absent_pools, example_sequences, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
@@ -78,6 +77,7 @@ from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
+from compose_lens.registry import early_jump
 from compose_lens.registry.attention import views as attention_views
 from compose_lens import compare, context
 from compose_lens.report.outputs import dynamics_for
@@ -123,7 +123,7 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
     return ReportInputs(run_dir=run_dir, split_file=split_file, model=loaded.model, config=loaded.config,
                         split=loaded.split, which=which, table=table, phases_doc=phases_doc,
                         results=runs.read_results(run_dir),
-                        texts=examples or figure_data.example_sequences(loaded.split), report=report,
+                        texts=examples or example_sequences(loaded.split), report=report,
                         examples=tuple(examples or ()),
                         context=context.Context(loaded, seed=0), results_dir=results_dir)
 
@@ -306,8 +306,9 @@ def jump_section(inp: ReportInputs) -> str:
     if not bracket or bracket[0] == bracket[1]:
         return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
     text = inp.texts[1]
-    states = figure_data.jump_states(inp.run_dir, bracket[0], bracket[1], text, inp.table, inp.split_file)
-    return inp.report.figure(plots.early_jump_figure(*states), "early_jump",
+    run = context.RunContext(inp.run_dir, inp.split_file, progress=False, previous=inp.results_dir)
+    found = context.run_analysis(registry.EARLY_JUMP, run, before=bracket[0], after=bracket[1], sequence=text)
+    return inp.report.figure(plots.early_jump_figure(*early_jump.states(found)), "early_jump",
                              f"Layer-1 attention on <code>{html.escape(text)}</code> and the layer-2 identity "
                              f"matrix at steps {bracket[0]} and {bracket[1]}.")
 
@@ -416,7 +417,7 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
     inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, model=subject.model, config=subject.config,
                           split=subject.split, which="the model", table=pd.DataFrame(),
                           phases_doc={"phases": {}}, results=None,
-                          texts=examples or figure_data.example_sequences(subject.split), report=report,
+                          texts=examples or example_sequences(subject.split), report=report,
                           examples=tuple(examples or ()),
                           context=context.Context(subject, seed=0), results_dir=files_dir / "results",
                           compare_with=compare_with, compare_label=compare_label, compare_options=compare_options)

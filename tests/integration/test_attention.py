@@ -104,7 +104,7 @@ def test_the_command_built_from_the_declaration_writes_one_view_per_sequence_and
     assert [s["text"] for s in saved["sequences"]] == texts
 
     assert main(["attention", str(model_dir), "--out", str(tmp_path / "examples"), "--quiet"]) == 0
-    from compose_lens.analysis.figure_data import example_sequences
+    from compose_lens.data.sampler import example_sequences
     from compose_lens.runs import load_subject
 
     examples = example_sequences(load_subject(str(model_dir)).split)

@@ -203,3 +203,20 @@ def test_a_stride_over_the_study_checkpoints_flags_every_onset_it_may_move(refer
     every = trajectory(reference_dir, pool_size=600, slot_size=150, circuit=False, progress=False)
     dense = run_phases_measured(every.table, reference_dir, every.settings)
     assert not any(phase["stride_may_move"] for phase in dense.values())
+
+
+def test_the_early_jump_command_reads_two_checkpoints_or_says_which_it_needs(tiny_run, tmp_path, capsys):
+    """early-jump (a declared analysis of a run) draws both states at the steps given; without them it takes
+    the assignment bracket from the run's dynamics, and where there is none it says so in one line (exit 2,
+    nothing written)."""
+    out = tmp_path / "jump"
+    assert main(["early-jump", str(tiny_run), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --before and --after" in err and not out.exists()
+    assert main(["early-jump", str(tiny_run), "--before", "10", "--after", "30", "--sequence", "a=1, a+2=?",
+                 "--out", str(out), "--quiet"]) == 0
+    doc = json.loads((out / "early_jump.json").read_text())
+    assert [s["step"] for s in doc["states"]] == [10, 30] and doc["text"] == "a=1, a+2=?"
+    first, second = (np.asarray(s["pattern0"]) for s in doc["states"])
+    assert first.shape == second.shape and not np.allclose(first, second)  # two checkpoints, not one read twice
+    assert (out / "figures" / "early_jump.png").stat().st_size > 0

@@ -139,16 +139,16 @@ def test_each_stall_rate_table_is_what_its_committed_runs_give(folder):
 
 
 def test_a_log_claim_follows_the_log_and_says_when_the_log_lacks_the_line(tmp_path):
-    claim = next(c for c in CLAIMS if c["compute"] == "text_match" and "23 of 46 edges" in c["quote"])
+    claim = next(c for c in CLAIMS if c["compute"] == "text_match" and "23 [23, 24] of 46 edges" in c["quote"])
     root = tmp_path / "repo"
     (root / claim["doc"]).parent.mkdir(parents=True)
     shutil.copy(ROOT / claim["doc"], root / claim["doc"])
     log = root / claim["source"]
     log.parent.mkdir(parents=True)
     text = (ROOT / claim["source"]).read_text()
-    log.write_text(text.replace("(23 of 46 edges in the circuit", "(24 of 46 edges in the circuit"))
+    log.write_text(text.replace("eap-ig: 23 [23, 24]", "eap-ig: 24 [23, 24]"))
     (problem,) = check_claims.check(claim, root)
-    assert "gives '`circuit` (EAP-IG): 24 of 46 edges" in problem
+    assert "gives '`circuit` (EAP-IG): 24 [23, 24] of 46 edges" in problem
     log.write_text(text.replace("edges in the circuit", "edges kept"))
     (problem,) = check_claims.check(claim, root)
     assert "gives no value for the quote" in problem and "matches nothing" in problem

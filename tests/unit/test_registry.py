@@ -183,7 +183,7 @@ def test_the_analyses_of_a_run_are_declared_and_their_commands_built_from_the_de
     from compose_lens.errors import ComposeLensError
 
     runs_of = {a.name for a in registry.ANALYSES if a.of == "run"}
-    assert runs_of == {"dynamics", "llc"}
+    assert runs_of == {"dynamics", "early_jump", "llc"}
 
     def settings(argv):
         args = build_parser().parse_args(argv)

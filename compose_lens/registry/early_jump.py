@@ -1,0 +1,73 @@
+"""The ``early_jump`` declaration: layer 1's attention on one sequence and layer 2's variable-identity
+matrix at the two checkpoints that bracket the variable-assignment jump (the study's "early
+generalisation" figure).
+
+An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): its compute takes a
+:class:`compose_lens.context.RunContext`. :func:`compose_lens.analysis.figure_data.jump_states` reads the
+two checkpoints; this module says how the command, the report and the API run it.
+``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
+tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
+Without ``--before`` / ``--after`` the bracket is the assignment phase's, read from the run's dynamics
+(``RUN/results/phases.json``, as ``compose-lens dynamics RUN --out RUN/results`` writes it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compose_lens.registry.analysis import Analysis, Option, Result
+
+
+def _saved_dynamics(ctx):
+    """The run's dynamics table and phases, where the context's folder (or ``RUN/results``) holds them."""
+    from compose_lens import runs
+
+    for folder in (ctx.previous, Path(ctx.source) / "results"):
+        if folder is not None and (Path(folder) / runs.DYNAMICS_FILE).exists() and (Path(folder) / runs.PHASES_FILE).exists():
+            return runs.load_dynamics(folder)
+    return None, None
+
+
+def _early_jump(ctx, settings: dict) -> Result:
+    import compose_lens.plots as plots
+    from compose_lens import runs
+    from compose_lens.analysis.figure_data import jump_states
+    from compose_lens.data.sampler import example_sequences
+    from compose_lens.errors import ComposeLensError
+
+    table, doc = _saved_dynamics(ctx)
+    before, after = settings["before"], settings["after"]
+    if before is None or after is None:
+        bracket = ((doc or {}).get("phases") or {}).get("assignment", {}).get("bracket")
+        if not bracket or bracket[0] == bracket[1]:
+            raise ComposeLensError(f"{ctx.source}: no variable-assignment jump in its dynamics; give --before and "
+                                   f"--after, or run `compose-lens dynamics {ctx.source} --out "
+                                   f"{Path(ctx.source) / 'results'}` first")
+        before, after = bracket
+    text = settings["sequence"] or example_sequences(runs.find_checkpoints(ctx.source, ctx.split)[2], ctx.seed)[1]
+    first, second, names = jump_states(ctx.source, before, after, text, table, ctx.split)
+    listed = [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in state.items()} for state in (first, second)]
+    return Result(documents={"early_jump": {"text": text, "variables": names, "states": listed}},
+                  figures=[("early_jump", plots.early_jump_figure, (first, second, names), 110)])
+
+
+def states(result: Result) -> tuple[dict, dict, list[str]]:
+    """(state before, state after, variable names) of a result, computed now or read back from
+    ``early_jump.json``: what :func:`compose_lens.plots.early_jump_figure` draws."""
+    import numpy as np
+
+    doc = result.documents["early_jump"]
+    first, second = ({**s, "pattern0": np.asarray(s["pattern0"]), "identity": np.asarray(s["identity"])}
+                     for s in doc["states"])
+    return first, second, list(doc["variables"])
+
+
+EARLY_JUMP = Analysis(
+    name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
+    settings={"sequence": None, "before": None, "after": None},
+    module="compose_lens.analysis.figure_data", documents=("early_jump",),
+    command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
+    options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),
+             Option("--before", "before", "checkpoint step before the jump (default: the assignment bracket's)",
+                    kind=int, minimum=0, metavar="STEP"),
+             Option("--after", "after", "checkpoint step after the jump", kind=int, minimum=0, metavar="STEP")))

@@ -1,0 +1,91 @@
+"""The ``modularity`` declaration: is the model's circuit modular? Three measures that can fail
+(:mod:`compose_lens.analysis.modularity`): (a) binding and addition leave through distinct components
+(the separation, with its bootstrap interval over the prompt pairs), (b) one adder serves constants and
+variables (the same-MLP tests on the located adder), (c) the share of the graph's edges the smallest
+faithful circuit needs (with its interval over the pools' pairs), and the verdict: ``modular``,
+``entangled`` or ``inconclusive`` (always the last where the model has not learned the task).
+
+One declaration module of :mod:`compose_lens.registry`. ``compose-lens modularity MODEL --out DIR``
+writes ``modularity.csv`` (one row: every ``modularity_*`` column, the exhaustive accuracies and the
+located roles); ``analyze`` and the report run it too (about 9 s on the paper model, on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+from compose_lens.registry.analysis import Analysis, Finding, Option, Result
+from compose_lens.registry.circuit import circuit_memory
+
+
+def _modularity(ctx, settings: dict) -> Result:
+    import pandas as pd
+
+    from compose_lens.analysis import modularity
+
+    row = modularity.measure(ctx.model, ctx.config, ctx.split, ctx.seed, n_pairs=settings["n_pairs"],
+                             same_mlp_n=settings["same_mlp_n"], pool_size=settings["pool_size"],
+                             steps=settings["steps"])
+    facts = {k: row[k] for k in ("modularity_separation", "modularity_same_adder", "modularity_circuit_fraction",
+                                 "modularity_verdict")}
+    return Result(tables={"modularity": pd.DataFrame([row])}, facts=facts)
+
+
+def _shown(row, key: str, interval: bool = False) -> str:
+    """A measure of the row (with its 95 % interval), or the word that says why there is none."""
+    value = row[key]
+    if not isinstance(value, float):
+        return str(value)
+    low, high = (row.get(f"{key}_low"), row.get(f"{key}_high")) if interval else (None, None)
+    return f"{value:.3f}" + (f" [{low:.3f}, {high:.3f}]" if isinstance(low, float) else "")
+
+
+def _lines(result: Result) -> list[str]:
+    row = result.tables["modularity"].iloc[0]
+    shown = lambda key, interval=False: _shown(row, key, interval)  # noqa: E731
+    edges = (f" ({row['modularity_circuit_edges']} of {row['modularity_graph_edges']} edges)"
+             if isinstance(row["modularity_circuit_fraction"], float) else "")
+    lines = [f"  separation (binding vs addition, 1 - overlap): {shown('modularity_separation', True)}",
+             f"  one adder for constants and variables: {shown('modularity_same_adder')}",
+             f"  circuit fraction: {shown('modularity_circuit_fraction', True)}{edges}",
+             f"  verdict: {row['modularity_verdict']}"]
+    if isinstance(row["modularity_reason"], str) and row["modularity_reason"]:
+        lines.append(f"  why: {row['modularity_reason']}")
+    return lines
+
+
+def _section(inp, result: Result, settings: dict) -> str:
+    import html
+
+    from compose_lens.markup import html_table
+
+    row = result.tables["modularity"].iloc[0]
+    rows = [["(a) separation of binding and addition (1 - overlap)", _shown(row, "modularity_separation", True),
+             "modular at >= 0.8"],
+            ["(b) one adder for constants and variables", _shown(row, "modularity_same_adder"),
+             "1: the same-MLP verdict is supported"],
+            ["(c) share of the graph's edges the circuit needs", _shown(row, "modularity_circuit_fraction", True),
+             "a size, compared, not thresholded"]]
+    why = row["modularity_reason"]
+    return (f"<p>Verdict: <b>{html.escape(str(row['modularity_verdict']))}</b> "
+            f"({settings['n_pairs']} prompt pairs of each skill; intervals: 95 % bootstrap; "
+            "<code>compose-lens modularity</code> writes the whole row).</p>"
+            + html_table(rows, ["measure", "value [95 % interval]", "reads"])
+            + (f'<p class="note">{html.escape(why)}</p>' if isinstance(why, str) and why else ""))
+
+
+MODULARITY = Analysis(
+    name="modularity", title="Modularity: separation, one adder, circuit size", compute=_modularity,
+    settings={"n_pairs": 120, "same_mlp_n": 150, "pool_size": 200, "steps": 8},
+    module="compose_lens.analysis.modularity", tables=("modularity",), causal=True,
+    section=_section, report_after="circuit-discovery",
+    findings=(Finding("modularity_separation", "binding and addition leave through distinct components",
+                      "high (>= 0.8)", 0.8),
+              Finding("modularity_same_adder", "one adder for constants and variables", "1", 1.0),
+              Finding("modularity_circuit_fraction", "share of the graph's edges the circuit needs", "a size"),
+              Finding("modularity_verdict", "modularity verdict", "modular")),
+    command="modularity", help="is the circuit modular? separation of binding and addition, one adder, circuit size",
+    options=(Option("--n-pairs", "n_pairs", "prompt pairs of each skill (binding, addition)", minimum=6),
+             Option("--same-mlp-n", "same_mlp_n", "prompts of each same-MLP test", minimum=10),
+             Option("--pool-size", "pool_size", "prompts per pool for the circuit's faithfulness", minimum=9),
+             Option("--steps", "steps", "EAP-IG's integration steps")),
+    guard=lambda settings, config: circuit_memory({"n_pairs": settings["n_pairs"], "positions": True}, config),
+    describe=_lines)

@@ -154,7 +154,8 @@ def paired_agreement(runs: pd.DataFrame, variant: str, a: object, b: object, out
     outcome true and ``b``'s false, and the reverse). McNemar's exact test asks whether the
     variant shifts the outcome one way: under no shift a discordant pair goes either way with
     probability 1/2, so the two-sided binomial test of one direction's count (p = 1 when no pair
-    disagrees). ``outcome`` is a boolean column (e.g. stalled).
+    disagrees). ``outcome`` is a boolean column (e.g. stalled). ``flip_interval_95``: the Wilson interval
+    of the share of seeds whose outcome the variant flips (the discordant pairs over the pairs).
     """
     left = runs[runs[variant] == a].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
     right = runs[runs[variant] == b].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
@@ -163,8 +164,10 @@ def paired_agreement(runs: pd.DataFrame, variant: str, a: object, b: object, out
     only_a, only_b = int((left & ~right).sum()), int((~left & right).sum())
     discordant = only_a + only_b
     p = float(_scipy.binomtest(only_a, discordant, 0.5).pvalue) if discordant else 1.0
+    flips = list(wilson_interval(discordant, len(both))) if len(both) else None
     return {"variant": variant, "a": a, "b": b, "outcome": outcome, "seeds": int(len(both)),
-            "agree": int(len(both) - discordant), "only_a": only_a, "only_b": only_b, "mcnemar_exact_p": p}
+            "agree": int(len(both) - discordant), "only_a": only_a, "only_b": only_b, "mcnemar_exact_p": p,
+            "flip_interval_95": flips}
 
 
 # -- two run sets compared ----------------------------------------------------------------------

@@ -165,9 +165,9 @@ def summarise(runs: pd.DataFrame) -> dict:
     for precision, group in runs.groupby("precision"):
         by_seed[f"precision={precision}"] = rate_by_seed(group)
     paired = []
-    for precision, group in decided.groupby("precision"):
-        if group["kernel"].nunique() > 1:
-            paired.append({"precision": precision, **stats.paired_agreement(group, "kernel", "native", "default", "stalled")})
+    for precision, group in decided.groupby("precision"):  # native against each other kernel a seed ran on
+        for kernel in sorted(set(group["kernel"]) - {"native"}):
+            paired.append({"precision": precision, **stats.paired_agreement(group, "kernel", "native", kernel, "stalled")})
     native = decided[decided["kernel"] == "native"]
     if native["precision"].nunique() > 1:
         paired.append({"kernel": "native", **stats.paired_agreement(native, "precision", "fp32", "bf16", "stalled")})
@@ -298,9 +298,10 @@ def main(argv: list[str] | None = None) -> int:
             undecided = f"; undecided seeds {r['undecided_seeds']}" if r["undecided_seeds"] else ""
             print(f"  {key}: {rate.text()} stalled{undecided}")
         for p_ in summary["paired_variants"]:
+            flips = stats.Rate.of(p_["seeds"] - p_["agree"], p_["seeds"]).text() if p_["seeds"] else "no pair"
             print(f"  {p_['variant']} {p_['a']} vs {p_['b']}: {p_['agree']} of {p_['seeds']} seeds agree on the stall "
-                  f"({p_['only_a']} stalled only under {p_['a']}, {p_['only_b']} only under {p_['b']}; McNemar exact "
-                  f"p = {p_['mcnemar_exact_p']:.2f})")
+                  f"({p_['only_a']} stalled only under {p_['a']}, {p_['only_b']} only under {p_['b']}; flipped "
+                  f"{flips}; McNemar exact p = {p_['mcnemar_exact_p']:.2f})")
     if a.compare is not None:
         other = read_runs(a.compare)
         if df.empty or other.empty:

@@ -62,7 +62,22 @@ def test_table_counts_each_seed_once_and_reports_the_kernel_pairs_apart(tmp_path
     assert fp32["interval_95"] == pytest.approx(list(stall_rate.stats.wilson_interval(1, 4)))
     (pair,) = summary["paired_variants"]
     assert (pair["seeds"], pair["agree"], pair["only_a"], pair["only_b"]) == (2, 1, 1, 0)
+    assert pair["flip_interval_95"] == pytest.approx(list(stall_rate.stats.wilson_interval(1, 2)))
     assert summary["trajectories"] == {"runs": 7, "finished": 5, "decided": 6, "stalled": 1}
+
+
+def test_native_is_paired_with_every_other_kernel_a_seed_ran_on(tmp_path):
+    """The by-seed study's rounding twins run on avx2, the older study's on the scalar kernels: each is paired
+    with native (before, only 'default' was, so avx2 twins were silently left unpaired)."""
+    recipe(tmp_path)
+    plant(tmp_path, 1, "avx2", None, 30_000, True)       # stalls as native did
+    plant(tmp_path, 3, "avx2", None, 30_000, True)       # stalls where native generalised: a flip
+    stall_rate.table(tmp_path)
+    pairs = {p["b"]: p for p in json.loads((tmp_path / "summary.json").read_text())["paired_variants"]}
+    assert set(pairs) == {"default", "avx2"}
+    assert (pairs["avx2"]["seeds"], pairs["avx2"]["agree"], pairs["avx2"]["only_b"]) == (2, 1, 1)
+    fp32 = json.loads((tmp_path / "summary.json").read_text())["by_seed"]["precision=fp32"]
+    assert (fp32["stalled"], fp32["seeds"]) == (1, 4)  # a twin never counts its seed twice
 
 
 def test_compare_sets_the_recipe_against_the_remedy_by_seed(tmp_path, capsys, monkeypatch):

@@ -1608,7 +1608,8 @@ def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
     ax.set_title(f"direct logit attribution at '=' by pool (shaded: add-restricted pools)\n{left_out}", fontsize=9)
     low, high = ax.get_ylim()
     ax.set_ylim(low - 0.4 * (high - low), high)  # room under the points for the legend
-    ax.legend(fontsize=8, loc="lower right", ncol=2, title="component", title_fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no component drawn (all-zero weights): no legend to draw
+        ax.legend(fontsize=8, loc="lower right", ncol=2, title="component", title_fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return rest[rest["component"].isin(components)]
 

@@ -99,7 +99,8 @@ def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_poo
     assert all(row.pool.startswith(row.kind) for row in pools.itertuples())
     weighted = (pools.assign(total=pools["contribution"] * pools["n"]).groupby(["kind", "component"])
                 [["total", "n"]].sum())
-    merged = kinds.set_index(["kind", "component"]).join(weighted, rsuffix="_pools")
+    merged = kinds.set_index(["kind", "component"]).merge(weighted, left_index=True, right_index=True,
+                                                           suffixes=("", "_pools"))
     assert (merged["n"] == merged["n_pools"]).all()
     assert ((merged["total"] / merged["n_pools"] - merged["contribution"]).abs() < 1e-4).all()
     for name in POOL_NAMES:

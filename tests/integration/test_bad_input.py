@@ -609,6 +609,21 @@ CASES = [
     ("dynamics-foreign-dir", "dynamics {w}/run --out {out}", "foreign"),
     ("dynamics-update-foreign", "dynamics {w}/run --update --out {out}", "foreign"),
     ("dynamics-device-tpu", "dynamics {w}/run --device tpu --out {out}", None),
+    # early-jump, modularity, entropy, patch-heads, path-patch (every registered command has cases)
+    ("early-jump-no-bracket", "early-jump {w}/run --out {out}", None),
+    ("early-jump-absent-step", "early-jump {w}/run --before 10 --after 999 --out {out}", None),
+    ("early-jump-negative-step", "early-jump {w}/run --before -1 --after 10 --out {out}", None),
+    ("early-jump-bad-sequence", "early-jump {w}/run --before 10 --after 20 --sequence 'b+z=?' --out {out}", None),
+    ("early-jump-missing", "early-jump {w}/nothing --before 10 --after 20 --out {out}", None),
+    ("modularity-n-pairs-2", "modularity {w}/run --n-pairs 2 --out {out}", None),
+    ("modularity-missing-model", "modularity {w}/nothing --out {out}", None),
+    ("modularity-foreign-dir", "modularity {w}/run --out {out}", "foreign"),
+    ("entropy-pool-0", "entropy {w}/run --pool-size 0 --out {out}", None),
+    ("entropy-missing-model", "entropy {w}/nothing --out {out}", None),
+    ("patch-heads-bad-component", "patch-heads {w}/run --component w --out {out}", None),
+    ("compare-missing-model", "compare {w}/run {w}/nothing --out {out}", None),
+    ("compare-one-model", "compare {w}/run --out {out}", None),
+    ("path-patch-bad-sender", "path-patch {w}/run --sender blocks.9.head0 --receiver blocks.1.mlp --out {out}", None),
     ("report-missing", "report {w}/nothing", None),
     ("report-foreign-html-overwrite", "report {w}/run --out {sb}/out.html --overwrite", "files"),
     ("report-existing-html", "report {w}/run --out {sb}/out.html", "files"),
@@ -966,9 +981,11 @@ def test_bad_invocation_is_one_line_and_changes_nothing(name, command, setup, wo
 
 
 def test_the_table_covers_every_command():
+    from compose_lens import registry
+
     commands = {shlex.split(c[1])[0] if c[1] else "" for c in CASES}
-    assert {"train", "evaluate", "data", "analyze", "same-mlp", "fourier", "attention", "patch", "ablate", "circuit",
-            "dynamics", "report", "sweep"} <= commands
+    assert {"train", "evaluate", "data", "analyze", "report", "sweep", "compare"} <= commands
+    assert {a.command for a in registry.ANALYSES if a.command} <= commands, "give every registered command its cases"
     assert len(CASES) >= 100
 
 

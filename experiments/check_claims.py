@@ -74,13 +74,13 @@ def stall_rate(source: Path, precision: str | None = None) -> dict:
 
 @computation
 def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
-    """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p)."""
+    """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, flips, p)."""
     runs = pd.read_csv(source)
     runs = runs[runs["decided"]].assign(stalled=lambda d: d["outcome"] == "stalled")
     if precision:
         runs = runs[runs["precision"] == precision]
     found = stats.paired_agreement(runs, variant, a, b, "stalled")
-    return {**found, "p": found["mcnemar_exact_p"]}
+    return {**found, "p": found["mcnemar_exact_p"], "flips": found["only_a"] + found["only_b"]}
 
 
 @computation

@@ -10,7 +10,7 @@ folder where it was made with the same settings, seed and configuration, and :fu
 the other (the report). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
 (``compose-lens analyze``).
 
-An analysis of a run's checkpoints (``of="run"``: the dynamics, the LLC) is run over a
+An analysis of a run's checkpoints (``of="run"``: the dynamics, the early jump, the LLC) is run over a
 :class:`RunContext` instead, the same way: :func:`run_analysis` takes a run's source where it takes a model.
 
 The registry declares; this module runs. Nothing in the report or the command line computes a

@@ -126,14 +126,15 @@ REPORT_RESULTS = {
     "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
     "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
     "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",), "das": ("das", "das"),
-    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "modularity": ("modularity",), "attention": ("attention", "attention"),
+    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "modularity": ("modularity",),
+    "attention": ("attention", "attention"),
 }
 
 
 def run_layout() -> dict:
     """The layout of a run directory below its top-level names (see the comment above)."""
     analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
-                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit_view, the attention views
+                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit, attention views
                 for name, stems in REPORT_RESULTS.items()}
     return {
         CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},

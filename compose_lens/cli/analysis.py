@@ -11,7 +11,9 @@ findings they declare. An analysis that declares a ``command`` (``fourier``, ``s
 a pairs file, or values after MODEL: ``attention MODEL 'b=7, b+23=?' ...``); it writes what
 ``analyze`` writes into ``OUT/<name>/`` (tables as CSV with their provenance, documents as JSON,
 figures and offline pages under ``DIR/figures``), refuses settings and sizes the analysis declares it
-cannot run before anything is loaded, and prints the lines its ``describe`` gives.
+cannot run before anything is loaded, and prints the lines its ``describe`` gives. The command of an
+analysis of a run's checkpoints (``dynamics``, ``early-jump``, ``llc``) takes RUN, ``--split`` and
+``--device`` where the others take MODEL (:func:`_run_command`).
 """
 
 from __future__ import annotations

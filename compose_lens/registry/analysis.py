@@ -4,7 +4,7 @@ section, findings and command), the command's :class:`Option` s, the :class:`Res
 
 An analysis reads one of two things (:attr:`Analysis.of`): **one model** (``"model"``: the probes,
 patching, the circuit, ...; its compute takes a :class:`compose_lens.context.Context`), or **a run's
-checkpoints** (``"run"``: the training dynamics and the local learning coefficient; its compute takes a
+checkpoints** (``"run"``: the training dynamics, the early jump and the local learning coefficient; its compute takes a
 :class:`compose_lens.context.RunContext`: the run's source, split, seed and device). Both are declared,
 run, written and read back the same way; only the command's first argument differs (MODEL or RUN).
 

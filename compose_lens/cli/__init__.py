@@ -97,7 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and not _trailing_values(args, extra):
+            parser.parse_args(argv)  # the usage error, said as argparse says it
     except SystemExit as exc:  # --help (0) or a usage error (2, its line already written)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if args.command not in OWN_THREADS:  # before torch is imported, which reads it once
@@ -145,6 +148,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(name).setLevel(level)
         if handler is not None:
             root.removeHandler(handler)
+
+
+def _trailing_values(args: argparse.Namespace, extra: list[str]) -> bool:
+    """Values after the options of a command whose declaration takes values after MODEL (``attention paper
+    --out X 'b=7, b+23=?'``): added to them, as argparse adds a positional's values written after the options
+    when the positional needs at least one. False (a usage error) for anything else, a flag above all."""
+    from compose_lens import registry
+
+    name = getattr(args, "analysis", None)
+    analysis = next((a for a in registry.ANALYSES if a.name == name), None)
+    option = next((o for o in analysis.options if o.positional and o.many), None) if analysis else None
+    if option is None or any(value.startswith("-") for value in extra):
+        return False
+    setattr(args, option.setting, [*(getattr(args, option.setting) or []), *extra])
+    return True
 
 
 def _stderr_is_terminal() -> bool:

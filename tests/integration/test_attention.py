@@ -160,3 +160,17 @@ def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_con
         assert torch.equal(computed["patterns"], back["patterns"]) and computed["marks"] == back["marks"]
         assert same_ids(view_html(computed, focus=1)) == same_ids(view_html(back, focus=1))
         assert plots.view_figure(computed)[1].equals(plots.view_figure(back)[1])
+
+
+def test_sequences_after_the_options_are_read_as_before_and_a_stray_flag_is_still_refused(tiny_config, tmp_path,
+                                                                                          capsys):
+    """`attention MODEL --out X 'seq'` worked when the command was hand-written (its sequences needed one value,
+    so argparse took them after the options); built from the declaration, with none allowed, it must still."""
+    model_dir = save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
+    out = tmp_path / "after"
+    assert main(["attention", str(model_dir), "--out", str(out), "b=3, e=5, b+2=?", "--quiet", "e=1, e+2=?"]) == 0
+    texts = [view["text"] for view in json.loads((out / "attention.json").read_text())["sequences"]]
+    assert texts == ["b=3, e=5, b+2=?", "e=1, e+2=?"]
+    assert main(["attention", str(model_dir), "--out", str(tmp_path / "flag"), "--bogus"]) == 2
+    assert main(["dla", str(model_dir), "--out", str(tmp_path / "dla"), "b=3, e=5, b+2=?"]) == 2  # dla takes none
+    assert "unrecognized arguments" in capsys.readouterr().err and not (tmp_path / "dla").exists()

@@ -155,14 +155,6 @@ def _shares(scores: torch.Tensor, components: list[str]) -> pd.Series:
     return shares.sort_values(ascending=False, kind="stable")
 
 
-def sender_profile(gm: circuit.GraphModel, pairs: PromptPairs, positions: set[int],
-                   steps: int = 8) -> tuple[pd.Series, float]:
-    """Each component's share of the |EAP-IG attribution| of the edges it sends at ``positions``
-    (the embeddings left out), and the pairs' mean clean - corrupted logit difference."""
-    per_pair, components, effect = sender_attributions(gm, pairs, positions, steps)
-    return _shares(per_pair.mean(0), components), effect
-
-
 def _resampled_shares(per_pair: torch.Tensor, components: list[str], names: list[str], rng: np.random.Generator,
                       resamples: int) -> torch.Tensor:
     """(resamples, C) each component's share of the |mean attribution| on a resample of the pairs."""

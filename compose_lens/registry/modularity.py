@@ -7,7 +7,9 @@ faithful circuit needs (with its interval over the pools' pairs), and the verdic
 
 One declaration module of :mod:`compose_lens.registry`. ``compose-lens modularity MODEL --out DIR``
 writes ``modularity.csv`` (one row: every ``modularity_*`` column, the exhaustive accuracies and the
-located roles); ``analyze`` and the report run it too (about 9 s on the paper model, on 2 CPU cores).
+located roles); the report runs it too. ``analyze`` leaves it out (``in_analyze=False``, as DAS): its
+smallest-circuit search over the nine pools takes most of its ~9 s on the paper model, which would make
+``analyze`` half as slow again (docs/speed.md's goal is 10 s).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _section(inp, result: Result, settings: dict) -> str:
 MODULARITY = Analysis(
     name="modularity", title="Modularity: separation, one adder, circuit size", compute=_modularity,
     settings={"n_pairs": 120, "same_mlp_n": 150, "pool_size": 200, "steps": 8},
-    module="compose_lens.analysis.modularity", tables=("modularity",), causal=True,
+    module="compose_lens.analysis.modularity", tables=("modularity",), causal=True, in_analyze=False,
     section=_section, report_after="circuit-discovery",
     findings=(Finding("modularity_separation", "binding and addition leave through distinct components",
                       "high (>= 0.8)", 0.8),

@@ -217,14 +217,14 @@ def register(subparsers) -> None:
         if analysis.command:
             register_analysis_command(subparsers, analysis)
 
-    names = ", ".join(a.name for a in registry.ANALYSES if a.of == "model")
-    analyze = subparsers.add_parser("analyze", help=f"every registered analysis ({names}): files into --out/<name>/")
+    names = ", ".join(a.name for a in registry.ANALYSES if a.of == "model" and a.in_analyze)
+    analyze = subparsers.add_parser("analyze", help=f"the analyses of one model ({names}): files into --out/<name>/")
     add_model_arguments(analyze)
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     analyze.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model's forwards run "
                                                          "(default cpu; README 'On a GPU')")
-    causal = " and ".join(a.name for a in registry.ANALYSES if a.causal)
+    causal = " and ".join(a.name for a in registry.ANALYSES if a.causal and a.in_analyze)
     analyze.add_argument("--skip-causal", action="store_true", help=f"skip the causal analyses ({causal})")
     add_overwrite(analyze)
     add_format_argument(analyze)

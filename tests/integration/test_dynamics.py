@@ -220,3 +220,14 @@ def test_the_early_jump_command_reads_two_checkpoints_or_says_which_it_needs(tin
     first, second = (np.asarray(s["pattern0"]) for s in doc["states"])
     assert first.shape == second.shape and not np.allclose(first, second)  # two checkpoints, not one read twice
     assert (out / "figures" / "early_jump.png").stat().st_size > 0
+
+
+def test_the_modularity_command_says_inconclusive_for_a_model_that_has_not_learned(tiny_run, tmp_path, capsys):
+    """`compose-lens modularity` (the declaration) writes its row and, for a model below the headline, the word
+    'inconclusive' with the reason, never a score (the early checkpoint of a tiny run)."""
+    out = tmp_path / "mod"
+    assert main(["modularity", str(tiny_run), "--out", str(out), "--quiet"]) == 0
+    row = pd.read_csv(out / "modularity.csv").iloc[0]
+    assert row["modularity_verdict"] == "inconclusive" and row["modularity_separation"] == "inconclusive"
+    assert "has not learned the task" in row["modularity_reason"]
+    assert "verdict: inconclusive" in capsys.readouterr().out

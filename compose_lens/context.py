@@ -83,8 +83,7 @@ class Context:
 
     def record(self, settings: dict | None = None) -> dict:
         """The provenance of the files written from this context (with the analysis's settings)."""
-        extra = {} if settings is None else {"settings": settings}
-        return provenance(self.config, self.seed, self.loaded.source, **extra)
+        return _record(self.config, self.seed, self.loaded.source, settings)
 
     def __enter__(self) -> Context:
         self._open.enter_context(fourier.shared_grids())
@@ -116,8 +115,12 @@ class RunContext:
         return config if config is not None else runs.find_checkpoints(self.source, self.split)[1]
 
     def record(self, settings: dict | None = None) -> dict:
-        extra = {} if settings is None else {"settings": settings}
-        return provenance(self.config, self.seed, str(self.source), **extra)
+        return _record(self.config, self.seed, str(self.source), settings)
+
+
+def _record(config, seed: int, source: str, settings: dict | None) -> dict:
+    """The provenance of files written from a context: config, seed, source and, where given, the settings."""
+    return provenance(config, seed, source, **({} if settings is None else {"settings": settings}))
 
 
 def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:

@@ -60,16 +60,21 @@ def _script(name: str):
 
 
 @computation
-def stall_rate(source: Path, precision: str | None = None) -> dict:
+def stall_rate(source: Path, precision: str | None = None, goal: float | None = None) -> dict:
     """The stall rate counted by seed, from a stall-rate folder's ``runs.csv`` (one run per seed by
-    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high, and the seeds that reached
-    the headline (generalised, generalised_fraction, generalised_low, generalised_high)."""
+    ``experiments/stall_rate.py``'s rule): stalled, seeds, fraction, low, high, half_width, and the seeds
+    that reached the headline (generalised, generalised_fraction, generalised_low, generalised_high);
+    with a ``goal`` half-width, the seeds a rate at this fraction needs for it (seeds_for_goal)."""
     found = _script("stall_rate").rate_from_table(source, precision)
     generalised = stats.Rate.of(found["generalised"], found["seeds"])
-    return {"stalled": found["stalled"], "seeds": found["seeds"], "fraction": found["stall_fraction"],
-            "low": found["interval_95"][0], "high": found["interval_95"][1],
-            "generalised": generalised.k, "generalised_fraction": generalised.fraction,
-            "generalised_low": generalised.low, "generalised_high": generalised.high}
+    low, high = found["interval_95"]
+    fields = {"stalled": found["stalled"], "seeds": found["seeds"], "fraction": found["stall_fraction"],
+              "low": low, "high": high, "half_width": (high - low) / 2,
+              "generalised": generalised.k, "generalised_fraction": generalised.fraction,
+              "generalised_low": generalised.low, "generalised_high": generalised.high}
+    if goal is not None:
+        fields["seeds_for_goal"] = stats.trials_for_half_width(found["stall_fraction"], goal)
+    return fields
 
 
 @computation

@@ -154,3 +154,13 @@ def test_evaluate_prints_each_pool_with_its_interval_and_rounds_its_json(capsys)
     record = printed["pool_intervals"]["2var_add_restricted"]
     assert (f"2var_add_restricted      {record['accuracy']:.4f} [{record['low']:.4f}, {record['high']:.4f}] "
             f"({record['correct']}/40)") in table
+
+
+def test_trials_for_half_width_is_the_least_count_that_reaches_the_goal():
+    n = stats.trials_for_half_width(0.36, 0.08)
+    for count, narrow_enough in ((n, True), (n - 1, False)):
+        low, high = stats.wilson_bounds(0.36, count)
+        assert bool((high - low) / 2 <= 0.08) == narrow_enough
+    assert stats.trials_for_half_width(0.1, 0.08) < n  # a rate near 0 is pinned down by fewer seeds
+    with pytest.raises(ValueError, match="half-width"):
+        stats.trials_for_half_width(0.36, 0.0)

@@ -79,13 +79,16 @@ def stall_rate(source: Path, precision: str | None = None, goal: float | None = 
 
 @computation
 def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
-    """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, flips, p)."""
+    """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p) and how often
+    the variant flips it (flips, flip_fraction, flip_low, flip_high)."""
     runs = pd.read_csv(source)
     runs = runs[runs["decided"]].assign(stalled=lambda d: d["outcome"] == "stalled")
     if precision:
         runs = runs[runs["precision"] == precision]
     found = stats.paired_agreement(runs, variant, a, b, "stalled")
-    return {**found, "p": found["mcnemar_exact_p"], "flips": found["only_a"] + found["only_b"]}
+    flips = stats.Rate.of(found["only_a"] + found["only_b"], found["seeds"])
+    return {**found, "p": found["mcnemar_exact_p"], "flips": flips.k, "flip_fraction": flips.fraction,
+            "flip_low": flips.low, "flip_high": flips.high}
 
 
 @computation

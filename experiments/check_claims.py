@@ -196,9 +196,11 @@ def text_match(source: Path, pattern: str) -> dict:
 
 @computation
 def diverged_runs(source: Path) -> dict:
-    """``experiments/divergence_scan.py`` over a folder: runs with a log, and how many ever read diverged."""
+    """``experiments/divergence_scan.py`` over a folder: runs with a log, how many ever read diverged, and
+    how many of those later read healthy again (came_back)."""
     n, frame = _script("divergence_scan").scan([source])
-    return {"runs": n, "diverged": len(frame)}
+    came_back = int((frame["came_back_after"] > 0).sum()) if len(frame) else 0
+    return {"runs": n, "diverged": len(frame), "came_back": came_back}
 
 
 # -- the check -------------------------------------------------------------------------------------

@@ -78,6 +78,30 @@ def stall_rate(source: Path, precision: str | None = None, goal: float | None = 
 
 
 @computation
+def stalled_ends(source: Path, flat_below: float = 0.7, look_back: int = 5000) -> dict:
+    """How the stalled seeds of a stall-rate ``runs.csv`` end (one run per seed, ``stall_rate.py``'s rule):
+    those whose 1-var training accuracy ends below ``flat_below`` (flat, with the ranges of that accuracy
+    and of the 2-var union), and the others (late, their seeds, and their 1-var training accuracy
+    ``look_back`` steps before the end and at it, from each run's committed ``metrics.jsonl``)."""
+    script = _script("stall_rate")
+    runs = stats.one_per_seed(pd.read_csv(source), script.ONE_PER_SEED)
+    stalled = runs[runs["outcome"] == "stalled"]
+    flat = stalled[stalled["1var_train_final"] < flat_below]
+    late = stalled[stalled["1var_train_final"] >= flat_below].sort_values("seed")
+    before = []
+    for _, row in late.iterrows():
+        log = [json.loads(line) for line in (source.parent / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()]
+        before.append(next(r["1var_train"] for r in log if r["step"] >= row["steps"] - look_back))
+    return {"stalled": len(stalled), "flat": len(flat), "late": len(late),
+            "flat_1var_low": flat["1var_train_final"].min(), "flat_1var_high": flat["1var_train_final"].max(),
+            "flat_union_low": flat["two_var_union"].min(), "flat_union_high": flat["two_var_union"].max(),
+            "late_seeds": " and ".join(str(s) for s in late["seed"]),
+            "late_1var_before_high": max(before, default=float("nan")),
+            "late_1var_low": late["1var_train_final"].min(), "late_1var_high": late["1var_train_final"].max(),
+            "late_union_low": late["two_var_union"].min(), "late_union_high": late["two_var_union"].max()}
+
+
+@computation
 def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
     """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p) and how often
     the variant flips it (flips, flip_fraction, flip_low, flip_high)."""

@@ -153,3 +153,22 @@ def test_a_log_claim_follows_the_log_and_says_when_the_log_lacks_the_line(tmp_pa
     log.write_text(text.replace("edges in the circuit", "edges kept"))
     (problem,) = check_claims.check(claim, root)
     assert "gives no value for the quote" in problem and "matches nothing" in problem
+
+
+def test_stalled_ends_tells_a_flat_stall_from_a_late_learner_by_its_log(tmp_path):
+    import json
+
+    rows = [{"run": f"seed={s}_kernel=native", "seed": s, "kernel": "native", "precision": "fp32", "device": "cpu",
+             "compiled": False, "threads": 1, "outcome": o, "decided": True, "steps": 30000,
+             "1var_train_final": v, "two_var_union": u}
+            for s, o, v, u in ((1, "stalled", 0.58, 0.31), (2, "stalled", 0.62, 0.35), (3, "stalled", 0.89, 0.55),
+                               (4, "generalised", 1.0, 0.99))]
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    log = tmp_path / "runs" / "seed=3_kernel=native"
+    log.mkdir(parents=True)
+    (log / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "1var_train": acc}) + "\n"
+                                               for step, acc in ((20000, 0.60), (25000, 0.63), (30000, 0.89))))
+    found = check_claims.stalled_ends(tmp_path / "runs.csv")
+    assert (found["stalled"], found["flat"], found["late"], found["late_seeds"]) == (3, 2, 1, "3")
+    assert (found["flat_1var_low"], found["flat_1var_high"]) == (0.58, 0.62)
+    assert found["late_1var_before_high"] == 0.63  # read from the late run's log, 5,000 steps before its end

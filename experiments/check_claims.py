@@ -141,18 +141,20 @@ def trajectories_comparison(source: Path, recipe: list[str], other: list[str]) -
 
 @computation
 def onset(source: Path, phase: str, pool_size: int = 2000) -> dict:
-    """A phase onset and its interval from a committed dynamics table (``text``: ``1,200 [1,000, 1,400]``)."""
+    """A phase onset and its interval from a committed dynamics table (``text``: ``1,200 [1,000, 1,400]``;
+    ``step``), and every phase's text by its name (``addition``, ``assignment``, ``refinement``)."""
     table = pd.read_csv(source)
-    found = measure_phases(table, pool_size=pool_size, available_steps=table["step"])[phase]
-    return {"text": found["text"], "step": found["step"]}
+    phases = measure_phases(table, pool_size=pool_size, available_steps=table["step"])
+    return {"text": phases[phase]["text"], "step": phases[phase]["step"],
+            **{name: found["text"] for name, found in phases.items() if isinstance(found, dict) and "text" in found}}
 
 
 @computation
-def onset_row(source: Path, phase: str, columns: list[str], pool_size: int = 2000) -> dict:
+def onset_row(source: Path, phase: str, columns: list[str], pool_size: int = 2000, sep: str = " | ") -> dict:
     """The onset of ``phase`` in each of several dynamics tables (``columns``, beside ``source``),
-    joined as a table row's cells (``cells``)."""
+    joined by ``sep`` (``cells``; a table row's cells by default)."""
     texts = [onset(source.parent / name, phase, pool_size)["text"] for name in columns]
-    return {"cells": " | ".join(texts)}
+    return {"cells": sep.join(texts)}
 
 
 @computation

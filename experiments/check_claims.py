@@ -195,6 +195,17 @@ def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-
 
 
 @computation
+def das_row(source: Path, model: str, site: str) -> dict:
+    """One model's and site's IIA from a committed ``das_all.csv`` as docs/methods.md's table row cells
+    (``cells``: learned at each rank, the largest in bold | random subspace at each rank | arbitrary labels)."""
+    runs = pd.read_csv(source)
+    runs = runs[(runs["model"] == model) & (runs["site"] == site)].sort_values("rank")
+    iia = {control: [f"{v:.2f}" for v in group["iia"]] for control, group in runs.groupby("control")}
+    learned = iia["learned"][:-1] + [f"**{iia['learned'][-1]}**"]
+    return {"cells": f"{' / '.join(learned)} | {' / '.join(iia['random subspace'])} | {iia['arbitrary labels'][-1]}"}
+
+
+@computation
 def interchange(source: Path, side: str, condition: str, isolation: str = "token") -> dict:
     """One same-MLP interchange condition (value, low, high) from a ``same_mlp_interchange.csv``."""
     df = pd.read_csv(source)

@@ -206,6 +206,24 @@ def das_row(source: Path, model: str, site: str) -> dict:
 
 
 @computation
+def same_mlp_row(source: Path) -> dict:
+    """A committed ``same_mlp.json`` as docs/same-mlp.md's table row cells (``cells``): each test's status,
+    deciding condition and value with its 95 % interval (the interchange with its reference, the feature
+    transfer with its split-half reference, the probe's subspace share), then the verdict in bold."""
+    tests = json.loads(source.read_text())
+    swap, transfer, probe = (tests["tests"][name] for name in ("interchange", "feature_transfer", "probe_transfer"))
+    share = probe["subspace"]
+
+    def value(test: dict) -> str:
+        return f"{test['effect']:.3f} [{test['ci'][0]:.3f}, {test['ci'][1]:.3f}]"
+
+    return {"cells": f"{swap['status']}: {swap['deciding_condition']} {value(swap)}, its reference "
+                     f"{swap['reference_condition']} {swap['reference']:.3f} | {transfer['status']}: "
+                     f"{transfer['deciding_condition']} {value(transfer)}; {transfer['reference_split_half']:.3f} | "
+                     f"{probe['status']}: {share['deciding_condition']} {value(share)} | **{tests['verdict']}**"}
+
+
+@computation
 def interchange(source: Path, side: str, condition: str, isolation: str = "token") -> dict:
     """One same-MLP interchange condition (value, low, high) from a ``same_mlp_interchange.csv``."""
     df = pd.read_csv(source)

@@ -343,12 +343,20 @@ def text_table(table: pd.DataFrame) -> list[list[str]]:
             return stats.format_estimate(value, significant=4)
         return stats.format_estimate(value, low, high)
 
+    def difference(r) -> str:
+        """B - A; without an interval, at the decimals its operands print with (0.7914 - 0.7084 reads
+        0.0830, not 0.08300: a difference resolves no more than the finer of its operands)."""
+        if isinstance(r.A, str) or isinstance(r.B, str):
+            return ""
+        if isinstance(r.difference, float) and not math.isnan(r.difference) and np.isnan(r.low):
+            decimals = max(len(one(v, NAN, NAN).partition(".")[2]) for v in (r.A, r.B))
+            return f"{r.difference:.{decimals}f}"
+        return one(r.difference, r.low, r.high)
+
     def changed(value) -> str:
         return "?" if value is pd.NA or (isinstance(value, float) and math.isnan(value)) else str(bool(value))
 
-    return [[r.measure, one(r.A, r.A_low, r.A_high), one(r.B, r.B_low, r.B_high),
-             "" if isinstance(r.A, str) or isinstance(r.B, str) else one(r.difference, r.low, r.high),
-             changed(r.changed)]
+    return [[r.measure, one(r.A, r.A_low, r.A_high), one(r.B, r.B_low, r.B_high), difference(r), changed(r.changed)]
             for r in table.itertuples()]
 
 

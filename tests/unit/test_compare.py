@@ -196,3 +196,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_difference_without_an_interval_prints_at_its_operands_decimals():
+    # 0.7914 - 0.7084 printed to four significant digits read 0.08300, a digit its operands do not resolve
+    rows = [{"measure": m, "what": "", "group": "g", "A": a, "A_low": np.nan, "A_high": np.nan, "B": b, "B_low": np.nan,
+             "B_high": np.nan, "interval": "n/a", "difference": b - a, "low": np.nan, "high": np.nan, "changed": True}
+            for m, a, b in (("adder: score", 0.7084, 0.7914), ("ov", 1.0, 0.9989))]
+    assert [row[3] for row in C.text_table(pd.DataFrame(rows))] == ["0.0830", "-0.0011"]

@@ -116,7 +116,7 @@ def make_deterministic() -> None:
 def learning_rate(t) -> float:
     """The configured rate, or three times it under ``remedy=lr_x3``: the stall remedy. At the
     study's setting a larger step carries the run past the plateau on which layer-2 routing
-    otherwise never forms (experiments/results/stall_rate)."""
+    otherwise does not form within the budget (experiments/results/stall_rate)."""
     return t.lr * 3 if t.remedy == "lr_x3" else t.lr
 
 

@@ -3,7 +3,7 @@
     python experiments/reproduce.py --out runs/paper            # what `make reproduce` runs
 
 The study's recipe is fragile: a run at its setting either composes addition and assignment
-or stalls with layer-2 routing never formed, decided by the seed and by float rounding (the
+or stalls with no layer-2 routing within its budget, decided by the seed and by float rounding (the
 CPU kind, the kernels, the thread count; ``experiments/results/stall_rate``). So the main job
 tries **seeds in turn** (42, the study's, first), each trained with the faithful recipe into
 ``OUT/seed-S`` and stopped early only when the stall detector is certain it stalled
@@ -178,8 +178,9 @@ def main() -> int:
     else:
         print(f"NOT REPRODUCED ({tried}): no attempt met the study's headline (0-var held-out and 2-var union "
               f">= 0.98).")
-        print("A stalled run learned addition but never formed layer-2 routing, so it cannot use variables; "
-              "this happens to a share of runs of the study's own recipe, decided by seed and float rounding.")
+        print("A stalled run learned addition but formed no layer-2 routing within its budget, so it cannot use "
+              "variables; this happens to a share of runs of the study's own recipe, decided by seed and float "
+              "rounding.")
         print("What to do: try more seeds (`python experiments/reproduce.py --seeds 4 5 6`), or train with the "
               "remedy (README 'When a run stalls'); the analyses of a stalled run describe a model without the circuit.")
         return 1

@@ -142,10 +142,10 @@ def stall_banner(found: dict) -> str:
     if found.get("outcome") != "stalled":
         return ""
     return ('<p class="warning" style="border:2px solid #b2182b;padding:0.5em;background:#fdecea">'
-            "<b>This run stalled.</b> It learned addition but never formed layer-2 routing, so it cannot use "
-            f"variables ({html.escape(str(found.get('why', '')))}); the analyses below describe a model without "
-            "the study's circuit. Train another seed, or with <code>--set remedy=lr_x3</code> (README, 'When a "
-            "run stalls').</p>")
+            "<b>This run stalled.</b> It learned addition but formed no layer-2 routing within its budget, "
+            f"so it cannot use variables ({html.escape(str(found.get('why', '')))}); the analyses below describe "
+            "a model without the study's circuit. Train another seed, or with <code>--set remedy=lr_x3</code> "
+            "(README, 'When a run stalls').</p>")
 
 
 def _phase_text(phase: dict | None) -> str:

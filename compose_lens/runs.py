@@ -204,13 +204,16 @@ def foreign_entries(run_dir: Path) -> list[str]:
 
 def extends(saved: RunConfig, config: RunConfig, trained: bool = True) -> bool:
     """Whether ``config`` may continue a run started with ``saved``: the same configuration, or (once a
-    resume state exists) the same but for a larger ``train.steps``. The recipe has no schedule that
-    reads the budget (a constant learning rate), so a run trained to N steps and then continued to M
-    ends with the weights of a run trained to M at once; ``compile=auto`` decides on the new budget."""
+    resume state exists) the same but for a larger ``train.steps`` or another ``train.stop_at``. The
+    recipe has no schedule that reads the budget (a constant learning rate), so a run trained to N steps
+    and then continued to M ends with the weights of a run trained to M at once; the stop rule decides
+    only where training ends, never a step's update (a run called stalled at 30,000 steps may be trained
+    on to 45,000 with ``stop_at=generalised``); ``compile=auto`` decides on the new budget."""
     if saved.to_dict() == config.to_dict():
         return True
-    longer = dataclasses.replace(saved, train=dataclasses.replace(saved.train, steps=config.train.steps))
-    return trained and config.train.steps > saved.train.steps and longer.to_dict() == config.to_dict()
+    train = dataclasses.replace(saved.train, steps=config.train.steps, stop_at=config.train.stop_at)
+    return (trained and config.train.steps >= saved.train.steps
+            and dataclasses.replace(saved, train=train).to_dict() == config.to_dict())
 
 
 def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) -> str:
@@ -234,7 +237,8 @@ def plan_directory(d: Path, config: RunConfig, resume: bool, overwrite: bool) ->
         if saved.exists() and not extends(RunConfig.from_dict(load_json(saved)), config, trained):
             raise ComposeLensError(f"{d}: the run was started with another configuration; "
                                    f"resume without --config/--set/--split-file (only a larger "
-                                   f"--set steps=N may be added, to train it longer), or use a new --out")
+                                   f"--set steps=N, to train it longer, or another --set stop_at=RULE may be "
+                                   f"given), or use a new --out")
         if trained and not saved.exists():  # nothing proves what the saved state was trained with
             raise ComposeLensError(f"{d}: its {CONFIG_FILE} is missing, so compose-lens cannot "
                                    f"prove the run was trained with this configuration; copy it back "

@@ -144,7 +144,8 @@ def register(sub) -> None:
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--split-file", help="train on this split file's held-out pairs")
     train.add_argument("--resume", action="store_true",
-                       help="continue from the last checkpoint (with --set steps=N: train on to N steps)")
+                       help="continue from the last checkpoint (with --set steps=N: train on to N steps; "
+                            "--set stop_at=RULE: stop by another rule)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     add_device_options(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")

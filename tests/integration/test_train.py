@@ -118,6 +118,22 @@ def test_a_finished_run_trained_on_to_more_steps_ends_with_the_weights_of_one_tr
     assert steps == [10, 20, 30, 40]
 
 
+def test_a_run_may_be_trained_on_under_another_stop_rule_and_ends_as_if_trained_there_at_once(tmp_path, tiny_config):
+    """A run stopped under one rule (here: a 20-step budget) and continued under another, with a larger
+    budget, ends with the weights of a run trained under the second rule at once: the stop rule never
+    changes an update. Any other change stays refused."""
+    Trainer(tiny_config.with_overrides(["stop_at=generalised"]), tmp_path / "full", progress=False).run()
+    Trainer(tiny_config.with_overrides(["steps=20", "stop_at=decided"]), tmp_path / "run", progress=False).run()
+    with pytest.raises(ComposeLensError, match="another configuration"):
+        Trainer(tiny_config.with_overrides(["stop_at=generalised", "lr=0.5"]), tmp_path / "run", resume=True,
+                progress=False)
+    Trainer(tiny_config.with_overrides(["stop_at=generalised"]), tmp_path / "run", resume=True, progress=False).run()
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    assert (saved["steps"], saved["stop_at"]) == (40, "generalised")
+    full, longer = weights(tmp_path / "full"), weights(tmp_path / "run")
+    assert all(torch.equal(full[k], longer[k]) for k in full)
+
+
 def test_existing_run_is_not_overwritten(tmp_path, tiny_config):
     Trainer(tiny_config, tmp_path / "run", progress=False).run()
     before = (tmp_path / "run" / "model.safetensors").read_bytes()

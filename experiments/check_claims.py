@@ -277,7 +277,8 @@ def check(claim: dict, root: Path = ROOT) -> list[str]:
     try:
         fields = compute(root / claim["source"], **claim.get("args", {}))
         given = claim["template"].format(**fields)
-    except (OSError, ValueError, KeyError, IndexError) as exc:  # the data is missing or does not hold the fields
+    except (OSError, ValueError, KeyError, IndexError, SyntaxError, NameError, AttributeError, TypeError) as exc:
+        # the data is missing or does not hold the fields, or the claim's own expression is broken
         return problems + [f"{claim['doc']}: {claim['source']} gives no value for the quote ({type(exc).__name__}: {exc})"]
     if _flat(given) != _flat(quote):
         problems.append(f"{claim['doc']}: quotes {quote!r}, but {claim['source']} gives {given!r}")

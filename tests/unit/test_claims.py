@@ -172,3 +172,10 @@ def test_stalled_ends_tells_a_flat_stall_from_a_late_learner_by_its_log(tmp_path
     assert (found["stalled"], found["flat"], found["late"], found["late_seeds"]) == (3, 2, 1, "3")
     assert (found["flat_1var_low"], found["flat_1var_high"]) == (0.58, 0.62)
     assert found["late_1var_before_high"] == 0.63  # read from the late run's log, 5,000 steps before its end
+
+
+def test_a_claim_with_a_broken_expression_is_reported_not_raised():
+    claim = {"doc": "README.md", "quote": "compose-lens", "source": "experiments/results/stall_rate/by_seed/recipe/runs.csv",
+             "compute": "table_expression", "args": {"expr": "f'{df['seed'].max()}' +"}, "template": "{value}"}
+    (problem,) = check_claims.check(claim)
+    assert "gives no value for the quote (SyntaxError" in problem

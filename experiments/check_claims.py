@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
 from compose_lens import stats  # noqa: E402
 from compose_lens.files import not_there  # noqa: E402
 from compose_lens.phases import measure_phases  # noqa: E402
+from compose_lens.runs import read_metrics  # noqa: E402
 
 CLAIMS = ROOT / "docs" / "claims.toml"
 COMPUTATIONS: dict[str, Callable[..., dict]] = {}
@@ -90,7 +91,7 @@ def stalled_ends(source: Path, flat_below: float = 0.7, look_back: int = 5000) -
     late = stalled[stalled["1var_train_final"] >= flat_below].sort_values("seed")
     before = []
     for _, row in late.iterrows():
-        log = [json.loads(line) for line in (source.parent / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()]
+        log = read_metrics(source.parent / "runs" / row["run"])
         before.append(next(r["1var_train"] for r in log if r["step"] >= row["steps"] - look_back))
     return {"stalled": len(stalled), "flat": len(flat), "late": len(late),
             "flat_1var_low": flat["1var_train_final"].min(), "flat_1var_high": flat["1var_train_final"].max(),

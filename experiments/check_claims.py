@@ -103,6 +103,29 @@ def stalled_ends(source: Path, flat_below: float = 0.7, look_back: int = 5000) -
 
 
 @computation
+def seeds_by_outcome(source: Path) -> dict:
+    """A stall-rate ``runs.csv``'s seeds (one run per seed, ``stall_rate.py``'s rule) as a table row's cells
+    (``cells``): all seeds as ranges with their count, then for each of generalised, stalled and learning
+    the count and the seeds (``2000-2003, 2007``), or 0."""
+    runs = stats.one_per_seed(pd.read_csv(source), _script("stall_rate").ONE_PER_SEED)
+
+    def ranges(seeds) -> str:
+        seeds, spans = sorted(int(s) for s in seeds), []
+        for s in seeds:
+            if spans and s == spans[-1][1] + 1:
+                spans[-1][1] = s
+            else:
+                spans.append([s, s])
+        return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+    cells = [f"{ranges(runs['seed'])} ({len(runs)})"]
+    for outcome in ("generalised", "stalled", "learning"):
+        seeds = runs.loc[runs["outcome"] == outcome, "seed"]
+        cells.append(f"{len(seeds)} ({ranges(seeds)})" if len(seeds) else "0")
+    return {"cells": " | ".join(cells)}
+
+
+@computation
 def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
     """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p) and how often
     the variant flips it (flips, flip_fraction, flip_low, flip_high)."""
@@ -252,11 +275,12 @@ def text_match(source: Path, pattern: str) -> dict:
 
 @computation
 def diverged_runs(source: Path) -> dict:
-    """``experiments/divergence_scan.py`` over a folder: runs with a log, how many ever read diverged, and
-    how many of those later read healthy again (came_back)."""
+    """``experiments/divergence_scan.py`` over a folder: runs with a log, how many ever read diverged, how
+    many of those later read healthy again (came_back), and the earliest step any read diverged."""
     n, frame = _script("divergence_scan").scan([source])
     came_back = int((frame["came_back_after"] > 0).sum()) if len(frame) else 0
-    return {"runs": n, "diverged": len(frame), "came_back": came_back}
+    first = int(frame["first_diverged_at"].min()) if len(frame) else None
+    return {"runs": n, "diverged": len(frame), "came_back": came_back, "first_diverged_at": first}
 
 
 # -- the check -------------------------------------------------------------------------------------

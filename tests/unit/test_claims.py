@@ -179,3 +179,12 @@ def test_a_claim_with_a_broken_expression_is_reported_not_raised():
              "compute": "table_expression", "args": {"expr": "f'{df['seed'].max()}' +"}, "template": "{value}"}
     (problem,) = check_claims.check(claim)
     assert "gives no value for the quote (SyntaxError" in problem
+
+
+def test_seeds_by_outcome_writes_each_outcome_as_seed_ranges(tmp_path):
+    rows = [{"run": f"seed={s}_kernel={k}", "seed": s, "kernel": k, "precision": "fp32", "device": "cpu",
+             "compiled": False, "threads": 1, "outcome": o, "decided": True}
+            for s, k, o in ((1, "native", "generalised"), (2, "native", "generalised"), (3, "native", "stalled"),
+                            (4, "native", "generalised"), (3, "avx2", "generalised"))]  # seed 3's twin is not counted
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    assert check_claims.seeds_by_outcome(tmp_path / "runs.csv")["cells"] == "1-4 (4) | 3 (1-2, 4) | 1 (3) | 0"

@@ -24,6 +24,13 @@ and at weight decay 0.02 it memorised the training pairs; rerun with --steps / -
 The folder it writes holds ``config.json`` (the
 TransformerLens config), ``model.safetensors`` (the bridge's state dict) and ``task.json`` (the
 declaration compose-lens reads, docs/own-model.md).
+
+The verdict zoo (experiments/zoo.py) trains its "outside" models with this script's options, each a
+task or training a researcher might choose: ``--operation`` (subtract, add, multiply), ``--query``
+(infix, prefix), ``--layernorm`` (LayerNorm before each sublayer and at the end), ``--mlp-blocks``,
+``--heads``, and ``--queries last``: every variable queried in training is the last one assigned (both
+last two for 2-var), so a model can answer without binding a value to its variable, by reading the
+latest value; it is the zoo's "heuristic without binding" model. The defaults are the example's.
 """
 
 from __future__ import annotations
@@ -59,9 +66,15 @@ def split_pairs(seed: int, f: float = 0.7) -> tuple[list[tuple[int, int]], list[
     return pairs[:n], pairs[n:]
 
 
-def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences ``PAD u 5 PAD PAD w 17 .. x - w =`` (infix) and their answers' token ids: up to six
-    assignments, the PAD scattered among them, as the study's contexts."""
+OPERATIONS = {"subtract": lambda x, y: (x - y) % P, "add": lambda x, y: (x + y) % P,
+              "multiply": lambda x, y: (x * y) % P}
+
+
+def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random, operation: str = "subtract",
+           query: str = "infix", queries: str = "any") -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences ``PAD u 5 PAD PAD w 17 .. x - w =`` (infix; prefix: ``- x w =``) and their answers'
+    token ids: up to six assignments, the PAD scattered among them, as the study's contexts.
+    ``queries="last"``: the queried variables are the last assigned (the heuristic model's data)."""
     rows, labels = [], []
     for _ in range(batch):
         x, y = rng.choice(pairs)
@@ -74,6 +87,8 @@ def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random) -> tupl
         others = rng.sample([v for v in VARIABLES if v not in used], n - len(used))
         assignments = [(v, x if v == left else y if v == right else rng.randrange(P)) for v in used + others]
         rng.shuffle(assignments)
+        if queries == "last":  # the queried variables last, in a random order between them
+            assignments.sort(key=lambda a: a[0] in used)
         gaps = [0] * (n + 1)  # each PAD falls into one of the n + 1 gaps around the assignments
         for _ in range(CONTEXT - 2 * n):
             gaps[rng.randrange(n + 1)] += 1
@@ -82,8 +97,8 @@ def sample(batch: int, pairs: list[tuple[int, int]], rng: random.Random) -> tupl
             context += [VAR_IDS[VARIABLES.index(var)], NUMBER_IDS[value]] + [PAD] * pads
         lhs = VAR_IDS[VARIABLES.index(left)] if left else NUMBER_IDS[x]
         rhs = VAR_IDS[VARIABLES.index(right)] if right else NUMBER_IDS[y]
-        rows.append(context + [lhs, MINUS, rhs, EQUALS])
-        labels.append(NUMBER_IDS[(x - y) % P])
+        rows.append(context + ([lhs, MINUS, rhs, EQUALS] if query == "infix" else [MINUS, lhs, rhs, EQUALS]))
+        labels.append(NUMBER_IDS[OPERATIONS[operation](x, y)])
     return torch.tensor(rows), torch.tensor(labels)
 
 
@@ -95,21 +110,37 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--operation", choices=sorted(OPERATIONS), default="subtract")
+    ap.add_argument("--query", choices=("infix", "prefix"), default="infix")
+    ap.add_argument("--layernorm", action="store_true", help="LayerNorm before each sublayer (TransformerLens LN)")
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--mlp-blocks", choices=("both", "last"), default="both",
+                    help="both: an MLP in each block (the example); last: only in the last (the study's)")
+    ap.add_argument("--queries", choices=("any", "last"), default="any",
+                    help="last: train on queries of the last-assigned variables only (no binding needed)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    cfg = TransformerBridgeConfig(n_layers=2, d_model=64, d_head=32, n_heads=2, d_mlp=256, act_fn="relu",
-                                  normalization_type=None, n_ctx=SEQ_LEN, d_vocab=VOCAB, d_vocab_out=VOCAB,
+    cfg = TransformerBridgeConfig(n_layers=2, d_model=64, d_head=64 // a.heads, n_heads=a.heads, d_mlp=256,
+                                  act_fn="relu", normalization_type="LN" if a.layernorm else None,
+                                  n_ctx=SEQ_LEN, d_vocab=VOCAB, d_vocab_out=VOCAB,
                                   positional_embedding_type="standard", architecture="TransformerLensNative",
                                   seed=a.seed)
     model = TransformerBridge.boot_native(cfg)
+    if a.mlp_blocks == "last":  # no MLP in the first block: its weights zero and frozen
+        for name, param in model.named_parameters():
+            if name.startswith("blocks.0.mlp."):
+                param.data.zero_()
+                param.requires_grad_(False)
     train, heldout = split_pairs(a.seed)
     rng = random.Random(a.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    test_x, test_y = sample(2000, heldout, random.Random(1))
+    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=a.lr,
+                            weight_decay=a.weight_decay)
+    draw = dict(operation=a.operation, query=a.query)
+    test_x, test_y = sample(2000, heldout, random.Random(1), **draw)
     started = time.time()
     for step in range(1, a.steps + 1):
-        tokens, labels = sample(512, train, rng)
+        tokens, labels = sample(512, train, rng, **draw, queries=a.queries)
         loss = F.cross_entropy(model(tokens)[:, -1], labels)
         opt.zero_grad()
         loss.backward()
@@ -126,7 +157,7 @@ def main() -> int:
     (a.out / "config.json").write_text(json.dumps({k: getattr(cfg, k) for k in fields}, indent=1) + "\n")
     task = {"modulus": P, "numbers": NUMBER_IDS[0], "variables": VAR_IDS, "variable_names": VARIABLES,
             "operator": MINUS, "equals": EQUALS, "pad": PAD, "vocab_size": VOCAB, "seq_len": SEQ_LEN,
-            "max_assignments": 6, "query": "infix", "operation": "subtract", "output": "vocab",
+            "max_assignments": 6, "query": a.query, "operation": a.operation, "output": "vocab",
             "split": {"heldout_pairs": [list(p) for p in heldout], "left_forbidden": sorted(NOT_LEFT),
                       "right_forbidden": sorted(NOT_RIGHT)}}
     (a.out / "task.json").write_text(json.dumps(task, indent=1) + "\n")

@@ -218,7 +218,7 @@ def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings:
             else:
                 readings.append(Reading(finding.key, "findings", value,
                                         EXACT.get(finding.key) or WITHOUT.get(finding.key, "n/a (no per-prompt form)")))
-            readings[-1].what = finding.what
+            readings[-1].what = finding.text()
     return readings, results
 
 

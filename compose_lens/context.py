@@ -264,7 +264,10 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
         guard(analysis, loaded.config)
     with opened(loaded, seed, renderer) as ctx:
         record = ctx.record()
-        summary: dict = {"located": {r.role: r.component for r in ctx.plan[0].roles()}}
+        location = ctx.plan[0]
+        summary: dict = {"learned": location.learned.to_dict() if location.learned else None,
+                         "located": {r.role: r.component for r in location.roles()},
+                         "roles": {r.role: r.line() for r in location.roles()}}
         bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
         with torch_threads(1 if renderer.background else None):
             for analysis in bar:

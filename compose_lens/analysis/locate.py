@@ -32,6 +32,20 @@ adder       MLP of a block (in ``mlp_blocks``, weights not all zero):    0.2
             accuracy lost when its output is zeroed at every position
 ==========  ===========================================================  =========
 
+**Two gates before a head is named binder or router.** An attention score is not a role: a model
+that answers a variable's prompt by picking any context value (a stalled run) earns router scores
+too, and a head can attend like a router and write nothing. So a binder or router is located only
+
+1. in a model that **binds** (:mod:`compose_lens.analysis.learned`: its 1-var accuracy reaches
+   0.9; otherwise both roles are "none located" with that reason; likewise an adder only in a
+   model that computes the operation, 0-var at 0.9), and
+2. where the head's **causal test** passes against the null of heads that lack the role: its
+   output mean-ablated (the router at ``=``, the binder at every context position), the model's
+   accuracy on variable prompts must fall by more than :data:`CAUSAL_NULL` (the largest fall any
+   head without the role causes in the verdict zoo, ``experiments/results/zoo``): the lower end of
+   the fall's 95 % interval above it. Candidates are tried in the order of their attention score;
+   the first that passes plays the role, and ``causal`` of the candidates table holds every fall.
+
 The product makes the adder an MLP that both computes with Fourier features and
 is needed for the sum: an MLP whose removal costs nothing, or one the answer needs
 but that shows no frequency structure, does not add. The paper model locates
@@ -54,19 +68,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import torch
 
 from compose_lens.analysis import fourier, probes
+from compose_lens.analysis.learned import BINDING_POOLS, COMPOSITION_POOL, Learned, learned as model_learned
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
-from compose_lens import capabilities
+from compose_lens import capabilities, stats
+from compose_lens.data.sampler import make_pool, present_pools
+from compose_lens.evaluate import predictions
 from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
 
 ROLES = ("binder", "router", "adder")
+NULL_FILE = Path(__file__).resolve().parents[1] / "assets" / "role_null.json"  # written by experiments/zoo.py
+CAUSAL_NULL = {role: value for role, value in json.loads(NULL_FILE.read_text())["null"].items()}
+CAUSAL_MEASURES = {"binder": "fall of the accuracy on variable prompts with the head's output mean-ablated at "
+                             "every context position",
+                   "router": "fall of the accuracy on variable prompts with the head's output mean-ablated at ="}
 THRESHOLDS = {"binder": 0.5, "router": 0.25, "adder": 0.2, "gatherer": 0.4}
 MEASURES = {
     "binder": "mean attention from a context value position to the token before it",
@@ -88,13 +114,20 @@ class Role:
     head: int | None
     score: float
     threshold: float
+    why: str | None = None  # why none is located where the scores alone do not say (a gate)
+    causal: tuple[float, float, float] | None = None  # the located head's causal fall and its interval
 
     def line(self) -> str:
+        if self.component is None and self.why:
+            return f"{self.role}: none ({self.why})"
         if self.component is None and self.score != self.score:  # NaN: nothing could play it (no MLP)
             return f"{self.role}: none (no candidate)"
         if self.component is None:
             return f"{self.role}: none (best score {self.score:.3f} < {self.threshold})"
-        return f"{self.role}: {self.component} (score {self.score:.3f} >= {self.threshold})"
+        causal = "" if self.causal is None else (f"; ablated, variable prompts fall {self.causal[0]:.3f} "
+                                                 f"[{self.causal[1]:.3f}, {self.causal[2]:.3f}] > null "
+                                                 f"{CAUSAL_NULL[self.role]:.3f}")
+        return f"{self.role}: {self.component} (score {self.score:.3f} >= {self.threshold}{causal})"
 
 
 @dataclass(frozen=True)
@@ -107,6 +140,7 @@ class Location:
     adder: Role
     candidates: pd.DataFrame
     gatherer: Role | None = None  # the head from = onto the operands (see the module doc)
+    learned: Learned | None = None  # what the model has learned (the binding gate)
 
     def roles(self) -> list[Role]:
         return [self.binder, self.router, self.adder]
@@ -114,8 +148,11 @@ class Location:
     def to_dict(self) -> dict:
         every = self.roles() + ([self.gatherer] if self.gatherer is not None else [])
         return {"roles": {r.role: {"component": r.component, "layer": r.layer, "head": r.head,
-                                   "score": r.score, "threshold": r.threshold, "measure": MEASURES[r.role]}
+                                   "score": r.score, "threshold": r.threshold, "measure": MEASURES[r.role],
+                                   "why_none": r.why, "causal": None if r.causal is None else list(r.causal),
+                                   "causal_null": CAUSAL_NULL.get(r.role)}
                           for r in every},
+                "learned": None if self.learned is None else self.learned.to_dict(),
                 "candidates": self.candidates.to_dict(orient="records")}
 
 
@@ -219,6 +256,65 @@ def adder_scores(model: tl.Model, config: RunConfig, split: Split, seed: int = 0
     return pd.DataFrame(rows)
 
 
+# -- the causal gate -------------------------------------------------------------------------------
+
+
+def variable_prompts(split: Split, n: int = 300, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts a binder and a router are needed for: the binding pools and the 2-var training pool
+    (variables in allowed slots, training pairs), ``n`` of each."""
+    names = [name for name in (*BINDING_POOLS, COMPOSITION_POOL) if name in present_pools(split)]
+    batches = [make_pool(split, name, n, seed + 7) for name in names]  # not the pools learned() reads
+    return torch.cat([b.tokens for b in batches]), torch.cat([b.labels for b in batches])
+
+
+def _mean_over_prompts(context_len: int | None):
+    """The mean-ablation edit: every prompt's value replaced by the mean over the prompts (at each
+    position; ``context_len``: at the context's positions only)."""
+    def edit(act: torch.Tensor) -> torch.Tensor:
+        if context_len is None:
+            return act.mean(0, keepdim=True).expand_as(act)
+        out = act.clone()
+        out[:, :context_len] = act[:, :context_len].mean(0, keepdim=True)
+        return out
+    return edit
+
+
+def causal_fall(forward: Forward, role: str, layer: int, head: int, tokens: torch.Tensor, labels: torch.Tensor,
+                context_len: int, clean: torch.Tensor, seed: int = 0) -> tuple[float, float, float]:
+    """The fall of the accuracy on ``tokens`` when the head's output is mean-ablated where ``role`` acts
+    (the router at ``=``, the binder at every context position), with its 95 % bootstrap interval
+    (paired: the same prompts clean and ablated). ``clean``: the clean hits (N,) bool."""
+    site = Site(f"blocks.{layer}.attn.hook_z", ANSWER if role == "router" else None, head)
+    edit = _mean_over_prompts(None if role == "router" else context_len)
+    ablated = predictions(forward.edited_logits(tokens, {site: edit}, chunk=len(tokens))) == labels
+    return stats.bootstrap_interval(np.mean, (clean.float() - ablated.float()).numpy(), seed=seed)
+
+
+def _choose_causal(role: str, table: pd.DataFrame, fall) -> tuple[Role, dict]:
+    """The first head, in order of attention score among those reaching the role's threshold, whose causal
+    fall's lower bound is above :data:`CAUSAL_NULL`; ``fall(layer, head)`` computes it. Returns the role
+    and every fall computed, by component."""
+    rows = table[table["role"] == role].dropna(subset=["score"]).sort_values("score", ascending=False, kind="stable")
+    threshold, null = THRESHOLDS[role], CAUSAL_NULL[role]
+    if rows.empty:
+        return Role(role, None, None, None, float("nan"), threshold), {}
+    falls = {}
+    for row in rows[rows["score"] >= threshold].itertuples():
+        falls[row.component] = fall(int(row.layer), int(row.head))
+        if falls[row.component][1] > null:
+            return Role(role, row.component, int(row.layer), int(row.head), float(row.score), threshold,
+                        causal=falls[row.component]), falls
+    best = float(rows["score"].iloc[0])
+    if not falls:
+        return Role(role, None, None, None, best, threshold), falls
+    top = max(falls.items(), key=lambda kv: kv[1][0])
+    return Role(role, None, None, None, best, threshold,
+                why=f"{len(falls)} head(s) attend like a {role} (score >= {threshold}), but none is needed: "
+                    f"mean-ablated, the largest fall of the variable prompts' accuracy is {top[1][0]:.3f} "
+                    f"[{top[1][1]:.3f}, {top[1][2]:.3f}] ({top[0]}), not above the null {null:.3f} of heads "
+                    f"without the role"), falls
+
+
 def _choose(role: str, table: pd.DataFrame) -> Role:
     rows = table[table["role"] == role].dropna(subset=["score"])
     threshold = THRESHOLDS[role]
@@ -231,14 +327,53 @@ def _choose(role: str, table: pd.DataFrame) -> Role:
     return Role(role, best["component"], int(best["layer"]), head, float(best["score"]), threshold)
 
 
+def gated_heads(model: tl.Model, config: RunConfig, split: Split, table: pd.DataFrame, seed: int = 0,
+                knows: Learned | None = None) -> tuple[Role, Role, Learned, pd.DataFrame]:
+    """The binder and router of a head-score ``table`` through both gates (module doc): (binder, router,
+    what the model has learned, the table with each computed causal fall in ``causal``, ``causal_low``,
+    ``causal_high``)."""
+    knows = knows or model_learned(model, config, split, seed=seed)
+    table = table.assign(causal=np.nan, causal_low=np.nan, causal_high=np.nan)
+    if not knows.binds:
+        best = {role: table.loc[table["role"] == role, "score"].max() for role in ("binder", "router")}
+        return (*(Role(role, None, None, None, float(best[role]), THRESHOLDS[role], why=knows.missing())
+                  for role in ("binder", "router")), knows, table)
+    forward = Forward(model, config.model)
+    tokens, labels = variable_prompts(split, seed=seed)
+    clean = predictions(forward.logits(tokens)) == labels
+
+    def fall(role):
+        return lambda layer, head: causal_fall(forward, role, layer, head, tokens, labels,
+                                               config.task.context_len, clean, seed)
+    chosen = []
+    for role in ("binder", "router"):
+        found, falls = _choose_causal(role, table, fall(role))
+        for component, (value, low, high) in falls.items():
+            at = (table["role"] == role) & (table["component"] == component)
+            table.loc[at, ["causal", "causal_low", "causal_high"]] = value, low, high
+        chosen.append(found)
+    return chosen[0], chosen[1], knows, table
+
+
+def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
+    """The adder among the MLP rows of ``table``, in a model that computes the operation (else none)."""
+    adder = _choose("adder", table)
+    if adder.component is None or knows.operates:
+        return adder
+    return Role("adder", None, None, None, adder.score, adder.threshold,
+                why=f"the model does not compute the operation (0-var {knows.operation.value:.3f} < 0.9; its best "
+                    f"MLP, {adder.component}, scores {adder.score:.3f})")
+
+
 def locate(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600,
            threads: int | None = 1) -> Location:
     """Score every head and MLP for the three roles and pick each role's player (see the module doc)."""
     with torch_threads(threads), torch.no_grad():
-        table = pd.concat([head_scores(model, config, split, n, seed), adder_scores(model, config, split, seed)],
-                          ignore_index=True)
-    binder, router, adder = (_choose(role, table) for role in ROLES)
-    return Location(binder, router, adder, candidates=table, gatherer=choose_gatherer(table, router))
+        heads = head_scores(model, config, split, n, seed)
+        binder, router, knows, heads = gated_heads(model, config, split, heads, seed)
+        table = pd.concat([heads, adder_scores(model, config, split, seed)], ignore_index=True)
+    return Location(binder, router, gated_adder(table, knows), candidates=table,
+                    gatherer=choose_gatherer(table, router), learned=knows)
 
 
 def locate_adder(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
@@ -246,7 +381,8 @@ def locate_adder(model: tl.Model, config: RunConfig, split: Split, seed: int = 0
     """The adder role alone (no head scores): the role and the MLP rows."""
     with torch_threads(threads), torch.no_grad():
         table = adder_scores(model, config, split, seed)
-    return _choose("adder", table), table
+        knows = model_learned(model, config, split, seed=seed)
+    return gated_adder(table, knows), table
 
 
 # -- what the Fourier analyses read -------------------------------------------------------------
@@ -310,7 +446,7 @@ def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 
     if location is None or location.gatherer is None:
         with torch_threads(threads), torch.no_grad():
             table = head_scores(model, config, split, n, seed)
-        binder, router = _choose("binder", table), _choose("router", table)
+            binder, router, _, table = gated_heads(model, config, split, table, seed)
         gatherer = choose_gatherer(table, router)
     else:
         binder, router, gatherer = location.binder, location.router, location.gatherer

@@ -460,6 +460,20 @@ def equals_to_values_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
     return _top2_matches(acts.pattern1_last, value_targets(task, acts.tokens))
 
 
+def values_all_queried(task: TaskConfig, tokens: torch.Tensor) -> bool:
+    """Whether no 2-var sequence of ``tokens`` holds a context value other than its two operands' (a task
+    whose contexts hold two assignments): then any head that puts its weight on numbers puts its top two
+    on the queried values, and :func:`equals_to_values_score` is true by construction there."""
+    n = tokens.shape[1]
+    two_var = (tokens[:, n - 3] >= task.first_var_token) & (tokens[:, n - 2] >= task.first_var_token)
+    if not two_var.any():
+        return False
+    tokens = tokens[two_var]
+    seq, pos, _ = value_positions(task, tokens)
+    queried = (pos.unsqueeze(1) == value_targets(task, tokens)[seq]).any(1)
+    return bool(queried.all())
+
+
 def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the

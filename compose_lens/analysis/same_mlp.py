@@ -69,6 +69,12 @@ subspace still decodes at 0.95 from the small shared part, while its subspace sh
 that does not add constants, or a control shows the effect). ``supported`` needs all
 three passed, ``not supported`` follows from any failed test, else ``inconclusive``; the
 report's ``verdict_reason`` says which test decided and why.
+**Competence first**: the question is how a variable's value reaches the adder, so a model must
+answer variable prompts before any verdict means anything. Where it answers one of the sets the
+tests read (1-var left, 1-var right, 2-var; ``competence``) below
+:data:`compose_lens.analysis.learned.LEARNED` (0.9, the bar at which binding counts as learned),
+the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (the
+same rule as modularity's: a stalled model that passed two tests was no evidence of one MLP).
 A failure is evidence only on prompts the model answers: the feature-transfer and probe
 conditions read the model's 1-var (left, right) and 2-var prompts, and one that falls short
 on a set the model answers below ``THRESHOLDS["reference_min"]`` (``competence`` table: its own
@@ -136,6 +142,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
+from compose_lens.analysis.learned import LEARNED
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
@@ -955,6 +962,19 @@ def reconcile(tests: dict) -> dict:
     return {**tests, "probe_transfer": {**probe, "status": "inconclusive", "reason": reason}}
 
 
+def incompetence(competence: pd.DataFrame | None) -> str | None:
+    """Why no verdict can be read (the competence gate of the module doc), or None: the variable prompt
+    sets the model answers below :data:`compose_lens.analysis.learned.LEARNED`."""
+    if competence is None or competence.empty:
+        return None
+    short = competence[competence["accuracy"] < LEARNED]
+    if short.empty:
+        return None
+    sets = ", ".join(f"{SET_NAMES[row.set]} {row.accuracy:.3f}" for row in short.itertuples())
+    return (f"the model does not answer the prompts the tests are about ({sets} < {LEARNED}): it has not learned "
+            f"to bring a variable's value to the adder, so no test says how it would")
+
+
 def verdict(tests: dict) -> str:
     """``supported`` if every test passed, ``not supported`` if any failed, else ``inconclusive``."""
     states = [v["status"] for v in tests.values()]
@@ -1001,10 +1021,7 @@ def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int 
     try:
         sets = {"const": make_prompts(split, "const", "left", n, seed),
                 "const_fit": make_prompts(split, "const", "right", n, seed),
-                "var1_left": make_prompts(split, "var1", "left", n, seed),
-                "var1_right": make_prompts(split, "var1", "right", n, seed),
-                "var2": make_prompts(split, "var2", "left", n, seed),
-                "random": make_prompts(split, "random", "left", n, seed)}
+                **variable_sets(split, n, seed), "random": make_prompts(split, "random", "left", n, seed)}
         parts = {name: (prompts, decompose(model, config.model, prompts.tokens, layout=layout))
                  for name, prompts in sets.items()}
         features = constant_features(model, config, split, seed, layer=layout.adder)
@@ -1025,21 +1042,39 @@ def _join(a: Prompts, b: Prompts) -> Prompts:
                                      for u, v in ((a.tokens, b.tokens), (a.x, b.x), (a.y, b.y), (a.source, b.source))))
 
 
+def variable_sets(split: Split, n: int, seed: int = 0) -> dict[str, Prompts]:
+    """The variable prompt sets the tests read (and :func:`competence_table` scores)."""
+    return {name: make_prompts(split, kind, side, n, seed)
+            for name, kind, side in (("var1_left", "var1", "left"), ("var1_right", "var1", "right"),
+                                     ("var2", "var2", "left"))}
+
+
 def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
                     tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
     """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
     ``components`` says which MLP and heads the tests read (:class:`Layout`). Where a role is not
-    located: verdict ``inconclusive``, ``verdict_reason`` "none located: ...", no tables."""
+    located, or the model does not answer the variable prompts (the competence gate of the module doc):
+    verdict ``inconclusive``, ``verdict_reason`` says why, and the tests are not run (no tables but
+    ``competence``)."""
     layout = layout or layout_of(model, config, split, seed)
-    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n, layout=layout)
-    if layout.missing:
-        test = {"status": "inconclusive", "reason": layout.missing, "effect": None, "ci": None}
+    competence = (tables or {}).get("competence")
+    if competence is None and not layout.missing:
+        was_training = model.training
+        model.eval()
+        try:
+            competence = competence_table(model, config, variable_sets(split, n, seed))
+        finally:
+            model.train(was_training)
+    why = layout.missing or incompetence(competence)
+    if why:
+        test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
+        kept = {} if competence is None else {"competence": competence.to_dict(orient="records")}
         return json_safe({
             **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
-            "verdict_reason": layout.missing, "components": layout.to_dict(),
+            "verdict_reason": why, "components": layout.to_dict(),
             "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
-            "thresholds": dict(THRESHOLDS), "controls": [], "tables": {}})
-    competence = tables.get("competence")
+            "thresholds": dict(THRESHOLDS), "controls": [], "tables": kept})
+    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n, layout=layout)
     tests = {"interchange": judge_interchange(tables["interchange"]),
              "feature_transfer": judge_features(tables["feature_transfer"], competence),
              "probe_transfer": judge_probe(tables["probe"], competence)}

@@ -274,6 +274,7 @@ def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int 
             "fourier_subject": subject.to_dict(),
             "fourier_readout": fourier.readout_kind(config, layer),
             "circuit_heads": heads.to_dict(),
+            "equals_to_values_by_construction": probes.values_all_queried(config.task, acts.tokens),
             "key_frequencies": keys,
             "key_frequency_shares": {int(k): float(v) for k, v in fourier.frequency_shares(neurons).items()},
             "excluded_loss_by_frequency": fourier.excluded_loss(grid, keys),

@@ -37,13 +37,30 @@ def same_mlp_verdict(report: dict | None) -> str | None:
     return same_mlp_verdict(report.get("conclusion"))
 
 
+def components_read(summary: dict) -> dict:
+    """The components the findings read, by role (None: none located), from ``summary.json``."""
+    heads = summary.get("circuit_heads") or {}
+    found = {role: (heads.get(role) or {}).get("component") for role in ("binder", "router", "gatherer")
+             if role in heads}
+    mlp = summary.get("fourier_subject") or {}
+    if "component" in mlp:
+        found["adder"] = mlp["component"]
+    return found
+
+
 def print_findings(summary: dict) -> None:
-    """The analysis as a short table: each measure, its value, what the circuit predicts."""
+    """What the model has learned, then the analysis as a short table: each measure (naming the component
+    it read), its value, what the circuit predicts."""
     from compose_lens.cli.common import print_table
 
+    learned = summary.get("learned")
+    if learned:
+        print(learned["line"])
+    for line in (summary.get("roles") or {}).values():
+        print(f"  {line}")
     heads = summary.get("circuit_heads") or {}
-    if heads:  # which heads "layer 1" and "layer 2" are (a role no head plays: its measures are none)
-        print(f"probes read (layer 1 below: the binder; layer 2: the router): {heads.get('how')}")
+    if heads:  # which heads the measures below read (a role no head plays: its measures are none)
+        print(f"probes read: {heads.get('how')}")
 
     def value(key: str) -> str:
         v = summary[key]
@@ -51,8 +68,11 @@ def print_findings(summary: dict) -> None:
             return v
         return "none (NaN)" if v is None or v != v else f"{v:.3f}"
 
-    rows = [[f.what, value(f.key), f.predicts, f.verdict(summary[f.key])] for f in FINDINGS if f.key in summary]
-    rows.append(["MLP2 key frequencies", str(summary.get("key_frequencies")), "a few", "-"])
+    components = components_read(summary)
+    rows = [[f.text(components), value(f.key), f.predicts, f.verdict(summary[f.key], summary)]
+            for f in FINDINGS if f.key in summary]
+    rows.append([f"{components.get('adder') or 'the adder'} key frequencies", str(summary.get("key_frequencies")),
+                 "a few", "-"])
     print_table(rows, ["finding", "value", "circuit predicts", "verdict"])
     verdict = same_mlp_verdict(summary.get("same_mlp"))
     if verdict:

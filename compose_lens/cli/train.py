@@ -68,6 +68,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
+    from compose_lens.analysis.learned import from_pools
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_model_sizes, check_sizes
@@ -93,7 +94,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                      for name, acc in accuracies.items()}
         pools = {name: record["accuracy"] for name, record in intervals.items()}
         bar.update()
-        result = {"model": loaded.source, "pools": pools, "pool_intervals": intervals,
+        knows = from_pools(loaded.config, batches, accuracies)
+        result = {"model": loaded.source, "learned": knows.to_dict(), "pools": pools, "pool_intervals": intervals,
                   "interval": "Wilson score, 95 %"}
         absent = absent_pools(loaded.split)  # a split that holds nothing out: pools with nothing to draw
         if absent:
@@ -112,7 +114,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print_json({**result, "provenance": provenance(loaded.config, args.seed, loaded.source,
                                                        pool_size=args.pool_size)})
         return 0
-    print(f"model: {loaded.source} (accuracy [95 % Wilson interval] (correct/sequences))")
+    print(f"model: {loaded.source}")
+    print(knows.line())
+    print("accuracy [95 % Wilson interval] (correct/sequences):")
     for name, r in intervals.items():
         print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})")
     for name in ("zero_var_heldout", "two_var_union"):

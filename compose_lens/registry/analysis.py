@@ -27,18 +27,39 @@ if TYPE_CHECKING:  # annotations only: the command line reads this module before
 FIGURES = "figures"  # the folder of an analysis's figures, beside its tables
 
 
+ROLE_WORDS = {"binder": "the binder", "router": "the router", "gatherer": "the gatherer", "adder": "the adder"}
+
+
 @dataclass(frozen=True)
 class Finding:
     """One row of the table ``analyze`` prints: a summary key, what it measures, what the circuit predicts,
-    and the least value that agrees with the prediction (``at_least``; :meth:`verdict`)."""
+    and the least value that agrees with the prediction (``at_least``; :meth:`verdict`).
+
+    ``what`` names components by role, ``{binder}``, ``{router}``, ``{gatherer}``, ``{adder}``:
+    :meth:`text` writes the components the analysis read in their place (``blocks.0 head 1``), so a row
+    never says "MLP2" of a model whose adder is ``blocks.0.mlp``. ``by_construction``: a summary key
+    that is true where the task itself makes the finding hold (a context holding only the queried
+    values: any head that attends to numbers "attends to the queried values"); the row then says so
+    and is not judged."""
 
     key: str
     what: str
     predicts: str
     at_least: float | None = None
+    by_construction: str | None = None
 
-    def verdict(self, value) -> str:
-        """``agrees`` or ``contradicts`` the prediction, or ``-`` where there is no number to judge."""
+    def text(self, components: dict | None = None) -> str:
+        """``what`` with each role replaced by its component (``components``: role -> name or None;
+        a role missing there reads "the binder", one located nowhere "no binder located")."""
+        names = {role: (words if components is None or role not in components else
+                        components[role] or f"no {role} located") for role, words in ROLE_WORDS.items()}
+        return self.what.format(**names)
+
+    def verdict(self, value, summary: dict | None = None) -> str:
+        """``agrees`` or ``contradicts`` the prediction, ``true by construction`` (see the class doc), or
+        ``-`` where there is no number to judge."""
+        if self.by_construction and (summary or {}).get(self.by_construction):
+            return "true by construction: not judged"
         if self.at_least is None or not isinstance(value, (int, float)) or value != value:
             return "-"
         return "agrees" if value >= self.at_least else "contradicts"

@@ -136,6 +136,21 @@ def run_outcome(inp: ReportInputs) -> dict:
     return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, task.f, task.r)
 
 
+def learned_banner(inp: ReportInputs) -> str:
+    """What the model has learned, first on the page (:mod:`compose_lens.analysis.learned`), and which
+    components play the roles: boxed as a warning where the model does not bind, so no one reads the
+    analyses' heads as a binder or a router."""
+    location = inp.context.plan[0]
+    knows = location.learned
+    if knows is None:
+        return ""
+    style = ("border:2px solid #b2182b;padding:0.5em;background:#fdecea" if not knows.binds
+             else "border:1px solid #4d4d4d;padding:0.5em")
+    roles = "".join(f"<li>{html.escape(role.line())}</li>" for role in location.roles())
+    return (f'<div class="learned" style="{style}"><p><b>What this model has learned.</b> '
+            f"{html.escape(knows.line())}</p><ul>{roles}</ul></div>")
+
+
 def stall_banner(found: dict) -> str:
     """A boxed warning for a stalled run (empty otherwise): shown at the top of the page and again
     above the results, so no one reads the analyses as the study's circuit."""
@@ -286,7 +301,9 @@ def attention_section(inp: ReportInputs) -> str:
     focus = router_index(inp)
     settings = {"sequences": inp.examples}  # none: the split's examples, as analyze makes them
     views = attention_views(context.obtain(registry.ATTENTION, inp.context, inp.results_dir / "attention", settings))
-    opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, the router"
+    router = inp.context.plan[0].router.component if inp.context is not None else None
+    role = "the router" if router is not None else "the head the study's router would be (this model has none)"
+    opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, {role}"
               if focus and views else "each opens on the first layer")
     parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
              "enlarge it, hover a token to see where it attends. Under each, folded, the same patterns as a "
@@ -422,7 +439,7 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                           context=context.Context(subject, seed=0), results_dir=files_dir / "results",
                           compare_with=compare_with, compare_label=compare_label, compare_options=compare_options)
     _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,
-                f"compose-lens report: {Path(subject.source).name}", "")
+                f"compose-lens report: {Path(subject.source).name}", learned_banner(inputs))
     return out, report.problems
 
 
@@ -497,6 +514,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         banner = stall_banner(run_outcome(inputs))
     except Exception:  # the results section says what went wrong
         banner = ""
+    banner += learned_banner(inputs)
     _write_page(inputs, SECTIONS, out, f"compose-lens report: {run_dir.name}", banner)
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")

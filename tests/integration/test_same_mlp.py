@@ -4,7 +4,9 @@ variables, or a planted model whose variables reach MLP2 through another subspac
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,11 @@ from compose_lens.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
 from compose_lens.data.split import Split, training_rows
 from compose_lens.model import tl
 from compose_lens.runs import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("zoo_planted", ROOT / "experiments" / "zoo_planted.py")
+zoo_planted = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo_planted)
 
 N = 120  # prompts per set: the verdicts below are far from their thresholds
 
@@ -99,56 +106,8 @@ def test_model_trained_without_variables_is_not_supported(constants_only):
 
 def planted_model(loaded, beta: float = 30.0):
     """The paper model rebuilt so that constants and variables reach MLP2 in ORTHOGONAL subspaces,
-    computing the same function (so accuracy cannot give it away).
-
-    Residual width 3d + n: block A (the original), block B (raw number embeddings), block C,
-    and a one-hot position. Layer 1 has a second head that, at every context position, attends
-    to itself and MOVES a number from B into A (writes +e into A, -e into B); at the operand
-    slots 13/14 it attends to ``+`` (nothing to move), so a constant stays in B. Every original
-    reader (both layers' queries and keys, layer 1's values) reads A + B, so all attention
-    patterns are the study's. Layer 2 keeps its head for A (a variable's value, fetched from
-    the context) and gets a twin head with the same pattern that reads B (a constant, fetched
-    from its slot) and writes into C. MLP2 and the unembedding read A + C. The function is
-    unchanged; a variable's value arrives in A, a constant in C.
-    """
-    src = {k: v.detach().float() for k, v in tl.parameters(loaded.model).items()}
-    cfg, task = loaded.config.model, loaded.config.task
-    d, n, p = cfg.d_model, cfg.n_ctx, task.modulus
-    A, B, C, Pd = slice(0, d), slice(d, 2 * d), slice(2 * d, 3 * d), slice(3 * d, 3 * d + n)
-    new_cfg = cfg.replace(d_model=3 * d + n, n_heads=2, d_head=d)
-    model = tl.boot(new_cfg)
-    W = {k: torch.zeros_like(v) for k, v in tl.parameters(model).items()}
-    W["embed.weight"][:, A] = src["embed.weight"]
-    W["embed.weight"][:p, B], W["embed.weight"][:p, A] = src["embed.weight"][:p], 0.0
-    W["pos_embed.weight"][:, A], W["pos_embed.weight"][:, Pd] = src["pos_embed.weight"][:n], torch.eye(n)
-    h0, h1 = slice(0, d), slice(d, 2 * d)
-    for layer in (0, 1):
-        for kind in ("q", "k"):
-            for block in (A, B):
-                W[f"blocks.{layer}.attn.{kind}.weight"][h0, block] = src[f"blocks.{layer}.attn.{kind}.weight"]
-        W[f"blocks.{layer}.attn.o.weight"][A, h0] = src[f"blocks.{layer}.attn.o.weight"]
-    for block in (A, B):
-        W["blocks.0.attn.v.weight"][h0, block] = src["blocks.0.attn.v.weight"]
-        W["blocks.1.attn.q.weight"][h1, block] = src["blocks.1.attn.q.weight"]  # the twin: same pattern
-        W["blocks.1.attn.k.weight"][h1, block] = src["blocks.1.attn.k.weight"]
-    # layer 1, head 1: self at every position but the operand slots, which look at "+"
-    target = torch.arange(n)
-    target[n - 3: n - 1] = n - 4
-    W["blocks.0.attn.q.weight"][d: d + n, Pd] = torch.eye(n)
-    W["blocks.0.attn.k.weight"][d: d + n, Pd] = beta * d ** 0.5 * torch.nn.functional.one_hot(target, n).float()
-    W["blocks.0.attn.v.weight"][h1, B] = torch.eye(d)
-    W["blocks.0.attn.o.weight"][A, h1], W["blocks.0.attn.o.weight"][B, h1] = torch.eye(d), -torch.eye(d)
-    # layer 2: head 0 reads values from A only; the twin reads B and writes C
-    W["blocks.1.attn.v.weight"][h0, A] = src["blocks.1.attn.v.weight"]
-    W["blocks.1.attn.v.weight"][h1, B] = src["blocks.1.attn.v.weight"]
-    W["blocks.1.attn.o.weight"][C, h1] = src["blocks.1.attn.o.weight"]
-    for block in (A, C):
-        W["blocks.1.mlp.in.weight"][:, block] = src["blocks.1.mlp.in.weight"]
-        W["unembed.weight"][:, block] = src["unembed.weight"]
-    W["blocks.1.mlp.out.weight"][A] = src["blocks.1.mlp.out.weight"]
-    tl.load_state(model, W)
-    return type("Loaded", (), {"model": model, "config": loaded.config.__class__(
-        task=task, model=new_cfg, train=loaded.config.train), "split": loaded.split})
+    computing the same function: the verdict zoo's planted negative (experiments/zoo_planted.py)."""
+    return zoo_planted.orthogonal_subspaces(loaded, beta)[0]
 
 
 def test_planted_model_computes_the_same_function_but_is_not_supported():

@@ -152,12 +152,12 @@ def test_the_coarse_search_finds_the_size_every_size_finds(paper):
 
 
 def orthogonal_plant(paper):
-    """The same-MLP tests' planted model (variables reach MLP2 in another subspace than constants)."""
-    path = Path(__file__).resolve().parents[1] / "integration" / "test_same_mlp.py"
-    spec = importlib.util.spec_from_file_location("_same_mlp_plants", path)
+    """The verdict zoo's planted model whose variables reach MLP2 in another subspace than constants."""
+    path = Path(__file__).resolve().parents[2] / "experiments" / "zoo_planted.py"
+    spec = importlib.util.spec_from_file_location("zoo_planted", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.planted_model(paper)
+    return module.orthogonal_subspaces(paper)[0]
 
 
 def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(paper, modular):

@@ -133,7 +133,7 @@ ENTRIES = (
     Entry("outside-ln-0", "layernorm", "outside", ("--seed", "0", "--layernorm"),
           shape="LayerNorm, 2 heads, MLPs in both layers"),
     Entry("decoy-heads", "planted", "planted", ("decoy_heads",), shape="2 heads", fast=True),
-    Entry("orthogonal-subspaces", "planted", "planted", ("orthogonal_subspaces",), shape="2 heads, wider", fast=True),
+    Entry("orthogonal-subspaces", "planted", "planted", ("orthogonal_subspaces",), shape="2 heads, wider"),
     Entry("gated-adders", "planted", "planted", ("gated_adders", "constants_first"), shape="3 layers, 2 heads",
           fast=True),
     Entry("gated-adders-swapped", "planted", "planted", ("gated_adders", "variables_first"),
@@ -285,7 +285,7 @@ def head_falls(subject, location) -> list[dict]:
     return rows
 
 
-def measure(entry: Entry, subject, truth: dict, with_modularity: bool) -> Measured:
+def measure(entry: Entry, subject, truth: dict, with_modularity: bool, with_heads: bool = True) -> Measured:
     started = time.time()
     location = locating.locate(subject.model, subject.config, subject.split)
     row = {"model": entry.name, "class": entry.kind, **truth, "state": location.learned.state,
@@ -307,7 +307,7 @@ def measure(entry: Entry, subject, truth: dict, with_modularity: bool) -> Measur
                              modularity.verdict(modularity.INCONCLUSIVE,
                                                 1.0 if row["same_mlp"] == "supported" else 0.0))
         row["modularity_reason"] = "fast subset: from the same-MLP verdict alone"
-    heads = head_falls(subject, location)
+    heads = head_falls(subject, location) if with_heads else []
     row["seconds"] = round(time.time() - started, 1)
     return Measured(row, heads)
 
@@ -397,7 +397,8 @@ def scorecard(verdicts: pd.DataFrame, loo: pd.DataFrame | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, out: Path) -> pd.DataFrame:
+def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, out: Path,
+          with_heads: bool = True) -> pd.DataFrame:
     from compose_lens.runs import load_subject as _load
 
     paper = _load("paper")
@@ -406,7 +407,7 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
         subject, known = load(entry, paper)
         knows = learned(subject.model, subject.config, subject.split)
         truth = truth_of(entry, subject, knows, known)
-        m = measure(entry, subject, truth, with_modularity)
+        m = measure(entry, subject, truth, with_modularity, with_heads)
         for h in m.heads:
             h.update(model=entry.name, truth=truth[f"truth_{h['role']}"])
         measured.append(m)
@@ -415,12 +416,13 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
               f"({m.row['seconds']} s)", flush=True)
     verdicts = pd.DataFrame([m.row for m in measured])
     heads = pd.DataFrame([h for m in measured for h in m.heads])
-    loo = rejudge(heads, verdicts)
+    loo = rejudge(heads, verdicts) if with_heads else None
     card = scorecard(verdicts, loo)
     out.mkdir(parents=True, exist_ok=True)
     verdicts.to_csv(out / "verdicts.csv", index=False)
-    heads.to_csv(out / "heads.csv", index=False)
-    loo.to_csv(out / "leave_one_out.csv", index=False)
+    if with_heads:
+        heads.to_csv(out / "heads.csv", index=False)
+        loo.to_csv(out / "leave_one_out.csv", index=False)
     card.to_csv(out / "scorecard.csv", index=False)
     if write_null:
         null = {role: round(null_of(heads, role), 4) for role in ("binder", "router")}
@@ -428,7 +430,7 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
                                          "fall of a head that reaches the role's attention threshold but lacks the "
                                          f"role, over the {len(verdicts)} models of the zoo"}, indent=1) + "\n")
         print(f"wrote {NULL_FILE}: {null}")
-    print(f"wrote {out}/verdicts.csv, heads.csv, leave_one_out.csv, scorecard.csv")
+    print(f"wrote {out}/verdicts.csv{', heads.csv, leave_one_out.csv' if with_heads else ''}, scorecard.csv")
     return card
 
 
@@ -511,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.what == "circuits":
         circuits(entries, a.out)
     else:
-        card = score(entries, not a.fast, a.null, a.out)
+        card = score(entries, not a.fast, a.null, a.out, with_heads=not a.fast)
         print(card[card["kind"].isin(["false positive", "role"])].to_string(index=False))
     return 0
 

@@ -131,6 +131,7 @@ import torch
 
 from compose_lens import capabilities, coverage, stats
 from compose_lens.analysis import locate, metrics
+from compose_lens.analysis.learned import learned
 from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
@@ -762,7 +763,13 @@ def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Grap
     :func:`located_labels` at the components :func:`compose_lens.analysis.locate.locate` finds
     (``location``: a locate result to reuse). Where no component plays the binder, the router or the
     adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
-    the paper's blocks."""
+    the paper's blocks; nor in a model that does not bind (:mod:`compose_lens.analysis.learned`), the
+    paper architecture's included: its circuit is one that binds."""
+    knows = location.learned if location is not None and location.learned is not None else None
+    if knows is None:
+        knows = learned(model, config, split, seed=seed)
+    if not knows.binds:  # no circuit that binds to score against (locate's binding gate)
+        return Labels(None, "none located: " + knows.missing())
     if capabilities.is_paper_architecture(config.model):
         return Labels(paper_labels(graph), "the paper's circuit")
     if location is None:

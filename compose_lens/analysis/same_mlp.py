@@ -1049,32 +1049,45 @@ def variable_sets(split: Split, n: int, seed: int = 0) -> dict[str, Prompts]:
                                      ("var2", "var2", "left"))}
 
 
-def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
-                    tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
-    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
-    ``components`` says which MLP and heads the tests read (:class:`Layout`). Where a role is not
-    located, or the model does not answer the variable prompts (the competence gate of the module doc):
-    verdict ``inconclusive``, ``verdict_reason`` says why, and the tests are not run (no tables but
-    ``competence``)."""
+def same_mlp_run(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
+                 layout: Layout | None = None) -> tuple[dict[str, pd.DataFrame], dict]:
+    """The tests' tables and the report (:func:`same_mlp_report`). Where a role is not located, or the
+    model does not answer the variable prompts (the competence gate of the module doc), the tests are
+    not run: the tables hold the ``competence`` table alone (none where a role is missing)."""
     layout = layout or layout_of(model, config, split, seed)
-    competence = (tables or {}).get("competence")
-    if competence is None and not layout.missing:
+    if not layout.missing:
         was_training = model.training
         model.eval()
         try:
             competence = competence_table(model, config, variable_sets(split, n, seed))
         finally:
             model.train(was_training)
+        if incompetence(competence):
+            tables = {"competence": competence}
+            return tables, same_mlp_report(model, config, split, seed, n=n, tables=tables, layout=layout)
+    tables = same_mlp_tables(model, config, split, seed, n=n, layout=layout)
+    return tables, same_mlp_report(model, config, split, seed, n=n, tables=tables, layout=layout)
+
+
+def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
+                    tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
+    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
+    ``components`` says which MLP and heads the tests read (:class:`Layout`); ``tables``: those of
+    :func:`same_mlp_run` (made there where not given). Where a role is not located, or the model does
+    not answer the variable prompts: verdict ``inconclusive`` and ``verdict_reason`` says why."""
+    layout = layout or layout_of(model, config, split, seed)
+    if tables is None:
+        return same_mlp_run(model, config, split, seed, n=n, layout=layout)[1]
+    competence = tables.get("competence")
     why = layout.missing or incompetence(competence)
     if why:
         test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
-        kept = {} if competence is None else {"competence": competence.to_dict(orient="records")}
         return json_safe({
             **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
             "verdict_reason": why, "components": layout.to_dict(),
             "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
-            "thresholds": dict(THRESHOLDS), "controls": [], "tables": kept})
-    tables = tables if tables is not None else same_mlp_tables(model, config, split, seed, n=n, layout=layout)
+            "thresholds": dict(THRESHOLDS), "controls": [],
+            "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
     tests = {"interchange": judge_interchange(tables["interchange"]),
              "feature_transfer": judge_features(tables["feature_transfer"], competence),
              "probe_transfer": judge_probe(tables["probe"], competence)}

@@ -19,16 +19,14 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis import same_mlp
     from compose_lens.files import json_safe
 
-    layout = same_mlp.layout_of(ctx.model, ctx.config, ctx.split, ctx.seed)
-    tables = same_mlp.same_mlp_tables(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"], layout=layout)
-    report = dict(same_mlp.same_mlp_report(ctx.model, ctx.config, ctx.split, seed=ctx.seed, n=settings["n"],
-                                           tables=tables, layout=layout))
+    tables, report = same_mlp.same_mlp_run(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"])
     trimmed = {k: v for k, v in report.items() if k not in ("tables", "config", "code_version", "seed")}
-    # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (none where a
-    # role is not located: then there is nothing to test, and the verdict says why)
+    # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (the
+    # competence table alone where the model does not answer variable prompts, none where a role is not
+    # located: then there is nothing to test, and the verdict says why)
     return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
                   documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)},
-                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if tables else [])
+                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if "interchange" in tables else [])
 
 
 def _same_mlp_lines(result: Result) -> list[str]:

@@ -73,8 +73,7 @@ def test_a_git_archive_of_the_package_records_the_commit_it_was_archived_from(tm
     archive = subprocess.run(["git", "archive", "--format=tar", "HEAD", "compose_lens"], cwd=REPO,
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith("compose_lens/")
-                                          and m.name.count("/") == 1], filter="data")
+        tar.extractall(tmp_path, filter="data")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     read = subprocess.run([sys.executable, "-c", "import compose_lens.provenance as p; print(p.__file__); "
                            "print(p.code_version())"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

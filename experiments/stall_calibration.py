@@ -23,9 +23,11 @@ fate up to H is known:
 
 Written:
 
-* ``compose_lens/assets/stall_calibration.json``: the tables (every 500 steps) and the step at which
-  ``train`` warns (``warn_after``): the first step at which at least :data:`WARN_PRECISION` of the
-  study-setting runs without routing formed none within the study's budget.
+* ``compose_lens/assets/stall_calibration.json``: the tables (every 500 steps, and each table's
+  ``certain_after``: the step from which ``stop_at=stalled`` / ``decided`` stops a run it applies
+  to, :func:`compose_lens.outcome.stall_certain_after`) and the step at which ``train`` warns
+  (``warn_after``): the first step at which at least :data:`WARN_PRECISION` of the study-setting
+  runs without routing formed none within the study's budget.
   :mod:`compose_lens.outcome` reads it.
 * ``experiments/results/stall_rate/detector_confusion.csv``: the warning at step N against each
   run's fate within the horizon, for several N, on each table: stalls it warns of, late learners it
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.outcome import CALIBRATION_FILE, onsets
+from compose_lens.outcome import CALIBRATION_FILE, onsets, stall_certain_after
 from compose_lens.runs import read_metrics
 from compose_lens.stats import wilson_interval
 from compose_lens.study import HEADLINE, SETTING
@@ -158,6 +160,8 @@ def main() -> int:
     study = found[0]
     tables = [{"setting": p["setting"], "horizon": p["horizon"], "population": p["population"],
                "runs": len(p["runs"]), "by_step": by_step(p["runs"], p["horizon"])} for p in found]
+    for t in tables:  # where stop_at=stalled / decided stops a run this table applies to (outcome reads by_step)
+        t["certain_after"] = stall_certain_after(t, MIN_RUNS)
     warn = warn_after(tables[0]["by_step"])
     doc = {"what": "per table: for each step N, runs (that learned addition) with no layer-2 routing by N "
                    "(not_routed), and how many of those formed none within the table's horizon (never); "
@@ -167,7 +171,7 @@ def main() -> int:
     text = re.sub(r'\{\s+"step": (\d+),\s+"not_routed": (\d+),\s+"never": (\d+)\s+\}',
                   r'{"step": \1, "not_routed": \2, "never": \3}', text)
     CALIBRATION_FILE.write_text(text + "\n")
-    steps = sorted({*CANDIDATE_STEPS, warn, *range(20_000, 45_001, 5000)})
+    steps = sorted({*CANDIDATE_STEPS, warn, *range(20_000, 45_001, 5000), *(t["certain_after"] for t in tables)} - {None})
     table = pd.DataFrame([row for p in found for row in confusion(p, steps)])
     out = RESULTS / "stall_rate" / "detector_confusion.csv"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -190,6 +190,7 @@ def test_the_committed_calibration_counts_what_it_says():
     for table in doc["tables"]:
         rows = table["by_step"]
         assert rows[-1]["step"] == table["horizon"]
+        assert table["certain_after"] == outcome.stall_certain_after(table)  # the step the docs quote
         assert all(0 <= r["never"] <= r["not_routed"] <= table["runs"] for r in rows)
         # a run that formed none within the horizon is without routing at every step after it learned addition
         assert [r["never"] for r in rows] == sorted(r["never"] for r in rows)

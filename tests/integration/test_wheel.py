@@ -30,12 +30,14 @@ def installed(tmp_path_factory) -> Path:
     source = root / "source"
     shutil.copytree(REPO / "compose_lens", source / "compose_lens", ignore=shutil.ignore_patterns("__pycache__"))
     for top in REPO.iterdir():
-        if top.is_file():
-            shutil.copy2(top, source / top.name)
-    # a git checkout of its own, so the build has a commit to write into the wheel (setup.py)
+        if top.is_file() and top.name != ".git":  # in a git worktree .git is a file naming the repository's
+            shutil.copy2(top, source / top.name)  # folder: copied, git below would commit into the checkout
+    # a git repository of its own, so the build has a commit to write into the wheel (setup.py); GIT_DIR
+    # and GIT_WORK_TREE pin every git call to it, whatever lies around the temporary folder
+    env = {**os.environ, "GIT_DIR": str(source / ".git"), "GIT_WORK_TREE": str(source)}
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q",
                                                  "-m", "the wheel's source"]):
-        subprocess.run(["git", *args], cwd=source, check=True, capture_output=True, timeout=120)
+        subprocess.run(["git", *args], cwd=source, env=env, check=True, capture_output=True, timeout=120)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     try:
         subprocess.run(pip + ["wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(root / "dist")],

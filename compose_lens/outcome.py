@@ -14,9 +14,11 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   :data:`compose_lens.phases.PHASE_RULES`) but layer-2 routing never formed within the
   run's budget: the 1-var pools (one operand a variable whose value must be fetched from the
   context) never crossed 0.9 and stayed (:data:`ROUTING`, the same crosses-and-stays rule), or,
-  for a run still training, have not by a step after which no calibration run ever recovered
-  (:func:`stall_certain_after`). The 2-var pools are left out on purpose: at small r a run can
-  route single variables and still miss pairs, which is the r threshold, not a stall;
+  for a run still training, have not by a step after which every calibration run in that state
+  formed none within the run's budget (:func:`stall_certain_after`). The 2-var pools are left out
+  on purpose: at small r a run can route single variables and still miss pairs, which is the r
+  threshold, not a stall. ``stalled`` is a verdict within a budget: two by-seed runs without routing
+  at 30,000 steps formed it by 45,000 (docs/stalls.md);
 * ``diverged``: training undid what it learned: the last logged training loss is above the first and
   more than :data:`DIVERGED_FACTOR` times the lowest (a loss spike that never came back down). Seen with
   the stall remedy's learning rate: at d_model 512 the loss went from ~1 to over 1,000; a bf16 run at
@@ -27,9 +29,13 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   yet refined to the headline).
 
 The calibration (``compose_lens/assets/stall_calibration.json``, made by
-``experiments/stall_calibration.py`` from every committed run) records, for each step N, how
-many runs had not formed routing by N and how many of those never did: the numbers the
-training-time warning quotes, so a late learner is never called stalled on a guess.
+``experiments/stall_calibration.py`` from every committed run) holds tables, each for a setting and
+a horizon H (30,000 steps, the study's budget; 45,000 for the by-seed runs trained on that far): for
+each step N, how many runs had learned addition but had no routing by N, and how many of those
+formed none within H steps. A run reads the table of its setting with the smallest horizon that
+covers its budget (:func:`calibration`). The training-time warning fires at the calibrated step
+(:data:`WARN_AFTER`: the first at which 9 in 10 such runs at the study's setting formed none within
+its budget) and quotes that table's count, so a late learner is never called stalled on a guess.
 
 A rate over such outcomes counts each seed once: :mod:`compose_lens.stats`.
 """
@@ -57,19 +63,22 @@ ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-v
 
 @lru_cache(maxsize=1)
 def _calibrations() -> dict:
-    return json.loads(CALIBRATION_FILE.read_text()) if CALIBRATION_FILE.exists() else {}
+    return json.loads(CALIBRATION_FILE.read_text())
 
 
-def calibration(f: float | None = None, r: float | None = None) -> dict:
-    """The committed calibration table for a setting: the runs at the study's setting
-    (f = 0.7, r = 1) for a run there, every committed run otherwise (``{}`` where none was made)."""
-    tables = _calibrations()
-    study = (f, r) == (0.7, 1.0) and tables.get("study", {}).get("runs", 0) >= 5
-    return tables.get("study" if study else "all", {})
+def calibration(f: float | None = None, r: float | None = None, budget: int | None = None) -> dict:
+    """The committed calibration table for a run: of its setting (the study's, f = 0.7 and r = 1, or
+    every committed run for any other), with the smallest horizon that covers its ``budget`` (steps;
+    the study's 30,000 when not given); ``{}`` where no table reaches that far, so nothing is certain."""
+    setting = "study" if (f, r) == (study.SETTING["f"], study.SETTING["r"]) else "all"
+    budget = study.SETTING["steps"] if budget is None else budget
+    tables = [t for t in _calibrations()["tables"] if t["setting"] == setting and t["horizon"] >= budget]
+    return min(tables, key=lambda t: t["horizon"]) if tables else {}
 
 
 def not_routed_by(step: int, table: dict | None = None) -> tuple[int, int]:
-    """(never, of): of the calibration runs that had no routing by ``step``, how many never formed it."""
+    """(never, of): of the calibration runs without routing by ``step`` (the table's last step at or
+    before it), how many formed none within the table's horizon."""
     table = calibration() if table is None else table
     rows = [r for r in table.get("by_step", []) if r["step"] <= step]
     if not rows:
@@ -78,10 +87,12 @@ def not_routed_by(step: int, table: dict | None = None) -> tuple[int, int]:
     return row["never"], row["not_routed"]
 
 
-def stall_certain_after(table: dict | None = None, min_runs: int = 5) -> int | None:
-    """The first step after which every calibration run without routing (at least ``min_runs``
-    of them) never formed it; None where no step is that certain."""
+def stall_certain_after(table: dict | None = None, min_runs: int | None = None) -> int | None:
+    """The first step after which every calibration run without routing (at least ``min_runs`` of
+    them, the calibration's own minimum by default) formed none within the table's horizon; None
+    where no step is that certain."""
     table = calibration() if table is None else table
+    min_runs = _calibrations()["min_runs"] if min_runs is None else min_runs
     for row in table.get("by_step", []):
         if row["not_routed"] >= min_runs and row["never"] == row["not_routed"]:
             return row["step"]
@@ -186,21 +197,32 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
                     "routing formed; the headline (>= 0.98 on both exhaustive accuracies) is not yet reached",
     }[verdict]
     if onset[ROUTING.name] is None and onset[ADDITION] is not None and of:
-        why += f"; {never} of {of} calibration runs without routing by step {last} never recovered"
+        why += f"; {calibration_line(never, of, table)}"
+    horizon = (calibration() if table is None else table).get("horizon")
     return {"outcome": verdict, "why": why, "last_step": last, "onsets": onset,
-            "calibration": {"not_routed_by_now": of, "never_recovered": never, "stall_certain_after": certain}}
+            "calibration": {"not_routed_by_now": of, "formed_none": never, "horizon": horizon,
+                            "stall_certain_after": certain}}
 
 
-def trajectory_outcome(records: Sequence[dict], source: str | Path, f: float, r: float) -> dict:
+def calibration_line(never: int, of: int, table: dict | None = None) -> str:
+    """What the calibration says of a run without routing now: ``k of n calibration runs without
+    routing by then formed none within H steps``."""
+    horizon = (calibration() if table is None else table).get("horizon")
+    within = f"within {horizon:,} steps" if horizon else "within their budget"
+    return f"{never} of {of} calibration runs without routing by then formed none {within}"
+
+
+def trajectory_outcome(records: Sequence[dict], source: str | Path, config) -> dict:
     """:func:`outcome` of a dynamics table (``records``: one dict per checkpoint) read from
-    ``source``; a run directory's ``results.json`` (beside ``source`` or above its
-    ``checkpoints/``) says the run finished and gives its exhaustive accuracies."""
+    ``source`` trained under ``config`` (a :class:`~compose_lens.config.RunConfig`: its setting and
+    budget choose the calibration); a run directory's ``results.json`` (beside ``source`` or above
+    its ``checkpoints/``) says the run finished and gives its exhaustive accuracies."""
     source = Path(source)
     run = source.parent if source.name == "checkpoints" else source
     results_path = run / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
     return outcome(list(records), (results or {}).get("exhaustive"), finished=results is not None,
-                   table=calibration(f, r))
+                   table=calibration(config.task.f, config.task.r, config.train.steps))
 
 
 def classify_run(run_dir: str | Path, table: dict | None = None) -> dict:
@@ -210,15 +232,16 @@ def classify_run(run_dir: str | Path, table: dict | None = None) -> dict:
     results_path = run_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else None
     if table is None and (run_dir / "config.json").exists():
-        task = json.loads((run_dir / "config.json").read_text()).get("task", {})
-        table = calibration(task.get("f"), task.get("r"))
+        config = json.loads((run_dir / "config.json").read_text())
+        task = config.get("task", {})
+        table = calibration(task.get("f"), task.get("r"), config.get("train", {}).get("steps"))
     found = outcome(metrics, (results or {}).get("exhaustive"), finished=results is not None, table=table)
     return {**found, "steps": (results or {}).get("steps", found["last_step"]),
             "routing_formed_step": found["onsets"][ROUTING.name],
             "final_1var_train": metrics[-1].get("1var_train") if metrics else None}
 
 
-WARN_AFTER = 8_000  # later than every routing onset of a generalising run at the study's setting
+WARN_AFTER: int = _calibrations()["warn_after"]  # the calibrated step (module docstring)
 
 
 def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int | None = None,
@@ -232,7 +255,6 @@ def stall_warning(metrics: Sequence[dict], table: dict | None = None, after: int
     if found["onsets"][ROUTING.name] is not None or found["onsets"][ADDITION] is None:
         return None
     c = found["calibration"]
-    tail = (f"; {c['never_recovered']} of {c['not_routed_by_now']} such calibration runs never recovered"
-            if c["not_routed_by_now"] else "")
+    tail = f"; {calibration_line(c['formed_none'], c['not_routed_by_now'], table)}" if c["not_routed_by_now"] else ""
     return (f"layer-2 routing has not formed by step {found['last_step']} (addition learned, 1-var pools "
             f"below 0.9){tail}")

@@ -6,9 +6,11 @@ holds the one way to say that:
 
 * :data:`VERSION` is the package version (``pyproject.toml`` reads it from here);
 * :func:`code_version` is the git commit of the source tree (``-dirty`` when it has
-  uncommitted changes) where the package runs from a checkout of compose-lens itself, else the
-  package version: installed into a virtual environment that lies inside the user's own git
-  repository, the repository around ``site-packages`` is not compose-lens's code;
+  uncommitted changes) where the package runs from a checkout of compose-lens itself; installed,
+  the commit the package was built from (``setup.py`` writes it into ``_commit.txt`` of the wheel,
+  ``git archive`` fills the same file), never the repository around ``site-packages`` (a virtual
+  environment inside the user's own git repository is not compose-lens's code); the package
+  version only where neither says (a copy of the files without git);
 * :func:`provenance` is the record itself, as every JSON output carries it (JSON
   documents under the key ``provenance``, CSV tables in a ``NAME.provenance.json``
   beside them). It includes the command line that made the file: pass ``command``,
@@ -19,6 +21,7 @@ holds the one way to say that:
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -58,16 +61,30 @@ def is_compose_lens_checkout(root: Path) -> bool:
     return name == "compose-lens" and top is not None and Path(top).resolve() == root.resolve()
 
 
+COMMIT_FILE = Path(__file__).resolve().parent / "_commit.txt"
+
+
+def built_from() -> str | None:
+    """The commit an installed package was built from (``_commit.txt``, filled by ``setup.py`` or by
+    ``git archive``), abbreviated as ``git describe`` does; None where the file was not filled."""
+    try:
+        text = COMMIT_FILE.read_text().strip()
+    except OSError:
+        return None
+    found = re.fullmatch(r"([0-9a-f]{7,40})(-dirty)?", text)
+    return found.group(1)[:12] + (found.group(2) or "") if found else None
+
+
 @functools.lru_cache(maxsize=1)
 def _code_version(root: str) -> str:
     if not is_compose_lens_checkout(Path(root)):
-        return VERSION
-    return _git(Path(root), "describe", "--always", "--dirty", "--abbrev=12") or VERSION
+        return built_from() or VERSION
+    return _git(Path(root), "describe", "--always", "--dirty", "--abbrev=12") or built_from() or VERSION
 
 
 def code_version() -> str:
     """The git commit of compose-lens's checkout (with ``-dirty`` if modified) where the package
-    runs from one, else the package version.
+    runs from one, else the commit it was built from (:func:`built_from`), else the package version.
 
     Read once per process: a run that trains for minutes records the tree it started from.
     """

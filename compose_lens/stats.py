@@ -17,6 +17,12 @@ own honest interval:
   (:func:`compare_rates`); for steps or onsets, the Mann-Whitney rank test with its effect size
   (:func:`compare_steps`): the common-language effect ``P(a > b) + P(a = b) / 2`` and the
   rank-biserial correlation ``2 * CL - 1`` (0: no shift, +-1: every a above / below every b).
+* **Time to an event, with censoring** (steps to the headline, when some runs never reach it
+  within their budget): a run that did not reach it is *censored* at its last step, not left out
+  (leaving it out compares only the runs that succeeded). :func:`compare_times` gives each set's
+  Kaplan-Meier median and the log-rank test (``scipy.stats.ecdf`` and ``scipy.stats.logrank``).
+* **Two run sets on the same seeds** (the remedy trained on the recipe's seeds): paired, so
+  :func:`paired_agreement` (McNemar's exact test on the seeds whose outcomes differ), not Fisher's.
 * **A score over prompts** (an accuracy, a ROC-AUC, a patching score): the percentile bootstrap
   over prompts (:func:`bootstrap_interval`), seeded so a rerun prints the same interval.
 * **Printing**: :func:`format_estimate` writes a value and its interval at the digits the interval
@@ -222,6 +228,44 @@ def compare_steps(a: Sequence[float], b: Sequence[float], alternative: str = "tw
     return {"n_a": len(a), "n_b": len(b), "median_a": float(np.median(a)), "median_b": float(np.median(b)),
             "u": float(res.statistic), "p_value": float(res.pvalue), "alternative": alternative,
             "common_language": cl, "rank_biserial": 2 * cl - 1, "test": "Mann-Whitney U"}
+
+
+def km_median(times: Sequence[float], reached: Sequence[bool]) -> float | None:
+    """The Kaplan-Meier median of times to an event (``reached`` False: censored at that time): the
+    first time at which at most half are still waiting; None where more than half never reached it.
+
+    >>> km_median([10, 20, 30, 30], [True, True, False, False]), km_median([10, 30, 30], [True, False, False])
+    (20.0, None)
+    """
+    times, reached = np.asarray(times, float), np.asarray(reached, bool)
+    survival = _scipy.ecdf(_scipy.CensoredData(uncensored=times[reached], right=times[~reached])).sf
+    below = survival.quantiles[survival.probabilities <= 0.5]
+    return float(below[0]) if len(below) else None
+
+
+def compare_times(a_times: Sequence[float], a_reached: Sequence[bool], b_times: Sequence[float],
+                  b_reached: Sequence[bool]) -> dict:
+    """Two sets' times to an event with right censoring (a run that did not reach it counts to its
+    last step): how many reached it, each set's Kaplan-Meier median (None: not reached by half), and
+    the log-rank test (two-sided) of equal time-to-event curves.
+
+    >>> found = compare_times([1, 2, 3, 9, 9], [1, 1, 1, 0, 0], [5, 6, 7, 8, 9], [1, 1, 1, 1, 0])
+    >>> found["reached_a"], found["median_a"], found["median_b"], round(found["p_value"], 2)
+    (3, 3.0, 7.0, 0.9)
+    """
+    samples = []
+    for times, reached in ((a_times, a_reached), (b_times, b_reached)):
+        times, reached = np.asarray(times, float), np.asarray(reached, bool)
+        if len(times) == 0 or len(times) != len(reached):
+            raise ValueError(f"a time-to-event comparison needs times and as many reached flags; got "
+                             f"{len(times)} and {len(reached)}")
+        samples.append((times, reached))
+    (ta, ra), (tb, rb) = samples
+    test = _scipy.logrank(_scipy.CensoredData(uncensored=ta[ra], right=ta[~ra]),
+                          _scipy.CensoredData(uncensored=tb[rb], right=tb[~rb]))
+    return {"n_a": len(ta), "n_b": len(tb), "reached_a": int(ra.sum()), "reached_b": int(rb.sum()),
+            "median_a": km_median(ta, ra), "median_b": km_median(tb, rb), "p_value": float(test.pvalue),
+            "test": "log-rank, two-sided (Kaplan-Meier medians; runs that did not reach it censored)"}
 
 
 # -- a score over prompts -----------------------------------------------------------------------

@@ -329,7 +329,7 @@ class Trainer:
         warned = getattr(self, "stall_warning", None)
         if self.config.train.stop_at not in ("stalled", "decided") and (warned or self.step < outcome.WARN_AFTER):
             return  # nothing below would use the outcome now
-        table = outcome.calibration(self.config.task.f, self.config.task.r)
+        table = outcome.calibration(self.config.task.f, self.config.task.r, self.config.train.steps)
         self._found = outcome.outcome(self._logged, table=table)  # read again by _decided
         if warned:
             return
@@ -378,7 +378,7 @@ class Trainer:
         }
         results["outcome"] = outcome.outcome(
             runs.read_metrics(self.run_dir), results["exhaustive"], finished=True,
-            table=outcome.calibration(self.config.task.f, self.config.task.r))
+            table=outcome.calibration(self.config.task.f, self.config.task.r, self.config.train.steps))
         write_json_atomic(self.run_dir / runs.RESULTS_FILE, results)
         return results
 

@@ -2,6 +2,7 @@
 
     python experiments/check_claims.py                 # every claim: ok, or what is wrong
     python experiments/check_claims.py --claims FILE   # another claims table
+    python experiments/check_claims.py --coverage      # which numbers on the pages no claim checks
 
 ``docs/claims.toml`` lists claims, each a ``quote`` (the text as a page prints it), the page
 (``doc``), the committed data it comes from (``source``, a path in the repository) and how
@@ -143,12 +144,27 @@ def paired_variants(source: Path, variant: str, a: str, b: str, precision: str |
 def stall_comparison(source: Path, other: str, precision: str) -> dict:
     """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates (``a_``, ``b_``:
     :func:`stall_rate`'s fields) and Fisher's p for the stall (``p``) and for reaching the headline
-    (``p_generalised``)."""
+    (``p_generalised``); on the seeds both trained, McNemar's (``stalled_only_a``, ``stalled_only_b``,
+    ``stalled_mcnemar_p``, the same for ``generalised_``); the time to the headline with the runs that
+    missed it censored (``time_median_a``, ``time_median_b``, ``time_p``: log-rank); and the headline
+    among the runs that formed routing (``routed_generalised_a`` of ``routed_a``, ..., ``routed_p``)."""
     a, b = (stall_rate(path, precision) for path in (source, ROOT / other))
     p = stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"]
     p_generalised = stats.compare_rates(a["generalised"], a["seeds"], b["generalised"], b["seeds"])["p_value"]
-    return {"p": p, "p_generalised": p_generalised, **{f"a_{k}": v for k, v in a.items()},
-            **{f"b_{k}": v for k, v in b.items()}}
+    fields = {"p": p, "p_generalised": p_generalised, **{f"a_{k}": v for k, v in a.items()},
+              **{f"b_{k}": v for k, v in b.items()}}
+    # and what `stall_rate.py --compare` adds: paired on the common seeds, time to the headline censored,
+    # the headline among the runs that routed
+    found = _script("stall_rate").compare(pd.read_csv(source), pd.read_csv(ROOT / other))[f"precision={precision}"]
+    for what, pair in found["paired"].items():
+        fields.update({f"{what}_pairs": pair["seeds"], f"{what}_only_a": pair["only_a"],
+                       f"{what}_only_b": pair["only_b"], f"{what}_mcnemar_p": pair["mcnemar_exact_p"]})
+    time, routed = found["time_to_headline"], found["routed"]
+    fields.update({"time_median_a": time["median_a"], "time_median_b": time["median_b"], "time_p": time["p_value"],
+                   "routed_generalised_a": routed["recipe"][0], "routed_a": routed["recipe"][1],
+                   "routed_generalised_b": routed["other"][0], "routed_b": routed["other"][1],
+                   "routed_p": routed["fisher_exact_p"]})
+    return fields
 
 
 @computation
@@ -216,6 +232,55 @@ def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-
     second = eval(b, {"pd": pd}, {"df": pd.read_csv(ROOT / other)})  # noqa: S307
     found = stats.compare_steps(first, second, alternative=alternative)
     return {**found, "p": found["p_value"]}
+
+
+@computation
+def table_rows(source: Path, cells: list[str], query: str | None = None, sort: list[str] | None = None,
+               also: list[str] | None = None) -> dict:
+    """A markdown table's rows made from a committed CSV (with the CSVs ``also`` appended): one row per
+    line of ``df.query(query)`` sorted by ``sort``, its cells the expressions ``cells`` on ``row`` (the
+    line; ``stats`` and ``pd`` at hand): ``rows``, the table as a page prints it, so a page's whole table
+    is generated from the data rather than quoted number by number."""
+    df = pd.concat([pd.read_csv(source)] + [pd.read_csv(ROOT / extra) for extra in also or []], ignore_index=True)
+    if query:
+        df = df.query(query)
+    if sort:
+        df = df.sort_values(sort, kind="stable")
+    lines = ["| " + " | ".join(str(eval(cell, {"pd": pd, "stats": stats}, {"row": row})) for cell in cells) + " |"  # noqa: S307
+             for _, row in df.iterrows()]
+    return {"rows": "\n".join(lines)}
+
+
+@computation
+def time_to_event(source: Path, a_time: str, a_reached: str, other: str, b_time: str, b_reached: str) -> dict:
+    """Two sets' times to an event with the runs that missed it censored (:func:`compose_lens.stats.compare_times`):
+    each time and reached flag a pandas expression on a committed CSV (``a_`` on ``source``, ``b_`` on
+    ``other``): n_a, n_b, reached_a, reached_b, median_a, median_b (Kaplan-Meier), p (log-rank)."""
+    first, second = pd.read_csv(source), pd.read_csv(ROOT / other)
+    found = stats.compare_times(*(eval(expr, {"pd": pd}, {"df": df})  # noqa: S307
+                                  for expr, df in ((a_time, first), (a_reached, first), (b_time, second), (b_reached, second))))
+    return {**found, "p": found["p_value"]}
+
+
+@computation
+def stalled_by_threshold(source: Path, thresholds: list[float], horizon: int = 30_000) -> dict:
+    """How many seeds of a stall-rate ``runs.csv`` (one run per seed, ``stall_rate.py``'s rule) formed no
+    routing within ``horizon`` steps when routing is read at each of ``thresholds`` (the 1-var pools' mean
+    crossing it and staying within the rule's margin, :data:`compose_lens.outcome.ROUTING` at 0.90):
+    ``stalled`` (a list, one count per threshold, in order), ``seeds``."""
+    from compose_lens.outcome import ROUTING, ROUTING_POOLS
+    from compose_lens.phases import phase_onset
+
+    runs = stats.one_per_seed(pd.read_csv(source), _script("stall_rate").ONE_PER_SEED)
+    runs = runs[runs["decided"]]
+    curves = []
+    for name in runs["run"]:
+        log = pd.DataFrame(read_metrics(source.parent / "runs" / name))
+        log = log[log["step"] <= horizon]
+        curves.append((log["step"], log[list(ROUTING_POOLS)].mean(axis=1)))
+    stalled = [sum(phase_onset(steps, acc, t, ROUTING.margin)["step"] is None for steps, acc in curves)
+               for t in thresholds]
+    return {"stalled": stalled, "seeds": len(runs)}
 
 
 @computation
@@ -317,11 +382,17 @@ def load(path: Path = CLAIMS) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--claims", type=Path, default=CLAIMS)
+    p.add_argument("--coverage", action="store_true",
+                   help="per page, the numbers claims cover, the settings and the uncovered ones, each listed "
+                        "(experiments/claims_coverage.py); exit 1 on an uncovered number not in docs/uncovered.txt")
+    p.add_argument("--record", action="store_true", help="with --coverage: write docs/uncovered.txt from the pages")
     a = p.parse_args(argv)
     if not_there(a.claims):
         print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims.toml",
               file=sys.stderr)
         return 2
+    if a.coverage:
+        return _coverage(load(a.claims), a.record)
     wrong = 0
     for claim in load(a.claims):
         problems = check(claim)
@@ -331,6 +402,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"       {line}")
     print(f"{wrong} of {len(load(a.claims))} claims wrong")
     return 1 if wrong else 0
+
+
+def _coverage(claims: list[dict], record: bool = False) -> int:
+    """The coverage report; exit 1 on an uncovered number that is not recorded, a recorded one that is
+    gone, or a stale setting (``record``: write the record from the pages instead)."""
+    coverage = _script("claims_coverage")
+    settings = coverage.load_settings()
+    found = coverage.coverage(claims, settings)
+    if record:
+        print(f"recorded {coverage.record(found)} uncovered numbers in {coverage.RECORDED.relative_to(ROOT)}")
+        return 0
+    new, gone = coverage.against_recorded(found, coverage.load_recorded())
+    problems = coverage.stale_settings(settings)
+    for line in coverage.report(found, len(claims)) + problems:
+        print(line)
+    for entry in new:
+        print("NEW uncovered (claim it, mark it a setting, or remove it): " + entry.replace("\t", " | "))
+    for entry in gone:
+        print("GONE from the page, still recorded (python experiments/check_claims.py --coverage --record): "
+              + entry.replace("\t", " | "))
+    print(f"{len(new)} uncovered numbers not recorded, {len(gone)} recorded ones gone, {len(problems)} stale settings")
+    return 1 if new or gone or problems else 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ data order, so they are one trial, not several) with its 95 % Wilson interval, o
 precision, and apart from it how often a seed's kernel (or precision) variants agree on the stall
 (McNemar's exact test on the pairs that disagree). ``--compare OTHER_DIR`` sets this folder's runs
 (the recipe) against another's (the remedy), by seed and per precision: both rates, Fisher's exact
-p, and the steps to the headline by Mann-Whitney (``comparison_with_<OTHER>.json``):
+p; on the seeds both trained, McNemar's exact test (paired); the steps to the headline with the runs
+that missed it censored (Kaplan-Meier, log-rank); the headline among the runs that formed routing
+(``comparison_with_<OTHER>.json``):
 
     python experiments/stall_rate.py --out experiments/results/stall_rate/fp32 --table \\
         --compare experiments/results/stall_rate/remedy_lr_x3
@@ -189,21 +191,31 @@ def table(out: Path) -> pd.DataFrame:
 
 def compare(recipe: pd.DataFrame, other: pd.DataFrame) -> dict:
     """The recipe's runs against another set's (the remedy's), per precision both have, each counted by
-    seed: both rates with their intervals and Fisher's exact p; the steps to the headline of the runs
-    that reached it, by Mann-Whitney (rank-biserial < 0: the other set's runs got there later)."""
+    seed: both rates with their intervals and Fisher's exact p; on the seeds both sets trained (the
+    remedy was trained on the recipe's seeds), McNemar's exact test for the stall and for the headline
+    (``paired``: the pairs are not independent samples); the steps to the headline with every run that
+    did not reach it censored at its last step (``time_to_headline``: Kaplan-Meier medians, log-rank);
+    and among the runs that formed routing, how many reached the headline (``routed``, Fisher)."""
     found = {"rule": RULE}
     for precision in sorted(set(recipe["precision"]) & set(other["precision"])):
         a = rate_by_seed(recipe[recipe["precision"] == precision])
         b = rate_by_seed(other[other["precision"] == precision])
-        row = {"recipe": {k: a[k] for k in ("seeds", "stalled", "interval_95")},
-               "other": {k: b[k] for k in ("seeds", "stalled", "interval_95")},
+        chosen = [d[d["run"].isin(c["runs_chosen"])].assign(stalled=lambda d: d["outcome"] == "stalled",
+                                                             generalised=lambda d: d["outcome"] == "generalised")
+                  for d, c in ((recipe, a), (other, b))]
+        both = pd.concat([chosen[0].assign(set="recipe"), chosen[1].assign(set="other")])
+        row = {"recipe": {k: a[k] for k in ("seeds", "stalled", "generalised", "interval_95")},
+               "other": {k: b[k] for k in ("seeds", "stalled", "generalised", "interval_95")},
                "fisher_exact_p": stats.compare_rates(a["stalled"], a["seeds"], b["stalled"], b["seeds"])["p_value"],
-               "common_seeds": len(set(map(int, recipe.loc[recipe["run"].isin(a["runs_chosen"]), "seed"]))
-                                   & set(map(int, other.loc[other["run"].isin(b["runs_chosen"]), "seed"])))}
-        steps = [d.loc[d["run"].isin(c["runs_chosen"]) & (d["outcome"] == "generalised"), "steps"]
-                 for d, c in ((recipe, a), (other, b))]
-        if all(len(s) for s in steps):
-            row["steps_to_headline"] = stats.compare_steps(steps[0], steps[1])
+               "common_seeds": len(set(map(int, chosen[0]["seed"])) & set(map(int, chosen[1]["seed"]))),
+               "paired": {k: stats.paired_agreement(both, "set", "recipe", "other", k) for k in ("stalled", "generalised")},
+               "time_to_headline": stats.compare_times(chosen[0]["steps"], chosen[0]["generalised"],
+                                                       chosen[1]["steps"], chosen[1]["generalised"])}
+        routed = [d[d["routing_formed_step"].notna()] for d in chosen]
+        row["routed"] = {"recipe": [int(routed[0]["generalised"].sum()), len(routed[0])],
+                         "other": [int(routed[1]["generalised"].sum()), len(routed[1])],
+                         "fisher_exact_p": stats.compare_rates(int(routed[0]["generalised"].sum()), len(routed[0]),
+                                                               int(routed[1]["generalised"].sum()), len(routed[1]))["p_value"]}
         found[f"precision={precision}"] = row
     return found
 
@@ -218,12 +230,19 @@ def compare_lines(found: dict, names: tuple[str, str]) -> list[str]:
             r = row[side]
             rate = stats.Rate.of(r["stalled"], r["seeds"])
             parts.append(f"{name} {rate.text()}")
-        line = f"{key}: stalled seeds {'; '.join(parts)}; Fisher exact p = {row['fisher_exact_p']:.2f}"
-        if "steps_to_headline" in row:
-            s = row["steps_to_headline"]
-            line += (f"; steps to the headline median {s['median_a']:.0f} vs {s['median_b']:.0f}, Mann-Whitney "
-                     f"p = {s['p_value']:.2f}, rank-biserial {s['rank_biserial']:+.2f}")
-        lines.append(line)
+        lines.append(f"{key}: stalled seeds {'; '.join(parts)}; Fisher exact p = {row['fisher_exact_p']:.2g}")
+        for what, pair in row["paired"].items():
+            lines.append(f"  paired, on the {pair['seeds']} seeds both trained: {what} under {names[0]} only "
+                         f"{pair['only_a']}, under {names[1]} only {pair['only_b']}, McNemar exact p = "
+                         f"{pair['mcnemar_exact_p']:.2g}")
+        t = row["time_to_headline"]
+        medians = [f"{m:.0f}" if m is not None else "not reached" for m in (t["median_a"], t["median_b"])]
+        lines.append(f"  steps to the headline, runs that missed it censored: reached {t['reached_a']} of {t['n_a']} "
+                     f"and {t['reached_b']} of {t['n_b']}, Kaplan-Meier median {medians[0]} vs {medians[1]}, "
+                     f"log-rank p = {t['p_value']:.2g}")
+        r = row["routed"]
+        lines.append(f"  of the runs that formed routing, reached the headline: {r['recipe'][0]} of {r['recipe'][1]} vs "
+                     f"{r['other'][0]} of {r['other'][1]}, Fisher exact p = {r['fisher_exact_p']:.2g}")
     return lines
 
 

@@ -243,7 +243,7 @@ def register(subparsers) -> None:
     analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
     analyze.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model's forwards run "
-                                                         "(default cpu; README 'On a GPU')")
+                                                         "(default cpu; docs/install.md 'On a GPU')")
     causal = " and ".join(a.name for a in registry.ANALYSES if a.causal and a.in_analyze)
     analyze.add_argument("--skip-causal", action="store_true", help=f"skip the causal analyses ({causal})")
     add_overwrite(analyze)

@@ -18,7 +18,7 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda or cuda:N (the same as --set device=...; default: the config's)")
     parser.add_argument("--deterministic", action="store_true",
                         help="torch's deterministic algorithms and cuBLAS's fixed workspace, so a GPU run repeats "
-                             "bit for bit where CUDA can (README 'On a GPU'; --set deterministic=true)")
+                             "bit for bit where CUDA can (docs/install.md 'On a GPU'; --set deterministic=true)")
 
 
 def with_device_options(config: RunConfig, args: argparse.Namespace) -> RunConfig:

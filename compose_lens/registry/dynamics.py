@@ -36,8 +36,7 @@ def _dynamics(ctx, settings: dict) -> Result:
                       stride=settings["stride"], progress=ctx.progress, device=ctx.device,
                       threads=settings["threads"], known=known)
     doc = phases_document(traj)
-    doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), ctx.source, traj.config.task.f,
-                                        traj.config.task.r)
+    doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), ctx.source, traj.config)
     return Result(tables={"dynamics": traj.table}, documents={"phases": doc},
                   figures=[("dynamics", plots.dynamics_figure, (traj.table, doc), 110)])
 

@@ -132,8 +132,7 @@ def run_outcome(inp: ReportInputs) -> dict:
     """generalised / stalled / learning: from results.json, else from the dynamics table."""
     if inp.results and "outcome" in inp.results:
         return inp.results["outcome"]
-    task = inp.config.task
-    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, task.f, task.r)
+    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, inp.config)
 
 
 def learned_banner(inp: ReportInputs) -> str:

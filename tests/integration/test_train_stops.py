@@ -33,7 +33,7 @@ def constants_only() -> RunConfig:
 
 
 def test_a_certain_stall_ends_the_run_with_outcome_stalled(tmp_path, constants_only, monkeypatch, capsys):
-    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None, budget=None: CERTAIN_AT_300)
     monkeypatch.setattr(outcome, "onsets", never_routes)
     monkeypatch.setattr(outcome, "WARN_AFTER", 300)
     config = constants_only.with_overrides(["stop_at=stalled"])
@@ -45,7 +45,7 @@ def test_a_certain_stall_ends_the_run_with_outcome_stalled(tmp_path, constants_o
 
 
 def test_without_stop_at_the_same_run_trains_its_whole_budget(tmp_path, constants_only, monkeypatch):
-    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None: CERTAIN_AT_300)
+    monkeypatch.setattr(outcome, "calibration", lambda f=None, r=None, budget=None: CERTAIN_AT_300)
     monkeypatch.setattr(outcome, "onsets", never_routes)
     results = Trainer(constants_only, tmp_path / "run", progress=False).run()
     assert results["steps"] == 1500 and results["outcome"]["outcome"] == "stalled"

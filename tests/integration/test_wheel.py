@@ -30,8 +30,14 @@ def installed(tmp_path_factory) -> Path:
     source = root / "source"
     shutil.copytree(REPO / "compose_lens", source / "compose_lens", ignore=shutil.ignore_patterns("__pycache__"))
     for top in REPO.iterdir():
-        if top.is_file():
-            shutil.copy2(top, source / top.name)
+        if top.is_file() and top.name != ".git":  # in a git worktree .git is a file naming the repository's
+            shutil.copy2(top, source / top.name)  # folder: copied, git below would commit into the checkout
+    # a git repository of its own, so the build has a commit to write into the wheel (setup.py); GIT_DIR
+    # and GIT_WORK_TREE pin every git call to it, whatever lies around the temporary folder
+    env = {**os.environ, "GIT_DIR": str(source / ".git"), "GIT_WORK_TREE": str(source)}
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q",
+                                                 "-m", "the wheel's source"]):
+        subprocess.run(["git", *args], cwd=source, env=env, check=True, capture_output=True, timeout=120)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     try:
         subprocess.run(pip + ["wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(root / "dist")],
@@ -81,3 +87,14 @@ def test_installed_wheel_evaluates_the_paper_model_with_the_calibration(installe
     assert calibrated.returncode == 0, calibrated.stderr
     assert calibrated.stdout.strip() != "None", "the stall calibration was not read from the installed package"
     assert int(calibrated.stdout) > 0
+
+
+def test_the_installed_package_records_the_commit_it_was_built_from(installed, tmp_path):
+    """Runs trained from an installed compose-lens record the commit of the tree the wheel was built
+    from (setup.py writes it into compose_lens/_commit.txt), not only the package version."""
+    source = installed.parent / "source"
+    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    read = _run_installed(installed, tmp_path, "-c", "from compose_lens import provenance; print(provenance.code_version())")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == commit

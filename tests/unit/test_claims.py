@@ -41,16 +41,16 @@ def planted(tmp_path: Path, doc: str, old: str, new: str) -> Path:
 
 
 def test_a_planted_wrong_number_on_the_page_fails(tmp_path):
-    claim = next(c for c in CLAIMS if c["quote"].startswith("2 of 14 fp32 seeds"))
-    root = planted(tmp_path, claim["doc"], "2 of 14 fp32 seeds stalled (0.14", "2 of 24 fp32 seeds stalled (0.08")
-    wrong = {**claim, "quote": claim["quote"].replace("2 of 14", "2 of 24").replace("(0.14", "(0.08")}
+    claim = next(c for c in CLAIMS if c["quote"].startswith("**fp32: 2 of 14 seeds"))
+    root = planted(tmp_path, claim["doc"], "2 of 14 seeds stalled: 0.14", "2 of 24 seeds stalled: 0.08")
+    wrong = {**claim, "quote": claim["quote"].replace("2 of 14", "2 of 24").replace(": 0.14", ": 0.08")}
     problems = check_claims.check(wrong, root)
-    assert len(problems) == 1 and "gives '2 of 14 fp32 seeds stalled (0.14" in problems[0]
+    assert len(problems) == 1 and "gives '**fp32: 2 of 14 seeds stalled: 0.14" in problems[0]
     assert check_claims.check(claim, root) and "not on the page" in check_claims.check(claim, root)[0]
 
 
 def test_a_planted_wrong_row_in_the_data_fails(tmp_path):
-    claim = next(c for c in CLAIMS if c["quote"].startswith("2 of 14 fp32 seeds"))
+    claim = next(c for c in CLAIMS if c["quote"].startswith("**fp32: 2 of 14 seeds"))
     root = planted(tmp_path, claim["doc"], "2 of 14", "2 of 14")
     runs = root / claim["source"]
     text = runs.read_text()
@@ -58,7 +58,7 @@ def test_a_planted_wrong_row_in_the_data_fails(tmp_path):
                                  "seed=101_kernel=native_threads=1_fp32,101,0.7,1.0,fp32,1,native,cpu,False,none,30000,stalled"))
     assert runs.read_text() != text
     (problem,) = check_claims.check(claim, root)
-    assert "gives '3 of 14 fp32 seeds stalled (0.21" in problem
+    assert "gives '**fp32: 3 of 14 seeds stalled: 0.21" in problem
 
 
 def test_the_command_says_which_claims_are_wrong(tmp_path, capsys):

@@ -19,7 +19,7 @@ def seed42() -> pd.DataFrame:
 
 def test_seed42_onsets_and_their_intervals(seed42):
     found = measure_phases(seed42, pool_size=2000, available_steps=seed42["step"])
-    assert [found[r.name]["step"] for r in PHASE_RULES] == [1200, 5000, 24600]  # the README's row
+    assert [found[r.name]["step"] for r in PHASE_RULES] == [1200, 5000, 24600]  # docs/reproduction.md's row
     for rule in PHASE_RULES:
         phase = found[rule.name]
         low, high = phase["interval"]

@@ -64,10 +64,39 @@ def test_a_run_still_training_is_stalled_only_once_the_calibration_is_certain():
 
 
 def test_the_warning_quotes_the_calibration_and_spares_a_routed_run():
-    line = outcome.stall_warning(curve(None, last=8_000), TABLE)
+    line = outcome.stall_warning(curve(None, last=8_000), TABLE, after=8_000)
     assert line is not None and "by step 8000" in line and "4 of 5" in line
-    assert outcome.stall_warning(curve(None, last=7_500), TABLE) is None
-    assert outcome.stall_warning(curve(5_000, last=8_000), TABLE) is None
+    assert outcome.stall_warning(curve(None, last=7_500), TABLE, after=8_000) is None
+    assert outcome.stall_warning(curve(5_000, last=8_000), TABLE, after=8_000) is None
+
+
+def test_the_warning_fires_at_the_calibrated_step_and_says_within_how_many_steps():
+    """The step is the committed calibration's (the first at which 9 in 10 study-setting runs without
+    routing formed none within 30,000 steps), and the line names that horizon."""
+    doc = json.loads(outcome.CALIBRATION_FILE.read_text())
+    assert outcome.WARN_AFTER == doc["warn_after"]
+    table = outcome.calibration(0.7, 1.0, 30_000)
+    assert outcome.stall_warning(curve(None, last=outcome.WARN_AFTER - 500), table) is None
+    line = outcome.stall_warning(curve(None, last=outcome.WARN_AFTER), table)
+    never, of = outcome.not_routed_by(outcome.WARN_AFTER, table)
+    assert f"{never} of {of} calibration runs" in line and "within 30,000 steps" in line
+    assert never >= doc["warn_precision"] * of and of >= doc["min_runs"]
+    before = [row for row in table["by_step"] if row["step"] < outcome.WARN_AFTER]
+    assert all(row["never"] < doc["warn_precision"] * row["not_routed"] or row["not_routed"] < doc["min_runs"]
+               for row in before)
+
+
+def test_a_run_with_a_longer_budget_reads_the_longer_horizon():
+    """Two by-seed runs without routing at 30,000 steps formed it by 45,000: a run whose budget is
+    45,000 is not certain at the step a 30,000-step run is."""
+    short, long = outcome.calibration(0.7, 1.0, 30_000), outcome.calibration(0.7, 1.0, 45_000)
+    assert (short["horizon"], long["horizon"]) == (30_000, 45_000)
+    assert outcome.calibration(0.7, 1.0, 60_000) == {} and outcome.calibration(0.3, 1.0, 45_000) == {}
+    certain = outcome.stall_certain_after(short)
+    assert certain is not None and certain < 30_000 < outcome.stall_certain_after(long)
+    assert outcome.outcome(curve(None, last=certain), table=short)["outcome"] == "stalled"
+    assert outcome.outcome(curve(None, last=certain), table=long)["outcome"] == "learning"
+    assert outcome.stall_certain_after({}) is None
 
 
 def with_loss(rows: list[dict], losses: list[float]) -> list[dict]:
@@ -158,7 +187,10 @@ def test_committed_runs_the_stalls_and_the_late_learner_are_told_apart():
 
 def test_the_committed_calibration_counts_what_it_says():
     doc = json.loads(outcome.CALIBRATION_FILE.read_text())
-    for population in ("study", "all"):
-        rows = doc[population]["by_step"]
-        assert all(0 <= r["never"] <= r["not_routed"] <= doc[population]["runs"] for r in rows)
-        assert [r["not_routed"] for r in rows] == sorted((r["not_routed"] for r in rows), reverse=True)
+    for table in doc["tables"]:
+        rows = table["by_step"]
+        assert rows[-1]["step"] == table["horizon"]
+        assert table["certain_after"] == outcome.stall_certain_after(table)  # the step the docs quote
+        assert all(0 <= r["never"] <= r["not_routed"] <= table["runs"] for r in rows)
+        # a run that formed none within the horizon is without routing at every step after it learned addition
+        assert [r["never"] for r in rows] == sorted(r["never"] for r in rows)

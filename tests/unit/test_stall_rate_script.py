@@ -91,9 +91,17 @@ def test_compare_sets_the_recipe_against_the_remedy_by_seed(tmp_path, capsys, mo
     assert (found["recipe"]["stalled"], found["recipe"]["seeds"]) == (1, 4)
     assert (found["other"]["stalled"], found["other"]["seeds"]) == (0, 4)
     assert found["fisher_exact_p"] == pytest.approx(1.0) and found["common_seeds"] == 3
-    steps = found["steps_to_headline"]  # the remedy's runs (5,000) all before the recipe's (7,000-9,000)
-    assert steps["rank_biserial"] == 1.0 and (steps["n_a"], steps["n_b"]) == (3, 4)
-    assert "recipe 1 of 4, 0.25 [0.05, 0.70]; remedy 0 of 4" in capsys.readouterr().out
+    # seeds 1-3 trained by both: seed 1 stalled under the recipe only (a discordant pair), 2 and 3 agree
+    paired = found["paired"]["stalled"]
+    assert (paired["seeds"], paired["only_a"], paired["only_b"]) == (3, 1, 0)
+    assert paired["mcnemar_exact_p"] == pytest.approx(1.0)
+    # the stalled recipe run is censored at 30,000, not left out: 3 of 4 reached the headline, all 4 of the remedy's
+    time = found["time_to_headline"]
+    assert (time["n_a"], time["reached_a"], time["n_b"], time["reached_b"]) == (4, 3, 4, 4)
+    assert (time["median_a"], time["median_b"]) == (7_000, 5_000) and time["p_value"] < 0.05
+    assert found["routed"]["recipe"] == [3, 3] and found["routed"]["other"] == [4, 4]
+    out = capsys.readouterr().out
+    assert "recipe 1 of 4, 0.25 [0.05, 0.70]; remedy 0 of 4" in out and "log-rank p = " in out
 
 
 def test_compare_with_a_folder_without_runs_is_refused(tmp_path, capsys, monkeypatch):

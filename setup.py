@@ -1,0 +1,33 @@
+"""The build's one addition to pyproject.toml: the package records the commit it was built from.
+
+A run records its code version (:func:`compose_lens.provenance.code_version`): in a checkout, the
+git commit; installed, the package cannot ask git, so the build writes the commit (``git describe
+--always --dirty``) into ``compose_lens/_commit.txt`` inside the wheel. ``git archive`` fills the
+same file through ``.gitattributes`` (export-subst). Built from a tree that is neither, the file
+stays unfilled and the run records the package version alone.
+"""
+
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+COMMIT_FILE = Path("compose_lens") / "_commit.txt"
+
+
+class BuildPyWithCommit(build_py):
+    def run(self):
+        super().run()
+        try:
+            found = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
+                                   text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+        except (OSError, subprocess.SubprocessError):
+            return
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent)
+        if found.returncode == 0 and top.returncode == 0 and Path(top.stdout.strip()) == Path(__file__).resolve().parent:
+            (Path(self.build_lib) / COMMIT_FILE).write_text(found.stdout.strip() + "\n")
+
+
+setup(cmdclass={"build_py": BuildPyWithCommit})

@@ -62,7 +62,7 @@ _EXPORTS = {
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",
     # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
     "ANALYSES": "compose_lens.registry",
-    "classify_run": "compose_lens.outcome", "what_it_learned": "compose_lens.analysis.learned:learned",
+    "classify_run": "compose_lens.outcome", "what_it_learned": "compose_lens.evaluate:learned",
     "prev_token_attention_score": "compose_lens.analysis.probes",
     "variable_identity_score": "compose_lens.analysis.probes",
     "qk_matrices": "compose_lens.analysis.figure_data", "fourier_neuron": "compose_lens.analysis.figure_data",

@@ -7,6 +7,26 @@ gradients and in float32; the trainer passes its compiled forward. Logits that a
 (finite weights whose forward overflows) are refused in one line
 (:func:`compose_lens.safety.check_finite_logits`), never read as an answer.
 
+**What one model has learned** (:func:`learned`), from the same pools: the stall detector
+(:mod:`compose_lens.outcome`) names a *run's* outcome from the pools it logged over training; one model
+(a checkpoint, a model trained elsewhere) has no log, and the analyses must know before they name a
+component after a role whether the model can do what the role is for: a model that never bound a
+variable has no router, however its heads attend. So:
+
+* **operation**: accuracy on constants of training pairs (``0var_train``); learned at :data:`LEARNED` (0.9);
+* **binding**: accuracy where one operand is a variable in an allowed slot (the routing pools the stall
+  detector reads, :data:`BINDING_POOLS`); formed at :data:`LEARNED`, the detector's routing threshold;
+* **picking**: what a model that cannot bind would score on the same prompts by answering with a value
+  read from the context at random: per prompt, the share of the context's values that give the right
+  answer, averaged (:func:`picking_accuracy`). The stall signature is binding near picking, not near 1;
+* **composition**: accuracy with both operands variables (``2var_train``).
+
+Each comes with its Wilson interval. :attr:`Learned.state` names the model: ``not learned`` (no
+operation), ``operation only`` (the stall signature), ``binds``. Gates read it:
+:func:`compose_lens.analysis.locate.locate` names no binder or router in a model that does not bind (and no
+adder in one that does not compute the operation), and the same-MLP verdict is then ``inconclusive``
+(:mod:`compose_lens.analysis.same_mlp`).
+
 >>> from compose_lens.config import RunConfig, TaskConfig, ModelConfig
 >>> task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))
 >>> config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32))
@@ -20,13 +40,15 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from compose_lens import stats
 from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive
+from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive, make_pool, present_pools
 from compose_lens.data.split import Split
 from compose_lens.safety import check_finite_logits
 
@@ -100,3 +122,123 @@ def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed
         out[name] = {"correct": correct, "total": len(batch),
                      "accuracy": correct / len(batch) if len(batch) else float("nan")}
     return out
+
+
+# -- what one model has learned (the module doc) ---------------------------------------------------
+
+
+LEARNED = 0.9  # the operation and binding count as learned at this accuracy (the stall detector's routing bar)
+OPERATION_POOL = "0var_train"
+BINDING_POOLS = ("1var_train", "1var_add_restricted")  # compose_lens.outcome.ROUTING_POOLS
+COMPOSITION_POOL = "2var_train"
+POOL_SIZE = 2000  # the pools of compose-lens evaluate
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An accuracy: k of n, with its Wilson interval."""
+
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.k / self.n if self.n else float("nan")
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return stats.wilson_interval(self.k, self.n)
+
+    def text(self) -> str:
+        low, high = self.interval
+        return f"{self.value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What a model has learned (see the module doc)."""
+
+    operation: Rate
+    binding: Rate
+    picking: float  # the binding prompts' accuracy of a value picked at random from the context
+    composition: Rate
+    chance: float
+
+    @property
+    def operates(self) -> bool:
+        return self.operation.value >= LEARNED
+
+    @property
+    def binds(self) -> bool:
+        return self.binding.value >= LEARNED
+
+    @property
+    def state(self) -> str:
+        return "binds" if self.binds else "operation only" if self.operates else "not learned"
+
+    def line(self) -> str:
+        """One line: what the model has learned, with the numbers behind it."""
+        numbers = (f"operation {self.operation.text()}, binding (1-var) {self.binding.text()} against "
+                   f"{self.picking:.3f} for a value picked from the context, 2-var {self.composition.text()}, "
+                   f"chance {self.chance:.3f}")
+        if self.state == "binds":
+            return f"learned: the operation and binding ({numbers})"
+        if self.state == "operation only":
+            return (f"learned the operation but not binding: the stall signature ({numbers}); no component "
+                    f"is named binder or router, and the same-MLP verdict cannot be 'supported'")
+        return f"has not learned the operation ({numbers}): no role is located"
+
+    def missing(self) -> str | None:
+        """Why a role that needs binding cannot be located (None: the model binds)."""
+        if self.binds:
+            return None
+        return (f"the model has not learned binding (1-var {self.binding.value:.3f} < {LEARNED}; "
+                f"picking a context value gives {self.picking:.3f})")
+
+    def to_dict(self) -> dict:
+        def rate(r: Rate) -> dict:
+            low, high = r.interval
+            return {"accuracy": r.value, "ci_low": low, "ci_high": high, "k": r.k, "n": r.n}
+        return {"state": self.state, "operation": rate(self.operation), "binding": rate(self.binding),
+                "picking": self.picking, "composition": rate(self.composition), "chance": self.chance,
+                "threshold": LEARNED, "line": self.line()}
+
+
+def picking_accuracy(config: RunConfig, tokens: Int[torch.Tensor, "batch pos"], labels: Int[torch.Tensor, "batch"]
+                     ) -> float:
+    """Mean over 1-var prompts of the share of the context's values that, put in place of the variable
+    operand, give the right answer: what answering from a value picked at random scores."""
+    task = config.task
+    if not len(tokens):
+        return float("nan")
+    context = tokens[:, : task.context_len]
+    is_value = (context >= 0) & (context < task.modulus)
+    n = tokens.shape[1]
+    left, right = (tokens[:, n - k].unsqueeze(1).expand_as(context) for k in (3, 2))
+    x = torch.where(left >= task.first_var_token, context, left)
+    y = torch.where(right >= task.first_var_token, context, right)
+    right_answer = (task.answer(x, y) == labels.unsqueeze(1)) & is_value
+    shares = right_answer.sum(1) / is_value.sum(1).clamp_min(1)
+    return shares.float().mean().item()
+
+
+def from_pools(config: RunConfig, batches: dict[str, Batch], accuracies: dict[str, float]) -> Learned:
+    """What a model has learned from its accuracies on the pools ``batches`` (as ``compose-lens evaluate``
+    computes them): the same numbers, no second forward."""
+    def rate(names: tuple[str, ...]) -> Rate:
+        names = [name for name in names if name in accuracies]
+        return Rate(sum(round(accuracies[n] * len(batches[n])) for n in names), sum(len(batches[n]) for n in names))
+
+    binding = [batches[name] for name in BINDING_POOLS if name in batches]
+    tokens = torch.cat([b.tokens for b in binding]) if binding else torch.zeros(0, config.task.seq_len, dtype=torch.long)
+    labels = torch.cat([b.labels for b in binding]) if binding else torch.zeros(0, dtype=torch.long)
+    return Learned(rate((OPERATION_POOL,)), rate(BINDING_POOLS), picking_accuracy(config, tokens, labels),
+                   rate((COMPOSITION_POOL,)), 1.0 / config.task.modulus)
+
+
+def learned(model: tl.Model, config: RunConfig, split: Split, size: int = POOL_SIZE, seed: int = 0) -> Learned:
+    """What ``model`` has learned (see the module doc), on ``size`` prompts of each pool: at the defaults,
+    the pools of ``compose-lens evaluate``, so the numbers are its."""
+    names = [name for name in (OPERATION_POOL, *BINDING_POOLS, COMPOSITION_POOL) if name in present_pools(split)]
+    batches = {name: make_pool(split, name, size, seed) for name in names}
+    return from_pools(config, batches, pool_accuracies(model, config, batches))

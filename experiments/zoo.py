@@ -27,7 +27,7 @@ SIIT-trained transformers, MIB's localisation tracks, Tracr's compiled programs)
 * ``layernorm``: the recipe and an outside model with LayerNorm.
 
 **Ground truth.** Planted models: by construction. Trained models: from their answers
-(:mod:`compose_lens.analysis.learned`) and their architecture. A model that does not bind (1-var
+(:func:`compose_lens.evaluate.learned`) and their architecture. A model that does not bind (1-var
 below 0.9) has no binder and no router: roles are functional, a head whose binding no answer
 uses plays none. A model of the study's shape (2 layers, 1 head, one MLP) that binds has them
 where the shape forces them: the one layer-1 head binds, the one layer-2 head routes, the one MLP
@@ -67,7 +67,7 @@ import zoo_planted  # noqa: E402
 
 from compose_lens import stats  # noqa: E402
 from compose_lens.analysis import locate as locating, modularity, same_mlp  # noqa: E402
-from compose_lens.analysis.learned import learned  # noqa: E402
+from compose_lens.evaluate import learned  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
 from compose_lens.evaluate import exhaustive_accuracies  # noqa: E402
 from compose_lens.runs import load_subject  # noqa: E402

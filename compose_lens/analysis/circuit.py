@@ -131,7 +131,7 @@ import torch
 
 from compose_lens import capabilities, coverage, stats
 from compose_lens.analysis import locate, metrics
-from compose_lens.analysis.learned import learned
+from compose_lens.evaluate import learned
 from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
@@ -763,7 +763,7 @@ def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Grap
     :func:`located_labels` at the components :func:`compose_lens.analysis.locate.locate` finds
     (``location``: a locate result to reuse). Where no component plays the binder, the router or the
     adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
-    the paper's blocks; nor in a model that does not bind (:mod:`compose_lens.analysis.learned`), the
+    the paper's blocks; nor in a model that does not bind (:func:`compose_lens.evaluate.learned`), the
     paper architecture's included: its circuit is one that binds."""
     knows = location.learned if location is not None and location.learned is not None else None
     if knows is None:

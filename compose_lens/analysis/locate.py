@@ -36,7 +36,7 @@ adder       MLP of a block (in ``mlp_blocks``, weights not all zero):    0.2
 that answers a variable's prompt by picking any context value (a stalled run) earns router scores
 too, and a head can attend like a router and write nothing. So a binder or router is located only
 
-1. in a model that **binds** (:mod:`compose_lens.analysis.learned`: its 1-var accuracy reaches
+1. in a model that **binds** (:func:`compose_lens.evaluate.learned`: its 1-var accuracy reaches
    0.9; otherwise both roles are "none located" with that reason; likewise an adder only in a
    model that computes the operation, 0-var at 0.9), and
 2. where the head's **causal test** passes against the null of heads that lack the role: its
@@ -76,7 +76,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import fourier, probes
-from compose_lens.analysis.learned import BINDING_POOLS, COMPOSITION_POOL, Learned, learned as model_learned
+from compose_lens.evaluate import BINDING_POOLS, COMPOSITION_POOL, Learned, learned as model_learned
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
 from compose_lens.config import RunConfig, TaskConfig

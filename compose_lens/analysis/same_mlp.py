@@ -72,7 +72,7 @@ report's ``verdict_reason`` says which test decided and why.
 **Competence first**: the question is how a variable's value reaches the adder, so a model must
 answer variable prompts before any verdict means anything. Where it answers one of the sets the
 tests read (1-var left, 1-var right, 2-var; ``competence``) below
-:data:`compose_lens.analysis.learned.LEARNED` (0.9, the bar at which binding counts as learned),
+:data:`compose_lens.evaluate.LEARNED` (0.9, the bar at which binding counts as learned),
 the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (the
 same rule as modularity's: a stalled model that passed two tests was no evidence of one MLP).
 A failure is evidence only on prompts the model answers: the feature-transfer and probe
@@ -142,7 +142,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
-from compose_lens.analysis.learned import LEARNED
+from compose_lens.evaluate import LEARNED
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
@@ -964,7 +964,7 @@ def reconcile(tests: dict) -> dict:
 
 def incompetence(competence: pd.DataFrame | None) -> str | None:
     """Why no verdict can be read (the competence gate of the module doc), or None: the variable prompt
-    sets the model answers below :data:`compose_lens.analysis.learned.LEARNED`."""
+    sets the model answers below :data:`compose_lens.evaluate.LEARNED`."""
     if competence is None or competence.empty:
         return None
     short = competence[competence["accuracy"] < LEARNED]

@@ -68,7 +68,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
-    from compose_lens.analysis.learned import from_pools
+    from compose_lens.evaluate import from_pools
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
     from compose_lens.safety import check_count, check_model_sizes, check_sizes

@@ -136,7 +136,7 @@ def run_outcome(inp: ReportInputs) -> dict:
 
 
 def learned_banner(inp: ReportInputs) -> str:
-    """What the model has learned, first on the page (:mod:`compose_lens.analysis.learned`), and which
+    """What the model has learned, first on the page (:func:`compose_lens.evaluate.learned`), and which
     components play the roles: boxed as a warning where the model does not bind, so no one reads the
     analyses' heads as a binder or a router."""
     location = inp.context.plan[0]

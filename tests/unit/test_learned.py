@@ -1,4 +1,4 @@
-"""analysis.learned: what one model has learned, from its answers, and the gates that read it
+"""evaluate.learned: what one model has learned, from its answers, and the gates that read it
 (issue 53: roles are located, and the same-MLP verdict can be 'supported', only in a model that binds)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from compose_lens import runs
-from compose_lens.analysis import learned, locate, same_mlp
+from compose_lens import evaluate
+from compose_lens.analysis import locate, same_mlp
 from compose_lens.data.sampler import make_pool
 from compose_lens.errors import ComposeLensError
 
@@ -40,14 +41,14 @@ def test_picking_counts_the_context_values_that_give_the_answer(tiny_config, tin
     tokens = torch.cat([first, second])
     assert tokens.shape[1] == n
     labels = task.answer(torch.tensor([3, 1]), torch.tensor([2, 4]))
-    assert learned.picking_accuracy(tiny_config, tokens, labels) == pytest.approx((2 / 3 + 1) / 2)
+    assert evaluate.picking_accuracy(tiny_config, tokens, labels) == pytest.approx((2 / 3 + 1) / 2)
 
 
 def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference_dir):
-    knows = learned.learned(paper.model, paper.config, paper.split)
+    knows = evaluate.learned(paper.model, paper.config, paper.split)
     assert knows.state == "binds" and knows.binding.value > 0.98
     early = runs.load_model(reference_dir / "step_3001.pth")  # before the study's routing formed (~5,000)
-    found = learned.learned(early.model, early.config, early.split)
+    found = evaluate.learned(early.model, early.config, early.split)
     assert found.state == "operation only", found.line()
     assert abs(found.binding.value - found.picking) < 0.1  # the stall signature: near picking, far from 1
     assert "stall signature" in found.line()
@@ -55,8 +56,8 @@ def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference
 
 def test_evaluate_and_learned_read_the_same_pools(paper):
     """learned() at its defaults reads compose-lens evaluate's pools: the same numbers."""
-    knows = learned.learned(paper.model, paper.config, paper.split)
-    pool = make_pool(paper.split, "0var_train", learned.SIZE, 0)
+    knows = evaluate.learned(paper.model, paper.config, paper.split)
+    pool = make_pool(paper.split, "0var_train", evaluate.POOL_SIZE, 0)
     from compose_lens.evaluate import accuracy
     assert knows.operation.value == pytest.approx(accuracy(paper.model, paper.config.model, pool))
 

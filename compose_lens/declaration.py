@@ -287,10 +287,26 @@ def study_declaration(task: TaskConfig | None = None) -> TaskDeclaration:
         left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
 
 
+# the tensors the study's coordinates re-index (the rest of a state dict is the same in both)
+REINDEXED = ("embed.weight", "pos_embed.weight", "unembed.weight", "unembed.bias")
+
+
+@dataclass(frozen=True)
+class UserWeights:
+    """A researcher's TransformerLens config (:data:`TL_FIELDS`) and the tensors of :data:`REINDEXED` as they
+    were given: the study's coordinates keep only some of their rows (not an unused id's embedding, a
+    non-number output's unembedding, nor the positions past ``seq_len``), so :func:`user_coordinates` writes
+    these back where the study's coordinates hold no row."""
+
+    config: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
 def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration,
-                      source: str) -> tuple[RunConfig, dict[str, torch.Tensor]]:
+                      source: str) -> tuple[RunConfig, dict[str, torch.Tensor], UserWeights]:
     """A researcher's model (TransformerLens config and state dict) in the study's coordinates: the
-    configuration and the re-indexed weights (module doc). Refuses, in one line, what cannot map."""
+    configuration, the re-indexed weights (module doc) and what :func:`user_coordinates` needs to write
+    the model back exactly. Refuses, in one line, what cannot map."""
     d = declaration
     if cfg.get("positional_embedding_type", "standard") != "standard":
         raise ComposeLensError(f"{source}: positional_embedding_type={cfg['positional_embedding_type']!r}; "
@@ -305,6 +321,8 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
     if cfg["n_ctx"] < d.seq_len:
         raise ComposeLensError(f"{source}: n_ctx={cfg['n_ctx']} is shorter than the task's seq_len={d.seq_len}")
     state = dict(state)
+    given = UserWeights({**{k: cfg.get(k) for k in TL_FIELDS}, "positional_embedding_type": "standard"},
+                        {k: state[k] for k in REINDEXED if k in state})
     for key in ("embed.weight", "pos_embed.weight", "unembed.weight"):
         if key not in state:
             raise ComposeLensError(f"{source}: no {key} in the weights; compose-lens reads the state dict "
@@ -328,7 +346,40 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
                             trained_biases=biases, read_order=None if d.query == "prefix" else d.positions)
     except ComposeLensError as exc:
         raise ComposeLensError(f"{source}: compose-lens cannot read this architecture: {exc}") from None
-    return RunConfig(task=d.task, model=model), state
+    return RunConfig(task=d.task, model=model), state, given
+
+
+def user_coordinates(model: ModelConfig, state: dict[str, torch.Tensor], declaration: TaskDeclaration,
+                     given: UserWeights | None, source: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The inverse of :func:`study_coordinates`: a model in the study's coordinates (its config and state
+    dict) as the researcher's TransformerLens config and state dict, in their ids, positions and output
+    classes. The rows the study's coordinates hold are written where they came from; every other row (an
+    unused id, a non-number output, a position past ``seq_len``) comes from ``given``, the model as it was
+    read. Where a row has no source (``given`` is None and the declaration leaves ids, outputs or positions
+    out of the study's coordinates), refuses in one line: an export must be exact or not be."""
+    d = declaration
+    config = dict(given.config) if given is not None else {
+        **{k: getattr(model, k) for k in TL_FIELDS}, "positional_embedding_type": "standard",
+        "d_vocab": d.vocab_size, "d_vocab_out": d.d_vocab_out, "n_ctx": d.seq_len}
+    rows = {"embed.weight": (d.token_ids, config["d_vocab"], "vocabulary ids the task does not use"),
+            "pos_embed.weight": (torch.tensor(d.positions), config["n_ctx"], "positions past seq_len"),
+            "unembed.weight": (d.answer_rows, config["d_vocab_out"], "output classes that are not numbers"),
+            "unembed.bias": (d.answer_rows, config["d_vocab_out"], "output classes that are not numbers")}
+    user = dict(state)
+    for key, (index, size, what) in rows.items():
+        if key not in state:
+            continue
+        if given is not None and key in given.tensors:
+            full = given.tensors[key].detach().to(state[key].device, state[key].dtype).clone()
+        elif len(index) == size:
+            full = torch.empty((size, *state[key].shape[1:]), dtype=state[key].dtype, device=state[key].device)
+        else:
+            raise ComposeLensError(f"{source}: cannot be written in its own token ids exactly: its {what} "
+                                   f"({size - len(index)} rows of {key}) are not in the model compose-lens holds; "
+                                   f"export the model it was read from (its folder or TransformerBridge)")
+        full[index.to(full.device)] = state[key]
+        user[key] = full
+    return config, user
 
 
 def _need(condition: bool, message: str) -> None:

@@ -75,7 +75,8 @@ from compose_lens.files import (atomic_path, load_json, missing_columns, remove_
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
-from compose_lens.declaration import TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates
+from compose_lens.declaration import (TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates,
+                                      user_coordinates)
 from compose_lens.phases import measure_phases
 from compose_lens.subject import Subject
 
@@ -561,10 +562,10 @@ def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[
 
 def _subject_of(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration, source: str,
                 device: str, bridge: bool, split_file: str | Path | None = None) -> Subject:
-    config, state = study_coordinates(cfg, state, declaration, source)
+    config, state, given = study_coordinates(cfg, state, declaration, source)
     model = model_of(config, state, source, bridge, device)
     split = Split.load(split_file, config.task) if split_file else declaration.split()
-    return Subject(model, config, split, source, declaration)
+    return Subject(model, config, split, source, declaration, given)
 
 
 def _declaration(task: "str | Path | TaskDeclaration | None") -> TaskDeclaration | None:
@@ -588,18 +589,25 @@ def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
     """Write ``subject`` into ``directory`` as a model plain TransformerLens loads, with no compose-lens:
     ``config.json`` (the ``TransformerBridgeConfig`` fields), ``model.safetensors`` (the bridge's state
     dict), ``task.json`` (the task's declaration, which :func:`load_subject` reads back) and
-    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written."""
-    cfg = subject.config.model
-    if cfg.read_order is not None or subject.declaration is None:
-        why = ("it reads its positions in another order (an infix model): export the original instead"
-               if cfg.read_order is not None else "its task is a variant, which has no declaration yet")
-        raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: {why}")
-    tl_config = {**{name: getattr(cfg, name) for name in TL_FIELDS}, "positional_embedding_type": "standard"}
+    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written.
+
+    The folder is the model in its own layout (:func:`compose_lens.declaration.user_coordinates`): a
+    researcher's model in their token ids, positions and output classes, every row it was read with
+    (an unused id's embedding, a non-number output's unembedding) as it was. Everything is worked out
+    before anything is written: where the export cannot be exact (no declaration, rows compose-lens
+    does not hold, a split no declaration gives), nothing is written and one line says why."""
+    if subject.declaration is None:
+        raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: its task "
+                               f"is a variant, which has no declaration yet")
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tl.parameters(subject.model).items()}
+    tl_config, user_state = user_coordinates(subject.config.model, state, subject.declaration,
+                                             subject.user_weights, subject.source)
+    declaration = _declaring(subject.declaration, subject.split, subject.source)
     directory.mkdir(parents=True, exist_ok=True)
     write_json_atomic(directory / CONFIG_FILE, tl_config)
     with atomic_path(directory / WEIGHTS_FILE) as tmp:
-        write_safetensors(state_dict(subject.model), tmp, {"format": "pt"})
-    subject.declaration.write(directory / TASK_FILES[0])
+        write_safetensors({k: v.contiguous() for k, v in user_state.items()}, tmp, {"format": "pt"})
+    declaration.write(directory / TASK_FILES[0])
     results = read_results(subject.source) if Path(subject.source).is_dir() else None
     outcome = (results or {}).get("outcome") or "not recorded (no results.json beside the weights)"
     card = f"""# A model of the "Assign and Add" task family, exported by compose-lens {VERSION}
@@ -628,6 +636,28 @@ or with compose-lens: `compose-lens evaluate THIS_FOLDER` (the task is read from
 """
     safety.write_text_atomic(directory / MODEL_CARD, card)
     return [CONFIG_FILE, WEIGHTS_FILE, TASK_FILES[0], MODEL_CARD]
+
+
+def _same_split(a: Split, b: Split) -> bool:
+    return (torch.equal(a.is_train, b.is_train) and torch.equal(a.two_var_counts, b.two_var_counts)
+            and (a.task.left_forbidden, a.task.right_forbidden) == (b.task.left_forbidden, b.task.right_forbidden))
+
+
+def _declaring(declaration: TaskDeclaration, split: Split, source: str) -> TaskDeclaration:
+    """``declaration`` as it gives ``split`` (the split the subject was read with: a ``--split`` file may
+    differ from the declared one): itself, or with the held-out pairs and forbidden slots written out;
+    refused where no declaration gives that split (its 2-var row counts are not the procedure's)."""
+    if _same_split(declaration.split(), split):
+        return dataclasses.replace(declaration, split_file=None) if declaration.split_file else declaration
+    task, letters = split.task, dict(zip(split.task.variable_names, declaration.variable_names))
+    explicit = dataclasses.replace(declaration, split_file=None, r=task.r,
+                                   heldout_pairs=tuple(map(tuple, split.heldout_pairs.tolist())),
+                                   left_forbidden=tuple(letters[v] for v in task.left_forbidden),
+                                   right_forbidden=tuple(letters[v] for v in task.right_forbidden))
+    if _same_split(explicit.split(), split):
+        return explicit
+    raise ComposeLensError(f"{source}: cannot be exported with its split: its 2-var rows per pair are not what "
+                           f"r={task.r} gives for its held-out pairs, and task.json cannot declare them")
 
 
 def check_device(device: str) -> None:

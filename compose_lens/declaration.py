@@ -88,6 +88,8 @@ class TaskDeclaration:
     pad: int
     vocab_size: int  # the model's d_vocab (ids the task does not use are never read)
     variable_names: tuple[str, ...] = ()  # default: a, b, c, ...
+    number_names: tuple[str, ...] = ()  # how the numbers 0..p-1 print and parse (default: their digits)
+    operator_name: str | None = None  # how the operator prints and parses (default: the operation's sign)
     seq_len: int = 16
     max_assignments: int = 6
     query: str = "prefix"  # prefix: op x y = (the study); infix: x op y =
@@ -132,6 +134,9 @@ class TaskDeclaration:
         for key in ("operation_table", "heldout_pairs"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, tuple(tuple(row) for row in getattr(self, key)))
+        if self.heldout_pairs is not None:  # the pairs are the split: the study's procedure (f, seed) is not used
+            object.__setattr__(self, "f", TaskConfig.f)
+            object.__setattr__(self, "seed", TaskConfig.seed)
         self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
 
     # -- the study's coordinates -------------------------------------------------------------------
@@ -139,17 +144,14 @@ class TaskDeclaration:
     @property
     def task(self) -> TaskConfig:
         """The task in the study's coordinates (numbers first, then op, ``=``, PAD, the variables)."""
-        letter = dict(zip(self.variable_names, VARIABLE_LETTERS))
-
-        def letters(side: tuple[str, ...] | None) -> tuple[str, ...] | None:
-            return None if side is None else tuple(letter[v] for v in side)
-
+        letters = tuple(VARIABLE_LETTERS[: len(self.variables)])
         try:
             return TaskConfig(modulus=self.modulus, n_vars=len(self.variables), seq_len=self.seq_len,
                               max_assignments=self.max_assignments, f=self.f, r=self.r, seed=self.seed,
-                              left_forbidden=letters(self.left_forbidden),
-                              right_forbidden=letters(self.right_forbidden),
-                              operation=self.operation, operation_table=self.operation_table)
+                              left_forbidden=self.left_forbidden, right_forbidden=self.right_forbidden,
+                              operation=self.operation, operation_table=self.operation_table,
+                              variable_spelling=None if self.variable_names == letters else self.variable_names,
+                              number_spelling=self.number_names or None, operator_spelling=self.operator_name)
         except ComposeLensError as exc:
             raise DeclarationError(f"the declared task: {exc}") from None
 
@@ -203,13 +205,15 @@ class TaskDeclaration:
 
     def to_dict(self) -> dict[str, Any]:
         """The declaration as a file holds it (the split's keys under ``split``)."""
-        data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        data = json.loads(json.dumps(asdict(self)))  # tuples (of tuples) as lists, as a file holds them
         split = {k: data.pop(k) for k in _SPLIT_KEYS}
+        if self.heldout_pairs is not None:  # the pairs say what f and seed would: those are not the model's
+            split.pop("f"), split.pop("seed")
         if self.holds_out_nothing and self.r == TaskConfig().r:
             data["split"] = NO_SPLIT
         elif self.split_file is None:
             data["split"] = {k: v for k, v in split.items() if v is not None}
-        return {k: v for k, v in data.items() if v is not None}
+        return {k: v for k, v in data.items() if v is not None and v != []}
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -241,7 +245,7 @@ class TaskDeclaration:
         p = data["modulus"]
         if isinstance(data["numbers"], int) and isinstance(p, int):
             data["numbers"] = list(range(data["numbers"], data["numbers"] + p))
-        for key in ("numbers", "variables", "variable_names"):
+        for key in ("numbers", "variables", "variable_names", "number_names"):
             if key in data and not isinstance(data[key], list):
                 raise DeclarationError(f"{where}: {key} must be a list"
                                        + (" (or, for numbers, the first of p consecutive ids)"
@@ -282,7 +286,8 @@ def study_declaration(task: TaskConfig | None = None) -> TaskDeclaration:
         modulus=task.modulus, numbers=tuple(range(task.modulus)),
         variables=tuple(range(task.first_var_token, task.d_vocab)), operator=task.plus_token,
         equals=task.equals_token, pad=task.pad_token, vocab_size=task.d_vocab,
-        variable_names=task.variable_names, seq_len=task.seq_len, max_assignments=task.max_assignments,
+        variable_names=task.variable_names, number_names=task.number_spelling or (),
+        operator_name=task.operator_spelling, seq_len=task.seq_len, max_assignments=task.max_assignments,
         operation=task.operation, operation_table=task.operation_table, f=task.f, r=task.r, seed=task.seed,
         left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
 

@@ -346,12 +346,22 @@ def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Ba
 EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2")
 
 
+def example_pools(split: Split) -> tuple[str, ...]:
+    """The pools :func:`example_sequences` draws from: each of :data:`EXAMPLE_POOLS` the split has, and where it
+    lacks one (a split that holds nothing out) the training pool of the same kind in its place, so every kind
+    of sequence (0-, 1- and 2-var) has its example."""
+    absent, chosen = absent_pools(split), []
+    for name in EXAMPLE_POOLS:
+        kind = name[:4]  # 0var, 1var, 2var
+        chosen.append(name if name not in absent else f"{kind}_train")
+    return tuple(dict.fromkeys(chosen))
+
+
 def example_sequences(split: Split, seed: int = 0) -> list[str]:
-    """One readable sequence from each of :data:`EXAMPLE_POOLS` the split has (a split that holds
-    nothing out has no held-out or forbidden-slot pool): the report's attention views and early jump,
-    and the figure scripts' default."""
+    """One readable sequence from each of :func:`example_pools`: the report's attention views and early jump,
+    the ``attention`` command's default, and the figure scripts'."""
     out = []
-    for pool in present_pools(split, EXAMPLE_POOLS):
+    for pool in example_pools(split):
         batch = make_pool(split, pool, size=1, seed=seed)
         out.append(to_text(split.task, batch.tokens[0].tolist()))
     return out

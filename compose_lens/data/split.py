@@ -215,7 +215,7 @@ def _task_of_file(data: dict, task: TaskConfig | None) -> TaskConfig:
         changes["r"] = task.r
     file_task = task.replace(**changes)
     if list(file_task.variable_names) != variables:
-        raise ConfigError(f"variables {variables} are not a..{file_task.variable_names[-1]}")
+        raise ConfigError(f"variables {variables} are not the task's {', '.join(file_task.variable_names)}")
     return file_task
 
 

@@ -112,19 +112,12 @@ def circuit_memory(settings: dict, config) -> None:
     check_sizes(config, {f"--n-pairs {n}": (n, 5, kept)})
 
 
-def _circuit_applies(config) -> bool:
-    from compose_lens.coverage import circuit_problem
-
-    return circuit_problem(config.model) is None
-
-
 CIRCUIT = Analysis(
     name="circuit", title="Circuit discovery (EAP-IG) against the known circuit", compute=_circuit,
     settings={"method": "eap-ig", "n_pairs": 300, "pairs": "resample", "metric": "logit_diff", "positions": False,
               "target": 0.95, "threshold": 0.01},
     module="compose_lens.analysis.circuit", tables=("circuit", "circuit_pools"), documents=("circuit",),
     causal=True, section=_circuit_section, anchor="circuit-discovery", report_after="same-mlp",
-    applies=_circuit_applies,
     command="circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)",
     options=(Option("--method", "method", "how edges are scored", choices=CIRCUIT_METHODS),
              Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=6),

@@ -15,11 +15,17 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:
+    import dataclasses
+
     import compose_lens.plots as plots
     from compose_lens.analysis import same_mlp
+    from compose_lens.coverage import same_mlp_inconclusive
     from compose_lens.files import json_safe
 
     layout = same_mlp.layout_of(ctx.model, ctx.config, ctx.split, ctx.seed)
+    undecidable = same_mlp_inconclusive(ctx.config.model)  # normalisation: verdict inconclusive, no test run
+    if undecidable:
+        layout = dataclasses.replace(layout, missing=undecidable)
     tables = same_mlp.same_mlp_tables(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"], layout=layout)
     report = dict(same_mlp.same_mlp_report(ctx.model, ctx.config, ctx.split, seed=ctx.seed, n=settings["n"],
                                            tables=tables, layout=layout))

@@ -39,6 +39,9 @@ TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
 MODEL_VARIANTS = {"embeddings": "learned", "embedding_basis": "onehot", "embedding_overlap": 0.0,
                   "residual": "additive"}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
+# Where a context's padding goes (TaskConfig.padding), and the study's context distribution
+PADDINGS = ("scattered", "left", "right")
+CONTEXT_DEFAULTS = {"fewest_assignments": 1, "padding": "scattered", "kind_weights": None}
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
 OPERATIONS = ("add", "subtract", "multiply", "table")
@@ -91,6 +94,7 @@ _KINDS = {
     "int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
     "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
     "tuple[str, ...] | None": "a list of strings, or null", "tuple[int, ...] | None": "a list of integers, or null",
+    "tuple[float, ...] | None": "a list of numbers, or null",
 }
 
 
@@ -235,7 +239,7 @@ class TaskConfig(_JsonConfig):
     # older config files name the row counts; they are derived from the variables now and ignored on read
     LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
     SILENT_DEFAULTS = {**TASK_VARIANTS, "operation": "add", "operation_table": None, "variable_spelling": None,
-                       "number_spelling": None, "operator_spelling": None}
+                       "number_spelling": None, "operator_spelling": None, **CONTEXT_DEFAULTS}
 
     modulus: int = 59
     n_vars: int = 12
@@ -257,6 +261,14 @@ class TaskConfig(_JsonConfig):
     variable_spelling: tuple[str, ...] | None = None
     number_spelling: tuple[str, ...] | None = None
     operator_spelling: str | None = None
+    # The context distribution (a researcher's declared one; the defaults are the study's, CONTEXT_DEFAULTS):
+    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query);
+    # padding "scattered" (each PAD in one of the n + 1 gaps, uniformly), "left" (every PAD before the first
+    # assignment) or "right" (every PAD after the last, before the query); kind_weights: the shares of 0-, 1-
+    # and 2-var sequences among training draws (None: rows drawn uniformly from the study's row table)
+    fewest_assignments: int = 1
+    padding: str = "scattered"
+    kind_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.operation_table, list | tuple) and all(  # JSON gives lists of lists
@@ -311,6 +323,22 @@ class TaskConfig(_JsonConfig):
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
         self._check_variants()
         self._check_operation()
+        self._check_context()
+
+    def _check_context(self) -> None:
+        _check(isinstance(self.fewest_assignments, int) and 1 <= self.fewest_assignments <= self.max_assignments,
+               f"fewest_assignments={self.fewest_assignments}: between 1 and max_assignments={self.max_assignments}")
+        _check(self.padding in PADDINGS, f"padding={self.padding!r}: use one of {', '.join(PADDINGS)}")
+        weights = self.kind_weights
+        if weights is not None:
+            object.__setattr__(self, "kind_weights", tuple(weights))
+            _check(len(weights) == 3 and all(w >= 0 for w in weights) and sum(weights) > 0,
+                   f"kind_weights={list(weights)}: three shares (0-var, 1-var, 2-var), none negative, not all 0")
+            _check(self.variables_in_training or weights[1] == weights[2] == 0,
+                   "kind_weights draws variable sequences, but variables_in_training=false trains none")
+        changed = [k for k, v in CONTEXT_DEFAULTS.items() if getattr(self, k) != v]
+        _check(not (changed and self.is_variant), f"{', '.join(changed)} with a task variant: a variant renders "
+                                                  f"its own contexts; leave the context distribution at the study's")
 
     def _check_spelling(self) -> None:
         """Each spelling one word per token, every word of the readable forms distinct (one line)."""

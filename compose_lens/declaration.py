@@ -7,9 +7,12 @@ spells that task in its own vocabulary. A :class:`TaskDeclaration` says how:
 
 * which token ids are the numbers 0..p-1, the variables, the operator, ``=`` and PAD (any order,
   any offset; other ids of the vocabulary, such as a BOS the task never uses, are ignored);
-* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD, padding on
-  the left as the study) and the query form, ``prefix`` (``op x y =``, the study's) or ``infix``
-  (``x op y =``);
+* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD) and how it is
+  drawn: ``fewest_assignments`` (n uniform on fewest..max), ``padding`` (``scattered`` in the gaps as the
+  study, ``left`` or ``right`` of the assignments) and ``kind_weights`` (the shares of 0-, 1- and 2-var
+  training sequences; default the study's row table), and the query form, ``prefix`` (``op x y =``, the
+  study's) or ``infix`` (``x op y =``);
+* how sequences print and parse: ``variable_names``, ``number_names``, ``operator_name``;
 * the operation: ``add`` (the study's), ``subtract``, ``multiply``, or a p x p ``operation_table``;
 * the output: ``numbers`` (the model has p output classes, the numbers in order, as the study) or
   ``vocab`` (one output per vocabulary id; the answer is read at the numbers' ids);
@@ -55,7 +58,7 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
+from compose_lens.config import CONTEXT_DEFAULTS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import not_there
@@ -92,6 +95,9 @@ class TaskDeclaration:
     operator_name: str | None = None  # how the operator prints and parses (default: the operation's sign)
     seq_len: int = 16
     max_assignments: int = 6
+    fewest_assignments: int = 1  # a context holds n ~ U{fewest..max_assignments} (at least 2 for 2-var)
+    padding: str = "scattered"  # scattered (the study), left (all before the context), right (all after it)
+    kind_weights: tuple[float, ...] | None = None  # shares of 0-, 1-, 2-var training sequences (None: the study's)
     query: str = "prefix"  # prefix: op x y = (the study); infix: x op y =
     operation: str = "add"
     operation_table: tuple[tuple[int, ...], ...] | None = None
@@ -147,7 +153,8 @@ class TaskDeclaration:
         letters = tuple(VARIABLE_LETTERS[: len(self.variables)])
         try:
             return TaskConfig(modulus=self.modulus, n_vars=len(self.variables), seq_len=self.seq_len,
-                              max_assignments=self.max_assignments, f=self.f, r=self.r, seed=self.seed,
+                              max_assignments=self.max_assignments, fewest_assignments=self.fewest_assignments,
+                              padding=self.padding, kind_weights=self.kind_weights, f=self.f, r=self.r, seed=self.seed,
                               left_forbidden=self.left_forbidden, right_forbidden=self.right_forbidden,
                               operation=self.operation, operation_table=self.operation_table,
                               variable_spelling=None if self.variable_names == letters else self.variable_names,
@@ -190,6 +197,20 @@ class TaskDeclaration:
         user[:, list(self.positions)] = self.token_ids.to(tokens.device)[tokens]
         return user
 
+    def from_user(self, tokens: torch.Tensor, where: str = "a sequence") -> torch.Tensor:
+        """The researcher's token rows (B, seq_len), in their ids and positions, in the study's coordinates
+        (the inverse of :meth:`to_user`); an id the task does not use is refused in one line."""
+        index = torch.full((self.vocab_size,), -1, dtype=torch.long)
+        index[self.token_ids] = torch.arange(len(self.token_ids))
+        bad = sorted({int(t) for t in tokens.flatten() if not 0 <= int(t) < self.vocab_size or index[int(t)] < 0})
+        if bad:
+            raise DeclarationError(f"{where}: token id(s) {bad[:5]} are not ids of the declared task (its numbers, "
+                                   f"variables, operator, '=' and PAD)")
+        if tokens.shape[-1] != self.seq_len:
+            raise DeclarationError(f"{where}: {tokens.shape[-1]} tokens; the declared task's sequences have "
+                                   f"{self.seq_len}")
+        return index[tokens][:, list(self.positions)]
+
     def split(self) -> Split:
         """The split the model was trained on, in the study's coordinates."""
         try:
@@ -213,7 +234,8 @@ class TaskDeclaration:
             data["split"] = NO_SPLIT
         elif self.split_file is None:
             data["split"] = {k: v for k, v in split.items() if v is not None}
-        return {k: v for k, v in data.items() if v is not None and v != []}
+        return {k: v for k, v in data.items()  # the study's context distribution is not written out
+                if v is not None and v != [] and CONTEXT_DEFAULTS.get(k, object()) != v}
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -245,7 +267,7 @@ class TaskDeclaration:
         p = data["modulus"]
         if isinstance(data["numbers"], int) and isinstance(p, int):
             data["numbers"] = list(range(data["numbers"], data["numbers"] + p))
-        for key in ("numbers", "variables", "variable_names", "number_names"):
+        for key in ("numbers", "variables", "variable_names", "number_names", "kind_weights"):
             if key in data and not isinstance(data[key], list):
                 raise DeclarationError(f"{where}: {key} must be a list"
                                        + (" (or, for numbers, the first of p consecutive ids)"
@@ -288,6 +310,7 @@ def study_declaration(task: TaskConfig | None = None) -> TaskDeclaration:
         equals=task.equals_token, pad=task.pad_token, vocab_size=task.d_vocab,
         variable_names=task.variable_names, number_names=task.number_spelling or (),
         operator_name=task.operator_spelling, seq_len=task.seq_len, max_assignments=task.max_assignments,
+        fewest_assignments=task.fewest_assignments, padding=task.padding, kind_weights=task.kind_weights,
         operation=task.operation, operation_table=task.operation_table, f=task.f, r=task.r, seed=task.seed,
         left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
 

@@ -427,4 +427,5 @@ def _parse_short(task: TaskConfig, text: str) -> list[int]:
             f"(at most {task.context_len // 2})")
     padding = [task.pad_token] * (task.context_len - len(context))
     lhs, rhs = m.groups()
-    return padding + context + [task.plus_token, token_id(task, lhs), token_id(task, rhs), task.equals_token]
+    context = context + padding if task.padding == "right" else padding + context  # as the task pads
+    return context + [task.plus_token, token_id(task, lhs), token_id(task, rhs), task.equals_token]

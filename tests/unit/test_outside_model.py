@@ -7,6 +7,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from compose_lens.cli import main
 from compose_lens.errors import ComposeLensError
@@ -42,7 +43,7 @@ def test_a_model_object_records_the_hash_of_its_weights():
     decl = user_models.declaration()
     model = user_models.tl_model(decl)
     first = load_subject(model, decl).config.origin
-    with __import__("torch").no_grad():
+    with torch.no_grad():
         next(model.parameters()).add_(1.0)
     assert load_subject(model, decl).config.origin.sha256 != first.sha256 and "object in Python" in first.weights
 
@@ -112,3 +113,62 @@ def test_names_that_cannot_be_read_back_are_refused(keys, message):
     with pytest.raises(DeclarationError, match=message) as info:
         user_models.declaration(**keys)
     assert "\n" not in str(info.value)
+
+
+def test_a_prompt_file_reads_every_form_in_the_researchers_coordinates(tmp_path):
+    """The short form, the researcher's token ids and their token form in their own (infix) order give the
+    same sequence in the study's coordinates; each lands in the pool its pair and slots say; a wrong answer or
+    an id the task does not use is one line naming the file's line."""
+    from compose_lens.data.prompts import read_prompts
+    from compose_lens.data.sampler import make_pool
+    from compose_lens.data.task import decode, to_text, token_name
+
+    decl = user_models.declaration(query="infix", output="vocab", unused=2, operation="subtract")
+    split, task = decl.split(), decl.task
+    batch = make_pool(split, "1var_var_restricted", 1, seed=3)
+    study = batch.tokens[0]
+    user = decl.to_user(study[None])[0].tolist()
+    words = " ".join(token_name(task, study[i].item()) for i in _inverse(decl.positions))  # their order
+    answer = int(batch.labels[0])
+    lines = [{"sequence": to_text(task, study.tolist()), "answer": answer}, {"sequence": user, "answer": answer},
+             {"sequence": " ".join(map(str, user)), "answer": answer}, {"sequence": words, "answer": answer}]
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+    read = read_prompts(tmp_path / "p.jsonl", split, decl)
+    assert all(row.tolist() == study.tolist() for row in read.tokens[1:])  # ids and token form: exactly
+    assert decode(task, read.tokens[0].tolist()) == decode(task, study.tolist())  # the short form drops PAD places
+    assert read.pools == ("1var_var_restricted",) * 4 and read.rows[0].tolist() == batch.rows[0].tolist()
+    (tmp_path / "bad.csv").write_text(f'sequence,answer\n"{to_text(task, study.tolist())}",{(answer + 1) % 7}\n')
+    with pytest.raises(ComposeLensError, match=r"bad.csv line 2: the answer is") as info:
+        read_prompts(tmp_path / "bad.csv", split, decl)
+    assert "\n" not in str(info.value)
+    unused = next(i for i in range(decl.vocab_size) if i not in decl.token_ids.tolist())
+    (tmp_path / "id.jsonl").write_text(json.dumps({"sequence": [unused] + user[1:], "answer": answer}))
+    with pytest.raises(ComposeLensError, match=rf"id.jsonl line 1: .*token id\(s\) \[{unused}\] are not ids"):
+        read_prompts(tmp_path / "id.jsonl", split, decl)
+
+
+def _inverse(positions):
+    """The study position each of the researcher's positions holds."""
+    return [positions.index(i) for i in range(len(positions))]
+
+
+def test_the_declared_context_distribution_is_rendered():
+    """How many assignments, where the padding goes and the mix of kinds, as declared (the study's by default,
+    unchanged bit for bit: tests/unit/test_study_distribution.py)."""
+    from compose_lens.data.sampler import TrainingSampler, make_pool
+
+    for padding in ("left", "right"):
+        decl = user_models.declaration(padding=padding, fewest_assignments=3, kind_weights=(0, 0, 1))
+        task = decl.task
+        pad = task.pad_token
+        batch = TrainingSampler(decl.split(), 64, 0).batch(0)
+        context = batch.tokens[:, :task.context_len]
+        assert (context != pad).sum(1).eq(6).all()  # exactly 3 assignments: fewest = max = 3
+        is_pad = (context == pad).long()
+        expected = torch.tensor([1, 1, 0, 0, 0, 0, 0, 0] if padding == "left" else [0, 0, 0, 0, 0, 0, 1, 1])
+        assert (is_pad == expected).all()
+        assert (batch.tokens[:, -3:-1] >= task.first_var_token).all()  # every sequence 2-var: kind_weights
+        assert (make_pool(decl.split(), "0var_train", 16).tokens[:, :task.context_len] == pad).long().eq(
+            expected).all()
+    with pytest.raises(ComposeLensError, match="padding='middle'"):
+        user_models.declaration(padding="middle")

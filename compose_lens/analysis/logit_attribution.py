@@ -130,7 +130,8 @@ def direct_terms(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"
     return out
 
 
-def final_norm(model, config: RunConfig, resid: torch.Tensor) -> torch.Tensor:
+def final_norm(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_model"]
+               ) -> Float[torch.Tensor, "batch d_model"]:
     """``resid`` (B, d_model) through the model's final normalisation, its scale computed from ``resid``
     itself (what the logit lens reads a partial residual stream through); ``resid`` where there is none."""
     kind = config.model.normalization_type

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from compose_lens.data.pairs import parse_tokens
 from compose_lens.data.split import CONSTANT, Split
 from compose_lens.data.task import SequenceError, decode
 from compose_lens.errors import ComposeLensError
@@ -125,8 +126,6 @@ def read_prompts(path: str | Path, split: Split, declaration=None) -> PromptSet:
     """The prompt set of a CSV or JSONL file (module doc), in the study's coordinates: read in the
     ``declaration``'s ids, positions and names (None: the study's). Any problem is one line naming the
     file and the line."""
-    from compose_lens.data.pairs import parse_tokens
-
     path = Path(path)
     if path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
         raise ComposeLensError(f"prompts file {path}: name it .csv or .jsonl (one sequence and its answer a row)")

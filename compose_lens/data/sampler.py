@@ -299,18 +299,18 @@ def pool_names(task) -> tuple[str, ...]:
 def absent_pools(split: Split) -> dict[str, str]:
     """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a
     held-out pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a
-    model trained on every pair and slot, a declaration's ``"split": "none"``). The study's split
-    has none absent."""
+    model trained on every pair and slot, a declaration's ``"split": "none"``), and with a prompt set
+    (``split.prompts``) a pool it has no sequence of. The study's split has none absent."""
     task, absent = split.task, {}
     for pool in pools_of(task):
-        if split.prompts is not None and pool.name not in split.prompts.pools:
-            absent[pool.name] = f"the prompt set {split.prompts.source} has no sequence of this pool"
-        elif pool.pairs == "heldout" and not len(split.heldout_pairs):
+        if pool.pairs == "heldout" and not len(split.heldout_pairs):
             absent[pool.name] = "the split holds out no addition pair"
         elif pool.forbidden and not (task.restricted_two_var_pairs(pool.forbidden) if SequenceKind.TWO_VAR
                                      in pool.kinds else task.left_forbidden + task.right_forbidden):
             absent[pool.name] = ("no variable is forbidden in an operand slot" if pool.forbidden == 1 else
                                  "no pair of variables has both in forbidden operand slots")
+        elif split.prompts is not None and pool.name not in split.prompts.pools:
+            absent[pool.name] = f"the prompt set {split.prompts.source} has no sequence of this pool"
     return absent
 
 

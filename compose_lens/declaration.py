@@ -58,7 +58,8 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import CONTEXT_DEFAULTS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
+from compose_lens.config import (CONTEXT_DEFAULTS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig,
+                                 TaskConfig)
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import not_there

@@ -84,7 +84,7 @@ from compose_lens.subject import Subject
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
 TASK_FILES = ("task.json", "task.toml")  # a researcher's own TransformerLens model directory may hold its task
-TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config: either name, as TransformerLens users save
+TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config, under either name users save it
 METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resume.safetensors"
 CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"

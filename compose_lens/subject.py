@@ -55,7 +55,7 @@ class Subject:
     split: "Split"
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
-    user_weights: UserWeights | None = None  # the researcher's model as read (None: the study's coordinates are its own)
+    user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
 
     @property
     def task(self) -> TaskConfig:

@@ -281,7 +281,8 @@ class GraphModel:
             for s, idx in self._from[r].items():
                 idx = idx if active is None else idx[active[idx]]
                 if len(idx):
-                    x = x + (masks[:, idx] @ self.posmask[idx][:, at])[:, :, None] * (corrupt[s][:, at] - outs[s][:, at])
+                    weight = (masks[:, idx] @ self.posmask[idx][:, at])[:, :, None]
+                    x = x + weight * (corrupt[s][:, at] - outs[s][:, at])
         return self._normalised(r, x)
 
     def _normalised(self, receiver: str, x: torch.Tensor) -> torch.Tensor:

@@ -11,20 +11,21 @@ model computed for that sequence (read at ``ln_final.hook_scale``; TransformerLe
 convention). So each component's term is its write, centred, divided by that scale and weighted
 (:func:`direct_terms`), the norm's bias is one more term, and the terms still add up to the model's own
 margin exactly. What the frozen scale leaves out: a component also changes the scale that divides every
-other component's write, an indirect effect no direct term shows. :func:`logit_attribution` splits the answer's margin, the
-correct answer's logit minus the mean logit over the p answers (the mean removes what every
-answer gets alike), into one term per component: the token and position embeddings, each
-attention head (its ``hook_z`` at ``=`` through its slice of ``W_O``), each layer's output bias,
-each MLP (``hook_mlp_out``) and the unembedding bias. The terms add up to the margin exactly
-(:func:`check_sums`; tested), which is what makes the attribution *direct*: a component's term is
-what it writes straight into the answer, not what it does through later layers (for that, see
-:mod:`compose_lens.analysis.patching`). In the paper model the study's story predicts that the
-layer-2 MLP writes most of the margin for every sequence kind, and the attention heads little
-directly (they move operands; the MLP adds).
+other component's write, an indirect effect no direct term shows.
+
+:func:`logit_attribution` splits the answer's margin, the correct answer's logit minus the mean
+logit over the p answers (the mean removes what every answer gets alike), into one term per
+component: the token and position embeddings, each attention head (its ``hook_z`` at ``=`` through
+its slice of ``W_O``), each layer's output bias, each MLP (``hook_mlp_out``) and the unembedding
+bias. The terms add up to the margin exactly (:func:`check_sums`; tested), which is what makes the
+attribution *direct*: a component's term is what it writes straight into the answer, not what it
+does through later layers (for that, see :mod:`compose_lens.analysis.patching`). In the paper model
+the study's story predicts that the layer-2 MLP writes most of the margin for every sequence kind,
+and the attention heads little directly (they move operands; the MLP adds).
 
 :func:`logit_lens` unembeds the residual stream at ``=`` after each stage (embeddings, then each
 attention and each MLP) and reports the accuracy per sequence kind: where the answer becomes
-readable.
+readable. With a final norm each partial stream goes through it with its own scale (:func:`final_norm`).
 
 Sequence kinds are read from the tokens (how many of the two operands are variables), so the
 nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.

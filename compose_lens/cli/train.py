@@ -160,7 +160,9 @@ def _side_by_side(loaded, pool_size: int, seed: int) -> tuple[dict, dict]:
 
 def _print_side_by_side(result: dict) -> None:
     def shown(r: dict | None) -> str:
-        return "absent" if r is None else f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})"
+        if r is None:
+            return "absent"
+        return f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})"
 
     mine, declared = result["prompts"], result["declared"]["pools"]
     print(f"  {'pool':24s} {'your prompts (' + mine['file'] + ')':38s} declared distribution")

@@ -179,7 +179,8 @@ class TrainingSampler:
         kinds = _row_kinds(self.rows)
         present = torch.tensor([float(w) if (kinds == k).any() else 0.0 for k, w in enumerate(weights)])
         if present.sum() == 0:
-            raise ConfigError(f"kind_weights={list(weights)}: the training rows hold no sequence of a kind with a share")
+            raise ConfigError(f"kind_weights={list(weights)}: the training rows hold no sequence of a kind "
+                              f"with a share")
         chosen = torch.multinomial(present, n, replacement=True, generator=g)
         picks = torch.empty(n, dtype=torch.long)
         for kind in range(3):

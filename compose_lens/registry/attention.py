@@ -18,9 +18,10 @@ the patterns, the model's answer, the label and the cells the study's circuit pr
 
 Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
 means one example from each of four pools (:func:`compose_lens.data.sampler.example_pools`: held-out
-constants, a 1-var training sequence, held-out 2-var, both variables in forbidden slots; a training pool
-of the same kind where the split lacks one), as the report shows. A sequence the model's task cannot parse, or more than 100, is refused in one
-line before any work: the count by ``validate``, the parse by ``guard`` (which sees the task).
+constants, a 1-var training sequence, held-out 2-var, both variables in forbidden slots; a training
+pool of the same kind where the split lacks one), as the report shows. A sequence the model's task
+cannot parse, or more than 100, is refused in one line before any work: the count by ``validate``,
+the parse by ``guard`` (which sees the task).
 """
 
 from __future__ import annotations

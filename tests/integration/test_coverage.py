@@ -26,7 +26,7 @@ def test_the_paper_architecture_is_covered_by_every_command():
     (dict(n_layers=3, n_heads=2), set()),
     (dict(n_layers=3, n_heads=2, mlp_blocks=(0, 1, 2)), set()),
     (dict(n_heads=4), set()),
-    (dict(normalization_type="LN"), set()),  # same-mlp's verdict is then inconclusive (tests/integration/test_layernorm.py)
+    (dict(normalization_type="LN"), set()),  # same-mlp then says inconclusive (tests/integration/test_layernorm.py)
     (dict(mlp_blocks=()), {"same-mlp", "analyze", "fourier", "report"}),
     (dict(n_layers=3, mlp_blocks=(1,)), set()),  # an MLP before the last block: read where it is
 ])

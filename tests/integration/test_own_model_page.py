@@ -30,7 +30,8 @@ def test_every_shell_line_of_the_page_runs(tmp_path, monkeypatch):
     from compose_lens.data.task import to_text
 
     declaration = TaskDeclaration.from_dict(json.loads(blocks("json")[0]), "docs/own-model.md")
-    folder = user_models.save(user_models.tl_model(declaration, n_heads=2), declaration, tmp_path / "runs" / "own-model")
+    model = user_models.tl_model(declaration, n_heads=2)
+    folder = user_models.save(model, declaration, tmp_path / "runs" / "own-model")
     batch = concat_batches(make_pools(declaration.split(), 4))[0]
     lines = [json.dumps({"sequence": to_text(declaration.task, t.tolist()), "answer": int(label)})
              for t, label in zip(batch.tokens, batch.labels)]

@@ -132,5 +132,5 @@ def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
         assert abs(group["contribution"].sum() - group["margin"].iloc[0]) < 1e-4
     lens = la.logit_lens(subject.model, subject.config, subject.split, n=90)
     last = lens[lens["order"] == lens["order"].max()].set_index("kind")["accuracy"]
-    assert torch.allclose(torch.tensor(last.sort_index().tolist()),
-                          torch.tensor(table.drop_duplicates("kind").set_index("kind")["accuracy"].sort_index().tolist()))
+    model_accuracy = table.drop_duplicates("kind").set_index("kind")["accuracy"].sort_index()
+    assert torch.allclose(torch.tensor(last.sort_index().tolist()), torch.tensor(model_accuracy.tolist()))

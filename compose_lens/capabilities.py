@@ -15,13 +15,16 @@ forward             what it is                                                  
 ``patching``        the batched patching engine of                                2 layers, an MLP in the
                     :mod:`compose_lens.analysis.patching` (every site of a kind   last only, no norm
                     at once, from the weights)
-``graph``           the edge graph of :mod:`compose_lens.analysis.circuit`        no normalisation
-                    (every residual term a sender, per-edge masks)
+``graph``           the edge graph of :mod:`compose_lens.analysis.circuit`        anything (each receiver
+                    (every residual term a sender, per-edge masks)                normalises its own input)
 ``transformerlens`` the TransformerLens bridge and its hooks                      anything
 ==================  ===========================================================  =========================
 
-A normalisation layer divides by the norm of the whole residual stream, so none of the four
-rewritten forwards can split it into terms or tables; the table forward and the patching engine
+A normalisation layer divides by the norm of the whole residual stream, so the table forward, the
+last-position forward and the patching engine, which add precomputed terms or tables, cannot take it;
+the edge graph can, since it rebuilds each receiver's input from its terms and normalises that input
+as the model does (:meth:`compose_lens.analysis.circuit.GraphModel._normalised`). The table forward and
+the patching engine
 further assume what the paper's layout makes true (the last layer is the only one with an MLP, so
 the answer is MLP2 + unembedding after layer-2 attention).
 
@@ -68,9 +71,9 @@ def _problems(cfg: ModelConfig, forward: str) -> tuple[str, list[str]]:
         return "the paper architecture", layout[:1] + heads + layout[1:] + _norm_problems(cfg) + biases
     if forward == "patching":
         return "the paper's layout without normalisation", _layout_problems(cfg) + _norm_problems(cfg)
-    if forward in ("lastpos", "graph"):
+    if forward == "lastpos":
         return "a model without normalisation (a plain residual sum)", _norm_problems(cfg)
-    if forward == "transformerlens":
+    if forward in ("graph", "transformerlens"):
         return "nothing", []
     raise ValueError(f"forward {forward!r}: use one of {', '.join(FORWARDS)}")
 

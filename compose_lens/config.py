@@ -39,6 +39,9 @@ TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
 MODEL_VARIANTS = {"embeddings": "learned", "embedding_basis": "onehot", "embedding_overlap": 0.0,
                   "residual": "additive"}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
+# Where a context's padding goes (TaskConfig.padding), and the study's context distribution
+PADDINGS = ("scattered", "left", "right")
+CONTEXT_DEFAULTS = {"fewest_assignments": 1, "padding": "scattered", "kind_weights": None}
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
 OPERATIONS = ("add", "subtract", "multiply", "table")
@@ -91,6 +94,7 @@ _KINDS = {
     "int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
     "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
     "tuple[str, ...] | None": "a list of strings, or null", "tuple[int, ...] | None": "a list of integers, or null",
+    "tuple[float, ...] | None": "a list of numbers, or null",
 }
 
 
@@ -234,7 +238,8 @@ class TaskConfig(_JsonConfig):
 
     # older config files name the row counts; they are derived from the variables now and ignored on read
     LEGACY_KEYS = ("zero_var_rows", "two_var_rows")
-    SILENT_DEFAULTS = {**TASK_VARIANTS, "operation": "add", "operation_table": None}
+    SILENT_DEFAULTS = {**TASK_VARIANTS, "operation": "add", "operation_table": None, "variable_spelling": None,
+                       "number_spelling": None, "operator_spelling": None, **CONTEXT_DEFAULTS}
 
     modulus: int = 59
     n_vars: int = 12
@@ -251,6 +256,19 @@ class TaskConfig(_JsonConfig):
     chain_rate: float = 0.0  # chance a variable operand is reached through two hops, c=b, b=7
     operation: str = "add"  # the answer of x, y: add (the study), subtract, multiply, or table
     operation_table: tuple[tuple[int, ...], ...] | None = None  # operation=table: row x, column y
+    # How the readable forms spell the tokens (a researcher's declared names): None is the study's spelling,
+    # the variables a, b, ..., the numbers 0..p-1 and the operation's sign (OPERATION_SIGNS)
+    variable_spelling: tuple[str, ...] | None = None
+    number_spelling: tuple[str, ...] | None = None
+    operator_spelling: str | None = None
+    # The context distribution (a researcher's declared one; the defaults are the study's, CONTEXT_DEFAULTS):
+    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query);
+    # padding "scattered" (each PAD in one of the n + 1 gaps, uniformly), "left" (every PAD before the first
+    # assignment) or "right" (every PAD after the last, before the query); kind_weights: the shares of 0-, 1-
+    # and 2-var sequences among training draws (None: rows drawn uniformly from the study's row table)
+    fewest_assignments: int = 1
+    padding: str = "scattered"
+    kind_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.operation_table, list | tuple) and all(  # JSON gives lists of lists
@@ -259,9 +277,11 @@ class TaskConfig(_JsonConfig):
         check_types(self)
         _check(self.modulus >= 2,
                f"modulus={self.modulus}: the modulus must be at least 2")
-        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars <= len(VARIABLE_LETTERS),
+        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars and (
+            self.n_vars <= len(VARIABLE_LETTERS) or self.variable_spelling is not None),
                f"n_vars={self.n_vars}: the number of variables must be between 2 and "
-               f"{len(VARIABLE_LETTERS)} (they are named a..z)")
+               f"{len(VARIABLE_LETTERS)} (they are named a..z; more need variable_spelling)")
+        self._check_spelling()
         _check(isinstance(self.seq_len, int) and self.seq_len >= QUERY_LENGTH + 4,
                f"seq_len={self.seq_len}: a sequence needs room for two assignments (4 tokens) "
                f"plus the {QUERY_LENGTH}-token query; use seq_len >= {QUERY_LENGTH + 4}")
@@ -303,6 +323,43 @@ class TaskConfig(_JsonConfig):
                f"exhaustive sets need one; lower f (at most {1 - 1 / self.modulus ** 2:.4g})")
         self._check_variants()
         self._check_operation()
+        self._check_context()
+
+    def _check_context(self) -> None:
+        _check(isinstance(self.fewest_assignments, int) and 1 <= self.fewest_assignments <= self.max_assignments,
+               f"fewest_assignments={self.fewest_assignments}: between 1 and max_assignments={self.max_assignments}")
+        _check(self.padding in PADDINGS, f"padding={self.padding!r}: use one of {', '.join(PADDINGS)}")
+        weights = self.kind_weights
+        if weights is not None:
+            object.__setattr__(self, "kind_weights", tuple(weights))
+            _check(len(weights) == 3 and all(w >= 0 for w in weights) and sum(weights) > 0,
+                   f"kind_weights={list(weights)}: three shares (0-var, 1-var, 2-var), none negative, not all 0")
+            _check(self.variables_in_training or weights[1] == weights[2] == 0,
+                   "kind_weights draws variable sequences, but variables_in_training=false trains none")
+        changed = [k for k, v in CONTEXT_DEFAULTS.items() if getattr(self, k) != v]
+        _check(not (changed and self.is_variant), f"{', '.join(changed)} with a task variant: a variant renders "
+                                                  f"its own contexts; leave the context distribution at the study's")
+
+    def _check_spelling(self) -> None:
+        """Each spelling one word per token, every word of the readable forms distinct (one line)."""
+        for key, size in (("variable_spelling", self.n_vars), ("number_spelling", self.modulus)):
+            words = getattr(self, key)
+            if words is not None:
+                object.__setattr__(self, key, tuple(words))
+                _check(len(words) == size, f"{key}: {len(words)} words for {size} {key.split('_')[0]}s")
+        for word in self.variable_spelling or ():
+            _check(re.fullmatch(r"[A-Za-z]\w*", word) is not None,
+                   f"variable name {word!r}: a word of letters, digits and _ that starts with a letter")
+        for word in self.number_spelling or ():
+            _check(re.fullmatch(r"\w+", word) is not None, f"number name {word!r}: a word of letters, digits and _")
+        sign = self.operator_spelling
+        _check(sign is None or (sign.strip() == sign and sign != "" and not set(sign) & set("=,?") and
+                                not re.search(r"\s", sign)),
+               f"operator name {sign!r}: a word or symbol without spaces, '=', ',' or '?'")
+        words = [*self.variable_names, *self.number_words, self.sign, "=", "PAD", *self.noise_words]
+        twice = sorted({w for w in words if words.count(w) > 1 or (w.upper() == "PAD" and w != "PAD")})
+        _check(not twice, f"the readable forms would spell {twice} for two tokens; give every variable, number "
+                          f"and the operator its own word (PAD and '=' are taken)")
 
     def _too_many_assignments(self) -> str:
         """Why max_assignments may not exceed n_vars, in the words of the task asked for: with
@@ -350,8 +407,13 @@ class TaskConfig(_JsonConfig):
 
     @property
     def sign(self) -> str:
-        """The operator's word in the readable forms (``+`` for the study)."""
-        return OPERATION_SIGNS[self.operation]
+        """The operator's word in the readable forms (``+`` for the study; ``operator_spelling`` where declared)."""
+        return self.operator_spelling or OPERATION_SIGNS[self.operation]
+
+    @property
+    def number_words(self) -> tuple[str, ...]:
+        """How the readable forms spell the numbers 0..p-1 (``number_spelling``, else their digits)."""
+        return self.number_spelling or tuple(str(n) for n in range(self.modulus))
 
     def _check_variants(self) -> None:
         for name, what in (("reassign_rate", "the chance that a context reassigns a variable"),
@@ -431,7 +493,8 @@ class TaskConfig(_JsonConfig):
 
     @property
     def variable_names(self) -> tuple[str, ...]:
-        return tuple(VARIABLE_LETTERS[: self.n_vars])
+        """How the variables are named (``variable_spelling``, else a, b, ...)."""
+        return self.variable_spelling or tuple(VARIABLE_LETTERS[: self.n_vars])
 
     def var_index(self, name: str) -> int:
         return self.variable_names.index(name)
@@ -704,18 +767,50 @@ class TrainConfig(_JsonConfig):
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a model trained outside compose-lens came from: its weights (a file, or a model object), their
+    SHA-256 and the task declaration it was read with (JSON text, so the record stays hashable). Such a
+    model has no training recipe compose-lens knows, so its :class:`RunConfig` records this instead."""
+
+    weights: str
+    sha256: str
+    declaration: str
+
+    TRAINED = "outside compose-lens: no training recipe is known"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trained": self.TRAINED, "weights": self.weights, "sha256": self.sha256,
+                "declaration": json.loads(self.declaration)}
+
+
+# What a model trained outside compose-lens does not have: the settings of a training recipe (its split is
+# in its declaration, in its own words; its initialisation was never compose-lens's)
+RECIPE_TASK_KEYS = ("f", "r", "seed", "left_forbidden", "right_forbidden", "variables_in_training")
+RECIPE_MODEL_KEYS = ("init", "init_seed")
+
+
+@dataclass(frozen=True)
 class RunConfig(_JsonConfig):
-    """Everything a training run needs: the three configurations together."""
+    """Everything a training run needs: the three configurations together. A model trained outside
+    compose-lens has an :class:`Origin` instead of a training recipe: its records (:meth:`to_dict`, every
+    result file's provenance) hold where it came from and no ``train`` section, nor the task's and the
+    model's recipe keys (:data:`RECIPE_TASK_KEYS`, :data:`RECIPE_MODEL_KEYS`): those would be
+    compose-lens's defaults, a training that never happened."""
 
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    origin: Origin | None = None  # a model trained outside compose-lens (see the class doc)
 
     def __post_init__(self) -> None:
         self.model.check_task(self.task)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task.to_dict(), "model": self.model.to_dict(), "train": self.train.to_dict()}
+        if self.origin is None:
+            return {"task": self.task.to_dict(), "model": self.model.to_dict(), "train": self.train.to_dict()}
+        task = {k: v for k, v in self.task.to_dict().items() if k not in RECIPE_TASK_KEYS}
+        model = {k: v for k, v in self.model.to_dict().items() if k not in RECIPE_MODEL_KEYS}
+        return {"task": task, "model": model, "origin": self.origin.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

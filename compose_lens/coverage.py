@@ -9,21 +9,26 @@ command      covers
 ``patch``    any model (every layer, head and MLP is patched through the hooks)
 ``ablate``   any model (neuron and Fourier-direction ablations of the located adder MLP,
              none where no MLP adds: :func:`compose_lens.analysis.ablation.neuron_subject`)
-``circuit``  any model without normalisation (the edge graph needs a plain residual sum);
+``circuit``  any model (the edge graph normalises each receiver's input as the model does);
              edges scored against the located circuit, none where a role is not located
              (:func:`compose_lens.analysis.circuit.circuit_labels`)
-``same-mlp`` any model without normalisation: the tests read the located adder MLP and
-             router head (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a
-             model where no MLP adds or no head routes gets the verdict ``inconclusive``
-             ("none located"), decided once the model is loaded
+``dla``      any model (with a final norm, its scale held at the value the model computed:
+             :mod:`compose_lens.analysis.logit_attribution`)
+``same-mlp`` any model with an MLP: the tests read the located adder MLP and router head
+             (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a model where no
+             MLP adds or no head routes, or with normalisation (:func:`same_mlp_inconclusive`:
+             its adder's input is not a sum of operand terms), gets the verdict
+             ``inconclusive`` with why, decided once the model is loaded
 ``analyze``  the same as ``same-mlp`` (it runs the same-MLP tests)
 ``fourier``  a model with at least one MLP; the MLP analysed is the located adder, in any
              block (before the last block read through its direct path,
              :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`)
-``report``   what ``same-mlp``, ``fourier`` and ``circuit`` all cover (its sections run them): a
-             model with an MLP and without normalisation; refused before the dynamics are
-             computed, not after a minute of work
+``report``   what ``same-mlp`` and ``fourier`` cover (its sections run them): a model with an MLP
+``llc``      a model without normalisation (it samples the last-position forward)
 ===========  ==============================================================================
+
+The analyses of a training run (``dynamics``, ``early-jump``, ``llc``) read checkpoints: a compose-lens
+run or a folder of the study's ``step_N.pth``, not a model trained elsewhere (one model, no checkpoints).
 
 :func:`problem` gives the reason a command does not cover a model config (None: it does);
 :func:`peek_model_config` reads what a MODEL argument names without loading it.
@@ -48,16 +53,18 @@ def study_layout(cfg: ModelConfig) -> bool:
 def same_mlp_problem(cfg: ModelConfig) -> str | None:
     if not cfg.mlp_blocks:
         return "the model has no MLP (mlp_blocks=[]): no MLP adds, the same-MLP tests have nothing to read"
-    if cfg.normalization_type is not None:
-        return (f"normalization_type={cfg.normalization_type!r}: the same-MLP tests split the adder's input "
-                f"into the operands' terms, which needs a model without normalisation (a plain residual sum)")
     return None
 
 
-def circuit_problem(cfg: ModelConfig) -> str | None:
-    if not capabilities.supports(cfg, "graph"):
-        return (f"normalization_type={cfg.normalization_type!r}: the edge graph needs a model without "
-                f"normalisation (the residual stream must be a plain sum)")
+def same_mlp_inconclusive(cfg: ModelConfig) -> str | None:
+    """Why the same-MLP tests cannot decide on a model they read (its verdict is then ``inconclusive``,
+    with this reason), or None: under normalisation the adder's input is the norm of the residual, not a
+    sum of the operands' terms, so the interchange and transfer tests, which swap those terms, do not
+    apply."""
+    if cfg.normalization_type is not None:
+        norm = "LayerNorm" if cfg.normalization_type.startswith("LN") else "RMSNorm"
+        return (f"the adder's input is not a sum of operand terms under {norm} "
+                f"(normalization_type={cfg.normalization_type!r})")
     return None
 
 
@@ -68,12 +75,11 @@ def fourier_problem(cfg: ModelConfig) -> str | None:
 
 
 def report_problem(cfg: ModelConfig) -> str | None:
-    reason = fourier_problem(cfg) or same_mlp_problem(cfg) or circuit_problem(cfg)
-    return None if reason is None else f"its same-MLP, Fourier and circuit sections cannot read it: {reason}"
+    reason = fourier_problem(cfg) or same_mlp_problem(cfg)
+    return None if reason is None else f"its same-MLP and Fourier sections cannot read it: {reason}"
 
 
 PROBLEMS = {
-    "circuit": circuit_problem,
     "same-mlp": same_mlp_problem,
     "analyze": same_mlp_problem,
     "fourier": fourier_problem,

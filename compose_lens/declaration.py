@@ -7,9 +7,12 @@ spells that task in its own vocabulary. A :class:`TaskDeclaration` says how:
 
 * which token ids are the numbers 0..p-1, the variables, the operator, ``=`` and PAD (any order,
   any offset; other ids of the vocabulary, such as a BOS the task never uses, are ignored);
-* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD, padding on
-  the left as the study) and the query form, ``prefix`` (``op x y =``, the study's) or ``infix``
-  (``x op y =``);
+* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD) and how it is
+  drawn: ``fewest_assignments`` (n uniform on fewest..max), ``padding`` (``scattered`` in the gaps as the
+  study, ``left`` or ``right`` of the assignments) and ``kind_weights`` (the shares of 0-, 1- and 2-var
+  training sequences; default the study's row table), and the query form, ``prefix`` (``op x y =``, the
+  study's) or ``infix`` (``x op y =``);
+* how sequences print and parse: ``variable_names``, ``number_names``, ``operator_name``;
 * the operation: ``add`` (the study's), ``subtract``, ``multiply``, or a p x p ``operation_table``;
 * the output: ``numbers`` (the model has p output classes, the numbers in order, as the study) or
   ``vocab`` (one output per vocabulary id; the answer is read at the numbers' ids);
@@ -55,7 +58,8 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig
+from compose_lens.config import (CONTEXT_DEFAULTS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig,
+                                 TaskConfig)
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import not_there
@@ -88,8 +92,13 @@ class TaskDeclaration:
     pad: int
     vocab_size: int  # the model's d_vocab (ids the task does not use are never read)
     variable_names: tuple[str, ...] = ()  # default: a, b, c, ...
+    number_names: tuple[str, ...] = ()  # how the numbers 0..p-1 print and parse (default: their digits)
+    operator_name: str | None = None  # how the operator prints and parses (default: the operation's sign)
     seq_len: int = 16
     max_assignments: int = 6
+    fewest_assignments: int = 1  # a context holds n ~ U{fewest..max_assignments} (at least 2 for 2-var)
+    padding: str = "scattered"  # scattered (the study), left (all before the context), right (all after it)
+    kind_weights: tuple[float, ...] | None = None  # shares of 0-, 1-, 2-var training sequences (None: the study's)
     query: str = "prefix"  # prefix: op x y = (the study); infix: x op y =
     operation: str = "add"
     operation_table: tuple[tuple[int, ...], ...] | None = None
@@ -132,6 +141,9 @@ class TaskDeclaration:
         for key in ("operation_table", "heldout_pairs"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, tuple(tuple(row) for row in getattr(self, key)))
+        if self.heldout_pairs is not None:  # the pairs are the split: the study's procedure (f, seed) is not used
+            object.__setattr__(self, "f", TaskConfig.f)
+            object.__setattr__(self, "seed", TaskConfig.seed)
         self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
 
     # -- the study's coordinates -------------------------------------------------------------------
@@ -139,17 +151,15 @@ class TaskDeclaration:
     @property
     def task(self) -> TaskConfig:
         """The task in the study's coordinates (numbers first, then op, ``=``, PAD, the variables)."""
-        letter = dict(zip(self.variable_names, VARIABLE_LETTERS))
-
-        def letters(side: tuple[str, ...] | None) -> tuple[str, ...] | None:
-            return None if side is None else tuple(letter[v] for v in side)
-
+        letters = tuple(VARIABLE_LETTERS[: len(self.variables)])
         try:
             return TaskConfig(modulus=self.modulus, n_vars=len(self.variables), seq_len=self.seq_len,
-                              max_assignments=self.max_assignments, f=self.f, r=self.r, seed=self.seed,
-                              left_forbidden=letters(self.left_forbidden),
-                              right_forbidden=letters(self.right_forbidden),
-                              operation=self.operation, operation_table=self.operation_table)
+                              max_assignments=self.max_assignments, fewest_assignments=self.fewest_assignments,
+                              padding=self.padding, kind_weights=self.kind_weights, f=self.f, r=self.r, seed=self.seed,
+                              left_forbidden=self.left_forbidden, right_forbidden=self.right_forbidden,
+                              operation=self.operation, operation_table=self.operation_table,
+                              variable_spelling=None if self.variable_names == letters else self.variable_names,
+                              number_spelling=self.number_names or None, operator_spelling=self.operator_name)
         except ComposeLensError as exc:
             raise DeclarationError(f"the declared task: {exc}") from None
 
@@ -188,6 +198,20 @@ class TaskDeclaration:
         user[:, list(self.positions)] = self.token_ids.to(tokens.device)[tokens]
         return user
 
+    def from_user(self, tokens: torch.Tensor, where: str = "a sequence") -> torch.Tensor:
+        """The researcher's token rows (B, seq_len), in their ids and positions, in the study's coordinates
+        (the inverse of :meth:`to_user`); an id the task does not use is refused in one line."""
+        index = torch.full((self.vocab_size,), -1, dtype=torch.long)
+        index[self.token_ids] = torch.arange(len(self.token_ids))
+        bad = sorted({int(t) for t in tokens.flatten() if not 0 <= int(t) < self.vocab_size or index[int(t)] < 0})
+        if bad:
+            raise DeclarationError(f"{where}: token id(s) {bad[:5]} are not ids of the declared task (its numbers, "
+                                   f"variables, operator, '=' and PAD)")
+        if tokens.shape[-1] != self.seq_len:
+            raise DeclarationError(f"{where}: {tokens.shape[-1]} tokens; the declared task's sequences have "
+                                   f"{self.seq_len}")
+        return index[tokens][:, list(self.positions)]
+
     def split(self) -> Split:
         """The split the model was trained on, in the study's coordinates."""
         try:
@@ -203,13 +227,16 @@ class TaskDeclaration:
 
     def to_dict(self) -> dict[str, Any]:
         """The declaration as a file holds it (the split's keys under ``split``)."""
-        data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        data = json.loads(json.dumps(asdict(self)))  # tuples (of tuples) as lists, as a file holds them
         split = {k: data.pop(k) for k in _SPLIT_KEYS}
+        if self.heldout_pairs is not None:  # the pairs say what f and seed would: those are not the model's
+            split.pop("f"), split.pop("seed")
         if self.holds_out_nothing and self.r == TaskConfig().r:
             data["split"] = NO_SPLIT
         elif self.split_file is None:
             data["split"] = {k: v for k, v in split.items() if v is not None}
-        return {k: v for k, v in data.items() if v is not None}
+        return {k: v for k, v in data.items()  # the study's context distribution is not written out
+                if v is not None and v != [] and CONTEXT_DEFAULTS.get(k, object()) != v}
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -241,7 +268,7 @@ class TaskDeclaration:
         p = data["modulus"]
         if isinstance(data["numbers"], int) and isinstance(p, int):
             data["numbers"] = list(range(data["numbers"], data["numbers"] + p))
-        for key in ("numbers", "variables", "variable_names"):
+        for key in ("numbers", "variables", "variable_names", "number_names", "kind_weights"):
             if key in data and not isinstance(data[key], list):
                 raise DeclarationError(f"{where}: {key} must be a list"
                                        + (" (or, for numbers, the first of p consecutive ids)"
@@ -282,15 +309,33 @@ def study_declaration(task: TaskConfig | None = None) -> TaskDeclaration:
         modulus=task.modulus, numbers=tuple(range(task.modulus)),
         variables=tuple(range(task.first_var_token, task.d_vocab)), operator=task.plus_token,
         equals=task.equals_token, pad=task.pad_token, vocab_size=task.d_vocab,
-        variable_names=task.variable_names, seq_len=task.seq_len, max_assignments=task.max_assignments,
+        variable_names=task.variable_names, number_names=task.number_spelling or (),
+        operator_name=task.operator_spelling, seq_len=task.seq_len, max_assignments=task.max_assignments,
+        fewest_assignments=task.fewest_assignments, padding=task.padding, kind_weights=task.kind_weights,
         operation=task.operation, operation_table=task.operation_table, f=task.f, r=task.r, seed=task.seed,
         left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
 
 
+# the tensors the study's coordinates re-index (the rest of a state dict is the same in both)
+REINDEXED = ("embed.weight", "pos_embed.weight", "unembed.weight", "unembed.bias")
+
+
+@dataclass(frozen=True)
+class UserWeights:
+    """A researcher's TransformerLens config (:data:`TL_FIELDS`) and the tensors of :data:`REINDEXED` as they
+    were given: the study's coordinates keep only some of their rows (not an unused id's embedding, a
+    non-number output's unembedding, nor the positions past ``seq_len``), so :func:`user_coordinates` writes
+    these back where the study's coordinates hold no row."""
+
+    config: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
 def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration,
-                      source: str) -> tuple[RunConfig, dict[str, torch.Tensor]]:
+                      source: str) -> tuple[RunConfig, dict[str, torch.Tensor], UserWeights]:
     """A researcher's model (TransformerLens config and state dict) in the study's coordinates: the
-    configuration and the re-indexed weights (module doc). Refuses, in one line, what cannot map."""
+    configuration, the re-indexed weights (module doc) and what :func:`user_coordinates` needs to write
+    the model back exactly. Refuses, in one line, what cannot map."""
     d = declaration
     if cfg.get("positional_embedding_type", "standard") != "standard":
         raise ComposeLensError(f"{source}: positional_embedding_type={cfg['positional_embedding_type']!r}; "
@@ -305,6 +350,8 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
     if cfg["n_ctx"] < d.seq_len:
         raise ComposeLensError(f"{source}: n_ctx={cfg['n_ctx']} is shorter than the task's seq_len={d.seq_len}")
     state = dict(state)
+    given = UserWeights({**{k: cfg.get(k) for k in TL_FIELDS}, "positional_embedding_type": "standard"},
+                        {k: state[k] for k in REINDEXED if k in state})
     for key in ("embed.weight", "pos_embed.weight", "unembed.weight"):
         if key not in state:
             raise ComposeLensError(f"{source}: no {key} in the weights; compose-lens reads the state dict "
@@ -328,7 +375,40 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
                             trained_biases=biases, read_order=None if d.query == "prefix" else d.positions)
     except ComposeLensError as exc:
         raise ComposeLensError(f"{source}: compose-lens cannot read this architecture: {exc}") from None
-    return RunConfig(task=d.task, model=model), state
+    return RunConfig(task=d.task, model=model), state, given
+
+
+def user_coordinates(model: ModelConfig, state: dict[str, torch.Tensor], declaration: TaskDeclaration,
+                     given: UserWeights | None, source: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The inverse of :func:`study_coordinates`: a model in the study's coordinates (its config and state
+    dict) as the researcher's TransformerLens config and state dict, in their ids, positions and output
+    classes. The rows the study's coordinates hold are written where they came from; every other row (an
+    unused id, a non-number output, a position past ``seq_len``) comes from ``given``, the model as it was
+    read. Where a row has no source (``given`` is None and the declaration leaves ids, outputs or positions
+    out of the study's coordinates), refuses in one line: an export must be exact or not be."""
+    d = declaration
+    config = dict(given.config) if given is not None else {
+        **{k: getattr(model, k) for k in TL_FIELDS}, "positional_embedding_type": "standard",
+        "d_vocab": d.vocab_size, "d_vocab_out": d.d_vocab_out, "n_ctx": d.seq_len}
+    rows = {"embed.weight": (d.token_ids, config["d_vocab"], "vocabulary ids the task does not use"),
+            "pos_embed.weight": (torch.tensor(d.positions), config["n_ctx"], "positions past seq_len"),
+            "unembed.weight": (d.answer_rows, config["d_vocab_out"], "output classes that are not numbers"),
+            "unembed.bias": (d.answer_rows, config["d_vocab_out"], "output classes that are not numbers")}
+    user = dict(state)
+    for key, (index, size, what) in rows.items():
+        if key not in state:
+            continue
+        if given is not None and key in given.tensors:
+            full = given.tensors[key].detach().to(state[key].device, state[key].dtype).clone()
+        elif len(index) == size:
+            full = torch.empty((size, *state[key].shape[1:]), dtype=state[key].dtype, device=state[key].device)
+        else:
+            raise ComposeLensError(f"{source}: cannot be written in its own token ids exactly: its {what} "
+                                   f"({size - len(index)} rows of {key}) are not in the model compose-lens holds; "
+                                   f"export the model it was read from (its folder or TransformerBridge)")
+        full[index.to(full.device)] = state[key]
+        user[key] = full
+    return config, user
 
 
 def _need(condition: bool, message: str) -> None:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -68,20 +69,22 @@ from safetensors.torch import load_file, save_file
 
 from compose_lens import capabilities, safety
 from compose_lens.provenance import VERSION, code_version
-from compose_lens.config import RunConfig, TrainConfig
+from compose_lens.config import Origin, RunConfig, TrainConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
                                 write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
-from compose_lens.declaration import TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates
+from compose_lens.declaration import (TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates,
+                                      user_coordinates)
 from compose_lens.phases import measure_phases
 from compose_lens.subject import Subject
 
 PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
 TASK_FILES = ("task.json", "task.toml")  # a researcher's own TransformerLens model directory may hold its task
+TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config, under either name users save it
 METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resume.safetensors"
 CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
@@ -420,6 +423,10 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
     if not weights.is_file():
         raise ComposeLensError(f"{directory}: no {WEIGHTS_FILE} here; expected a model, run or "
                                f"checkpoint directory")
+    if not (directory / CONFIG_FILE).is_file():
+        raise ComposeLensError(f"{directory}: no {CONFIG_FILE} beside {weights.name}; give a compose-lens run's "
+                               f"{CONFIG_FILE}, or your TransformerLens config as {' or '.join(TL_CONFIG_FILES)} "
+                               f"with task.json (docs/own-model.md)")
     config = RunConfig.from_dict(load_json(directory / CONFIG_FILE))
     safety.require_memory({"the model": safety.forward_bytes(config, 1, training=False),
                            "its split": split_bytes(config.task)}, f"{weights}")
@@ -518,7 +525,9 @@ def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration |
     if path.is_dir() and is_transformerlens_dir(path):
         declaration = declaration or _task_in(path)
         state, cfg = read_transformerlens_dir(path)
-        return _subject_of(cfg, state, declaration, str(path), device, bridge, split_file)
+        weights = path / WEIGHTS_FILE
+        origin = Origin(str(weights), file_sha256(weights), json.dumps(declaration.to_dict(), sort_keys=True))
+        return _subject_of(cfg, state, declaration, str(path), device, bridge, split_file, origin)
     if declaration is not None:
         raise ComposeLensError(f"{spec}: a compose-lens model carries its own task; --task is for a "
                                f"TransformerLens model directory trained outside compose-lens")
@@ -534,37 +543,63 @@ def from_model(model: Any, declaration: TaskDeclaration, source: str = "a Transf
         raise ComposeLensError(f"{type(model).__name__}: not a TransformerLens model (no cfg / state_dict)")
     config = {name: getattr(cfg, name, None) for name in (*TL_FIELDS, "positional_embedding_type")}
     state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
-    return _subject_of(config, state, declaration, source, device, True)
+    digest = hashlib.sha256()
+    for key in sorted(state):  # the weights as they are in memory: names, shapes and float32 bytes
+        digest.update(f"{key}{tuple(state[key].shape)}".encode())
+        digest.update(state[key].contiguous().numpy().tobytes())
+    origin = Origin(f"a {type(model).__name__} object in Python ({source})", digest.hexdigest(),
+                    json.dumps(declaration.to_dict(), sort_keys=True))
+    return _subject_of(config, state, declaration, source, device, True, origin=origin)
+
+
+def transformerlens_config(path: Path) -> Path | None:
+    """The TransformerLens config of a model directory: the first of :data:`TL_CONFIG_FILES` there that holds
+    TransformerLens fields (``d_model``), not a compose-lens run's sections (task / model / train); None
+    where there is none, or no weights beside it."""
+    if not (path / WEIGHTS_FILE).is_file():
+        return None
+    for name in TL_CONFIG_FILES:
+        try:
+            data = load_json(path / name) if (path / name).is_file() else None
+        except ComposeLensError:
+            continue
+        if isinstance(data, dict) and "d_model" in data and "model" not in data:
+            return path / name
+    return None
 
 
 def is_transformerlens_dir(path: Path) -> bool:
-    """Does ``path`` hold a TransformerLens model (a config.json of TransformerLens fields), not a
-    compose-lens run (whose config.json has task / model / train sections)?"""
-    config = path / "config.json"
-    if not config.is_file() or not (path / WEIGHTS_FILE).is_file():
-        return False
-    try:
-        data = load_json(config)
-    except ComposeLensError:
-        return False
-    return isinstance(data, dict) and "d_model" in data and "model" not in data
+    """Does ``path`` hold a TransformerLens model (:func:`transformerlens_config`), not a compose-lens run?"""
+    return transformerlens_config(path) is not None
 
 
 def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The state dict and TransformerLens config of a model directory."""
-    cfg = load_json(path / "config.json")
+    config = transformerlens_config(path)
+    cfg = load_json(config)
     missing = [k for k in TL_FIELDS if k not in cfg and k != "normalization_type"]
     if missing:
-        raise ComposeLensError(f"{path}/config.json: missing TransformerLens field(s) {', '.join(missing)}")
+        raise ComposeLensError(f"{config}: missing TransformerLens field(s) {', '.join(missing)}")
     return read_safetensors(path / WEIGHTS_FILE), cfg
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _subject_of(cfg: dict[str, Any], state: dict[str, torch.Tensor], declaration: TaskDeclaration, source: str,
-                device: str, bridge: bool, split_file: str | Path | None = None) -> Subject:
-    config, state = study_coordinates(cfg, state, declaration, source)
+                device: str, bridge: bool, split_file: str | Path | None = None,
+                origin: Origin | None = None) -> Subject:
+    config, state, given = study_coordinates(cfg, state, declaration, source)
+    config = dataclasses.replace(config, origin=origin)
     model = model_of(config, state, source, bridge, device)
     split = Split.load(split_file, config.task) if split_file else declaration.split()
-    return Subject(model, config, split, source, declaration)
+    return Subject(model, config, split, source, declaration, given)
 
 
 def _declaration(task: "str | Path | TaskDeclaration | None") -> TaskDeclaration | None:
@@ -588,26 +623,38 @@ def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
     """Write ``subject`` into ``directory`` as a model plain TransformerLens loads, with no compose-lens:
     ``config.json`` (the ``TransformerBridgeConfig`` fields), ``model.safetensors`` (the bridge's state
     dict), ``task.json`` (the task's declaration, which :func:`load_subject` reads back) and
-    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written."""
-    cfg = subject.config.model
-    if cfg.read_order is not None or subject.declaration is None:
-        why = ("it reads its positions in another order (an infix model): export the original instead"
-               if cfg.read_order is not None else "its task is a variant, which has no declaration yet")
-        raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: {why}")
-    tl_config = {**{name: getattr(cfg, name) for name in TL_FIELDS}, "positional_embedding_type": "standard"}
+    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written.
+
+    The folder is the model in its own layout (:func:`compose_lens.declaration.user_coordinates`): a
+    researcher's model in their token ids, positions and output classes, every row it was read with
+    (an unused id's embedding, a non-number output's unembedding) as it was. Everything is worked out
+    before anything is written: where the export cannot be exact (no declaration, rows compose-lens
+    does not hold, a split no declaration gives), nothing is written and one line says why."""
+    if subject.declaration is None:
+        raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: its task "
+                               f"is a variant, which has no declaration yet")
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tl.parameters(subject.model).items()}
+    tl_config, user_state = user_coordinates(subject.config.model, state, subject.declaration,
+                                             subject.user_weights, subject.source)
+    declaration = _declaring(subject.declaration, subject.split, subject.source)
     directory.mkdir(parents=True, exist_ok=True)
     write_json_atomic(directory / CONFIG_FILE, tl_config)
     with atomic_path(directory / WEIGHTS_FILE) as tmp:
-        write_safetensors(state_dict(subject.model), tmp, {"format": "pt"})
-    subject.declaration.write(directory / TASK_FILES[0])
+        write_safetensors({k: v.contiguous() for k, v in user_state.items()}, tmp, {"format": "pt"})
+    declaration.write(directory / TASK_FILES[0])
     results = read_results(subject.source) if Path(subject.source).is_dir() else None
     outcome = (results or {}).get("outcome") or "not recorded (no results.json beside the weights)"
+    made = subject.config.origin
+    origin = (f"outside compose-lens, no training recipe known: `{made.weights}` (SHA-256 `{made.sha256}`)"
+              if made else "by compose-lens (`config.json` of the source holds the recipe)"
+              if (results or Path(subject.source, CONFIG_FILE).is_file()) else "not recorded")
     card = f"""# A model of the "Assign and Add" task family, exported by compose-lens {VERSION}
 
 * source: `{subject.source}`
 * task: {subject.task.operation} mod {subject.task.modulus}, {subject.task.n_vars} variables, sequences of \
 {subject.task.seq_len} tokens (`task.json`, in the model's own token ids)
 * outcome: {outcome}
+* trained: {origin}
 * code: {code_version()}
 
 Load it with TransformerLens alone:
@@ -628,6 +675,27 @@ or with compose-lens: `compose-lens evaluate THIS_FOLDER` (the task is read from
 """
     safety.write_text_atomic(directory / MODEL_CARD, card)
     return [CONFIG_FILE, WEIGHTS_FILE, TASK_FILES[0], MODEL_CARD]
+
+
+def _same_split(a: Split, b: Split) -> bool:
+    return (torch.equal(a.is_train, b.is_train) and torch.equal(a.two_var_counts, b.two_var_counts)
+            and (a.task.left_forbidden, a.task.right_forbidden) == (b.task.left_forbidden, b.task.right_forbidden))
+
+
+def _declaring(declaration: TaskDeclaration, split: Split, source: str) -> TaskDeclaration:
+    """``declaration`` as it gives ``split`` (the split the subject was read with: a ``--split`` file may
+    differ from the declared one): itself, or with the held-out pairs and forbidden slots written out;
+    refused where no declaration gives that split (its 2-var row counts are not the procedure's)."""
+    if _same_split(declaration.split(), split):
+        return dataclasses.replace(declaration, split_file=None) if declaration.split_file else declaration
+    task = split.task
+    explicit = dataclasses.replace(declaration, split_file=None, r=task.r,
+                                   heldout_pairs=tuple(map(tuple, split.heldout_pairs.tolist())),
+                                   left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
+    if _same_split(explicit.split(), split):
+        return explicit
+    raise ComposeLensError(f"{source}: cannot be exported with its split: its 2-var rows per pair are not what "
+                           f"r={task.r} gives for its held-out pairs, and task.json cannot declare them")
 
 
 def check_device(device: str) -> None:
@@ -684,6 +752,11 @@ def find_checkpoints(source: str | Path, split_file: str | Path | None = None
     run_dir = source.parent if source.name == CHECKPOINTS_DIR else source
     ckpt_dir = run_dir / CHECKPOINTS_DIR
     if not ckpt_dir.is_dir():
+        if is_transformerlens_dir(run_dir):
+            raise ComposeLensError(f"{source}: a model trained outside compose-lens holds one model, not a run's "
+                                   f"checkpoints; the analyses of a training run (dynamics, early-jump, llc) "
+                                   f"read a compose-lens run or a folder of the study's step_N.pth "
+                                   f"files (docs/own-model.md)")
         raise ComposeLensError(f"{source}: no checkpoints/ folder and no step_N.pth files here")
     found = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir()
                    if (m := _RUN_CKPT.match(p.name)) and (p / WEIGHTS_FILE).exists())

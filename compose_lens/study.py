@@ -28,7 +28,7 @@ SETTING = {"p": 59, "f": 0.7, "r": 1.0, "steps": 30_000}
 
 # The headline as the study states it, keyed by compose-lens's exhaustive accuracy names.
 CLAIMS = {
-    "zero_var_heldout": "> 98 % (generalises for f >~ 0.25; f = 0.7 here)",
+    "zero_var_heldout": "> 98 % at its f = 0.7 (generalises for f >~ 0.25)",
     "two_var_union": "> 98 %",
 }
 

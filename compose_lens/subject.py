@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.declaration import TaskDeclaration, study_declaration
+from compose_lens.declaration import TaskDeclaration, UserWeights, study_declaration
 from compose_lens.forward import Forward
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class Subject:
     split: "Split"
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
+    user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
 
     @property
     def task(self) -> TaskConfig:

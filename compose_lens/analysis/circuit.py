@@ -1,7 +1,9 @@
 """Automatic circuit discovery on the edge graph of a model, scored against a circuit we know.
 
-**The graph.** Without normalisation the residual stream is a plain sum, so every
-component reads the *sum of the outputs of every component before it*. Split that
+**The graph.** The residual stream is a plain sum, so every component reads the *sum of the
+outputs of every component before it* (through its own normalisation, where the model has one: a head's
+``ln1``, an MLP's ``ln2``, the logits' ``ln_final``; each receiver normalises its own input, so corrupting
+an edge into one receiver moves that receiver's norm only). Split that
 sum into its terms and the model is a graph (Elhage et al.; Conmy et al.'s ACDC):
 
 * **senders** write into the residual stream: ``embed`` (token + position embedding,
@@ -129,7 +131,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens import capabilities, coverage, stats
+from compose_lens import capabilities, stats
 from compose_lens.analysis import locate, metrics
 from compose_lens.evaluate import learned
 from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
@@ -215,10 +217,7 @@ def _live_positions(cfg: ModelConfig, receiver: str) -> list[int]:
 
 
 def build_graph(cfg: ModelConfig, positions: bool = False) -> Graph:
-    """The edge graph of a model without normalisation (see the module doc)."""
-    reason = coverage.circuit_problem(cfg)
-    if reason:
-        raise ComposeLensError(reason)
+    """The edge graph of a model (see the module doc)."""
     g = Graph(cfg, positions)
     g.senders.append("embed")
     g.depth["embed"] = 0
@@ -274,17 +273,34 @@ class GraphModel:
 
     def _input(self, r: str, outs: dict, masks, corrupt, active, last: bool = False) -> torch.Tensor:
         """Receiver ``r``'s input: every earlier sender's output, moved towards the corrupted one by
-        the masks. The edges of one sender (one per position) fold into one (R, n) weight.
+        the masks, through the receiver's normalisation where the model has one (:meth:`_normalised`).
+        The edges of one sender (one per position) fold into one (R, n) weight.
         ``last``: the input at the last position only, (R, 1, d)."""
         at = slice(-1, None) if last else slice(None)
         x = sum(outs[s][:, at] for s in self._before[r])
-        if masks is None:
+        if masks is not None:
+            for s, idx in self._from[r].items():
+                idx = idx if active is None else idx[active[idx]]
+                if len(idx):
+                    weight = (masks[:, idx] @ self.posmask[idx][:, at])[:, :, None]
+                    x = x + weight * (corrupt[s][:, at] - outs[s][:, at])
+        return self._normalised(r, x)
+
+    def _normalised(self, receiver: str, x: torch.Tensor) -> torch.Tensor:
+        """``x`` through the norm the receiver reads through: a head's ``ln1``, an MLP's ``ln2``, the logits'
+        ``ln_final`` (LayerNorm centres and divides by the scale, RMSNorm divides, both times the weight, plus
+        LayerNorm's bias; ``eps`` TransformerLens's 1e-5). Each receiver normalises its own input, so an edge
+        into a query moves that query's norm only, as patching that edge does."""
+        kind = self.cfg.normalization_type
+        if kind is None:
             return x
-        for s, idx in self._from[r].items():
-            idx = idx if active is None else idx[active[idx]]
-            if len(idx):
-                x = x + (masks[:, idx] @ self.posmask[idx][:, at])[:, :, None] * (corrupt[s][:, at] - outs[s][:, at])
-        return x
+        name = "ln_final" if receiver == "logits" else \
+            f"blocks.{receiver.split('.')[0][1:]}.{'ln2' if receiver.startswith('m') else 'ln1'}"
+        weight, bias = self.p.get(f"{name}.weight"), self.p.get(f"{name}.bias")
+        if kind.startswith("LN"):
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, 1e-5)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return x if weight is None else x * weight
 
     def _head(self, layer: int, h: int, q_in, k_in, v_in) -> torch.Tensor:
         """One head's output at the query positions: ``q_in`` (R, m, d) holds the last m of the

@@ -1,23 +1,31 @@
 """Direct logit attribution and the logit lens at ``=``: which component writes the answer.
 
-The models here have no normalisation, so the logits at the last position (``=``) are a sum:
+Without normalisation the logits at the last position (``=``) are a sum:
 
     logits = (E[t] + P[n-1] + sum_layers (sum_heads head_out + b_O) + sum_MLPs mlp_out) W_U + b_U
 
-and so is any *logit difference*. :func:`logit_attribution` splits the answer's margin, the
-correct answer's logit minus the mean logit over the p answers (the mean removes what every
-answer gets alike), into one term per component: the token and position embeddings, each
-attention head (its ``hook_z`` at ``=`` through its slice of ``W_O``), each layer's output bias,
-each MLP (``hook_mlp_out``) and the unembedding bias. The terms add up to the margin exactly
-(:func:`check_sums`; tested), which is what makes the attribution *direct*: a component's term is
-what it writes straight into the answer, not what it does through later layers (for that, see
-:mod:`compose_lens.analysis.patching`). In the paper model the study's story predicts that the
-layer-2 MLP writes most of the margin for every sequence kind, and the attention heads little
-directly (they move operands; the MLP adds).
+and so is any *logit difference*. With a final LayerNorm (``LN``, ``LNPre``) or RMSNorm (``RMS``,
+``RMSPre``) the residual is centred (LayerNorm), divided by its scale and multiplied by the norm's weight
+before ``W_U``, and the norm's bias added: linear in the residual once the scale is held at the value the
+model computed for that sequence (read at ``ln_final.hook_scale``; TransformerLens's ``apply_ln_to_stack``
+convention). So each component's term is its write, centred, divided by that scale and weighted
+(:func:`direct_terms`), the norm's bias is one more term, and the terms still add up to the model's own
+margin exactly. What the frozen scale leaves out: a component also changes the scale that divides every
+other component's write, an indirect effect no direct term shows.
+
+:func:`logit_attribution` splits the answer's margin, the correct answer's logit minus the mean
+logit over the p answers (the mean removes what every answer gets alike), into one term per
+component: the token and position embeddings, each attention head (its ``hook_z`` at ``=`` through
+its slice of ``W_O``), each layer's output bias, each MLP (``hook_mlp_out``) and the unembedding
+bias. The terms add up to the margin exactly (:func:`check_sums`; tested), which is what makes the
+attribution *direct*: a component's term is what it writes straight into the answer, not what it
+does through later layers (for that, see :mod:`compose_lens.analysis.patching`). In the paper model
+the study's story predicts that the layer-2 MLP writes most of the margin for every sequence kind,
+and the attention heads little directly (they move operands; the MLP adds).
 
 :func:`logit_lens` unembeds the residual stream at ``=`` after each stage (embeddings, then each
 attention and each MLP) and reports the accuracy per sequence kind: where the answer becomes
-readable.
+readable. With a final norm each partial stream goes through it with its own scale (:func:`final_norm`).
 
 Sequence kinds are read from the tokens (how many of the two operands are variables), so the
 nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
@@ -74,18 +82,10 @@ def check_memory(n: int, config: RunConfig, flag: str = "--n") -> None:
     check_sizes(config, {f"{flag} {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
-def _check_supported(config: RunConfig) -> None:
-    if config.model.normalization_type is not None:
-        raise ComposeLensError("logit attribution needs a model without normalisation (the logits are then "
-                               "a sum of component outputs); this model has "
-                               f"normalization_type={config.model.normalization_type!r}")
-
-
 def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]
                          ) -> dict[str, Float[torch.Tensor, "batch d_model"]]:
     """Each component's write into the residual stream at ``=``: {name: (B, d_model)}, in forward
     order (read by the one forward: :class:`compose_lens.forward.Forward`)."""
-    _check_supported(config)
     cfg = config.model
     heads = {block: Site(f"blocks.{block}.attn.hook_result", ANSWER) for block in range(cfg.n_layers)}
     mlps = {block: Site(f"blocks.{block}.hook_mlp_out", ANSWER) for block in cfg.mlp_blocks}
@@ -102,6 +102,50 @@ def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "ba
         if block in mlps:
             out[f"{layer_name(block)} MLP"] = found[mlps[block]]
     return out
+
+
+FINAL_NORM_BIAS = "final normalisation bias"
+
+
+def direct_terms(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]
+                 ) -> dict[str, Float[torch.Tensor, "batch d_model"]]:
+    """What each component of :func:`components_at_answer` puts into the final residual the unembedding
+    reads: its write itself without normalisation; with a final norm its write centred (LayerNorm),
+    divided by the scale the model computed at ``=`` and times the norm's weight, and the norm's bias
+    as one more term (module doc). Their sum, through ``W_U`` plus ``b_U``, is the model's logits."""
+    parts = components_at_answer(model, config, tokens)
+    kind = config.model.normalization_type
+    if kind is None:
+        return parts
+    site = Site("ln_final.hook_scale", ANSWER)
+    scale = Forward(model, config.model).read(tokens, [site], len(tokens))[site].reshape(len(tokens), 1)
+    params = tl.parameters(model)
+    weight, bias = params.get("ln_final.weight"), params.get("ln_final.bias")
+    out = {}
+    for name, value in parts.items():
+        value = value - value.mean(-1, keepdim=True) if kind.startswith("LN") else value
+        value = value / scale
+        out[name] = value * weight.detach().float().cpu() if weight is not None else value
+    if bias is not None:
+        out[FINAL_NORM_BIAS] = bias.detach().float().cpu().expand(len(tokens), -1)
+    return out
+
+
+def final_norm(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_model"]
+               ) -> Float[torch.Tensor, "batch d_model"]:
+    """``resid`` (B, d_model) through the model's final normalisation, its scale computed from ``resid``
+    itself (what the logit lens reads a partial residual stream through); ``resid`` where there is none."""
+    kind = config.model.normalization_type
+    if kind is None:
+        return resid
+    params = tl.parameters(model)
+    weight, bias = params.get("ln_final.weight"), params.get("ln_final.bias")
+    eps = getattr(getattr(model, "cfg", None), "eps", 1e-5)
+    if kind.startswith("LN"):
+        return torch.nn.functional.layer_norm(resid, resid.shape[-1:], None if weight is None else weight.detach(),
+                                              None if bias is None else bias.detach(), eps)
+    resid = resid * torch.rsqrt(resid.pow(2).mean(-1, keepdim=True) + eps)
+    return resid if weight is None else resid * weight.detach()
 
 
 def _answer_logits(model, config: RunConfig, tokens: torch.Tensor) -> torch.Tensor:
@@ -144,7 +188,7 @@ def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed
     if by not in GROUPINGS:
         raise ComposeLensError(f"by={by!r}: group the attribution by {' or '.join(GROUPINGS)}")
     tokens, labels, groups = _pooled_groups(split, n, seed)
-    parts = components_at_answer(model, config, tokens)
+    parts = direct_terms(model, config, tokens)
     params = tl.parameters(model)
     w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
     contributions = {name: _margins(value.detach(), w_u, labels) for name, value in parts.items()}
@@ -186,7 +230,7 @@ def _kind_label(kinds: torch.Tensor) -> str:
 def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"], labels: Int[torch.Tensor, "batch"]
                ) -> float:
     """Largest |sum of the components' margins - the model's own margin| over ``tokens``: ~0."""
-    parts = components_at_answer(model, config, tokens)
+    parts = direct_terms(model, config, tokens)
     params = tl.parameters(model)
     w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
     resid = sum(v.detach() for v in parts.values())
@@ -210,7 +254,7 @@ def logit_lens(model, config: RunConfig, split: Split, n: int = 600, seed: int =
         stages[stage_of(name)] = resid
     rows = []
     for i, (stage, r) in enumerate(stages.items()):
-        predicted = (r @ w_u.T + b_u).argmax(-1)
+        predicted = (final_norm(model, config, r) @ w_u.T + b_u).argmax(-1)
         for kind in (0, 1, 2):
             mask = kinds == kind
             if mask.any():

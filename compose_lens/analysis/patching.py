@@ -117,7 +117,7 @@ def _constant_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
     """0-var prompts, one constant operand shifted by a random non-zero amount mod p."""
     p, C = split.task.modulus, split.task.context_len
     clean = make_pool(split, "0var_train", n_pairs, seed).tokens
-    corrupted = clean.clone()
+    n_pairs, corrupted = len(clean), clean.clone()  # a prompt set may hold fewer of the pool
     side = torch.where(torch.rand(n_pairs, generator=g) < 0.5, C + 1, C + 2)
     shift = torch.randint(1, p, (n_pairs,), generator=g)
     rows = torch.arange(n_pairs)
@@ -130,7 +130,7 @@ def _value_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
     task = split.task
     p, C = task.modulus, task.context_len
     clean = make_pool(split, "1var_train", n_pairs, seed).tokens
-    corrupted = clean.clone()
+    n_pairs, corrupted = len(clean), clean.clone()  # a prompt set may hold fewer of the pool
     is_var = clean[:, C + 1] >= task.first_var_token
     # the number the queried variable holds (its latest, past fillers, through a chain: bindings)
     value_pos = bindings(task, clean).operand_value_positions(task, clean)
@@ -166,7 +166,7 @@ def _variable_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
             keep_corrupt.append(new)
         if len(keep_clean) == n_pairs:
             break
-    if len(keep_clean) < n_pairs:
+    if len(keep_clean) < (n_pairs if split.prompts is None else 2):  # a prompt set: the pairs it gives
         raise ComposeLensError(f"could only build {len(keep_clean)} 'variable' pairs of {n_pairs}; "
                                f"the task has too few distractors (raise max_assignments)")
     return torch.tensor(keep_clean), torch.tensor(keep_corrupt)
@@ -176,7 +176,9 @@ _PAIR_MAKERS = {"constant": _constant_pairs, "value": _value_pairs, "variable": 
 
 
 def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", seed: int = 0) -> PromptPairs:
-    """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions."""
+    """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions; where the
+    split carries a prompt set (:mod:`compose_lens.data.prompts`), the clean prompts are its sequences of the
+    pool, as many as it holds (at most ``n_pairs``)."""
     if corruption not in CORRUPTIONS:
         raise ComposeLensError(f"corruption {corruption!r}: use one of {', '.join(CORRUPTIONS)}")
     if n_pairs < 2:

@@ -224,6 +224,9 @@ def layout_of(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -
     and router (``missing`` says which role no component plays). Remembered per model weights and seed
     (the command and its report ask twice)."""
     check_layout(config)
+    undecidable = coverage.same_mlp_inconclusive(config.model)  # normalisation: no test applies
+    if undecidable:
+        return Layout(None, (), ROUTER_ISOLATION, "not located: the tests do not apply", undecidable)
     if capabilities.is_paper_architecture(config.model):
         return PAPER_LAYOUT
     params = tl.parameters(model)

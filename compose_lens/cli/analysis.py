@@ -76,7 +76,8 @@ def print_findings(summary: dict) -> None:
     print_table(rows, ["finding", "value", "circuit predicts", "verdict"])
     verdict = same_mlp_verdict(summary.get("same_mlp"))
     if verdict:
-        print(f"same MLP for constants and variables: {verdict}")
+        reason = (summary.get("same_mlp") or {}).get("verdict_reason") if verdict == "inconclusive" else None
+        print(f"same MLP for constants and variables: {verdict}" + (f" ({reason})" if reason else ""))
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:

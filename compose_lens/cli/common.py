@@ -56,21 +56,40 @@ def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) 
                         "--set seq_len=32 (docs/variants.md)")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The MODEL positional argument, --split and --task, as every analysis command takes them."""
+def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
+    """The MODEL positional argument, --split and --task, as every analysis command takes them, and (where the
+    command reads sequences, ``prompts``) --prompts."""
     parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the "
                                       "directory of your own TransformerLens model (config.json + model.safetensors)")
     parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
     parser.add_argument("--task", metavar="FILE",
                         help="your own model's task declaration, JSON or TOML (default: task.json beside "
                              "its weights; docs/own-model.md)")
+    if prompts:
+        add_prompts_argument(parser)
+
+
+def add_prompts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", metavar="FILE",
+                        help="your own prompt set, CSV or JSONL (columns sequence, answer): the pools are its "
+                             "sequences instead of the declared distribution's (docs/own-model.md)")
 
 
 def subject_of(args: argparse.Namespace, device: str = "cpu", bridge: bool = True):
-    """The :class:`~compose_lens.subject.Subject` that MODEL, --task and --split name."""
+    """The :class:`~compose_lens.subject.Subject` that MODEL, --task, --split and --prompts name."""
     from compose_lens.runs import load_subject  # lazy: torch
 
-    return load_subject(args.model, getattr(args, "task", None), args.split, device=device, bridge=bridge)
+    subject = load_subject(args.model, getattr(args, "task", None), args.split, device=device, bridge=bridge)
+    return prompted(subject, getattr(args, "prompts", None))
+
+
+def prompted(subject, prompts: str | None):
+    """``subject`` with the pools of a ``--prompts`` file (none: as it is)."""
+    if not prompts:
+        return subject
+    from compose_lens.data.prompts import with_prompts  # lazy: torch
+
+    return with_prompts(subject, prompts)
 
 
 def refuse_uncovered(command: str, spec: str) -> None:

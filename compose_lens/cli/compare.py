@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_overwrite, add_quiet_argument, print_table, progress_bar, seed
+from compose_lens.cli.common import (add_overwrite, add_prompts_argument, add_quiet_argument, print_table, progress_bar,
+                                     prompted, seed)
 from compose_lens.errors import ComposeLensError
 
 DEFAULT_POOL_SIZE = 2000  # compose_lens.compare.POOL_SIZE, repeated here so --help imports no torch
@@ -35,6 +36,7 @@ def register(sub) -> None:
     p.add_argument("--task", metavar="FILE",
                    help="the task declaration of A and/or B where it is your own TransformerLens model "
                         "directory without a task.json (docs/own-model.md)")
+    add_prompts_argument(p)
     add_overwrite(p)
     add_quiet_argument(p)
     p.set_defaults(func=_cmd_compare)
@@ -69,7 +71,7 @@ def _subjects(args: argparse.Namespace) -> list:
     if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
         raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
                                f"directory; a compose-lens model carries its own task")
-    return subjects((args.a, args.b), args.task)
+    return [prompted(subject, args.prompts) for subject in subjects((args.a, args.b), args.task)]
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

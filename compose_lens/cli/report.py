@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import refuse_uncovered
+from compose_lens.cli.common import add_prompts_argument, prompted, refuse_uncovered
 from compose_lens.errors import ComposeLensError
 
 
@@ -23,8 +23,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")
     compared = {}
     if is_run_source(run_dir):
-        if args.task:
-            raise ComposeLensError(f"{run_dir}: a compose-lens run carries its own task; --task is for your own model")
+        if args.task or args.prompts:
+            raise ComposeLensError(f"{run_dir}: a run's report reads its own task and pools; --task and --prompts "
+                                   f"are for one model (report MODEL --out FILE.html)")
         check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
         if args.compare:
             from compose_lens.runs import final_model
@@ -36,7 +37,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if args.out is None:
             raise ComposeLensError(f"{args.run_dir}: one model has no run directory to write into; give --out FILE.html")
         check_file_output(args.out, args.overwrite, "compose-lens")
-        subject = load_subject(args.run_dir, args.task, args.split)
+        subject = prompted(load_subject(args.run_dir, args.task, args.split), args.prompts)
         compared = _compared_with(subject, args) if args.compare else {}
         path, problems = build_model_report(subject, args.out, args.example or None, **compared)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
@@ -70,6 +71,7 @@ def _register_report(sub) -> None:
     p.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html; required for one model)")
     p.add_argument("--split", help="split file (default: the run's split.json)")
     p.add_argument("--task", metavar="FILE", help="your own model's task declaration (docs/own-model.md)")
+    add_prompts_argument(p)
     p.add_argument("--example", action="append", help="example sequence for the attention views (repeatable)")
     p.add_argument("--compare", metavar="OTHER",
                    help="add a section comparing this model (A) with OTHER (B: paper, a checkpoint, a run, a .pth, "

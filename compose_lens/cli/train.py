@@ -100,6 +100,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         absent = absent_pools(loaded.split)  # a split that holds nothing out: pools with nothing to draw
         if absent:
             result["absent_pools"] = absent
+        if loaded.split.prompts is not None:
+            bar.set_postfix_str("the declared distribution")
+            result["prompts"], result["declared"] = _side_by_side(loaded, args.pool_size, args.seed)
         if args.exhaustive:
             bar.set_postfix_str("the exhaustive sets")
             for name, r in exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed).items():
@@ -117,8 +120,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"model: {loaded.source}")
     print(knows.line())
     print("accuracy [95 % Wilson interval] (correct/sequences):")
+    if "prompts" in result:
+        _print_side_by_side(result)
+        intervals = {}
     for name, r in intervals.items():
         print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})")
+    if "prompts" in result and "zero_var_heldout" in result:
+        print("  the exhaustive sets, every sequence of the declared task:")
     for name in ("zero_var_heldout", "two_var_union"):
         if name in result:
             r = result[name]
@@ -126,6 +134,50 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for name, why in {**result.get("absent_pools", {}), **result.get("absent_exhaustive", {})}.items():
         print(f"  {name:24s} absent: {why}")
     return 0
+
+
+def _side_by_side(loaded, pool_size: int, seed: int) -> tuple[dict, dict]:
+    """With ``--prompts``: the file's sequences as a whole (and how many fall outside the pools), and the
+    declared distribution beside them: its nine pools and a sample of its training distribution (the declared
+    context and mix of kinds, :class:`~compose_lens.data.sampler.TrainingSampler`), ``pool_size`` each."""
+    import dataclasses
+
+    import torch
+
+    from compose_lens.data import streams
+    from compose_lens.data.prompts import OUTSIDE
+    from compose_lens.data.sampler import Batch, TrainingSampler, make_pools
+    from compose_lens.evaluate import pool_accuracies
+    from compose_lens.stats import rate_record
+
+    prompts, declared = loaded.split.prompts, dataclasses.replace(loaded.split, prompts=None)
+    g = streams.derived_generator(seed, streams.DECLARED_SAMPLE)
+    sets = {**make_pools(declared, pool_size, seed),
+            "training distribution": TrainingSampler(declared, 1, seed).sample(pool_size, g),
+            "your prompts, all": Batch(prompts.tokens, prompts.labels, prompts.rows)}
+    accuracy = pool_accuracies(loaded.model, loaded.config, sets)
+    records = {name: rate_record(round(accuracy[name] * len(batch)), len(batch)) for name, batch in sets.items()}
+    mine = {"file": prompts.source, "all": records.pop("your prompts, all"),
+            "outside_pools": prompts.pools.count(OUTSIDE)}
+    return mine, {"pools": records}
+
+
+def _print_side_by_side(result: dict) -> None:
+    def shown(r: dict | None) -> str:
+        if r is None:
+            return "absent"
+        return f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})"
+
+    mine, declared = result["prompts"], result["declared"]["pools"]
+    print(f"  {'pool':24s} {'your prompts (' + mine['file'] + ')':38s} declared distribution")
+    for name in dict.fromkeys([*declared, *result["pool_intervals"]]):
+        if name != "training distribution":
+            print(f"  {name:24s} {shown(result['pool_intervals'].get(name)):38s} {shown(declared.get(name))}")
+    print(f"  {'all sequences':24s} {shown(mine['all']):38s} {shown(declared['training distribution'])} "
+          f"(a sample of the declared training distribution)")
+    if mine["outside_pools"]:
+        print(f"  {mine['outside_pools']} of your sequences are in no pool (a held-out pair with a variable in a "
+              f"forbidden slot); 'all sequences' counts them")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -166,7 +218,7 @@ def register(sub) -> None:
     ev.set_defaults(func=_cmd_evaluate)
     export = sub.add_parser("export", help="write a model as a folder plain TransformerLens loads (weights, "
                                            "config, task, model card)")
-    add_model_arguments(export)
+    add_model_arguments(export, prompts=False)
     export.add_argument("out", help="the folder to write")
     export.add_argument("--overwrite", action="store_true", help="replace a folder an earlier export wrote")
     export.set_defaults(func=_cmd_export)

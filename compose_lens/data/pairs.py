@@ -56,7 +56,7 @@ import torch
 from compose_lens.config import TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import missing_columns
-from compose_lens.data.task import SequenceError, decode, parse_sequence
+from compose_lens.data.task import SequenceError, decode, parse_sequence, token_id
 
 USER = "user"  # the corruption label of pairs a user brought: what they change is theirs to say
 COLUMNS = ("clean", "corrupted")
@@ -86,14 +86,18 @@ class PromptPairs:
 _MAX_DIGITS = 18  # more digits than any token id or residue has: said, never converted
 
 
-def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
-    """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError."""
+def parse_tokens(task: TaskConfig, sequence: Any, declaration: Any = None) -> list[int]:
+    """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError.
+    ``declaration`` (a :class:`~compose_lens.declaration.TaskDeclaration`): token ids and the token form
+    are the researcher's, in their ids and position order (an infix query's ``x op y =``), mapped onto the
+    study's coordinates; the short form ``b=7, b+23=?`` is the same in both."""
     if isinstance(sequence, torch.Tensor):
         sequence = sequence.tolist()
+    ids = None  # token ids as written (the researcher's, where there is a declaration)
     if isinstance(sequence, (list, tuple)):
         if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in sequence):
             raise SequenceError("a list of tokens must hold integers only")
-        tokens = [int(t) for t in sequence]
+        ids = [int(t) for t in sequence]
     elif isinstance(sequence, str):
         text = sequence.strip()
         if _INTEGERS.fullmatch(text):  # token ids: the token form always has '+' and '='
@@ -101,11 +105,22 @@ def parse_tokens(task: TaskConfig, sequence: Any) -> list[int]:
             long = next((w for w in words if len(w.lstrip("-")) > _MAX_DIGITS), None)
             if long is not None:  # never converted: Python refuses ints of over 4,300 digits
                 raise SequenceError(f"the token id {long[:12]}... ({len(long)} digits) is not in the vocabulary")
-            tokens = [int(word) for word in words]
+            ids = [int(word) for word in words]
+        elif declaration is not None and "," not in text and "?" not in text:  # the token form, in their order
+            tokens = [token_id(task, word) for word in text.split()]
+            if len(tokens) != task.seq_len:
+                raise SequenceError(f"a sequence has exactly {task.seq_len} tokens, got {len(tokens)}")
+            return parse_tokens(task, [tokens[i] for i in declaration.positions])
         else:
             return parse_sequence(task, text)
     else:
         raise SequenceError(f"a sequence is a string or a list of tokens, got {type(sequence).__name__}")
+    tokens = ids
+    if declaration is not None:
+        try:
+            tokens = declaration.from_user(torch.tensor([ids]), "the sequence")[0].tolist()
+        except ComposeLensError as exc:
+            raise SequenceError(str(exc).removeprefix("the sequence: ")) from None
     decode(task, tokens)  # length, vocabulary, grammar
     return tokens
 
@@ -124,9 +139,10 @@ def _answer(value: Any) -> int:
 
 
 def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], corruption: str = USER,
-                       what: str = "pairs") -> PromptPairs:
+                       what: str = "pairs", declaration: Any = None) -> PromptPairs:
     """PromptPairs from ``(where, record)`` items, ``where`` naming the record in an error
-    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc)."""
+    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc); token ids
+    and the token form in the ``declaration``'s coordinates where one is given (:func:`parse_tokens`)."""
     clean, corrupted, clean_labels, corrupted_labels = [], [], [], []
     for where, record in records:
         tokens, labels = {}, {}
@@ -135,7 +151,7 @@ def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], co
             if value is None or (isinstance(value, float) and value != value):  # missing / NaN cell
                 raise ComposeLensError(f"{where}: the {column} sequence is empty; write one like 'b=7, b+23=?'")
             try:
-                tokens[column] = parse_tokens(task, value)
+                tokens[column] = parse_tokens(task, value, declaration)
             except SequenceError as exc:
                 raise ComposeLensError(f"{where}: the {column} sequence {str(value)[:60]!r}: {exc}") from None
             labels[column] = decode(task, tokens[column]).label
@@ -209,7 +225,7 @@ def _jsonl_records(path: Path, lines: list[str]):
 FORMATS = {".csv": _csv_records, ".jsonl": _jsonl_records, ".ndjson": _jsonl_records}
 
 
-def read_pairs(task: TaskConfig, path: str | Path) -> PromptPairs:
+def read_pairs(task: TaskConfig, path: str | Path, declaration: Any = None) -> PromptPairs:
     """The prompt pairs of a CSV or JSONL file (module doc); any problem is one ComposeLensError line."""
     path = Path(path)
     reader = FORMATS.get(path.suffix.lower())
@@ -225,21 +241,21 @@ def read_pairs(task: TaskConfig, path: str | Path) -> PromptPairs:
         raise ComposeLensError(f"pairs file {path}: not UTF-8 text; save it as a UTF-8 CSV or JSONL") from None
     except OSError as exc:
         raise ComposeLensError(f"pairs file {path}: cannot be read ({exc.strerror})") from None
-    return pairs_from_records(task, reader(path, text.splitlines()), USER, f"pairs file {path}")
+    return pairs_from_records(task, reader(path, text.splitlines()), USER, f"pairs file {path}", declaration)
 
 
-def as_prompt_pairs(task: TaskConfig, pairs: Any) -> PromptPairs:
+def as_prompt_pairs(task: TaskConfig, pairs: Any, declaration: Any = None) -> PromptPairs:
     """PromptPairs from what a user hands an analysis: PromptPairs (kept), a path to a pairs file,
     a DataFrame with ``clean`` / ``corrupted`` (and optional answer) columns, or a list of
     ``(clean, corrupted)`` pairs of token tensors, token lists or readable strings."""
     if isinstance(pairs, PromptPairs):
         return pairs
     if isinstance(pairs, (str, Path)):
-        return read_pairs(task, pairs)
+        return read_pairs(task, pairs, declaration)
     if hasattr(pairs, "columns") and hasattr(pairs, "to_dict"):  # a pandas DataFrame
         _check_columns("pairs", [str(c) for c in pairs.columns])
         return pairs_from_records(task, ((f"pairs row {i}", record) for i, record
-                                         in enumerate(pairs.to_dict("records"))))
+                                         in enumerate(pairs.to_dict("records"))), declaration=declaration)
     try:
         items = list(pairs)
     except TypeError:
@@ -248,4 +264,5 @@ def as_prompt_pairs(task: TaskConfig, pairs: Any) -> PromptPairs:
     for i, item in enumerate(items):
         if isinstance(item, str) or not hasattr(item, "__len__") or len(item) != 2:
             raise ComposeLensError(f"pairs item {i}: give a (clean, corrupted) pair of sequences")
-    return pairs_from_records(task, ((f"pairs item {i}", dict(zip(COLUMNS, item))) for i, item in enumerate(items)))
+    return pairs_from_records(task, ((f"pairs item {i}", dict(zip(COLUMNS, item))) for i, item in enumerate(items)),
+                              declaration=declaration)

@@ -89,9 +89,10 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
     ar = torch.arange(N)
 
     # 1. how many assignments
-    n = torch.randint(1, M + 1, (N,), generator=generator)
+    n = torch.randint(task.fewest_assignments, M + 1, (N,), generator=generator)
     if two_var_n == "uniform":
-        n = torch.where(has_v & has_w, torch.randint(2, M + 1, (N,), generator=generator), n)
+        n = torch.where(has_v & has_w, torch.randint(max(2, task.fewest_assignments), M + 1, (N,),
+                                                     generator=generator), n)
     else:
         n = torch.where(has_v & has_w, n.clamp(min=2), n)
 
@@ -111,11 +112,13 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
     slot_vars = chosen.gather(1, order)
     slot_values = values.gather(1, order)
 
-    # 4. scatter the PADs over the n + 1 gaps
+    # 4. scatter the PADs over the n + 1 gaps (or, as a task may declare, all before or all after)
     max_pads = C - 2
     gaps = (torch.rand(N, max_pads, generator=generator) * (n + 1).unsqueeze(1)).long()
     real_pad = torch.arange(max_pads).unsqueeze(0) < (C - 2 * n).unsqueeze(1)
     pads_before = ((gaps.unsqueeze(2) <= slot.unsqueeze(0)) & real_pad.unsqueeze(2)).sum(1)
+    if task.padding != "scattered":
+        pads_before = (C - 2 * n).unsqueeze(1).expand(N, M) * (task.padding == "left")
     var_pos = (2 * slot + pads_before).masked_fill(slot >= n.unsqueeze(1), C)  # C: a dummy column
     context = torch.full((N, C + 2), task.pad_token, dtype=torch.long)
     context.scatter_(1, var_pos, slot_vars + task.first_var_token)
@@ -165,8 +168,26 @@ class TrainingSampler:
 
     def render_block(self, index: int) -> Batch:
         g = streams.derived_generator(self.seed, streams.TRAIN_BATCHES, index)
-        picks = torch.randint(0, len(self.rows), (self.block_steps * self.batch_size,), generator=g)
-        return render(self.split, self.rows[picks], g)
+        return render(self.split, self.rows[self._picks(self.block_steps * self.batch_size, g)], g)
+
+    def _picks(self, n: int, g: torch.Generator) -> torch.Tensor:
+        """``n`` row indices: uniform over the row table (the study), or, where the task declares
+        ``kind_weights``, a kind drawn by its share and then a row of that kind uniformly."""
+        weights = self.split.task.kind_weights
+        if weights is None:
+            return torch.randint(0, len(self.rows), (n,), generator=g)
+        kinds = _row_kinds(self.rows)
+        present = torch.tensor([float(w) if (kinds == k).any() else 0.0 for k, w in enumerate(weights)])
+        if present.sum() == 0:
+            raise ConfigError(f"kind_weights={list(weights)}: the training rows hold no sequence of a kind "
+                              f"with a share")
+        chosen = torch.multinomial(present, n, replacement=True, generator=g)
+        picks = torch.empty(n, dtype=torch.long)
+        for kind in range(3):
+            where, rows = chosen == kind, (kinds == kind).nonzero().flatten()
+            if where.any():
+                picks[where] = rows[torch.randint(0, len(rows), (int(where.sum()),), generator=g)]
+        return picks
 
     def batch(self, step: int) -> Batch:
         index, offset = divmod(step, self.block_steps)
@@ -177,9 +198,14 @@ class TrainingSampler:
         return self._block[start: start + self.batch_size]
 
     def sample(self, n: int, generator: torch.Generator) -> Batch:
-        """n training sequences from an explicit generator (for inspection and tests)."""
-        picks = torch.randint(0, len(self.rows), (n,), generator=generator)
-        return render(self.split, self.rows[picks], generator)
+        """n training sequences from an explicit generator (for inspection, the declared distribution's
+        evaluation and tests)."""
+        return render(self.split, self.rows[self._picks(n, generator)], generator)
+
+
+def _row_kinds(rows: torch.Tensor) -> torch.Tensor:
+    """(N,) 0, 1 or 2: the variable operands of each row (a 2-var row's are ANY_PAIR, negative too)."""
+    return (rows[:, 2] != CONSTANT).long() + (rows[:, 3] != CONSTANT).long()
 
 
 # -- evaluation pools (SPEC section 3) ---------------------------------------------------
@@ -274,8 +300,8 @@ def pool_names(task) -> tuple[str, ...]:
 def absent_pools(split: Split) -> dict[str, str]:
     """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a
     held-out pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a
-    model trained on every pair and slot, a declaration's ``"split": "none"``). The study's split
-    has none absent."""
+    model trained on every pair and slot, a declaration's ``"split": "none"``), and with a prompt set
+    (``split.prompts``) a pool it has no sequence of. The study's split has none absent."""
     task, absent = split.task, {}
     for pool in pools_of(task):
         if pool.pairs == "heldout" and not len(split.heldout_pairs):
@@ -284,6 +310,8 @@ def absent_pools(split: Split) -> dict[str, str]:
                                      in pool.kinds else task.left_forbidden + task.right_forbidden):
             absent[pool.name] = ("no variable is forbidden in an operand slot" if pool.forbidden == 1 else
                                  "no pair of variables has both in forbidden operand slots")
+        elif split.prompts is not None and pool.name not in split.prompts.pools:
+            absent[pool.name] = f"the prompt set {split.prompts.source} has no sequence of this pool"
     return absent
 
 
@@ -308,6 +336,9 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     A variant task's own pools (:mod:`compose_lens.data.variants`) draw from the stream of
     their position in :func:`pool_names` (``reassign_first`` from ``reassign_latest``'s:
     the same sequences, scored against the first values).
+
+    A split that carries a researcher's prompt set (``split.prompts``, :mod:`compose_lens.data.prompts`)
+    gives that set's sequences of the pool instead: all of them, or a seeded sample of ``size``.
     """
     pools = pools_of(split.task)
     pool = find_pool(pools, name)
@@ -317,6 +348,10 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
                           f"{', '.join(present_pools(split))}")
     index = [p.name for p in pools].index(pool.stream_of)
     g = streams.derived_generator(seed, streams.POOLS, index)
+    if split.prompts is not None:  # a researcher's own sequences: up to ``size`` of this pool's, a seeded sample
+        chosen = split.prompts.of_pool(pool.name)
+        chosen = chosen[torch.randperm(len(chosen), generator=g)[:size].sort().values] if len(chosen) > size else chosen
+        return Batch(split.prompts.tokens[chosen], split.prompts.labels[chosen], split.prompts.rows[chosen])
     if pool.name not in POOL_NAMES:
         return _variant_pool(split, pool, size, g)
     return render(split, _pool_rows(split, pool, size, g), g, pool.two_var_n)
@@ -346,12 +381,22 @@ def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Ba
 EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2var_var_restricted_2")
 
 
+def example_pools(split: Split) -> tuple[str, ...]:
+    """The pools :func:`example_sequences` draws from: each of :data:`EXAMPLE_POOLS` the split has, and where it
+    lacks one (a split that holds nothing out) the training pool of the same kind in its place, so every kind
+    of sequence (0-, 1- and 2-var) has its example."""
+    absent, chosen = absent_pools(split), []
+    for name in EXAMPLE_POOLS:
+        kind = name[:4]  # 0var, 1var, 2var
+        chosen.append(name if name not in absent else f"{kind}_train")
+    return tuple(dict.fromkeys(chosen))
+
+
 def example_sequences(split: Split, seed: int = 0) -> list[str]:
-    """One readable sequence from each of :data:`EXAMPLE_POOLS` the split has (a split that holds
-    nothing out has no held-out or forbidden-slot pool): the report's attention views and early jump,
-    and the figure scripts' default."""
+    """One readable sequence from each of :func:`example_pools`: the report's attention views and early jump,
+    the ``attention`` command's default, and the figure scripts'."""
     out = []
-    for pool in present_pools(split, EXAMPLE_POOLS):
+    for pool in example_pools(split):
         batch = make_pool(split, pool, size=1, seed=seed)
         out.append(to_text(split.task, batch.tokens[0].tolist()))
     return out

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -98,6 +99,8 @@ class Split:
     train_pairs: torch.Tensor
     heldout_pairs: torch.Tensor
     two_var_counts: torch.Tensor
+    # a researcher's own prompt set (compose_lens.data.prompts.PromptSet): the pools are its sequences
+    prompts: Any = field(default=None, compare=False)
 
     @classmethod
     def from_task(cls, task: TaskConfig) -> "Split":
@@ -215,7 +218,7 @@ def _task_of_file(data: dict, task: TaskConfig | None) -> TaskConfig:
         changes["r"] = task.r
     file_task = task.replace(**changes)
     if list(file_task.variable_names) != variables:
-        raise ConfigError(f"variables {variables} are not a..{file_task.variable_names[-1]}")
+        raise ConfigError(f"variables {variables} are not the task's {', '.join(file_task.variable_names)}")
     return file_task
 
 

@@ -19,6 +19,7 @@ name                     id    consumer (``index`` in brackets)
 ``EXHAUSTIVE``           4     ``make_exhaustive`` (position in ``EXHAUSTIVE_NAMES``)
 ``FORBIDDEN_SLOTS``      7     ``analysis.dynamics.forbidden_slot_batches`` (slot)
 ``DATA_SAMPLE``          9     ``compose-lens data sample --split train``
+``DECLARED_SAMPLE``      10    ``evaluate --prompts``: the declared training distribution's sample
 ``PROBE_TEST_SPLIT``     21    ``analysis.probes.fit_linear_probe``: held-out sequences
 ``OPERAND_GRID``         22    ``analysis.fourier`` grids (kind; 10 + kind for contexts)
 ``PATCH_PAIRS``          40    ``analysis.patching.make_prompt_pairs`` (corruption)
@@ -49,6 +50,7 @@ POOLS = 3
 EXHAUSTIVE = 4
 FORBIDDEN_SLOTS = 7
 DATA_SAMPLE = 9
+DECLARED_SAMPLE = 10
 PROBE_TEST_SPLIT = 21
 OPERAND_GRID = 22
 PATCH_PAIRS = 40
@@ -62,6 +64,7 @@ PROBE_POOL_SEED_OFFSET = 7919
 STREAMS = {
     "TRAIN_BATCHES": TRAIN_BATCHES, "POOLS": POOLS,
     "EXHAUSTIVE": EXHAUSTIVE, "FORBIDDEN_SLOTS": FORBIDDEN_SLOTS, "DATA_SAMPLE": DATA_SAMPLE,
+    "DECLARED_SAMPLE": DECLARED_SAMPLE,
     "PROBE_TEST_SPLIT": PROBE_TEST_SPLIT, "OPERAND_GRID": OPERAND_GRID, "PATCH_PAIRS": PATCH_PAIRS,
     "ABLATION_REFERENCE": ABLATION_REFERENCE, "ABLATION_RESAMPLE": ABLATION_RESAMPLE, "SAME_MLP": SAME_MLP,
     "SAME_MLP_TESTS": SAME_MLP_TESTS,

@@ -140,7 +140,7 @@ def token_name(task: TaskConfig, token: int) -> str:
     """The word for one token: ``'17'``, ``'+'``, ``'='``, ``'PAD'``, a filler word or a variable letter."""
     token = int(token)
     if 0 <= token < task.modulus:
-        return str(token)
+        return task.number_words[token]
     if token == task.plus_token:
         return task.sign
     if token == task.equals_token:
@@ -166,7 +166,10 @@ def token_id(task: TaskConfig, word: str) -> int:
         return task.first_var_token + task.var_index(word)
     if word in task.noise_words:
         return task.first_noise_token + task.noise_words.index(word)
-    if re.fullmatch(r"\d+", word):
+    if task.number_spelling is not None:
+        if word in task.number_spelling:
+            return task.number_spelling.index(word)
+    elif re.fullmatch(r"\d+", word):
         if len(word.lstrip("0")) > len(str(task.modulus)):  # never int(): Python refuses 4,300+ digits
             raise SequenceError(f"value {word[:12]}... ({len(word)} digits) is out of range: numbers are "
                                 f"0..{task.modulus - 1}")
@@ -176,7 +179,7 @@ def token_id(task: TaskConfig, word: str) -> int:
         return value
     fillers = f", filler words {', '.join(task.noise_words)}" if task.noise_words else ""
     raise SequenceError(
-        f"unknown word {word!r}: use numbers 0..{task.modulus - 1}, variables "
+        f"unknown word {word!r}: use numbers {task.number_words[0]}..{task.number_words[-1]}, variables "
         f"{task.variable_names[0]}..{task.variable_names[-1]}{fillers}, '{task.sign}', '=' or 'PAD'"
     )
 
@@ -335,12 +338,19 @@ def to_text(task: TaskConfig, tokens: Sequence[int]) -> str:
         if item.filler is not None:
             pending.append(item.filler)
             continue
-        core = " ".join([item.name, *item.inner, str(item.value)]) if item.inner else f"{item.name}={item.value}"
+        value = _word(task, item.value)
+        core = " ".join([item.name, *item.inner, value]) if item.inner else f"{item.name}={value}"
         parts.append(" ".join([*pending, core]))
         pending = []
     if pending:  # fillers after the last assignment
         parts.append(" ".join(pending))
-    return ", ".join(parts + [f"{d.lhs}{task.sign}{d.rhs}=?"])
+    sign = task.sign if not re.fullmatch(r"\w+", task.sign) else f" {task.sign} "  # a word: 'p minus 3=?'
+    return ", ".join(parts + [f"{_word(task, d.lhs)}{sign}{_word(task, d.rhs)}=?"])
+
+
+def _word(task: TaskConfig, value: int | str) -> str:
+    """An operand or a value as the readable forms spell it: a number's word, a variable's name."""
+    return task.number_words[value] if isinstance(value, int) else value
 
 
 def _short_query(task: TaskConfig) -> re.Pattern:
@@ -417,4 +427,5 @@ def _parse_short(task: TaskConfig, text: str) -> list[int]:
             f"(at most {task.context_len // 2})")
     padding = [task.pad_token] * (task.context_len - len(context))
     lhs, rhs = m.groups()
-    return padding + context + [task.plus_token, token_id(task, lhs), token_id(task, rhs), task.equals_token]
+    context = context + padding if task.padding == "right" else padding + context  # as the task pads
+    return context + [task.plus_token, token_id(task, lhs), token_id(task, rhs), task.equals_token]

@@ -17,9 +17,11 @@ the patterns, the model's answer, the label and the cells the study's circuit pr
   (:func:`compose_lens.analysis.attention.pattern_table`).
 
 Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
-means one example from each pool the split has (:func:`compose_lens.data.sampler.example_sequences`,
-as the report shows). A sequence the model's task cannot parse, or more than 100, is refused in one
-line before any work: the count by ``validate``, the parse by ``guard`` (which sees the task).
+means one example from each of four pools (:func:`compose_lens.data.sampler.example_pools`: held-out
+constants, a 1-var training sequence, held-out 2-var, both variables in forbidden slots; a training
+pool of the same kind where the split lacks one), as the report shows. A sequence the model's task
+cannot parse, or more than 100, is refused in one line before any work: the count by ``validate``,
+the parse by ``guard`` (which sees the task).
 """
 
 from __future__ import annotations
@@ -92,5 +94,6 @@ ATTENTION = Analysis(
     documents=("attention",), command="attention",
     help="attention views of readable sequences (offline HTML + a heatmap each)",
     options=(Option("sequences", "sequences", "readable sequences, e.g. 'b=7, e=5, b+23=?' (none: one example "
-                    "from each pool)", many=True, positional=True),),
+                    "from each of four pools: held-out constants, 1-var training, held-out 2-var, 2-var in forbidden "
+                    "slots; where the split has none of one, its training pool)", many=True, positional=True),),
     validate=_check_count, guard=_check_parse, describe=_lines, exports=("sequence_views",))

@@ -29,7 +29,7 @@ def _circuit(ctx: Context, settings: dict) -> Result:
     if pairs is not None:  # read here: the summary counts the file's pairs
         from compose_lens.data.pairs import as_prompt_pairs
 
-        pairs = as_prompt_pairs(ctx.split.task, pairs)
+        pairs = as_prompt_pairs(ctx.split.task, pairs, ctx.loaded.declaration)  # your ids, where they are ids
     found = discover(ctx.model, ctx.config, ctx.split, s["method"], s["n_pairs"], ctx.seed, kind, s["positions"],
                      s["target"], s["threshold"], pairs=pairs, metric=s["metric"])
     recovered = found.pools["recovered"].min() if "recovered" in found.pools else None  # no pool has two answers
@@ -112,19 +112,12 @@ def circuit_memory(settings: dict, config) -> None:
     check_sizes(config, {f"--n-pairs {n}": (n, 5, kept)})
 
 
-def _circuit_applies(config) -> bool:
-    from compose_lens.coverage import circuit_problem
-
-    return circuit_problem(config.model) is None
-
-
 CIRCUIT = Analysis(
     name="circuit", title="Circuit discovery (EAP-IG) against the known circuit", compute=_circuit,
     settings={"method": "eap-ig", "n_pairs": 300, "pairs": "resample", "metric": "logit_diff", "positions": False,
               "target": 0.95, "threshold": 0.01},
     module="compose_lens.analysis.circuit", tables=("circuit", "circuit_pools"), documents=("circuit",),
     causal=True, section=_circuit_section, anchor="circuit-discovery", report_after="same-mlp",
-    applies=_circuit_applies,
     command="circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)",
     options=(Option("--method", "method", "how edges are scored", choices=CIRCUIT_METHODS),
              Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=6),

@@ -34,8 +34,12 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
     kinds = table.drop_duplicates("kind")
     largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
     rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]
+    norm = inp.config.model.normalization_type
+    why = ("since the model has no normalisation" if norm is None else
+           f"with its final {norm} normalisation's scale held at the value the model computed for each sequence "
+           f"(a component's effect on that scale, and so on the others' terms, is not a direct term)")
     return ("<p>The answer's margin at <code>=</code> (its logit minus the mean logit) is a sum of one term per "
-            "component, since the model has no normalisation; each bar is a component's share of it (values "
+            f"component, {why}; each bar is a component's share of it (values "
             "of at least 0.05 printed). The logit lens reads the residual stream through the unembedding "
             f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
             + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",

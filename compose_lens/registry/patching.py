@@ -14,11 +14,21 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
+def _read_pairs(ctx: Context, settings: dict) -> dict:
+    """``settings`` with a pairs file read here, in the subject's declared coordinates (your token ids
+    and position order, :func:`compose_lens.data.pairs.parse_tokens`), for the analysis to take as pairs."""
+    if not isinstance(settings.get("pairs"), str):
+        return settings
+    from compose_lens.data.pairs import as_prompt_pairs
+
+    return {**settings, "pairs": as_prompt_pairs(ctx.split.task, settings["pairs"], ctx.loaded.declaration)}
+
+
 def _patching(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.patching import patching_table
 
-    table = patching_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
+    table = patching_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **_read_pairs(ctx, settings))
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
     title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
@@ -133,7 +143,7 @@ def _head_patching(ctx: Context, settings: dict) -> Result:
     from compose_lens import runs
     from compose_lens.analysis.patching import head_patching_table
 
-    chosen = {k: v for k, v in settings.items() if k != "components"}
+    chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k != "components"}
     table = head_patching_table(runs.with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
                                 seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"per-head patching ({_pairs_words(table, settings)})"
@@ -185,7 +195,7 @@ def _path_patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.patching import path_patching
 
     receivers = list(dict.fromkeys(settings["receivers"]))
-    chosen = {k: v for k, v in settings.items() if k not in ("sender", "receivers")}
+    chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k not in ("sender", "receivers")}
     table = path_patching(runs.with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
                           seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"path patching from {settings['sender']} ({_pairs_words(table, settings)})"

@@ -20,6 +20,9 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
     from compose_lens.files import json_safe
 
     tables, report = same_mlp.same_mlp_run(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"])
+    if ctx.split.prompts is not None:  # said, not silent: the tests' prompt sets are not the file's
+        report["prompt_sets"] = (f"rendered from the declared distribution, not from {ctx.split.prompts.source}: "
+                                 f"the tests need a constant and a variable prompt of each pair, made to order")
     trimmed = {k: v for k, v in report.items() if k not in ("tables", "config", "code_version", "seed")}
     # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (the
     # competence table alone where the model does not answer variable prompts, none where a role is not
@@ -35,9 +38,10 @@ def _same_mlp_lines(result: Result) -> list[str]:
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report).to_string(index=False, float_format=lambda v: f"{v:.3f}")
     because = [] if report["verdict"] == "supported" else [f"  because: {report['verdict_reason']}"]
+    sets = [f"  prompt sets: {report['prompt_sets']}"] if report.get("prompt_sets") else []
     return [f"tests read: {report['components']['how']}", table,
             f"verdict: {report['verdict']}  (thresholds: see same_mlp.json; {report['n_prompts']} prompts per set)",
-            *because]
+            *because, *sets]
 
 
 def _same_mlp_guard(settings: dict, config) -> None:

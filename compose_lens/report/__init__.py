@@ -381,9 +381,12 @@ def model_configuration_section(inp: ReportInputs) -> str:
     rows = [] if declared is None else [[k, json.dumps(v) if len(json.dumps(v)) < 120 else f"({len(v)} entries)"]
                                         for k, v in declared.to_dict().items()]
     task = html_table(rows, ["task, as declared", "value"]) if rows else ""
-    model = html_table([[k, json.dumps(v)] for k, v in inp.config.model.to_dict().items()],
+    recorded = inp.config.to_dict()  # a model trained elsewhere: where it came from, no training recipe
+    model = html_table([[k, json.dumps(v)] for k, v in recorded["model"].items()],
                        ["model, in the study's coordinates", "value"])
-    return head + f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{task}{model}</div>'
+    origin = "" if "origin" not in recorded else html_table(
+        [[k, json.dumps(v)] for k, v in recorded["origin"].items() if k != "declaration"], ["origin", "value"])
+    return head + f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{task}{model}{origin}</div>'
 
 
 def model_results_section(inp: ReportInputs) -> str:

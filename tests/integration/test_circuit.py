@@ -47,6 +47,29 @@ def test_graph_forward_is_the_model(tiny, positions):
         torch.testing.assert_close(corrupted, tiny(pairs.corrupted)[:, -1], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("norm", ["LN", "RMS"])
+def test_the_graph_of_a_normalised_model_is_the_model(norm):
+    """The edge graph refused every normalised model ("needs a plain residual sum"). Each receiver now
+    normalises its own input as the model does: the clean graph is the model, every edge corrupted is the
+    corrupted run, and corrupting one edge moves only its receiver's norm."""
+    cfg = TINY.replace(normalization_type=norm)
+    torch.manual_seed(1)
+    model = tl.boot(cfg)
+    with torch.no_grad():
+        for name, p in tl.parameters(model).items():
+            if name.endswith(("bias", "ln1.weight", "ln2.weight", "ln_final.weight")) and \
+                    name not in tl.absent_names(cfg):
+                p.normal_(0.5 if name.endswith("weight") else 0, 0.3)
+    pairs = _random_pairs(cfg, 8)
+    gm = C.GraphModel.from_model(model, cfg)
+    with torch.no_grad():
+        torch.testing.assert_close(gm.forward(pairs.clean)[0], model(pairs.clean)[:, -1], atol=1e-4, rtol=1e-4)
+        base = C.baseline(gm, pairs)
+        corrupted = gm.forward(pairs.clean, torch.ones(8, len(gm.graph)), base.corrupt_outs)[0]
+        torch.testing.assert_close(corrupted, model(pairs.corrupted)[:, -1], atol=1e-4, rtol=1e-4)
+    assert torch.isfinite(C.eap_ig_scores(gm, pairs, steps=4)).all()
+
+
 def test_graph_edges():
     g = C.build_graph(ModelConfig())  # the paper model: 16 edges
     assert len(g) == 16 and "m1->logits" in {e.name for e in g.edges}

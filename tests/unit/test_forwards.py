@@ -44,7 +44,7 @@ ARCHITECTURES = {
     "disentangled": (dict(residual="disentangled"), {}),
     "trained_biases": (dict(trained_biases=True), {"tables": ["trained_biases=true (needs false)"]}),
     "layernorm": (dict(normalization_type="LN", mlp_blocks=(0, 1)),
-                  {f: ["normalization_type='LN' (needs null)"] for f in ("tables", "lastpos", "patching", "graph")}),
+                  {f: ["normalization_type='LN' (needs null)"] for f in ("tables", "lastpos", "patching")}),
 }
 FORWARDS = ("tables", "tables_edited", "lastpos", "patching", "graph")
 

@@ -112,3 +112,25 @@ def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_poo
         assert (pools[pools["pool"] == name]["contribution_low"] <= pools[pools["pool"] == name]["contribution"]).all()
     with pytest.raises(ComposeLensError, match="kind or pool"):
         la.logit_attribution(paper.model, paper.config, paper.split, n=90, by="side")
+
+
+@pytest.mark.parametrize("norm", ["LN", "LNPre", "RMS"])
+def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
+    """Logit attribution refused every normalised model. With the final norm's scale held at the value the
+    model computed, each component's term is its centred, scaled and weighted write, the norm's bias one
+    more term, and they add up to the model's own margin; the lens's last stage reads the model's answer."""
+    from compose_lens.runs import load_subject
+    from tests import user_models
+
+    decl = user_models.declaration(query="infix", output="vocab", unused=1)
+    subject = load_subject(user_models.tl_model(decl, normalization_type=norm), decl)
+    joined, _ = concat_batches(make_pools(subject.split, 10, 0))
+    assert la.check_sums(subject.model, subject.config, joined.tokens, joined.labels) < 1e-4
+    table = la.logit_attribution(subject.model, subject.config, subject.split, n=90)
+    assert (la.FINAL_NORM_BIAS in set(table["component"])) == (norm == "LN")
+    for _, group in table.groupby("kind"):
+        assert abs(group["contribution"].sum() - group["margin"].iloc[0]) < 1e-4
+    lens = la.logit_lens(subject.model, subject.config, subject.split, n=90)
+    last = lens[lens["order"] == lens["order"].max()].set_index("kind")["accuracy"]
+    model_accuracy = table.drop_duplicates("kind").set_index("kind")["accuracy"].sort_index()
+    assert torch.allclose(torch.tensor(last.sort_index().tolist()), torch.tensor(model_accuracy.tolist()))

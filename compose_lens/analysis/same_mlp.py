@@ -1006,7 +1006,8 @@ def verdict_reason(tests: dict) -> str:
 
 def check_layout(config: RunConfig) -> None:
     """Refuse (one line) a model the same-MLP tests cannot read (:func:`compose_lens.coverage.same_mlp_problem`:
-    one with normalisation, whose adder input is not a sum of the operands' terms)."""
+    one without an MLP). A model with normalisation is read, and its verdict is inconclusive
+    (:func:`layout_of`: its adder's input is not a sum of the operands' terms)."""
     reason = coverage.same_mlp_problem(config.model)
     if reason:
         raise ComposeLensError(reason)

@@ -18,6 +18,7 @@ def zoo():
     sys.path.insert(0, str(ROOT / "experiments"))
     spec = importlib.util.spec_from_file_location("zoo", ROOT / "experiments" / "zoo.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["zoo"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

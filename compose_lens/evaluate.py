@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compose_lens import stats
+from compose_lens import stats, study
 from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive, make_pool, present_pools
@@ -111,6 +111,24 @@ def pool_accuracies(model: tl.Model, config: RunConfig, pools: dict[str, Batch],
                     forward: Forward | None = None) -> dict[str, float]:
     """Accuracy on each pool, the pools evaluated as one concatenated batch."""
     return batch_accuracies(model, config.model, pools, forward)
+
+
+def headline_holds(accuracies: dict, at: float = study.HEADLINE) -> bool:
+    """Whether both exhaustive accuracies (:func:`exhaustive_accuracies`) reach ``at`` (the study's
+    headline, 0.98): the model composes what it never saw. The rule modularity and the same-MLP
+    verdict are gated on."""
+    return all(accuracies[k]["accuracy"] >= at for k in EXHAUSTIVE_NAMES)
+
+
+def composition_gap(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+                    at: float = study.HEADLINE) -> str | None:
+    """Why the model does not compose (the headline does not hold: :func:`headline_holds`), or None
+    where it does, or where the split holds out nothing the exhaustive sets would test."""
+    found = exhaustive_accuracies(model, config, split, seed)
+    if not all(found[k]["total"] for k in EXHAUSTIVE_NAMES) or headline_holds(found, at):
+        return None
+    return (f"the model has not learned to compose (0-var held-out {found['zero_var_heldout']['accuracy']:.3f}, "
+            f"2-var union {found['two_var_union']['accuracy']:.3f}; the verdict needs both >= {at})")
 
 
 def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> dict[str, dict]:

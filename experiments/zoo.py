@@ -33,9 +33,10 @@ uses plays none. A model of the study's shape (2 layers, 1 head, one MLP) that b
 where the shape forces them: the one layer-1 head binds, the one layer-2 head routes, the one MLP
 adds (a 2-layer model cannot bind otherwise). Other shapes that bind: the roles exist but which
 head plays them is not known (``?``): such a model counts towards recall (a role found) and not
-towards precision. The same-MLP answer is known only for the planted models (``no`` for the
-negatives) and for models that do not bind (``n/a``: the right verdict is ``inconclusive``); for
-the study's shape that binds it is the study's finding (``yes``), which the scorecard marks.
+towards precision. The same-MLP and modularity answers are known for the planted models (``no``
+for the negatives) and for models that do not compose (``n/a``: the study's headline does not
+hold, and the right verdict is ``inconclusive``); for the study's shape that composes they are the
+study's finding (``yes``), which ``truth_source`` says.
 
 **Scores** (``scorecard.csv``): per verdict, truth x verdict counts; per role, precision and recall
 of the located component; each rate with its Wilson interval; the false-positive rates on the
@@ -67,7 +68,7 @@ import zoo_planted  # noqa: E402
 
 from compose_lens import stats  # noqa: E402
 from compose_lens.analysis import locate as locating, modularity, same_mlp  # noqa: E402
-from compose_lens.evaluate import learned  # noqa: E402
+from compose_lens.evaluate import composition_gap, learned  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
 from compose_lens.evaluate import exhaustive_accuracies  # noqa: E402
 from compose_lens.runs import load_subject  # noqa: E402
@@ -208,13 +209,14 @@ def _study_shape(subject) -> bool:
             and locating.mlp_blocks(subject.model, subject.config) == [1])
 
 
-def truth_of(entry: Entry, subject, knows, known: dict) -> dict:
-    """The ground truth of the module doc for one model (planted: its construction)."""
+def truth_of(entry: Entry, subject, knows, known: dict, composes: bool) -> dict:
+    """The ground truth of the module doc for one model (planted: its construction). ``composes``: the
+    study's headline holds on the exhaustive sets (:func:`compose_lens.evaluate.composition_gap`)."""
     if known:
         truth = dict(known)
     elif not knows.binds:
-        truth = {"truth_binds": False, "truth_binder": "none", "truth_router": "none", "truth_same_mlp": "n/a",
-                 "truth_modular": "n/a", "truth_source": "answers: the model does not bind (1-var < 0.9)"}
+        truth = {"truth_binds": False, "truth_binder": "none", "truth_router": "none",
+                 "truth_source": "answers: the model does not bind (1-var < 0.9)"}
     elif _study_shape(subject):
         truth = {"truth_binds": True, "truth_binder": "blocks.0 head 0", "truth_router": "blocks.1 head 0",
                  "truth_same_mlp": "yes", "truth_modular": "yes",
@@ -224,11 +226,18 @@ def truth_of(entry: Entry, subject, knows, known: dict) -> dict:
         truth = {"truth_binds": True, "truth_binder": "?", "truth_router": "?", "truth_same_mlp": "?",
                  "truth_modular": "?", "truth_source": "answers: it binds; which components play the roles is not "
                                                       "known in this shape"}
+    if not composes:  # the verdicts are about a model that composes: the right answer is inconclusive
+        truth["truth_same_mlp"] = truth["truth_modular"] = "n/a"
     if "truth_adder" not in truth:
         blocks = locating.mlp_blocks(subject.model, subject.config)
         truth["truth_adder"] = ("none" if not knows.operates else f"blocks.{blocks[0]}.mlp" if len(blocks) == 1
                                 else "?")
-    return truth
+    return {**truth, "truth_composes": composes}
+
+
+def composes(subject) -> bool:
+    """The study's headline on the exhaustive sets (where the split holds them out; else the 2-var pool)."""
+    return composition_gap(subject.model, subject.config, subject.split) is None
 
 
 def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
@@ -247,7 +256,8 @@ def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
         rows.append({"model": entry.name, "class": entry.kind, "shape": entry.shape, "made_by": how,
                      "in_ci": entry.fast, "state": knows.state, "operation": round(knows.operation.value, 4),
                      "binding": round(knows.binding.value, 4), "picking": round(knows.picking, 4),
-                     "two_var": round(knows.composition.value, 4), **truth_of(entry, subject, knows, known)})
+                     "two_var": round(knows.composition.value, 4),
+                     **truth_of(entry, subject, knows, known, composes(subject))})
     index = pd.DataFrame(rows)
     OUT.mkdir(parents=True, exist_ok=True)
     index.to_csv(OUT / "index.csv", index=False)
@@ -406,7 +416,7 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
     for entry in entries:
         subject, known = load(entry, paper)
         knows = learned(subject.model, subject.config, subject.split)
-        truth = truth_of(entry, subject, knows, known)
+        truth = truth_of(entry, subject, knows, known, composes(subject))
         m = measure(entry, subject, truth, with_modularity, with_heads)
         for h in m.heads:
             h.update(model=entry.name, truth=truth[f"truth_{h['role']}"])

@@ -78,7 +78,7 @@ from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
-from compose_lens.evaluate import exhaustive_accuracies
+from compose_lens.evaluate import exhaustive_accuracies, headline_holds
 from compose_lens.model import tl
 
 INCONCLUSIVE = "inconclusive"
@@ -341,11 +341,6 @@ def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: 
 # -- everything, as one row ---------------------------------------------------------------------
 
 
-def learned(accuracies: dict, at: float = outcome.GENERALISED) -> bool:
-    """Both exhaustive accuracies reach ``at`` (default the study's headline)."""
-    return all(accuracies[k]["accuracy"] >= at for k in ("zero_var_heldout", "two_var_union"))
-
-
 def verdict(separation_score, same) -> str:
     """``modular`` / ``entangled`` / ``inconclusive`` from (a) and (b) (module doc)."""
     if separation_score != INCONCLUSIVE and separation_score < SEPARATION_MIN or same == 0.0:
@@ -372,7 +367,7 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
             why = ("the split holds out nothing, so no exhaustive set can show that the model generalises, which "
                    "modularity is measured on (a model trained without some pairs or operand slots)")
             return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}
-        if not learned(accuracies, learned_at):
+        if not headline_holds(accuracies, learned_at):
             why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
                    f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")
             return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}

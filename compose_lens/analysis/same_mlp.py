@@ -73,8 +73,11 @@ report's ``verdict_reason`` says which test decided and why.
 answer variable prompts before any verdict means anything. Where it answers one of the sets the
 tests read (1-var left, 1-var right, 2-var; ``competence``) below
 :data:`compose_lens.evaluate.LEARNED` (0.9, the bar at which binding counts as learned),
-the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (the
-same rule as modularity's: a stalled model that passed two tests was no evidence of one MLP).
+the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (a
+stalled model that passed two tests was no evidence of one MLP). Likewise where the model does not
+compose (modularity's rule, :func:`compose_lens.evaluate.headline_holds`: the study's headline on
+the exhaustive sets the split holds out): a model that answers its training slots but not unseen
+ones (the project's own example: 2-var union 0.597) has not learned what the question is about.
 A failure is evidence only on prompts the model answers: the feature-transfer and probe
 conditions read the model's 1-var (left, right) and 2-var prompts, and one that falls short
 on a set the model answers below ``THRESHOLDS["reference_min"]`` (``competence`` table: its own
@@ -142,7 +145,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
-from compose_lens.evaluate import LEARNED
+from compose_lens.evaluate import LEARNED, composition_gap
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
@@ -1055,43 +1058,53 @@ def variable_sets(split: Split, n: int, seed: int = 0) -> dict[str, Prompts]:
 
 def same_mlp_run(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
                  layout: Layout | None = None) -> tuple[dict[str, pd.DataFrame], dict]:
-    """The tests' tables and the report (:func:`same_mlp_report`). Where a role is not located, or the
-    model does not answer the variable prompts (the competence gate of the module doc), the tests are
+    """The tests' tables and the report (:func:`same_mlp_report`). Where a role is not located, the model
+    does not answer the variable prompts or does not compose (the gates of the module doc), the tests are
     not run: the tables hold the ``competence`` table alone (none where a role is missing)."""
     layout = layout or layout_of(model, config, split, seed)
-    if not layout.missing:
+    why, competence = layout.missing, None
+    if not why:
         was_training = model.training
         model.eval()
         try:
             competence = competence_table(model, config, variable_sets(split, n, seed))
         finally:
             model.train(was_training)
-        if incompetence(competence):
-            tables = {"competence": competence}
-            return tables, same_mlp_report(model, config, split, seed, n=n, tables=tables, layout=layout)
+        why = incompetence(competence) or composition_gap(model, config, split, seed)
+    if why:
+        tables = {} if competence is None else {"competence": competence}
+        return tables, _untested(config, seed, n, layout, why, tables)
     tables = same_mlp_tables(model, config, split, seed, n=n, layout=layout)
-    return tables, same_mlp_report(model, config, split, seed, n=n, tables=tables, layout=layout)
+    return tables, _judged(config, seed, n, layout, tables)
 
 
 def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
                     tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
     """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
     ``components`` says which MLP and heads the tests read (:class:`Layout`); ``tables``: those of
-    :func:`same_mlp_run` (made there where not given). Where a role is not located, or the model does
-    not answer the variable prompts: verdict ``inconclusive`` and ``verdict_reason`` says why."""
+    :func:`same_mlp_run` (made there where not given). Where the tests were not run (a gate of the
+    module doc): verdict ``inconclusive`` and ``verdict_reason`` says why."""
     layout = layout or layout_of(model, config, split, seed)
     if tables is None:
         return same_mlp_run(model, config, split, seed, n=n, layout=layout)[1]
+    if "interchange" in tables:
+        return _judged(config, seed, n, layout, tables)
+    why = layout.missing or incompetence(tables.get("competence")) or composition_gap(model, config, split, seed)
+    return _untested(config, seed, n, layout, why or "the tests were not run", tables)
+
+
+def _untested(config: RunConfig, seed: int, n: int, layout: Layout, why: str, tables: dict) -> dict:
+    test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
+    return json_safe({
+        **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
+        "verdict_reason": why, "components": layout.to_dict(),
+        "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
+        "thresholds": dict(THRESHOLDS), "controls": [],
+        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
+
+
+def _judged(config: RunConfig, seed: int, n: int, layout: Layout, tables: dict) -> dict:
     competence = tables.get("competence")
-    why = layout.missing or incompetence(competence)
-    if why:
-        test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
-        return json_safe({
-            **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
-            "verdict_reason": why, "components": layout.to_dict(),
-            "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
-            "thresholds": dict(THRESHOLDS), "controls": [],
-            "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
     tests = {"interchange": judge_interchange(tables["interchange"]),
              "feature_transfer": judge_features(tables["feature_transfer"], competence),
              "probe_transfer": judge_probe(tables["probe"], competence)}

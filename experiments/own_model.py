@@ -128,10 +128,11 @@ def main() -> int:
                                   seed=a.seed)
     model = TransformerBridge.boot_native(cfg)
     if a.mlp_blocks == "last":  # no MLP in the first block: its weights zero and frozen
-        for name, param in model.named_parameters():
-            if name.startswith("blocks.0.mlp."):
-                param.data.zero_()
-                param.requires_grad_(False)
+        first_mlp = model.blocks[0].mlp
+        for param in first_mlp.parameters():
+            param.data.zero_()
+            param.requires_grad_(False)
+        assert all(not v.any() for k, v in model.state_dict().items() if k.startswith("blocks.0.mlp."))
     train, heldout = split_pairs(a.seed)
     rng = random.Random(a.seed)
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=a.lr,

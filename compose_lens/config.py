@@ -39,6 +39,9 @@ TASK_VARIANTS = {"reassign_rate": 0.0, "noise_rate": 0.0, "chain_rate": 0.0}
 MODEL_VARIANTS = {"embeddings": "learned", "embedding_basis": "onehot", "embedding_overlap": 0.0,
                   "residual": "additive"}
 QUERY_LENGTH = 4  # "+ LHS RHS ="
+# the largest modulus a split file or a task declaration may name: its p x p tables are read whole (a
+# declared p of 10^6 once hung every model command in a quadratic check before any size limit)
+MAX_MODULUS = 1000
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
 OPERATIONS = ("add", "subtract", "multiply", "table")
@@ -91,6 +94,10 @@ _KINDS = {
     "int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
     "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
     "tuple[str, ...] | None": "a list of strings, or null", "tuple[int, ...] | None": "a list of integers, or null",
+    "tuple[str, ...]": "a list of strings", "tuple[int, int]": "a pair of integers [x, y]",
+    "float | None": "a finite number, or null",
+    "tuple[tuple[int, int], ...] | None": "a list of [x, y] integer pairs, or null",
+    "tuple[tuple[int, ...], ...] | None": "a list of rows of integers, or null",
 }
 
 
@@ -110,10 +117,25 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, str)
     if base == "bool":
         return isinstance(value, bool)
-    if base.startswith("tuple["):
+    if base.startswith("tuple[") and base.endswith(", ...]"):  # any length: tuple[int, ...]
         item = base[len("tuple["):-len(", ...]")]
         return isinstance(value, (list, tuple)) and all(_fits(item, v) for v in value)
+    if base.startswith("tuple["):  # a fixed length: tuple[int, int]
+        items = _items_of(base[len("tuple["):-1])
+        return isinstance(value, (list, tuple)) and len(value) == len(items) and all(
+            _fits(k, v) for k, v in zip(items, value))
     raise TypeError(f"no strict check for annotation {kind!r}")  # a new field type: add it above
+
+
+def _items_of(inner: str) -> list[str]:
+    """The item kinds of a fixed-length tuple annotation's inside (``int, int``), nested brackets kept whole."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            items.append(inner[start:i].strip())
+            start = i + 1
+    return items + [inner[start:].strip()]
 
 
 def check_types(config: Any) -> None:
@@ -129,11 +151,17 @@ def check_types(config: Any) -> None:
             if isinstance(value, (list, tuple)) and str(f.type).startswith("tuple["):  # a list: say which item
                 bad = next(v for v in value if not _fits(item_kind, v))  # (it said "not a list" of a list)
                 item = json.dumps(bad) if _json_able(bad) else repr(bad)
-                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {_type_word(bad)}")
-            if isinstance(value, str) and value.lstrip().startswith("[") and str(f.type).startswith("tuple["):
-                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
-                                  f"e.g. {f.name}={json.dumps(['k', 'l'] if item_kind == 'str' else [1])}"
-                                  f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
+                what = (f"not {_KINDS[item_kind]}" if isinstance(bad, (list, tuple)) and item_kind in _KINDS
+                        else _type_word(bad))
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {what}")
+            if isinstance(value, str) and str(f.type).startswith("tuple["):
+                example = json.dumps(['k', 'l'] if item_kind == 'str' else [1])
+                if value.lstrip().startswith("["):
+                    raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
+                                      f"e.g. {f.name}={example}"
+                                      f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string (a string is not read letter "
+                                  f"by letter): give a list, e.g. {f.name}={json.dumps([value][:1] if item_kind == 'str' else [1])}")
             raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
 
 
@@ -153,7 +181,7 @@ def _type_word(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return "a non-finite number"
     return {int: "an integer", float: "a number", str: "a string", list: "a list", tuple: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+            dict: "an object"}.get(type(value), f"a {type(value).__name__}")
 
 
 class _JsonConfig:

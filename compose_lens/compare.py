@@ -78,6 +78,10 @@ from compose_lens.runs import load_subject, write_document, write_table
 from compose_lens.subject import Subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
+# The fewest prompts per pool compare reads. B - A's percentile interval excludes 0 once fewer than 2.5 % of the
+# resamples miss every prompt where the two differ, (1 - k/n)^n < 0.025 for k prompts of n all differing one
+# way: from n = 9 on (2,000 included) that takes k = 4 prompts; at n = 1 one prompt marked a pool "changed"
+MIN_POOL_SIZE = 10
 PROBE_SEQUENCES = 1800  # the probe batch the probes analysis reads its findings on (circuit_summary's n)
 LOCATE_SEQUENCES = 600  # the probe batch locate scores the heads on (locate.locate's n)
 COLUMNS = ("measure", "what", "group", "A", "A_low", "A_high", "B", "B_low", "B_high", "difference", "low", "high",
@@ -314,8 +318,9 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
     the prompts, for the paired intervals. ``.attrs`` holds the two sources and the settings."""
     a, b = (s if isinstance(s, Subject) else load_subject(s, bridge=False) for s in (a, b))
     check_comparable(a, b)
-    if pool_size < 1 or resamples < 1:
-        raise ComposeLensError(f"pool_size and resamples must be at least 1 (got {pool_size}, {resamples})")
+    if pool_size < MIN_POOL_SIZE or resamples < 1:
+        raise ComposeLensError(f"pool_size must be at least {MIN_POOL_SIZE} and resamples at least 1 (got "
+                               f"{pool_size}, {resamples}): on fewer prompts one differing prompt reads as a change")
     options = {"seed": seed, "pool_size": pool_size, "causal": causal, "settings": settings or {},
                "resamples": resamples}
     read_a = {r.measure: r for r in measure(a, **options)}

@@ -76,7 +76,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens import compare  # lazy: torch
     from compose_lens.safety import check_count, staged_output
 
-    check_count(args.pool_size, "--pool-size")
+    check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
     check_memory((args.a, args.b), args.pool_size)  # before anything is loaded
     with staged_output(args.out, "compare", args.overwrite) as stage, progress_bar("compare", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the models")

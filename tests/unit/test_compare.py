@@ -185,7 +185,7 @@ def _table(a, b, options):
 
 @pytest.mark.parametrize("argv, says", [
     (["compare", "paper", "no/such/model.pth", "--out", "OUT"], "no/such/model.pth"),
-    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size 0: use at least 1"),
+    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size 0: use at least 10"),
     (["compare", "paper", "paper", "--out", "OUT", "--task", "task.json"], "--task task.json: neither paper nor paper"),
     (["compare", "paper", "paper", "--out", "OUT", "--colour", "red"], "unrecognized arguments: --colour"),
     (["compare", "paper", "--out", "OUT"], "the following arguments are required: B"),

@@ -27,7 +27,6 @@ import os
 import re
 import secrets
 import shutil
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +99,8 @@ def load_json(path: str | Path) -> Any:
 
 def load_toml(path: str | Path) -> dict:
     """Read a TOML file, turning a missing or malformed file into one clear line."""
+    import tomllib  # here: the command line's --help reads no TOML
+
     text = _read_text(path, "TOML")
     try:
         return tomllib.loads(text)

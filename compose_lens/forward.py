@@ -47,10 +47,12 @@ the output bias), so direct logit attribution is one read on either forward.
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
+import numpy as np
 import torch
 
 from compose_lens.config import ModelConfig
@@ -78,6 +80,10 @@ class Site:
         if not isinstance(self.hook, str) or not self.hook:
             raise ArgumentTypeError(f"Site hook={self.hook!r}: give a TransformerLens hook name, e.g. "
                                     f"'blocks.1.hook_mlp_out' or 'blocks.0.attn.hook_pattern'")
+        for part in ("position", "head"):  # a numpy or torch integer (a table's column) is that integer
+            value = getattr(self, part)
+            if _is_index(value) and type(value) is not int:
+                object.__setattr__(self, part, int(value))
         if not (self.position is None or self.position == ANSWER or _is_index(self.position)):
             raise ArgumentTypeError(f"Site position={self.position!r}: give None (every position), '=' (the "
                                     f"answer's) or an integer index")
@@ -125,7 +131,11 @@ Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook
 
 
 def _is_index(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer (Python's, numpy's or a 0-d integer tensor's), not a bool."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0 and not value.is_floating_point() and not value.is_complex() \
+            and value.dtype != torch.bool
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def check_tokens(tokens, d_vocab: int, n_ctx: int, exact: bool = False, name: str = "tokens") -> None:

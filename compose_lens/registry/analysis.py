@@ -14,6 +14,8 @@ Plain data: the command line imports this before torch (see :mod:`compose_lens.r
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -161,11 +163,11 @@ class Analysis:
             if default is None and (option is None or option.kind is None or value is None):
                 return
             items, kind = [value], option.kind if default is None else type(default)
-        for item in items:
-            wrong = (kind is bool and not isinstance(item, bool)
-                     or kind is int and (isinstance(item, bool) or not isinstance(item, int))
-                     or kind is float and (isinstance(item, bool) or not isinstance(item, (int, float))
-                                           or item != item or item in (float("inf"), float("-inf")))
+        for item in items:  # numpy's numbers are numbers (numbers.Integral, numbers.Real); a bool is not one
+            boolean = isinstance(item, bool) or type(item).__name__ == "bool_"
+            wrong = (kind is bool and not boolean
+                     or kind is int and (boolean or not isinstance(item, numbers.Integral))
+                     or kind is float and (boolean or not isinstance(item, numbers.Real) or not math.isfinite(item))
                      or kind is str and not isinstance(item, str))
             if wrong:
                 words = {bool: "True or False", int: "an integer", float: "a finite number", str: "a string"}

@@ -215,7 +215,7 @@ def _own(w: Path, name: str, task: dict | None = None, files: dict | None = None
 def _round_five(w: Path) -> None:
     """What issue #59's cases read: the tiny run exported as a researcher's own model (``own``) and copies of
     it with one fault each, a copy of the run in another folder (another run as far as its outputs can
-    tell), and a 1-layer run."""
+    tell), a 1-layer run and a LayerNorm run."""
     assert main(["export", str(w / "run"), str(w / "own")]) == 0
     task = json.loads((w / "own" / "task.json").read_text())
     split = task["split"]
@@ -267,6 +267,7 @@ def _round_five(w: Path) -> None:
         {"embed.weight": weights["embed.weight"][:12].contiguous()}))
     shutil.copytree(w / "run", w / "run_copy")  # the same files in another folder: another run to its outputs
     Trainer(TINY.with_overrides(["n_layers=1", "mlp_blocks=[0]"]), w / "run_1layer", progress=False).run()
+    Trainer(TINY.with_overrides(["normalization_type=LN"]), w / "run_ln", progress=False).run()
 
 
 def _dynamics_of_run(sb: Path, w: Path) -> None:
@@ -612,6 +613,8 @@ ROUND_FIVE = {
                                        "blocks.1.head0.q, blocks.1.head0.k or blocks.1.head0.v"),
     "early-jump-before-alone": (UNCLEAR, "early-jump {w}/run --before 10 --out {out}", None,
                                 "give both --before and --after"),
+    "compare-a-layernorm-model": (UNCLEAR, "compare {w}/run {w}/run_ln --pool-size 16 --out {out} --quiet", None,
+                                  "run_ln: normalization_type='LN'"),  # after 25 s, without naming the model
 }
 ROUND_FIVE_CASES = [(name, command, setup) for name, (_, command, setup, _) in ROUND_FIVE.items()]
 
@@ -1741,10 +1744,15 @@ def round_five_table(verbose: bool = False) -> dict[str, dict[str, int]]:
                  for i, (name, (cls, *_)) in enumerate(ROUND_FIVE.items())]
         api = _api_world(world)
         found += [(cls, name, *api_outcome(name, api)) for name, (cls, *_) in API_CASES.items()]
+        scripts = _scripts_table()
+        found += [(cls, name, *script_outcome(scripts, name, Path(tmp) / f"script{i}"))
+                  for i, (name, cls) in enumerate(scripts.CLAIMS_CLASSES.items())]
     for cls, name, outcome, said in found:
         table[cls][outcome] += 1
         if verbose:  # each case's outcome (without what it said: it names the temporary folder)
             print(f"{outcome:13s} {cls:18s} {name}")
+    print(f"{len(found)} cases: {len(ROUND_FIVE)} command lines, {len(API_CASES)} API calls, "
+          f"{len(found) - len(ROUND_FIVE) - len(API_CASES)} claims tables")
     print(f"| class | cases | {' | '.join(OUTCOMES)} |")
     print("|---|---|" + "---|" * len(OUTCOMES))
     for cls, counts in table.items():
@@ -1752,10 +1760,37 @@ def round_five_table(verbose: bool = False) -> dict[str, dict[str, int]]:
     return table
 
 
+def _scripts_table():
+    """tests/unit/test_experiment_scripts_bad_input.py, whose check_claims cases are issue #59's too."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "unit" / "test_experiment_scripts_bad_input.py"
+    spec = importlib.util.spec_from_file_location("scripts_bad_input", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def script_outcome(scripts, name: str, sandbox: Path) -> tuple[str, str]:
+    """(outcome, stderr) of one check_claims case, judged as :func:`cli_outcome` judges a command line."""
+    import compose_lens
+
+    checkout = Path(compose_lens.__file__).resolve().parents[1]  # the script beside the compose_lens imported
+    status, said = scripts.run_script_case(name, sandbox, checkout)
+    says = next(c[4] for c in scripts.CASES if c[0] == name)
+    if status == "traceback":
+        return "traceback", said
+    if status in (0, 1):  # it checked the claims
+        return "silent wrong", said
+    return ("clean" if status == 2 and said.count("\n") == 1 and says in said else "unclear"), said
+
+
 def round_five_classes() -> dict[str, int]:
-    """How many cases (command line and API) each class of issue #59 has."""
+    """How many cases (command line, API and check_claims.py) each class of issue #59 has."""
     counts = {cls: 0 for cls in (SILENT, MORE_SILENT, HANG, TRACEBACK, UNCLEAR)}
     for cls, *_ in [*ROUND_FIVE.values(), *API_CASES.values()]:
+        counts[cls] += 1
+    for cls in _scripts_table().CLAIMS_CLASSES.values():
         counts[cls] += 1
     return counts
 
@@ -1776,7 +1811,7 @@ if __name__ == "__main__":  # python tests/integration/test_bad_input.py [--roun
         print("issue #45 (round four):")
         for label, n in issue_45_classes().items():
             print(f"{n:5d}  {label}")
-        print("issue #59 (round five, command line and API):")
+        print("issue #59 (round five: command line, API and check_claims.py):")
         for label, n in round_five_classes().items():
             print(f"{n:5d}  {label}")
         print(f"{len(CASES):5d}  command lines in all, {len(API_CASES)} API calls (and the property-based tests' "

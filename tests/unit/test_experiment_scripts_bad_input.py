@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+def script(name: str, root: Path = ROOT):
+    spec = importlib.util.spec_from_file_location(name, root / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -122,6 +122,34 @@ CASES = [
      "takes no field from the data, so it checks nothing"),
     ("mirror-pairs-model-is-file", "mirror_pairs", ["--model", "{sb}/afile"], None, "is a file, not a folder"),
 ]
+
+
+# issue #59's classes of the check_claims cases (tests/integration/test_bad_input.py --round-five counts them)
+CLAIMS_CLASSES = {name: ("silent wrong" if name in ("check-claims-unknown-key", "check-claims-empty-quote-and-template",
+                                                    "check-claims-template-without-a-field") else "traceback")
+                  for name, which, *_ in CASES if which == "check_claims" and name != "check-claims-folder"}
+
+
+def run_script_case(name: str, sb: Path, root: Path = ROOT) -> tuple[int | str, str]:
+    """(exit status, stderr) of one case run in ``sb`` (made empty here) by the script of the checkout
+    ``root``, or ("traceback", the exception)."""
+    import contextlib
+    import io
+
+    _, which, argv, setup, _ = next(c for c in CASES if c[0] == name)
+    sb.mkdir()
+    (sb / "afile").write_text("a file\n")
+    if setup:
+        setup(sb)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = script(which, root).main([a.replace("{sb}", str(sb)) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    except Exception as exc:  # noqa: BLE001 (what the fuzzer looks for)
+        return "traceback", f"{type(exc).__name__}: {exc}"
+    return status, err.getvalue()
 
 
 @pytest.mark.parametrize("name,which,argv,setup,says", CASES, ids=[c[0] for c in CASES])

@@ -126,3 +126,17 @@ def test_an_export_that_cannot_be_exact_writes_nothing(tmp_path):
     with pytest.raises(ComposeLensError, match="vocabulary ids the task does not use") as info:
         export_transformerlens(subject, tmp_path / "out")
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+
+
+def test_the_model_card_says_the_outcome_in_words(tiny_config, tmp_path):
+    """MODEL_CARD.md's outcome line is the run's outcome and why, as `train` prints it (issue #59: the
+    results.json record was printed as a Python dict)."""
+    import json
+
+    from compose_lens.train import Trainer
+
+    Trainer(tiny_config, tmp_path / "run", progress=False).run()
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 0
+    outcome = json.loads((tmp_path / "run" / "results.json").read_text())["outcome"]
+    card = (tmp_path / "out" / "MODEL_CARD.md").read_text()
+    assert f"* outcome: {outcome['outcome']} ({outcome['why']})\n" in card and "{" not in card.split("```")[0]

@@ -115,6 +115,30 @@ def test_names_that_cannot_be_read_back_are_refused(keys, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("keys, message", [
+    ({"number_names": "zero one"}, 'number_names="zero one": must be a list of strings, not a string'),
+    ({"operator_name": 5}, "operator_name=5: must be a string or null"),
+    ({"fewest_assignments": 1.5}, "fewest_assignments=1.5: must be an integer"),
+    ({"fewest_assignments": True}, "fewest_assignments=true: must be an integer"),
+    ({"padding": ["left"]}, "padding=\\[\"left\"\\]: must be a string"),
+    ({"kind_weights": "1,1,1"}, 'kind_weights="1,1,1": must be a list of numbers'),
+    ({"kind_weights": [1, float("nan"), 1]}, "kind_weights=.*its item .* is a non-finite number"),
+    ({"kind_weights": [1, "1", 1]}, 'kind_weights=.*its item "1" is a string'),
+])
+def test_the_context_and_name_keys_are_typed_like_every_key(keys, message):
+    """The keys of issue 54 (the names, the context distribution) are checked whole with the others (issue 59):
+    a string is never read letter by letter, a bool is not an integer, a weight is a finite number; in Python
+    and in a file alike."""
+    from compose_lens.declaration import DeclarationError, TaskDeclaration
+
+    with pytest.raises(DeclarationError, match=message) as info:
+        user_models.declaration(**keys)
+    assert "\n" not in str(info.value)
+    data = {**user_models.declaration().to_dict(), **json.loads(json.dumps(keys, allow_nan=True))}
+    with pytest.raises(DeclarationError, match="task.json: " + message):
+        TaskDeclaration.from_dict(data, "task.json")
+
+
 def test_a_prompt_file_reads_every_form_in_the_researchers_coordinates(tmp_path):
     """The short form, the researcher's token ids and their token form in their own (infix) order give the
     same sequence in the study's coordinates; each lands in the pool its pair and slots say; a wrong answer or

@@ -46,6 +46,9 @@ CONTEXT_DEFAULTS = {"fewest_assignments": 1, "padding": "scattered", "kind_weigh
 # the largest modulus a split file or a task declaration may name: its p x p tables are read whole (a
 # declared p of 10^6 once hung every model command in a quadratic check before any size limit)
 MAX_MODULUS = 1000
+# the most variables a task may name (variable_spelling; a..z name 26): its 2-var pairs are n x n, built
+# whole when a task is checked (3,000 named variables took 6 s, 10^5 would hang every command)
+MAX_VARIABLES = 1000
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
 OPERATIONS = ("add", "subtract", "multiply", "table")
@@ -306,10 +309,10 @@ class TaskConfig(_JsonConfig):
         check_types(self)
         _check(self.modulus >= 2,
                f"modulus={self.modulus}: the modulus must be at least 2")
-        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars and (
+        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars <= MAX_VARIABLES and (
             self.n_vars <= len(VARIABLE_LETTERS) or self.variable_spelling is not None),
                f"n_vars={self.n_vars}: the number of variables must be between 2 and "
-               f"{len(VARIABLE_LETTERS)} (they are named a..z; more need variable_spelling)")
+               f"{len(VARIABLE_LETTERS)} (they are named a..z; more, up to {MAX_VARIABLES}, need variable_spelling)")
         self._check_spelling()
         _check(isinstance(self.seq_len, int) and self.seq_len >= QUERY_LENGTH + 4,
                f"seq_len={self.seq_len}: a sequence needs room for two assignments (4 tokens) "

@@ -59,8 +59,8 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import (CONTEXT_DEFAULTS, MAX_MODULUS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig,
-                                 RunConfig, TaskConfig, check_types)
+from compose_lens.config import (CONTEXT_DEFAULTS, MAX_MODULUS, MAX_VARIABLES, OPERATIONS, QUERY_LENGTH,
+                                 VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig, check_types)
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json, load_toml, not_there
@@ -145,7 +145,7 @@ class TaskDeclaration:
         _need(len(self.numbers) == p, f"numbers: {len(self.numbers)} ids for modulus {p}; give p ids "
                                       f"or the first of p consecutive ids")
         n_vars = len(self.variables)
-        _need(2 <= n_vars, f"variables: {n_vars} ids; give at least 2")
+        _need(2 <= n_vars <= MAX_VARIABLES, f"variables: {n_vars} ids; give between 2 and {MAX_VARIABLES}")
         _need(named or n_vars <= len(VARIABLE_LETTERS), f"variables: {n_vars} ids, but the default names a..z "
                                                         f"name {len(VARIABLE_LETTERS)}; name them with variable_names")
         _need(len(names) == len(self.variables), f"variable_names: {len(names)} names for "

@@ -139,6 +139,25 @@ def test_the_context_and_name_keys_are_typed_like_every_key(keys, message):
         TaskDeclaration.from_dict(data, "task.json")
 
 
+def test_more_than_26_variables_need_their_names():
+    """a..z name 26 variables; a declaration of more names them all (and they print and parse), one of more
+    without names, or of more than MAX_VARIABLES (a task's 2-var pairs are n x n), is refused in one line."""
+    from compose_lens.config import MAX_VARIABLES
+    from compose_lens.data.task import parse_sequence, to_text
+    from compose_lens.declaration import DeclarationError, TaskDeclaration
+
+    def declare(n: int, **keys) -> TaskDeclaration:
+        return TaskDeclaration(modulus=7, numbers=tuple(range(7)), variables=tuple(range(10, 10 + n)), operator=7,
+                               equals=8, pad=9, vocab_size=10 + n, seq_len=12, max_assignments=3, **keys)
+
+    named = declare(30, variable_names=tuple(f"x{i}" for i in range(30))).task
+    assert to_text(named, parse_sequence(named, "x29=3, x0=4, x29+x0=?")) == "x29=3, x0=4, x29+x0=?"
+    with pytest.raises(DeclarationError, match="variables: 30 ids, but the default names a..z name 26"):
+        declare(30)
+    with pytest.raises(DeclarationError, match=f"variables: {MAX_VARIABLES + 1} ids; give between 2 and"):
+        declare(MAX_VARIABLES + 1, variable_names=tuple(f"x{i}" for i in range(MAX_VARIABLES + 1)))
+
+
 def test_a_prompt_file_reads_every_form_in_the_researchers_coordinates(tmp_path):
     """The short form, the researcher's token ids and their token form in their own (infix) order give the
     same sequence in the study's coordinates; each lands in the pool its pair and slots say; a wrong answer or

@@ -165,8 +165,8 @@ class TaskDeclaration:
             unknown = [v for v in value or () if v not in names]
             _need(not unknown, f"{side}: unknown variable(s) {unknown}; the variables are {', '.join(names)}")
         self._check_split_sources()
-        if self.heldout_pairs is not None:  # the pairs are the split: the study's procedure (seed) is not used
-            object.__setattr__(self, "seed", TaskConfig.seed)
+        if self.heldout_pairs is not None and self.r >= 1:  # seed chooses nothing: the pairs are the split and
+            object.__setattr__(self, "seed", TaskConfig.seed)  # every training pair keeps its 2-var rows
         self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
 
     def _check_split_sources(self) -> None:
@@ -271,7 +271,9 @@ class TaskDeclaration:
         data = json.loads(json.dumps(asdict(self)))  # tuples (of tuples) as lists, as a file holds them
         split = {k: data.pop(k) for k in _SPLIT_KEYS}
         if self.heldout_pairs is not None:  # listed pairs replace the procedure f drives (a file may not give both)
-            del split["f"], split["seed"]
+            del split["f"]
+            if self.r >= 1:  # and seed chooses nothing: every training pair keeps its 2-var rows
+                del split["seed"]
         if self.holds_out_nothing and self.r == TaskConfig().r:
             data["split"] = NO_SPLIT
         elif self.split_file is None:

@@ -158,6 +158,20 @@ def test_more_than_26_variables_need_their_names():
         declare(MAX_VARIABLES + 1, variable_names=tuple(f"x{i}" for i in range(MAX_VARIABLES + 1)))
 
 
+def test_the_seed_beside_heldout_pairs_chooses_the_2var_rows_where_r_is_below_1():
+    """With r < 1 the seed chooses which 2-var rows each training pair keeps, listed pairs or not: it was reset
+    to 42 beside heldout_pairs, so a model trained with seed 5 was read with seed 42's rows. It stays, and a
+    file holds it; with r = 1 it chooses nothing and is not written."""
+    from compose_lens.declaration import TaskDeclaration
+
+    pairs = ((0, 1), (2, 3))
+    five, default = (user_models.declaration(heldout_pairs=pairs, r=0.5, seed=s) for s in (5, 42))
+    assert five.seed == 5 and not torch.equal(five.split().two_var_counts, default.split().two_var_counts)
+    assert five.to_dict()["split"]["seed"] == 5 and TaskDeclaration.from_dict(five.to_dict(), "task.json") == five
+    whole = user_models.declaration(heldout_pairs=pairs, seed=5)
+    assert "seed" not in whole.to_dict()["split"] and TaskDeclaration.from_dict(whole.to_dict(), "t.json") == whole
+
+
 def test_a_prompt_file_reads_every_form_in_the_researchers_coordinates(tmp_path):
     """The short form, the researcher's token ids and their token form in their own (infix) order give the
     same sequence in the study's coordinates; each lands in the pool its pair and slots say; a wrong answer or

@@ -722,10 +722,10 @@ def _declaring(declaration: TaskDeclaration, split: Split, source: str) -> TaskD
     """``declaration`` as it gives ``split`` (the split the subject was read with: a ``--split`` file may
     differ from the declared one): itself, or with the held-out pairs and forbidden slots written out;
     refused where no declaration gives that split (its 2-var row counts are not the procedure's)."""
-    if _same_split(declaration.split(), split):
-        return dataclasses.replace(declaration, split_file=None) if declaration.split_file else declaration
-    task = split.task
-    explicit = dataclasses.replace(declaration, split_file=None, f=None, r=task.r,
+    if declaration.split_file is None and _same_split(declaration.split(), split):
+        return declaration
+    task = split.task  # a split file's split (its file is not exported), or a --split file's: written out
+    explicit = dataclasses.replace(declaration, split_file=None, f=None, r=task.r, seed=task.seed,
                                    heldout_pairs=tuple(map(tuple, split.heldout_pairs.tolist())),
                                    left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
     if _same_split(explicit.split(), split):

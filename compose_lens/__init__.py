@@ -45,7 +45,8 @@ _EXPORTS = {
     # configuration and errors
     "RunConfig": "compose_lens.config", "TaskConfig": "compose_lens.config",
     "ModelConfig": "compose_lens.config", "TrainConfig": "compose_lens.config",
-    "ComposeLensError": "compose_lens.errors", "code_version": "compose_lens.provenance",
+    "ComposeLensError": "compose_lens.errors", "ArgumentError": "compose_lens.errors",
+    "ArgumentTypeError": "compose_lens.errors", "code_version": "compose_lens.provenance",
     # the task and its data
     "parse_sequence": "compose_lens.data.task", "to_text": "compose_lens.data.task",
     "decode": "compose_lens.data.task", "Split": "compose_lens.data.split",

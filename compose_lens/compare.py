@@ -78,6 +78,10 @@ from compose_lens.runs import load_subject, write_document, write_table
 from compose_lens.subject import Subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
+# The fewest prompts per pool compare reads. B - A's percentile interval excludes 0 once fewer than 2.5 % of the
+# resamples miss every prompt where the two differ, (1 - k/n)^n < 0.025 for k prompts of n all differing one
+# way: from n = 9 on (2,000 included) that takes k = 4 prompts; at n = 1 one prompt marked a pool "changed"
+MIN_POOL_SIZE = 10
 PROBE_SEQUENCES = 1800  # the probe batch the probes analysis reads its findings on (circuit_summary's n)
 LOCATE_SEQUENCES = 600  # the probe batch locate scores the heads on (locate.locate's n)
 COLUMNS = ("measure", "what", "group", "A", "A_low", "A_high", "B", "B_low", "B_high", "difference", "low", "high",
@@ -241,7 +245,7 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
     for name in settings:
         registry.by_name(registry.ANALYSES, name)  # an unknown analysis: one line
     same_mlp = registry.by_name(registry.ANALYSES, "same_mlp")
-    analyses = [a for a in registry.ANALYSES if a.findings and a.reads(subject.config) and (causal or not a.causal)]
+    analyses = _analyses_of(subject.config, causal)
     with context.opened(subject, seed) as ctx, torch_threads(1):
         readings = _pools(ctx.loaded, pool_size, seed, resamples)
         readings += _roles(ctx, resamples)
@@ -252,6 +256,23 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
         readings.append(Reading("MLP2 key frequencies", "Fourier", " ".join(map(str, keys or [])) or "none",
                                 "n/a (a set of frequencies)", categorical=True))
     return readings
+
+
+def _analyses_of(config, causal: bool) -> list:
+    """The registered analyses whose findings :func:`measure` reads of a model of ``config`` (the same-MLP
+    test aside)."""
+    return [a for a in registry.ANALYSES if a.findings and a.reads(config) and (causal or not a.causal)]
+
+
+def check_measurable(config, source: str, causal: bool = False, settings: dict[str, dict] | None = None) -> None:
+    """Every analysis :func:`measure` computes of the model ``source`` (its ``config``), guarded before any
+    is: a model one of them cannot read is refused in one line naming it (a LayerNorm model was refused
+    after 25 s of measuring, by the same-MLP test, and the line did not say which of the two it was)."""
+    for analysis in [*_analyses_of(config, causal), registry.by_name(registry.ANALYSES, "same_mlp")]:
+        try:
+            context.guard(analysis, config, (settings or {}).get(analysis.name))
+        except ComposeLensError as exc:
+            raise ComposeLensError(f"{source}: {exc}") from None
 
 
 def check_comparable(a: Subject, b: Subject) -> None:
@@ -314,8 +335,11 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
     the prompts, for the paired intervals. ``.attrs`` holds the two sources and the settings."""
     a, b = (s if isinstance(s, Subject) else load_subject(s, bridge=False) for s in (a, b))
     check_comparable(a, b)
-    if pool_size < 1 or resamples < 1:
-        raise ComposeLensError(f"pool_size and resamples must be at least 1 (got {pool_size}, {resamples})")
+    if pool_size < MIN_POOL_SIZE or resamples < 1:
+        raise ComposeLensError(f"pool_size must be at least {MIN_POOL_SIZE} and resamples at least 1 (got "
+                               f"{pool_size}, {resamples}): on fewer prompts one differing prompt reads as a change")
+    for subject in (a, b):
+        check_measurable(subject.config, subject.source, causal, settings)
     options = {"seed": seed, "pool_size": pool_size, "causal": causal, "settings": settings or {},
                "resamples": resamples}
     read_a = {r.measure: r for r in measure(a, **options)}

@@ -22,6 +22,7 @@ import json
 import math
 import re
 import string
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +43,12 @@ QUERY_LENGTH = 4  # "+ LHS RHS ="
 # Where a context's padding goes (TaskConfig.padding), and the study's context distribution
 PADDINGS = ("scattered", "left", "right")
 CONTEXT_DEFAULTS = {"fewest_assignments": 1, "padding": "scattered", "kind_weights": None}
+# the largest modulus a split file or a task declaration may name: its p x p tables are read whole (a
+# declared p of 10^6 once hung every model command in a quadratic check before any size limit)
+MAX_MODULUS = 1000
+# the most variables a task may name (variable_spelling; a..z name 26): its 2-var pairs are n x n, built
+# whole when a task is checked (3,000 named variables took 6 s, 10^5 would hang every command)
+MAX_VARIABLES = 1000
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
 OPERATIONS = ("add", "subtract", "multiply", "table")
@@ -95,6 +102,10 @@ _KINDS = {
     "str | None": "a string or null", "tuple[int, ...]": "a list of integers",
     "tuple[str, ...] | None": "a list of strings, or null", "tuple[int, ...] | None": "a list of integers, or null",
     "tuple[float, ...] | None": "a list of numbers, or null",
+    "tuple[str, ...]": "a list of strings", "tuple[int, int]": "a pair of integers [x, y]",
+    "float | None": "a finite number, or null",
+    "tuple[tuple[int, int], ...] | None": "a list of [x, y] integer pairs, or null",
+    "tuple[tuple[int, ...], ...] | None": "a list of rows of integers, or null",
 }
 
 
@@ -114,10 +125,25 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, str)
     if base == "bool":
         return isinstance(value, bool)
-    if base.startswith("tuple["):
+    if base.startswith("tuple[") and base.endswith(", ...]"):  # any length: tuple[int, ...]
         item = base[len("tuple["):-len(", ...]")]
         return isinstance(value, (list, tuple)) and all(_fits(item, v) for v in value)
+    if base.startswith("tuple["):  # a fixed length: tuple[int, int]
+        items = _items_of(base[len("tuple["):-1])
+        return isinstance(value, (list, tuple)) and len(value) == len(items) and all(
+            _fits(k, v) for k, v in zip(items, value))
     raise TypeError(f"no strict check for annotation {kind!r}")  # a new field type: add it above
+
+
+def _items_of(inner: str) -> list[str]:
+    """The item kinds of a fixed-length tuple annotation's inside (``int, int``), nested brackets kept whole."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            items.append(inner[start:i].strip())
+            start = i + 1
+    return items + [inner[start:].strip()]
 
 
 def check_types(config: Any) -> None:
@@ -133,11 +159,17 @@ def check_types(config: Any) -> None:
             if isinstance(value, (list, tuple)) and str(f.type).startswith("tuple["):  # a list: say which item
                 bad = next(v for v in value if not _fits(item_kind, v))  # (it said "not a list" of a list)
                 item = json.dumps(bad) if _json_able(bad) else repr(bad)
-                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {_type_word(bad)}")
-            if isinstance(value, str) and value.lstrip().startswith("[") and str(f.type).startswith("tuple["):
-                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
-                                  f"e.g. {f.name}={json.dumps(['k', 'l'] if item_kind == 'str' else [1])}"
-                                  f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
+                what = (f"not {_KINDS[item_kind]}" if isinstance(bad, (list, tuple)) and item_kind in _KINDS
+                        else _type_word(bad))
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}; its item {item} is {what}")
+            if isinstance(value, str) and str(f.type).startswith("tuple["):
+                example = json.dumps(['k', 'l'] if item_kind == 'str' else [1])
+                if value.lstrip().startswith("["):
+                    raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string: write the list in JSON, "
+                                      f"e.g. {f.name}={example}"
+                                      f"{' (each name in double quotes)' if item_kind == 'str' else ''}")
+                raise ConfigError(f"{f.name}={shown}: must be {wanted}, not a string (a string is not read letter "
+                                  f"by letter): give a list, e.g. {f.name}={json.dumps([value][:1] if item_kind == 'str' else [1])}")
             raise ConfigError(f"{f.name}={shown}: must be {wanted}, not {_type_word(value)}")
 
 
@@ -157,7 +189,7 @@ def _type_word(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return "a non-finite number"
     return {int: "an integer", float: "a number", str: "a string", list: "a list", tuple: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+            dict: "an object"}.get(type(value), f"a {type(value).__name__}")
 
 
 class _JsonConfig:
@@ -277,10 +309,10 @@ class TaskConfig(_JsonConfig):
         check_types(self)
         _check(self.modulus >= 2,
                f"modulus={self.modulus}: the modulus must be at least 2")
-        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars and (
+        _check(isinstance(self.n_vars, int) and 2 <= self.n_vars <= MAX_VARIABLES and (
             self.n_vars <= len(VARIABLE_LETTERS) or self.variable_spelling is not None),
                f"n_vars={self.n_vars}: the number of variables must be between 2 and "
-               f"{len(VARIABLE_LETTERS)} (they are named a..z; more need variable_spelling)")
+               f"{len(VARIABLE_LETTERS)} (they are named a..z; more, up to {MAX_VARIABLES}, need variable_spelling)")
         self._check_spelling()
         _check(isinstance(self.seq_len, int) and self.seq_len >= QUERY_LENGTH + 4,
                f"seq_len={self.seq_len}: a sequence needs room for two assignments (4 tokens) "
@@ -347,9 +379,10 @@ class TaskConfig(_JsonConfig):
             if words is not None:
                 object.__setattr__(self, key, tuple(words))
                 _check(len(words) == size, f"{key}: {len(words)} words for {size} {key.split('_')[0]}s")
-        for word in self.variable_spelling or ():
-            _check(re.fullmatch(r"[A-Za-z]\w*", word) is not None,
-                   f"variable name {word!r}: a word of letters, digits and _ that starts with a letter")
+        for word in self.variable_spelling or ():  # what a sequence can hold and the readable form reads back
+            _check(re.fullmatch(r"[A-Za-z]\w*", word) is not None and word.upper() != "PAD",
+                   f"variable name {word!r}: cannot be written in a sequence and read back; a name is a letter, "
+                   f"then letters, digits or _ (not PAD), e.g. x1")
         for word in self.number_spelling or ():
             _check(re.fullmatch(r"\w+", word) is not None, f"number name {word!r}: a word of letters, digits and _")
         sign = self.operator_spelling
@@ -357,7 +390,8 @@ class TaskConfig(_JsonConfig):
                                 not re.search(r"\s", sign)),
                f"operator name {sign!r}: a word or symbol without spaces, '=', ',' or '?'")
         words = [*self.variable_names, *self.number_words, self.sign, "=", "PAD", *self.noise_words]
-        twice = sorted({w for w in words if words.count(w) > 1 or (w.upper() == "PAD" and w != "PAD")})
+        counts = Counter(words)  # linear: a declaration may name many variables
+        twice = sorted(w for w, n in counts.items() if n > 1 or (w.upper() == "PAD" and w != "PAD"))
         _check(not twice, f"the readable forms would spell {twice} for two tokens; give every variable, number "
                           f"and the operator its own word (PAD and '=' are taken)")
 

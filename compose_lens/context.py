@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from compose_lens import plots, registry, runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.errors import ComposeLensError
+from compose_lens.errors import ArgumentTypeError, ComposeLensError
 from compose_lens.files import atomic_path, load_json
 from compose_lens.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
@@ -218,6 +218,19 @@ def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Pa
     """
     if isinstance(analysis, str):
         analysis = registry.by_name(registry.ANALYSES, analysis)
+    if not isinstance(analysis, Analysis):
+        raise ArgumentTypeError(f"analysis={analysis!r}: give a registered analysis's name, e.g. 'patching' "
+                                f"(registered: {', '.join(a.name for a in registry.ANALYSES)})")
+    if not isinstance(loaded, (Subject, RunContext)):
+        hint = (f"load_subject({loaded!r})" if isinstance(loaded, (str, Path)) and analysis.of == "model" else
+                f"RunContext({loaded!r})" if isinstance(loaded, (str, Path)) else
+                "load_subject(...)" if analysis.of == "model" else "RunContext(...)")
+        raise ArgumentTypeError(f"run_analysis: the model is {type(loaded).__name__}, not a "
+                                f"{'Subject' if analysis.of == 'model' else 'RunContext'}; give {hint}")
+    if out is not None and not isinstance(out, (str, Path)):
+        raise ArgumentTypeError(f"out={out!r}: give a folder's path, or None to write nothing")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentTypeError(f"seed={seed!r}: give an integer")
     if (analysis.of == "run") != isinstance(loaded, RunContext):
         raise ComposeLensError(f"analysis {analysis.name} reads {'a run' if analysis.of == 'run' else 'one model'}: "
                                f"give it {'a RunContext' if analysis.of == 'run' else 'a Subject (load_subject)'}")

@@ -51,18 +51,19 @@ its causal mask is the one the researcher trained.
 from __future__ import annotations
 
 import json
-import tomllib
+import os
+from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from compose_lens.config import (CONTEXT_DEFAULTS, OPERATIONS, QUERY_LENGTH, VARIABLE_LETTERS, ModelConfig, RunConfig,
-                                 TaskConfig)
+from compose_lens.config import (CONTEXT_DEFAULTS, MAX_MODULUS, MAX_VARIABLES, OPERATIONS, QUERY_LENGTH,
+                                 VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig, check_types)
 from compose_lens.data.split import Split
 from compose_lens.errors import ComposeLensError
-from compose_lens.files import not_there
+from compose_lens.files import load_json, load_toml, not_there
 
 QUERY_FORMS = ("prefix", "infix")
 OUTPUTS = ("numbers", "vocab")
@@ -70,10 +71,12 @@ OUTPUTS = ("numbers", "vocab")
 # "standard"; the rest of a bridge config is what it means for a small native model)
 TL_FIELDS = ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "act_fn", "normalization_type", "n_ctx",
              "d_vocab", "d_vocab_out")
+TL_INTS = ("n_layers", "d_model", "d_head", "n_heads", "d_mlp", "n_ctx", "d_vocab", "d_vocab_out")  # whole numbers
 _SPLIT_KEYS = ("f", "r", "seed", "left_forbidden", "right_forbidden", "heldout_pairs")
 # a model trained on every addition pair and every operand slot: a file's "split": "none"
 NOTHING_HELD_OUT = {"heldout_pairs": (), "left_forbidden": (), "right_forbidden": ()}
 NO_SPLIT = "none"
+MAX_VOCAB = 1_000_000  # the largest vocabulary a declaration may name (its ids are checked one by one)
 
 
 class DeclarationError(ComposeLensError, ValueError):
@@ -103,7 +106,7 @@ class TaskDeclaration:
     operation: str = "add"
     operation_table: tuple[tuple[int, ...], ...] | None = None
     output: str = "numbers"  # numbers: p output classes in number order; vocab: one per vocabulary id
-    f: float = 0.7
+    f: float | None = None  # the study's procedure's fraction of training pairs (None: the study's 0.7)
     r: float = 1.0
     seed: int = 42
     left_forbidden: tuple[str, ...] | None = None  # by variable name; None: the study's rule (last two)
@@ -112,39 +115,76 @@ class TaskDeclaration:
     split_file: str | None = None  # a compose-lens split.json instead of f / r / seed
 
     def __post_init__(self) -> None:
-        names = self.variable_names or tuple(VARIABLE_LETTERS[: len(self.variables)])
-        object.__setattr__(self, "variable_names", tuple(names))
+        """Check the whole declaration before anything is built: the sizes first (linear checks, p and the
+        vocabulary bounded), then every field's type (a list is a list: a string is never read letter by
+        letter), the ids' roles, contradictions, and last the task in the study's coordinates, whose check
+        holds the names' rule (:meth:`TaskConfig._check_spelling`: what a sequence can hold and read back,
+        every word of the readable forms its own), one place for a declaration and a run's task alike."""
+        if isinstance(self.split_file, os.PathLike):
+            object.__setattr__(self, "split_file", os.fspath(self.split_file))
         p = self.modulus
-        _need(isinstance(p, int) and p >= 2, f"modulus={p!r}: an integer of at least 2")
+        _need(isinstance(p, int) and not isinstance(p, bool) and 2 <= p <= MAX_MODULUS,
+              f"modulus={p!r}: an integer between 2 and {MAX_MODULUS}")
+        _need(not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool) or
+              self.vocab_size <= MAX_VOCAB, f"vocab_size={self.vocab_size}: at most {MAX_VOCAB:,} ids")
+        named = self.variable_names != ()  # else the default names a, b, ... (26 of them)
+        if not named:
+            object.__setattr__(self, "variable_names", tuple(VARIABLE_LETTERS[: _length(self.variables)]))
+        try:
+            check_types(self)
+        except ComposeLensError as exc:
+            raise DeclarationError(str(exc)) from None
+        for key in ("numbers", "variables", "variable_names", "number_names", "kind_weights", "left_forbidden",
+                    "right_forbidden"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, tuple(getattr(self, key)))
+        for key in ("operation_table", "heldout_pairs"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, tuple(tuple(row) for row in getattr(self, key)))
+        names = self.variable_names
         _need(len(self.numbers) == p, f"numbers: {len(self.numbers)} ids for modulus {p}; give p ids "
                                       f"or the first of p consecutive ids")
-        _need(len(self.variables) >= 2, "variables: give at least two variable ids")
+        n_vars = len(self.variables)
+        _need(2 <= n_vars <= MAX_VARIABLES, f"variables: {n_vars} ids; give between 2 and {MAX_VARIABLES}")
+        _need(named or n_vars <= len(VARIABLE_LETTERS), f"variables: {n_vars} ids, but the default names a..z "
+                                                        f"name {len(VARIABLE_LETTERS)}; name them with variable_names")
         _need(len(names) == len(self.variables), f"variable_names: {len(names)} names for "
                                                  f"{len(self.variables)} variables")
         _need(len(set(names)) == len(names), "variable_names: every variable needs its own name")
         ids = [*self.numbers, *self.variables, self.operator, self.equals, self.pad]
-        _need(all(isinstance(i, int) and not isinstance(i, bool) for i in ids),
-              "numbers, variables, operator, equals and pad are token ids (integers)")
-        twice = sorted({i for i in ids if ids.count(i) > 1})
-        _need(not twice, f"token id(s) {twice} have two roles; each id is one number, variable or symbol")
-        _need(isinstance(self.vocab_size, int) and min(ids) >= 0 and max(ids) < self.vocab_size,
-              f"token ids must lie in 0..vocab_size-1 = 0..{self.vocab_size - 1}; the largest is {max(ids)}")
+        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        _need(not twice, f"token id(s) {twice[:8]} have two roles; each id is one number, variable or symbol")
+        _need(min(ids) >= 0 and max(ids) < self.vocab_size,
+              f"token ids must lie in 0..vocab_size-1 = 0..{self.vocab_size - 1}; the largest is {max(ids)}"
+              if min(ids) >= 0 else f"token ids are at least 0; {min(ids)} is given")
         _need(self.query in QUERY_FORMS, f"query={self.query!r}: use prefix (op x y =) or infix (x op y =)")
         _need(self.output in OUTPUTS, f"output={self.output!r}: use numbers (p classes) or vocab (one per id)")
         _need(self.operation in OPERATIONS, f"operation={self.operation!r}: use one of {', '.join(OPERATIONS)}")
         for side in ("left_forbidden", "right_forbidden"):
             value = getattr(self, side)
-            if value is not None:
-                object.__setattr__(self, side, tuple(value))
-                unknown = [v for v in value if v not in names]
-                _need(not unknown, f"{side}: unknown variable(s) {unknown}; the variables are {', '.join(names)}")
-        for key in ("operation_table", "heldout_pairs"):
-            if getattr(self, key) is not None:
-                object.__setattr__(self, key, tuple(tuple(row) for row in getattr(self, key)))
-        if self.heldout_pairs is not None:  # the pairs are the split: the study's procedure (f, seed) is not used
-            object.__setattr__(self, "f", TaskConfig.f)
-            object.__setattr__(self, "seed", TaskConfig.seed)
+            unknown = [v for v in value or () if v not in names]
+            _need(not unknown, f"{side}: unknown variable(s) {unknown}; the variables are {', '.join(names)}")
+        self._check_split_sources()
+        if self.heldout_pairs is not None and self.r >= 1:  # seed chooses nothing: the pairs are the split and
+            object.__setattr__(self, "seed", TaskConfig.seed)  # every training pair keeps its 2-var rows
         self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
+
+    def _check_split_sources(self) -> None:
+        """One source for each part of the split: a ``split_file`` holds the held-out pairs, f, r, seed and
+        the slots itself, and listed ``heldout_pairs`` replace the procedure that f drives; either given
+        beside the other would be silently ignored."""
+        defaults = {f.name: f.default for f in fields(self)}
+        given = [k for k in ("heldout_pairs", "left_forbidden", "right_forbidden") if getattr(self, k) is not None]
+        given += [k for k in ("f", "r", "seed") if getattr(self, k) != defaults[k]]  # f: given at all
+        if self.split_file is not None and given:
+            raise DeclarationError(f"split_file and {', '.join(given)} both say what training held out; the split "
+                                   f"file holds it all: give the file alone, or drop split_file")
+        if self.heldout_pairs is not None and self.f is not None:
+            raise DeclarationError(f"heldout_pairs and f={self.f} both say which pairs training held out; give the "
+                                   f"pairs, or f (and seed) for the study's procedure, not both")
+        _need(len(self.heldout_pairs or ()) <= self.modulus ** 2,
+              f"heldout_pairs: {len(self.heldout_pairs or ())} pairs, but modulus {self.modulus} has "
+              f"{self.modulus ** 2}")
 
     # -- the study's coordinates -------------------------------------------------------------------
 
@@ -155,7 +195,8 @@ class TaskDeclaration:
         try:
             return TaskConfig(modulus=self.modulus, n_vars=len(self.variables), seq_len=self.seq_len,
                               max_assignments=self.max_assignments, fewest_assignments=self.fewest_assignments,
-                              padding=self.padding, kind_weights=self.kind_weights, f=self.f, r=self.r, seed=self.seed,
+                              padding=self.padding, kind_weights=self.kind_weights,
+                              f=TaskConfig.f if self.f is None else self.f, r=self.r, seed=self.seed,
                               left_forbidden=self.left_forbidden, right_forbidden=self.right_forbidden,
                               operation=self.operation, operation_table=self.operation_table,
                               variable_spelling=None if self.variable_names == letters else self.variable_names,
@@ -229,8 +270,10 @@ class TaskDeclaration:
         """The declaration as a file holds it (the split's keys under ``split``)."""
         data = json.loads(json.dumps(asdict(self)))  # tuples (of tuples) as lists, as a file holds them
         split = {k: data.pop(k) for k in _SPLIT_KEYS}
-        if self.heldout_pairs is not None:  # the pairs say what f and seed would: those are not the model's
-            split.pop("f"), split.pop("seed")
+        if self.heldout_pairs is not None:  # listed pairs replace the procedure f drives (a file may not give both)
+            del split["f"]
+            if self.r >= 1:  # and seed chooses nothing: every training pair keeps its 2-var rows
+                del split["seed"]
         if self.holds_out_nothing and self.r == TaskConfig().r:
             data["split"] = NO_SPLIT
         elif self.split_file is None:
@@ -250,7 +293,7 @@ class TaskDeclaration:
         known = {f.name for f in fields(cls)} - set(_SPLIT_KEYS)
         unknown = sorted(set(data) - known - {"split"})
         if unknown:
-            raise DeclarationError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
+            raise DeclarationError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: "
                                    f"{', '.join(sorted(known | {'split'}))}")
         split = data.pop("split", {})
         if split == NO_SPLIT:
@@ -261,42 +304,45 @@ class TaskDeclaration:
         bad = sorted(set(split) - set(_SPLIT_KEYS))
         if bad:
             raise DeclarationError(f"{where}: unknown split key(s) {', '.join(bad)}; known: {', '.join(_SPLIT_KEYS)}")
+        if "split_file" in data and split:
+            raise DeclarationError(f"{where}: split_file and split ({', '.join(split)}) both say what training held "
+                                   f"out; the split file holds it all: give one of them")
+        if "heldout_pairs" in split and "f" in split:
+            raise DeclarationError(f"{where}: split gives heldout_pairs and f: both say which pairs training held "
+                                   f"out; give the pairs, or f (and seed) for the study's procedure, not both")
         data.update(split)
         missing = [k for k in ("modulus", "numbers", "variables", "operator", "equals", "pad") if k not in data]
         if missing:
             raise DeclarationError(f"{where}: missing {', '.join(missing)} (see docs/own-model.md)")
-        p = data["modulus"]
-        if isinstance(data["numbers"], int) and isinstance(p, int):
-            data["numbers"] = list(range(data["numbers"], data["numbers"] + p))
-        for key in ("numbers", "variables", "variable_names", "number_names", "kind_weights"):
-            if key in data and not isinstance(data[key], list):
-                raise DeclarationError(f"{where}: {key} must be a list"
-                                       + (" (or, for numbers, the first of p consecutive ids)"
-                                          if key == "numbers" else ""))
-            if key in data:
-                data[key] = tuple(data[key])
-        if "vocab_size" not in data:
-            data["vocab_size"] = 1 + max([*data["numbers"], *data["variables"], data["operator"],
-                                          data["equals"], data["pad"]], default=0)
+        p, first = data["modulus"], data["numbers"]
+        if isinstance(first, int) and not isinstance(first, bool):  # the first of p consecutive ids
+            if not (isinstance(p, int) and not isinstance(p, bool) and 2 <= p <= MAX_MODULUS):
+                raise DeclarationError(f"{where}: modulus={p!r}: an integer between 2 and {MAX_MODULUS}")
+            data["numbers"] = list(range(first, first + p))
+        if "vocab_size" not in data:  # one past the largest id (ids of another type are refused by name below)
+            ids = [v for k in ("numbers", "variables") if isinstance(data[k], list) for v in data[k]]
+            ids += [data[k] for k in ("operator", "equals", "pad")]
+            data["vocab_size"] = 1 + max((i for i in ids if isinstance(i, int) and not isinstance(i, bool)),
+                                         default=0)
         try:
             return cls(**data)
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {str(exc).removeprefix('the declared task: ')}") from None
-        except (TypeError, ValueError) as exc:
-            raise DeclarationError(f"{where}: {exc}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "TaskDeclaration":
-        """A declaration from a JSON or TOML file (``--task FILE``)."""
+        """A declaration from a JSON or TOML file (``--task FILE``; ``.toml`` in any case is TOML). A relative
+        ``split_file`` is read from the task file's folder, where it travels with it."""
         path = Path(path)
         if not_there(path):
             raise DeclarationError(f"{path}: {not_there(path)}; give a JSON or TOML task declaration")
-        text = path.read_text()
-        try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-            kind = "TOML" if path.suffix == ".toml" else "JSON"
-            raise DeclarationError(f"{path}: not valid {kind} ({exc})") from None
+        data = load_toml(path) if path.suffix.lower() == ".toml" else load_json(path)
+        if isinstance(data, dict) and isinstance(data.get("split_file"), str):
+            found = path.parent / data["split_file"]  # an absolute one stays itself
+            if not_there(found):
+                raise DeclarationError(f"{path}: split_file {data['split_file']!r}: {not_there(found)} at {found} "
+                                       f"(a relative split_file is read from the task file's folder)")
+            data["split_file"] = str(found)
         return cls.from_dict(data, str(path))
 
 
@@ -337,6 +383,10 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
     configuration, the re-indexed weights (module doc) and what :func:`user_coordinates` needs to write
     the model back exactly. Refuses, in one line, what cannot map."""
     d = declaration
+    wrong = [k for k in TL_INTS if k in cfg and (isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1)]
+    if wrong:
+        raise ComposeLensError(f"{source}: {wrong[0]}={cfg[wrong[0]]!r} in its TransformerLens config; it is a "
+                               f"positive integer (a model has whole layers, heads and positions)")
     if cfg.get("positional_embedding_type", "standard") != "standard":
         raise ComposeLensError(f"{source}: positional_embedding_type={cfg['positional_embedding_type']!r}; "
                                f"compose-lens reads models with learned absolute positions ('standard')")
@@ -352,17 +402,21 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
     state = dict(state)
     given = UserWeights({**{k: cfg.get(k) for k in TL_FIELDS}, "positional_embedding_type": "standard"},
                         {k: state[k] for k in REINDEXED if k in state})
-    for key in ("embed.weight", "pos_embed.weight", "unembed.weight"):
+    for key, rows, field in (("embed.weight", cfg["d_vocab"], "d_vocab"), ("pos_embed.weight", cfg["n_ctx"], "n_ctx"),
+                             ("unembed.weight", cfg["d_vocab_out"], "d_vocab_out")):
         if key not in state:
             raise ComposeLensError(f"{source}: no {key} in the weights; compose-lens reads the state dict "
                                    f"of a native TransformerBridge (TransformerBridge.boot_native)")
+        if state[key].dim() != 2 or state[key].shape[0] != rows:  # before any row is taken from it
+            raise ComposeLensError(f"{source}: {key} has shape {tuple(state[key].shape)}, but its config's "
+                                   f"{field} is {rows}: the weights and config.json are of different models")
     state["embed.weight"] = state["embed.weight"][d.token_ids]
     state["pos_embed.weight"] = state["pos_embed.weight"][list(d.positions)]
     rows = d.answer_rows
     state["unembed.weight"] = state["unembed.weight"][rows]
     if "unembed.bias" in state:
         state["unembed.bias"] = state["unembed.bias"][rows]
-    n_layers = int(cfg["n_layers"])
+    n_layers = cfg["n_layers"]
     mlp_blocks = tuple(layer for layer in range(n_layers) if any(
         state[k].abs().max() > 0 for k in (f"blocks.{layer}.mlp.in.weight", f"blocks.{layer}.mlp.out.weight")
         if k in state))
@@ -409,6 +463,11 @@ def user_coordinates(model: ModelConfig, state: dict[str, torch.Tensor], declara
         full[index.to(full.device)] = state[key]
         user[key] = full
     return config, user
+
+
+def _length(value: Any) -> int:
+    """How many items ``value`` has where it is a list (anything else is refused by its type check)."""
+    return len(value) if isinstance(value, (list, tuple)) else 0
 
 
 def _need(condition: bool, message: str) -> None:

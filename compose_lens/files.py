@@ -70,23 +70,44 @@ def missing_columns(found: Any, needed: Any) -> str | None:
     return None
 
 
-def load_json(path: str | Path) -> Any:
-    """Read a JSON file, turning a missing or malformed file into one clear line."""
+def _read_text(path: str | Path, kind: str) -> str:
+    """A text file's contents, a missing, folder, non-UTF-8 or unreadable one said in one line (``kind``:
+    what the file should be, JSON or TOML)."""
     path = Path(path)
     if not path.exists():
         raise ComposeLensError(f"{path}: no such file")
     if path.is_dir():
-        raise ComposeLensError(f"{path}: is a directory, not a JSON file")
+        raise ComposeLensError(f"{path}: is a directory, not a {kind} file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ComposeLensError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ComposeLensError(f"{path}: not a UTF-8 text file, so not JSON") from None
-    except RecursionError:
-        raise ComposeLensError(f"{path}: JSON nested too deeply") from None
+        raise ComposeLensError(f"{path}: not a UTF-8 text file, so not {kind} (save it as UTF-8)") from None
     except OSError as exc:
         raise ComposeLensError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def load_json(path: str | Path) -> Any:
+    """Read a JSON file, turning a missing or malformed file into one clear line."""
+    text = _read_text(path, "JSON")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ComposeLensError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ComposeLensError(f"{path}: JSON nested too deeply") from None
+
+
+def load_toml(path: str | Path) -> dict:
+    """Read a TOML file, turning a missing or malformed file into one clear line."""
+    import tomllib  # here: the command line's --help reads no TOML
+
+    text = _read_text(path, "TOML")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ComposeLensError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ComposeLensError(f"{path}: TOML nested too deeply") from None
 
 
 TEMP_SUFFIX = ".tmp"

@@ -47,15 +47,17 @@ the output bias), so direct logit attribution is one read on either forward.
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
+import numpy as np
 import torch
 
 from compose_lens.config import ModelConfig
 from compose_lens import capabilities
-from compose_lens.errors import ComposeLensError
+from compose_lens.errors import ArgumentError, ArgumentTypeError, ComposeLensError
 from compose_lens.model import fastpath, lastpos, tl, weights
 
 ANSWER = "="  # the answer position: the last of every sequence
@@ -72,6 +74,23 @@ class Site:
     head: int | None = None
 
     _TEXT = re.compile(r"^(?P<hook>[\w.]+)(?:\[(?P<head>\d+)\])?(?:@(?P<position>=|-?\d+))?$")
+
+    def __post_init__(self) -> None:
+        """Each part of the type it is read as (its range is the model's: :meth:`Forward.read` checks it)."""
+        if not isinstance(self.hook, str) or not self.hook:
+            raise ArgumentTypeError(f"Site hook={self.hook!r}: give a TransformerLens hook name, e.g. "
+                                    f"'blocks.1.hook_mlp_out' or 'blocks.0.attn.hook_pattern'")
+        for part in ("position", "head"):  # a numpy or torch integer (a table's column) is that integer
+            value = getattr(self, part)
+            if _is_index(value) and type(value) is not int:
+                object.__setattr__(self, part, int(value))
+        if not (self.position is None or self.position == ANSWER or _is_index(self.position)):
+            raise ArgumentTypeError(f"Site position={self.position!r}: give None (every position), '=' (the "
+                                    f"answer's) or an integer index")
+        if not (self.head is None or _is_index(self.head)):
+            raise ArgumentTypeError(f"Site head={self.head!r}: give None (every head) or an integer index")
+        if self.head is not None and self.head < 0:
+            raise ArgumentError(f"Site head={self.head}: heads are numbered from 0")
 
     @classmethod
     def parse(cls, text: str) -> "Site":
@@ -109,6 +128,57 @@ class Site:
 
 
 Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook (all of it) or by Site
+
+
+def _is_index(value) -> bool:
+    """An integer (Python's, numpy's or a 0-d integer tensor's), not a bool."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0 and not value.is_floating_point() and not value.is_complex() \
+            and value.dtype != torch.bool
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_tokens(tokens, d_vocab: int, n_ctx: int, exact: bool = False, name: str = "tokens") -> None:
+    """Refuse, in one line naming ``name``, what is not (N, n) integer token ids of a vocabulary of
+    ``d_vocab`` with 1 <= n <= ``n_ctx`` (``exact``: n == ``n_ctx``): a list, floats, one row without its
+    batch axis, an id outside the vocabulary (it would index another row, or fail inside)."""
+    if not isinstance(tokens, torch.Tensor):
+        raise ArgumentTypeError(f"{name}: {type(tokens).__name__}, not a tensor; give a torch tensor of token ids "
+                                f"(N, n), e.g. torch.tensor([...])")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ArgumentTypeError(f"{name}: {str(tokens.dtype).removeprefix('torch.')} values; token ids are "
+                                f"integers: give a torch.long tensor")
+    if tokens.dim() != 2 or len(tokens) == 0:
+        raise ArgumentError(f"{name}: shape {tuple(tokens.shape)}; give (N, n) rows of token ids, N >= 1 "
+                            f"(one sequence: tokens.unsqueeze(0))")
+    n = tokens.shape[1]
+    if (n != n_ctx) if exact else not 1 <= n <= n_ctx:
+        raise ArgumentError(f"{name}: rows of {n} tokens; the model reads "
+                            f"{n_ctx if exact else f'1 to {n_ctx}'} (its sequences are {n_ctx} long)")
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= d_vocab:
+        raise ArgumentError(f"{name}: token id {low if low < 0 else high} is outside the vocabulary "
+                            f"0..{d_vocab - 1}")
+
+
+def _check_sites(sites, cfg: ModelConfig, n: int, what: str = "sites") -> list[Site]:
+    """``sites`` as a list of :class:`Site`, each one's block, head and position within the model's
+    (the hook name itself is checked where the bridge reads it: :meth:`Forward._read_hooks`)."""
+    if isinstance(sites, (Site, str)) or not isinstance(sites, Iterable):
+        raise ArgumentTypeError(f"{what}: give a list of Site objects, e.g. [Site('blocks.1.hook_mlp_out', '=')]"
+                                f", not {type(sites).__name__}")
+    sites = list(sites)
+    for site in sites:
+        if not isinstance(site, Site):
+            raise ArgumentTypeError(f"{what}: {site!r} is not a Site; write Site('blocks.1.hook_mlp_out', '=') "
+                                    f"(or Site.parse('blocks.1.hook_mlp_out@='))")
+        if site.layer is not None and site.layer >= cfg.n_layers:
+            raise ArgumentError(f"site {site}: the model has {cfg.n_layers} block(s), blocks.0..blocks.{cfg.n_layers - 1}")
+        if site.head is not None and site.head >= cfg.n_heads:
+            raise ArgumentError(f"site {site}: the model has {cfg.n_heads} head(s) per block, 0..{cfg.n_heads - 1}")
+        if _is_index(site.position) and not -n <= site.position < n:
+            raise ArgumentError(f"site {site}: position {site.position} is outside the {n} positions of the tokens")
+    return sites
 
 
 def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> dict:
@@ -202,13 +272,33 @@ def _edit_at(site: Site, fn: Edit) -> Edit:
     return edit
 
 
+def _shape_kept(site: Site, fn: Edit) -> Edit:
+    """``fn``, refusing in one line a result that is not a tensor of its input's shape: a batch of 1 would
+    be broadcast over the batch, a wrong shape fail deep inside the forward."""
+    def edit(act: torch.Tensor) -> torch.Tensor:
+        out = fn(act)
+        if not isinstance(out, torch.Tensor) or out.shape != act.shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ArgumentError(f"the edit of {site} returned {got} for an activation of shape {tuple(act.shape)}; "
+                                f"return a tensor of the shape it was given (nothing is broadcast)")
+        return out
+    return edit
+
+
 def _hook_edits(edits: Mapping | Iterable | None) -> tuple[list[Site], dict[str, Edit]]:
     """The edits' sites, and one function per hook (several edits of one hook applied in turn)."""
+    if isinstance(edits, (str, Site)) or not (edits is None or isinstance(edits, (Mapping, Iterable))):
+        raise ArgumentTypeError(f"edits: give {{Site or hook name: function}}, not {type(edits).__name__}")
     pairs = list(edits.items()) if isinstance(edits, Mapping) else list(edits or ())
+    if not all(isinstance(pair, tuple) and len(pair) == 2 for pair in pairs):
+        raise ArgumentTypeError("edits: give {Site or hook name: function} or (key, function) pairs")
     sites = [key if isinstance(key, Site) else Site(key) for key, _ in pairs]
     by_hook: dict[str, Edit] = {}
     for site, (_, fn) in zip(sites, pairs):
-        fn = _edit_at(site, fn)
+        if not callable(fn):
+            raise ArgumentTypeError(f"edits: {site}'s edit is {type(fn).__name__}, not a function of the "
+                                    f"activation (e.g. torch.zeros_like)")
+        fn = _edit_at(site, _shape_kept(site, fn))
         before = by_hook.get(site.hook)
         by_hook[site.hook] = fn if before is None else (lambda a, b: lambda act: b(a(act)))(before, fn)
     return sites, by_hook
@@ -240,6 +330,15 @@ def _plain_reads(site: Site, cfg: ModelConfig) -> bool:
     if layer is None or name not in _PLAIN_ANY + _PLAIN_LAST or "mlp" in name and layer not in cfg.mlp_blocks:
         return False  # a block without an MLP has its zero weights on the bridge only
     return name in _PLAIN_ANY or layer < cfg.n_layers - 1 or site.position == ANSWER
+
+
+def _check_hook_names(bridge, names: set[str]) -> None:
+    """Refuse, in one line, a hook the bridge does not have (a typo, or a block the model lacks)."""
+    unknown = sorted(names - set(bridge.hook_dict))
+    if unknown:
+        raise ArgumentError(f"no hook {unknown[0]!r} in this model; its hooks are TransformerLens's, e.g. "
+                            f"blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern, blocks.0.hook_mlp_out "
+                            f"(and blocks.L.attn.hook_result, each head's write)")
 
 
 class Forward:
@@ -285,8 +384,10 @@ class Forward:
         """{site: activation} of ``tokens`` (N, n), float32 on CPU, in chunks of ``chunk`` sequences.
         ``Site("logits", "=")`` is the answer logits. ``edits`` (as :meth:`edited_logits` takes them):
         read with those activations replaced (by the last-position forward or the bridge)."""
-        sites, chunk = list(dict.fromkeys(sites)), max(1, chunk)
+        check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx)
+        sites, chunk = list(dict.fromkeys(_check_sites(sites, self.cfg, tokens.shape[1]))), max(1, chunk)
         edit_sites, edits = _hook_edits(edits)
+        _check_sites(edit_sites, self.cfg, tokens.shape[1], "edits")
         parts = [self._read(tokens[start: start + chunk].to(self.device), sites, edits, edit_sites)
                  for start in range(0, len(tokens), chunk)]
         return {site: torch.cat([p[site] for p in parts]) for site in sites}
@@ -347,6 +448,7 @@ class Forward:
             return hook.replace("hook_result", "hook_z")
 
         names = {source(s.hook) for s in sites if s.hook != "logits"}
+        _check_hook_names(self.bridge(), names | set(edits or {}))
         with tl.hooks(self.bridge(), _bridge_hooks(edits or {})):
             logits, cache = tl.run_with_cache(self.bridge(), tokens, names_filter=lambda name: name in names)
         out = {}
@@ -370,6 +472,7 @@ class Forward:
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, d_vocab_out) the answer logits at ``=`` (the fastest exact forward)."""
+        check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx)
         tokens = tokens.to(self.device)
         if self.tables:
             return fastpath.last_position_logits(self.params, self.cfg, tokens)
@@ -389,7 +492,9 @@ class Forward:
         than 4,096). The tables make the edits of the hooks they are arranged around
         (:data:`~compose_lens.model.fastpath.EDITABLE_HOOKS`; a layer-2 one at ``=``, the only place
         they compute it), the bridge any other."""
+        check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx)
         sites, by_hook = _hook_edits(edits)
+        _check_sites(sites, self.cfg, tokens.shape[1], "edits")
         out = []
         if self.tables and _table_edits(sites):
             params = {name: value.float() for name, value in self.params.items()}
@@ -398,6 +503,7 @@ class Forward:
             return torch.cat(out)
         self._refuse_if_insisted(f"edit {', '.join(str(s) for s in sites if not _table_edits([s]))}")
         model = self.bridge()
+        _check_hook_names(model, set(by_hook))
         with tl.hooks(model, _bridge_hooks(by_hook)):
             for start in range(0, len(tokens), chunk):
                 out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())

@@ -70,7 +70,7 @@ from safetensors.torch import load_file, save_file
 from compose_lens import capabilities, safety
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.config import Origin, RunConfig, TrainConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.errors import ArgumentTypeError, ComposeLensError
 from compose_lens.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
                                 write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
@@ -515,13 +515,16 @@ def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration |
                  split_file: str | Path | None = None, device: str = "cpu", bridge: bool = True) -> Subject:
     """The subject ``spec`` names: a researcher's TransformerBridge (``task`` declares its task), a
     directory of a TransformerLens model (its ``config.json`` holds the TransformerLens config), or
-    anything :func:`compose_lens.runs.load_model` reads. ``task`` is a declaration or its file."""
+    anything :func:`compose_lens.runs.load_model` reads. ``task`` is a declaration or its file.
+    Arguments of the wrong type are refused at the door (:class:`~compose_lens.errors.ArgumentTypeError`)."""
+    _check_arguments(spec, task, split_file, device, bridge)
     declaration = _declaration(task)
-    if not isinstance(spec, (str, Path)):  # a model object
+    if not isinstance(spec, (str, os.PathLike)):  # a model object
         if declaration is None:
-            raise ComposeLensError("a model object needs its task: pass task=TaskDeclaration(...) or a task file")
+            raise ComposeLensError(f"a {type(spec).__name__} model needs its task: pass task=TaskDeclaration(...) "
+                                   f"or the path of a task file")
         return from_model(spec, declaration, device=device)
-    path = Path(str(spec))
+    path = Path(spec)
     if path.is_dir() and is_transformerlens_dir(path):
         declaration = declaration or _task_in(path)
         state, cfg = read_transformerlens_dir(path)
@@ -532,6 +535,29 @@ def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration |
         raise ComposeLensError(f"{spec}: a compose-lens model carries its own task; --task is for a "
                                f"TransformerLens model directory trained outside compose-lens")
     return load_model(spec, split_file, device, bridge)
+
+
+def _check_arguments(spec: Any, task: Any, split_file: Any, device: Any, bridge: Any) -> None:
+    """:func:`load_subject`'s arguments, each of a type it reads (one line naming the argument and the fix)."""
+    if not isinstance(spec, (str, os.PathLike)) and not (hasattr(spec, "cfg") and hasattr(spec, "state_dict")):
+        raise ArgumentTypeError(f"spec={spec!r} is {_a(spec)}: give 'paper', the path of a run, checkpoint or "
+                                f"model directory, or a TransformerLens model (a TransformerBridge)")
+    if task is not None and not isinstance(task, (str, os.PathLike, TaskDeclaration)):
+        raise ArgumentTypeError(f"task={task!r} is {_a(task)}: give a TaskDeclaration or the path of a JSON or "
+                                f"TOML task file" + (" (a dict: TaskDeclaration.from_dict(task))"
+                                                     if isinstance(task, dict) else ""))
+    if split_file is not None and not isinstance(split_file, (str, os.PathLike)):
+        raise ArgumentTypeError(f"split_file={split_file!r} is {_a(split_file)}: give the path of a split.json")
+    if not isinstance(device, str):
+        raise ArgumentTypeError(f"device={device!r} is {_a(device)}: give 'cpu', 'cuda' or 'cuda:N'")
+    if not isinstance(bridge, bool):
+        raise ArgumentTypeError(f"bridge={bridge!r} is {_a(bridge)}: give True or False")
+
+
+def _a(value: Any) -> str:
+    """``value``'s type as a sentence says it: "an int", "a dict"."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
 def from_model(model: Any, declaration: TaskDeclaration, source: str = "a TransformerLens model",
@@ -609,11 +635,17 @@ def _declaration(task: "str | Path | TaskDeclaration | None") -> TaskDeclaration
 
 
 def _task_in(path: Path) -> TaskDeclaration:
-    for name in TASK_FILES:
-        if (path / name).is_file():
-            return TaskDeclaration.load(path / name)
-    raise DeclarationError(f"{path}: a TransformerLens model needs its task declared: give --task FILE "
-                           f"or put task.json beside its weights (docs/own-model.md)")
+    """The task file beside a model's weights (``task.json`` or ``task.toml``, the name in any case); two
+    that declare different tasks are refused, since either would silently win."""
+    found = sorted(p for p in path.iterdir() if p.name.lower() in TASK_FILES and p.is_file())
+    if not found:
+        raise DeclarationError(f"{path}: a TransformerLens model needs its task declared: give --task FILE "
+                               f"or put task.json beside its weights (docs/own-model.md)")
+    declarations = [TaskDeclaration.load(p) for p in found]
+    if any(d != declarations[0] for d in declarations[1:]):
+        raise DeclarationError(f"{path}: holds {' and '.join(p.name for p in found)}, which declare different "
+                               f"tasks; keep the one the model was trained on")
+    return declarations[0]
 
 
 MODEL_CARD = "MODEL_CARD.md"
@@ -643,7 +675,11 @@ def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
         write_safetensors({k: v.contiguous() for k, v in user_state.items()}, tmp, {"format": "pt"})
     declaration.write(directory / TASK_FILES[0])
     results = read_results(subject.source) if Path(subject.source).is_dir() else None
-    outcome = (results or {}).get("outcome") or "not recorded (no results.json beside the weights)"
+    outcome = (results or {}).get("outcome")  # classify_run's record: {"outcome": ..., "why": ..., ...}
+    if isinstance(outcome, dict) and isinstance(outcome.get("outcome"), str):
+        outcome = outcome["outcome"] + (f" ({outcome['why']})" if outcome.get("why") else "")
+    elif not isinstance(outcome, str):
+        outcome = "not recorded (no results.json beside the weights)"
     made = subject.config.origin
     origin = (f"outside compose-lens, no training recipe known: `{made.weights}` (SHA-256 `{made.sha256}`)"
               if made else "by compose-lens (`config.json` of the source holds the recipe)"
@@ -686,10 +722,10 @@ def _declaring(declaration: TaskDeclaration, split: Split, source: str) -> TaskD
     """``declaration`` as it gives ``split`` (the split the subject was read with: a ``--split`` file may
     differ from the declared one): itself, or with the held-out pairs and forbidden slots written out;
     refused where no declaration gives that split (its 2-var row counts are not the procedure's)."""
-    if _same_split(declaration.split(), split):
-        return dataclasses.replace(declaration, split_file=None) if declaration.split_file else declaration
-    task = split.task
-    explicit = dataclasses.replace(declaration, split_file=None, r=task.r,
+    if declaration.split_file is None and _same_split(declaration.split(), split):
+        return declaration
+    task = split.task  # a split file's split (its file is not exported), or a --split file's: written out
+    explicit = dataclasses.replace(declaration, split_file=None, f=None, r=task.r, seed=task.seed,
                                    heldout_pairs=tuple(map(tuple, split.heldout_pairs.tolist())),
                                    left_forbidden=task.left_forbidden, right_forbidden=task.right_forbidden)
     if _same_split(explicit.split(), split):
@@ -1003,14 +1039,35 @@ def read_dynamics_table(path: Path) -> pd.DataFrame:
     return table
 
 
-def previous_dynamics(directory: str | Path, settings: dict) -> pd.DataFrame | None:
-    """The rows of an earlier ``dynamics.csv`` in ``directory`` if it was made with ``settings``."""
+def previous_dynamics(directory: str | Path, settings: dict, source: str | Path,
+                      split_file: str | Path | None = None) -> pd.DataFrame | None:
+    """The rows of an earlier ``dynamics.csv`` in ``directory`` if they are ``source``'s (the run they
+    were made of: :func:`dynamics_of_run`) and were made with ``settings``; another run's are refused,
+    never taken as this one's."""
     directory = Path(directory)
     if not (directory / DYNAMICS_FILE).exists() or not (directory / PHASES_FILE).exists():
         return None
     saved = load_json(directory / PHASES_FILE)
-    saved = saved.get("settings") if isinstance(saved, dict) else "unreadable"
+    if not dynamics_of_run(saved, source, split_file):
+        made_of = saved.get("source") if isinstance(saved, dict) else None
+        raise ComposeLensError(f"{directory}: its dynamics are of another run "
+                               f"({made_of or 'its phases.json does not say which'}), not {source}; drop --update "
+                               f"or use another --out")
+    saved = saved.get("settings")
     if saved != settings:
         raise ComposeLensError(f"{directory}: its dynamics were made with other settings ({saved}); "
                                f"drop --update or use another --out")
     return read_dynamics_table(directory / DYNAMICS_FILE)
+
+
+def dynamics_of_run(phases: Any, source: str | Path, split_file: str | Path | None = None) -> bool:
+    """Whether a saved ``phases.json`` (its document ``phases``) was made of the run ``source``: the same
+    folder and configuration, as its provenance names them. A run's dynamics kept in a folder outside it
+    outlive it (``dynamics --out DIR --update``, a report's ``X_files/results``): another run's rows were
+    once taken as this one's. Anything unreadable: not."""
+    try:
+        config = find_checkpoints(source, split_file)[1]
+        return (isinstance(phases, dict) and Path(phases["source"]).resolve() == Path(source).resolve()
+                and phases["config"] == json.loads(json.dumps(config.to_dict())))
+    except (OSError, ValueError, KeyError, TypeError, ComposeLensError):
+        return False

@@ -360,7 +360,17 @@ def format_estimate(value: float, low: float | None = None, high: float | None =
     '0.50 [0.50, 0.50]'
     >>> format_estimate(0.0123, -0.0003, 0.0251)
     '0.012 [0.000, 0.025]'
+
+    An undefined value (NaN) prints as ``n/a``; an undefined interval (NaN ends: a normalised score
+    whose denominator is 0 in some resamples) as ``[no interval]``:
+
+    >>> format_estimate(0.25, float("nan"), float("nan")), format_estimate(float("nan"))
+    ('0.25 [no interval]', 'n/a')
     """
+    if value is None or math.isnan(value):
+        return "n/a"
+    if low is not None and high is not None and (math.isnan(low) or math.isnan(high)):
+        return format_estimate(value, significant=significant, zero_below=zero_below) + " [no interval]"
     clean = [0.0 if v is not None and abs(v) < zero_below else v for v in (value, low, high)]
     value, low, high = clean
     if low is None or high is None:

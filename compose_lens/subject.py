@@ -39,7 +39,7 @@ import torch
 
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.declaration import TaskDeclaration, UserWeights, study_declaration
-from compose_lens.forward import Forward
+from compose_lens.forward import Forward, check_tokens
 
 if TYPE_CHECKING:
     from compose_lens.data.split import Split
@@ -73,5 +73,7 @@ class Subject:
         return Forward(self.model, self.config.model)
 
     def user_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Study-coordinates token rows as the researcher's model reads them."""
+        """Study-coordinates token rows (N, seq_len) as the researcher's model reads them (refused in one
+        line where they are not such rows: :func:`compose_lens.forward.check_tokens`)."""
+        check_tokens(tokens, self.task.d_vocab, self.task.seq_len, exact=True)
         return tokens if self.declaration is None else self.declaration.to_user(tokens)

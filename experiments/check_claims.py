@@ -16,6 +16,11 @@ fields into text, e.g. ``"{stalled} of {seeds}"``). A claim holds when
 A page edited to a number its data does not give, or data recomputed under a quote that no longer
 matches it, fails ``tests/unit/test_claims.py`` (run by ``make test``). A new claim is a new
 ``[[claim]]`` block; a new kind of computation is a function registered with :func:`computation`.
+
+The table is read whole before any claim is checked (:func:`load`): a table that is not TOML or holds
+no ``[[claim]]``, and every damaged claim (not a table, a key missing, unknown or of another type, a
+page that is not there, an unknown computation, or a claim that checks nothing: an empty quote, or a
+template that takes no field from the data) is one line on stderr naming the claim; the exit status is 2.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import string
 import sys
-import tomllib
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +40,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from compose_lens import stats  # noqa: E402
-from compose_lens.files import not_there  # noqa: E402
+from compose_lens.errors import ComposeLensError  # noqa: E402
+from compose_lens.files import load_toml, not_there  # noqa: E402
 from compose_lens.phases import measure_phases  # noqa: E402
 from compose_lens.runs import read_metrics  # noqa: E402
 
@@ -350,13 +356,69 @@ def diverged_runs(source: Path) -> dict:
 
 # -- the check -------------------------------------------------------------------------------------
 
+# a claim's keys and their types (args: the computation's keyword arguments; the one key a claim may leave out)
+CLAIM_KEYS = {"doc": str, "quote": str, "source": str, "compute": str, "template": str, "args": dict}
+OPTIONAL_KEYS = ("args",)
+
+
+class ClaimsError(ComposeLensError):
+    """A claims table that cannot be checked: one line per problem (``lines``), each naming its claim."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def damage(claim, root: Path = ROOT) -> str | None:
+    """Why ``claim`` (one ``[[claim]]`` of a table) cannot be checked, in a few words, or None: a claim
+    is a table of :data:`CLAIM_KEYS`, its page is there, its computation registered, and it checks
+    something: a quote to find, and a template that takes a field from the data."""
+    if not isinstance(claim, dict):
+        return f"is {_a(claim)}, not a table; write it as [[claim]] with {', '.join(CLAIM_KEYS)}"
+    missing = [k for k in CLAIM_KEYS if k not in claim and k not in OPTIONAL_KEYS]
+    if missing:
+        return f"has no {' and no '.join(missing)}"
+    unknown = sorted(set(claim) - set(CLAIM_KEYS))
+    if unknown:
+        return f"has the unknown key(s) {', '.join(unknown)}; a claim has {', '.join(CLAIM_KEYS)}"
+    for key, kind in CLAIM_KEYS.items():
+        if key in claim and not isinstance(claim[key], kind):
+            wanted = "a string" if kind is str else "a table of the computation's arguments"
+            return f"has a {key} that is {_a(claim[key])}, not {wanted}"
+    if not claim["quote"].strip():
+        return "has an empty quote, so it checks nothing; quote the text as the page prints it"
+    if not any(field is not None for _, field, _, _ in _fields_of(claim["template"])):
+        return "has a template that takes no field from the data, so it checks nothing; write the number as {field}"
+    if claim["compute"] not in COMPUTATIONS:
+        return f"has the unknown computation {claim['compute']!r}; known: {', '.join(sorted(COMPUTATIONS))}"
+    if not_there(root / claim["doc"]):
+        return f"quotes the page {claim['doc']}: {not_there(root / claim['doc'])}"
+    return None
+
+
+def _a(value) -> str:
+    """``value``'s type as a sentence says it: "an int", "a list"."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
+def _fields_of(template: str) -> list:
+    """The parts of a template (:class:`string.Formatter`), none where its braces do not pair."""
+    try:
+        return list(string.Formatter().parse(template))
+    except ValueError:
+        return []
+
 
 def _flat(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
 def check(claim: dict, root: Path = ROOT) -> list[str]:
-    """What is wrong with one claim ([] when it holds)."""
+    """What is wrong with one claim ([] when it holds); a damaged claim (:func:`damage`) is that."""
+    damaged = damage(claim, root)
+    if damaged:
+        return [f"the claim {damaged}"]
     problems = []
     quote, doc = claim["quote"], root / claim["doc"]
     if _flat(quote) not in _flat(doc.read_text()):
@@ -376,7 +438,23 @@ def check(claim: dict, root: Path = ROOT) -> list[str]:
 
 
 def load(path: Path = CLAIMS) -> list[dict]:
-    return tomllib.loads(path.read_text())["claim"]
+    """The claims of a table, read whole: a table that is not TOML or holds no ``[[claim]]``, or any
+    damaged claim (:func:`damage`), raises :class:`ClaimsError` with one line per problem, before any
+    claim is checked."""
+    data = load_toml(path)  # one line where it is not a UTF-8 TOML file
+    claims = data.get("claim")
+    if not isinstance(claims, list) or not claims:
+        raise ClaimsError([f"{path}: holds no [[claim]] table; a claims table is a list of [[claim]] blocks "
+                           f"(as docs/claims.toml)"])
+    lines = []
+    for number, claim in enumerate(claims, 1):
+        why = damage(claim)
+        if why:
+            page = f" ({claim['doc']})" if isinstance(claim, dict) and isinstance(claim.get("doc"), str) else ""
+            lines.append(f"{path}: claim {number}{page} {why}")
+    if lines:
+        raise ClaimsError(lines)
+    return claims
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,16 +469,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims.toml",
               file=sys.stderr)
         return 2
+    try:
+        claims = load(a.claims)
+    except ClaimsError as exc:
+        print("".join(f"error: {line}\n" for line in exc.lines), end="", file=sys.stderr)
+        return 2
+    except ComposeLensError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if a.coverage:
-        return _coverage(load(a.claims), a.record)
+        return _coverage(claims, a.record)
     wrong = 0
-    for claim in load(a.claims):
+    for claim in claims:
         problems = check(claim)
         wrong += bool(problems)
         print(("ok     " if not problems else "WRONG  ") + f"{claim['doc']}: {claim['quote'][:90]}")
         for line in problems:
             print(f"       {line}")
-    print(f"{wrong} of {len(load(a.claims))} claims wrong")
+    print(f"{wrong} of {len(claims)} claims wrong")
     return 1 if wrong else 0
 
 

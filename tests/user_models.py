@@ -30,7 +30,8 @@ def declaration(query: str = "prefix", output: str = "numbers", unused: int = 0,
         else list(range(size))
     table = {"operation_table": tuple(tuple((3 * x + y * y) % P for y in range(P)) for x in range(P))} \
         if operation == "table" else {}
-    keys = {"variable_names": ("p", "q", "r", "s", "t"), "seq_len": 12, "max_assignments": 3, "f": 0.6, "seed": 1,
+    procedure = {} if {"heldout_pairs", "split_file"} & set(keys) else {"f": 0.6, "seed": 1}  # one split source
+    keys = {"variable_names": ("p", "q", "r", "s", "t"), "seq_len": 12, "max_assignments": 3, **procedure,
             **table, **keys}
     return TaskDeclaration(modulus=P, numbers=tuple(ids[:P]), variables=tuple(ids[P:P + 5]), operator=ids[12],
                            equals=ids[13], pad=ids[14], vocab_size=size, query=query, operation=operation,

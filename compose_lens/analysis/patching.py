@@ -897,8 +897,9 @@ def path_end(text: str, side: str, cfg: ModelConfig | None = None) -> PathEnd:
         raise ComposeLensError(f"sender {text!r}: a sender is a head's or an MLP's output, {shape}, "
                                f"without .{part}")
     if side == "receiver" and end.head >= 0 and part not in RECEIVER_INPUTS:
+        head = PathEnd(end.block, end.head).name  # the head itself: blocks.1.head0, without the input asked
         raise ComposeLensError(f"receiver {text!r}: say which input of the head receives: "
-                               f"{end.name}.q, {end.name}.k or {end.name}.v")
+                               f"{head}.q, {head}.k or {head}.v")
     if side == "receiver" and mlp and part:
         raise ComposeLensError(f"receiver {text!r}: an MLP has one input; name it {end.name}")
     if cfg is not None:

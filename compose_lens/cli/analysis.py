@@ -102,9 +102,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
-    """The analysis's settings from its command's options, each option checked (one line)."""
+    """The analysis's settings from its command's options, each option checked (one line; the analysis's
+    :meth:`~compose_lens.registry.Analysis.check_setting`, as the API's)."""
     from compose_lens.cli.common import check_pairs_path
-    from compose_lens.safety import check_count
 
     chosen = {}
     for option in analysis.options:
@@ -114,11 +114,8 @@ def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
                 else tuple(default)
         if option.pairs_file and value not in option.choices:
             check_pairs_path(option.flag, value)
-        for number in (value if option.many else [value]):
-            if isinstance(number, int) and not isinstance(number, bool):  # a count, a step: at least its minimum
-                check_count(number, option.flag, minimum=option.minimum)
         chosen[option.setting] = value
-    settings = analysis.with_settings(chosen)
+    settings = analysis.with_settings(chosen, flags=True)
     if analysis.validate is not None:
         analysis.validate(settings)
     return settings

@@ -76,10 +76,14 @@ def _subjects(args: argparse.Namespace) -> list:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens import compare  # lazy: torch
-    from compose_lens.safety import check_count, staged_output
+    from compose_lens.safety import check_count, peek_run_config, staged_output
 
-    check_count(args.pool_size, "--pool-size")
+    check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
     check_memory((args.a, args.b), args.pool_size)  # before anything is loaded
+    for spec in (args.a, args.b):  # a model an analysis cannot read, named, before it is loaded
+        config = peek_run_config(spec)  # (a TransformerLens directory's: compare checks it once loaded)
+        if config is not None:
+            compare.check_measurable(config, spec)
     with staged_output(args.out, "compare", args.overwrite) as stage, progress_bar("compare", 2, args.quiet) as bar:
         bar.set_postfix_str("loading the models")
         a, b = _subjects(args)

@@ -31,11 +31,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from compose_lens.data.split import Split  # lazy: torch
     from compose_lens.train import Trainer  # lazy: torch
 
-    from compose_lens.safety import check_out_name
+    from compose_lens.safety import check_out_name, read_marker
 
     out = check_out_name(args.out)
     if args.resume and args.overwrite:
         raise ComposeLensError("--resume continues a run and --overwrite replaces it: pass one of them")
+    if args.resume and not (out / "config.json").is_file() and read_marker(out) is None:
+        # nothing there to resume (a run killed before its first file still has its marker and starts again)
+        raise ComposeLensError(f"--resume: {out} holds no run to resume; drop --resume to start a new run there, "
+                               f"or give the --out of the run to continue")
     if args.resume and (out / "config.json").is_file() and not args.config:
         # the run's own configuration; --set may only raise steps (compose_lens.runs.extends)
         config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides(args.set or [])

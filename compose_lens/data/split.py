@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import TaskConfig
+from compose_lens.config import MAX_MODULUS, TaskConfig
 from compose_lens.errors import ConfigError
 from compose_lens.files import load_json, write_json_atomic
 from compose_lens.data.task import SequenceKind
@@ -109,7 +109,7 @@ class Split:
         is_train = torch.zeros(p, p, dtype=torch.bool)
         chosen = torch.tensor(study_train_pairs(p, task.f, task.seed), dtype=torch.long).reshape(-1, 2)
         is_train[chosen[:, 0], chosen[:, 1]] = True
-        return cls._from_mask(task, is_train.flatten())
+        return cls._from_mask(task, is_train.flatten(), by_f=True)
 
     @classmethod
     def from_heldout(cls, task: TaskConfig, heldout: torch.Tensor) -> "Split":
@@ -118,27 +118,30 @@ class Split:
                                                 task.modulus))
 
     @classmethod
-    def _from_mask(cls, task: TaskConfig, is_train: torch.Tensor, counts: torch.Tensor | None = None) -> "Split":
+    def _from_mask(cls, task: TaskConfig, is_train: torch.Tensor, counts: torch.Tensor | None = None,
+                   by_f: bool = False) -> "Split":
         p = task.modulus
         flat = torch.arange(p * p)
         pairs = torch.stack([flat // p, flat % p], dim=1)
         if counts is None:
             counts = study_two_var_counts(task, is_train.view(p, p))
         split = cls(task, pairs[is_train], pairs[~is_train], counts)
-        split.check_coverage()
+        split.check_coverage(by_f)
         return split
 
-    def check_coverage(self) -> None:
-        """Refuse a split whose training pairs miss a number on either side."""
+    def check_coverage(self, by_f: bool = False) -> None:
+        """Refuse a split whose training pairs miss a number on either side (``by_f``: the pairs were drawn
+        with the study's procedure from f, so f is what to raise; else they were listed as held out)."""
         p = self.task.modulus
         for side, name in ((0, "left"), (1, "right")):
             seen = torch.zeros(p, dtype=torch.bool)
             seen[self.train_pairs[:, side]] = True
             missing = (~seen).nonzero().flatten().tolist()
             if missing:
-                raise ConfigError(
-                    f"the training pairs never use number(s) {missing[:8]} as the {name} operand "
-                    f"(f={self.task.f} is too small for modulus {p}); raise f or change the seed")
+                why = (f"f={self.task.f} is too small for modulus {p}); raise f or change the seed" if by_f else
+                       f"{len(self.heldout_pairs)} of the {p * p} pairs are held out); hold out fewer pairs")
+                raise ConfigError(f"the training pairs never use number(s) {missing[:8]} as the {name} operand "
+                                  f"({why}")
 
     @property
     def is_train(self) -> torch.Tensor:
@@ -198,8 +201,8 @@ def _task_of_file(data: dict, task: TaskConfig | None) -> TaskConfig:
     """The task a split file describes, on top of ``task`` (or the defaults)."""
     task = task or TaskConfig()
     modulus, variables = data.get("modulus"), data.get("variables", list(task.variable_names))
-    if isinstance(modulus, bool) or not isinstance(modulus, int) or not 2 <= modulus <= 1000:
-        raise ConfigError(f"modulus {modulus!r}: a split file needs an integer modulus between 2 and 1000")
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or not 2 <= modulus <= MAX_MODULUS:
+        raise ConfigError(f"modulus {modulus!r}: a split file needs an integer modulus between 2 and {MAX_MODULUS}")
     if not isinstance(variables, list) or not all(isinstance(v, str) for v in variables):
         raise ConfigError(f"variables {variables!r}: a list of variable names a, b, ... is expected")
     changes = {"modulus": modulus, "n_vars": len(variables)}

@@ -14,10 +14,12 @@ Plain data: the command line imports this before torch (see :mod:`compose_lens.r
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from compose_lens.errors import ComposeLensError
+from compose_lens.errors import ArgumentError, ArgumentTypeError, ComposeLensError
 
 if TYPE_CHECKING:  # annotations only: the command line reads this module before torch
     import pandas as pd
@@ -144,13 +146,62 @@ class Analysis:
         """Whether this analysis has anything to read in a model of ``config`` (:attr:`applies`)."""
         return self.applies is None or bool(self.applies(config))
 
-    def with_settings(self, changes: dict | None = None) -> dict:
-        """The default settings with ``changes``; an unknown setting is refused in one line."""
+    def with_settings(self, changes: dict | None = None, flags: bool = False) -> dict:
+        """The default settings with ``changes``, each checked at the door (:meth:`check_setting`); an
+        unknown setting is refused in one line. ``flags``: name a refused value by its command's option
+        (``--n-pairs 1``), else by the setting (``patching: n_pairs=1``, as the API is called)."""
+        if changes is not None and not isinstance(changes, dict):
+            raise ArgumentTypeError(f"analysis {self.name}: its settings are a dict, not {type(changes).__name__}")
         unknown = set(changes or {}) - set(self.settings)
         if unknown:
             raise ComposeLensError(f"analysis {self.name}: no setting {sorted(unknown)} "
                                    f"(it has {sorted(self.settings)})")
+        for key, value in (changes or {}).items():
+            self.check_setting(key, value, flags)
         return {**self.settings, **(changes or {})}
+
+    def check_setting(self, key: str, value: Any, flags: bool = False) -> None:
+        """Refuse, in one line, a value of setting ``key`` of another type than its default's (its option's
+        ``kind`` where the default is None), a count below its option's ``minimum`` or above
+        :data:`compose_lens.safety.MAX_COUNT`, a word outside its ``choices``, or a string where a list is
+        wanted (it was read letter by letter). A pairs file's setting takes what its analysis reads."""
+        from compose_lens.safety import MAX_COUNT  # here: the command line reads this module before torch
+
+        option = next((o for o in self.options if o.setting == key), None)
+        if option is not None and option.pairs_file:
+            return  # a path, one of its choices, or PromptPairs: the analysis reads and checks it
+        default = self.settings[key]
+        where = f"{option.flag} {value}" if flags and option else f"{self.name}: {key}={value!r}"
+        many = isinstance(default, tuple)
+        if many:
+            if isinstance(value, str) or not isinstance(value, (list, tuple)):
+                raise ArgumentTypeError(f"{where}: a list of values, not {type(value).__name__}"
+                                        + (f" (a string is not read letter by letter: [{value!r}])"
+                                           if isinstance(value, str) else ""))
+            items = list(value)
+            kind = (option.kind if option and option.kind else type(default[0]) if default else str)
+        else:
+            if default is None and (option is None or option.kind is None or value is None):
+                return
+            items, kind = [value], option.kind if default is None else type(default)
+        for item in items:  # numpy's numbers are numbers (numbers.Integral, numbers.Real); a bool is not one
+            boolean = isinstance(item, bool) or type(item).__name__ == "bool_"
+            wrong = (kind is bool and not boolean
+                     or kind is int and (boolean or not isinstance(item, numbers.Integral))
+                     or kind is float and (boolean or not isinstance(item, numbers.Real) or not math.isfinite(item))
+                     or kind is str and not isinstance(item, str))
+            if wrong:
+                words = {bool: "True or False", int: "an integer", float: "a finite number", str: "a string"}
+                raise ArgumentTypeError(f"{where}: must be {words.get(kind, kind.__name__)}"
+                                        f"{' (each item)' if many else ''}, not {type(item).__name__}")
+            minimum = option.minimum if option is not None else 1
+            if kind is int and item < minimum:
+                raise ArgumentError(f"{where}: use at least {minimum}")
+            if kind is int and item > MAX_COUNT:
+                raise ArgumentError(f"{where}: at most {MAX_COUNT:,} (that is already minutes and gigabytes); "
+                                    f"use a smaller number")
+            if option is not None and option.choices and item not in option.choices:
+                raise ArgumentError(f"{where}: use one of {', '.join(option.choices)}")
 
 
 def sections(registry: tuple[Analysis, ...], fixed: tuple[tuple[str, str, Callable], ...],

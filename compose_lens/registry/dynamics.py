@@ -6,8 +6,8 @@ analysis takes a :class:`~compose_lens.context.Context`. :mod:`compose_lens.anal
 the measures and the phase rule; this module only says how the command, the report and the API run it.
 ``compose-lens dynamics RUN --out DIR`` writes ``dynamics.csv`` (one row per checkpoint),
 ``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
-With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made with the same settings are kept and
-only the checkpoints written since are evaluated.
+With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made of the same run with the same settings are
+kept and only the checkpoints written since are evaluated; another run's are refused.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _dynamics(ctx, settings: dict) -> Result:
 
     known = None
     if settings["update"] and ctx.previous is not None:
-        known = runs.previous_dynamics(ctx.previous, _settings_of_trajectory(ctx, settings))
+        known = runs.previous_dynamics(ctx.previous, _settings_of_trajectory(ctx, settings), ctx.source, ctx.split)
     traj = trajectory(ctx.source, ctx.split, pool_size=settings["pool_size"], slot_size=settings["slot_size"],
                       seed=ctx.seed, circuit=not settings["no_circuit"], steps=list(settings["steps"]) or None,
                       stride=settings["stride"], progress=ctx.progress, device=ctx.device,

@@ -51,6 +51,29 @@ def _early_jump(ctx, settings: dict) -> Result:
                   figures=[("early_jump", plots.early_jump_figure, (first, second, names), 110)])
 
 
+def _bracket(settings: dict) -> None:
+    """Both ends of the bracket or neither (then the run's dynamics give it), the one before the other."""
+    from compose_lens.errors import ComposeLensError
+
+    before, after = settings["before"], settings["after"]
+    if (before is None) != (after is None):
+        given = "--before" if after is None else "--after"
+        raise ComposeLensError(f"{given} alone: give both --before and --after (the checkpoints on each side of "
+                               f"the jump), or neither to read the bracket from the run's dynamics")
+    if before is not None and before >= after:
+        raise ComposeLensError(f"--before {before} --after {after}: the checkpoint before the jump comes first; "
+                               f"give --before a smaller step than --after")
+
+
+def _depth(settings: dict, config) -> None:
+    """The figure reads layer 1's attention and layer 2's identity matrix: a model of two layers or more."""
+    from compose_lens.errors import ComposeLensError
+
+    if config.model.n_layers < 2:
+        raise ComposeLensError(f"a {config.model.n_layers}-layer model: the early jump reads layer 1's attention "
+                               f"and layer 2's routing, so it needs at least 2 layers")
+
+
 def states(result: Result) -> tuple[dict, dict, list[str]]:
     """(state before, state after, variable names) of a result, computed now or read back from
     ``early_jump.json``: what :func:`compose_lens.plots.early_jump_figure` draws."""
@@ -70,4 +93,5 @@ EARLY_JUMP = Analysis(
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),
              Option("--before", "before", "checkpoint step before the jump (default: the assignment bracket's)",
                     kind=int, minimum=0, metavar="STEP"),
-             Option("--after", "after", "checkpoint step after the jump", kind=int, minimum=0, metavar="STEP")))
+             Option("--after", "after", "checkpoint step after the jump", kind=int, minimum=0, metavar="STEP")),
+    validate=_bracket, guard=_depth)

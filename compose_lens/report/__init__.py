@@ -475,11 +475,9 @@ def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool
     --out X`` found RUN's curves there and showed them as RUN2's. Anything unreadable: not."""
     try:
         doc = json.loads((results_dir / runs.PHASES_FILE).read_text(encoding="utf-8"))
-        config = runs.find_checkpoints(run_dir, split_file)[1]
-        return (Path(doc["source"]).resolve() == run_dir.resolve()
-                and doc["config"] == json.loads(json.dumps(config.to_dict())))
-    except (OSError, ValueError, KeyError, TypeError, ComposeLensError):
+    except (OSError, ValueError):
         return False
+    return runs.dynamics_of_run(doc, run_dir, split_file)
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,

@@ -126,3 +126,35 @@ def test_an_export_that_cannot_be_exact_writes_nothing(tmp_path):
     with pytest.raises(ComposeLensError, match="vocabulary ids the task does not use") as info:
         export_transformerlens(subject, tmp_path / "out")
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+
+
+def test_the_model_card_says_the_outcome_in_words(tiny_config, tmp_path):
+    """MODEL_CARD.md's outcome line is the run's outcome and why, as `train` prints it (issue #59: the
+    results.json record was printed as a Python dict)."""
+    import json
+
+    from compose_lens.train import Trainer
+
+    Trainer(tiny_config, tmp_path / "run", progress=False).run()
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 0
+    outcome = json.loads((tmp_path / "run" / "results.json").read_text())["outcome"]
+    card = (tmp_path / "out" / "MODEL_CARD.md").read_text()
+    assert f"* outcome: {outcome['outcome']} ({outcome['why']})\n" in card and "{" not in card.split("```")[0]
+
+
+def test_a_declaration_with_a_split_file_exports_the_split_it_read(tmp_path):
+    """A model declared with a split_file is exported with that split written out (held-out pairs, slots, r and
+    its seed): the export dropped the file and kept the rest of the declaration, so the folder read back held
+    the study's procedure's split (f 0.7, seed 42), not the model's."""
+    import dataclasses
+
+    from tests import user_models
+
+    user_models.declaration(f=0.5, seed=3, r=0.5).split().save(tmp_path / "split.json")
+    decl = dataclasses.replace(user_models.declaration(), f=None, seed=42, split_file=str(tmp_path / "split.json"))
+    source = user_models.save(user_models.tl_model(decl), decl, tmp_path / "source")
+    assert main(["export", str(source), str(tmp_path / "out")]) == 0
+    first, back = load_subject(source), load_subject(tmp_path / "out")
+    assert "split_file" not in json.loads((tmp_path / "out" / "task.json").read_text())
+    assert torch.equal(back.split.is_train, first.split.is_train)
+    assert torch.equal(back.split.two_var_counts, first.split.two_var_counts)

@@ -185,7 +185,7 @@ def _table(a, b, options):
 
 @pytest.mark.parametrize("argv, says", [
     (["compare", "paper", "no/such/model.pth", "--out", "OUT"], "no/such/model.pth"),
-    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size 0: use at least 1"),
+    (["compare", "paper", "paper", "--out", "OUT", "--pool-size", "0"], "--pool-size 0: use at least 10"),
     (["compare", "paper", "paper", "--out", "OUT", "--task", "task.json"], "--task task.json: neither paper nor paper"),
     (["compare", "paper", "paper", "--out", "OUT", "--colour", "red"], "unrecognized arguments: --colour"),
     (["compare", "paper", "--out", "OUT"], "the following arguments are required: B"),
@@ -196,6 +196,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_model_an_analysis_cannot_read_is_refused_by_name_before_it_is_loaded(tmp_path, capsys):
+    """compare guards every analysis it reads on both models before either is loaded, naming the model it
+    refuses (issue 59). A LayerNorm model, its first case, is measured now (issue 54: the same-MLP verdict
+    says inconclusive, and why); a model without an MLP is one no same-MLP test can read. Its folder holds
+    no weights: the refusal comes from its config.json alone."""
+    from compose_lens.config import RunConfig
+
+    config = RunConfig().with_overrides(["mlp_blocks=[]"])
+    (tmp_path / "no_mlp").mkdir()
+    (tmp_path / "no_mlp" / "config.json").write_text(json.dumps(config.to_dict()))
+    assert main(["compare", "paper", str(tmp_path / "no_mlp"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'no_mlp'}: the model has no MLP" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+    C.check_measurable(RunConfig().with_overrides(["normalization_type=LN"]), "a LayerNorm model")  # read now
 
 
 def test_a_difference_without_an_interval_prints_at_its_operands_decimals():

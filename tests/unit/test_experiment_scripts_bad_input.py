@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+def script(name: str, root: Path = ROOT):
+    spec = importlib.util.spec_from_file_location(name, root / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -48,6 +48,21 @@ def _grid_csv(sb: Path, text: str) -> None:
     (sb / "out" / "grid.csv").write_text(text)
 
 
+def _claims(text: str | bytes):
+    """A claims table in the sandbox, ``claims.toml``."""
+    def setup(sb: Path) -> None:
+        (sb / "claims.toml").write_bytes(text if isinstance(text, bytes) else text.encode())
+    return setup
+
+
+# one claim of a claims table (its page the repository's README), less what ``drop`` names, with ``change``
+def _claim(drop: tuple[str, ...] = (), **change) -> str:
+    fields = {"doc": '"README.md"', "quote": '"20 of 60"', "source": '"README.md"', "compute": '"wilson"',
+              "template": '"{k} of {n}"', "args": "{ k = 20, n = 60 }", **change}
+    return "[[claim]]\n" + "".join(f"{k} = {v}\n" for k, v in fields.items() if k not in drop)
+
+
+CLAIMS = ["--claims", "{sb}/claims.toml"]
 STALL = ["--seeds", "1", "--kernels", "native", "--threads", "1"]
 # (id, script, argv with {sb}, setup, what the line must say)
 CASES = [
@@ -87,8 +102,54 @@ CASES = [
                                                           "--out", "{sb}/out"],
      lambda sb: _grid_csv(sb, "n_layers, d_model\n1,2\n"), "the column ' d_model' has a space around its name"),
     ("check-claims-folder", "check_claims", ["--claims", "{sb}"], None, "is a folder, not a file"),
+    # issue #59: a damaged claims table was a traceback; a claim that checks nothing passed
+    ("check-claims-invalid-toml", "check_claims", CLAIMS, _claims("[[claim]\n"), "not valid TOML"),
+    ("check-claims-binary", "check_claims", CLAIMS, _claims(b"\xff\xfe\x00\x01"), "not a UTF-8 text file"),
+    ("check-claims-empty", "check_claims", CLAIMS, _claims(""), "holds no [[claim]] table"),
+    ("check-claims-no-claim", "check_claims", CLAIMS, _claims("[note]\ntext = 'hello'\n"), "holds no [[claim]]"),
+    ("check-claims-no-quote", "check_claims", CLAIMS, _claims(_claim(("quote",))), "claim 1 (README.md) has no quote"),
+    ("check-claims-no-compute", "check_claims", CLAIMS, _claims(_claim(("compute",))), "has no compute"),
+    ("check-claims-missing-page", "check_claims", CLAIMS, _claims(_claim(doc='"nowhere.md"')),
+     "quotes the page nowhere.md: no such file"),
+    ("check-claims-page-a-folder", "check_claims", CLAIMS, _claims(_claim(doc='"docs"')),
+     "quotes the page docs: is a folder, not a file"),
+    ("check-claims-quote-an-int", "check_claims", CLAIMS, _claims(_claim(quote="20")), "has a quote that is an int"),
+    ("check-claims-claim-not-a-table", "check_claims", CLAIMS, _claims("claim = [5]\n"), "is an int, not a table"),
+    ("check-claims-unknown-key", "check_claims", CLAIMS, _claims(_claim(qoute='"x"')), "unknown key(s) qoute"),
+    ("check-claims-empty-quote-and-template", "check_claims", CLAIMS, _claims(_claim(quote='""', template='""')),
+     "has an empty quote, so it checks nothing"),
+    ("check-claims-template-without-a-field", "check_claims", CLAIMS, _claims(_claim(template='"20 of 60"')),
+     "takes no field from the data, so it checks nothing"),
     ("mirror-pairs-model-is-file", "mirror_pairs", ["--model", "{sb}/afile"], None, "is a file, not a folder"),
 ]
+
+
+# issue #59's classes of the check_claims cases (tests/integration/test_bad_input.py --round-five counts them)
+CLAIMS_CLASSES = {name: ("silent wrong" if name in ("check-claims-unknown-key", "check-claims-empty-quote-and-template",
+                                                    "check-claims-template-without-a-field") else "traceback")
+                  for name, which, *_ in CASES if which == "check_claims" and name != "check-claims-folder"}
+
+
+def run_script_case(name: str, sb: Path, root: Path = ROOT) -> tuple[int | str, str]:
+    """(exit status, stderr) of one case run in ``sb`` (made empty here) by the script of the checkout
+    ``root``, or ("traceback", the exception)."""
+    import contextlib
+    import io
+
+    _, which, argv, setup, _ = next(c for c in CASES if c[0] == name)
+    sb.mkdir()
+    (sb / "afile").write_text("a file\n")
+    if setup:
+        setup(sb)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = script(which, root).main([a.replace("{sb}", str(sb)) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    except Exception as exc:  # noqa: BLE001 (what the fuzzer looks for)
+        return "traceback", f"{type(exc).__name__}: {exc}"
+    return status, err.getvalue()
 
 
 @pytest.mark.parametrize("name,which,argv,setup,says", CASES, ids=[c[0] for c in CASES])
@@ -131,3 +192,12 @@ def test_threshold_interval_coverage_refuses_nothing_to_simulate(option):
     done = subprocess.run([sys.executable, str(ROOT / "experiments" / "threshold_interval_coverage.py"), option, "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == f"error: {option} 0: give at least 1\n", done.stderr
+
+
+def test_every_damaged_claim_is_one_line(tmp_path, capsys):
+    """Two damaged claims beside a sound one: one line each, naming the claim, and nothing checked (issue #59)."""
+    (tmp_path / "claims.toml").write_text(_claim() + _claim(("quote",)) + _claim(compute='"guess"'))
+    assert script("check_claims").main(["--claims", str(tmp_path / "claims.toml")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 2 and "Traceback" not in err, err
+    assert "claim 2 (README.md) has no quote" in err and "claim 3 (README.md) has the unknown computation 'guess'" in err

@@ -115,6 +115,63 @@ def test_names_that_cannot_be_read_back_are_refused(keys, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("keys, message", [
+    ({"number_names": "zero one"}, 'number_names="zero one": must be a list of strings, not a string'),
+    ({"operator_name": 5}, "operator_name=5: must be a string or null"),
+    ({"fewest_assignments": 1.5}, "fewest_assignments=1.5: must be an integer"),
+    ({"fewest_assignments": True}, "fewest_assignments=true: must be an integer"),
+    ({"padding": ["left"]}, "padding=\\[\"left\"\\]: must be a string"),
+    ({"kind_weights": "1,1,1"}, 'kind_weights="1,1,1": must be a list of numbers'),
+    ({"kind_weights": [1, float("nan"), 1]}, "kind_weights=.*its item .* is a non-finite number"),
+    ({"kind_weights": [1, "1", 1]}, 'kind_weights=.*its item "1" is a string'),
+])
+def test_the_context_and_name_keys_are_typed_like_every_key(keys, message):
+    """The keys of issue 54 (the names, the context distribution) are checked whole with the others (issue 59):
+    a string is never read letter by letter, a bool is not an integer, a weight is a finite number; in Python
+    and in a file alike."""
+    from compose_lens.declaration import DeclarationError, TaskDeclaration
+
+    with pytest.raises(DeclarationError, match=message) as info:
+        user_models.declaration(**keys)
+    assert "\n" not in str(info.value)
+    data = {**user_models.declaration().to_dict(), **json.loads(json.dumps(keys, allow_nan=True))}
+    with pytest.raises(DeclarationError, match="task.json: " + message):
+        TaskDeclaration.from_dict(data, "task.json")
+
+
+def test_more_than_26_variables_need_their_names():
+    """a..z name 26 variables; a declaration of more names them all (and they print and parse), one of more
+    without names, or of more than MAX_VARIABLES (a task's 2-var pairs are n x n), is refused in one line."""
+    from compose_lens.config import MAX_VARIABLES
+    from compose_lens.data.task import parse_sequence, to_text
+    from compose_lens.declaration import DeclarationError, TaskDeclaration
+
+    def declare(n: int, **keys) -> TaskDeclaration:
+        return TaskDeclaration(modulus=7, numbers=tuple(range(7)), variables=tuple(range(10, 10 + n)), operator=7,
+                               equals=8, pad=9, vocab_size=10 + n, seq_len=12, max_assignments=3, **keys)
+
+    named = declare(30, variable_names=tuple(f"x{i}" for i in range(30))).task
+    assert to_text(named, parse_sequence(named, "x29=3, x0=4, x29+x0=?")) == "x29=3, x0=4, x29+x0=?"
+    with pytest.raises(DeclarationError, match="variables: 30 ids, but the default names a..z name 26"):
+        declare(30)
+    with pytest.raises(DeclarationError, match=f"variables: {MAX_VARIABLES + 1} ids; give between 2 and"):
+        declare(MAX_VARIABLES + 1, variable_names=tuple(f"x{i}" for i in range(MAX_VARIABLES + 1)))
+
+
+def test_the_seed_beside_heldout_pairs_chooses_the_2var_rows_where_r_is_below_1():
+    """With r < 1 the seed chooses which 2-var rows each training pair keeps, listed pairs or not: it was reset
+    to 42 beside heldout_pairs, so a model trained with seed 5 was read with seed 42's rows. It stays, and a
+    file holds it; with r = 1 it chooses nothing and is not written."""
+    from compose_lens.declaration import TaskDeclaration
+
+    pairs = ((0, 1), (2, 3))
+    five, default = (user_models.declaration(heldout_pairs=pairs, r=0.5, seed=s) for s in (5, 42))
+    assert five.seed == 5 and not torch.equal(five.split().two_var_counts, default.split().two_var_counts)
+    assert five.to_dict()["split"]["seed"] == 5 and TaskDeclaration.from_dict(five.to_dict(), "task.json") == five
+    whole = user_models.declaration(heldout_pairs=pairs, seed=5)
+    assert "seed" not in whole.to_dict()["split"] and TaskDeclaration.from_dict(whole.to_dict(), "t.json") == whole
+
+
 def test_a_prompt_file_reads_every_form_in_the_researchers_coordinates(tmp_path):
     """The short form, the researcher's token ids and their token form in their own (infix) order give the
     same sequence in the study's coordinates; each lands in the pool its pair and slots say; a wrong answer or

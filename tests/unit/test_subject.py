@@ -122,6 +122,23 @@ def test_declared_heldout_pairs_are_the_split():
     assert len(split.train_pairs) == P * P - 2
 
 
+def test_a_relative_split_file_is_read_beside_its_task_file(tmp_path, monkeypatch):
+    """A task file's relative split_file travels with it: read from the task file's folder, wherever the
+    command runs (issue #59: it was looked up from the working directory, and the refusal named neither)."""
+    split = declaration().split()
+    (tmp_path / "model").mkdir()
+    split.save(tmp_path / "model" / "split.json")
+    data = {**declaration().to_dict(), "split_file": "split.json"}
+    data.pop("split")
+    (tmp_path / "model" / "task.json").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)  # not the task file's folder
+    loaded = TaskDeclaration.load(tmp_path / "model" / "task.json").split()
+    assert torch.equal(loaded.heldout_pairs, split.heldout_pairs)
+    (tmp_path / "model" / "split.json").unlink()
+    with pytest.raises(DeclarationError, match="split.json': no such file at .*model/split.json .*the task file's"):
+        TaskDeclaration.load(tmp_path / "model" / "task.json")
+
+
 @pytest.mark.parametrize("change, message", [
     ({"numbers": [0, 1]}, "2 ids for modulus 7"),
     ({"operator": "pad"}, "two roles"),  # the operator given PAD's id
@@ -157,7 +174,8 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
 
     decl = TaskDeclaration.from_dict({**declaration().to_dict(), "split": "none"}, "task.json")
     assert decl.holds_out_nothing and decl.to_dict()["split"] == "none"
-    in_python = dataclasses.replace(declaration(), **NOTHING_HELD_OUT)  # the same, said in Python
+    in_python = dataclasses.replace(declaration(), f=None, **NOTHING_HELD_OUT)  # the same, said in Python (no f:
+    # nothing is drawn with it; f beside the pairs is refused, as it would be ignored)
     assert in_python.holds_out_nothing and in_python.to_dict()["split"] == "none"
     split = decl.split()
     assert len(split.train_pairs) == P * P and len(split.heldout_pairs) == 0

@@ -34,7 +34,7 @@ where the shape forces them: the one layer-1 head binds, the one layer-2 head ro
 adds (a 2-layer model cannot bind otherwise). Other shapes that bind: the roles exist but which
 head plays them is not known (``?``): such a model counts towards recall (a role found) and not
 towards precision. The same-MLP and modularity answers are known for the planted models (``no``
-for the negatives) and for models that do not compose (``n/a``: the study's headline does not
+for the negatives) and for models that do not compose (``untestable``: the study's headline does not
 hold, and the right verdict is ``inconclusive``); for the study's shape that composes they are the
 study's finding (``yes``), which ``truth_source`` says.
 
@@ -133,7 +133,7 @@ ENTRIES = (
                                                    "--query", "prefix"), shape="2 heads, MLPs in both layers"),
     Entry("outside-ln-0", "layernorm", "outside", ("--seed", "0", "--layernorm"),
           shape="LayerNorm, 2 heads, MLPs in both layers"),
-    Entry("decoy-heads", "planted", "planted", ("decoy_heads",), shape="2 heads", fast=True),
+    Entry("decoy-heads", "planted", "planted", ("decoy_heads",), shape="2 heads"),  # tests/unit/test_learned.py
     Entry("orthogonal-subspaces", "planted", "planted", ("orthogonal_subspaces",), shape="2 heads, wider"),
     Entry("gated-adders", "planted", "planted", ("gated_adders", "constants_first"), shape="3 layers, 2 heads",
           fast=True),
@@ -227,7 +227,7 @@ def truth_of(entry: Entry, subject, knows, known: dict, composes: bool) -> dict:
                  "truth_modular": "?", "truth_source": "answers: it binds; which components play the roles is not "
                                                       "known in this shape"}
     if not composes:  # the verdicts are about a model that composes: the right answer is inconclusive
-        truth["truth_same_mlp"] = truth["truth_modular"] = "n/a"
+        truth["truth_same_mlp"] = truth["truth_modular"] = "untestable"
     if "truth_adder" not in truth:
         blocks = locating.mlp_blocks(subject.model, subject.config)
         truth["truth_adder"] = ("none" if not knows.operates else f"blocks.{blocks[0]}.mlp" if len(blocks) == 1
@@ -352,7 +352,7 @@ def rejudge(heads: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-NEGATIVE_SAME_MLP = ("no", "n/a")
+NEGATIVE_SAME_MLP = ("no", "untestable")
 
 
 def scorecard(verdicts: pd.DataFrame, loo: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -365,17 +365,17 @@ def scorecard(verdicts: pd.DataFrame, loo: pd.DataFrame | None = None) -> pd.Dat
     # verdicts: truth x verdict
     for verdict_col, truth_col, positive in (("same_mlp", "truth_same_mlp", "supported"),
                                              ("modularity", "truth_modular", "modular")):
-        for truth in ("yes", "no", "n/a"):
+        for truth in ("yes", "no", "untestable"):
             group = verdicts[verdicts[truth_col] == truth]
             for answer in sorted(verdicts[verdict_col].unique()):
                 add("verdict", f"{verdict_col} = {answer}", f"truth {truth}", int((group[verdict_col] == answer).sum()),
                     len(group))
         negatives = verdicts[verdicts[truth_col].isin(NEGATIVE_SAME_MLP)]
-        add("false positive", f"{verdict_col} = {positive}", "truth no or n/a",
+        add("false positive", f"{verdict_col} = {positive}", "truth no or untestable",
             int((negatives[verdict_col] == positive).sum()), len(negatives),
             "a verdict that the mechanism is there, on a model without it")
-        na = verdicts[verdicts[truth_col] == "n/a"]
-        add("correct", f"{verdict_col} = inconclusive", "truth n/a", int((na[verdict_col] == "inconclusive").sum()),
+        na = verdicts[verdicts[truth_col] == "untestable"]
+        add("correct", f"{verdict_col} = inconclusive", "truth untestable", int((na[verdict_col] == "inconclusive").sum()),
             len(na), "the model cannot do what the verdict is about")
     # roles: precision and recall
     for role in ("binder", "router", "adder"):

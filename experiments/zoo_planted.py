@@ -38,8 +38,8 @@ from compose_lens.subject import Subject
 NONE = "none"
 
 
-def _truth(binds: bool, binder: str = NONE, router: str = NONE, adder: str | None = None, same_mlp: str = "n/a",
-           modular: str = "n/a", source: str = "construction") -> dict:
+def _truth(binds: bool, binder: str = NONE, router: str = NONE, adder: str | None = None, same_mlp: str = "untestable",
+           modular: str = "untestable", source: str = "construction") -> dict:
     """The index's truth columns; ``adder`` None: read from the answers (experiments/zoo.py ``truth_of``:
     the one MLP where the model computes the operation, else none)."""
     truth = {"truth_binds": binds, "truth_binder": binder, "truth_router": router,

@@ -38,11 +38,11 @@ def test_the_fast_subset_holds_every_kind_of_negative(verdicts):
 
 
 def test_no_negative_is_supported_or_modular(verdicts):
-    negatives = verdicts[verdicts["truth_same_mlp"].isin(["no", "n/a"])]
+    negatives = verdicts[verdicts["truth_same_mlp"].isin(["no", "untestable"])]
     assert (negatives["same_mlp"] != "supported").all(), negatives[["same_mlp", "same_mlp_reason"]]
     assert (negatives["modularity"] != "modular").all()
     # a model that cannot do what the test reads is inconclusive, not "not supported"
-    assert (verdicts.loc[verdicts["truth_same_mlp"] == "n/a", "same_mlp"] == "inconclusive").all()
+    assert (verdicts.loc[verdicts["truth_same_mlp"] == "untestable", "same_mlp"] == "inconclusive").all()
 
 
 @pytest.mark.parametrize("role", ["binder", "router"])

@@ -145,9 +145,9 @@ def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed
 # -- what one model has learned (the module doc) ---------------------------------------------------
 
 
-LEARNED = 0.9  # the operation and binding count as learned at this accuracy (the stall detector's routing bar)
+LEARNED = 0.9  # the operation and binding count as learned at this accuracy (the stall detector's routing bar too)
 OPERATION_POOL = "0var_train"
-BINDING_POOLS = ("1var_train", "1var_add_restricted")  # compose_lens.outcome.ROUTING_POOLS
+BINDING_POOLS = ("1var_train", "1var_add_restricted")  # the stall detector's routing pools (compose_lens.outcome)
 COMPOSITION_POOL = "2var_train"
 POOL_SIZE = 2000  # the pools of compose-lens evaluate
 

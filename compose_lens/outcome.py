@@ -50,15 +50,16 @@ from typing import Sequence
 import pandas as pd
 
 from compose_lens import study
+from compose_lens.evaluate import BINDING_POOLS, LEARNED
 from compose_lens.phases import PHASE_RULES, PhaseRule, find_phases, logged_phases
 from compose_lens.runs import read_metrics
 
 GENERALISED = study.HEADLINE  # on both exhaustive accuracies
 CALIBRATION_FILE = Path(__file__).resolve().parent / "assets" / "stall_calibration.json"
 ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
-ROUTING_POOLS = ("1var_train", "1var_add_restricted")
+ROUTING_POOLS = BINDING_POOLS  # one model's binding is read from the same pools (compose_lens.evaluate.learned)
 ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "
-                    "in an allowed slot (training and held-out pairs)", "routing_accuracy", 0.90, 0.10)
+                    "in an allowed slot (training and held-out pairs)", "routing_accuracy", LEARNED, 0.10)
 
 
 @lru_cache(maxsize=1)

@@ -66,9 +66,8 @@ otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,20 +75,20 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import fourier, probes
-from compose_lens.evaluate import BINDING_POOLS, COMPOSITION_POOL, Learned, learned as model_learned
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
 from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens import capabilities, stats
 from compose_lens.data.sampler import make_pool, present_pools
-from compose_lens.evaluate import predictions
+from compose_lens.evaluate import (BINDING_POOLS, COMPOSITION_POOL, LEARNED, Learned, learned as model_learned,
+                                   predictions)
 from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
 
 ROLES = ("binder", "router", "adder")
 NULL_FILE = Path(__file__).resolve().parents[1] / "assets" / "role_null.json"  # written by experiments/zoo.py
-CAUSAL_NULL = {role: value for role, value in json.loads(NULL_FILE.read_text())["null"].items()}
+CAUSAL_NULL: dict[str, float] = json.loads(NULL_FILE.read_text())["null"]
 CAUSAL_MEASURES = {"binder": "fall of the accuracy on variable prompts with the head's output mean-ablated at "
                              "every context position",
                    "router": "fall of the accuracy on variable prompts with the head's output mean-ablated at ="}
@@ -150,7 +149,7 @@ class Location:
         return {"roles": {r.role: {"component": r.component, "layer": r.layer, "head": r.head,
                                    "score": r.score, "threshold": r.threshold, "measure": MEASURES[r.role],
                                    "why_none": r.why, "causal": None if r.causal is None else list(r.causal),
-                                   "causal_null": CAUSAL_NULL.get(r.role)}
+                                   "causal_measure": CAUSAL_MEASURES.get(r.role), "causal_null": CAUSAL_NULL.get(r.role)}
                           for r in every},
                 "learned": None if self.learned is None else self.learned.to_dict(),
                 "candidates": self.candidates.to_dict(orient="records")}
@@ -361,7 +360,7 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
     if adder.component is None or knows.operates:
         return adder
     return Role("adder", None, None, None, adder.score, adder.threshold,
-                why=f"the model does not compute the operation (0-var {knows.operation.value:.3f} < 0.9; its best "
+                why=f"the model does not compute the operation (0-var {knows.operation.value:.3f} < {LEARNED}; its best "
                     f"MLP, {adder.component}, scores {adder.score:.3f})")
 
 

@@ -103,7 +103,7 @@ def _train(seed: int, *extra: str) -> tuple[str, ...]:
 
 ENTRIES = (
     *(Entry(f"recipe-{s}", "recipe", "train", _train(s, "--set", "stop_at=generalised", "--set", "steps=20000"))
-      for s in (2021, 2024, 2054, 2057)),
+      for s in (2021, 2024, 2054, 2057, 2038, 2004, 2047, 2025)),
     *(Entry(f"stalled-{s}", "stalled", "train", _train(s, "--set", "steps=10000"), fast=s == 2001)
       for s in (2001, 2003, 2008, 2010, 2013, 2022)),
     *(Entry(f"novar-{s}", "no-binding", "train", _train(s, "--set", "variables_in_training=false", "--set", "steps=3000"),

@@ -128,8 +128,7 @@ class Reading:
 def resamples_of(n: int, seed: int, resamples: int, prompts: str) -> np.ndarray:
     """(resamples, n) indices of ``n`` prompts drawn with replacement: the same for both models
     (seeded by ``seed`` and the name of the prompt set)."""
-    rng = np.random.default_rng([seed, zlib.crc32(prompts.encode())])
-    return rng.integers(0, n, (resamples, n))
+    return stats.bootstrap_draws(n, [seed, zlib.crc32(prompts.encode())], resamples)
 
 
 def _bootstrapped(measure: str, group: str, value: float, replicates: np.ndarray, n: int) -> Reading:

@@ -18,7 +18,11 @@ own honest interval:
   (:func:`compare_steps`): the common-language effect ``P(a > b) + P(a = b) / 2`` and the
   rank-biserial correlation ``2 * CL - 1`` (0: no shift, +-1: every a above / below every b).
 * **A score over prompts** (an accuracy, a ROC-AUC, a patching score): the percentile bootstrap
-  over prompts (:func:`bootstrap_interval`), seeded so a rerun prints the same interval.
+  over prompts (:func:`bootstrap_interval`, ``scipy.stats.bootstrap``), seeded so a rerun prints the
+  same interval. An analysis that reweights one resample for many scores at once (patching's sites,
+  a circuit's sizes, two models on the same prompts) draws its resamples with
+  :func:`bootstrap_draws`, the same draws scipy makes, and reads its interval with
+  :func:`percentile_interval`.
 * **Printing**: :func:`format_estimate` writes a value and its interval at the digits the interval
   supports, and prints values within a tolerance of zero as 0, so float noise such as
   ``-3.2e-08 [-4.3e-08, -2.1e-08]`` reads ``0 [0, 0]``.
@@ -38,11 +42,13 @@ own honest interval:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 from scipy import stats as _scipy
 
 CONFIDENCE = 0.95
@@ -227,22 +233,50 @@ def compare_steps(a: Sequence[float], b: Sequence[float], alternative: str = "tw
 # -- a score over prompts -----------------------------------------------------------------------
 
 
-def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed: int = 0,
-                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement.
+def bootstrap_draws(n: int, rng, resamples: int = BOOTSTRAP_RESAMPLES):
+    """(resamples, n) indices of ``n`` rows drawn with replacement: every bootstrap of the package
+    resamples here (or through :func:`bootstrap_interval`, which draws the same way inside scipy).
+
+    ``rng``: a seed or a numpy ``Generator``, drawn as ``scipy.stats.bootstrap`` draws a paired
+    resample (``rng.integers(0, n, (resamples, n))``), so a statistic scipy bootstraps and one
+    reweighted here from the same generator see the same resamples; or a ``torch.Generator`` (an
+    analysis's derived stream, :mod:`compose_lens.data.streams`), drawn as ``torch.randint`` with
+    the same shape, and returned as a tensor.
+
+    >>> bootstrap_draws(5, 0, resamples=2).tolist()
+    [[4, 3, 2, 1, 1], [0, 0, 0, 0, 4]]
+    """
+    if isinstance(rng, torch.Generator):
+        return torch.randint(0, n, (resamples, n), generator=rng)
+    return np.random.default_rng(rng).integers(0, n, (resamples, n))
+
+
+def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed=0,
+                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
+                       vectorized: bool = False) -> tuple[float, float, float]:
+    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement
+    (``scipy.stats.bootstrap``, paired).
 
     ``samples`` are paired arrays of one row per prompt (e.g. scores and labels), resampled
-    together; ``statistic`` maps them to one number. Seeded: the same call gives the same interval.
+    together; ``statistic`` maps them to one number (``vectorized``: it takes ``axis=-1`` and maps a
+    stack of resamples at once, as ``np.mean`` does: no Python loop over the resamples). ``seed``: a
+    seed or a numpy ``Generator`` (a caller that draws several intervals from one stream passes it).
+    A resample on which the statistic is undefined (NaN: a ROC-AUC drawing no negative) is left out
+    of the interval. Seeded: the same call gives the same interval.
 
     >>> value, low, high = bootstrap_interval(np.mean, np.r_[np.zeros(50), np.ones(50)], seed=1)
     >>> value, 0.38 < low < 0.45, 0.55 < high < 0.62
     (0.5, True, True)
     """
     arrays = [np.asarray(s) for s in samples]
-    value = float(statistic(*arrays))
-    res = _scipy.bootstrap(arrays, statistic, paired=True, vectorized=False, n_resamples=resamples,
-                           confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
-    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    value = float(statistic(*arrays, axis=-1) if vectorized else statistic(*arrays))
+    with warnings.catch_warnings():  # a NaN replicate makes scipy's own interval NaN: it is taken below
+        warnings.simplefilter("ignore", _scipy.DegenerateDataWarning)
+        res = _scipy.bootstrap(arrays, statistic, paired=True, vectorized=vectorized, n_resamples=resamples,
+                               confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
+    replicates = np.asarray(res.bootstrap_distribution, dtype=float)
+    low, high = percentile_interval(replicates[~np.isnan(replicates)], confidence)
+    return value, float(low), float(high)
 
 
 def percentile_interval(replicates, confidence: float = CONFIDENCE, axis: int = -1):
@@ -270,17 +304,27 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return float(_scipy.mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
 
 
+def _auc_along(scores: np.ndarray, labels: np.ndarray, axis: int = -1) -> np.ndarray:
+    """:func:`roc_auc` of each row of a stack (``axis=-1``), from ranks (ties averaged): the positives'
+    rank sum less its least value, over n_pos n_neg, as Mann-Whitney's U1 is; NaN where a row has no
+    positive or no negative."""
+    ranks = _scipy.rankdata(scores, axis=axis)
+    labels = labels.astype(bool)
+    pos = labels.sum(axis)
+    neg = labels.shape[axis] - pos
+    u = (ranks * labels).sum(axis) - pos * (pos + 1) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((pos > 0) & (neg > 0), u / (pos * neg), np.nan)
+
+
 def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
                  resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
     """:func:`roc_auc` and its percentile bootstrap interval over the scored items (a resample
-    drawing no positive or no negative is dropped)."""
+    drawing no positive or no negative is dropped; :func:`bootstrap_interval`, every resample's
+    AUC at once from ranks)."""
     scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(scores), (resamples, len(scores)))
-    boots = [roc_auc(scores[d], labels[d]) for d in draws]
-    boots = np.array([b for b in boots if not math.isnan(b)])
-    low, high = percentile_interval(boots)
-    return roc_auc(scores, labels), float(low), float(high)
+    _, low, high = bootstrap_interval(_auc_along, scores, labels, seed=seed, resamples=resamples, vectorized=True)
+    return roc_auc(scores, labels), low, high
 
 
 # -- printing -----------------------------------------------------------------------------------

@@ -587,8 +587,10 @@ def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tens
     recovered from the resampled means, and takes the fewest edges that reach ``target`` (E where
     none does). The edges' order is held: re-scoring each resample would run the method again."""
     n = ld.shape[1]
-    draws = torch.from_numpy(np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples))
-    share = draws.double().T / n  # (N, B): each resample as a weight per pair
+    draws = torch.from_numpy(stats.bootstrap_draws(n, seed, resamples))  # (B, N) pair indices
+    counts = torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(resamples, n,
+                                                                                             dtype=torch.float64))
+    share = counts.T / n  # (N, B): each resample as a weight per pair
     means, top, bottom = ld.double() @ share, clean.double() @ share, corrupted.double() @ share
     recovered = (means - bottom) / (top - bottom)  # (E + 1, B)
     hit = recovered >= target

@@ -748,19 +748,20 @@ def load_checkpoint(source: str | Path, step: int | None = None, split_file: str
     return Subject(model.eval(), config, split, f"{chosen.path} (step {chosen.step})")
 
 
-def final_model(run_dir: str | Path, split_file=None) -> tuple[Subject, str]:
-    """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint.
+def final_model(run_dir: str | Path, split_file=None, device: str = "cpu") -> tuple[Subject, str]:
+    """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint,
+    on ``device``.
 
     Returns the model and a word on which one it is.
     """
     run_dir = Path(run_dir)
     if (run_dir / WEIGHTS_FILE).exists():
         own = run_dir / SPLIT_FILE
-        return load_model(run_dir, split_file or (own if own.exists() else None)), "final"
+        return load_model(run_dir, split_file or (own if own.exists() else None), device=device), "final"
     if (run_dir / STUDY_FINAL).exists():
-        return load_model(run_dir / STUDY_FINAL, split_file), STUDY_FINAL
+        return load_model(run_dir / STUDY_FINAL, split_file, device=device), STUDY_FINAL
     steps = [c.step for c in find_checkpoints(run_dir, split_file)[0]]
-    return load_checkpoint(run_dir, steps[-1], split_file), f"step {steps[-1]} (run not finished)"
+    return load_checkpoint(run_dir, steps[-1], split_file, device), f"step {steps[-1]} (run not finished)"
 
 
 def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: int) -> Path:

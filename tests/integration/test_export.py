@@ -34,7 +34,7 @@ save_file({"logits": model.eval()(tokens)[:, -1].detach().contiguous()}, sys.arg
 
 def test_the_export_loads_in_plain_transformerlens_with_the_same_logits(tmp_path):
     folder = tmp_path / "exported"
-    assert main(["export", "paper", str(folder)]) == 0
+    assert main(["export", "paper", "--out", str(folder)]) == 0
     assert {p.name for p in folder.iterdir()} >= {"config.json", "model.safetensors", "task.json", "MODEL_CARD.md"}
     paper = load_subject("paper")
     tokens = concat_batches(make_pools(paper.split, 20))[0].tokens

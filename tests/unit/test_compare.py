@@ -99,7 +99,7 @@ def test_two_splits_are_refused_in_one_line(paper):
 def test_the_command_reads_your_own_model_with_its_task(tmp_path, capsys, monkeypatch):
     """--task goes to the TransformerLens model directory only (paper carries its own task), and
     the exported paper model is of paper's task and split: comparable."""
-    assert main(["export", "paper", str(tmp_path / "mine")]) == 0
+    assert main(["export", "paper", "--out", str(tmp_path / "mine")]) == 0
     monkeypatch.setattr(C, "compare", lambda a, b, **kw: _table(a, b, kw))
     argv = ["compare", "paper", str(tmp_path / "mine"), "--task", str(tmp_path / "mine" / "task.json"),
             "--out", str(tmp_path / "c")]

@@ -55,6 +55,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import stat
 import re
 import shutil
 from dataclasses import dataclass
@@ -321,9 +322,17 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     ``SafetensorError`` ("... I/O error: No space left on device (os error 28)"), which the
     callers' ``except OSError`` (the checkpoint's "the last one is kept", the command's one line)
     would miss: the command ended as an internal error. Any other SafetensorError is left as it is.
+
+    The file keeps the permissions it was created with (``path`` is a temporary file
+    :func:`~compose_lens.files.atomic_path` made under the user's umask, 0644 usually): safetensors writes
+    through a file of its own, 0600, and renames it over ``path``, so saved weights were the one
+    output others could not read.
     """
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
     try:
         save_file(tensors, str(path), metadata=metadata)
+        if mode is not None:
+            os.chmod(path, mode)
     except SafetensorError as exc:
         found = _OS_ERROR.search(str(exc))
         if not found:

@@ -1165,7 +1165,7 @@ def test_report_over_another_runs_page_does_not_reuse_its_dynamics(world, tmp_pa
     (retrained / "config.json").write_text(TINY.with_overrides(["train.lr=0.002"]).to_json())
     asked = {}
 
-    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute):
+    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute, *seed_device):
         asked[Path(run_dir).name] = recompute
         raise KeyboardInterrupt  # enough: what the page would have used is decided
 

@@ -81,3 +81,15 @@ def test_installed_wheel_evaluates_the_paper_model_with_the_calibration(installe
     assert calibrated.returncode == 0, calibrated.stderr
     assert calibrated.stdout.strip() != "None", "the stall calibration was not read from the installed package"
     assert int(calibrated.stdout) > 0
+
+
+def test_the_wheels_metadata_offers_the_extras_and_says_what_was_tried(installed):
+    """A package index shows the metadata: the docs and notebook extras (not only test), the classifiers of
+    what was run, the study's address."""
+    (metadata,) = installed.glob("compose_lens-*.dist-info/METADATA")
+    fields = [line.split(": ", 1) for line in metadata.read_text(encoding="utf-8").splitlines() if ": " in line]
+    extras = {value for key, value in fields if key == "Provides-Extra"}
+    assert {"docs", "notebook", "nnsight", "test"} <= extras
+    classifiers = {value for key, value in fields if key == "Classifier"}
+    assert {"Programming Language :: Python :: 3.11", "Intended Audience :: Science/Research"} <= classifiers
+    assert ("Project-URL", "Paper, https://arxiv.org/abs/2605.31497") in [tuple(f) for f in fields]

@@ -28,7 +28,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the terminal bar: a bar is drawn only on a terminal, never as a notebook widget
 
 ENV = "COMPOSE_LENS_PROGRESS"  # "0", "off", "no" or "false": no progress anywhere
 

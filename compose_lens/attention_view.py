@@ -40,6 +40,7 @@ from typing import Sequence
 import torch
 
 from compose_lens.errors import ComposeLensError
+from compose_lens.markup import page
 
 # circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
 # "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
@@ -94,9 +95,7 @@ def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Se
 
 def offline_page(title: str, body: str, style: str = "") -> str:
     """A complete HTML page with the circuitsvis bundle inlined once in the head."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{style}</style>\n"
-            f"<script>\n{circuitsvis_bundle()}\n</script>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+    return page(title, body, style, script=circuitsvis_bundle())
 
 
 def view_html(view: dict, focus: int = 0) -> str:

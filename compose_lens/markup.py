@@ -67,14 +67,19 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
 
 
 # the two-model tables inside <div class="comparison"> (compose_lens.compare.html_tables), narrow enough for
-# the report's 1,250 px column (paper against step 10001 of the study fits, in Chromium): the intervals kept
-# on one line (the tables scroll sideways rather than run past the page), the changed rows highlighted,
-# the rows that differ with no interval to say greyed
+# compare.html's 1,200 px page and the report's 1,250 px column at a 1,200 px window (the findings table, with
+# its "what it measures" column, was 1,316 px in a 1,137 px box and hid "changed" behind a scrollbar;
+# tests/unit/test_compare.py measures it in Chromium): the values and intervals kept on one line, the words
+# (measure, what it measures, how the interval was had) wrapped, a long measure name broken at its underscores,
+# the changed rows highlighted, the rows that differ with no interval to say greyed
 COMPARISON_STYLE = """
 .comparison{overflow-x:auto}
+.comparison table{font-size:.92em}
+.comparison td,.comparison th{padding:.25em .5em}
 .comparison td:nth-last-child(3),.comparison td:nth-last-child(4),.comparison td:nth-last-child(5){white-space:nowrap}
-.comparison td:nth-last-child(6):not(:first-child){min-width:11em}
-.comparison td:nth-last-child(2){min-width:9em}
+.comparison td:first-child{overflow-wrap:anywhere;min-width:9em}
+.comparison td:nth-last-child(6):not(:first-child){min-width:10em}
+.comparison td:nth-last-child(2){min-width:7em}
 .comparison tr.changed{background:#ffe3b3}
 .comparison tr.changed td:last-child{font-weight:700;color:#8a3b00}
 .comparison tr.unsure{background:#eeeeee}

@@ -9,6 +9,8 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
+from pathlib import Path
+
 import pytest
 
 from compose_lens import compare as C
@@ -204,3 +206,36 @@ def test_a_difference_without_an_interval_prints_at_its_operands_decimals():
              "B_high": np.nan, "interval": "n/a", "difference": b - a, "low": np.nan, "high": np.nan, "changed": True}
             for m, a, b in (("adder: score", 0.7084, 0.7914), ("ov", 1.0, 0.9989))]
     assert [row[3] for row in C.text_table(pd.DataFrame(rows))] == ["0.0830", "-0.0011"]
+
+
+def test_compare_html_fits_a_1200_px_window_in_chromium(tmp_path):
+    """Every table of compare.html (the committed step 5001 against 10001 comparison) fits its box at a
+    1,200 px window: the findings table was 1,316 px in a 1,137 px box, its "changed" column behind a
+    scrollbar."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    import pandas as pd
+
+    from compose_lens.compare import html_page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here")
+    saved = json.loads((Path(__file__).resolve().parents[2] / "experiments" / "results" / "compare" /
+                        "compare.json").read_text())
+    table = pd.DataFrame(saved["rows"])
+    table.attrs.update({k: saved[k] for k in ("a", "b")})
+    probe = ('<script>window.addEventListener("load", function () { document.body.setAttribute("data-widths", '
+             'JSON.stringify(Array.prototype.map.call(document.querySelectorAll("table"), function (t) { return '
+             '[Math.round(t.getBoundingClientRect().width), t.parentElement.clientWidth]; }))); });</script>')
+    page = tmp_path / "compare.html"
+    page.write_text(html_page(table).replace("</body>", probe + "</body>", 1), encoding="utf-8")
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--window-size=1200,900", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    widths = json.loads(re.search(r'data-widths="([^"]*)"', done.stdout).group(1).replace("&quot;", '"'))
+    assert len(widths) >= 5 and all(width <= box for width, box in widths), widths

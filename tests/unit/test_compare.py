@@ -6,11 +6,10 @@ import dataclasses
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pathlib import Path
-
 import pytest
 
 from compose_lens import compare as C

@@ -836,14 +836,17 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
 
 def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     """A neuron's activation over the p x p operand grid beside its ideal pattern
-    (:func:`compose_lens.analysis.figure_data.fourier_neuron`)."""
+    (:func:`compose_lens.analysis.figure_data.fourier_neuron`), both on one colour range, so a colour means
+    the same activation in both panels."""
     k = chosen.frequency
     titles = (f"MLP{chosen.block + 1} neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its "
               f"variance at k = {k}",
               f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
     fig, axes = subplots(1, 2, figsize=(11, 4.8))
-    for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):
-        im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
+    grids = [np.asarray(grid, dtype=float) for grid in (chosen.pattern, chosen.ideal)]
+    low, high = min(float(g.min()) for g in grids), max(float(g.max()) for g in grids)  # one range: comparable colours
+    for ax, grid, name in zip(axes, grids, titles):
+        im = ax.imshow(grid, cmap="viridis", origin="lower", vmin=low, vmax=high)
         ax.set_xlabel("y (right operand value)")
         ax.set_ylabel("x (left operand value)")
         ax.set_title(name, fontsize=10)

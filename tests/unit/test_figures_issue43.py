@@ -425,3 +425,16 @@ def test_the_positional_caption_counts_where_position_alone_peaks():
     assert "layer 1 (blocks.0) head 0" in caption and "Outlined: the key one back" in caption
     assert "on the diagonal (the query itself) in 11 of 11 query positions and one back in 0" in caption
     assert "highest in 100% of them" in caption
+
+
+def test_the_fourier_neuron_panels_share_one_colour_range():
+    """A colour means the same activation beside the ideal pattern: both images (and their colour bars) span
+    the range of the two grids together, not each its own."""
+    from compose_lens.analysis.figure_data import FourierNeuron
+
+    grid = np.add.outer(np.arange(7.0), np.arange(7.0))
+    neuron = FourierNeuron(neuron=3, frequency=2, fraction_explained=0.9, correlation=0.95, pattern=grid,
+                           ideal=grid / 4, keys=[2])
+    fig, _ = plots.fourier_neuron_figure(neuron)
+    limits = {image.get_clim() for ax in fig.axes for image in ax.get_images()}
+    assert limits == {(0.0, 12.0)}

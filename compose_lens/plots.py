@@ -1053,9 +1053,12 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFra
     heatmap(ax, values, labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35, vmax=lim,
             colorbar_label=patch_scale(table_metric(table)), annotate=by_role, bar_range=(low, lim))
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
-    ax.set_ylabel("patched activation")
+    ax.set_ylabel("patched activation", labelpad=PATCHING_LABEL_PAD)  # clear of the long site names
     fig.tight_layout()
     return fig, table
+
+
+PATCHING_LABEL_PAD = 10  # points between the patching figure's y-label and its site names (matplotlib's 4 touched)
 
 
 # a block's order (a head's query, key, value and pattern before its output)

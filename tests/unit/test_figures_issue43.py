@@ -438,3 +438,21 @@ def test_the_fourier_neuron_panels_share_one_colour_range():
     fig, _ = plots.fourier_neuron_figure(neuron)
     limits = {image.get_clim() for ax in fig.axes for image in ax.get_images()}
     assert limits == {(0.0, 12.0)}
+
+
+def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
+    """At least 8 points between 'patched activation' and the longest site name (matplotlib's 4-point pad
+    made them touch in the report), on a patching table of the paper model."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from compose_lens.analysis.patching import patching_table
+    from compose_lens.runs import load_subject
+
+    subject = load_subject("paper", bridge=False)
+    fig, _ = plots.patching_figure(patching_table(subject.model, subject.config, subject.split, n_pairs=30), "t")
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    label = ax.yaxis.label.get_window_extent(renderer)
+    names = min(t.get_window_extent(renderer).x0 for t in ax.get_yticklabels() if t.get_text())
+    assert (names - label.x1) * 72 / fig.dpi >= 8

@@ -69,12 +69,13 @@ from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
-from compose_lens.data.sampler import POOL_NAMES, absent_pools, example_sequences, make_pools
+from compose_lens.data.sampler import absent_pools, example_sequences, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
+from compose_lens.stats import rate_record
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
 from compose_lens.registry import early_jump
@@ -230,7 +231,6 @@ def configuration_section(inp: ReportInputs) -> str:
 def results_section(inp: ReportInputs) -> str:
     model, config, split, phases = inp.model, inp.config, inp.split, inp.phases
     exhaustive = inp.results["exhaustive"] if inp.results else exhaustive_accuracies(model, config, split)
-    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
     ex2, ex0 = exhaustive["two_var_union"], exhaustive["zero_var_heldout"]
     rows = [
         ["unseen 2-var sequences (2-var union, exhaustive)", STUDY["two_var_union"],
@@ -248,8 +248,19 @@ def results_section(inp: ReportInputs) -> str:
     return (stall_banner(found) + html_table(rows, ["measure", "study", "this run"])
             + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
               f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
-            + "<h3>Pool accuracies of the final model</h3>"
-            + html_table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
+            + "<h3>Pool accuracies of the final model</h3>" + pool_accuracy_table(model, config, split))
+
+
+def pool_accuracy_table(model, config: RunConfig, split: Split) -> str:
+    """The nine pools' accuracies as ``evaluate`` prints them: each with its 95 % Wilson interval and its
+    count, correct of sequences (``config.train.pool_size`` each); a pool the split cannot draw says why."""
+    batches = make_pools(split, config.train.pool_size)
+    rows = []
+    for name, accuracy in pool_accuracies(model, config, batches).items():
+        r = rate_record(round(accuracy * len(batches[name])), len(batches[name]))
+        rows.append([name, f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}]", f"{r['correct']} / {r['n']}"])
+    rows += [[name, f"absent: {why}", ""] for name, why in absent_pools(split).items()]  # a split holding nothing out
+    return html_table(rows, ["pool", "accuracy [95 % Wilson interval]", "correct / sequences"])
 
 
 def dynamics_section(inp: ReportInputs) -> str:
@@ -377,13 +388,10 @@ def model_configuration_section(inp: ReportInputs) -> str:
 def model_results_section(inp: ReportInputs) -> str:
     model, config, split = inp.model, inp.config, inp.split
     exhaustive = exhaustive_accuracies(model, config, split)
-    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
     rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"
              if v["total"] else "absent: the split holds out nothing it would test"] for name, v in exhaustive.items()]
-    absent = [[name, f"absent: {why}"] for name, why in absent_pools(split).items()]  # a split holding nothing out
     return (html_table(rows, ["exhaustive set", "study", "this model"])
-            + "<h3>Pool accuracies</h3>"
-            + html_table([[name, pools[name]] for name in pools] + absent, ["pool", "accuracy"]))
+            + "<h3>Pool accuracies</h3>" + pool_accuracy_table(model, config, split))
 
 
 # The sections of one model's report, in page order (the registered analyses' among them)

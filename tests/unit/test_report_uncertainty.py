@@ -1,10 +1,12 @@
-"""The report's circuit section prints what the circuit command found with its uncertainty: the ROC-AUC with
+"""The report prints what it found with its uncertainty. The circuit section: the ROC-AUC with
 its interval, the circuit's size with its interval (or, where every resample agrees, that it does rather than a
-zero-width one), and each pool's number of prompt pairs beside the share it recovers."""
+zero-width one), and each pool's number of prompt pairs beside the share it recovers. The pool accuracies: each
+with its interval and count."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,3 +36,19 @@ def test_the_section_prints_the_roc_auc_and_the_size_with_their_intervals_and_ea
 
     wider = _section({**summary, "circuit_edges_ci95": [11, 13]})
     assert "12 [11, 13] (95 % bootstrap over the pairs" in wider
+
+
+def test_the_reports_pool_table_gives_each_pools_interval_and_count():
+    """The report's pool accuracies read as ``evaluate`` prints them: the accuracy, its Wilson interval and
+    correct / sequences (they were bare accuracies, no n, no interval)."""
+    from compose_lens import report
+    from compose_lens.runs import load_subject
+
+    subject = load_subject("paper", bridge=False)
+    page = report.pool_accuracy_table(subject.model, subject.config, subject.split)
+    assert "<th>accuracy [95 % Wilson interval]</th><th>correct / sequences</th>" in page
+    rows = re.findall(r"<tr><td>(\w+)</td><td>([0-9.]+) \[([0-9.]+), ([0-9.]+)\]</td><td>(\d+) / (\d+)</td></tr>", page)
+    assert len(rows) == 9
+    for _, accuracy, low, high, correct, n in rows:
+        assert float(low) <= float(accuracy) <= float(high) and int(n) == subject.config.train.pool_size
+        assert abs(float(accuracy) - int(correct) / int(n)) < 1e-4

@@ -388,7 +388,8 @@ def html_tables(table: pd.DataFrame, heading: str = "h2") -> str:
         for text, row in zip(texts, table.itertuples()):
             if row.group == group:
                 measure, a, b, difference, changed = text
-                rows.append([measure, row.what if isinstance(row.what, str) else "", a, b, difference,
+                breakable = Markup("_<wbr>").join(measure.split("_"))  # a long name wraps after an underscore
+                rows.append([breakable, row.what if isinstance(row.what, str) else "", a, b, difference,
                              row.interval, changed])
                 classes.append(ROW_MARK[changed])
         header = ["measure", "what it measures", "A", "B", "B - A", "interval of B - A", "changed"]

@@ -24,7 +24,8 @@ from markupsafe import Markup
 
 
 def _cell(value) -> Markup:
-    """One ``<td>``: a float right-aligned at the digits it needs, an integer right-aligned, anything else as text."""
+    """One ``<td>``: a float right-aligned at the digits it needs, an integer right-aligned, Markup as the HTML
+    it is, anything else as text."""
     if isinstance(value, float):
         # a count kept as a float (1800.0) reads as the count, a measure to four places, and one too small
         # for four places (a restricted loss of 7.9e-10) in powers of ten rather than as 0.0000
@@ -33,7 +34,7 @@ def _cell(value) -> Markup:
         return Markup('<td class="num">{}</td>').format(text)
     if isinstance(value, int) and not isinstance(value, bool):  # a count: right-aligned like the numbers
         return Markup('<td class="num">{}</td>').format(value)
-    return Markup("<td>{}</td>").format(str(value))
+    return Markup("<td>{}</td>").format(value if isinstance(value, Markup) else str(value))  # Markup: already HTML
 
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("compose_lens", "templates"), autoescape=True,
@@ -70,14 +71,14 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
 # compare.html's 1,200 px page and the report's 1,250 px column at a 1,200 px window (the findings table, with
 # its "what it measures" column, was 1,316 px in a 1,137 px box and hid "changed" behind a scrollbar;
 # tests/unit/test_compare.py measures it in Chromium): the values and intervals kept on one line, the words
-# (measure, what it measures, how the interval was had) wrapped, a long measure name broken at its underscores,
+# (measure, what it measures, how the interval was had) wrapped, a long measure name after its underscores,
 # the changed rows highlighted, the rows that differ with no interval to say greyed
 COMPARISON_STYLE = """
 .comparison{overflow-x:auto}
 .comparison table{font-size:.92em}
 .comparison td,.comparison th{padding:.25em .5em}
 .comparison td:nth-last-child(3),.comparison td:nth-last-child(4),.comparison td:nth-last-child(5){white-space:nowrap}
-.comparison td:first-child{overflow-wrap:anywhere;min-width:9em}
+.comparison td:first-child{min-width:9em}
 .comparison td:nth-last-child(6):not(:first-child){min-width:10em}
 .comparison td:nth-last-child(2){min-width:7em}
 .comparison tr.changed{background:#ffe3b3}

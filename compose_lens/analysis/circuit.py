@@ -117,6 +117,19 @@ are labelled, not every head of their layer. On the paper architecture the paper
 used unlocated (they are the located ones there: the test checks it); where no component plays
 the binder, the router or the adder, nothing is labelled and the summary says "none located"
 (no ROC-AUC), rather than scoring against the paper's blocks.
+
+**Why the methods are written here** (read from the libraries' own source and metadata; their scores
+were not compared with these numerically). TransformerLens 4.3's
+``transformer_lens.tools.analysis.attribution_patching.attribution_patch`` scores the edges of a
+``TransformerBridge`` by plain attribution only: EAP-IG (``ig_steps > 1``) raises
+``NotImplementedError``, there is no ACDC and no exact path patching, it takes the gradient at the
+corrupted run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores are
+defined, it runs one forward and backward per prompt pair where :class:`GraphModel` runs all pairs at
+once, and it has no per-position edges. auto-circuit (1.0.1, its last release, August 2024) builds its
+patchable model from a ``HookedTransformer`` (``isinstance`` checks in ``utils/graph_utils.py``), not
+TransformerLens 4's ``TransformerBridge``, and installs ``kaleido==0.2.1``, ``tracr-pypi``,
+``word2word`` and ``blobfile`` with it. The graph here is small (16 edges on the paper model, a few
+hundred by position), and computed from the weights alone it gives all five methods on one graph.
 """
 
 from __future__ import annotations

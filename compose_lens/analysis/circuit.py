@@ -128,8 +128,8 @@ defined, it runs one forward and backward per prompt pair where :class:`GraphMod
 once, and it has no per-position edges. auto-circuit (1.0.1, its last release, August 2024) builds its
 patchable model from a ``HookedTransformer`` (``isinstance`` checks in ``utils/graph_utils.py``), not
 TransformerLens 4's ``TransformerBridge``, and installs ``kaleido==0.2.1``, ``tracr-pypi``,
-``word2word`` and ``blobfile`` with it. The graph here is small (16 edges on the paper model, a few
-hundred by position), and computed from the weights alone it gives all five methods on one graph.
+``word2word`` and ``blobfile`` with it. The graph here is small (16 edges on the paper model,
+``experiments/results/circuit/eap_ig_paper``), and computed from the weights alone it gives all five methods on one graph.
 """
 
 from __future__ import annotations

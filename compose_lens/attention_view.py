@@ -48,7 +48,7 @@ from compose_lens.markup import page
 VIEW_STYLE = (".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
               ".attention-scale{font-size:12px;color:#444;display:flex;align-items:center;gap:6px;margin:2px 0 14px}"
               ".attention-scale .bar{display:inline-block;width:160px;height:10px;border:1px solid #999;"
-              "background:linear-gradient(to right,#ffffff,#3a6fb0)}")
+              "background:linear-gradient(to right,#ffffff,#0000ff)}")  # circuitsvis: white to pure blue
 
 # circuitsvis draws no colour scale: each view gets this one below it. A cell's colour goes from white
 # (weight 0) to full colour (weight 1); the weights are a softmax row's, which sum to 1 over the positions.

@@ -1300,6 +1300,32 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
     return fig, kept.reset_index(drop=True)
 
 
+def gradient_terms_figure(shares: pd.DataFrame, title: str = "") -> tuple[Figure, pd.DataFrame]:
+    """The gradient's named terms at one model (:func:`compose_lens.analysis.gradient_terms.shares_of_model`),
+    one panel per product (``qk0``, ``ov0``, ``qk1``): a bar per term, its cosine with the full gradient, the
+    theory's kept term first and in blue, its share ||term|| / ||full|| printed beside it. The kept term's
+    cosine near 1 is the claim holding. (:func:`gradient_shares_figure` draws the kept term over training.)"""
+    fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.4), sharex=True)
+    for ax, matrix in zip(axes, GRADIENT_TITLES):
+        part = shares[shares["matrix"] == matrix]
+        part = pd.concat([part[part["term"] == "kept"], part[part["term"] != "kept"]])
+        y = np.arange(len(part))[::-1]
+        ax.barh(y, part["cosine"], color=[OKABE_ITO[0] if t == "kept" else "#BBBBBB" for t in part["term"]],
+                edgecolor="black", linewidth=0.4)
+        for yi, cosine, share in zip(y, part["cosine"], part["share"]):
+            ax.text(max(cosine, 0) + 0.03, yi, f"share {share:.2f}", va="center", fontsize=8)
+        ax.set_yticks(y, [t.replace("_", " ") for t in part["term"]], fontsize=8)
+        ax.set_title(textwrap.fill(GRADIENT_TITLES[matrix], 34), fontsize=9)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_xlim(min(-0.1, float(shares["cosine"].min()) - 0.05), 1.45)
+        ax.set_xlabel("cosine with the full gradient")
+        ax.grid(axis="x", alpha=0.25)
+    fig.suptitle(title or "The gradient's named terms at this model: the kept (associative-memory) term in blue",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig, shares.reset_index(drop=True)
+
+
 SAME_MLP_COLOURS = {"cross": OKABE_ITO[0], "same": OKABE_ITO[2], "control": OKABE_ITO[3], "reference": "#999999"}
 SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type reference",
                   "control": "control", "reference": "reference"}

@@ -456,3 +456,20 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     label = ax.yaxis.label.get_window_extent(renderer)
     names = min(t.get_window_extent(renderer).x0 for t in ax.get_yticklabels() if t.get_text())
     assert (names - label.x1) * 72 / fig.dpi >= 8
+
+
+def test_one_models_gradient_terms_are_drawn_with_titles_clear_of_each_other():
+    """``analyze`` and the one-model report drew no figure of the gradient's terms (a table only): now a bar per
+    term and product, the kept term first, the panels' titles not overlapping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    shares = pd.DataFrame({"matrix": ["qk0", "qk0", "ov0", "ov0", "qk1", "qk1", "qk1"],
+                           "term": ["positional", "kept", "kept", "token_other", "kept", "positional", "through_layer1"],
+                           "share": [0.7, 0.1, 0.5, 0.5, 0.2, 0.3, 0.9], "cosine": [0.8, 0.05, 0.6, 0.4, 0.2, 0.3, 0.94]})
+    fig, _ = plots.gradient_terms_figure(shares)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    assert [len(ax.patches) for ax in fig.axes] == [2, 2, 3]
+    assert [ax.get_yticklabels()[0].get_text() for ax in fig.axes] == ["kept", "kept", "kept"]  # the top bar
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))

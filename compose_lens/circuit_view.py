@@ -204,7 +204,7 @@ class _Drawing:
 
     def edge(self, row) -> str:
         layout = self.layout
-        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position)
+        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position, aspect=self.sy / self.sx)
         curve = _bezier(self.px(start), self.px(end), rad)
         path, head = _arrow(*curve, *HEAD[layout.by_position])
         bend = [(1 - t) ** 2 * curve[0][1] + 2 * (1 - t) * t * curve[1][1] + t ** 2 * curve[2][1]

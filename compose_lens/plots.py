@@ -1441,6 +1441,9 @@ EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), 
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
+EDGE_CLEARANCE = 0.08  # data units an edge keeps from a box it passes over (circuit graph)
+
+
 @dataclass(frozen=True)
 class CircuitLayout:
     """Where the circuit graph puts each component and each edge, in data units: one column per
@@ -1473,18 +1476,52 @@ class CircuitLayout:
         return sorted(set(zip(e["sender"], e["position"])) | {
             (receiver_node(r)[0], p) for r, p in zip(e["receiver"], e["position"])})
 
-    def edge_path(self, sender: str, receiver: str, position: int) -> tuple[tuple, tuple, float]:
+    def edge_path(self, sender: str, receiver: str, position: int, aspect: float = 1.0
+                  ) -> tuple[tuple, tuple, float]:
         """(start, end, rad) of an edge: from its sender's right edge to its receiver's left edge (at
-        the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips."""
+        the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips. ``aspect``:
+        how long one y unit is drawn against one x unit (``arc3`` bends in the drawing's own units).
+        Over the whole graph an edge that skips boxes bends just far enough to clear every box between
+        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port): a fixed bend ran the
+        embeddings' and layer 1's long edges through the boxes between."""
         target, port = receiver_node(receiver)
         (x0, y0), (x1, y1) = self.centre(sender, position), self.centre(target, position)
         skip = x1 - x0
         start = (x0 + self.width / 2, y0)
         end = (x1 - self.width / 2, y1 + PORT_OFFSET[port] * self.height)
-        rad = 0.0 if skip <= 1 and y0 == y1 else (0.12 + 0.05 * (skip - 1)) * (1 if port != "v" else -1)
         if self.by_position:
-            rad = 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+            return start, end, 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+        between = [self.centre(node, p) for node, p in self.boxes()
+                   if p == position and x0 < self.centre(node, p)[0] < x1 and node not in (sender, target)]
+        if not between:
+            return start, end, 0.0 if y0 == y1 or skip <= 0 else 0.12 * (1 if port != "v" else -1)
+        up = port != "v"
+        for step in range(1, 200):
+            rad = (-1 if up else 1) * 0.02 * step  # arc3: a negative rad bends left of the chord, here up
+            if self._clears(start, end, rad, aspect, between, up):
+                return start, end, rad
         return start, end, rad
+
+    @staticmethod
+    def edge_curve(start, end, rad: float, aspect: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) in data units along ``arc3``'s quadratic curve, computed as matplotlib computes it, in
+        drawn units (y stretched by ``aspect``)."""
+        (sx, sy), (ex, ey) = (start[0], start[1] * aspect), (end[0], end[1] * aspect)
+        cx, cy = (sx + ex) / 2 + rad * (ey - sy), (sy + ey) / 2 - rad * (ex - sx)
+        t = np.linspace(0, 1, 201)
+        xs = (1 - t) ** 2 * sx + 2 * t * (1 - t) * cx + t ** 2 * ex
+        return xs, ((1 - t) ** 2 * sy + 2 * t * (1 - t) * cy + t ** 2 * ey) / aspect
+
+    def _clears(self, start, end, rad: float, aspect: float, between, up: bool) -> bool:
+        """Whether ``arc3``'s curve (:meth:`edge_curve`) passes every box of ``between`` by
+        :data:`EDGE_CLEARANCE` on its side."""
+        xs, ys = self.edge_curve(start, end, rad, aspect)
+        for bx, by in between:
+            near = np.abs(xs - bx) <= self.width / 2 + EDGE_CLEARANCE
+            edge = by + self.height / 2 + EDGE_CLEARANCE if up else by - self.height / 2 - EDGE_CLEARANCE
+            if near.any() and (np.any(ys[near] < edge) if up else np.any(ys[near] > edge)):
+                return False
+        return True
 
     def drawing_order(self) -> pd.DataFrame:
         """The edges faint first, then the circuit's, weakest first, so the strongest lie on top."""
@@ -1497,6 +1534,14 @@ class CircuitLayout:
 
     def column_name(self, depth: float) -> str:
         return component_name(next(n for n in sorted(self.nodes) if _node_depth(n) == depth), self.several)
+
+
+def _drawn_aspect(fig: Figure, ax: Axes) -> float:
+    """How long one y unit of ``ax`` is drawn against one x unit, at its current place and limits."""
+    width, height = fig.get_size_inches()
+    box = ax.get_position()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return (box.height * height / (y1 - y0)) / (box.width * width / (x1 - x0))
 
 
 def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
@@ -1566,8 +1611,21 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
                     if port:
                         ax.text(x - width / 2 + 0.03, y + offset * height, port, ha="left", va="center",
                                 fontsize=8, color="#333333", zorder=4, fontweight="bold")
-    for row in layout.drawing_order().itertuples():
-        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position)
+    xs = [x for x, _ in boxes.values()]
+    ys = [y for _, y in boxes.values()]
+    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
+    ax.set_ylim(min(ys) - 0.9, max(ys) + (0.9 if not by_position else 1.2))
+    order = layout.drawing_order()
+    if not by_position:  # room for the bends that clear the boxes, then the bends for the drawn aspect
+        for _ in range(2):
+            fig.tight_layout()
+            bends = [y for row in order.itertuples()
+                     for y in layout.edge_curve(*layout.edge_path(row.sender, row.receiver, row.position,
+                                                                  _drawn_aspect(fig, ax)), _drawn_aspect(fig, ax))[1]]
+            ax.set_ylim(min(min(ys) - 0.9, min(bends) - 0.15), max(max(ys) + 0.9, max(bends) + 0.15))
+    aspect = _drawn_aspect(fig, ax)
+    for row in order.itertuples():
+        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position, aspect)
         arrow = FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=8 if by_position else 11,
                                 shrinkA=0, shrinkB=0, connectionstyle=f"arc3,rad={rad}",
                                 color=cmap(norm(abs(row.score))) if row.in_circuit else "#bbbbbb",
@@ -1576,10 +1634,6 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
                                 zorder=2 if row.in_circuit else 1,
                                 gid=f"edge {row.sender}->{row.receiver}@{row.position}")
         ax.add_patch(arrow)
-    xs = [x for x, _ in boxes.values()]
-    ys = [y for _, y in boxes.values()]
-    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
-    ax.set_ylim(min(ys) - 0.9, max(ys) + (0.9 if not by_position else 1.2))
     ax.set_xticks([])
     ax.set_yticks([])
     for side in ax.spines.values():

@@ -1,7 +1,7 @@
 """The report prints what it found with its uncertainty. The circuit section: the ROC-AUC with
 its interval, the circuit's size with its interval (or, where every resample agrees, that it does rather than a
 zero-width one), and each pool's number of prompt pairs beside the share it recovers. The pool accuracies: each
-with its interval and count."""
+with its interval and count. The modularity rows: no zero-width interval."""
 
 from __future__ import annotations
 
@@ -52,3 +52,15 @@ def test_the_reports_pool_table_gives_each_pools_interval_and_count():
     for _, accuracy, low, high, correct, n in rows:
         assert float(low) <= float(accuracy) <= float(high) and int(n) == subject.config.train.pool_size
         assert abs(float(accuracy) - int(correct) / int(n)) < 1e-4
+
+
+def test_the_modularity_rows_say_when_every_resample_agrees_instead_of_a_zero_width_interval():
+    """The report showed the circuit fraction as 0.750 [0.750, 0.750]: where every resample gives the value,
+    the row says so; a real interval is printed as it is."""
+    from compose_lens.registry.modularity import _shown
+
+    row = {"modularity_circuit_fraction": 0.75, "modularity_circuit_fraction_low": 0.75,
+           "modularity_circuit_fraction_high": 0.75, "modularity_separation": 0.93,
+           "modularity_separation_low": 0.927, "modularity_separation_high": 0.932}
+    assert _shown(row, "modularity_circuit_fraction", True) == "0.750 (every bootstrap resample gives it)"
+    assert _shown(row, "modularity_separation", True) == "0.930 [0.927, 0.932]"

@@ -109,7 +109,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
 FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
                 "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
-                "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
+                "logit_attribution", "ablation", "patching", "gradient_shares", "gradient_terms", "positional_qk",
                 "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier",
                 "attention")  # attention.html: the attention views' page
 _FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"

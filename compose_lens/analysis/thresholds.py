@@ -364,6 +364,10 @@ def bootstrap_crossings(x: np.ndarray, y: np.ndarray, seeds: np.ndarray, fit: Lo
     accuracies: its own fitted curve + its own residuals drawn with replacement, clipped
     to [0, 1] (module docstring). A crossing outside the swept range is +-inf
     (:func:`in_range`); a replicate that determines no curve is NaN.
+
+    Its draws stay written here: ``scipy.stats.bootstrap`` resamples the rows of its samples, one stage,
+    and this bootstrap has two (seeds, then each drawn seed's own residuals), with a refit in each
+    replicate; :func:`compose_lens.stats.bootstrap_draws` is the one-stage draw the other bootstraps share.
     """
     rng = np.random.default_rng(rng_seed)
     unique = np.unique(seeds)

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
-from tqdm.auto import tqdm
 
-from compose_lens import plots, registry, runs
+from compose_lens import plots, progress as progress_lines, registry, runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.errors import ArgumentTypeError, ComposeLensError
@@ -281,7 +280,7 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
         summary: dict = {"learned": location.learned.to_dict() if location.learned else None,
                          "located": {r.role: r.component for r in location.roles()},
                          "roles": {r.role: r.line() for r in location.roles()}}
-        bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
+        bar = progress_lines.bar(steps, desc="analyze", unit="analysis", wanted=progress)
         with torch_threads(1 if renderer.background else None):
             for analysis in bar:
                 bar.set_postfix_str(analysis.name)

@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compose_lens import progress as progress_lines
 from compose_lens.config import DAS_RANKS
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
@@ -289,7 +290,6 @@ def das_table(loaded, settings: DasSettings = DasSettings(), progress: bool = Fa
     final training loss where one was trained) and a summary (pairs drawn, kept, train / test
     sizes, the model's accuracy on the bases).
     """
-    from tqdm.auto import tqdm
     from transformer_lens.tools.analysis import interchange as ti
 
     model, config = loaded.model, loaded.config
@@ -314,7 +314,7 @@ def das_table(loaded, settings: DasSettings = DasSettings(), progress: bool = Fa
     sites = [s for s in SITES if s.name in settings.sites]
     jobs = [(site, rank) for site in sites for rank in settings.ranks]
     rows = []
-    for site, rank in tqdm(jobs, desc="das", disable=not progress, leave=False):
+    for site, rank in progress_lines.bar(jobs, desc="das", wanted=progress):
         learned, losses = fit_binding_subspace(model, site, train, rank, epochs=settings.epochs, lr=settings.lr,
                                                batch_size=settings.batch_size, seed=settings.seed)
         common = {"site": site.name, "hook": site_hook(site, config.model.n_layers), "position": site.position,

@@ -288,18 +288,18 @@ class TaskConfig(_JsonConfig):
     chain_rate: float = 0.0  # chance a variable operand is reached through two hops, c=b, b=7
     operation: str = "add"  # the answer of x, y: add (the study), subtract, multiply, or table
     operation_table: tuple[tuple[int, ...], ...] | None = None  # operation=table: row x, column y
-    # How the readable forms spell the tokens (a researcher's declared names): None is the study's spelling,
-    # the variables a, b, ..., the numbers 0..p-1 and the operation's sign (OPERATION_SIGNS)
-    variable_spelling: tuple[str, ...] | None = None
-    number_spelling: tuple[str, ...] | None = None
-    operator_spelling: str | None = None
+    # How the readable forms spell the tokens (a researcher's declared names; None: the study's spelling)
+    variable_spelling: tuple[str, ...] | None = None  # the variables' names, n_vars of them (None: a, b, ...)
+    number_spelling: tuple[str, ...] | None = None  # the numbers' names, one per number 0..p-1 (None: the digits)
+    operator_spelling: str | None = None  # the operation's sign (None: its own, OPERATION_SIGNS)
     # The context distribution (a researcher's declared one; the defaults are the study's, CONTEXT_DEFAULTS):
-    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query);
-    # padding "scattered" (each PAD in one of the n + 1 gaps, uniformly), "left" (every PAD before the first
-    # assignment) or "right" (every PAD after the last, before the query); kind_weights: the shares of 0-, 1-
-    # and 2-var sequences among training draws (None: rows drawn uniformly from the study's row table)
+    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query)
     fewest_assignments: int = 1
+    # where a context's PADs go: "scattered" (each in one of the n + 1 gaps, uniformly), "left" (every PAD
+    # before the first assignment) or "right" (every PAD after the last, before the query)
     padding: str = "scattered"
+    # the shares of 0-, 1- and 2-var sequences among training draws (None: rows drawn uniformly from the
+    # study's row table)
     kind_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -82,7 +82,7 @@ from compose_lens.registry import early_jump
 from compose_lens.registry.attention import views as attention_views
 from compose_lens import compare, context
 from compose_lens.report.outputs import dynamics_for
-from compose_lens.markup import html_table
+from compose_lens.markup import html_table, render
 from compose_lens.report.page import Report
 from compose_lens.progress import phases
 from compose_lens.attention_view import view_html
@@ -150,9 +150,7 @@ def learned_banner(inp: ReportInputs) -> str:
         return ""
     style = ("border:2px solid #b2182b;padding:0.5em;background:#fdecea" if not knows.binds
              else "border:1px solid #4d4d4d;padding:0.5em")
-    roles = "".join(f"<li>{html.escape(role.line())}</li>" for role in location.roles())
-    return (f'<div class="learned" style="{style}"><p><b>What this model has learned.</b> '
-            f"{html.escape(knows.line())}</p><ul>{roles}</ul></div>")
+    return render("learned.html", style=style, learned=knows.line(), roles=[role.line() for role in location.roles()])
 
 
 def stall_banner(found: dict) -> str:

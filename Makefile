@@ -60,7 +60,7 @@ constraints:
 	$(BIN)/python -c 'import importlib.metadata as md, re, tomllib; \
 	project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	wanted = project["dependencies"] + sum(project["optional-dependencies"].values(), []); \
-	names = sorted({re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in wanted}); \
+	names = sorted({re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in wanted} - {project["name"]}); \
 	print("# The exact versions the tests last passed with: the dependencies pyproject.toml names, torch\n" \
 	      "# without its +cpu tag. make install installs with these; remade by make constraints."); \
 	print("\n".join(name + "==" + md.version(name).split("+")[0] for name in names))' > constraints.txt

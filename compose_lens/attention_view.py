@@ -40,11 +40,20 @@ from typing import Sequence
 import torch
 
 from compose_lens.errors import ComposeLensError
+from compose_lens.markup import page
 
 # circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
 # "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
 # left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
-VIEW_STYLE = ".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
+VIEW_STYLE = (".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
+              ".attention-scale{font-size:12px;color:#444;display:flex;align-items:center;gap:6px;margin:2px 0 14px}"
+              ".attention-scale .bar{display:inline-block;width:160px;height:10px;border:1px solid #999;"
+              "background:linear-gradient(to right,#ffffff,#0000ff)}")  # circuitsvis: white to pure blue
+
+# circuitsvis draws no colour scale: each view gets this one below it. A cell's colour goes from white
+# (weight 0) to full colour (weight 1); the weights are a softmax row's, which sum to 1 over the positions.
+SCALE = ('<div class="attention-scale"><span>attention weight</span><span>0</span><span class="bar"></span>'
+         "<span>1</span><span>(white to full colour; each row, a query position, sums to 1)</span></div>")
 
 # the style of a page of views alone (the report has its own, with VIEW_STYLE in it)
 PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}"
@@ -94,9 +103,7 @@ def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Se
 
 def offline_page(title: str, body: str, style: str = "") -> str:
     """A complete HTML page with the circuitsvis bundle inlined once in the head."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{style}</style>\n"
-            f"<script>\n{circuitsvis_bundle()}\n</script>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+    return page(title, body, style, script=circuitsvis_bundle())
 
 
 def view_html(view: dict, focus: int = 0) -> str:
@@ -109,7 +116,7 @@ def view_html(view: dict, focus: int = 0) -> str:
     return (f"<h3><code>{html.escape(view['text'])}</code></h3>\n"
             f"<p>model answers <b>{view['answer']}</b>, the label is {view['label']} ({verdict}); "
             f"type {view['type']}. Tokens: <code>{html.escape(' '.join(view['words']))}</code></p>\n"
-            + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"], focus=focus))
+            + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"], focus=focus) + "\n" + SCALE)
 
 
 def views_page(views: Sequence[dict], source: str = "") -> str:

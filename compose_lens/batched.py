@@ -91,9 +91,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
-from tqdm.auto import tqdm
-
-from compose_lens import runs, safety
+from compose_lens import progress, runs, safety
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
@@ -238,8 +236,8 @@ class BatchedTrainer:
     def run(self, on_step: Callable[["BatchedTrainer"], None] | None = None) -> list[dict]:
         """Train every run to its end; ``on_step`` is called after every step (tests interrupt with it)."""
         total = sum(run.config.train.steps for run in self.runs)
-        bar = tqdm(total=total, initial=sum(min(run.step, run.config.train.steps) for run in self.runs),
-                   disable=not self.progress, unit="step", desc=f"train x{len(self.runs)}", dynamic_ncols=True)
+        bar = progress.bar(total=total, initial=sum(min(run.step, run.config.train.steps) for run in self.runs),
+                           wanted=self.progress, unit="step", desc=f"train x{len(self.runs)}")
         now = time.perf_counter()
         started = [now - run.elapsed for run in self.runs]
         results: list[dict | None] = [None] * len(self.runs)

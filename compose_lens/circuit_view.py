@@ -41,6 +41,7 @@ import pandas as pd
 from matplotlib.colors import to_hex
 
 from compose_lens import plots
+from compose_lens.markup import page, render
 from compose_lens.stats import format_estimate
 
 LEFT_OUT = "#bbbbbb"  # the PNG's grey for an edge left out of the circuit
@@ -203,7 +204,7 @@ class _Drawing:
 
     def edge(self, row) -> str:
         layout = self.layout
-        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position)
+        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position, aspect=self.sy / self.sx)
         curve = _bezier(self.px(start), self.px(end), rad)
         path, head = _arrow(*curve, *HEAD[layout.by_position])
         bend = [(1 - t) ** 2 * curve[0][1] + 2 * (1 - t) * t * curve[1][1] + t ** 2 * curve[2][1]
@@ -317,9 +318,5 @@ def circuit_view(table: pd.DataFrame, title: str, metric: str = "logit_diff") ->
 
 def circuit_page(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> str:
     """:func:`circuit_view` as a whole offline page (what ``circuit.html`` holds)."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>body{{font-family:system-ui,sans-serif;margin:16px}}"
-            "</style>\n</head>\n<body>\n"
-            "<p>Hover an edge or a component for its score; the slider hides the edges below a |score|. "
-            "Open at a threshold with <code>#threshold=0.05</code> after the file's name.</p>\n"
-            f"{circuit_view(table, title, metric)}\n</body>\n</html>\n")
+    return page(title, render("circuit_intro.html") + "\n" + circuit_view(table, title, metric),
+                "body{font-family:system-ui,sans-serif;margin:16px}")

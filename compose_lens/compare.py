@@ -53,7 +53,6 @@ difference and False in every ``changed`` (tests/unit/test_compare.py).
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import zlib
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 import torch
+from markupsafe import Markup
 
 from compose_lens import context, registry, stats
 from compose_lens.analysis import locate, probes
@@ -72,7 +72,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.errors import ComposeLensError
 from compose_lens.evaluate import correct_mask
 from compose_lens.files import atomic_path
-from compose_lens.markup import COMPARISON_STYLE, html_table
+from compose_lens.markup import COMPARISON_STYLE, html_table, page, render
 from compose_lens.provenance import provenance
 from compose_lens.runs import load_subject, write_document, write_table
 from compose_lens.subject import Subject
@@ -132,8 +132,7 @@ class Reading:
 def resamples_of(n: int, seed: int, resamples: int, prompts: str) -> np.ndarray:
     """(resamples, n) indices of ``n`` prompts drawn with replacement: the same for both models
     (seeded by ``seed`` and the name of the prompt set)."""
-    rng = np.random.default_rng([seed, zlib.crc32(prompts.encode())])
-    return rng.integers(0, n, (resamples, n))
+    return stats.bootstrap_draws(n, [seed, zlib.crc32(prompts.encode())], resamples)
 
 
 def _bootstrapped(measure: str, group: str, value: float, replicates: np.ndarray, n: int) -> Reading:
@@ -413,18 +412,16 @@ def html_tables(table: pd.DataFrame, heading: str = "h2") -> str:
         for text, row in zip(texts, table.itertuples()):
             if row.group == group:
                 measure, a, b, difference, changed = text
-                rows.append([measure, row.what if isinstance(row.what, str) else "", a, b, difference,
+                breakable = Markup("_<wbr>").join(measure.split("_"))  # a long name wraps after an underscore
+                rows.append([breakable, row.what if isinstance(row.what, str) else "", a, b, difference,
                              row.interval, changed])
                 classes.append(ROW_MARK[changed])
         header = ["measure", "what it measures", "A", "B", "B - A", "interval of B - A", "changed"]
         if not any(r[1] for r in rows):  # only the findings say what they measure
             header, rows = header[:1] + header[2:], [r[:1] + r[2:] for r in rows]
-        sections.append(f"<{heading}>{html.escape(str(group))}</{heading}>" + html_table(rows, header, classes))
+        sections.append((str(group), Markup(html_table(rows, header, classes))))
     counts = {mark: sum(t[-1] == mark for t in texts) for mark in ROW_MARK}
-    key = (f'<p class="key"><span class="changed" style="background:#ffe3b3">changed: {counts["True"]}</span>'
-           f'<span style="background:#eeeeee">differs, no interval to say (?): {counts["?"]}</span>'
-           f'<span>unchanged: {counts["False"]}</span></p>')
-    return '<div class="comparison">' + key + "\n".join(sections) + "</div>"
+    return render("comparison.html", counts=counts, groups=sections, heading=Markup(heading))
 
 
 def read_on(table: pd.DataFrame) -> str:
@@ -435,12 +432,9 @@ def read_on(table: pd.DataFrame) -> str:
 def html_page(table: pd.DataFrame) -> str:
     """:func:`compare`'s table as one offline HTML page (``compare.html``): the two models, how to read
     the intervals, and :func:`html_tables`. The page loads nothing."""
-    a, b = (html.escape(str(table.attrs.get(k, k.upper()))) for k in ("a", "b"))
-    intro = (f"<h1>Two models side by side</h1><p><b>A</b>: <code>{a}</code><br><b>B</b>: <code>{b}</code></p>"
-             f"<p class=\"note\">Both read on the same prompts ({html.escape(read_on(table))}). {HOW_READ}</p>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>compare: {a} vs {b}</title>\n<style>{PAGE_STYLE}</style>\n</head>\n<body>\n{intro}\n"
-            + html_tables(table) + "\n</body>\n</html>\n")
+    a, b = (str(table.attrs.get(k, k.upper())) for k in ("a", "b"))
+    intro = render("compare_intro.html", a=a, b=b, read_on=read_on(table), how_read=Markup(HOW_READ))
+    return page(f"compare: {a} vs {b}", intro + "\n" + html_tables(table), PAGE_STYLE)
 
 
 def write(table: pd.DataFrame, a: Subject, b: Subject, folder: Path) -> list[Path]:

@@ -241,7 +241,7 @@ class _JsonConfig:
 
 @dataclass(frozen=True)
 class TaskConfig(_JsonConfig):
-    """The task of SPEC sections 1-2: modular addition with in-context variables.
+    """The task: modular addition with in-context variables, as the study sets it.
 
     ``r`` follows the reference's definition (its row table, :mod:`compose_lens.data.split`):
     every training pair gets one 0-var row per variable (12), one 1-var row per
@@ -273,13 +273,13 @@ class TaskConfig(_JsonConfig):
     SILENT_DEFAULTS = {**TASK_VARIANTS, "operation": "add", "operation_table": None, "variable_spelling": None,
                        "number_spelling": None, "operator_spelling": None, **CONTEXT_DEFAULTS}
 
-    modulus: int = 59
-    n_vars: int = 12
-    seq_len: int = 16
+    modulus: int = 59  # p: numbers are 0..p-1 and answers are taken mod p (the study: 59)
+    n_vars: int = 12  # how many variables a context may assign (letters a, b, ...; the study: 12)
+    seq_len: int = 16  # tokens per sequence, the context and the 4-token query
     max_assignments: int = 6
     left_forbidden: tuple[str, ...] | None = None  # None: the last two variables (k, l)
     right_forbidden: tuple[str, ...] | None = None  # None: the first two variables (a, b)
-    f: float = 0.7
+    f: float = 0.7  # fraction of the p x p addition pairs trained on; the rest are held out (0, 1]
     r: float = 1.0
     variables_in_training: bool = True  # False: only 0-var rows are trained (a control model)
     seed: int = 42
@@ -288,18 +288,18 @@ class TaskConfig(_JsonConfig):
     chain_rate: float = 0.0  # chance a variable operand is reached through two hops, c=b, b=7
     operation: str = "add"  # the answer of x, y: add (the study), subtract, multiply, or table
     operation_table: tuple[tuple[int, ...], ...] | None = None  # operation=table: row x, column y
-    # How the readable forms spell the tokens (a researcher's declared names): None is the study's spelling,
-    # the variables a, b, ..., the numbers 0..p-1 and the operation's sign (OPERATION_SIGNS)
-    variable_spelling: tuple[str, ...] | None = None
-    number_spelling: tuple[str, ...] | None = None
-    operator_spelling: str | None = None
+    # How the readable forms spell the tokens (a researcher's declared names; None: the study's spelling)
+    variable_spelling: tuple[str, ...] | None = None  # the variables' names, n_vars of them (None: a, b, ...)
+    number_spelling: tuple[str, ...] | None = None  # the numbers' names, one per number 0..p-1 (None: the digits)
+    operator_spelling: str | None = None  # the operation's sign (None: its own, OPERATION_SIGNS)
     # The context distribution (a researcher's declared one; the defaults are the study's, CONTEXT_DEFAULTS):
-    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query);
-    # padding "scattered" (each PAD in one of the n + 1 gaps, uniformly), "left" (every PAD before the first
-    # assignment) or "right" (every PAD after the last, before the query); kind_weights: the shares of 0-, 1-
-    # and 2-var sequences among training draws (None: rows drawn uniformly from the study's row table)
+    # a context holds n ~ U{fewest_assignments..max_assignments} assignments (at least 2 for a 2-var query)
     fewest_assignments: int = 1
+    # where a context's PADs go: "scattered" (each in one of the n + 1 gaps, uniformly), "left" (every PAD
+    # before the first assignment) or "right" (every PAD after the last, before the query)
     padding: str = "scattered"
+    # the shares of 0-, 1- and 2-var sequences among training draws (None: rows drawn uniformly from the
+    # study's row table)
     kind_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -570,7 +570,7 @@ class TaskConfig(_JsonConfig):
 
 @dataclass(frozen=True)
 class ModelConfig(_JsonConfig):
-    """The model of SPEC section 4. Field names follow TransformerLens's config.
+    """The model: the study's 2-layer, single-head transformer. Field names follow TransformerLens's config.
 
     ``mlp_blocks`` lists the blocks that have an MLP, as **0-based block indices**
     (``blocks.L``); the paper numbers its layers from 1, so its "layer 2" MLP is
@@ -605,20 +605,20 @@ class ModelConfig(_JsonConfig):
       theory literature, and which layer wrote what is readable by construction.
     """
 
-    n_layers: int = 2
-    d_model: int = 128
-    d_head: int = 128
-    n_heads: int = 1
-    d_mlp: int = 512
-    act_fn: str = "relu"
-    normalization_type: str | None = None
-    n_ctx: int = 16
-    d_vocab: int = 74
-    d_vocab_out: int = 59
+    n_layers: int = 2  # transformer blocks (the paper's layers 1 and 2 are blocks.0 and blocks.1)
+    d_model: int = 128  # width of the residual stream
+    d_head: int = 128  # width of each attention head's queries, keys and values
+    n_heads: int = 1  # attention heads per block
+    d_mlp: int = 512  # neurons of each MLP
+    act_fn: str = "relu"  # the MLP's activation, as TransformerLens names it (relu, gelu, ...)
+    normalization_type: str | None = None  # None: no LayerNorm (the study); LN or LNPre as in TransformerLens
+    n_ctx: int = 16  # positions the model reads: the task's seq_len
+    d_vocab: int = 74  # input tokens: the numbers, the variables and the symbols of the task's vocabulary
+    d_vocab_out: int = 59  # output logits: one per answer, the modulus
     mlp_blocks: tuple[int, ...] | None = None  # None: (n_layers - 1,), the last block (0-based)
     trained_biases: bool = False
     init: str = "study"  # study: every matrix N(0, (0.8/sqrt(d_model))^2); tl4: boot_native's scaling
-    init_seed: int = 42
+    init_seed: int = 42  # seed of the initial weights
     embeddings: str = "learned"  # learned (the study) or orthogonal (frozen orthonormal directions)
     embedding_basis: str = "onehot"  # orthogonal embeddings: onehot unit vectors, or random (from init_seed)
     embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
@@ -749,19 +749,19 @@ LOG_TO = ("none", "tensorboard", "wandb")  # compose_lens.tracking
 
 @dataclass(frozen=True)
 class TrainConfig(_JsonConfig):
-    """The recipe of SPEC section 5, plus where and how fast to run it."""
+    """The training recipe: the study's, plus where and how fast to run it."""
 
-    steps: int = 30_000
-    batch_size: int = 512
-    lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.999
-    weight_decay: float = 0.02
-    eval_every: int = 100
-    checkpoint_every: int = 100
-    pool_size: int = 2000
-    seed: int = 42
-    device: str = "cpu"
+    steps: int = 30_000  # optimiser steps (the study: 30,000)
+    batch_size: int = 512  # sequences per step, drawn from the training rows
+    lr: float = 1e-3  # AdamW's learning rate, constant
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
+    weight_decay: float = 0.02  # AdamW's decoupled weight decay
+    eval_every: int = 100  # steps between evaluations of the nine pools (metrics.jsonl)
+    checkpoint_every: int = 100  # steps between checkpoints (checkpoints/step_NNNNNN/)
+    pool_size: int = 2000  # sequences in each of the nine pools an evaluation reads
+    seed: int = 42  # seed of the data order and the evaluation pools (train.seed; the bare seed is the task's)
+    device: str = "cpu"  # cpu, cuda or cuda:N; on CUDA training runs in bf16 autocast, as the study did
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
     threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
-from tqdm.auto import tqdm
 
-from compose_lens import plots, registry, runs
+from compose_lens import plots, progress as progress_lines, registry, runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.errors import ArgumentTypeError, ComposeLensError
@@ -147,8 +146,8 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
     record = {**context.record(analysis.with_settings(settings)), **result.provenance}
     for stem, table in result.tables.items():
         write_table(table, folder / f"{stem}.csv", record)
-    for stem, document in result.documents.items():
-        write_document(document, folder / f"{stem}.json", record)
+    for stem, document in result.documents.items():  # which tables this result had (read takes those back)
+        write_document(document, folder / f"{stem}.json", {**record, "tables": sorted(result.tables)})
     if result.figures or result.drawn or result.pages:
         (folder / FIGURES).mkdir(exist_ok=True)
     for stem, page in result.pages.items():
@@ -170,23 +169,30 @@ def _made_alike(record: Any, context: Context, settings: dict) -> bool:
 
 
 def read(analysis: Analysis, folder: Path, context: Context, settings: dict | None = None) -> Result | None:
-    """The result saved in ``folder``, if every table and document of ``analysis`` is there and was
-    made with the same settings, seed and configuration; else None. (Facts and figures are not read
-    back: the report draws its own.)"""
+    """The result saved in ``folder``, if every document of ``analysis`` and every table the result had is
+    there and was made with the same settings, seed and configuration; else None. The tables the result had
+    are the ones its documents' provenance lists (:func:`write`; a result may hold fewer than the analysis
+    declares: same-MLP's competence table alone, where the model does not answer variable prompts), else
+    every declared one. (Facts and figures are not read back: the report draws its own.)"""
     settings = analysis.with_settings(settings)
     if not analysis.tables and not analysis.documents:
         return None
-    result = Result()
+    result, tables = Result(), set(analysis.tables)
     try:
+        for stem in analysis.documents:
+            document = load_json(folder / f"{stem}.json")
+            record = document.pop("provenance", None)
+            if not _made_alike(record, context, settings):
+                return None
+            if isinstance(record.get("tables"), list):
+                tables &= set(record["tables"])
+            result.documents[stem] = document
         for stem in analysis.tables:
+            if stem not in tables:
+                continue
             if not _made_alike(load_json(folder / f"{stem}.provenance.json"), context, settings):
                 return None
             result.tables[stem] = pd.read_csv(folder / f"{stem}.csv")
-        for stem in analysis.documents:
-            document = load_json(folder / f"{stem}.json")
-            if not _made_alike(document.pop("provenance", None), context, settings):
-                return None
-            result.documents[stem] = document
     except (OSError, ValueError, ComposeLensError, pd.errors.ParserError):
         return None
     return result
@@ -281,7 +287,7 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
         summary: dict = {"learned": location.learned.to_dict() if location.learned else None,
                          "located": {r.role: r.component for r in location.roles()},
                          "roles": {r.role: r.line() for r in location.roles()}}
-        bar = tqdm(steps, desc="analyze", unit="step", disable=not progress, leave=False)
+        bar = progress_lines.bar(steps, desc="analyze", unit="analysis", wanted=progress)
         with torch_threads(1 if renderer.background else None):
             for analysis in bar:
                 bar.set_postfix_str(analysis.name)

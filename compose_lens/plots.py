@@ -836,14 +836,17 @@ def cosine_histograms_figure(groups: Mapping[str, np.ndarray], title: str = COSI
 
 def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     """A neuron's activation over the p x p operand grid beside its ideal pattern
-    (:func:`compose_lens.analysis.figure_data.fourier_neuron`)."""
+    (:func:`compose_lens.analysis.figure_data.fourier_neuron`), both on one colour range, so a colour means
+    the same activation in both panels."""
     k = chosen.frequency
     titles = (f"MLP{chosen.block + 1} neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its "
               f"variance at k = {k}",
               f"ideal: ReLU of the k = {k} part of its pre-activation (correlation {chosen.correlation:.3f})")
     fig, axes = subplots(1, 2, figsize=(11, 4.8))
-    for ax, grid, name in zip(axes, (chosen.pattern, chosen.ideal), titles):
-        im = ax.imshow(np.asarray(grid, dtype=float), cmap="viridis", origin="lower")
+    grids = [np.asarray(grid, dtype=float) for grid in (chosen.pattern, chosen.ideal)]
+    low, high = min(float(g.min()) for g in grids), max(float(g.max()) for g in grids)  # one range: comparable colours
+    for ax, grid, name in zip(axes, grids, titles):
+        im = ax.imshow(grid, cmap="viridis", origin="lower", vmin=low, vmax=high)
         ax.set_xlabel("y (right operand value)")
         ax.set_ylabel("x (left operand value)")
         ax.set_title(name, fontsize=10)
@@ -1050,9 +1053,12 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFra
     heatmap(ax, values, labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35, vmax=lim,
             colorbar_label=patch_scale(table_metric(table)), annotate=by_role, bar_range=(low, lim))
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
-    ax.set_ylabel("patched activation")
+    ax.set_ylabel("patched activation", labelpad=PATCHING_LABEL_PAD)  # clear of the long site names
     fig.tight_layout()
     return fig, table
+
+
+PATCHING_LABEL_PAD = 10  # points between the patching figure's y-label and its site names (matplotlib's 4 touched)
 
 
 # a block's order (a head's query, key, value and pattern before its output)
@@ -1089,25 +1095,26 @@ def path_patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.Da
     return fig, table
 
 
-ABLATION_MIN_DROP = 0.05  # ablation_figure: rows whose accuracy changes by less on every pool are left out
-
-
-def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) -> tuple[Figure, pd.DataFrame]:
+def ablation_figure(table: pd.DataFrame, n: int) -> tuple[Figure, pd.DataFrame]:
     """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out); returns the rows drawn.
+    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out), each pool ``n``
+    sequences; returns the rows drawn.
 
-    Only components whose accuracy changes by more than ``min_drop`` on some pool are drawn
-    (on the paper model most frequency ablations change nothing visible); the title says how
-    many were left out. If none passes, every row is drawn. The drop is one-sided (an
-    ablation rarely helps), so the colour scale is sequential from 0 to 1; a negative drop
-    shows as white, its value printed in the cell.
+    A drop counts only beyond its own noise: its 95 % interval (:func:`compose_lens.stats.difference_bounds`,
+    the ablated and the baseline accuracy of ``n`` sequences each) excludes 0. A component none of whose
+    drops does is left out (on the paper model most frequency ablations change nothing), and the title
+    counts them; if none passes, every row is drawn. A drawn cell whose drop is within its noise is hatched.
+    The drop is one-sided (an ablation rarely helps), so the colour scale is sequential from 0 to 1; a
+    negative drop shows as white, its value printed in the cell.
     """
     shown = table[~table["target"].isin(["neuron", "none"])]
     rows = ["target", "block", "index", "kind"]
-    change = shown.groupby(rows, observed=True)["accuracy_drop"].transform(lambda v: v.abs().max())
+    low, high = stats.difference_bounds(shown["baseline_accuracy"], shown["accuracy"], n)
+    shown = shown.assign(drop_low=low, drop_high=high, beyond_noise=(low > 0) | (high < 0))
+    beyond = shown.groupby(rows, observed=True)["beyond_noise"].transform("any")
     n_all = len(shown.drop_duplicates(rows))
-    if (change > min_drop).any():
-        shown = shown[change > min_drop]
+    if beyond.any():
+        shown = shown[beyond]
     n_left_out = n_all - len(shown.drop_duplicates(rows))
     names = []
     for target, block, index, kind in zip(shown["target"], shown["block"], shown["index"], shown["kind"]):
@@ -1116,16 +1123,22 @@ def ablation_figure(table: pd.DataFrame, min_drop: float = ABLATION_MIN_DROP) ->
         names.append(f"{what} · {layer_name(block)} · {kind}")
     shown = shown.assign(name=names)
     grid = shown.pivot_table(index="name", columns="pool", values="accuracy_drop", sort=False, observed=True)
+    noise = shown.pivot_table(index="name", columns="pool", values="beyond_noise", sort=False, observed=True,
+                              aggfunc="any").reindex(index=grid.index, columns=grid.columns)
     labels = [str(c).replace("_", " ") for c in grid.columns]
     fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, max(8, 0.75 * len(labels) + 5)),
                                     max(3.5, 0.36 * len(grid.index) + 2.2)))
-    title = "ablation: accuracy lost per pool"
+    title = f"ablation: accuracy lost per pool ({n} sequences each)"
     if n_left_out:
-        title += f"\n({n_left_out} of {n_all} ablations left out: |change| <= {min_drop:g} on every pool)"
+        title += f"\n({n_left_out} of {n_all} ablations left out: no drop beyond its 95 % interval)"
     heatmap(ax, grid.to_numpy(), labels, list(grid.index), title, cmap="Reds",
             centre=False, vmax=1.0, aspect="auto", fontsize=8, rotation=40,
             colorbar_label="accuracy drop (fraction of the pool)", annotate=len(grid.index) <= 40)
-    ax.set_xlabel("pool of sequences")
+    for (i, j), inside in np.ndenumerate(~noise.fillna(True).to_numpy(dtype=bool)):
+        if inside:  # within the drop's own noise: hatched, its value still printed
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", edgecolor="#999999",
+                                   linewidth=0))
+    ax.set_xlabel("pool of sequences (hatched: a drop within its 95 % interval of 0)")
     ax.set_ylabel("ablated component · layer · ablation")
     fig.tight_layout()
     return fig, shown
@@ -1287,6 +1300,32 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
     return fig, kept.reset_index(drop=True)
 
 
+def gradient_terms_figure(shares: pd.DataFrame, title: str = "") -> tuple[Figure, pd.DataFrame]:
+    """The gradient's named terms at one model (:func:`compose_lens.analysis.gradient_terms.shares_of_model`),
+    one panel per product (``qk0``, ``ov0``, ``qk1``): a bar per term, its cosine with the full gradient, the
+    theory's kept term first and in blue, its share ||term|| / ||full|| printed beside it. The kept term's
+    cosine near 1 is the claim holding. (:func:`gradient_shares_figure` draws the kept term over training.)"""
+    fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.4), sharex=True)
+    for ax, matrix in zip(axes, GRADIENT_TITLES):
+        part = shares[shares["matrix"] == matrix]
+        part = pd.concat([part[part["term"] == "kept"], part[part["term"] != "kept"]])
+        y = np.arange(len(part))[::-1]
+        ax.barh(y, part["cosine"], color=[OKABE_ITO[0] if t == "kept" else "#BBBBBB" for t in part["term"]],
+                edgecolor="black", linewidth=0.4)
+        for yi, cosine, share in zip(y, part["cosine"], part["share"]):
+            ax.text(max(cosine, 0) + 0.03, yi, f"share {share:.2f}", va="center", fontsize=8)
+        ax.set_yticks(y, [t.replace("_", " ") for t in part["term"]], fontsize=8)
+        ax.set_title(textwrap.fill(GRADIENT_TITLES[matrix], 34), fontsize=9)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_xlim(min(-0.1, float(shares["cosine"].min()) - 0.05), 1.45)
+        ax.set_xlabel("cosine with the full gradient")
+        ax.grid(axis="x", alpha=0.25)
+    fig.suptitle(title or "The gradient's named terms at this model: the kept (associative-memory) term in blue",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig, shares.reset_index(drop=True)
+
+
 SAME_MLP_COLOURS = {"cross": OKABE_ITO[0], "same": OKABE_ITO[2], "control": OKABE_ITO[3], "reference": "#999999"}
 SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-type reference",
                   "control": "control", "reference": "reference"}
@@ -1402,6 +1441,9 @@ EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), 
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
 
+EDGE_CLEARANCE = 0.08  # data units an edge keeps from a box it passes over (circuit graph)
+
+
 @dataclass(frozen=True)
 class CircuitLayout:
     """Where the circuit graph puts each component and each edge, in data units: one column per
@@ -1434,18 +1476,52 @@ class CircuitLayout:
         return sorted(set(zip(e["sender"], e["position"])) | {
             (receiver_node(r)[0], p) for r, p in zip(e["receiver"], e["position"])})
 
-    def edge_path(self, sender: str, receiver: str, position: int) -> tuple[tuple, tuple, float]:
+    def edge_path(self, sender: str, receiver: str, position: int, aspect: float = 1.0
+                  ) -> tuple[tuple, tuple, float]:
         """(start, end, rad) of an edge: from its sender's right edge to its receiver's left edge (at
-        the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips."""
+        the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips. ``aspect``:
+        how long one y unit is drawn against one x unit (``arc3`` bends in the drawing's own units).
+        Over the whole graph an edge that skips boxes bends just far enough to clear every box between
+        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port): a fixed bend ran the
+        embeddings' and layer 1's long edges through the boxes between."""
         target, port = receiver_node(receiver)
         (x0, y0), (x1, y1) = self.centre(sender, position), self.centre(target, position)
         skip = x1 - x0
         start = (x0 + self.width / 2, y0)
         end = (x1 - self.width / 2, y1 + PORT_OFFSET[port] * self.height)
-        rad = 0.0 if skip <= 1 and y0 == y1 else (0.12 + 0.05 * (skip - 1)) * (1 if port != "v" else -1)
         if self.by_position:
-            rad = 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+            return start, end, 0.0 if skip <= 1 else -(0.1 + 0.08 * (skip - 1))  # over the boxes between
+        between = [self.centre(node, p) for node, p in self.boxes()
+                   if p == position and x0 < self.centre(node, p)[0] < x1 and node not in (sender, target)]
+        if not between:
+            return start, end, 0.0 if y0 == y1 or skip <= 0 else 0.12 * (1 if port != "v" else -1)
+        up = port != "v"
+        for step in range(1, 200):
+            rad = (-1 if up else 1) * 0.02 * step  # arc3: a negative rad bends left of the chord, here up
+            if self._clears(start, end, rad, aspect, between, up):
+                return start, end, rad
         return start, end, rad
+
+    @staticmethod
+    def edge_curve(start, end, rad: float, aspect: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) in data units along ``arc3``'s quadratic curve, computed as matplotlib computes it, in
+        drawn units (y stretched by ``aspect``)."""
+        (sx, sy), (ex, ey) = (start[0], start[1] * aspect), (end[0], end[1] * aspect)
+        cx, cy = (sx + ex) / 2 + rad * (ey - sy), (sy + ey) / 2 - rad * (ex - sx)
+        t = np.linspace(0, 1, 201)
+        xs = (1 - t) ** 2 * sx + 2 * t * (1 - t) * cx + t ** 2 * ex
+        return xs, ((1 - t) ** 2 * sy + 2 * t * (1 - t) * cy + t ** 2 * ey) / aspect
+
+    def _clears(self, start, end, rad: float, aspect: float, between, up: bool) -> bool:
+        """Whether ``arc3``'s curve (:meth:`edge_curve`) passes every box of ``between`` by
+        :data:`EDGE_CLEARANCE` on its side."""
+        xs, ys = self.edge_curve(start, end, rad, aspect)
+        for bx, by in between:
+            near = np.abs(xs - bx) <= self.width / 2 + EDGE_CLEARANCE
+            edge = by + self.height / 2 + EDGE_CLEARANCE if up else by - self.height / 2 - EDGE_CLEARANCE
+            if near.any() and (np.any(ys[near] < edge) if up else np.any(ys[near] > edge)):
+                return False
+        return True
 
     def drawing_order(self) -> pd.DataFrame:
         """The edges faint first, then the circuit's, weakest first, so the strongest lie on top."""
@@ -1458,6 +1534,14 @@ class CircuitLayout:
 
     def column_name(self, depth: float) -> str:
         return component_name(next(n for n in sorted(self.nodes) if _node_depth(n) == depth), self.several)
+
+
+def _drawn_aspect(fig: Figure, ax: Axes) -> float:
+    """How long one y unit of ``ax`` is drawn against one x unit, at its current place and limits."""
+    width, height = fig.get_size_inches()
+    box = ax.get_position()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return (box.height * height / (y1 - y0)) / (box.width * width / (x1 - x0))
 
 
 def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
@@ -1527,8 +1611,21 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
                     if port:
                         ax.text(x - width / 2 + 0.03, y + offset * height, port, ha="left", va="center",
                                 fontsize=8, color="#333333", zorder=4, fontweight="bold")
-    for row in layout.drawing_order().itertuples():
-        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position)
+    xs = [x for x, _ in boxes.values()]
+    ys = [y for _, y in boxes.values()]
+    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
+    ax.set_ylim(min(ys) - 0.9, max(ys) + (0.9 if not by_position else 1.2))
+    order = layout.drawing_order()
+    if not by_position:  # room for the bends that clear the boxes, then the bends for the drawn aspect
+        for _ in range(2):
+            fig.tight_layout()
+            bends = [y for row in order.itertuples()
+                     for y in layout.edge_curve(*layout.edge_path(row.sender, row.receiver, row.position,
+                                                                  _drawn_aspect(fig, ax)), _drawn_aspect(fig, ax))[1]]
+            ax.set_ylim(min(min(ys) - 0.9, min(bends) - 0.15), max(max(ys) + 0.9, max(bends) + 0.15))
+    aspect = _drawn_aspect(fig, ax)
+    for row in order.itertuples():
+        start, end, rad = layout.edge_path(row.sender, row.receiver, row.position, aspect)
         arrow = FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=8 if by_position else 11,
                                 shrinkA=0, shrinkB=0, connectionstyle=f"arc3,rad={rad}",
                                 color=cmap(norm(abs(row.score))) if row.in_circuit else "#bbbbbb",
@@ -1537,10 +1634,6 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
                                 zorder=2 if row.in_circuit else 1,
                                 gid=f"edge {row.sender}->{row.receiver}@{row.position}")
         ax.add_patch(arrow)
-    xs = [x for x, _ in boxes.values()]
-    ys = [y for _, y in boxes.values()]
-    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
-    ax.set_ylim(min(ys) - 0.9, max(ys) + (0.9 if not by_position else 1.2))
     ax.set_xticks([])
     ax.set_yticks([])
     for side in ax.spines.values():

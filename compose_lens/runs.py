@@ -56,6 +56,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat
 import re
 import shutil
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
 FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
                 "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
-                "logit_attribution", "ablation", "patching", "gradient_shares", "positional_qk",
+                "logit_attribution", "ablation", "patching", "gradient_shares", "gradient_terms", "positional_qk",
                 "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier",
                 "attention")  # attention.html: the attention views' page
 _FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
@@ -324,9 +325,17 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     ``SafetensorError`` ("... I/O error: No space left on device (os error 28)"), which the
     callers' ``except OSError`` (the checkpoint's "the last one is kept", the command's one line)
     would miss: the command ended as an internal error. Any other SafetensorError is left as it is.
+
+    The file keeps the permissions it was created with (``path`` is a temporary file
+    :func:`~compose_lens.files.atomic_path` made under the user's umask, 0644 usually): safetensors writes
+    through a file of its own, 0600, and renames it over ``path``, so saved weights were the one
+    output others could not read.
     """
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
     try:
         save_file(tensors, str(path), metadata=metadata)
+        if mode is not None:
+            os.chmod(path, mode)
     except SafetensorError as exc:
         found = _OS_ERROR.search(str(exc))
         if not found:
@@ -857,19 +866,20 @@ def load_checkpoint(source: str | Path, step: int | None = None, split_file: str
     return Subject(model.eval(), config, split, f"{chosen.path} (step {chosen.step})")
 
 
-def final_model(run_dir: str | Path, split_file=None) -> tuple[Subject, str]:
-    """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint.
+def final_model(run_dir: str | Path, split_file=None, device: str = "cpu") -> tuple[Subject, str]:
+    """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint,
+    on ``device``.
 
     Returns the model and a word on which one it is.
     """
     run_dir = Path(run_dir)
     if (run_dir / WEIGHTS_FILE).exists():
         own = run_dir / SPLIT_FILE
-        return load_model(run_dir, split_file or (own if own.exists() else None)), "final"
+        return load_model(run_dir, split_file or (own if own.exists() else None), device=device), "final"
     if (run_dir / STUDY_FINAL).exists():
-        return load_model(run_dir / STUDY_FINAL, split_file), STUDY_FINAL
+        return load_model(run_dir / STUDY_FINAL, split_file, device=device), STUDY_FINAL
     steps = [c.step for c in find_checkpoints(run_dir, split_file)[0]]
-    return load_checkpoint(run_dir, steps[-1], split_file), f"step {steps[-1]} (run not finished)"
+    return load_checkpoint(run_dir, steps[-1], split_file, device), f"step {steps[-1]} (run not finished)"
 
 
 def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: int) -> Path:

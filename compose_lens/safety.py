@@ -32,13 +32,13 @@ symlink that is already there, and a marker that is a symlink is never written t
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
 exclusive lock on it (:func:`lock_directory`; a sweep's points lock a file beside
-their run directories with the same :class:`FileLock`, :func:`lock_file`): ``flock`` on POSIX,
-``msvcrt.locking`` of a byte far past the marker's text on Windows (so the holder can still
-rewrite the marker). The kernel drops the lock when the process ends, however it ends, so a
-crash never leaves a stale lock; a second trainer on the same run, or a second command writing
-the same output, is refused at once with one line. (The ``filelock`` library is not used here:
-it owns its lock file's content, which its releases truncate on acquiring or, on Windows, lock
-from byte 0, and compose-lens's lock file is the marker, which holds data.)
+their run directories with the same :class:`FileLock`, :func:`lock_file`), taken with the
+``filelock`` library's lock on a descriptor compose-lens opens itself
+(``filelock.lock_descriptor``: ``flock`` on POSIX, ``LockFileEx`` of the first byte on Windows),
+so the marker's text is compose-lens's to write while it is held, through the same descriptor
+(``filelock.FileLock`` opens the lock file itself and owns its content). The kernel drops the lock
+when the process ends, however it ends, so a crash never leaves a stale lock; a second trainer on
+the same run, or a second command writing the same output, is refused at once with one line.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ import shutil
 import stat
 from pathlib import Path
 from typing import Iterator
+
+import filelock
 
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
@@ -78,38 +80,6 @@ def available_memory() -> int:
         return int(psutil.virtual_memory().available)
     except (OSError, RuntimeError, AttributeError):
         return 1 << 62  # unknown: do not refuse
-
-
-# The byte the Windows lock holds: far past any marker's text, which the holder rewrites while
-# locked (Windows locks are mandatory: a locked byte cannot be written, even by its holder's other
-# handles); a lock may lie beyond the end of the file.
-_WINDOWS_LOCK_OFFSET = 1 << 30
-
-
-def _try_lock(fd: int) -> bool:
-    """Take an exclusive lock on the open file ``fd`` without waiting; False where another process
-    holds it. flock on POSIX (the lock goes with the open file and drops when it is closed or the
-    process ends), msvcrt.locking on Windows; each module is imported only where it exists."""
-    if os.name == "nt":
-        import msvcrt
-
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        finally:
-            os.lseek(fd, 0, os.SEEK_SET)
-        return True
-    import fcntl
-
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
 
 
 def activation_bytes(config: RunConfig, training: bool) -> int:
@@ -280,7 +250,7 @@ class FileLock:
             os.close(self.fd)
             raise ComposeLensError(f"{self.path}: is not a regular file; remove it or use another folder")
         try:
-            locked = _try_lock(self.fd)
+            locked = filelock.lock_descriptor(self.fd, blocking=False)
         except BaseException:
             os.close(self.fd)
             raise

@@ -24,7 +24,11 @@ own honest interval:
 * **Two run sets on the same seeds** (the remedy trained on the recipe's seeds): paired, so
   :func:`paired_agreement` (McNemar's exact test on the seeds whose outcomes differ), not Fisher's.
 * **A score over prompts** (an accuracy, a ROC-AUC, a patching score): the percentile bootstrap
-  over prompts (:func:`bootstrap_interval`), seeded so a rerun prints the same interval.
+  over prompts (:func:`bootstrap_interval`, ``scipy.stats.bootstrap``), seeded so a rerun prints the
+  same interval. An analysis that reweights one resample for many scores at once (patching's sites,
+  a circuit's sizes, two models on the same prompts) draws its resamples with
+  :func:`bootstrap_draws`, the same draws scipy makes, and reads its interval with
+  :func:`percentile_interval`.
 * **Printing**: :func:`format_estimate` writes a value and its interval at the digits the interval
   supports, and prints values within a tolerance of zero as 0, so float noise such as
   ``-3.2e-08 [-4.3e-08, -2.1e-08]`` reads ``0 [0, 0]``.
@@ -44,11 +48,13 @@ own honest interval:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 from scipy import stats as _scipy
 
 CONFIDENCE = 0.95
@@ -67,6 +73,22 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
         return 0.0, 1.0
     ci = _scipy.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def difference_bounds(first, second, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """The 95 % interval of ``first - second``, two fractions each of ``n`` trials, as arrays (Newcombe's
+    hybrid score interval, his method 10, from the two :func:`wilson_bounds`). It treats the two as
+    independent samples; two accuracies read on the same sequences are paired, and their paired interval
+    is narrower, so this one errs wide. Written here: scipy has no interval for a difference of rates.
+
+    >>> low, high = difference_bounds([1.0, 0.9], [0.9, 0.9], 500)
+    >>> [float(round(v, 3)) for v in low], [float(round(v, 3)) for v in high]
+    ([0.075, -0.038], [0.129, 0.038])
+    """
+    first, second = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    (l1, u1), (l2, u2) = wilson_bounds(first, n, confidence), wilson_bounds(second, n, confidence)
+    d = first - second
+    return d - np.sqrt((first - l1) ** 2 + (u2 - second) ** 2), d + np.sqrt((u1 - first) ** 2 + (second - l2) ** 2)
 
 
 def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
@@ -271,22 +293,50 @@ def compare_times(a_times: Sequence[float], a_reached: Sequence[bool], b_times: 
 # -- a score over prompts -----------------------------------------------------------------------
 
 
-def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed: int = 0,
-                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement.
+def bootstrap_draws(n: int, rng, resamples: int = BOOTSTRAP_RESAMPLES):
+    """(resamples, n) indices of ``n`` rows drawn with replacement: every bootstrap of the package
+    resamples here (or through :func:`bootstrap_interval`, which draws the same way inside scipy).
+
+    ``rng``: a seed or a numpy ``Generator``, drawn as ``scipy.stats.bootstrap`` draws a paired
+    resample (``rng.integers(0, n, (resamples, n))``), so a statistic scipy bootstraps and one
+    reweighted here from the same generator see the same resamples; or a ``torch.Generator`` (an
+    analysis's derived stream, :mod:`compose_lens.data.streams`), drawn as ``torch.randint`` with
+    the same shape, and returned as a tensor.
+
+    >>> bootstrap_draws(5, 0, resamples=2).tolist()
+    [[4, 3, 2, 1, 1], [0, 0, 0, 0, 4]]
+    """
+    if isinstance(rng, torch.Generator):
+        return torch.randint(0, n, (resamples, n), generator=rng)
+    return np.random.default_rng(rng).integers(0, n, (resamples, n))
+
+
+def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed=0,
+                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
+                       vectorized: bool = False) -> tuple[float, float, float]:
+    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement
+    (``scipy.stats.bootstrap``, paired).
 
     ``samples`` are paired arrays of one row per prompt (e.g. scores and labels), resampled
-    together; ``statistic`` maps them to one number. Seeded: the same call gives the same interval.
+    together; ``statistic`` maps them to one number (``vectorized``: it takes ``axis=-1`` and maps a
+    stack of resamples at once, as ``np.mean`` does: no Python loop over the resamples). ``seed``: a
+    seed or a numpy ``Generator`` (a caller that draws several intervals from one stream passes it).
+    A resample on which the statistic is undefined (NaN: a ROC-AUC drawing no negative) is left out
+    of the interval. Seeded: the same call gives the same interval.
 
     >>> value, low, high = bootstrap_interval(np.mean, np.r_[np.zeros(50), np.ones(50)], seed=1)
     >>> value, 0.38 < low < 0.45, 0.55 < high < 0.62
     (0.5, True, True)
     """
     arrays = [np.asarray(s) for s in samples]
-    value = float(statistic(*arrays))
-    res = _scipy.bootstrap(arrays, statistic, paired=True, vectorized=False, n_resamples=resamples,
-                           confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
-    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    value = float(statistic(*arrays, axis=-1) if vectorized else statistic(*arrays))
+    with warnings.catch_warnings():  # a NaN replicate makes scipy's own interval NaN: it is taken below
+        warnings.simplefilter("ignore", _scipy.DegenerateDataWarning)
+        res = _scipy.bootstrap(arrays, statistic, paired=True, vectorized=vectorized, n_resamples=resamples,
+                               confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
+    replicates = np.asarray(res.bootstrap_distribution, dtype=float)
+    low, high = percentile_interval(replicates[~np.isnan(replicates)], confidence)
+    return value, float(low), float(high)
 
 
 def percentile_interval(replicates, confidence: float = CONFIDENCE, axis: int = -1):
@@ -314,17 +364,27 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return float(_scipy.mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
 
 
+def _auc_along(scores: np.ndarray, labels: np.ndarray, axis: int = -1) -> np.ndarray:
+    """:func:`roc_auc` of each row of a stack (``axis=-1``), from ranks (ties averaged): the positives'
+    rank sum less its least value, over n_pos n_neg, as Mann-Whitney's U1 is; NaN where a row has no
+    positive or no negative."""
+    ranks = _scipy.rankdata(scores, axis=axis)
+    labels = labels.astype(bool)
+    pos = labels.sum(axis)
+    neg = labels.shape[axis] - pos
+    u = (ranks * labels).sum(axis) - pos * (pos + 1) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((pos > 0) & (neg > 0), u / (pos * neg), np.nan)
+
+
 def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
                  resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
     """:func:`roc_auc` and its percentile bootstrap interval over the scored items (a resample
-    drawing no positive or no negative is dropped)."""
+    drawing no positive or no negative is dropped; :func:`bootstrap_interval`, every resample's
+    AUC at once from ranks)."""
     scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(scores), (resamples, len(scores)))
-    boots = [roc_auc(scores[d], labels[d]) for d in draws]
-    boots = np.array([b for b in boots if not math.isnan(b)])
-    low, high = percentile_interval(boots)
-    return roc_auc(scores, labels), float(low), float(high)
+    _, low, high = bootstrap_interval(_auc_along, scores, labels, seed=seed, resamples=resamples, vectorized=True)
+    return roc_auc(scores, labels), low, high
 
 
 # -- printing -----------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -90,9 +91,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from tqdm.auto import tqdm
-
-from compose_lens import runs, safety
+from compose_lens import progress as progress_lines, runs, safety
 from compose_lens.outcome import classify_run
 from compose_lens.cores import cpu_count
 from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_step_above, format_thresholds, numeric,
@@ -243,6 +242,29 @@ def check_points(base: RunConfig, points: Sequence[SweepPoint]) -> dict[SweepPoi
 
 
 SUMMARY_FILES = ("sweep.json", "results.csv", "results.provenance.json", "thresholds.json", "sweep.png", "sweep.csv")
+
+
+def check_replaceable_sweep(out: Path) -> bool:
+    """Refuse (one line) an ``out`` that ``sweep --overwrite`` may not replace; True if it holds a sweep to replace."""
+    safety.check_parent(out, "sweep")
+    return safety.check_replaceable(out, "sweep", True, allowed=frozenset({*SUMMARY_FILES, "runs"}))
+
+
+def clear_sweep_dir(out: Path) -> None:
+    """``sweep --overwrite``: empty an earlier sweep's ``out`` (under its lock) so this sweep starts afresh.
+    Only a folder whose marker says ``sweep`` and that holds nothing but a sweep's own files (its
+    summary files and ``runs/``) is emptied; anything else is refused in one line and left as it is."""
+    if not check_replaceable_sweep(out):
+        return
+    with safety.lock_directory(out, "sweep", f"--out {out}: another compose-lens command is running a sweep "
+                                             f"into it now; wait for it to end before replacing it"):
+        for entry in out.iterdir():
+            if entry.name == safety.MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
@@ -802,11 +824,12 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
               backend: str = "local", workers: int | None = None, threads: int | None = None,
               address: str | None = None, progress: bool = True, runs_per_process: int = 1,
               gpus_per_point: float = 0, slurm: dict | None = None,
-              points_per_job: int | None = None) -> SweepResult:
+              points_per_job: int | None = None, overwrite: bool = False) -> SweepResult:
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
     (``runs_per_process``: points trained together per worker; ``gpus_per_point``: what each Ray
     task asks for; ``slurm``: submitit's executor settings and ``points_per_job`` the points of
-    one SLURM job, see :mod:`compose_lens.slurm`)."""
+    one SLURM job, see :mod:`compose_lens.slurm`; ``overwrite``: an earlier sweep in ``out`` is
+    replaced, not continued, :func:`clear_sweep_dir`)."""
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
     if runs_per_process > 1 and base.train.log_to != "none":  # the batched trainer tracks nothing
@@ -823,7 +846,10 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
         for device in sorted({c.train.device for c in configs.values()}):  # (a cluster's nodes may have GPUs this one lacks)
             runs.check_device(device)
-    check_sweep_dir(out, param, base)
+    if overwrite:  # emptied only once every check has passed, just before this sweep writes
+        check_replaceable_sweep(out)
+    else:
+        check_sweep_dir(out, param, base)
     if backend == "ray":
         _import_ray()
         if address:
@@ -839,9 +865,12 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
             raise ComposeLensError(f"--points-per-job {points_per_job}: use at least 1")
         slurm_backend.check_options(slurm or {}, threads or 1, on_gpu)
     started = time.perf_counter()
-    _pending(out, points, configs)  # may refuse: before anything is written
+    if not overwrite:  # (what --overwrite replaces is not read)
+        _pending(out, points, configs)  # may refuse: before anything is written
     # Ray joined now: a cluster that cannot be reached leaves no half-made sweep (shut down at the end)
     ray_here = backend == "ray" and connect_ray(address)
+    if overwrite:
+        clear_sweep_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     # the marker is the sweep's lock, held to the end: a second sweep into this --out would train
     # the points the first has not locked yet and rewrite results.csv under it
@@ -862,8 +891,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
             threads, workers = threads or 1, 0
         else:
             workers, threads = plan_workers(max(1, len(chunks)), workers, threads)
-        bar = tqdm(total=len(points), initial=skipped, disable=not progress, unit="point", desc=f"sweep {param}",
-                   dynamic_ncols=True)
+        bar = progress_lines.bar(total=len(points), initial=skipped, wanted=progress, unit="point",
+                                 desc=f"sweep {param}")
         together = f", up to {runs_per_process} points per process" if runs_per_process > 1 else ""
         gpus = f" and {gpus_per_point:g} GPU(s)" if gpus_per_point else ""
         bar.set_postfix_str((f"ray: {threads} thread(s){gpus} per task" if backend == "ray"

@@ -32,9 +32,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
-
-from compose_lens import capabilities, runs, safety
+from compose_lens import capabilities, progress, runs, safety
 from compose_lens.safety import check_training_memory
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
@@ -274,8 +272,7 @@ class Trainer:
     def run(self, on_step: Callable[["Trainer"], None] | None = None) -> dict:
         """Train to ``steps``; ``on_step`` is called after every step (tests use it to interrupt)."""
         t = self.config.train
-        bar = tqdm(total=t.steps, initial=self.step, disable=not self.progress, unit="step",
-                   desc="train", dynamic_ncols=True)
+        bar = progress.bar(total=t.steps, initial=self.step, wanted=self.progress, unit="step", desc="train")
         last = {}
         started = time.perf_counter() - self.elapsed
         try:

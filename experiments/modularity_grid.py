@@ -37,10 +37,8 @@ instead of ~8,000), batch 256, a budget of :data:`STEPS` steps, pools of 1,000 p
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -52,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compose_lens import outcome, runs  # noqa: E402
+from compose_lens import outcome, runs, safety  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
 from compose_lens.config import RunConfig  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
@@ -195,17 +193,14 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     return row
 
 
-def claim(work: Path, name: str) -> int | None:
+def claim(work: Path, name: str) -> safety.FileLock | None:
     """An exclusive lock on ``WORK/<name>.claim`` for this process (None: another worker holds it), so
-    several ``grid`` processes can share one WORK; the lock goes with the process, a killed one leaves
-    nothing to clean up."""
-    fd = os.open(work / f"{name}.claim", os.O_RDWR | os.O_CREAT, 0o644)
+    several ``grid`` processes can share one WORK: compose-lens's one lock (``safety.lock_file``), which goes
+    with the process, so a killed one leaves nothing to clean up."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        return safety.lock_file(work / f"{name}.claim", f"{name}: claimed by another worker")
+    except ComposeLensError:
         return None
-    return fd
 
 
 def points(only: list[str] | None) -> list[tuple]:
@@ -383,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{name_of(*point)}: {e}; skipped", flush=True)
                     continue
                 finally:
-                    os.close(held)
+                    held.release()
                 print(f"{row['name']}: {row['outcome']} at {row['steps']} steps, separation "
                       f"{row['modularity_separation']}, same adder {row['modularity_same_adder']}, circuit "
                       f"{row['modularity_circuit_fraction']} ({time.perf_counter() - started:.0f} s)", flush=True)

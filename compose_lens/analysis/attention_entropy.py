@@ -25,6 +25,7 @@ from compose_lens.config import RunConfig
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, row_types
 from compose_lens.data.task import SequenceKind
+from compose_lens import stats
 from compose_lens.model import tl
 
 
@@ -56,9 +57,9 @@ def attention_entropy(model: tl.Model, config: RunConfig, split: Split, pool_siz
                 values = last[chosen, head]
                 if len(values) == 0:
                     continue
-                boot = rng.choice(values, size=(n_boot, len(values))).mean(1)
-                rows.append({"layer": layer, "head": head, "kind": label, "entropy": float(values.mean()),
-                             "low": float(np.percentile(boot, 2.5)), "high": float(np.percentile(boot, 97.5)),
+                mean, low, high = stats.bootstrap_interval(np.mean, values, seed=rng, resamples=n_boot,
+                                                           vectorized=True)
+                rows.append({"layer": layer, "head": head, "kind": label, "entropy": mean, "low": low, "high": high,
                              "n": int(len(values)), "log_2": math.log(2), "log_n": math.log(n)})
     return pd.DataFrame(rows)
 

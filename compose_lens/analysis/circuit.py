@@ -119,6 +119,19 @@ are labelled, not every head of their layer. On the paper architecture the paper
 used unlocated (they are the located ones there: the test checks it); where no component plays
 the binder, the router or the adder, nothing is labelled and the summary says "none located"
 (no ROC-AUC), rather than scoring against the paper's blocks.
+
+**Why the methods are written here** (read from the libraries' own source and metadata; their scores
+were not compared with these numerically). TransformerLens 4.3's
+``transformer_lens.tools.analysis.attribution_patching.attribution_patch`` scores the edges of a
+``TransformerBridge`` by plain attribution only: EAP-IG (``ig_steps > 1``) raises
+``NotImplementedError``, there is no ACDC and no exact path patching, it takes the gradient at the
+corrupted run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores are
+defined, it runs one forward and backward per prompt pair where :class:`GraphModel` runs all pairs at
+once, and it has no per-position edges. auto-circuit (1.0.1, its last release, August 2024) builds its
+patchable model from a ``HookedTransformer`` (``isinstance`` checks in ``utils/graph_utils.py``), not
+TransformerLens 4's ``TransformerBridge``, and installs ``kaleido==0.2.1``, ``tracr-pypi``,
+``word2word`` and ``blobfile`` with it. The graph here is small (16 edges on the paper model,
+``experiments/results/circuit/eap_ig_paper``), and computed from the weights alone it gives all five methods on one graph.
 """
 
 from __future__ import annotations
@@ -604,8 +617,10 @@ def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tens
     recovered from the resampled means, and takes the fewest edges that reach ``target`` (E where
     none does). The edges' order is held: re-scoring each resample would run the method again."""
     n = ld.shape[1]
-    draws = torch.from_numpy(np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples))
-    share = draws.double().T / n  # (N, B): each resample as a weight per pair
+    draws = torch.from_numpy(stats.bootstrap_draws(n, seed, resamples))  # (B, N) pair indices
+    counts = torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(resamples, n,
+                                                                                             dtype=torch.float64))
+    share = counts.T / n  # (N, B): each resample as a weight per pair
     means, top, bottom = ld.double() @ share, clean.double() @ share, corrupted.double() @ share
     recovered = (means - bottom) / (top - bottom)  # (E + 1, B)
     hit = recovered >= target

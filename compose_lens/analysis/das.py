@@ -69,12 +69,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compose_lens import progress as progress_lines
 from compose_lens.config import DAS_RANKS
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import render
 from compose_lens.data.pools import ONE_VAR
 from compose_lens.data.split import Split, row_types, training_rows
-from compose_lens.forward import Site
 from compose_lens.model import tl
 
 
@@ -82,19 +82,16 @@ from compose_lens.model import tl
 class BindingSite:
     """A named DAS site: where to intervene and what the study's circuit predicts there.
 
-    Where is a :class:`compose_lens.forward.Site` whose position is a token *role*, found per
-    sequence of a pair (:meth:`BindingPairs.positions`), and whose hook may name the last block
-    (``{last}``): :meth:`where` gives it for a model."""
+    Where is a hook, which may name the last block (``{last}``; :func:`site_hook` gives it for a model),
+    at a token *role*, found per sequence of a pair (:meth:`BindingPairs.positions`): a role is not a
+    :class:`compose_lens.forward.Site` position (one index or ``'='`` for every sequence alike), so a
+    binding site is not one."""
 
     name: str
     hook: str
     position: str  # "value": the queried variable's value token; "equals"; "query_variable"
     carries_value: bool  # the study's story: does the bound value live here?
     description: str
-
-    def where(self, n_layers: int) -> Site:
-        """The site in the one vocabulary, for a model of ``n_layers`` (its position a role)."""
-        return Site(self.hook.format(last=n_layers - 1), self.position)
 
 
 SITES = (
@@ -219,7 +216,8 @@ def correct_pairs(model, pairs: BindingPairs, batch_size: int = 512) -> BindingP
 
 
 def site_hook(site: BindingSite, n_layers: int) -> str:
-    return site.where(n_layers).hook
+    """The hook of ``site`` in a model of ``n_layers``."""
+    return site.hook.format(last=n_layers - 1)
 
 
 def interchange_accuracy(model, site: BindingSite, basis: torch.Tensor, pairs: BindingPairs,
@@ -289,7 +287,6 @@ def das_table(loaded, settings: DasSettings = DasSettings(), progress: bool = Fa
     final training loss where one was trained) and a summary (pairs drawn, kept, train / test
     sizes, the model's accuracy on the bases).
     """
-    from tqdm.auto import tqdm
     from transformer_lens.tools.analysis import interchange as ti
 
     model, config = loaded.model, loaded.config
@@ -314,7 +311,7 @@ def das_table(loaded, settings: DasSettings = DasSettings(), progress: bool = Fa
     sites = [s for s in SITES if s.name in settings.sites]
     jobs = [(site, rank) for site in sites for rank in settings.ranks]
     rows = []
-    for site, rank in tqdm(jobs, desc="das", disable=not progress, leave=False):
+    for site, rank in progress_lines.bar(jobs, desc="das", wanted=progress):
         learned, losses = fit_binding_subspace(model, site, train, rank, epochs=settings.epochs, lr=settings.lr,
                                                batch_size=settings.batch_size, seed=settings.seed)
         common = {"site": site.name, "hook": site_hook(site, config.model.n_layers), "position": site.position,

@@ -58,9 +58,7 @@ from typing import Sequence
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
-
-from compose_lens import capabilities, runs, study
+from compose_lens import capabilities, progress as progress_lines, runs, study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
@@ -197,7 +195,7 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
     slots = forbidden_slot_batches(split, slot_size, seed)
     variables = config.task.variable_names
     rows: list[dict] = []
-    bar = tqdm(total=len(checkpoints), disable=not progress, unit="ckpt", desc="dynamics", dynamic_ncols=True)
+    bar = progress_lines.bar(total=len(checkpoints), wanted=progress, unit="ckpt", desc="dynamics")
     with ThreadPoolExecutor(max_workers=1) as reader:
         pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
         for i, ckpt in enumerate(checkpoints):

@@ -79,9 +79,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
-
-from compose_lens import capabilities, runs
+from compose_lens import capabilities, progress as progress_lines, runs
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
@@ -251,7 +249,7 @@ def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progr
         checkpoints = runs.select_checkpoints(checkpoints, stride=math.ceil(len(checkpoints) / max(most, 1)))
     # step 0: the initial weights, booted again from the run's config (its init_seed)
     tables = [shares_of_model(tl.boot(config.model), config, split, n, seed).assign(step=0)]
-    for checkpoint in tqdm(checkpoints, disable=not progress, desc=f"gradient terms {run_dir.name}"):
+    for checkpoint in progress_lines.bar(checkpoints, wanted=progress, desc=f"gradient terms {run_dir.name}"):
         loaded = runs.load_model(checkpoint.path, bridge=False)
         tables.append(shares_of_model(loaded.model, loaded.config, loaded.split, n, seed).assign(step=checkpoint.step))
     return pd.concat(tables, ignore_index=True)

@@ -39,7 +39,6 @@ checkpoints are the defaults of :class:`LlcSettings`; a different model may need
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import tempfile
@@ -54,7 +53,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from compose_lens import runs
+from compose_lens import progress as progress_lines, runs
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
@@ -267,11 +266,12 @@ def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, 
     weights themselves, and :func:`sanity`'s verdict."""
     llc = require_devinterp()
     from devinterp.slt import sampler as devinterp_sampler
-    from tqdm.auto import trange
 
     settings.check()
-    # devinterp draws a bar per chain (kept on screen); ours are gone when done, and --quiet silences them
-    bars = functools.partial(trange, leave=False, disable=not progress)
+    # devinterp draws a bar per chain (kept on screen); ours are gone when done, and drawn only on a terminal
+    def bars(*steps, **options):  # devinterp's trange(n, desc=...)
+        return progress_lines.bar(range(*steps), wanted=progress, **options)
+
     with tempfile.TemporaryDirectory(prefix="compose-lens-llc-") as scratch, \
             mock.patch.object(devinterp_sampler, "trange", bars), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "Chain failed": caught below as a non-finite trace
@@ -301,13 +301,11 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
     checkpoint's training loss, the sanity checks) and the loss traces (long form: step, chain,
     SGLD step, loss).
     """
-    from tqdm.auto import tqdm
-
     settings.check()
     config, split, entries = _entries(source, split_file, steps, stride, include_final)
     dataset = training_sequences(split, settings.n_sequences, settings.seed)
     rows, traces = [], []
-    for step, path, read in tqdm(entries, desc="llc", disable=not progress, leave=False):
+    for step, path, read in progress_lines.bar(entries, desc="llc", wanted=progress):
         found = estimate_llc(read(), config, dataset, settings, progress=False, device=device)
         rows.append({"step": step, "checkpoint": Path(path).name, "llc_mean": found["llc_mean"],
                      "llc_std": found["llc_std"],

@@ -586,7 +586,7 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
     value = gain.sum(1) / mask.sum(1).clamp_min(1) / scale.mean()
     g = streams.seeded_generator(seed)
     counts = torch.zeros(n_boot, N, dtype=torch.float64)
-    counts.scatter_add_(1, torch.randint(0, N, (n_boot, N), generator=g), torch.ones(n_boot, N, dtype=torch.float64))
+    counts.scatter_add_(1, stats.bootstrap_draws(N, g, n_boot), torch.ones(n_boot, N, dtype=torch.float64))
     boot = (gain @ counts.T) / (mask @ counts.T).clamp_min(1) / (counts @ scale / N).unsqueeze(0)  # (S, n_boot)
     low, high = stats.percentile_interval(boot, confidence, axis=1)
     # below float32's resolution of the ratio a score is noise: written as 0, not -3.2e-08

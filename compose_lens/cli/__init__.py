@@ -18,11 +18,16 @@ registered analysis that declares one (``fourier``, ``same-mlp``, ``dla``, ``pat
 ``path-patch``, ``ablate``, ``circuit``, ``das``, ``entropy``, and over a run's checkpoints ``dynamics`` and
 ``llc``: built by :mod:`.analysis` from :mod:`compose_lens.registry`).
 
-**What every command shares** (:func:`main`): ``--version``; ``-v`` / ``-q`` before the command
-set the level of Python's ``logging`` for the whole process, so other libraries' loggers (Ray's
-among them) follow it: warnings by default, ``-v`` info, ``-vv`` debug, ``-q`` errors only (a
-command's own ``--quiet`` means ``-q`` too); and progress bars are drawn only where stderr is a
-terminal, so a log file never fills with a bar's carriage-return frames.
+**One grammar** (:func:`build_parser`, :func:`main`): ``-v`` / ``-q`` are accepted before the command
+and after it alike, and set the level of Python's ``logging`` for the whole process, so other
+libraries' loggers (Ray's among them) follow it: warnings by default, ``-v`` info, ``-vv`` debug,
+``-q`` errors only and no progress. Every command that computes takes ``--out``, ``--overwrite`` and
+``--json`` (its printed result as JSON on stdout), ``--device`` where a model runs and ``--seed``
+where it samples (:func:`compose_lens.cli.common.add_outputs`; ``tests/unit/test_cli_conventions.py``
+tabulates every command's options from its parser). Progress is drawn only on a terminal
+(:mod:`compose_lens.progress`). ``--version`` says what a bug report needs: compose-lens, Python,
+torch, TransformerLens and the devices, as ``pip debug`` does; ``completion bash|zsh|tcsh`` prints a
+shell completion script (shtab, from this parser).
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ import sys
 from typing import Sequence
 
 from compose_lens.cli import analysis, compare, data, report, settings, sweep, train
-from compose_lens.cli.common import Parser, figure_style
+from compose_lens.cli.common import Parser, add_verbosity, figure_style
 from compose_lens.errors import ComposeLensError
 from compose_lens.cores import threads_now
 from compose_lens.provenance import VERSION, set_command
 
 COMMAND_MODULES = (data, train, analysis, compare, report, sweep, settings)
+SHELLS = ("bash", "zsh", "tcsh")  # what shtab writes completion scripts for
 
 DESCRIPTION = """\
 Train and take apart the small transformer of the 'Assign and Add' study, which learns
@@ -63,24 +69,84 @@ status 2; nothing is overwritten without --overwrite."""
 def build_parser() -> Parser:
     parser = Parser(prog="compose-lens", description=DESCRIPTION, epilog=EPILOG,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"compose-lens {VERSION}")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more log output, also from other libraries (-v: info, -vv: debug)")
-    parser.add_argument("-q", "--quiet", dest="log_quiet", action="store_true",
-                        help="log errors only, also from other libraries")
+    parser.add_argument("--version", action=_Version, help="compose-lens's version, and Python's, torch's, "
+                                                            "TransformerLens's and the devices (for a bug report)")
+    add_verbosity(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND",
                                 title="commands")
     for module in COMMAND_MODULES:
         module.register(sub)
+    completion = sub.add_parser("completion", help="print a shell completion script: "
+                                                   "eval \"$(compose-lens completion bash)\" in ~/.bashrc")
+    completion.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    completion.set_defaults(func=_cmd_completion)
+    for _, leaf in leaf_parsers(parser):  # -v / -q after the command too
+        add_verbosity(leaf)
     return parser
 
 
+def leaf_parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
+    """(name, parser) of every command that runs (``data sample``, not ``data``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield name, parser
+        return
+    for command, child in subs[0].choices.items():
+        for found in leaf_parsers(child, f"{name} {command}"):
+            yield found
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    import shtab  # lazy: only this command needs it
+
+    print(shtab.complete(build_parser(), args.shell))
+    return 0
+
+
+def version_lines() -> list[str]:
+    """What ``--version`` prints: the versions a bug report needs and the devices torch sees."""
+    import platform
+    from importlib import metadata
+
+    import torch  # lazy: --version is the one flag that needs it
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    if torch.cuda.is_available():
+        devices = "cpu, " + ", ".join(f"cuda:{i} ({torch.cuda.get_device_name(i)})"
+                                      for i in range(torch.cuda.device_count()))
+    else:
+        devices = f"cpu (CUDA {'not built into this torch' if torch.version.cuda is None else 'built, no GPU seen'})"
+    return [f"compose-lens {VERSION}",
+            f"python: {platform.python_version()} ({platform.python_implementation()}, {sys.executable})",
+            f"platform: {platform.platform()}",
+            f"torch: {torch.__version__}",
+            f"transformer-lens: {installed('transformer-lens')}",
+            f"devices: {devices}"]
+
+
+class _Version(argparse.Action):
+    """``--version``: :func:`version_lines`, then exit 0."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def log_level(args: argparse.Namespace) -> int:
-    """The logging level a command runs at: WARNING, INFO (-v), DEBUG (-vv), ERROR (-q, or the
-    command's own --quiet)."""
+    """The logging level a command runs at: WARNING, INFO (-v), DEBUG (-vv), ERROR (-q), whether
+    the flag came before the command or after it."""
     if args.log_quiet or getattr(args, "quiet", False):
         return logging.ERROR
-    return {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    verbose = args.verbose + getattr(args, "verbose_after", 0)
+    return {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
 
 
 # commands that choose their own threads: the trainer follows the load as it runs
@@ -118,8 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(levelname).1s: %(message)s"))
         root.addHandler(handler)
-    if hasattr(args, "quiet") and not _stderr_is_terminal():
-        args.quiet = True  # progress bars only on a terminal: in a log file they are noise
+    args.quiet = args.quiet or args.log_quiet  # no progress either (which a log never gets: compose_lens.progress)
     try:
         with figure_style(args):  # --style / --format of a command that writes figures
             return int(args.func(args) or 0)
@@ -163,13 +228,6 @@ def _trailing_values(args: argparse.Namespace, extra: list[str]) -> bool:
         return False
     setattr(args, option.setting, [*(getattr(args, option.setting) or []), *extra])
     return True
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # replaced by an object without it, or closed
-        return False
 
 
 def command() -> int:

@@ -1,27 +1,28 @@
 """``compose-lens analyze`` and the command of every registered analysis.
 
-MODEL is anything :func:`compose_lens.runs.load_subject` accepts. Every command takes
-``--quiet`` (no progress bar).
+MODEL is anything :func:`compose_lens.runs.load_subject` accepts. Every command takes ``--out``,
+``--overwrite``, ``--json``, ``--device``, ``--seed`` and ``-q`` (no progress), as every command that computes does.
 
 ``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
 findings they declare. An analysis that declares a ``command`` (``fourier``, ``same-mlp``, ``dla``,
 ``patch``, ``ablate``, ``entropy``, ``attention``, ...) gets it here, built from its declaration
 (:func:`register_analysis_command`): ``compose-lens <command> MODEL --out DIR`` with ``--seed``,
-``--format``, ``--overwrite``, ``--quiet`` and one option per declared setting (an integer, a choice,
+``--format``, ``--overwrite``, ``--json``, ``--device`` and one option per declared setting (an integer, a choice,
 a pairs file, or values after MODEL: ``attention MODEL 'b=7, b+23=?' ...``); it writes what
 ``analyze`` writes into ``OUT/<name>/`` (tables as CSV with their provenance, documents as JSON,
 figures and offline pages under ``DIR/figures``), refuses settings and sizes the analysis declares it
 cannot run before anything is loaded, and prints the lines its ``describe`` gives. The command of an
-analysis of a run's checkpoints (``dynamics``, ``early-jump``, ``llc``) takes RUN, ``--split`` and
-``--device`` where the others take MODEL (:func:`_run_command`).
+analysis of a run's checkpoints (``dynamics``, ``early-jump``, ``llc``) takes RUN and ``--split``
+where the others take MODEL (:func:`_run_command`). A command with no count to show (load the model,
+run the analysis) shows phase lines on a terminal (:func:`compose_lens.progress.phases`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from compose_lens.cli.common import (subject_of, add_format_argument, add_model_arguments, add_overwrite, add_quiet_argument,
-                                     progress_bar, refuse_uncovered, seed)
+from compose_lens.cli.common import (add_format_argument, add_model_arguments, add_outputs, emit, refuse_uncovered, seed,
+                                     subject_of)
 from compose_lens import registry  # plain declarations: no torch
 
 # the findings analyze prints, from the registry (summary key, what it measures, what the circuit predicts)
@@ -95,6 +96,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         loaded = subject_of(args, device=args.device, bridge=False)  # see runs.for_analyses
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
                                  progress=not args.quiet, renderer=renderer)
+    if args.json:
+        emit(args, {"model": loaded.source, "summary": summary, "out": args.out}, [])
+        return 0
     print(f"model: {loaded.source}")
     print_findings(summary)
     print(f"wrote {args.out}/summary.json and each analysis's tables and figures in {args.out}/<name>/")
@@ -129,22 +133,23 @@ def _cmd_registered(args: argparse.Namespace) -> int:
     refuse_uncovered(analysis.command, args.model)  # first: before torch is imported
     settings = _settings_of(analysis, args)
     from compose_lens import context  # lazy: torch
+    from compose_lens.progress import phases
+    from compose_lens.runs import check_device
     from compose_lens.safety import check_model_sizes, check_out_name, staged_output
 
     out = check_out_name(args.out)
+    check_device(args.device)
     check_model_sizes(args.model, lambda config: context.guard(analysis, config, settings))  # before any load
     with staged_output(out, analysis.command, args.overwrite) as stage, \
-            progress_bar(analysis.command, 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the model")
-        loaded = subject_of(args, device="cpu", bridge=False)  # see runs.for_analyses
+            phases(analysis.command, not args.quiet) as phase:
+        phase("loading the model")
+        loaded = subject_of(args, device=args.device, bridge=False)  # see runs.for_analyses
         context.guard(analysis, loaded.config, settings)
-        bar.update()
-        bar.set_postfix_str(", ".join(f"{k} {v}" for k, v in settings.items() if v is not None) or analysis.name)
+        phase(f"{analysis.name}: " + (", ".join(f"{k} {v}" for k, v in settings.items() if v is not None) or "running"))
         result = context.run_analysis(analysis, loaded, stage, args.seed, args.fmt, **settings)
         lines = list(analysis.describe(result)) if analysis.describe else []  # before --out is committed
-        bar.update()
-    print(f"model: {loaded.source}")
-    _print_written(result, lines, out, args.fmt)
+        phase("writing the files")
+    _print_written(args, f"model: {loaded.source}", result, lines, out)
     return 0
 
 
@@ -166,18 +171,19 @@ def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
     with staged_output(out, analysis.command, args.overwrite or update) as stage:
         result = context.run_analysis(analysis, run, stage, fmt=args.fmt, **settings)
         lines = list(analysis.describe(result)) if analysis.describe else []  # before --out is committed
-    print(f"run: {args.source}")
-    _print_written(result, lines, out, args.fmt)
+    _print_written(args, f"run: {args.source}", result, lines, out)
     return 0
 
 
-def _print_written(result: registry.Result, lines: list[str], out, fmt: str) -> None:
-    for line in lines:
-        print(line)
+def _print_written(args: argparse.Namespace, source: str, result: registry.Result, lines: list[str], out) -> None:
+    """What a registered command prints: the model or run, its ``describe`` lines and the files written
+    (with ``--json``: the same, and the facts ``summary.json`` keeps, as JSON)."""
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
-    drawn = [f"figures/{stem}.{fmt}" for stem, *_ in result.drawn + result.figures]
+    drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]
     drawn += [f"figures/{stem}.html" for stem in result.pages]
-    print(f"wrote {out}/{', '.join(files + drawn)}")
+    what, name = source.split(": ", 1)
+    emit(args, {what: name, "lines": lines, "facts": result.facts, "out": str(out), "wrote": files + drawn},
+         [source, *lines, f"wrote {out}/{', '.join(files + drawn)}"])
 
 
 def _ints(text: str) -> list[int]:
@@ -195,7 +201,6 @@ def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
         parser.add_argument("source", metavar="RUN",
                             help="run directory, its checkpoints/ folder, or a folder of the study's step_N.pth files")
         parser.add_argument("--split", help="split file (default: the run's split.json)")
-        parser.add_argument("--device", default="cpu", help="where the checkpoints run: cpu (default), cuda or cuda:N")
     else:
         add_model_arguments(parser)
     for option in analysis.options:
@@ -223,10 +228,8 @@ def register_analysis_command(subparsers, analysis: registry.Analysis) -> None:
             parser.add_argument(option.flag, dest=option.setting, type=kind, default=default,
                                 help=option.help if default is None else shown, **named)
     parser.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
-    parser.add_argument("--out", required=True, help="directory for the tables and figures")
+    add_outputs(parser, "directory for the tables and figures")
     add_format_argument(parser)
-    add_overwrite(parser)
-    add_quiet_argument(parser)
     parser.set_defaults(func=_cmd_registered, analysis=analysis.name)
 
 
@@ -238,14 +241,10 @@ def register(subparsers) -> None:
     names = ", ".join(a.name for a in registry.ANALYSES if a.of == "model" and a.in_analyze)
     analyze = subparsers.add_parser("analyze", help=f"the analyses of one model ({names}): files into --out/<name>/")
     add_model_arguments(analyze)
-    analyze.add_argument("--out", required=True, help="directory for the tables, figures and summary.json")
+    add_outputs(analyze, "directory for the tables, figures and summary.json")
     analyze.add_argument("--seed", type=seed, default=0, help="seed of the sequences the command draws (default 0): the same seed, the same numbers")
-    analyze.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model's forwards run "
-                                                         "(default cpu; docs/install.md 'On a GPU')")
     causal = " and ".join(a.name for a in registry.ANALYSES if a.causal and a.in_analyze)
     analyze.add_argument("--skip-causal", action="store_true", help=f"skip the causal analyses ({causal})")
-    add_overwrite(analyze)
     add_format_argument(analyze)
-    add_quiet_argument(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 

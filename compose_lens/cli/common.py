@@ -155,6 +155,45 @@ def add_overwrite(parser: argparse.ArgumentParser, what: str = "--out") -> None:
                         help=f"replace an existing {what} (only one compose-lens wrote, holding nothing else)")
 
 
+JSON_HELP = "print the command's result as JSON on stdout instead of its text (with the provenance)"
+
+
+def add_outputs(parser: argparse.ArgumentParser, out_help: str, *, required: bool = True,
+                device: bool = True, overwrite_what: str = "--out") -> None:
+    """What every command that computes takes: ``--out``, ``--overwrite``, ``--json`` and (``device``)
+    ``--device`` (:func:`add_device_argument`)."""
+    parser.add_argument("--out", required=required, help=out_help)
+    add_overwrite(parser, overwrite_what)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    if device:
+        add_device_argument(parser)
+
+
+def add_device_argument(parser: argparse.ArgumentParser, default: str | None = "cpu") -> None:
+    """--device: where the model's forwards run (checked in one line before anything is written)."""
+    shown = "the config's" if default is None else default
+    parser.add_argument("--device", default=default,
+                        help=f"cpu, cuda or cuda:N: where the model runs (default {shown}; docs/install.md 'On a GPU')")
+
+
+def add_verbosity(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """-v / -q, accepted before the command (``top``) and after it alike; :func:`compose_lens.cli.log_level`
+    reads both."""
+    parser.add_argument("-v", "--verbose", dest="verbose" if top else "verbose_after", action="count", default=0,
+                        help="more log output, also from other libraries (-v: info, -vv: debug)")
+    parser.add_argument("-q", "--quiet", dest="log_quiet" if top else "quiet", action="store_true",
+                        help="errors only, also from other libraries, and no progress")
+
+
+def emit(args: argparse.Namespace, result: dict, lines: list[str]) -> None:
+    """A command's result: ``lines`` on stdout, or with ``--json`` ``result`` as JSON."""
+    if getattr(args, "json", False):
+        print_json(result)
+    else:
+        for line in lines:
+            print(line)
+
+
 FORMATS = ("png", "svg", "pdf")  # compose_lens.plots.FORMATS, repeated here so --help imports no matplotlib
 
 
@@ -204,19 +243,6 @@ def check_pairs_path(flag: str, value: str | None) -> None:
         raise ComposeLensError(f"{flag} {value}: {not_there(path)}")
 
 
-def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
-    """--quiet: no progress bar (every command that shows one takes it; pass it to :func:`progress_bar`)."""
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def progress_bar(desc: str, total: int, quiet: bool = False):
-    """A progress bar over a command's ``total`` coarse steps (tqdm; on stderr, gone when done)."""
-    from tqdm.auto import tqdm  # lazy: keeps --help free of anything but argparse
-
-    return tqdm(total=total, desc=desc, unit="step", disable=quiet, leave=False,
-                bar_format="{desc} {n}/{total}{postfix} [{elapsed}]")
-
-
 def print_table(rows: list[list], header: list[str]) -> None:
     """A small aligned text table on stdout."""
     cells = [[str(c) for c in row] for row in [header, *rows]]
@@ -231,6 +257,7 @@ def print_json(data) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+def run_config_from_args(args: argparse.Namespace, seeds_first: list[str] = ()) -> RunConfig:
+    """``--config`` (else the study's recipe) with ``seeds_first`` (``train --seed``), then ``--set``, applied."""
     config = RunConfig.from_dict(load_json(args.config)) if args.config else RunConfig()
-    return config.with_overrides(args.set or [])
+    return config.with_overrides([*seeds_first, *(args.set or [])])

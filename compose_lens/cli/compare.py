@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import (add_overwrite, add_prompts_argument, add_quiet_argument, print_table, progress_bar,
-                                     prompted, seed)
+from compose_lens.cli.common import add_outputs, add_prompts_argument, print_json, print_table, prompted, seed
 from compose_lens.errors import ComposeLensError
 
 DEFAULT_POOL_SIZE = 2000  # compose_lens.compare.POOL_SIZE, repeated here so --help imports no torch
@@ -29,7 +28,7 @@ def register(sub) -> None:
         p.add_argument(name, metavar=name.upper(),
                        help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the directory of "
                             "your own TransformerLens model")
-    p.add_argument("--out", required=True, help="output directory (compare.csv, compare.json, compare.html)")
+    add_outputs(p, "output directory (compare.csv, compare.json, compare.html)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the prompts and of the resamples (default 0)")
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE,
                    help=f"sequences in each of the nine pools (default {DEFAULT_POOL_SIZE})")
@@ -37,18 +36,16 @@ def register(sub) -> None:
                    help="the task declaration of A and/or B where it is your own TransformerLens model "
                         "directory without a task.json (docs/own-model.md)")
     add_prompts_argument(p)
-    add_overwrite(p)
-    add_quiet_argument(p)
     p.set_defaults(func=_cmd_compare)
 
 
-def subjects(specs, task: str | None) -> list:
-    """The models ``specs`` name, loaded as ``compare`` reads them (on the CPU, the fast forwards where
+def subjects(specs, task: str | None, device: str = "cpu") -> list:
+    """The models ``specs`` name, loaded as ``compare`` reads them (on ``device``, the fast forwards where
     exact), ``task`` given to whichever is a TransformerLens model directory (docs/own-model.md)."""
     from compose_lens.runs import is_transformerlens_dir, load_subject  # lazy: torch
 
     own = [Path(str(spec)).is_dir() and is_transformerlens_dir(Path(str(spec))) for spec in specs]
-    return [load_subject(spec, task if mine else None, device="cpu", bridge=False) for spec, mine in zip(specs, own)]
+    return [load_subject(spec, task if mine else None, device=device, bridge=False) for spec, mine in zip(specs, own)]
 
 
 def check_memory(specs, pool_size: int, option: str | None = None) -> None:
@@ -71,28 +68,33 @@ def _subjects(args: argparse.Namespace) -> list:
     if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
         raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
                                f"directory; a compose-lens model carries its own task")
-    return [prompted(subject, args.prompts) for subject in subjects((args.a, args.b), args.task)]
+    return [prompted(subject, args.prompts) for subject in subjects((args.a, args.b), args.task, args.device)]
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens import compare  # lazy: torch
+    from compose_lens.progress import phases
+    from compose_lens.runs import check_device
     from compose_lens.safety import check_count, peek_run_config, staged_output
 
     check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
+    check_device(args.device)
     check_memory((args.a, args.b), args.pool_size)  # before anything is loaded
     for spec in (args.a, args.b):  # a model an analysis cannot read, named, before it is loaded
         config = peek_run_config(spec)  # (a TransformerLens directory's: compare checks it once loaded)
         if config is not None:
             compare.check_measurable(config, spec)
-    with staged_output(args.out, "compare", args.overwrite) as stage, progress_bar("compare", 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the models")
+    with staged_output(args.out, "compare", args.overwrite) as stage, phases("compare", not args.quiet) as phase:
+        phase("loading the models")
         a, b = _subjects(args)
         compare.check_comparable(a, b)
-        bar.update()
-        bar.set_postfix_str("reading both on the same prompts")
+        phase("reading both on the same prompts")
         table = compare.compare(a, b, seed=args.seed, pool_size=args.pool_size)
-        bar.update()
+        phase("writing the files")
         compare.write(table, a, b, stage)
+    if args.json:
+        print_json({"a": a.source, "b": b.source, "rows": table.to_dict("records"), "out": args.out})
+        return 0
     print(f"A: {a.source}\nB: {b.source}")
     print_table(compare.text_table(table), ["measure", "A", "B", "B - A", "changed"])
     print("intervals: 95 %; pool accuracies: Wilson; B - A: paired bootstrap over the same prompts where the "

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from compose_lens.cli.common import Parser, add_task_options, print_json, split_from_args, seed
+from compose_lens.cli.common import Parser, add_outputs, add_task_options, emit, print_json, split_from_args, seed
 from compose_lens.errors import ComposeLensError
 
 
@@ -29,11 +29,18 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
     else:
         batch = make_pool(split, args.split, args.n, args.seed)
     task = split.task
-    lines = []
+    rows = []
     for tokens, label, kind in zip(batch.tokens.tolist(), batch.labels.tolist(), batch.types.tolist()):
         d = decode(task, tokens)
-        lines.append(json.dumps({"tokens": tokens, "text": to_text(task, tokens),
-                                 "type": SequenceKind.at(kind).value, "x": d.x, "y": d.y, "label": label}) + "\n")
+        rows.append({"tokens": tokens, "text": to_text(task, tokens), "type": SequenceKind.at(kind).value,
+                     "x": d.x, "y": d.y, "label": label})
+    if args.json:  # one document: the sequences and where they came from
+        from compose_lens.provenance import provenance
+
+        lines = [json.dumps({"sequences": rows, "split": args.split, "provenance": provenance(seed=args.seed)},
+                            indent=2, default=str) + "\n"]
+    else:
+        lines = [json.dumps(row) + "\n" for row in rows]
     if out is None:
         sys.stdout.writelines(lines)
     else:
@@ -57,7 +64,9 @@ def _cmd_data_split(args: argparse.Namespace) -> int:
     out = check_file_output(args.out, args.overwrite, '"heldout_pairs"')
     split = split_from_args(args)
     split.save(out)
-    print(f"wrote {out}: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out")
+    emit(args, {"out": str(out), "train_pairs": len(split.train_pairs), "heldout_pairs": len(split.heldout_pairs),
+                "task": split.task.to_dict()},
+         [f"wrote {out}: {len(split.train_pairs)} training pairs, {len(split.heldout_pairs)} held out"])
     return 0
 
 
@@ -101,6 +110,12 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
     require_memory({"the exhaustive 2-var rows": 64 * exhaustive_count(split.task)},
                    f"modulus {split.task.modulus}", "use a smaller modulus")
     stats = data_stats(split)
+    if args.out:
+        from compose_lens.safety import check_file_output, write_text_atomic
+
+        out = check_file_output(args.out, args.overwrite, '"two_var_coverage"')
+        write_text_atomic(out, json.dumps({**stats, "provenance": provenance(seed=stats["task"]["seed"])}, indent=2,
+                                          sort_keys=True, default=str) + "\n")
     if args.json:
         print_json({**stats, "provenance": provenance(seed=stats["task"]["seed"])})
         return 0
@@ -133,16 +148,14 @@ def register(sub) -> None:
     sample.add_argument("--split", default="train", help="train, or a pool name such as 2var_train")
     sample.add_argument("--n", type=int, default=10, help="number of sequences")
     sample.add_argument("--seed", type=seed, default=0, help="sampling seed")
-    sample.add_argument("--out", help="file to write (default: stdout)")
-    sample.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    add_outputs(sample, "file to write (default: stdout)", required=False, device=False)
     add_task_options(sample)
     sample.set_defaults(func=_cmd_data_sample)
     split = dsub.add_parser("split", help="write the held-out pairs and slot restrictions")
-    split.add_argument("--out", required=True, help="the split file to write (JSON)")
-    split.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    add_outputs(split, "the split file to write (JSON)", device=False)
     add_task_options(split, seed_alias=True)
     split.set_defaults(func=_cmd_data_split)
     stats = dsub.add_parser("stats", help="sizes of the split, the pools and the type mix")
-    stats.add_argument("--json", action="store_true", help="print the statistics as JSON instead of a table")
+    add_outputs(stats, "also write the statistics (what --json prints) to this JSON file", required=False, device=False)
     add_task_options(stats, seed_alias=True)
     stats.set_defaults(func=_cmd_data_stats)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compose_lens.cli.common import add_prompts_argument, prompted, refuse_uncovered
+from compose_lens.cli.common import (JSON_HELP, add_device_argument, add_overwrite, add_prompts_argument, emit, prompted,
+                                     refuse_uncovered, seed)
 from compose_lens.errors import ComposeLensError
 
 
@@ -18,7 +19,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from compose_lens.runs import load_subject
     from compose_lens.safety import check_count, check_file_output
 
+    from compose_lens.runs import check_device
+
     check_count(args.stride, "--stride")
+    check_device(args.device)
     if args.example and len(args.example) > 100:
         raise ComposeLensError(f"{len(args.example)} examples: at most 100")
     compared = {}
@@ -32,17 +36,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
             compared = _compared_with(final_model(run_dir, args.split)[0], args)
         path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,
-                                      progress=not args.quiet, recompute=args.recompute, **compared)
+                                      progress=not args.quiet, recompute=args.recompute, seed=args.seed,
+                                      device=args.device, **compared)
     else:  # one model: paper, a checkpoint or model directory, a .pth, your own TransformerLens model
         if args.out is None:
             raise ComposeLensError(f"{args.run_dir}: one model has no run directory to write into; give --out FILE.html")
         check_file_output(args.out, args.overwrite, "compose-lens")
-        subject = prompted(load_subject(args.run_dir, args.task, args.split), args.prompts)
+        subject = prompted(load_subject(args.run_dir, args.task, args.split, device=args.device), args.prompts)
         compared = _compared_with(subject, args) if args.compare else {}
-        path, problems = build_model_report(subject, args.out, args.example or None, **compared)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
-    for problem in problems:
-        print(f"  section skipped: {problem}")
+        path, problems = build_model_report(subject, args.out, args.example or None, seed=args.seed,
+                                            progress=not args.quiet, **compared)
+    emit(args, {"report": str(path), "bytes": path.stat().st_size, "sections_skipped": problems},
+         [f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, self-contained)",
+          *(f"  section skipped: {problem}" for problem in problems)])
     return 0
 
 
@@ -78,6 +84,9 @@ def _register_report(sub) -> None:
                         "your own model of the same task): every row of `compose-lens compare A B` (docs/compare.md)")
     p.add_argument("--stride", type=int, default=1, help="dynamics on every k-th checkpoint if computed now")
     p.add_argument("--recompute", action="store_true", help="recompute the dynamics even if saved")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing report page")
+    add_overwrite(p, "report page")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_device_argument(p)
+    p.add_argument("--seed", type=seed, default=0,
+                   help="seed of the sequences the report's analyses draw (default 0): the same seed, the same page")
     p.set_defaults(func=_cmd_report)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from compose_lens.cli.common import run_config_from_args, seed
+from compose_lens.cli.common import add_outputs, print_json, run_config_from_args, seed
 from compose_lens.cli.train import add_device_options, with_device_options
 from compose_lens.config import SWEEP_BACKENDS
 from compose_lens.errors import ComposeLensError
@@ -29,14 +29,19 @@ def _cmd_sweep(args) -> int:
                        backend=args.backend, workers=args.workers, threads=args.threads,
                        address=args.address, progress=not args.quiet, runs_per_process=args.runs_per_process,
                        gpus_per_point=args.gpus_per_point, slurm=parse_options(args.slurm),
-                       points_per_job=args.points_per_job)
+                       points_per_job=args.points_per_job, overwrite=args.overwrite)
+    failed = [row for row in result.rows if row["status"] == "failed"]
+    if args.json:
+        print_json({"param": args.param, "rows": result.rows, "trained": result.trained, "skipped": result.skipped,
+                    "failed": result.failed, "wall_s": result.wall_s, "thresholds": result.threshold_lines(args.param),
+                    "out": str(result.directory)})
+        return 1 if failed or result.failed else 0
     print(f"sweep over {args.param}: {len(result.rows)} points ({result.trained} trained, "
           f"{result.skipped} already finished, {result.failed} failed) in {result.wall_s:.1f} s")
     for line in result.threshold_lines(args.param):
         print("  " + line)
     print(f"results: {result.directory / 'results.csv'}, {result.directory / 'thresholds.json'}, "
           f"{result.directory / 'sweep.png'}")
-    failed = [row for row in result.rows if row["status"] == "failed"]
     for row in failed:  # on stderr, where a failure belongs (a diverged point is one)
         sys.stderr.write(f"compose-lens: error: point {args.param}={row['value']} seed {row['seed']} failed: "
                          f"{' '.join(str(row['error']).split())}\n")
@@ -62,7 +67,8 @@ def register(subparsers) -> None:
     p.add_argument("--config", help="base run config JSON")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a base setting, e.g. --set r=1 --set eval_every=500")
-    p.add_argument("--out", required=True, help="sweep directory")
+    add_outputs(p, "sweep directory (the same command again finishes an interrupted sweep; --overwrite starts "
+                   "it afresh)", device=False, overwrite_what="sweep directory and every run in it")
     add_device_options(p)
     p.add_argument("--backend", choices=SWEEP_BACKENDS, default="local",
                    help="local: worker processes on this machine; ray: tasks on a Ray cluster; slurm: one "
@@ -82,5 +88,4 @@ def register(subparsers) -> None:
                         "jobs as processes here")
     p.add_argument("--points-per-job", type=int, metavar="N",
                    help="slurm backend: points one job trains, one group after another (default: --runs-per-process)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_sweep)

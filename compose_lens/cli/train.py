@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from compose_lens.cli.common import subject_of, add_model_arguments, add_quiet_argument, print_json, progress_bar, run_config_from_args, seed
+from compose_lens.cli.common import (add_device_argument, add_model_arguments, add_outputs, emit, print_json,
+                                     run_config_from_args, seed, subject_of)
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import load_json
@@ -15,7 +17,7 @@ from compose_lens.files import load_json
 def add_device_options(parser: argparse.ArgumentParser) -> None:
     """--device and --deterministic of the commands that train (train, sweep): shorthands for
     ``--set device=D`` and ``--set deterministic=true``."""
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (the same as --set device=...; default: the config's)")
+    add_device_argument(parser, default=None)
     parser.add_argument("--deterministic", action="store_true",
                         help="torch's deterministic algorithms and cuBLAS's fixed workspace, so a GPU run repeats "
                              "bit for bit where CUDA can (docs/install.md 'On a GPU'; --set deterministic=true)")
@@ -42,9 +44,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                f"or give the --out of the run to continue")
     if args.resume and (out / "config.json").is_file() and not args.config:
         # the run's own configuration; --set may only raise steps (compose_lens.runs.extends)
-        config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides(args.set or [])
+        config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides([*_seed_sets(args.seed),
+                                                                                     *(args.set or [])])
     else:
-        config = run_config_from_args(args)
+        config = run_config_from_args(args, seeds_first=_seed_sets(args.seed))
     config = with_device_options(config, args)
     split = Split.load(args.split_file, config.task) if args.split_file else None
     if split is not None:
@@ -59,15 +62,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
         sys.stderr.write(f"\ninterrupted at step {trainer.step}; the last checkpoint is kept: "
                          f"continue with `compose-lens train --out {out} --resume`\n")
         return 130
-    ex = results["exhaustive"]
-    print(f"trained {results['steps']} steps in {results['train_wall_time_s']:.1f} s "
-          f"(fast path: {results['fast_path']})")
-    for name, r in ex.items():
-        print(f"{name}: {r['correct']}/{r['total']} = {r['accuracy']:.4f}")
     o = results["outcome"]
-    print(f"outcome: {o['outcome']} ({o['why']})")
-    print(f"results: {out / 'results.json'}")
+    emit(args, results, [
+        f"trained {results['steps']} steps in {results['train_wall_time_s']:.1f} s (fast path: {results['fast_path']})",
+        *(f"{name}: {r['correct']}/{r['total']} = {r['accuracy']:.4f}" for name, r in results["exhaustive"].items()),
+        f"outcome: {o['outcome']} ({o['why']})",
+        f"results: {out / 'results.json'}"])
     return 0
+
+
+def _seed_sets(value: int | None) -> list[str]:
+    """``train --seed S``: the three seeds a sweep's seed sets (the split, the data order, the initial weights)."""
+    return [] if value is None else [f"task.seed={value}", f"train.seed={value}", f"model.init_seed={value}"]
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -75,29 +81,31 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.evaluate import from_pools
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.provenance import provenance
-    from compose_lens.safety import check_count, check_model_sizes, check_sizes
+    from compose_lens.progress import phases
+    from compose_lens.runs import check_device
+    from compose_lens.safety import check_count, check_file_output, check_model_sizes, check_sizes, write_text_atomic
     from compose_lens.stats import rate_record
 
     check_count(args.pool_size, "--pool-size")
+    check_device(args.device)
+    out = check_file_output(args.out, args.overwrite, '"pool_intervals"') if args.out else None
 
     def guard(config: RunConfig) -> None:  # the nine pools (answer logits only; the exhaustive sets too)
         exhaustive = {"--exhaustive": (1, exhaustive_count(config.task))} if args.exhaustive else {}
         check_sizes(config, {f"--pool-size {args.pool_size}": (args.pool_size, 9), **exhaustive})
 
     check_model_sizes(args.model, guard)  # before the model is loaded
-    with progress_bar("evaluate", 3 if args.exhaustive else 2, args.quiet) as bar:
-        bar.set_postfix_str("loading the model")
+    with phases("evaluate", not args.quiet) as phase:
+        phase("loading the model")
         loaded = subject_of(args, device=args.device, bridge=False)
         guard(loaded.config)
-        bar.update()
-        bar.set_postfix_str("the nine pools")
+        phase("the nine pools")
         batches = make_pools(loaded.split, args.pool_size, args.seed)
         accuracies = pool_accuracies(loaded.model, loaded.config, batches)
         # each pool k of n sequences: the accuracy at the digits n resolves, with its Wilson interval
         intervals = {name: rate_record(round(acc * len(batches[name])), len(batches[name]))
                      for name, acc in accuracies.items()}
         pools = {name: record["accuracy"] for name, record in intervals.items()}
-        bar.update()
         knows = from_pools(loaded.config, batches, accuracies)
         result = {"model": loaded.source, "learned": knows.to_dict(), "pools": pools, "pool_intervals": intervals,
                   "interval": "Wilson score, 95 %"}
@@ -105,10 +113,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         if absent:
             result["absent_pools"] = absent
         if loaded.split.prompts is not None:
-            bar.set_postfix_str("the declared distribution")
+            phase("the declared distribution")
             result["prompts"], result["declared"] = _side_by_side(loaded, args.pool_size, args.seed)
         if args.exhaustive:
-            bar.set_postfix_str("the exhaustive sets")
+            phase("the exhaustive sets")
             for name, r in exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed).items():
                 if not r["total"]:
                     result.setdefault("absent_exhaustive", {})[name] = "the split holds out nothing it would test"
@@ -116,10 +124,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 record = rate_record(r["correct"], r["total"])
                 result[name] = {"correct": r["correct"], "total": r["total"], "accuracy": record["accuracy"],
                                 "low": record["low"], "high": record["high"]}
-            bar.update()
+    result["provenance"] = provenance(loaded.config, args.seed, loaded.source, pool_size=args.pool_size)
+    if out is not None:
+        write_text_atomic(out, json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     if args.json:
-        print_json({**result, "provenance": provenance(loaded.config, args.seed, loaded.source,
-                                                       pool_size=args.pool_size)})
+        print_json(result)
         return 0
     print(f"model: {loaded.source}")
     print(knows.line())
@@ -137,6 +146,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['total']})")
     for name, why in {**result.get("absent_pools", {}), **result.get("absent_exhaustive", {})}.items():
         print(f"  {name:24s} absent: {why}")
+    if out is not None:
+        print(f"wrote {out}")
     return 0
 
 
@@ -191,7 +202,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     subject = subject_of(args)
     with staged_output(args.out, "export", args.overwrite) as stage:
         written = export_transformerlens(subject, stage)
-    print(f"wrote {args.out}: {', '.join(written)} (plain TransformerLens loads it; MODEL_CARD.md says how)")
+    emit(args, {"model": subject.source, "out": args.out, "wrote": list(written)},
+         [f"wrote {args.out}: {', '.join(written)} (plain TransformerLens loads it; MODEL_CARD.md says how)"])
     return 0
 
 
@@ -201,28 +213,26 @@ def register(sub) -> None:
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a setting, e.g. --set steps=2000 --set f=0.5 --set model.d_model=64; "
                             "`compose-lens settings` lists them all")
-    train.add_argument("--out", required=True, help="run directory")
+    add_outputs(train, "run directory", device=False, overwrite_what="run directory")
+    train.add_argument("--seed", type=seed, help="seed of the split, the data order and the initial weights at once, "
+                                                 "as a sweep's seed (--set task.seed / train.seed / model.init_seed "
+                                                 "set one each; default: the study's, 42, 0 and 0)")
     train.add_argument("--split-file", help="train on this split file's held-out pairs")
     train.add_argument("--resume", action="store_true",
                        help="continue from the last checkpoint (with --set steps=N: train on to N steps; "
                             "--set stop_at=RULE: stop by another rule)")
-    train.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     add_device_options(train)
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("evaluate", help="accuracy on the nine pools (and the exhaustive sets)")
     add_model_arguments(ev)
     ev.add_argument("--exhaustive", action="store_true", help="also the 0-var held-out and 2-var union sets")
-    ev.add_argument("--json", action="store_true", help="print the accuracies and their provenance as JSON")
+    add_outputs(ev, "also write the result (what --json prints) to this JSON file", required=False)
     ev.add_argument("--pool-size", type=int, default=2000, help="sequences in each of the nine pools (default 2000)")
     ev.add_argument("--seed", type=seed, default=0, help="seed of the pools' sequences (default 0)")
-    ev.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
-    add_quiet_argument(ev)
     ev.set_defaults(func=_cmd_evaluate)
     export = sub.add_parser("export", help="write a model as a folder plain TransformerLens loads (weights, "
                                            "config, task, model card)")
     add_model_arguments(export, prompts=False)
-    export.add_argument("out", help="the folder to write")
-    export.add_argument("--overwrite", action="store_true", help="replace a folder an earlier export wrote")
+    add_outputs(export, "the folder to write", device=False)
     export.set_defaults(func=_cmd_export)

@@ -322,7 +322,7 @@ def present_pools(split: Split, names: tuple[str, ...] | None = None) -> tuple[s
 
 
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
-    """One of the nine accuracy pools of SPEC section 3, ``size`` sequences, as the study draws them.
+    """One of the study's nine accuracy pools (:data:`POOL_NAMES`), ``size`` sequences, as the study draws them.
 
     * From the row table, distinct rows where it has ``size`` of them (the study shuffles
       its rows and keeps the first 2,000): ``0var_train``, ``0var_add_restricted``,

@@ -259,7 +259,7 @@ def _read_context(task: TaskConfig, context: list[int]) -> list[_Item]:
 
 
 def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
-    """Check a token row against SPEC section 1 (and the task's variants) and read it;
+    """Check a token row against the task's sequence format (and its variants) and read it;
     raise SequenceError if invalid."""
     tokens = [int(t) for t in tokens]
     if len(tokens) != task.seq_len:

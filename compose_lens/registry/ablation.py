@@ -20,7 +20,7 @@ def _ablation(ctx: Context, settings: dict) -> Result:
 
     table = ablation_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
     subject = table.attrs.get("neuron_subject")
-    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table,), 120)],
+    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table, settings["pool_size"]), 120)],
                   provenance={"neuron_subject": subject}, value=subject)
 
 
@@ -56,12 +56,14 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
     table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
     frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
     shown = table[(~frequencies | (table["kind"] == "resample")) & (table["target"] != "neuron")]
-    return inp.report.figure(plots.ablation_figure(shown), "ablation",
+    return inp.report.figure(plots.ablation_figure(shown, settings["pool_size"]), "ablation",
                              f"Accuracy lost on each pool ({settings['pool_size']} sequences each) when a component "
                              "is ablated: the heads and the MLP by zero, mean and resample ablation, each key "
                              "frequency's neurons and Fourier directions by resample ablation (the other kinds and "
-                             "single neurons are in <code>ablation.csv</code>). Ablations that change no pool's "
-                             f"accuracy by more than {plots.ABLATION_MIN_DROP:g} are left out; the title counts them.")
+                             "single neurons are in <code>ablation.csv</code>). A drop counts only beyond its own "
+                             "noise, its 95 % interval excluding 0 (the two accuracies' Newcombe interval); "
+                             "ablations with no such drop are left out (the title counts them), and a drawn cell "
+                             "within its noise is hatched.")
 
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,

@@ -171,7 +171,8 @@ class Analysis:
         if option is not None and option.pairs_file:
             return  # a path, one of its choices, or PromptPairs: the analysis reads and checks it
         default = self.settings[key]
-        where = f"{option.flag} {value}" if flags and option else f"{self.name}: {key}={value!r}"
+        typed = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value  # as on the command line
+        where = f"{option.flag} {typed}" if flags and option else f"{self.name}: {key}={value!r}"
         many = isinstance(default, tuple)
         if many:
             if isinstance(value, str) or not isinstance(value, (list, tuple)):

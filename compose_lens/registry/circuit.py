@@ -67,13 +67,23 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     from compose_lens.circuit_view import circuit_view
     from compose_lens.markup import html_table
 
+    from compose_lens.stats import format_estimate
+
     s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
     against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
     auc = (f"; not scored against a circuit, {html.escape(against)}" if s["roc_auc"] is None
-           else f"; ROC-AUC against {html.escape(against)} {s['roc_auc']:.3f}")
-    rows = pools[["pool", "recovered"]].values.tolist() if "pool" in pools else []
+           else f"; ROC-AUC against {html.escape(against)} "
+                f"{format_estimate(s['roc_auc'], *(s.get('roc_auc_ci95') or [None, None]))} (95 % bootstrap over "
+                f"the {s['edges']} edges)")
+    ci = s.get("circuit_edges_ci95")
+    size = (f"{s['circuit_edges']}" if ci is None else
+            f"{s['circuit_edges']} (every bootstrap resample of the pairs needs the same {ci[0]}, the ranking of "
+            f"the edges held)" if ci[0] == ci[1] else f"{s['circuit_edges']} [{ci[0]}, {ci[1]}] (95 % bootstrap over "
+            f"the pairs, the ranking of the edges held)")
+    rows = pools[["pool", "n_pairs", "recovered"]].values.tolist() if "pool" in pools else []
+    rows = [[pool, int(n), recovered] for pool, n, recovered in rows]
     return (f"<p>Edge attribution patching with integrated gradients on {settings['pairs']} pairs: "
-            f"{s['circuit_edges']} of {s['edges']} edges recover {settings['target']:.0%} of the clean-vs-corrupted "
+            f"{size} of {s['edges']} edges recover {settings['target']:.0%} of the clean-vs-corrupted "
             f"logit difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
             f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
             + inp.report.figure(plots.circuit_figure(edges, s["title"], s["metric"]), "circuit",
@@ -83,7 +93,8 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
             + "<details><summary>The same graph to explore: hover an edge or a component for its score, the "
               "slider hides the edges below a |score| (<code>figures/circuit.html</code> of "
               f"<code>compose-lens circuit</code>)</summary>{circuit_view(edges, s['title'], s['metric'])}</details>"
-            + (html_table(rows, ["pool", "share of the metric the circuit recovers"]) if rows else ""))
+            + (html_table(rows, ["pool", "prompt pairs", "share of the metric the circuit recovers (mean over the "
+                                 "pairs)"]) if rows else ""))
 
 
 def _circuit_settings(settings: dict) -> None:

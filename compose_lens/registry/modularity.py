@@ -37,6 +37,8 @@ def _shown(row, key: str, interval: bool = False) -> str:
     if not isinstance(value, float):
         return str(value)
     low, high = (row.get(f"{key}_low"), row.get(f"{key}_high")) if interval else (None, None)
+    if isinstance(low, float) and f"{low:.3f}" == f"{high:.3f}" == f"{value:.3f}":  # not a zero-width interval
+        return f"{value:.3f} (every bootstrap resample gives it)"
     return f"{value:.3f}" + (f" [{low:.3f}, {high:.3f}]" if isinstance(low, float) else "")
 
 

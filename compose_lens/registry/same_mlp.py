@@ -76,7 +76,9 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
                                  "give if constants and variables did not share the MLP's representation; "
                                  "dotted: chance), constant against variable damage profiles, and the probe "
                                  "and subspace transfer, with the controls. Bars: 95 % intervals.")
-               if report["tables"] else  # no role located: no test ran (issue #45: KeyError 'interchange')
+               # no role located, or (issue 53's gate) the model does not answer variable prompts: no test
+               # ran, only the competence table is there (issue #45: KeyError 'interchange')
+               if "interchange" in report["tables"] else
                f'<p class="missing">No test ran, so there is no figure of them: '
                f'{html.escape(str(report["verdict_reason"]))}.</p>')
             + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",

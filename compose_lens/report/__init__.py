@@ -69,20 +69,22 @@ from compose_lens.outcome import trajectory_outcome
 from compose_lens.phases import phase_line
 from compose_lens.errors import ComposeLensError
 from compose_lens.config import RunConfig
-from compose_lens.data.sampler import POOL_NAMES, absent_pools, example_sequences, make_pools
+from compose_lens.data.sampler import absent_pools, example_sequences, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
+from compose_lens.stats import rate_record
 from compose_lens import registry
 from compose_lens.registry import ANALYSES
 from compose_lens.registry import early_jump
 from compose_lens.registry.attention import views as attention_views
 from compose_lens import compare, context
 from compose_lens.report.outputs import dynamics_for
-from compose_lens.markup import html_table
+from compose_lens.markup import html_table, render
 from compose_lens.report.page import Report
+from compose_lens.progress import phases
 from compose_lens.attention_view import view_html
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
@@ -109,6 +111,7 @@ class ReportInputs:
     compare_label: str = ""  # its name on the page (default: its source)
     compare_options: dict | None = None  # compose_lens.compare.compare's options (default: the command's)
     examples: tuple[str, ...] = ()  # the sequences the reader gave (none: ``texts`` are the split's examples)
+    progress: bool = True  # a phase line per section on a terminal (compose_lens.progress.phases)
 
     @property
     def phases(self) -> dict:
@@ -116,16 +119,18 @@ class ReportInputs:
 
 
 def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=None, examples: list[str] | None = None,
-                stride: int = 1, progress: bool = True, recompute: bool = False) -> ReportInputs:
-    """Load (computing the dynamics if missing) everything the sections read."""
-    table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute)
-    loaded, which = runs.final_model(run_dir, split_file)
+                stride: int = 1, progress: bool = True, recompute: bool = False, seed: int = 0,
+                device: str = "cpu") -> ReportInputs:
+    """Load (computing the dynamics if missing) everything the sections read; the model on ``device``, the
+    analyses' sequences drawn with ``seed``."""
+    table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute, device)
+    loaded, which = runs.final_model(run_dir, split_file, device)
     return ReportInputs(run_dir=run_dir, split_file=split_file, model=loaded.model, config=loaded.config,
                         split=loaded.split, which=which, table=table, phases_doc=phases_doc,
                         results=runs.read_results(run_dir),
                         texts=examples or example_sequences(loaded.split), report=report,
                         examples=tuple(examples or ()),
-                        context=context.Context(loaded, seed=0), results_dir=results_dir)
+                        context=context.Context(loaded, seed=seed), results_dir=results_dir, progress=progress)
 
 
 def run_outcome(inp: ReportInputs) -> dict:
@@ -145,9 +150,7 @@ def learned_banner(inp: ReportInputs) -> str:
         return ""
     style = ("border:2px solid #b2182b;padding:0.5em;background:#fdecea" if not knows.binds
              else "border:1px solid #4d4d4d;padding:0.5em")
-    roles = "".join(f"<li>{html.escape(role.line())}</li>" for role in location.roles())
-    return (f'<div class="learned" style="{style}"><p><b>What this model has learned.</b> '
-            f"{html.escape(knows.line())}</p><ul>{roles}</ul></div>")
+    return render("learned.html", style=style, learned=knows.line(), roles=[role.line() for role in location.roles()])
 
 
 def stall_banner(found: dict) -> str:
@@ -240,7 +243,6 @@ def configuration_section(inp: ReportInputs) -> str:
 def results_section(inp: ReportInputs) -> str:
     model, config, split, phases = inp.model, inp.config, inp.split, inp.phases
     exhaustive = inp.results["exhaustive"] if inp.results else exhaustive_accuracies(model, config, split)
-    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
     ex2, ex0 = exhaustive["two_var_union"], exhaustive["zero_var_heldout"]
     rows = [
         ["unseen 2-var sequences (2-var union, exhaustive)", STUDY["two_var_union"],
@@ -258,8 +260,19 @@ def results_section(inp: ReportInputs) -> str:
     return (stall_banner(found) + html_table(rows, ["measure", "study", "this run"])
             + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
               f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
-            + "<h3>Pool accuracies of the final model</h3>"
-            + html_table([[name, pools[name]] for name in POOL_NAMES], ["pool", "accuracy"]))
+            + "<h3>Pool accuracies of the final model</h3>" + pool_accuracy_table(model, config, split))
+
+
+def pool_accuracy_table(model, config: RunConfig, split: Split) -> str:
+    """The nine pools' accuracies as ``evaluate`` prints them: each with its 95 % Wilson interval and its
+    count, correct of sequences (``config.train.pool_size`` each); a pool the split cannot draw says why."""
+    batches = make_pools(split, config.train.pool_size)
+    rows = []
+    for name, accuracy in pool_accuracies(model, config, batches).items():
+        r = rate_record(round(accuracy * len(batches[name])), len(batches[name]))
+        rows.append([name, f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}]", f"{r['correct']} / {r['n']}"])
+    rows += [[name, f"absent: {why}", ""] for name, why in absent_pools(split).items()]  # a split holding nothing out
+    return html_table(rows, ["pool", "accuracy [95 % Wilson interval]", "correct / sequences"])
 
 
 def dynamics_section(inp: ReportInputs) -> str:
@@ -392,13 +405,10 @@ def model_configuration_section(inp: ReportInputs) -> str:
 def model_results_section(inp: ReportInputs) -> str:
     model, config, split = inp.model, inp.config, inp.split
     exhaustive = exhaustive_accuracies(model, config, split)
-    pools = pool_accuracies(model, config, make_pools(split, config.train.pool_size))
     rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"
              if v["total"] else "absent: the split holds out nothing it would test"] for name, v in exhaustive.items()]
-    absent = [[name, f"absent: {why}"] for name, why in absent_pools(split).items()]  # a split holding nothing out
     return (html_table(rows, ["exhaustive set", "study", "this model"])
-            + "<h3>Pool accuracies</h3>"
-            + html_table([[name, pools[name]] for name in pools] + absent, ["pool", "accuracy"]))
+            + "<h3>Pool accuracies</h3>" + pool_accuracy_table(model, config, split))
 
 
 # The sections of one model's report, in page order (the registered analyses' among them)
@@ -420,26 +430,30 @@ def is_run_source(spec: str | Path) -> bool:
 
 def build_model_report(subject, out: str | Path, examples: list[str] | None = None,
                        files_dir: Path | None = None, compare_with=None, compare_label: str = "",
-                       compare_options: dict | None = None) -> tuple[Path, list[str]]:
+                       compare_options: dict | None = None, seed: int = 0,
+                       progress: bool = True) -> tuple[Path, list[str]]:
     """Write the report of one model (a :class:`~compose_lens.subject.Subject`: ``paper``, a checkpoint,
     a researcher's own model) to ``out``: every section that reads one model. Its figures and the
     registered analyses' files go to ``OUT_files/`` beside the page, written through a stage.
     ``compare_with`` (a Subject of the same task and split; ``compare_label`` its name on the page):
     a last section compares the two (:func:`comparison_section`; ``compare_options``: those of
-    :func:`compose_lens.compare.compare`)."""
+    :func:`compose_lens.compare.compare`). ``seed``: of the sequences the analyses draw; ``progress``: a
+    phase line per section on a terminal."""
     out = Path(out)
     if files_dir is None:
         with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
             return build_model_report(subject, out, examples, files_dir=stage, compare_with=compare_with,
-                                      compare_label=compare_label, compare_options=compare_options)
+                                      compare_label=compare_label, compare_options=compare_options, seed=seed,
+                                      progress=progress)
     report = Report(files_dir / "figures")
     inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, model=subject.model, config=subject.config,
                           split=subject.split, which="the model", table=pd.DataFrame(),
                           phases_doc={"phases": {}}, results=None,
                           texts=examples or example_sequences(subject.split), report=report,
                           examples=tuple(examples or ()),
-                          context=context.Context(subject, seed=0), results_dir=files_dir / "results",
-                          compare_with=compare_with, compare_label=compare_label, compare_options=compare_options)
+                          context=context.Context(subject, seed=seed), results_dir=files_dir / "results",
+                          compare_with=compare_with, compare_label=compare_label, compare_options=compare_options,
+                          progress=progress)
     _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,
                 f"compose-lens report: {Path(subject.source).name}", learned_banner(inputs))
     return out, report.problems
@@ -455,16 +469,19 @@ def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: s
     if inputs.compare_with is not None:
         name = inputs.compare_label or inputs.compare_with.source
         sections = (*sections, ("compare", f"Compared with {name}", comparison_section))
-    with inputs.context:  # the registered analyses share one model's grids
-        for anchor, name, section in sections:
-            if getattr(section, "reads", None) is None or section.reads(inputs.config):
-                report.section(anchor, name, functools.partial(section, inputs))
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
-                f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
-                f"embedded: it works offline.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report.render(title, subtitle, banner))
+    chosen = [(anchor, name, section) for anchor, name, section in sections
+              if getattr(section, "reads", None) is None or section.reads(inputs.config)]
+    with inputs.context, phases("report", inputs.progress) as phase:  # the analyses share one model's grids
+        for n, (anchor, name, section) in enumerate(chosen, 1):
+            phase(f"section {n}/{len(chosen)}: {name}")
+            report.section(anchor, name, functools.partial(section, inputs))
+        phase("writing the page")
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        subtitle = (f"compose-lens {VERSION}, code {html.escape(code_version())}, written {stamp}. "
+                    f"Reproducing &ldquo;Assign and Add&rdquo; (arXiv 2605.31497). Everything on this page is "
+                    f"embedded: it works offline.")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, report.render(title, subtitle, banner))
 
 
 
@@ -483,8 +500,9 @@ def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
                  stride: int = 1, progress: bool = True, recompute: bool = False,
                  files_dir: Path | None = None, compare_with=None, compare_label: str = "",
-                 compare_options: dict | None = None) -> tuple[Path, list[str]]:
-    """Write the report of ``run_dir`` (default ``run_dir/report.html``).
+                 compare_options: dict | None = None, seed: int = 0, device: str = "cpu") -> tuple[Path, list[str]]:
+    """Write the report of ``run_dir`` (default ``run_dir/report.html``); its final model and checkpoints run
+    on ``device``, its analyses draw their sequences with ``seed``.
 
     Returns the page's path and the sections that could not be made (each also
     explained on the page itself). A page outside the run keeps its figures and results in
@@ -504,11 +522,12 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                 staged_companion(folder, "report", keep=("results",)) as stage:
             return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage,
                                 compare_with=compare_with, compare_label=compare_label,
-                                compare_options=compare_options)
+                                compare_options=compare_options, seed=seed, device=device)
     base = files_dir
     report = Report(base / "figures")
     recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
-    inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute)
+    inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute, seed,
+                         device)
     inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
     try:
         banner = stall_banner(run_outcome(inputs))

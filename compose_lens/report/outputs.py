@@ -20,7 +20,7 @@ from compose_lens.errors import ComposeLensError
 
 
 def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int = 1, progress: bool = True,
-                 recompute: bool = False) -> tuple[pd.DataFrame, dict]:
+                 recompute: bool = False, device: str = "cpu") -> tuple[pd.DataFrame, dict]:
     """The run's dynamics table and phases (the ``dynamics`` declaration), kept in ``results_dir``.
 
     Computed if missing. Saved ones are read where they hold every wanted checkpoint (the phases measured
@@ -35,7 +35,7 @@ def dynamics_for(run_dir: Path, results_dir: Path, split_file=None, stride: int 
         if set(wanted) <= set(int(s) for s in table["step"]):  # the phases measured again, nothing evaluated
             return table, {**doc, "phases": runs.run_phases_measured(table, run_dir, doc.get("settings"), split_file)}
     settings = {"stride": stride, "update": not recompute}
-    run = RunContext(run_dir, split_file, progress=progress, previous=results_dir)
+    run = RunContext(run_dir, split_file, progress=progress, previous=results_dir, device=device)
     try:
         result = run_analysis("dynamics", run, results_dir, **settings)
     except ComposeLensError:  # saved with other settings: made again

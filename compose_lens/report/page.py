@@ -5,18 +5,20 @@ becomes a note on the page instead of stopping the report, and every figure is
 embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page). The
 page is :func:`compose_lens.attention_view.offline_page`: the circuitsvis bundle is
 inlined once in its head, so the attention views on it open without a network
-(:mod:`compose_lens.attention_view` says how).
+(:mod:`compose_lens.attention_view` says how). Its HTML comes from the templates of
+:mod:`compose_lens.markup` (``report.html``, ``figure.html``, ``missing.html``).
 """
 
 from __future__ import annotations
 
-import html
 import traceback
 from pathlib import Path
 from typing import Callable
 
+from markupsafe import Markup
+
 from compose_lens.attention_view import VIEW_STYLE, offline_page
-from compose_lens.markup import COMPARISON_STYLE
+from compose_lens.markup import COMPARISON_STYLE, render
 from compose_lens.plots import data_uri, png_bytes
 
 STYLE = """
@@ -49,7 +51,7 @@ class Report:
         except Exception as exc:  # one analysis failing must not lose the rest of the report
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.problems.append(f"{title}: {detail}")
-            body = f'<p class="missing">This section could not be made: {html.escape(detail)}</p>'
+            body = render("missing.html", detail=detail)
         self.sections.append((anchor, title, body))
 
     def figure(self, fig_and_data, name: str, caption: str) -> str:
@@ -61,14 +63,10 @@ class Report:
             (self.figure_dir / f"{name}.png").write_bytes(png)
             if data is not None:
                 data.to_csv(self.figure_dir / f"{name}.csv", index=False)
-        return (f'<figure><img alt="{html.escape(name)}" src="{data_uri(png)}">'
-                f"<figcaption>{caption}</figcaption></figure>")
+        return render("figure.html", name=name, uri=data_uri(png), caption=Markup(caption))
 
     def render(self, title: str, subtitle: str, banner: str = "") -> str:
         """The page: title, subtitle, ``banner`` (HTML, e.g. a stalled run's warning), contents, sections."""
-        items = "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t, _ in self.sections)
-        toc = f'<nav class="toc"><b>Contents</b><ol>{items}</ol></nav>'
-        body = [f"<h1>{html.escape(title)}</h1><p class=\"note\">{subtitle}</p>{banner}{toc}"]
-        for anchor, title_, content in self.sections:
-            body.append(f'<h2 id="{anchor}">{html.escape(title_)}</h2>\n{content}')
-        return offline_page(title, "\n".join(body), STYLE)
+        body = render("report.html", title=title, subtitle=Markup(subtitle), banner=Markup(banner),
+                      sections=[(anchor, name, Markup(content)) for anchor, name, content in self.sections])
+        return offline_page(title, body, STYLE)

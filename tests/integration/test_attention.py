@@ -174,3 +174,17 @@ def test_sequences_after_the_options_are_read_as_before_and_a_stray_flag_is_stil
     assert main(["attention", str(model_dir), "--out", str(tmp_path / "flag"), "--bogus"]) == 2
     assert main(["dla", str(model_dir), "--out", str(tmp_path / "dla"), "b=3, e=5, b+2=?"]) == 2  # dla takes none
     assert "unrecognized arguments" in capsys.readouterr().err and not (tmp_path / "dla").exists()
+
+
+def test_every_view_carries_its_colour_scale():
+    """circuitsvis draws no colour scale; each view of the report and the attention page has one below it,
+    0 to 1, styled by the page's own stylesheet."""
+    from compose_lens.analysis.attention import sequence_views
+    from compose_lens.attention_view import VIEW_STYLE, view_html
+    from compose_lens.runs import load_subject
+
+    subject = load_subject("paper", bridge=False)
+    (view,) = sequence_views(subject.model, subject.config, ["b=7, e=5, b+23=?"])
+    made = view_html(view)
+    assert made.count('class="attention-scale"') == 1 and "<span>0</span><span class=\"bar\"></span><span>1</span>" in made
+    assert ".attention-scale .bar{" in VIEW_STYLE

@@ -216,7 +216,7 @@ def _round_five(w: Path) -> None:
     """What issue #59's cases read: the tiny run exported as a researcher's own model (``own``) and copies of
     it with one fault each, a copy of the run in another folder (another run as far as its outputs can
     tell) and a 1-layer run."""
-    assert main(["export", str(w / "run"), str(w / "own")]) == 0
+    assert main(["export", str(w / "run"), "--out", str(w / "own")]) == 0
     task = json.loads((w / "own" / "task.json").read_text())
     split = task["split"]
     named = {**task, "split": {**split, "right_forbidden": ["b"]}}  # the first variable renamed by a case
@@ -1484,7 +1484,7 @@ def test_report_over_another_runs_page_does_not_reuse_its_dynamics(world, tmp_pa
     (retrained / "config.json").write_text(TINY.with_overrides(["train.lr=0.002"]).to_json())
     asked = {}
 
-    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute):
+    def stop_before_loading(run_dir, rep, results_dir, split_file, examples, stride, progress, recompute, *seed_device):
         asked[Path(run_dir).name] = recompute
         raise KeyboardInterrupt  # enough: what the page would have used is decided
 

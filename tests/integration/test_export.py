@@ -42,7 +42,7 @@ def plain_logits(jobs: list[tuple], cwd) -> None:
 
 def test_the_export_loads_in_plain_transformerlens_with_the_same_logits(tmp_path):
     folder = tmp_path / "exported"
-    assert main(["export", "paper", str(folder)]) == 0
+    assert main(["export", "paper", "--out", str(folder)]) == 0
     assert {p.name for p in folder.iterdir()} >= {"config.json", "model.safetensors", "task.json", "MODEL_CARD.md"}
     paper = load_subject("paper")
     tokens = concat_batches(make_pools(paper.split, 20))[0].tokens
@@ -86,7 +86,7 @@ def test_every_layout_exports_exactly_and_reads_back(tmp_path):
         decl = user_models.declaration(**keys)
         model = user_models.tl_model(decl, seed=i, **arch)
         source = user_models.save(model, decl, tmp_path / f"source{i}")
-        assert main(["export", str(source), str(tmp_path / f"out{i}")]) == 0
+        assert main(["export", str(source), "--out", str(tmp_path / f"out{i}")]) == 0
         tokens = user_models.user_tokens(decl, 16)
         with torch.no_grad():
             want = model(tokens)[:, -1]
@@ -136,7 +136,7 @@ def test_the_model_card_says_the_outcome_in_words(tiny_config, tmp_path):
     from compose_lens.train import Trainer
 
     Trainer(tiny_config, tmp_path / "run", progress=False).run()
-    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 0
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     outcome = json.loads((tmp_path / "run" / "results.json").read_text())["outcome"]
     card = (tmp_path / "out" / "MODEL_CARD.md").read_text()
     assert f"* outcome: {outcome['outcome']} ({outcome['why']})\n" in card and "{" not in card.split("```")[0]
@@ -153,7 +153,7 @@ def test_a_declaration_with_a_split_file_exports_the_split_it_read(tmp_path):
     user_models.declaration(f=0.5, seed=3, r=0.5).split().save(tmp_path / "split.json")
     decl = dataclasses.replace(user_models.declaration(), f=None, seed=42, split_file=str(tmp_path / "split.json"))
     source = user_models.save(user_models.tl_model(decl), decl, tmp_path / "source")
-    assert main(["export", str(source), str(tmp_path / "out")]) == 0
+    assert main(["export", str(source), "--out", str(tmp_path / "out")]) == 0
     first, back = load_subject(source), load_subject(tmp_path / "out")
     assert "split_file" not in json.loads((tmp_path / "out" / "task.json").read_text())
     assert torch.equal(back.split.is_train, first.split.is_train)

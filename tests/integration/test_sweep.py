@@ -326,3 +326,20 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     pytest.fail("the pool worker outlived its killed sweep by 10 s")
+
+
+def test_overwrite_starts_a_sweep_afresh_and_refuses_a_folder_that_is_not_a_sweeps(tiny_config, tmp_path):
+    """``sweep --overwrite``: an earlier sweep over another parameter (which a plain rerun refuses) is replaced,
+    its points gone; a folder holding a file no sweep wrote is refused in one line and left as it was."""
+    out = tmp_path / "s"
+    run_sweep(tiny_config, "f", [0.9], [0], out, workers=1, threads=1, progress=False)
+    with pytest.raises(ComposeLensError, match="holds a sweep over f, not r"):
+        run_sweep(tiny_config, "r", [1.0], [0], out, workers=1, threads=1, progress=False)
+    result = run_sweep(tiny_config, "r", [1.0], [0], out, workers=1, threads=1, progress=False, overwrite=True)
+    assert [(float(r["value"]), r["status"]) for r in result.rows] == [(1.0, "done")]
+    assert sorted(p.name for p in (out / "runs").iterdir() if p.is_dir()) == ["r=1.0_seed=0"]
+
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ComposeLensError, match="notes.txt, which compose-lens did not write"):
+        run_sweep(tiny_config, "r", [1.0], [0], out, workers=1, threads=1, progress=False, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "runs" / "r=1.0_seed=0").is_dir()

@@ -98,3 +98,17 @@ def test_the_installed_package_records_the_commit_it_was_built_from(installed, t
     read = _run_installed(installed, tmp_path, "-c", "from compose_lens import provenance; print(provenance.code_version())")
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == commit
+
+
+def test_the_wheels_metadata_offers_the_extras_and_says_what_was_tried(installed):
+    """A package index shows the metadata: the docs and notebook extras (not only test), the classifiers of
+    what was run, the project's and the study's addresses."""
+    (metadata,) = installed.glob("compose_lens-*.dist-info/METADATA")
+    fields = [line.split(": ", 1) for line in metadata.read_text(encoding="utf-8").splitlines() if ": " in line]
+    extras = {value for key, value in fields if key == "Provides-Extra"}
+    assert {"docs", "notebook", "nnsight", "test"} <= extras
+    classifiers = {value for key, value in fields if key == "Classifier"}
+    assert {"Programming Language :: Python :: 3.11", "Intended Audience :: Science/Research"} <= classifiers
+    urls = [tuple(f) for f in fields if f[0] == "Project-URL"]
+    assert ("Project-URL", "Repository, https://github.com/compose-lens/compose-lens") in urls
+    assert ("Project-URL", "Paper, https://arxiv.org/abs/2605.31497") in urls

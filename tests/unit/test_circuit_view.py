@@ -208,3 +208,32 @@ def test_hovering_an_edge_shows_its_score(tmp_path):
     score = table["score"].iloc[int(table["score"].abs().argmax())]
     assert tip.group(2).startswith(strongest.split("@")[0].replace(">", "&gt;"))
     assert f"score {format_estimate(score, significant=3)}" in tip.group(2)
+
+
+def test_the_circuit_figures_edges_pass_over_the_boxes_they_skip():
+    """No drawn edge of the paper model's circuit graph crosses a box other than its sender's and receiver's
+    (a fixed bend ran 11 of them through the boxes between: embeddings into layer 2, into the MLP, into the
+    logits)."""
+    from pathlib import Path
+
+    import matplotlib.patches as patches
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    table = pd.read_csv(Path(__file__).resolve().parents[2] / "experiments" / "results" / "circuit" / "eap_ig_paper"
+                        / "circuit.csv")
+    fig, _ = plots.circuit_figure(table, "eap-ig")
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    boxes = {p.get_gid().split()[1].split("@")[0]: p.get_window_extent() for p in ax.patches
+             if isinstance(p, patches.FancyBboxPatch)}
+    crossed = []
+    for arrow in (p for p in ax.patches if isinstance(p, patches.FancyArrowPatch)):
+        sender, receiver = arrow.get_gid().split()[1].split("@")[0].split("->")
+        ends = {sender, plots.receiver_node(receiver)[0]}
+        points = ax.transData.transform(arrow.get_path().interpolated(50).vertices)
+        for node, box in boxes.items():
+            inside = ((points[:, 0] > box.x0 + 1) & (points[:, 0] < box.x1 - 1) & (points[:, 1] > box.y0 + 1)
+                      & (points[:, 1] < box.y1 - 1))
+            if node not in ends and inside.any():
+                crossed.append(f"{sender}->{receiver} through {node}")
+    assert len(boxes) == 5 and crossed == []

@@ -1,8 +1,10 @@
 """The command line follows the conventions a user expects of one.
 
-``--version``; help written for users on every command and option; one command listing every
-``--set`` key from the config classes themselves; Python ``logging`` levels that other
-libraries' loggers (Ray's) follow; progress bars only where stderr is a terminal.
+One grammar: every command's options, tabulated from its parser (:func:`grammar_table`, the table of
+docs/commands.md, "One grammar for every command"); ``--version`` with what a bug report needs; help written for users on every
+command and option; one command listing every ``--set`` key, each with its meaning, from the config
+classes themselves; Python ``logging`` levels that other libraries' loggers (Ray's) follow, from -v / -q
+before or after the command; progress bars only where stderr is a terminal; shell completion.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import dataclasses
 import io
 import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
@@ -30,11 +34,93 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
                 yield from _parsers(sub, f"{name} {command}")
 
 
-def test_version(capsys):
+GRAMMAR = ("--device", "--out", "--overwrite", "--json", "--seed")
+# commands without an option of GRAMMAR, and why (every other command takes every one)
+WITHOUT = {
+    "--device": {"data sample": "no model runs", "data split": "no model runs", "data stats": "no model runs",
+                 "export": "copies the weights; no model runs", "settings": "lists the settings",
+                 "completion": "prints a script"},
+    "--out": {"settings": "lists the settings", "completion": "prints a script"},
+    "--overwrite": {"settings": "lists the settings", "completion": "prints a script"},
+    "--json": {"completion": "prints a script"},
+    "--seed": {"export": "samples nothing", "settings": "lists the settings", "completion": "prints a script",
+               "sweep": "--seeds: one run per seed"},
+}
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
+
+
+def grammar_table() -> str:
+    """Every command x the shared options (and -q / -v after the command), as a Markdown table read from
+    each command's own parser: 'yes', or '-' with the reason WITHOUT gives."""
+    header = ["command", *GRAMMAR, "-q / -v after it"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, parser in cli.leaf_parsers(cli.build_parser()):
+        options = {o for action in parser._actions for o in action.option_strings}
+        cells = ["yes" if flag in options else f"- ({WITHOUT.get(flag, {}).get(name.removeprefix('compose-lens '), '?')})"
+                 for flag in GRAMMAR]
+        cells.append("yes" if {"-q", "-v"} <= options else "-")
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def test_every_command_takes_the_shared_options_or_says_why_not():
+    table = grammar_table()
+    assert "(?)" not in table, table  # a command lacks an option WITHOUT gives no reason for
+    for name, parser in cli.leaf_parsers(cli.build_parser()):
+        command = name.removeprefix("compose-lens ")
+        options = {o for action in parser._actions for o in action.option_strings}
+        for flag in GRAMMAR:  # a reason given for an option the command has is stale
+            assert (flag in options) != (command in WITHOUT[flag]), (command, flag)
+        assert {"-q", "-v"} <= options, command
+
+
+def test_the_docs_table_is_the_parsers_table():
+    page = DOCS_PAGE.read_text(encoding="utf-8")
+    assert grammar_table() in page, "docs/commands.md's grammar table differs: paste grammar_table()'s"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_q_and_v_work_before_and_after_the_command(monkeypatch, where):
+    seen = {}
+
+    def evaluate(args):
+        seen.update(level=logging.getLogger().getEffectiveLevel(), quiet=args.quiet)
+        return 0
+
+    monkeypatch.setattr(train_cli, "_cmd_evaluate", evaluate)
+    for flags, level, quiet in ((["-q"], logging.ERROR, True), (["-vv"], logging.DEBUG, False)):
+        argv = [*flags, "evaluate", "paper"] if where == "before" else ["evaluate", "paper", *flags]
+        assert cli.main(argv) == 0
+        assert seen == {"level": level, "quiet": quiet}
+
+
+def test_version_says_what_a_bug_report_needs(capsys):
+    import platform
+
+    import torch
+
     with pytest.raises(SystemExit) as done:
         cli.build_parser().parse_args(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == f"compose-lens {VERSION}"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"compose-lens {VERSION}"
+    said = dict(line.split(": ", 1) for line in lines[1:])
+    assert said["torch"] == torch.__version__
+    assert said["python"].startswith(platform.python_version() + " ")
+    assert said["transformer-lens"][0].isdigit() and said["devices"].startswith("cpu")
+
+
+def test_every_setting_has_a_meaning():
+    empty = [row.key for row in settings.setting_rows() if not row.meaning.strip()]
+    assert empty == []
+
+
+def test_completion_script_names_every_command(capsys):
+    assert cli.main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    for name, _ in cli.leaf_parsers(cli.build_parser()):
+        assert name.split()[-1] in script, name
+    assert re.search(r"--pool-size", script)  # the options too, not only the commands
 
 
 def test_every_command_and_option_has_help():
@@ -85,7 +171,7 @@ def test_other_libraries_loggers_follow_v_and_q(monkeypatch, flags, level):
         return 0
 
     monkeypatch.setattr(train_cli, "_cmd_evaluate", evaluate)
-    top, command = [f for f in flags if f != "--quiet"], [f for f in flags if f == "--quiet"]
+    top, command = [f for f in flags if f != "--quiet"], [f for f in flags if f == "--quiet"]  # after it too
     before = logging.getLogger().level
     assert cli.main([*top, "evaluate", "paper", *command]) == 0
     assert seen["ray"] == level
@@ -117,11 +203,37 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_progress_bars_only_on_a_terminal(monkeypatch, capsys):
+def test_progress_only_on_a_terminal_and_never_when_switched_off(monkeypatch, capsys):
     assert cli.main(["evaluate", "paper", "--pool-size", "50"]) == 0
-    assert "evaluate 0/2" not in capsys.readouterr().err  # stderr is a pipe here: no bar frames
+    assert "evaluate: " not in capsys.readouterr().err  # stderr is a pipe here: no progress
 
     terminal = _Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     assert cli.main(["evaluate", "paper", "--pool-size", "50"]) == 0
-    assert "evaluate 0/2" in terminal.getvalue()
+    said = terminal.getvalue()
+    assert "evaluate: loading the model [" in said and "evaluate: the nine pools [" in said
+    assert "evaluate: done in " in said
+
+    for switch in ({"COMPOSE_LENS_PROGRESS": "0"}, {"TQDM_DISABLE": "1"}):
+        silent = _Terminal()
+        monkeypatch.setattr("sys.stderr", silent)
+        for name, value in switch.items():
+            monkeypatch.setenv(name, value)
+        assert cli.main(["evaluate", "paper", "--pool-size", "50"]) == 0
+        assert "evaluate: " not in silent.getvalue()
+        for name in switch:
+            monkeypatch.delenv(name)
+
+
+def test_the_trainers_bar_draws_nothing_into_a_log(tmp_path, monkeypatch):
+    """``make reproduce > log 2>&1`` runs the Trainer from Python with progress=True: its bar must not write
+    frames into a file (it drew 12,572 of them before)."""
+    from compose_lens.train import Trainer
+
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))
+    config = RunConfig(task=task, model=ModelConfig.for_task(task),
+                       train=TrainConfig(steps=20, eval_every=10, checkpoint_every=10, pool_size=20, batch_size=16))
+    Trainer(config, tmp_path / "run", progress=True).run()
+    assert "train:" not in log.getvalue() and "\r" not in log.getvalue()

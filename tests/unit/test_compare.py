@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -99,7 +100,7 @@ def test_two_splits_are_refused_in_one_line(paper):
 def test_the_command_reads_your_own_model_with_its_task(tmp_path, capsys, monkeypatch):
     """--task goes to the TransformerLens model directory only (paper carries its own task), and
     the exported paper model is of paper's task and split: comparable."""
-    assert main(["export", "paper", str(tmp_path / "mine")]) == 0
+    assert main(["export", "paper", "--out", str(tmp_path / "mine")]) == 0
     monkeypatch.setattr(C, "compare", lambda a, b, **kw: _table(a, b, kw))
     argv = ["compare", "paper", str(tmp_path / "mine"), "--task", str(tmp_path / "mine" / "task.json"),
             "--out", str(tmp_path / "c")]
@@ -221,3 +222,36 @@ def test_a_difference_without_an_interval_prints_at_its_operands_decimals():
              "B_high": np.nan, "interval": "n/a", "difference": b - a, "low": np.nan, "high": np.nan, "changed": True}
             for m, a, b in (("adder: score", 0.7084, 0.7914), ("ov", 1.0, 0.9989))]
     assert [row[3] for row in C.text_table(pd.DataFrame(rows))] == ["0.0830", "-0.0011"]
+
+
+def test_compare_html_fits_a_1200_px_window_in_chromium(tmp_path):
+    """Every table of compare.html (the committed step 5001 against 10001 comparison) fits its box at a
+    1,200 px window: the findings table was 1,316 px in a 1,137 px box, its "changed" column behind a
+    scrollbar."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    import pandas as pd
+
+    from compose_lens.compare import html_page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here")
+    saved = json.loads((Path(__file__).resolve().parents[2] / "experiments" / "results" / "compare" /
+                        "compare.json").read_text())
+    table = pd.DataFrame(saved["rows"])
+    table.attrs.update({k: saved[k] for k in ("a", "b")})
+    probe = ('<script>window.addEventListener("load", function () { document.body.setAttribute("data-widths", '
+             'JSON.stringify(Array.prototype.map.call(document.querySelectorAll("table"), function (t) { return '
+             '[Math.round(t.getBoundingClientRect().width), t.parentElement.clientWidth]; }))); });</script>')
+    page = tmp_path / "compare.html"
+    page.write_text(html_page(table).replace("</body>", probe + "</body>", 1), encoding="utf-8")
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--window-size=1200,900", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    widths = json.loads(re.search(r'data-widths="([^"]*)"', done.stdout).group(1).replace("&quot;", '"'))
+    assert len(widths) >= 5 and all(width <= box for width, box in widths), widths

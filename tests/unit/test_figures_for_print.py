@@ -68,29 +68,35 @@ def test_a_count_is_labelled_a_count():
     assert plots._measure_unit("prev_token_weight_score") == "score"
 
 
-def _ablation_table(drops: dict[tuple[str, int], float]) -> pd.DataFrame:
+def _ablation_table(drops: dict[tuple[str, int], float], baseline: float = 0.95) -> pd.DataFrame:
     pools = ["0var_train", "2var_train"]
     rows = [{"target": target, "block": 1, "index": index, "kind": "zero", "pool": pool,
+             "baseline_accuracy": baseline, "accuracy": baseline - drop * (i + 1) / 2,
              "accuracy_drop": drop * (i + 1) / 2} for (target, index), drop in drops.items()
             for i, pool in enumerate(pools)]
     return pd.DataFrame(rows)
 
 
-def test_ablation_shows_only_the_rows_that_change_and_says_so():
-    table = _ablation_table({("mlp", -1): 0.9, ("head", 0): -0.2, ("frequency_neurons", 3): 0.04,
+def test_ablation_shows_only_the_rows_that_change_beyond_their_noise_and_says_so():
+    """500 sequences a pool: a drop of 0.04 on a 0.95 baseline is beyond its 95 % interval (a fixed 0.05 cut
+    hid it), 0.01 is not; a negative change counts too; a drawn cell within its noise is hatched."""
+    table = _ablation_table({("mlp", -1): 0.9, ("head", 0): -0.04, ("frequency_neurons", 3): 0.04,
                              ("fourier_directions", 3): 0.01})
-    fig, shown = plots.ablation_figure(table)
-    assert sorted(set(shown["target"])) == ["head", "mlp"]  # a negative change counts too
+    fig, shown = plots.ablation_figure(table, 500)
+    assert sorted(set(shown["target"])) == ["frequency_neurons", "head", "mlp"]
     ax = fig.axes[0]
-    assert len(ax.get_yticklabels()) == 2
-    assert "2 of 4 ablations left out" in ax.get_title() and "0.05" in ax.get_title()
-    assert len(ax.texts) == 2 * 2  # the values printed in the cells
+    assert len(ax.get_yticklabels()) == 3
+    assert "1 of 4 ablations left out: no drop beyond its 95 % interval" in ax.get_title()
+    assert "500 sequences each" in ax.get_title()
+    assert len(ax.texts) == 3 * 2  # the values printed in the cells
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 2  # the head's -0.02 and the k = 3 neurons' 0.02 on 0var_train: within their noise
     assert min(t.get_fontsize() for t in [*ax.texts, *ax.get_yticklabels(), *ax.get_xticklabels()]) >= 8
 
 
-def test_ablation_with_nothing_above_the_threshold_draws_every_row():
+def test_ablation_with_nothing_beyond_its_noise_draws_every_row():
     table = _ablation_table({("frequency_neurons", 3): 0.01, ("fourier_directions", 3): 0.02})
-    fig, shown = plots.ablation_figure(table)
+    fig, shown = plots.ablation_figure(table, 500)
     assert len(fig.axes[0].get_yticklabels()) == 2 and "left out" not in fig.axes[0].get_title()
 
 
@@ -367,7 +373,7 @@ def _study_section_figure(section: str):
             "jump": lambda: plots.early_jump_figure(state(5201, 2.0), state(5601, 4.0), STUDY_VARIABLES),
             "fourier": lambda: plots.fourier_neuron_figure(neuron),
             "patching": lambda: plots.patching_figure(patching, "activation patching, value corrupted (300 pairs)"),
-            "ablation": lambda: plots.ablation_figure(ablation)}
+            "ablation": lambda: plots.ablation_figure(ablation, 500)}
     plt.close("all")
     return draw[section]()
 

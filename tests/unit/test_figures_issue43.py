@@ -425,3 +425,51 @@ def test_the_positional_caption_counts_where_position_alone_peaks():
     assert "layer 1 (blocks.0) head 0" in caption and "Outlined: the key one back" in caption
     assert "on the diagonal (the query itself) in 11 of 11 query positions and one back in 0" in caption
     assert "highest in 100% of them" in caption
+
+
+def test_the_fourier_neuron_panels_share_one_colour_range():
+    """A colour means the same activation beside the ideal pattern: both images (and their colour bars) span
+    the range of the two grids together, not each its own."""
+    from compose_lens.analysis.figure_data import FourierNeuron
+
+    grid = np.add.outer(np.arange(7.0), np.arange(7.0))
+    neuron = FourierNeuron(neuron=3, frequency=2, fraction_explained=0.9, correlation=0.95, pattern=grid,
+                           ideal=grid / 4, keys=[2])
+    fig, _ = plots.fourier_neuron_figure(neuron)
+    limits = {image.get_clim() for ax in fig.axes for image in ax.get_images()}
+    assert limits == {(0.0, 12.0)}
+
+
+def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
+    """At least 8 points between 'patched activation' and the longest site name (matplotlib's 4-point pad
+    made them touch in the report), on a patching table of the paper model."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from compose_lens.analysis.patching import patching_table
+    from compose_lens.runs import load_subject
+
+    subject = load_subject("paper", bridge=False)
+    fig, _ = plots.patching_figure(patching_table(subject.model, subject.config, subject.split, n_pairs=30), "t")
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    label = ax.yaxis.label.get_window_extent(renderer)
+    names = min(t.get_window_extent(renderer).x0 for t in ax.get_yticklabels() if t.get_text())
+    assert (names - label.x1) * 72 / fig.dpi >= 8
+
+
+def test_one_models_gradient_terms_are_drawn_with_titles_clear_of_each_other():
+    """``analyze`` and the one-model report drew no figure of the gradient's terms (a table only): now a bar per
+    term and product, the kept term first, the panels' titles not overlapping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    shares = pd.DataFrame({"matrix": ["qk0", "qk0", "ov0", "ov0", "qk1", "qk1", "qk1"],
+                           "term": ["positional", "kept", "kept", "token_other", "kept", "positional", "through_layer1"],
+                           "share": [0.7, 0.1, 0.5, 0.5, 0.2, 0.3, 0.9], "cosine": [0.8, 0.05, 0.6, 0.4, 0.2, 0.3, 0.94]})
+    fig, _ = plots.gradient_terms_figure(shares)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    assert [len(ax.patches) for ax in fig.axes] == [2, 2, 3]
+    assert [ax.get_yticklabels()[0].get_text() for ax in fig.axes] == ["kept", "kept", "kept"]  # the top bar
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))

@@ -108,3 +108,24 @@ def test_gated_adders_compute_the_paper_function_with_two_adders(paper):
     assert (mlps[1][:200] == 0).all() and (mlps[1][200:] > 0).all()  # blocks.1.mlp: constants only
     assert (mlps[2][200:] == 0).all() and (mlps[2][:200] > 0).all()  # blocks.2.mlp: variables only
     assert truth["truth_same_mlp"] == "no"
+
+
+def test_the_reports_learned_banner_is_escaped_and_boxed_as_a_warning_where_the_model_does_not_bind():
+    """The report opens with what the model has learned (report.learned_banner, from the learned.html
+    template): every line escaped as text, the box a warning where the model does not bind, nothing where
+    nothing was measured."""
+    from types import SimpleNamespace
+
+    from compose_lens.report import learned_banner
+
+    def inputs(binds, learned=True):
+        knows = SimpleNamespace(binds=binds, line=lambda: "learned: x < y & <b>not</b>") if learned else None
+        roles = [SimpleNamespace(line=lambda: "binder: blocks.0 <head 0>")]
+        return SimpleNamespace(context=SimpleNamespace(plan=[SimpleNamespace(learned=knows, roles=lambda: roles)]))
+
+    shown = learned_banner(inputs(binds=False))
+    assert shown.startswith('<div class="learned" style="border:2px solid #b2182b')
+    assert "learned: x &lt; y &amp; &lt;b&gt;not&lt;/b&gt;" in shown and "<b>not</b>" not in shown
+    assert "<li>binder: blocks.0 &lt;head 0&gt;</li>" in shown
+    assert "#b2182b" not in learned_banner(inputs(binds=True))
+    assert learned_banner(inputs(binds=True, learned=False)) == ""

@@ -38,3 +38,28 @@ def test_a_symlink_is_never_taken_for_a_lock(tmp_path):
     with pytest.raises(ComposeLensError, match="is a symlink, not a lock compose-lens wrote"):
         lock_file(tmp_path / "p.lock", "busy")
     assert (tmp_path / "elsewhere").read_text() == "not ours"
+
+
+def test_a_lock_held_by_another_process_refuses_and_the_marker_keeps_its_text(tmp_path):
+    """The lock is the kernel's (filelock's descriptor lock): another process's holder refuses this one in
+    one line, and the marker's text, written by its holder while locked, is never truncated by a refusal."""
+    import subprocess
+    import sys
+    import textwrap
+
+    held = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from compose_lens.safety import lock_directory
+        lock = lock_directory({str(tmp_path)!r}, "train", "busy")
+        print("held", flush=True)
+        sys.stdin.readline()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "held"
+        with pytest.raises(ComposeLensError, match="^another train$"):
+            lock_directory(tmp_path, "analyze", "another train")
+        assert '"command": "train"' in (tmp_path / MARKER).read_text()
+    finally:
+        held.communicate("\n", timeout=30)
+    with lock_directory(tmp_path, "analyze", "busy"):  # the process ended: the kernel dropped its lock
+        pass

@@ -37,3 +37,16 @@ def test_mlp_readout_is_the_forward_at_the_last_position(tiny_config, tiny_split
         assert torch.allclose(post, cache["blocks.1.mlp.hook_post"][:, -1], atol=1e-5)
         assert torch.allclose(out, logits[:, -1], atol=1e-4)
         assert torch.allclose(linear, logits[:, -1], atol=1e-4)
+
+
+def test_saved_weights_are_as_readable_as_every_other_file(tmp_path):
+    """model.safetensors gets the mode config.json gets (the umask's, 0644 usually): safetensors wrote 0600."""
+    import os
+    import stat
+
+    from compose_lens.runs import CONFIG_FILE, WEIGHTS_FILE, load_model, save_model
+
+    loaded = load_model("paper", bridge=False)
+    save_model(loaded.model, loaded.config, tmp_path / "m")
+    modes = {name: stat.S_IMODE(os.stat(tmp_path / "m" / name).st_mode) for name in (WEIGHTS_FILE, CONFIG_FILE)}
+    assert modes[WEIGHTS_FILE] == modes[CONFIG_FILE], {k: oct(v) for k, v in modes.items()}

@@ -80,8 +80,7 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     from compose_lens.analysis import same_mlp
 
     # the same-MLP report is its own module's to test; here a stand-in shows where it lands
-    monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"stand_in": True})
-    monkeypatch.setattr(same_mlp, "same_mlp_tables", lambda *a, **k: {})
+    monkeypatch.setattr(same_mlp, "same_mlp_run", lambda *a, **k: ({}, {"stand_in": True}))
     monkeypatch.setattr(cores, "threads_now", lambda: 2)  # two free cores: analyze draws in a worker
 
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")

@@ -258,6 +258,21 @@ def table_rows(source: Path, cells: list[str], query: str | None = None, sort: l
 
 
 @computation
+def crosstab_rows(source: Path, rows: str, columns: str, row_order: list[str], column_order: list[str],
+                  query: str | None = None) -> dict:
+    """A markdown table's rows counting a committed CSV's lines by two columns (``rows`` x ``columns``,
+    in the orders given, a count of 0 where none), each row ending with its total: ``rows`` (the table as
+    a page prints it), so a truth-by-verdict table is generated from the data."""
+    df = pd.read_csv(source, keep_default_na=False)
+    if query:
+        df = df.query(query)
+    counts = pd.crosstab(df[rows], df[columns]).reindex(index=row_order, columns=column_order, fill_value=0)
+    lines = ["| " + " | ".join([str(name), *(str(int(v)) for v in counts.loc[name]), str(int(counts.loc[name].sum()))])
+             + " |" for name in row_order]
+    return {"rows": "\n".join(lines)}
+
+
+@computation
 def time_to_event(source: Path, a_time: str, a_reached: str, other: str, b_time: str, b_reached: str) -> dict:
     """Two sets' times to an event with the runs that missed it censored (:func:`compose_lens.stats.compare_times`):
     each time and reached flag a pandas expression on a committed CSV (``a_`` on ``source``, ``b_`` on

@@ -336,13 +336,13 @@ def null_of(heads: pd.DataFrame, role: str, leave_out: str | None = None) -> flo
     return float(rows["fall"].max()) if len(rows) else 0.0
 
 
-def rejudge(heads: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Each role re-located with the null computed without its own model (leave one model out), the
-    binding gate kept: the located component per model and role."""
+def rejudge(heads: pd.DataFrame, verdicts: pd.DataFrame, leave_one_out: bool = True) -> pd.DataFrame:
+    """Each role re-located with the null computed without its own model (leave one model out; else
+    with the whole zoo's), the binding gate kept: the located component per model and role."""
     rows = []
     for v in verdicts.itertuples():
         for role in ("binder", "router"):
-            null = null_of(heads, role, leave_out=v.model)
+            null = null_of(heads, role, leave_out=v.model if leave_one_out else None)
             mine = heads[(heads["model"] == v.model) & (heads["role"] == role) & heads["reaches_threshold"]]
             mine = mine.sort_values("score", ascending=False, kind="stable")
             passed = mine[mine["fall_low"] > null]
@@ -439,6 +439,15 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
                                          "fall of a head that reaches the role's attention threshold but lacks the "
                                          f"role, over the {len(verdicts)} models of the zoo"}, indent=1) + "\n")
         print(f"wrote {NULL_FILE}: {null}")
+        # the roles above were located with the null read at the start; with the new one they must be the same
+        again = rejudge(heads, verdicts, leave_one_out=False)
+        before = verdicts.melt(id_vars="model", value_vars=["located_binder", "located_router"])
+        changed = [(r.model, r.role) for r in again.itertuples()
+                   if before[(before.model == r.model) & (before.variable == f"located_{r.role}")]["value"].iloc[0]
+                   != r.located]
+        if changed:
+            raise SystemExit(f"the new null locates other roles in {changed}: run score --null again")
+        print("the new null locates the same roles as the one the scores were read with")
     print(f"wrote {out}/verdicts.csv{', heads.csv, leave_one_out.csv' if with_heads else ''}, scorecard.csv")
     return card
 

@@ -242,12 +242,15 @@ def rank_test(source: Path, a: str, other: str, b: str, alternative: str = "two-
 
 @computation
 def table_rows(source: Path, cells: list[str], query: str | None = None, sort: list[str] | None = None,
-               also: list[str] | None = None) -> dict:
-    """A markdown table's rows made from a committed CSV (with the CSVs ``also`` appended): one row per
-    line of ``df.query(query)`` sorted by ``sort``, its cells the expressions ``cells`` on ``row`` (the
-    line; ``stats`` and ``pd`` at hand): ``rows``, the table as a page prints it, so a page's whole table
-    is generated from the data rather than quoted number by number."""
+               also: list[str] | None = None, join: dict | None = None) -> dict:
+    """A markdown table's rows made from a committed CSV (with the CSVs ``also`` appended, and the columns
+    of ``join = {file, on, suffix}`` joined on its key, theirs named with the suffix): one row per line of
+    ``df.query(query)`` sorted by ``sort``, its cells the expressions ``cells`` on ``row`` (the line;
+    ``stats`` and ``pd`` at hand): ``rows``, the table as a page prints it, so a page's whole table is
+    generated from the data rather than quoted number by number."""
     df = pd.concat([pd.read_csv(source)] + [pd.read_csv(ROOT / extra) for extra in also or []], ignore_index=True)
+    if join:
+        df = df.merge(pd.read_csv(ROOT / join["file"]), on=join["on"], how="left", suffixes=("", join["suffix"]))
     if query:
         df = df.query(query)
     if sort:

@@ -12,7 +12,8 @@ SIIT-trained transformers, MIB's localisation tracks, Tracr's compiled programs)
 *verdict*; this does, for every verdict and role locator of compose-lens, on a zoo of
 ``experiments/results/zoo/index.csv``. Its classes:
 
-* ``recipe``: the study's recipe, seeds that generalised (the by-seed study's fastest);
+* ``recipe``: the study's recipe at seeds that generalised in the by-seed study, trained until the
+  headline held or 20,000 steps (whether it holds here is measured: ``truth_composes``);
 * ``stalled``: the recipe at seeds that stalled in the by-seed study, 10,000 steps: the operation
   learned, no binding;
 * ``no-binding``: trained without variables (``variables_in_training=false``), and the study's

@@ -32,7 +32,7 @@ def subject_of(made_by: str, name: str, paper):
     """A zoo model from its index row: a committed folder, or a planted builder's call."""
     if not made_by.startswith("experiments/zoo_planted.py"):
         return load_subject(ROOT / "experiments" / "results" / "zoo" / "models" / name)
-    call = made_by.split()[-1]  # builder(paper, arg)
+    call = made_by.split(" ", 1)[1]  # builder(paper, arg, ...)
     builder, args = call.split("(", 1)
     args = [a.strip() for a in args.rstrip(")").split(",")[1:]]
     if builder == "random_init":
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         except compose_lens.ComposeLensError as refused:
             verdict, reason = "refused", str(refused)
         rows.append({"model": row["model"], "class": row["class"],
+                     **{k: v for k, v in row.items() if k.startswith("truth_")},
                      **{f"located_{r.role}": r.component or "none" for r in found.roles()},
                      "same_mlp": verdict, "same_mlp_reason": reason,
                      "code_version": compose_lens.code_version()})

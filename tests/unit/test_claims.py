@@ -188,3 +188,22 @@ def test_seeds_by_outcome_writes_each_outcome_as_seed_ranges(tmp_path):
                             (4, "native", "generalised"), (3, "avx2", "generalised"))]  # seed 3's twin is not counted
     pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
     assert check_claims.seeds_by_outcome(tmp_path / "runs.csv")["cells"] == "1-4 (4) | 3 (1-2, 4) | 1 (3) | 0"
+
+
+def test_a_truth_by_verdict_table_counts_every_pair_and_a_missing_one_as_zero(tmp_path):
+    pd.DataFrame({"truth": ["yes", "yes", "no", "untestable"],
+                  "verdict": ["supported", "inconclusive", "not supported", "inconclusive"]}).to_csv(
+        tmp_path / "v.csv", index=False)
+    rows = check_claims.crosstab_rows(tmp_path / "v.csv", "truth", "verdict", ["yes", "no", "untestable"],
+                                      ["supported", "not supported", "inconclusive"])["rows"]
+    assert rows.splitlines() == ["| yes | 1 | 0 | 1 | 2 |", "| no | 0 | 1 | 0 | 1 |", "| untestable | 0 | 0 | 1 | 1 |"]
+
+
+def test_a_table_joined_on_its_key_takes_the_other_files_columns_with_their_suffix(tmp_path, monkeypatch):
+    pd.DataFrame({"model": ["a", "b"], "verdict": ["supported", "inconclusive"]}).to_csv(tmp_path / "after.csv", index=False)
+    pd.DataFrame({"model": ["b", "a"], "verdict": ["supported", "not supported"]}).to_csv(tmp_path / "before.csv",
+                                                                                         index=False)
+    monkeypatch.setattr(check_claims, "ROOT", tmp_path)
+    rows = check_claims.table_rows(tmp_path / "after.csv", ["row.model", "row.verdict_before", "row.verdict"],
+                                   join={"file": "before.csv", "on": "model", "suffix": "_before"})["rows"]
+    assert rows.splitlines() == ["| a | not supported | supported |", "| b | supported | inconclusive |"]

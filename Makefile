@@ -41,11 +41,13 @@ test: $(VENV)/.installed-test
 reproduce: install
 	$(BIN)/python experiments/reproduce.py --out $(RUN)
 
-# Speed: the project's training step and patching against the plain TransformerLens way,
+# Speed: the project's training step and patching against the plain TransformerLens way, the
+# core-minutes a run costs in fp32 and bf16, alone and stacked (experiments/results/bench/throughput.json),
 # how fast the command line answers (--help, argument errors), and the long analysis commands
 # (analyze, evaluate --exhaustive, dynamics; BEFORE=<checkout of an older commit> to compare).
 bench: install
 	$(BIN)/python experiments/bench_training.py
+	$(BIN)/python experiments/bench_throughput.py
 	$(BIN)/python experiments/bench_patching.py
 	$(BIN)/python experiments/bench_cli.py
 	$(BIN)/python experiments/bench_analyses.py $(if $(BEFORE),--before $(BEFORE))

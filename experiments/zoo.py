@@ -310,6 +310,8 @@ def measure(entry: Entry, subject, truth: dict, with_modularity: bool, with_head
         try:
             found = modularity.measure(subject.model, subject.config, subject.split)
             row["modularity"], row["modularity_reason"] = found["modularity_verdict"], found.get("modularity_reason")
+            for key in ("modularity_separation", "modularity_separation_low", "modularity_separation_high"):
+                row[key] = found.get(key)  # the verdict's measure (a), beside its threshold modularity.SEPARATION_MIN
         except ComposeLensError as refused:
             row["modularity"], row["modularity_reason"] = "inconclusive", f"refused: {refused}"
     else:  # the fast subset: the verdict's rule on what it has (no same adder: never modular)

@@ -184,21 +184,10 @@ def build(entries: tuple[Entry, ...], source: Path | None) -> None:
     write_index(entries)
 
 
-def planted(entry: Entry, paper):
-    builder = getattr(zoo_planted, entry.args[0])
-    if entry.args[0] == "random_init":
-        return builder(paper, int(entry.args[1]))
-    if entry.args[0] == "gated_adders":
-        return builder(paper, constants_first=entry.args[1] == "constants_first")
-    if entry.args[0] == "no_binder":
-        return builder(paper, entry.args[1])
-    return builder(paper)
-
-
 def load(entry: Entry, paper):
     """(subject, truth known before measuring: the planted models' construction, else {})."""
     if entry.how == "planted":
-        return planted(entry, paper)
+        return zoo_planted.build(entry.args[0], paper, *entry.args[1:])
     return load_subject(MODELS / entry.name), {}
 
 

@@ -32,16 +32,8 @@ def subject_of(made_by: str, name: str, paper):
     """A zoo model from its index row: a committed folder, or a planted builder's call."""
     if not made_by.startswith("experiments/zoo_planted.py"):
         return load_subject(ROOT / "experiments" / "results" / "zoo" / "models" / name)
-    call = made_by.split(" ", 1)[1]  # builder(paper, arg, ...)
-    builder, args = call.split("(", 1)
-    args = [a.strip() for a in args.rstrip(")").split(",")[1:]]
-    if builder == "random_init":
-        return zoo_planted.random_init(paper, int(args[0]))[0]
-    if builder == "gated_adders":
-        return zoo_planted.gated_adders(paper, constants_first=args[0] == "constants_first")[0]
-    if builder == "no_binder":
-        return zoo_planted.no_binder(paper, args[0])[0]
-    return getattr(zoo_planted, builder)(paper)[0]
+    builder, args = made_by.split(" ", 1)[1].split("(", 1)  # builder(paper, arg, ...)
+    return zoo_planted.build(builder, paper, *[a.strip() for a in args.rstrip(")").split(",")[1:]])[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ subject of the same task and split, with weights set by hand, nothing trained:
 * :func:`random_init`: the study's initialisation, untrained.
 
 Every builder returns ``(subject, truth)``: ``truth`` as experiments/zoo.py's index records it.
+:func:`build` calls one by its name and its arguments as the index writes them.
 """
 
 from __future__ import annotations
@@ -205,3 +206,15 @@ def random_init(paper: Subject, seed: int) -> tuple[Subject, dict]:
     model = tl.boot(cfg).eval()
     subject = Subject(model, dataclasses.replace(paper.config, model=cfg), paper.split, f"random init, seed {seed}")
     return subject, _truth(False, adder=NONE, source="construction (untrained: nothing learned)")
+
+
+def build(name: str, paper: Subject, *args: str) -> tuple[Subject, dict]:
+    """The builder ``name`` with its arguments as experiments/zoo.py writes them (strings):
+    ``random_init SEED``, ``gated_adders constants_first|variables_first``, ``no_binder zero|random``."""
+    if name == "random_init":
+        return random_init(paper, int(args[0]))
+    if name == "gated_adders":
+        return gated_adders(paper, constants_first=args[0] == "constants_first")
+    if name == "no_binder":
+        return no_binder(paper, args[0])
+    return {"decoy_heads": decoy_heads, "orthogonal_subspaces": orthogonal_subspaces}[name](paper)

@@ -171,6 +171,7 @@ class BatchedTrainer:
                                          progress=False))
             for run in self.runs:  # evaluations by the eager forward, as the batched step is eager
                 run.compiled = False
+                run.stacked = len(configs)
                 run.forward = fastpath.answer_forward(run.model, run.config.model, run.forward_kind)
         except BaseException:
             self.close()

@@ -186,6 +186,7 @@ class Trainer:
         self.forward_kind = fastpath.forward_kind(self.config.model, "on" if self.fast else t.fast_path)
         self.forward = fastpath.answer_forward(self.model, self.config.model, self.forward_kind)
         self.compiled = use_compile(self.config) and self.forward_kind != "transformerlens"
+        self.stacked = 1  # runs trained together in this process (compose_lens.batched sets it)
         if self.compiled:
             self.forward = torch.compile(self.forward, dynamic=False)
         self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
@@ -367,6 +368,7 @@ class Trainer:
             "fast_path": self.fast,
             "forward": self.forward_kind,
             "compiled": self.compiled,
+            "stacked": self.stacked,
             "threads": torch.get_num_threads(),
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": (self._exhaustive if self._checked_at == self.step

@@ -70,16 +70,21 @@ def run_name(seed: int, kernel: str, threads: int, precision: str, compile_: str
     return name
 
 
+def run_sets(seed: int, threads: int, precision: str, compile_: str, remedy: str, steps: int, device: str,
+             stop_at: str) -> list[str]:
+    """The ``--set`` assignments of one trajectory (its seed sets split, initial weights and data order)."""
+    sets = [f"seed={seed}", f"init_seed={seed}", f"train.seed={seed}", f"threads={threads}",
+            f"precision={precision}", f"compile={compile_}", f"stop_at={stop_at}", f"device={device}",
+            "checkpoint_every=2500", "pool_size=1000", f"steps={steps}"]
+    return sets + ([f"remedy={remedy}"] if remedy != "none" else [])
+
+
 def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, compile_: str,
               remedy: str, steps: int, device: str = "cpu", stop_at: str = "generalised") -> str:
     run = out / "runs" / run_name(seed, kernel, threads, precision, compile_, remedy, device)
     if (run / "results.json").exists():
         return f"{run.name}: done already"
-    sets = [f"seed={seed}", f"init_seed={seed}", f"train.seed={seed}", f"threads={threads}",
-            f"precision={precision}", f"compile={compile_}", f"stop_at={stop_at}", f"device={device}",
-            "checkpoint_every=2500", "pool_size=1000", f"steps={steps}"]
-    if remedy != "none":
-        sets.append(f"remedy={remedy}")
+    sets = run_sets(seed, threads, precision, compile_, remedy, steps, device, stop_at)
     cmd = [sys.executable, "-m", "compose_lens.cli", "train", "--out", str(run), "--quiet"]
     for s in sets:
         cmd += ["--set", s]
@@ -93,6 +98,46 @@ def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, c
         return f"{run.name}: FAILED ({proc.returncode}) {proc.stderr.strip().splitlines()[-1:]}"
     row = classify_run(run)
     return f"{run.name}: {row['outcome']} at step {row['steps']} ({took:.0f} s)"
+
+
+# run in a fresh process, so that the kernel setting (ATEN_CPU_CAPABILITY) is read before torch starts
+STACK_WORKER = ("import json, sys; from compose_lens.sweep import train_points; job = json.load(open(sys.argv[1])); "
+                "print(json.dumps(train_points(job['configs'], job['run_dirs'], job['threads'])))")
+
+
+def train_stack(out: Path, seeds: list[int], kernel: str, threads: int, precision: str, remedy: str, steps: int,
+                stop_at: str) -> list[str]:
+    """The seeds' trajectories trained together in one process (:class:`compose_lens.batched.BatchedTrainer`,
+    through :func:`compose_lens.sweep.train_points`): each run keeps its own directory, which resumes alone
+    or stacked, and writes what it would write alone to float rounding (tests/integration/test_batched.py)."""
+    from compose_lens.config import RunConfig
+
+    runs = [out / "runs" / run_name(s, kernel, threads, precision, "off", remedy) for s in seeds]
+    todo = [(s, r) for s, r in zip(seeds, runs) if not (r / "results.json").exists()]
+    lines = [f"{r.name}: done already" for r in runs if (r / "results.json").exists()]
+    if not todo:
+        return lines
+    configs = [RunConfig().with_overrides(run_sets(s, threads, precision, "off", remedy, steps, "cpu", stop_at)).to_dict()
+               for s, _ in todo]
+    job = out / f".stack-{todo[0][0]}-{todo[-1][0]}.json"
+    job.parent.mkdir(parents=True, exist_ok=True)
+    job.write_text(json.dumps({"configs": configs, "run_dirs": [str(r) for _, r in todo], "threads": threads}))
+    env = {**os.environ, **KERNELS[kernel], "OMP_NUM_THREADS": str(threads)}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", STACK_WORKER, str(job)], env=env, capture_output=True, text=True)
+    took = time.perf_counter() - started
+    job.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        return lines + [f"stack {todo[0][0]}-{todo[-1][0]}: FAILED ({proc.returncode}) "
+                        f"{proc.stderr.strip().splitlines()[-1:]}"]
+    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (_, run), o in zip(todo, outcomes):
+        if o["status"] != "done":
+            lines.append(f"{run.name}: FAILED {o['error']}")
+            continue
+        row = classify_run(run)
+        lines.append(f"{run.name}: {row['outcome']} at step {row['steps']} (stack of {len(todo)}, {took:.0f} s)")
+    return lines
 
 
 # A seed's trajectories differ in rounding alone (kernels, threads, compile, device) or in precision; the
@@ -257,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--remedy", default="none")
     p.add_argument("--steps", type=int, default=30_000)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stack", type=int, default=1, metavar="K",
+                   help="train up to K seeds together in one process per worker (batched; the CPU only, "
+                        "compile off)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU check trains there)")
     p.add_argument("--stop-at", default="generalised", choices=["generalised", "decided"],
                    help="generalised: stalls train the whole budget (the study here); decided: also stop "
@@ -283,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
             return refuse(f"--seeds {' '.join(a.seeds)}: give whole numbers or ranges of them (100 or 100-111)")
         if not seeds:  # a range written high-low holds no seed: nothing would train, and nothing be said
             return refuse(f"--seeds {' '.join(a.seeds)}: no seed in it; write a range low-high (100-111)")
-        if a.workers < 1 or a.steps < 1 or a.threads < 1:
-            return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}: each must be at least 1")
+        if min(a.workers, a.steps, a.threads, a.stack) < 1:
+            return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}, --stack {a.stack}: "
+                          f"each must be at least 1")
         jobs = [(s, k) for s in seeds for k in a.kernels]
         # a run already there goes on (or is tabled) as it was trained: a changed budget or stop rule
         # would table the old run under the new settings, so it is refused before anything trains
@@ -301,6 +350,18 @@ def main(argv: list[str] | None = None) -> int:
                 if trained[option] != asked:
                     return refuse(f"{run}: was trained with --{option} {trained[option]}, not {asked}; "
                                   f"use another --out for other settings (the table would mix the two)")
+        if a.stack > 1:
+            if a.device != "cpu" or a.compile != "off":
+                return refuse(f"--stack {a.stack}: stacked runs train on the CPU, uncompiled; drop --stack or "
+                              f"--device/--compile")
+            chunks = [(k, seeds[i:i + a.stack]) for k in a.kernels for i in range(0, len(seeds), a.stack)]
+            with ThreadPoolExecutor(a.workers) as pool:
+                futures = [pool.submit(train_stack, a.out, chunk, k, a.threads, a.precision, a.remedy, a.steps,
+                                       a.stop_at) for k, chunk in chunks]
+                for fut in futures:
+                    print("\n".join(fut.result()), flush=True)
+                    table(a.out)
+            jobs = []
         with ThreadPoolExecutor(a.workers) as pool:
             futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps,
                                    a.device, a.stop_at) for s, k in jobs]

@@ -136,7 +136,11 @@ def train_stack(out: Path, seeds: list[int], kernel: str, threads: int, precisio
             lines.append(f"{run.name}: FAILED {o['error']}")
             continue
         row = classify_run(run)
-        lines.append(f"{run.name}: {row['outcome']} at step {row['steps']} (stack of {len(todo)}, {took:.0f} s)")
+        # what the run says it was trained with: a stack that could not be set up (too little memory, say)
+        # trains its runs one by one (compose_lens.sweep.train_points), and the line must say so
+        stacked = json.loads((run / "results.json").read_text()).get("stacked", 1)
+        how = f"stacked with {stacked - 1} other(s)" if stacked > 1 else "trained alone: the stack could not be set up"
+        lines.append(f"{run.name}: {row['outcome']} at step {row['steps']} ({how}; {took:.0f} s for the stack)")
     return lines
 
 
@@ -291,20 +295,40 @@ def compare_lines(found: dict, names: tuple[str, str]) -> list[str]:
     return lines
 
 
+def choose(a: argparse.Namespace, n_seeds: int) -> None:
+    """Resolve ``--stack auto`` / ``--precision auto`` by :func:`compose_lens.batched.probe` on the study's
+    setting, and record the probe in ``<out>/probe.json`` (each run's ``results.json`` says how many runs it
+    was stacked with, its ``config.json`` its precision)."""
+    if a.device != "cpu" or a.compile != "off":  # stacking is for the CPU, uncompiled: one run a process
+        a.stack, a.precision = "1" if a.stack == "auto" else a.stack, "fp32" if a.precision == "auto" else a.precision
+        return
+    from compose_lens.batched import probe
+    from compose_lens.config import RunConfig
+
+    ks = [k for k in (1, 4, 8, 16) if k <= n_seeds] if a.stack == "auto" else [int(a.stack)]
+    precisions = None if a.precision == "auto" else [a.precision]
+    found = probe(RunConfig().with_overrides([f"threads={a.threads}"]), ks, precisions)
+    a.stack, a.precision = str(found["runs_per_process"]), found["precision"]
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "probe.json").write_text(json.dumps(found, indent=1) + "\n")
+    print(f"probe: {a.precision}, {a.stack} seed(s) a process ({found['processor']['name']})", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seeds", nargs="*", default=["100-111"], help="seeds or ranges (100-111)")
     p.add_argument("--kernels", nargs="*", default=["native", "default"], choices=sorted(KERNELS))
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="auto: the one a short probe of this CPU finds fastest (bf16 only where it has bf16 units)")
     p.add_argument("--compile", default="off", choices=["off", "on"])
     p.add_argument("--remedy", default="none")
     p.add_argument("--steps", type=int, default=30_000)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--stack", type=int, default=1, metavar="K",
+    p.add_argument("--stack", default="auto", metavar="K",
                    help="train up to K seeds together in one process per worker (batched; the CPU only, "
-                        "compile off)")
+                        "compile off); auto (default): the K a short probe of this CPU finds fastest")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU check trains there)")
     p.add_argument("--stop-at", default="generalised", choices=["generalised", "decided"],
                    help="generalised: stalls train the whole budget (the study here); decided: also stop "
@@ -331,9 +355,14 @@ def main(argv: list[str] | None = None) -> int:
             return refuse(f"--seeds {' '.join(a.seeds)}: give whole numbers or ranges of them (100 or 100-111)")
         if not seeds:  # a range written high-low holds no seed: nothing would train, and nothing be said
             return refuse(f"--seeds {' '.join(a.seeds)}: no seed in it; write a range low-high (100-111)")
-        if min(a.workers, a.steps, a.threads, a.stack) < 1:
+        if a.stack != "auto" and not a.stack.isdigit():
+            return refuse(f"--stack {a.stack}: give a whole number of seeds (16), or auto")
+        if min(a.workers, a.steps, a.threads, int(a.stack if a.stack != "auto" else 1)) < 1:
             return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}, --stack {a.stack}: "
                           f"each must be at least 1")
+        if "auto" in (a.stack, a.precision):
+            choose(a, len(seeds))
+        a.stack = int(a.stack)
         jobs = [(s, k) for s in seeds for k in a.kernels]
         # a run already there goes on (or is tabled) as it was trained: a changed budget or stop rule
         # would table the old run under the new settings, so it is refused before anything trains

@@ -84,6 +84,8 @@ compose_lens.errors.ComposeLensError: runs trained together must share train.lr 
 from __future__ import annotations
 
 import math
+import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -91,7 +93,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
-from compose_lens import progress, runs, safety
+from compose_lens import cores, progress, runs, safety
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
@@ -222,7 +224,9 @@ class BatchedTrainer:
             run.step += 1
         return losses.tolist()
 
-    def _set_group(self, group: list[int]) -> None:
+    def set_group(self, group: list[int]) -> None:
+        """Make the next steps train the runs ``group`` (indices) as one stack (``run`` sets it itself;
+        a benchmark or the :func:`probe` sets it to time a step)."""
         self.group = list(group)
         # the frozen (zero, untrained) tensors never change: stacked once per group
         self._frozen = {name: torch.stack([self.runs[k].params[name].detach() for k in group])
@@ -253,7 +257,7 @@ class BatchedTrainer:
             while not all(finished):
                 group = self._next_group(finished)
                 if group != self.group:
-                    self._set_group(group)
+                    self.set_group(group)
                 losses = self.train_step()
                 bar.update(len(group))
                 for k, loss in zip(group, losses):
@@ -290,3 +294,61 @@ class BatchedTrainer:
             run.elapsed = time.perf_counter() - started
             run.save_checkpoint()
         return done or stop
+
+
+# A smaller stack within this share of the fastest is preferred: less memory, and it waits less often for
+# the one run left behind
+PROBE_TOLERANCE = 0.05
+
+
+def probe(config: RunConfig, ks: Sequence[int] = (1, 4, 8, 16), precisions: Sequence[str] | None = None,
+          steps: int = 3) -> dict:
+    """Which stack size K and precision train ``config``'s runs in the least time a run, on this processor.
+
+    A short probe, as ``sweep --runs-per-process auto`` and ``experiments/stall_rate.py --stack auto``
+    make it before they train: for every candidate it sets up K runs of ``config`` (seeds 0..K-1, tiny
+    evaluation pools, in a temporary folder), takes one step to warm up, then times ``steps`` stacked
+    steps and keeps the median a run-step. ``precisions`` (default: fp32, and bf16 too where the CPU has
+    bf16 units, :func:`compose_lens.cores.has_bf16_units`) are the ones the choice may take; pass the
+    run's own to choose K alone. The smallest K within :data:`PROBE_TOLERANCE` of the fastest wins.
+
+    Returns ``{"precision", "runs_per_process", "processor", "candidates": [{"precision", "k",
+    "ms_per_run_step"}, ...], "chosen_by": "probe"}``: what the caller records beside its runs.
+    """
+    if precisions is None:
+        precisions = ["fp32", "bf16"] if config.train.device == "cpu" and cores.has_bf16_units() else ["fp32"]
+    candidates = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision in precisions:
+            for k in ks:
+                configs = [config.with_overrides([f"model.init_seed={s}", f"train.seed={s}", f"precision={precision}",
+                                                  "pool_size=16", "log_to=none"]) for s in range(k)]
+                trainer = BatchedTrainer(configs, [Path(tmp) / f"{precision}-{k}-{s}" for s in range(k)], progress=False)
+                try:
+                    trainer.set_group(list(range(k)))
+                    trainer.train_step()
+                    times = []
+                    for _ in range(steps):
+                        start = time.perf_counter()
+                        trainer.train_step()
+                        times.append(time.perf_counter() - start)
+                finally:
+                    trainer.close()
+                candidates.append({"precision": precision, "k": k,
+                                   "ms_per_run_step": round(statistics.median(times) / k * 1e3, 3)})
+    chosen = pick(candidates)
+    return {"precision": chosen["precision"], "runs_per_process": chosen["k"], "processor": cores.processor(),
+            "candidates": candidates, "chosen_by": "probe"}
+
+
+def pick(candidates: Sequence[dict]) -> dict:
+    """The probe's rule: the smallest K whose time a run-step is within :data:`PROBE_TOLERANCE` of the
+    fastest candidate's (then the faster of equal K).
+
+    >>> pick([{"precision": "fp32", "k": 1, "ms_per_run_step": 10.0},
+    ...       {"precision": "bf16", "k": 4, "ms_per_run_step": 6.2}, {"precision": "bf16", "k": 16, "ms_per_run_step": 6.0}])
+    {'precision': 'bf16', 'k': 4, 'ms_per_run_step': 6.2}
+    """
+    fastest = min(c["ms_per_run_step"] for c in candidates)
+    return min((c for c in candidates if c["ms_per_run_step"] <= fastest * (1 + PROBE_TOLERANCE)),
+               key=lambda c: (c["k"], c["ms_per_run_step"]))

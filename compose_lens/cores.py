@@ -22,7 +22,9 @@ load average, unless ``OMP_NUM_THREADS`` says otherwise.
 from __future__ import annotations
 
 import os
+import platform
 import time
+from pathlib import Path
 
 
 def cpu_count() -> int:
@@ -99,3 +101,27 @@ class ThreadGovernor:
         (waiting until ``probe_s`` have passed)."""
         time.sleep(max(0.0, probe_s - (time.monotonic() - self._mark[0])))
         return self.threads(self.cores)
+
+
+def processor() -> dict:
+    """The CPU's name and whether it has bf16 units (AMX, AVX-512 BF16), read from /proc/cpuinfo
+    (elsewhere: the name :mod:`platform` gives and no bf16 units claimed)."""
+    info = {"name": platform.processor() or "unknown", "amx_bf16": False, "avx512_bf16": False}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            info["name"] = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            info["amx_bf16"], info["avx512_bf16"] = "amx_bf16" in flags, "avx512_bf16" in flags
+            break
+    return info
+
+
+def has_bf16_units() -> bool:
+    """Whether bf16 autocast on this CPU has hardware to run on (AMX or AVX-512 BF16)."""
+    info = processor()
+    return info["amx_bf16"] or info["avx512_bf16"]

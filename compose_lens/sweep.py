@@ -59,6 +59,7 @@ ids and ``CUDA_VISIBLE_DEVICES``).
 
 **Runs per process.** ``runs_per_process`` K > 1 (``--runs-per-process``) trains up to
 K compatible points of a worker together as one :class:`compose_lens.batched.BatchedTrainer`
+(``auto``: the K a short probe of this machine finds fastest, recorded in ``sweep.json``)
 (one vmapped forward, one AdamW; see that module for what "compatible" means and how close
 the numbers are to a point trained alone: equal to float rounding, not bit-for-bit). Each
 point keeps its own run directory, lock and resume state. If the batch fails (one point
@@ -822,14 +823,29 @@ def _write_summary(out: Path, rows: list[dict], param: str, seeds: Sequence[int]
 
 def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequence[int], out: str | Path,
               backend: str = "local", workers: int | None = None, threads: int | None = None,
-              address: str | None = None, progress: bool = True, runs_per_process: int = 1,
+              address: str | None = None, progress: bool = True, runs_per_process: int | str = 1,
               gpus_per_point: float = 0, slurm: dict | None = None,
               points_per_job: int | None = None, overwrite: bool = False) -> SweepResult:
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
     (``runs_per_process``: points trained together per worker; ``gpus_per_point``: what each Ray
     task asks for; ``slurm``: submitit's executor settings and ``points_per_job`` the points of
     one SLURM job, see :mod:`compose_lens.slurm`; ``overwrite``: an earlier sweep in ``out`` is
-    replaced, not continued, :func:`clear_sweep_dir`)."""
+    replaced, not continued, :func:`clear_sweep_dir`). ``runs_per_process="auto"`` (local backend, CPU) takes
+    the K that :func:`compose_lens.batched.probe` finds fastest for ``base`` in its own precision, and
+    sweep.json records the probe."""
+    choice = None
+    if runs_per_process == "auto":
+        if backend != "local":
+            raise ComposeLensError(f"--runs-per-process auto probes this machine; with --backend {backend} the "
+                                   f"points train elsewhere: give a number")
+        if base.train.compile == "on" or base.train.log_to != "none":
+            runs_per_process = 1  # what batched training refuses: nothing to probe
+        else:
+            from compose_lens.batched import probe  # imports torch.func
+
+            n_points = len(sweep_points(param, values, seeds))
+            choice = probe(base, [k for k in (1, 2, 4, 8, 16) if k <= max(1, n_points)], [base.train.precision])
+            runs_per_process = choice["runs_per_process"]
     if runs_per_process < 1:
         raise ComposeLensError(f"--runs-per-process {runs_per_process}: use at least 1")
     if runs_per_process > 1 and base.train.log_to != "none":  # the batched trainer tracks nothing
@@ -882,7 +898,8 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         remove_stale_temps(out, SWEEP_NAMES)  # a killed sweep's half-written results.csv and the like
         write_json_atomic(out / "sweep.json", {
             "param": param, "values": list(values), "seeds": list(seeds), "backend": backend,
-            "runs_per_process": runs_per_process, "gpus_per_point": gpus_per_point,
+            "runs_per_process": runs_per_process, **({"probe": choice} if choice else {}),
+            "gpus_per_point": gpus_per_point,
             **({"slurm": slurm or {}, "points_per_job": points_per_job} if backend == "slurm" else {}),
             "base_config": base.to_dict(), "provenance": provenance(base),
         })

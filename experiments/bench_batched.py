@@ -73,7 +73,7 @@ def main() -> None:
         root = Path(tmp)
         separate = [Trainer(c, root / f"alone{k}", progress=False) for k, c in enumerate(runs)]
         batched = BatchedTrainer(runs, [root / f"batched{k}" for k in range(args.runs)], progress=False)
-        batched._set_group(list(range(args.runs)))
+        batched.set_group(list(range(args.runs)))
         time_separate(separate, args.warmup, args.device)
         time_batched(batched, args.warmup, args.device)
         alone, together = [], []

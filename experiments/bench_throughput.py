@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -36,25 +35,9 @@ import torch
 
 from compose_lens.batched import BatchedTrainer
 from compose_lens.config import RunConfig
+from compose_lens.cores import processor
 
 OUT = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench" / "throughput.json"
-
-
-def processor() -> dict:
-    """The CPU's name and whether it has bf16 units (AMX, AVX-512 BF16), from /proc/cpuinfo."""
-    info = {"name": platform.processor() or "unknown", "amx_bf16": False, "avx512_bf16": False}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            info["name"] = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            info["amx_bf16"], info["avx512_bf16"] = "amx_bf16" in flags, "avx512_bf16" in flags
-            break
-    return info
 
 
 def trainer(k: int, precision: str, folder: Path, pools: bool = False) -> BatchedTrainer:
@@ -65,7 +48,7 @@ def trainer(k: int, precision: str, folder: Path, pools: bool = False) -> Batche
                                            "threads=1", *small]) for s in range(k)]
     batched = BatchedTrainer(configs, [folder / f"{precision}-k{k}-{s}{'-pools' if pools else ''}" for s in range(k)],
                              progress=False)
-    batched._set_group(list(range(k)))
+    batched.set_group(list(range(k)))
     return batched
 
 

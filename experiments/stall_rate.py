@@ -360,14 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         if min(a.workers, a.steps, a.threads, int(a.stack if a.stack != "auto" else 1)) < 1:
             return refuse(f"--workers {a.workers}, --steps {a.steps}, --threads {a.threads}, --stack {a.stack}: "
                           f"each must be at least 1")
-        if "auto" in (a.stack, a.precision):
-            choose(a, len(seeds))
-        a.stack = int(a.stack)
+        if a.stack not in ("auto", "1") and (a.device != "cpu" or a.compile != "off"):
+            return refuse(f"--stack {a.stack}: stacked runs train on the CPU, uncompiled; drop --stack or "
+                          f"--device/--compile")
         jobs = [(s, k) for s in seeds for k in a.kernels]
         # a run already there goes on (or is tabled) as it was trained: a changed budget or stop rule
-        # would table the old run under the new settings, so it is refused before anything trains
-        for s, k in jobs:
-            run = a.out / "runs" / run_name(s, k, a.threads, a.precision, a.compile, a.remedy, a.device)
+        # would table the old run under the new settings, so it is refused before anything trains (or probes)
+        precisions = ["fp32", "bf16"] if a.precision == "auto" else [a.precision]
+        for s, k, precision in ((s, k, precision) for s, k in jobs for precision in precisions):
+            run = a.out / "runs" / run_name(s, k, a.threads, precision, a.compile, a.remedy, a.device)
             if not (run / "config.json").exists():
                 continue
             try:
@@ -379,10 +380,10 @@ def main(argv: list[str] | None = None) -> int:
                 if trained[option] != asked:
                     return refuse(f"{run}: was trained with --{option} {trained[option]}, not {asked}; "
                                   f"use another --out for other settings (the table would mix the two)")
+        if "auto" in (a.stack, a.precision):
+            choose(a, len(seeds))
+        a.stack = int(a.stack)
         if a.stack > 1:
-            if a.device != "cpu" or a.compile != "off":
-                return refuse(f"--stack {a.stack}: stacked runs train on the CPU, uncompiled; drop --stack or "
-                              f"--device/--compile")
             chunks = [(k, seeds[i:i + a.stack]) for k in a.kernels for i in range(0, len(seeds), a.stack)]
             with ThreadPoolExecutor(a.workers) as pool:
                 futures = [pool.submit(train_stack, a.out, chunk, k, a.threads, a.precision, a.remedy, a.steps,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from compose_lens.cli.common import add_outputs, print_json, run_config_from_args, seed
@@ -51,6 +52,16 @@ def _cmd_sweep(args) -> int:
     return 1 if failed or result.failed else 0
 
 
+def _runs_per_process(value: str) -> int | str:
+    """``--runs-per-process``: a whole number, or auto."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of points (4), or auto") from None
+
+
 def register(subparsers) -> None:
     """Add ``compose-lens sweep`` to the command line."""
     p = subparsers.add_parser(
@@ -75,9 +86,10 @@ def register(subparsers) -> None:
                         "SLURM job array through submitit (docs/cluster.md)")
     p.add_argument("--workers", type=int, help="parallel points (default: one per core)")
     p.add_argument("--threads", type=int, help="torch threads per point (default: cores / workers)")
-    p.add_argument("--runs-per-process", type=int, default=1, metavar="K",
-                   help="train up to K compatible points together in one process (one batched model; "
-                        "for a GPU; numbers equal to float rounding, not bit-for-bit; default: 1)")
+    p.add_argument("--runs-per-process", type=_runs_per_process, default=1, metavar="K",
+                   help="train up to K compatible points together in one process (one batched model; numbers "
+                        "equal to float rounding, not bit-for-bit; auto: the K a short probe of this machine "
+                        "finds fastest, recorded in sweep.json; default: 1)")
     p.add_argument("--address", help="Ray cluster address (ray backend; default: start a local Ray)")
     p.add_argument("--gpus-per-point", type=float, default=0, metavar="G",
                    help="ray backend: GPUs each point asks Ray for, a fraction to share one (0.25: four points "

@@ -107,6 +107,25 @@ def test_batched_runs_equal_runs_trained_alone(alone, batched):
         assert_same_run(a, b)
 
 
+@pytest.mark.skipif(not __import__("compose_lens.cores", fromlist=["x"]).has_bf16_units(),
+                    reason="this CPU has no bf16 units (AMX, AVX-512 BF16)")
+def test_batched_bf16_runs_equal_bf16_runs_trained_alone(configs, tmp_path):
+    """Under bf16 autocast (fp32 master weights and optimizer state) the stacked runs write what each
+    writes alone in bf16, to the same tolerance as in fp32; a run stacked in bf16 is not the fp32 run."""
+    torch.set_num_threads(1)
+    bf16 = [c.with_overrides(["precision=bf16"]) for c in configs[:2]]
+    for k, config in enumerate(bf16):
+        Trainer(config, tmp_path / f"alone{k}", progress=False).run()
+    BatchedTrainer(bf16, [tmp_path / f"batched{k}" for k in range(2)], progress=False).run()
+    for k in range(2):
+        assert_same_run(tmp_path / f"alone{k}", tmp_path / f"batched{k}")
+        assert runs.read_results(tmp_path / f"batched{k}")["stacked"] == 2
+    fp32 = tmp_path / "fp32"
+    Trainer(configs[0], fp32, progress=False).run()
+    far = max((weights(fp32)[n] - w).abs().max().item() for n, w in weights(tmp_path / "batched0").items())
+    assert far > 100 * WEIGHTS["atol"], "the bf16 run came out as the fp32 run: autocast did not act"
+
+
 def test_batched_run_directories_are_ordinary_runs(batched, configs):
     """Every existing reader takes them: the model, the checkpoints, the resume state."""
     loaded = runs.load_model(batched[1])
@@ -237,6 +256,23 @@ def test_sweep_trains_points_together_to_the_numbers_of_points_trained_alone(tin
             for lr in (0.001, 0.01)]
     assert [len(c) for c in chunk_jobs(jobs, 4)] == [1, 1]
     assert one.failed == 0
+
+
+def test_sweep_runs_per_process_auto_trains_with_the_k_its_probe_chose(tiny_config, tmp_path):
+    from compose_lens.sweep import run_sweep
+
+    result = run_sweep(tiny_config, "f", [0.6, 0.9], [0], tmp_path / "auto", workers=1, threads=1, progress=False,
+                       runs_per_process="auto")
+    assert (result.trained, result.failed) == (2, 0)
+    sweep = json.loads((tmp_path / "auto" / "sweep.json").read_text())
+    probe = sweep["probe"]
+    assert sorted(c["k"] for c in probe["candidates"]) == [1, 2]  # no stack larger than the sweep's 2 points
+    assert {c["precision"] for c in probe["candidates"]} == {tiny_config.train.precision}  # K alone is chosen
+    assert sweep["runs_per_process"] == probe["runs_per_process"]
+    stacked = {runs.read_results(d)["stacked"] for d in (tmp_path / "auto" / "runs").iterdir() if (d / "results.json").exists()}
+    assert stacked == {probe["runs_per_process"]}
+    with pytest.raises(ComposeLensError, match="probes this machine"):
+        run_sweep(tiny_config, "f", [0.6], [0], tmp_path / "ray", backend="ray", runs_per_process="auto")
 
 
 def test_a_failing_point_of_a_batch_fails_alone(tiny_config, tmp_path):

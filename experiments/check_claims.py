@@ -1,10 +1,11 @@
-"""Docs that cannot drift from their data: every number in docs/claims.toml, checked twice.
+"""Docs that cannot drift from their data: every number in docs/claims/, checked twice.
 
     python experiments/check_claims.py                 # every claim: ok, or what is wrong
-    python experiments/check_claims.py --claims FILE   # another claims table
+    python experiments/check_claims.py --claims FILE   # another claims table (a file, or a folder of them)
     python experiments/check_claims.py --coverage      # which numbers on the pages no claim checks
 
-``docs/claims.toml`` lists claims, each a ``quote`` (the text as a page prints it), the page
+``docs/claims/<page>.toml`` (one file a page, ``everywhere.toml`` for what every page shares) lists the
+page's claims, each a ``quote`` (the text as a page prints it), the page
 (``doc``), the committed data it comes from (``source``, a path in the repository) and how
 (``compute``: one of the registered computations below, with ``args``; ``template`` turns its
 fields into text, e.g. ``"{stalled} of {seeds}"``). A claim holds when
@@ -45,7 +46,7 @@ from compose_lens.files import load_toml, not_there  # noqa: E402
 from compose_lens.phases import measure_phases  # noqa: E402
 from compose_lens.runs import read_metrics  # noqa: E402
 
-CLAIMS = ROOT / "docs" / "claims.toml"
+CLAIMS = ROOT / "docs" / "claims"  # one <page>.toml a page: its [[claim]] and [[setting]] blocks
 COMPUTATIONS: dict[str, Callable[..., dict]] = {}
 
 
@@ -455,21 +456,30 @@ def check(claim: dict, root: Path = ROOT) -> list[str]:
     return problems
 
 
+def tables(path: Path) -> list[Path]:
+    """The TOML files of ``path``: itself, or a folder's ``*.toml`` by name."""
+    return sorted(path.glob("*.toml")) if path.is_dir() else [path]
+
+
 def load(path: Path = CLAIMS) -> list[dict]:
-    """The claims of a table, read whole: a table that is not TOML or holds no ``[[claim]]``, or any
-    damaged claim (:func:`damage`), raises :class:`ClaimsError` with one line per problem, before any
-    claim is checked."""
-    data = load_toml(path)  # one line where it is not a UTF-8 TOML file
-    claims = data.get("claim")
-    if not isinstance(claims, list) or not claims:
+    """The claims of a table (or of every table in a folder), read whole: a table that is not TOML, none
+    that holds a ``[[claim]]``, or any damaged claim (:func:`damage`), raises :class:`ClaimsError` with one
+    line per problem, before any claim is checked."""
+    claims, lines = [], []
+    for table in tables(path):
+        found = load_toml(table).get("claim", [])  # one line where it is not a UTF-8 TOML file
+        if not isinstance(found, list):
+            lines.append(f"{table}: its claim is not a list of [[claim]] blocks")
+            continue
+        for number, claim in enumerate(found, 1):
+            why = damage(claim)
+            if why:
+                page = f" ({claim['doc']})" if isinstance(claim, dict) and isinstance(claim.get("doc"), str) else ""
+                lines.append(f"{table}: claim {number}{page} {why}")
+        claims += found
+    if not claims and not lines:
         raise ClaimsError([f"{path}: holds no [[claim]] table; a claims table is a list of [[claim]] blocks "
-                           f"(as docs/claims.toml)"])
-    lines = []
-    for number, claim in enumerate(claims, 1):
-        why = damage(claim)
-        if why:
-            page = f" ({claim['doc']})" if isinstance(claim, dict) and isinstance(claim.get("doc"), str) else ""
-            lines.append(f"{path}: claim {number}{page} {why}")
+                           f"(as docs/claims/stalls.toml)"])
     if lines:
         raise ClaimsError(lines)
     return claims
@@ -483,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(experiments/claims_coverage.py); exit 1 on an uncovered number not in docs/uncovered.txt")
     p.add_argument("--record", action="store_true", help="with --coverage: write docs/uncovered.txt from the pages")
     a = p.parse_args(argv)
-    if not_there(a.claims):
-        print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims.toml",
+    if not a.claims.is_dir() and not_there(a.claims):
+        print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims/stalls.toml, or a folder of them",
               file=sys.stderr)
         return 2
     try:

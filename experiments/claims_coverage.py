@@ -1,12 +1,13 @@
-"""Which numbers on the pages no claim checks: the coverage of docs/claims.toml.
+"""Which numbers on the pages no claim checks: the coverage of docs/claims/.
 
     python experiments/check_claims.py --coverage    # per page: covered / settings / uncovered, each uncovered listed
 
 Every number written on a page (README.md and docs/*.md) is one of:
 
-* **covered**: inside the quote of a claim on that page (``docs/claims.toml``): recomputed from
+* **covered**: inside the quote of a claim on that page (``docs/claims/<page>.toml``): recomputed from
   committed data by ``check_claims.py``;
-* **a setting**: inside the quote of a setting (``docs/settings.toml``: ``doc`` a page, or ``"*"``
+* **a setting**: inside the quote of a setting (a ``[[setting]]`` in the page's file of ``docs/claims/``,
+  ``everywhere.toml`` for every page: ``doc`` a page, or ``"*"``
   for every page; ``quote``; ``why``): a value chosen, not measured (``f = 0.7``, ``seed 42``,
   ``30,000 steps``), or a name that holds a number (``layer 2``, ``Python 3.11``);
 * **code**: in inline code or a code block (commands, names, paths), except a block marked
@@ -34,7 +35,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = ROOT / "docs" / "settings.toml"
+SETTINGS = ROOT / "docs" / "claims"  # the [[setting]] blocks beside each page's claims
 RECORDED = ROOT / "docs" / "uncovered.txt"
 NUMBER = re.compile(r"(?<![\w.])(?<![A-Za-z_]-)[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?%?"
                     r"(?![\w]|-[A-Za-z]|\.\d)")
@@ -47,7 +48,9 @@ def pages(root: Path = ROOT) -> list[str]:
 
 
 def load_settings(path: Path = SETTINGS) -> list[dict]:
-    return tomllib.loads(path.read_text()).get("setting", []) if path.is_file() else []
+    """Every ``[[setting]]`` of a table, or of every table in a folder."""
+    tables = sorted(path.glob("*.toml")) if path.is_dir() else [path] if path.is_file() else []
+    return [s for table in tables for s in tomllib.loads(table.read_text()).get("setting", [])]
 
 
 def _code_mask(text: str) -> list[bool]:

@@ -6,7 +6,7 @@ pair of positions holds its two largest weights.
         --json experiments/results/own_model/gatherer.json > experiments/results/own_model/gatherer.log
 
 ``runs/own-model`` is what ``experiments/own_model.py --out runs/own-model`` trains. The log is for
-reading; ``--json`` writes the same numbers for docs/claims.toml to check the page against: the
+reading; ``--json`` writes the same numbers for docs/claims/ to check the page against: the
 gatherer and its located score (the one ``analyze`` and ``locate`` print), the sequences and seed,
 the mean weight from ``=`` on every position and on each operand, and the count of sequences per pair
 of positions holding the two largest weights (``"0,14"``: the first context position and the right

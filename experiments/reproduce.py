@@ -68,7 +68,7 @@ def _stall_rate_script():
 
 def stall_rates(studies=STALL_STUDIES) -> list[dict]:
     """Each study's stall rate by seed, in fp32, from its folder's committed ``runs.csv``
-    (``stall_rate.rate_from_table``, the reading docs/claims.toml checks the README against):
+    (``stall_rate.rate_from_table``, the reading docs/claims/ checks the README against):
     label, folder, stalled, seeds, the Wilson interval and the line's text (``8 of 20, 0.40 [0.22, 0.61]``).
     A study whose folder has no ``runs.csv`` is left out."""
     rate_from_table = _stall_rate_script().rate_from_table

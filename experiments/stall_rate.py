@@ -201,7 +201,7 @@ def rate_by_seed(runs: pd.DataFrame) -> dict:
 
 def rate_from_table(runs_csv: Path, precision: str | None = None) -> dict:
     """:func:`rate_by_seed` of a folder's committed ``runs.csv`` (what ``--table`` wrote), optionally of one
-    precision: the one reading that ``make reproduce`` and the docs' claims (docs/claims.toml) quote."""
+    precision: the one reading that ``make reproduce`` and the docs' claims (docs/claims/) quote."""
     runs = pd.read_csv(runs_csv)
     if precision:
         runs = runs[runs["precision"] == precision]

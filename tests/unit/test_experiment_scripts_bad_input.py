@@ -105,7 +105,7 @@ CASES = [
     ("modularity-grid-spaced-column", "modularity_grid", ["grid", "--only", "heads", "--work", "{sb}/work",
                                                           "--out", "{sb}/out"],
      lambda sb: _grid_csv(sb, "n_layers, d_model\n1,2\n"), "the column ' d_model' has a space around its name"),
-    ("check-claims-folder", "check_claims", ["--claims", "{sb}"], None, "is a folder, not a file"),
+    ("check-claims-folder", "check_claims", ["--claims", "{sb}"], None, "holds no [[claim]] table"),
     # issue #59: a damaged claims table was a traceback; a claim that checks nothing passed
     ("check-claims-invalid-toml", "check_claims", CLAIMS, _claims("[[claim]\n"), "not valid TOML"),
     ("check-claims-binary", "check_claims", CLAIMS, _claims(b"\xff\xfe\x00\x01"), "not a UTF-8 text file"),

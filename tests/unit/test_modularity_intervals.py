@@ -1,5 +1,5 @@
 """experiments/modularity_intervals.py: the committed table of the paper model's separation intervals
-(docs/modularity.md quotes it through docs/claims.toml) is what the script measures now."""
+(docs/modularity.md quotes it through docs/claims/) is what the script measures now."""
 
 from __future__ import annotations
 

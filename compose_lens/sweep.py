@@ -936,3 +936,32 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     failed = sum(1 for o in recorder.outcomes.values() if o["status"] == "failed")
     return SweepResult(out, rows, found, time.perf_counter() - started, len(jobs), skipped, failed,
                        {p.name: o for p, o in recorder.outcomes.items()})
+
+
+def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: int, env: dict | None = None,
+                            nice: int = 0) -> list[dict]:
+    """:func:`train_points` in a fresh Python process (``python -m compose_lens.sweep JOB``), niced by ``nice``
+    and with ``env`` added to its environment, read before torch starts there (``ATEN_CPU_CAPABILITY``,
+    ``OMP_NUM_THREADS``): how the experiments train their runs stacked. Returns the outcomes, or raises
+    :class:`ComposeLensError` with the process's last line where it failed."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "job.json"
+        job.write_text(json.dumps({"configs": configs, "run_dirs": [str(d) for d in run_dirs], "threads": threads}))
+        command = [sys.executable, "-m", "compose_lens.sweep", str(job)]
+        proc = subprocess.run((["nice", "-n", str(nice)] if nice else []) + command,
+                              env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ComposeLensError(f"training {len(configs)} run(s) together failed ({proc.returncode}): "
+                               f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # python -m compose_lens.sweep JOB: train_points_in_process's worker
+    import sys
+
+    job = json.loads(Path(sys.argv[1]).read_text())
+    print(json.dumps(train_points(job["configs"], job["run_dirs"], job["threads"])))

@@ -100,17 +100,14 @@ def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, c
     return f"{run.name}: {row['outcome']} at step {row['steps']} ({took:.0f} s)"
 
 
-# run in a fresh process, so that the kernel setting (ATEN_CPU_CAPABILITY) is read before torch starts
-STACK_WORKER = ("import json, sys; from compose_lens.sweep import train_points; job = json.load(open(sys.argv[1])); "
-                "print(json.dumps(train_points(job['configs'], job['run_dirs'], job['threads'])))")
-
-
 def train_stack(out: Path, seeds: list[int], kernel: str, threads: int, precision: str, remedy: str, steps: int,
                 stop_at: str) -> list[str]:
     """The seeds' trajectories trained together in one process (:class:`compose_lens.batched.BatchedTrainer`,
     through :func:`compose_lens.sweep.train_points`): each run keeps its own directory, which resumes alone
     or stacked, and writes what it would write alone to float rounding (tests/integration/test_batched.py)."""
     from compose_lens.config import RunConfig
+    from compose_lens.errors import ComposeLensError
+    from compose_lens.sweep import train_points_in_process
 
     runs = [out / "runs" / run_name(s, kernel, threads, precision, "off", remedy) for s in seeds]
     todo = [(s, r) for s, r in zip(seeds, runs) if not (r / "results.json").exists()]
@@ -119,18 +116,13 @@ def train_stack(out: Path, seeds: list[int], kernel: str, threads: int, precisio
         return lines
     configs = [RunConfig().with_overrides(run_sets(s, threads, precision, "off", remedy, steps, "cpu", stop_at)).to_dict()
                for s, _ in todo]
-    job = out / f".stack-{todo[0][0]}-{todo[-1][0]}.json"
-    job.parent.mkdir(parents=True, exist_ok=True)
-    job.write_text(json.dumps({"configs": configs, "run_dirs": [str(r) for _, r in todo], "threads": threads}))
-    env = {**os.environ, **KERNELS[kernel], "OMP_NUM_THREADS": str(threads)}
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", STACK_WORKER, str(job)], env=env, capture_output=True, text=True)
+    try:  # a fresh process, so that the kernel setting (ATEN_CPU_CAPABILITY) is read before torch starts
+        outcomes = train_points_in_process(configs, [str(r) for _, r in todo], threads,
+                                           {**KERNELS[kernel], "OMP_NUM_THREADS": str(threads)})
+    except ComposeLensError as exc:
+        return lines + [f"stack {todo[0][0]}-{todo[-1][0]}: FAILED {exc}"]
     took = time.perf_counter() - started
-    job.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        return lines + [f"stack {todo[0][0]}-{todo[-1][0]}: FAILED ({proc.returncode}) "
-                        f"{proc.stderr.strip().splitlines()[-1:]}"]
-    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
     for (_, run), o in zip(todo, outcomes):
         if o["status"] != "done":
             lines.append(f"{run.name}: FAILED {o['error']}")

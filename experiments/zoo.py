@@ -69,10 +69,12 @@ import zoo_planted  # noqa: E402
 
 from compose_lens import stats  # noqa: E402
 from compose_lens.analysis import locate as locating, modularity, same_mlp  # noqa: E402
+from compose_lens.config import RunConfig  # noqa: E402
 from compose_lens.evaluate import composition_gap, learned  # noqa: E402
 from compose_lens.errors import ComposeLensError  # noqa: E402
 from compose_lens.evaluate import exhaustive_accuracies  # noqa: E402
 from compose_lens.runs import load_subject  # noqa: E402
+from compose_lens.sweep import train_points_in_process  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "zoo"
 MODELS = OUT / "models"
@@ -158,29 +160,76 @@ def command_of(entry: Entry, out: Path) -> list[str]:
 KEEP = ("model.safetensors", "config.json", "split.json", "task.json", "results.json", "metrics.jsonl")
 
 
-def build(entries: tuple[Entry, ...], source: Path | None) -> None:
-    """Each trained entry into ``models/NAME``: copied from ``source/NAME`` where it was trained already
-    (the folder the background queue trained into), else trained here, niced."""
-    MODELS.mkdir(parents=True, exist_ok=True)
+def config_of(entry: Entry) -> RunConfig:
+    """The configuration ``compose-lens train`` makes of a trained entry's ``--set`` arguments."""
+    return RunConfig().with_overrides(["threads=1", *entry.args[1::2]])
+
+
+def stacks(entries: list[Entry], k: int) -> list[list[Entry]]:
+    """The trained entries in groups of at most ``k`` that one process can train together
+    (:func:`compose_lens.batched.check_compatible`: one shape, one step), in order of first appearance."""
+    from compose_lens.batched import check_compatible
+
+    groups: list[list[Entry]] = []
     for entry in entries:
-        if entry.how == "planted" or (MODELS / entry.name / "model.safetensors").exists():
+        for group in groups:
+            if len(group) < k:
+                try:
+                    check_compatible([config_of(e) for e in (*group, entry)])
+                except ComposeLensError:
+                    continue
+                group.append(entry)
+                break
+        else:
+            groups.append([entry])
+    return groups
+
+
+def build(entries: tuple[Entry, ...], source: Path | None, stack: str = "auto") -> None:
+    """Each trained entry into ``models/NAME``: copied from ``source/NAME`` where it was trained already
+    (the folder the background queue trained into), else trained here, niced: the entries that share a
+    shape ``stack`` at a time in one process (``auto``: the K :func:`compose_lens.batched.probe` finds
+    fastest in the entries' own precision, fp32; each model's results.json says how many it was stacked
+    with), the others alone."""
+    MODELS.mkdir(parents=True, exist_ok=True)
+    todo = [e for e in entries if e.how != "planted" and not (MODELS / e.name / "model.safetensors").exists()]
+    found = {e.name: source / e.name for e in todo if source and (source / e.name / "model.safetensors").exists()}
+    trained = [e for e in todo if e.name not in found and e.how == "train"]
+    if trained:
+        if stack == "auto":
+            from compose_lens.batched import probe
+
+            config = config_of(trained[0])
+            stack = str(probe(config, [k for k in (1, 2, 4, 8) if k <= len(trained)],
+                              [config.train.precision])["runs_per_process"])
+        for group in stacks(trained, int(stack)):
+            scratch = [MODELS / (e.name + ".training") for e in group]
+            print(f"training {', '.join(e.name for e in group)} together" if len(group) > 1 else
+                  f"training {group[0].name}: {' '.join(command_of(group[0], scratch[0]))}", flush=True)
+            outcomes = train_points_in_process([config_of(e).to_dict() for e in group], [str(d) for d in scratch], 1,
+                                               nice=19)
+            for entry, outcome, directory in zip(group, outcomes, scratch):
+                if outcome["status"] != "done":
+                    raise SystemExit(f"{entry.name}: training failed: {outcome['error']}")
+                found[entry.name] = directory
+    for entry in todo:
+        if entry.name in found or entry.how != "outside":
             continue
-        target = MODELS / entry.name
-        found = source / entry.name if source else None
-        if found is None or not (found / "model.safetensors").exists():
-            print(f"training {entry.name}: {' '.join(command_of(entry, target))}", flush=True)
-            scratch = target.with_name(entry.name + ".training")
-            log = subprocess.run(["nice", "-n", "19", *command_of(entry, scratch)], capture_output=True, text=True)
-            if log.returncode:
-                raise SystemExit(f"{entry.name}: training failed: {log.stderr.strip().splitlines()[-1:]}")
-            (scratch / "training.log").write_text(log.stdout)
-            found = scratch
+        print(f"training {entry.name}: {' '.join(command_of(entry, MODELS / entry.name))}", flush=True)
+        scratch = MODELS / (entry.name + ".training")
+        log = subprocess.run(["nice", "-n", "19", *command_of(entry, scratch)], capture_output=True, text=True)
+        if log.returncode:
+            raise SystemExit(f"{entry.name}: training failed: {log.stderr.strip().splitlines()[-1:]}")
+        (scratch / "training.log").write_text(log.stdout)
+        found[entry.name] = scratch
+    for name, directory in found.items():
+        target = MODELS / name
         target.mkdir(exist_ok=True)
-        for name in (*KEEP, "training.log"):
-            if (found / name).exists():
-                shutil.copy2(found / name, target / name)
-        if found.name.endswith(".training"):
-            shutil.rmtree(found)
+        for file in (*KEEP, "training.log"):
+            if (directory / file).exists():
+                shutil.copy2(directory / file, target / file)
+        if directory.name.endswith(".training"):
+            shutil.rmtree(directory)
     write_index(entries)
 
 
@@ -512,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null", action="store_true", help="rewrite the locator's causal null from this zoo")
     ap.add_argument("--only", nargs="+", help="these models only")
     ap.add_argument("--source", type=Path, help="build: a folder where the trained models already are")
+    ap.add_argument("--stack", default="auto", metavar="K",
+                    help="build: train up to K models of one shape together in one process (auto: a short probe "
+                         "of this CPU chooses K; 1: each alone, as the committed zoo was trained)")
     ap.add_argument("--out", type=Path, default=OUT, help="score: where the tables go")
     a = ap.parse_args(argv)
     entries = tuple(e for e in ENTRIES if (not a.fast or e.fast) and (not a.only or e.name in a.only))
@@ -519,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(a.only) - {e.name for e in ENTRIES})
         raise SystemExit(f"--only: no zoo model {unknown}; the models are {', '.join(e.name for e in ENTRIES)}")
     if a.what == "build":
-        build(entries, a.source)
+        if a.stack != "auto" and not (a.stack.isdigit() and int(a.stack) >= 1):
+            raise SystemExit(f"--stack {a.stack}: give a whole number of models (4), or auto")
+        build(entries, a.source, a.stack)
     elif a.what == "circuits":
         circuits(entries, a.out)
     else:

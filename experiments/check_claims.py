@@ -490,8 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--claims", type=Path, default=CLAIMS)
     p.add_argument("--coverage", action="store_true",
                    help="per page, the numbers claims cover, the settings and the uncovered ones, each listed "
-                        "(experiments/claims_coverage.py); exit 1 on an uncovered number not in docs/uncovered.txt")
-    p.add_argument("--record", action="store_true", help="with --coverage: write docs/uncovered.txt from the pages")
+                        "(experiments/claims_coverage.py); exit 1 on any uncovered number or stale setting")
     a = p.parse_args(argv)
     if not a.claims.is_dir() and not_there(a.claims):
         print(f"error: --claims {a.claims}: {not_there(a.claims)}; give a claims table such as docs/claims/stalls.toml, or a folder of them",
@@ -506,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if a.coverage:
-        return _coverage(claims, a.record)
+        return _coverage(claims)
     wrong = 0
     for claim in claims:
         problems = check(claim)
@@ -518,26 +517,17 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if wrong else 0
 
 
-def _coverage(claims: list[dict], record: bool = False) -> int:
-    """The coverage report; exit 1 on an uncovered number that is not recorded, a recorded one that is
-    gone, or a stale setting (``record``: write the record from the pages instead)."""
+def _coverage(claims: list[dict]) -> int:
+    """The coverage report; exit 1 on an uncovered number or a stale setting."""
     coverage = _script("claims_coverage")
     settings = coverage.load_settings()
     found = coverage.coverage(claims, settings)
-    if record:
-        print(f"recorded {coverage.record(found)} uncovered numbers in {coverage.RECORDED.relative_to(ROOT)}")
-        return 0
-    new, gone = coverage.against_recorded(found, coverage.load_recorded())
     problems = coverage.stale_settings(settings)
     for line in coverage.report(found, len(claims)) + problems:
         print(line)
-    for entry in new:
-        print("NEW uncovered (claim it, mark it a setting, or remove it): " + entry.replace("\t", " | "))
-    for entry in gone:
-        print("GONE from the page, still recorded (python experiments/check_claims.py --coverage --record): "
-              + entry.replace("\t", " | "))
-    print(f"{len(new)} uncovered numbers not recorded, {len(gone)} recorded ones gone, {len(problems)} stale settings")
-    return 1 if new or gone or problems else 0
+    uncovered = sum(len(page.uncovered) for page in found)
+    print(f"{uncovered} uncovered numbers, {len(problems)} stale settings")
+    return 1 if uncovered or problems else 0
 
 
 if __name__ == "__main__":

@@ -20,12 +20,8 @@ Every number written on a page (README.md and docs/*.md) is one of:
 A quote covers every place it appears on its page (whitespace, such as a wrapped line, does not
 count). A setting's quote that is on none of its pages is an error too: it no longer marks anything.
 
-**The recorded debt.** The lab-notebook pages still hold numbers no claim checks yet. Each one is
-listed in ``docs/uncovered.txt`` (page, number, and the text of its line), so the check fails on
-any *other* uncovered number: a number added or changed on any page (a planted digit included)
-is new, and a listed number that is gone (claimed, or its line edited) must leave the list. The
-list only shrinks: ``--coverage --record`` rewrites it from the pages, and the diff shows in review
-what was added.
+**No debt.** Every page is at zero: the check fails on any uncovered number, so a number added or
+changed on any page (a planted digit included) must be claimed, marked a setting, or removed.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ROOT / "docs" / "claims"  # the [[setting]] blocks beside each page's claims
-RECORDED = ROOT / "docs" / "uncovered.txt"
 NUMBER = re.compile(r"(?<![\w.])(?<![A-Za-z_]-)[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?%?"
                     r"(?![\w]|-[A-Za-z]|\.\d)")
 OUTPUT_FENCE = "text"  # a ```text block is a program's output: its numbers are counted
@@ -186,32 +181,3 @@ def report(found: list[PageCoverage], claims: int) -> list[str]:
         for line, number, text in page.uncovered:
             lines.append(f"uncovered {page.doc}:{line}: {number}   | {text[:110]}")
     return lines
-
-
-def _entries(found: list[PageCoverage]) -> list[str]:
-    return ["\t".join((page.doc, number, " ".join(text.split()))) for page in found for _, number, text in page.uncovered]
-
-
-def load_recorded(path: Path | None = None) -> list[str]:
-    """The recorded uncovered numbers (``docs/uncovered.txt``: one ``page<TAB>number<TAB>line`` a line)."""
-    path = RECORDED if path is None else path
-    if not path.is_file():
-        return []
-    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
-
-
-def against_recorded(found: list[PageCoverage], recorded: list[str]) -> tuple[list[str], list[str]]:
-    """(new, gone): uncovered numbers not in the record, and recorded ones no longer uncovered."""
-    from collections import Counter
-
-    now, then = Counter(_entries(found)), Counter(recorded)
-    return sorted((now - then).elements()), sorted((then - now).elements())
-
-
-def record(found: list[PageCoverage], path: Path | None = None) -> int:
-    """Write the uncovered numbers as the record; how many."""
-    path, lines = RECORDED if path is None else path, _entries(found)
-    path.write_text("# Numbers on the pages that no claim checks yet, and that are not settings: the debt the\n"
-                    "# coverage check (python experiments/check_claims.py --coverage) lets stand. It may only\n"
-                    "# shrink; page<TAB>number<TAB>the line it is on.\n" + "".join(line + "\n" for line in lines))
-    return len(lines)

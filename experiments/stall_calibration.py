@@ -8,7 +8,9 @@ its stalled seeds trained on to 45,000 steps; the remedy's runs are left out): i
 accuracies (or its per-checkpoint dynamics table) and its final results. For each run: the step
 where layer-2 routing formed (the 1-var pools' crossing, :data:`compose_lens.outcome.ROUTING`), or
 none. A run trained on (``by_seed/extended/runs/X``, a copy of ``by_seed/recipe/runs/X`` given a
-larger budget) replaces its shorter self: it is one trajectory, followed further.
+larger budget) replaces its shorter self: it is one trajectory, followed further. A set of runs (a
+folder, one precision) that holds a run the detector stopped without routing and nobody trained on
+is left out whole (its stalls are censored by the detector itself: the paired bf16 by-seed runs).
 
 **A horizon.** "Never formed routing" means nothing without a number of steps: two by-seed runs
 without routing at 30,000 steps formed it by 45,000. So each table counts, for a horizon H, the
@@ -71,7 +73,12 @@ def finished_runs() -> list[dict]:
         key = (run.parents[2], run.name)  # a run trained on in a sibling folder is the same trajectory
         if key not in found or entry["budget"] > found[key]["budget"]:
             found[key] = entry
-    out = list(found.values())
+    # a set (folder and precision) holding a run the detector stopped before its budget without routing
+    # (stop_at=decided, not trained on) is left out whole: that run's fate is the detector's own reading,
+    # and keeping only the set's other runs would leave its stalls out of the tables
+    censored = {(key[0], entry["precision"]) for key, entry in found.items()
+                if entry["routing"] is None and entry["steps"] < entry["budget"]}
+    out = [entry for key, entry in found.items() if (key[0], entry["precision"]) not in censored]
     for results_file in sorted((RESULTS / "seeds").glob("results_seed*.json")):
         seed = results_file.stem.split("seed")[-1]
         results = json.loads(results_file.read_text())
@@ -84,6 +91,7 @@ def _entry(name: str, config: dict, results: dict, metrics: list[dict]) -> dict:
     found = onsets(metrics)
     ex = results["exhaustive"]
     return {"run": name, "f": config["task"]["f"], "r": config["task"]["r"], "steps": results["steps"],
+            "precision": config["train"]["precision"].replace("auto", "fp32"),
             "budget": config["train"]["steps"], "addition": found["addition"], "routing": found["routing"],
             "generalised": min(ex["zero_var_heldout"]["accuracy"], ex["two_var_union"]["accuracy"]) >= HEADLINE}
 

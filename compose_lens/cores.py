@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-from pathlib import Path
 
 
 def cpu_count() -> int:
@@ -104,21 +103,15 @@ class ThreadGovernor:
 
 
 def processor() -> dict:
-    """The CPU's name and whether it has bf16 units (AMX, AVX-512 BF16), read from /proc/cpuinfo
-    (elsewhere: the name :mod:`platform` gives and no bf16 units claimed)."""
-    info = {"name": platform.processor() or "unknown", "amx_bf16": False, "avx512_bf16": False}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            info["name"] = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            info["amx_bf16"], info["avx512_bf16"] = "amx_bf16" in flags, "avx512_bf16" in flags
-            break
-    return info
+    """The CPU as torch sees it: its name where the platform gives one (else the machine type), the
+    vector capability torch's kernels use, and whether it has bf16 units (AMX tiles, AVX-512 BF16), from
+    torch's own probes (so the same on every operating system)."""
+    import torch  # lazy: the command line imports this module before torch
+
+    return {"name": platform.processor() or platform.machine() or "unknown",
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "amx_bf16": bool(torch.cpu._is_amx_tile_supported()),
+            "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported())}
 
 
 def has_bf16_units() -> bool:

@@ -134,13 +134,17 @@ def seeds_by_outcome(source: Path) -> dict:
 
 
 @computation
-def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None) -> dict:
+def paired_variants(source: Path, variant: str, a: str, b: str, precision: str | None = None,
+                    query: str | None = None) -> dict:
     """How often two variants of a seed agree on the stall (agree, seeds, only_a, only_b, p) and how often
-    the variant flips it (flips, flip_fraction, flip_low, flip_high)."""
+    the variant flips it (flips, flip_fraction, flip_low, flip_high); ``query`` (pandas) picks the runs
+    first (``kernel == 'native'``: a seed's other kernels are not its precision twin)."""
     runs = pd.read_csv(source)
     runs = runs[runs["decided"]].assign(stalled=lambda d: d["outcome"] == "stalled")
     if precision:
         runs = runs[runs["precision"] == precision]
+    if query:
+        runs = runs.query(query)
     found = stats.paired_agreement(runs, variant, a, b, "stalled")
     flips = stats.Rate.of(found["only_a"] + found["only_b"], found["seeds"])
     return {**found, "p": found["mcnemar_exact_p"], "flips": flips.k, "flip_fraction": flips.fraction,

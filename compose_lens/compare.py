@@ -92,12 +92,12 @@ NAN = float("nan")
 # (the probes analysis's own functions), so that a resample of the prompts is a subset of them
 OVER_PROMPTS: dict[str, Callable[[context.Context, Activations], float]] = {
     "prev_token_attention_score":
-        lambda ctx, acts: probes.prev_token_attention_score(ctx.model, ctx.config, ctx.split, acts=acts),
+        lambda ctx, acts: probes.prev_token_attention_score(ctx.loaded, acts=acts),
     "equals_to_operands_score":
-        lambda ctx, acts: probes.equals_to_operands_score(ctx.model, ctx.config, ctx.split, acts=acts,
+        lambda ctx, acts: probes.equals_to_operands_score(ctx.loaded, acts=acts,
                                                           heads=ctx.heads),
     "equals_to_values_score":
-        lambda ctx, acts: probes.equals_to_values_score(ctx.model, ctx.config, ctx.split, acts=acts),
+        lambda ctx, acts: probes.equals_to_values_score(ctx.loaded, acts=acts),
 }
 # the findings with nothing sampled, and why
 EXACT = {
@@ -203,7 +203,7 @@ def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings:
     replicates: dict[str, np.ndarray] = {}
     if resampled:
         with torch.no_grad():
-            acts = probes.probe_activations(ctx.model, ctx.config, ctx.split, PROBE_SEQUENCES, ctx.seed,
+            acts = probes.probe_activations(ctx.loaded, PROBE_SEQUENCES, ctx.seed,
                                             heads=ctx.heads)
             draws = torch.from_numpy(resamples_of(len(acts), ctx.seed, resamples, "probes"))
             values = []

@@ -43,13 +43,12 @@ from compose_lens.subject import Subject
 def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
     """Locate the circuit and choose the MLP to analyse, refusing (one line) a model whose MLP the
     Fourier grids cannot read, before any table is made: a few seconds, not minutes."""
-    model, config, split = loaded.model, loaded.config, loaded.split
-    location = locate.locate(model, config, split, seed)
+    location = locate.locate(loaded, seed)
     adders = location.candidates[location.candidates["role"] == "adder"]
-    subject = locate.fourier_subject(model, config, split, seed, adder=location.adder, candidates=adders)
+    subject = locate.fourier_subject(loaded, seed, adder=location.adder, candidates=adders)
     if subject.layer is None:
         raise ComposeLensError(f"{loaded.source}: {subject.note}; the Fourier analysis has nothing to read")
-    fourier.check_readout_layer(config, subject.layer)
+    fourier.check_readout_layer(loaded.config, subject.layer)
     return location, subject
 
 
@@ -78,7 +77,7 @@ class Context:
 
     @functools.cached_property
     def heads(self):
-        return locate.circuit_heads(self.model, self.config, self.split, self.seed, location=self.plan[0])
+        return locate.circuit_heads(self.loaded, self.seed, location=self.plan[0])
 
     def record(self, settings: dict | None = None) -> dict:
         """The provenance of the files written from this context (with the analysis's settings)."""

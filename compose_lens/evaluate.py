@@ -49,8 +49,8 @@ from compose_lens import stats, study
 from compose_lens.model import fastpath, tl
 from compose_lens.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive, make_pool, present_pools
-from compose_lens.data.split import Split
 from compose_lens.safety import check_finite_logits
+from compose_lens.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Float, Int
@@ -120,19 +120,20 @@ def headline_holds(accuracies: dict, at: float = study.HEADLINE) -> bool:
     return all(accuracies[k]["accuracy"] >= at for k in EXHAUSTIVE_NAMES)
 
 
-def composition_gap(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+def composition_gap(subject: Subject, seed: int = 0,
                     at: float = study.HEADLINE) -> str | None:
     """Why the model does not compose (the headline does not hold: :func:`headline_holds`), or None
     where it does, or where the split holds out nothing the exhaustive sets would test."""
-    found = exhaustive_accuracies(model, config, split, seed)
+    found = exhaustive_accuracies(subject, seed)
     if not all(found[k]["total"] for k in EXHAUSTIVE_NAMES) or headline_holds(found, at):
         return None
     return (f"the model has not learned to compose (0-var held-out {found['zero_var_heldout']['accuracy']:.3f}, "
             f"2-var union {found['two_var_union']['accuracy']:.3f}; the verdict needs both >= {at})")
 
 
-def exhaustive_accuracies(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> dict[str, dict]:
+def exhaustive_accuracies(subject: Subject, seed: int = 0) -> dict[str, dict]:
     """``zero_var_heldout`` and ``two_var_union``: correct, total, accuracy."""
+    model, config, split = subject.model, subject.config, subject.split
     out = {}
     for name in EXHAUSTIVE_NAMES:
         batch = make_exhaustive(split, name, seed)
@@ -254,9 +255,10 @@ def from_pools(config: RunConfig, batches: dict[str, Batch], accuracies: dict[st
                    rate((COMPOSITION_POOL,)), 1.0 / config.task.modulus)
 
 
-def learned(model: tl.Model, config: RunConfig, split: Split, size: int = POOL_SIZE, seed: int = 0) -> Learned:
+def learned(subject: Subject, size: int = POOL_SIZE, seed: int = 0) -> Learned:
     """What ``model`` has learned (see the module doc), on ``size`` prompts of each pool: at the defaults,
     the pools of ``compose-lens evaluate``, so the numbers are its."""
+    model, config, split = subject.model, subject.config, subject.split
     names = [name for name in (OPERATION_POOL, *BINDING_POOLS, COMPOSITION_POOL) if name in present_pools(split)]
     batches = {name: make_pool(split, name, size, seed) for name in names}
     return from_pools(config, batches, pool_accuracies(model, config, batches))

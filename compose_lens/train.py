@@ -44,6 +44,7 @@ from compose_lens import outcome, tracking
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import fastpath, tl
 from compose_lens.provenance import provenance
+from compose_lens.subject import Subject
 
 
 def use_fast_path(config: RunConfig) -> bool:
@@ -338,6 +339,10 @@ class Trainer:
 
     _checked_at = -10**9
 
+    def subject(self) -> Subject:
+        """The model being trained, as the analyses take it, at this step."""
+        return Subject(self.model, self.config, self.split, f"{self.run_dir} (step {self.step})")
+
     def _decided(self, pools: dict) -> bool:
         """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector
         is certain, ``decided`` once the loss has read diverged at
@@ -356,7 +361,7 @@ class Trainer:
         if min(pools.get(k, 0.0) for k in unseen) < outcome.GENERALISED:
             return False
         self._checked_at = self.step
-        self._exhaustive = exhaustive_accuracies(self.model, self.config, self.split)
+        self._exhaustive = exhaustive_accuracies(self.subject())
         return all(self._exhaustive[k]["accuracy"] >= outcome.GENERALISED
                    for k in ("zero_var_heldout", "two_var_union"))
 
@@ -372,7 +377,7 @@ class Trainer:
             "threads": torch.get_num_threads(),
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": (self._exhaustive if self._checked_at == self.step
-                           else exhaustive_accuracies(self.model, self.config, self.split)),
+                           else exhaustive_accuracies(self.subject())),
             **self.provenance,
         }
         results["outcome"] = outcome.outcome(

@@ -116,7 +116,7 @@ def located(model: str) -> dict[str, str]:
 
     torch.set_num_threads(1)
     loaded = for_analyses(load_model(model, bridge=False))
-    found = locate.locate(loaded.model, loaded.config, loaded.split)
+    found = locate.locate(loaded)
     return {r.role: (r.component or f"none ({r.score:.2f} < {r.threshold})") for r in [*found.roles(), found.gatherer]}
 
 

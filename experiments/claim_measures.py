@@ -47,8 +47,8 @@ def additive_share(pre: torch.Tensor) -> float:
 
 def measure(spec: str) -> dict:
     loaded = load_model(spec)
-    model, config, split = loaded.model, loaded.config, loaded.split
-    grid = fourier.operand_grid(model, config, split, "constant")
+    model, config = loaded.model, loaded.config
+    grid = fourier.operand_grid(loaded, "constant")
     keys = fourier.key_frequencies(grid)
     return {
         "model": spec,

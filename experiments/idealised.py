@@ -133,22 +133,22 @@ def describe_run(run_dir: Path) -> dict:
     found = classify_run(run_dir)
     row.update({"outcome": found["outcome"], "outcome_why": found["why"]})
     loaded = runs.load_model(run_dir)
-    model = runs.for_analyses(loaded).model
-    where = locate.locate(model, loaded.config, loaded.split)
+    subject = runs.for_analyses(loaded)
+    where = locate.locate(subject)
     for role in where.roles():
         row[f"{role.role}"] = role.component or "none"
         row[f"{role.role}_score"] = role.score
-    found = summary.circuit_summary(model, loaded.config, loaded.split)
+    found = summary.circuit_summary(subject)
     row.update({k: found[k] for k in SUMMARY_KEYS})
     row["key_frequencies"] = " ".join(map(str, found["key_frequencies"]))
     row["same_dominant_frequency"] = found["constants_vs_variables"]["same_dominant_frequency"]
-    same = same_mlp.same_mlp_report(model, loaded.config, loaded.split, n=SAME_MLP_N)
+    same = same_mlp.same_mlp_report(subject, n=SAME_MLP_N)
     row.update({"same_mlp_verdict": same["verdict"], "same_mlp_reason": same["verdict_reason"]})
     # circuit discovery: separation of binding and addition, the smallest circuit (modularity.measure;
     # every score "inconclusive" with its reason until the model has learned the task)
-    scores = modularity.measure(model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=SAME_MLP_N)
+    scores = modularity.measure(subject, n_pairs=120, same_mlp_n=SAME_MLP_N)
     row.update({k: scores[k] for k in CIRCUIT_KEYS})
-    row["token_mean_cosine"] = gradient_terms.idealisation(model, loaded.config.model)["token_mean_cosine"]
+    row["token_mean_cosine"] = gradient_terms.idealisation(subject.model, loaded.config.model)["token_mean_cosine"]
     return row
 
 

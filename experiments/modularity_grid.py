@@ -183,7 +183,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
     results = runs.read_results(run)
     loaded = runs.for_analyses(runs.load_model(run, bridge=False))
     started = time.perf_counter()
-    scores = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=measure_n,
+    scores = modularity.measure(loaded, n_pairs=measure_n,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
     row = {"name": name, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads,
            "mlp_blocks": "every" if every else "last", "seed": seed, "modulus": config.task.modulus,
@@ -294,7 +294,7 @@ def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:
     for step in steps:
         loaded = runs.for_analyses(runs.load_checkpoint(reference, step))
         started = time.perf_counter()
-        row = modularity.measure(loaded.model, loaded.config, loaded.split, n_pairs=120, same_mlp_n=120,
+        row = modularity.measure(loaded, n_pairs=120, same_mlp_n=120,
                                  pool_size=200, learned_at=0.0)
         rows.append({"step": step, **row, "measure_s": round(time.perf_counter() - started, 1)})
         print(f"step {step}: 0-var held-out {row['zero_var_heldout']:.3f}, 2-var union {row['two_var_union']:.3f}, "

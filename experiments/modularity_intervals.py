@@ -35,7 +35,7 @@ def measure(model: str = "paper", settings=SETTINGS, seed: int = 0) -> pd.DataFr
     loaded = load_model(model, bridge=False)
     rows = []
     for n_pairs, steps in settings:
-        found = modularity.separation(loaded.model, loaded.config, loaded.split, n_pairs=n_pairs, seed=seed,
+        found = modularity.separation(loaded, n_pairs=n_pairs, seed=seed,
                                       steps=steps)
         if found["separation"] == modularity.INCONCLUSIVE:
             rows.append({"model": model, "pairs": n_pairs, "steps": steps, "seed": seed,

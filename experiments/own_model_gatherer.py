@@ -35,9 +35,9 @@ if args.json is not None and args.json.is_dir():
     parser.error(f"--json {args.json}: is a folder; name the JSON file to write")
 
 subject = for_analyses(load_subject(args.model, bridge=False))
-heads = circuit_heads(subject.model, subject.config, subject.split, SEED)
+heads = circuit_heads(subject, SEED)
 layer, head = heads.gatherer
-acts = probes.probe_activations(subject.model, subject.config, subject.split, SEQUENCES, SEED, heads=heads)
+acts = probes.probe_activations(subject, SEQUENCES, SEED, heads=heads)
 pattern = probes.gatherer_pattern(acts)
 mean = pattern.mean(0).tolist()
 print(f"gatherer: blocks.{layer} head {head}; {SEQUENCES} sequences, seed {SEED}")
@@ -47,7 +47,7 @@ for pair, count in zip(pairs.tolist(), counts.tolist()):
     print(f"two largest weights on positions {pair}: {count} sequences")
 
 if args.json is not None:
-    scores = head_scores(subject.model, subject.config, subject.split, seed=SEED)  # what circuit_heads scored
+    scores = head_scores(subject, seed=SEED)  # what circuit_heads scored
     located = scores[(scores["role"] == "gatherer") & (scores["layer"] == layer) & (scores["head"] == head)]
     left, right = subject.config.task.seq_len - 3, subject.config.task.seq_len - 2  # op x y = (study's order)
     write_json_atomic(args.json, {

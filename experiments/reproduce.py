@@ -130,7 +130,7 @@ def main() -> int:
     reference = None
     if (REFERENCE / "final.pth").exists():
         loaded = load_model(REFERENCE / "final.pth")
-        reference = exhaustive_accuracies(loaded.model, loaded.config, loaded.split)
+        reference = exhaustive_accuracies(loaded)
 
     wall = time.perf_counter() - started
     rows = []

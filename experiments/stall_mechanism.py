@@ -51,6 +51,7 @@ from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, measur
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import row_types
 from compose_lens.model import fastpath, tl
+from compose_lens.subject import Subject
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -254,7 +255,8 @@ def measure_and_gradients(sources) -> tuple[pd.DataFrame, pd.DataFrame]:
             checkpoints = runs.select_checkpoints(checkpoints, steps)
         inputs = measure_inputs(split)
         sampler = TrainingSampler(split, BATCH, config.train.seed)
-        model = tl.boot(config.model, "cpu", config.task)
+        model = tl.boot(config.model, "cpu", config.task)  # each checkpoint's weights are loaded into it
+        subject = Subject(model, config, split, str(source))
         metrics = {} if label == "reference" else {int(r["step"]): r for r in runs.read_metrics(source)}
         print(f"{name} ({label}): {len(checkpoints)} checkpoints")
         for ckpt in checkpoints:
@@ -263,7 +265,7 @@ def measure_and_gradients(sources) -> tuple[pd.DataFrame, pd.DataFrame]:
             row = {"run": name, "label": label, "step": ckpt.step, "1var_train": logged.get("1var_train"),
                    "routing_accuracy": (sum(logged[p] for p in ROUTING_POOLS) / 2) if logged else None}
             with torch.no_grad():
-                measures.append({**row, **circuit_measures(model, config, split, inputs=inputs),
+                measures.append({**row, **circuit_measures(subject, inputs=inputs),
                                  **operand_attention(model, config, inputs.probe_tokens)})
             grads += [{**row, **g} for g in gradient_rows(model, config.model, sampler.batch(ckpt.step))]
     return pd.DataFrame(measures), pd.DataFrame(grads)

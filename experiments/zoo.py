@@ -275,7 +275,7 @@ def truth_of(entry: Entry, subject, knows, known: dict, composes: bool) -> dict:
 
 def composes(subject) -> bool:
     """The study's headline on the exhaustive sets (where the split holds them out; else the 2-var pool)."""
-    return composition_gap(subject.model, subject.config, subject.split) is None
+    return composition_gap(subject) is None
 
 
 def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
@@ -287,7 +287,7 @@ def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
     rows = []
     for entry in entries:
         subject, known = load(entry, paper)
-        knows = learned(subject.model, subject.config, subject.split)
+        knows = learned(subject)
         how = (" ".join(command_of(entry, Path("experiments/results/zoo/models") / entry.name)[1:])
                .replace(str(ROOT) + "/", "") if entry.how != "planted"
                else f"experiments/zoo_planted.py {entry.args[0]}({', '.join(['paper', *entry.args[1:]])})")
@@ -335,18 +335,18 @@ def head_falls(subject, location) -> list[dict]:
 
 def measure(entry: Entry, subject, truth: dict, with_modularity: bool, with_heads: bool = True) -> Measured:
     started = time.time()
-    location = locating.locate(subject.model, subject.config, subject.split)
+    location = locating.locate(subject)
     row = {"model": entry.name, "class": entry.kind, **truth, "state": location.learned.state,
            **{f"located_{r.role}": r.component or "none" for r in location.roles()},
            **{f"why_{r.role}": r.line() for r in location.roles()}}
     try:
-        report = same_mlp.same_mlp_report(subject.model, subject.config, subject.split, n=200)
+        report = same_mlp.same_mlp_report(subject, n=200)
         row["same_mlp"], row["same_mlp_reason"] = report["verdict"], report["verdict_reason"]
     except ComposeLensError as refused:  # a model the tests cannot read: no verdict, said why
         row["same_mlp"], row["same_mlp_reason"] = "inconclusive", f"refused: {refused}"
     if with_modularity:
         try:
-            found = modularity.measure(subject.model, subject.config, subject.split)
+            found = modularity.measure(subject)
             row["modularity"], row["modularity_reason"] = found["modularity_verdict"], found.get("modularity_reason")
             for key in ("modularity_separation", "modularity_separation_low", "modularity_separation_high"):
                 row[key] = found.get(key)  # the verdict's measure (a), beside its threshold modularity.SEPARATION_MIN
@@ -455,7 +455,7 @@ def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, o
     measured = []
     for entry in entries:
         subject, known = load(entry, paper)
-        knows = learned(subject.model, subject.config, subject.split)
+        knows = learned(subject)
         truth = truth_of(entry, subject, knows, known, composes(subject))
         m = measure(entry, subject, truth, with_modularity, with_heads)
         for h in m.heads:

@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for row in index.to_dict("records"):
         subject = subject_of(row["made_by"], row["model"], paper)
-        found = locate.locate(subject.model, subject.config, subject.split)
+        found = locate.locate(subject)
         try:
-            report = same_mlp.same_mlp_report(subject.model, subject.config, subject.split, n=200)
+            report = same_mlp.same_mlp_report(subject, n=200)
             verdict, reason = report["verdict"], report["verdict_reason"]
         except compose_lens.ComposeLensError as refused:
             verdict, reason = "refused", str(refused)

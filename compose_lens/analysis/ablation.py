@@ -68,6 +68,7 @@ from compose_lens.evaluate import accuracy_by_group, predictions
 from compose_lens import capabilities
 from compose_lens.forward import Forward, Site
 from compose_lens.model import tl, weights
+from compose_lens.subject import Subject
 
 ABLATION_KINDS = ("zero", "mean", "resample")
 
@@ -271,14 +272,15 @@ class NeuronSubject:
 PAPER_SUBJECT = NeuronSubject(1, "adder: blocks.1.mlp (the paper architecture's MLP2, read without locating)")
 
 
-def neuron_subject(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+def neuron_subject(subject: Subject, seed: int = 0,
                    adder: locate.Role | None = None) -> NeuronSubject:
     """Which MLP the neuron and Fourier-direction ablations read (see the module doc); ``adder``:
     a :func:`~compose_lens.analysis.locate.locate` result's adder to reuse (else located here)."""
+    config = subject.config
     if capabilities.is_paper_architecture(config.model):
         return PAPER_SUBJECT
     if adder is None:
-        adder, _ = locate.locate_adder(model, config, split, seed)
+        adder, _ = locate.locate_adder(subject, seed)
     if adder.component is None:
         return NeuronSubject(None, f"none located ({adder.line()}): no neuron or Fourier-direction ablation, "
                                    f"inconclusive for the adder's parts")
@@ -286,11 +288,11 @@ def neuron_subject(model: tl.Model, config: RunConfig, split: Split, seed: int =
     return NeuronSubject(adder.layer, f"{adder.component}, the located adder ({adder.line()}; {exact})")
 
 
-def neuron_groups_by_frequency(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+def neuron_groups_by_frequency(subject: Subject, seed: int = 0,
                                min_fraction: float = 0.5, *, layer: int = 1) -> dict[int, list[int]]:
     """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance
     (``layer``: the MLP's block, 1 the paper's MLP2)."""
-    grid = operand_grid(model, config, split, "constant", seed, layer=layer)
+    grid = operand_grid(subject, "constant", seed, layer=layer)
     neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
@@ -311,16 +313,16 @@ def _component_ablations(model: tl.Model, config: RunConfig, tokens: torch.Tenso
             yield target, layer, index, kind, predictions(ablated_logits(model, config.model, tokens, [hook]))
 
 
-def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: torch.Tensor,
-                    ref_tokens: torch.Tensor, kinds, seed: int, single_neurons: bool,
-                    subject: NeuronSubject = PAPER_SUBJECT) -> Iterator[Ablated]:
+def _mlp2_ablations(subject: Subject, tokens: torch.Tensor, ref_tokens: torch.Tensor, kinds, seed: int,
+                    single_neurons: bool, neurons: NeuronSubject = PAPER_SUBJECT) -> Iterator[Ablated]:
     """The adder's (MLP2's) neurons, each key frequency's neurons and its Fourier directions, ablated at ``=``."""
-    block = subject.block
+    model, config = subject.model, subject.config
+    block = neurons.block
     paper = capabilities.is_paper_architecture(config.model) and block == 1
     layer = None if paper else block  # the paper's MLP2: read through the table forward's own readout
     mlp = LastPositionMLP(model, config, tokens, layer)
     ref = LastPositionMLP(model, config, ref_tokens, layer)
-    groups = neuron_groups_by_frequency(model, config, split, seed, layer=block)
+    groups = neuron_groups_by_frequency(subject, seed, layer=block)
     for kind in kinds:
         if single_neurons:
             for neuron, answers in neuron_ablation_predictions(mlp, ref, list(range(config.model.d_mlp)), kind,
@@ -333,13 +335,13 @@ def _mlp2_ablations(model: tl.Model, config: RunConfig, split: Split, tokens: to
             yield "fourier_directions", block, k, kind, predictions(fourier_ablation_logits(mlp, ref, k, kind, seed))
 
 
-def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_size: int = 500,
+def ablation_table(subject: Subject, *, pool_size: int = 500,
                    seed: int = 0, kinds=ABLATION_KINDS, single_neurons: bool = True,
-                   reference_size: int = 1000, subject: NeuronSubject | None = None) -> pd.DataFrame:
+                   reference_size: int = 1000, neurons: NeuronSubject | None = None) -> pd.DataFrame:
     """Zero / mean / resample ablation of every head, every MLP, each neuron of the adder (MLP2),
     each key frequency's neurons and its Fourier directions, with the accuracy on each of the nine pools.
 
-    ``subject``: the MLP whose neurons are ablated (:func:`neuron_subject`, found here if None;
+    ``neurons``: the MLP whose neurons are ablated (:func:`neuron_subject`, found here if None;
     its ``block`` None: no neuron rows). ``table.attrs["neuron_subject"]`` records it.
 
     Long format, one row per (target, layer, index, kind, pool): accuracy,
@@ -349,6 +351,7 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     neuron, frequency_neurons or fourier_directions; ``index`` the head, neuron or
     frequency (-1 for the MLP).
     """
+    model, config, split = subject.model, subject.config, subject.split
     for kind in kinds:
         _check_kind(kind)
     joined, groups = concat_batches(make_pools(split, pool_size, seed))
@@ -358,10 +361,9 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
         ablations = [iter([("none", -1, -1, "none", predictions(ablated_logits(model, config.model, joined.tokens,
                                                                                  [])))]),
                      _component_ablations(model, config, joined.tokens, ref_tokens, kinds, seed)]
-        subject = neuron_subject(model, config, split, seed) if subject is None else subject
-        if subject.block is not None:
-            ablations.append(_mlp2_ablations(model, config, split, joined.tokens, ref_tokens, kinds, seed,
-                                             single_neurons, subject))
+        neurons = neuron_subject(subject, seed) if neurons is None else neurons
+        if neurons.block is not None:
+            ablations.append(_mlp2_ablations(subject, joined.tokens, ref_tokens, kinds, seed, single_neurons, neurons))
         for target, layer, index, kind, answers in itertools.chain(*ablations):
             accuracies = accuracy_by_group(answers == joined.labels, groups)
             records += [{"target": target, "layer": layer + 1 if layer >= 0 else -1, "block": layer,
@@ -373,5 +375,5 @@ def ablation_table(model: tl.Model, config: RunConfig, split: Split, *, pool_siz
     table["baseline_accuracy"] = table["pool"].map(baseline)
     table["accuracy_drop"] = table["baseline_accuracy"] - table["accuracy"]
     table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
-    table.attrs["neuron_subject"] = subject.to_dict()
+    table.attrs["neuron_subject"] = neurons.to_dict()
     return table

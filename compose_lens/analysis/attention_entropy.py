@@ -21,12 +21,11 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis.locate import trace
-from compose_lens.config import RunConfig
 from compose_lens.data.sampler import concat_batches, make_pools
-from compose_lens.data.split import Split, row_types
+from compose_lens.data.split import row_types
 from compose_lens.data.task import SequenceKind
 from compose_lens import stats
-from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 
 def entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -38,11 +37,12 @@ def entropy(pattern: torch.Tensor) -> torch.Tensor:
     return 0.0 - (pattern * pattern.clamp_min(1e-30).log()).sum(-1)  # 0.0 - x: no -0.0
 
 
-def attention_entropy(model: tl.Model, config: RunConfig, split: Split, pool_size: int = 200, seed: int = 0,
+def attention_entropy(subject: Subject, pool_size: int = 200, seed: int = 0,
                       n_boot: int = 1000) -> pd.DataFrame:
     """One row per (layer, head, sequence kind): the mean entropy of the head's attention from ``=``,
     its 95 % bootstrap interval over the sequences, and the two reference values ``log 2`` (two
     positions) and ``log n`` (uniform over the ``n`` positions)."""
+    model, config, split = subject.model, subject.config, subject.split
     batch, _ = concat_batches(make_pools(split, pool_size, seed))
     patterns = trace(model, config, batch.tokens).patterns  # per layer (B, H, n, n)
     kinds = np.array([SequenceKind.at(i).prompt for i in row_types(batch.rows).tolist()])  # const, var1, var2

@@ -147,14 +147,15 @@ import torch
 from compose_lens import capabilities, stats
 from compose_lens.analysis import locate, metrics
 from compose_lens.evaluate import learned
-from compose_lens.config import CIRCUIT_METHODS, ModelConfig, RunConfig
+from compose_lens.config import CIRCUIT_METHODS, ModelConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.forward import ANSWER, Site
 from compose_lens.data.split import Split
-from compose_lens.model import heads, tl, weights
+from compose_lens.model import heads, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 from compose_lens.data.pairs import as_prompt_pairs
+from compose_lens.subject import Subject
 
 METHODS = CIRCUIT_METHODS
 
@@ -787,7 +788,7 @@ class Labels:
     name: str
 
 
-def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Graph, seed: int = 0,
+def circuit_labels(subject: Subject, graph: Graph, seed: int = 0,
                    location=None) -> Labels:
     """The labelled circuit of a model: the paper architecture's is the paper's (:func:`paper_labels`,
     not located, as every analysis of that architecture reads it); any other model's is
@@ -796,15 +797,16 @@ def circuit_labels(model: tl.Model, config: RunConfig, split: Split, graph: Grap
     adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
     the paper's blocks; nor in a model that does not bind (:func:`compose_lens.evaluate.learned`), the
     paper architecture's included: its circuit is one that binds."""
+    config = subject.config
     knows = location.learned if location is not None and location.learned is not None else None
     if knows is None:
-        knows = learned(model, config, split, seed=seed)
+        knows = learned(subject, seed=seed)
     if not knows.binds:  # no circuit that binds to score against (locate's binding gate)
         return Labels(None, "none located: " + knows.missing())
     if capabilities.is_paper_architecture(config.model):
         return Labels(paper_labels(graph), "the paper's circuit")
     if location is None:
-        location = locate.locate(model, config, split, seed)
+        location = locate.locate(subject, seed)
     missing = [role.line() for role in location.roles() if role.component is None]
     if missing:
         return Labels(None, "none located: " + "; ".join(missing))
@@ -903,7 +905,7 @@ class Discovery:
     title: str
 
 
-def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "eap-ig", n_pairs: int = 300,
+def discover(subject: Subject, method: str = "eap-ig", n_pairs: int = 300,
              seed: int = 0, pairs_kind: str = "resample", positions: bool = False, target: float = 0.95,
              threshold: float = 0.01, *, pairs=None, metric: metrics.MetricLike = metrics.DEFAULT,
              location=None) -> Discovery:
@@ -916,6 +918,7 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     ``metric(logits, answers) -> (N,)`` (:mod:`compose_lens.analysis.metrics`); the pools'
     faithfulness is read in it too. The edges are scored against :func:`circuit_labels` (``location``:
     a :func:`compose_lens.analysis.locate.locate` result to reuse); ``summary["labelled"]`` names it."""
+    model, config, split = subject.model, subject.config, subject.split
     check_method_metric(method, metric)
     metric_name = metrics.resolve(metric)[0]
     gm = GraphModel.from_model(model, config.model, positions)
@@ -932,7 +935,7 @@ def discover(model: tl.Model, config: RunConfig, split: Split, method: str = "ea
     else:
         size, size_ci = size_with_interval(gm, pairs, scores, target, base, seed)
         found = top_k_circuits(scores)[size]
-    labelled = circuit_labels(model, config, split, gm.graph, seed, location)
+    labelled = circuit_labels(subject, gm.graph, seed, location)
     labels = labelled.labels
     summary = {"method": method, "edges": len(gm.graph), "circuit_edges": size, "circuit_edges_ci95": size_ci,
                "seconds": round(seconds, 3),

@@ -61,7 +61,7 @@ import torch
 from compose_lens import capabilities, progress as progress_lines, runs, study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
-from compose_lens.analysis.summary import circuit_measures, fourier_block, measure_inputs
+from compose_lens.analysis.summary import circuit_measures, measure_inputs
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
@@ -73,6 +73,7 @@ from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS
                                  add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
 from compose_lens.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
 from compose_lens.provenance import provenance
+from compose_lens.subject import Subject
 
 
 
@@ -237,7 +238,7 @@ def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed:
         return probes.PAPER_HEADS
     state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
     model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
-    return locate.circuit_heads(model, config, split, seed)
+    return locate.circuit_heads(Subject(model, config, split, str(last.path)), seed)
 
 
 def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int,
@@ -251,8 +252,8 @@ def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, see
     else:
         state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
         model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
-        subject = locate.fourier_subject(model, config, split, seed)
-    if subject.layer is not None and fourier_block(None, config, split, subject.layer) is None:
+        subject = locate.fourier_subject(Subject(model, config, split, str(last.path)), seed)
+    if subject.layer is not None and subject.layer not in config.model.mlp_blocks:
         subject = locate.FourierSubject(None, False, subject.score, f"{subject.note}; not the last block, "
                                                                     f"so the Fourier measures are NaN")
     return subject

@@ -37,9 +37,9 @@ from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
 from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.forward import ANSWER, Forward, Site
-from compose_lens.data.split import Split
 from compose_lens.model import tl
 from compose_lens.runs import load_checkpoint
+from compose_lens.subject import Subject
 
 def qk_matrices(model: tl.Model, config: RunConfig,
                 heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -97,18 +97,18 @@ class FourierNeuron:
     block: int = 1  # the block whose MLP holds the neuron (blocks.1: the paper's MLP2)
 
 
-def mlp_block(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> int:
+def mlp_block(subject: Subject, seed: int = 0) -> int:
     """The block whose MLP the figures read: the Fourier analyses' MLP
     (:func:`compose_lens.analysis.locate.fourier_subject`: the model's only MLP, or the located adder
     wherever it sits), blocks.1 for the paper architecture. A model without an MLP is refused, in words
     (issue #45: the figures read blocks.1 of a 3-layer model whose MLP is in blocks.2)."""
-    subject = locate.fourier_subject(model, config, split, seed, score_single=False)
+    subject = locate.fourier_subject(subject, seed, score_single=False)
     if subject.layer is None:
         raise ComposeLensError(f"this figure reads an MLP, and the model has {subject.note}")
     return subject.layer
 
 
-def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: int | None = None,
+def fourier_neuron(subject: Subject, frequency: int | None = None,
                    seed: int = 0, block: int | None = None) -> FourierNeuron:
     """:func:`fourier.best_neurons`'s neuron for ``frequency`` (default: the key frequency whose best
     neuron it explains most), over all (x, y) of constant-operand sequences, in the MLP of ``block``
@@ -117,8 +117,8 @@ def fourier_neuron(model: tl.Model, config: RunConfig, split: Split, frequency: 
     The ideal is :func:`fourier.ideal_neuron`: the nonlinearity applied to the
     frequency-k part of the neuron's own pre-activation.
     """
-    block = mlp_block(model, config, split, seed) if block is None else block
-    grid = fourier.operand_grid(model, config, split, "constant", seed, layer=block)
+    block = mlp_block(subject, seed) if block is None else block
+    grid = fourier.operand_grid(subject, "constant", seed, layer=block)
     keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
     if not keys:
         raise ValueError("the MLP has no key frequency yet (no neuron is explained by one frequency)")
@@ -156,7 +156,7 @@ def best_neuron_patterns(grid: fourier.AdditionGrid, best: pd.DataFrame) -> list
 # -- one MLP for constants and variables ---------------------------------------------------------
 
 
-def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 1000, seed: int = 0,
+def cosine_groups(subject: Subject, n: int = 1000, seed: int = 0,
                   block: int | None = None) -> dict[str, np.ndarray]:
     """Centred cosines of the MLP2 input at ``=`` (the input of ``block``'s MLP, default
     :func:`mlp_block`): constant vs variable prompt of the same (x, y) (matched) against pairs with
@@ -165,7 +165,8 @@ def cosine_groups(model: tl.Model, config: RunConfig, split: Split, n: int = 100
     The prompts come from :func:`compose_lens.analysis.same_mlp.matched_prompts`; the mean
     MLP2 input over all prompts is subtracted first (raw cosines share a large offset).
     """
-    site = Site(mlp_in(mlp_block(model, config, split, seed) if block is None else block), ANSWER)
+    model, config, split = subject.model, subject.config, subject.split
+    site = Site(mlp_in(mlp_block(subject, seed) if block is None else block), ANSWER)
     forward = Forward(model, config.model)
     groups = {}
     g = torch.Generator().manual_seed(seed)

@@ -75,6 +75,7 @@ from compose_lens.data.split import Split
 from compose_lens.safety import check_finite_logits
 from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl, weights
+from compose_lens.subject import Subject
 
 OPERAND_KINDS = tuple(kind.operands for kind in SequenceKind)  # constant, left, right, both
 
@@ -353,24 +354,26 @@ def shared_grids() -> Iterator[None]:
         _SHARED_GRIDS.reset(token)
 
 
-def operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
+def operand_grid(subject: Subject, operands: str = "constant",
                  seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
     """The MLP of ``blocks.{layer}`` at ``=`` for every (x, y), from rendered sequences (random
     contexts, seeded); ``tokens``: :func:`grid_tokens` of the same arguments if already rendered.
     ``layer``: 1 is the paper's MLP2; the Fourier commands pass the located adder
     (:mod:`compose_lens.analysis.locate`), wherever it sits: an MLP before the last block is read
     out through :class:`FrozenDownstreamReadout`. Inside :func:`shared_grids`, built once."""
+    model, split = subject.model, subject.split
     shared = _SHARED_GRIDS.get()
     if shared is None or tokens is not None:
-        return _operand_grid(model, config, split, operands, seed, tokens, layer=layer)
+        return _operand_grid(subject, operands, seed, tokens, layer=layer)
     key = (id(model), id(split), operands, seed, layer)
     if key not in shared or shared[key][0] is not model:  # the model is kept: its id is not reused
-        shared[key] = (model, _operand_grid(model, config, split, operands, seed, layer=layer))
+        shared[key] = (model, _operand_grid(subject, operands, seed, layer=layer))
     return shared[key][1]
 
 
-def _operand_grid(model: tl.Model, config: RunConfig, split: Split, operands: str = "constant",
+def _operand_grid(subject: Subject, operands: str = "constant",
                   seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
+    model, config, split = subject.model, subject.config, subject.split
     check_readout_layer(config, layer)
     tokens = grid_tokens(split, operands, seed) if tokens is None else tokens
     acts = collect(model, config.model, tokens, resid=False, mlp_layer=layer, binder=None, router=None)  # the MLP only

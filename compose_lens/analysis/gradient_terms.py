@@ -84,6 +84,7 @@ from compose_lens.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import heads, tl, weights
+from compose_lens.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Int
@@ -228,10 +229,11 @@ def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch
     return pd.DataFrame(rows)
 
 
-def shares_of_model(model: tl.Model | tl.Weights, config: RunConfig, split, n: int = 512, seed: int = 0
+def shares_of_model(subject: Subject, n: int = 512, seed: int = 0
                     ) -> pd.DataFrame:
     """:func:`shares` of one model on a batch of ``n`` training sequences
     (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``: the same batch for every model of a run)."""
+    model, config, split = subject.model, subject.config, subject.split
     batch = TrainingSampler(split, n, seed).batch(0)
     with torch.enable_grad():
         return shares(tl.parameters(model), config, batch.tokens, batch.labels)
@@ -248,10 +250,11 @@ def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progr
     if most is not None:
         checkpoints = runs.select_checkpoints(checkpoints, stride=math.ceil(len(checkpoints) / max(most, 1)))
     # step 0: the initial weights, booted again from the run's config (its init_seed)
-    tables = [shares_of_model(tl.boot(config.model), config, split, n, seed).assign(step=0)]
+    booted = Subject(tl.boot(config.model), config, split, f"{run_dir} (step 0)")
+    tables = [shares_of_model(booted, n, seed).assign(step=0)]
     for checkpoint in progress_lines.bar(checkpoints, wanted=progress, desc=f"gradient terms {run_dir.name}"):
         loaded = runs.load_model(checkpoint.path, bridge=False)
-        tables.append(shares_of_model(loaded.model, loaded.config, loaded.split, n, seed).assign(step=checkpoint.step))
+        tables.append(shares_of_model(loaded, n, seed).assign(step=checkpoint.step))
     return pd.concat(tables, ignore_index=True)
 
 

@@ -85,6 +85,7 @@ from compose_lens.evaluate import (BINDING_POOLS, COMPOSITION_POOL, LEARNED, Lea
                                    predictions)
 from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 ROLES = ("binder", "router", "adder")
 NULL_FILE = Path(__file__).resolve().parents[1] / "assets" / "role_null.json"  # written by experiments/zoo.py
@@ -191,8 +192,9 @@ def trace(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ablate: int 
 # -- the scores ----------------------------------------------------------------------------------
 
 
-def head_scores(model: tl.Model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
+def head_scores(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Binder and router score of every head (see the module doc), one row per (role, head)."""
+    model, config, split = subject.model, subject.config, subject.split
     tokens = probe_batch(split, n, seed).tokens
     return head_scores_of(config.task, tokens, trace(model, config, tokens).patterns)
 
@@ -231,8 +233,9 @@ def choose_gatherer(table: pd.DataFrame, router: Role) -> Role:
     return _choose("gatherer", rows)
 
 
-def adder_scores(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> pd.DataFrame:
+def adder_scores(subject: Subject, seed: int = 0) -> pd.DataFrame:
     """Adder score of every MLP that exists (see the module doc), one row per MLP."""
+    model, config, split = subject.model, subject.config, subject.split
     p = config.task.modulus
     tokens = fourier.grid_tokens(split, "constant", seed)
     labels = config.task.answer(torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p))
@@ -326,12 +329,13 @@ def _choose(role: str, table: pd.DataFrame) -> Role:
     return Role(role, best["component"], int(best["layer"]), head, float(best["score"]), threshold)
 
 
-def gated_heads(model: tl.Model, config: RunConfig, split: Split, table: pd.DataFrame, seed: int = 0,
+def gated_heads(subject: Subject, table: pd.DataFrame, seed: int = 0,
                 knows: Learned | None = None) -> tuple[Role, Role, Learned, pd.DataFrame]:
     """The binder and router of a head-score ``table`` through both gates (module doc): (binder, router,
     what the model has learned, the table with each computed causal fall in ``causal``, ``causal_low``,
     ``causal_high``)."""
-    knows = knows or model_learned(model, config, split, seed=seed)
+    model, config, split = subject.model, subject.config, subject.split
+    knows = knows or model_learned(subject, seed=seed)
     table = table.assign(causal=np.nan, causal_low=np.nan, causal_high=np.nan)
     if not knows.binds:
         best = {role: table.loc[table["role"] == role, "score"].max() for role in ("binder", "router")}
@@ -364,23 +368,23 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
                     f"MLP, {adder.component}, scores {adder.score:.3f})")
 
 
-def locate(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600,
+def locate(subject: Subject, seed: int = 0, n: int = 600,
            threads: int | None = 1) -> Location:
     """Score every head and MLP for the three roles and pick each role's player (see the module doc)."""
     with torch_threads(threads), torch.no_grad():
-        heads = head_scores(model, config, split, n, seed)
-        binder, router, knows, heads = gated_heads(model, config, split, heads, seed)
-        table = pd.concat([heads, adder_scores(model, config, split, seed)], ignore_index=True)
+        heads = head_scores(subject, n, seed)
+        binder, router, knows, heads = gated_heads(subject, heads, seed)
+        table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
     return Location(binder, router, gated_adder(table, knows), candidates=table,
                     gatherer=choose_gatherer(table, router), learned=knows)
 
 
-def locate_adder(model: tl.Model, config: RunConfig, split: Split, seed: int = 0,
+def locate_adder(subject: Subject, seed: int = 0,
                  threads: int | None = 1) -> tuple[Role, pd.DataFrame]:
     """The adder role alone (no head scores): the role and the MLP rows."""
     with torch_threads(threads), torch.no_grad():
-        table = adder_scores(model, config, split, seed)
-        knows = model_learned(model, config, split, seed=seed)
+        table = adder_scores(subject, seed)
+        knows = model_learned(subject, seed=seed)
     return gated_adder(table, knows), table
 
 
@@ -401,7 +405,7 @@ class FourierSubject:
                 "adds": self.adds, "adder_score": self.score, "note": self.note}
 
 
-def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
+def fourier_subject(subject: Subject, seed: int = 0, *,
                     adder: Role | None = None, candidates: pd.DataFrame | None = None,
                     score_single: bool = True) -> FourierSubject:
     """Which MLP the Fourier analyses read (see the module doc).
@@ -410,6 +414,7 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
     the scoring when the model has exactly one MLP (it is then analysed, adding or not: the
     training-dynamics tools follow it from the first checkpoint on).
     """
+    model, config = subject.model, subject.config
     blocks = mlp_blocks(model, config)
     if not blocks:
         return FourierSubject(None, False, None, f"no MLP (mlp_blocks={list(config.model.mlp_blocks)}, "
@@ -417,7 +422,7 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
     if len(blocks) == 1 and not score_single and adder is None:
         return FourierSubject(blocks[0], False, None, f"blocks.{blocks[0]}.mlp, the model's only MLP (not scored)")
     if adder is None or candidates is None:
-        adder, candidates = locate_adder(model, config, split, seed)
+        adder, candidates = locate_adder(subject, seed)
     if adder.component is not None:
         return FourierSubject(adder.layer, True, adder.score,
                               f"the located adder (score {adder.score:.3f} >= {adder.threshold})")
@@ -430,7 +435,7 @@ def fourier_subject(model: tl.Model, config: RunConfig, split: Split, seed: int 
 # -- what the probes read ------------------------------------------------------------------------
 
 
-def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n: int = 600, *,
+def circuit_heads(subject: Subject, seed: int = 0, n: int = 600, *,
                   location: Location | None = None, threads: int | None = 1) -> probes.Heads:
     """The binder, router and gatherer heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
 
@@ -440,12 +445,13 @@ def circuit_heads(model: tl.Model, config: RunConfig, split: Split, seed: int = 
     (``location``: a :func:`locate` result to reuse; else the heads are scored here), None where no
     head reaches the role's threshold.
     """
+    config = subject.config
     if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
     if location is None or location.gatherer is None:
         with torch_threads(threads), torch.no_grad():
-            table = head_scores(model, config, split, n, seed)
-            binder, router, _, table = gated_heads(model, config, split, table, seed)
+            table = head_scores(subject, n, seed)
+            binder, router, _, table = gated_heads(subject, table, seed)
         gatherer = choose_gatherer(table, router)
     else:
         binder, router, gatherer = location.binder, location.router, location.gatherer

@@ -62,6 +62,7 @@ from compose_lens import stats
 from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
 from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
+from compose_lens.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
@@ -171,7 +172,7 @@ def _margins(resid: torch.Tensor, w_u: torch.Tensor, labels: torch.Tensor) -> to
 GROUPINGS = ("kind", "pool")  # what logit_attribution's rows are grouped by
 
 
-def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0, by: str = "kind"
+def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "kind"
                       ) -> pd.DataFrame:
     """One row per (group, component): its mean direct contribution to the answer margin, its share
     of the group's mean margin, and the group's mean margin and accuracy.
@@ -185,6 +186,7 @@ def logit_attribution(model, config: RunConfig, split: Split, n: int = 600, seed
     Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the
     answer's margin on the training pairs and against it on the held-out pairs, which the kinds'
     means, each a mixture of both, hide."""
+    model, config, split = subject.model, subject.config, subject.split
     if by not in GROUPINGS:
         raise ComposeLensError(f"by={by!r}: group the attribution by {' or '.join(GROUPINGS)}")
     tokens, labels, groups = _pooled_groups(split, n, seed)
@@ -240,8 +242,9 @@ def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
     return (own - summed).abs().max().item()
 
 
-def logit_lens(model, config: RunConfig, split: Split, n: int = 600, seed: int = 0) -> pd.DataFrame:
+def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Accuracy of the residual stream at ``=`` read through the unembedding after each stage."""
+    model, config, split = subject.model, subject.config, subject.split
     tokens, labels = _pooled(split, n, seed)
     parts = components_at_answer(model, config, tokens)
     params = tl.parameters(model)

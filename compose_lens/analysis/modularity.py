@@ -72,14 +72,13 @@ from compose_lens import outcome, stats
 from compose_lens.analysis import circuit, locate, same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
-from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.evaluate import exhaustive_accuracies, headline_holds
-from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 INCONCLUSIVE = "inconclusive"
 SEPARATION_MIN = 0.8  # (a): at least this share of the two profiles on different components (module doc)
@@ -187,9 +186,10 @@ def overlap(binding: pd.Series, adding: pd.Series) -> float:
     return float(both.min(axis=1).sum())
 
 
-def separation(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 120, seed: int = 0,
+def separation(subject: Subject, n_pairs: int = 120, seed: int = 0,
                steps: int = 8) -> dict:
     """(a) of the module doc: the two profiles, their overlap and the separation (or why inconclusive)."""
+    model, config, split = subject.model, subject.config, subject.split
     task = config.task
     n = task.seq_len
     gm = circuit.GraphModel.from_model(model, config.model, positions=True)
@@ -223,9 +223,9 @@ def attribution_adder(adding: pd.Series) -> str | None:
     return f"blocks.{mlps.idxmax()[1:]}.mlp"
 
 
-def same_adder(model: tl.Model, config: RunConfig, split: Split, n: int = 150, seed: int = 0) -> dict:
+def same_adder(subject: Subject, n: int = 150, seed: int = 0) -> dict:
     """(b) of the module doc: the located adder and the same-MLP verdict on it."""
-    report = same_mlp.same_mlp_report(model, config, split, seed, n=n)
+    report = same_mlp.same_mlp_report(subject, seed, n=n)
     score = {"supported": 1.0, "not supported": 0.0}.get(report["verdict"], INCONCLUSIVE)
     return {"same_adder": score, "verdict": report["verdict"], "reason": report["verdict_reason"],
             "adder": report["components"]["adder"]}
@@ -323,9 +323,10 @@ def smallest_circuit_with_interval(gm: circuit.GraphModel, split: Split, scores:
     return int(sizes[first]), float(worst[-1]), interval()
 
 
-def circuit_fraction(model: tl.Model, config: RunConfig, split: Split, n_pairs: int = 150, pool_size: int = 200,
+def circuit_fraction(subject: Subject, n_pairs: int = 150, pool_size: int = 200,
                      seed: int = 0, steps: int = 8) -> dict:
     """(c) of the module doc: the fewest top-|EAP-IG| component edges recovering 95 % on every pool."""
+    model, config, split = subject.model, subject.config, subject.split
     gm = circuit.GraphModel.from_model(model, config.model, positions=False)
     pairs = circuit.resample_pairs(split, n_pairs, seed)
     scores = circuit.eap_ig_scores(gm, pairs, circuit.baseline(gm, pairs), steps).detach()
@@ -350,7 +351,7 @@ def verdict(separation_score, same) -> str:
     return INCONCLUSIVE
 
 
-def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n_pairs: int = 120,
+def measure(subject: Subject, seed: int = 0, *, n_pairs: int = 120,
             same_mlp_n: int = 150, pool_size: int = 200, steps: int = 8, threads: int | None = 1,
             learned_at: float = outcome.GENERALISED) -> dict:
     """Every ``modularity_*`` column of the module doc for one model, plus the exhaustive accuracies
@@ -358,10 +359,10 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
     ``gatherer``, located whatever the accuracies: where the roles sit, or "none"). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
     study's headline by default; a proxy may ask less, and must say so)."""
     with torch_threads(threads):
-        accuracies = exhaustive_accuracies(model, config, split, seed)
+        accuracies = exhaustive_accuracies(subject, seed)
         row = {"zero_var_heldout": accuracies["zero_var_heldout"]["accuracy"],
                "two_var_union": accuracies["two_var_union"]["accuracy"]}
-        found = locate.locate(model, config, split, seed)
+        found = locate.locate(subject, seed)
         roles = {r.role: r.component or "none" for r in (*found.roles(), found.gatherer)}
         if not any(accuracies[k]["total"] for k in ("zero_var_heldout", "two_var_union")):
             why = ("the split holds out nothing, so no exhaustive set can show that the model generalises, which "
@@ -371,9 +372,9 @@ def measure(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, 
             why = (f"the model has not learned the task (0-var held-out {row['zero_var_heldout']:.3f}, 2-var union "
                    f"{row['two_var_union']:.3f}; measuring needs both >= {learned_at})")
             return {**row, **dict.fromkeys(COLUMNS, INCONCLUSIVE), "modularity_reason": why, **roles}
-        a = separation(model, config, split, n_pairs, seed, steps)
-        b = same_adder(model, config, split, same_mlp_n, seed)
-        c = circuit_fraction(model, config, split, n_pairs, pool_size, seed, steps)
+        a = separation(subject, n_pairs, seed, steps)
+        b = same_adder(subject, same_mlp_n, seed)
+        c = circuit_fraction(subject, n_pairs, pool_size, seed, steps)
     conclusive = a["separation"] != INCONCLUSIVE
     top = lambda key: a[key].index[0] if conclusive and len(a[key]) else INCONCLUSIVE  # noqa: E731
     by_attribution = attribution_adder(a["adding"]) if conclusive else None

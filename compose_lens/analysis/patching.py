@@ -87,7 +87,7 @@ import torch
 
 from compose_lens import capabilities, stats
 from compose_lens.analysis import metrics
-from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig, RunConfig
+from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
@@ -99,6 +99,7 @@ from compose_lens.evaluate import answer_logits
 from compose_lens.forward import Site
 from compose_lens.safety import check_finite_logits
 from compose_lens.model import heads, tl, weights
+from compose_lens.subject import Subject
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 # per head, through the bridge's hooks (head_patching_table): a head's query, key, value, its
@@ -722,7 +723,7 @@ def warn_if_few_pairs_differ(clean: torch.Tensor, corrupted: torch.Tensor, metri
     return differing
 
 
-def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs: int = 1000,
+def patching_table(subject: Subject, *, n_pairs: int = 1000,
                    corruption: str = "value", components=COMPONENTS, seed: int = 0,
                    n_boot: int = 1000, by: str = "role", pairs=None,
                    metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
@@ -744,6 +745,7 @@ def patching_table(model: tl.Model, config: RunConfig, split: Split, *, n_pairs:
     then the normalised metric and the three logit-difference columns take its name
     (``prob``, ``clean_prob``, ``corrupted_prob``).
     """
+    model, config, split = subject.model, subject.config, subject.split
     if by not in BY:
         raise ComposeLensError(f"by={by!r}: use role or position")
     metric_name, metric_fn = metrics.resolve(metric)
@@ -796,18 +798,12 @@ def _check_separable(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: 
 # -- per-head inputs, and path patching, through the bridge's hooks ---------------------------
 
 
-def _subject_parts(subject, config: RunConfig | None, split: Split | None, what: str):
-    """(model, config, split) of a :class:`~compose_lens.subject.Subject`, or of a model given with
-    its config and split; the model must have the bridge's hooks."""
-    if all(hasattr(subject, name) for name in ("model", "config", "split")):
-        subject, config, split = subject.model, subject.config, subject.split
-    if config is None or split is None:
-        raise ComposeLensError(f"{what}: give a subject (compose_lens.runs.load_subject) or a model with "
-                               "its config and split")
-    if isinstance(subject, tl.Weights):
+def _bridge(subject: Subject, what: str) -> tl.Model:
+    """The subject's model, which must have the bridge's hooks."""
+    if isinstance(subject.model, tl.Weights):
         raise ComposeLensError(f"{what} reads the TransformerLens bridge's hooks, and this model was loaded "
                                "without the bridge: load it with load_subject(..., bridge=True), the default")
-    return subject, config, split
+    return subject.model
 
 
 def head_sites(cfg: ModelConfig, components=HEAD_COMPONENTS) -> list[Site]:
@@ -820,7 +816,7 @@ def head_sites(cfg: ModelConfig, components=HEAD_COMPONENTS) -> list[Site]:
             for position in range(cfg.n_ctx) for head in range(cfg.n_heads)]
 
 
-def head_patching_table(subject, config: RunConfig | None = None, split: Split | None = None, *,
+def head_patching_table(subject: Subject, *,
                         components=("q", "k", "v", "pattern"), n_pairs: int = 1000, corruption: str = "value",
                         seed: int = 0, n_boot: int = 1000, by: str = "role", pairs=None,
                         metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
@@ -838,10 +834,10 @@ def head_patching_table(subject, config: RunConfig | None = None, split: Split |
     TransformerLens's ``get_act_patch_attn_head_{q,k,v}_by_pos``, ``..._pattern_by_pos`` and
     ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`hook_batched_logit_diffs`).
 
-    ``subject``: a :class:`~compose_lens.subject.Subject` with its bridge, or a bridge with
-    ``config`` and ``split``. The other arguments and the columns are :func:`patching_table`'s.
+    ``subject``: a :class:`~compose_lens.subject.Subject` with its bridge. The other arguments and the
+    columns are :func:`patching_table`'s.
     """
-    model, config, split = _subject_parts(subject, config, split, "per-head patching")
+    model, config, split = _bridge(subject, "per-head patching"), subject.config, subject.split
     if by not in BY:
         raise ComposeLensError(f"by={by!r}: use role or position")
     metric_name, metric_fn = metrics.resolve(metric)
@@ -989,9 +985,8 @@ def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, s
     return torch.cat(paths, dim=1), torch.cat(totals)
 
 
-def path_patching(subject, config: RunConfig | None = None, split: Split | None = None,
-                  sender: str = "blocks.0.head0", receivers=("blocks.1.head0.v",), *, n_pairs: int = 1000,
-                  corruption: str = "value", seed: int = 0, n_boot: int = 1000, pairs=None,
+def path_patching(subject: Subject, sender: str = "blocks.0.head0", receivers=("blocks.1.head0.v",), *,
+                  n_pairs: int = 1000, corruption: str = "value", seed: int = 0, n_boot: int = 1000, pairs=None,
                   metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
     """Path patching: how much of the clean answer the sender's output restores when it reaches
     only the receiver (:func:`path_patched_values`), per receiver, normalised as
@@ -1008,7 +1003,7 @@ def path_patching(subject, config: RunConfig | None = None, split: Split | None 
     clean_logit_diff, corrupted_logit_diff, n_pairs, corruption (with ``metric``, the
     logit-difference columns take its name, as in :func:`patching_table`).
     """
-    model, config, split = _subject_parts(subject, config, split, "path patching")
+    model, config, split = _bridge(subject, "path patching"), subject.config, subject.split
     source = path_end(sender, "sender", config.model)
     named = [receivers] if isinstance(receivers, str) else list(receivers)
     targets = [path_end(r, "receiver", config.model) for r in named]

@@ -78,6 +78,7 @@ from compose_lens.data.task import SequenceKind
 from compose_lens.data.variants import bindings
 from compose_lens.model import tl
 from compose_lens.model.weights import ov_matrix, qk_matrix
+from compose_lens.subject import Subject
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -194,12 +195,13 @@ def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
     return joined[:n]
 
 
-def probe_activations(model: tl.Model, config: RunConfig, split: Split, n: int = 900,
+def probe_activations(subject: Subject, n: int = 900,
                       seed: int = 0, tokens: torch.Tensor | None = None, *,
                       heads: Heads = PAPER_HEADS) -> Activations:
     """The activations of :func:`probe_batch` (one forward pass shared by the activation probes);
     ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only);
     ``heads``: the binder and router heads read (the paper's by default)."""
+    model, config, split = subject.model, subject.config, subject.split
     tokens = probe_batch(split, n, seed).tokens if tokens is None else tokens
     mlp = config.model.mlp_blocks  # the probes read no MLP; the paper's (1) for the table forward
     layer = mlp[-1] if mlp else config.model.n_layers - 1
@@ -224,8 +226,8 @@ def gatherer_pattern(acts: Activations) -> torch.Tensor | None:
     return None if acts.pattern0 is None else acts.pattern0[:, -1]
 
 
-def _acts(model, config, split, n, seed, acts, heads=PAPER_HEADS) -> Activations:
-    return acts if acts is not None else probe_activations(model, config, split, n, seed, heads=heads)
+def _acts(subject, n, seed, acts, heads=PAPER_HEADS) -> Activations:
+    return acts if acts is not None else probe_activations(subject, n, seed, heads=heads)
 
 
 NAN = float("nan")
@@ -250,12 +252,13 @@ def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tenso
 # -- 1. previous-token head: activations and a linear probe ------------------------------
 
 
-def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def prev_token_attention_score(subject: Subject, *, n: int = 900,
                                seed: int = 0, acts: Activations | None = None,
                                heads: Heads = PAPER_HEADS) -> float:
     """Fraction of context value positions whose binder (layer-1) attention peaks on the previous token
     (on a task with filler words inside assignments: on the value's variable, :func:`value_positions`)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     if acts.pattern0 is None:
         return NAN
     seq, pos, var = value_positions(config.task, acts.tokens)
@@ -263,12 +266,13 @@ def prev_token_attention_score(model: tl.Model, config: RunConfig, split: Split,
     return (peak == var).float().mean().item()
 
 
-def prev_token_attention_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def prev_token_attention_mass(subject: Subject, *, n: int = 900,
                               seed: int = 0, acts: Activations | None = None,
                               heads: Heads = PAPER_HEADS) -> float:
     """Mean binder (layer-1) attention weight a context value position puts on the previous token (the
     graded companion of the argmax hit rate :func:`prev_token_attention_score`)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     if acts.pattern0 is None:
         return NAN
     seq, pos, var = value_positions(config.task, acts.tokens)
@@ -330,12 +334,13 @@ def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch
     return ProbeResult(train_acc, test_acc, len(x_train), len(x_test), n_classes)
 
 
-def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900, seed: int = 0,
+def prev_token_probe(subject: Subject, *, n: int = 900, seed: int = 0,
                      acts: Activations | None = None, heads: Heads = PAPER_HEADS, **probe_options) -> ProbeResult:
     """Probe the residual stream after the binder's attention (paper: ``blocks.0.hook_resid_mid``; with
     no layer-1 MLP it equals ``hook_resid_post``) at value positions for the assigned variable.
     NaN accuracies where no head binds."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     task = config.task
     if acts.binder is None:
         return ProbeResult(NAN, NAN, 0, 0, task.n_vars)
@@ -347,11 +352,11 @@ def prev_token_probe(model: tl.Model, config: RunConfig, split: Split, *, n: int
     return fit_linear_probe(features, labels, seq, task.n_vars, seed=seed, **probe_options)
 
 
-def prev_token_probe_accuracy(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def prev_token_probe_accuracy(subject: Subject, *, n: int = 900,
                               seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS,
                               **probe_options) -> float:
     """Held-out accuracy of :func:`prev_token_probe` (chance: 1 / n_vars)."""
-    return prev_token_probe(model, config, split, n=n, seed=seed, acts=acts, heads=heads,
+    return prev_token_probe(subject, n=n, seed=seed, acts=acts, heads=heads,
                             **probe_options).test_accuracy
 
 
@@ -372,11 +377,12 @@ def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor
     return _top2_matches(gatherer_pattern(acts), targets)
 
 
-def equals_to_operands_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_operands_score(subject: Subject, *, n: int = 900,
                              seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
     positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     if gatherer_pattern(acts) is None:
         return NAN
     return equals_to_operands_hits(config.task, acts).float().mean().item()
@@ -388,11 +394,12 @@ def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (weights * hit).sum(-1)
 
 
-def equals_to_operands_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_operands_mass(subject: Subject, *, n: int = 900,
                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Mean gatherer (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
     :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     pattern = gatherer_pattern(acts)
     if pattern is None:
         return NAN
@@ -474,21 +481,23 @@ def values_all_queried(task: TaskConfig, tokens: torch.Tensor) -> bool:
     return bool(queried.all())
 
 
-def equals_to_values_score(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_values_score(subject: Subject, *, n: int = 900,
                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the
     value positions (see :func:`value_targets`)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     if acts.pattern1_last is None:
         return NAN
     return equals_to_values_hits(config.task, acts).float().mean().item()
 
 
-def equals_to_values_mass(model: tl.Model, config: RunConfig, split: Split, *, n: int = 900,
+def equals_to_values_mass(subject: Subject, *, n: int = 900,
                           seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Mean router (layer-2) attention mass from ``=`` on the two value positions (graded: the study's
     final model reads 1.0 on :func:`equals_to_values_score` with only about half its mass there)."""
-    acts = _acts(model, config, split, n, seed, acts, heads)
+    config = subject.config
+    acts = _acts(subject, n, seed, acts, heads)
     if acts.pattern1_last is None:
         return NAN
     return target_mass(acts.pattern1_last, value_targets(config.task, acts.tokens)).mean().item()

@@ -162,6 +162,7 @@ from compose_lens.data.task import SequenceKind
 from compose_lens.forward import ANSWER, Forward, Site
 from compose_lens.model import tl, weights
 from compose_lens.provenance import provenance
+from compose_lens.subject import Subject
 
 def mlp_in(block: int) -> str:
     """The hook of the input of ``blocks.{block}``'s MLP."""
@@ -222,10 +223,11 @@ PAPER_LAYOUT = Layout(1, ((1, 0),), ISOLATION, "adder: blocks.1.mlp, router: blo
 _LAYOUTS: dict = {}
 
 
-def layout_of(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -> Layout:
+def layout_of(subject: Subject, seed: int = 0) -> Layout:
     """Where the tests read: :data:`PAPER_LAYOUT` for the paper architecture, else the located adder
     and router (``missing`` says which role no component plays). Remembered per model weights and seed
     (the command and its report ask twice)."""
+    model, config = subject.model, subject.config
     check_layout(config)
     undecidable = coverage.same_mlp_inconclusive(config.model)  # normalisation: no test applies
     if undecidable:
@@ -237,12 +239,13 @@ def layout_of(model: tl.Model, config: RunConfig, split: Split, seed: int = 0) -
            float(params["unembed.weight"].detach().float().sum()))
     if key not in _LAYOUTS:
         _LAYOUTS.clear()
-        _LAYOUTS[key] = _locate_layout(model, config, split, seed)
+        _LAYOUTS[key] = _locate_layout(subject, seed)
     return _LAYOUTS[key]
 
 
-def _locate_layout(model: tl.Model, config: RunConfig, split: Split, seed: int) -> Layout:
-    found = locate.locate(model, config, split, seed)
+def _locate_layout(subject: Subject, seed: int) -> Layout:
+    config = subject.config
+    found = locate.locate(subject, seed)
     located = {r.role: {"component": r.component, "score": r.score, "threshold": r.threshold} for r in found.roles()}
     adder, router = found.adder, found.router
     how = f"located: {adder.line()}; {router.line()}"
@@ -593,10 +596,10 @@ class Features:
     busiest: list[int]  # the single neurons with the most variance on the constant grid
 
 
-def constant_features(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, n_neurons: int = 32,
+def constant_features(subject: Subject, seed: int = 0, n_neurons: int = 32,
                       min_fraction: float = 0.5, layer: int = 1) -> Features:
     """``layer``: the adder's block (the paper's MLP2: 1)."""
-    grid = operand_grid(model, config, split, "constant", seed, layer=layer)
+    grid = operand_grid(subject, "constant", seed, layer=layer)
     neurons = neuron_frequencies(grid)
     keys = key_frequencies(neurons, min_fraction=min_fraction)
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
@@ -648,10 +651,11 @@ def profile_correlation(a: torch.Tensor, b: torch.Tensor, seed: int = 0, n_boot:
             "null_mean": null.mean().item(), "null_high": null.quantile(0.975).item()}
 
 
-def feature_tables(model: tl.Model, config: RunConfig, split: Split, sets: dict[str, Prompts],
+def feature_tables(subject: Subject, sets: dict[str, Prompts],
                    features: Features, seed: int = 0,
                    layout: Layout = PAPER_LAYOUT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Test 2: (the damage profiles, one row per unit; the correlations, one row per comparison)."""
+    model, config, split = subject.model, subject.config, subject.split
     reference = LastPositionMLP(model, config, reference_tokens(split, 1000, seed),
                                 None if layout.study else layout.adder)
     damage = {}
@@ -1016,11 +1020,12 @@ def check_layout(config: RunConfig) -> None:
         raise ComposeLensError(reason)
 
 
-def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *,
+def same_mlp_tables(subject: Subject, seed: int = 0, *,
                     n: int = 400, layout: Layout | None = None) -> dict[str, pd.DataFrame]:
     """The three tests as DataFrames: ``interchange``, ``damage_profiles``, ``feature_transfer``, ``probe``;
     none (an empty dict) where a role is not located (``layout``: :func:`layout_of`, found here if None)."""
-    layout = layout or layout_of(model, config, split, seed)
+    model, config, split = subject.model, subject.config, subject.split
+    layout = layout or layout_of(subject, seed)
     if layout.missing:
         return {}
     was_training = model.training
@@ -1031,10 +1036,10 @@ def same_mlp_tables(model: tl.Model, config: RunConfig, split: Split, seed: int 
                 **variable_sets(split, n, seed), "random": make_prompts(split, "random", "left", n, seed)}
         parts = {name: (prompts, decompose(model, config.model, prompts.tokens, layout=layout))
                  for name, prompts in sets.items()}
-        features = constant_features(model, config, split, seed, layer=layout.adder)
+        features = constant_features(subject, seed, layer=layout.adder)
         damage_sets = {"const": sets["const"], "1-var": _join(sets["var1_left"], sets["var1_right"]),
                        "2-var": sets["var2"]}
-        profiles, transfer = feature_tables(model, config, split, damage_sets, features, seed, layout)
+        profiles, transfer = feature_tables(subject, damage_sets, features, seed, layout)
         return {"interchange": interchange_table(model, config, parts, seed, layout), "damage_profiles": profiles,
                 "feature_transfer": transfer,
                 "probe": probe_table(model, config, parts, features.keys, seed, layout),
@@ -1056,12 +1061,13 @@ def variable_sets(split: Split, n: int, seed: int = 0) -> dict[str, Prompts]:
                                      ("var2", "var2", "left"))}
 
 
-def same_mlp_run(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
+def same_mlp_run(subject: Subject, seed: int = 0, *, n: int = 400,
                  layout: Layout | None = None) -> tuple[dict[str, pd.DataFrame], dict]:
     """The tests' tables and the report (:func:`same_mlp_report`). Where a role is not located, the model
     does not answer the variable prompts or does not compose (the gates of the module doc), the tests are
     not run: the tables hold the ``competence`` table alone (none where a role is missing)."""
-    layout = layout or layout_of(model, config, split, seed)
+    model, config, split = subject.model, subject.config, subject.split
+    layout = layout or layout_of(subject, seed)
     why, competence = layout.missing, None
     if not why:
         was_training = model.training
@@ -1070,26 +1076,27 @@ def same_mlp_run(model: tl.Model, config: RunConfig, split: Split, seed: int = 0
             competence = competence_table(model, config, variable_sets(split, n, seed))
         finally:
             model.train(was_training)
-        why = incompetence(competence) or composition_gap(model, config, split, seed)
+        why = incompetence(competence) or composition_gap(subject, seed)
     if why:
         tables = {} if competence is None else {"competence": competence}
         return tables, _untested(config, seed, n, layout, why, tables)
-    tables = same_mlp_tables(model, config, split, seed, n=n, layout=layout)
+    tables = same_mlp_tables(subject, seed, n=n, layout=layout)
     return tables, _judged(config, seed, n, layout, tables)
 
 
-def same_mlp_report(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 400,
+def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400,
                     tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
     """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
     ``components`` says which MLP and heads the tests read (:class:`Layout`); ``tables``: those of
     :func:`same_mlp_run` (made there where not given). Where the tests were not run (a gate of the
     module doc): verdict ``inconclusive`` and ``verdict_reason`` says why."""
-    layout = layout or layout_of(model, config, split, seed)
+    config = subject.config
+    layout = layout or layout_of(subject, seed)
     if tables is None:
-        return same_mlp_run(model, config, split, seed, n=n, layout=layout)[1]
+        return same_mlp_run(subject, seed, n=n, layout=layout)[1]
     if "interchange" in tables:
         return _judged(config, seed, n, layout, tables)
-    why = layout.missing or incompetence(tables.get("competence")) or composition_gap(model, config, split, seed)
+    why = layout.missing or incompetence(tables.get("competence")) or composition_gap(subject, seed)
     return _untested(config, seed, n, layout, why or "the tests were not run", tables)
 
 

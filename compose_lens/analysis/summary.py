@@ -69,6 +69,7 @@ from compose_lens.config import RunConfig
 from compose_lens.errors import ComposeLensError
 from compose_lens.files import json_safe
 from compose_lens.data.split import Split
+from compose_lens.subject import Subject
 
 MEASURE_KEYS = (
     "prev_token_weight_score",
@@ -127,13 +128,14 @@ FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_fre
 LOCATE = "locate"  # mlp_block: find it (locate.fourier_subject)
 
 
-def fourier_block(model: tl.Model, config: RunConfig, split: Split, mlp_block: int | None | str = LOCATE,
+def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE,
                   seed: int = 0) -> int | None:
     """The block whose MLP the Fourier measures read, or None where the model has no MLP:
     ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the located adder
     (:func:`compose_lens.analysis.locate.fourier_subject`), wherever it sits."""
+    config = subject.config
     if mlp_block == LOCATE:
-        mlp_block = locate.fourier_subject(model, config, split, seed, score_single=False).layer
+        mlp_block = locate.fourier_subject(subject, seed, score_single=False).layer
     return mlp_block if mlp_block in config.model.mlp_blocks else None
 
 
@@ -167,27 +169,28 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
-def _probe_measures(model: tl.Model, config: RunConfig, split: Split, acts, heads: probes.Heads,
+def _probe_measures(subject: Subject, acts, heads: probes.Heads,
                     probe_accuracy: float) -> dict[str, float]:
     """The probe measures of ``acts`` (collected for ``heads``) and the weight views of ``heads``."""
+    model, config = subject.model, subject.config
     return {
         "prev_token_weight_score": probes.prev_token_weight_score(model, config, heads=heads),
-        "prev_token_attention_score": probes.prev_token_attention_score(model, config, split, acts=acts),
+        "prev_token_attention_score": probes.prev_token_attention_score(subject, acts=acts),
         "prev_token_probe_accuracy": probe_accuracy,
-        "equals_to_operands_score": probes.equals_to_operands_score(model, config, split, acts=acts, heads=heads),
+        "equals_to_operands_score": probes.equals_to_operands_score(subject, acts=acts, heads=heads),
         "variable_identity_score": probes.variable_identity_score(model, config, heads=heads),
-        "equals_to_values_score": probes.equals_to_values_score(model, config, split, acts=acts),
+        "equals_to_values_score": probes.equals_to_values_score(subject, acts=acts),
         # the graded companions of the three argmax hit rates: attention mass on the targets
-        "prev_token_attention_mass": probes.prev_token_attention_mass(model, config, split, acts=acts),
-        "equals_to_operands_mass": probes.equals_to_operands_mass(model, config, split, acts=acts, heads=heads),
-        "equals_to_values_mass": probes.equals_to_values_mass(model, config, split, acts=acts),
+        "prev_token_attention_mass": probes.prev_token_attention_mass(subject, acts=acts),
+        "equals_to_operands_mass": probes.equals_to_operands_mass(subject, acts=acts, heads=heads),
+        "equals_to_values_mass": probes.equals_to_values_mass(subject, acts=acts),
     }
 
 
-def probe_heads(model: tl.Model, config: RunConfig, split: Split, heads: probes.Heads | str = LOCATE,
+def probe_heads(subject: Subject, heads: probes.Heads | str = LOCATE,
                 seed: int = 0) -> probes.Heads:
     """``heads`` as given, or (``"locate"``) :func:`compose_lens.analysis.locate.circuit_heads`."""
-    return locate.circuit_heads(model, config, split, seed) if heads == LOCATE else heads
+    return locate.circuit_heads(subject, seed) if heads == LOCATE else heads
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def measure_inputs(split: Split, n: int = 600, seed: int = 0) -> MeasureInputs:
                          fourier.grid_tokens(split, "constant", seed))
 
 
-def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int = 600, seed: int = 0,
+def circuit_measures(subject: Subject, *, n: int = 600, seed: int = 0,
                      threads: int | None = 1, inputs: MeasureInputs | None = None,
                      mlp_block: int | None | str = LOCATE,
                      heads: probes.Heads | str = LOCATE) -> dict[str, float]:
@@ -220,58 +223,60 @@ def circuit_measures(model: tl.Model, config: RunConfig, split: Split, *, n: int
     tools fix it once per run); ``heads``: the binder and router the probes read (see
     :func:`probe_heads`; the dynamics tools fix them once per run too).
     """
+    model, config = subject.model, subject.config
     if inputs is not None and (inputs.n, inputs.seed) != (n, seed):
         raise ValueError(f"inputs are for n={inputs.n}, seed={inputs.seed}; asked for n={n}, seed={seed}")
     with torch_threads(threads), torch.no_grad():
-        layer = fourier_block(model, config, split, mlp_block, seed)
-        heads = probe_heads(model, config, split, heads, seed)
-        acts = probes.probe_activations(model, config, split, n, seed,
+        layer = fourier_block(subject, mlp_block, seed)
+        heads = probe_heads(subject, heads, seed)
+        acts = probes.probe_activations(subject, n, seed,
                                         tokens=None if inputs is None else inputs.probe_tokens, heads=heads)
-        accuracy = probes.prev_token_probe_accuracy(model, config, split, acts=acts, seed=seed)
-        out = _probe_measures(model, config, split, acts, heads, accuracy)
+        accuracy = probes.prev_token_probe_accuracy(subject, acts=acts, seed=seed)
+        out = _probe_measures(subject, acts, heads, accuracy)
         if layer is None:
             out.update(dict.fromkeys(FOURIER_KEYS, float("nan")))
         else:
             out["ov_mlp_addition_accuracy"] = _ov_accuracy(model, config, heads, layer)
-            grid = fourier.operand_grid(model, config, split, "constant", seed,
+            grid = fourier.operand_grid(subject, "constant", seed,
                                         tokens=None if inputs is None else inputs.grid_tokens, layer=layer)
             out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
     return {k: float(out[k]) for k in MEASURE_KEYS}
 
 
-def circuit_summary(model: tl.Model, config: RunConfig, split: Split, seed: int = 0, *, n: int = 1800,
-                    threads: int | None = 1, subject: locate.FourierSubject | None = None,
+def circuit_summary(subject: Subject, seed: int = 0, *, n: int = 1800,
+                    threads: int | None = 1, fourier_subject: locate.FourierSubject | None = None,
                     heads: probes.Heads | str = LOCATE) -> dict:
     """Everything of :func:`circuit_measures`, plus the details (JSON-ready); ``fourier_subject``
-    says which MLP the Fourier part read (``subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
+    says which MLP the Fourier part read (``fourier_subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
     already found) and ``circuit_heads`` which heads the probes read (``heads``: see :func:`probe_heads`;
     a role no head plays is listed in ``circuit_heads["none"]`` and its measures are NaN).
     Refuses, in one line, a model without an MLP; the MLP is read wherever it sits
     (``fourier_readout`` says how)."""
+    model, config = subject.model, subject.config
     with torch_threads(threads), torch.no_grad():
-        subject = subject or locate.fourier_subject(model, config, split, seed, score_single=False)
-        if subject.layer is None:
-            raise ComposeLensError(f"the summary's Fourier part needs an MLP: {subject.note}")
-        fourier.check_readout_layer(config, subject.layer)
-        layer = subject.layer
-        heads = probe_heads(model, config, split, heads, seed)
-        acts = probes.probe_activations(model, config, split, n, seed, heads=heads)
-        probe = probes.prev_token_probe(model, config, split, acts=acts, seed=seed)
-        grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
+        fourier_subject = fourier_subject or locate.fourier_subject(subject, seed, score_single=False)
+        if fourier_subject.layer is None:
+            raise ComposeLensError(f"the summary's Fourier part needs an MLP: {fourier_subject.note}")
+        fourier.check_readout_layer(config, fourier_subject.layer)
+        layer = fourier_subject.layer
+        heads = probe_heads(subject, heads, seed)
+        acts = probes.probe_activations(subject, n, seed, heads=heads)
+        probe = probes.prev_token_probe(subject, acts=acts, seed=seed)
+        grid = fourier.operand_grid(subject, "constant", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
         source = ov_source(heads, layer)
         ov = None if source is None else fourier.ov_grid(model, config, layer=layer, **source)
-        variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
+        variable = fourier.operand_grid(subject, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
         measures = {
-            **_probe_measures(model, config, split, acts, heads, probe.test_accuracy),
+            **_probe_measures(subject, acts, heads, probe.test_accuracy),
             "ov_mlp_addition_accuracy": float("nan") if ov is None else ov.accuracy(),
             **_fourier_measures(grid, keys),
         }
         summary = {
             **measures,
-            "fourier_subject": subject.to_dict(),
+            "fourier_subject": fourier_subject.to_dict(),
             "fourier_readout": fourier.readout_kind(config, layer),
             "circuit_heads": heads.to_dict(),
             "equals_to_values_by_construction": probes.values_all_queried(config.task, acts.tokens),

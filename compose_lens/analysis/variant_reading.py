@@ -39,7 +39,7 @@ from compose_lens.config import RunConfig, TaskConfig
 from compose_lens.data.sampler import Batch, concat_batches, make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.variants import bindings
-from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 
 def sequences(split: Split, n: int, seed: int = 0) -> tuple[Batch, str]:
@@ -131,12 +131,13 @@ def binding_through_fillers(config: RunConfig, tokens: torch.Tensor, patterns: l
     return pd.DataFrame(rows)
 
 
-def variant_reading(model: tl.Model, config: RunConfig, split: Split, where: Location, n: int = 1000,
+def variant_reading(subject: Subject, where: Location, n: int = 1000,
                     seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict]:
     """Both tables (``attention_by_role``, ``binding_through_fillers``) on :func:`sequences`, and the
     facts ``summary.json`` keeps: the router's attention from ``=`` on the queried, the stale values
     and the fillers, how often it prefers the latest value (:func:`latest_over_stale`), and the
     binder's attention to the variable through one filler (None where the task or the model has none)."""
+    model, config, split = subject.model, subject.config, subject.split
     batch, drawn = sequences(split, n, seed)
     patterns = trace(model, config, batch.tokens).patterns
     by_role = attention_by_role(config, batch.tokens, patterns, where)

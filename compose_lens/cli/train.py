@@ -117,7 +117,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             result["prompts"], result["declared"] = _side_by_side(loaded, args.pool_size, args.seed)
         if args.exhaustive:
             phase("the exhaustive sets")
-            for name, r in exhaustive_accuracies(loaded.model, loaded.config, loaded.split, args.seed).items():
+            for name, r in exhaustive_accuracies(loaded, args.seed).items():
                 if not r["total"]:
                     result.setdefault("absent_exhaustive", {})[name] = "the split holds out nothing it would test"
                     continue

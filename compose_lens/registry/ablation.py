@@ -18,7 +18,7 @@ def _ablation(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.ablation import ablation_table
 
-    table = ablation_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
+    table = ablation_table(ctx.loaded, seed=ctx.seed, **settings)
     subject = table.attrs.get("neuron_subject")
     return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table, settings["pool_size"]), 120)],
                   provenance={"neuron_subject": subject}, value=subject)

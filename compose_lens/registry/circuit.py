@@ -30,7 +30,7 @@ def _circuit(ctx: Context, settings: dict) -> Result:
         from compose_lens.data.pairs import as_prompt_pairs
 
         pairs = as_prompt_pairs(ctx.split.task, pairs, ctx.loaded.declaration)  # your ids, where they are ids
-    found = discover(ctx.model, ctx.config, ctx.split, s["method"], s["n_pairs"], ctx.seed, kind, s["positions"],
+    found = discover(ctx.loaded, s["method"], s["n_pairs"], ctx.seed, kind, s["positions"],
                      s["target"], s["threshold"], pairs=pairs, metric=s["metric"])
     recovered = found.pools["recovered"].min() if "recovered" in found.pools else None  # no pool has two answers
     summary = json_safe({**found.summary, "title": found.title, "pairs": str(s["pairs"]),

@@ -18,10 +18,9 @@ def _dla(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis import logit_attribution
 
-    model, config, split = ctx.model, ctx.config, ctx.split
-    table = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed)
-    lens = logit_attribution.logit_lens(model, config, split, settings["n"], ctx.seed)
-    by_pool = logit_attribution.logit_attribution(model, config, split, settings["n"], ctx.seed, by="pool")
+    table = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed)
+    lens = logit_attribution.logit_lens(ctx.loaded, settings["n"], ctx.seed)
+    by_pool = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed, by="pool")
     return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
                   figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
 
@@ -34,7 +33,7 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
     kinds = table.drop_duplicates("kind")
     largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
     rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]
-    norm = inp.config.model.normalization_type
+    norm = inp.subject.config.model.normalization_type
     why = ("since the model has no normalisation" if norm is None else
            f"with its final {norm} normalisation's scale held at the value the model computed for each sequence "
            f"(a component's effect on that scale, and so on the others' terms, is not a direct term)")

@@ -17,7 +17,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 def _entropy(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.attention_entropy import attention_entropy, lowest
 
-    table = attention_entropy(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **settings)
+    table = attention_entropy(ctx.loaded, seed=ctx.seed, **settings)
     low = lowest(table)
     return Result(tables={"attention_entropy": table},
                   facts={"lowest_entropy_head_var2": f"blocks.{low['layer']} head {low['head']}" if low else None,

@@ -23,14 +23,14 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.activations import torch_threads
     from compose_lens.files import json_safe
 
-    model, config, split, seed = ctx.model, ctx.config, ctx.split, ctx.seed
+    model, config, seed = ctx.model, ctx.config, ctx.seed
     location, subject = ctx.plan
     layer = subject.layer
     # the OV test reads the router's head where it sits in the adder's block, else head 0
     ov_head = location.router.head if location.router.layer == layer else 0
     with torch_threads(1), torch.no_grad():
-        grid = fourier.operand_grid(model, config, split, "constant", seed, layer=layer)
-        variable = fourier.operand_grid(model, config, split, "both", seed, layer=layer)
+        grid = fourier.operand_grid(ctx.loaded, "constant", seed, layer=layer)
+        variable = fourier.operand_grid(ctx.loaded, "both", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
         best = fourier.best_neurons(grid, keys, neurons)
@@ -94,7 +94,7 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
     if not facts["key_frequencies"]:
         return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp. No key frequency yet: no neuron is explained by "
                 f"one frequency, so there is no Fourier neuron to draw.</p>")
-    chosen = figure_data.fourier_neuron(inp.model, inp.config, inp.split)
+    chosen = figure_data.fourier_neuron(inp.subject)
     return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp ({html.escape(facts['fourier_subject']['note'])}). "
             f"Key frequencies {facts['key_frequencies']}, holding {facts['key_frequency_strength']:.3f} of its "
             f"post-ReLU variance over the constant-operand grid; <code>compose-lens fourier</code> writes every "

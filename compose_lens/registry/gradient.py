@@ -21,7 +21,7 @@ def _gradient(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis import gradient_terms
 
-    table = gradient_terms.shares_of_model(ctx.model, ctx.config, ctx.split, settings["n"], ctx.seed)
+    table = gradient_terms.shares_of_model(ctx.loaded, settings["n"], ctx.seed)
     kept = table[table["term"] == gradient_terms.KEPT].set_index("matrix")["cosine"]
     facts = {f"gradient_kept_cosine_{matrix}": float(kept[matrix]) for matrix in gradient_terms.MATRICES}
     ideal = gradient_terms.idealisation(ctx.model, ctx.config.model)

@@ -23,7 +23,7 @@ def _modularity(ctx, settings: dict) -> Result:
 
     from compose_lens.analysis import modularity
 
-    row = modularity.measure(ctx.model, ctx.config, ctx.split, ctx.seed, n_pairs=settings["n_pairs"],
+    row = modularity.measure(ctx.loaded, ctx.seed, n_pairs=settings["n_pairs"],
                              same_mlp_n=settings["same_mlp_n"], pool_size=settings["pool_size"],
                              steps=settings["steps"])
     facts = {k: row[k] for k in ("modularity_separation", "modularity_same_adder", "modularity_circuit_fraction",

@@ -28,7 +28,7 @@ def _patching(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.patching import patching_table
 
-    table = patching_table(ctx.model, ctx.config, ctx.split, seed=ctx.seed, **_read_pairs(ctx, settings))
+    table = patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
     title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"

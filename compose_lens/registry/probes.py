@@ -19,7 +19,7 @@ def _probes(ctx: Context, settings: dict) -> Result:
 
     from compose_lens.analysis.summary import circuit_summary
 
-    summary = circuit_summary(ctx.model, ctx.config, ctx.split, seed=ctx.seed, subject=ctx.plan[1], heads=ctx.heads)
+    summary = circuit_summary(ctx.loaded, seed=ctx.seed, fourier_subject=ctx.plan[1], heads=ctx.heads)
     by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
     kept = {k: v for k, v in summary.items() if k not in ("config", "code_version", "seed")}
     return Result(tables={"scores_by_type": by_type}, documents={"circuit_summary": kept}, facts=summary)

@@ -56,14 +56,14 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
     from compose_lens.analysis import figure_data
 
     heads = inp.context.heads
-    positional, identity = figure_data.qk_matrices(inp.model, inp.config, heads)
+    positional, identity = figure_data.qk_matrices(inp.subject.model, inp.subject.config, heads)
     parts = [f"<p>The heads read: {html.escape(heads.how)}.</p>"]
     if positional is not None:
         parts.append(inp.report.figure(plots.positional_qk_figure(positional, block=heads.binder[0]),
-                                       "positional_qk", _positional_caption(positional, inp.config.task,
+                                       "positional_qk", _positional_caption(positional, inp.subject.config.task,
                                                                             heads.binder)))
     if identity is not None:
-        parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.config.task.variable_names),
+        parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.subject.config.task.variable_names),
                                        "variable_identity", "The router's variable-identity score: a query = "
                                        "carrying one variable (row) against a key value tagged with another "
                                        "(column); the diagonal is the matching variable."))

@@ -19,7 +19,7 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis import same_mlp
     from compose_lens.files import json_safe
 
-    tables, report = same_mlp.same_mlp_run(ctx.model, ctx.config, ctx.split, ctx.seed, n=settings["n"])
+    tables, report = same_mlp.same_mlp_run(ctx.loaded, ctx.seed, n=settings["n"])
     if ctx.split.prompts is not None:  # said, not silent: the tests' prompt sets are not the file's
         report["prompt_sets"] = (f"rendered from the declared distribution, not from {ctx.split.prompts.source}: "
                                  f"the tests need a constant and a variable prompt of each pair, made to order")
@@ -66,7 +66,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
     columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "condition", "reference") if c in table]
-    groups = figure_data.cosine_groups(inp.model, inp.config, inp.split)
+    groups = figure_data.cosine_groups(inp.subject)
     return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
             f"same_mlp.json; {settings['n']} prompts per set)</p>"

@@ -17,7 +17,7 @@ from compose_lens.registry.analysis import Analysis, Finding, Result
 def _variant(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.variant_reading import variant_reading
 
-    tables, facts = variant_reading(ctx.model, ctx.config, ctx.split, ctx.plan[0], settings["n"], ctx.seed)
+    tables, facts = variant_reading(ctx.loaded, ctx.plan[0], settings["n"], ctx.seed)
     return Result(tables=tables, documents={"variant_reading": facts}, facts=facts)
 
 
@@ -26,7 +26,7 @@ def _variant_section(inp, result: Result, settings: dict) -> str:
 
     from compose_lens.markup import html_table
 
-    task, facts = inp.config.task, result.documents["variant_reading"]
+    task, facts = inp.subject.config.task, result.documents["variant_reading"]
     by_role, fillers = result.tables["attention_by_role"], result.tables["binding_through_fillers"]
     asked = ", ".join(f"{k}={getattr(task, k)}" for k in ("reassign_rate", "noise_rate", "chain_rate")
                       if getattr(task, k))

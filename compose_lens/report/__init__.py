@@ -72,7 +72,6 @@ from compose_lens.config import RunConfig
 from compose_lens.data.sampler import absent_pools, example_sequences, make_pools
 from compose_lens.data.split import Split
 from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.model import tl
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens.stats import rate_record
@@ -86,6 +85,7 @@ from compose_lens.markup import html_table, render
 from compose_lens.report.page import Report
 from compose_lens.progress import phases
 from compose_lens.attention_view import view_html
+from compose_lens.subject import Subject
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
@@ -96,9 +96,7 @@ class ReportInputs:
 
     run_dir: Path
     split_file: str | Path | None
-    model: tl.Model
-    config: RunConfig
-    split: Split
+    subject: Subject  # the final model (or the model given), its config and split
     which: str  # which model of the run: "final", or the checkpoint used
     table: pd.DataFrame  # the dynamics table, one row per checkpoint
     phases_doc: dict  # phases.json: the rule, timing and "phases"
@@ -125,9 +123,8 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
     analyses' sequences drawn with ``seed``."""
     table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute, device)
     loaded, which = runs.final_model(run_dir, split_file, device)
-    return ReportInputs(run_dir=run_dir, split_file=split_file, model=loaded.model, config=loaded.config,
-                        split=loaded.split, which=which, table=table, phases_doc=phases_doc,
-                        results=runs.read_results(run_dir),
+    return ReportInputs(run_dir=run_dir, split_file=split_file, subject=loaded, which=which, table=table,
+                        phases_doc=phases_doc, results=runs.read_results(run_dir),
                         texts=examples or example_sequences(loaded.split), report=report,
                         examples=tuple(examples or ()),
                         context=context.Context(loaded, seed=seed), results_dir=results_dir, progress=progress)
@@ -137,7 +134,7 @@ def run_outcome(inp: ReportInputs) -> dict:
     """generalised / stalled / learning: from results.json, else from the dynamics table."""
     if inp.results and "outcome" in inp.results:
         return inp.results["outcome"]
-    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, inp.config)
+    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, inp.subject.config)
 
 
 def learned_banner(inp: ReportInputs) -> str:
@@ -224,7 +221,8 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
 
 def configuration_section(inp: ReportInputs) -> str:
     head = (f"<p>Run <code>{html.escape(str(inp.run_dir))}</code>; model evaluated: {html.escape(inp.which)}; "
-            f"split: {len(inp.split.train_pairs)} training pairs, {len(inp.split.heldout_pairs)} held out.</p>")
+            f"split: {len(inp.subject.split.train_pairs)} training pairs, {len(inp.subject.split.heldout_pairs)} "
+            "held out.</p>")
     if is_study_folder(inp.run_dir):
         readme = inp.run_dir / "README.md"
         note = ("" if not readme.exists() else
@@ -233,16 +231,16 @@ def configuration_section(inp: ReportInputs) -> str:
         return (head + "<p>A folder of the study's checkpoints: it records no configuration file, so this "
                 "table shows only what its files say; the rest is <b>unknown</b> (not compose-lens's "
                 "defaults).</p>"
-                + html_table(study_configuration(inp.run_dir, inp.config, inp.split),
+                + html_table(study_configuration(inp.run_dir, inp.subject.config, inp.subject.split),
                              ["setting", "value", "where it comes from"]) + note)
     tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
-                     for section, values in inp.config.to_dict().items())
+                     for section, values in inp.subject.config.to_dict().items())
     return head + f'<div style="display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start">{tables}</div>'
 
 
 def results_section(inp: ReportInputs) -> str:
-    model, config, split, phases = inp.model, inp.config, inp.split, inp.phases
-    exhaustive = inp.results["exhaustive"] if inp.results else exhaustive_accuracies(model, config, split)
+    phases = inp.phases
+    exhaustive = inp.results["exhaustive"] if inp.results else exhaustive_accuracies(inp.subject)
     ex2, ex0 = exhaustive["two_var_union"], exhaustive["zero_var_heldout"]
     rows = [
         ["unseen 2-var sequences (2-var union, exhaustive)", STUDY["two_var_union"],
@@ -260,12 +258,13 @@ def results_section(inp: ReportInputs) -> str:
     return (stall_banner(found) + html_table(rows, ["measure", "study", "this run"])
             + f"<p class=\"note\">Exhaustive accuracies from {source}. Phase rule: "
               f"{html.escape(inp.phases_doc['rule'])}. Thresholds: {thresholds}.</p>"
-            + "<h3>Pool accuracies of the final model</h3>" + pool_accuracy_table(model, config, split))
+            + "<h3>Pool accuracies of the final model</h3>" + pool_accuracy_table(inp.subject))
 
 
-def pool_accuracy_table(model, config: RunConfig, split: Split) -> str:
+def pool_accuracy_table(subject: Subject) -> str:
     """The nine pools' accuracies as ``evaluate`` prints them: each with its 95 % Wilson interval and its
     count, correct of sequences (``config.train.pool_size`` each); a pool the split cannot draw says why."""
+    model, config, split = subject.model, subject.config, subject.split
     batches = make_pools(split, config.train.pool_size)
     rows = []
     for name, accuracy in pool_accuracies(model, config, batches).items():
@@ -276,7 +275,7 @@ def pool_accuracy_table(model, config: RunConfig, split: Split) -> str:
 
 
 def dynamics_section(inp: ReportInputs) -> str:
-    table, phases, task, report = inp.table, inp.phases, inp.config.task, inp.report
+    table, phases, task, report = inp.table, inp.phases, inp.subject.config.task, inp.report
     t = inp.phases_doc.get("timing", {})
     parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
              f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
@@ -304,7 +303,7 @@ def router_index(inp: ReportInputs) -> int:
     about (the located one; the paper's ``blocks.1`` head 0): the attention views open on it. 0 (the
     first head) where none is located."""
     router = inp.context.heads.router if inp.context is not None else None
-    return 0 if router is None else router[0] * inp.config.model.n_heads + router[1]
+    return 0 if router is None else router[0] * inp.subject.config.model.n_heads + router[1]
 
 
 def attention_section(inp: ReportInputs) -> str:
@@ -388,13 +387,13 @@ SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.
 def model_configuration_section(inp: ReportInputs) -> str:
     subject = inp.context.loaded
     declared = subject.declaration
-    head = (f"<p>Model <code>{html.escape(subject.source)}</code>; split: {len(inp.split.train_pairs)} training "
-            f"pairs, {len(inp.split.heldout_pairs)} held out. One model, no training run: the sections that read "
+    head = (f"<p>Model <code>{html.escape(subject.source)}</code>; split: {len(inp.subject.split.train_pairs)} training "
+            f"pairs, {len(inp.subject.split.heldout_pairs)} held out. One model, no training run: the sections that read "
             f"checkpoints (the dynamics, the phases, the early jump) are left out.</p>")
     rows = [] if declared is None else [[k, json.dumps(v) if len(json.dumps(v)) < 120 else f"({len(v)} entries)"]
                                         for k, v in declared.to_dict().items()]
     task = html_table(rows, ["task, as declared", "value"]) if rows else ""
-    recorded = inp.config.to_dict()  # a model trained elsewhere: where it came from, no training recipe
+    recorded = inp.subject.config.to_dict()  # a model trained elsewhere: where it came from, no training recipe
     model = html_table([[k, json.dumps(v)] for k, v in recorded["model"].items()],
                        ["model, in the study's coordinates", "value"])
     origin = "" if "origin" not in recorded else html_table(
@@ -403,12 +402,11 @@ def model_configuration_section(inp: ReportInputs) -> str:
 
 
 def model_results_section(inp: ReportInputs) -> str:
-    model, config, split = inp.model, inp.config, inp.split
-    exhaustive = exhaustive_accuracies(model, config, split)
+    exhaustive = exhaustive_accuracies(inp.subject)
     rows = [[name.replace("_", " "), STUDY.get(name, ""), f"{v['accuracy']:.2%} ({v['correct']}/{v['total']})"
              if v["total"] else "absent: the split holds out nothing it would test"] for name, v in exhaustive.items()]
     return (html_table(rows, ["exhaustive set", "study", "this model"])
-            + "<h3>Pool accuracies</h3>" + pool_accuracy_table(model, config, split))
+            + "<h3>Pool accuracies</h3>" + pool_accuracy_table(inp.subject))
 
 
 # The sections of one model's report, in page order (the registered analyses' among them)
@@ -446,8 +444,7 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                                       compare_label=compare_label, compare_options=compare_options, seed=seed,
                                       progress=progress)
     report = Report(files_dir / "figures")
-    inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, model=subject.model, config=subject.config,
-                          split=subject.split, which="the model", table=pd.DataFrame(),
+    inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, subject=subject, which="the model", table=pd.DataFrame(),
                           phases_doc={"phases": {}}, results=None,
                           texts=examples or example_sequences(subject.split), report=report,
                           examples=tuple(examples or ()),

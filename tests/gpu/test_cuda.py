@@ -43,8 +43,8 @@ def test_gpu_and_cpu_forwards_agree_in_fp32():
 def test_paper_model_exhaustive_accuracy_is_the_same_on_the_gpu():
     cpu = load_model("paper", bridge=False)
     gpu = load_model("paper", bridge=False, device="cuda")
-    a = exhaustive_accuracies(cpu.model, cpu.config, cpu.split)
-    b = exhaustive_accuracies(gpu.model, gpu.config, gpu.split)
+    a = exhaustive_accuracies(cpu)
+    b = exhaustive_accuracies(gpu)
     for name in a:
         assert abs(a[name]["accuracy"] - b[name]["accuracy"]) < 2e-3, name
 

@@ -1665,16 +1665,15 @@ def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):
     "blocks.1 has no MLP", and the cosines read the zero MLP of blocks.1 without a word)."""
     from compose_lens.analysis import figure_data, fourier
 
-    model, config, split = three_layers.model, three_layers.config, three_layers.split
-    chosen = figure_data.fourier_neuron(model, config, split, frequency=1)
-    assert figure_data.mlp_block(model, config, split) == 2
-    grid = fourier.operand_grid(model, config, split, "constant", layer=2)
+    chosen = figure_data.fourier_neuron(three_layers, frequency=1)
+    assert figure_data.mlp_block(three_layers) == 2
+    grid = fourier.operand_grid(three_layers, "constant", layer=2)
     assert chosen.block == 2 and torch.equal(torch.as_tensor(chosen.pattern), grid.mlp_post[:, :, chosen.neuron])
-    located = figure_data.cosine_groups(model, config, split, n=64)
-    for name, values in figure_data.cosine_groups(model, config, split, n=64, block=2).items():
+    located = figure_data.cosine_groups(three_layers, n=64)
+    for name, values in figure_data.cosine_groups(three_layers, n=64, block=2).items():
         assert (located[name] == values).all()
-    assert not all((located[n] == v).all() for n, v in figure_data.cosine_groups(model, config, split, n=64,
-                                                                                 block=1).items())
+    assert not all((located[n] == v).all() for n, v in figure_data.cosine_groups(three_layers, n=64,
+                                                                                      block=1).items())
 
 
 def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
@@ -1686,10 +1685,9 @@ def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
     from compose_lens.analysis import same_mlp
     from compose_lens.report.page import Report
 
-    model, config, split = three_layers.model, three_layers.config, three_layers.split
-    report = same_mlp.same_mlp_report(model, config, split, n=64)
+    report = same_mlp.same_mlp_report(three_layers, n=64)
     assert report["tables"] == {} and report["verdict_reason"].startswith("none located")
-    inp = SimpleNamespace(model=model, config=config, split=split, report=Report(None))
+    inp = SimpleNamespace(subject=three_layers, report=Report(None))
     html = registry.SAME_MLP.section(inp, registry.Result(documents={"same_mlp": report}), {"n": 64})
     assert "No test ran, so there is no figure of them: none located" in html and "Verdict:</b> inconclusive" in html
 

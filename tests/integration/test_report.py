@@ -273,11 +273,12 @@ def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults
     from compose_lens.config import RunConfig
     from compose_lens.data.split import Split
     from compose_lens.report import ReportInputs, configuration_section
+    from compose_lens.subject import Subject
 
     split = Split.load(REFERENCE / "split.json")
-    inputs = ReportInputs(run_dir=REFERENCE, split_file=None, model=None, config=RunConfig(task=split.task),
-                          split=split, which="final.pth", table=None, phases_doc={}, results=None, texts=[],
-                          report=None)
+    subject = Subject(None, RunConfig(task=split.task), split, str(REFERENCE))
+    inputs = ReportInputs(run_dir=REFERENCE, split_file=None, subject=subject, which="final.pth", table=None,
+                          phases_doc={}, results=None, texts=[], report=None)
     text = configuration_section(inputs)
     assert "30000" not in text and "30,000" not in text  # compose-lens's default steps
     assert '"cpu"' not in text and ">cpu<" not in text  # and its default device

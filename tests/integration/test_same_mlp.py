@@ -16,6 +16,7 @@ from compose_lens.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
 from compose_lens.data.split import Split, training_rows
 from compose_lens.model import tl
 from compose_lens.runs import load_model
+from compose_lens.subject import Subject
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("zoo_planted", ROOT / "experiments" / "zoo_planted.py")
@@ -26,7 +27,7 @@ N = 120  # prompts per set: the verdicts below are far from their thresholds
 
 
 def verdict(loaded, n: int = N) -> dict:
-    return same_mlp.same_mlp_report(loaded.model, loaded.config, loaded.split, n=n)
+    return same_mlp.same_mlp_report(loaded, n=n)
 
 
 def test_decomposition_is_exact_and_removal_reaches_chance():
@@ -125,7 +126,7 @@ def test_planted_model_computes_the_same_function_but_is_not_supported():
 
 
 def test_untrained_tiny_model_is_json_safe_and_not_supported(tiny_config, tiny_split):
-    report = same_mlp.same_mlp_report(tl.boot(tiny_config.model), tiny_config, tiny_split, n=40)
+    report = same_mlp.same_mlp_report(Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "test"), n=40)
     json.dumps(report, allow_nan=False)
     assert report["verdict"] != "supported"
     assert set(report["tests"]) == {"interchange", "feature_transfer", "probe_transfer"}

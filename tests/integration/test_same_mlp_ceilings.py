@@ -96,7 +96,7 @@ def test_study_step_5001_is_inconclusive(reference_dir):
     """Mid-training the model does not yet answer the variable prompts (1-var left 0.56, 2-var 0.62):
     no test is run, and the verdict says so instead of reading swaps it cannot make."""
     loaded = load_model(reference_dir / "step_5001.pth", bridge=False)
-    report = same_mlp.same_mlp_report(loaded.model, loaded.config, loaded.split, n=400)
+    report = same_mlp.same_mlp_report(loaded, n=400)
     assert report["verdict"] == "inconclusive", report["tests"]
     assert "does not answer the prompts" in report["verdict_reason"] and "1-var left" in report["verdict_reason"]
     assert all(t["status"] == "inconclusive" and t["effect"] is None for t in report["tests"].values())

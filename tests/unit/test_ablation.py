@@ -10,6 +10,7 @@ from compose_lens.analysis import ablation
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.data.sampler import POOL_NAMES, make_pool
+from compose_lens.subject import Subject
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ def test_removing_every_frequency_removes_the_mlp(tiny_model, tiny_config, tiny_
 
 
 def test_ablation_table_covers_every_pool(tiny_model, tiny_config, tiny_split):
-    table = ablation.ablation_table(tiny_model, tiny_config, tiny_split, pool_size=16, reference_size=32)
+    table = ablation.ablation_table(Subject(tiny_model, tiny_config, tiny_split, "test"), pool_size=16, reference_size=32)
     assert set(table["pool"].astype(str)) == set(POOL_NAMES)
     assert {"head", "mlp", "neuron", "none"} <= set(table["target"])
     assert (table[table.target == "none"]["accuracy_drop"] == 0).all()

@@ -9,6 +9,7 @@ import torch
 from compose_lens import registry
 from compose_lens.analysis.attention_entropy import attention_entropy, lowest
 from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 
 def test_a_head_with_no_query_attends_uniformly_and_reads_log_n(tiny_config, tiny_split):
@@ -17,7 +18,7 @@ def test_a_head_with_no_query_attends_uniformly_and_reads_log_n(tiny_config, tin
     with torch.no_grad():
         params["blocks.1.attn.q.weight"].zero_()  # layer 2's scores all 0: uniform over the n positions
         params["blocks.0.attn.q.weight"].mul_(1e3)  # layer 1's scores sharp: attention on few positions
-    table = attention_entropy(model, tiny_config, tiny_split, pool_size=8, n_boot=50)
+    table = attention_entropy(Subject(model, tiny_config, tiny_split, "test"), pool_size=8, n_boot=50)
     n = tiny_config.task.seq_len
     flat = table[table["layer"] == 1]
     assert all(abs(v - math.log(n)) < 1e-5 for v in flat["entropy"])

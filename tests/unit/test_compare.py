@@ -77,7 +77,7 @@ def test_the_resampled_statistics_give_the_registered_findings_on_all_prompts(re
 
     with context.opened(load_subject(reference_dir / "step_5001.pth", bridge=False), 0) as ctx:
         facts = context.compute(registry.by_name(registry.ANALYSES, "probes"), ctx).facts
-        acts = C.probes.probe_activations(ctx.model, ctx.config, ctx.split, C.PROBE_SEQUENCES, 0, heads=ctx.heads)
+        acts = C.probes.probe_activations(ctx.loaded, C.PROBE_SEQUENCES, 0, heads=ctx.heads)
         everything = C._subset(acts, np.arange(len(acts)))
         for key, statistic in C.OVER_PROMPTS.items():
             assert 0.2 < facts[key] < 0.999, (key, facts[key])

@@ -182,11 +182,11 @@ def test_the_report_opens_the_attention_views_on_the_router():
     from compose_lens.analysis.probes import PAPER_HEADS
     from compose_lens.report import router_index
 
-    paper = SimpleNamespace(context=SimpleNamespace(heads=PAPER_HEADS), config=SimpleNamespace(
-        model=SimpleNamespace(n_heads=1)))
+    paper = SimpleNamespace(context=SimpleNamespace(heads=PAPER_HEADS), subject=SimpleNamespace(
+        config=SimpleNamespace(model=SimpleNamespace(n_heads=1))))
     assert router_index(paper) == 1  # layer 2 (blocks.1), the second of the views' heads
     four = SimpleNamespace(context=SimpleNamespace(heads=SimpleNamespace(router=(1, 2))),
-                           config=SimpleNamespace(model=SimpleNamespace(n_heads=4)))
+                           subject=SimpleNamespace(config=SimpleNamespace(model=SimpleNamespace(n_heads=4))))
     assert router_index(four) == 6
 
 
@@ -449,7 +449,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     from compose_lens.runs import load_subject
 
     subject = load_subject("paper", bridge=False)
-    fig, _ = plots.patching_figure(patching_table(subject.model, subject.config, subject.split, n_pairs=30), "t")
+    fig, _ = plots.patching_figure(patching_table(subject, n_pairs=30), "t")
     FigureCanvasAgg(fig).draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]

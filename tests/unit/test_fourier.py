@@ -135,16 +135,16 @@ def test_grids_from_constants_and_variables_share_the_values(tiny_split):
 
 
 def test_reference_mlp_adds_with_a_few_key_frequencies(reference_final):
-    model, config, split = reference_final.model, reference_final.config, reference_final.split
+    model, config = reference_final.model, reference_final.config
     # measured on final.pth: OV accuracy 0.998, 10 key frequencies, strength 0.83
     assert fourier.ov_mlp_addition_accuracy(model, config) > 0.95
-    constant = fourier.operand_grid(model, config, split, "constant")
+    constant = fourier.operand_grid(reference_final, "constant")
     keys = fourier.key_frequencies(constant)
     assert 1 <= len(keys) <= 12
     assert fourier.key_frequency_strength(constant, keys) > 0.6
     assert fourier.restricted_loss(constant, keys) < fourier.grid_loss(constant) + 0.01
     assert fourier.excluded_loss_all(constant, keys) > 1.0
-    variable = fourier.operand_grid(model, config, split, "both")
+    variable = fourier.operand_grid(reference_final, "both")
     comparison = fourier.compare_grids(constant, variable)
     assert comparison["key_frequencies"][0] == comparison["key_frequencies"][1]
     assert comparison["mean_neuron_correlation"] > 0.5

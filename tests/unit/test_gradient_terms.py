@@ -11,6 +11,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.task import parse_sequence
 from compose_lens.model import fastpath, tl
+from compose_lens.subject import Subject
 
 VARIANTS = {"paper": {}, "both": dict(embeddings="orthogonal", residual="disentangled", d_model=128)}
 
@@ -102,5 +103,5 @@ def test_the_registered_gradient_analysis_reads_only_the_layout_it_covers(tiny_c
     assert not analysis.reads(deeper)
     model = tl.boot(tiny_config.model)
     with torch.no_grad():  # the analyses run under no_grad; the decomposition needs autograd all the same
-        table = gradient_terms.shares_of_model(model, tiny_config, tiny_split, 32, 0)
+        table = gradient_terms.shares_of_model(Subject(model, tiny_config, tiny_split, "test"), 32, 0)
     assert set(table["matrix"]) == set(gradient_terms.MATRICES) and (table["full_norm"] > 0).all()

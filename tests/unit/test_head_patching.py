@@ -15,6 +15,7 @@ from compose_lens.analysis import patching
 from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.runs import load_subject
+from compose_lens.subject import Subject
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +246,7 @@ def test_path_patching_reads_the_heads_it_names(three_heads):
     model, config, split = three_heads
     chosen = patching.make_prompt_pairs(split, 8, "variable", seed=1)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
-    table = patching.path_patching(model, config, split, "blocks.0.head1", pairs=swapped, n_boot=10,
+    table = patching.path_patching(Subject(model, config, split, "test"), "blocks.0.head1", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head2.k", "blocks.1.head0.q", "blocks.1.mlp"])
     gm = circuit.GraphModel(tl.parameters(model), config.model)
     scores = circuit.exact_scores(gm, chosen)
@@ -271,7 +272,7 @@ def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
             value.mul_(3.0)
     chosen = patching.make_prompt_pairs(tiny_split, 8, "value", seed=2)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
-    table = patching.path_patching(model.eval(), config, tiny_split, "blocks.0.mlp", pairs=swapped, n_boot=10,
+    table = patching.path_patching(Subject(model.eval(), config, tiny_split, "test"), "blocks.0.mlp", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head1.k", "blocks.1.mlp"])
     gm = circuit.GraphModel(tl.parameters(model), config.model)
     scores = circuit.exact_scores(gm, chosen)
@@ -280,4 +281,4 @@ def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
     assert torch.allclose(torch.tensor(table["mean"][:2].values, dtype=torch.float64), exact, atol=1e-4)
     assert exact.abs().max() > 0.01
     with pytest.raises(ComposeLensError, match="no path blocks.0.mlp -> blocks.0.head0.v"):
-        patching.path_patching(model, config, tiny_split, "blocks.0.mlp", ["blocks.0.head0.v"], n_pairs=2)
+        patching.path_patching(Subject(model, config, tiny_split, "test"), "blocks.0.mlp", ["blocks.0.head0.v"], n_pairs=2)

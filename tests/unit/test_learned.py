@@ -45,10 +45,10 @@ def test_picking_counts_the_context_values_that_give_the_answer(tiny_config, tin
 
 
 def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference_dir):
-    knows = evaluate.learned(paper.model, paper.config, paper.split)
+    knows = evaluate.learned(paper)
     assert knows.state == "binds" and knows.binding.value > 0.98
     early = runs.load_model(reference_dir / "step_3001.pth")  # before the study's routing formed (~5,000)
-    found = evaluate.learned(early.model, early.config, early.split)
+    found = evaluate.learned(early)
     assert found.state == "operation only", found.line()
     assert abs(found.binding.value - found.picking) < 0.1  # the stall signature: near picking, far from 1
     assert "stall signature" in found.line()
@@ -56,7 +56,7 @@ def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference
 
 def test_evaluate_and_learned_read_the_same_pools(paper):
     """learned() at its defaults reads compose-lens evaluate's pools: the same numbers."""
-    knows = evaluate.learned(paper.model, paper.config, paper.split)
+    knows = evaluate.learned(paper)
     pool = make_pool(paper.split, "0var_train", evaluate.POOL_SIZE, 0)
     from compose_lens.evaluate import accuracy
     assert knows.operation.value == pytest.approx(accuracy(paper.model, paper.config.model, pool))
@@ -66,7 +66,7 @@ def test_decoy_heads_are_not_located_and_the_real_ones_are(paper):
     """Decoys attend exactly like the binder and router (same queries and keys) but write nothing: an
     attention score alone ties them, and the old locator took the first head, the decoy."""
     subject, truth = zoo_planted.decoy_heads(paper)
-    found = locate.locate(subject.model, subject.config, subject.split)
+    found = locate.locate(subject)
     assert found.binder.component == truth["truth_binder"] == "blocks.0 head 1"
     assert found.router.component == truth["truth_router"] == "blocks.1 head 1"
     scores = found.candidates.set_index(["role", "component"])["score"]
@@ -77,7 +77,7 @@ def test_decoy_heads_are_not_located_and_the_real_ones_are(paper):
 
 def test_no_role_is_located_in_a_model_that_cannot_bind(paper):
     subject, _ = zoo_planted.no_binder(paper, "zero")
-    found = locate.locate(subject.model, subject.config, subject.split)
+    found = locate.locate(subject)
     assert found.binder.component is None and found.router.component is None
     assert "has not learned binding" in found.router.line()
 
@@ -86,7 +86,7 @@ def test_same_mlp_is_inconclusive_without_competence_and_names_it(reference_dir)
     """The study at step 3001 adds constants but answers no variable: inconclusive, naming the sets, and
     no test run (on the old code its tests ran and one of them failed: 'not supported')."""
     early = runs.load_model(reference_dir / "step_3001.pth")
-    report = same_mlp.same_mlp_report(early.model, early.config, early.split, n=100)
+    report = same_mlp.same_mlp_report(early, n=100)
     assert report["verdict"] == "inconclusive"
     assert "does not answer the prompts the tests are about" in report["verdict_reason"]
     assert "1-var left" in report["verdict_reason"] and report["tables"].keys() == {"competence"}

@@ -21,6 +21,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.context import fourier_plan
 from compose_lens.context import run_analysis
+from compose_lens.subject import Subject
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
@@ -61,7 +62,7 @@ def planted(paper):
 
 
 def test_paper_model_is_located_as_the_study_says(paper):
-    found = locate.locate(paper.model, paper.config, paper.split)
+    found = locate.locate(paper)
     assert (found.binder.layer, found.binder.head) == (0, 0)
     assert (found.router.layer, found.router.head) == (1, 0)
     assert found.adder.component == "blocks.1.mlp"
@@ -75,7 +76,7 @@ def test_paper_model_is_located_as_the_study_says(paper):
 
 
 def test_adder_in_blocks_2_is_analysed_there_not_at_blocks_1(paper, planted, tmp_path):
-    found = locate.locate(planted.model, planted.config, planted.split)
+    found = locate.locate(planted)
     assert (found.binder.layer, found.binder.head) == (0, 0)
     assert (found.router.layer, found.router.head) == (2, 0)
     assert found.adder.component == "blocks.2.mlp"
@@ -85,27 +86,27 @@ def test_adder_in_blocks_2_is_analysed_there_not_at_blocks_1(paper, planted, tmp
     facts = run_analysis("fourier", planted, tmp_path).value
     assert facts["mlp_block"] == 2 and facts["fourier_subject"]["adds"]
     # the same function as the paper model, so the same key frequencies as its blocks.1 MLP
-    paper_keys = locate.locate_adder(paper.model, paper.config, paper.split)[1]["key_frequencies"].iloc[0]
+    paper_keys = locate.locate_adder(paper)[1]["key_frequencies"].iloc[0]
     assert facts["key_frequencies"] == paper_keys and len(paper_keys) >= 3
     assert facts["key_frequency_strength"] > 0.6 and facts["constant_grid_accuracy"] > 0.95
     assert (tmp_path / "locate.json").exists()
 
     # summary and dynamics read the same MLP (their grids are fourier's, tested above)
-    assert fourier_block(planted.model, planted.config, planted.split) == 2
+    assert fourier_block(planted) == 2
 
 
 def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(mlp_blocks=()))
     model = tl.boot(config.model)
-    found = locate.locate(model, config, tiny_split, n=120)
+    found = locate.locate(Subject(model, config, tiny_split, "test"), n=120)
     assert found.adder.component is None and found.adder.layer is None
     assert "none" in found.adder.line()
     assert not (found.candidates["role"] == "adder").any()
-    subject = locate.fourier_subject(model, config, tiny_split)
+    subject = locate.fourier_subject(Subject(model, config, tiny_split, "test"))
     assert subject.layer is None and "no MLP" in subject.note
     with pytest.raises(ComposeLensError, match="no MLP"):
         fourier_plan(runs.Subject(model, config, tiny_split, "no-mlp"), seed=0)
-    measures = circuit_measures(model, config, tiny_split, n=120)
+    measures = circuit_measures(Subject(model, config, tiny_split, "test"), n=120)
     assert all(math.isnan(measures[k]) for k in FOURIER_KEYS)
 
 
@@ -114,7 +115,7 @@ def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny
     loaded = runs.Subject(tl.boot(config.model), config, tiny_split, "middle-mlp")
     _, subject = fourier_plan(loaded, seed=0)
     assert subject.layer == 1  # the only MLP, in the middle: read there, no longer refused
-    assert fourier_block(loaded.model, config, tiny_split) == 1
+    assert fourier_block(Subject(loaded.model, config, tiny_split, "test")) == 1
 
 
 def test_n_layers_alone_puts_the_mlp_in_the_last_block():
@@ -173,19 +174,19 @@ def second_head(paper):
 
 
 def test_paper_architecture_probes_read_the_papers_heads_unlocated(paper):
-    heads = locate.circuit_heads(paper.model, paper.config, paper.split)
+    heads = locate.circuit_heads(paper)
     assert heads == probes.PAPER_HEADS
     assert heads.to_dict()["binder"]["component"] == "blocks.0 head 0" and heads.to_dict()["none"] == []
 
 
 def test_probes_read_the_located_heads_not_head_0(paper, second_head):
-    heads = locate.circuit_heads(second_head.model, second_head.config, second_head.split)
+    heads = locate.circuit_heads(second_head)
     assert (heads.binder, heads.router) == ((0, 1), (1, 1)) and heads.how.startswith("located")
-    reference = circuit_measures(paper.model, paper.config, paper.split)
-    located = circuit_measures(second_head.model, second_head.config, second_head.split)  # locates
+    reference = circuit_measures(paper)
+    located = circuit_measures(second_head)  # locates
     for key in PROBE_KEYS:
         assert located[key] == pytest.approx(reference[key], abs=1e-4), key
-    head0 = circuit_measures(second_head.model, second_head.config, second_head.split,
+    head0 = circuit_measures(second_head,
                              heads=probes.Heads((0, 0), (1, 0), "head 0"))
     assert head0["prev_token_attention_mass"] < 0.5 < reference["prev_token_attention_mass"]
 
@@ -194,14 +195,14 @@ def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=2, d_head=16))
     loaded = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained"))
     nobody = probes.Heads(None, None, "none")
-    measures = circuit_measures(loaded.model, config, tiny_split, n=120, heads=nobody)
+    measures = circuit_measures(Subject(loaded.model, config, tiny_split, "test"), n=120, heads=nobody)
     assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
-    summary = circuit_summary(loaded.model, config, tiny_split, n=120, heads=nobody)
+    summary = circuit_summary(Subject(loaded.model, config, tiny_split, "test"), n=120, heads=nobody)
     assert summary["circuit_heads"]["none"] == ["binder", "router", "gatherer"]
     assert summary["prev_token_attention_score"] is None  # NaN, written as JSON null
     assert all(v["equals_to_values_score"] is None for v in summary["scores_by_type"].values())
     # a binder without a router: its own measures are read, the router's are not
-    binder_only = circuit_measures(loaded.model, config, tiny_split, n=120, heads=probes.Heads((0, 1), None))
+    binder_only = circuit_measures(Subject(loaded.model, config, tiny_split, "test"), n=120, heads=probes.Heads((0, 1), None))
     assert not math.isnan(binder_only["prev_token_attention_mass"])
     assert math.isnan(binder_only["equals_to_values_mass"]) and math.isnan(binder_only["variable_identity_score"])
 
@@ -260,12 +261,12 @@ def family(request, paper):
 def paper_same_mlp(paper):
     from compose_lens.analysis import same_mlp
 
-    return same_mlp.same_mlp_report(paper.model, paper.config, paper.split, n=60)
+    return same_mlp.same_mlp_report(paper, n=60)
 
 
 def test_each_family_is_located_in_its_planted_components(family):
     _, spec, loaded = family
-    found = locate.locate(loaded.model, loaded.config, loaded.split)
+    found = locate.locate(loaded)
     assert (found.binder.layer, found.binder.head) == spec["binder"]
     assert (found.router.layer, found.router.head) == spec["router"]
     assert found.adder.component == f"blocks.{spec['adder']}.mlp"
@@ -276,7 +277,7 @@ def test_same_mlp_reads_the_located_adder_and_router(family, paper_same_mlp):
     from compose_lens.analysis import same_mlp
 
     name, spec, loaded = family
-    report = same_mlp.same_mlp_report(loaded.model, loaded.config, loaded.split, n=60)
+    report = same_mlp.same_mlp_report(loaded, n=60)
     components = report["components"]
     assert components["adder"] == f"blocks.{spec['adder']}.mlp" and components["missing"] is None
     study = spec["n_layers"] == 2
@@ -300,10 +301,10 @@ def test_fourier_and_the_summary_read_the_planted_adder(family, paper, tmp_path)
     name, spec, loaded = family
     facts = run_analysis("fourier", loaded, tmp_path).value
     assert facts["mlp_block"] == spec["adder"] and facts["fourier_subject"]["adds"]
-    paper_keys = locate.locate_adder(paper.model, paper.config, paper.split)[1]["key_frequencies"].iloc[0]
+    paper_keys = locate.locate_adder(paper)[1]["key_frequencies"].iloc[0]
     assert facts["key_frequencies"] == paper_keys
     assert facts["constant_grid_accuracy"] > 0.95 and facts["restricted_loss"] < facts["excluded_loss_all"]
-    summary = circuit_summary(loaded.model, loaded.config, loaded.split, n=300)
+    summary = circuit_summary(loaded, n=300)
     assert summary["fourier_subject"]["mlp_block"] == spec["adder"]
     assert summary["circuit_heads"]["router"]["component"] == "blocks.{} head {}".format(*spec["router"])
     assert summary["circuit_heads"]["gatherer"]["component"] == "blocks.{} head {}".format(*spec["binder"])
@@ -319,7 +320,7 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
         n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)))
     model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
-    report = same_mlp.same_mlp_report(model, config, tiny_split, n=40)
+    report = same_mlp.same_mlp_report(Subject(model, config, tiny_split, "test"), n=40)
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
     assert report["components"]["adder"] is None and report["tables"] == {}
     assert all(t["status"] == "inconclusive" for t in report["tests"].values())
@@ -331,7 +332,7 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
 @pytest.fixture(scope="module")
 def family_location(family):
     _, _, loaded = family
-    return locate.locate(loaded.model, loaded.config, loaded.split)
+    return locate.locate(loaded)
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +340,7 @@ def paper_parts(paper):
     """The paper model's ablation rows of MLP2's key frequencies (zero ablation, small pools)."""
     from compose_lens.analysis import ablation
 
-    table = ablation.ablation_table(paper.model, paper.config, paper.split, pool_size=30, reference_size=100,
+    table = ablation.ablation_table(paper, pool_size=30, reference_size=100,
                                     kinds=("zero",), single_neurons=False)
     return table[table["target"].isin(["frequency_neurons", "fourier_directions"])]
 
@@ -348,10 +349,10 @@ def test_ablate_reads_the_planted_adders_neurons(family, family_location, paper_
     from compose_lens.analysis import ablation
 
     name, spec, loaded = family
-    subject = ablation.neuron_subject(loaded.model, loaded.config, loaded.split, adder=family_location.adder)
-    assert subject.block == spec["adder"] and "located adder" in subject.note
-    table = ablation.ablation_table(loaded.model, loaded.config, loaded.split, pool_size=30, reference_size=100,
-                                    kinds=("zero",), single_neurons=False, subject=subject)
+    neurons = ablation.neuron_subject(loaded, adder=family_location.adder)
+    assert neurons.block == spec["adder"] and "located adder" in neurons.note
+    table = ablation.ablation_table(loaded, pool_size=30, reference_size=100,
+                                    kinds=("zero",), single_neurons=False, neurons=neurons)
     assert table.attrs["neuron_subject"]["component"] == f"blocks.{spec['adder']}.mlp"
     parts = table[table["target"].isin(["frequency_neurons", "fourier_directions"])]
     assert not parts.empty and (parts["block"] == spec["adder"]).all()
@@ -367,7 +368,7 @@ def test_circuit_is_scored_against_the_planted_components(family, family_locatio
     from compose_lens.analysis import circuit as C
 
     name, spec, loaded = family
-    found = C.discover(loaded.model, loaded.config, loaded.split, "eap", n_pairs=12, location=family_location)
+    found = C.discover(loaded, "eap", n_pairs=12, location=family_location)
     b, r, a = "a{}.h{}".format(*spec["binder"]), "a{}.h{}".format(*spec["router"]), f"m{spec['adder']}"
     planted = {f"embed->{b}.q", f"embed->{b}.k", f"embed->{b}.v", f"{b}->{r}.k", f"embed->{r}.k", f"embed->{r}.v",
                f"{b}->{r}.q", f"{r}->{a}", f"{b}->{a}", f"{a}->logits", f"{r}->logits"}
@@ -404,12 +405,12 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))
     model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
-    table = ablation.ablation_table(model, config, tiny_split, pool_size=12, reference_size=32, kinds=("zero",))
+    table = ablation.ablation_table(Subject(model, config, tiny_split, "test"), pool_size=12, reference_size=32, kinds=("zero",))
     assert not table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"]).any()
     assert {"head", "mlp"} <= set(table["target"])  # the components are still ablated
     assert table.attrs["neuron_subject"]["mlp_block"] is None
     assert table.attrs["neuron_subject"]["note"].startswith("none located")
-    found = C.discover(model, config, tiny_split, "eap", n_pairs=6)
+    found = C.discover(Subject(model, config, tiny_split, "test"), "eap", n_pairs=6)
     assert found.summary["roc_auc"] is None and "labelled" not in found.edges
     assert found.summary["labelled"].startswith("none located")
 

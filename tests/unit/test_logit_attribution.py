@@ -14,6 +14,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import tl
 from compose_lens.runs import load_model
+from compose_lens.subject import Subject
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +34,15 @@ def test_the_terms_sum_to_the_margin_on_the_paper_model_and_a_two_head_model_wit
     split = Split.from_task(tiny_task)
     joined, _ = concat_batches(make_pools(split, 10, 0))
     assert la.check_sums(model, config, joined.tokens, joined.labels) < 1e-3
-    table = la.logit_attribution(model, config, split, n=90)
+    table = la.logit_attribution(Subject(model, config, split, "two heads with biases"), n=90)
     assert {"layer 1 (blocks.0) head 1", "layer 2 (blocks.1) attention bias"} <= set(table["component"])
 
 
 def test_on_the_paper_model_layer_2_mlp_writes_the_answer_and_the_lens_sees_it_only_after_it(paper):
-    table = la.logit_attribution(paper.model, paper.config, paper.split, n=270)
+    table = la.logit_attribution(paper, n=270)
     mlp = table[table["component"] == "layer 2 (blocks.1) MLP"].set_index("kind")["share"]
     assert (mlp > 0.9).all() and set(mlp.index) == {"0var", "1var", "2var"}
-    lens = la.logit_lens(paper.model, paper.config, paper.split, n=270)
+    lens = la.logit_lens(paper, n=270)
     before = lens[lens["after"] == "layer 2 (blocks.1) attention"]["accuracy"]
     after = lens[lens["after"] == "layer 2 (blocks.1) MLP"]["accuracy"]
     assert before.max() < 0.2 and after.min() > 0.95
@@ -93,8 +94,8 @@ def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_poo
     from compose_lens.data.sampler import POOL_NAMES, make_pool
     from compose_lens.evaluate import answer_logits
 
-    kinds = la.logit_attribution(paper.model, paper.config, paper.split, n=270)
-    pools = la.logit_attribution(paper.model, paper.config, paper.split, n=270, by="pool")
+    kinds = la.logit_attribution(paper, n=270)
+    pools = la.logit_attribution(paper, n=270, by="pool")
     assert list(pools["pool"].drop_duplicates()) == list(POOL_NAMES)
     assert all(row.pool.startswith(row.kind) for row in pools.itertuples())
     weighted = (pools.assign(total=pools["contribution"] * pools["n"]).groupby(["kind", "component"])
@@ -111,7 +112,7 @@ def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_poo
         assert abs(row["margin"] - own) < 1e-3, name
         assert (pools[pools["pool"] == name]["contribution_low"] <= pools[pools["pool"] == name]["contribution"]).all()
     with pytest.raises(ComposeLensError, match="kind or pool"):
-        la.logit_attribution(paper.model, paper.config, paper.split, n=90, by="side")
+        la.logit_attribution(paper, n=90, by="side")
 
 
 @pytest.mark.parametrize("norm", ["LN", "LNPre", "RMS"])
@@ -126,11 +127,11 @@ def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
     subject = load_subject(user_models.tl_model(decl, normalization_type=norm), decl)
     joined, _ = concat_batches(make_pools(subject.split, 10, 0))
     assert la.check_sums(subject.model, subject.config, joined.tokens, joined.labels) < 1e-4
-    table = la.logit_attribution(subject.model, subject.config, subject.split, n=90)
+    table = la.logit_attribution(subject, n=90)
     assert (la.FINAL_NORM_BIAS in set(table["component"])) == (norm == "LN")
     for _, group in table.groupby("kind"):
         assert abs(group["contribution"].sum() - group["margin"].iloc[0]) < 1e-4
-    lens = la.logit_lens(subject.model, subject.config, subject.split, n=90)
+    lens = la.logit_lens(subject, n=90)
     last = lens[lens["order"] == lens["order"].max()].set_index("kind")["accuracy"]
     model_accuracy = table.drop_duplicates("kind").set_index("kind")["accuracy"].sort_index()
     assert torch.allclose(torch.tensor(last.sort_index().tolist()), torch.tensor(model_accuracy.tolist()))

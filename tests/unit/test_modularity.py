@@ -22,6 +22,7 @@ from compose_lens.evaluate import answer_logits
 from compose_lens.model import tl
 
 from test_locate import plant  # the paper's roles rebuilt at given heads of another architecture
+from compose_lens.subject import Subject
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +118,14 @@ def test_binding_pairs_swap_only_the_binding(paper):
 
 
 def test_modular_plant_separates_binding_from_addition(modular):
-    a = modularity.separation(modular.model, modular.config, modular.split, n_pairs=30, steps=4)
+    a = modularity.separation(modular, n_pairs=30, steps=4)
     assert a["separation"] >= modularity.SEPARATION_MIN, (a["binding"], a["adding"])
     assert a["binding"].index[0] == "a0.h2"  # the planted binder, found by attribution
     assert modularity.attribution_adder(a["adding"]) == "blocks.1.mlp"
 
 
 def test_relay_plant_shares_a_component_and_is_not_separated(entangled):
-    a = modularity.separation(entangled.model, entangled.config, entangled.split, n_pairs=30, steps=4)
+    a = modularity.separation(entangled, n_pairs=30, steps=4)
     assert a["separation"] < modularity.SEPARATION_MIN, (a["binding"], a["adding"])
     assert a["binding"]["m0"] > 0.2 and a["adding"]["m0"] > 0.2  # the relay MLP on both paths
 
@@ -132,8 +133,8 @@ def test_relay_plant_shares_a_component_and_is_not_separated(entangled):
 def test_spread_plant_needs_a_larger_share_of_its_graph(paper, modular):
     spread_model = spread(paper)
     sizes = dict(n_pairs=30, pool_size=60, steps=4)
-    concentrated = modularity.circuit_fraction(modular.model, modular.config, modular.split, **sizes)
-    distributed = modularity.circuit_fraction(spread_model.model, spread_model.config, spread_model.split, **sizes)
+    concentrated = modularity.circuit_fraction(modular, **sizes)
+    distributed = modularity.circuit_fraction(spread_model, **sizes)
     assert distributed["fraction"] > 1.5 * concentrated["fraction"], (concentrated, distributed)
     for found in (concentrated, distributed):  # each size inside its bootstrap interval over the pools' pairs
         low, high = found["fraction_ci95"]
@@ -161,16 +162,16 @@ def orthogonal_plant(paper):
 
 
 def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(paper, modular):
-    assert modularity.same_adder(modular.model, modular.config, modular.split, n=40)["same_adder"] == 1.0
+    assert modularity.same_adder(modular, n=40)["same_adder"] == 1.0
     other = orthogonal_plant(paper)
-    found = modularity.same_adder(other.model, other.config, other.split, n=40)
+    found = modularity.same_adder(other, n=40)
     assert found["same_adder"] == 0.0, found
     assert modularity.verdict(0.95, found["same_adder"]) == "entangled"
 
 
 def test_a_model_that_has_not_learned_is_inconclusive_not_a_number(tiny_config, tiny_split):
     model = runs.for_analyses(runs.Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
-    row = modularity.measure(model, tiny_config, tiny_split)
+    row = modularity.measure(Subject(model, tiny_config, tiny_split, "test"))
     for column in modularity.COLUMNS:
         if column != "modularity_reason":
             assert row[column] == modularity.INCONCLUSIVE, column
@@ -187,7 +188,7 @@ def test_verdict_rules():
 def test_the_separation_interval_holds_the_score_and_narrows_with_more_pairs(paper):
     widths = []
     for n_pairs in (20, 80):
-        a = modularity.separation(paper.model, paper.config, paper.split, n_pairs=n_pairs, steps=4)
+        a = modularity.separation(paper, n_pairs=n_pairs, steps=4)
         low, high = a["separation_ci95"]
         assert low <= a["separation"] <= high, a["separation_ci95"]
         widths.append(high - low)

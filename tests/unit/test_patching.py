@@ -9,6 +9,7 @@ import torch
 from compose_lens.analysis import patching
 from compose_lens.model import tl
 from compose_lens.data.task import decode, parse_sequence
+from compose_lens.subject import Subject
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, chang
 
 
 def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):
-    table = patching.patching_table(tiny_model, tiny_config, tiny_split, n_pairs=20, n_boot=200, by="position")
+    table = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=20, n_boot=200, by="position")
     assert {"component", "layer", "block", "position", "mean", "ci_low", "ci_high"} <= set(table.columns)
     assert len(table) == len(patching.all_sites(tiny_config.model))
     assert (table["layer"] == table["block"] + 1).all()  # the paper's layer number beside blocks.N
@@ -95,8 +96,8 @@ def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_sp
     """A query role is one fixed position, so its row equals that position's row; every role row
     averages over the prompts that have the role."""
     kwargs = dict(n_pairs=30, n_boot=50, corruption="value")
-    by_role = patching.patching_table(tiny_model, tiny_config, tiny_split, by="role", **kwargs)
-    by_position = patching.patching_table(tiny_model, tiny_config, tiny_split, by="position", **kwargs)
+    by_role = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="role", **kwargs)
+    by_position = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="position", **kwargs)
     assert set(by_role["role"]) <= set(patching.ROLES) and "queried value" in set(by_role["role"])
     key = ["component", "block", "head", "role"]
     joined = by_role.merge(by_position[by_position.role.isin(patching.QUERY_ROLES)], on=key)
@@ -116,7 +117,7 @@ def test_reference_operand_positions_carry_a_changed_constant(reference_final):
     """On the study's model, a changed constant operand lives at its query position (13 or 14)
     before layer 1: patching those two positions of blocks.0.hook_resid_pre restores most of it."""
     loaded = reference_final
-    table = patching.patching_table(loaded.model, loaded.config, loaded.split, n_pairs=120,
+    table = patching.patching_table(loaded, n_pairs=120,
                                     corruption="constant", components=("resid_pre",), n_boot=200, by="position")
     first = table[(table.block == 0)].set_index("role")["mean"]
     assert first["left operand"] + first["right operand"] > 0.8

@@ -12,6 +12,7 @@ from compose_lens.analysis import probes
 from compose_lens.analysis.activations import collect
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.task import parse_sequence
+from compose_lens.subject import Subject
 
 
 def one_hot_model(config, key_shift: int):
@@ -44,9 +45,9 @@ def one_hot_model(config, key_shift: int):
 def test_planted_previous_token_head_is_found_by_weights_activations_and_probe(tiny_config, tiny_split):
     model = one_hot_model(tiny_config, key_shift=1)
     assert probes.prev_token_weight_score(model, tiny_config) == 1.0
-    acts = probes.probe_activations(model, tiny_config, tiny_split, n=270)
-    assert probes.prev_token_attention_score(model, tiny_config, tiny_split, acts=acts) == 1.0
-    probe = probes.prev_token_probe(model, tiny_config, tiny_split, acts=acts)
+    acts = probes.probe_activations(Subject(model, tiny_config, tiny_split, "test"), n=270)
+    assert probes.prev_token_attention_score(Subject(model, tiny_config, tiny_split, "test"), acts=acts) == 1.0
+    probe = probes.prev_token_probe(Subject(model, tiny_config, tiny_split, "test"), acts=acts)
     assert probe.n_test > 50
     assert probe.test_accuracy > 0.95 > 3 * probe.chance
 
@@ -55,10 +56,10 @@ def test_self_attending_head_is_not_a_previous_token_head(tiny_config, tiny_spli
     model = one_hot_model(tiny_config, key_shift=0)
     # every earlier key ties, so only position 1 (a single earlier key) counts as a hit
     assert probes.prev_token_weight_score(model, tiny_config) == pytest.approx(1 / (tiny_config.task.context_len - 1))
-    acts = probes.probe_activations(model, tiny_config, tiny_split, n=270)
-    assert probes.prev_token_attention_score(model, tiny_config, tiny_split, acts=acts) == 0.0
+    acts = probes.probe_activations(Subject(model, tiny_config, tiny_split, "test"), n=270)
+    assert probes.prev_token_attention_score(Subject(model, tiny_config, tiny_split, "test"), acts=acts) == 0.0
     # the value position then holds only its own token and place: the variable is not there
-    assert probes.prev_token_probe_accuracy(model, tiny_config, tiny_split, acts=acts) < 0.5
+    assert probes.prev_token_probe_accuracy(Subject(model, tiny_config, tiny_split, "test"), acts=acts) < 0.5
 
 
 def test_positional_scores_and_previous_position_fraction():
@@ -145,14 +146,15 @@ def test_table_forward_matches_run_with_cache(tiny_config, tiny_split):
 
 
 def test_reference_model_has_the_routing_circuit(reference_final):
-    model, config, split = reference_final.model, reference_final.config, reference_final.split
-    acts = probes.probe_activations(model, config, split, n=450)
+    subject = reference_final
+    model, config = subject.model, subject.config
+    acts = probes.probe_activations(subject, n=450)
     # measured on final.pth: 1.0 for every score
     assert probes.prev_token_weight_score(model, config) >= 0.9
-    assert probes.prev_token_attention_score(model, config, split, acts=acts) >= 0.95
-    assert probes.prev_token_probe_accuracy(model, config, split, acts=acts) >= 0.9
-    assert probes.equals_to_operands_score(model, config, split, acts=acts) >= 0.95
+    assert probes.prev_token_attention_score(subject, acts=acts) >= 0.95
+    assert probes.prev_token_probe_accuracy(subject, acts=acts) >= 0.9
+    assert probes.equals_to_operands_score(subject, acts=acts) >= 0.95
     assert probes.variable_identity_score(model, config) >= 0.9
-    assert probes.equals_to_values_score(model, config, split, acts=acts) >= 0.9
+    assert probes.equals_to_values_score(subject, acts=acts) >= 0.9
     by_type = probes.scores_by_type(config, acts)
     assert set(by_type) == {"0var", "1var_left", "1var_right", "2var"}

@@ -28,10 +28,10 @@ def _count_constant_grids(monkeypatch) -> list:
     built = []
     real = fourier._operand_grid
 
-    def counting(model, config, split, operands="constant", *args, **kwargs):
+    def counting(subject, operands="constant", *args, **kwargs):
         if operands == "constant":
             built.append(kwargs.get("layer"))
-        return real(model, config, split, operands, *args, **kwargs)
+        return real(subject, operands, *args, **kwargs)
 
     monkeypatch.setattr(fourier, "_operand_grid", counting)
     return built

@@ -45,7 +45,7 @@ def test_the_reports_pool_table_gives_each_pools_interval_and_count():
     from compose_lens.runs import load_subject
 
     subject = load_subject("paper", bridge=False)
-    page = report.pool_accuracy_table(subject.model, subject.config, subject.split)
+    page = report.pool_accuracy_table(subject)
     assert "<th>accuracy [95 % Wilson interval]</th><th>correct / sequences</th>" in page
     rows = re.findall(r"<tr><td>(\w+)</td><td>([0-9.]+) \[([0-9.]+), ([0-9.]+)\]</td><td>(\d+) / (\d+)</td></tr>", page)
     assert len(rows) == 9

@@ -203,7 +203,7 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
     # modularity is gated on the exhaustive sets; empty, they are not read as "not learned (nan)"
     from compose_lens.analysis import modularity
 
-    row = modularity.measure(subject.model, subject.config, subject.split, n_pairs=12)
+    row = modularity.measure(subject, n_pairs=12)
     assert row["modularity_reason"].startswith("the split holds out nothing")
 
 

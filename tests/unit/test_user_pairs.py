@@ -16,6 +16,7 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.data.pairs import as_prompt_pairs, read_pairs
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl
+from compose_lens.subject import Subject
 
 
 @pytest.fixture
@@ -101,9 +102,9 @@ def test_user_pairs_give_the_generated_pairs_numbers(tiny_model, tiny_config, ti
     frame = pd.DataFrame({"clean": [_ids(r) for r in made.clean.tolist()],
                           "corrupted": [_ids(r) for r in made.corrupted.tolist()]})
     kwargs = dict(n_boot=200, by="role")
-    generated = patching.patching_table(tiny_model, tiny_config, tiny_split, n_pairs=24, corruption="value", **kwargs)
+    generated = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=24, corruption="value", **kwargs)
     for given in (frame, list(zip(made.clean, made.corrupted))):
-        table = patching.patching_table(tiny_model, tiny_config, tiny_split, pairs=given, **kwargs)
+        table = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), pairs=given, **kwargs)
         assert (table["corruption"] == "user").all()
         assert table.drop(columns="corruption").equals(generated.drop(columns="corruption"))
 
@@ -136,20 +137,20 @@ def test_a_metric_function_names_the_columns_and_a_mean_is_refused(tiny_model, t
         return logits.gather(1, answers[:, :1]).squeeze(1) - logits.gather(1, answers[:, 1:]).squeeze(1)
 
     kwargs = dict(n_pairs=20, corruption="value", n_boot=100, by="position")
-    default = patching.patching_table(tiny_model, tiny_config, tiny_split, **kwargs)
-    mine = patching.patching_table(tiny_model, tiny_config, tiny_split, metric=my_logit_diff, **kwargs)
+    default = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), **kwargs)
+    mine = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=my_logit_diff, **kwargs)
     assert {"my_logit_diff", "clean_my_logit_diff", "corrupted_my_logit_diff"} <= set(mine.columns)
     assert torch.allclose(torch.tensor(mine["mean"].values), torch.tensor(default["mean"].values), atol=1e-6)
     with pytest.raises(ComposeLensError, match="one value per pair"):
-        patching.patching_table(tiny_model, tiny_config, tiny_split, metric=lambda lg, a: lg[:, 0].mean(), **kwargs)
+        patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=lambda lg, a: lg[:, 0].mean(), **kwargs)
     with pytest.raises(ComposeLensError, match="use one of logit_diff, prob, accuracy"):
-        patching.patching_table(tiny_model, tiny_config, tiny_split, metric="kl", **kwargs)
+        patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric="kl", **kwargs)
 
 
 def test_prob_and_accuracy_on_the_paper_model(paper):
     """The paper model is right on the clean prompts and wrong (for the clean answer) on the corrupted
     ones, so both metrics have their full range; the value's stream restores it all."""
-    tables = {metric: patching.patching_table(paper.model, paper.config, paper.split, n_pairs=60, n_boot=100,
+    tables = {metric: patching.patching_table(paper, n_pairs=60, n_boot=100,
                                               corruption="value", metric=metric) for metric in ("prob", "accuracy")}
     for metric, table in tables.items():
         assert table[f"clean_{metric}"].iloc[0] > 0.95 and table[f"corrupted_{metric}"].iloc[0] < 0.05
@@ -171,16 +172,16 @@ def test_discover_on_user_pairs_with_each_metric(paper):
     """Exact scores on user pairs: a metric function equal to the logit difference gives the default's
     scores; prob scores differ and name their pool columns; accuracy refuses the gradient methods."""
     kwargs = dict(method="exact", pairs=PAPER_PAIRS)
-    default = C.discover(paper.model, paper.config, paper.split, **kwargs)
-    same = C.discover(paper.model, paper.config, paper.split, metric=lambda lg, a: metrics.logit_diff(lg, a),
+    default = C.discover(paper, **kwargs)
+    same = C.discover(paper, metric=lambda lg, a: metrics.logit_diff(lg, a),
                       **kwargs)
     assert "user pairs" in default.title and default.summary["metric"] == "logit_diff"
     assert torch.allclose(torch.tensor(same.edges["score"].values), torch.tensor(default.edges["score"].values),
                           atol=1e-6)
-    prob = C.discover(paper.model, paper.config, paper.split, metric="prob", **kwargs)
+    prob = C.discover(paper, metric="prob", **kwargs)
     assert {"prob_clean", "prob_corrupted"} <= set(prob.pools.columns) and "ld_clean" not in prob.pools
     assert not torch.allclose(torch.tensor(prob.edges["score"].values), torch.tensor(default.edges["score"].values),
                               atol=1e-3)
     assert prob.summary["metric"] == "prob" and "metric prob" in prob.title
     with pytest.raises(ComposeLensError, match="no gradient"):
-        C.discover(paper.model, paper.config, paper.split, method="eap", pairs=PAPER_PAIRS, metric="accuracy")
+        C.discover(paper, method="eap", pairs=PAPER_PAIRS, metric="accuracy")

@@ -20,6 +20,7 @@ from compose_lens.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.variants import bindings
+from compose_lens.subject import Subject
 
 
 def task_of(**variants) -> TaskConfig:
@@ -132,7 +133,7 @@ def test_the_facts_ask_only_what_the_task_asks(reassigned, monkeypatch):
     patterns = planted(tokens, config.task, "latest", "variable")
     monkeypatch.setattr(vr, "trace", lambda model, config, tokens: type("T", (), {"patterns": patterns}))
     monkeypatch.setattr(vr, "sequences", lambda split, n, seed: (type("B", (), {"tokens": tokens}), "planted"))
-    tables, facts = vr.variant_reading(None, config, None, located())
+    tables, facts = vr.variant_reading(Subject(None, config, None, "test"), located())
     assert facts["router_latest_over_stale"] == 1.0 and not math.isnan(facts["router_on_stale_values"])
     assert "binder_through_one_filler" not in facts and "router_on_fillers" not in facts  # no fillers asked
     assert set(tables) == {"attention_by_role", "binding_through_fillers"}

@@ -61,29 +61,17 @@ _EXPORTS = {
     "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
     "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",
-    # the analyses (and, below, the public names each registered analysis declares: compose_lens.registry)
+    # the analyses: the registry; each registered analysis's public names are its declaration's ``exports``
+    # (:func:`_registered`), never listed here
     "ANALYSES": "compose_lens.registry",
     "classify_run": "compose_lens.outcome", "what_it_learned": "compose_lens.evaluate:learned",
-    "prev_token_attention_score": "compose_lens.analysis.probes",
-    "variable_identity_score": "compose_lens.analysis.probes",
-    "qk_matrices": "compose_lens.analysis.figure_data", "fourier_neuron": "compose_lens.analysis.figure_data",
-    "TOKEN_ROLES": "compose_lens.analysis.patching:ROLES", "discover_circuit": "compose_lens.analysis.circuit:discover",
     # TransformerLens's test_prompt and detect_head, on the study's sequences (TransformerLens's own refuse them)
     "test_prompt": "compose_lens.analysis.exploratory", "detect_head": "compose_lens.analysis.exploratory",
-    # your own prompt pairs and patching metric (patching_table / discover_circuit take pairs= and metric=)
+    # your own prompt pairs (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
-    "PATCHING_METRICS": "compose_lens.analysis.metrics:METRICS",
-    # finer patching through the bridge's hooks: per-head q / k / v / pattern, and path patching
-    "head_patching_table": "compose_lens.analysis.patching", "path_patching": "compose_lens.analysis.patching",
-    "path_patching_figure": "compose_lens.plots",
-    # figures (matplotlib; each returns (figure, the data drawn)) and notebook display
-    "patching_figure": "compose_lens.plots", "qk_heatmaps_figure": "compose_lens.plots",
-    "fourier_neuron_figure": "compose_lens.plots", "attention_figure": "compose_lens.plots:view_figure",
+    # figures (matplotlib); an analysis's own figures are among its exports
     "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.figure_style:style",
-    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit", "interactive_attention": "compose_lens.attention_view:notebook_view",
-    "das_table": "compose_lens.analysis.das", "binding_pairs": "compose_lens.analysis.das",
-    "DasSettings": "compose_lens.analysis.das",
-    "gradient_shares": "compose_lens.analysis.gradient_terms:shares",
+    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.context",
     "run_analysis": "compose_lens.context",
@@ -94,8 +82,14 @@ _EXPORTS = {
 
 
 def _registered() -> dict[str, str]:
-    """The public names the registered analyses declare (``Analysis.exports``), each to its module."""
-    return {name: a.module for a in _registry.ANALYSES if a.module for name in a.exports}
+    """The public names the registered analyses declare (``Analysis.exports``), each to where it is defined:
+    the declaration's module, or the ``module[:attribute]`` an export names after ``=``."""
+    found = {}
+    for analysis in _registry.ANALYSES:
+        for export in analysis.exports:
+            name, _, where = export.partition("=")
+            found[name] = where or analysis.module
+    return found
 
 
 __all__ = ["__version__", *_EXPORTS, *_registered()]

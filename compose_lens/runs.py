@@ -72,6 +72,7 @@ from compose_lens import capabilities, safety
 from compose_lens.provenance import VERSION, code_version
 from compose_lens.config import Origin, RunConfig, TrainConfig
 from compose_lens.errors import ArgumentTypeError, ComposeLensError
+from compose_lens.outputs import ANALYSIS_FILES
 from compose_lens.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
                                 write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
@@ -110,42 +111,23 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 # (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``, ``.html``) are
 # named here; tests/integration/test_report.py holds a reported run to this list.
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
-FIGURE_NAMES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", r"attention_\d+",
-                "qk_heatmaps", "early_jump", "fourier_neuron", "circuit", "same_mlp", "cosine_histograms",
-                "logit_attribution", "ablation", "patching", "gradient_shares", "gradient_terms", "positional_qk",
-                "variable_identity", "frequency_shares", "best_neurons", "readout_fourier", "embedding_fourier",
-                "attention")  # attention.html: the attention views' page
-_FIGURE = "(" + "|".join(FIGURE_NAMES) + ")"
-
-
-# The analyses the report saves into RUN/results/NAME/, with the tables and documents of each
-# (compose_lens.registry's; tests/unit/test_run_ownership.py holds the two equal).
-REPORT_RESULTS = {
-    "probes": ("scores_by_type", "circuit_summary"), "qk": ("positional_qk", "variable_identity"),
-    "fourier": ("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier",
-                "locate", "key_frequencies", "constants_vs_variables"),
-    "same_mlp": ("same_mlp_interchange", "same_mlp_damage_profiles", "same_mlp_feature_transfer", "same_mlp_probe",
-                 "same_mlp_competence", "same_mlp"),
-    "dla": ("logit_attribution", "logit_lens", "logit_attribution_by_pool"), "ablation": ("ablation",),
-    "patching": ("patching",), "circuit": ("circuit", "circuit_pools", "circuit"),
-    "variant": ("attention_by_role", "binding_through_fillers", "variant_reading"),
-    "gradient": ("gradient_shares", "idealisation"), "attention_entropy": ("attention_entropy",), "das": ("das", "das"),
-    "patching_heads": ("patching_heads",), "path_patching": ("path_patching",), "modularity": ("modularity",),
-    "attention": ("attention", "attention"),
-}
+REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")  # the report's
+# own; the analyses' files (RUN/results/NAME/: tables, documents, figures; the figures also in RUN/figures/) are the
+# registered declarations' own: compose_lens.registry records them in compose_lens.outputs as it finds them.
 
 
 def run_layout() -> dict:
     """The layout of a run directory below its top-level names (see the comment above)."""
+    figure = "(" + "|".join((*REPORT_FIGURES, *(f for _, figures in ANALYSIS_FILES.values() for f in figures))) + ")"
     analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
-                                  "figures": {_FIGURE + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit, attention views
-                for name, stems in REPORT_RESULTS.items()}
+                                  "figures": {figure + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit, attention views
+                for name, (stems, _) in ANALYSIS_FILES.items() if stems is not None}
     return {
         CHECKPOINTS_DIR: {r"step_\d+": {re.escape(WEIGHTS_FILE): FILE, re.escape(CONFIG_FILE): FILE}},
         "results": {re.escape(DYNAMICS_FILE): FILE, re.escape(PHASES_FILE): FILE, r"dynamics\.png": FILE,
                     r"dynamics\.provenance\.json": FILE,
                     "figures": {r"dynamics\.(png|svg|pdf|csv)": FILE}, re.escape(safety.MARKER): FILE, **analysis},
-        "figures": {_FIGURE + r"\.(png|csv)": FILE},
+        "figures": {figure + r"\.(png|csv)": FILE},
         "tensorboard": {r"events\.out\.tfevents\..+": FILE},  # torch's SummaryWriter
         "wandb": {r"(offline-)?run-\d{8}_\d{6}-\w+": TREE, "latest-run": LINK,
                   r"debug(-internal|-cli\..+)?\.log": LINK},  # wandb.init(dir=RUN)

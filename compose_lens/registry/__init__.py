@@ -2,8 +2,9 @@
 
 An analysis of one model, or of a run's checkpoints (``of="run"``: ``dynamics``, ``early_jump``, ``llc``), is declared once, as an :class:`Analysis` (:mod:`.analysis` says what
 one holds) in a module of this package, one per analysis or family (``registry/dla.py``,
-``registry/patching.py``, ...); :data:`ANALYSES` lists them in the order ``analyze`` runs them.
-A declaration holds:
+``registry/patching.py``, ...). The package finds them: :func:`load` scans its modules (a new module
+is found, nothing names it by hand), and :data:`ANALYSES` holds them in the order ``analyze`` runs them
+(:data:`ORDER`). A declaration holds:
 
 * its **name** (``analyze`` writes its files into ``OUT/<name>/``, the report reads and keeps them in
   ``RUN_DIR/results/<name>/``) and the **title** of its report section;
@@ -16,15 +17,16 @@ A declaration holds:
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
   :func:`~compose_lens.context.read` rebuilds it, and its **figures**, drawn by
-  :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one);
+  :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one), their stems declared (``figures``:
+  what a run directory may hold of it, :mod:`compose_lens.outputs`);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
   leave it out where it does not: the variant reading on the study's task), its report **section**
-  (``section(inputs, result, settings) -> HTML``, placed after the section ``report_after`` names), the
-  **findings** ``analyze`` prints (summary key, what it measures, what the circuit predicts), its own
+  (``section(inputs, result, settings) -> HTML``, placed where :data:`compose_lens.report.PAGE` names its
+  anchor, else last), the **findings** ``analyze`` prints (summary key, what it measures, what the circuit predicts), its own
   **command** (``compose-lens <command> MODEL --out DIR``, with the ``options`` that set its settings:
   integers, choices, a pairs file, or values after MODEL), a settings check (``validate``) and a memory ``guard``, the lines
-  its command prints (``describe``), and the **exports** of its module that are public API
-  (``compose_lens.<name>``).
+  its command prints (``describe``), and its **exports**, its public API (``compose_lens.<name>``: names
+  of its module, or ``NAME=module[:attribute]``): the only place an analysis's public names are listed.
 
 Nothing else names an analysis: :mod:`compose_lens.context` runs a declaration (its guards on every
 path: the command, ``analyze``, the report, :func:`compose_lens.context.run_analysis`), the report makes
@@ -42,31 +44,39 @@ tables with :func:`compose_lens.markup.html_table`): the report reads the regist
 
 from __future__ import annotations
 
-from compose_lens.registry.analysis import FIGURES, Analysis, Finding, Option, Result, by_name, sections
-from compose_lens.registry.probes import PROBES
-from compose_lens.registry.qk import QK
-from compose_lens.registry.fourier import FOURIER
-from compose_lens.registry.same_mlp import SAME_MLP
-from compose_lens.registry.dla import DLA
-from compose_lens.registry.ablation import ABLATION
-from compose_lens.registry.patching import HEAD_PATCHING, PATCHING, PATH_PATCHING
-from compose_lens.registry.circuit import CIRCUIT
-from compose_lens.registry.das import DAS
-from compose_lens.registry.variant import VARIANT
-from compose_lens.registry.gradient import GRADIENT
-from compose_lens.registry.entropy import ENTROPY
-from compose_lens.registry.attention import ATTENTION
-from compose_lens.registry.dynamics import DYNAMICS
-from compose_lens.registry.llc import LLC
-from compose_lens.registry.early_jump import EARLY_JUMP
-from compose_lens.registry.modularity import MODULARITY
+import importlib
+import pkgutil
 
-ANALYSES: tuple[Analysis, ...] = (PROBES, QK, ENTROPY, FOURIER, SAME_MLP, DLA, ABLATION, PATCHING, CIRCUIT, VARIANT,
-                                  GRADIENT, DAS, HEAD_PATCHING, PATH_PATCHING, ATTENTION, MODULARITY,
-                                  DYNAMICS, EARLY_JUMP, LLC)
+from compose_lens.outputs import own
+from compose_lens.registry.analysis import FIGURES, Analysis, Finding, Option, Result, by_name
 
+# The order ``analyze`` runs the analyses in (and prints their findings): the one list to edit for
+# that; an analysis it does not name runs after these, in the order of its name.
+ORDER = ("probes", "qk", "attention_entropy", "fourier", "same_mlp", "dla", "ablation", "patching", "circuit",
+         "variant", "gradient", "das", "patching_heads", "path_patching", "attention", "modularity",
+         "dynamics", "early_jump", "llc")
+
+
+def load() -> tuple[Analysis, ...]:
+    """Every declaration of this package's modules, found by scanning them (a module added here is found:
+    nothing names it by hand), in :data:`ORDER`; each is also bound here by the name its module gives it
+    (``registry.DLA``), and what it writes is recorded for the run layout (:mod:`compose_lens.outputs`)."""
+    declared: dict[str, Analysis] = {}
+    for module in pkgutil.iter_modules(__path__):
+        for name, value in vars(importlib.import_module(f"{__name__}.{module.name}")).items():
+            if isinstance(value, Analysis) and name.isupper() and all(value is not v for v in declared.values()):
+                declared[name] = value
+    globals().update(declared)
+    analyses = tuple(sorted(declared.values(),
+                            key=lambda a: (ORDER.index(a.name) if a.name in ORDER else len(ORDER), a.name)))
+    for analysis in analyses:
+        own(analysis.name, analysis.tables + analysis.documents if analysis.of == "model" else None,
+            analysis.figures)
+    return analyses
+
+
+ANALYSES: tuple[Analysis, ...] = load()
 
 # what the rest of the package reads here: the declarations' vocabulary and every declaration
-__all__ = ["ANALYSES", "FIGURES", "Analysis", "Finding", "Option", "Result", "by_name", "sections", "PROBES", "QK",
-           "FOURIER", "SAME_MLP", "DLA", "ABLATION", "PATCHING", "HEAD_PATCHING", "PATH_PATCHING", "CIRCUIT", "DAS",
-           "VARIANT", "GRADIENT", "ENTROPY", "ATTENTION", "MODULARITY", "DYNAMICS", "EARLY_JUMP", "LLC"]
+__all__ = ["ANALYSES", "FIGURES", "ORDER", "Analysis", "Finding", "Option", "Result", "by_name", "load",
+           *(name for name, value in list(globals().items()) if isinstance(value, Analysis))]

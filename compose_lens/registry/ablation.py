@@ -68,7 +68,7 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,
                     settings={"pool_size": 500}, module="compose_lens.analysis.ablation", tables=("ablation",),
-                    causal=True, section=_ablation_section, report_after="patching",
+                    causal=True, figures=("ablation",), section=_ablation_section,
                     command="ablate", help="zero/mean/resample ablation, accuracy on the nine pools",
                     options=(Option("--pool-size", "pool_size", "sequences per pool"),), guard=_ablation_memory,
                     describe=_ablation_lines, exports=("ablation_table",))

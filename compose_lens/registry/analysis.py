@@ -1,6 +1,6 @@
 """What a declaration is: :class:`Analysis` (its settings, computation, tables, figures, report
 section, findings and command), the command's :class:`Option` s, the :class:`Result` it computes and the
-:class:`Finding` s ``analyze`` prints; :func:`sections` and :func:`by_name` read a tuple of them.
+:class:`Finding` s ``analyze`` prints; :func:`by_name` reads a tuple of them.
 
 An analysis reads one of two things (:attr:`Analysis.of`): **one model** (``"model"``: the probes,
 patching, the circuit, ...; its compute takes a :class:`compose_lens.context.Context`), or **a run's
@@ -125,11 +125,11 @@ class Analysis:
     settings: dict = field(default_factory=dict)
     tables: tuple[str, ...] = ()
     documents: tuple[str, ...] = ()
+    figures: tuple[str, ...] = ()  # the stems of every figure and page it draws, here or in its section (patterns)
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
     section: Callable[[Any, Result, dict], str] | None = None
     anchor: str | None = None  # the section's anchor (default: the name)
-    report_after: str | None = None  # the anchor of the section it follows (default: the last)
     findings: tuple[Finding, ...] = ()
     command: str | None = None
     help: str = ""
@@ -138,7 +138,7 @@ class Analysis:
     # or settings the model's task cannot take: a sequence it cannot parse)
     validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
-    exports: tuple[str, ...] = ()  # names of ``module`` that are public API
+    exports: tuple[str, ...] = ()  # its public API (compose_lens.NAME): names of ``module``, or "NAME=module[:attribute]"
     applies: Callable[[Any], bool] | None = None  # (config) -> whether it reads this model (None: every model)
     in_analyze: bool = True  # False: minutes of fitting, run by its own command only (not by analyze)
 
@@ -203,24 +203,6 @@ class Analysis:
                                     f"use a smaller number")
             if option is not None and option.choices and item not in option.choices:
                 raise ArgumentError(f"{where}: use one of {', '.join(option.choices)}")
-
-
-def sections(registry: tuple[Analysis, ...], fixed: tuple[tuple[str, str, Callable], ...],
-             make: Callable[[Analysis], Callable]) -> tuple[tuple[str, str, Callable], ...]:
-    """The report's page: ``fixed`` (anchor, title, section) in order, and after each the registered
-    sections whose ``report_after`` names it (``make(analysis)``: the section of the page); the
-    registered ones without a known anchor at the end."""
-    page = list(fixed)
-    pending = [a for a in registry if a.section is not None]
-    while pending:  # a section may follow another registered one: place what can be placed, again
-        anchors = [a for a, _, _ in page]
-        placeable = [a for a in pending if a.report_after in anchors] or pending[:1]
-        for analysis in placeable:
-            anchors = [a for a, _, _ in page]
-            where = anchors.index(analysis.report_after) + 1 if analysis.report_after in anchors else len(page)
-            page.insert(where, (analysis.anchor or analysis.name, analysis.title, make(analysis)))
-            pending.remove(analysis)
-    return tuple(page)
 
 
 def by_name(registry: tuple[Analysis, ...], name: str) -> Analysis:

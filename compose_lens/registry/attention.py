@@ -90,10 +90,13 @@ def _lines(result: Result) -> list[str]:
 
 ATTENTION = Analysis(
     name="attention", title="Attention on example sequences", compute=_attention,
-    settings={"sequences": ()}, module="compose_lens.analysis.attention", tables=("attention",),
+    settings={"sequences": ()},
+    figures=(r"attention_\d+", "attention"), module="compose_lens.analysis.attention", tables=("attention",),
     documents=("attention",), command="attention",
     help="attention views of readable sequences (offline HTML + a heatmap each)",
     options=(Option("sequences", "sequences", "readable sequences, e.g. 'b=7, e=5, b+23=?' (none: one example "
                     "from each of four pools: held-out constants, 1-var training, held-out 2-var, 2-var in forbidden "
                     "slots; where the split has none of one, its training pool)", many=True, positional=True),),
-    validate=_check_count, guard=_check_parse, describe=_lines, exports=("sequence_views",))
+    validate=_check_count, guard=_check_parse, describe=_lines,
+    exports=("sequence_views", "attention_figure=compose_lens.plots:view_figure",
+             "interactive_attention=compose_lens.attention_view:notebook_view"))

@@ -128,7 +128,7 @@ CIRCUIT = Analysis(
     settings={"method": "eap-ig", "n_pairs": 300, "pairs": "resample", "metric": "logit_diff", "positions": False,
               "target": 0.95, "threshold": 0.01},
     module="compose_lens.analysis.circuit", tables=("circuit", "circuit_pools"), documents=("circuit",),
-    causal=True, section=_circuit_section, anchor="circuit-discovery", report_after="same-mlp",
+    causal=True, figures=("circuit",), section=_circuit_section, anchor="circuit-discovery",
     command="circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)",
     options=(Option("--method", "method", "how edges are scored", choices=CIRCUIT_METHODS),
              Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=6),
@@ -140,4 +140,5 @@ CIRCUIT = Analysis(
              Option("--positions", "positions", "split every edge by position"),
              Option("--threshold", "threshold", "ACDC's pruning threshold (share)"),
              Option("--target", "target", "performance the found circuit recovers")),
-    guard=circuit_memory, validate=_circuit_settings, describe=_circuit_lines)
+    guard=circuit_memory, validate=_circuit_settings, describe=_circuit_lines,
+    exports=("discover_circuit=compose_lens.analysis.circuit:discover",))

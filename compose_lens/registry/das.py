@@ -54,7 +54,8 @@ def _das_memory(settings: dict, config) -> None:
 DAS = Analysis(
     name="das", title="Distributed alignment search for the variable-value binding", compute=_das,
     settings={"n_pairs": 600, "ranks": DAS_RANKS, "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
-    module="compose_lens.analysis.das", tables=("das",), documents=("das",), causal=True, in_analyze=False,
+    module="compose_lens.analysis.das", tables=("das",), documents=("das",),
+    figures=("das",), causal=True, in_analyze=False,
     command="das", help="distributed alignment search for the variable-value binding, with its controls",
     options=(Option("--ranks", "ranks", "subspace ranks", many=True),
              Option("--sites", "sites", "where to search", choices=DAS_SITES, many=True),
@@ -62,4 +63,5 @@ DAS = Analysis(
              Option("--epochs", "epochs", "DAS training epochs"),
              Option("--no-arbitrary", "no_arbitrary", "skip the arbitrary-label control (one more fit per site, "
                     "at the largest rank)")),
-    guard=_das_memory, validate=_das_settings, describe=_das_lines)
+    guard=_das_memory, validate=_das_settings, describe=_das_lines,
+    exports=("das_table", "binding_pairs", "DasSettings"))

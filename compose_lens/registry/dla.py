@@ -71,8 +71,8 @@ def _dla_lines(result: Result) -> list[str]:
 DLA = Analysis(
     name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
     settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
-    tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"), section=_dla_section,
-    report_after="fourier",
+    tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"),
+    figures=("logit_attribution",), section=_dla_section,
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
     guard=lambda settings, config: _dla_memory(settings, config),

@@ -68,7 +68,7 @@ DYNAMICS = Analysis(
     name="dynamics", title="Training dynamics and the three phases", compute=_dynamics, of="run",
     settings={"pool_size": 2000, "slot_size": 500, "steps": (), "stride": 1, "no_circuit": False, "threads": 1,
               "update": False},
-    module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",),
+    figures=("dynamics",), module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",),
     command="dynamics", help="evaluate every checkpoint of a run and find the three phases",
     options=(Option("--pool-size", "pool_size", "sequences per accuracy pool"),
              Option("--slot-size", "slot_size", "sequences per forbidden-slot batch"),

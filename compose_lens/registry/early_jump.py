@@ -88,7 +88,7 @@ def states(result: Result) -> tuple[dict, dict, list[str]]:
 EARLY_JUMP = Analysis(
     name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
     settings={"sequence": None, "before": None, "after": None},
-    module="compose_lens.analysis.figure_data", documents=("early_jump",),
+    figures=("early_jump",), module="compose_lens.analysis.figure_data", documents=("early_jump",),
     command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),
              Option("--before", "before", "checkpoint step before the jump (default: the assignment bracket's)",

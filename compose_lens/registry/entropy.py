@@ -45,7 +45,7 @@ def _entropy_section(inp, result: Result, settings: dict) -> str:
 ENTROPY = Analysis(
     name="attention_entropy", title="Attention entropy per head at =", compute=_entropy,
     settings={"pool_size": 200}, module="compose_lens.analysis.attention_entropy", tables=("attention_entropy",),
-    section=_entropy_section, report_after="qk",
+    section=_entropy_section,
     command="entropy", help="attention entropy of every head at '=', by sequence kind",
     options=(Option("--pool-size", "pool_size", "sequences per pool (nine pools)"),),
     describe=_entropy_lines, exports=("attention_entropy",))

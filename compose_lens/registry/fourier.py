@@ -106,9 +106,11 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
 
 FOURIER = Analysis(
     name="fourier", title="The MLP adds: Fourier analysis of the adder", compute=_fourier,
-    section=_fourier_section, report_after="jump",
+    figures=("frequency_shares", "readout_fourier", "embedding_fourier", "best_neurons", "fourier_neuron"), section=_fourier_section,
     module="compose_lens.analysis.fourier",
     tables=("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier"),
     documents=("locate", "key_frequencies", "constants_vs_variables"),
     command="fourier", help="Fourier analysis of the adder MLP (located; the paper's MLP2): key frequencies and losses",
-    describe=_fourier_lines, exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons"))
+    describe=_fourier_lines,
+    exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons",
+             "fourier_neuron=compose_lens.analysis.figure_data", "fourier_neuron_figure=compose_lens.plots"))

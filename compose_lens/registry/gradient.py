@@ -67,10 +67,12 @@ def _gradient_section(inp, result: Result, settings: dict) -> str:
 GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the associative-memory term",
                     compute=_gradient, settings={"n": 512, "checkpoints": 12},
                     module="compose_lens.analysis.gradient_terms", tables=("gradient_shares",),
-                    documents=("idealisation",), section=_gradient_section, report_after="circuit-discovery",
+                    documents=("idealisation",),
+                    figures=("gradient_terms", "gradient_shares"), section=_gradient_section,
                     applies=_gradient_applies,
                     findings=(Finding("gradient_kept_cosine_qk0", "layer-1 QK gradient: cosine of the kept "
                                       "(binding) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9),
                               Finding("gradient_kept_cosine_qk1", "layer-2 QK gradient: cosine of the kept "
                                       "(routing) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9)),
-                    exports=("shares_of_model", "shares_over_training", "idealisation"))
+                    exports=("shares_of_model", "shares_over_training", "idealisation",
+                             "gradient_shares=compose_lens.analysis.gradient_terms:shares"))

@@ -79,7 +79,7 @@ LLC = Analysis(
     name="llc", title="Local learning coefficient over training", compute=_llc, of="run",
     settings={"epsilon": 1e-4, "gamma": 1000.0, "n_beta": None, "chains": 3, "draws": 150, "burnin": 0,
               "batch_size": 128, "n_sequences": 4096, "component": None, "phases": None, "steps": (), "stride": 1},
-    module="compose_lens.analysis.llc", tables=("llc", "llc_traces"), documents=("llc",),
+    figures=("llc",), module="compose_lens.analysis.llc", tables=("llc", "llc_traces"), documents=("llc",),
     command="llc", help="local learning coefficient of every checkpoint (SGLD, devinterp), beside the phases",
     options=(Option("--phases", "phases", "a phases.json of `compose-lens dynamics` to mark (default: the run's own)",
                     kind=str, metavar="FILE"),

@@ -80,7 +80,7 @@ MODULARITY = Analysis(
     name="modularity", title="Modularity: separation, one adder, circuit size", compute=_modularity,
     settings={"n_pairs": 120, "same_mlp_n": 150, "pool_size": 200, "steps": 8},
     module="compose_lens.analysis.modularity", tables=("modularity",), causal=True, in_analyze=False,
-    section=_section, report_after="circuit-discovery",
+    section=_section,
     findings=(Finding("modularity_separation", "binding and addition leave through distinct components",
                       "high (>= 0.8)", 0.8),
               Finding("modularity_same_adder", "one adder for constants and variables", "1", 1.0)),

@@ -108,10 +108,12 @@ PATCHING = Analysis(
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching",), causal=True,
-    section=_patching_section, report_after="dla",
+    figures=("patching",), section=_patching_section,
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
-    guard=_patching_memory, validate=_patching_settings, describe=_patching_lines, exports=("patching_table",))
+    guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,
+    exports=("patching_table", "TOKEN_ROLES=compose_lens.analysis.patching:ROLES",
+             "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.plots"))
 
 
 # -- patch-heads and path-patch: patching finer than a whole component -------------------------------
@@ -179,14 +181,16 @@ HEAD_PATCHING = Analysis(
     name="patching_heads", title="Per-head patching of queries, keys, values and patterns", compute=_head_patching,
     settings={"components": HEAD_INPUTS, "by": "role", "corruption": "value", "n_pairs": 1000, "pairs": None,
               "metric": "logit_diff"},
-    module="compose_lens.analysis.patching", tables=("patching_heads",), causal=True, in_analyze=False,
+    module="compose_lens.analysis.patching", tables=("patching_heads",),
+    figures=("patching_heads",), causal=True, in_analyze=False,
     command="patch-heads", help="per-head patching of queries, keys, values and attention patterns, by token role "
                                 "or position",
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
                     choices=HEAD_COMPONENTS, many=True),
              BY_OPTION, *PAIR_OPTIONS),
     guard=_fine_patching_memory, validate=_patching_settings,
-    describe=_head_patching_lines)
+    describe=_head_patching_lines,
+    exports=("head_patching_table",))
 
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
@@ -233,9 +237,11 @@ PATH_PATCHING = Analysis(
     compute=_path_patching,
     settings={"sender": "blocks.0.head0", "receivers": ("blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v"),
               "corruption": "value", "n_pairs": 1000, "pairs": None, "metric": "logit_diff"},
-    module="compose_lens.analysis.patching", tables=("path_patching",), causal=True, in_analyze=False,
+    module="compose_lens.analysis.patching", tables=("path_patching",),
+    figures=("path_patching",), causal=True, in_analyze=False,
     command="path-patch", help="path patching: a sender's output reaching one receiver only",
     options=(Option("--sender", "sender", "a head's output, blocks.L.headH, or an MLP's, blocks.L.mlp (blocks from 0)"),
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "
                     "MLP's input, blocks.L.mlp", many=True), *PAIR_OPTIONS),
-    guard=_path_names, validate=_patching_settings, describe=_path_patching_lines)
+    guard=_path_names, validate=_patching_settings, describe=_path_patching_lines,
+    exports=("path_patching", "path_patching_figure=compose_lens.plots"))

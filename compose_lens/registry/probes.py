@@ -69,7 +69,7 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
 PROBES = Analysis(
     name="probes", title="Circuit summary", compute=_probes, module="compose_lens.analysis.summary",
     tables=("scores_by_type",), documents=("circuit_summary",),
-    section=_probes_section, anchor="circuit", report_after="dynamics",
+    section=_probes_section, anchor="circuit",
     findings=(Finding("prev_token_attention_score", "{binder}: each value attends to its variable", "near 1 (>= 0.9)", 0.9),
               Finding("prev_token_probe_accuracy", "{binder} writes the variable into the value's stream", "near 1 (>= 0.9)", 0.9),
               Finding("equals_to_operands_score", "{gatherer}: = attends to the operands", "high (>= 0.5)", 0.5),
@@ -78,4 +78,5 @@ PROBES = Analysis(
                       by_construction="equals_to_values_by_construction"),
               Finding("ov_mlp_addition_accuracy", "{router} OV -> {adder} adds the routed values", "near 1 (>= 0.9)", 0.9),
               Finding("key_frequency_strength", "{adder} post-ReLU variance in its key frequencies", "high (>= 0.5)", 0.5)),
-    exports=("circuit_summary", "circuit_measures"))
+    exports=("circuit_summary", "circuit_measures", "prev_token_attention_score=compose_lens.analysis.probes",
+             "variable_identity_score=compose_lens.analysis.probes"))

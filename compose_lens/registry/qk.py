@@ -73,4 +73,6 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
 
 
 QK = Analysis(name="qk", title="Previous-token head and variable-identity routing", compute=_qk,
-              tables=("positional_qk", "variable_identity"), section=_qk_section, report_after="attention")
+              tables=("positional_qk", "variable_identity"),
+              figures=("positional_qk", "variable_identity"), section=_qk_section,
+    exports=("qk_matrices=compose_lens.analysis.figure_data", "qk_heatmaps_figure=compose_lens.plots"))

@@ -92,7 +92,7 @@ SAME_MLP = Analysis(
     module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
     tables=tuple(f"same_mlp_{name}" for name in ("interchange", "damage_profiles", "feature_transfer", "probe",
                                                  "competence")),
-    section=_same_mlp_section, anchor="same-mlp", report_after="ablation",
+    figures=("same_mlp", "cosine_histograms"), section=_same_mlp_section, anchor="same-mlp",
     command="same-mlp", help="does MLP2 add variables with the features it uses for constants? three tests that "
                              "can fail, and a verdict",
     options=(Option("--n", "n", "prompts per prompt set", minimum=20),), guard=_same_mlp_guard,

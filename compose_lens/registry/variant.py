@@ -59,8 +59,7 @@ def _variant_section(inp, result: Result, settings: dict) -> str:
 VARIANT = Analysis(name="variant", title="The task variant: what the circuit reads", compute=_variant,
                    settings={"n": 1000}, module="compose_lens.analysis.variant_reading",
                    tables=("attention_by_role", "binding_through_fillers"), documents=("variant_reading",),
-                   section=_variant_section,
-                   report_after="circuit", applies=lambda config: config.task.is_variant,
+                   section=_variant_section, applies=lambda config: config.task.is_variant,
                    findings=(Finding("router_latest_over_stale", "reassignment: = weights the latest value above "
                                      "the stale one (share of sequences)", "near 1 (>= 0.9)", 0.9),
                              Finding("binder_through_one_filler", "fillers: a value attends to its variable past "

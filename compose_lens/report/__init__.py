@@ -35,7 +35,7 @@ and lays them out; the maths is elsewhere.
    (:mod:`compose_lens.compare`) with its intervals, the changed rows highlighted.
 
 The sections of registered analyses (:mod:`compose_lens.registry`) come from the
-registry, each after the section its ``report_after`` names: :func:`registered_section` reads
+registry, in the order :data:`PAGE` gives (one list): :func:`registered_section` reads
 the analysis's files from ``RUN_DIR/results/<name>/`` where they were made with the same
 settings, seed and configuration (``compose-lens analyze RUN --out RUN/results`` writes them),
 and computes and saves only what is missing, with the settings ``analyze`` uses.
@@ -76,7 +76,6 @@ from compose_lens.provenance import VERSION, code_version
 from compose_lens.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens.stats import rate_record
 from compose_lens import registry
-from compose_lens.registry import ANALYSES
 from compose_lens.registry import early_jump
 from compose_lens.registry.attention import views as attention_views
 from compose_lens import compare, context
@@ -370,15 +369,30 @@ def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], 
     return section
 
 
-# (anchor, title, section) in page order: the report's own sections, and each registered analysis's
-# after the one its report_after names (compose_lens.registry)
-SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.sections(ANALYSES, (
-    ("config", "Configuration", configuration_section),
-    ("results", "Results: the study and this run", results_section),
-    ("dynamics", "Training dynamics and the three phases", dynamics_section),
-    ("attention", "Attention on example sequences", attention_section),
-    ("jump", "The early generalisation jump", jump_section),
-), registered_section)
+# The page, in order: the anchors of the report's own sections and of the registered analyses' sections
+# (an analysis's ``anchor``, else its name). The one list that orders the page: a registered section it
+# does not name comes after these, in the registry's order; an anchor a report does not have is skipped.
+PAGE = ("config", "results", "dynamics", "circuit", "variant", "attention", "qk", "attention_entropy", "jump",
+        "fourier", "dla", "patching", "ablation", "same-mlp", "circuit-discovery", "modularity", "gradient")
+
+
+def page(own: dict[str, tuple[str, Callable[[ReportInputs], str]]]) -> tuple[tuple[str, str, Callable], ...]:
+    """(anchor, title, section) in :data:`PAGE`'s order: the report's ``own`` sections (anchor -> (title,
+    section)) and each registered analysis's (:func:`registered_section`)."""
+    registered = {analysis.anchor or analysis.name: (analysis.title, registered_section(analysis))
+                  for analysis in registry.ANALYSES if analysis.section is not None}
+    found = {**own, **registered}
+    order = (*PAGE, *(anchor for anchor in registered if anchor not in PAGE))
+    return tuple((anchor, *found[anchor]) for anchor in order if anchor in found)
+
+
+def sections() -> tuple[tuple[str, str, Callable[[ReportInputs], str]], ...]:
+    """The sections of a run's report, in page order."""
+    return page({"config": ("Configuration", configuration_section),
+                 "results": ("Results: the study and this run", results_section),
+                 "dynamics": ("Training dynamics and the three phases", dynamics_section),
+                 "attention": ("Attention on example sequences", attention_section),
+                 "jump": ("The early generalisation jump", jump_section)})
 
 
 # -- one model: the report of a model without a training run ------------------------------------
@@ -409,14 +423,11 @@ def model_results_section(inp: ReportInputs) -> str:
             + "<h3>Pool accuracies</h3>" + pool_accuracy_table(inp.subject))
 
 
-# The sections of one model's report, in page order (the registered analyses' among them)
-MODEL_SECTIONS: tuple[tuple[str, str, Callable[[ReportInputs], str]], ...] = registry.sections(ANALYSES, (
-    ("config", "Configuration", model_configuration_section),
-    ("results", "Results", model_results_section),
-    ("dynamics", "", None),  # an anchor the registered sections may follow; not on the page
-    ("attention", "Attention on example sequences", attention_section),
-    ("jump", "", None),  # an anchor the registered sections may follow; not on the page
-), registered_section)
+def model_sections() -> tuple[tuple[str, str, Callable[[ReportInputs], str]], ...]:
+    """The sections of one model's report, in page order (none that reads checkpoints)."""
+    return page({"config": ("Configuration", model_configuration_section),
+                 "results": ("Results", model_results_section),
+                 "attention": ("Attention on example sequences", attention_section)})
 
 
 def is_run_source(spec: str | Path) -> bool:
@@ -451,7 +462,7 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                           context=context.Context(subject, seed=seed), results_dir=files_dir / "results",
                           compare_with=compare_with, compare_label=compare_label, compare_options=compare_options,
                           progress=progress)
-    _write_page(inputs, tuple(s for s in MODEL_SECTIONS if s[2] is not None), out,
+    _write_page(inputs, model_sections(), out,
                 f"compose-lens report: {Path(subject.source).name}", learned_banner(inputs))
     return out, report.problems
 
@@ -531,7 +542,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     except Exception:  # the results section says what went wrong
         banner = ""
     banner += learned_banner(inputs)
-    _write_page(inputs, SECTIONS, out, f"compose-lens report: {run_dir.name}", banner)
+    _write_page(inputs, sections(), out, f"compose-lens report: {run_dir.name}", banner)
     if report.problems:
         (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

@@ -23,7 +23,7 @@ import pytest
 
 from compose_lens.cli import main
 from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.report import SECTIONS
+from compose_lens.report import sections
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
@@ -129,9 +129,9 @@ def test_report_is_one_self_contained_file(reported_run):
     # every section that reads this model is listed; the task-variant section has nothing to read in
     # the study's task and is left out, not shown empty
     config = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
-    reading = [anchor for anchor, _, section in SECTIONS
+    reading = [anchor for anchor, _, section in sections()
                if getattr(section, "reads", None) is None or section.reads(config)]
-    assert "variant" not in reading and len(reading) == len(SECTIONS) - 1
+    assert "variant" not in reading and len(reading) == len(sections()) - 1
     assert toc.count("<li>") == len(reading) and '<a href="#patching">' in toc
     assert '<a href="#variant">' not in toc
     # one interactive view per example sequence, its heatmap folded under it

@@ -23,6 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
 LAYERS = {
     "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
     "progress": 0,  # progress bars and phase lines: tqdm only
+    "outputs": 0,  # what the registered analyses write: the registry fills it, the run layout reads it
     "stats": 0, "markup": 0,  # the intervals and tests every claim is quoted with (scipy, numpy, pandas only)
     "data": 1, "safety": 1, "declaration": 1,  # the memory guard reads the estimates beside the renderer and the split
     "model": 2, "forward": 2,  # the one forward over model/'s tables and bridge

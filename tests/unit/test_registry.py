@@ -79,28 +79,62 @@ def test_an_unknown_setting_is_refused_in_one_line():
         registry.DLA.with_settings({"n_pairs": 3})
 
 
-def test_one_declaration_reaches_analyze_the_report_the_cli_and_the_api(loaded, tmp_path, monkeypatch):
-    """A new analysis declared in the registry alone (its module here: logit_attribution) appears in
-    analyze's folders, the report's page, the command line and the public names."""
-    def compute(ctx, settings):
-        import pandas as pd
+NEW_MODULE = '''"""A declaration module written at test time: nothing else names it."""
+from compose_lens.registry.analysis import Analysis, Finding, Option, Result
 
-        return registry.Result(tables={"widths": pd.DataFrame({"d_model": [ctx.config.model.d_model] * settings["k"]})},
-                               facts={"width_checked": True})
 
-    new = registry.Analysis(name="width", title="The width", compute=compute, settings={"k": 2}, tables=("widths",),
-                            module="compose_lens.analysis.logit_attribution", exports=("sequence_kind",),
-                            section=lambda inp, result, settings: "<p>width</p>", report_after="dla",
-                            findings=(registry.Finding("width_checked", "the width was read", "True"),),
-                            command="width", help="the width", options=(registry.Option("--k", "k", "rows"),))
-    monkeypatch.setattr(registry, "ANALYSES", (*registry.ANALYSES, new))
+def width_of(config):
+    """The model's width."""
+    return config.model.d_model
+
+
+def _compute(ctx, settings):
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(2, 2))
+    figure.add_subplot().bar([0], [width_of(ctx.config)])
+    return Result(tables={"widths": pd.DataFrame({"d_model": [width_of(ctx.config)] * settings["k"]})},
+                  facts={"width_checked": True}, drawn=[("widths", figure, 40)])
+
+
+WIDTH = Analysis(name="width", title="The width", compute=_compute, settings={"k": 2}, tables=("widths",),
+                 figures=("widths",), module="compose_lens.registry.width", exports=("width_of",),
+                 section=lambda inp, result, settings: "<p>width</p>",
+                 findings=(Finding("width_checked", "the width was read", "True"),),
+                 command="width", help="the width", options=(Option("--k", "k", "rows"),))
+'''
+
+
+def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_layout_and_the_api(
+        loaded, tmp_path, monkeypatch, request):
+    """A module added to the registry package, and nothing else edited: the registry's scan finds it
+    (:func:`compose_lens.registry.load`, what the package runs at import), and analyze's folders, the
+    report's page, its command, the findings, the run layout and the public names take it up."""
+    import sys
+
+    from compose_lens import outputs, report, runs
+
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "width.py").write_text(NEW_MODULE)
+    request.addfinalizer(lambda: sys.modules.pop("compose_lens.registry.width", None))
+    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(more)])
+    monkeypatch.setitem(outputs.ANALYSIS_FILES, "width", None)  # undone: the layout forgets it again
+    monkeypatch.setattr(registry, "WIDTH", None, raising=False)
+    monkeypatch.setattr(registry, "ANALYSES", registry.load())
+    new = registry.by_name(registry.ANALYSES, "width")
+    assert registry.WIDTH is new and registry.ANALYSES[-1] is new  # not in ORDER: analyze runs it last
+    assert [a.name for a in registry.ANALYSES[:-1]] == list(registry.ORDER)
+
     monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})
     monkeypatch.setattr(same_mlp, "same_mlp_tables", lambda *a, **k: {})
     summary = write_analysis(loaded, tmp_path / "a", causal=False)
     assert summary["width_checked"] is True and (tmp_path / "a" / "width" / "widths.csv").exists()
-    page = registry.sections(registry.ANALYSES, (("fourier", "F", None), ("circuit-discovery", "C", None)),
-                             lambda a: a.name)
-    assert [anchor for anchor, _, _ in page][:4] == ["fourier", "dla", "width", "patching"]
+    assert (tmp_path / "a" / "width" / "figures" / "widths.png").exists()
+
+    for page in (report.sections(), report.model_sections()):  # not in PAGE: the last section
+        assert page[-1][:2] == ("width", "The width") and page[-1][2].__name__ == "width_section"
 
     from compose_lens.cli import analysis, build_parser, main
 
@@ -109,9 +143,19 @@ def test_one_declaration_reaches_analyze_the_report_the_cli_and_the_api(loaded, 
     assert ("width_checked", "the width was read", "True") in tuple(
         (f.key, f.what, f.predicts) for a in registry.ANALYSES for f in a.findings)
     assert analysis.FINDINGS[0].key == "prev_token_attention_score"  # the module's table, built at import
-    assert compose_lens.__getattr__("sequence_kind").__module__ == "compose_lens.analysis.logit_attribution"
     assert main(["width", "paper", "--out", str(tmp_path / "w"), "--k", "3", "--quiet"]) == 0
     assert len((tmp_path / "w" / "widths.csv").read_text().splitlines()) == 4
+
+    run = tmp_path / "run"  # the report keeps its files in RUN/results/width/: train --overwrite owns them
+    (run / "results" / "width" / "figures").mkdir(parents=True)
+    (run / "figures").mkdir()
+    for name in ("results/width/widths.csv", "results/width/widths.provenance.json",
+                 "results/width/figures/widths.png", "figures/widths.png"):
+        (run / name).write_text("")
+    assert runs.foreign_in_run(run) is None
+
+    assert compose_lens._registered()["width_of"] == "compose_lens.registry.width"
+    assert compose_lens.__getattr__("width_of")(loaded.config) == loaded.config.model.d_model
 
 
 def test_the_registered_names_are_the_public_api_and_dla_has_its_command():
@@ -120,9 +164,9 @@ def test_the_registered_names_are_the_public_api_and_dla_has_its_command():
     assert {"logit_attribution", "logit_lens", "patching_table", "ablation_table"} <= set(compose_lens.__all__)
     args = build_parser().parse_args(["dla", "paper", "--out", "o"])
     assert args.n == registry.DLA.settings["n"] == 600
-    from compose_lens.report import SECTIONS
+    from compose_lens.report import sections
 
-    anchors = [a for a, _, _ in SECTIONS]
+    anchors = [a for a, _, _ in sections()]
     assert anchors.index("fourier") < anchors.index("dla") < anchors.index("patching") < anchors.index("same-mlp")
 
 

@@ -8,6 +8,7 @@ dynamics, TensorBoard and W&B put theirs.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -108,6 +109,19 @@ def test_a_user_file_named_like_a_run_folder_is_refused(tmp_path):
     assert (run / "wandb").read_text() == "my notes on W&B\n"
 
 
-def test_the_layout_names_every_table_and_document_the_report_saves():
-    """runs.REPORT_RESULTS is the registry's analyses (runs may not import the registry: layers)."""
-    assert runs.REPORT_RESULTS == {a.name: a.tables + a.documents for a in registry.ANALYSES if a.of == "model"}
+def test_the_layout_names_every_table_document_and_figure_the_registered_analyses_write():
+    """The run layout is the registry's declarations' own (compose_lens.outputs, filled as the registry finds
+    them: runs may not import the registry, layers), not a copy kept by hand."""
+    results = runs.run_layout()["results"]
+    for analysis in registry.ANALYSES:
+        if analysis.of == "run":
+            assert re.escape(analysis.name) not in results
+            continue
+        files = results[re.escape(analysis.name)]
+        table, figures = next(p for p in files if p != "figures"), files["figures"]
+        for stem in analysis.tables + analysis.documents:
+            assert re.fullmatch(table, f"{stem}.csv") and re.fullmatch(table, f"{stem}.json")
+        for stem in analysis.figures:
+            name = stem.replace(r"\d+", "0")
+            assert any(re.fullmatch(pattern, f"{name}.png") for pattern in figures), (analysis.name, stem)
+            assert any(re.fullmatch(pattern, f"{name}.png") for pattern in runs.run_layout()["figures"])

@@ -214,8 +214,8 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             row.update({f"equals_score_{v}": float(s)
                         for v, s in zip(variables, equals_variable_scores(model, config))})
             if measures is not None:
-                row.update({k: float(v) for k, v in measures(model, config, split, seed=seed, inputs=inputs,
-                                                             mlp_block=subject.layer, heads=heads).items()})
+                row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,
+                                                             inputs=inputs, mlp_block=subject.layer, heads=heads).items()})
             rows.append(row)
             bar.update(1)
             bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")

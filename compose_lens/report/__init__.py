@@ -478,7 +478,7 @@ def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: s
         name = inputs.compare_label or inputs.compare_with.source
         sections = (*sections, ("compare", f"Compared with {name}", comparison_section))
     chosen = [(anchor, name, section) for anchor, name, section in sections
-              if getattr(section, "reads", None) is None or section.reads(inputs.config)]
+              if getattr(section, "reads", None) is None or section.reads(inputs.subject.config)]
     with inputs.context, phases("report", inputs.progress) as phase:  # the analyses share one model's grids
         for n, (anchor, name, section) in enumerate(chosen, 1):
             phase(f"section {n}/{len(chosen)}: {name}")

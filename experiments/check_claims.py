@@ -152,6 +152,35 @@ def paired_variants(source: Path, variant: str, a: str, b: str, precision: str |
 
 
 @computation
+def precision_pairs(source: Path, a: str = "fp32", b: str = "bf16") -> dict:
+    """A stall-rate folder's seeds trained in two precisions (native kernels, each run decided), paired by
+    seed: ``seeds``; per precision the stalled and generalised counts with Wilson intervals
+    (``stalled_a``, ``stalled_a_low``, ...); the pairs that disagree on the stall (``only_a``, ``only_b``,
+    ``agree``, McNemar exact ``p``; ``flips`` with ``flip_low``/``flip_high``) and on the headline
+    (``gen_only_a``, ``gen_only_b``, ``gen_p``)."""
+    runs = pd.read_csv(source)
+    runs = runs[runs["decided"] & (runs["kernel"] == "native")].assign(
+        stalled=lambda d: d["outcome"] == "stalled", generalised=lambda d: d["outcome"] == "generalised")
+    seeds = set(runs.loc[runs["precision"] == a, "seed"]) & set(runs.loc[runs["precision"] == b, "seed"])
+    runs = runs[runs["seed"].isin(seeds)]
+    stall = stats.paired_agreement(runs, "precision", a, b, "stalled")
+    headline = stats.paired_agreement(runs, "precision", a, b, "generalised")
+    fields = {"seeds": stall["seeds"], "agree": stall["agree"], "only_a": stall["only_a"], "only_b": stall["only_b"],
+              "p": stall["mcnemar_exact_p"], "gen_only_a": headline["only_a"], "gen_only_b": headline["only_b"],
+              "gen_p": headline["mcnemar_exact_p"]}
+    flips = stats.Rate.of(stall["only_a"] + stall["only_b"], stall["seeds"])
+    fields.update(flips=flips.k, flip_low=flips.low, flip_high=flips.high)
+    for side, precision in (("a", a), ("b", b)):
+        mine = runs[runs["precision"] == precision].drop_duplicates("seed")
+        for what in ("stalled", "generalised"):
+            rate = stats.Rate.of(int(mine[what].sum()), len(mine))
+            key = f"{'stalled' if what == 'stalled' else 'gen'}_{side}"
+            fields.update({key: rate.k, f"{key}_fraction": rate.fraction, f"{key}_low": rate.low,
+                           f"{key}_high": rate.high})
+    return fields
+
+
+@computation
 def stall_comparison(source: Path, other: str, precision: str) -> dict:
     """Recipe (``source`` runs.csv) against another set (``other``), by seed: both rates (``a_``, ``b_``:
     :func:`stall_rate`'s fields) and Fisher's p for the stall (``p``) and for reaching the headline

@@ -10,7 +10,10 @@ its own rounding: the CPU kernels torch picks (``native``: what this CPU offers;
 ``ATEN_CPU_CAPABILITY=default``, the scalar kernels), the thread count and ``torch.compile``.
 The same seed under two kernel settings is two trajectories that differ in rounding alone.
 Runs stop early once the study's headline holds (``stop_at=generalised``); every other run
-trains the full budget, so a late learner is never cut short.
+trains the full budget, so a late learner is never cut short. ``--stack K`` trains K seeds of one kernel
+setting together in one process (:mod:`compose_lens.batched`; ``auto``, the default, takes the K a short
+probe of this CPU finds fastest, and ``--precision auto`` the precision too, both written to
+``probe.json``); each run's ``results.json`` says how many it was stacked with.
 
 A run directory keeps ``config.json``, ``metrics.jsonl`` and ``results.json`` (the weights are
 ignored by git); a finished run is skipped and an interrupted one resumes, so the study can be
@@ -375,20 +378,16 @@ def main(argv: list[str] | None = None) -> int:
         if "auto" in (a.stack, a.precision):
             choose(a, len(seeds))
         a.stack = int(a.stack)
-        if a.stack > 1:
-            chunks = [(k, seeds[i:i + a.stack]) for k in a.kernels for i in range(0, len(seeds), a.stack)]
-            with ThreadPoolExecutor(a.workers) as pool:
-                futures = [pool.submit(train_stack, a.out, chunk, k, a.threads, a.precision, a.remedy, a.steps,
-                                       a.stop_at) for k, chunk in chunks]
-                for fut in futures:
-                    print("\n".join(fut.result()), flush=True)
-                    table(a.out)
-            jobs = []
+        if a.stack > 1:  # each task a stack of seeds in one process, or one seed's `compose-lens train`
+            tasks = [(train_stack, (a.out, seeds[i:i + a.stack], k, a.threads, a.precision, a.remedy, a.steps,
+                                    a.stop_at)) for k in a.kernels for i in range(0, len(seeds), a.stack)]
+        else:
+            tasks = [(lambda *args: [train_one(*args)], (a.out, s, k, a.threads, a.precision, a.compile, a.remedy,
+                                                        a.steps, a.device, a.stop_at)) for s, k in jobs]
         with ThreadPoolExecutor(a.workers) as pool:
-            futures = [pool.submit(train_one, a.out, s, k, a.threads, a.precision, a.compile, a.remedy, a.steps,
-                                   a.device, a.stop_at) for s, k in jobs]
+            futures = [pool.submit(fn, *args) for fn, args in tasks]
             for fut in futures:
-                print(fut.result(), flush=True)
+                print("\n".join(fut.result()), flush=True)
                 table(a.out)
     df = table(a.out)
     if not df.empty:

@@ -2,21 +2,24 @@
 
 The package reproduces and extends "Assign and Add" (arXiv 2605.31497): a 2-layer,
 single-head transformer that learns modular addition and in-context variable
-assignment, then composes them. Its folders follow the flow of the work, and
-imports only point forward along it::
+assignment, then composes them. Its folders are the layers of the work, in the order below;
+a module imports from its own folder or an earlier one, never a later one. This list is the one
+description of the architecture: ``tests/unit/test_layout.py`` reads it, and fails on a folder
+it does not name or an import that points back up::
 
-    config, provenance   settings, errors, where a result came from
-    data/                task (tokens, readable form, kinds), split,
-                         pools (as data), sampler (batches, pools), variants, pairs (yours)
-    model/               tl (the only module that imports TransformerLens), weights, fastpath
-    runs                 run and checkpoint directories: every file read or written
-    train, evaluate      the recipe of the study, accuracies
-    analysis/            probes, Fourier, patching, ablation, same MLP, attention, dynamics: numbers only
-    plots                every figure (matplotlib)
-    attention_view       attention patterns as circuitsvis views that open offline
-    report/              the offline HTML report and the analysis output folders
-    sweep                sweeps over f, r or any setting, local or on Ray
-    cli/                 the compose-lens command
+    core/        settings, errors, files, provenance, the study's constants, statistics, progress
+    data/        the task (tokens, readable form, kinds), split, pools, sampler, variants,
+                 your prompt pairs and your task's declaration, the memory guard
+    model/       tl (the only module that imports TransformerLens), weights, the fast tables,
+                 the one Forward every analysis computes the model through
+    training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
+    analysis/    probes, Fourier, patching, ablation, same MLP, circuit, dynamics: numbers only
+    views/       every figure (matplotlib), its styles, the attention and circuit pages
+    registry/    each analysis's declaration (command, files, report section), running one
+                 over a subject, two models compared
+    report/      the offline HTML report
+    sweep/       sweeps over f, r or any setting: local, Ray or SLURM
+    cli/         the compose-lens command
 
 The names below are the public API, e.g.::
 
@@ -33,20 +36,18 @@ notebook (``experiments/walkthrough.ipynb``) uses only these names.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from compose_lens import registry as _registry  # plain declarations: no torch
-from compose_lens.provenance import VERSION as __version__
+from compose_lens.core.provenance import VERSION as __version__
 
 # public name -> the module that defines it ("module:name" where the module calls it otherwise)
 _EXPORTS = {
     # configuration and errors
-    "RunConfig": "compose_lens.config", "TaskConfig": "compose_lens.config",
-    "ModelConfig": "compose_lens.config", "TrainConfig": "compose_lens.config",
-    "ComposeLensError": "compose_lens.errors", "ArgumentError": "compose_lens.errors",
-    "ArgumentTypeError": "compose_lens.errors", "code_version": "compose_lens.provenance",
+    "RunConfig": "compose_lens.core.config", "TaskConfig": "compose_lens.core.config",
+    "ModelConfig": "compose_lens.core.config", "TrainConfig": "compose_lens.core.config",
+    "ComposeLensError": "compose_lens.core.errors", "ArgumentError": "compose_lens.core.errors",
+    "ArgumentTypeError": "compose_lens.core.errors", "code_version": "compose_lens.core.provenance",
     # the task and its data
     "parse_sequence": "compose_lens.data.task", "to_text": "compose_lens.data.task",
     "decode": "compose_lens.data.task", "Split": "compose_lens.data.split",
@@ -54,28 +55,28 @@ _EXPORTS = {
     "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
     "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
-    "load_model": "compose_lens.runs", "load_checkpoint": "compose_lens.runs", "Subject": "compose_lens.subject", "load_subject": "compose_lens.runs",
-    "Forward": "compose_lens.forward", "Site": "compose_lens.forward",
-    "TaskDeclaration": "compose_lens.declaration", "answer_logits": "compose_lens.evaluate",
-    "locate_circuit": "compose_lens.analysis.locate:locate", "compare_models": "compose_lens.compare:compare",
-    "find_checkpoints": "compose_lens.runs", "Trainer": "compose_lens.train", "train": "compose_lens.train",
-    "pool_accuracies": "compose_lens.evaluate", "exhaustive_accuracies": "compose_lens.evaluate",
+    "load_model": "compose_lens.training.runs", "load_checkpoint": "compose_lens.training.runs", "Subject": "compose_lens.training.subject", "load_subject": "compose_lens.training.runs",
+    "Forward": "compose_lens.model.forward", "Site": "compose_lens.model.forward",
+    "TaskDeclaration": "compose_lens.data.declaration", "answer_logits": "compose_lens.training.evaluate",
+    "locate_circuit": "compose_lens.analysis.locate:locate", "compare_models": "compose_lens.report.compare:compare",
+    "find_checkpoints": "compose_lens.training.runs", "Trainer": "compose_lens.training.train", "train": "compose_lens.training.train",
+    "pool_accuracies": "compose_lens.training.evaluate", "exhaustive_accuracies": "compose_lens.training.evaluate",
     "boot_model": "compose_lens.model.tl:boot", "model_parameters": "compose_lens.model.tl:parameters",
     # the analyses: the registry; each registered analysis's public names are its declaration's ``exports``
     # (:func:`_registered`), never listed here
     "ANALYSES": "compose_lens.registry",
-    "classify_run": "compose_lens.outcome", "what_it_learned": "compose_lens.evaluate:learned",
+    "classify_run": "compose_lens.training.outcome", "what_it_learned": "compose_lens.training.evaluate:learned",
     # TransformerLens's test_prompt and detect_head, on the study's sequences (TransformerLens's own refuse them)
     "test_prompt": "compose_lens.analysis.exploratory", "detect_head": "compose_lens.analysis.exploratory",
     # your own prompt pairs (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
     # figures (matplotlib); an analysis's own figures are among its exports
-    "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.figure_style:style",
-    "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit",
+    "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.views.figure_style:style",
+    "FigureStyle": "compose_lens.views.figure_style", "fit_figure": "compose_lens.views.figure_style:fit",
     # files and pages
-    "build_report": "compose_lens.report", "write_analysis": "compose_lens.context",
-    "run_analysis": "compose_lens.context",
-    "RunContext": "compose_lens.context",
+    "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.context",
+    "run_analysis": "compose_lens.report.context",
+    "RunContext": "compose_lens.report.context",
     "run_sweep": "compose_lens.sweep",
 }
 
@@ -107,17 +108,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
-
-
-class _Package(types.ModuleType):
-    """This package's module object: importing a submodule named like a public name (``compose_lens.train``,
-    which any use of ``cl.Trainer`` imports) does not replace that name (``cl.train``, the function) with
-    the submodule, as Python's import would; ``from compose_lens.train import Trainer`` is unchanged."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -14,7 +14,7 @@ Every figure names layers as the whole package does: ``layer 1 (blocks.0)`` is t
 paper's layer 1, TransformerLens's ``blocks.0`` (:func:`layer_name`). :func:`save` writes
 PNG, SVG or PDF (:data:`FORMATS`). The figures are drawn in one style, the report's by default;
 ``with plots.style("paper"):`` draws them for a journal (7.0 in wide, 7 to 9 pt, vector files:
-:mod:`compose_lens.figure_style`, :data:`STYLES`). Scales are chosen for print: one-sided quantities
+:mod:`compose_lens.views.figure_style`, :data:`STYLES`). Scales are chosen for print: one-sided quantities
 (attention weights, accuracy drops) use sequential colour maps from 0, two-sided ones
 (scores, normalised logit differences) a diverging map centred on 0, and attention
 is drawn on a square-root colour scale (:data:`ATTENTION_GAMMA`) so that weights of
@@ -85,14 +85,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from compose_lens import stats
+from compose_lens.core import stats
 from compose_lens.analysis.figure_data import FourierNeuron
 from compose_lens.analysis.probes import positional_attention
 from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.analysis.thresholds import LEVELS, METRICS, LogisticFit, accuracy_of, sweep_xy
-from compose_lens.files import atomic_path
-from compose_lens import figure_style
-from compose_lens.figure_style import current_style, fit, style, style_named
+from compose_lens.core.files import atomic_path
+from compose_lens.views import figure_style
+from compose_lens.views.figure_style import current_style, fit, style, style_named
 
 STYLES, FigureStyle = figure_style.STYLES, figure_style.FigureStyle  # plots.STYLES: the one place of the figure style
 
@@ -145,7 +145,7 @@ class StudyFigure(Figure):
 
     It remembers the figure style it was made in (:func:`style`, ``study_style``) and its
     ``tight_layout`` settings (``study_layout``), so that writing it (``savefig``, :func:`save`)
-    fits it to that style (:func:`compose_lens.figure_style.fit`) however late it is written."""
+    fits it to that style (:func:`compose_lens.views.figure_style.fit`) however late it is written."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -201,7 +201,7 @@ def save(fig: Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 11
          fmt: str = "png") -> list[Path]:
     """Write ``path`` as ``fmt`` (png, svg or pdf; the suffix follows the format) and ``data``
     beside it as CSV (same stem); close the figure. Each file is written whole or not at all
-    (:class:`compose_lens.files.atomic_path`)."""
+    (:class:`compose_lens.core.files.atomic_path`)."""
     path = Path(path).with_suffix("." + fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
     image = figure_bytes(fig, dpi, fmt)
@@ -1100,7 +1100,7 @@ def ablation_figure(table: pd.DataFrame, n: int) -> tuple[Figure, pd.DataFrame]:
     :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out), each pool ``n``
     sequences; returns the rows drawn.
 
-    A drop counts only beyond its own noise: its 95 % interval (:func:`compose_lens.stats.difference_bounds`,
+    A drop counts only beyond its own noise: its 95 % interval (:func:`compose_lens.core.stats.difference_bounds`,
     the ablated and the baseline accuracy of ``n`` sequences each) excludes 0. A component none of whose
     drops does is left out (on the paper model most frequency ablations change nothing), and the title
     counts them; if none passes, every row is drawn. A drawn cell whose drop is within its noise is hatched.
@@ -1449,7 +1449,7 @@ class CircuitLayout:
     """Where the circuit graph puts each component and each edge, in data units: one column per
     component depth (:func:`_node_depth`), x = the column's index; y = the head's place in its
     layer (whole graph, 1.4 units apart) or minus the position's row (by position). Both
-    :func:`circuit_figure` (the PNG) and :mod:`compose_lens.circuit_view` (the interactive HTML
+    :func:`circuit_figure` (the PNG) and :mod:`compose_lens.views.circuit_view` (the interactive HTML
     view) draw from it, so the two show the same graph in the same places."""
 
     edges: pd.DataFrame  # the edges drawn (position -1: whole graph)

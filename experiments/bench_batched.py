@@ -1,4 +1,4 @@
-"""K runs as K separate Trainers against one BatchedTrainer (compose_lens.batched), in one process.
+"""K runs as K separate Trainers against one BatchedTrainer (compose_lens.training.batched), in one process.
 
 Both sides train the same K paper-size runs (seeds 0..K-1, batch 512, the study's
 recipe) with their real training steps (``Trainer.train_step`` and
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.batched import BatchedTrainer
-from compose_lens.config import RunConfig
-from compose_lens.train import Trainer
+from compose_lens.training.batched import BatchedTrainer
+from compose_lens.core.config import RunConfig
+from compose_lens.training.train import Trainer
 
 
 def configs(k: int, threads: int, device: str, steps: int) -> list[RunConfig]:

@@ -5,7 +5,7 @@
 Each invocation is a fresh ``python -m compose_lens.cli ...`` process, timed from start to
 exit (the median of ``--repeats``). The baseline is what every one of them cost before the
 command line imported the library lazily: a process that imports torch and
-TransformerLens (``import compose_lens.runs``) and exits. The goal is under 1.5 s each on
+TransformerLens (``import compose_lens.training.runs``) and exits. The goal is under 1.5 s each on
 an idle 2-core machine.
 """
 
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     cli = ["-m", "compose_lens.cli"]
-    baseline = wall(["-c", "import compose_lens.runs"], args.repeats)
+    baseline = wall(["-c", "import compose_lens.training.runs"], args.repeats)
     cases = [("compose-lens --help", cli + ["--help"]),
              *[(f"compose-lens {c} --help", cli + [c, "--help"]) for c in COMMANDS],
              ("argument error: evaluate (no MODEL)", cli + ["evaluate"]),

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from compose_lens.analysis import patching
-from compose_lens.runs import load_model
+from compose_lens.training.runs import load_model
 
 _REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
 DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise

@@ -17,7 +17,7 @@ the tokens differ per point, and a per-point-token version would do the same
 arithmetic on the same shapes, so the cost is the same. (Shipping it would need an
 out-of-place variant of that one line in ``compose_lens.model.fastpath``.)
 
-(Since issue #31 that line is out of place and ``compose_lens.batched`` trains K runs with
+(Since issue #31 that line is out of place and ``compose_lens.training.batched`` trains K runs with
 their own tokens; ``experiments/bench_batched.py`` times it against K Trainers.)
 
 Run: ``.venv/bin/python experiments/bench_sweep_batched.py [--points 4] [--full]``.
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.func import vmap
 
 from compose_lens.model import fastpath, tl
-from compose_lens.config import RunConfig
+from compose_lens.core.config import RunConfig
 
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split

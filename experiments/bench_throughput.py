@@ -1,7 +1,7 @@
 """Benchmark: core-minutes per training run at the study's setting, fp32 and bf16, alone and stacked.
 
 The science here is counted in trajectories, so the number that matters is what one run costs in
-core time. This measures it the way :class:`compose_lens.batched.BatchedTrainer` trains: K runs of
+core time. This measures it the way :class:`compose_lens.training.batched.BatchedTrainer` trains: K runs of
 the study's setting (seeds 0..K-1) in one process, one thread, their weights stacked and the forward
 mapped over the stack, in fp32 and under CPU bf16 autocast (``precision=bf16``: fp32 master weights
 and optimizer state, the products in bf16 where the processor has bf16 units). Per configuration:
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.batched import BatchedTrainer
-from compose_lens.config import RunConfig
-from compose_lens.cores import processor
+from compose_lens.training.batched import BatchedTrainer
+from compose_lens.core.config import RunConfig
+from compose_lens.core.cores import processor
 
 OUT = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench" / "throughput.json"
 

@@ -32,11 +32,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.cores import ThreadGovernor, cpu_count
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens.evaluate import answer_logits
+from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import fastpath, lastpos, tl
 
 OTHER = {"3 layers, 2 heads, MLP everywhere": dict(n_layers=3, n_heads=2, d_head=64, mlp_blocks=(0, 1, 2)),
@@ -191,7 +191,7 @@ def other_architectures(args, batches) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=0, help="0: the training's rule (compose_lens.cores)")
+    parser.add_argument("--threads", type=int, default=0, help="0: the training's rule (compose_lens.core.cores)")
     parser.add_argument("--trajectory", type=int, default=100)
     parser.add_argument("--no-other", action="store_true", help="skip the other architectures")
     args = parser.parse_args()

@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compose_lens import stats  # noqa: E402
-from compose_lens.errors import ComposeLensError  # noqa: E402
-from compose_lens.files import load_toml, not_there  # noqa: E402
-from compose_lens.phases import measure_phases  # noqa: E402
-from compose_lens.runs import read_metrics  # noqa: E402
+from compose_lens.core import stats  # noqa: E402
+from compose_lens.core.errors import ComposeLensError  # noqa: E402
+from compose_lens.core.files import load_toml, not_there  # noqa: E402
+from compose_lens.training.phases import measure_phases  # noqa: E402
+from compose_lens.training.runs import read_metrics  # noqa: E402
 
 CLAIMS = ROOT / "docs" / "claims"  # one <page>.toml a page: its [[claim]] and [[setting]] blocks
 COMPUTATIONS: dict[str, Callable[..., dict]] = {}
@@ -248,7 +248,7 @@ def json_value(source: Path, keys: list[str]) -> dict:
 
 @computation
 def table_expression(source: Path, expr: str) -> dict:
-    """A pandas expression on a committed CSV (``df``; ``pd`` and :mod:`compose_lens.stats` as ``stats``),
+    """A pandas expression on a committed CSV (``df``; ``pd`` and :mod:`compose_lens.core.stats` as ``stats``),
     e.g. ``int((df.outcome == 'stalled').sum())``."""
     df = pd.read_csv(source)
     return {"value": eval(expr, {"pd": pd, "stats": stats}, {"df": df})}  # noqa: S307 (expressions from the repository's own table)
@@ -311,7 +311,7 @@ def crosstab_rows(source: Path, rows: str, columns: str, row_order: list[str], c
 
 @computation
 def time_to_event(source: Path, a_time: str, a_reached: str, other: str, b_time: str, b_reached: str) -> dict:
-    """Two sets' times to an event with the runs that missed it censored (:func:`compose_lens.stats.compare_times`):
+    """Two sets' times to an event with the runs that missed it censored (:func:`compose_lens.core.stats.compare_times`):
     each time and reached flag a pandas expression on a committed CSV (``a_`` on ``source``, ``b_`` on
     ``other``): n_a, n_b, reached_a, reached_b, median_a, median_b (Kaplan-Meier), p (log-rank)."""
     first, second = pd.read_csv(source), pd.read_csv(ROOT / other)
@@ -324,10 +324,10 @@ def time_to_event(source: Path, a_time: str, a_reached: str, other: str, b_time:
 def stalled_by_threshold(source: Path, thresholds: list[float], horizon: int = 30_000) -> dict:
     """How many seeds of a stall-rate ``runs.csv`` (one run per seed, ``stall_rate.py``'s rule) formed no
     routing within ``horizon`` steps when routing is read at each of ``thresholds`` (the 1-var pools' mean
-    crossing it and staying within the rule's margin, :data:`compose_lens.outcome.ROUTING` at 0.90):
+    crossing it and staying within the rule's margin, :data:`compose_lens.training.outcome.ROUTING` at 0.90):
     ``stalled`` (a list, one count per threshold, in order), ``seeds``."""
-    from compose_lens.outcome import ROUTING, ROUTING_POOLS
-    from compose_lens.phases import phase_onset
+    from compose_lens.training.outcome import ROUTING, ROUTING_POOLS
+    from compose_lens.training.phases import phase_onset
 
     runs = stats.one_per_seed(pd.read_csv(source), _script("stall_rate").ONE_PER_SEED)
     runs = runs[runs["decided"]]

@@ -4,9 +4,9 @@
     python experiments/divergence_scan.py some/dir other/dir    # any folders holding run directories
 
 Walks every ``metrics.jsonl`` under the folders, and judges each run's loss at every evaluation on the
-evaluations up to it (:func:`compose_lens.outcome.diverged`, what ``train`` sees while it trains). A run
+evaluations up to it (:func:`compose_lens.training.outcome.diverged`, what ``train`` sees while it trains). A run
 that reads diverged and later does not *came back*: the longest stretch of diverged readings a run came
-back from is what :data:`compose_lens.outcome.DIVERGED_STOP_AFTER` must exceed, or ``stop_at=decided``
+back from is what :data:`compose_lens.training.outcome.DIVERGED_STOP_AFTER` must exceed, or ``stop_at=decided``
 would stop a run that would have recovered. Prints one row per run that ever read diverged, and a
 count; ``--csv`` writes the rows.
 """
@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compose_lens import outcome, runs  # noqa: E402
+from compose_lens.training import outcome
+
+from compose_lens.training import runs  # noqa: E402
 
 
 def readings(metrics: list[dict]) -> list[bool]:

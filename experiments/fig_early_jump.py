@@ -6,7 +6,7 @@ matrix just before and just after the variable-assignment jump.
 Without --before/--after the bracket of the assignment phase found by `compose-lens dynamics` is used.
 """
 
-from compose_lens.runs import find_checkpoints
+from compose_lens.training.runs import find_checkpoints
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
 from compose_lens.analysis.figure_data import jump_states
 from compose_lens.data.sampler import example_sequences

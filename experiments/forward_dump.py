@@ -23,10 +23,10 @@ import torch
 
 from compose_lens.analysis import circuit as C
 from compose_lens.analysis import patching
-from compose_lens.config import RunConfig
+from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.model import fastpath, lastpos, tl
-from compose_lens.runs import load_model
+from compose_lens.training.runs import load_model
 
 
 def dump(model_spec: str) -> dict[str, torch.Tensor]:

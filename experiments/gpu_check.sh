@@ -61,7 +61,7 @@ echo "torch after:  $after"
 [ "$before" = "$after" ] || { echo "FAILED: installing compose-lens changed torch"; exit 2; }
 (cd / && $PY -c "
 import compose_lens, transformer_lens, torch
-from compose_lens.train import Trainer
+from compose_lens.training.train import Trainer
 print('compose_lens from', compose_lens.__file__)
 print('transformer_lens', transformer_lens.__version__ if hasattr(transformer_lens, '__version__') else '?')
 print('cuda available:', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')

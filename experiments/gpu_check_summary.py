@@ -6,7 +6,7 @@ window (``experiments/stall_rate.py``: one ``compose-lens train`` per seed, bf16
 This reads what they left:
 
 * ``trajectories.csv``: per trajectory its seed, whether it finished in the window, the step
-  it reached, its outcome (:func:`compose_lens.outcome.classify_run`: generalised, stalled,
+  it reached, its outcome (:func:`compose_lens.training.outcome.classify_run`: generalised, stalled,
   diverged, or learning when cut off undecided), its final exhaustive accuracies and wall time;
 * ``summary.json``: the device, torch, the step times read from the benchmark's log, the
   outcome counts, and the throughput of the window: finished runs per GPU-hour and 30,000-step
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.outcome import classify_run
-from compose_lens.runs import read_metrics
+from compose_lens.training.outcome import classify_run
+from compose_lens.training.runs import read_metrics
 
 STUDY_STEPS = 30_000
 KEPT = ("config.json", "metrics.jsonl", "results.json")  # what the repository keeps of a run

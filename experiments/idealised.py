@@ -27,8 +27,8 @@ The overlap knob: ``orthogonal`` with ``embedding_overlap`` in ``--overlaps``, o
 
 **What ``compare`` writes** (into ``--results``): ``comparison.csv``, one row per run
 (final pool accuracies, the exhaustive accuracies, the phase onsets of
-:func:`compose_lens.phases.logged_phases`, the stall detector's outcome
-(:func:`compose_lens.outcome.classify_run`), the located binder / router / adder
+:func:`compose_lens.training.phases.logged_phases`, the stall detector's outcome
+(:func:`compose_lens.training.outcome.classify_run`), the located binder / router / adder
 (:func:`compose_lens.analysis.locate.locate`), the previous-token and routing probes, the
 MLP's key frequencies); ``gradient_shares.csv``, the share of the associative-memory term
 in the gradients of layer-1 QK / OV and layer-2 QK at every checkpoint
@@ -82,8 +82,8 @@ def run_plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 
 def train(args: argparse.Namespace) -> None:
-    from compose_lens.config import RunConfig
-    from compose_lens.train import Trainer
+    from compose_lens.core.config import RunConfig
+    from compose_lens.training.train import Trainer
 
     plan = run_plan(args)[args.worker::args.workers]
     for name, overrides in plan:
@@ -117,10 +117,10 @@ def run_identity(run_dir: Path) -> dict:
 
 def describe_run(run_dir: Path) -> dict:
     """One row of the comparison: accuracies, phases, outcome, located roles, probes, key frequencies."""
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis import gradient_terms, locate, modularity, same_mlp, summary
-    from compose_lens.outcome import classify_run
-    from compose_lens.phases import logged_phases
+    from compose_lens.training.outcome import classify_run
+    from compose_lens.training.phases import logged_phases
 
     row = run_identity(run_dir)
     metrics = runs.read_metrics(run_dir)

@@ -10,7 +10,7 @@ Needs the study's checkpoints in ../shared/reference (see its README) and, for t
 ranks than :class:`compose_lens.analysis.das.DasSettings`), the LLC with :data:`LLC_SETTINGS`
 (100 draws instead of 150); the LLC is estimated on a subset of the checkpoints (:data:`LLC_STEPS`,
 denser around the phase onsets) to keep the run short. The phase onsets come from ``compose_lens.analysis.dynamics``
-(every checkpoint's pools, the rule of :mod:`compose_lens.phases`), as ``compose-lens dynamics
+(every checkpoint's pools, the rule of :mod:`compose_lens.training.phases`), as ``compose-lens dynamics
 ../shared/reference`` gives them.
 """
 
@@ -27,9 +27,9 @@ import torch
 from compose_lens.analysis import das, llc
 from compose_lens.analysis.dynamics import trajectory
 from compose_lens.plots import das_figure, llc_figure
-from compose_lens.phases import find_phases
+from compose_lens.training.phases import find_phases
 from compose_lens.plots import save
-from compose_lens.runs import load_model
+from compose_lens.training.runs import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"

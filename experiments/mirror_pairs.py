@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compose_lens import stats  # noqa: E402
-from compose_lens.config import RunConfig  # noqa: E402
+from compose_lens.core import stats  # noqa: E402
+from compose_lens.core.config import RunConfig  # noqa: E402
 from compose_lens.data.split import Split  # noqa: E402
-from compose_lens.files import not_there  # noqa: E402
+from compose_lens.core.files import not_there  # noqa: E402
 
 SWEEP = ROOT / "experiments" / "results" / "sweeps" / "f"
 
@@ -75,8 +75,8 @@ def split_by_mirror(correct: torch.Tensor, mirror: torch.Tensor) -> dict:
 def per_pair(run_dir: Path) -> dict:
     """A trained run's held-out pairs, answered or not, split by whether the mirror was trained."""
     from compose_lens.data.sampler import make_exhaustive
-    from compose_lens.evaluate import correct_mask
-    from compose_lens.runs import final_model
+    from compose_lens.training.evaluate import correct_mask
+    from compose_lens.training.runs import final_model
 
     loaded, which = final_model(run_dir)
     batch = make_exhaustive(loaded.split, "zero_var_heldout")  # rows in split.heldout_pairs' order

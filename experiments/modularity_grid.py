@@ -7,7 +7,7 @@
     python experiments/modularity_grid.py study                # the measures on the study's own checkpoints
 
 A **point** trains one architecture (in this process, one thread) until it generalises, the stall
-detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.outcome`); a point
+detector stops it, or its step budget ends (``stop_at=decided``, :mod:`compose_lens.training.outcome`); a point
 that ends :data:`STEPS` below the proxy's bar and still learning trains on to :data:`LONGER`
 (``train --resume`` with a larger budget: the weights of a run trained there at once); a point whose
 loss diverges at the proxy's learning rate is trained again at the study's (``WORK/study_lr/``, the
@@ -50,12 +50,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compose_lens import outcome, runs, safety  # noqa: E402
+from compose_lens.training import outcome
+
+from compose_lens.training import runs
+
+from compose_lens.data import safety  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
-from compose_lens.config import RunConfig  # noqa: E402
-from compose_lens.errors import ComposeLensError  # noqa: E402
-from compose_lens.files import load_json, missing_columns  # noqa: E402
-from compose_lens.train import train  # noqa: E402
+from compose_lens.core.config import RunConfig  # noqa: E402
+from compose_lens.core.errors import ComposeLensError  # noqa: E402
+from compose_lens.core.files import load_json, missing_columns  # noqa: E402
+from compose_lens.training.train import train  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "modularity"
 STEPS = 6000

@@ -22,8 +22,8 @@ import torch
 
 from compose_lens.analysis import probes
 from compose_lens.analysis.locate import circuit_heads, head_scores
-from compose_lens.files import write_json_atomic
-from compose_lens.runs import for_analyses, load_subject
+from compose_lens.core.files import write_json_atomic
+from compose_lens.training.runs import for_analyses, load_subject
 
 SEQUENCES, SEED = 300, 0
 

@@ -7,13 +7,13 @@ or stalls with no layer-2 routing within its budget, decided by the seed and by 
 CPU kind, the kernels, the thread count; ``experiments/results/stall_rate``). So the main job
 tries **seeds in turn** (42, the study's, first), each trained with the faithful recipe into
 ``OUT/seed-S`` and stopped early only when the stall detector is certain it stalled
-(``stop_at=stalled``, :mod:`compose_lens.outcome`). Every attempt's outcome is
+(``stop_at=stalled``, :mod:`compose_lens.training.outcome`). Every attempt's outcome is
 printed. It ends with the first run that meets the study's headline (exhaustive 0-var
 held-out and 2-var union >= 0.98), or, when every attempt fails, with last lines that say so,
 what it means and what to do, and exit status 1: it never ends silently on a stalled model.
 
 The table: the exhaustive accuracies next to the study's, the onsets of the three learning
-phases with their intervals (:func:`compose_lens.phases.measure_phases` on the run's evaluated
+phases with their intervals (:func:`compose_lens.training.phases.measure_phases` on the run's evaluated
 checkpoints: the reading ``compose-lens dynamics`` and the report print), the measured
 stall rates counted by seed (the recipe's and the remedy's from the by-seed study, and the older
 study's, each labelled with its CPU, read from the committed ``runs.csv``) and the wall time;
@@ -35,15 +35,18 @@ from pathlib import Path
 
 import torch
 
-from compose_lens import stats, study
+from compose_lens.core import stats
+
+from compose_lens.core import study
 from compose_lens.analysis.dynamics import PHASE_RULES, run_phases_measured, trajectory
-from compose_lens.outcome import classify_run
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json, write_json_atomic
-from compose_lens.config import RunConfig
-from compose_lens.evaluate import exhaustive_accuracies
-from compose_lens.runs import PAPER_MODEL_DIR, RESUME_FILE, load_model
-from compose_lens.train import Trainer
+from compose_lens.training.outcome import classify_run
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json, write_json_atomic
+from compose_lens.core.config import RunConfig
+from compose_lens.training.evaluate import exhaustive_accuracies
+from compose_lens.core.coverage import PAPER_MODEL_DIR
+from compose_lens.training.runs import RESUME_FILE, load_model
+from compose_lens.training.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 STALL_RATE = Path(__file__).resolve().parent / "results" / "stall_rate"
@@ -147,7 +150,7 @@ def main() -> int:
         print(line + f"   95 % [{interval[0]:.4f}, {interval[1]:.4f}]")
         rows.append(row)
     # the run's onsets as dynamics and the report read them: every checkpoint's pools evaluated
-    # (no circuit measures), each onset with its interval (compose_lens.phases.measure_phases)
+    # (no circuit measures), each onset with its interval (compose_lens.training.phases.measure_phases)
     traj = trajectory(run, circuit=False, progress=True)
     phases = run_phases_measured(traj.table, run, traj.settings)
     for rule in PHASE_RULES:
@@ -156,7 +159,7 @@ def main() -> int:
         print(f"{label:50s} {study.PHASES[rule.name]:>22s} {phase['text']:>26s}")
         rows.append({"measure": label, "study": study.PHASES[rule.name], "this_run": phase["step"],
                      "interval": phase["interval"], "stride_may_move": phase["stride_may_move"]})
-    print(f"{'outcome (compose_lens.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
+    print(f"{'outcome (compose_lens.training.outcome)':50s} {'generalised':>22s} {chosen['outcome']:>16s}")
     print(f"{'training wall time (s)':50s} {'not reported':>22s} {results['train_wall_time_s']:>16.1f}")
     for rate in stall_rates():  # counted by seed (experiments/stall_rate.py): a seed's variants are one trial
         print(f"{rate['measure']:50s} {'one run shown':>22s} {rate['text']:>26s}")

@@ -6,7 +6,7 @@ Reads every finished run of the study's recipe under ``experiments/results`` (th
 the three seeds, the older stall-rate study on AMD, the by-seed study with its rounding twins and
 its stalled seeds trained on to 45,000 steps; the remedy's runs are left out): its logged pool
 accuracies (or its per-checkpoint dynamics table) and its final results. For each run: the step
-where layer-2 routing formed (the 1-var pools' crossing, :data:`compose_lens.outcome.ROUTING`), or
+where layer-2 routing formed (the 1-var pools' crossing, :data:`compose_lens.training.outcome.ROUTING`), or
 none. A run trained on (``by_seed/extended/runs/X``, a copy of ``by_seed/recipe/runs/X`` given a
 larger budget) replaces its shorter self: it is one trajectory, followed further. A set of runs (a
 folder, one precision) that holds a run the detector stopped without routing and nobody trained on
@@ -27,10 +27,10 @@ Written:
 
 * ``compose_lens/assets/stall_calibration.json``: the tables (every 500 steps, and each table's
   ``certain_after``: the step from which ``stop_at=stalled`` / ``decided`` stops a run it applies
-  to, :func:`compose_lens.outcome.stall_certain_after`) and the step at which ``train`` warns
+  to, :func:`compose_lens.training.outcome.stall_certain_after`) and the step at which ``train`` warns
   (``warn_after``): the first step at which at least :data:`WARN_PRECISION` of the study-setting
   runs without routing formed none within the study's budget.
-  :mod:`compose_lens.outcome` reads it.
+  :mod:`compose_lens.training.outcome` reads it.
 * ``experiments/results/stall_rate/detector_confusion.csv``: the warning at step N against each
   run's fate within the horizon, for several N, on each table: stalls it warns of, late learners it
   warns of wrongly (and when they routed), its precision with a 95 % Wilson interval.
@@ -46,10 +46,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.outcome import CALIBRATION_FILE, onsets, stall_certain_after
-from compose_lens.runs import read_metrics
-from compose_lens.stats import wilson_interval
-from compose_lens.study import HEADLINE, SETTING
+from compose_lens.training.outcome import CALIBRATION_FILE, onsets, stall_certain_after
+from compose_lens.training.runs import read_metrics
+from compose_lens.core.stats import wilson_interval
+from compose_lens.core.study import HEADLINE, SETTING
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STUDY = (SETTING["f"], SETTING["r"])

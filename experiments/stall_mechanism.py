@@ -2,7 +2,7 @@
 
     python experiments/stall_mechanism.py            # ~2-4 minutes on one thread
 
-A stalled run (:mod:`compose_lens.outcome`) learns addition but never forms layer-2
+A stalled run (:mod:`compose_lens.training.outcome`) learns addition but never forms layer-2
 routing: the ``=`` token must attend, in layer 2, to the *value* positions of the two operand
 variables, which it can only find if layer 1 has copied each variable's name onto the position
 of its value (the previous-token head) and has attended from ``=`` to the two operands. This
@@ -44,14 +44,14 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from compose_lens import runs
+from compose_lens.training import runs
 from compose_lens.analysis.activations import collect
-from compose_lens.outcome import ROUTING_POOLS, classify_run, onsets
+from compose_lens.training.outcome import ROUTING_POOLS, classify_run, onsets
 from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, measure_inputs
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import row_types
 from compose_lens.model import fastpath, tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"

@@ -11,14 +11,14 @@ its own rounding: the CPU kernels torch picks (``native``: what this CPU offers;
 The same seed under two kernel settings is two trajectories that differ in rounding alone.
 Runs stop early once the study's headline holds (``stop_at=generalised``); every other run
 trains the full budget, so a late learner is never cut short. ``--stack K`` trains K seeds of one kernel
-setting together in one process (:mod:`compose_lens.batched`; ``auto``, the default, takes the K a short
+setting together in one process (:mod:`compose_lens.training.batched`; ``auto``, the default, takes the K a short
 probe of this CPU finds fastest, and ``--precision auto`` the precision too, both written to
 ``probe.json``); each run's ``results.json`` says how many it was stacked with.
 
 A run directory keeps ``config.json``, ``metrics.jsonl`` and ``results.json`` (the weights are
 ignored by git); a finished run is skipped and an interrupted one resumes, so the study can be
 continued from the repository on any machine. ``--table`` (also written after every run)
-reads every run directory, classifies it with :mod:`compose_lens.outcome`, and writes
+reads every run directory, classifies it with :mod:`compose_lens.training.outcome`, and writes
 ``runs.csv`` (one row per run, finished or not) and ``summary.json``: the stall rate **counted by
 seed** (:data:`ONE_PER_SEED` picks one trajectory per seed; a seed's runs share split, weights and
 data order, so they are one trial, not several) with its 95 % Wilson interval, overall and per
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens import stats
-from compose_lens.outcome import classify_run
+from compose_lens.core import stats
+from compose_lens.training.outcome import classify_run
 
 KERNELS = {"native": {}, "default": {"ATEN_CPU_CAPABILITY": "default"},
            "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}
@@ -105,11 +105,11 @@ def train_one(out: Path, seed: int, kernel: str, threads: int, precision: str, c
 
 def train_stack(out: Path, seeds: list[int], kernel: str, threads: int, precision: str, remedy: str, steps: int,
                 stop_at: str) -> list[str]:
-    """The seeds' trajectories trained together in one process (:class:`compose_lens.batched.BatchedTrainer`,
+    """The seeds' trajectories trained together in one process (:class:`compose_lens.training.batched.BatchedTrainer`,
     through :func:`compose_lens.sweep.train_points`): each run keeps its own directory, which resumes alone
     or stacked, and writes what it would write alone to float rounding (tests/integration/test_batched.py)."""
-    from compose_lens.config import RunConfig
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.config import RunConfig
+    from compose_lens.core.errors import ComposeLensError
     from compose_lens.sweep import train_points_in_process
 
     runs = [out / "runs" / run_name(s, kernel, threads, precision, "off", remedy) for s in seeds]
@@ -291,14 +291,14 @@ def compare_lines(found: dict, names: tuple[str, str]) -> list[str]:
 
 
 def choose(a: argparse.Namespace, n_seeds: int) -> None:
-    """Resolve ``--stack auto`` / ``--precision auto`` by :func:`compose_lens.batched.probe` on the study's
+    """Resolve ``--stack auto`` / ``--precision auto`` by :func:`compose_lens.training.batched.probe` on the study's
     setting, and record the probe in ``<out>/probe.json`` (each run's ``results.json`` says how many runs it
     was stacked with, its ``config.json`` its precision)."""
     if a.device != "cpu" or a.compile != "off":  # stacking is for the CPU, uncompiled: one run a process
         a.stack, a.precision = "1" if a.stack == "auto" else a.stack, "fp32" if a.precision == "auto" else a.precision
         return
-    from compose_lens.batched import probe
-    from compose_lens.config import RunConfig
+    from compose_lens.training.batched import probe
+    from compose_lens.core.config import RunConfig
 
     ks = [k for k in (1, 4, 8, 16) if k <= n_seeds] if a.stack == "auto" else [int(a.stack)]
     precisions = None if a.precision == "auto" else [a.precision]

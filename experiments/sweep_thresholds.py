@@ -33,13 +33,13 @@ import json
 import math
 from pathlib import Path
 
-from compose_lens.study import THRESHOLDS as STUDY_THRESHOLDS
+from compose_lens.core.study import THRESHOLDS as STUDY_THRESHOLDS
 from compose_lens.analysis.dynamics import addition_first_summary, sweep_onsets
 from compose_lens.analysis.thresholds import (BOOTSTRAP_REPLICATES, LEVELS, METRICS,
                                               THRESHOLD_RULE, fit_thresholds, numeric, thresholds)
-from compose_lens.files import json_safe, write_json_atomic
+from compose_lens.core.files import json_safe, write_json_atomic
 from compose_lens.plots import onsets_figure, save, threshold_fit_figure
-from compose_lens.provenance import provenance
+from compose_lens.core.provenance import provenance
 from compose_lens.sweep import read_csv, sweep_rows, write_csv
 
 

@@ -12,7 +12,7 @@
 
 Trains the paper architecture (d_model 128, one head, d_mlp 512, MLP in the last block) at a
 small modulus on the study's task and on each variant of docs/variants.md, with
-:class:`compose_lens.train.Trainer` (the ``compose-lens train`` loop):
+:class:`compose_lens.training.train.Trainer` (the ``compose-lens train`` loop):
 
 ==========  ==========================================================  ======
 variant     task settings                                               layers
@@ -27,7 +27,7 @@ chain       ``chain_rate=0.5`` (two hops need a third layer; lastpos)   3
 and writes one row per (variant, seed, pool) to ``experiments/results/variants/accuracy.csv``
 (``--quick``: ``accuracy_quick.csv``): the final accuracy on each of the task's pools (the
 nine and the variant's own, ``pool_size`` sequences each) and on the two exhaustive sets,
-with the run's outcome (:mod:`compose_lens.outcome`) and wall time. Runs live in
+with the run's outcome (:mod:`compose_lens.training.outcome`) and wall time. Runs live in
 ``runs/variants[_quick]/<variant>_seed=<s>`` and are reused when finished (``results.json``).
 
 This is a proxy, not the study: a modulus of 11 rather than 59 and a few thousand steps
@@ -77,8 +77,8 @@ def base_overrides(scale: str) -> list[str]:
 
 def run_variant(name: str, seed: int, scale: str, work: Path) -> dict:
     """Train one variant (or reuse its finished run) and return its results.json."""
-    from compose_lens.config import RunConfig
-    from compose_lens.train import Trainer
+    from compose_lens.core.config import RunConfig
+    from compose_lens.training.train import Trainer
 
     run = work / f"{name}_seed={seed}"
     if (run / "results.json").exists():
@@ -100,7 +100,7 @@ def rows_of(name: str, seed: int, results: dict) -> list[dict]:
               "n_layers": config["model"]["n_layers"], "steps": results["steps"], "forward": results["forward"],
               "precision": config["train"].get("precision", "auto"),
               "outcome": results["outcome"]["outcome"], "train_wall_time_s": results["train_wall_time_s"],
-              # the three phases' onsets (compose_lens.phases on the logged pools; empty: not reached)
+              # the three phases' onsets (compose_lens.training.phases on the logged pools; empty: not reached)
               **{f"onset_{phase}": step for phase, step in results["outcome"].get("onsets", {}).items()}}
     out = [{**common, "pool": pool, "accuracy": acc, "n": config["train"]["pool_size"]}
            for pool, acc in results["pools"].items()]

@@ -28,7 +28,7 @@ SIIT-trained transformers, MIB's localisation tracks, Tracr's compiled programs)
 * ``layernorm``: the recipe and an outside model with LayerNorm.
 
 **Ground truth.** Planted models: by construction. Trained models: from their answers
-(:func:`compose_lens.evaluate.learned`) and their architecture. A model that does not bind (1-var
+(:func:`compose_lens.training.evaluate.learned`) and their architecture. A model that does not bind (1-var
 below 0.9) has no binder and no router: roles are functional, a head whose binding no answer
 uses plays none. A model of the study's shape (2 layers, 1 head, one MLP) that binds has them
 where the shape forces them: the one layer-1 head binds, the one layer-2 head routes, the one MLP
@@ -67,13 +67,13 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import zoo_planted  # noqa: E402
 
-from compose_lens import stats  # noqa: E402
+from compose_lens.core import stats  # noqa: E402
 from compose_lens.analysis import locate as locating, modularity, same_mlp  # noqa: E402
-from compose_lens.config import RunConfig  # noqa: E402
-from compose_lens.evaluate import composition_gap, learned  # noqa: E402
-from compose_lens.errors import ComposeLensError  # noqa: E402
-from compose_lens.evaluate import exhaustive_accuracies  # noqa: E402
-from compose_lens.runs import load_subject  # noqa: E402
+from compose_lens.core.config import RunConfig  # noqa: E402
+from compose_lens.training.evaluate import composition_gap, learned  # noqa: E402
+from compose_lens.core.errors import ComposeLensError  # noqa: E402
+from compose_lens.training.evaluate import exhaustive_accuracies  # noqa: E402
+from compose_lens.training.runs import load_subject  # noqa: E402
 from compose_lens.sweep import train_points_in_process  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "zoo"
@@ -167,8 +167,8 @@ def config_of(entry: Entry) -> RunConfig:
 
 def stacks(entries: list[Entry], k: int) -> list[list[Entry]]:
     """The trained entries in groups of at most ``k`` that one process can train together
-    (:func:`compose_lens.batched.check_compatible`: one shape, one step), in order of first appearance."""
-    from compose_lens.batched import check_compatible
+    (:func:`compose_lens.training.batched.check_compatible`: one shape, one step), in order of first appearance."""
+    from compose_lens.training.batched import check_compatible
 
     groups: list[list[Entry]] = []
     for entry in entries:
@@ -188,7 +188,7 @@ def stacks(entries: list[Entry], k: int) -> list[list[Entry]]:
 def build(entries: tuple[Entry, ...], source: Path | None, stack: str = "auto") -> None:
     """Each trained entry into ``models/NAME``: copied from ``source/NAME`` where it was trained already
     (the folder the background queue trained into), else trained here, niced: the entries that share a
-    shape ``stack`` at a time in one process (``auto``: the K :func:`compose_lens.batched.probe` finds
+    shape ``stack`` at a time in one process (``auto``: the K :func:`compose_lens.training.batched.probe` finds
     fastest in the entries' own precision, fp32; each model's results.json says how many it was stacked
     with), the others alone."""
     MODELS.mkdir(parents=True, exist_ok=True)
@@ -197,7 +197,7 @@ def build(entries: tuple[Entry, ...], source: Path | None, stack: str = "auto") 
     trained = [e for e in todo if e.name not in found and e.how == "train"]
     if trained:
         if stack == "auto":
-            from compose_lens.batched import probe
+            from compose_lens.training.batched import probe
 
             config = config_of(trained[0])
             stack = str(probe(config, [k for k in (1, 2, 4, 8) if k <= len(trained)],
@@ -249,7 +249,7 @@ def _study_shape(subject) -> bool:
 
 def truth_of(entry: Entry, subject, knows, known: dict, composes: bool) -> dict:
     """The ground truth of the module doc for one model (planted: its construction). ``composes``: the
-    study's headline holds on the exhaustive sets (:func:`compose_lens.evaluate.composition_gap`)."""
+    study's headline holds on the exhaustive sets (:func:`compose_lens.training.evaluate.composition_gap`)."""
     if known:
         truth = dict(known)
     elif not knows.binds:
@@ -281,7 +281,7 @@ def composes(subject) -> bool:
 def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
     """index.csv: every model, its class, how it was made and its ground truth (measured answers
     where the truth depends on them)."""
-    from compose_lens.runs import load_subject as _load
+    from compose_lens.training.runs import load_subject as _load
 
     paper = _load("paper")
     rows = []
@@ -449,7 +449,7 @@ def scorecard(verdicts: pd.DataFrame, loo: pd.DataFrame | None = None) -> pd.Dat
 
 def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, out: Path,
           with_heads: bool = True) -> pd.DataFrame:
-    from compose_lens.runs import load_subject as _load
+    from compose_lens.training.runs import load_subject as _load
 
     paper = _load("paper")
     measured = []
@@ -521,7 +521,7 @@ def circuits(entries: tuple[Entry, ...], out: Path, n_pairs: int = 150) -> pd.Da
     the 95 % bootstrap interval over the edges, one row per model and method; then per class and
     method, the median AUC and its range."""
     from compose_lens.analysis import circuit as C
-    from compose_lens.runs import load_subject as _load
+    from compose_lens.training.runs import load_subject as _load
 
     index = pd.read_csv(OUT / "index.csv").set_index("model")
     paper = _load("paper")

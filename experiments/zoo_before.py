@@ -25,7 +25,7 @@ import zoo_planted  # noqa: E402
 
 import compose_lens  # noqa: E402
 from compose_lens.analysis import locate, same_mlp  # noqa: E402
-from compose_lens.runs import load_subject  # noqa: E402
+from compose_lens.training.runs import load_subject  # noqa: E402
 
 
 def subject_of(made_by: str, name: str, paper):

@@ -1,7 +1,7 @@
 """Planted models for the verdict zoo: the paper model's weights rearranged so that the answer to a
 verdict's question is known by construction (experiments/zoo.py scores every verdict on them).
 
-Each builder takes the paper model (a :class:`compose_lens.subject.Subject`) and returns a new
+Each builder takes the paper model (a :class:`compose_lens.training.subject.Subject`) and returns a new
 subject of the same task and split, with weights set by hand, nothing trained:
 
 * :func:`decoy_heads`: two heads per layer. The binder and the router move to head 1 of their
@@ -34,7 +34,7 @@ import dataclasses
 import torch
 
 from compose_lens.model import tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 NONE = "none"
 

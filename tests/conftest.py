@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.data.split import Split
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -47,6 +47,6 @@ def reference_dir() -> Path:
 @pytest.fixture(scope="session")
 def reference_final(reference_dir):
     """The study's final model with its own split (loaded once per session)."""
-    from compose_lens.runs import load_model
+    from compose_lens.training.runs import load_model
 
     return load_model(reference_dir / "final.pth")

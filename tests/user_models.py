@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from compose_lens.declaration import TL_FIELDS, TaskDeclaration
+from compose_lens.data.declaration import TL_FIELDS, TaskDeclaration
 
 P = 7
 

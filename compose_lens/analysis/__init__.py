@@ -37,6 +37,6 @@ in the report and exports is declared once per analysis in :mod:`compose_lens.re
 (``docs/extending.md``; direct logit attribution, :mod:`.logit_attribution`, is the worked example).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
-:mod:`compose_lens.runs` and :mod:`compose_lens.report`, figures drawn by
+:mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by
 :mod:`compose_lens.plots`.
 """

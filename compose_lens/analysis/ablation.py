@@ -59,16 +59,16 @@ from compose_lens.analysis import locate
 from compose_lens.analysis.activations import collect
 from compose_lens.analysis.fourier import (
     basis_frequencies, fourier_basis, key_frequencies, neuron_frequencies, operand_grid)
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, TrainingSampler, concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens.evaluate import accuracy_by_group, predictions
-from compose_lens import capabilities
-from compose_lens.forward import Forward, Site
+from compose_lens.training.evaluate import accuracy_by_group, predictions
+from compose_lens.core import capabilities
+from compose_lens.model.forward import Forward, Site
 from compose_lens.model import tl, weights
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 ABLATION_KINDS = ("zero", "mean", "resample")
 
@@ -117,7 +117,7 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
 def ablated_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, hooks: list[Hook],
                    chunk: int = 1024, fast: bool | None = None) -> torch.Tensor:
     """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients:
-    :meth:`compose_lens.forward.Forward.edited_logits` (``fast``, default for the paper
+    :meth:`compose_lens.model.forward.Forward.edited_logits` (``fast``, default for the paper
     architecture: the table forward, on which a layer-2 hook sees "=" only, so its mean / resample
     reference must come from :func:`reference_activations` with the same ``fast``)."""
     return Forward(model, cfg, fast).edited_logits(tokens, hooks, chunk)

@@ -19,8 +19,8 @@ field                       TransformerLens hook                        shape
 ``binder=None`` / ``router=None`` (no head plays the role) leaves that head's fields None;
 ``binder`` / ``router`` record which head filled them.
 
-:func:`collect` reads them through the one forward (:class:`compose_lens.forward.Forward`):
-for the paper's architecture (:func:`compose_lens.capabilities.is_paper_architecture`: two layers,
+:func:`collect` reads them through the one forward (:class:`compose_lens.model.forward.Forward`):
+for the paper's architecture (:func:`compose_lens.core.capabilities.is_paper_architecture`: two layers,
 one head each, an MLP in the last layer only, no normalisation, zero biases) from the weights with
 *tables* (layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are rows of small
 vocabulary and position tables gathered at the tokens, and so are layer 2's keys and values once
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from compose_lens.config import ModelConfig
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.core.config import ModelConfig
+from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
@@ -88,7 +88,7 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch 
             binder: tuple[int, int] | None = PAPER_BINDER,
             router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:
     """Activations of ``tokens`` (N, n) on CPU in float32, read by the one forward
-    (:class:`compose_lens.forward.Forward`: the tables where they are exact, else the hooks).
+    (:class:`compose_lens.model.forward.Forward`: the tables where they are exact, else the hooks).
 
     ``resid=False`` skips ``resid_mid0`` (None); ``mlp_layer``: the block whose MLP input and
     neurons fill ``resid_mid1_last``, ``mlp_pre`` and ``mlp_post`` (the paper's MLP2, 1, by

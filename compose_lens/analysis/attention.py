@@ -5,7 +5,7 @@
 ``run_with_cache`` and reads ``blocks.{0,1}.attn.hook_pattern``; it returns, per
 sequence, the patterns, the model's answer, the label and the cells the study's
 circuit predicts (:func:`marked_cells`); :func:`pattern_table` lays every view's
-patterns out as one table. :mod:`compose_lens.attention_view` turns a view into an
+patterns out as one table. :mod:`compose_lens.views.attention_view` turns a view into an
 offline circuitsvis widget, :mod:`compose_lens.plots` into a heatmap; the
 ``attention`` analysis (:mod:`compose_lens.registry.attention`) writes both.
 
@@ -23,9 +23,9 @@ import pandas as pd
 import torch
 
 from compose_lens.model import tl
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.task import decode, parse_sequence, to_text, token_name
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model.forward import ANSWER, Forward, Site
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
@@ -39,7 +39,7 @@ HOOK = "blocks.{layer}.attn.hook_pattern"
 def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
                        ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
     """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
-    forward (:class:`compose_lens.forward.Forward`)."""
+    forward (:class:`compose_lens.model.forward.Forward`)."""
     patterns = [Site(HOOK.format(layer=layer)) for layer in range(cfg.n_layers)]
     found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
     return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]

@@ -24,8 +24,8 @@ from compose_lens.analysis.locate import trace
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import row_types
 from compose_lens.data.task import SequenceKind
-from compose_lens import stats
-from compose_lens.subject import Subject
+from compose_lens.core import stats
+from compose_lens.training.subject import Subject
 
 
 def entropy(pattern: torch.Tensor) -> torch.Tensor:

@@ -144,18 +144,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens import capabilities, stats
+from compose_lens.core import capabilities
+
+from compose_lens.core import stats
 from compose_lens.analysis import locate, metrics
-from compose_lens.evaluate import learned
-from compose_lens.config import CIRCUIT_METHODS, ModelConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.training.evaluate import learned
+from compose_lens.core.config import CIRCUIT_METHODS, ModelConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, make_pools
-from compose_lens.forward import ANSWER, Site
+from compose_lens.model.forward import ANSWER, Site
 from compose_lens.data.split import Split
 from compose_lens.model import heads, weights
 from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
 from compose_lens.data.pairs import as_prompt_pairs
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 METHODS = CIRCUIT_METHODS
 
@@ -174,7 +176,7 @@ class Edge:
         return f"{self.sender}->{self.receiver}" + ("" if self.position < 0 else f"@{self.position}")
 
     def sites(self) -> tuple[Site, Site]:
-        """The edge's two ends in the one vocabulary (:class:`compose_lens.forward.Site`): what the
+        """The edge's two ends in the one vocabulary (:class:`compose_lens.model.forward.Site`): what the
         sender writes (the stream at the start for ``embed``, a head's ``hook_result``, an MLP's
         ``hook_mlp_out``) and what the receiver reads (a head's ``hook_q_input`` / ``k`` / ``v``, an
         MLP's ``mlp.hook_in``, the logits at ``=``), at the edge's position (every position: None)."""
@@ -183,7 +185,7 @@ class Edge:
 
 
 def _node_site(node: str, position: int | None, reads: bool) -> Site:
-    """A graph node as a :class:`~compose_lens.forward.Site`; an MLP ``m{L}`` is its input where it
+    """A graph node as a :class:`~compose_lens.model.forward.Site`; an MLP ``m{L}`` is its input where it
     ``reads`` (a receiver), its output where it writes (a sender)."""
     if node == "embed":
         return Site("blocks.0.hook_resid_pre", position)
@@ -795,7 +797,7 @@ def circuit_labels(subject: Subject, graph: Graph, seed: int = 0,
     :func:`located_labels` at the components :func:`compose_lens.analysis.locate.locate` finds
     (``location``: a locate result to reuse). Where no component plays the binder, the router or the
     adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
-    the paper's blocks; nor in a model that does not bind (:func:`compose_lens.evaluate.learned`), the
+    the paper's blocks; nor in a model that does not bind (:func:`compose_lens.training.evaluate.learned`), the
     paper architecture's included: its circuit is one that binds."""
     config = subject.config
     knows = location.learned if location is not None and location.learned is not None else None
@@ -831,7 +833,7 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     """Probability that a labelled edge outranks an unlabelled one by |score| (Mann-Whitney,
-    :func:`compose_lens.stats.roc_auc`): with ``pos`` labelled and ``neg`` unlabelled edges it moves
+    :func:`compose_lens.core.stats.roc_auc`): with ``pos`` labelled and ``neg`` unlabelled edges it moves
     in steps of 1 / (pos neg), e.g. 1/55 on the paper graph's 11 and 5."""
     return stats.roc_auc(scores.abs().double().numpy(), labels.bool().numpy())
 

@@ -52,7 +52,7 @@ al. 2024, so a learned IIA means little alone):
 model with the hook API and one position per example, which is what compose-lens models are. This
 module only builds the study's pairs, sites and counterfactual answers, and tabulates. (pyvene
 0.1.8 would serve too, but would add a dependency for the same computation.) ``fit_das`` refuses a
-model in train mode; :func:`compose_lens.runs.load_model` returns models in eval mode.
+model in train mode; :func:`compose_lens.training.runs.load_model` returns models in eval mode.
 
 Pairs are 1-var sequences rendered from the training rows (both operand sides, every allowed
 variable), each base paired with a source that queries the same variable on the same side with a
@@ -69,9 +69,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens import progress as progress_lines
-from compose_lens.config import DAS_RANKS
-from compose_lens.errors import ComposeLensError
+from compose_lens.core import progress as progress_lines
+from compose_lens.core.config import DAS_RANKS
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import render
 from compose_lens.data.pools import ONE_VAR
 from compose_lens.data.split import Split, row_types, training_rows
@@ -84,7 +84,7 @@ class BindingSite:
 
     Where is a hook, which may name the last block (``{last}``; :func:`site_hook` gives it for a model),
     at a token *role*, found per sequence of a pair (:meth:`BindingPairs.positions`): a role is not a
-    :class:`compose_lens.forward.Site` position (one index or ``'='`` for every sequence alike), so a
+    :class:`compose_lens.model.forward.Site` position (one index or ``'='`` for every sequence alike), so a
     binding site is not one."""
 
     name: str

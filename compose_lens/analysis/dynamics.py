@@ -58,22 +58,25 @@ from typing import Sequence
 
 import pandas as pd
 import torch
-from compose_lens import capabilities, progress as progress_lines, runs, study
+from compose_lens.core import capabilities
+from compose_lens.core import progress as progress_lines
+from compose_lens.training import runs
+from compose_lens.core import study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import circuit_measures, measure_inputs
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
 from compose_lens.data.split import Split
-from compose_lens.evaluate import batch_accuracies, pool_accuracies
+from compose_lens.training.evaluate import batch_accuracies, pool_accuracies
 from compose_lens.model import tl, weights
-from compose_lens.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
+from compose_lens.training.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
                                  add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
-from compose_lens.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
-from compose_lens.provenance import provenance
-from compose_lens.subject import Subject
+from compose_lens.training.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
+from compose_lens.core.provenance import provenance
+from compose_lens.training.subject import Subject
 
 
 

@@ -34,12 +34,12 @@ from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.attention import sequence_views
 from compose_lens.analysis.probes import PAPER_HEADS, Heads, positional_qk_scores, variable_identity_matrix
 from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
-from compose_lens.runs import load_checkpoint
-from compose_lens.subject import Subject
+from compose_lens.training.runs import load_checkpoint
+from compose_lens.training.subject import Subject
 
 def qk_matrices(model: tl.Model, config: RunConfig,
                 heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -67,15 +67,15 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis.activations import collect
-from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import RunConfig, TaskConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
-from compose_lens.safety import check_finite_logits
+from compose_lens.data.safety import check_finite_logits
 from compose_lens.data.task import SequenceKind
 from compose_lens.model import tl, weights
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 OPERAND_KINDS = tuple(kind.operands for kind in SequenceKind)  # constant, left, right, both
 
@@ -346,7 +346,7 @@ def shared_grids() -> Iterator[None]:
     hands the same :class:`AdditionGrid` to every later caller: the analyses of one model
     (the summary, the Fourier tables, the same-MLP features, the ablation's frequency groups)
     all read the constant-operand grid. Opened by the per-model context of
-    :mod:`compose_lens.context`; the grids are read, never written, by their users."""
+    :mod:`compose_lens.report.context`; the grids are read, never written, by their users."""
     token = _SHARED_GRIDS.set({})
     try:
         yield

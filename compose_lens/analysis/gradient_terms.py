@@ -79,12 +79,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from compose_lens import capabilities, progress as progress_lines, runs
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core import capabilities
+from compose_lens.core import progress as progress_lines
+from compose_lens.training import runs
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import heads, tl, weights
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Int
@@ -242,8 +244,8 @@ def shares_of_model(subject: Subject, n: int = 512, seed: int = 0
 def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progress: bool = False,
                          most: int | None = None) -> pd.DataFrame:
     """:func:`shares_of_model` at the initial weights (step 0) and at the run's checkpoints
-    (:func:`compose_lens.runs.find_checkpoints`; with ``most``, every k-th so that at most ``most``
-    remain besides the last, which :func:`compose_lens.runs.select_checkpoints` always keeps), on one
+    (:func:`compose_lens.training.runs.find_checkpoints`; with ``most``, every k-th so that at most ``most``
+    remain besides the last, which :func:`compose_lens.training.runs.select_checkpoints` always keeps), on one
     batch; a ``step`` column."""
     run_dir = Path(run_dir)
     checkpoints, config, split = runs.find_checkpoints(run_dir)

@@ -53,11 +53,13 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from compose_lens import progress as progress_lines, runs
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json
-from compose_lens.phases import logged_phases
+from compose_lens.core import progress as progress_lines
+
+from compose_lens.training import runs
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json
+from compose_lens.training.phases import logged_phases
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos, tl
@@ -295,7 +297,7 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
     """The LLC of every checkpoint of ``source`` (a run directory or a folder of the study's
     ``step_N.pth``; those of ``steps``, then every ``stride``-th), and of its final model
     (``final.pth`` or ``model.safetensors``) where there is one; or of one model (anything
-    :func:`compose_lens.runs.load_model` takes, e.g. ``paper``).
+    :func:`compose_lens.training.runs.load_model` takes, e.g. ``paper``).
 
     Returns the table (one row per checkpoint: step, LLC mean and spread, each chain, the
     checkpoint's training loss, the sanity checks) and the loss traces (long form: step, chain,

@@ -36,7 +36,7 @@ adder       MLP of a block (in ``mlp_blocks``, weights not all zero):    0.2
 that answers a variable's prompt by picking any context value (a stalled run) earns router scores
 too, and a head can attend like a router and write nothing. So a binder or router is located only
 
-1. in a model that **binds** (:func:`compose_lens.evaluate.learned`: its 1-var accuracy reaches
+1. in a model that **binds** (:func:`compose_lens.training.evaluate.learned`: its 1-var accuracy reaches
    0.9; otherwise both roles are "none located" with that reason; likewise an adder only in a
    model that computes the operation, 0-var at 0.9), and
 2. where the head's **causal test** passes against the null of heads that lack the role: its
@@ -59,7 +59,7 @@ three, :meth:`Location.to_dict` all four.
 the threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as
 not adding; ``None`` where the model has no MLP at all.
 
-The patterns, neurons and logits are read by the one forward (:class:`compose_lens.forward.Forward`):
+The patterns, neurons and logits are read by the one forward (:class:`compose_lens.model.forward.Forward`):
 plain torch over every layer and head for models without normalisation, the bridge's hooks
 otherwise.
 """
@@ -77,15 +77,16 @@ import torch
 from compose_lens.analysis import fourier, probes
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.probes import probe_batch, target_mass, value_positions, value_targets
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
-from compose_lens import capabilities, stats
+from compose_lens.core import capabilities
+from compose_lens.core import stats
 from compose_lens.data.sampler import make_pool, present_pools
-from compose_lens.evaluate import (BINDING_POOLS, COMPOSITION_POOL, LEARNED, Learned, learned as model_learned,
+from compose_lens.training.evaluate import (BINDING_POOLS, COMPOSITION_POOL, LEARNED, Learned, learned as model_learned,
                                    predictions)
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 ROLES = ("binder", "router", "adder")
 NULL_FILE = Path(__file__).resolve().parents[1] / "assets" / "role_null.json"  # written by experiments/zoo.py
@@ -176,7 +177,7 @@ def mlp_blocks(model: tl.Model, config: RunConfig) -> list[int]:
 def trace(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ablate: int | None = None,
           chunk: int = 1024) -> Trace:
     """Every layer's attention pattern, every MLP's neurons at ``=`` and the logits, on CPU in
-    float32, read by the one forward (:class:`compose_lens.forward.Forward`: the last-position
+    float32, read by the one forward (:class:`compose_lens.model.forward.Forward`: the last-position
     forward for a model without normalisation, else the bridge); ``ablate``: a block whose MLP
     output is zeroed at every position."""
     cfg = config.model
@@ -439,7 +440,7 @@ def circuit_heads(subject: Subject, seed: int = 0, n: int = 600, *,
                   location: Location | None = None, threads: int | None = 1) -> probes.Heads:
     """The binder, router and gatherer heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
 
-    The paper architecture (:func:`~compose_lens.capabilities.is_paper_architecture`) reads the
+    The paper architecture (:func:`~compose_lens.core.capabilities.is_paper_architecture`) reads the
     paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0, without scoring (so
     its numbers are the study's at every checkpoint, trained or not); any other the located ones
     (``location``: a :func:`locate` result to reuse; else the heads are scored here), None where no

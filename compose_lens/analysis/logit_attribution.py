@@ -35,7 +35,7 @@ answer on the training pairs and *against* it on the held-out (``add_restricted`
 memorisation signature (docs/sweeps.md).
 Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
 
-The terms are read by the one forward (:class:`compose_lens.forward.Forward`): each head's write
+The terms are read by the one forward (:class:`compose_lens.model.forward.Forward`): each head's write
 is its ``hook_result`` at ``=``, each MLP's its ``hook_mlp_out``, from the tables for the paper
 architecture (no hooks: a :class:`~compose_lens.model.tl.Weights` will do) and through
 ``run_with_cache`` on a bridge for any other.
@@ -54,15 +54,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
-from compose_lens import stats
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.core import stats
+from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
-from compose_lens.safety import activation_bytes, cached_forward_bytes, check_sizes
-from compose_lens.subject import Subject
+from compose_lens.data.safety import activation_bytes, cached_forward_bytes, check_sizes
+from compose_lens.training.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
@@ -86,7 +86,7 @@ def check_memory(n: int, config: RunConfig, flag: str = "--n") -> None:
 def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]
                          ) -> dict[str, Float[torch.Tensor, "batch d_model"]]:
     """Each component's write into the residual stream at ``=``: {name: (B, d_model)}, in forward
-    order (read by the one forward: :class:`compose_lens.forward.Forward`)."""
+    order (read by the one forward: :class:`compose_lens.model.forward.Forward`)."""
     cfg = config.model
     heads = {block: Site(f"blocks.{block}.attn.hook_result", ANSWER) for block in range(cfg.n_layers)}
     mlps = {block: Site(f"blocks.{block}.hook_mlp_out", ANSWER) for block in cfg.mlp_blocks}

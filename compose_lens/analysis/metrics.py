@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, Union
 
 import torch
 
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int

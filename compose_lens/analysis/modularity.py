@@ -57,7 +57,7 @@ carrying half the binding and a third of the addition, 0.61) and (b) is 1.0; ``e
 
 **Inconclusive, never a number passed off as a score.** A model that has not learned the task has no
 circuit to measure: unless both exhaustive accuracies reach the study's headline
-(:data:`compose_lens.outcome.GENERALISED`), every score is the string ``inconclusive`` and
+(:data:`compose_lens.training.outcome.GENERALISED`), every score is the string ``inconclusive`` and
 ``modularity_reason`` says why. So is (a) where a pair set cannot be made or its clean and corrupted
 runs barely differ, and (c) where even the whole graph does not recover 95 % on some pool.
 """
@@ -68,17 +68,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compose_lens import outcome, stats
+from compose_lens.training import outcome
+
+from compose_lens.core import stats
 from compose_lens.analysis import circuit, locate, same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
-from compose_lens.evaluate import exhaustive_accuracies, headline_holds
-from compose_lens.subject import Subject
+from compose_lens.training.evaluate import exhaustive_accuracies, headline_holds
+from compose_lens.training.subject import Subject
 
 INCONCLUSIVE = "inconclusive"
 SEPARATION_MIN = 0.8  # (a): at least this share of the two profiles on different components (module doc)

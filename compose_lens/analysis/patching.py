@@ -85,21 +85,23 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens import capabilities, stats
+from compose_lens.core import capabilities
+
+from compose_lens.core import stats
 from compose_lens.analysis import metrics
-from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.data.variants import bindings
-from compose_lens.evaluate import answer_logits
-from compose_lens.forward import Site
-from compose_lens.safety import check_finite_logits
+from compose_lens.training.evaluate import answer_logits
+from compose_lens.model.forward import Site
+from compose_lens.data.safety import check_finite_logits
 from compose_lens.model import heads, tl, weights
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 # per head, through the bridge's hooks (head_patching_table): a head's query, key, value, its
@@ -207,7 +209,7 @@ def _metric(metric: metrics.Metric, logits: torch.Tensor, pairs: PromptPairs) ->
 
 
 def patch_site(component: str, layer: int, position: int, head: int | None = None) -> Site:
-    """The :class:`~compose_lens.forward.Site` of a patching table's row: ``component``
+    """The :class:`~compose_lens.model.forward.Site` of a patching table's row: ``component``
     (:data:`COMPONENTS` or :data:`HEAD_COMPONENTS`) of ``blocks.{layer}`` at ``position``, one head or all."""
     return Site(tl.hook_name(component, layer), position, head)
 
@@ -491,7 +493,7 @@ def patched_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
 def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig | None = None,
                          metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[torch.Tensor, torch.Tensor]:
     """(clean, corrupted) logit differences (or ``metric``) (N,) from the model's own forward, or with
-    ``cfg`` from the fastest exact one (:func:`compose_lens.evaluate.answer_logits`: ~10x less here)."""
+    ``cfg`` from the fastest exact one (:func:`compose_lens.training.evaluate.answer_logits`: ~10x less here)."""
     fn = metrics.resolve(metric)[1]
     with torch.no_grad():
         if cfg is not None:
@@ -834,7 +836,7 @@ def head_patching_table(subject: Subject, *,
     TransformerLens's ``get_act_patch_attn_head_{q,k,v}_by_pos``, ``..._pattern_by_pos`` and
     ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`hook_batched_logit_diffs`).
 
-    ``subject``: a :class:`~compose_lens.subject.Subject` with its bridge. The other arguments and the
+    ``subject``: a :class:`~compose_lens.training.subject.Subject` with its bridge. The other arguments and the
     columns are :func:`patching_table`'s.
     """
     model, config, split = _bridge(subject, "per-head patching"), subject.config, subject.split

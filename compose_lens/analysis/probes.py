@@ -55,7 +55,7 @@ paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0 (:data:
 head's. For a binder above ``blocks.0``, the weight views (:func:`positional_qk_scores`,
 :func:`variable_identity_matrix`) read the direct path from the embeddings only.
 
->>> from compose_lens.config import RunConfig
+>>> from compose_lens.core.config import RunConfig
 >>> from compose_lens.model import tl
 >>> model = tl.boot(RunConfig().model)
 >>> positional_qk_scores(model, RunConfig().task).shape
@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import torch
 
 from compose_lens.analysis.activations import PAPER_BINDER, PAPER_ROUTER, Activations, collect
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data import streams
 from compose_lens.data.sampler import POOL_NAMES, Batch, concat_batches, make_pool, present_pools
 from compose_lens.data.split import Split
@@ -78,7 +78,7 @@ from compose_lens.data.task import SequenceKind
 from compose_lens.data.variants import bindings
 from compose_lens.model import tl
 from compose_lens.model.weights import ov_matrix, qk_matrix
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 Head = tuple[int, int]  # (layer, head)
 

@@ -72,10 +72,10 @@ report's ``verdict_reason`` says which test decided and why.
 **Competence first**: the question is how a variable's value reaches the adder, so a model must
 answer variable prompts before any verdict means anything. Where it answers one of the sets the
 tests read (1-var left, 1-var right, 2-var; ``competence``) below
-:data:`compose_lens.evaluate.LEARNED` (0.9, the bar at which binding counts as learned),
+:data:`compose_lens.training.evaluate.LEARNED` (0.9, the bar at which binding counts as learned),
 the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (a
 stalled model that passed two tests was no evidence of one MLP). Likewise where the model does not
-compose (modularity's rule, :func:`compose_lens.evaluate.headline_holds`: the study's headline on
+compose (modularity's rule, :func:`compose_lens.training.evaluate.headline_holds`: the study's headline on
 the exhaustive sets the split holds out): a model that answers its training slots but not unseen
 ones (the project's own example: 2-var union 0.597) has not learned what the question is about.
 A failure is evidence only on prompts the model answers: the feature-transfer and probe
@@ -145,24 +145,26 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
-from compose_lens.evaluate import LEARNED, composition_gap
+from compose_lens.training.evaluate import LEARNED, composition_gap
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
-from compose_lens import capabilities, coverage, stats
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.evaluate import answer_logits, predictions
-from compose_lens.files import json_safe
+from compose_lens.core import capabilities
+from compose_lens.core import coverage
+from compose_lens.core import stats
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.evaluate import answer_logits, predictions
+from compose_lens.core.files import json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
 from compose_lens.data.split import Split
 from compose_lens.data.task import SequenceKind
-from compose_lens.forward import ANSWER, Forward, Site
+from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl, weights
-from compose_lens.provenance import provenance
-from compose_lens.subject import Subject
+from compose_lens.core.provenance import provenance
+from compose_lens.training.subject import Subject
 
 def mlp_in(block: int) -> str:
     """The hook of the input of ``blocks.{block}``'s MLP."""
@@ -366,7 +368,7 @@ class Decomposition:
 def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None,
               layout: Layout = PAPER_LAYOUT) -> Decomposition:
     """Attention patterns and residuals of a batch, read by the one forward
-    (:class:`compose_lens.forward.Forward`: the tables for the paper architecture, no bridge needed;
+    (:class:`compose_lens.model.forward.Forward`: the tables for the paper architecture, no bridge needed;
     ``fast=False``: the hooks); ``layout``: another architecture's (:func:`layout_of`)."""
     forward = Forward(model, cfg, fast)
     if not layout.study:
@@ -974,7 +976,7 @@ def reconcile(tests: dict) -> dict:
 
 def incompetence(competence: pd.DataFrame | None) -> str | None:
     """Why no verdict can be read (the competence gate of the module doc), or None: the variable prompt
-    sets the model answers below :data:`compose_lens.evaluate.LEARNED`."""
+    sets the model answers below :data:`compose_lens.training.evaluate.LEARNED`."""
     if competence is None or competence.empty:
         return None
     short = competence[competence["accuracy"] < LEARNED]
@@ -1012,7 +1014,7 @@ def verdict_reason(tests: dict) -> str:
 
 
 def check_layout(config: RunConfig) -> None:
-    """Refuse (one line) a model the same-MLP tests cannot read (:func:`compose_lens.coverage.same_mlp_problem`:
+    """Refuse (one line) a model the same-MLP tests cannot read (:func:`compose_lens.core.coverage.same_mlp_problem`:
     one without an MLP). A model with normalisation is read, and its verdict is inconclusive
     (:func:`layout_of`: its adder's input is not a sum of the operands' terms)."""
     reason = coverage.same_mlp_problem(config.model)

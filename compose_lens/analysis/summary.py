@@ -61,15 +61,15 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.provenance import provenance
+from compose_lens.core.provenance import provenance
 from compose_lens.model import tl
 from compose_lens.analysis import fourier, locate, probes
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import json_safe
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import json_safe
 from compose_lens.data.split import Split
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 MEASURE_KEYS = (
     "prev_token_weight_score",

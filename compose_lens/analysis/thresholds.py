@@ -367,7 +367,7 @@ def bootstrap_crossings(x: np.ndarray, y: np.ndarray, seeds: np.ndarray, fit: Lo
 
     Its draws stay written here: ``scipy.stats.bootstrap`` resamples the rows of its samples, one stage,
     and this bootstrap has two (seeds, then each drawn seed's own residuals), with a refit in each
-    replicate; :func:`compose_lens.stats.bootstrap_draws` is the one-stage draw the other bootstraps share.
+    replicate; :func:`compose_lens.core.stats.bootstrap_draws` is the one-stage draw the other bootstraps share.
     """
     rng = np.random.default_rng(rng_seed)
     unique = np.unique(seeds)

@@ -23,7 +23,7 @@ Every number is read from the model's own attention patterns (:func:`compose_len
 the forward :mod:`compose_lens.model.lastpos` or TransformerLens computes), at the components
 :func:`compose_lens.analysis.locate.locate` found; a role nothing plays is left out and said so.
 On the study's task (and on longer contexts alone, which add no new kind of token) there is
-nothing to read: the registry's ``applies`` is :attr:`compose_lens.config.TaskConfig.is_variant`, and
+nothing to read: the registry's ``applies`` is :attr:`compose_lens.core.config.TaskConfig.is_variant`, and
 ``analyze`` and the report leave the analysis out.
 """
 
@@ -35,11 +35,11 @@ import torch
 from compose_lens.analysis.locate import Location, trace
 from compose_lens.analysis.patching import position_roles, role_names
 from compose_lens.analysis.probes import probe_batch
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.sampler import Batch, concat_batches, make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.variants import bindings
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 def sequences(split: Split, n: int, seed: int = 0) -> tuple[Batch, str]:

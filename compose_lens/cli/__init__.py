@@ -2,7 +2,7 @@
 
 Each command group is a module here with a ``register(subparsers)`` function
 (:data:`COMMAND_MODULES`); this package builds the parser, runs the command and
-turns a :class:`~compose_lens.errors.ComposeLensError` into one line on stderr and
+turns a :class:`~compose_lens.core.errors.ComposeLensError` into one line on stderr and
 exit status 2 (130 on Ctrl-C).
 
 **Imports are lazy here, and only here.** A command module imports the library
@@ -25,7 +25,7 @@ libraries' loggers (Ray's among them) follow it: warnings by default, ``-v`` inf
 ``--json`` (its printed result as JSON on stdout), ``--device`` where a model runs and ``--seed``
 where it samples (:func:`compose_lens.cli.common.add_outputs`; ``tests/unit/test_cli_conventions.py``
 tabulates every command's options from its parser). Progress is drawn only on a terminal
-(:mod:`compose_lens.progress`). ``--version`` says what a bug report needs: compose-lens, Python,
+(:mod:`compose_lens.core.progress`). ``--version`` says what a bug report needs: compose-lens, Python,
 torch, TransformerLens and the devices, as ``pip debug`` does; ``completion bash|zsh|tcsh`` prints a
 shell completion script (shtab, from this parser).
 """
@@ -40,9 +40,9 @@ from typing import Sequence
 
 from compose_lens.cli import analysis, compare, data, report, settings, sweep, train
 from compose_lens.cli.common import Parser, add_verbosity, figure_style
-from compose_lens.errors import ComposeLensError
-from compose_lens.cores import threads_now
-from compose_lens.provenance import VERSION, set_command
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.cores import threads_now
+from compose_lens.core.provenance import VERSION, set_command
 
 COMMAND_MODULES = (data, train, analysis, compare, report, sweep, settings)
 SHELLS = ("bash", "zsh", "tcsh")  # what shtab writes completion scripts for
@@ -150,7 +150,7 @@ def log_level(args: argparse.Namespace) -> int:
 
 
 # commands that choose their own threads: the trainer follows the load as it runs
-# (compose_lens.cores.ThreadGovernor), the sweep gives each worker its share
+# (compose_lens.core.cores.ThreadGovernor), the sweep gives each worker its share
 OWN_THREADS = ("train", "sweep")
 
 
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(levelname).1s: %(message)s"))
         root.addHandler(handler)
-    args.quiet = args.quiet or args.log_quiet  # no progress either (which a log never gets: compose_lens.progress)
+    args.quiet = args.quiet or args.log_quiet  # no progress either (which a log never gets: compose_lens.core.progress)
     try:
         with figure_style(args):  # --style / --format of a command that writes figures
             return int(args.func(args) or 0)
@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         return _fail("out of memory; use smaller sizes (modulus, batch, pool, --n)", 2)
     except OSError as exc:
-        from compose_lens.safety import os_error_line  # the user's path, a full disk said in words
+        from compose_lens.data.safety import os_error_line  # the user's path, a full disk said in words
 
         return _fail(os_error_line(exc, kept="nothing else was changed"), 2)
     except Exception as exc:  # a bug: still one line, with a way to see the rest

@@ -1,6 +1,6 @@
 """``compose-lens analyze`` and the command of every registered analysis.
 
-MODEL is anything :func:`compose_lens.runs.load_subject` accepts. Every command takes ``--out``,
+MODEL is anything :func:`compose_lens.training.runs.load_subject` accepts. Every command takes ``--out``,
 ``--overwrite``, ``--json``, ``--device``, ``--seed`` and ``-q`` (no progress), as every command that computes does.
 
 ``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
@@ -14,7 +14,7 @@ figures and offline pages under ``DIR/figures``), refuses settings and sizes the
 cannot run before anything is loaded, and prints the lines its ``describe`` gives. The command of an
 analysis of a run's checkpoints (``dynamics``, ``early-jump``, ``llc``) takes RUN and ``--split``
 where the others take MODEL (:func:`_run_command`). A command with no count to show (load the model,
-run the analysis) shows phase lines on a terminal (:func:`compose_lens.progress.phases`).
+run the analysis) shows phase lines on a terminal (:func:`compose_lens.core.progress.phases`).
 """
 
 from __future__ import annotations
@@ -83,11 +83,11 @@ def print_findings(summary: dict) -> None:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     refuse_uncovered("analyze", args.model)  # first: before torch is imported
-    from compose_lens.cores import threads_now
+    from compose_lens.core.cores import threads_now
     from compose_lens.plots import Renderer
-    from compose_lens.context import write_analysis  # lazy: torch
-    from compose_lens.runs import check_device  # lazy: torch
-    from compose_lens.safety import staged_output
+    from compose_lens.report.context import write_analysis  # lazy: torch
+    from compose_lens.training.runs import check_device  # lazy: torch
+    from compose_lens.data.safety import staged_output
 
     # two free cores: the figures are drawn by a worker while the analyses run (and while
     # the model loads, when the worker starts)
@@ -132,10 +132,10 @@ def _cmd_registered(args: argparse.Namespace) -> int:
         return _run_command(analysis, args)
     refuse_uncovered(analysis.command, args.model)  # first: before torch is imported
     settings = _settings_of(analysis, args)
-    from compose_lens import context  # lazy: torch
-    from compose_lens.progress import phases
-    from compose_lens.runs import check_device
-    from compose_lens.safety import check_model_sizes, check_out_name, staged_output
+    from compose_lens.report import context  # lazy: torch
+    from compose_lens.core.progress import phases
+    from compose_lens.training.runs import check_device
+    from compose_lens.data.safety import check_model_sizes, check_out_name, staged_output
 
     out = check_out_name(args.out)
     check_device(args.device)
@@ -158,9 +158,9 @@ def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
     guarded before anything is written; ``--update`` (a setting ``update``) may write over its own --out,
     whose earlier result the compute reads first."""
     settings = _settings_of(analysis, args)
-    from compose_lens import context  # lazy: torch
-    from compose_lens.runs import check_device
-    from compose_lens.safety import check_out_name, staged_output
+    from compose_lens.report import context  # lazy: torch
+    from compose_lens.training.runs import check_device
+    from compose_lens.data.safety import check_out_name, staged_output
 
     out = check_out_name(args.out)
     check_device(args.device)

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json, not_there
+from compose_lens.core.config import RunConfig, TaskConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json, not_there
 
 
 class Parser(argparse.ArgumentParser):
@@ -28,7 +28,7 @@ class Parser(argparse.ArgumentParser):
 
 def seed(text: str) -> int:
     """argparse type of every --seed/--seeds: an integer from 0 to 2**63-1 (one line otherwise)."""
-    from compose_lens.config import seed_problem
+    from compose_lens.core.config import seed_problem
 
     try:
         value = int(text)
@@ -76,8 +76,8 @@ def add_prompts_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def subject_of(args: argparse.Namespace, device: str = "cpu", bridge: bool = True):
-    """The :class:`~compose_lens.subject.Subject` that MODEL, --task, --split and --prompts name."""
-    from compose_lens.runs import load_subject  # lazy: torch
+    """The :class:`~compose_lens.training.subject.Subject` that MODEL, --task, --split and --prompts name."""
+    from compose_lens.training.runs import load_subject  # lazy: torch
 
     subject = load_subject(args.model, getattr(args, "task", None), args.split, device=device, bridge=bridge)
     return prompted(subject, getattr(args, "prompts", None))
@@ -94,9 +94,9 @@ def prompted(subject, prompts: str | None):
 
 def refuse_uncovered(command: str, spec: str) -> None:
     """Refuse, in one line and before anything is loaded, a MODEL whose architecture ``command``
-    does not cover (:mod:`compose_lens.coverage`, read from its config.json alone)."""
-    from compose_lens.errors import ComposeLensError
-    from compose_lens.coverage import describe, peek_model_config, problem  # no torch
+    does not cover (:mod:`compose_lens.core.coverage`, read from its config.json alone)."""
+    from compose_lens.core.errors import ComposeLensError
+    from compose_lens.core.coverage import describe, peek_model_config, problem  # no torch
 
     cfg = peek_model_config(spec)
     reason = None if cfg is None else problem(command, cfg)
@@ -121,8 +121,8 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
     """``task`` with ``--set KEY=VALUE`` task settings applied as ``train --set`` applies them."""
     from dataclasses import fields
 
-    from compose_lens.config import ModelConfig
-    from compose_lens.errors import ConfigError
+    from compose_lens.core.config import ModelConfig
+    from compose_lens.core.errors import ConfigError
 
     if not sets:
         return task
@@ -137,7 +137,7 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
 
 def split_from_args(args: argparse.Namespace):
     from compose_lens.data.split import Split, split_bytes  # lazy: torch
-    from compose_lens.safety import require_memory
+    from compose_lens.data.safety import require_memory
 
     if getattr(args, "split_file", None):
         task = Split.load(args.split_file).task
@@ -197,7 +197,7 @@ def emit(args: argparse.Namespace, result: dict, lines: list[str]) -> None:
 FORMATS = ("png", "svg", "pdf")  # compose_lens.plots.FORMATS, repeated here so --help imports no matplotlib
 
 
-STYLES = ("report", "paper")  # compose_lens.figure_style.STYLES, repeated here so --help imports no matplotlib
+STYLES = ("report", "paper")  # compose_lens.views.figure_style.STYLES, repeated here so --help imports no matplotlib
 
 
 def add_format_argument(parser: argparse.ArgumentParser) -> None:
@@ -212,7 +212,7 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def figure_style(args: argparse.Namespace) -> Iterator[None]:
-    """Run a command in the figure style its ``--style`` names (:mod:`compose_lens.figure_style`),
+    """Run a command in the figure style its ``--style`` names (:mod:`compose_lens.views.figure_style`),
     its ``--format`` defaulting to the style's (png for the report, pdf for a paper). A command
     without these options runs as it is."""
     name = getattr(args, "style", None)
@@ -221,7 +221,7 @@ def figure_style(args: argparse.Namespace) -> Iterator[None]:
             args.fmt = "png"
         yield
         return
-    from compose_lens.figure_style import style
+    from compose_lens.views.figure_style import style
 
     with style(name) as chosen:
         if args.fmt is None:

@@ -1,4 +1,4 @@
-"""``compose-lens compare A B --out DIR``: two models side by side (:mod:`compose_lens.compare`).
+"""``compose-lens compare A B --out DIR``: two models side by side (:mod:`compose_lens.report.compare`).
 
 Writes ``DIR/compare.csv`` (one row per measure, with ``compare.provenance.json`` beside it),
 ``DIR/compare.json`` (the same rows, the two models and the settings) and ``DIR/compare.html`` (the
@@ -12,9 +12,9 @@ import argparse
 from pathlib import Path
 
 from compose_lens.cli.common import add_outputs, add_prompts_argument, print_json, print_table, prompted, seed
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
-DEFAULT_POOL_SIZE = 2000  # compose_lens.compare.POOL_SIZE, repeated here so --help imports no torch
+DEFAULT_POOL_SIZE = 2000  # compose_lens.report.compare.POOL_SIZE, repeated here so --help imports no torch
 
 
 def register(sub) -> None:
@@ -42,7 +42,7 @@ def register(sub) -> None:
 def subjects(specs, task: str | None, device: str = "cpu") -> list:
     """The models ``specs`` name, loaded as ``compare`` reads them (on ``device``, the fast forwards where
     exact), ``task`` given to whichever is a TransformerLens model directory (docs/own-model.md)."""
-    from compose_lens.runs import is_transformerlens_dir, load_subject  # lazy: torch
+    from compose_lens.training.runs import is_transformerlens_dir, load_subject  # lazy: torch
 
     own = [Path(str(spec)).is_dir() and is_transformerlens_dir(Path(str(spec))) for spec in specs]
     return [load_subject(spec, task if mine else None, device=device, bridge=False) for spec, mine in zip(specs, own)]
@@ -52,7 +52,7 @@ def check_memory(specs, pool_size: int, option: str | None = None) -> None:
     """Refuse, in one line and before anything is loaded, a model whose nine pools of ``pool_size``
     sequences (as ``evaluate`` reads them) would not fit in memory; ``option``: what the message
     names (default ``--pool-size N``)."""
-    from compose_lens.safety import check_model_sizes, check_sizes
+    from compose_lens.data.safety import check_model_sizes, check_sizes
 
     def guard(config) -> None:
         check_sizes(config, {option or f"--pool-size {pool_size}": (pool_size, 9)})
@@ -63,7 +63,7 @@ def check_memory(specs, pool_size: int, option: str | None = None) -> None:
 
 def _subjects(args: argparse.Namespace) -> list:
     """A and B, ``--task`` given to whichever is a TransformerLens model directory."""
-    from compose_lens.runs import is_transformerlens_dir  # lazy: torch
+    from compose_lens.training.runs import is_transformerlens_dir  # lazy: torch
 
     if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
         raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
@@ -72,10 +72,10 @@ def _subjects(args: argparse.Namespace) -> list:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from compose_lens import compare  # lazy: torch
-    from compose_lens.progress import phases
-    from compose_lens.runs import check_device
-    from compose_lens.safety import check_count, peek_run_config, staged_output
+    from compose_lens.report import compare  # lazy: torch
+    from compose_lens.core.progress import phases
+    from compose_lens.training.runs import check_device
+    from compose_lens.data.safety import check_count, peek_run_config, staged_output
 
     check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
     check_device(args.device)

@@ -7,15 +7,15 @@ import json
 import sys
 
 from compose_lens.cli.common import Parser, add_outputs, add_task_options, emit, print_json, split_from_args, seed
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 
 def _cmd_data_sample(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import TrainingSampler, make_pool, pool_names  # lazy: torch
     from compose_lens.data.streams import DATA_SAMPLE, derived_generator  # lazy: torch
     from compose_lens.data.task import SequenceKind, decode, to_text  # lazy: torch
-    from compose_lens.config import ModelConfig, RunConfig
-    from compose_lens.safety import check_count, check_file_output, check_sizes, write_text_atomic
+    from compose_lens.core.config import ModelConfig, RunConfig
+    from compose_lens.data.safety import check_count, check_file_output, check_sizes, write_text_atomic
 
     check_count(args.n, "--n")
     split = split_from_args(args)
@@ -35,7 +35,7 @@ def _cmd_data_sample(args: argparse.Namespace) -> int:
         rows.append({"tokens": tokens, "text": to_text(task, tokens), "type": SequenceKind.at(kind).value,
                      "x": d.x, "y": d.y, "label": label})
     if args.json:  # one document: the sequences and where they came from
-        from compose_lens.provenance import provenance
+        from compose_lens.core.provenance import provenance
 
         lines = [json.dumps({"sequences": rows, "split": args.split, "provenance": provenance(seed=args.seed)},
                             indent=2, default=str) + "\n"]
@@ -59,7 +59,7 @@ def _json_line_bytes(task) -> int:
 
 
 def _cmd_data_split(args: argparse.Namespace) -> int:
-    from compose_lens.safety import check_file_output
+    from compose_lens.data.safety import check_file_output
 
     out = check_file_output(args.out, args.overwrite, '"heldout_pairs"')
     split = split_from_args(args)
@@ -103,15 +103,15 @@ def data_stats(split) -> dict:
 
 def _cmd_data_stats(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import exhaustive_count  # lazy: torch
-    from compose_lens.provenance import provenance
-    from compose_lens.safety import require_memory
+    from compose_lens.core.provenance import provenance
+    from compose_lens.data.safety import require_memory
 
     split = split_from_args(args)
     require_memory({"the exhaustive 2-var rows": 64 * exhaustive_count(split.task)},
                    f"modulus {split.task.modulus}", "use a smaller modulus")
     stats = data_stats(split)
     if args.out:
-        from compose_lens.safety import check_file_output, write_text_atomic
+        from compose_lens.data.safety import check_file_output, write_text_atomic
 
         out = check_file_output(args.out, args.overwrite, '"two_var_coverage"')
         write_text_atomic(out, json.dumps({**stats, "provenance": provenance(seed=stats["task"]["seed"])}, indent=2,

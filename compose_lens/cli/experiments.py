@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens import plots, runs
+from compose_lens import plots
+
+from compose_lens.training import runs
 from compose_lens.report.outputs import dynamics_for
 
 

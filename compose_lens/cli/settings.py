@@ -1,9 +1,9 @@
 """``compose-lens settings``: every key ``train --set KEY=VALUE`` takes, read from the config classes.
 
-A run's configuration is three frozen dataclasses of :mod:`compose_lens.config` (``TaskConfig``,
+A run's configuration is three frozen dataclasses of :mod:`compose_lens.core.config` (``TaskConfig``,
 ``ModelConfig``, ``TrainConfig``), and ``--set`` reaches any of their fields: ``section.name``,
 or the bare ``name``, which is looked up in task, then model, then train
-(:meth:`~compose_lens.config.RunConfig.with_overrides`; so a bare ``seed`` is the task's, and the
+(:meth:`~compose_lens.core.config.RunConfig.with_overrides`; so a bare ``seed`` is the task's, and the
 training seed is ``train.seed``). This list is generated from those classes, so it cannot fall
 behind them: each field's name, type and default come from :func:`dataclasses.fields`, and its
 meaning from the comment written beside (or just above) the field in ``config.py``, else from the
@@ -82,7 +82,7 @@ def _as_typed(value) -> str:
 
 def setting_rows() -> list[Setting]:
     """One row per field of the three config classes, in the order of the classes."""
-    from compose_lens.config import RunConfig
+    from compose_lens.core.config import RunConfig
 
     taken: set[str] = set()
     rows = []
@@ -103,7 +103,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row._asdict() for row in rows], indent=2))
         return 0
-    from compose_lens.config import RunConfig
+    from compose_lens.core.config import RunConfig
 
     key_width = max(len(row.key) for row in rows)
     type_width = max(len(row.type) for row in rows)

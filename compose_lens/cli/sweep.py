@@ -7,15 +7,15 @@ import sys
 
 from compose_lens.cli.common import add_outputs, print_json, run_config_from_args, seed
 from compose_lens.cli.train import add_device_options, with_device_options
-from compose_lens.config import SWEEP_BACKENDS
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import SWEEP_BACKENDS
+from compose_lens.core.errors import ComposeLensError
 
 
 def _cmd_sweep(args) -> int:
-    from compose_lens.slurm import parse_options
+    from compose_lens.sweep.slurm import parse_options
     from compose_lens.sweep import parse_values, run_sweep
 
-    from compose_lens.safety import check_out_name
+    from compose_lens.data.safety import check_out_name
 
     check_out_name(args.out)
     base = with_device_options(run_config_from_args(args), args)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from compose_lens.cli.common import (add_device_argument, add_model_arguments, add_outputs, emit, print_json,
                                      run_config_from_args, seed, subject_of)
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +31,9 @@ def with_device_options(config: RunConfig, args: argparse.Namespace) -> RunConfi
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from compose_lens.data.split import Split  # lazy: torch
-    from compose_lens.train import Trainer  # lazy: torch
+    from compose_lens.training.train import Trainer  # lazy: torch
 
-    from compose_lens.safety import check_out_name, read_marker
+    from compose_lens.data.safety import check_out_name, read_marker
 
     out = check_out_name(args.out)
     if args.resume and args.overwrite:
@@ -43,7 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ComposeLensError(f"--resume: {out} holds no run to resume; drop --resume to start a new run there, "
                                f"or give the --out of the run to continue")
     if args.resume and (out / "config.json").is_file() and not args.config:
-        # the run's own configuration; --set may only raise steps (compose_lens.runs.extends)
+        # the run's own configuration; --set may only raise steps (compose_lens.training.runs.extends)
         config = RunConfig.from_dict(load_json(out / "config.json")).with_overrides([*_seed_sets(args.seed),
                                                                                      *(args.set or [])])
     else:
@@ -77,14 +77,14 @@ def _seed_sets(value: int | None) -> list[str]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
-    from compose_lens.evaluate import from_pools
+    from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
+    from compose_lens.training.evaluate import from_pools
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
-    from compose_lens.provenance import provenance
-    from compose_lens.progress import phases
-    from compose_lens.runs import check_device
-    from compose_lens.safety import check_count, check_file_output, check_model_sizes, check_sizes, write_text_atomic
-    from compose_lens.stats import rate_record
+    from compose_lens.core.provenance import provenance
+    from compose_lens.core.progress import phases
+    from compose_lens.training.runs import check_device
+    from compose_lens.data.safety import check_count, check_file_output, check_model_sizes, check_sizes, write_text_atomic
+    from compose_lens.core.stats import rate_record
 
     check_count(args.pool_size, "--pool-size")
     check_device(args.device)
@@ -162,8 +162,8 @@ def _side_by_side(loaded, pool_size: int, seed: int) -> tuple[dict, dict]:
     from compose_lens.data import streams
     from compose_lens.data.prompts import OUTSIDE
     from compose_lens.data.sampler import Batch, TrainingSampler, make_pools
-    from compose_lens.evaluate import pool_accuracies
-    from compose_lens.stats import rate_record
+    from compose_lens.training.evaluate import pool_accuracies
+    from compose_lens.core.stats import rate_record
 
     prompts, declared = loaded.split.prompts, dataclasses.replace(loaded.split, prompts=None)
     g = streams.derived_generator(seed, streams.DECLARED_SAMPLE)
@@ -196,8 +196,8 @@ def _print_side_by_side(result: dict) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from compose_lens.runs import export_transformerlens  # lazy: torch
-    from compose_lens.safety import staged_output
+    from compose_lens.training.runs import export_transformerlens  # lazy: torch
+    from compose_lens.data.safety import staged_output
 
     subject = subject_of(args)
     with staged_output(args.out, "export", args.overwrite) as stage:

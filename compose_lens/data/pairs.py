@@ -35,7 +35,7 @@ the other, so they must differ).
 From Python, :func:`as_prompt_pairs` also takes a DataFrame with those columns or a
 list of ``(clean, corrupted)`` pairs, each a token tensor / list or a readable string.
 
->>> from compose_lens.config import TaskConfig
+>>> from compose_lens.core.config import TaskConfig
 >>> pairs = as_prompt_pairs(TaskConfig(), [("b=7, b+23=?", "b=9, b+23=?"), ("c=3, 4+c=?", "c=3, 5+c=?")])
 >>> pairs.answers.tolist()
 [[30, 32], [7, 8]]
@@ -53,9 +53,9 @@ from typing import Any, Iterable
 
 import torch
 
-from compose_lens.config import TaskConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import missing_columns
+from compose_lens.core.config import TaskConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import missing_columns
 from compose_lens.data.task import SequenceError, decode, parse_sequence, token_id
 
 USER = "user"  # the corruption label of pairs a user brought: what they change is theirs to say
@@ -88,7 +88,7 @@ _MAX_DIGITS = 18  # more digits than any token id or residue has: said, never co
 
 def parse_tokens(task: TaskConfig, sequence: Any, declaration: Any = None) -> list[int]:
     """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError.
-    ``declaration`` (a :class:`~compose_lens.declaration.TaskDeclaration`): token ids and the token form
+    ``declaration`` (a :class:`~compose_lens.data.declaration.TaskDeclaration`): token ids and the token form
     are the researcher's, in their ids and position order (an infix query's ``x op y =``), mapped onto the
     study's coordinates; the short form ``b=7, b+23=?`` is the same in both."""
     if isinstance(sequence, torch.Tensor):

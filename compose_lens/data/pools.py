@@ -48,7 +48,7 @@ class Pool:
 
     ``forbidden``: 0, every variable in a slot it holds in training; for 1-var rows 1, the
     variable in the side's forbidden slot; for 2-var rows 1 or 2, one or both variables in
-    forbidden slots (:meth:`~compose_lens.config.TaskConfig.restricted_two_var_pairs`).
+    forbidden slots (:meth:`~compose_lens.core.config.TaskConfig.restricted_two_var_pairs`).
     The fields after ``rows`` belong to a variant's pools.
     """
 

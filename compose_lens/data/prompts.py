@@ -49,8 +49,8 @@ import torch
 from compose_lens.data.pairs import parse_tokens
 from compose_lens.data.split import CONSTANT, Split
 from compose_lens.data.task import SequenceError, decode
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import missing_columns
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import missing_columns
 
 COLUMNS = ("sequence", "answer")
 OUTSIDE = "outside the pools"  # a held-out pair with a variable in a forbidden slot

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from compose_lens.config import TaskConfig
-from compose_lens.errors import ConfigError
+from compose_lens.core.config import TaskConfig
+from compose_lens.core.errors import ConfigError
 from compose_lens.data import streams
 from compose_lens.data.pools import EXHAUSTIVE_NAMES, ONE_VAR, POOL_NAMES, STUDY_POOLS, Pool, find_pool
 from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, row_types, training_rows
@@ -137,7 +137,7 @@ def render_bytes(task: TaskConfig, n: int) -> int:
     """Bytes :func:`render` needs for ``n`` sequences at its peak: the tokens, labels and rows,
     and its scratch tensors above (sort keys and orders over V variables and M slots, the C - 2
     PAD gaps against the M slots, the (C + 2)-wide context). The memory guard
-    (:mod:`compose_lens.safety`) adds this up; a variant task adds
+    (:mod:`compose_lens.data.safety`) adds this up; a variant task adds
     :func:`~compose_lens.data.variants.variant_render_bytes`. Measured (the rise of the peak
     resident memory, VmHWM, over 100,000 sequences): 115 MB for the study's task (this says
     143), 328-347 MB for a variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it

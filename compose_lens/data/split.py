@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import MAX_MODULUS, TaskConfig
-from compose_lens.errors import ConfigError
-from compose_lens.files import load_json, write_json_atomic
+from compose_lens.core.config import MAX_MODULUS, TaskConfig
+from compose_lens.core.errors import ConfigError
+from compose_lens.core.files import load_json, write_json_atomic
 from compose_lens.data.task import SequenceKind
 
 CONSTANT = -1  # v or w of a row whose operand on that side is a number
@@ -79,7 +79,7 @@ def study_two_var_counts(task: TaskConfig, is_train: torch.Tensor) -> torch.Tens
 
 
 def split_bytes(task: TaskConfig) -> int:
-    """Bytes the split of ``task`` needs (the memory guard of :mod:`compose_lens.safety` adds it
+    """Bytes the split of ``task`` needs (the memory guard of :mod:`compose_lens.data.safety` adds it
     up): its p^2 tables (permutation, mask, pairs) and the training-row table of
     :func:`training_rows`, 64 bytes a row, with the 2-var rows' choice of variable pair."""
     pairs = task.modulus ** 2

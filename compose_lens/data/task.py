@@ -39,7 +39,7 @@ The task variants (docs/variants.md) read and print in the same forms:
 A variant's sequences are refused by a task without that variant (the study's task
 refuses ``b=3, b=9, b+1=?`` as "assigned twice").
 
->>> from compose_lens.config import TaskConfig
+>>> from compose_lens.core.config import TaskConfig
 >>> task = TaskConfig()
 >>> tokens = parse_sequence(task, "b=7, e=5, d=2, b+23=?")
 >>> to_text(task, tokens)
@@ -57,8 +57,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from compose_lens.config import TaskConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import TaskConfig
+from compose_lens.core.errors import ComposeLensError
 
 
 class SequenceError(ComposeLensError, ValueError):

@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import torch
 
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.pools import ONE_VAR, Pool
 from compose_lens.data.split import ANY_PAIR, CONSTANT, Split
 from compose_lens.data.task import SequenceKind

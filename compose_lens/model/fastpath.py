@@ -22,7 +22,7 @@ No tensor of shape (batch, positions, d_model) is ever made, so a training step
 costs a few small matrix products and gathers; the baseline forward makes a
 dozen (B n) x d x d products. It is exact for the paper architecture (two layers,
 one head each, an MLP only in the last layer, no normalisation, frozen zero biases);
-:func:`compose_lens.capabilities.why_not` says why it declines any other.
+:func:`compose_lens.core.capabilities.why_not` says why it declines any other.
 Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
 (the last layer at the last position only); the rest the plain TransformerLens
 forward. :func:`forward_kind` makes that choice for the trainer and the evaluations,
@@ -37,8 +37,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from compose_lens import capabilities
-from compose_lens.config import ModelConfig
+from compose_lens.core import capabilities
+from compose_lens.core.config import ModelConfig
 from compose_lens.model import heads, lastpos, tl, weights
 
 @dataclass
@@ -124,7 +124,7 @@ def forward_at_answer(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens:
 
     # residual stream after layer 1 at the last position, as weights on the rows of Y
     # (out of place, so that torch.func.vmap can map this over stacked runs with their own tokens:
-    # compose_lens.batched; the same 0 / 1 entries as writing the ones in place)
+    # compose_lens.training.batched; the same 0 / 1 entries as writing the ones in place)
     rows = torch.arange(V + n, device=tokens.device)
     last = ((rows == tokens[:, -1:]) | (rows == V + n - 1)).to(X.dtype)
     resid1_last = torch.cat([last, spread(A0[:, -1])], dim=1) @ Y  # (B, d)
@@ -238,8 +238,8 @@ def forward_kind(cfg: ModelConfig, mode: str = "auto") -> str:
 
     ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest
     exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables (a
-    :class:`~compose_lens.errors.ComposeLensError` saying why not where they decline ``cfg``).
-    The choice is :func:`compose_lens.capabilities.answer_forward`'s.
+    :class:`~compose_lens.core.errors.ComposeLensError` saying why not where they decline ``cfg``).
+    The choice is :func:`compose_lens.core.capabilities.answer_forward`'s.
     """
     return capabilities.answer_forward(cfg, mode)
 

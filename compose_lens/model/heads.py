@@ -42,7 +42,7 @@ import math
 import torch
 from jaxtyping import Bool, Float
 
-from compose_lens.config import ModelConfig
+from compose_lens.core.config import ModelConfig
 
 
 def causal_mask(n_query: int, n_key: int, device: torch.device | str | None = None,

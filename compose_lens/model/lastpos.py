@@ -13,7 +13,7 @@ The answer is read at the last position, so the last layer is needed there only:
 For the paper model (2 layers, an MLP in layer 2 only) :mod:`compose_lens.model.fastpath`
 goes further; this module covers the architectures that path does not (3-4 layers,
 several heads, an MLP in every layer, trained biases). It does not cover
-normalisation layers (:func:`compose_lens.capabilities.supports` with "lastpos"); the trainer then uses the TransformerLens
+normalisation layers (:func:`compose_lens.core.capabilities.supports` with "lastpos"); the trainer then uses the TransformerLens
 forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens forward up to float rounding
 (tests/test_model.py checks logits and gradients).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from compose_lens.config import ModelConfig
+from compose_lens.core.config import ModelConfig
 from compose_lens.model import heads, weights
 
 

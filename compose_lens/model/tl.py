@@ -25,7 +25,7 @@ so the next major version is a one-file change:
 * :class:`Weights` holds a model's tensors without a bridge. Importing
   TransformerLens (and ``transformers`` behind it) takes about 2 s, so it is imported
   on first use, and commands that only need the fast forwards (``evaluate``, and the
-  analyses of the paper architecture: :func:`compose_lens.runs.for_analyses`) load a
+  analyses of the paper architecture: :func:`compose_lens.training.runs.for_analyses`) load a
   ``Weights`` (:func:`state_shapes` checks it against the configuration) and never
   import it.
 """
@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from compose_lens.config import ModelConfig, TaskConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig, TaskConfig
+from compose_lens.core.errors import ComposeLensError
 
 if TYPE_CHECKING:  # imported on first use (see the module doc)
     from transformer_lens.config import TransformerBridgeConfig
@@ -111,7 +111,7 @@ def bridge_of(weights: "Weights", task: TaskConfig | None = None) -> Transformer
 
 def apply_read_order(model: TransformerBridge, cfg: ModelConfig) -> None:
     """Give every attention layer the causal mask of ``cfg.read_order`` (a model read in another
-    order than left to right: :mod:`compose_lens.declaration`); nothing where it is None."""
+    order than left to right: :mod:`compose_lens.data.declaration`); nothing where it is None."""
     if cfg.read_order is None:
         return
     from compose_lens.model.heads import causal_mask
@@ -357,7 +357,7 @@ def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None
 def size(model: TransformerBridge | Weights, name: str) -> int:
     """A size of a model from its config: ``n_layers``, ``n_heads``, ``d_head``, ``d_model``,
     ``d_mlp``, ``n_ctx``, ``d_vocab``, ``d_vocab_out`` (the same names in TransformerLens's
-    config and in :class:`~compose_lens.config.ModelConfig`)."""
+    config and in :class:`~compose_lens.core.config.ModelConfig`)."""
     return int(getattr(model.cfg, name))
 
 

@@ -21,7 +21,7 @@ sequence; padding on the left). Anything else is the token form, one word per to
 and may be a fragment (``"b 7"``); an unknown word is refused with one line naming it.
 There is no BOS token: a sequence is exactly the 16 task tokens.
 
->>> from compose_lens.config import TaskConfig
+>>> from compose_lens.core.config import TaskConfig
 >>> tok = task_tokenizer(TaskConfig())
 >>> tok("b=7, b+23=?")["input_ids"][-5:]
 [7, 59, 63, 23, 60]
@@ -34,7 +34,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.task import parse_sequence, to_token_string, token_id, token_name
 
 

@@ -35,16 +35,16 @@ linear in ``mlp_post``: ``logits = resid_mid W_U^T + b + mlp_post W_logit`` with
 ``b = b_U + b_out W_U^T``. :class:`LinearReadout` holds that form, which neuron
 ablation and the Fourier grids use: replacing neurons is then one product.
 
-**The architecture.** :func:`compose_lens.capabilities.is_paper_architecture` says whether
+**The architecture.** :func:`compose_lens.core.capabilities.is_paper_architecture` says whether
 a model is the study's kind (two layers, one head each, an MLP in the last layer only, no
 normalisation, frozen zero biases), for which the fast path and the table forward are
-exact. :func:`compose_lens.capabilities.has_paper_layout` is the weaker condition (two
+exact. :func:`compose_lens.core.capabilities.has_paper_layout` is the weaker condition (two
 layers, an MLP in the last only) under which the readout above is the whole model after
-layer-2 attention at ``=``. :mod:`compose_lens.capabilities` says for every forward which
+layer-2 attention at ``=``. :mod:`compose_lens.core.capabilities` says for every forward which
 configs it covers and why not.
 
 >>> from compose_lens import capabilities
->>> from compose_lens.config import ModelConfig
+>>> from compose_lens.core.config import ModelConfig
 >>> from compose_lens.model import tl
 >>> cfg = ModelConfig()
 >>> capabilities.is_paper_architecture(cfg), capabilities.has_paper_layout(cfg)
@@ -62,8 +62,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from compose_lens import capabilities
-from compose_lens.config import ModelConfig
+from compose_lens.core import capabilities
+from compose_lens.core.config import ModelConfig
 from compose_lens.model import tl
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -84,7 +84,7 @@ def activation(cfg: ModelConfig) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def use_table_forward(cfg: ModelConfig, fast: bool | None = None) -> bool:
     """Whether an analysis of ``cfg`` reads the table forward rather than the model's hooks:
-    ``fast`` as given, or (``None``) wherever that forward is exact (:mod:`compose_lens.capabilities`)."""
+    ``fast`` as given, or (``None``) wherever that forward is exact (:mod:`compose_lens.core.capabilities`)."""
     return capabilities.supports(cfg, "tables") if fast is None else fast
 
 

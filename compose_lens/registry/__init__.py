@@ -11,14 +11,14 @@ is found, nothing names it by hand), and :data:`ANALYSES` holds them in the orde
 * its **settings** with their defaults, in this one place: ``analyze``, the report and its own command
   run it with the same ones, and every file it writes records them (``settings`` in the provenance);
 * its **computation**, ``compute(context, settings) -> Result``, over a per-model
-  :class:`~compose_lens.context.Context`: what several analyses of one model share (the
+  :class:`~compose_lens.report.context.Context`: what several analyses of one model share (the
   loaded model on the forwards the analyses use, the located circuit, the Fourier subject, the
   probe heads, the constant-operand grid) is made there once per model;
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
-  :func:`~compose_lens.context.read` rebuilds it, and its **figures**, drawn by
+  :func:`~compose_lens.report.context.read` rebuilds it, and its **figures**, drawn by
   :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one), their stems declared (``figures``:
-  what a run directory may hold of it, :mod:`compose_lens.outputs`);
+  what a run directory may hold of it, :mod:`compose_lens.core.outputs`);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
   leave it out where it does not: the variant reading on the study's task), its report **section**
   (``section(inputs, result, settings) -> HTML``, placed where :data:`compose_lens.report.PAGE` names its
@@ -28,9 +28,9 @@ is found, nothing names it by hand), and :data:`ANALYSES` holds them in the orde
   its command prints (``describe``), and its **exports**, its public API (``compose_lens.<name>``: names
   of its module, or ``NAME=module[:attribute]``): the only place an analysis's public names are listed.
 
-Nothing else names an analysis: :mod:`compose_lens.context` runs a declaration (its guards on every
-path: the command, ``analyze``, the report, :func:`compose_lens.context.run_analysis`), the report makes
-each registered section with :func:`~compose_lens.context.obtain` (the saved files where they were made
+Nothing else names an analysis: :mod:`compose_lens.report.context` runs a declaration (its guards on every
+path: the command, ``analyze``, the report, :func:`compose_lens.report.context.run_analysis`), the report makes
+each registered section with :func:`~compose_lens.report.context.obtain` (the saved files where they were made
 with the same settings, seed and configuration, else computed now and saved), the command line builds
 every analysis command and the findings table from the declarations, and ``compose_lens`` resolves the
 exports. ``docs/extending.md`` walks through adding one (direct logit attribution, ``dla``).
@@ -39,7 +39,7 @@ exports. ``docs/extending.md`` walks through adding one (direct logit attributio
 commands and the findings table from it): the declarations are plain data, and the functions
 they name import the analysis modules, pandas and the figures inside their bodies
 (``tests/unit/test_layout.py``, ``LAZY_ALLOWED``). It imports nothing of the report (its sections write
-tables with :func:`compose_lens.markup.html_table`): the report reads the registry, not the other way.
+tables with :func:`compose_lens.core.markup.html_table`): the report reads the registry, not the other way.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from compose_lens.outputs import own
+from compose_lens.core.outputs import own
 from compose_lens.registry.analysis import FIGURES, Analysis, Finding, Option, Result, by_name
 
 # The order ``analyze`` runs the analyses in (and prints their findings): the one list to edit for
@@ -60,7 +60,7 @@ ORDER = ("probes", "qk", "attention_entropy", "fourier", "same_mlp", "dla", "abl
 def load() -> tuple[Analysis, ...]:
     """Every declaration of this package's modules, found by scanning them (a module added here is found:
     nothing names it by hand), in :data:`ORDER`; each is also bound here by the name its module gives it
-    (``registry.DLA``), and what it writes is recorded for the run layout (:mod:`compose_lens.outputs`)."""
+    (``registry.DLA``), and what it writes is recorded for the run layout (:mod:`compose_lens.core.outputs`)."""
     declared: dict[str, Analysis] = {}
     for module in pkgutil.iter_modules(__path__):
         for name, value in vars(importlib.import_module(f"{__name__}.{module.name}")).items():

@@ -2,7 +2,7 @@
 its Fourier directions are ablated.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -39,7 +39,7 @@ def _ablation_memory(settings: dict, config) -> None:
     """Nine pools of ``pool_size`` (joined once more into one batch); kept of each sequence: MLP2's
     activations at ``=`` and the direct path, the logits of an ablation, and the activations read
     for the replacement."""
-    from compose_lens.safety import check_sizes, kept_activation_bytes
+    from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["pool_size"]
     kept = 4 * (2 * m.d_mlp + 3 * m.d_vocab_out) + 8 * config.task.seq_len + kept_activation_bytes(config)

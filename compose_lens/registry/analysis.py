@@ -3,9 +3,9 @@ section, findings and command), the command's :class:`Option` s, the :class:`Res
 :class:`Finding` s ``analyze`` prints; :func:`by_name` reads a tuple of them.
 
 An analysis reads one of two things (:attr:`Analysis.of`): **one model** (``"model"``: the probes,
-patching, the circuit, ...; its compute takes a :class:`compose_lens.context.Context`), or **a run's
+patching, the circuit, ...; its compute takes a :class:`compose_lens.report.context.Context`), or **a run's
 checkpoints** (``"run"``: the training dynamics, the early jump and the local learning coefficient; its compute takes a
-:class:`compose_lens.context.RunContext`: the run's source, split, seed and device). Both are declared,
+:class:`compose_lens.report.context.RunContext`: the run's source, split, seed and device). Both are declared,
 run, written and read back the same way; only the command's first argument differs (MODEL or RUN).
 
 Plain data: the command line imports this before torch (see :mod:`compose_lens.registry`).
@@ -19,12 +19,12 @@ import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from compose_lens.errors import ArgumentError, ArgumentTypeError, ComposeLensError
+from compose_lens.core.errors import ArgumentError, ArgumentTypeError, ComposeLensError
 
 if TYPE_CHECKING:  # annotations only: the command line reads this module before torch
     import pandas as pd
 
-# ``ctx: Context`` below is a compose_lens.context.Context (not imported: that module reads this one)
+# ``ctx: Context`` below is a compose_lens.report.context.Context (not imported: that module reads this one)
 
 FIGURES = "figures"  # the folder of an analysis's figures, beside its tables
 
@@ -79,7 +79,7 @@ class Option:
     before the model loads); ``positional``: the command's values after MODEL, none or several, with
     no flag (``attention MODEL 'b=7, b+23=?' ...``; ``flag`` names them in the help). A setting named
     ``update`` is special to a run analysis's command: set, the command may write over its own earlier
-    ``--out`` and the compute reads that folder first (:attr:`compose_lens.context.RunContext.previous`: the
+    ``--out`` and the compute reads that folder first (:attr:`compose_lens.report.context.RunContext.previous`: the
     dynamics of a growing run)."""
 
     flag: str
@@ -163,9 +163,9 @@ class Analysis:
     def check_setting(self, key: str, value: Any, flags: bool = False) -> None:
         """Refuse, in one line, a value of setting ``key`` of another type than its default's (its option's
         ``kind`` where the default is None), a count below its option's ``minimum`` or above
-        :data:`compose_lens.safety.MAX_COUNT`, a word outside its ``choices``, or a string where a list is
+        :data:`compose_lens.data.safety.MAX_COUNT`, a word outside its ``choices``, or a string where a list is
         wanted (it was read letter by letter). A pairs file's setting takes what its analysis reads."""
-        from compose_lens.safety import MAX_COUNT  # here: the command line reads this module before torch
+        from compose_lens.data.safety import MAX_COUNT  # here: the command line reads this module before torch
 
         option = next((o for o in self.options if o.setting == key), None)
         if option is not None and option.pairs_file:

@@ -1,14 +1,14 @@
 """The ``attention`` declaration: where both layers attend on readable sequences, as interactive views.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 
 The analysis runs the model once on the sequences (:func:`compose_lens.analysis.attention.sequence_views`:
 the patterns, the model's answer, the label and the cells the study's circuit predicts) and writes
 
 * ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
-  offline (:func:`compose_lens.attention_view.views_page`);
+  offline (:func:`compose_lens.views.attention_view.views_page`);
 * ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
   outlined (:func:`compose_lens.plots.view_figure`);
 * ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
@@ -37,7 +37,7 @@ def _attention(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.attention import pattern_table, sequence_views
     from compose_lens.data.sampler import example_sequences
-    from compose_lens.attention_view import views_page
+    from compose_lens.views.attention_view import views_page
 
     texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)
     views = sequence_views(ctx.model, ctx.config, texts)
@@ -60,7 +60,7 @@ def views(result: Result) -> list[dict]:
 
 
 def _check_count(settings: dict) -> None:
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     sequences = settings["sequences"]
     if isinstance(sequences, str) or not all(isinstance(s, str) for s in sequences):
@@ -74,7 +74,7 @@ def _check_count(settings: dict) -> None:
 def _check_parse(settings: dict, config) -> None:
     """Each sequence parsed by the model's task: one line naming the first that is not a sequence of it."""
     from compose_lens.data.task import SequenceError, parse_sequence
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     for text in settings["sequences"]:
         try:
@@ -99,4 +99,4 @@ ATTENTION = Analysis(
                     "slots; where the split has none of one, its training pool)", many=True, positional=True),),
     validate=_check_count, guard=_check_parse, describe=_lines,
     exports=("sequence_views", "attention_figure=compose_lens.plots:view_figure",
-             "interactive_attention=compose_lens.attention_view:notebook_view"))
+             "interactive_attention=compose_lens.views.attention_view:notebook_view"))

@@ -2,14 +2,14 @@
 exact), its settings checks, lines and report section.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
 from __future__ import annotations
 
-from compose_lens.config import CIRCUIT_METHODS, PATCH_METRICS
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import CIRCUIT_METHODS, PATCH_METRICS
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
@@ -21,8 +21,8 @@ CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 def _circuit(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis.circuit import discover
-    from compose_lens.circuit_view import circuit_page
-    from compose_lens.files import json_safe
+    from compose_lens.views.circuit_view import circuit_page
+    from compose_lens.core.files import json_safe
 
     s = settings
     kind, pairs = (s["pairs"], None) if s["pairs"] in CIRCUIT_PAIRS else ("resample", s["pairs"])
@@ -42,7 +42,7 @@ def _circuit(ctx: Context, settings: dict) -> Result:
 
 
 def _circuit_lines(result: Result) -> list[str]:
-    from compose_lens.stats import format_estimate
+    from compose_lens.core.stats import format_estimate
 
     s = result.documents["circuit"]
     auc = "" if s["roc_auc"] is None else (
@@ -64,10 +64,10 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     import html
 
     import compose_lens.plots as plots
-    from compose_lens.circuit_view import circuit_view
-    from compose_lens.markup import html_table
+    from compose_lens.views.circuit_view import circuit_view
+    from compose_lens.core.markup import html_table
 
-    from compose_lens.stats import format_estimate
+    from compose_lens.core.stats import format_estimate
 
     s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
     against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
@@ -114,7 +114,7 @@ def circuit_memory(settings: dict, config) -> None:
     with its activations kept for the edge-mask gradient (EAP, EAP-IG), the masks and their
     gradient (R, E) included. (The pools' faithfulness check, 4,500 prompts whatever
     ``--n-pairs``, is a few MB: left out.)"""
-    from compose_lens.safety import activation_bytes, check_sizes
+    from compose_lens.data.safety import activation_bytes, check_sizes
 
     m, n = config.model, settings["n_pairs"]
     nodes = 1 + m.n_layers * (m.n_heads + 1)  # the embeddings, every head and every MLP

@@ -2,14 +2,14 @@
 controls (minutes of fitting: its own command, not ``analyze``).
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
 from __future__ import annotations
 
-from compose_lens.config import DAS_RANKS, DAS_SITES
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import DAS_RANKS, DAS_SITES
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
@@ -17,7 +17,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 def _das(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.das import DasSettings, das_table
 
     chosen = DasSettings(n_pairs=settings["n_pairs"], ranks=tuple(settings["ranks"]), sites=tuple(settings["sites"]),
@@ -45,7 +45,7 @@ def _das_settings(settings: dict) -> None:
 
 def _das_memory(settings: dict, config) -> None:
     """A base and a source per pair, each run through the model with its hooks."""
-    from compose_lens.safety import activation_bytes, check_sizes
+    from compose_lens.data.safety import activation_bytes, check_sizes
 
     n = settings["n_pairs"]
     check_sizes(config, {f"--n-pairs {n}": (n, 2, 2 * activation_bytes(config, False))})

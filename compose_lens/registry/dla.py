@@ -2,7 +2,7 @@
 example of docs/extending.md.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -27,7 +27,7 @@ def _dla(ctx: Context, settings: dict) -> Result:
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
     import compose_lens.plots as plots
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
     kinds = table.drop_duplicates("kind")

@@ -1,8 +1,8 @@
 """The ``dynamics`` declaration: every checkpoint of a run evaluated, and the three phases found.
 
 An analysis of a run's checkpoints (``of="run"``): its compute takes a
-:class:`compose_lens.context.RunContext` (the run's source, split, seed and device) where a one-model
-analysis takes a :class:`~compose_lens.context.Context`. :mod:`compose_lens.analysis.dynamics` holds
+:class:`compose_lens.report.context.RunContext` (the run's source, split, seed and device) where a one-model
+analysis takes a :class:`~compose_lens.report.context.Context`. :mod:`compose_lens.analysis.dynamics` holds
 the measures and the phase rule; this module only says how the command, the report and the API run it.
 ``compose-lens dynamics RUN --out DIR`` writes ``dynamics.csv`` (one row per checkpoint),
 ``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
@@ -24,9 +24,9 @@ def _settings_of_trajectory(ctx, settings: dict) -> dict:
 
 def _dynamics(ctx, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.dynamics import phases_document, trajectory
-    from compose_lens.outcome import trajectory_outcome
+    from compose_lens.training.outcome import trajectory_outcome
 
     known = None
     if settings["update"] and ctx.previous is not None:
@@ -42,7 +42,7 @@ def _dynamics(ctx, settings: dict) -> Result:
 
 
 def _sizes(settings: dict, config) -> None:
-    from compose_lens.safety import check_sizes
+    from compose_lens.data.safety import check_sizes
 
     n_slots = len(config.task.left_forbidden) + len(config.task.right_forbidden)
     check_sizes(config, {f"--pool-size {settings['pool_size']}": (settings["pool_size"], 9),  # the nine pools
@@ -50,8 +50,8 @@ def _sizes(settings: dict, config) -> None:
 
 
 def _lines(result: Result) -> list[str]:
-    from compose_lens import study
-    from compose_lens.phases import phase_line
+    from compose_lens.core import study
+    from compose_lens.training.phases import phase_line
 
     doc = result.documents["phases"]
     t = doc["timing"]

@@ -3,7 +3,7 @@ matrix at the two checkpoints that bracket the variable-assignment jump (the stu
 generalisation" figure).
 
 An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): its compute takes a
-:class:`compose_lens.context.RunContext`. :func:`compose_lens.analysis.figure_data.jump_states` reads the
+:class:`compose_lens.report.context.RunContext`. :func:`compose_lens.analysis.figure_data.jump_states` reads the
 two checkpoints; this module says how the command, the report and the API run it.
 ``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
 tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
@@ -20,7 +20,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 def _saved_dynamics(ctx):
     """The run's dynamics table and phases, where the context's folder (or ``RUN/results``) holds them."""
-    from compose_lens import runs
+    from compose_lens.training import runs
 
     for folder in (ctx.previous, Path(ctx.source) / "results"):
         if folder is not None and (Path(folder) / runs.DYNAMICS_FILE).exists() and (Path(folder) / runs.PHASES_FILE).exists():
@@ -30,10 +30,10 @@ def _saved_dynamics(ctx):
 
 def _early_jump(ctx, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.figure_data import jump_states
     from compose_lens.data.sampler import example_sequences
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     table, doc = _saved_dynamics(ctx)
     before, after = settings["before"], settings["after"]
@@ -53,7 +53,7 @@ def _early_jump(ctx, settings: dict) -> Result:
 
 def _bracket(settings: dict) -> None:
     """Both ends of the bracket or neither (then the run's dynamics give it), the one before the other."""
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     before, after = settings["before"], settings["after"]
     if (before is None) != (after is None):
@@ -67,7 +67,7 @@ def _bracket(settings: dict) -> None:
 
 def _depth(settings: dict, config) -> None:
     """The figure reads layer 1's attention and layer 2's identity matrix: a model of two layers or more."""
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     if config.model.n_layers < 2:
         raise ComposeLensError(f"a {config.model.n_layers}-layer model: the early jump reads layer 1's attention "

@@ -2,7 +2,7 @@
 (added through the one door, docs/extending.md).
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -32,7 +32,7 @@ def _entropy_lines(result: Result) -> list[str]:
 
 
 def _entropy_section(inp, result: Result, settings: dict) -> str:
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     table = result.tables["attention_entropy"]
     rows = [[f"blocks.{r.layer} head {r.head}", r.kind, f"{r.entropy:.2f} [{r.low:.2f}, {r.high:.2f}]", r.n]

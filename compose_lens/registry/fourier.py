@@ -2,7 +2,7 @@
 the readout and the embedding), its command, findings and report section.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -21,7 +21,7 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, fourier
     from compose_lens.analysis.activations import torch_threads
-    from compose_lens.files import json_safe
+    from compose_lens.core.files import json_safe
 
     model, config, seed = ctx.model, ctx.config, ctx.seed
     location, subject = ctx.plan

@@ -2,7 +2,7 @@
 the final model and over the checkpoints.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -31,9 +31,9 @@ def _gradient(ctx: Context, settings: dict) -> Result:
 
 def _gradient_section(inp, result: Result, settings: dict) -> str:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis import gradient_terms
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     ideal, table = result.documents["idealisation"], result.tables["gradient_shares"]
     overlap = (f", embedding_overlap {ideal['embedding_overlap']:g}" if ideal["embeddings"] == "orthogonal" else "")

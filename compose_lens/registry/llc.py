@@ -25,7 +25,7 @@ def _estimator_settings(settings: dict, seed: int):
 
 def _llc(ctx, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis import llc
 
     estimator = _estimator_settings(settings, ctx.seed)
@@ -50,7 +50,7 @@ def _check(settings: dict, config) -> None:
     """Memory, SGLD's settings, devinterp and the component, in one line each, before anything is loaded
     or written."""
     from compose_lens.analysis.llc import check_component, require_devinterp
-    from compose_lens.safety import activation_bytes, check_sizes
+    from compose_lens.data.safety import activation_bytes, check_sizes
 
     check_sizes(config, {f"--n-sequences {settings['n_sequences']}": (settings["n_sequences"], 1),  # drawn once, kept
                          f"--batch-size {settings['batch_size']}": (settings["batch_size"], 1,

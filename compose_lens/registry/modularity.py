@@ -59,7 +59,7 @@ def _lines(result: Result) -> list[str]:
 def _section(inp, result: Result, settings: dict) -> str:
     import html
 
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     row = result.tables["modularity"].iloc[0]
     rows = [["(a) separation of binding and addition (1 - overlap)", _shown(row, "modularity_separation", True),

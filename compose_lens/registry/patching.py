@@ -3,14 +3,14 @@
 receiver only), with the prompt-pair options they share.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
 from __future__ import annotations
 
-from compose_lens.config import CORRUPTIONS, HEAD_COMPONENTS, PATCH_METRICS
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import CORRUPTIONS, HEAD_COMPONENTS, PATCH_METRICS
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
@@ -64,7 +64,7 @@ def _patching_memory(settings: dict, config) -> None:
     keeps the corrupted copy); kept: every site's patched logit difference (float32) and its
     float64 gain and mask, the bootstrap's counts and draws, the role one-hots, and (on the hook
     path) the clean prompt's cached activations."""
-    from compose_lens.safety import check_sizes, kept_activation_bytes
+    from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["n_pairs"]
     sites = m.n_layers * m.n_ctx * (5 + m.n_heads)  # analysis.patching.all_sites: five components, z per head
@@ -132,7 +132,7 @@ def _fine_patching_memory(settings: dict, config) -> None:
     """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair),
     the clean run's cached activations, and per site and pair the patched value and the
     bootstrap's float64 gain and mask (as ``patch``'s guard counts them)."""
-    from compose_lens.safety import check_sizes, kept_activation_bytes
+    from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["n_pairs"]
     sites = m.n_layers * m.n_ctx * m.n_heads * len(HEAD_COMPONENTS)
@@ -142,7 +142,7 @@ def _fine_patching_memory(settings: dict, config) -> None:
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.patching import head_patching_table
 
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k != "components"}
@@ -156,7 +156,7 @@ def _head_patching(ctx: Context, settings: dict) -> Result:
 def _head_patching_lines(result: Result) -> list[str]:
     """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
     from compose_lens.plots import metric_words
-    from compose_lens.stats import format_estimate
+    from compose_lens.core.stats import format_estimate
 
     table, settings = result.tables["patching_heads"], result.value or {}
     top = table.loc[table["mean"].abs().sort_values(ascending=False, kind="stable").index[:SHOWN_SITES]]
@@ -195,7 +195,7 @@ HEAD_PATCHING = Analysis(
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.patching import path_patching
 
     receivers = list(dict.fromkeys(settings["receivers"]))
@@ -209,7 +209,7 @@ def _path_patching(ctx: Context, settings: dict) -> Result:
 
 def _path_patching_lines(result: Result) -> list[str]:
     from compose_lens.plots import metric_words
-    from compose_lens.stats import format_estimate
+    from compose_lens.core.stats import format_estimate
 
     table, settings = result.tables["path_patching"], result.value or {}
     labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)"

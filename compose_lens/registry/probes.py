@@ -2,7 +2,7 @@
 the Fourier and modularity numbers) and the report's circuit-summary section.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -32,7 +32,7 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
     import json
 
     from compose_lens.analysis.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     summary = result.documents["circuit_summary"]
     words = {**MEASURE_WORDS, **DETAIL_WORDS}

@@ -2,7 +2,7 @@
 guard, verdict lines and report section.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -17,7 +17,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 def _same_mlp(ctx: Context, settings: dict) -> Result:
     import compose_lens.plots as plots
     from compose_lens.analysis import same_mlp
-    from compose_lens.files import json_safe
+    from compose_lens.core.files import json_safe
 
     tables, report = same_mlp.same_mlp_run(ctx.loaded, ctx.seed, n=settings["n"])
     if ctx.split.prompts is not None:  # said, not silent: the tests' prompt sets are not the file's
@@ -48,7 +48,7 @@ def _same_mlp_guard(settings: dict, config) -> None:
     """The layout the tests read (one line, before minutes of work), then six prompt sets of ``n``, and as
     many again for the damage profiles and the probes."""
     from compose_lens.analysis.same_mlp import check_layout
-    from compose_lens.safety import check_sizes, kept_activation_bytes
+    from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     check_layout(config)
     check_sizes(config, {f"--n {settings['n']}": (settings["n"], 12)}, kept_activation_bytes(config))
@@ -61,7 +61,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
 
     import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, same_mlp
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)

@@ -2,7 +2,7 @@
 fillers, chains); it applies to variant tasks only.
 
 One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.context.Context` (not imported: it reads
+holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
 the registry).
 """
 
@@ -24,7 +24,7 @@ def _variant(ctx: Context, settings: dict) -> Result:
 def _variant_section(inp, result: Result, settings: dict) -> str:
     import html
 
-    from compose_lens.markup import html_table
+    from compose_lens.core.markup import html_table
 
     task, facts = inp.subject.config.task, result.documents["variant_reading"]
     by_role, fillers = result.tables["attention_by_role"], result.tables["binding_through_fillers"]

@@ -5,7 +5,7 @@ loads what every section needs once (:class:`ReportInputs`: the final model, its
 configuration and split, the dynamics table and phases, ``results.json``) and
 then composes one function per section, each taking those inputs and returning
 HTML. A section composes: it asks :mod:`compose_lens.analysis` (and
-:mod:`compose_lens.evaluate`) for numbers, :mod:`compose_lens.plots` for figures,
+:mod:`compose_lens.training.evaluate`) for numbers, :mod:`compose_lens.plots` for figures,
 and lays them out; the maths is elsewhere.
 
 1. :func:`configuration_section`: the configuration (task, model, training); for a folder of the
@@ -32,7 +32,7 @@ and lays them out; the maths is elsewhere.
    the MLP2 input cosines, constants against variables); then circuit discovery;
 8. with ``compare_with`` (``report X --compare Y``), :func:`comparison_section`: this model (A)
    beside another (B) on the same prompts, every row of ``compose-lens compare X Y``
-   (:mod:`compose_lens.compare`) with its intervals, the changed rows highlighted.
+   (:mod:`compose_lens.report.compare`) with its intervals, the changed rows highlighted.
 
 The sections of registered analyses (:mod:`compose_lens.registry`) come from the
 registry, in the order :data:`PAGE` gives (one list): :func:`registered_section` reads
@@ -43,7 +43,7 @@ and computes and saves only what is missing, with the settings ``analyze`` uses.
 The page opens with a table of contents.
 
 Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.attention_view`), so the page has no
+circuitsvis bundle once, see :mod:`compose_lens.views.attention_view`), so the page has no
 external reference at all; the figures are also saved as PNG + CSV under
 ``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
 page instead of stopping the report.
@@ -62,29 +62,32 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from compose_lens import plots, runs
+from compose_lens import plots
+
+from compose_lens.training import runs
 from compose_lens.plots import layer_name
-from compose_lens import study
-from compose_lens.outcome import trajectory_outcome
-from compose_lens.phases import phase_line
-from compose_lens.errors import ComposeLensError
-from compose_lens.config import RunConfig
+from compose_lens.core import study
+from compose_lens.training.outcome import trajectory_outcome
+from compose_lens.training.phases import phase_line
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import absent_pools, example_sequences, make_pools
 from compose_lens.data.split import Split
-from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.provenance import VERSION, code_version
-from compose_lens.safety import lock_run, staged_companion, write_text_atomic
-from compose_lens.stats import rate_record
+from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.core.provenance import VERSION, code_version
+from compose_lens.data.safety import lock_run, staged_companion, write_text_atomic
+from compose_lens.core.stats import rate_record
 from compose_lens import registry
 from compose_lens.registry import early_jump
 from compose_lens.registry.attention import views as attention_views
-from compose_lens import compare, context
+from compose_lens.report import compare
+from compose_lens.report import context
 from compose_lens.report.outputs import dynamics_for
-from compose_lens.markup import html_table, render
+from compose_lens.core.markup import html_table, render
 from compose_lens.report.page import Report
-from compose_lens.progress import phases
-from compose_lens.attention_view import view_html
-from compose_lens.subject import Subject
+from compose_lens.core.progress import phases
+from compose_lens.views.attention_view import view_html
+from compose_lens.training.subject import Subject
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
@@ -106,9 +109,9 @@ class ReportInputs:
     results_dir: Path | None = None  # where their files are read from and kept: results_dir/<name>/
     compare_with: Any = None  # a Subject to compare this model with (comparison_section), or None
     compare_label: str = ""  # its name on the page (default: its source)
-    compare_options: dict | None = None  # compose_lens.compare.compare's options (default: the command's)
+    compare_options: dict | None = None  # compose_lens.report.compare.compare's options (default: the command's)
     examples: tuple[str, ...] = ()  # the sequences the reader gave (none: ``texts`` are the split's examples)
-    progress: bool = True  # a phase line per section on a terminal (compose_lens.progress.phases)
+    progress: bool = True  # a phase line per section on a terminal (compose_lens.core.progress.phases)
 
     @property
     def phases(self) -> dict:
@@ -137,7 +140,7 @@ def run_outcome(inp: ReportInputs) -> dict:
 
 
 def learned_banner(inp: ReportInputs) -> str:
-    """What the model has learned, first on the page (:func:`compose_lens.evaluate.learned`), and which
+    """What the model has learned, first on the page (:func:`compose_lens.training.evaluate.learned`), and which
     components play the roles: boxed as a warning where the model does not bind, so no one reads the
     analyses' heads as a binder or a router."""
     location = inp.context.plan[0]
@@ -307,7 +310,7 @@ def router_index(inp: ReportInputs) -> int:
 
 def attention_section(inp: ReportInputs) -> str:
     """The registered ``attention`` analysis of :attr:`ReportInputs.texts` (saved in ``results/attention/``,
-    or computed and saved there: :func:`compose_lens.context.obtain`), each view opened on the router."""
+    or computed and saved there: :func:`compose_lens.report.context.obtain`), each view opened on the router."""
     focus = router_index(inp)
     settings = {"sequences": inp.examples}  # none: the split's examples, as analyze makes them
     views = attention_views(context.obtain(registry.ATTENTION, inp.context, inp.results_dir / "attention", settings))
@@ -342,7 +345,7 @@ def jump_section(inp: ReportInputs) -> str:
 
 def comparison_section(inp: ReportInputs) -> str:
     """This model (A) beside ``inp.compare_with`` (B), read on the same prompts: every row of
-    :func:`compose_lens.compare.compare` in :func:`compose_lens.compare.html_tables` (the tables of
+    :func:`compose_lens.report.compare.compare` in :func:`compose_lens.report.compare.html_tables` (the tables of
     ``compare.html``), kept as ``results/compare/compare.{csv,json,html}`` beside the page."""
     a, b = inp.context.loaded, inp.compare_with
     table = compare.compare(a, b, **(inp.compare_options or {}))
@@ -441,12 +444,12 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                        files_dir: Path | None = None, compare_with=None, compare_label: str = "",
                        compare_options: dict | None = None, seed: int = 0,
                        progress: bool = True) -> tuple[Path, list[str]]:
-    """Write the report of one model (a :class:`~compose_lens.subject.Subject`: ``paper``, a checkpoint,
+    """Write the report of one model (a :class:`~compose_lens.training.subject.Subject`: ``paper``, a checkpoint,
     a researcher's own model) to ``out``: every section that reads one model. Its figures and the
     registered analyses' files go to ``OUT_files/`` beside the page, written through a stage.
     ``compare_with`` (a Subject of the same task and split; ``compare_label`` its name on the page):
     a last section compares the two (:func:`comparison_section`; ``compare_options``: those of
-    :func:`compose_lens.compare.compare`). ``seed``: of the sequences the analyses draw; ``progress``: a
+    :func:`compose_lens.report.compare.compare`). ``seed``: of the sequences the analyses draw; ``progress``: a
     phase line per section on a terminal."""
     out = Path(out)
     if files_dir is None:
@@ -514,7 +517,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
 
     Returns the page's path and the sections that could not be made (each also
     explained on the page itself). A page outside the run keeps its figures and results in
-    ``X_files/`` beside it, written through a stage (:func:`compose_lens.safety.staged_companion`,
+    ``X_files/`` beside it, written through a stage (:func:`compose_lens.data.safety.staged_companion`,
     which passes ``files_dir``): a call that fails (a full disk) leaves no part of it.
     ``compare_with``, ``compare_label``, ``compare_options``: as :func:`build_model_report`'s, the run's
     final model being A.

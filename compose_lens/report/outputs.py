@@ -1,5 +1,5 @@
 """A run's training dynamics as the report and the figure scripts keep them: the ``dynamics``
-declaration (:mod:`compose_lens.registry.dynamics`) run through :mod:`compose_lens.context` into the run's
+declaration (:mod:`compose_lens.registry.dynamics`) run through :mod:`compose_lens.report.context` into the run's
 ``results/`` folder, read back where it already holds every checkpoint, extended where the run has
 written more. Every analysis, this one included, is computed through its declaration; nothing here
 computes or draws.
@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens import runs, safety
-from compose_lens.context import RunContext, run_analysis
-from compose_lens.errors import ComposeLensError
+from compose_lens.training import runs
+
+from compose_lens.data import safety
+from compose_lens.report.context import RunContext, run_analysis
+from compose_lens.core.errors import ComposeLensError
 
 
 # -- training dynamics ----

@@ -12,11 +12,11 @@ import os
 import pytest
 import torch
 
-from compose_lens.config import RunConfig
-from compose_lens.evaluate import exhaustive_accuracies
+from compose_lens.core.config import RunConfig
+from compose_lens.training.evaluate import exhaustive_accuracies
 from compose_lens.model import fastpath, tl
-from compose_lens.runs import load_model
-from compose_lens.train import Trainer
+from compose_lens.training.runs import load_model
+from compose_lens.training.train import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -72,7 +72,7 @@ def test_deterministic_gpu_runs_repeat_bit_for_bit(tmp_path, tiny_config):
 
 def test_stacked_runs_train_on_the_gpu(tmp_path, tiny_config):
     """--runs-per-process on a GPU: K stacked runs each end with their own weights, on the device."""
-    from compose_lens.batched import BatchedTrainer
+    from compose_lens.training.batched import BatchedTrainer
 
     configs = [tiny_config.with_overrides(["device=cuda", "precision=bf16", "steps=40", f"model.init_seed={s}",
                                            f"train.seed={s}"]) for s in range(4)]

@@ -11,13 +11,13 @@ import torch
 import pandas as pd
 
 from compose_lens.analysis.attention import attention_patterns, marked_cells, sequence_views
-from compose_lens.attention_view import circuitsvis_bundle, offline_page
+from compose_lens.views.attention_view import circuitsvis_bundle, offline_page
 from compose_lens.cli import main
-from compose_lens.context import run_analysis
+from compose_lens.report.context import run_analysis
 from compose_lens.model import tl
-from compose_lens.runs import save_model
+from compose_lens.training.runs import save_model
 from compose_lens.data.task import parse_sequence
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)[^>]+(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
@@ -105,19 +105,19 @@ def test_the_command_built_from_the_declaration_writes_one_view_per_sequence_and
 
     assert main(["attention", str(model_dir), "--out", str(tmp_path / "examples"), "--quiet"]) == 0
     from compose_lens.data.sampler import example_sequences
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
 
     examples = example_sequences(load_subject(str(model_dir)).split)
     saved = json.loads((tmp_path / "examples" / "attention.json").read_text())
     assert [s["text"] for s in saved["sequences"]] == examples and len(examples) >= 2
 
     capsys.readouterr()
-    import compose_lens.runs
+    import compose_lens.training.runs
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the sequences were checked")
 
-    monkeypatch.setattr(compose_lens.runs, "load_subject", no_load)  # a refusal comes before any load
+    monkeypatch.setattr(compose_lens.training.runs, "load_subject", no_load)  # a refusal comes before any load
     assert main(["attention", str(model_dir), texts[0], "b=3, b+z=?", "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'b=3, b+z=?'" in err[0], err
@@ -143,10 +143,11 @@ def test_reference_model_attends_where_the_circuit_says(reference_final):
 
 def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_config, tiny_split, tmp_path):
     """The report lays out the attention views from the saved ``attention.json`` where it was made alike
-    (compose_lens.context.obtain): read back, each view is the computed one (patterns, marks per layer),
+    (compose_lens.report.context.obtain): read back, each view is the computed one (patterns, marks per layer),
     so the page and the heatmap are the same."""
-    from compose_lens import context, plots, registry
-    from compose_lens.attention_view import view_html
+    from compose_lens import plots, registry
+    from compose_lens.report import context
+    from compose_lens.views.attention_view import view_html
     from compose_lens.registry.attention import views
 
     texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d ="]
@@ -180,8 +181,8 @@ def test_every_view_carries_its_colour_scale():
     """circuitsvis draws no colour scale; each view of the report and the attention page has one below it,
     0 to 1, styled by the page's own stylesheet."""
     from compose_lens.analysis.attention import sequence_views
-    from compose_lens.attention_view import VIEW_STYLE, view_html
-    from compose_lens.runs import load_subject
+    from compose_lens.views.attention_view import VIEW_STYLE, view_html
+    from compose_lens.training.runs import load_subject
 
     subject = load_subject("paper", bridge=False)
     (view,) = sequence_views(subject.model, subject.config, ["b=7, e=5, b+23=?"])

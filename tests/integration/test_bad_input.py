@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens import safety
-from compose_lens.safety import DirectoryLock, MARKER
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.data import safety
+from compose_lens.data.safety import DirectoryLock, MARKER
 from compose_lens.sweep import read_csv
-from compose_lens.train import Trainer
+from compose_lens.training.train import Trainer
 
 TINY_TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
 TINY = RunConfig(task=TINY_TASK, model=ModelConfig.for_task(TINY_TASK, d_model=16, d_head=16, d_mlp=32),
@@ -1181,31 +1181,31 @@ DECLARED = dict(modulus=7, numbers=tuple(range(7)), variables=tuple(range(10, 16
 
 
 def _declare(**changes):
-    from compose_lens.declaration import TaskDeclaration
+    from compose_lens.data.declaration import TaskDeclaration
 
     return TaskDeclaration(**{**DECLARED, **changes})
 
 
 def _read(api, tokens=None, sites=None):
-    from compose_lens.forward import Site
+    from compose_lens.model.forward import Site
 
     return api.subject.forward.read(api.tokens if tokens is None else tokens, sites or [Site("logits", "=")])
 
 
 def _site(*args, **kwargs):
-    from compose_lens.forward import Site
+    from compose_lens.model.forward import Site
 
     return Site(*args, **kwargs)
 
 
 def _load(*args, **kwargs):
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
 
     return load_subject(*args, **kwargs)
 
 
 def _analysis(*args, **kwargs):
-    from compose_lens.context import run_analysis
+    from compose_lens.report.context import run_analysis
 
     return run_analysis(*args, **kwargs)
 
@@ -1264,7 +1264,7 @@ def api(world):
 def _api_world(world: Path):
     from types import SimpleNamespace
 
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
 
     tokens = torch.full((3, 16), 9, dtype=torch.long)  # PAD ...
     tokens[:, -4:] = torch.tensor([7, 1, 2, 8])  # + 1 2 =
@@ -1275,7 +1275,7 @@ def api_outcome(name: str, api) -> tuple[str, str]:
     """(outcome, what was said) of one API case: clean (one ValueError / TypeError of compose-lens saying
     what it should), unclear (one said something else, or is neither a ValueError nor a TypeError),
     silent wrong (no error), traceback (another exception) or hang."""
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     _, call, says = API_CASES[name]
     try:
@@ -1334,10 +1334,10 @@ def test_the_guards_let_the_default_sizes_through(pinned_memory):
     refuse what cannot fit, not what the study runs."""
     from compose_lens import registry
     from compose_lens.cli import data
-    from compose_lens.config import ModelConfig
-    from compose_lens.context import guard
+    from compose_lens.core.config import ModelConfig
+    from compose_lens.report.context import guard
     from compose_lens.data.sampler import exhaustive_count
-    from compose_lens.safety import check_sizes
+    from compose_lens.data.safety import check_sizes
 
     for config in (TINY, RunConfig()):
         for analysis in registry.ANALYSES:  # every declared guard at its default settings
@@ -1380,7 +1380,7 @@ SCALARS = st.one_of(st.booleans(), st.integers(-10**30, 10**30), st.text(max_siz
 
 
 def wrong_value(kind: str):
-    """Values that are never of type ``kind`` (see compose_lens.config.check_types)."""
+    """Values that are never of type ``kind`` (see compose_lens.core.config.check_types)."""
     def fits(value) -> bool:
         if value is None:
             return kind.endswith("| None")
@@ -1457,8 +1457,8 @@ def test_any_text_for_an_integer_setting_is_refused_or_valid(raw, world, capsys)
 
 
 def test_nan_weights_loaded_from_python_are_refused(world):
-    from compose_lens.errors import ComposeLensError
-    from compose_lens.runs import load_model
+    from compose_lens.core.errors import ComposeLensError
+    from compose_lens.training.runs import load_model
 
     with pytest.raises(ComposeLensError, match="NaN"):
         load_model(world / "nanmodel")
@@ -1570,7 +1570,7 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
     every pair gets none."""
     import logging
 
-    from compose_lens import runs
+    from compose_lens.training import runs
     from compose_lens.analysis.patching import baseline_logit_diffs, make_prompt_pairs
 
     subject = runs.load_subject(world / "run")
@@ -1654,7 +1654,7 @@ def three_layers(tmp_path_factory):
     assert config.model.mlp_blocks == (2,)
     run = tmp_path_factory.mktemp("three") / "run"
     Trainer(config, run, progress=False).run()
-    from compose_lens import runs
+    from compose_lens.training import runs
 
     return runs.load_subject(run)
 

@@ -1,4 +1,4 @@
-"""K runs trained in one process (compose_lens.batched) equal the same runs trained alone.
+"""K runs trained in one process (compose_lens.training.batched) equal the same runs trained alone.
 
 **Tolerance.** The batched step is the Trainer's arithmetic on the same tensors except
 the mapped forward/backward, where vmap turns each matrix product into a batched one
@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from compose_lens import runs
-from compose_lens.batched import BatchedTrainer
-from compose_lens.errors import ComposeLensError
-from compose_lens.train import Trainer
+from compose_lens.training import runs
+from compose_lens.training.batched import BatchedTrainer
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.train import Trainer
 
 K = 4
 WEIGHTS = dict(rtol=0.0, atol=1e-5)
@@ -36,7 +36,7 @@ def seeded(config, seed):
 
 @pytest.fixture(scope="module")
 def configs():
-    from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+    from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 
     torch.set_num_threads(1)
     task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
@@ -107,7 +107,7 @@ def test_batched_runs_equal_runs_trained_alone(alone, batched):
         assert_same_run(a, b)
 
 
-@pytest.mark.skipif(not __import__("compose_lens.cores", fromlist=["x"]).has_bf16_units(),
+@pytest.mark.skipif(not __import__("compose_lens.core.cores", fromlist=["x"]).has_bf16_units(),
                     reason="this CPU has no bf16 units (AMX, AVX-512 BF16)")
 def test_batched_bf16_runs_equal_bf16_runs_trained_alone(configs, tmp_path):
     """Under bf16 autocast (fp32 master weights and optimizer state) the stacked runs write what each

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.analysis.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_phases,
                                             forbidden_slot_batches, phase_onset, phases_document, trajectory)
-from compose_lens.context import RunContext, run_analysis
-from compose_lens.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints
+from compose_lens.report.context import RunContext, run_analysis
+from compose_lens.training.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints
 from compose_lens.data.sampler import POOL_NAMES
 
 # -- the rule on synthetic curves -----------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_a_loss_spike_after_the_refinement_does_not_move_it():
 
 
 def _tiny_run(tmp_path_factory, **model_changes):
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
     model = ModelConfig.for_task(task, d_model=32, d_head=32, d_mlp=64).replace(**model_changes)
@@ -120,8 +120,8 @@ def test_dynamics_cli_writes_one_row_per_checkpoint(tiny_run, tmp_path):
 def test_trajectory_matches_a_fresh_load_of_each_checkpoint(run, request):
     """The trajectory (each checkpoint's tensors, or weights loaded into one bridge) gives what
     loading each checkpoint alone gives."""
-    from compose_lens.evaluate import pool_accuracies
-    from compose_lens.runs import load_model
+    from compose_lens.training.evaluate import pool_accuracies
+    from compose_lens.training.runs import load_model
     from compose_lens.data.sampler import make_pools
 
     tiny_run = request.getfixturevalue(run)

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 
 from compose_lens.cli import main
 from compose_lens.data.sampler import concat_batches, make_pools
-from compose_lens.errors import ComposeLensError
-from compose_lens.evaluate import answer_logits
-from compose_lens.runs import export_transformerlens, load_subject
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.evaluate import answer_logits
+from compose_lens.training.runs import export_transformerlens, load_subject
 
 PLAIN = """
 import json, sys
@@ -133,7 +133,7 @@ def test_the_model_card_says_the_outcome_in_words(tiny_config, tmp_path):
     results.json record was printed as a Python dict)."""
     import json
 
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     Trainer(tiny_config, tmp_path / "run", progress=False).run()
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0

@@ -297,10 +297,10 @@ def test_a_trainer_that_loses_the_race_for_a_new_out_says_it_is_busy(tmp_path, m
     """Both trainers found ``--out`` missing and made it; the one that lost the lock must say the
     run is busy. It used to try to remove the folder the winner had already written its marker
     into, and ended with "Directory not empty" instead."""
-    from compose_lens import safety
-    from compose_lens.config import RunConfig
-    from compose_lens.errors import ComposeLensError
-    from compose_lens.train import Trainer
+    from compose_lens.data import safety
+    from compose_lens.core.config import RunConfig
+    from compose_lens.core.errors import ComposeLensError
+    from compose_lens.training.train import Trainer
 
     def the_winner_got_there_first(directory, command, busy):
         (directory / ".compose-lens").write_text("{}")  # the winner's marker, made after our check

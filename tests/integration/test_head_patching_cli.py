@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.stats import format_estimate
+from compose_lens.core.stats import format_estimate
 
 
 def _printed(out: str, label: str) -> str:

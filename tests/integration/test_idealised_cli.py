@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from compose_lens.cli import main
-from compose_lens.config import RunConfig
+from compose_lens.core.config import RunConfig
 from compose_lens.model import tl
 
 

@@ -11,8 +11,8 @@ import pytest
 from compose_lens import plots
 from compose_lens.cli import main
 from compose_lens.model import tl
-from compose_lens.runs import save_model
-from compose_lens.safety import MARKER
+from compose_lens.training.runs import save_model
+from compose_lens.data.safety import MARKER
 from compose_lens.sweep import SweepPoint
 
 

@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 
 from compose_lens.cli import main
-from compose_lens.declaration import TaskDeclaration
+from compose_lens.data.declaration import TaskDeclaration
 from tests import user_models
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-model.md"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.report import sections
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -101,7 +101,7 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not in
 def reported_run(tmp_path_factory):
     """A tiny trained run and its report."""
     from compose_lens.report import build_report
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
     config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=32, d_head=32, d_mlp=64),
@@ -147,7 +147,7 @@ def test_report_is_one_self_contained_file(reported_run):
 def test_a_reported_run_holds_only_what_train_overwrite_may_delete(reported_run):
     """Every file the report and training wrote is in the layout ``train --overwrite`` checks
     (runs.run_layout): a figure or result added without a name there would make --overwrite refuse."""
-    from compose_lens.runs import foreign_in_run
+    from compose_lens.training.runs import foreign_in_run
 
     assert foreign_in_run(reported_run[0]) is None
 
@@ -187,9 +187,9 @@ def test_the_recorder_catches_errors_and_network_use(tmp_path):
 
 @needs_chromium
 def test_attention_page_renders_offline_in_chromium(tiny_config, tiny_split, tmp_path):
-    from compose_lens.context import run_analysis
+    from compose_lens.report.context import run_analysis
     from compose_lens.model import tl
-    from compose_lens.subject import Subject
+    from compose_lens.training.subject import Subject
 
     run_analysis("attention", Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny"), tmp_path / "v",
                  sequences=["b=3, e=5, b+2=?", "c=1, 4+c=?"])
@@ -270,10 +270,10 @@ REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference"
 
 @pytest.mark.skipif(not (REFERENCE / "final.pth").exists(), reason="../shared/reference is absent")
 def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults():
-    from compose_lens.config import RunConfig
+    from compose_lens.core.config import RunConfig
     from compose_lens.data.split import Split
     from compose_lens.report import ReportInputs, configuration_section
-    from compose_lens.subject import Subject
+    from compose_lens.training.subject import Subject
 
     split = Split.load(REFERENCE / "split.json")
     subject = Subject(None, RunConfig(task=split.task), split, str(REFERENCE))
@@ -294,7 +294,7 @@ def test_the_report_reads_saved_analyses_and_computes_only_what_is_missing(repor
     a second report reads them all back, and computes only one whose folder is gone."""
     import shutil
 
-    from compose_lens import context
+    from compose_lens.report import context
     from compose_lens.report import build_report
 
     run_dir = tmp_path / "run"
@@ -341,9 +341,9 @@ def test_the_head_labels_of_an_attention_view_cover_no_pattern(tiny_config, tiny
     """circuitsvis places each head's name on its thumbnail; "layer 1 (blocks.0)" is wider than
     the thumbnail, so it covered the pattern and ran out of its tile (issue #29). The page's style
     sets it above the thumbnail."""
-    from compose_lens.context import run_analysis
+    from compose_lens.report.context import run_analysis
     from compose_lens.model import tl
-    from compose_lens.subject import Subject
+    from compose_lens.training.subject import Subject
 
     run_analysis("attention", Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny"), tmp_path / "v",
                  sequences=["b=3, e=5, b+2=?"])
@@ -388,7 +388,7 @@ def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path,
     every row of ``compose-lens compare`` for the run's final model (A) and OTHER (B), in the tables of
     compare.html (one builder), intervals and the changed rows' highlight included; the page without
     --compare has no such section."""
-    from compose_lens import compare as C
+    from compose_lens.report import compare as C
     from tests.unit.test_compare import PageRows
 
     run_dir, plain_page, _ = reported_run

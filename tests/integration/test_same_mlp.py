@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from compose_lens.analysis import same_mlp
-from compose_lens.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
+from compose_lens.core.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
 from compose_lens.data.split import Split, training_rows
 from compose_lens.model import tl
-from compose_lens.runs import load_model
-from compose_lens.subject import Subject
+from compose_lens.training.runs import load_model
+from compose_lens.training.subject import Subject
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("zoo_planted", ROOT / "experiments" / "zoo_planted.py")
@@ -81,7 +81,7 @@ def constants_only():
     runs reached 1.0 and then collapsed to uniform predictions, which run did being decided by
     float rounding (CPU kernels); with 0.1, seeds 42, 1, 2 under ATEN_CPU_CAPABILITY=default and
     the native kernels all end at 1.0."""
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
     import tempfile
 
     task = TaskConfig(modulus=11, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.9,
@@ -135,7 +135,8 @@ def test_untrained_tiny_model_is_json_safe_and_not_supported(tiny_config, tiny_s
 def test_an_oversized_n_is_refused_before_the_model_is_loaded(tiny_config, tmp_path, monkeypatch, capsys):
     """The memory guard reads MODEL's config.json, not the loaded model (issue #30): a run whose
     weights could not even be read gets the size error, and the loader is never called."""
-    from compose_lens import runs, safety
+    from compose_lens.training import runs
+    from compose_lens.data import safety
     from compose_lens.cli import main
 
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""The SLURM backend (compose_lens.slurm), run through submitit's local executor: the same jobs,
+"""The SLURM backend (compose_lens.sweep.slurm), run through submitit's local executor: the same jobs,
 pickling, signals and requeueing as on a cluster, each job a process here. A sweep so gives the
 local backend's results.csv; a preempted job is requeued and its point resumes; bad settings are
 one line before anything is written."""
@@ -15,7 +15,7 @@ import pytest
 from safetensors.torch import load_file
 
 from compose_lens.cli import main
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.sweep import SweepPoint, read_csv, run_dir_of, run_sweep, train_points
 
 submitit = pytest.importorskip("submitit")
@@ -63,7 +63,7 @@ def test_a_timed_out_job_is_requeued_and_its_point_resumes(tiny_config, tmp_path
     """The scheduler's signal mid-training (what the time limit, or a preemption, sends): submitit
     asks the job for its checkpoint and requeues it; the point goes on from its last checkpoint, so its
     metrics hold each logged step once and the run ends at its step count."""
-    from compose_lens.slurm import PointsJob
+    from compose_lens.sweep.slurm import PointsJob
 
     config = tiny_config.with_overrides(["steps=3000", "eval_every=100", "checkpoint_every=100"])
     run_dir = run_dir_of(tmp_path, SweepPoint("r", 0.0, 0))

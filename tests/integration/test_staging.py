@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import temp_beside, temp_of, write_json_atomic
-from compose_lens.safety import MARKER, DirectoryLock, staged_output
-from compose_lens.train import Trainer
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import temp_beside, temp_of, write_json_atomic
+from compose_lens.data.safety import MARKER, DirectoryLock, staged_output
+from compose_lens.training.train import Trainer
 
 TINY_TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
 TINY = RunConfig(task=TINY_TASK, model=ModelConfig.for_task(TINY_TASK, d_model=16, d_head=16, d_mlp=32),
@@ -109,7 +109,7 @@ def test_a_pages_files_folder_is_staged_and_keeps_what_it_did_not_write(tmp_path
     """``report --out X`` writes ``X_files/`` through :func:`staged_companion`: a failing call
     leaves the earlier folder exactly as it was and nothing of its own; a finished one replaces
     the entries it wrote (figures/) whole, keeps the user's, and may reuse ``keep`` (results/)."""
-    from compose_lens.safety import staged_companion
+    from compose_lens.data.safety import staged_companion
 
     folder = tmp_path / "X_files"
     with pytest.raises(OSError):

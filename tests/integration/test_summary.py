@@ -9,7 +9,7 @@ import pytest
 
 from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, circuit_summary, measure_inputs
 from compose_lens.model import tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 REQUIRED = {"prev_token_weight_score", "prev_token_attention_score", "prev_token_probe_accuracy",
             "equals_to_operands_score", "variable_identity_score", "equals_to_values_score",
@@ -73,9 +73,9 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     import pandas as pd
 
     from compose_lens.cli import main
-    from compose_lens.runs import save_model
+    from compose_lens.training.runs import save_model
 
-    from compose_lens import cores
+    from compose_lens.core import cores
 
     from compose_lens.analysis import same_mlp
 
@@ -111,7 +111,7 @@ def test_analyze_boots_transformerlens_only_where_an_analysis_needs_hooks(tiny_c
     import subprocess
     import sys
 
-    from compose_lens.runs import save_model
+    from compose_lens.training.runs import save_model
 
     config = tiny_config.replace(model=tiny_config.model.replace(**changes))
     save_model(tl.boot(config.model), config, tmp_path / "m")

@@ -16,12 +16,12 @@ import pytest
 from safetensors.torch import load_file
 
 from compose_lens.cli import main
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import temp_beside
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import temp_beside
 from compose_lens.analysis.thresholds import first_step_above, format_thresholds, threshold, thresholds
 from compose_lens.sweep import (SweepPoint, check_points, parse_values, plan_workers, read_csv, run_dir_of, run_sweep,
                                sweep_rows)
-from compose_lens.train import Trainer
+from compose_lens.training.train import Trainer
 
 
 def test_sweep_writes_one_row_per_point_and_seed(tiny_config, tmp_path):

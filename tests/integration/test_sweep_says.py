@@ -4,7 +4,7 @@ exit, not only to stdout. (A refused sweep rewriting nothing is in ``test_bad_in
 from __future__ import annotations
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 
 TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
 TINY = RunConfig(task=TASK, model=ModelConfig.for_task(TASK, d_model=16, d_head=16, d_mlp=32),

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from compose_lens.model import tl
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import temp_beside
-from compose_lens.train import Trainer
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import temp_beside
+from compose_lens.training.train import Trainer
 
 
 def weights(run_dir):
@@ -247,7 +247,7 @@ def test_a_second_trainer_on_a_run_in_use_is_refused(tmp_path, tiny_config, caps
 def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path, tiny_config):
     run = tmp_path / "run"
     run.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from compose_lens.safety import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from compose_lens.data.safety import "
                                "DirectoryLock; DirectoryLock(sys.argv[1], 'train', 'busy'); print('held', "
                                "flush=True); time.sleep(120)", str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
@@ -262,7 +262,7 @@ def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path, tiny_config):
 def test_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, tiny_config, monkeypatch):
     import errno
 
-    from compose_lens import runs
+    from compose_lens.training import runs
 
     Trainer(tiny_config, tmp_path / "full", progress=False).run()
     real_save = runs.save_file
@@ -317,7 +317,7 @@ def test_plain_resume_of_a_split_file_run_keeps_its_split(tmp_path, tiny_config,
 
 
 def test_evaluate_loads_the_safetensors_file_it_is_given(tmp_path, tiny_config):
-    from compose_lens.runs import load_model, state_dict
+    from compose_lens.training.runs import load_model, state_dict
 
     run = tmp_path / "run"
     Trainer(tiny_config.with_overrides(["steps=20"]), run, progress=False).run()
@@ -337,7 +337,7 @@ def test_a_diverging_run_stops_with_one_line(tmp_path, tiny_config):
 
 
 def test_compile_only_for_long_runs(tiny_config):
-    from compose_lens.train import COMPILE_MIN_STEPS, use_compile
+    from compose_lens.training.train import COMPILE_MIN_STEPS, use_compile
 
     assert not use_compile(tiny_config)  # the tests' short runs stay eager
     long = tiny_config.replace(train=tiny_config.train.replace(steps=COMPILE_MIN_STEPS))
@@ -346,7 +346,7 @@ def test_compile_only_for_long_runs(tiny_config):
 
 
 def test_thread_rule_counts_only_other_processes():
-    from compose_lens.cores import ThreadGovernor, threads_for
+    from compose_lens.core.cores import ThreadGovernor, threads_for
 
     assert threads_for(2, 0.0) == 2 and threads_for(2, 1.0) == 1 and threads_for(4, 1.2) == 3
     governor = ThreadGovernor()

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from compose_lens import outcome
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.errors import ConfigError
-from compose_lens.train import Trainer, learning_rate
+from compose_lens.training import outcome
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.errors import ConfigError
+from compose_lens.training.train import Trainer, learning_rate
 
 CERTAIN_AT_300 = {"runs": 9, "by_step": [{"step": 300, "not_routed": 6, "never": 6}]}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from compose_lens.cli import main
-from compose_lens.config import MAX_SEED, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.train import Trainer
+from compose_lens.core.config import MAX_SEED, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.training.train import Trainer
 
 TASK = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
 TINY = RunConfig(task=TASK, model=ModelConfig.for_task(TASK, d_model=16, d_head=16, d_mlp=32),

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.task import decode
 
 TASK = {"modulus": 7, "n_vars": 6, "left_forbidden": ["f"], "right_forbidden": ["a"], "f": 0.8}

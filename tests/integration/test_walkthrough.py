@@ -85,7 +85,7 @@ def test_walkthrough_notebook_executes(monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert "model answers 30, label 30" in text and "key frequencies" in text
-    assert "IProgress" not in text  # no bar is drawn into a notebook's output (compose_lens.progress)
+    assert "IProgress" not in text  # no bar is drawn into a notebook's output (compose_lens.core.progress)
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("CircuitsVis.render" in h and "unpkg" not in h.split("CircuitsVis.render")[1] for h in html)
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4

@@ -45,7 +45,7 @@ def installed(tmp_path_factory) -> Path:
     except subprocess.CalledProcessError as failed:
         pytest.fail(f"pip wheel failed:\n{failed.stderr[-2000:]}")
     (wheel,) = (root / "dist").glob("compose_lens-*.whl")
-    from compose_lens.provenance import VERSION  # the version outputs record is the one the wheel carries
+    from compose_lens.core.provenance import VERSION  # the version outputs record is the one the wheel carries
 
     assert wheel.name.startswith(f"compose_lens-{VERSION}-"), wheel.name
     subprocess.run(pip + ["install", "--no-deps", "--target", str(root / "site"), str(wheel)],

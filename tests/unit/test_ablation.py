@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from compose_lens.analysis import ablation
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.data.sampler import POOL_NAMES, make_pool
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import torch
 from compose_lens import registry
 from compose_lens.analysis.attention_entropy import attention_entropy, lowest
 from compose_lens.model import tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 def test_a_head_with_no_query_attends_uniformly_and_reads_log_n(tiny_config, tiny_split):

@@ -1,4 +1,4 @@
-"""The circuit graph as an interactive page (compose_lens.circuit_view): one offline file holding
+"""The circuit graph as an interactive page (compose_lens.views.circuit_view): one offline file holding
 every edge with its score, its boxes where the PNG puts them, and a threshold slider that hides the
 edges below it (checked in headless Chromium, skipped where it is not installed)."""
 
@@ -16,9 +16,9 @@ import pytest
 
 from compose_lens import plots
 from compose_lens.analysis.circuit import build_graph
-from compose_lens.circuit_view import circuit_page
-from compose_lens.config import ModelConfig
-from compose_lens.stats import format_estimate
+from compose_lens.views.circuit_view import circuit_page
+from compose_lens.core.config import ModelConfig
+from compose_lens.core.stats import format_estimate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
@@ -182,9 +182,10 @@ def test_the_circuit_command_writes_the_page_beside_the_png(tmp_path, capsys):
 
 
 def test_the_report_section_folds_the_view_in():
-    from compose_lens import context, registry
+    from compose_lens import registry
+    from compose_lens.report import context
     from compose_lens.report.page import Report
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
 
     circuit = registry.by_name(registry.ANALYSES, "circuit")
     settings = circuit.with_settings({"n_pairs": 30})

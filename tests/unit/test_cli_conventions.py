@@ -21,8 +21,8 @@ import pytest
 
 from compose_lens import cli, sweep
 from compose_lens.cli import settings, train as train_cli
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.provenance import VERSION
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.provenance import VERSION
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
@@ -228,7 +228,7 @@ def test_progress_only_on_a_terminal_and_never_when_switched_off(monkeypatch, ca
 def test_the_trainers_bar_draws_nothing_into_a_log(tmp_path, monkeypatch):
     """``make reproduce > log 2>&1`` runs the Trainer from Python with progress=True: its bar must not write
     frames into a file (it drew 12,572 of them before)."""
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     log = io.StringIO()
     monkeypatch.setattr("sys.stderr", log)

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens import compare as C
+from compose_lens.report import compare as C
 from compose_lens.cli import main
 from compose_lens.model import tl
-from compose_lens import context
-from compose_lens.runs import load_subject
+from compose_lens.report import context
+from compose_lens.training.runs import load_subject
 
 SMALL = {"pool_size": 150, "resamples": 200, "settings": {"same_mlp": {"n": 20}, "gradient": {"n": 32}}}
 LAYER2_ATTENTION = [f"blocks.1.attn.{p}.{w}" for p in "qkvo" for w in ("weight", "bias")]
@@ -204,7 +204,7 @@ def test_a_model_an_analysis_cannot_read_is_refused_by_name_before_it_is_loaded(
     refuses (issue 59). A LayerNorm model, its first case, is measured now (issue 54: the same-MLP verdict
     says inconclusive, and why); a model without an MLP is one no same-MLP test can read. Its folder holds
     no weights: the refusal comes from its config.json alone."""
-    from compose_lens.config import RunConfig
+    from compose_lens.core.config import RunConfig
 
     config = RunConfig().with_overrides(["mlp_blocks=[]"])
     (tmp_path / "no_mlp").mkdir()
@@ -235,7 +235,7 @@ def test_compare_html_fits_a_1200_px_window_in_chromium(tmp_path):
 
     import pandas as pd
 
-    from compose_lens.compare import html_page
+    from compose_lens.report.compare import html_page
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

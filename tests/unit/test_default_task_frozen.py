@@ -19,7 +19,7 @@ import json
 import pytest
 import torch
 
-from compose_lens.config import RunConfig, TaskConfig
+from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.sampler import TrainingSampler, make_exhaustive, make_pools, render
 from compose_lens.data.split import Split, training_rows
 from compose_lens.data.streams import derived_generator

@@ -11,7 +11,7 @@ import torch
 
 import compose_lens as cl
 from compose_lens.analysis import exploratory
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 PROMPTS = ["b=7, e=5, b+23=?", "c=3, a=40, 4+c=?", "a=1, b=2, c=3, a+b=?"]
 

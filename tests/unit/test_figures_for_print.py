@@ -184,7 +184,7 @@ def test_same_mlp_panels_name_each_measure_once_and_no_legend_covers_a_bar():
 
 def _edge_table(positions: bool) -> pd.DataFrame:
     from compose_lens.analysis.circuit import build_graph
-    from compose_lens.config import ModelConfig
+    from compose_lens.core.config import ModelConfig
 
     graph = build_graph(ModelConfig(), positions)
     scores = np.linspace(-0.05, 0.3, len(graph.edges))

@@ -200,7 +200,7 @@ def test_the_view_shows_the_chosen_head_when_chromium_draws_it(tmp_path):
     import pytest
     import torch
 
-    from compose_lens.attention_view import attention_view, offline_page
+    from compose_lens.views.attention_view import attention_view, offline_page
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -418,7 +418,7 @@ def test_the_positional_figure_speaks_the_early_jump_figures_units_and_names_its
 def test_the_positional_caption_counts_where_position_alone_peaks():
     """The report says what the outlines mark and where the rows' peaks are (on the paper model 9 of 11 on
     the diagonal: experiments/results/claims/measures.json)."""
-    from compose_lens.config import TaskConfig
+    from compose_lens.core.config import TaskConfig
     from compose_lens.registry.qk import _positional_caption
 
     caption = _positional_caption(_paper_like_positional_scores(), TaskConfig(), (0, 0))
@@ -446,7 +446,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from compose_lens.analysis.patching import patching_table
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
 
     subject = load_subject("paper", bridge=False)
     fig, _ = plots.patching_figure(patching_table(subject, n_pairs=30), "t")

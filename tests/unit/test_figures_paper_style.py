@@ -16,7 +16,7 @@ from PIL import Image
 
 from compose_lens import plots
 from compose_lens.analysis.summary import MEASURE_KEYS
-from compose_lens.figure_style import PAPER_WIDTH_IN, STYLES, current_style
+from compose_lens.views.figure_style import PAPER_WIDTH_IN, STYLES, current_style
 
 from test_figures_for_print import _dynamics, _same_mlp_report, _study_section_figure
 

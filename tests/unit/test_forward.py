@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from compose_lens.data.sampler import concat_batches, make_pools
-from compose_lens.errors import ComposeLensError
-from compose_lens.forward import ANSWER, TABLE_SITES, Forward, Site
-from compose_lens.runs import load_model
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.model.forward import ANSWER, TABLE_SITES, Forward, Site
+from compose_lens.training.runs import load_model
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_every_table_site_reads_as_the_bridge_reads_it(paper):
 
 
 def test_the_tables_compute_exactly_the_sites_they_claim(paper):
-    from compose_lens import forward
+    from compose_lens.model import forward
     from compose_lens.model import tl
 
     _, weights, tokens = paper
@@ -84,7 +84,7 @@ def test_a_site_is_written_and_read_as_one_line():
 def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_architecture(tiny_task):
     """Three layers, two heads, an MLP in every layer: no tables; the plain-torch forward answers what it
     computes (every layer at every position, the last MLP at "="), read and under an edit, as the bridge."""
-    from compose_lens.config import ModelConfig
+    from compose_lens.core.config import ModelConfig
     from compose_lens.data.split import Split
     from compose_lens.model import tl
 

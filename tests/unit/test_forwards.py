@@ -1,6 +1,6 @@
 """Every forward of compose-lens against TransformerLens's ``run_with_cache``, on every architecture.
 
-compose-lens computes a model five ways (:mod:`compose_lens.capabilities`): the table forward,
+compose-lens computes a model five ways (:mod:`compose_lens.core.capabilities`): the table forward,
 its ablation form, the last-position forward, the patching engine and the edge graph, each written
 in terms of the weights with its heads from :mod:`compose_lens.model.heads`. Here each is run on
 the same model and tokens as the TransformerLens bridge, per architecture:
@@ -9,7 +9,7 @@ the same model and tokens as the TransformerLens bridge, per architecture:
   where it exposes them) equal the bridge's: float32, ``atol = rtol = 1e-4`` on the logits
   and ``atol = 1e-5`` on the patterns (largest differences seen: 6.1e-5 on the paper model's
   logits, which reach 59.5; 5.5e-6 on the tiny models'; 6e-7 on any pattern);
-* where it declines it, :func:`compose_lens.capabilities.why_not` names the failing conditions,
+* where it declines it, :func:`compose_lens.core.capabilities.why_not` names the failing conditions,
   the code that picks the forward takes another, and the declined forward run anyway either
   refuses or is wrong (the decline is not over-cautious).
 """
@@ -19,15 +19,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compose_lens import capabilities
+from compose_lens.core import capabilities
 from compose_lens.analysis import circuit, patching
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos, tl
-from compose_lens.runs import load_model
-from compose_lens.train import use_fast_path
+from compose_lens.training.runs import load_model
+from compose_lens.training.train import use_fast_path
 
 LOGITS = dict(atol=1e-4, rtol=1e-4)
 PATTERNS = dict(atol=1e-5, rtol=0)

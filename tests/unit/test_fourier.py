@@ -9,7 +9,7 @@ import torch
 
 from compose_lens.model import tl
 from compose_lens.analysis import fourier
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 
 
 def cos_grid(p: int, k: int, phase: float = 0.0) -> torch.Tensor:

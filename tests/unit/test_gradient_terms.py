@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.analysis import gradient_terms
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.task import parse_sequence
 from compose_lens.model import fastpath, tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 VARIANTS = {"paper": {}, "both": dict(embeddings="orthogonal", residual="disentangled", d_model=128)}
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from compose_lens.analysis import patching
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
-from compose_lens.runs import load_subject
-from compose_lens.subject import Subject
+from compose_lens.training.runs import load_subject
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture(scope="module")

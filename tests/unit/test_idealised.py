@@ -14,12 +14,13 @@ import math
 import pytest
 import torch
 
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json
 from compose_lens.model import fastpath, tl
-from compose_lens.runs import PAPER_MODEL_DIR, load_model, save_model
-from compose_lens.train import Trainer
+from compose_lens.core.coverage import PAPER_MODEL_DIR
+from compose_lens.training.runs import load_model, save_model
+from compose_lens.training.train import Trainer
 
 VARIANTS = {
     "orthogonal": dict(embeddings="orthogonal"),

@@ -1,10 +1,9 @@
-"""The package's layout: imports point one way, sit at the top, and the command line starts light.
+"""The package's layout: folders by layer, imports point one way, sit at the top, and the command line starts light.
 
-The flow of the work is config -> data -> model -> runs/phases -> train/evaluate/outcome -> analysis ->
-plots -> report -> sweep -> cli. A module may import from its own layer or an earlier
-one, never a later one, and no two modules import each other through any path. The
-test reads the source with ``ast`` (nothing is imported), so a cycle hidden in a
-function body is found too.
+The layers are the package's folders in the order its docstring lists them (``compose_lens/__init__.py``:
+the one description of the architecture). A module may import from its own folder or an earlier one,
+never a later one, and no two modules import each other through any path. The test reads the source
+with ``ast`` (nothing is imported), so a cycle hidden in a function body is found too.
 """
 
 from __future__ import annotations
@@ -19,32 +18,29 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "compose_lens"
 
-# Layer of each top-level part of the package; a module imports only from layers <= its own.
-LAYERS = {
-    "errors": 0, "capabilities": 0, "files": 0, "study": 0, "tracking": 0, "config": 0, "provenance": 0, "cores": 0, "coverage": 0,
-    "progress": 0,  # progress bars and phase lines: tqdm only
-    "outputs": 0,  # what the registered analyses write: the registry fills it, the run layout reads it
-    "stats": 0, "markup": 0,  # the intervals and tests every claim is quoted with (scipy, numpy, pandas only)
-    "data": 1, "safety": 1, "declaration": 1,  # the memory guard reads the estimates beside the renderer and the split
-    "model": 2, "forward": 2,  # the one forward over model/'s tables and bridge
-    "runs": 3, "phases": 3, "subject": 3,
-    "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
-    "analysis": 5,
-    "plots": 6, "circuit_view": 6,  # the circuit graph as an interactive page, from plots' layout
-    "attention_view": 6,  # the attention views as circuitsvis pages: below the registry, which builds its page
-    "figure_style": 0,  # matplotlib settings only: the report and paper styles plots draws in
-    "registry": 7, "context": 7,  # the analyses' one door: their declarations, and running one over a subject
-    "compare": 7,  # two models through the registry's per-model context
-    "report": 8,
-    "sweep": 9, "slurm": 9,
-    "cli": 10,
-}
+
+def described_layers() -> list[str]:
+    """The folders the package docstring lists, in order (lines ``    name/   what it holds``)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    return re.findall(r"^    (\w+)/ ", doc, re.M)
+
+
+LAYERS = {name: i for i, name in enumerate(described_layers())}
+
+
+def test_the_package_is_the_folders_its_docstring_describes():
+    """At most ten top-level parts, each a folder named in the description, each named one there."""
+    parts = sorted(p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+                   if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists())
+    assert parts == sorted(LAYERS), f"the package holds {parts}; its docstring describes {sorted(LAYERS)}"
+    assert len(parts) <= 10
+
 
 # Imports allowed inside functions, with the reason.
 LAZY_ALLOWED = {
     "cli": "start-up time: `compose-lens --help` must not import torch",
-    "sweep": "ray and submitit (compose_lens.slurm) are optional dependencies",
-    "attention_view": "circuitsvis is read for its bundle file only",
+    "sweep": "ray and submitit (compose_lens.sweep.slurm) are optional dependencies",
+    "views.attention_view": "circuitsvis is read for its bundle file only",
     "registry": "start-up time: the command line builds its findings table and the registered analyses' "
                 "commands from these declarations before torch is imported; their functions import the analyses",
     "model.tl": "start-up time: the tokenizer imports transformers (~2 s with TransformerLens); "
@@ -179,10 +175,10 @@ def test_public_api_names_resolve_lazily():
 
 
 def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
-    """``cl.train`` is the function even after ``cl.Trainer`` imported the module compose_lens.train (Python's
+    """``cl.train`` is the function even after ``cl.Trainer`` imported the module compose_lens.training.train (Python's
     import sets the package attribute to the submodule; it read as a module, in any order of use)."""
-    probe = ("import types, compose_lens as cl\ncl.Trainer\nimport compose_lens.train\n"
-             "from compose_lens.train import Trainer\nfrom compose_lens import train\n"
+    probe = ("import types, compose_lens as cl\ncl.Trainer\nimport compose_lens.training.train\n"
+             "from compose_lens.training.train import Trainer\nfrom compose_lens import train\n"
              "print('KINDS', type(cl.train).__name__, type(train).__name__, Trainer is cl.Trainer)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert "KINDS function function True" in out.stdout, out.stdout[-300:] + out.stderr[-500:]
@@ -190,7 +186,7 @@ def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",
+SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",
           "model.heads")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
@@ -221,11 +217,11 @@ def test_the_shape_rule_catches_a_bare_tensor():
 
 
 # -- analyses only through the registry --------------------------------------------------------------
-# The report and the command line import no analysis module: they reach an analysis through its
-# declaration (compose_lens.registry), run by compose_lens.context (the registry's machinery, which may
-# import the analyses it shares between them: the located circuit, the operand grids). Every analysis
-# is declared (the last ones, dynamics, llc, the attention views and the early jump, in session 15), so
-# there is no exception.
+# The report's pages and the command line import no analysis module: they reach an analysis through its
+# declaration (compose_lens.registry), run by compose_lens.report.context, the machinery that runs a
+# declaration over a subject and may import what the analyses share (the located circuit, the operand
+# grids), and by compose_lens.report.compare, which runs that machinery over two models.
+MACHINERY = {"compose_lens.report.context", "compose_lens.report.compare"}
 
 
 def analysis_imports(trees: dict[str, ast.Module]) -> list[str]:
@@ -233,7 +229,7 @@ def analysis_imports(trees: dict[str, ast.Module]) -> list[str]:
     known = set(trees)
     found = []
     for name, tree in trees.items():
-        if name.split(".")[1:2] not in (["report"], ["cli"]):
+        if name.split(".")[1:2] not in (["report"], ["cli"]) or name in MACHINERY:
             continue
         for target in {resolve(t, known) for t in imported(name, tree)} - {None}:
             if target.startswith("compose_lens.analysis."):
@@ -243,7 +239,7 @@ def analysis_imports(trees: dict[str, ast.Module]) -> list[str]:
 
 def test_report_and_cli_import_no_analysis():
     bypass = analysis_imports(modules())
-    assert not bypass, "declare these in compose_lens.registry and run them through compose_lens.context: " + \
+    assert not bypass, "declare these in compose_lens.registry and run them through compose_lens.report.context: " + \
         "; ".join(bypass)
 
 
@@ -265,7 +261,7 @@ def test_the_registry_imports_nothing_of_the_report():
 
 
 # -- one forward ----------------------------------------------------------------------------------------
-# An analysis asks compose_lens.forward.Forward for activations and edited answers, in Site terms; which
+# An analysis asks compose_lens.model.forward.Forward for activations and edited answers, in Site terms; which
 # forward computes them (the tables, the bridge's hooks) is chosen there. These analysis modules still run
 # a forward of their own, each for a reason the Forward does not cover yet (the list only shrinks):
 OWN_FORWARD = {
@@ -295,7 +291,7 @@ def own_forwards(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
 
 def test_analyses_read_the_model_through_the_one_forward():
     stray = {name: used for name, used in own_forwards(modules()).items() if name not in OWN_FORWARD}
-    assert not stray, f"read these through compose_lens.forward.Forward (Site terms): {stray}"
+    assert not stray, f"read these through compose_lens.model.forward.Forward (Site terms): {stray}"
 
 
 def test_the_one_forward_rule_catches_a_planted_forward_and_its_list_only_shrinks():

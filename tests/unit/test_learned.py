@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens import runs
-from compose_lens import evaluate
+from compose_lens.training import runs
+from compose_lens.training import evaluate
 from compose_lens.analysis import locate, same_mlp
 from compose_lens.data.sampler import make_pool
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("zoo_planted", ROOT / "experiments" / "zoo_planted.py")
@@ -58,7 +58,7 @@ def test_evaluate_and_learned_read_the_same_pools(paper):
     """learned() at its defaults reads compose-lens evaluate's pools: the same numbers."""
     knows = evaluate.learned(paper)
     pool = make_pool(paper.split, "0var_train", evaluate.POOL_SIZE, 0)
-    from compose_lens.evaluate import accuracy
+    from compose_lens.training.evaluate import accuracy
     assert knows.operation.value == pytest.approx(accuracy(paper.model, paper.config.model, pool))
 
 

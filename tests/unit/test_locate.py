@@ -12,16 +12,16 @@ import pandas as pd
 import pytest
 import torch
 
-from compose_lens import runs
+from compose_lens.training import runs
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.errors import ConfigError
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.errors import ConfigError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
-from compose_lens.context import fourier_plan
-from compose_lens.context import run_analysis
-from compose_lens.subject import Subject
+from compose_lens.report.context import fourier_plan
+from compose_lens.report.context import run_analysis
+from compose_lens.training.subject import Subject
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from compose_lens.errors import ComposeLensError
-from compose_lens.safety import MARKER, lock_directory, lock_file
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.data.safety import MARKER, lock_directory, lock_file
 from compose_lens.sweep import lock_point
 
 
@@ -49,7 +49,7 @@ def test_a_lock_held_by_another_process_refuses_and_the_marker_keeps_its_text(tm
 
     held = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from compose_lens.safety import lock_directory
+        from compose_lens.data.safety import lock_directory
         lock = lock_directory({str(tmp_path)!r}, "train", "busy")
         print("held", flush=True)
         sys.stdin.readline()

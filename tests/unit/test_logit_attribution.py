@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from compose_lens.analysis import logit_attribution as la
-from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import concat_batches, make_pools
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import tl
-from compose_lens.runs import load_model
-from compose_lens.subject import Subject
+from compose_lens.training.runs import load_model
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_the_pool_split_averages_back_to_the_kinds_and_each_pool_row_is_that_poo
     each pool's row is that pool's (its mean margin is the model's own margin on that pool drawn
     alone), so pools swapped or mislabelled, even within one kind, are seen."""
     from compose_lens.data.sampler import POOL_NAMES, make_pool
-    from compose_lens.evaluate import answer_logits
+    from compose_lens.training.evaluate import answer_logits
 
     kinds = la.logit_attribution(paper, n=270)
     pools = la.logit_attribution(paper, n=270, by="pool")
@@ -120,7 +120,7 @@ def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
     """Logit attribution refused every normalised model. With the final norm's scale held at the value the
     model computed, each component's term is its centred, scaled and weighted write, the norm's bias one
     more term, and they add up to the model's own margin; the lens's last stage reads the model's answer."""
-    from compose_lens.runs import load_subject
+    from compose_lens.training.runs import load_subject
     from tests import user_models
 
     decl = user_models.declaration(query="infix", output="vocab", unused=1)

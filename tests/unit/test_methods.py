@@ -1,4 +1,4 @@
-"""DAS, the LLC and experiment tracking (compose_lens.analysis.das, .llc, compose_lens.tracking)."""
+"""DAS, the LLC and experiment tracking (compose_lens.analysis.das, .llc, compose_lens.core.tracking)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from compose_lens.analysis import das, llc
 from compose_lens.cli import main
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.task import decode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def test_binding_pairs_are_counterfactual(tiny_split):
 
 @pytest.fixture(scope="module")
 def paper():
-    from compose_lens.runs import load_model
+    from compose_lens.training.runs import load_model
 
     return load_model("paper")
 
@@ -168,7 +168,7 @@ def test_llc_of_the_paper_model_samples_only_what_it_trained(tmp_path):
     estimate on the paper model is finite and positive."""
     import torch.nn.functional as F
     from compose_lens.model import tl
-    from compose_lens.runs import load_model
+    from compose_lens.training.runs import load_model
 
     loaded = load_model("paper", bridge=False)
     model = llc.AnswerModel(tl.parameters(loaded.model), loaded.config.model)
@@ -199,7 +199,7 @@ def test_a_component_llc_moves_only_the_masked_weights():
 
 
 def test_component_masks_pick_one_heads_slice_or_one_mlp():
-    from compose_lens.config import ModelConfig
+    from compose_lens.core.config import ModelConfig
 
     cfg = ModelConfig(n_heads=2, d_head=4, d_model=8, d_mlp=16)
     state = {n: torch.randn(tuple(shape)) for n, shape in _state_shapes(cfg).items()}
@@ -247,8 +247,8 @@ def test_llc_cli_refuses_bad_settings_in_one_line(tmp_path, capsys):
 def test_tensorboard_logs_what_metrics_jsonl_holds(tiny_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from compose_lens.runs import foreign_in_run, read_metrics
-    from compose_lens.train import train
+    from compose_lens.training.runs import foreign_in_run, read_metrics
+    from compose_lens.training.train import train
 
     config = tiny_config.with_overrides(["log_to=tensorboard"])
     train(config, tmp_path / "run", progress=False)
@@ -269,8 +269,8 @@ def test_log_to_none_imports_no_tracker(tmp_path):
     """The default trains without importing tensorboard or wandb (run in a fresh interpreter)."""
     script = (
         "import sys\n"
-        "from compose_lens.config import RunConfig, TaskConfig, ModelConfig, TrainConfig\n"
-        "from compose_lens.train import train\n"
+        "from compose_lens.core.config import RunConfig, TaskConfig, ModelConfig, TrainConfig\n"
+        "from compose_lens.training.train import train\n"
         "task = TaskConfig(modulus=7, n_vars=6, left_forbidden=('f',), right_forbidden=('a',), f=0.8)\n"
         "config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),\n"
         "                   train=TrainConfig(steps=4, batch_size=8, eval_every=2, checkpoint_every=2,\n"
@@ -286,8 +286,8 @@ def test_log_to_none_imports_no_tracker(tmp_path):
 
 
 def test_a_missing_tracker_is_refused_before_the_run_directory_is_made(tiny_config, tmp_path, monkeypatch):
-    from compose_lens import tracking
-    from compose_lens.train import Trainer
+    from compose_lens.core import tracking
+    from compose_lens.training.train import Trainer
 
     real = importlib.util.find_spec
     monkeypatch.setattr(tracking.importlib.util, "find_spec",
@@ -326,8 +326,8 @@ def test_llc_of_a_run_estimates_its_last_step_once_and_says_which_checkpoint_has
     """A run's last checkpoint and its final model are the same step and the same weights: one row,
     not two (llc.csv and the phase means counted it twice). A checkpoint folder without its
     weights is said on stderr, not skipped without a word (issue #45)."""
-    from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-    from compose_lens.train import Trainer
+    from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+    from compose_lens.training.train import Trainer
 
     task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",), f=0.8)
     config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32),
@@ -376,6 +376,6 @@ def test_a_tracker_that_does_not_start_leaves_no_half_made_run(mode, fails, tiny
 def test_the_das_sites_the_command_offers_are_the_ones_das_searches():
     """config.DAS_SITES names the sites for the command line without torch; analysis.das defines them."""
     from compose_lens.analysis import das
-    from compose_lens.config import DAS_SITES
+    from compose_lens.core.config import DAS_SITES
 
     assert das.SITE_NAMES == DAS_SITES

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.config import RunConfig
+from compose_lens.core.config import RunConfig
 from compose_lens.data.split import Split
 
 ROOT = Path(__file__).resolve().parents[2]

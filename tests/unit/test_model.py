@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from compose_lens.model import fastpath, lastpos, tl
-from compose_lens.capabilities import is_paper_architecture
-from compose_lens.config import ModelConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.runs import load_model, load_reference_pth, save_model, load_model_dir
+from compose_lens.core.capabilities import is_paper_architecture
+from compose_lens.core.config import ModelConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.runs import load_model, load_reference_pth, save_model, load_model_dir
 from compose_lens.data.sampler import TrainingSampler
 
 
@@ -153,7 +153,7 @@ def test_state_shapes_are_the_bridge_state_dict(tiny_config, changes):
 
 
 def test_weights_without_the_bridge_give_the_bridge_answers(tmp_path, tiny_config, tiny_split):
-    from compose_lens.evaluate import answer_logits
+    from compose_lens.training.evaluate import answer_logits
 
     model = tl.boot(tiny_config.model)
     with torch.no_grad():

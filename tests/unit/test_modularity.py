@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens import runs
+from compose_lens.training import runs
 from compose_lens.analysis import modularity
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pools
-from compose_lens.evaluate import answer_logits
+from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import tl
 
 from test_locate import plant  # the paper's roles rebuilt at given heads of another architecture
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture(scope="module")

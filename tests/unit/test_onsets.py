@@ -1,4 +1,4 @@
-"""One onset per run (compose_lens.phases.measure_phases): the reading, its interval, the stride flag."""
+"""One onset per run (compose_lens.training.phases.measure_phases): the reading, its interval, the stride flag."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from compose_lens.phases import PHASE_RULES, measure_phases, phase_line
+from compose_lens.training.phases import PHASE_RULES, measure_phases, phase_line
 
 SEEDS = Path(__file__).resolve().parents[2] / "experiments" / "results" / "seeds"
 

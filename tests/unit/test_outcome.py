@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compose_lens import outcome
-from compose_lens.runs import read_metrics
+from compose_lens.training import outcome
+from compose_lens.training.runs import read_metrics
 
 POOLS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
          "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
@@ -129,8 +129,8 @@ def test_the_committed_remedy_run_that_fell_to_chance_reads_diverged_and_no_othe
 def test_the_trainer_warns_once_when_the_loss_diverges():
     from types import SimpleNamespace
 
-    from compose_lens.config import RunConfig
-    from compose_lens.train import Trainer
+    from compose_lens.core.config import RunConfig
+    from compose_lens.training.train import Trainer
 
     lines = []
     bar = SimpleNamespace(write=lambda line, file=None: lines.append(line))
@@ -147,9 +147,9 @@ def test_stop_at_decided_stops_a_run_whose_loss_stays_diverged_and_not_one_that_
     DIVERGED_STOP_AFTER evaluations must, at that evaluation."""
     from types import SimpleNamespace
 
-    from compose_lens.config import RunConfig
+    from compose_lens.core.config import RunConfig
     from compose_lens.data.sampler import POOL_NAMES
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     def stops(losses):
         bar = SimpleNamespace(write=lambda line, file=None: None)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from compose_lens.cli import main
-from compose_lens.errors import ComposeLensError
-from compose_lens.runs import find_checkpoints, load_subject
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.runs import find_checkpoints, load_subject
 from tests import user_models
 
 
@@ -30,7 +30,7 @@ def test_its_records_say_where_it_came_from_and_invent_no_recipe(tmp_path, capsy
     assert origin["sha256"] == hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     assert origin["declaration"] == decl.to_dict() and origin["trained"].startswith("outside compose-lens")
     # an analysis's files carry the same record (context's provenance reads the config)
-    from compose_lens.context import run_analysis
+    from compose_lens.report.context import run_analysis
 
     run_analysis("attention", load_subject(folder), tmp_path / "att", sequences=["p=3, q=4, p+q=?"])
     written = json.loads((tmp_path / "att" / "attention.provenance.json").read_text())
@@ -69,7 +69,7 @@ def test_the_default_attention_views_cover_every_kind_when_nothing_is_held_out()
     """``attention MODEL`` with no sequences drew one sequence for a model trained on every pair (only the
     1-var training pool of the four example pools was present); now one of each kind."""
     from compose_lens.data.sampler import example_pools, example_sequences
-    from compose_lens.declaration import NOTHING_HELD_OUT
+    from compose_lens.data.declaration import NOTHING_HELD_OUT
 
     nothing = user_models.declaration(**NOTHING_HELD_OUT).split()
     assert example_pools(nothing) == ("0var_train", "1var_train", "2var_train")
@@ -108,7 +108,7 @@ def test_the_users_names_print_and_parse(tmp_path, capsys):
     ({"variable_names": ("p", "q", "r", "s", "9t")}, "variable name '9t'"),
 ])
 def test_names_that_cannot_be_read_back_are_refused(keys, message):
-    from compose_lens.declaration import DeclarationError
+    from compose_lens.data.declaration import DeclarationError
 
     with pytest.raises(DeclarationError, match=message) as info:
         user_models.declaration(**keys)
@@ -129,7 +129,7 @@ def test_the_context_and_name_keys_are_typed_like_every_key(keys, message):
     """The keys of issue 54 (the names, the context distribution) are checked whole with the others (issue 59):
     a string is never read letter by letter, a bool is not an integer, a weight is a finite number; in Python
     and in a file alike."""
-    from compose_lens.declaration import DeclarationError, TaskDeclaration
+    from compose_lens.data.declaration import DeclarationError, TaskDeclaration
 
     with pytest.raises(DeclarationError, match=message) as info:
         user_models.declaration(**keys)
@@ -142,9 +142,9 @@ def test_the_context_and_name_keys_are_typed_like_every_key(keys, message):
 def test_more_than_26_variables_need_their_names():
     """a..z name 26 variables; a declaration of more names them all (and they print and parse), one of more
     without names, or of more than MAX_VARIABLES (a task's 2-var pairs are n x n), is refused in one line."""
-    from compose_lens.config import MAX_VARIABLES
+    from compose_lens.core.config import MAX_VARIABLES
     from compose_lens.data.task import parse_sequence, to_text
-    from compose_lens.declaration import DeclarationError, TaskDeclaration
+    from compose_lens.data.declaration import DeclarationError, TaskDeclaration
 
     def declare(n: int, **keys) -> TaskDeclaration:
         return TaskDeclaration(modulus=7, numbers=tuple(range(7)), variables=tuple(range(10, 10 + n)), operator=7,
@@ -162,7 +162,7 @@ def test_the_seed_beside_heldout_pairs_chooses_the_2var_rows_where_r_is_below_1(
     """With r < 1 the seed chooses which 2-var rows each training pair keeps, listed pairs or not: it was reset
     to 42 beside heldout_pairs, so a model trained with seed 5 was read with seed 42's rows. It stays, and a
     file holds it; with r = 1 it chooses nothing and is not written."""
-    from compose_lens.declaration import TaskDeclaration
+    from compose_lens.data.declaration import TaskDeclaration
 
     pairs = ((0, 1), (2, 3))
     five, default = (user_models.declaration(heldout_pairs=pairs, r=0.5, seed=s) for s in (5, 42))

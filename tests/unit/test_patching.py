@@ -9,7 +9,7 @@ import torch
 from compose_lens.analysis import patching
 from compose_lens.model import tl
 from compose_lens.data.task import decode, parse_sequence
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_sp
 
 
 def test_unknown_corruption_is_refused(tiny_split):
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     with pytest.raises(ComposeLensError, match="corruption"):
         patching.make_prompt_pairs(tiny_split, 10, "colour")
@@ -134,7 +134,7 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
     import pandas as pd
 
     from compose_lens.cli import main
-    from compose_lens.runs import save_model
+    from compose_lens.training.runs import save_model
 
     save_model(tiny_model, tiny_config, tmp_path / "model")
     model = str(tmp_path / "model")

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import compose_lens
-from compose_lens import cores, safety
+from compose_lens.core import cores
+from compose_lens.data import safety
 
 REPO = Path(__file__).resolve().parents[2]
 

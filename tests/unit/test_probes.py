@@ -12,7 +12,7 @@ from compose_lens.analysis import probes
 from compose_lens.analysis.activations import collect
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.task import parse_sequence
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 def one_hot_model(config, key_shift: int):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compose_lens import provenance
+from compose_lens.core import provenance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_installed_inside_a_users_repository_the_users_commit_is_not_recorded(tm
     users_commit = _git(user, "rev-parse", "--short=12", "HEAD")
 
     env = {**os.environ, "PYTHONPATH": str(site)}
-    read = subprocess.run([sys.executable, "-c", "import compose_lens.provenance as p; r = p.provenance(); "
+    read = subprocess.run([sys.executable, "-c", "import compose_lens.core.provenance as p; r = p.provenance(); "
                            "print(p.__file__); print(r['code_version']); print(r['compose_lens_version'])"],
                           cwd=user, env=env, capture_output=True, text=True, timeout=120)
     assert read.returncode == 0, read.stderr
@@ -75,7 +75,7 @@ def test_a_git_archive_of_the_package_records_the_commit_it_was_archived_from(tm
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tmp_path, filter="data")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    read = subprocess.run([sys.executable, "-c", "import compose_lens.provenance as p; print(p.__file__); "
+    read = subprocess.run([sys.executable, "-c", "import compose_lens.core.provenance as p; print(p.__file__); "
                            "print(p.code_version())"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert read.returncode == 0, read.stderr
     where, code = read.stdout.split()

@@ -14,9 +14,9 @@ import compose_lens
 from compose_lens import registry
 from compose_lens.analysis import fourier, same_mlp
 from compose_lens.model import tl
-from compose_lens import context
-from compose_lens.context import write_analysis
-from compose_lens.subject import Subject
+from compose_lens.report import context
+from compose_lens.report.context import write_analysis
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture
@@ -113,7 +113,11 @@ def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_lay
     report's page, its command, the findings, the run layout and the public names take it up."""
     import sys
 
-    from compose_lens import outputs, report, runs
+    from compose_lens import report
+
+    from compose_lens.core import outputs
+
+    from compose_lens.training import runs
 
     more = tmp_path / "more"
     more.mkdir()
@@ -182,8 +186,8 @@ def test_a_command_writes_what_the_api_writes_through_the_one_door(tiny_config, 
     import json
 
     from compose_lens.cli import main
-    from compose_lens.context import run_analysis
-    from compose_lens.runs import load_subject, save_model
+    from compose_lens.report.context import run_analysis
+    from compose_lens.training.runs import load_subject, save_model
 
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main([command, str(tmp_path / "model"), *options, "--out", str(tmp_path / "cli"), "--quiet"]) == 0
@@ -224,7 +228,7 @@ def test_the_analyses_of_a_run_are_declared_and_their_commands_built_from_the_de
     one line), analyze leaves them out, and run_analysis refuses one model given to them, or a run given to
     a one-model analysis, in one line."""
     from compose_lens.cli import analysis, build_parser
-    from compose_lens.errors import ComposeLensError
+    from compose_lens.core.errors import ComposeLensError
 
     runs_of = {a.name for a in registry.ANALYSES if a.of == "run"}
     assert runs_of == {"dynamics", "early_jump", "llc"}

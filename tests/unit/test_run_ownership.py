@@ -12,10 +12,12 @@ import re
 
 import pytest
 
-from compose_lens import registry, runs
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.safety import MARKER
+from compose_lens import registry
+
+from compose_lens.training import runs
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.data.safety import MARKER
 
 
 def _everything_compose_lens_writes(run):
@@ -110,7 +112,7 @@ def test_a_user_file_named_like_a_run_folder_is_refused(tmp_path):
 
 
 def test_the_layout_names_every_table_document_and_figure_the_registered_analyses_write():
-    """The run layout is the registry's declarations' own (compose_lens.outputs, filled as the registry finds
+    """The run layout is the registry's declarations' own (compose_lens.core.outputs, filled as the registry finds
     them: runs may not import the registry, layers), not a copy kept by hand."""
     results = runs.run_layout()["results"]
     for analysis in registry.ANALYSES:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import pytest
 
-from compose_lens.config import TaskConfig
-from compose_lens.errors import ConfigError
+from compose_lens.core.config import TaskConfig
+from compose_lens.core.errors import ConfigError
 from compose_lens.data.sampler import (POOL_NAMES, TrainingSampler, exhaustive_rows, make_exhaustive,
                                   make_pool, render)
 from compose_lens.data.split import Split, row_types, training_rows

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.pools import STUDY_POOLS, Pool
 from compose_lens.data.sampler import make_pool, pools_of, render
 from compose_lens.data.split import ANY_PAIR, CONSTANT, Split, training_rows
@@ -125,7 +125,7 @@ def test_an_unknown_pool_is_refused_in_one_line():
 
 MEASURE = """
 import sys, torch
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.sampler import render, render_bytes
 from compose_lens.data.split import Split, training_rows
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""compose_lens.stats against values a statistician would compute by hand (or read from a table)."""
+"""compose_lens.core.stats against values a statistician would compute by hand (or read from a table)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from compose_lens import stats
+from compose_lens.core import stats
 
 
 def hand_wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

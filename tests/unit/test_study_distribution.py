@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from compose_lens.cli import main
-from compose_lens.config import ModelConfig, TaskConfig
-from compose_lens.errors import ConfigError
+from compose_lens.core.config import ModelConfig, TaskConfig
+from compose_lens.core.errors import ConfigError
 from compose_lens.data.sampler import TrainingSampler, make_exhaustive, make_pool
 from compose_lens.data.split import ANY_PAIR, Split, row_types, training_rows
 from compose_lens.model import tl

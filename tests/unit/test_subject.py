@@ -15,12 +15,12 @@ import json
 import pytest
 import torch
 
-from compose_lens import runs
+from compose_lens.training import runs
 from compose_lens.data.sampler import make_pools
-from compose_lens.declaration import NOTHING_HELD_OUT, DeclarationError, TaskDeclaration, study_declaration
-from compose_lens.errors import ComposeLensError
-from compose_lens.evaluate import answer_logits
-from compose_lens.runs import load_subject
+from compose_lens.data.declaration import NOTHING_HELD_OUT, DeclarationError, TaskDeclaration, study_declaration
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.evaluate import answer_logits
+from compose_lens.training.runs import load_subject
 
 P, N_VARS, VOCAB = 7, 5, 20
 
@@ -106,7 +106,7 @@ def test_a_model_directory_and_its_task_file(tmp_path):
 
 
 def test_the_study_is_the_default_declaration():
-    from compose_lens.config import TaskConfig
+    from compose_lens.core.config import TaskConfig
 
     decl = study_declaration()
     assert decl.task == TaskConfig()
@@ -168,7 +168,7 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
     was held out are absent, said so with why (the held-out pools drew from no pair and crashed), and
     evaluate and the analyses run on the training pools."""
     from compose_lens.cli import main
-    from compose_lens.context import run_analysis
+    from compose_lens.report.context import run_analysis
     from compose_lens.data.sampler import absent_pools, make_pool
     from safetensors.torch import save_file
 
@@ -218,7 +218,7 @@ def test_a_split_that_holds_nothing_out_is_analysed_not_trained(tiny_config, tmp
     """Training tracks the held-out pools; on a split without them it stopped in an internal error
     (randint over no pair, then a KeyError) after making the run's folder. Now one line, no folder."""
     from compose_lens.data.split import Split
-    from compose_lens.train import Trainer
+    from compose_lens.training.train import Trainer
 
     split = Split.from_heldout(tiny_config.task, torch.zeros(0, 2, dtype=torch.long))
     with pytest.raises(ComposeLensError, match="the split has no 0var_add_restricted") as info:

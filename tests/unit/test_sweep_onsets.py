@@ -11,7 +11,7 @@ import pytest
 from compose_lens.analysis.dynamics import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS,
                                             addition_first_summary, sweep_onsets)
 from compose_lens.data.sampler import POOL_NAMES
-from compose_lens.runs import METRICS_FILE
+from compose_lens.training.runs import METRICS_FILE
 
 
 def write_run(directory, addition_at, assignment_at, refinement_at, last=1500):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from compose_lens.errors import ConfigError
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from compose_lens.core.errors import ConfigError
 from compose_lens.data.task import SequenceError, decode, label_of, parse_sequence, to_text, to_token_string
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl
-from compose_lens.runs import load_model, save_model
+from compose_lens.training.runs import load_model, save_model
 
 TOKEN_FORM = "PAD b 7 PAD e 5 PAD d 2 PAD PAD PAD + b 23 ="
 

@@ -12,11 +12,11 @@ import torch
 
 from compose_lens.analysis import circuit as C
 from compose_lens.analysis import metrics, patching
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.pairs import as_prompt_pairs, read_pairs
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def tiny_model(tiny_config):
 
 @pytest.fixture(scope="module")
 def paper():
-    from compose_lens.runs import load_model
+    from compose_lens.training.runs import load_model
 
     return load_model("paper")
 
@@ -68,7 +68,7 @@ def test_the_shipped_example_file_reads():
     """experiments/pairs_example.csv, the file docs/circuit-discovery.md runs: its answers agree."""
     from pathlib import Path
 
-    from compose_lens.config import TaskConfig
+    from compose_lens.core.config import TaskConfig
 
     example = Path(__file__).resolve().parents[2] / "experiments" / "pairs_example.csv"
     pairs = read_pairs(TaskConfig(), example)

@@ -16,11 +16,11 @@ import torch
 from compose_lens import registry
 from compose_lens.analysis import variant_reading as vr
 from compose_lens.analysis.locate import Location, Role
-from compose_lens.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.variants import bindings
-from compose_lens.subject import Subject
+from compose_lens.training.subject import Subject
 
 
 def task_of(**variants) -> TaskConfig:

@@ -21,8 +21,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from compose_lens.config import RunConfig, TaskConfig
-from compose_lens.errors import ConfigError
+from compose_lens.core.config import RunConfig, TaskConfig
+from compose_lens.core.errors import ConfigError
 from compose_lens.data.sampler import TrainingSampler, make_pool, make_pools, pool_names
 from compose_lens.data.split import Split
 from compose_lens.data.streams import derived_generator

@@ -5,10 +5,10 @@ section 3). :func:`answer_logits` takes the fastest exact forward
 (:func:`compose_lens.model.fastpath.forward_kind`), in chunks of 1,024, without
 gradients and in float32; the trainer passes its compiled forward. Logits that are not finite
 (finite weights whose forward overflows) are refused in one line
-(:func:`compose_lens.safety.check_finite_logits`), never read as an answer.
+(:func:`compose_lens.data.safety.check_finite_logits`), never read as an answer.
 
 **What one model has learned** (:func:`learned`), from the same pools: the stall detector
-(:mod:`compose_lens.outcome`) names a *run's* outcome from the pools it logged over training; one model
+(:mod:`compose_lens.training.outcome`) names a *run's* outcome from the pools it logged over training; one model
 (a checkpoint, a model trained elsewhere) has no log, and the analyses must know before they name a
 component after a role whether the model can do what the role is for: a model that never bound a
 variable has no router, however its heads attend. So:
@@ -27,7 +27,7 @@ operation), ``operation only`` (the stall signature), ``binds``. Gates read it:
 adder in one that does not compute the operation), and the same-MLP verdict is then ``inconclusive``
 (:mod:`compose_lens.analysis.same_mlp`).
 
->>> from compose_lens.config import RunConfig, TaskConfig, ModelConfig
+>>> from compose_lens.core.config import RunConfig, TaskConfig, ModelConfig
 >>> task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))
 >>> config = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32))
 >>> from compose_lens.model import tl
@@ -45,12 +45,14 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compose_lens import stats, study
+from compose_lens.core import stats
+
+from compose_lens.core import study
 from compose_lens.model import fastpath, tl
-from compose_lens.config import ModelConfig, RunConfig
+from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive, make_pool, present_pools
-from compose_lens.safety import check_finite_logits
-from compose_lens.subject import Subject
+from compose_lens.data.safety import check_finite_logits
+from compose_lens.training.subject import Subject
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Float, Int
@@ -148,7 +150,7 @@ def exhaustive_accuracies(subject: Subject, seed: int = 0) -> dict[str, dict]:
 
 LEARNED = 0.9  # the operation and binding count as learned at this accuracy (the stall detector's routing bar too)
 OPERATION_POOL = "0var_train"
-BINDING_POOLS = ("1var_train", "1var_add_restricted")  # the stall detector's routing pools (compose_lens.outcome)
+BINDING_POOLS = ("1var_train", "1var_add_restricted")  # the stall detector's routing pools (compose_lens.training.outcome)
 COMPOSITION_POOL = "2var_train"
 POOL_SIZE = 2000  # the pools of compose-lens evaluate
 

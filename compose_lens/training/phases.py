@@ -10,7 +10,7 @@ later ("crosses and stays").
 
 These functions read curves only (a dynamics table of evaluated checkpoints, or the pool
 accuracies a run logs in ``metrics.jsonl``), so training, the stall detector
-(:mod:`compose_lens.outcome`) and the analyses of :mod:`compose_lens.analysis.dynamics`
+(:mod:`compose_lens.training.outcome`) and the analyses of :mod:`compose_lens.analysis.dynamics`
 share them.
 
 **A run's onsets, as printed** (``make reproduce``, ``compose-lens dynamics``, the report, the
@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from compose_lens.stats import format_estimate, wilson_bounds
+from compose_lens.core.stats import format_estimate, wilson_bounds
 
 # Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")

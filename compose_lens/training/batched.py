@@ -3,14 +3,14 @@
 A sweep trains many copies of one small architecture that differ only in their seeds
 and task settings (f, r, ...). :class:`BatchedTrainer` trains K such runs together:
 
-* **Each run is an ordinary** :class:`~compose_lens.train.Trainer` **that never steps.**
+* **Each run is an ordinary** :class:`~compose_lens.training.train.Trainer` **that never steps.**
   It checks and locks its directory, loads or writes ``config.json`` / ``split.json``,
   boots its own initial weights (``model.init_seed``), owns its data stream
   (``TrainingSampler(split, batch_size, train.seed)``) and pools, loads its resume
   state, and writes every file of its run directory through the same calls a
-  ``Trainer`` makes (:func:`compose_lens.runs.append_metrics`,
-  :meth:`~compose_lens.train.Trainer.save_checkpoint`,
-  :meth:`~compose_lens.train.Trainer.finish`). So a batched run directory is a run
+  ``Trainer`` makes (:func:`compose_lens.training.runs.append_metrics`,
+  :meth:`~compose_lens.training.train.Trainer.save_checkpoint`,
+  :meth:`~compose_lens.training.train.Trainer.finish`). So a batched run directory is a run
   directory: every tool reads it, and ``Trainer(..., resume=True)`` continues it alone.
 * **The training step is batched.** The K runs' parameter dicts are stacked along a
   new leading axis and the fast forward
@@ -71,14 +71,14 @@ sequence length. Seeds, the task's f, r, split seed, ``steps``, ``eval_every``,
 all its runs share. Pools and the exhaustive sets are evaluated one run at a time by
 the unbatched forward, as a Trainer evaluates them.
 
->>> from compose_lens.config import ModelConfig, RunConfig, TaskConfig
+>>> from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 >>> task = TaskConfig(modulus=7, n_vars=6)
 >>> a = RunConfig(task=task, model=ModelConfig.for_task(task, d_model=16, d_head=16, d_mlp=32))
 >>> check_compatible([a, a.with_overrides(["train.seed=1", "model.init_seed=1", "f=0.5"])])
 >>> check_compatible([a, a.with_overrides(["lr=0.01"])])
 Traceback (most recent call last):
 ...
-compose_lens.errors.ComposeLensError: runs trained together must share train.lr (run 0: 0.001, run 1: 0.01)
+compose_lens.core.errors.ComposeLensError: runs trained together must share train.lr (run 0: 0.001, run 1: 0.01)
 """
 
 from __future__ import annotations
@@ -93,12 +93,15 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
-from compose_lens import cores, progress, runs, safety
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core import cores
+from compose_lens.core import progress
+from compose_lens.training import runs
+from compose_lens.data import safety
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos
-from compose_lens.train import Trainer, autocast_context, learning_rate, use_fast_path
+from compose_lens.training.train import Trainer, autocast_context, learning_rate, use_fast_path
 
 # Training settings every run of one batched process must share (see the module doc).
 SHARED_TRAIN = ("batch_size", "lr", "remedy", "beta1", "beta2", "weight_decay", "device", "precision",
@@ -135,7 +138,7 @@ def check_compatible(configs: Sequence[RunConfig]) -> None:
 
 
 def check_memory(configs: Sequence[RunConfig]) -> None:
-    """The K runs' training estimates together (:func:`compose_lens.safety.training_estimate`)."""
+    """The K runs' training estimates together (:func:`compose_lens.data.safety.training_estimate`)."""
     parts: dict[str, int] = {}
     for config in configs:
         for name, size in safety.training_estimate(config).items():
@@ -148,7 +151,7 @@ class BatchedTrainer:
     """K runs, each in its own directory, trained in this process (see the module doc).
 
     ``configs``, ``run_dirs`` and ``splits`` (None: each run's own, as for a
-    :class:`~compose_lens.train.Trainer`) are parallel lists; ``resume`` and
+    :class:`~compose_lens.training.train.Trainer`) are parallel lists; ``resume`` and
     ``overwrite`` apply to every run as they do to a Trainer. ``run()`` returns the
     K ``results.json`` documents in order.
     """
@@ -309,7 +312,7 @@ def probe(config: RunConfig, ks: Sequence[int] = (1, 4, 8, 16), precisions: Sequ
     make it before they train: for every candidate it sets up K runs of ``config`` (seeds 0..K-1, tiny
     evaluation pools, in a temporary folder), takes one step to warm up, then times ``steps`` stacked
     steps and keeps the median a run-step. ``precisions`` (default: fp32, and bf16 too where the CPU has
-    bf16 units, :func:`compose_lens.cores.has_bf16_units`) are the ones the choice may take; pass the
+    bf16 units, :func:`compose_lens.core.cores.has_bf16_units`) are the ones the choice may take; pass the
     run's own to choose K alone. The smallest K within :data:`PROBE_TOLERANCE` of the fastest wins.
 
     Returns ``{"precision", "runs_per_process", "processor", "candidates": [{"precision", "k",

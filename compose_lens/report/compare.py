@@ -5,12 +5,12 @@ the one to the other. :func:`compare` reads both models on the **same prompts** 
 one row per measure:
 
 * **pool accuracy**: each of the nine pools (``compose-lens evaluate``), each model's 95 % Wilson
-  interval beside its accuracy (:func:`compose_lens.stats.wilson_interval`);
+  interval beside its accuracy (:func:`compose_lens.core.stats.wilson_interval`);
 * **located roles**: which component binds, routes and adds (:mod:`compose_lens.analysis.locate`)
   and each role's score;
 * **findings**: every finding a registered analysis declares (:data:`compose_lens.registry.ANALYSES`,
   ``Analysis.findings``), computed as ``analyze`` computes it, through
-  :func:`compose_lens.context.compute` on one :class:`~compose_lens.context.Context`
+  :func:`compose_lens.report.context.compute` on one :class:`~compose_lens.report.context.Context`
   per model; the causal analyses only with ``causal=True`` (none declares a finding today);
 * **same MLP**: the same-MLP verdict and each of its tests' effect;
 * **Fourier**: MLP2's key frequencies.
@@ -23,9 +23,9 @@ The columns: ``measure``, ``group``; ``A`` and ``B`` with each model's own inter
 
 * ``paired bootstrap over N prompts``: a rate or a mean over prompts (a pool's accuracy, an
   attention score over the probe batch, a head role's score). Both models read the same prompts;
-  each of :data:`compose_lens.stats.BOOTSTRAP_RESAMPLES` resamples of the prompts (with replacement,
+  each of :data:`compose_lens.core.stats.BOOTSTRAP_RESAMPLES` resamples of the prompts (with replacement,
   seeded) gives both models' statistic on the *same* resampled prompts, and the interval is the
-  percentile interval (:func:`compose_lens.stats.percentile_interval`) of B - A over the
+  percentile interval (:func:`compose_lens.core.stats.percentile_interval`) of B - A over the
   resamples. Pairing takes the prompts' own difficulty out of the difference: for two identical
   models every resample's difference is exactly 0. Each model's own interval is the percentile
   interval of its statistic over the same resamples (Wilson's, for a pool's accuracy).
@@ -35,7 +35,7 @@ The columns: ``measure``, ``group``; ``A`` and ``B`` with each model's own inter
   test's effect, whose own interval each model has; a name).
 
 **changed** is True where the interval excludes 0 (exact: the difference is not 0, float noise
-below :data:`compose_lens.stats.ZERO_TOLERANCE` aside); for a categorical (a located component, the
+below :data:`compose_lens.core.stats.ZERO_TOLERANCE` aside); for a categorical (a located component, the
 verdict, the key frequencies), where the two differ; for a measure that only one model has (a
 score of a role no head plays in the other: NaN), True. Where the two values differ and no
 interval says whether by more than noise, it is NA; otherwise False.
@@ -64,18 +64,22 @@ import pandas as pd
 import torch
 from markupsafe import Markup
 
-from compose_lens import context, registry, stats
+from compose_lens import registry
+
+from compose_lens.report import context
+
+from compose_lens.core import stats
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.activations import Activations, torch_threads
-from compose_lens.config import TaskConfig
+from compose_lens.core.config import TaskConfig
 from compose_lens.data.sampler import concat_batches, make_pools
-from compose_lens.errors import ComposeLensError
-from compose_lens.evaluate import correct_mask
-from compose_lens.files import atomic_path
-from compose_lens.markup import COMPARISON_STYLE, html_table, page, render
-from compose_lens.provenance import provenance
-from compose_lens.runs import load_subject, write_document, write_table
-from compose_lens.subject import Subject
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.training.evaluate import correct_mask
+from compose_lens.core.files import atomic_path
+from compose_lens.core.markup import COMPARISON_STYLE, html_table, page, render
+from compose_lens.core.provenance import provenance
+from compose_lens.training.runs import load_subject, write_document, write_table
+from compose_lens.training.subject import Subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
 # The fewest prompts per pool compare reads. B - A's percentile interval excludes 0 once fewer than 2.5 % of the
@@ -326,7 +330,7 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
             resamples: int = stats.BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
     """Two models side by side, one row per measure (see the module doc for the columns).
 
-    ``a``, ``b``: :class:`~compose_lens.subject.Subject` (:func:`compose_lens.runs.load_subject`) or
+    ``a``, ``b``: :class:`~compose_lens.training.subject.Subject` (:func:`compose_lens.training.runs.load_subject`) or
     what it takes (``"paper"``, a run, a checkpoint, a study ``.pth``, a TransformerLens model
     directory). ``seed``: the prompts and the resamples; ``pool_size``: sequences per pool;
     ``causal``: also the causal analyses' findings; ``settings``: per analysis name, settings
@@ -356,7 +360,7 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
 
 def text_table(table: pd.DataFrame) -> list[list[str]]:
     """The rows as a reader reads them: each value with its interval at the digits it supports
-    (:func:`compose_lens.stats.format_estimate`), the difference with its interval, changed."""
+    (:func:`compose_lens.core.stats.format_estimate`), the difference with its interval, changed."""
     def one(value, low, high) -> str:
         if isinstance(value, str) or value is None:
             return "" if value is None else value
@@ -400,7 +404,7 @@ HOW_READ = ("Each value with its 95 % interval (pool accuracies: Wilson); B - A 
 def html_tables(table: pd.DataFrame, heading: str = "h2") -> str:
     """:func:`compare`'s rows as HTML, one table per group (pool accuracy, located roles, ...) under a
     ``heading`` of each group's name, the counts of changed / unsure / unchanged rows above them, in one
-    ``<div class="comparison">`` (its look: :data:`compose_lens.markup.COMPARISON_STYLE`): A and B with
+    ``<div class="comparison">`` (its look: :data:`compose_lens.core.markup.COMPARISON_STYLE`): A and B with
     their intervals, B - A with its interval, how that interval was had, and **changed**. A changed row
     is highlighted (class ``changed``), one that differs where no interval says whether by more than
     noise greyed (``unsure``, changed ``?``). The numbers are :func:`text_table`'s. ``compare.html``

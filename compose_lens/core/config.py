@@ -12,7 +12,7 @@ True
 >>> TaskConfig(modulus=1)
 Traceback (most recent call last):
 ...
-compose_lens.errors.ConfigError: modulus=1: the modulus must be at least 2
+compose_lens.core.errors.ConfigError: modulus=1: the modulus must be at least 2
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from compose_lens.errors import ComposeLensError, ConfigError
+from compose_lens.core.errors import ComposeLensError, ConfigError
 
 T = TypeVar("T")
 
@@ -624,7 +624,7 @@ class ModelConfig(_JsonConfig):
     embedding_overlap: float = 0.0  # orthogonal embeddings: the cosine between two distinct tokens
     residual: str = "additive"  # additive (the study) or disentangled (one residual block per writer)
     # The order the model reads its positions in, where it is not left to right: read_order[i] is the place
-    # of position i (an infix query "x op y =" mapped onto the study's "op x y =", compose_lens.declaration);
+    # of position i (an infix query "x op y =" mapped onto the study's "op x y =", compose_lens.data.declaration);
     # position i attends to j iff read_order[j] <= read_order[i]. None: the causal order, as the study.
     read_order: tuple[int, ...] | None = None
 
@@ -744,7 +744,7 @@ class ModelConfig(_JsonConfig):
 
 STOP_AT = ("end", "generalised", "stalled", "decided")
 REMEDIES = ("none", "lr_x3")
-LOG_TO = ("none", "tensorboard", "wandb")  # compose_lens.tracking
+LOG_TO = ("none", "tensorboard", "wandb")  # compose_lens.core.tracking
 
 
 @dataclass(frozen=True)
@@ -764,20 +764,20 @@ class TrainConfig(_JsonConfig):
     device: str = "cpu"  # cpu, cuda or cuda:N; on CUDA training runs in bf16 autocast, as the study did
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16
     fast_path: str = "auto"  # auto: use the fast path where it is exact; or on / off
-    threads: int = 0  # 0: the rule of compose_lens.train.default_threads (1 on a busy machine)
+    threads: int = 0  # 0: the rule of compose_lens.training.train.default_threads (1 on a busy machine)
     compile: str = "off"  # torch.compile the training forward: off, on, or auto (runs of >= 5,000 steps)
     # end: train every step (the study); generalised: stop once the study's headline holds
     # (exhaustive 0-var held-out and 2-var union both >= 0.98); stalled: stop once the stall
-    # detector is certain (compose_lens.outcome); decided: whichever comes first, or once the
+    # detector is certain (compose_lens.training.outcome); decided: whichever comes first, or once the
     # loss has stayed diverged for outcome.DIVERGED_STOP_AFTER evaluations
     stop_at: str = "end"
     # none: the study's recipe. lr_x3: the stall remedy, three times the learning rate
     # (README 'When a run stalls'; experiments/results/stall_rate measures both)
     remedy: str = "none"
     # none, tensorboard (RUN/tensorboard/) or wandb (RUN/wandb/, offline): where each evaluation's
-    # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.tracking)
+    # loss, pool accuracies and lr go besides metrics.jsonl (compose_lens.core.tracking)
     log_to: str = "none"
-    # true: torch's deterministic algorithms (warn where an op has none) and cuBLAS's fixed workspace (compose_lens.train.make_deterministic)
+    # true: torch's deterministic algorithms (warn where an op has none) and cuBLAS's fixed workspace (compose_lens.training.train.make_deterministic)
     deterministic: bool = False
 
     SILENT_DEFAULTS = {"log_to": "none", "deterministic": False}

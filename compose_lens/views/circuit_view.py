@@ -41,8 +41,8 @@ import pandas as pd
 from matplotlib.colors import to_hex
 
 from compose_lens import plots
-from compose_lens.markup import page, render
-from compose_lens.stats import format_estimate
+from compose_lens.core.markup import page, render
+from compose_lens.core.stats import format_estimate
 
 LEFT_OUT = "#bbbbbb"  # the PNG's grey for an edge left out of the circuit
 SCALE = {False: (200.0, 100.0), True: (200.0, 34.0)}  # px per data unit (x, y): whole graph, by position

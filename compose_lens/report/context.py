@@ -28,16 +28,20 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from compose_lens import plots, progress as progress_lines, registry, runs
+from compose_lens import plots, registry
+
+from compose_lens.core import progress as progress_lines
+
+from compose_lens.training import runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.errors import ArgumentTypeError, ComposeLensError
-from compose_lens.files import atomic_path, load_json
-from compose_lens.provenance import provenance
+from compose_lens.core.errors import ArgumentTypeError, ComposeLensError
+from compose_lens.core.files import atomic_path, load_json
+from compose_lens.core.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
-from compose_lens.runs import write_document, write_table
-from compose_lens.safety import peek_run_config
-from compose_lens.subject import Subject
+from compose_lens.training.runs import write_document, write_table
+from compose_lens.data.safety import peek_run_config
+from compose_lens.training.subject import Subject
 
 
 def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
@@ -55,7 +59,7 @@ def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.Fo
 class Context:
     """One model as its analyses read it, with what they share made once.
 
-    ``loaded``: the model on the forwards the analyses use (:func:`compose_lens.runs.for_analyses`);
+    ``loaded``: the model on the forwards the analyses use (:func:`compose_lens.training.runs.for_analyses`);
     ``plan``: the located circuit and the Fourier subject (:func:`fourier_plan`); ``heads``: the binder
     and router the probes read. Inside ``with context:`` every operand grid is built once
     (:func:`compose_lens.analysis.fourier.shared_grids`): the summary, the Fourier tables, the

@@ -39,12 +39,12 @@ study's task as a declaration, bit for bit.
 coordinates: the numbers are tokens 0..p-1 and the output classes, then the operator, ``=``,
 PAD and the variables; the query reads ``op x y =``. A declared task maps onto them exactly
 (:meth:`TaskDeclaration.task` is the task in those coordinates, :meth:`~TaskDeclaration.to_user`
-translates its token rows into the researcher's), and :mod:`compose_lens.subject` maps
+translates its token rows into the researcher's), and :mod:`compose_lens.training.subject` maps
 the researcher's weights the same way: the embedding's rows, the positions and the unembedding's
 answer rows are re-indexed, nothing is fitted or approximated, and the logits over the numbers
 are the researcher's model's own (a test checks them equal). An ``infix`` query swaps the
 operator's and the left operand's positions; the model in the study's coordinates then reads
-its positions in the researcher's order (:attr:`compose_lens.config.ModelConfig.read_order`), so
+its positions in the researcher's order (:attr:`compose_lens.core.config.ModelConfig.read_order`), so
 its causal mask is the one the researcher trained.
 """
 
@@ -59,11 +59,11 @@ from typing import Any
 
 import torch
 
-from compose_lens.config import (CONTEXT_DEFAULTS, MAX_MODULUS, MAX_VARIABLES, OPERATIONS, QUERY_LENGTH,
+from compose_lens.core.config import (CONTEXT_DEFAULTS, MAX_MODULUS, MAX_VARIABLES, OPERATIONS, QUERY_LENGTH,
                                  VARIABLE_LETTERS, ModelConfig, RunConfig, TaskConfig, check_types)
 from compose_lens.data.split import Split
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import load_json, load_toml, not_there
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import load_json, load_toml, not_there
 
 QUERY_FORMS = ("prefix", "infix")
 OUTPUTS = ("numbers", "vocab")

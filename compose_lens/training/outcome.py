@@ -11,7 +11,7 @@ and, where the run has finished, from its exhaustive accuracies (``results.json`
   accuracies both >= 0.98 (for a run still training, read from the pools: addition, routing
   and refinement phases all reached);
 * ``stalled``: addition was learned (the addition phase of
-  :data:`compose_lens.phases.PHASE_RULES`) but layer-2 routing never formed within the
+  :data:`compose_lens.training.phases.PHASE_RULES`) but layer-2 routing never formed within the
   run's budget: the 1-var pools (one operand a variable whose value must be fetched from the
   context) never crossed 0.9 and stayed (:data:`ROUTING`, the same crosses-and-stays rule), or,
   for a run still training, have not by a step after which every calibration run in that state
@@ -37,7 +37,7 @@ covers its budget (:func:`calibration`). The training-time warning fires at the 
 (:data:`WARN_AFTER`: the first at which 9 in 10 such runs at the study's setting formed none within
 its budget) and quotes that table's count, so a late learner is never called stalled on a guess.
 
-A rate over such outcomes counts each seed once: :mod:`compose_lens.stats`.
+A rate over such outcomes counts each seed once: :mod:`compose_lens.core.stats`.
 """
 
 from __future__ import annotations
@@ -49,15 +49,15 @@ from typing import Sequence
 
 import pandas as pd
 
-from compose_lens import study
-from compose_lens.evaluate import BINDING_POOLS, LEARNED
-from compose_lens.phases import PHASE_RULES, PhaseRule, find_phases, logged_phases
-from compose_lens.runs import read_metrics
+from compose_lens.core import study
+from compose_lens.training.evaluate import BINDING_POOLS, LEARNED
+from compose_lens.training.phases import PHASE_RULES, PhaseRule, find_phases, logged_phases
+from compose_lens.training.runs import read_metrics
 
 GENERALISED = study.HEADLINE  # on both exhaustive accuracies
-CALIBRATION_FILE = Path(__file__).resolve().parent / "assets" / "stall_calibration.json"
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "assets" / "stall_calibration.json"
 ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
-ROUTING_POOLS = BINDING_POOLS  # one model's binding is read from the same pools (compose_lens.evaluate.learned)
+ROUTING_POOLS = BINDING_POOLS  # one model's binding is read from the same pools (compose_lens.training.evaluate.learned)
 ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "
                     "in an allowed slot (training and held-out pairs)", "routing_accuracy", LEARNED, 0.10)
 
@@ -215,7 +215,7 @@ def calibration_line(never: int, of: int, table: dict | None = None) -> str:
 
 def trajectory_outcome(records: Sequence[dict], source: str | Path, config) -> dict:
     """:func:`outcome` of a dynamics table (``records``: one dict per checkpoint) read from
-    ``source`` trained under ``config`` (a :class:`~compose_lens.config.RunConfig`: its setting and
+    ``source`` trained under ``config`` (a :class:`~compose_lens.core.config.RunConfig`: its setting and
     budget choose the calibration); a run directory's ``results.json`` (beside ``source`` or above
     its ``checkpoints/``) says the run finished and gives its exhaustive accuracies."""
     source = Path(source)

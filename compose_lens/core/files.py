@@ -10,7 +10,7 @@ directory's lock removes it (:func:`remove_stale_temps`), and only it: an entry 
 ``.NAME.<16 hex>.tmp`` form, for a ``NAME`` that command writes there, never a user's
 ``NAME.tmp`` or ``.NAME.old.tmp``.
 The markers and locks of whole output directories build on this in
-:mod:`compose_lens.safety`.
+:mod:`compose_lens.data.safety`.
 
 >>> import tempfile, pathlib
 >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.json"
@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 
 def not_there(path: str | Path, folder: bool = False) -> str | None:

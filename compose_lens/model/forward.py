@@ -2,7 +2,7 @@
 
 An analysis asks the model three things: its answer logits at ``=``, some activations on the
 way there, and its answer with some activations replaced. compose-lens can compute these in
-three ways (:mod:`compose_lens.capabilities` says which is exact for which architecture):
+three ways (:mod:`compose_lens.core.capabilities` says which is exact for which architecture):
 
 * **the tables** (:mod:`compose_lens.model.fastpath`): the paper architecture's answer at ``=``
   from score tables over the vocabulary and the positions, with no (batch, positions, d_model)
@@ -55,9 +55,9 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from compose_lens.config import ModelConfig
-from compose_lens import capabilities
-from compose_lens.errors import ArgumentError, ArgumentTypeError, ComposeLensError
+from compose_lens.core.config import ModelConfig
+from compose_lens.core import capabilities
+from compose_lens.core.errors import ArgumentError, ArgumentTypeError, ComposeLensError
 from compose_lens.model import fastpath, lastpos, tl, weights
 
 ANSWER = "="  # the answer position: the last of every sequence

@@ -17,9 +17,9 @@ only. Every file is written to a temporary name and renamed, so a crash leaves
 the previous version, never half a file.
 
 :func:`load_subject` takes what a user types on the command line (MODEL, ``--task``, ``--split``)
-and returns the :class:`~compose_lens.subject.Subject` every analysis takes: a researcher's own
+and returns the :class:`~compose_lens.training.subject.Subject` every analysis takes: a researcher's own
 TransformerLens model (a ``TransformerBridge`` object, or a directory of its TransformerLens
-``config.json`` and ``model.safetensors``) with its declared task (:mod:`compose_lens.declaration`
+``config.json`` and ``model.safetensors``) with its declared task (:mod:`compose_lens.data.declaration`
 maps it onto the study's coordinates), or what :func:`load_model` reads:
 
 * ``paper``: the paper model trained by this project, shipped in the package;
@@ -68,22 +68,24 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from compose_lens import capabilities, safety
-from compose_lens.provenance import VERSION, code_version
-from compose_lens.config import Origin, RunConfig, TrainConfig
-from compose_lens.errors import ArgumentTypeError, ComposeLensError
-from compose_lens.outputs import ANALYSIS_FILES
-from compose_lens.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
+from compose_lens.core import capabilities
+from compose_lens.core.coverage import PAPER_MODEL_DIR
+
+from compose_lens.data import safety
+from compose_lens.core.provenance import VERSION, code_version
+from compose_lens.core.config import Origin, RunConfig, TrainConfig
+from compose_lens.core.errors import ArgumentTypeError, ComposeLensError
+from compose_lens.core.outputs import ANALYSIS_FILES
+from compose_lens.core.files import (atomic_path, load_json, missing_columns, remove_stale_temps, temp_beside, temp_of,
                                 write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
 from compose_lens.model import fastpath, tl
-from compose_lens.declaration import (TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates,
+from compose_lens.data.declaration import (TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates,
                                       user_coordinates)
-from compose_lens.phases import measure_phases
-from compose_lens.subject import Subject
+from compose_lens.training.phases import measure_phases
+from compose_lens.training.subject import Subject
 
-PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
 TASK_FILES = ("task.json", "task.toml")  # a researcher's own TransformerLens model directory may hold its task
 TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config, under either name users save it
@@ -96,7 +98,7 @@ ERROR_FILE = "error.json"  # a sweep point that failed
 # sweep): ``train --overwrite`` refuses a run directory holding anything else.
 RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
                        CHECKPOINTS_DIR, ERROR_FILE, "results", "figures", "report.html",
-                       "report_problems.txt", safety.MARKER, "tensorboard", "wandb"})  # + compose_lens.tracking
+                       "report_problems.txt", safety.MARKER, "tensorboard", "wandb"})  # + compose_lens.core.tracking
 # What training writes at the top of a run (a resume removes a killed trainer's temporaries of
 # these, and only of these: a report being written into the run meanwhile keeps its own)
 TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
@@ -113,7 +115,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
 REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")  # the report's
 # own; the analyses' files (RUN/results/NAME/: tables, documents, figures; the figures also in RUN/figures/) are the
-# registered declarations' own: compose_lens.registry records them in compose_lens.outputs as it finds them.
+# registered declarations' own: compose_lens.registry records them in compose_lens.core.outputs as it finds them.
 
 
 def run_layout() -> dict:
@@ -148,7 +150,7 @@ def foreign_in_run(run_dir: Path) -> str | None:
     """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name or
     by kind: a file where it writes a folder, a symlink where it writes a file), said as what a
     refusal prints; None where everything is compose-lens's own. The temporaries a killed writer
-    left (:func:`compose_lens.files.temp_beside`) of an owned name are owned; nothing is followed."""
+    left (:func:`compose_lens.core.files.temp_beside`) of an owned name are owned; nothing is followed."""
     return _foreign_below(Path(run_dir), run_layout(), "")
 
 
@@ -309,7 +311,7 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     would miss: the command ended as an internal error. Any other SafetensorError is left as it is.
 
     The file keeps the permissions it was created with (``path`` is a temporary file
-    :func:`~compose_lens.files.atomic_path` made under the user's umask, 0644 usually): safetensors writes
+    :func:`~compose_lens.core.files.atomic_path` made under the user's umask, 0644 usually): safetensors writes
     through a file of its own, 0600, and renames it over ``path``, so saved weights were the one
     output others could not read.
     """
@@ -499,15 +501,15 @@ def load_model(spec: str | Path, split_file: str | Path | None = None, device: s
                   split, str(path))
 
 
-# -- a researcher's own TransformerLens model (compose_lens.declaration maps it) ----------------------
+# -- a researcher's own TransformerLens model (compose_lens.data.declaration maps it) ----------------------
 
 
 def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration | None" = None,
                  split_file: str | Path | None = None, device: str = "cpu", bridge: bool = True) -> Subject:
     """The subject ``spec`` names: a researcher's TransformerBridge (``task`` declares its task), a
     directory of a TransformerLens model (its ``config.json`` holds the TransformerLens config), or
-    anything :func:`compose_lens.runs.load_model` reads. ``task`` is a declaration or its file.
-    Arguments of the wrong type are refused at the door (:class:`~compose_lens.errors.ArgumentTypeError`)."""
+    anything :func:`compose_lens.training.runs.load_model` reads. ``task`` is a declaration or its file.
+    Arguments of the wrong type are refused at the door (:class:`~compose_lens.core.errors.ArgumentTypeError`)."""
     _check_arguments(spec, task, split_file, device, bridge)
     declaration = _declaration(task)
     if not isinstance(spec, (str, os.PathLike)):  # a model object
@@ -648,7 +650,7 @@ def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
     dict), ``task.json`` (the task's declaration, which :func:`load_subject` reads back) and
     ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written.
 
-    The folder is the model in its own layout (:func:`compose_lens.declaration.user_coordinates`): a
+    The folder is the model in its own layout (:func:`compose_lens.data.declaration.user_coordinates`): a
     researcher's model in their token ids, positions and output classes, every row it was read with
     (an unused id's embedding, a non-number output's unembedding) as it was. Everything is worked out
     before anything is written: where the export cannot be exact (no declaration, rows compose-lens
@@ -998,7 +1000,7 @@ def mark_written(out: str | Path, command: str) -> None:
 
 def run_phases_measured(table: pd.DataFrame, source: str | Path, settings: dict | None,
                         split_file: str | Path | None = None) -> dict:
-    """The run's onsets (:func:`compose_lens.phases.measure_phases`) from its evaluated checkpoints:
+    """The run's onsets (:func:`compose_lens.training.phases.measure_phases`) from its evaluated checkpoints:
     intervals from the pools' size (``settings``) and, against every checkpoint ``source`` has, the
     stride flag. The one reading ``dynamics``, the report and ``make reproduce`` print."""
     try:

@@ -10,7 +10,7 @@ Two kinds of value live here. Numbers (:data:`HEADLINE`, :data:`THRESHOLDS`) are
 code tests against; strings (:data:`CLAIMS`, :data:`PHASES`) are how the study states them,
 for printing beside a run's own value. The study reads its phases from figures, not from a
 rule, so they are approximate ("~6k"); compose-lens's own phase rule is
-:data:`compose_lens.phases.PHASE_RULES`.
+:data:`compose_lens.training.phases.PHASE_RULES`.
 
 >>> HEADLINE
 0.98

@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 CLUSTERS = ("slurm", "local")  # submitit's executors this backend uses; local: processes on this machine
 TIMEOUT_MIN = 240  # a job's time limit unless --slurm timeout_min=... says otherwise (submitit's own is 5)

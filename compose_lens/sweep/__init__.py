@@ -9,7 +9,7 @@ such a question for any setting: one training run per (value, seed) *point*.
 A sweep is a directory::
 
     SWEEP/sweep.json          what was asked: the parameter, values, seeds, base config
-    SWEEP/runs/f=0.25_seed=0/ one ordinary run directory per point (see compose_lens.train)
+    SWEEP/runs/f=0.25_seed=0/ one ordinary run directory per point (see compose_lens.training.train)
     SWEEP/results.csv         one row per point: final exhaustive and pool accuracies, the
                               step at which each of the nine pools first reached 90 %, status, error
     SWEEP/thresholds.json     the threshold estimate per metric and level, per seed and spread
@@ -43,7 +43,7 @@ machine: ``workers * threads <= cores``, each worker one torch thread pool of
 function to a Ray cluster (``address``), or to a local Ray it starts, each point
 a task asking for ``threads`` CPUs; the run directories must then lie on a file
 system every Ray node can write. ``slurm`` submits the points as one SLURM job array
-through submitit and waits for it (:mod:`compose_lens.slurm`). Whichever backend trains
+through submitit and waits for it (:mod:`compose_lens.sweep.slurm`). Whichever backend trains
 them, ``results.csv`` is read from the same run directories, so it is the same file.
 
 **GPUs on Ray.** ``gpus_per_point`` G (``--gpus-per-point``) makes each Ray task ask for G
@@ -58,7 +58,7 @@ context from one GPU to the next task. Without G every task sees every GPU of it
 ids and ``CUDA_VISIBLE_DEVICES``).
 
 **Runs per process.** ``runs_per_process`` K > 1 (``--runs-per-process``) trains up to
-K compatible points of a worker together as one :class:`compose_lens.batched.BatchedTrainer`
+K compatible points of a worker together as one :class:`compose_lens.training.batched.BatchedTrainer`
 (``auto``: the K a short probe of this machine finds fastest, recorded in ``sweep.json``)
 (one vmapped forward, one AdamW; see that module for what "compatible" means and how close
 the numbers are to a point trained alone: equal to float rounding, not bit-for-bit). Each
@@ -92,23 +92,25 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from compose_lens import progress as progress_lines, runs, safety
-from compose_lens.outcome import classify_run
-from compose_lens.cores import cpu_count
+from compose_lens.core import progress as progress_lines
+from compose_lens.training import runs
+from compose_lens.data import safety
+from compose_lens.training.outcome import classify_run
+from compose_lens.core.cores import cpu_count
 from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_step_above, format_thresholds, numeric,
                                               thresholds)
-from compose_lens.config import SWEEP_BACKENDS, RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
+from compose_lens.core.config import SWEEP_BACKENDS, RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
-from compose_lens.files import remove_stale_temps
+from compose_lens.core.files import remove_stale_temps
 from compose_lens.plots import save, sweep_figure
-from compose_lens.provenance import provenance
-from compose_lens.safety import check_training_memory
-from compose_lens.train import Trainer, check_compile
+from compose_lens.core.provenance import provenance
+from compose_lens.data.safety import check_training_memory
+from compose_lens.training.train import Trainer, check_compile
 
 POOLS = POOL_NAMES  # the nine accuracy pools of SPEC section 3
-# what a sweep writes at the top of its --out (each through a temporary, see compose_lens.files)
+# what a sweep writes at the top of its --out (each through a temporary, see compose_lens.core.files)
 SWEEP_NAMES = frozenset({"sweep.json", "results.csv", "results.provenance.json", "thresholds.json"})
 
 
@@ -334,7 +336,7 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 
 def lock_point(directory: Path) -> safety.FileLock:
     """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself): :func:`compose_lens.safety.lock_file`, the one lock of compose-lens."""
+    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens."""
     return safety.lock_file(directory.with_name(directory.name + ".lock"),
                             f"{directory} is being trained by another process; run the sweep again when it is done")
 
@@ -377,7 +379,7 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
 
 
 def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list[dict]:
-    """Train several points together (:class:`compose_lens.batched.BatchedTrainer`), resuming each
+    """Train several points together (:class:`compose_lens.training.batched.BatchedTrainer`), resuming each
     from its checkpoint; returns one :func:`train_point` outcome per point, in order.
 
     Plain data in and out, never raises, like :func:`train_point`. A point another process holds
@@ -386,7 +388,7 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
     """
     if len(configs) == 1:
         return [train_point(configs[0], run_dirs[0], threads)]
-    from compose_lens.batched import BatchedTrainer  # imports torch.func
+    from compose_lens.training.batched import BatchedTrainer  # imports torch.func
 
     torch.set_num_threads(threads)
     started = time.perf_counter()
@@ -421,10 +423,10 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
 
 def chunk_jobs(jobs: list[tuple[SweepPoint, dict, str]], size: int) -> list[list[tuple[SweepPoint, dict, str]]]:
     """The jobs in groups of at most ``size`` that one batched process can train together
-    (:func:`compose_lens.batched.check_compatible`), in order."""
+    (:func:`compose_lens.training.batched.check_compatible`), in order."""
     if size <= 1:
         return [[job] for job in jobs]
-    from compose_lens.batched import check_compatible
+    from compose_lens.training.batched import check_compatible
 
     chunks: list[list[tuple[SweepPoint, dict, str]]] = []
     for job in jobs:
@@ -486,7 +488,7 @@ def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "
     elif not status:
         row["status"] = "pending"
     metrics = runs.read_metrics(run_dir)
-    if metrics:  # generalised, stalled or learning (compose_lens.outcome)
+    if metrics:  # generalised, stalled or learning (compose_lens.training.outcome)
         row["outcome"] = classify_run(run_dir)["outcome"]
     for pool in POOLS:
         step = first_step_above(metrics, pool)
@@ -829,9 +831,9 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     """Train every point not yet finished, then write results.csv, thresholds.json and sweep.png
     (``runs_per_process``: points trained together per worker; ``gpus_per_point``: what each Ray
     task asks for; ``slurm``: submitit's executor settings and ``points_per_job`` the points of
-    one SLURM job, see :mod:`compose_lens.slurm`; ``overwrite``: an earlier sweep in ``out`` is
+    one SLURM job, see :mod:`compose_lens.sweep.slurm`; ``overwrite``: an earlier sweep in ``out`` is
     replaced, not continued, :func:`clear_sweep_dir`). ``runs_per_process="auto"`` (local backend, CPU) takes
-    the K that :func:`compose_lens.batched.probe` finds fastest for ``base`` in its own precision, and
+    the K that :func:`compose_lens.training.batched.probe` finds fastest for ``base`` in its own precision, and
     sweep.json records the probe."""
     choice = None
     if runs_per_process == "auto":
@@ -841,7 +843,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
         if base.train.compile == "on" or base.train.log_to != "none":
             runs_per_process = 1  # what batched training refuses: nothing to probe
         else:
-            from compose_lens.batched import probe  # imports torch.func
+            from compose_lens.training.batched import probe  # imports torch.func
 
             n_points = len(sweep_points(param, values, seeds))
             choice = probe(base, [k for k in (1, 2, 4, 8, 16) if k <= max(1, n_points)], [base.train.precision])
@@ -875,7 +877,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     points_per_job = runs_per_process if points_per_job is None else points_per_job
     on_gpu = any(c.train.device.startswith("cuda") for c in configs.values())
     if backend == "slurm":
-        from compose_lens import slurm as slurm_backend
+        from compose_lens.sweep import slurm as slurm_backend
 
         if points_per_job < 1:
             raise ComposeLensError(f"--points-per-job {points_per_job}: use at least 1")
@@ -959,9 +961,3 @@ def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: i
                                f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
-
-if __name__ == "__main__":  # python -m compose_lens.sweep JOB: train_points_in_process's worker
-    import sys
-
-    job = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps(train_points(job["configs"], job["run_dirs"], job["threads"])))

@@ -61,7 +61,7 @@ def is_compose_lens_checkout(root: Path) -> bool:
     return name == "compose-lens" and top is not None and Path(top).resolve() == root.resolve()
 
 
-COMMIT_FILE = Path(__file__).resolve().parent / "_commit.txt"
+COMMIT_FILE = Path(__file__).resolve().parents[1] / "_commit.txt"
 
 
 def built_from() -> str | None:
@@ -88,7 +88,7 @@ def code_version() -> str:
 
     Read once per process: a run that trains for minutes records the tree it started from.
     """
-    return _code_version(str(Path(__file__).resolve().parent.parent))
+    return _code_version(str(Path(__file__).resolve().parents[2]))
 
 
 def provenance(config: Any = None, seed: int | None = None, source: str | None = None,

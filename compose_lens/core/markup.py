@@ -9,7 +9,7 @@ a sequence or an error message with ``<`` or ``&`` in it shows as text, and only
 This module is below both the registry and the report, so the registry's declared sections
 (:mod:`compose_lens.registry`) and the report's own sections (:mod:`compose_lens.report`) write their
 tables with :func:`html_table` without the registry needing anything of the report.
-:data:`COMPARISON_STYLE` is the look of a two-model table (:func:`compose_lens.compare.html_tables`),
+:data:`COMPARISON_STYLE` is the look of a two-model table (:func:`compose_lens.report.compare.html_tables`),
 in ``compare.html`` and in the report's comparison section alike.
 
 >>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0], ["restricted loss", 7.9e-10]],
@@ -67,7 +67,7 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
     return render("table.html", header=header, rows=list(zip(rows, classes)))
 
 
-# the two-model tables inside <div class="comparison"> (compose_lens.compare.html_tables), narrow enough for
+# the two-model tables inside <div class="comparison"> (compose_lens.report.compare.html_tables), narrow enough for
 # compare.html's 1,200 px page and the report's 1,250 px column at a 1,200 px window (the findings table, with
 # its "what it measures" column, was 1,316 px in a 1,137 px box and hid "changed" behind a scrollbar;
 # tests/unit/test_compare.py measures it in Chromium): the values and intervals kept on one line, the words

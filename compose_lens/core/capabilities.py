@@ -34,7 +34,7 @@ evaluations make. The idealised variants (``embeddings="orthogonal"``, ``residua
 are constraints on the weights' values, not on the forward: every forward that covers the
 architecture covers them.
 
->>> from compose_lens.config import ModelConfig
+>>> from compose_lens.core.config import ModelConfig
 >>> why_not(ModelConfig(), "tables") is None
 True
 >>> print(why_not(ModelConfig(n_layers=3, n_heads=2, mlp_blocks=(0, 1, 2)), "tables"))
@@ -45,8 +45,8 @@ the table forward needs the paper architecture: n_layers=3 (needs 2), n_heads=2 
 
 from __future__ import annotations
 
-from compose_lens.config import ModelConfig
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig
+from compose_lens.core.errors import ComposeLensError
 
 FORWARDS = ("tables", "lastpos", "patching", "graph", "transformerlens")
 _NAMES = {"tables": "the table forward", "lastpos": "the last-position forward",

@@ -5,7 +5,7 @@ betas 0.9 / 0.999, weight decay 0.02, constant rate), batch 512 of fresh
 sequences every step. Every ``eval_every`` steps the nine pool accuracies go to
 ``metrics.jsonl``; every ``checkpoint_every`` steps a checkpoint is written.
 
-A run is a directory (its files are read and written by :mod:`compose_lens.runs`):
+A run is a directory (its files are read and written by :mod:`compose_lens.training.runs`):
 ``config.json``, ``split.json``, ``metrics.jsonl``, ``checkpoints/step_NNNNNN/``,
 ``resume.safetensors``, the final ``model.safetensors`` and ``results.json``.
 Every file is written to a temporary name and renamed, so an interruption never
@@ -32,24 +32,28 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from compose_lens import capabilities, progress, runs, safety
-from compose_lens.safety import check_training_memory
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import write_json_atomic
-from compose_lens.cores import ThreadGovernor, cpu_count
+from compose_lens.core import capabilities
+from compose_lens.core import progress
+from compose_lens.training import runs
+from compose_lens.data import safety
+from compose_lens.data.safety import check_training_memory
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import write_json_atomic
+from compose_lens.core.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, absent_pools, make_pools
 from compose_lens.data.split import Split
-from compose_lens import outcome, tracking
-from compose_lens.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.training import outcome
+from compose_lens.core import tracking
+from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model import fastpath, tl
-from compose_lens.provenance import provenance
-from compose_lens.subject import Subject
+from compose_lens.core.provenance import provenance
+from compose_lens.training.subject import Subject
 
 
 def use_fast_path(config: RunConfig) -> bool:
     """Whether the run trains on the table forward (``fast_path=on`` where it declines the model:
-    a :class:`ComposeLensError` naming why, :func:`compose_lens.capabilities.answer_forward`)."""
+    a :class:`ComposeLensError` naming why, :func:`compose_lens.core.capabilities.answer_forward`)."""
     return capabilities.answer_forward(config.model, config.train.fast_path) == "tables"
 
 
@@ -123,10 +127,10 @@ class Trainer:
     """One training run in one directory. ``run()`` trains to the end or raises.
 
     Everything is validated before the directory is touched: the configuration's
-    memory (:func:`compose_lens.safety.check_training_memory`), the device, the fast
+    memory (:func:`compose_lens.data.safety.check_training_memory`), the device, the fast
     path, what the directory holds and what ``resume`` / ``overwrite`` allow. Only
     then is an old run replaced (``overwrite``: a compose-lens run with nothing
-    foreign in it) and the directory locked (:class:`compose_lens.safety.DirectoryLock`)
+    foreign in it) and the directory locked (:class:`compose_lens.data.safety.DirectoryLock`)
     until :meth:`run` returns or raises, or the process ends.
 
     ``resume`` continues from ``resume.safetensors``; a run killed before (or
@@ -171,7 +175,7 @@ class Trainer:
     def _build(self) -> None:
         t = self.config.train
         # threads: as configured, else the cores nobody else uses when the run starts
-        # (compose_lens.cores), kept for the whole run so it stays repeatable; a count the
+        # (compose_lens.core.cores), kept for the whole run so it stays repeatable; a count the
         # caller set already (sweep workers) is kept
         self.governor = ThreadGovernor() if not t.threads and torch.get_num_threads() == cpu_count() else None
         torch.set_num_threads(t.threads or torch.get_num_threads())
@@ -187,7 +191,7 @@ class Trainer:
         self.forward_kind = fastpath.forward_kind(self.config.model, "on" if self.fast else t.fast_path)
         self.forward = fastpath.answer_forward(self.model, self.config.model, self.forward_kind)
         self.compiled = use_compile(self.config) and self.forward_kind != "transformerlens"
-        self.stacked = 1  # runs trained together in this process (compose_lens.batched sets it)
+        self.stacked = 1  # runs trained together in this process (compose_lens.training.batched sets it)
         if self.compiled:
             self.forward = torch.compile(self.forward, dynamic=False)
         self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
@@ -220,7 +224,7 @@ class Trainer:
             lock.release()
 
     def _extend(self) -> None:
-        """A resumed run given a larger ``steps`` (:func:`compose_lens.runs.extends`) trains on to it:
+        """A resumed run given a larger ``steps`` (:func:`compose_lens.training.runs.extends`) trains on to it:
         its ``config.json`` takes the new budget, and the ``results.json`` of the budget it finished
         goes beside that step's checkpoint (``checkpoints/step_N/results.json``) until the run ends."""
         saved = RunConfig.from_dict(json.loads((self.run_dir / runs.CONFIG_FILE).read_text()))
@@ -314,8 +318,8 @@ class Trainer:
 
     def _watch_for_stall(self, logged: dict, bar) -> None:
         """Keep the logged pools, and say once, while training, that the run looks stalled
-        (:func:`compose_lens.outcome.stall_warning`) or that its loss diverged
-        (:func:`compose_lens.outcome.diverged`)."""
+        (:func:`compose_lens.training.outcome.stall_warning`) or that its loss diverged
+        (:func:`compose_lens.training.outcome.diverged`)."""
         if not hasattr(self, "_logged"):
             self._logged = runs.read_metrics(self.run_dir)[:-1]  # a resumed run's earlier evaluations
         self._logged.append(logged)
@@ -346,7 +350,7 @@ class Trainer:
     def _decided(self, pools: dict) -> bool:
         """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector
         is certain, ``decided`` once the loss has read diverged at
-        :data:`~compose_lens.outcome.DIVERGED_STOP_AFTER` evaluations in a row,
+        :data:`~compose_lens.training.outcome.DIVERGED_STOP_AFTER` evaluations in a row,
         ``generalised`` / ``decided`` once the exhaustive headline holds (checked at
         most every 1,000 steps, and only once the held-out 0-var and the three unseen 2-var pools
         pass it)."""

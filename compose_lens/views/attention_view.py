@@ -25,7 +25,7 @@ as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank offli
 
 The views are made from :func:`compose_lens.analysis.attention.sequence_views` entries (the
 ``attention`` analysis, :mod:`compose_lens.registry.attention`, makes the page of them). Like
-:mod:`compose_lens.circuit_view`, this module lays out what the analyses computed and computes
+:mod:`compose_lens.views.circuit_view`, this module lays out what the analyses computed and computes
 nothing; it sits below the registry so that a declaration can build its page.
 """
 
@@ -39,8 +39,8 @@ from typing import Sequence
 
 import torch
 
-from compose_lens.errors import ComposeLensError
-from compose_lens.markup import page
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.markup import page
 
 # circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
 # "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's

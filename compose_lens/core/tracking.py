@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compose_lens.errors import ComposeLensError
+from compose_lens.core.errors import ComposeLensError
 
 LOG_TO = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"  # inside the run directory

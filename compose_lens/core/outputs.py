@@ -1,6 +1,6 @@
 """What the registered analyses write, by analysis: :mod:`compose_lens.registry` fills it as it finds
 its declarations (at import: ``import compose_lens`` imports the registry), and
-:func:`compose_lens.runs.run_layout` reads it. The run layout sits below the registry
+:func:`compose_lens.training.runs.run_layout` reads it. The run layout sits below the registry
 (tests/unit/test_layout.py), so it learns the analyses' names here, from the declarations themselves,
 never from a copy of them.
 """

@@ -27,7 +27,7 @@ swapped in at the end (:func:`staged_output`), so a command that fails leaves th
 output location exactly as it was, and a replaced output keeps no stale file of an
 earlier call. A file output (``--out FILE``) is written to a fresh ``.FILE.<hex>.tmp``
 and renamed. Every temporary name is created exclusively
-(:func:`compose_lens.files.temp_beside`): none ever takes over a file, folder or
+(:func:`compose_lens.core.files.temp_beside`): none ever takes over a file, folder or
 symlink that is already there, and a marker that is a symlink is never written through.
 
 **Locks.** The marker is also the lock: a process writing a directory holds an
@@ -54,13 +54,13 @@ from typing import Iterator
 
 import filelock
 
-from compose_lens.config import RunConfig
-from compose_lens.errors import ComposeLensError
-from compose_lens.files import atomic_path, temp_beside, temp_of
-from compose_lens.coverage import PAPER_MODEL_DIR
+from compose_lens.core.config import RunConfig
+from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.files import atomic_path, temp_beside, temp_of
+from compose_lens.core.coverage import PAPER_MODEL_DIR
 from compose_lens.data.sampler import exhaustive_count, render_bytes
 from compose_lens.data.split import split_bytes
-from compose_lens.files import load_json
+from compose_lens.core.files import load_json
 
 
 MARKER = ".compose-lens"
@@ -194,7 +194,7 @@ def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, ...]], kept_per_s
 
 def peek_run_config(spec: str | Path) -> RunConfig | None:
     """The run config of what a MODEL argument names, read from its ``config.json`` alone (no torch,
-    no weights; as :func:`compose_lens.coverage.peek_model_config` resolves it), so a size guard
+    no weights; as :func:`compose_lens.core.coverage.peek_model_config` resolves it), so a size guard
     can refuse before the model is loaded; None where it cannot be read so (the loader then says why)."""
     path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
     if path.suffix == ".pth":
@@ -440,7 +440,7 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     Validation (:func:`check_replaceable`) happens on entry, before anything is made.
     The staging directory (``.NAME.<hex>.partial``) and the name the replaced output
     moves to (``.NAME.<hex>.old``) are made fresh by
-    :func:`compose_lens.files.temp_beside`, so they never take over anything
+    :func:`compose_lens.core.files.temp_beside`, so they never take over anything
     already there. On an exception the staging directory and any parent this made
     are removed, and ``out`` is untouched.
     """
@@ -571,7 +571,7 @@ def check_finite_logits(logits, what: str = "the model") -> None:
     """Refuse logits that hold NaN or an infinity, in one line: the one check wherever an answer
     is read from a model (the evaluation's accuracies, the patching baseline, the Fourier grids).
 
-    Weights are checked finite when loaded (:func:`compose_lens.runs.check_weights`), but finite
+    Weights are checked finite when loaded (:func:`compose_lens.training.runs.check_weights`), but finite
     weights may still overflow float32 in a forward (a residual of 1e37 squared), and the argmax
     of NaN logits is a class like any other: accuracies, effects and losses computed from them
     would be printed as numbers, silently wrong.
@@ -624,7 +624,7 @@ def check_file_output(path: str | Path, overwrite: bool, signature: str) -> Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.files.atomic_path`)
+    """Write through a fresh temporary beside ``path`` (:func:`compose_lens.core.files.atomic_path`)
     and a rename; the temporary file is removed on failure."""
     try:
         with atomic_path(path) as tmp:
@@ -640,7 +640,7 @@ FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's d
 
 def user_path(path: str | os.PathLike) -> str:
     """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
-    ``.partial``, ``.old``, from :func:`compose_lens.files.temp_beside`) is replaced by the
+    ``.partial``, ``.old``, from :func:`compose_lens.core.files.temp_beside`) is replaced by the
     ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
     parts = Path(os.fsdecode(path)).parts
     return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)

@@ -38,15 +38,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compose_lens import capabilities
-from compose_lens.config import ModelConfig, RunConfig
-from compose_lens.files import load_json
+from compose_lens.core import capabilities
+from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.files import load_json
 
-PAPER_MODEL_DIR = Path(__file__).parent / "assets" / "paper"  # compose_lens.runs.PAPER_MODEL_DIR
+PAPER_MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "paper"  # the shipped paper model (package data)
 
 
 def study_layout(cfg: ModelConfig) -> bool:
-    """Two layers, an MLP in the second only (:func:`compose_lens.capabilities.has_paper_layout`)."""
+    """Two layers, an MLP in the second only (:func:`compose_lens.core.capabilities.has_paper_layout`)."""
     return capabilities.has_paper_layout(cfg)
 
 
@@ -100,7 +100,7 @@ def describe(cfg: ModelConfig) -> str:
 
 
 def peek_model_config(spec: str | Path) -> ModelConfig | None:
-    """The model config of what ``spec`` names (as :func:`compose_lens.runs.load_model` resolves it),
+    """The model config of what ``spec`` names (as :func:`compose_lens.training.runs.load_model` resolves it),
     read from its ``config.json`` only; None where it cannot be read this way (the loader then
     reports the problem)."""
     spec = str(spec)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The renovation's behaviour check (issue 56): the analysis commands on the shipped paper model and on
+# the study's own final checkpoint, their CSVs written under OUT. Run it on a checkout before and after
+# a change and compare: `diff -r` over the CSVs (and `cmp` file by file) must find nothing.
+#   bash experiments/same_outputs.sh CHECKOUT OUT [REFERENCE_DIR]
+set -euo pipefail
+CHECKOUT=$(cd "$1" && pwd); OUT=$2; REF=${3:-$CHECKOUT/../shared/reference}
+PY=${PYTHON:-python}
+mkdir -p "$OUT"
+cl() { echo "+ compose-lens $*" >&2; (cd "$CHECKOUT" && PYTHONPATH="$CHECKOUT" $PY -m compose_lens.cli -q "$@"); }
+for model in paper "$REF/final.pth"; do
+  name=$(basename "$model" .pth)
+  cl analyze "$model" --out "$OUT/$name/analyze" --seed 0
+  cl evaluate "$model" --exhaustive --out "$OUT/$name/evaluate" --seed 0
+  cl circuit "$model" --out "$OUT/$name/circuit" --seed 0
+  cl same-mlp "$model" --out "$OUT/$name/same_mlp" --seed 0
+  cl patch "$model" --out "$OUT/$name/patch" --seed 0
+  cl report "$model" --out "$OUT/$name/report" --seed 0
+done
+cl dynamics "$REF" --steps 2501 3001 3501 4001 5001 6001 --out "$OUT/dynamics" --seed 0
+find "$OUT" -name '*.csv' | sort | while read -r f; do sha256sum "$f"; done | sed "s#$OUT/##" > "$OUT/csv.sha256"
+wc -l < "$OUT/csv.sha256"

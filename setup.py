@@ -1,6 +1,6 @@
 """The build's one addition to pyproject.toml: the package records the commit it was built from.
 
-A run records its code version (:func:`compose_lens.provenance.code_version`): in a checkout, the
+A run records its code version (:func:`compose_lens.core.provenance.code_version`): in a checkout, the
 git commit; installed, the package cannot ask git, so the build writes the commit (``git describe
 --always --dirty``) into ``compose_lens/_commit.txt`` inside the wheel. ``git archive`` fills the
 same file through ``.gitattributes`` (export-subst). Built from a tree that is neither, the file

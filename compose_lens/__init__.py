@@ -12,7 +12,7 @@ imports only point forward along it::
     runs                 run and checkpoint directories: every file read or written
     train, evaluate      the recipe of the study, accuracies
     analysis/            probes, Fourier, patching, ablation, same MLP, attention, dynamics: numbers only
-    plots                every figure (matplotlib)
+    views/               every figure (matplotlib), a module per subject
     attention_view       attention patterns as circuitsvis views that open offline
     report/              the offline HTML report and the analysis output folders
     sweep                sweeps over f, r or any setting, local or on Ray
@@ -70,7 +70,7 @@ _EXPORTS = {
     # your own prompt pairs (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
     # figures (matplotlib); an analysis's own figures are among its exports
-    "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.figure_style:style",
+    "png_bytes": "compose_lens.views.drawing", "plot_style": "compose_lens.figure_style:style",
     "FigureStyle": "compose_lens.figure_style", "fit_figure": "compose_lens.figure_style:fit",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.context",

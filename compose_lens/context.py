@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from compose_lens import plots, progress as progress_lines, registry, runs
+from compose_lens import progress as progress_lines, registry, runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.errors import ArgumentTypeError, ComposeLensError
@@ -38,6 +38,7 @@ from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.runs import write_document, write_table
 from compose_lens.safety import peek_run_config
 from compose_lens.subject import Subject
+from compose_lens.views.drawing import Renderer, save
 
 
 def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
@@ -60,11 +61,11 @@ class Context:
     and router the probes read. Inside ``with context:`` every operand grid is built once
     (:func:`compose_lens.analysis.fourier.shared_grids`): the summary, the Fourier tables, the
     same-MLP features and the ablation's frequency groups read the same constant-operand grid.
-    ``renderer``: where figures are drawn (:class:`compose_lens.plots.Renderer`)."""
+    ``renderer``: where figures are drawn (:class:`compose_lens.views.drawing.Renderer`)."""
 
-    def __init__(self, loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None):
+    def __init__(self, loaded: Subject, seed: int = 0, renderer: Renderer | None = None):
         self.loaded, self.seed = runs.for_analyses(loaded), seed
-        self.renderer = renderer or plots.Renderer()
+        self.renderer = renderer or Renderer()
         self._open = contextlib.ExitStack()
 
     model = property(lambda self: self.loaded.model)
@@ -102,10 +103,10 @@ class RunContext:
     ``config.json`` without loading weights (the study's for a folder of ``.pth`` files)."""
 
     def __init__(self, source: str | Path, split: str | Path | None = None, seed: int = 0, device: str = "cpu",
-                 progress: bool = True, previous: Path | None = None, renderer: plots.Renderer | None = None):
+                 progress: bool = True, previous: Path | None = None, renderer: Renderer | None = None):
         self.source, self.split, self.seed, self.device = source, split, seed, device
         self.progress, self.previous = progress, previous
-        self.renderer = renderer or plots.Renderer()
+        self.renderer = renderer or Renderer()
 
     @functools.cached_property
     def config(self):
@@ -153,7 +154,7 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
         with atomic_path(folder / FIGURES / f"{stem}.html") as tmp:
             tmp.write_text(page, encoding="utf-8")
     for stem, figure, dpi in result.drawn:
-        plots.save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
+        save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
     for stem, draw, numbers, dpi in result.figures:
         context.renderer.save(draw, *numbers, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
 
@@ -254,14 +255,14 @@ def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Pa
 
 
 @contextlib.contextmanager
-def opened(loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None) -> Iterator[Context]:
+def opened(loaded: Subject, seed: int = 0, renderer: Renderer | None = None) -> Iterator[Context]:
     """``with opened(loaded) as context:`` a :class:`Context`, its shared grids open."""
     with Context(loaded, seed, renderer) as context:
         yield context
 
 
 def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
-                   progress: bool = False, renderer: plots.Renderer | None = None) -> dict:
+                   progress: bool = False, renderer: Renderer | None = None) -> dict:
     """Write every registered analysis of one model into ``out/<name>/`` and ``out/summary.json`` (every
     analysis's facts: the probe and Fourier measures, the key frequencies, the same-MLP verdict); return
     the summary.
@@ -271,12 +272,12 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     command only (``in_analyze=False``: DAS), is left out. Every guard runs
     first, on the loaded model's config: a refusal comes before minutes of work, not after.
     ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
-    (:class:`compose_lens.plots.Renderer`; default: here, as each analysis finishes). With a background
+    (:class:`compose_lens.views.drawing.Renderer`; default: here, as each analysis finishes). With a background
     renderer the analyses run on one torch thread, so that they and the figure worker share two cores
     without oversubscription (two threads beside the worker made the same-MLP step 2.6x slower). Same
     files either way; the figures are all written when this returns.
     """
-    renderer = renderer or plots.Renderer()
+    renderer = renderer or Renderer()
     steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
     for analysis in steps:
         guard(analysis, loaded.config)

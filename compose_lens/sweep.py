@@ -24,7 +24,7 @@ numbers on either backend.
 This module only runs sweeps: it makes the points, sizes the workers, trains
 (locally or on Ray) and collects one ``results.csv`` row per point. The
 **thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from those
-rows; the figure is drawn by :func:`compose_lens.plots.sweep_figure`.
+rows; the figure is drawn by :func:`compose_lens.views.sweeps.sweep_figure`.
 
 **Faults.** Points whose ``results.json`` exists are skipped; a point whose
 directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
@@ -102,7 +102,8 @@ from compose_lens.errors import ComposeLensError
 from compose_lens.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.files import remove_stale_temps
-from compose_lens.plots import save, sweep_figure
+from compose_lens.views.drawing import save
+from compose_lens.views.sweeps import sweep_figure
 from compose_lens.provenance import provenance
 from compose_lens.safety import check_training_memory
 from compose_lens.train import Trainer, check_compile

@@ -84,7 +84,7 @@ def print_findings(summary: dict) -> None:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     refuse_uncovered("analyze", args.model)  # first: before torch is imported
     from compose_lens.cores import threads_now
-    from compose_lens.plots import Renderer
+    from compose_lens.views.drawing import Renderer
     from compose_lens.context import write_analysis  # lazy: torch
     from compose_lens.runs import check_device  # lazy: torch
     from compose_lens.safety import staged_output

@@ -98,7 +98,7 @@ class Option:
 class Result:
     """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
 
-    ``figures``: ``(stem, plots function, its arguments, dpi)``, drawn where the figures are drawn;
+    ``figures``: ``(stem, views function, its arguments, dpi)``, drawn where the figures are drawn;
     ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table);
     ``pages``: ``stem -> HTML``, offline pages written beside the figures (``figures/<stem>.html``).
     ``provenance``: what the tables' and documents' provenance records beside the settings (what the

@@ -19,10 +19,10 @@ CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 
 
 def _circuit(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis.circuit import discover
     from compose_lens.circuit_view import circuit_page
     from compose_lens.files import json_safe
+    from compose_lens.views.circuit import circuit_figure
 
     s = settings
     kind, pairs = (s["pairs"], None) if s["pairs"] in CIRCUIT_PAIRS else ("resample", s["pairs"])
@@ -37,7 +37,7 @@ def _circuit(ctx: Context, settings: dict) -> Result:
                          "n_pairs": s["n_pairs"] if pairs is None else len(pairs),
                          "min_pool_recovered": None if recovered is None else float(recovered)})
     return Result(tables={"circuit": found.edges, "circuit_pools": found.pools}, documents={"circuit": summary},
-                  figures=[("circuit", plots.circuit_figure, (found.edges, found.title, summary["metric"]), 120)],
+                  figures=[("circuit", circuit_figure, (found.edges, found.title, summary["metric"]), 120)],
                   pages={"circuit": circuit_page(found.edges, found.title, summary["metric"])})  # hover, slider
 
 
@@ -63,9 +63,9 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     """The found circuit, scored against the labelled one, and its faithfulness on every pool."""
     import html
 
-    import compose_lens.plots as plots
     from compose_lens.circuit_view import circuit_view
     from compose_lens.markup import html_table
+    from compose_lens.views.circuit import circuit_figure
 
     from compose_lens.stats import format_estimate
 
@@ -86,7 +86,7 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
             f"{size} of {s['edges']} edges recover {settings['target']:.0%} of the clean-vs-corrupted "
             f"logit difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
             f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
-            + inp.report.figure(plots.circuit_figure(edges, s["title"], s["metric"]), "circuit",
+            + inp.report.figure(circuit_figure(edges, s["title"], s["metric"]), "circuit",
                                 "The found circuit: components in forward order, each edge coloured by "
                                 "its |score| (colour bar), solid if in the circuit, grey dashed if not; "
                                 "attention takes its q, k and v inputs at three ports on its left edge.")

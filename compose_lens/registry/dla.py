@@ -15,19 +15,19 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _dla(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import logit_attribution
+    from compose_lens.views.attribution import logit_attribution_figure
 
     table = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed)
     lens = logit_attribution.logit_lens(ctx.loaded, settings["n"], ctx.seed)
     by_pool = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed, by="pool")
     return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
-                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
+                  figures=[("logit_attribution", logit_attribution_figure, (table, lens, by_pool), 120)])
 
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
-    import compose_lens.plots as plots
     from compose_lens.markup import html_table
+    from compose_lens.views.attribution import logit_attribution_figure
 
     table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
     kinds = table.drop_duplicates("kind")
@@ -43,7 +43,7 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
             f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
             + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
                                 "largest direct share"])
-            + inp.report.figure(plots.logit_attribution_figure(table, lens,
+            + inp.report.figure(logit_attribution_figure(table, lens,
                                                                result.tables.get("logit_attribution_by_pool")),
                                 "logit_attribution",
                                 "Left: each component's direct contribution per pool with its 95 % interval, but "

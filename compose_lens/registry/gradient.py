@@ -18,19 +18,19 @@ def _gradient_applies(config) -> bool:
 
 
 def _gradient(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import gradient_terms
+    from compose_lens.views.gradient import gradient_terms_figure
 
     table = gradient_terms.shares_of_model(ctx.loaded, settings["n"], ctx.seed)
     kept = table[table["term"] == gradient_terms.KEPT].set_index("matrix")["cosine"]
     facts = {f"gradient_kept_cosine_{matrix}": float(kept[matrix]) for matrix in gradient_terms.MATRICES}
     ideal = gradient_terms.idealisation(ctx.model, ctx.config.model)
     return Result(tables={"gradient_shares": table}, documents={"idealisation": ideal}, facts=facts,
-                  figures=[("gradient_terms", plots.gradient_terms_figure, (table,), 120)])
+                  figures=[("gradient_terms", gradient_terms_figure, (table,), 120)])
 
 
 def _gradient_section(inp, result: Result, settings: dict) -> str:
-    import compose_lens.plots as plots
+    from compose_lens.views.gradient import gradient_shares_figure, gradient_terms_figure
     from compose_lens import runs
     from compose_lens.analysis import gradient_terms
     from compose_lens.markup import html_table
@@ -51,14 +51,14 @@ def _gradient_section(inp, result: Result, settings: dict) -> str:
              f"gradient near 1 is the claim holding, near 0 its failing.</p>",
              html_table([[r.matrix, r.term, f"{r.share:.3f}", f"{r.cosine:.3f}"] for r in table.itertuples()],
                         ["product", "term", "share ||term|| / ||full||", "cosine with the full gradient"]),
-             inp.report.figure(plots.gradient_terms_figure(table), "gradient_terms",
+             inp.report.figure(gradient_terms_figure(table), "gradient_terms",
                                "Each product's gradient as its named terms at this model: a term's cosine with the "
                                "full gradient (bars; the kept, associative-memory term blue) and its share of the "
                                "full gradient's norm.")]
     if (inp.run_dir / runs.CHECKPOINTS_DIR).is_dir():
         over = gradient_terms.shares_over_training(inp.run_dir, settings["n"], inp.context.seed,
                                                    most=settings["checkpoints"])
-        parts.append(inp.report.figure(plots.gradient_shares_figure(over), "gradient_shares",
+        parts.append(inp.report.figure(gradient_shares_figure(over), "gradient_shares",
                                        f"The kept term's cosine with the full gradient at the initial weights and "
                                        f"{over['step'].nunique() - 1} checkpoints, one product a panel."))
     return "\n".join(parts)

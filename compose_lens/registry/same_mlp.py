@@ -15,9 +15,9 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import same_mlp
     from compose_lens.files import json_safe
+    from compose_lens.views.same_mlp import same_mlp_figure
 
     tables, report = same_mlp.same_mlp_run(ctx.loaded, ctx.seed, n=settings["n"])
     if ctx.split.prompts is not None:  # said, not silent: the tests' prompt sets are not the file's
@@ -29,7 +29,7 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
     # located: then there is nothing to test, and the verdict says why)
     return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
                   documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)},
-                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if "interchange" in tables else [])
+                  figures=[("same_mlp", same_mlp_figure, (report,), 110)] if "interchange" in tables else [])
 
 
 def _same_mlp_lines(result: Result) -> list[str]:
@@ -59,9 +59,9 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
     transfer) with their controls and verdict, then the correlational cosines."""
     import html
 
-    import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, same_mlp
     from compose_lens.markup import html_table
+    from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
@@ -71,7 +71,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
             f"same_mlp.json; {settings['n']} prompts per set)</p>"
             + html_table(table[columns].values.tolist(), columns)
-            + (inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
+            + (inp.report.figure(same_mlp_figure(report), "same_mlp",
                                  "Operand interchange per condition (black tick: what the interchange would "
                                  "give if constants and variables did not share the MLP's representation; "
                                  "dotted: chance), constant against variable damage profiles, and the probe "
@@ -81,7 +81,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
                if "interchange" in report["tables"] else
                f'<p class="missing">No test ran, so there is no figure of them: '
                f'{html.escape(str(report["verdict_reason"]))}.</p>')
-            + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
+            + inp.report.figure(cosine_histograms_figure(groups), "cosine_histograms",
                                 "Correlational only: cosine similarity of the MLP2 input, constant "
                                 "against variable operand, one panel per side of the variable; dashed: "
                                 "each group's mean."))

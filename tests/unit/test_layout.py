@@ -1,7 +1,7 @@
 """The package's layout: imports point one way, sit at the top, and the command line starts light.
 
 The flow of the work is config -> data -> model -> runs/phases -> train/evaluate/outcome -> analysis ->
-plots -> report -> sweep -> cli. A module may import from its own layer or an earlier
+views -> report -> sweep -> cli. A module may import from its own layer or an earlier
 one, never a later one, and no two modules import each other through any path. The
 test reads the source with ``ast`` (nothing is imported), so a cycle hidden in a
 function body is found too.
@@ -30,9 +30,9 @@ LAYERS = {
     "runs": 3, "phases": 3, "subject": 3,
     "train": 4, "evaluate": 4, "outcome": 4, "batched": 4,
     "analysis": 5,
-    "plots": 6, "circuit_view": 6,  # the circuit graph as an interactive page, from plots' layout
+    "views": 6, "circuit_view": 6,  # the circuit graph as an interactive page, from views.circuit's layout
     "attention_view": 6,  # the attention views as circuitsvis pages: below the registry, which builds its page
-    "figure_style": 0,  # matplotlib settings only: the report and paper styles plots draws in
+    "figure_style": 0,  # matplotlib settings only: the report and paper styles the views draw in
     "registry": 7, "context": 7,  # the analyses' one door: their declarations, and running one over a subject
     "compare": 7,  # two models through the registry's per-model context
     "report": 8,
@@ -315,7 +315,7 @@ ATTENTION_HOME = "model.heads"
 NOT_ATTENTION = {
     "analysis.metrics": "softmax of the answer logits (the prob metric)",
     "analysis.probes": "tril(-1) keeps the earlier keys of a score table for an argmax; no pattern is made",
-    "plots": "np.triu blanks a heatmap's upper triangle",
+    "views.drawing": "np.triu blanks a heatmap's upper triangle",
 }
 _ATTENTION_CALLS = {"softmax", "triu", "tril"}
 

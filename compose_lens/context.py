@@ -135,7 +135,15 @@ def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
 
 def compute(analysis: Analysis, context: Context | RunContext, settings: dict | None = None) -> Result:
     """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard."""
-    return analysis.compute(context, guard(analysis, context.config, settings))
+    settings = guard(analysis, context.config, settings)
+    return _with_figures(analysis, analysis.compute(context, settings), context, settings)
+
+
+def _with_figures(analysis: Analysis, result: Result, context: Context | RunContext, settings: dict) -> Result:
+    """``result`` with the figures its declaration draws from its tables and documents (``Analysis.draw``)."""
+    if analysis.draw is not None:
+        result.figures += analysis.draw(context, result, settings)
+    return result
 
 
 def write(analysis: Analysis, result: Result, folder: Path, context: Context | RunContext, settings: dict | None = None,
@@ -155,8 +163,9 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
             tmp.write_text(page, encoding="utf-8")
     for stem, figure, dpi in result.drawn:
         save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
-    for stem, draw, numbers, dpi in result.figures:
-        context.renderer.save(draw, *numbers, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
+    for stem, draw, numbers, dpi in result.figures:  # here, the drawing the report shows too (Result.figure)
+        how = (draw, *numbers) if context.renderer.background else (result.figure, stem)
+        context.renderer.save(*how, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -173,7 +182,8 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
     there and was made with the same settings, seed and configuration; else None. The tables the result had
     are the ones its documents' provenance lists (:func:`write`; a result may hold fewer than the analysis
     declares: same-MLP's competence table alone, where the model does not answer variable prompts), else
-    every declared one. (Facts and figures are not read back: the report draws its own.)"""
+    every declared one. Facts are not read back; the figures its declaration draws from the tables and
+    documents are (``Analysis.draw``)."""
     settings = analysis.with_settings(settings)
     if not analysis.tables and not analysis.documents:
         return None
@@ -195,7 +205,7 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
             result.tables[stem] = pd.read_csv(folder / f"{stem}.csv")
     except (OSError, ValueError, ComposeLensError, pd.errors.ParserError):
         return None
-    return result
+    return _with_figures(analysis, result, context, settings)
 
 
 def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | None = None) -> Result:

@@ -26,13 +26,18 @@ def _read_pairs(ctx: Context, settings: dict) -> dict:
 
 def _patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.patching import patching_table
+
+    return Result(tables={"patching": patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))})
+
+
+def _patching_figures(ctx: Context, result: Result, settings: dict) -> list:
     from compose_lens.views.patching import patching_figure
 
-    table = patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))
+    table = result.tables["patching"]
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
     title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
-    return Result(tables={"patching": table}, figures=[("patching", patching_figure, (table, title), 120)])
+    return [("patching", patching_figure, (table, title), 120)]
 
 
 def _largest_sites(table, k: int):
@@ -81,7 +86,6 @@ def _patching_section(inp, result: Result, settings: dict) -> str:
     import html
 
     from compose_lens.views.drawing import layer_name
-    from compose_lens.views.patching import patching_figure
 
     table, n_pairs = result.tables["patching"], settings["n_pairs"]
     found = "; ".join(f"{layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}"
@@ -89,10 +93,10 @@ def _patching_section(inp, result: Result, settings: dict) -> str:
     return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
             f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
             f"prompt. Restored most, outside the residual stream: {html.escape(found)}.</p>"
-            + inp.report.figure(patching_figure(table, f"activation patching, value corrupted ({n_pairs} pairs)"),
-                                "patching", "Normalised logit difference (0: the corrupted answer, 1: the clean "
-                                "one). Rows that are zero everywhere (the absent layer-1 MLP) are left out; "
-                                "<code>compose-lens patch --by position</code> gives absolute positions."))
+            + inp.report.figure(result.figure("patching"), "patching", "Normalised logit difference (0: the "
+                                "corrupted answer, 1: the clean one). Rows that are zero everywhere (the absent "
+                                "layer-1 MLP) are left out; <code>compose-lens patch --by position</code> gives "
+                                "absolute positions."))
 
 
 # the prompt-pair options of every patching command (patch, patch-heads, path-patch)
@@ -109,7 +113,7 @@ PATCHING = Analysis(
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching",), causal=True,
-    figures=("patching",), section=_patching_section,
+    figures=("patching",), draw=_patching_figures, section=_patching_section,
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,

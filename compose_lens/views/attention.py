@@ -56,7 +56,15 @@ def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: 
     ax.set_ylabel("query position")
     if n > 1:  # below the axes: covers no cell
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-    index = [f"pos{i}" for i in range(n)]
+    return positional_frame(scores)
+
+
+def positional_frame(positional: np.ndarray) -> pd.DataFrame:
+    """The positional figure's data: the positional scores and the attention from position alone (column
+    ``matrix``: ``score``, ``attention_from_position``), one row per query position."""
+    scores = np.asarray(positional, dtype=float)
+    index = [f"pos{i}" for i in range(len(scores))]
+    weights = positional_attention(scores).numpy()
     return pd.concat([matrix_frame(scores, index, index, "query_position").assign(matrix="score"),
                       matrix_frame(weights, index, index, "query_position").assign(matrix="attention_from_position")])
 

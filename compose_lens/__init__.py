@@ -71,7 +71,7 @@ _EXPORTS = {
     # your own prompt pairs (patching_table / discover_circuit take pairs= and metric=)
     "PromptPairs": "compose_lens.data.pairs", "read_pairs": "compose_lens.data.pairs",
     # figures (matplotlib); an analysis's own figures are among its exports
-    "png_bytes": "compose_lens.plots", "plot_style": "compose_lens.views.figure_style:style",
+    "png_bytes": "compose_lens.views.drawing", "plot_style": "compose_lens.views.figure_style:style",
     "FigureStyle": "compose_lens.views.figure_style", "fit_figure": "compose_lens.views.figure_style:fit",
     # files and pages
     "build_report": "compose_lens.report", "write_analysis": "compose_lens.report.context",

@@ -10,7 +10,7 @@ from compose_lens.training.runs import find_checkpoints
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
 from compose_lens.analysis.figure_data import jump_states
 from compose_lens.data.sampler import example_sequences
-from compose_lens.plots import early_jump_figure
+from compose_lens.views.attention import early_jump_figure
 
 parser = experiment_parser(__doc__.splitlines()[0], step=False)
 parser.add_argument("--before", type=int, help="checkpoint step before the jump")

@@ -5,7 +5,7 @@
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
 from compose_lens.analysis.figure_data import qk_matrices
-from compose_lens.plots import qk_heatmaps_figure
+from compose_lens.views.attention import qk_heatmaps_figure
 
 args = experiment_parser(__doc__.splitlines()[0]).parse_args()
 loaded = model_of(args)

@@ -222,18 +222,18 @@ def summary_tables(rows, shares) -> str:
 
 def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
     """The kept term's cosine with the full gradient over training (one colour per variant, mean
-    over seeds, seeds faint: :func:`compose_lens.plots.gradient_shares_figure`), and against the overlap knob."""
+    over seeds, seeds faint: :func:`compose_lens.views.gradient.gradient_shares_figure`), and against the overlap knob."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from compose_lens import plots
+    from compose_lens.views.gradient import GRADIENT_TITLES, gradient_shares_figure
 
     kept = shares[shares["term"] == "kept"]
     variants = kept[kept["variant"].isin(VARIANTS)]
     if not variants.empty:
-        fig, _ = plots.gradient_shares_figure(variants, by="variant", title="The associative-memory term's share "
+        fig, _ = gradient_shares_figure(variants, by="variant", title="The associative-memory term's share "
                                               f"of the gradient over training ({setting})")
         fig.savefig(out / "gradient_shares.png", dpi=130)
         plt.close(fig)
@@ -248,7 +248,7 @@ def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
         for k, step in enumerate(marks):
             part = knob[(knob["matrix"] == matrix) & (knob["step"] == step)].sort_values("overlap")
             ax.plot(part["overlap"], part["cosine"], "o-", color=f"C{k}", label=f"step {step}")
-        ax.set(title=plots.GRADIENT_TITLES[matrix], xlabel="embedding_overlap (cosine between token embeddings)")
+        ax.set(title=GRADIENT_TITLES[matrix], xlabel="embedding_overlap (cosine between token embeddings)")
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("cosine(kept term, full gradient)")
     axes[0].legend(fontsize=8)

@@ -21,7 +21,7 @@ processes may share the work (each point is claimed by one). The **table**
 (``experiments/results/modularity/grid.csv``) has one row per finished point, and one figure per axis
 (``width.png``, ``depth.png``, ``heads.png``): separation and circuit fraction against the axis, one
 marker per seed, the mean over seeds with their range, an inconclusive point drawn as an x at the bottom, a
-measure equal at every point said in the title instead of a panel (:func:`compose_lens.plots.modularity_figure`).
+measure equal at every point said in the title instead of a panel (:func:`compose_lens.views.sweeps.modularity_figure`).
 
 **The axes** (:data:`AXES`): width, d_model 64, 128, 256, 512 at the paper layout (2 layers, 1 head,
 an MLP in the last block); depth, 2, 3, 4 layers with an MLP in every block, at d_model 64 and 128;
@@ -279,14 +279,15 @@ def on_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 
 def figure(frame: pd.DataFrame, axis: str, path: Path) -> None:
-    """One axis's figure (:func:`compose_lens.plots.modularity_figure`): the depth points grouped by
+    """One axis's figure (:func:`compose_lens.views.sweeps.modularity_figure`): the depth points grouped by
     d_model, the others by where the MLPs sit."""
-    from compose_lens import plots
+    from compose_lens.views.drawing import save
+    from compose_lens.views.sweeps import modularity_figure
 
-    fig, _ = plots.modularity_figure(on_axis(frame, axis), AXIS_OF[axis],
+    fig, _ = modularity_figure(on_axis(frame, axis), AXIS_OF[axis],
                                      group="d_model" if axis == "depth" else None, log2=axis == "width",
                                      separation_min=modularity.SEPARATION_MIN)
-    plots.save(fig, None, path, dpi=120)
+    save(fig, None, path, dpi=120)
 
 
 def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:

@@ -38,7 +38,8 @@ from compose_lens.analysis.dynamics import addition_first_summary, sweep_onsets
 from compose_lens.analysis.thresholds import (BOOTSTRAP_REPLICATES, LEVELS, METRICS,
                                               THRESHOLD_RULE, fit_thresholds, numeric, thresholds)
 from compose_lens.core.files import json_safe, write_json_atomic
-from compose_lens.plots import onsets_figure, save, threshold_fit_figure
+from compose_lens.views.drawing import save
+from compose_lens.views.sweeps import onsets_figure, threshold_fit_figure
 from compose_lens.core.provenance import provenance
 from compose_lens.sweep import read_csv, sweep_rows, write_csv
 

@@ -38,5 +38,5 @@ in the report and exports is declared once per analysis in :mod:`compose_lens.re
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by
-:mod:`compose_lens.plots`.
+:mod:`compose_lens.views`.
 """

@@ -6,7 +6,7 @@
 sequence, the patterns, the model's answer, the label and the cells the study's
 circuit predicts (:func:`marked_cells`); :func:`pattern_table` lays every view's
 patterns out as one table. :mod:`compose_lens.views.attention_view` turns a view into an
-offline circuitsvis widget, :mod:`compose_lens.plots` into a heatmap; the
+offline circuitsvis widget, :mod:`compose_lens.views` into a heatmap; the
 ``attention`` analysis (:mod:`compose_lens.registry.attention`) writes both.
 
 What to look for (SPEC section 6, items 1-3): in layer 1 each context value

@@ -1,6 +1,6 @@
 """The numbers behind the study's model figures, as arrays and tables (no drawing here).
 
-:mod:`compose_lens.plots` draws; it never runs a model. Each function below runs
+:mod:`compose_lens.views` draws; it never runs a model. Each function below runs
 the analyses of this package on one model (or two checkpoints) and returns what
 one figure shows, so the offline report, the ``experiments/fig_*.py`` scripts and
 the ``compose-lens`` output writers draw the same numbers the same way:

@@ -1,7 +1,7 @@
 """Probes of the routing circuit: the previous-token head, operand gathering, identity routing.
 
 The study's circuit (SPEC section 6, items 1-3), in the order information flows. Layers are
-named as every figure names them (:func:`compose_lens.plots.layer_name`): layer 1 (blocks.0)
+named as every figure names them (:func:`compose_lens.views.drawing.layer_name`): layer 1 (blocks.0)
 is the paper's layer 1, TransformerLens's ``blocks.0``; layer 2 (blocks.1) its layer 2. A head's
 circuits are named by its role, never by a layer number: ``QK_binder = W_Q W_K^T`` and
 ``OV_binder = W_V W_O`` of the binder head (paper: layer 1 (blocks.0) head 0), ``QK_router`` and

@@ -327,7 +327,7 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
 def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(constant tokens, variable tokens, labels) for the same n training pairs (x, y), contexts
     drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``). Kept for the
-    cosine-histogram figure of :mod:`compose_lens.plots`; the tests above do not use it."""
+    cosine-histogram figure of :mod:`compose_lens.views`; the tests above do not use it."""
     task = split.task
     g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]

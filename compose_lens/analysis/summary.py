@@ -44,7 +44,7 @@ MLP the Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a defau
 ``ov_mlp_addition_accuracy`` feeds the MLP ``OV e_x + OV e_y`` of the router head (the
 paper's ``blocks.1`` head 0; NaN where no router is located).
 
-Likewise "layer 1" (layer 1 (blocks.0) in the figures, :func:`compose_lens.plots.layer_name`)
+Likewise "layer 1" (layer 1 (blocks.0) in the figures, :func:`compose_lens.views.drawing.layer_name`)
 is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*:
 the head whose attention from ``=`` lands on the operands, SPEC 6.2) and "layer 2" the
 *router* head that the probes read (``QK_router``, ``OV_binder``: the roles' circuits,

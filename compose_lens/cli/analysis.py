@@ -84,7 +84,7 @@ def print_findings(summary: dict) -> None:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     refuse_uncovered("analyze", args.model)  # first: before torch is imported
     from compose_lens.core.cores import threads_now
-    from compose_lens.plots import Renderer
+    from compose_lens.views.drawing import Renderer
     from compose_lens.report.context import write_analysis  # lazy: torch
     from compose_lens.training.runs import check_device  # lazy: torch
     from compose_lens.data.safety import staged_output

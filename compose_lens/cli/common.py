@@ -194,7 +194,7 @@ def emit(args: argparse.Namespace, result: dict, lines: list[str]) -> None:
             print(line)
 
 
-FORMATS = ("png", "svg", "pdf")  # compose_lens.plots.FORMATS, repeated here so --help imports no matplotlib
+FORMATS = ("png", "svg", "pdf")  # compose_lens.views.drawing.FORMATS, repeated here so --help imports no matplotlib
 
 
 STYLES = ("report", "paper")  # compose_lens.views.figure_style.STYLES, repeated here so --help imports no matplotlib

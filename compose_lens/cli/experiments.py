@@ -3,7 +3,7 @@
 Each script in ``experiments/`` draws one figure of the study from a run
 directory or the study's checkpoint folder: it takes the numbers from
 :mod:`compose_lens.analysis.figure_data` (model figures) or the dynamics table
-(training curves) and draws them with :mod:`compose_lens.plots`, as the offline
+(training curves) and draws them with :mod:`compose_lens.views`, as the offline
 report does. These helpers give the scripts the same arguments and the same way
 to find the dynamics table and the model, and save each (figure, data) pair.
 """
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens import plots
-
 from compose_lens.training import runs
+from compose_lens.views.drawing import save
 from compose_lens.report.outputs import dynamics_for
 
 
@@ -36,7 +35,7 @@ def experiment_parser(description: str, step: bool = True):
 
 def save_figure(figure: tuple, args, name: str) -> None:
     """Save a script's (figure, data) as ``args.out``/NAME.png and .csv; print the paths."""
-    for path in plots.save(*figure, Path(args.out) / name):
+    for path in save(*figure, Path(args.out) / name):
         print(f"wrote {path}")
 
 

@@ -17,7 +17,7 @@ is found, nothing names it by hand), and :data:`ANALYSES` holds them in the orde
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
   :func:`~compose_lens.report.context.read` rebuilds it, and its **figures**, drawn by
-  :mod:`compose_lens.plots` (by a worker, where ``analyze`` has one), their stems declared (``figures``:
+  :mod:`compose_lens.views` (by a worker, where ``analyze`` has one), their stems declared (``figures``:
   what a run directory may hold of it, :mod:`compose_lens.core.outputs`);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
   leave it out where it does not: the variant reading on the study's task), its report **section**

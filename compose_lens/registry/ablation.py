@@ -15,12 +15,12 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _ablation(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis.ablation import ablation_table
+    from compose_lens.views.patching import ablation_figure
 
     table = ablation_table(ctx.loaded, seed=ctx.seed, **settings)
     subject = table.attrs.get("neuron_subject")
-    return Result(tables={"ablation": table}, figures=[("ablation", plots.ablation_figure, (table, settings["pool_size"]), 120)],
+    return Result(tables={"ablation": table}, figures=[("ablation", ablation_figure, (table, settings["pool_size"]), 120)],
                   provenance={"neuron_subject": subject}, value=subject)
 
 
@@ -49,14 +49,14 @@ def _ablation_memory(settings: dict, config) -> None:
 def _ablation_section(inp, result: Result, settings: dict) -> str:
     import pandas as pd
 
-    import compose_lens.plots as plots
     from compose_lens.data.sampler import POOL_NAMES
+    from compose_lens.views.patching import ablation_figure
 
     table = result.tables["ablation"].copy()
     table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
     frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
     shown = table[(~frequencies | (table["kind"] == "resample")) & (table["target"] != "neuron")]
-    return inp.report.figure(plots.ablation_figure(shown, settings["pool_size"]), "ablation",
+    return inp.report.figure(ablation_figure(shown, settings["pool_size"]), "ablation",
                              f"Accuracy lost on each pool ({settings['pool_size']} sequences each) when a component "
                              "is ablated: the heads and the MLP by zero, mean and resample ablation, each key "
                              "frequency's neurons and Fourier directions by resample ablation (the other kinds and "

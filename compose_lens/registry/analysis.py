@@ -98,8 +98,9 @@ class Option:
 class Result:
     """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
 
-    ``figures``: ``(stem, plots function, its arguments, dpi)``, drawn where the figures are drawn;
-    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (where the figure makes the table);
+    ``figures``: ``(stem, views function, its arguments, dpi)``, drawn once (:meth:`figure`) where the
+    figures are written, and shown by the report from the same drawing;
+    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (a figure function that returns no data: DAS, the LLC);
     ``pages``: ``stem -> HTML``, offline pages written beside the figures (``figures/<stem>.html``).
     ``provenance``: what the tables' and documents' provenance records beside the settings (what the
     analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
@@ -112,6 +113,15 @@ class Result:
     pages: dict[str, str] = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
     value: Any = None
+    _drawings: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def figure(self, stem: str) -> tuple:
+        """The figure ``stem`` of :attr:`figures` as ``(figure, data)``, drawn on first use and kept: the
+        folder's file and the report's copy are one drawing."""
+        if stem not in self._drawings:
+            _, draw, numbers, _ = {f[0]: f for f in self.figures}[stem]
+            self._drawings[stem] = draw(*numbers)
+        return self._drawings[stem]
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,8 @@ class Analysis:
     tables: tuple[str, ...] = ()
     documents: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()  # the stems of every figure and page it draws, here or in its section (patterns)
+    draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> the ``Result.figures``
+    # of its tables and documents: a result read back has them too, so the report shows what the command drew
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
     section: Callable[[Any, Result, dict], str] | None = None

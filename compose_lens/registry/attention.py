@@ -10,7 +10,7 @@ the patterns, the model's answer, the label and the cells the study's circuit pr
 * ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
   offline (:func:`compose_lens.views.attention_view.views_page`);
 * ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
-  outlined (:func:`compose_lens.plots.view_figure`);
+  outlined (:func:`compose_lens.views.attention.view_figure`);
 * ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
   from which :func:`views` rebuilds the views (the report lays them out from it, saved or new);
 * ``attention.csv``: the same patterns as one table, a row per cell
@@ -34,17 +34,17 @@ MAX_SEQUENCES = 100  # views on one page (each inlines its patterns)
 def _attention(ctx: Context, settings: dict) -> Result:
     import torch
 
-    import compose_lens.plots as plots
     from compose_lens.analysis.attention import pattern_table, sequence_views
     from compose_lens.data.sampler import example_sequences
     from compose_lens.views.attention_view import views_page
+    from compose_lens.views.attention import view_figure
 
     texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)
     views = sequence_views(ctx.model, ctx.config, texts)
     listed = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]
     return Result(tables={"attention": pattern_table(views)},
                   documents={"attention": {"model": ctx.loaded.source, "sequences": listed}},
-                  figures=[(f"attention_{i}", plots.view_figure, (view,), 110) for i, view in enumerate(views)],
+                  figures=[(f"attention_{i}", view_figure, (view,), 110) for i, view in enumerate(views)],
                   pages={"attention": views_page(views, ctx.loaded.source)},
                   provenance={"sequences": texts}, value=views)
 
@@ -98,5 +98,5 @@ ATTENTION = Analysis(
                     "from each of four pools: held-out constants, 1-var training, held-out 2-var, 2-var in forbidden "
                     "slots; where the split has none of one, its training pool)", many=True, positional=True),),
     validate=_check_count, guard=_check_parse, describe=_lines,
-    exports=("sequence_views", "attention_figure=compose_lens.plots:view_figure",
+    exports=("sequence_views", "attention_figure=compose_lens.views.attention:view_figure",
              "interactive_attention=compose_lens.views.attention_view:notebook_view"))

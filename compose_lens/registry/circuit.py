@@ -19,7 +19,6 @@ CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 
 
 def _circuit(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis.circuit import discover
     from compose_lens.views.circuit_view import circuit_page
     from compose_lens.core.files import json_safe
@@ -37,8 +36,14 @@ def _circuit(ctx: Context, settings: dict) -> Result:
                          "n_pairs": s["n_pairs"] if pairs is None else len(pairs),
                          "min_pool_recovered": None if recovered is None else float(recovered)})
     return Result(tables={"circuit": found.edges, "circuit_pools": found.pools}, documents={"circuit": summary},
-                  figures=[("circuit", plots.circuit_figure, (found.edges, found.title, summary["metric"]), 120)],
                   pages={"circuit": circuit_page(found.edges, found.title, summary["metric"])})  # hover, slider
+
+
+def _circuit_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.circuit import circuit_figure
+
+    s = result.documents["circuit"]
+    return [("circuit", circuit_figure, (result.tables["circuit"], s["title"], s["metric"]), 120)]
 
 
 def _circuit_lines(result: Result) -> list[str]:
@@ -63,10 +68,8 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     """The found circuit, scored against the labelled one, and its faithfulness on every pool."""
     import html
 
-    import compose_lens.plots as plots
     from compose_lens.views.circuit_view import circuit_view
     from compose_lens.core.markup import html_table
-
     from compose_lens.core.stats import format_estimate
 
     s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
@@ -86,7 +89,7 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
             f"{size} of {s['edges']} edges recover {settings['target']:.0%} of the clean-vs-corrupted "
             f"logit difference{auc} ({s['seconds']:.1f} s). <code>compose-lens circuit</code> runs the other "
             f"methods (exact path patching, EAP, EAP-IG on the inputs, ACDC).</p>"
-            + inp.report.figure(plots.circuit_figure(edges, s["title"], s["metric"]), "circuit",
+            + inp.report.figure(result.figure("circuit"), "circuit",
                                 "The found circuit: components in forward order, each edge coloured by "
                                 "its |score| (colour bar), solid if in the circuit, grey dashed if not; "
                                 "attention takes its q, k and v inputs at three ports on its left edge.")
@@ -128,7 +131,7 @@ CIRCUIT = Analysis(
     settings={"method": "eap-ig", "n_pairs": 300, "pairs": "resample", "metric": "logit_diff", "positions": False,
               "target": 0.95, "threshold": 0.01},
     module="compose_lens.analysis.circuit", tables=("circuit", "circuit_pools"), documents=("circuit",),
-    causal=True, figures=("circuit",), section=_circuit_section, anchor="circuit-discovery",
+    causal=True, figures=("circuit",), draw=_circuit_figures, section=_circuit_section, anchor="circuit-discovery",
     command="circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)",
     options=(Option("--method", "method", "how edges are scored", choices=CIRCUIT_METHODS),
              Option("--n-pairs", "n_pairs", "clean/corrupted prompt pairs", minimum=6),

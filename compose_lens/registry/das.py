@@ -16,7 +16,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 # -- das: distributed alignment search for the variable-value binding ---------------------------------
 
 def _das(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.patching import das_figure
     from compose_lens.training import runs
     from compose_lens.analysis.das import DasSettings, das_table
 
@@ -24,7 +24,7 @@ def _das(ctx: Context, settings: dict) -> Result:
                          epochs=settings["epochs"], arbitrary_control=not settings["no_arbitrary"], seed=ctx.seed)
     chosen.check(ctx.config.model.d_model)
     table, summary = das_table(runs.with_bridge(ctx.loaded), chosen)  # TransformerLens's fit_das reads hooks
-    figure = plots.das_figure(table, f"DAS for the variable-value binding: {ctx.loaded.source}")
+    figure = das_figure(table, f"DAS for the variable-value binding: {ctx.loaded.source}")
     return Result(tables={"das": table}, documents={"das": {"model": ctx.loaded.source, **summary}},
                   drawn=[("das", figure, 120)])
 

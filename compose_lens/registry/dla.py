@@ -15,18 +15,23 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _dla(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import logit_attribution
 
     table = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed)
     lens = logit_attribution.logit_lens(ctx.loaded, settings["n"], ctx.seed)
     by_pool = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed, by="pool")
-    return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool},
-                  figures=[("logit_attribution", plots.logit_attribution_figure, (table, lens, by_pool), 120)])
+    return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool})
+
+
+def _dla_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.attribution import logit_attribution_figure
+
+    t = result.tables
+    return [("logit_attribution", logit_attribution_figure,
+             (t["logit_attribution"], t["logit_lens"], t.get("logit_attribution_by_pool")), 120)]
 
 
 def _dla_section(inp, result: Result, settings: dict) -> str:
-    import compose_lens.plots as plots
     from compose_lens.core.markup import html_table
 
     table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
@@ -43,9 +48,7 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
             f"after each stage ({settings['n']} sequences). <code>compose-lens dla</code> writes both tables.</p>"
             + html_table(rows, ["sequence kind", "mean margin (logits)", "accuracy", "sequences",
                                 "largest direct share"])
-            + inp.report.figure(plots.logit_attribution_figure(table, lens,
-                                                               result.tables.get("logit_attribution_by_pool")),
-                                "logit_attribution",
+            + inp.report.figure(result.figure("logit_attribution"), "logit_attribution",
                                 "Left: each component's direct contribution per pool with its 95 % interval, but "
                                 "the one that writes nearly the whole margin (named above the panel); a sign that "
                                 "differs between training and add-restricted pools shows here. Right: logit-lens "
@@ -72,7 +75,7 @@ DLA = Analysis(
     name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
     settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
     tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"),
-    figures=("logit_attribution",), section=_dla_section,
+    figures=("logit_attribution",), draw=_dla_figures, section=_dla_section,
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
     guard=lambda settings, config: _dla_memory(settings, config),

@@ -23,7 +23,7 @@ def _settings_of_trajectory(ctx, settings: dict) -> dict:
 
 
 def _dynamics(ctx, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.training import dynamics_figure
     from compose_lens.training import runs
     from compose_lens.analysis.dynamics import phases_document, trajectory
     from compose_lens.training.outcome import trajectory_outcome
@@ -38,7 +38,7 @@ def _dynamics(ctx, settings: dict) -> Result:
     doc = phases_document(traj)
     doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), ctx.source, traj.config)
     return Result(tables={"dynamics": traj.table}, documents={"phases": doc},
-                  figures=[("dynamics", plots.dynamics_figure, (traj.table, doc), 110)])
+                  figures=[("dynamics", dynamics_figure, (traj.table, doc), 110)])
 
 
 def _sizes(settings: dict, config) -> None:

@@ -29,7 +29,7 @@ def _saved_dynamics(ctx):
 
 
 def _early_jump(ctx, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.attention import early_jump_figure
     from compose_lens.training import runs
     from compose_lens.analysis.figure_data import jump_states
     from compose_lens.data.sampler import example_sequences
@@ -48,7 +48,7 @@ def _early_jump(ctx, settings: dict) -> Result:
     first, second, names = jump_states(ctx.source, before, after, text, table, ctx.split)
     listed = [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in state.items()} for state in (first, second)]
     return Result(documents={"early_jump": {"text": text, "variables": names, "states": listed}},
-                  figures=[("early_jump", plots.early_jump_figure, (first, second, names), 110)])
+                  figures=[("early_jump", early_jump_figure, (first, second, names), 110)])
 
 
 def _bracket(settings: dict) -> None:
@@ -76,7 +76,7 @@ def _depth(settings: dict, config) -> None:
 
 def states(result: Result) -> tuple[dict, dict, list[str]]:
     """(state before, state after, variable names) of a result, computed now or read back from
-    ``early_jump.json``: what :func:`compose_lens.plots.early_jump_figure` draws."""
+    ``early_jump.json``: what :func:`compose_lens.views.attention.early_jump_figure` draws."""
     import numpy as np
 
     doc = result.documents["early_jump"]

@@ -18,10 +18,11 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     import pandas as pd
     import torch
 
-    import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, fourier
     from compose_lens.analysis.activations import torch_threads
     from compose_lens.core.files import json_safe
+    from compose_lens.views.fourier import (best_neurons_figure, embedding_fourier_figure, frequency_shares_figure,
+                                            readout_fourier_figure)
 
     model, config, seed = ctx.model, ctx.config, ctx.seed
     location, subject = ctx.plan
@@ -55,12 +56,12 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     tables = {"neuron_frequencies": neurons, "best_neurons": best, "readout_fourier": readout,
               "excluded_loss": pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
               "embedding_fourier": embedding}
-    figures = [("frequency_shares", plots.frequency_shares_figure, (figure_data.frequency_variance_shares(grid), keys),
+    figures = [("frequency_shares", frequency_shares_figure, (figure_data.frequency_variance_shares(grid), keys),
                 120),
-               ("readout_fourier", plots.readout_fourier_figure, (fourier.unembed_frequency_norms(readout), keys), 120),
-               ("embedding_fourier", plots.embedding_fourier_figure, (embedding, facts["embedding_fourier"]), 120)]
+               ("readout_fourier", readout_fourier_figure, (fourier.unembed_frequency_norms(readout), keys), 120),
+               ("embedding_fourier", embedding_fourier_figure, (embedding, facts["embedding_fourier"]), 120)]
     if len(best):
-        figures.append(("best_neurons", plots.best_neurons_figure, (figure_data.best_neuron_patterns(grid, best),),
+        figures.append(("best_neurons", best_neurons_figure, (figure_data.best_neuron_patterns(grid, best),),
                         110))
     return Result(tables=tables,
                   documents={"locate": json_safe(location.to_dict()), "key_frequencies": facts,
@@ -87,8 +88,8 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
     """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
     import html
 
-    import compose_lens.plots as plots
     from compose_lens.analysis import figure_data
+    from compose_lens.views.fourier import fourier_neuron_figure
 
     facts = result.documents["key_frequencies"]
     if not facts["key_frequencies"]:
@@ -99,7 +100,7 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
             f"Key frequencies {facts['key_frequencies']}, holding {facts['key_frequency_strength']:.3f} of its "
             f"post-ReLU variance over the constant-operand grid; <code>compose-lens fourier</code> writes every "
             f"table and figure.</p>"
-            + inp.report.figure(plots.fourier_neuron_figure(chosen), "fourier_neuron",
+            + inp.report.figure(fourier_neuron_figure(chosen), "fourier_neuron",
                                 "The MLP neuron best explained by a key frequency, over all (x, y) of "
                                 "constant-operand sequences, beside its fitted ideal pattern."))
 
@@ -113,4 +114,4 @@ FOURIER = Analysis(
     command="fourier", help="Fourier analysis of the adder MLP (located; the paper's MLP2): key frequencies and losses",
     describe=_fourier_lines,
     exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons",
-             "fourier_neuron=compose_lens.analysis.figure_data", "fourier_neuron_figure=compose_lens.plots"))
+             "fourier_neuron=compose_lens.analysis.figure_data", "fourier_neuron_figure=compose_lens.views.fourier"))

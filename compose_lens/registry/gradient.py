@@ -18,22 +18,26 @@ def _gradient_applies(config) -> bool:
 
 
 def _gradient(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import gradient_terms
 
     table = gradient_terms.shares_of_model(ctx.loaded, settings["n"], ctx.seed)
     kept = table[table["term"] == gradient_terms.KEPT].set_index("matrix")["cosine"]
     facts = {f"gradient_kept_cosine_{matrix}": float(kept[matrix]) for matrix in gradient_terms.MATRICES}
     ideal = gradient_terms.idealisation(ctx.model, ctx.config.model)
-    return Result(tables={"gradient_shares": table}, documents={"idealisation": ideal}, facts=facts,
-                  figures=[("gradient_terms", plots.gradient_terms_figure, (table,), 120)])
+    return Result(tables={"gradient_shares": table}, documents={"idealisation": ideal}, facts=facts)
+
+
+def _gradient_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.gradient import gradient_terms_figure
+
+    return [("gradient_terms", gradient_terms_figure, (result.tables["gradient_shares"],), 120)]
 
 
 def _gradient_section(inp, result: Result, settings: dict) -> str:
-    import compose_lens.plots as plots
     from compose_lens.training import runs
     from compose_lens.analysis import gradient_terms
     from compose_lens.core.markup import html_table
+    from compose_lens.views.gradient import gradient_shares_figure
 
     ideal, table = result.documents["idealisation"], result.tables["gradient_shares"]
     overlap = (f", embedding_overlap {ideal['embedding_overlap']:g}" if ideal["embeddings"] == "orthogonal" else "")
@@ -51,14 +55,14 @@ def _gradient_section(inp, result: Result, settings: dict) -> str:
              f"gradient near 1 is the claim holding, near 0 its failing.</p>",
              html_table([[r.matrix, r.term, f"{r.share:.3f}", f"{r.cosine:.3f}"] for r in table.itertuples()],
                         ["product", "term", "share ||term|| / ||full||", "cosine with the full gradient"]),
-             inp.report.figure(plots.gradient_terms_figure(table), "gradient_terms",
+             inp.report.figure(result.figure("gradient_terms"), "gradient_terms",
                                "Each product's gradient as its named terms at this model: a term's cosine with the "
                                "full gradient (bars; the kept, associative-memory term blue) and its share of the "
                                "full gradient's norm.")]
     if (inp.run_dir / runs.CHECKPOINTS_DIR).is_dir():
         over = gradient_terms.shares_over_training(inp.run_dir, settings["n"], inp.context.seed,
                                                    most=settings["checkpoints"])
-        parts.append(inp.report.figure(plots.gradient_shares_figure(over), "gradient_shares",
+        parts.append(inp.report.figure(gradient_shares_figure(over), "gradient_shares",
                                        f"The kept term's cosine with the full gradient at the initial weights and "
                                        f"{over['step'].nunique() - 1} checkpoints, one product a panel."))
     return "\n".join(parts)
@@ -68,7 +72,8 @@ GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the ass
                     compute=_gradient, settings={"n": 512, "checkpoints": 12},
                     module="compose_lens.analysis.gradient_terms", tables=("gradient_shares",),
                     documents=("idealisation",),
-                    figures=("gradient_terms", "gradient_shares"), section=_gradient_section,
+                    figures=("gradient_terms", "gradient_shares"), draw=_gradient_figures,
+                    section=_gradient_section,
                     applies=_gradient_applies,
                     findings=(Finding("gradient_kept_cosine_qk0", "layer-1 QK gradient: cosine of the kept "
                                       "(binding) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9),

@@ -24,7 +24,7 @@ def _estimator_settings(settings: dict, seed: int):
 
 
 def _llc(ctx, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.training import llc_figure
     from compose_lens.training import runs
     from compose_lens.analysis import llc
 
@@ -42,7 +42,7 @@ def _llc(ctx, settings: dict) -> Result:
                   documents={"llc": {"source": str(ctx.source), "settings": llc.settings_dict(estimator),
                                      "phases": phases, "phases_from": phases_from,
                                      "healthy": int(table["healthy"].sum()), "estimates": len(table)}},
-                  drawn=[("llc", plots.llc_figure(table, phases, f"local learning coefficient{of}: {ctx.source}"),
+                  drawn=[("llc", llc_figure(table, phases, f"local learning coefficient{of}: {ctx.source}"),
                           110)])
 
 

@@ -25,14 +25,19 @@ def _read_pairs(ctx: Context, settings: dict) -> dict:
 
 
 def _patching(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis.patching import patching_table
 
-    table = patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))
+    return Result(tables={"patching": patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))})
+
+
+def _patching_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.patching import patching_figure
+
+    table = result.tables["patching"]
     corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
     title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
-    return Result(tables={"patching": table}, figures=[("patching", plots.patching_figure, (table, title), 120)])
+    return [("patching", patching_figure, (table, title), 120)]
 
 
 def _largest_sites(table, k: int):
@@ -80,18 +85,18 @@ def _patching_settings(settings: dict) -> None:
 def _patching_section(inp, result: Result, settings: dict) -> str:
     import html
 
-    import compose_lens.plots as plots
+    from compose_lens.views.drawing import layer_name
 
     table, n_pairs = result.tables["patching"], settings["n_pairs"]
-    found = "; ".join(f"{plots.layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}"
+    found = "; ".join(f"{layer_name(int(r.block))} {r.component} at {r.role}: {r.mean:.2f}"
                       for r in _largest_sites(table, 3).itertuples())
     return (f"<p>The value assigned to the queried variable is corrupted; one activation at a time is restored "
             f"from the clean run ({n_pairs} prompt pairs). Positions are grouped by the role they play in each "
             f"prompt. Restored most, outside the residual stream: {html.escape(found)}.</p>"
-            + inp.report.figure(plots.patching_figure(table, f"activation patching, value corrupted ({n_pairs} pairs)"),
-                                "patching", "Normalised logit difference (0: the corrupted answer, 1: the clean "
-                                "one). Rows that are zero everywhere (the absent layer-1 MLP) are left out; "
-                                "<code>compose-lens patch --by position</code> gives absolute positions."))
+            + inp.report.figure(result.figure("patching"), "patching", "Normalised logit difference (0: the "
+                                "corrupted answer, 1: the clean one). Rows that are zero everywhere (the absent "
+                                "layer-1 MLP) are left out; <code>compose-lens patch --by position</code> gives "
+                                "absolute positions."))
 
 
 # the prompt-pair options of every patching command (patch, patch-heads, path-patch)
@@ -108,12 +113,12 @@ PATCHING = Analysis(
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching",), causal=True,
-    figures=("patching",), section=_patching_section,
+    figures=("patching",), draw=_patching_figures, section=_patching_section,
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,
     exports=("patching_table", "TOKEN_ROLES=compose_lens.analysis.patching:ROLES",
-             "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.plots"))
+             "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.views.patching"))
 
 
 # -- patch-heads and path-patch: patching finer than a whole component -------------------------------
@@ -141,7 +146,7 @@ def _fine_patching_memory(settings: dict, config) -> None:
 
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.patching import patching_figure
     from compose_lens.training import runs
     from compose_lens.analysis.patching import head_patching_table
 
@@ -149,14 +154,14 @@ def _head_patching(ctx: Context, settings: dict) -> Result:
     table = head_patching_table(runs.with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
                                 seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"per-head patching ({_pairs_words(table, settings)})"
-    return Result(tables={"patching_heads": table}, figures=[("patching_heads", plots.patching_figure, (table, title), 120)],
+    return Result(tables={"patching_heads": table}, figures=[("patching_heads", patching_figure, (table, title), 120)],
                   value=settings)
 
 
 def _head_patching_lines(result: Result) -> list[str]:
     """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
-    from compose_lens.plots import metric_words
     from compose_lens.core.stats import format_estimate
+    from compose_lens.views.patching import metric_words
 
     table, settings = result.tables["patching_heads"], result.value or {}
     top = table.loc[table["mean"].abs().sort_values(ascending=False, kind="stable").index[:SHOWN_SITES]]
@@ -194,7 +199,7 @@ HEAD_PATCHING = Analysis(
 
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
+    from compose_lens.views.patching import path_patching_figure
     from compose_lens.training import runs
     from compose_lens.analysis.patching import path_patching
 
@@ -203,13 +208,13 @@ def _path_patching(ctx: Context, settings: dict) -> Result:
     table = path_patching(runs.with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
                           seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"path patching from {settings['sender']} ({_pairs_words(table, settings)})"
-    return Result(tables={"path_patching": table}, figures=[("path_patching", plots.path_patching_figure,
+    return Result(tables={"path_patching": table}, figures=[("path_patching", path_patching_figure,
                                                              (table, title), 120)], value=settings)
 
 
 def _path_patching_lines(result: Result) -> list[str]:
-    from compose_lens.plots import metric_words
     from compose_lens.core.stats import format_estimate
+    from compose_lens.views.patching import metric_words
 
     table, settings = result.tables["path_patching"], result.value or {}
     labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)"
@@ -244,4 +249,4 @@ PATH_PATCHING = Analysis(
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "
                     "MLP's input, blocks.L.mlp", many=True), *PAIR_OPTIONS),
     guard=_path_names, validate=_patching_settings, describe=_path_patching_lines,
-    exports=("path_patching", "path_patching_figure=compose_lens.plots"))
+    exports=("path_patching", "path_patching_figure=compose_lens.views.patching"))

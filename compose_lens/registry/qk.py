@@ -14,23 +14,42 @@ from compose_lens.registry.analysis import Analysis, Result
 
 
 def _qk(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import figure_data
+    from compose_lens.views.attention import positional_frame
+    from compose_lens.views.drawing import matrix_frame
 
     positional, identity = figure_data.qk_matrices(ctx.model, ctx.config, ctx.heads)  # None: no head plays it
-    drawn = ({} if positional is None else
-             {"positional_qk": plots.positional_qk_figure(positional, block=ctx.heads.binder[0])})
+    names = ctx.config.task.variable_names
+    tables = {} if positional is None else {"positional_qk": positional_frame(positional)}
     if identity is not None:
-        drawn["variable_identity"] = plots.variable_identity_figure(identity, ctx.config.task.variable_names)
-    return Result(tables={name: table for name, (_, table) in drawn.items()},
-                  drawn=[(name, fig, 120) for name, (fig, _) in drawn.items()])
+        tables["variable_identity"] = matrix_frame(identity, names, names, "query_variable")
+    return Result(tables=tables)
+
+
+def _scores(table):
+    """The binder's positional scores, read back from the ``positional_qk`` table."""
+    return table[table["matrix"] == "score"].drop(columns=["query_position", "matrix"]).to_numpy(copy=True)
+
+
+def _qk_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.attention import positional_qk_figure, variable_identity_figure
+
+    t, figures = result.tables, []
+    if "positional_qk" in t:
+        figures.append(("positional_qk", positional_qk_figure, (_scores(t["positional_qk"]), ctx.heads.binder[0]),
+                        120))
+    if "variable_identity" in t:
+        identity = t["variable_identity"].drop(columns="query_variable").to_numpy(copy=True)
+        figures.append(("variable_identity", variable_identity_figure, (identity, ctx.config.task.variable_names),
+                        120))
+    return figures
 
 
 def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
     """What the positional figure shows and marks, with where its rows peak (issue 43: the outlines sat one
     below the diagonal, the peaks on it, and nothing said why)."""
     from compose_lens.analysis.probes import positional_peaks, previous_position_fraction
-    from compose_lens.plots import layer_name
+    from compose_lens.views.drawing import layer_name
 
     peaks = positional_peaks(positional)
     fillers = (" (with filler words inside an assignment the variable can sit further back)"
@@ -52,27 +71,21 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
     """The two figures the analysis draws, of the located binder and router."""
     import html
 
-    import compose_lens.plots as plots
-    from compose_lens.analysis import figure_data
-
-    heads = inp.context.heads
-    positional, identity = figure_data.qk_matrices(inp.subject.model, inp.subject.config, heads)
+    heads, t = inp.context.heads, result.tables
     parts = [f"<p>The heads read: {html.escape(heads.how)}.</p>"]
-    if positional is not None:
-        parts.append(inp.report.figure(plots.positional_qk_figure(positional, block=heads.binder[0]),
-                                       "positional_qk", _positional_caption(positional, inp.subject.config.task,
-                                                                            heads.binder)))
-    if identity is not None:
-        parts.append(inp.report.figure(plots.variable_identity_figure(identity, inp.subject.config.task.variable_names),
-                                       "variable_identity", "The router's variable-identity score: a query = "
-                                       "carrying one variable (row) against a key value tagged with another "
-                                       "(column); the diagonal is the matching variable."))
-    if positional is None and identity is None:
+    if "positional_qk" in t:
+        parts.append(inp.report.figure(result.figure("positional_qk"), "positional_qk", _positional_caption(
+            _scores(t["positional_qk"]), inp.subject.config.task, heads.binder)))
+    if "variable_identity" in t:
+        parts.append(inp.report.figure(result.figure("variable_identity"), "variable_identity", "The router's "
+                                       "variable-identity score: a query = carrying one variable (row) against a key "
+                                       "value tagged with another (column); the diagonal is the matching variable."))
+    if not t:
         parts.append('<p class="missing">No head plays the binder, so there is no QK circuit to draw.</p>')
     return "\n".join(parts)
 
 
 QK = Analysis(name="qk", title="Previous-token head and variable-identity routing", compute=_qk,
               tables=("positional_qk", "variable_identity"),
-              figures=("positional_qk", "variable_identity"), section=_qk_section,
-    exports=("qk_matrices=compose_lens.analysis.figure_data", "qk_heatmaps_figure=compose_lens.plots"))
+              figures=("positional_qk", "variable_identity"), draw=_qk_figures, section=_qk_section,
+    exports=("qk_matrices=compose_lens.analysis.figure_data", "qk_heatmaps_figure=compose_lens.views.attention"))

@@ -15,7 +15,6 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:
-    import compose_lens.plots as plots
     from compose_lens.analysis import same_mlp
     from compose_lens.core.files import json_safe
 
@@ -28,8 +27,16 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
     # competence table alone where the model does not answer variable prompts, none where a role is not
     # located: then there is nothing to test, and the verdict says why)
     return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
-                  documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)},
-                  figures=[("same_mlp", plots.same_mlp_figure, (report,), 110)] if "interchange" in tables else [])
+                  documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)})
+
+
+def _same_mlp_figures(ctx: Context, result: Result, settings: dict) -> list:
+    """The tests' figure, where a test ran: with no role located, or (issue 53's gate) a model that does not
+    answer variable prompts, only the competence table is there (issue #45: KeyError 'interchange')."""
+    from compose_lens.views.same_mlp import same_mlp_figure
+
+    report = result.documents["same_mlp"]
+    return [("same_mlp", same_mlp_figure, (report,), 110)] if "interchange" in report["tables"] else []
 
 
 def _same_mlp_lines(result: Result) -> list[str]:
@@ -59,9 +66,9 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
     transfer) with their controls and verdict, then the correlational cosines."""
     import html
 
-    import compose_lens.plots as plots
     from compose_lens.analysis import figure_data, same_mlp
     from compose_lens.core.markup import html_table
+    from compose_lens.views.same_mlp import cosine_histograms_figure
 
     report = result.documents["same_mlp"]
     table = same_mlp.verdict_table(report)
@@ -71,17 +78,15 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
             f"same_mlp.json; {settings['n']} prompts per set)</p>"
             + html_table(table[columns].values.tolist(), columns)
-            + (inp.report.figure(plots.same_mlp_figure(report), "same_mlp",
+            + (inp.report.figure(result.figure("same_mlp"), "same_mlp",
                                  "Operand interchange per condition (black tick: what the interchange would "
                                  "give if constants and variables did not share the MLP's representation; "
                                  "dotted: chance), constant against variable damage profiles, and the probe "
                                  "and subspace transfer, with the controls. Bars: 95 % intervals.")
-               # no role located, or (issue 53's gate) the model does not answer variable prompts: no test
-               # ran, only the competence table is there (issue #45: KeyError 'interchange')
-               if "interchange" in report["tables"] else
+               if result.figures else
                f'<p class="missing">No test ran, so there is no figure of them: '
                f'{html.escape(str(report["verdict_reason"]))}.</p>')
-            + inp.report.figure(plots.cosine_histograms_figure(groups), "cosine_histograms",
+            + inp.report.figure(cosine_histograms_figure(groups), "cosine_histograms",
                                 "Correlational only: cosine similarity of the MLP2 input, constant "
                                 "against variable operand, one panel per side of the variable; dashed: "
                                 "each group's mean."))
@@ -92,7 +97,7 @@ SAME_MLP = Analysis(
     module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
     tables=tuple(f"same_mlp_{name}" for name in ("interchange", "damage_profiles", "feature_transfer", "probe",
                                                  "competence")),
-    figures=("same_mlp", "cosine_histograms"), section=_same_mlp_section, anchor="same-mlp",
+    figures=("same_mlp", "cosine_histograms"), draw=_same_mlp_figures, section=_same_mlp_section, anchor="same-mlp",
     command="same-mlp", help="does MLP2 add variables with the features it uses for constants? three tests that "
                              "can fail, and a verdict",
     options=(Option("--n", "n", "prompts per prompt set", minimum=20),), guard=_same_mlp_guard,

@@ -5,7 +5,7 @@ loads what every section needs once (:class:`ReportInputs`: the final model, its
 configuration and split, the dynamics table and phases, ``results.json``) and
 then composes one function per section, each taking those inputs and returning
 HTML. A section composes: it asks :mod:`compose_lens.analysis` (and
-:mod:`compose_lens.training.evaluate`) for numbers, :mod:`compose_lens.plots` for figures,
+:mod:`compose_lens.training.evaluate`) for numbers, :mod:`compose_lens.views` for figures,
 and lays them out; the maths is elsewhere.
 
 1. :func:`configuration_section`: the configuration (task, model, training); for a folder of the
@@ -62,10 +62,10 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from compose_lens import plots
-
 from compose_lens.training import runs
-from compose_lens.plots import layer_name
+from compose_lens.views.attention import early_jump_figure, view_figure
+from compose_lens.views.drawing import layer_name
+from compose_lens.views.training import accuracy_by_variable_count_figure, progress_measures_figure, refinement_figure
 from compose_lens.core import study
 from compose_lens.training.outcome import trajectory_outcome
 from compose_lens.training.phases import phase_line
@@ -282,19 +282,19 @@ def dynamics_section(inp: ReportInputs) -> str:
     parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
              f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
              f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-    parts.append(report.figure(plots.accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
+    parts.append(report.figure(accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
                                "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
                                "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
                                "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
                                "in the checkpoints (nothing measured there)."))
-    parts.append(report.figure(plots.progress_measures_figure(table, phases), "progress_measures",
+    parts.append(report.figure(progress_measures_figure(table, phases), "progress_measures",
                                "Progress measures over training with the phase boundaries. The losses are over all "
                                "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
                                "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
                                "them (high: the model needs them)."))
     forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
     parts.append(report.figure(
-        plots.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
+        refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
         "The late refinement: the layer-1 = query's score for each variable key equalises when the "
         "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
     return "\n".join(parts)
@@ -323,7 +323,7 @@ def attention_section(inp: ReportInputs) -> str:
              "heatmap with the circuit's cells outlined.</p>"]
     for i, view in enumerate(views):
         parts.append(view_html(view, focus))
-        figure = inp.report.figure(plots.view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
+        figure = inp.report.figure(view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
                                    "(blue), each value to its variable (green, dashed); layer 2: = to the "
                                    "values (orange). Colour: square root of the attention weight, so weights "
                                    "near 0.2 stay visible.")
@@ -338,7 +338,7 @@ def jump_section(inp: ReportInputs) -> str:
     text = inp.texts[1]
     run = context.RunContext(inp.run_dir, inp.split_file, progress=False, previous=inp.results_dir)
     found = context.run_analysis(registry.EARLY_JUMP, run, before=bracket[0], after=bracket[1], sequence=text)
-    return inp.report.figure(plots.early_jump_figure(*early_jump.states(found)), "early_jump",
+    return inp.report.figure(early_jump_figure(*early_jump.states(found)), "early_jump",
                              f"Layer-1 attention on <code>{html.escape(text)}</code> and the layer-2 identity "
                              f"matrix at steps {bracket[0]} and {bracket[1]}.")
 

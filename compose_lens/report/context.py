@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from compose_lens import plots, registry
+from compose_lens import registry
 
 from compose_lens.core import progress as progress_lines
 
@@ -42,6 +42,7 @@ from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.training.runs import write_document, write_table
 from compose_lens.data.safety import peek_run_config
 from compose_lens.training.subject import Subject
+from compose_lens.views.drawing import Renderer, save
 
 
 def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
@@ -64,11 +65,11 @@ class Context:
     and router the probes read. Inside ``with context:`` every operand grid is built once
     (:func:`compose_lens.analysis.fourier.shared_grids`): the summary, the Fourier tables, the
     same-MLP features and the ablation's frequency groups read the same constant-operand grid.
-    ``renderer``: where figures are drawn (:class:`compose_lens.plots.Renderer`)."""
+    ``renderer``: where figures are drawn (:class:`compose_lens.views.drawing.Renderer`)."""
 
-    def __init__(self, loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None):
+    def __init__(self, loaded: Subject, seed: int = 0, renderer: Renderer | None = None):
         self.loaded, self.seed = runs.for_analyses(loaded), seed
-        self.renderer = renderer or plots.Renderer()
+        self.renderer = renderer or Renderer()
         self._open = contextlib.ExitStack()
 
     model = property(lambda self: self.loaded.model)
@@ -106,10 +107,10 @@ class RunContext:
     ``config.json`` without loading weights (the study's for a folder of ``.pth`` files)."""
 
     def __init__(self, source: str | Path, split: str | Path | None = None, seed: int = 0, device: str = "cpu",
-                 progress: bool = True, previous: Path | None = None, renderer: plots.Renderer | None = None):
+                 progress: bool = True, previous: Path | None = None, renderer: Renderer | None = None):
         self.source, self.split, self.seed, self.device = source, split, seed, device
         self.progress, self.previous = progress, previous
-        self.renderer = renderer or plots.Renderer()
+        self.renderer = renderer or Renderer()
 
     @functools.cached_property
     def config(self):
@@ -138,7 +139,15 @@ def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
 
 def compute(analysis: Analysis, context: Context | RunContext, settings: dict | None = None) -> Result:
     """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard."""
-    return analysis.compute(context, guard(analysis, context.config, settings))
+    settings = guard(analysis, context.config, settings)
+    return _with_figures(analysis, analysis.compute(context, settings), context, settings)
+
+
+def _with_figures(analysis: Analysis, result: Result, context: Context | RunContext, settings: dict) -> Result:
+    """``result`` with the figures its declaration draws from its tables and documents (``Analysis.draw``)."""
+    if analysis.draw is not None:
+        result.figures += analysis.draw(context, result, settings)
+    return result
 
 
 def write(analysis: Analysis, result: Result, folder: Path, context: Context | RunContext, settings: dict | None = None,
@@ -157,9 +166,10 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
         with atomic_path(folder / FIGURES / f"{stem}.html") as tmp:
             tmp.write_text(page, encoding="utf-8")
     for stem, figure, dpi in result.drawn:
-        plots.save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
-    for stem, draw, numbers, dpi in result.figures:
-        context.renderer.save(draw, *numbers, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
+        save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
+    for stem, draw, numbers, dpi in result.figures:  # here, the drawing the report shows too (Result.figure)
+        how = (draw, *numbers) if context.renderer.background else (result.figure, stem)
+        context.renderer.save(*how, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -176,7 +186,8 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
     there and was made with the same settings, seed and configuration; else None. The tables the result had
     are the ones its documents' provenance lists (:func:`write`; a result may hold fewer than the analysis
     declares: same-MLP's competence table alone, where the model does not answer variable prompts), else
-    every declared one. (Facts and figures are not read back: the report draws its own.)"""
+    every declared one. Facts are not read back; the figures its declaration draws from the tables and
+    documents are (``Analysis.draw``)."""
     settings = analysis.with_settings(settings)
     if not analysis.tables and not analysis.documents:
         return None
@@ -198,7 +209,7 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
             result.tables[stem] = pd.read_csv(folder / f"{stem}.csv")
     except (OSError, ValueError, ComposeLensError, pd.errors.ParserError):
         return None
-    return result
+    return _with_figures(analysis, result, context, settings)
 
 
 def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | None = None) -> Result:
@@ -258,14 +269,14 @@ def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Pa
 
 
 @contextlib.contextmanager
-def opened(loaded: Subject, seed: int = 0, renderer: plots.Renderer | None = None) -> Iterator[Context]:
+def opened(loaded: Subject, seed: int = 0, renderer: Renderer | None = None) -> Iterator[Context]:
     """``with opened(loaded) as context:`` a :class:`Context`, its shared grids open."""
     with Context(loaded, seed, renderer) as context:
         yield context
 
 
 def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
-                   progress: bool = False, renderer: plots.Renderer | None = None) -> dict:
+                   progress: bool = False, renderer: Renderer | None = None) -> dict:
     """Write every registered analysis of one model into ``out/<name>/`` and ``out/summary.json`` (every
     analysis's facts: the probe and Fourier measures, the key frequencies, the same-MLP verdict); return
     the summary.
@@ -275,12 +286,12 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     command only (``in_analyze=False``: DAS), is left out. Every guard runs
     first, on the loaded model's config: a refusal comes before minutes of work, not after.
     ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
-    (:class:`compose_lens.plots.Renderer`; default: here, as each analysis finishes). With a background
+    (:class:`compose_lens.views.drawing.Renderer`; default: here, as each analysis finishes). With a background
     renderer the analyses run on one torch thread, so that they and the figure worker share two cores
     without oversubscription (two threads beside the worker made the same-MLP step 2.6x slower). Same
     files either way; the figures are all written when this returns.
     """
-    renderer = renderer or plots.Renderer()
+    renderer = renderer or Renderer()
     steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
     for analysis in steps:
         guard(analysis, loaded.config)

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from compose_lens.views.attention_view import VIEW_STYLE, offline_page
 from compose_lens.core.markup import COMPARISON_STYLE, render
-from compose_lens.plots import data_uri, png_bytes
+from compose_lens.views.drawing import data_uri, png_bytes
 
 STYLE = """
 body{font-family:system-ui,-apple-system,sans-serif;max-width:1250px;margin:1.5em auto;padding:0 1em;color:#222;

@@ -24,7 +24,7 @@ numbers on either backend.
 This module only runs sweeps: it makes the points, sizes the workers, trains
 (locally or on Ray) and collects one ``results.csv`` row per point. The
 **thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from those
-rows; the figure is drawn by :func:`compose_lens.plots.sweep_figure`.
+rows; the figure is drawn by :func:`compose_lens.views.sweeps.sweep_figure`.
 
 **Faults.** Points whose ``results.json`` exists are skipped; a point whose
 directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
@@ -104,7 +104,8 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import atomic_path, json_safe, load_json, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.core.files import remove_stale_temps
-from compose_lens.plots import save, sweep_figure
+from compose_lens.views.drawing import save
+from compose_lens.views.sweeps import sweep_figure
 from compose_lens.core.provenance import provenance
 from compose_lens.data.safety import check_training_memory
 from compose_lens.training.train import Trainer, check_compile
@@ -961,3 +962,9 @@ def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: i
                                f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
+
+if __name__ == "__main__":  # python -m compose_lens.sweep JOB: train_points_in_process's worker
+    import sys
+
+    job = json.loads(Path(sys.argv[1]).read_text())
+    print(json.dumps(train_points(job["configs"], job["run_dirs"], job["threads"])))

@@ -1,1 +1,11 @@
-"""Layer 5: what is drawn: the figures (matplotlib), their styles, and the circuitsvis and circuit pages."""
+"""What is drawn, from numbers: the study's figures (matplotlib), one module per subject, their styles, and
+the pages that open offline.
+
+:mod:`~compose_lens.views.drawing` makes, writes and shares what every figure needs (the palette,
+the layer names, the one heatmap, :func:`~compose_lens.views.drawing.save`, the background
+:class:`~compose_lens.views.drawing.Renderer`); the others draw one subject each: training,
+attention and QK, the Fourier features, the same MLP, patching and ablation, the circuit graph,
+direct logit attribution, the gradient terms, and sweeps across runs. :mod:`~compose_lens.views.figure_style`
+holds the report and paper styles; :mod:`~compose_lens.views.attention_view` and
+:mod:`~compose_lens.views.circuit_view` make the circuitsvis attention views and the circuit's interactive page.
+"""

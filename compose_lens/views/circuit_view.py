@@ -1,18 +1,18 @@
 """The found circuit as an interactive page: hover for scores, a slider for the threshold, no network.
 
-The PNG of the circuit graph (:func:`compose_lens.plots.circuit_figure`) shows every edge at once,
+The PNG of the circuit graph (:func:`compose_lens.views.circuit.circuit_figure`) shows every edge at once,
 coloured by its score. A reader of a circuit-discovery tool (circuit-tracer's graph viewer,
 auto-circuit's plots) also asks *how much* one edge carries and *what is left* when the weak edges
 go. This module writes the same graph as one offline HTML file (``circuit.html``, beside
 ``circuit.png``) that answers both:
 
-* **the same picture.** The boxes and edges come from :func:`compose_lens.plots.circuit_layout`,
+* **the same picture.** The boxes and edges come from :func:`compose_lens.views.circuit.circuit_layout`,
   the layout the PNG is drawn from: each component in its column, each edge from its sender's right
   edge to its receiver's q / k / v port. An edge of the PNG is bent by matplotlib's ``arc3``
   connection: a quadratic Bezier curve whose control point sits ``rad`` times the chord's length
   off the chord's midpoint, at right angles to it. SVG's ``Q`` command draws that curve, so the
-  page bends each edge as the PNG does. Colours are the PNG's (:data:`compose_lens.plots.EDGE_CMAP`
-  on the square-root scale of :meth:`~compose_lens.plots.CircuitLayout.colour_scale`); edges of the
+  page bends each edge as the PNG does. Colours are the PNG's (:data:`compose_lens.views.circuit.EDGE_CMAP`
+  on the square-root scale of :meth:`~compose_lens.views.circuit.CircuitLayout.colour_scale`); edges of the
   found circuit are solid (dash-dotted where the score is negative), the others grey and dashed.
 * **hover** an edge: sender -> receiver (and position), its score with its 95 % interval where the
   table has one (``ci_low``, ``ci_high``), whether it is in the found circuit. Hover a component:
@@ -40,9 +40,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from compose_lens import plots
 from compose_lens.core.markup import page, render
 from compose_lens.core.stats import format_estimate
+from compose_lens.views.circuit import (EDGE_CMAP, PORT_OFFSET, CircuitLayout, circuit_layout, component_name,
+                                       receiver_node)
+from compose_lens.views.patching import metric_words
 
 LEFT_OUT = "#bbbbbb"  # the PNG's grey for an edge left out of the circuit
 SCALE = {False: (200.0, 100.0), True: (200.0, 34.0)}  # px per data unit (x, y): whole graph, by position
@@ -160,14 +162,14 @@ def _arrow(start, control, end, length: float, half: float) -> tuple[str, str]:
 
 
 def _colour_bar(vmax: float, scale: str) -> str:
-    stops = ", ".join(to_hex(plots.EDGE_CMAP(f)) for f in np.linspace(0, 1, 11))
+    stops = ", ".join(to_hex(EDGE_CMAP(f)) for f in np.linspace(0, 1, 11))
     ticks = "".join(f"<span>{format_estimate(vmax * f * f, significant=2)}</span>" for f in (0, 0.25, 0.5, 0.75, 1))
     return (f'<span>{html.escape(scale)}</span><div><div class="bar" style="background:linear-gradient(to right, '
             f'{stops})"></div><div class="ticks">{ticks}</div></div><span></span>')
 
 
 def _legend(by_position: bool) -> str:
-    strong = to_hex(plots.EDGE_CMAP(1.0))
+    strong = to_hex(EDGE_CMAP(1.0))
 
     def sample(colour: str, dash: str, width: float) -> str:
         return (f'<svg width="34" height="10"><line x1="1" y1="5" x2="33" y2="5" stroke="{colour}" '
@@ -186,7 +188,7 @@ def _legend(by_position: bool) -> str:
 class _Drawing:
     """The SVG of one layout: data units to the page's pixels (y down), and each element's markup."""
 
-    def __init__(self, layout: plots.CircuitLayout):
+    def __init__(self, layout: CircuitLayout):
         self.layout = layout
         self.sx, self.sy = SCALE[layout.by_position]
         self.places = {box: layout.centre(*box) for box in layout.boxes()}
@@ -210,14 +212,14 @@ class _Drawing:
         bend = [(1 - t) ** 2 * curve[0][1] + 2 * (1 - t) * t * curve[1][1] + t ** 2 * curve[2][1]
                 for t in (0.25, 0.5, 0.75)]
         self.low, self.high = min(self.low, *(y - 6 for y in bend)), max(self.high, *(y + 6 for y in bend))
-        colour = to_hex(plots.EDGE_CMAP(self.norm(abs(row.score)))) if row.in_circuit else LEFT_OUT
+        colour = to_hex(EDGE_CMAP(self.norm(abs(row.score)))) if row.in_circuit else LEFT_OUT
         stroke = STROKE[layout.by_position] if row.in_circuit else 1.0
         dash = ("none" if row.score >= 0 else "7 3 1.5 3") if row.in_circuit else "4 3"
-        target = plots.receiver_node(row.receiver)[0]
+        target = receiver_node(row.receiver)[0]
         name = f"{row.sender}->{row.receiver}"
         port = "" if target == row.receiver else f" ({row.receiver[-1]})"
-        tip = (f"{_place(name, row.position)}\n{plots.component_name(row.sender, layout.several)} -> "
-               f"{plots.component_name(target, layout.several)}{port}\nscore {_score_words(row)}\n"
+        tip = (f"{_place(name, row.position)}\n{component_name(row.sender, layout.several)} -> "
+               f"{component_name(target, layout.several)}{port}\nscore {_score_words(row)}\n"
                + ("in the found circuit" if row.in_circuit else "left out of the circuit"))
         interval = {}
         if "ci_low" in layout.edges and "ci_high" in layout.edges:
@@ -237,12 +239,12 @@ class _Drawing:
         parts = [f'<g class="node" {marks}>'
                  f'<rect x="{cx - w / 2:.1f}" y="{cy - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" rx="5"/>']
         if not self.layout.by_position:  # named in the box, as in the PNG; by position, atop each column
-            lines = textwrap.wrap(plots.component_name(node, self.layout.several), 14)
+            lines = textwrap.wrap(component_name(node, self.layout.several), 14)
             for i, line in enumerate(lines):
                 y = cy + (i - (len(lines) - 1) / 2) * 13 + 4
                 parts.append(f'<text x="{cx + 6:.1f}" y="{y:.1f}" text-anchor="middle">{html.escape(line)}</text>')
             if node.startswith("a"):
-                for port, offset in plots.PORT_OFFSET.items():
+                for port, offset in PORT_OFFSET.items():
                     if port:
                         parts.append(f'<text x="{cx - w / 2 + 4:.1f}" y="{cy - offset * h + 4:.1f}" '
                                      f'font-weight="bold">{port}</text>')
@@ -272,10 +274,10 @@ class _Drawing:
         flows: dict[tuple, dict] = {box: {"in": [], "out": []} for box in self.places}
         for row in layout.edges.itertuples():
             flows[(row.sender, row.position)]["out"].append(row)
-            flows[(plots.receiver_node(row.receiver)[0], row.position)]["in"].append(row)
+            flows[(receiver_node(row.receiver)[0], row.position)]["in"].append(row)
         nodes = []
         for node, position in self.places:
-            words = plots.component_name(node, layout.several)
+            words = component_name(node, layout.several)
             tip = "\n".join([_place(words, position) + (f" ({node})" if node != words else ""),
                               _flow_words(flows[(node, position)]["in"], "in"),
                               _flow_words(flows[(node, position)]["out"], "out")])
@@ -299,13 +301,13 @@ def circuit_view(table: pd.DataFrame, title: str, metric: str = "logit_diff") ->
     """The graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges as an HTML fragment:
     the SVG, the threshold slider under the colour bar, the hover tip and the script (see the
     module doc). ``metric`` names what the scores are shares of, as the PNG's colour bar does."""
-    layout = plots.circuit_layout(table)
+    layout = circuit_layout(table)
     drawing = _Drawing(layout)
     vmax = float(drawing.norm.vmax)
     digest = hashlib.sha1(pd.util.hash_pandas_object(layout.edges[["score"]], index=False).values.tobytes()
                           + title.encode()).hexdigest()[:10]
     root = f"circuit-view-{digest}"  # one id per view: a report may hold several
-    scale = f"|edge score| (share of the {plots.metric_words(metric)}; sqrt scale)"
+    scale = f"|edge score| (share of the {metric_words(metric)}; sqrt scale)"
     controls = (f'<div class="controls">{_colour_bar(vmax, scale)}'
                 f'<label for="{root}-threshold">hide edges below</label>'
                 f'<input type="range" class="threshold" id="{root}-threshold" min="0" max="{SLIDER_STEPS}" '

@@ -1,7 +1,7 @@
 """One figure style for the whole toolkit: the report's, or a paper's.
 
-Every figure of :mod:`compose_lens.plots` is drawn for the offline report: 11 in wide
-(:data:`compose_lens.plots.REPORT_WIDTH_IN`), its fonts 8 to 10 pt, written as PNG at 110 dpi. A paper
+Every figure of :mod:`compose_lens.views` is drawn for the offline report: 11 in wide
+(:data:`compose_lens.views.drawing.REPORT_WIDTH_IN`), its fonts 8 to 10 pt, written as PNG at 110 dpi. A paper
 wants the same figure at a journal's width, its text at the size of the caption beside it, and vector
 files. A :class:`FigureStyle` says all of that in one place, and :data:`STYLES` holds the two:
 
@@ -17,8 +17,8 @@ the style is applied in two steps that work for every figure, a user's own inclu
 
 1. while drawing, inside :func:`style`, matplotlib's settings (:attr:`FigureStyle.rc`) give every
    size the figure does not set itself (tick labels, legends, line widths);
-2. when the figure is written (:func:`fit`, called by :meth:`compose_lens.plots.StudyFigure.savefig`
-   and :func:`compose_lens.plots.figure_bytes`), a figure wider than the style's width is narrowed
+2. when the figure is written (:func:`fit`, called by :meth:`compose_lens.views.drawing.StudyFigure.savefig`
+   and :func:`compose_lens.views.drawing.figure_bytes`), a figure wider than the style's width is narrowed
    to it, its height by the square root of that factor (text does not shrink as much as the width,
    so panels keep room for their titles and labels), every text is set to the style's size for
    it (:meth:`FigureStyle.font_size`: the report's 10 pt title becomes 9, its 8 pt labels 7),
@@ -30,10 +30,12 @@ the style is applied in two steps that work for every figure, a user's own inclu
 A figure remembers the style it was drawn in, so saving it later, outside the ``with`` block, still
 writes it in that style. From Python or a notebook::
 
-    from compose_lens import plots
-    with plots.style("paper"):
-        fig, data = plots.progress_measures_figure(table, phases)
-        plots.save(fig, data, "figures/progress", fmt="pdf")   # 7.0 in wide, 7-9 pt
+    from compose_lens.views.figure_style import style
+    from compose_lens.views.drawing import save
+    from compose_lens.views.training import progress_measures_figure
+    with style("paper"):
+        fig, data = progress_measures_figure(table, phases)
+        save(fig, data, "figures/progress", fmt="pdf")   # 7.0 in wide, 7-9 pt
 
 On the command line, ``--style paper`` on every command that writes figures (the registered
 analyses' commands, ``analyze``, ``attention``, ``llc``) draws them so and writes PDF unless
@@ -173,7 +175,7 @@ def _lay_out(fig: Figure, layout: dict) -> None:
     A grid's own spacing (``add_gridspec(hspace=...)``, chosen for the report's width) is dropped so
     that ``tight_layout`` can place its axes; a figure whose axes it still cannot place (an axis put
     at a place by hand) keeps its own placement (matplotlib's constrained layout, tried instead,
-    squeezed :func:`compose_lens.plots.same_mlp_figure`'s panels to slivers)."""
+    squeezed :func:`compose_lens.views.same_mlp.same_mlp_figure`'s panels to slivers)."""
     _below_title(fig)
     for grid in {ax.get_subplotspec().get_topmost_subplotspec().get_gridspec() for ax in fig.axes
                  if ax.get_subplotspec() is not None}:

@@ -145,8 +145,9 @@ def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_con
     """The report lays out the attention views from the saved ``attention.json`` where it was made alike
     (compose_lens.report.context.obtain): read back, each view is the computed one (patterns, marks per layer),
     so the page and the heatmap are the same."""
-    from compose_lens import plots, registry
+    from compose_lens import registry
     from compose_lens.report import context
+    from compose_lens.views.attention import view_figure
     from compose_lens.views.attention_view import view_html
     from compose_lens.registry.attention import views
 
@@ -160,7 +161,7 @@ def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_con
     for computed, back in zip(made.value, views(read), strict=True):
         assert torch.equal(computed["patterns"], back["patterns"]) and computed["marks"] == back["marks"]
         assert same_ids(view_html(computed, focus=1)) == same_ids(view_html(back, focus=1))
-        assert plots.view_figure(computed)[1].equals(plots.view_figure(back)[1])
+        assert view_figure(computed)[1].equals(view_figure(back)[1])
 
 
 def test_sequences_after_the_options_are_read_as_before_and_a_stray_flag_is_still_refused(tiny_config, tmp_path,

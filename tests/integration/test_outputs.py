@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from compose_lens import plots
+from compose_lens.views.drawing import Renderer
+from compose_lens.views.fourier import frequency_shares_figure
 from compose_lens.cli import main
 from compose_lens.model import tl
 from compose_lens.training.runs import save_model
@@ -63,8 +64,8 @@ def test_sweeping_the_seed_trains_with_each_seed(tiny_config):
 
 def test_figures_drawn_in_the_background_are_the_same_bytes(tmp_path):
     for background in (False, True):
-        with plots.Renderer(background) as renderer:
-            renderer.save(plots.frequency_shares_figure, [0.1, 0.6, 0.2, 0.1], [1],
+        with Renderer(background) as renderer:
+            renderer.save(frequency_shares_figure, [0.1, 0.6, 0.2, 0.1], [1],
                           path=tmp_path / str(background) / "shares", dpi=90)
     here, worker = (tmp_path / str(b) / "shares.png" for b in (False, True))
     assert here.read_bytes().startswith(b"\x89PNG") and here.read_bytes() == worker.read_bytes()
@@ -72,8 +73,8 @@ def test_figures_drawn_in_the_background_are_the_same_bytes(tmp_path):
 
 def test_a_figure_that_fails_in_the_worker_raises_in_the_caller(tmp_path):
     with pytest.raises(TypeError):
-        with plots.Renderer(True) as renderer:
-            renderer.save(plots.frequency_shares_figure, None, [1], path=tmp_path / "shares")
+        with Renderer(True) as renderer:
+            renderer.save(frequency_shares_figure, None, [1], path=tmp_path / "shares")
     assert not (tmp_path / "shares.png").exists()
 
 
@@ -84,7 +85,7 @@ def test_where_no_worker_can_start_the_figures_are_drawn_here(tmp_path, monkeypa
         raise OSError("no processes here")
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
-    with plots.Renderer(True) as renderer:
+    with Renderer(True) as renderer:
         assert not renderer.background
-        renderer.save(plots.frequency_shares_figure, [0.5, 0.5], [1], path=tmp_path / "shares")
+        renderer.save(frequency_shares_figure, [0.5, 0.5], [1], path=tmp_path / "shares")
     assert (tmp_path / "shares.png").exists()

@@ -28,15 +28,15 @@ SCALE_WORDS = {"logit_diff": "logit difference", "prob": "probability of the cle
 @pytest.fixture
 def colour_bar_labels(monkeypatch) -> list[str]:
     """The colour-bar labels of every figure the command saves (the PNG holds no text to read)."""
-    from compose_lens import plots
+    from compose_lens.views import drawing
 
-    labels, save = [], plots.save
+    labels, save = [], drawing.save
 
     def keep_labels(fig, *args, **kwargs):
         labels.extend(ax.get_ylabel() for ax in fig.axes[1:] if ax.get_ylabel())
         return save(fig, *args, **kwargs)
 
-    monkeypatch.setattr(plots, "save", keep_labels)
+    monkeypatch.setattr(drawing, "save", keep_labels)
     return labels
 
 

@@ -27,7 +27,7 @@ def test_notebook_is_stored_without_outputs():
 
 def private_uses(source: str) -> list[str]:
     """What one code cell takes from compose_lens beyond its public API (``compose_lens.__all__``):
-    a submodule import (``import compose_lens.plots``, ``from compose_lens.analysis import x``), a
+    a submodule import (``import compose_lens.views.drawing``, ``from compose_lens.analysis import x``), a
     ``from compose_lens import name`` or ``cl.name`` where ``name`` is not public."""
     public = set(compose_lens.__all__)
     tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
@@ -55,8 +55,8 @@ def test_private_uses_are_found():
     assert private_uses("from compose_lens.report.page import notebook_view") == \
         ["from compose_lens.report.page import ..."]
     assert private_uses("import compose_lens as cl\nx = cl.analysis.figure_data.qk_matrices") == ["cl.analysis"]
-    assert private_uses("from compose_lens import plots, load_model") == ["from compose_lens import plots"]
-    assert private_uses("import compose_lens.plots") == ["import compose_lens.plots"]
+    assert private_uses("from compose_lens import views, load_model") == ["from compose_lens import views"]
+    assert private_uses("import compose_lens.views.drawing") == ["import compose_lens.views.drawing"]
     assert private_uses("import compose_lens as cl\ncl.load_model('paper')\ncl.patching_table") == []
 
 

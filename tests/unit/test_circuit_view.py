@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens import plots
+from compose_lens.views.circuit import circuit_figure, circuit_layout, receiver_node
 from compose_lens.analysis.circuit import build_graph
 from compose_lens.views.circuit_view import circuit_page
 from compose_lens.core.config import ModelConfig
@@ -105,9 +105,9 @@ def test_an_interval_in_the_table_goes_into_the_tip():
 @pytest.mark.parametrize("config, positions", CASES)
 def test_the_boxes_sit_where_the_png_puts_them(config, positions):
     """The page's boxes are the PNG's boxes moved and scaled (one scale per axis, y flipped):
-    both come from plots.circuit_layout."""
+    both come from circuit_layout."""
     table = edge_table(config, positions)
-    fig, _ = plots.circuit_figure(table, "t")
+    fig, _ = circuit_figure(table, "t")
     drawn = {p.get_gid()[5:]: (p.get_x() + p.get_width() / 2, p.get_y() + p.get_height() / 2)
              for p in fig.axes[0].patches if (p.get_gid() or "").startswith("node ")}
     nodes = Elements(circuit_page(table, "t")).nodes
@@ -162,7 +162,7 @@ def test_the_threshold_hides_the_edges_below_it(tmp_path, positions):
     # a box none of whose edges is left fades
     shown = table[[n not in hidden(dom) for n in names(table)]]
     live = {f"{s}@{p}" for s, p in zip(shown["sender"], shown["position"])} | {
-        f"{plots.receiver_node(r)[0]}@{p}" for r, p in zip(shown["receiver"], shown["position"])}
+        f"{receiver_node(r)[0]}@{p}" for r, p in zip(shown["receiver"], shown["position"])}
     faded = {box for box, a in Elements(dom).nodes.items() if "idle" in a["class"].split()}
     assert faded == set(Elements(dom).nodes) - live and (faded or not positions)
 
@@ -222,7 +222,7 @@ def test_the_circuit_figures_edges_pass_over_the_boxes_they_skip():
 
     table = pd.read_csv(Path(__file__).resolve().parents[2] / "experiments" / "results" / "circuit" / "eap_ig_paper"
                         / "circuit.csv")
-    fig, _ = plots.circuit_figure(table, "eap-ig")
+    fig, _ = circuit_figure(table, "eap-ig")
     FigureCanvasAgg(fig).draw()
     ax = fig.axes[0]
     boxes = {p.get_gid().split()[1].split("@")[0]: p.get_window_extent() for p in ax.patches
@@ -230,7 +230,7 @@ def test_the_circuit_figures_edges_pass_over_the_boxes_they_skip():
     crossed = []
     for arrow in (p for p in ax.patches if isinstance(p, patches.FancyArrowPatch)):
         sender, receiver = arrow.get_gid().split()[1].split("@")[0].split("->")
-        ends = {sender, plots.receiver_node(receiver)[0]}
+        ends = {sender, receiver_node(receiver)[0]}
         points = ax.transData.transform(arrow.get_path().interpolated(50).vertices)
         for node, box in boxes.items():
             inside = ((points[:, 0] > box.x0 + 1) & (points[:, 0] < box.x1 - 1) & (points[:, 1] > box.y0 + 1)

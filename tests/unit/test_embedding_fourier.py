@@ -71,13 +71,14 @@ def test_paper_embedding_lives_in_the_mlp_key_frequencies():
 
 
 def test_the_figure_draws_the_table_with_and_without_keys():
-    from compose_lens import plots
+    from compose_lens.views.drawing import png_bytes
+    from compose_lens.views.fourier import embedding_fourier_figure
 
     model, config = planted_embedding(13, [2, 5])
     for keys in ([2, 3], None):
         table, summary = fourier.embedding_fourier(model, config, keys=keys)
-        fig, data = plots.embedding_fourier_figure(table, summary)
+        fig, data = embedding_fourier_figure(table, summary)
         assert data.equals(table)
         hatched = [bar.get_hatch() for bar in fig.axes[0].patches]
         assert hatched.count("//") == (2 if keys else 0)  # the keys are marked without colour too
-        assert plots.png_bytes(fig).startswith(b"\x89PNG")
+        assert png_bytes(fig).startswith(b"\x89PNG")

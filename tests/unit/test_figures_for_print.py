@@ -8,7 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens import plots
+from compose_lens.views.attention import early_jump_figure, qk_heatmaps_figure, view_figure
+from compose_lens.views.attribution import logit_attribution_figure
+from compose_lens.views.circuit import EDGE_CMAP, circuit_figure
+from compose_lens.views.drawing import OKABE_ITO, png_bytes
+from compose_lens.views.fourier import best_neurons_figure, fourier_neuron_figure
+from compose_lens.views.patching import ablation_figure, patching_figure
+from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
+from compose_lens.views.training import (PHASE_STYLE, POOL_GROUPS, _measure_unit, dynamics_figure, llc_figure,
+                                         progress_measures_figure, refinement_figure)
 
 
 def _cell_texts(fig):
@@ -19,7 +27,7 @@ def test_patching_cells_that_round_to_zero_print_without_a_sign():
     table = pd.DataFrame({"component": ["resid_pre"] * 3 + ["attn_out"] * 3, "head": -1,
                           "block": [0] * 3 + [1] * 3, "role": ["queried value", "PAD", "="] * 2,
                           "mean": [1.0, -0.0004, -1e-9, -0.003, 0.2, -0.5]})
-    fig, _ = plots.patching_figure(table, "t")
+    fig, _ = patching_figure(table, "t")
     texts = [t.get_text() for t in _cell_texts(fig)]
     assert "-0.00" not in texts and texts.count("0.00") == 3 and "-0.50" in texts
     assert len(fig.axes) == 2  # the colour bar is kept
@@ -31,7 +39,7 @@ def test_the_patching_colour_bar_spans_the_data_not_minus_one_to_one():
     value to 1 (issue 43: it showed -1 to 1, half of it for values no cell has), with 0 still white."""
     table = pd.DataFrame({"component": ["attn_out"] * 3, "head": -1, "block": [1] * 3,
                           "role": ["queried value", "PAD", "="], "mean": [0.97, -0.02, 0.4]})
-    fig, _ = plots.patching_figure(table, "t")
+    fig, _ = patching_figure(table, "t")
     low, high = fig.axes[1].get_ylim()
     assert low == pytest.approx(-0.02) and high == pytest.approx(1.0)
     image = fig.axes[0].images[0]
@@ -45,7 +53,7 @@ def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
     table = pd.DataFrame({"step": [100, 200, 300, 400], "llc_mean": [5.0, 9.0, -3.0, 12.0],
                           "llc_std": [0.5, 0.5, 4.0, 0.5], "healthy": [True, True, False, True],
                           "train_loss": [1.0, 0.5, 0.2, 0.1]})
-    fig = plots.llc_figure(table)
+    fig = llc_figure(table)
     lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
     assert [list(line.get_xdata()) for line in lines] == [[100, 200, 400]]
     plt.close(fig)
@@ -58,14 +66,14 @@ def test_the_weakest_edge_colour_stays_visible_on_white():
         r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
         return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    contrast = (1.0 + 0.05) / (luminance(plots.EDGE_CMAP(0.0)) + 0.05)  # WCAG contrast against white
+    contrast = (1.0 + 0.05) / (luminance(EDGE_CMAP(0.0)) + 0.05)  # WCAG contrast against white
     assert contrast >= 2.0, contrast
 
 
 def test_a_count_is_labelled_a_count():
-    assert plots._measure_unit("n_key_frequencies") == "count"
-    assert plots._measure_unit("equals_to_values_mass") == "attention weight"
-    assert plots._measure_unit("prev_token_weight_score") == "score"
+    assert _measure_unit("n_key_frequencies") == "count"
+    assert _measure_unit("equals_to_values_mass") == "attention weight"
+    assert _measure_unit("prev_token_weight_score") == "score"
 
 
 def _ablation_table(drops: dict[tuple[str, int], float], baseline: float = 0.95) -> pd.DataFrame:
@@ -82,7 +90,7 @@ def test_ablation_shows_only_the_rows_that_change_beyond_their_noise_and_says_so
     hid it), 0.01 is not; a negative change counts too; a drawn cell within its noise is hatched."""
     table = _ablation_table({("mlp", -1): 0.9, ("head", 0): -0.04, ("frequency_neurons", 3): 0.04,
                              ("fourier_directions", 3): 0.01})
-    fig, shown = plots.ablation_figure(table, 500)
+    fig, shown = ablation_figure(table, 500)
     assert sorted(set(shown["target"])) == ["frequency_neurons", "head", "mlp"]
     ax = fig.axes[0]
     assert len(ax.get_yticklabels()) == 3
@@ -96,15 +104,15 @@ def test_ablation_shows_only_the_rows_that_change_beyond_their_noise_and_says_so
 
 def test_ablation_with_nothing_beyond_its_noise_draws_every_row():
     table = _ablation_table({("frequency_neurons", 3): 0.01, ("fourier_directions", 3): 0.02})
-    fig, shown = plots.ablation_figure(table, 500)
+    fig, shown = ablation_figure(table, 500)
     assert len(fig.axes[0].get_yticklabels()) == 2 and "left out" not in fig.axes[0].get_title()
 
 
 # -- as the report shows them --------------------------------------------------------------------
 
 REPORT_COLUMN_PX = 1218  # the report's body (1,250 px) less its padding: a wider PNG is shrunk to fit
-ALLOWED = {c.lower() for c in plots.OKABE_ITO} | {"#999999", "#bbbbbb", "#666666", "#000000", "black"} | {
-    c.lower() for c, _ in plots.PHASE_STYLE.values()}
+ALLOWED = {c.lower() for c in OKABE_ITO} | {"#999999", "#bbbbbb", "#666666", "#000000", "black"} | {
+    c.lower() for c, _ in PHASE_STYLE.values()}
 
 
 def _shown(fig) -> tuple[int, int, float]:
@@ -117,7 +125,7 @@ def _shown(fig) -> tuple[int, int, float]:
 
     fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
-    width, height = Image.open(BytesIO(plots.png_bytes(fig, dpi=110))).size
+    width, height = Image.open(BytesIO(png_bytes(fig, dpi=110))).size
     return width, height, min(sizes)
 
 
@@ -139,7 +147,7 @@ def _best_neurons(n: int = 11, p: int = 11) -> list[dict]:
 
 
 def test_best_neurons_is_one_compact_grid_with_one_colour_bar():
-    fig, data = plots.best_neurons_figure(_best_neurons())
+    fig, data = best_neurons_figure(_best_neurons())
     assert _colorbars(fig) == 1  # was one per panel: 22
     _, height = assert_readable_in_the_report(fig)
     assert height < 1200  # was 3,739 px for the paper model's 11 key frequencies
@@ -168,7 +176,7 @@ def _same_mlp_report() -> dict:
 
 
 def test_same_mlp_panels_name_each_measure_once_and_no_legend_covers_a_bar():
-    fig, _ = plots.same_mlp_figure(_same_mlp_report())
+    fig, _ = same_mlp_figure(_same_mlp_report())
     assert_readable_in_the_report(fig)  # was 1,769 px wide with 7 pt labels: about 5 pt in the report
     bar_axes = [ax for ax in fig.axes if any(type(p).__name__ == "Rectangle" for p in ax.patches)]
     assert len(bar_axes) == 3  # interchange, probe accuracy, variance share: each measure its own axis
@@ -197,7 +205,7 @@ def _edge_table(positions: bool) -> pd.DataFrame:
 def test_circuit_graph_names_components_and_its_arrows_end_on_their_nodes(positions):
     table = _edge_table(positions)
     assert len(table) == (121 if positions else 16)
-    fig, _ = plots.circuit_figure(table, "t")
+    fig, _ = circuit_figure(table, "t")
     assert_readable_in_the_report(fig)
     assert _colorbars(fig) == 1  # the edge-score scale
     ax = fig.axes[0]
@@ -226,8 +234,8 @@ def test_circuit_graph_names_components_and_its_arrows_end_on_their_nodes(positi
 
 
 def test_circuit_graph_by_position_draws_every_position():
-    plain = plots.circuit_figure(_edge_table(False), "t")[0]
-    by_position = plots.circuit_figure(_edge_table(True), "t")[0]
+    plain = circuit_figure(_edge_table(False), "t")[0]
+    by_position = circuit_figure(_edge_table(True), "t")[0]
 
     def nodes(fig):
         return [p for p in fig.axes[0].patches if (p.get_gid() or "").startswith("node ")]
@@ -242,7 +250,7 @@ def _dynamics(stalled: bool = False) -> tuple[pd.DataFrame, dict]:
     steps = np.arange(0, 3000, 100)
     rise = lambda at: 1 / (1 + np.exp(-(steps - at) / 100))  # noqa: E731
     table = pd.DataFrame({"step": steps, **{pool: rise(500 + 100 * i) for i, pool in enumerate(
-        [p for pools in plots.POOL_GROUPS.values() for p in pools])}})
+        [p for pools in POOL_GROUPS.values() for p in pools])}})
     for v in "abcdefkl":
         table[f"equals_score_{v}"] = rise(800) - (v in "ak")
     for slot in ("left_k", "right_a"):
@@ -255,7 +263,7 @@ def _dynamics(stalled: bool = False) -> tuple[pd.DataFrame, dict]:
 
 def test_late_refinement_lines_are_told_apart_by_colour_blind_safe_colours():
     table, doc = _dynamics()
-    fig, _ = plots.refinement_figure(table, list("abcdefkl"), ("k", "a"), doc["phases"])
+    fig, _ = refinement_figure(table, list("abcdefkl"), ("k", "a"), doc["phases"])
     assert_readable_in_the_report(fig)
     from matplotlib.colors import to_hex
 
@@ -272,7 +280,7 @@ def test_cosine_histograms_are_small_multiples_of_outlines():
     rng = np.random.default_rng(0)
     groups = {f"{kind}, {side} variable": rng.normal(0.9 if kind == "matched" else 0, 0.1, 200)
               for side in ("left", "right") for kind in ("matched", "mismatched")}
-    fig, data = plots.cosine_histograms_figure(groups)
+    fig, data = cosine_histograms_figure(groups)
     assert_readable_in_the_report(fig)
     assert [ax.get_title() for ax in fig.axes] == ["left variable", "right variable"]  # was one panel of four
     for ax in fig.axes:
@@ -289,7 +297,7 @@ def test_an_empty_cosine_group_is_said_in_the_legend_without_a_numpy_warning():
     groups = {"matched, left variable": np.linspace(0.5, 1.0, 20), "mismatched, left variable": np.array([])}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fig, data = plots.cosine_histograms_figure(groups)
+        fig, data = cosine_histograms_figure(groups)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["matched (mean 0.75, n = 20)", "mismatched (no such prompts, n = 0)"]
     assert len(data) == 20
@@ -298,11 +306,11 @@ def test_an_empty_cosine_group_is_said_in_the_legend_without_a_numpy_warning():
 @pytest.mark.parametrize("stalled", [False, True])
 def test_dynamics_figure_names_the_outcome_and_marks_the_onsets(stalled):
     table, doc = _dynamics(stalled)
-    fig, data = plots.dynamics_figure(table, doc)
+    fig, data = dynamics_figure(table, doc)
     assert_readable_in_the_report(fig)
     title = fig._suptitle
     assert ("stalled (routing never formed)" if stalled else "generalised") in title.get_text()
-    assert (title.get_color() == plots.OKABE_ITO[3]) == stalled  # a stall shows in vermillion
+    assert (title.get_color() == OKABE_ITO[3]) == stalled  # a stall shows in vermillion
     onsets = [t.get_text() for t in fig.legends[0].get_texts()]
     assert onsets == ["addition onset (500)", "assignment onset (900)"]  # refinement not reached
     assert list(data.columns)[:2] == ["step", "0var_train"]
@@ -315,7 +323,7 @@ def test_logit_attribution_figure_fits_the_report():
     lens = pd.DataFrame([{"kind": k, "after": a, "order": i, "accuracy": i / 2} for k in ("0var", "2var")
                          for i, a in enumerate(["embeddings", "layer 1 (blocks.0) attention",
                                                 "layer 2 (blocks.1) MLP"])])
-    fig, _ = plots.logit_attribution_figure(table, lens)
+    fig, _ = logit_attribution_figure(table, lens)
     assert_readable_in_the_report(fig)
     assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.10", "0.10", "0.90", "0.90"]
 
@@ -324,7 +332,7 @@ def test_progress_measures_fit_the_report():
     from compose_lens.analysis.summary import MEASURE_KEYS
 
     table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
-    fig, _ = plots.progress_measures_figure(table, {"addition": {"step": 100}})
+    fig, _ = progress_measures_figure(table, {"addition": {"step": 100}})
     assert_readable_in_the_report(fig)  # was 16 in wide: shrunk to about 6 pt in the report
     assert sum(ax.get_xlabel() == "training step" for ax in fig.axes) == len(MEASURE_KEYS)  # every panel
 
@@ -367,13 +375,13 @@ def _study_section_figure(section: str):
                           ["0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted",
                            "1var_var_restricted", "2var_train", "2var_add_restricted", "2var_var_restricted_1",
                            "2var_var_restricted_2"]])
-    draw = {"attention": lambda: plots.view_figure(view),
-            "qk": lambda: plots.qk_heatmaps_figure(rng.normal(size=(12, 12)), rng.normal(size=(12, 12)),
+    draw = {"attention": lambda: view_figure(view),
+            "qk": lambda: qk_heatmaps_figure(rng.normal(size=(12, 12)), rng.normal(size=(12, 12)),
                                                    STUDY_VARIABLES),
-            "jump": lambda: plots.early_jump_figure(state(5201, 2.0), state(5601, 4.0), STUDY_VARIABLES),
-            "fourier": lambda: plots.fourier_neuron_figure(neuron),
-            "patching": lambda: plots.patching_figure(patching, "activation patching, value corrupted (300 pairs)"),
-            "ablation": lambda: plots.ablation_figure(ablation, 500)}
+            "jump": lambda: early_jump_figure(state(5201, 2.0), state(5601, 4.0), STUDY_VARIABLES),
+            "fourier": lambda: fourier_neuron_figure(neuron),
+            "patching": lambda: patching_figure(patching, "activation patching, value corrupted (300 pairs)"),
+            "ablation": lambda: ablation_figure(ablation, 500)}
     plt.close("all")
     return draw[section]()
 

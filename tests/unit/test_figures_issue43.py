@@ -9,7 +9,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from compose_lens import plots
+from compose_lens.views.attention import (early_jump_figure, positional_qk_figure, qk_heatmaps_figure,
+                                          variable_identity_figure)
+from compose_lens.views.attribution import logit_attribution_figure
+from compose_lens.views.drawing import layer_name, png_bytes
+from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
+                                        readout_fourier_figure)
+from compose_lens.views.gradient import gradient_terms_figure
+from compose_lens.views.patching import patching_figure
+from compose_lens.views.sweeps import modularity_figure
+from compose_lens.views.training import (POOL_GROUPS, accuracy_by_variable_count_figure, progress_measures_figure,
+                                         refinement_figure, sampling_gaps)
 from tests.unit.test_figures_for_print import assert_readable_in_the_report
 
 # the study's checkpoint steps (../shared/reference): every 500 to 2,501, every 100 to 6,001, then sparse
@@ -20,7 +30,7 @@ STUDY_STEPS = ([1, 501, 1001, 1501, 2001] + list(range(2501, 6002, 100))
 def _study_dynamics() -> pd.DataFrame:
     steps = np.array(STUDY_STEPS)
     rise = lambda at: 1 / (1 + np.exp(-(steps - at) / 300))  # noqa: E731
-    pools = [p for group in plots.POOL_GROUPS.values() for p in group]
+    pools = [p for group in POOL_GROUPS.values() for p in group]
     return pd.DataFrame({"step": steps, **{pool: rise(3000 + 300 * i) for i, pool in enumerate(pools)}})
 
 
@@ -33,7 +43,7 @@ def test_pool_dynamics_enlarge_the_dense_window_and_break_lines_over_gaps():
     """On a linear axis to 30,000 steps the 36 checkpoints of 2,501-6,001 took 12 % of each panel
     (issue 43): a second row enlarges them. No solid line bridges 6,001 -> 7,001 (a stride of 100
     becoming 1,000: nothing was measured in between)."""
-    fig, _ = plots.accuracy_by_variable_count_figure(_study_dynamics(), {"addition": {"step": 3801}})
+    fig, _ = accuracy_by_variable_count_figure(_study_dynamics(), {"addition": {"step": 3801}})
     assert len(fig.axes) == 6, "one row of three panels: the dense window squeezed"
     low, high = fig.axes[3].get_xlim()
     assert 2400 <= low <= 2501 and 6001 <= high <= 6100
@@ -48,10 +58,10 @@ def test_pool_dynamics_enlarge_the_dense_window_and_break_lines_over_gaps():
 
 def test_an_evenly_sampled_run_keeps_one_row_and_unbroken_lines():
     table = _study_dynamics().assign(step=np.arange(len(STUDY_STEPS)) * 100)
-    fig, _ = plots.accuracy_by_variable_count_figure(table)
+    fig, _ = accuracy_by_variable_count_figure(table)
     assert len(fig.axes) == 3
     assert all(np.isfinite(np.asarray(line.get_ydata(), dtype=float)).all() for line in _solid_lines(fig.axes[0]))
-    assert not plots.sampling_gaps(table["step"]).any()
+    assert not sampling_gaps(table["step"]).any()
     plt.close(fig)
 
 
@@ -67,7 +77,7 @@ def _progress_table() -> pd.DataFrame:
 def test_progress_measures_speak_words_and_every_panel_has_its_step_axis():
     from compose_lens.analysis.summary import MEASURE_KEYS
 
-    fig, _ = plots.progress_measures_figure(_progress_table(), {"addition": {"step": 2501}})
+    fig, _ = progress_measures_figure(_progress_table(), {"addition": {"step": 2501}})
     drawn = [ax for ax in fig.axes if ax.get_lines()]
     assert len(drawn) == len(MEASURE_KEYS)
     titles = [ax.get_title() for ax in drawn]
@@ -109,11 +119,11 @@ def test_late_refinement_names_layers_as_the_study_does_with_one_grouped_legend(
     once (a variable) and each line style once."""
     from matplotlib.colors import to_hex
 
-    fig, _ = plots.refinement_figure(_refinement_table(), list("abcdefghijkl"), ("k", "l", "a", "b"),
+    fig, _ = refinement_figure(_refinement_table(), list("abcdefghijkl"), ("k", "l", "a", "b"),
                                      {"addition": {"step": 500}})
     words = [fig.axes[0].get_title(), fig.axes[0].get_ylabel(), fig.axes[1].get_ylabel()]
     assert not any("QK1" in w or "QK2" in w for w in words), words
-    assert plots.layer_name(0) in fig.axes[0].get_title()
+    assert layer_name(0) in fig.axes[0].get_title()
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
     entries = fig.legends[0].legend_handles
     styles = [(to_hex(h.get_color()), h.get_linestyle()) for h in entries]
@@ -225,7 +235,7 @@ def test_the_variance_shares_show_the_cross_term_remainder_and_sum_to_one():
     """The per-frequency shares of MLP2's variance sum to ~0.86 on paper (the rest is in cross terms
     cos kx cos k'y, k != k', which no single frequency holds); the figure showed no remainder."""
     shares = [0.0, 0.01, 0.3, 0.02, 0.45, 0.02]  # sums to 0.80
-    fig, data = plots.frequency_shares_figure(shares, [2, 4])
+    fig, data = frequency_shares_figure(shares, [2, 4])
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert abs(sum(heights) - 1.0) < 1e-9, sum(heights)
     assert abs(float(data.loc[data["cross_terms"], "variance_share"].iloc[0]) - 0.2) < 1e-9
@@ -241,9 +251,9 @@ def test_the_fourier_bar_figures_share_one_palette_and_one_axis_wording():
     keys = [2, 4]
     norms = pd.Series([1.0, 2.0, 9.0, 1.0, 8.0, 1.0], index=range(6))
     embedding = pd.DataFrame({"frequency": range(1, 6), "share": [0.05, 0.4, 0.05, 0.45, 0.05]})
-    figs = [plots.frequency_shares_figure([0.0, 0.01, 0.3, 0.02, 0.45, 0.02], keys)[0],
-            plots.readout_fourier_figure(norms, keys)[0],
-            plots.embedding_fourier_figure(embedding, {"key_frequencies": keys, "uniform_share": 0.2})[0]]
+    figs = [frequency_shares_figure([0.0, 0.01, 0.3, 0.02, 0.45, 0.02], keys)[0],
+            readout_fourier_figure(norms, keys)[0],
+            embedding_fourier_figure(embedding, {"key_frequencies": keys, "uniform_share": 0.2})[0]]
     palettes, labels = set(), set()
     for fig in figs:
         ax = fig.axes[0]
@@ -277,7 +287,7 @@ def test_dla_draws_the_sign_flip_of_a_small_term_between_pools():
     by_kind = pd.DataFrame([{"kind": "0var", "component": c, "share": s} for c, s in
                             (("layer 2 (blocks.1) head 0", 0.0), ("layer 2 (blocks.1) MLP", 1.0))])
     lens = pd.DataFrame([{"kind": "0var", "after": "embeddings", "order": 0, "accuracy": 0.0}])
-    fig, drawn = plots.logit_attribution_figure(by_kind, lens, by_pool)
+    fig, drawn = logit_attribution_figure(by_kind, lens, by_pool)
     ax = fig.axes[0]
     points = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()
                              if line.get_marker() not in (None, "None", "")])
@@ -316,7 +326,7 @@ def test_the_width_figure_draws_spread_names_only_its_markers_and_drops_a_consta
     """experiments/results/modularity/width.png: its title named "x at 0: inconclusive" markers the
     width points do not have, its same-adder panel was 1.0 at every point, and nothing showed the
     spread over seeds."""
-    fig, _ = plots.modularity_figure(_width_grid(), "d_model", log2=True, separation_min=0.8)
+    fig, _ = modularity_figure(_width_grid(), "d_model", log2=True, separation_min=0.8)
     labels = [ax.get_ylabel() for ax in fig.axes]
     assert labels == ["separation (a)", "circuit / graph edges (c)"], labels  # the constant panel is a sentence
     words = _figure_words(fig)
@@ -334,25 +344,25 @@ def test_the_width_figure_draws_spread_names_only_its_markers_and_drops_a_consta
 
 
 def test_an_inconclusive_point_is_drawn_and_named():
-    fig, _ = plots.modularity_figure(_width_grid(inconclusive=True), "d_model", log2=True)
+    fig, _ = modularity_figure(_width_grid(inconclusive=True), "d_model", log2=True)
     assert "inconclusive (not measured)" in _figure_words(fig)
     assert any(line.get_marker() == "x" for line in fig.axes[0].get_lines())
     plt.close(fig)
 
 
 def test_an_axis_with_no_point_yet_still_draws():
-    fig, _ = plots.modularity_figure(_width_grid().iloc[:0], "d_model", log2=True)
-    plots.png_bytes(fig)
+    fig, _ = modularity_figure(_width_grid().iloc[:0], "d_model", log2=True)
+    png_bytes(fig)
 
 
 def test_the_single_qk_figures_name_layers_in_words():
     """positional_qk_figure said "layer 1: P QK1 P^T" and variable_identity_figure "(E_var OV1) QK2": the
     numbers after QK / OV counted layers from 1, the gradient table's qk0 / qk1 from 0."""
     rng = np.random.default_rng(0)
-    fig_a, _ = plots.positional_qk_figure(rng.normal(size=(6, 6)))
-    fig_b, _ = plots.variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
+    fig_a, _ = positional_qk_figure(rng.normal(size=(6, 6)))
+    fig_b, _ = variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
     titles = [fig_a.axes[0].get_title(), fig_b.axes[0].get_title()]
-    assert titles[0].startswith(plots.layer_name(0)) and titles[1].startswith(plots.layer_name(1)), titles
+    assert titles[0].startswith(layer_name(0)) and titles[1].startswith(layer_name(1)), titles
     assert not any(w in t for t in titles for w in ("QK1", "QK2", "OV1")), titles
     for fig in (fig_a, fig_b):
         assert_readable_in_the_report(fig)
@@ -386,7 +396,7 @@ def test_the_positional_figure_speaks_the_early_jump_figures_units_and_names_its
 
     scores = _paper_like_positional_scores()
     n = len(scores)
-    fig, data = plots.positional_qk_figure(scores)
+    fig, data = positional_qk_figure(scores)
     ax = fig.axes[0]
     lower = np.tril(np.ones((n, n), dtype=bool))
     shown = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
@@ -400,12 +410,12 @@ def test_the_positional_figure_speaks_the_early_jump_figures_units_and_names_its
     rng = np.random.default_rng(1)
     state = lambda step: {"step": step, "pattern0": np.tril(rng.random((n, n))), "tokens": [str(i) for i in range(n)],  # noqa: E731
                           "identity": rng.normal(size=(3, 3)), "accuracy": 0.5}
-    jump, _ = plots.early_jump_figure(state(1), state(2), list("abc"))
+    jump, _ = early_jump_figure(state(1), state(2), list("abc"))
     attention = {_colour_bar_label(a) for a in jump.axes if a.images and "attention" in a.get_title()}
     identity = {_colour_bar_label(a) for a in jump.axes if a.images and "identity" in a.get_title()}
     assert attention == {_colour_bar_label(ax)}, (attention, _colour_bar_label(ax))
-    alone, _ = plots.variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
-    both, _ = plots.qk_heatmaps_figure(scores, rng.normal(size=(3, 3)), list("abc"))
+    alone, _ = variable_identity_figure(rng.normal(size=(3, 3)), list("abc"))
+    both, _ = qk_heatmaps_figure(scores, rng.normal(size=(3, 3)), list("abc"))
     left, right = both.axes[:2]
     assert identity == {_colour_bar_label(alone.axes[0])} == {_colour_bar_label(right)}, identity
     assert _colour_bar_label(left) == _colour_bar_label(ax) and _outlined_cells(left) == _outlined_cells(ax)
@@ -435,7 +445,7 @@ def test_the_fourier_neuron_panels_share_one_colour_range():
     grid = np.add.outer(np.arange(7.0), np.arange(7.0))
     neuron = FourierNeuron(neuron=3, frequency=2, fraction_explained=0.9, correlation=0.95, pattern=grid,
                            ideal=grid / 4, keys=[2])
-    fig, _ = plots.fourier_neuron_figure(neuron)
+    fig, _ = fourier_neuron_figure(neuron)
     limits = {image.get_clim() for ax in fig.axes for image in ax.get_images()}
     assert limits == {(0.0, 12.0)}
 
@@ -449,7 +459,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     from compose_lens.training.runs import load_subject
 
     subject = load_subject("paper", bridge=False)
-    fig, _ = plots.patching_figure(patching_table(subject, n_pairs=30), "t")
+    fig, _ = patching_figure(patching_table(subject, n_pairs=30), "t")
     FigureCanvasAgg(fig).draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
@@ -466,7 +476,7 @@ def test_one_models_gradient_terms_are_drawn_with_titles_clear_of_each_other():
     shares = pd.DataFrame({"matrix": ["qk0", "qk0", "ov0", "ov0", "qk1", "qk1", "qk1"],
                            "term": ["positional", "kept", "kept", "token_other", "kept", "positional", "through_layer1"],
                            "share": [0.7, 0.1, 0.5, 0.5, 0.2, 0.3, 0.9], "cosine": [0.8, 0.05, 0.6, 0.4, 0.2, 0.3, 0.94]})
-    fig, _ = plots.gradient_terms_figure(shares)
+    fig, _ = gradient_terms_figure(shares)
     FigureCanvasAgg(fig).draw()
     renderer = fig.canvas.get_renderer()
     assert [len(ax.patches) for ax in fig.axes] == [2, 2, 3]

@@ -1,5 +1,5 @@
 """One figure style for the whole toolkit (issue 43): the report's, unchanged, and a paper's (7.0 in wide,
-text at 7 to 9 pt, vector files), from Python (``plots.style``), in the background renderer and from the
+text at 7 to 9 pt, vector files), from Python (``style``), in the background renderer and from the
 command line (``--style paper``)."""
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from compose_lens import plots
 from compose_lens.analysis.summary import MEASURE_KEYS
-from compose_lens.views.figure_style import PAPER_WIDTH_IN, STYLES, current_style
+from compose_lens.views.figure_style import PAPER_WIDTH_IN, STYLES, current_style, style
+from compose_lens.views.drawing import Renderer, figure_bytes, save
+from compose_lens.views.same_mlp import same_mlp_figure
+from compose_lens.views.training import dynamics_figure, progress_measures_figure
 
 from test_figures_for_print import _dynamics, _same_mlp_report, _study_section_figure
 
 
 def _progress():
     table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
-    return plots.progress_measures_figure(table, {"addition": {"step": 100}})
+    return progress_measures_figure(table, {"addition": {"step": 100}})
 
 
 def _same_mlp_five_probe_rows():
@@ -33,13 +35,13 @@ def _same_mlp_five_probe_rows():
     for test in ("probe", "subspace"):
         row = next(r for r in probe if r["test"] == test)
         probe += [{**row, "condition": name} for name in ("1-var right", "random-token terms (constant prompts)")]
-    return plots.same_mlp_figure(report)
+    return same_mlp_figure(report)
 
 
 BUSIEST = {"progress measures (12 panels)": _progress,
-           "same MLP (4 panels, long labels)": lambda: plots.same_mlp_figure(_same_mlp_report()),
+           "same MLP (4 panels, long labels)": lambda: same_mlp_figure(_same_mlp_report()),
            "same MLP (five probe rows)": _same_mlp_five_probe_rows,
-           "nine pools": lambda: plots.dynamics_figure(*_dynamics()),
+           "nine pools": lambda: dynamics_figure(*_dynamics()),
            "ablation (27 rows x 9 pools)": lambda: _study_section_figure("ablation"),
            "early jump (4 heatmaps)": lambda: _study_section_figure("jump")}
 
@@ -60,10 +62,10 @@ def _texts(fig) -> list[matplotlib.text.Text]:
     return [t for t in drawn if t.get_text().strip()]
 
 
-def _drawn_in(style: str, draw):
-    with plots.style(style):
+def _drawn_in(name: str, draw):
+    with style(name):
         fig, _ = draw()
-    png = plots.figure_bytes(fig, 110, "png")  # written as a command writes it: fitted to its style
+    png = figure_bytes(fig, 110, "png")  # written as a command writes it: fitted to its style
     return fig, png
 
 
@@ -115,7 +117,7 @@ def test_no_text_overlaps_another_in_the_busiest_figures_at_paper_width(name):
 def test_the_report_style_changes_no_byte(name):
     """The report's figures are what they were: drawn outside any style, in the report's style, and
     after a paper figure was drawn, the same PNG bytes, 11 in wide, with the function's own fonts."""
-    plain = plots.figure_bytes(BUSIEST[name]()[0], 110, "png")
+    plain = figure_bytes(BUSIEST[name]()[0], 110, "png")
     _drawn_in("paper", BUSIEST[name])
     fig, report = _drawn_in("report", BUSIEST[name])
     assert report == plain
@@ -126,9 +128,9 @@ def test_the_report_style_changes_no_byte(name):
 
 
 def test_a_figure_remembers_its_style_and_a_paper_pdf_keeps_its_text_as_text(tmp_path):
-    with plots.style("paper"):
+    with style("paper"):
         fig, data = _progress()
-    written = plots.save(fig, data, tmp_path / "progress", fmt="pdf")  # outside the block
+    written = save(fig, data, tmp_path / "progress", fmt="pdf")  # outside the block
     pdf = written[0].read_bytes()
     width_pt = float(re.search(rb"MediaBox \[ 0 0 ([0-9.]+)", pdf).group(1))
     assert width_pt / 72 <= PAPER_WIDTH_IN + 0.005
@@ -137,11 +139,11 @@ def test_a_figure_remembers_its_style_and_a_paper_pdf_keeps_its_text_as_text(tmp
 
 def test_the_background_renderer_draws_in_the_callers_style(tmp_path):
     table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
-    with plots.style("paper"), plots.Renderer(background=True) as renderer:
-        renderer.save(plots.progress_measures_figure, table, {"addition": {"step": 100}},
+    with style("paper"), Renderer(background=True) as renderer:
+        renderer.save(progress_measures_figure, table, {"addition": {"step": 100}},
                       path=tmp_path / "paper", fmt="png")
-    with plots.Renderer(background=True) as renderer:
-        renderer.save(plots.progress_measures_figure, table, {"addition": {"step": 100}},
+    with Renderer(background=True) as renderer:
+        renderer.save(progress_measures_figure, table, {"addition": {"step": 100}},
                       path=tmp_path / "report", fmt="png")
     assert _png_inches((tmp_path / "paper.png").read_bytes())[0] <= PAPER_WIDTH_IN + 0.005
     assert _png_inches((tmp_path / "report.png").read_bytes())[0] > 10
@@ -149,7 +151,7 @@ def test_the_background_renderer_draws_in_the_callers_style(tmp_path):
 
 def test_an_unknown_style_is_refused_in_one_line():
     with pytest.raises(ValueError, match="use one of report, paper"):
-        with plots.style("poster"):
+        with style("poster"):
             pass
 
 

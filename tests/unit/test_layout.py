@@ -311,7 +311,7 @@ ATTENTION_HOME = "model.heads"
 NOT_ATTENTION = {
     "analysis.metrics": "softmax of the answer logits (the prob metric)",
     "analysis.probes": "tril(-1) keeps the earlier keys of a score table for an argmax; no pattern is made",
-    "plots": "np.triu blanks a heatmap's upper triangle",
+    "views.drawing": "np.triu blanks a heatmap's upper triangle",
 }
 _ATTENTION_CALLS = {"softmax", "triu", "tril"}
 

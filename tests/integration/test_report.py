@@ -200,7 +200,8 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     """A report of a run still training evaluates only the checkpoints written since."""
     import pandas as pd
 
-    from compose_lens.report.outputs import dynamics_for
+    from compose_lens import registry
+    from compose_lens.report.context import RunContext, obtain
 
     run_dir, _, _ = reported_run
     results = tmp_path / "results"
@@ -208,7 +209,8 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     table = pd.read_csv(run_dir / "results" / "dynamics.csv")
     table[table["step"] < 30].to_csv(results / "dynamics.csv", index=False)
     (results / "phases.json").write_text((run_dir / "results" / "phases.json").read_text())
-    updated, doc = dynamics_for(run_dir, results, progress=False)
+    found = obtain(registry.DYNAMICS, RunContext(run_dir, progress=False, previous=results), results, {"update": True})
+    updated, doc = found.tables["dynamics"], found.documents["phases"]
     assert updated["step"].tolist() == [10, 20, 30] and doc["timing"]["evaluated_now"] == 1
 
 

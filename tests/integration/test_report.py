@@ -279,8 +279,7 @@ def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults
 
     split = Split.load(REFERENCE / "split.json")
     subject = Subject(None, RunConfig(task=split.task), split, str(REFERENCE))
-    inputs = ReportInputs(run_dir=REFERENCE, split_file=None, subject=subject, which="final.pth", table=None,
-                          phases_doc={}, results=None, texts=[], report=None)
+    inputs = ReportInputs(run_dir=REFERENCE, subject=subject, which="final.pth", results=None, texts=[], report=None)
     text = configuration_section(inputs)
     assert "30000" not in text and "30,000" not in text  # compose-lens's default steps
     assert '"cpu"' not in text and ">cpu<" not in text  # and its default device

@@ -302,9 +302,9 @@ def page(own: dict[str, tuple[str, Callable[[ReportInputs], str]]], run: bool = 
     section)) and each registered analysis's (:func:`registered_section`; of a run's checkpoints too with ``run``)."""
     registered = {analysis.anchor or analysis.name: (analysis.title, registered_section(analysis))
                   for analysis in registry.ANALYSES if analysis.section is not None and (run or analysis.of == "model")}
-    found = {**own, **registered}
+    named = {**own, **registered}
     order = (*PAGE, *(anchor for anchor in registered if anchor not in PAGE))
-    return tuple((anchor, *found[anchor]) for anchor in order if anchor in found)
+    return tuple((anchor, *named[anchor]) for anchor in order if anchor in named)
 
 
 def sections() -> tuple[tuple[str, str, Callable[[ReportInputs], str]], ...]:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from compose_lens import registry
 from compose_lens.training import runs
 from compose_lens.views.drawing import save
-from compose_lens.report.outputs import dynamics_for
+from compose_lens.report.context import RunContext, obtain
 
 
 def experiment_parser(description: str, step: bool = True):
@@ -40,9 +41,12 @@ def save_figure(figure: tuple, args, name: str) -> None:
 
 
 def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
-    """The dynamics table and phases document of ``args.source`` (computed and saved if missing)."""
+    """The dynamics table and phases document of ``args.source`` (read, extended or computed there, as the
+    report's: :func:`compose_lens.report.context.obtain`)."""
     directory = Path(args.dynamics) if args.dynamics else Path(args.out) / "dynamics"
-    return dynamics_for(Path(args.source), directory, args.split)
+    run = RunContext(Path(args.source), args.split, previous=directory)
+    found = obtain(registry.DYNAMICS, run, directory, {"update": True})
+    return found.tables["dynamics"], found.documents["phases"]
 
 
 def model_of(args):

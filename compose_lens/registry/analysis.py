@@ -140,7 +140,9 @@ class Analysis:
     # of its tables and documents: a result read back has them too, so the report shows what the command drew
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
-    section: Callable[[Any, Result, dict], str] | None = None
+    section: Callable[[Any, Result | None, dict], str] | None = None  # (report inputs, result, settings) -> HTML
+    report_settings: Callable[[Any], dict | None] | None = None  # (report inputs) -> the settings its section reads
+    # with (None: the defaults); where it returns None, the section has nothing to read and is given no result
     anchor: str | None = None  # the section's anchor (default: the name)
     findings: tuple[Finding, ...] = ()
     command: str | None = None
@@ -153,6 +155,8 @@ class Analysis:
     exports: tuple[str, ...] = ()  # its public API (compose_lens.NAME): names of ``module``, or "NAME=module[:attribute]"
     applies: Callable[[Any], bool] | None = None  # (config) -> whether it reads this model (None: every model)
     in_analyze: bool = True  # False: minutes of fitting, run by its own command only (not by analyze)
+    saved: Callable[[Any, Any, dict], Result | None] | None = None  # (context, folder, settings) -> the result saved
+    # in folder that serves, else None (default: compose_lens.report.context.read, made with the same settings)
 
     def reads(self, config) -> bool:
         """Whether this analysis has anything to read in a model of ``config`` (:attr:`applies`)."""

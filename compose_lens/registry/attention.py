@@ -21,7 +21,8 @@ means one example from each of four pools (:func:`compose_lens.data.sampler.exam
 constants, a 1-var training sequence, held-out 2-var, both variables in forbidden slots; a training
 pool of the same kind where the split lacks one), as the report shows. A sequence the model's task
 cannot parse, or more than 100, is refused in one line before any work: the count by ``validate``,
-the parse by ``guard`` (which sees the task).
+the parse by ``guard`` (which sees the task). The report reads the sequences its reader gave, else the
+split's examples, and opens each view on the router (:func:`router_index`), its heatmap folded under it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,38 @@ def views(result: Result) -> list[dict]:
             for view in result.documents["attention"]["sequences"]]
 
 
+def router_index(inp) -> int:
+    """The index, among the views' heads (layer by layer), of the router the study's routing claim is
+    about (the located one; the paper's ``blocks.1`` head 0): the report's views open on it. 0 (the
+    first head) where none is located."""
+    router = inp.context.heads.router if inp.context is not None else None
+    return 0 if router is None else router[0] * inp.subject.config.model.n_heads + router[1]
+
+
+def _section(inp, result: Result, settings: dict) -> str:
+    import html
+
+    from compose_lens.views.attention import view_figure
+    from compose_lens.views.attention_view import view_html
+
+    focus, found = router_index(inp), views(result)
+    router = inp.context.plan[0].router.component if inp.context is not None else None
+    role = "the router" if router is not None else "the head the study's router would be (this model has none)"
+    opened = (f"each opens on {html.escape(found[0]['head_names'][focus])}, {role}"
+              if focus and found else "each opens on the first layer")
+    parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
+             "enlarge it, hover a token to see where it attends. Under each, folded, the same patterns as a "
+             "heatmap with the circuit's cells outlined.</p>"]
+    for i, view in enumerate(found):
+        parts.append(view_html(view, focus))
+        figure = inp.report.figure(view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
+                                   "(blue), each value to its variable (green, dashed); layer 2: = to the "
+                                   "values (orange). Colour: square root of the attention weight, so weights "
+                                   "near 0.2 stay visible.")
+        parts.append(f"<details><summary>heatmap with the circuit's cells outlined</summary>{figure}</details>")
+    return "\n".join(parts)
+
+
 def _check_count(settings: dict) -> None:
     from compose_lens.core.errors import ComposeLensError
 
@@ -92,7 +125,8 @@ ATTENTION = Analysis(
     name="attention", title="Attention on example sequences", compute=_attention,
     settings={"sequences": ()},
     figures=(r"attention_\d+", "attention"), module="compose_lens.analysis.attention", tables=("attention",),
-    documents=("attention",), command="attention",
+    documents=("attention",), command="attention", section=_section,
+    report_settings=lambda inp: {"sequences": inp.examples},  # none: the split's examples, as analyze makes them
     help="attention views of readable sequences (offline HTML + a heatmap each)",
     options=(Option("sequences", "sequences", "readable sequences, e.g. 'b=7, e=5, b+23=?' (none: one example "
                     "from each of four pools: held-out constants, 1-var training, held-out 2-var, 2-var in forbidden "

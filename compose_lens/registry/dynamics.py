@@ -8,6 +8,10 @@ the measures and the phase rule; this module only says how the command, the repo
 ``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
 With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made of the same run with the same settings are
 kept and only the checkpoints written since are evaluated; another run's are refused.
+
+The report keeps them in ``RUN/results/`` and reads them back where they hold every checkpoint it asks for
+(:func:`_saved`), extends them where the run has written more; its section draws the accuracy by variable
+count, the progress measures and the late refinement, each with the phase onsets marked.
 """
 
 from __future__ import annotations
@@ -41,6 +45,47 @@ def _dynamics(ctx, settings: dict) -> Result:
                   figures=[("dynamics", dynamics_figure, (traj.table, doc), 110)])
 
 
+def _saved(ctx, folder, settings: dict) -> Result | None:
+    """The dynamics saved in ``folder`` where they hold every checkpoint asked for (made with whatever settings;
+    none with ``update`` off): read back, the phases measured again, nothing evaluated."""
+    from compose_lens.training import runs
+
+    if not (settings["update"] and (folder / runs.DYNAMICS_FILE).exists() and (folder / runs.PHASES_FILE).exists()):
+        return None
+    table, doc = runs.load_dynamics(folder)
+    wanted = runs.select_checkpoints(runs.find_checkpoints(ctx.source, ctx.split)[0], stride=settings["stride"])
+    if not {c.step for c in wanted} <= set(int(s) for s in table["step"]):
+        return None
+    phases = runs.run_phases_measured(table, ctx.source, doc.get("settings"), ctx.split)
+    return Result(tables={"dynamics": table}, documents={"phases": {**doc, "phases": phases}})
+
+
+def _section(inp, result: Result, settings: dict) -> str:
+    from compose_lens.views import training
+
+    table, doc, task, report = result.tables["dynamics"], result.documents["phases"], inp.subject.config.task, inp.report
+    t, phases = doc.get("timing", {}), doc["phases"]
+    parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
+             f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
+             f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
+    parts.append(report.figure(training.accuracy_by_variable_count_figure(table, phases, inp.outcome),
+                               "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
+                               "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
+                               "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
+                               "in the checkpoints (nothing measured there)."))
+    parts.append(report.figure(training.progress_measures_figure(table, phases), "progress_measures",
+                               "Progress measures over training with the phase boundaries. The losses are over all "
+                               "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
+                               "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
+                               "them (high: the model needs them)."))
+    forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
+    parts.append(report.figure(
+        training.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
+        "The late refinement: the layer-1 = query's score for each variable key equalises when the "
+        "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
+    return "\n".join(parts)
+
+
 def _sizes(settings: dict, config) -> None:
     from compose_lens.data.safety import check_sizes
 
@@ -68,7 +113,9 @@ DYNAMICS = Analysis(
     name="dynamics", title="Training dynamics and the three phases", compute=_dynamics, of="run",
     settings={"pool_size": 2000, "slot_size": 500, "steps": (), "stride": 1, "no_circuit": False, "threads": 1,
               "update": False},
-    figures=("dynamics",), module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",),
+    figures=("dynamics", "accuracy_by_variable_count", "progress_measures", "late_refinement"),
+    module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",), section=_section,
+    saved=_saved,
     command="dynamics", help="evaluate every checkpoint of a run and find the three phases",
     options=(Option("--pool-size", "pool_size", "sequences per accuracy pool"),
              Option("--slot-size", "slot_size", "sequences per forbidden-slot batch"),

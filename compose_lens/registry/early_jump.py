@@ -8,7 +8,8 @@ two checkpoints; this module says how the command, the report and the API run it
 ``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
 tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
 Without ``--before`` / ``--after`` the bracket is the assignment phase's, read from the run's dynamics
-(``RUN/results/phases.json``, as ``compose-lens dynamics RUN --out RUN/results`` writes it).
+(``RUN/results/phases.json``, as ``compose-lens dynamics RUN --out RUN/results`` writes it). The report
+computes it on its second example sequence, at the bracket of the phases it measured (:func:`_asked`).
 """
 
 from __future__ import annotations
@@ -85,10 +86,31 @@ def states(result: Result) -> tuple[dict, dict, list[str]]:
     return first, second, list(doc["variables"])
 
 
+def _asked(inp) -> dict | None:
+    """The report's settings: the assignment phase's bracket and its second example; None: no jump to show."""
+    bracket = inp.phases["assignment"].get("bracket")
+    if not bracket or bracket[0] == bracket[1]:
+        return None
+    return {"before": bracket[0], "after": bracket[1], "sequence": inp.texts[1]}
+
+
+def _section(inp, result: Result | None, settings: dict) -> str:
+    import html
+
+    from compose_lens.views.attention import early_jump_figure
+
+    if result is None:
+        return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
+    return inp.report.figure(early_jump_figure(*states(result)), "early_jump",
+                             f"Layer-1 attention on <code>{html.escape(settings['sequence'])}</code> and the layer-2 "
+                             f"identity matrix at steps {settings['before']} and {settings['after']}.")
+
+
 EARLY_JUMP = Analysis(
     name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
     settings={"sequence": None, "before": None, "after": None},
     figures=("early_jump",), module="compose_lens.analysis.figure_data", documents=("early_jump",),
+    section=_section, report_settings=_asked, anchor="jump",
     command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),
              Option("--before", "before", "checkpoint step before the jump (default: the assignment bracket's)",

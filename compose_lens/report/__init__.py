@@ -2,11 +2,9 @@
 
 ``compose-lens report RUN_DIR`` writes ``RUN_DIR/report.html``. :func:`build_report`
 loads what every section needs once (:class:`ReportInputs`: the final model, its
-configuration and split, the dynamics table and phases, ``results.json``) and
-then composes one function per section, each taking those inputs and returning
-HTML. A section composes: it asks :mod:`compose_lens.analysis` (and
-:mod:`compose_lens.training.evaluate`) for numbers, :mod:`compose_lens.views` for figures,
-and lays them out; the maths is elsewhere.
+configuration and split, the run's dynamics, ``results.json``) and then composes the
+sections, each taking those inputs and returning HTML. The report's own sections are
+what no analysis makes:
 
 1. :func:`configuration_section`: the configuration (task, model, training); for a folder of the
    study's checkpoints, which records none, only what its files say and "unknown" for the rest
@@ -15,30 +13,18 @@ and lays them out; the maths is elsewhere.
    unseen 2-var sequences (the exhaustive 2-var union; the study reports over
    98 %), 0-var held-out accuracy, and the onsets of the three phases (study:
    about 4.5k, 6k and 14k-16k steps), then the nine pool accuracies of the final model;
-3. :func:`dynamics_section`: the training dynamics
-   (:mod:`compose_lens.analysis.dynamics`; computed and saved to ``RUN_DIR/results/``
-   if missing): accuracy by variable count, the progress measures and the late
-   refinement, each with the phase onsets marked;
-4. the circuit summary (the registered ``probes`` analysis);
-5. :func:`attention_section`: one interactive circuitsvis attention view per example
-   sequence (the PNG heatmap with the circuit's cells outlined folded under it), from the registered
-   ``attention`` analysis, opened on the router;
-6. the analysis figures: the registered ``qk`` (the located binder's positional QK and the
-   router's variable identity), :func:`jump_section` (the early jump before/after), the
-   registered ``fourier`` (the key frequencies and the best Fourier neuron) and ``dla`` (direct
-   logit attribution and the logit lens at ``=``);
-7. the causal tests, registered: ``patching`` (activation patching grouped by token
-   role), ``ablation`` (accuracy lost per pool) and ``same_mlp`` (the same-MLP verdict and
-   the MLP2 input cosines, constants against variables); then circuit discovery;
-8. with ``compare_with`` (``report X --compare Y``), :func:`comparison_section`: this model (A)
+3. with ``compare_with`` (``report X --compare Y``), last, :func:`comparison_section`: this model (A)
    beside another (B) on the same prompts, every row of ``compose-lens compare X Y``
    (:mod:`compose_lens.report.compare`) with its intervals, the changed rows highlighted.
 
-The sections of registered analyses (:mod:`compose_lens.registry`) come from the
-registry, in the order :data:`PAGE` gives (one list): :func:`registered_section` reads
-the analysis's files from ``RUN_DIR/results/<name>/`` where they were made with the same
-settings, seed and configuration (``compose-lens analyze RUN --out RUN/results`` writes them),
-and computes and saves only what is missing, with the settings ``analyze`` uses.
+Every other section is a registered analysis's (:mod:`compose_lens.registry`), laid out by its
+declaration's ``section``, in the order :data:`PAGE` gives (one list): the training dynamics (read from
+``RUN_DIR/results/``, computed there if missing), the circuit summary, the attention views, the QK
+heatmaps, the early jump, the Fourier and logit-attribution figures, the causal tests, circuit discovery.
+:func:`registered_section` reads a model analysis's files from ``RUN_DIR/results/<name>/`` where they were
+made with the same settings, seed and configuration (``compose-lens analyze RUN --out RUN/results`` writes
+them), and computes and saves only what is missing, with the settings ``analyze`` uses; an analysis of
+the run's checkpoints reads them through the run's :class:`~compose_lens.report.context.RunContext`.
 
 The page opens with a table of contents.
 
@@ -56,11 +42,9 @@ import datetime
 import functools
 import html
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-
-import pandas as pd
 
 from compose_lens.training import runs
 from compose_lens.views.attention import early_jump_figure, view_figure
@@ -78,15 +62,11 @@ from compose_lens.core.provenance import VERSION, code_version
 from compose_lens.data.safety import lock_run, staged_companion, write_text_atomic
 from compose_lens.core.stats import rate_record
 from compose_lens import registry
-from compose_lens.registry import early_jump
-from compose_lens.registry.attention import views as attention_views
 from compose_lens.report import compare
 from compose_lens.report import context
-from compose_lens.report.outputs import dynamics_for
 from compose_lens.core.markup import html_table, render
 from compose_lens.report.page import Report
 from compose_lens.core.progress import phases
-from compose_lens.views.attention_view import view_html
 from compose_lens.training.subject import Subject
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
@@ -97,15 +77,14 @@ class ReportInputs:
     """What the sections of one report read: loaded once by :func:`load_inputs`."""
 
     run_dir: Path
-    split_file: str | Path | None
     subject: Subject  # the final model (or the model given), its config and split
     which: str  # which model of the run: "final", or the checkpoint used
-    table: pd.DataFrame  # the dynamics table, one row per checkpoint
-    phases_doc: dict  # phases.json: the rule, timing and "phases"
     results: dict | None  # results.json, None if the run has not finished
     texts: list[str]  # the example sequences
     report: Report  # where figures go (embedded and saved)
     context: context.Context | None = None  # the final model as the registered analyses read it
+    run: context.RunContext | None = None  # the run's checkpoints as its analyses read them (None: one model)
+    found: dict[str, registry.Result] = field(default_factory=dict)  # read before the sections: the dynamics
     results_dir: Path | None = None  # where their files are read from and kept: results_dir/<name>/
     compare_with: Any = None  # a Subject to compare this model with (comparison_section), or None
     compare_label: str = ""  # its name on the page (default: its source)
@@ -113,30 +92,31 @@ class ReportInputs:
     examples: tuple[str, ...] = ()  # the sequences the reader gave (none: ``texts`` are the split's examples)
     progress: bool = True  # a phase line per section on a terminal (compose_lens.core.progress.phases)
 
+    table = property(lambda self: self.found["dynamics"].tables["dynamics"])  # one row per checkpoint
+    phases_doc = property(lambda self: self.found["dynamics"].documents["phases"])  # the rule, timing and "phases"
+    phases = property(lambda self: self.phases_doc["phases"])
+
     @property
-    def phases(self) -> dict:
-        return self.phases_doc["phases"]
+    def outcome(self) -> dict:
+        """generalised / stalled / learning: from results.json, else from the dynamics table."""
+        if self.results and "outcome" in self.results:
+            return self.results["outcome"]
+        return trajectory_outcome(self.table.to_dict("records"), self.run_dir, self.subject.config)
 
 
 def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=None, examples: list[str] | None = None,
                 stride: int = 1, progress: bool = True, recompute: bool = False, seed: int = 0,
                 device: str = "cpu") -> ReportInputs:
-    """Load (computing the dynamics if missing) everything the sections read; the model on ``device``, the
+    """Load everything the sections read: the dynamics saved in ``results_dir`` (extended, or computed there,
+    where they lack a checkpoint asked for; with ``recompute``, computed), the final model on ``device``; the
     analyses' sequences drawn with ``seed``."""
-    table, phases_doc = dynamics_for(run_dir, results_dir, split_file, stride, progress, recompute, device)
+    run = context.RunContext(run_dir, split_file, progress=progress, previous=results_dir, device=device)
+    dynamics = context.obtain(registry.DYNAMICS, run, results_dir, {"stride": stride, "update": not recompute})
     loaded, which = runs.final_model(run_dir, split_file, device)
-    return ReportInputs(run_dir=run_dir, split_file=split_file, subject=loaded, which=which, table=table,
-                        phases_doc=phases_doc, results=runs.read_results(run_dir),
-                        texts=examples or example_sequences(loaded.split), report=report,
-                        examples=tuple(examples or ()),
-                        context=context.Context(loaded, seed=seed), results_dir=results_dir, progress=progress)
-
-
-def run_outcome(inp: ReportInputs) -> dict:
-    """generalised / stalled / learning: from results.json, else from the dynamics table."""
-    if inp.results and "outcome" in inp.results:
-        return inp.results["outcome"]
-    return trajectory_outcome(inp.table.to_dict("records"), inp.run_dir, inp.subject.config)
+    return ReportInputs(run_dir=run_dir, subject=loaded, which=which,
+                        results=runs.read_results(run_dir), texts=examples or example_sequences(loaded.split),
+                        report=report, examples=tuple(examples or ()), context=context.Context(loaded, seed=seed),
+                        run=run, found={"dynamics": dynamics}, results_dir=results_dir, progress=progress)
 
 
 def learned_banner(inp: ReportInputs) -> str:
@@ -252,7 +232,7 @@ def results_section(inp: ReportInputs) -> str:
     ]
     for name in ("addition", "assignment", "refinement"):
         rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
-    found = run_outcome(inp)
+    found = inp.outcome
     rows.append(["outcome (stall detector)", "generalised", f"{found['outcome']}: {found['why']}"])
     source = "results.json" if inp.results else "computed now on the last checkpoint"
     thresholds = "; ".join(f"{k} {v['metric']} &ge; {v['threshold']} (margin {v['margin']})"
@@ -276,73 +256,6 @@ def pool_accuracy_table(subject: Subject) -> str:
     return html_table(rows, ["pool", "accuracy [95 % Wilson interval]", "correct / sequences"])
 
 
-def dynamics_section(inp: ReportInputs) -> str:
-    table, phases, task, report = inp.table, inp.phases, inp.subject.config.task, inp.report
-    t = inp.phases_doc.get("timing", {})
-    parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
-             f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
-             f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-    parts.append(report.figure(accuracy_by_variable_count_figure(table, phases, run_outcome(inp)),
-                               "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
-                               "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
-                               "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
-                               "in the checkpoints (nothing measured there)."))
-    parts.append(report.figure(progress_measures_figure(table, phases), "progress_measures",
-                               "Progress measures over training with the phase boundaries. The losses are over all "
-                               "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
-                               "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
-                               "them (high: the model needs them)."))
-    forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
-    parts.append(report.figure(
-        refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
-        "The late refinement: the layer-1 = query's score for each variable key equalises when the "
-        "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
-    return "\n".join(parts)
-
-
-def router_index(inp: ReportInputs) -> int:
-    """The index, among the views' heads (layer by layer), of the router the study's routing claim is
-    about (the located one; the paper's ``blocks.1`` head 0): the attention views open on it. 0 (the
-    first head) where none is located."""
-    router = inp.context.heads.router if inp.context is not None else None
-    return 0 if router is None else router[0] * inp.subject.config.model.n_heads + router[1]
-
-
-def attention_section(inp: ReportInputs) -> str:
-    """The registered ``attention`` analysis of :attr:`ReportInputs.texts` (saved in ``results/attention/``,
-    or computed and saved there: :func:`compose_lens.report.context.obtain`), each view opened on the router."""
-    focus = router_index(inp)
-    settings = {"sequences": inp.examples}  # none: the split's examples, as analyze makes them
-    views = attention_views(context.obtain(registry.ATTENTION, inp.context, inp.results_dir / "attention", settings))
-    router = inp.context.plan[0].router.component if inp.context is not None else None
-    role = "the router" if router is not None else "the head the study's router would be (this model has none)"
-    opened = (f"each opens on {html.escape(views[0]['head_names'][focus])}, {role}"
-              if focus and views else "each opens on the first layer")
-    parts = [f"<p>One interactive view per example (circuitsvis, drawn offline): {opened}; pick a layer to "
-             "enlarge it, hover a token to see where it attends. Under each, folded, the same patterns as a "
-             "heatmap with the circuit's cells outlined.</p>"]
-    for i, view in enumerate(views):
-        parts.append(view_html(view, focus))
-        figure = inp.report.figure(view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
-                                   "(blue), each value to its variable (green, dashed); layer 2: = to the "
-                                   "values (orange). Colour: square root of the attention weight, so weights "
-                                   "near 0.2 stay visible.")
-        parts.append(f"<details><summary>heatmap with the circuit's cells outlined</summary>{figure}</details>")
-    return "\n".join(parts)
-
-
-def jump_section(inp: ReportInputs) -> str:
-    bracket = inp.phases["assignment"].get("bracket")
-    if not bracket or bracket[0] == bracket[1]:
-        return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
-    text = inp.texts[1]
-    run = context.RunContext(inp.run_dir, inp.split_file, progress=False, previous=inp.results_dir)
-    found = context.run_analysis(registry.EARLY_JUMP, run, before=bracket[0], after=bracket[1], sequence=text)
-    return inp.report.figure(early_jump_figure(*early_jump.states(found)), "early_jump",
-                             f"Layer-1 attention on <code>{html.escape(text)}</code> and the layer-2 identity "
-                             f"matrix at steps {bracket[0]} and {bracket[1]}.")
-
-
 def comparison_section(inp: ReportInputs) -> str:
     """This model (A) beside ``inp.compare_with`` (B), read on the same prompts: every row of
     :func:`compose_lens.report.compare.compare` in :func:`compose_lens.report.compare.html_tables` (the tables of
@@ -360,11 +273,17 @@ def comparison_section(inp: ReportInputs) -> str:
 
 
 def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], str]:
-    """The report section of a registered analysis: its saved result (``results_dir/<name>/``, where
-    made with the same settings) or one computed now and saved there, laid out by its ``section``."""
+    """The report section of a registered analysis, laid out by its ``section`` from its result with the
+    settings it reads the page with (``report_settings``, else its defaults; None: no result, nothing to read):
+    the result the page read before its sections (:attr:`ReportInputs.found`: the dynamics), a model
+    analysis's saved in ``results_dir/<name>/`` where made with the same settings (else computed now and saved
+    there), or a run analysis's computed now over the run's checkpoints."""
     def section(inp: ReportInputs) -> str:
-        settings = analysis.with_settings()
-        result = context.obtain(analysis, inp.context, inp.results_dir / analysis.name, settings)
+        asked = analysis.report_settings(inp) if analysis.report_settings else {}
+        settings = analysis.with_settings(asked)
+        result = None if asked is None else inp.found.get(analysis.name) or (
+            context.obtain(analysis, inp.context, inp.results_dir / analysis.name, settings) if analysis.of == "model"
+            else context.compute(analysis, inp.run, settings))
         return analysis.section(inp, result, settings)
 
     section.__name__ = f"{analysis.name}_section"
@@ -379,23 +298,21 @@ PAGE = ("config", "results", "dynamics", "circuit", "variant", "attention", "qk"
         "fourier", "dla", "patching", "ablation", "same-mlp", "circuit-discovery", "modularity", "gradient")
 
 
-def page(own: dict[str, tuple[str, Callable[[ReportInputs], str]]]) -> tuple[tuple[str, str, Callable], ...]:
+def page(own: dict[str, tuple[str, Callable[[ReportInputs], str]]], run: bool = True
+         ) -> tuple[tuple[str, str, Callable], ...]:
     """(anchor, title, section) in :data:`PAGE`'s order: the report's ``own`` sections (anchor -> (title,
-    section)) and each registered analysis's (:func:`registered_section`)."""
+    section)) and each registered analysis's (:func:`registered_section`; of a run's checkpoints too with ``run``)."""
     registered = {analysis.anchor or analysis.name: (analysis.title, registered_section(analysis))
-                  for analysis in registry.ANALYSES if analysis.section is not None}
-    found = {**own, **registered}
+                  for analysis in registry.ANALYSES if analysis.section is not None and (run or analysis.of == "model")}
+    named = {**own, **registered}
     order = (*PAGE, *(anchor for anchor in registered if anchor not in PAGE))
-    return tuple((anchor, *found[anchor]) for anchor in order if anchor in found)
+    return tuple((anchor, *named[anchor]) for anchor in order if anchor in named)
 
 
 def sections() -> tuple[tuple[str, str, Callable[[ReportInputs], str]], ...]:
     """The sections of a run's report, in page order."""
     return page({"config": ("Configuration", configuration_section),
-                 "results": ("Results: the study and this run", results_section),
-                 "dynamics": ("Training dynamics and the three phases", dynamics_section),
-                 "attention": ("Attention on example sequences", attention_section),
-                 "jump": ("The early generalisation jump", jump_section)})
+                 "results": ("Results: the study and this run", results_section)})
 
 
 # -- one model: the report of a model without a training run ------------------------------------
@@ -428,9 +345,8 @@ def model_results_section(inp: ReportInputs) -> str:
 
 def model_sections() -> tuple[tuple[str, str, Callable[[ReportInputs], str]], ...]:
     """The sections of one model's report, in page order (none that reads checkpoints)."""
-    return page({"config": ("Configuration", model_configuration_section),
-                 "results": ("Results", model_results_section),
-                 "attention": ("Attention on example sequences", attention_section)})
+    return page({"config": ("Configuration", model_configuration_section), "results": ("Results", model_results_section)},
+                run=False)
 
 
 def is_run_source(spec: str | Path) -> bool:
@@ -458,9 +374,8 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
                                       compare_label=compare_label, compare_options=compare_options, seed=seed,
                                       progress=progress)
     report = Report(files_dir / "figures")
-    inputs = ReportInputs(run_dir=Path(subject.source), split_file=None, subject=subject, which="the model", table=pd.DataFrame(),
-                          phases_doc={"phases": {}}, results=None,
-                          texts=examples or example_sequences(subject.split), report=report,
+    inputs = ReportInputs(run_dir=Path(subject.source), subject=subject, which="the model",
+                          results=None, texts=examples or example_sequences(subject.split), report=report,
                           examples=tuple(examples or ()),
                           context=context.Context(subject, seed=seed), results_dir=files_dir / "results",
                           compare_with=compare_with, compare_label=compare_label, compare_options=compare_options,
@@ -541,7 +456,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                          device)
     inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
     try:
-        banner = stall_banner(run_outcome(inputs))
+        banner = stall_banner(inputs.outcome)
     except Exception:  # the results section says what went wrong
         banner = ""
     banner += learned_banner(inputs)

@@ -7,7 +7,7 @@ own command, ``analyze``, the report and the API), :func:`write` puts its
 :class:`~compose_lens.registry.Result` into a folder (tables as CSV with a provenance JSON beside each that
 records the settings, documents as JSON, figures under ``figures/``), :func:`read` rebuilds it from such a
 folder where it was made with the same settings, seed and configuration, and :func:`obtain` does the one or
-the other (the report). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
+the other (the report, the figure scripts' dynamics). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
 (``compose-lens analyze``).
 
 An analysis of a run's checkpoints (``of="run"``: the dynamics, the early jump, the LLC) is run over a
@@ -40,7 +40,7 @@ from compose_lens.core.files import atomic_path, load_json
 from compose_lens.core.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.training.runs import write_document, write_table
-from compose_lens.data.safety import peek_run_config
+from compose_lens.data.safety import peek_run_config, read_marker
 from compose_lens.training.subject import Subject
 from compose_lens.views.drawing import Renderer, save
 
@@ -212,14 +212,27 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
     return _with_figures(analysis, result, context, settings)
 
 
-def obtain(analysis: Analysis, context: Context, folder: Path, settings: dict | None = None) -> Result:
-    """The saved result in ``folder`` (:func:`read`), else computed now and saved there."""
-    found = read(analysis, folder, context, settings)
+def obtain(analysis: Analysis, context: Context | RunContext, folder: Path, settings: dict | None = None) -> Result:
+    """The saved result in ``folder`` that serves (:func:`read`, or the declaration's ``saved``: the dynamics
+    where they hold every checkpoint asked for), else computed now and saved there. An analysis that extends
+    its saved result (a setting ``update``: the dynamics of a growing run) is computed from nothing where that
+    result cannot be extended (another run's, other settings), and ``folder`` is marked as compose-lens's, so
+    that its command's ``--update`` may extend it later."""
+    settings = analysis.with_settings(settings)
+    found = analysis.saved(context, folder, settings) if analysis.saved else read(analysis, folder, context, settings)
     if found is not None:
         return found
-    result = compute(analysis, context, settings)
+    try:
+        result = compute(analysis, context, settings)
+    except ComposeLensError:
+        if not settings.get("update"):
+            raise
+        settings = {**settings, "update": False}  # saved with other settings, or another run's: made again
+        result = compute(analysis, context, settings)
     write(analysis, result, folder, context, settings)
     context.renderer.wait()
+    if "update" in analysis.settings and read_marker(folder) is None:
+        runs.mark_written(folder, analysis.command)
     return result
 
 

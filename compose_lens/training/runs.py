@@ -113,7 +113,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 # (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``, ``.html``) are
 # named here; tests/integration/test_report.py holds a reported run to this list.
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
-REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")  # the report's
+REPORT_FIGURES = ("qk_heatmaps",)  # the report's
 # own; the analyses' files (RUN/results/NAME/: tables, documents, figures; the figures also in RUN/figures/) are the
 # registered declarations' own: compose_lens.registry records them in compose_lens.core.outputs as it finds them.
 

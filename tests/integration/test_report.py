@@ -200,7 +200,8 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     """A report of a run still training evaluates only the checkpoints written since."""
     import pandas as pd
 
-    from compose_lens.report.outputs import dynamics_for
+    from compose_lens import registry
+    from compose_lens.report.context import RunContext, obtain
 
     run_dir, _, _ = reported_run
     results = tmp_path / "results"
@@ -208,7 +209,8 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     table = pd.read_csv(run_dir / "results" / "dynamics.csv")
     table[table["step"] < 30].to_csv(results / "dynamics.csv", index=False)
     (results / "phases.json").write_text((run_dir / "results" / "phases.json").read_text())
-    updated, doc = dynamics_for(run_dir, results, progress=False)
+    found = obtain(registry.DYNAMICS, RunContext(run_dir, progress=False, previous=results), results, {"update": True})
+    updated, doc = found.tables["dynamics"], found.documents["phases"]
     assert updated["step"].tolist() == [10, 20, 30] and doc["timing"]["evaluated_now"] == 1
 
 
@@ -277,8 +279,7 @@ def test_study_checkpoints_show_what_their_folder_says_not_compose_lens_defaults
 
     split = Split.load(REFERENCE / "split.json")
     subject = Subject(None, RunConfig(task=split.task), split, str(REFERENCE))
-    inputs = ReportInputs(run_dir=REFERENCE, split_file=None, subject=subject, which="final.pth", table=None,
-                          phases_doc={}, results=None, texts=[], report=None)
+    inputs = ReportInputs(run_dir=REFERENCE, subject=subject, which="final.pth", results=None, texts=[], report=None)
     text = configuration_section(inputs)
     assert "30000" not in text and "30,000" not in text  # compose-lens's default steps
     assert '"cpu"' not in text and ">cpu<" not in text  # and its default device

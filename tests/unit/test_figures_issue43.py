@@ -190,7 +190,7 @@ def test_the_report_opens_the_attention_views_on_the_router():
     from types import SimpleNamespace
 
     from compose_lens.analysis.probes import PAPER_HEADS
-    from compose_lens.report import router_index
+    from compose_lens.registry.attention import router_index
 
     paper = SimpleNamespace(context=SimpleNamespace(heads=PAPER_HEADS), subject=SimpleNamespace(
         config=SimpleNamespace(model=SimpleNamespace(n_heads=1))))

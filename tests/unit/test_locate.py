@@ -16,6 +16,7 @@ from compose_lens.training import runs
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
 from compose_lens.core.config import ModelConfig, RunConfig
+from compose_lens.core.coverage import PAPER_MODEL_DIR
 from compose_lens.core.errors import ConfigError
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
@@ -132,7 +133,7 @@ def test_runs_written_with_the_old_key_still_load():
     legacy = RunConfig.from_dict({"model": {"n_layers": 3, "mlp_layers": [0, 2]}})
     assert legacy.model.mlp_blocks == (0, 2)
     assert "mlp_layers" not in legacy.to_dict()["model"]
-    paper = json.loads((Path(runs.__file__).parent / "assets" / "paper" / "config.json").read_text())
+    paper = json.loads((PAPER_MODEL_DIR / "config.json").read_text())
     assert "mlp_layers" in paper["model"]  # the embedded run keeps its original file
     assert RunConfig.from_dict(paper).model.mlp_blocks == (1,)
     with pytest.raises(ConfigError, match="both mlp_layers .* and mlp_blocks"):

@@ -269,8 +269,7 @@ def test_the_registry_imports_nothing_of_the_report():
 # forward computes them (the tables, the bridge's hooks) is chosen there. These analysis modules still run
 # a forward of their own, each for a reason the Forward does not cover yet (the list only shrinks):
 OWN_FORWARD = {
-    "compose_lens.analysis.llc": "the answer logits with gradients, under SGLD's weight draws",
-    "compose_lens.analysis.patching": "the batched engine and many sites per hooked forward",
+    "compose_lens.analysis.patching": "path patching's two runs through the bridge's hooks (freeze, record, write)",
 }
 _FORWARD_NAMES = {"fastpath", "lastpos", "run_with_cache", "run_with_hooks", "use_table_forward", "hooks"}
 

@@ -43,7 +43,7 @@ Or your own pairs (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean
 corrupted); :mod:`compose_lens.data.pairs`), and another metric than the logit
 difference (``metric=``: ``prob``, ``accuracy`` or a function of the logits at ``=``
 and the two answers; :mod:`compose_lens.analysis.metrics`), both through the same
-engines below.
+engines (below).
 
 **Every site at once.** :func:`patched_values` asks :meth:`compose_lens.forward.Forward.patched`
 for every site's patched answer in one batched operation: for the study's architecture the engine

@@ -18,11 +18,27 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.analysis import patching
+from compose_lens.analysis import metrics, patching
+from compose_lens.model import tl
 from compose_lens.training.runs import load_model
 
 _REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
 DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise
+
+
+def transformer_lens_logit_diffs(model, cfg, pairs, components=patching.COMPONENTS):
+    """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
+    _, cache = tl.run_with_cache(model, pairs.clean)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return metrics.values(metrics.logit_diff, logits[:, -1].float(), pairs.answers)
+
+    sites, values = [], []
+    for component in components:
+        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
+        sites += patching.all_sites(cfg, [component])
+        values.append(table.reshape(-1, len(pairs)).cpu())
+    return sites, torch.cat(values)
 
 
 def main() -> None:
@@ -41,11 +57,11 @@ def main() -> None:
     print(f"model {loaded.source}: {len(sites)} sites x {len(pairs)} prompt pairs ({args.corruption})")
 
     start = time.perf_counter()
-    batched = patching.patched_logit_diffs(loaded.model, cfg, pairs, sites)
+    batched = patching.patched_values(loaded.model, cfg, pairs, sites)
     t_batched = time.perf_counter() - start
 
     start = time.perf_counter()
-    tl_sites, baseline = patching.transformer_lens_logit_diffs(loaded.model, cfg, pairs)
+    tl_sites, baseline = transformer_lens_logit_diffs(loaded.model, cfg, pairs)
     t_tl = time.perf_counter() - start
 
     assert tl_sites == sites, "the two sweeps enumerate sites differently"

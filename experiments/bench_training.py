@@ -114,7 +114,7 @@ def paper_model(args, batches, split) -> None:
     start = time.perf_counter()
     make_step(model, compiled)(batches[0])
     compile_s = time.perf_counter() - start
-    paths = {"baseline": make_step(model, lambda tok: fastpath.plain_last_position_logits(model, tok)),
+    paths = {"baseline": make_step(model, lambda tok: model(tok)[:, -1]),
              "before": make_step(model, eager), "after": make_step(model, compiled),
              "eager, 1 thread": with_threads(make_step(model, eager), 1),
              f"eager, {cpu_count()} threads": with_threads(make_step(model, eager), cpu_count())}
@@ -140,7 +140,7 @@ def paper_model(args, batches, split) -> None:
 def exactness(config, batches, model, eager, compiled) -> None:
     tokens = batches[0].tokens
     with torch.no_grad():
-        plain = fastpath.plain_last_position_logits(model, tokens)
+        plain = model(tokens)[:, -1]
         fast, comp = eager(tokens), compiled(tokens)
     print(f"max |logit difference| from TransformerLens (logit scale {plain.abs().max():.1f}): "
           f"eager {(fast - plain).abs().max():.2e}, compiled {(comp - plain).abs().max():.2e}")
@@ -179,11 +179,11 @@ def other_architectures(args, batches) -> None:
         model = tl.boot(cfg)
         params = tl.parameters(model)
         fast = lambda tok: lastpos.last_position_logits(params, cfg, tok)  # noqa: E731
-        paths = {"tl": make_step(model, lambda tok: fastpath.plain_last_position_logits(model, tok)),
+        paths = {"tl": make_step(model, lambda tok: model(tok)[:, -1]),
                  "fast": make_step(model, fast), "bf16": make_step(model, fast, autocast=True)}
         med = interleaved(paths, batches, max(2, args.rounds // 2), {"tl": 2, "fast": 2, "bf16": 2})
         with torch.no_grad():
-            diff = (fast(batches[0].tokens) - fastpath.plain_last_position_logits(model, batches[0].tokens))
+            diff = (fast(batches[0].tokens) - model(batches[0].tokens)[:, -1])
         print(f"{label:36s} {med['tl'] * 1e3:8.1f} {med['fast'] * 1e3:11.1f} {med['tl'] / med['fast']:9.2f} "
               f"{med['bf16'] * 1e3:8.1f} {med['tl'] / med['bf16']:9.2f} {diff.abs().max():13.2e}")
 

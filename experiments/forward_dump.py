@@ -22,10 +22,11 @@ import sys
 import torch
 
 from compose_lens.analysis import circuit as C
+from compose_lens.core import capabilities
 from compose_lens.analysis import patching
 from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import make_pool
-from compose_lens.model import fastpath, lastpos, tl
+from compose_lens.model import fastpath, lastpos, patch_engine, tl
 from compose_lens.training.runs import load_model
 
 
@@ -46,7 +47,7 @@ def dump(model_spec: str) -> dict[str, torch.Tensor]:
     sites = patching.all_sites(cfg)
     for corruption in ("value", "constant"):
         pairs = patching.make_prompt_pairs(loaded.split, 40, corruption)
-        out[f"patch.{corruption}"] = patching.patched_logit_diffs(loaded.model, cfg, pairs, sites)
+        out[f"patch.{corruption}"] = patching.patched_values(loaded.model, cfg, pairs, sites)
     for positions in (False, True):
         gm = C.GraphModel.from_model(loaded.model, cfg, positions)
         pairs = C.circuit_pairs(loaded.split, 30)
@@ -62,8 +63,8 @@ def dump(model_spec: str) -> dict[str, torch.Tensor]:
         p = {k: v.detach().float() for k, v in tl.parameters(m).items()}
         out[f"{name}.lastpos"] = lastpos.last_position_logits(p, c.model, tokens[:64])
         out[f"{name}.graph"] = C.GraphModel(p, c.model).forward(tokens[:64])[0]
-        if patching.engine_supports(c.model):
-            out[f"{name}.patching"] = patching._Weights(m, c.model).run(tokens[:64])["logits"]
+        if capabilities.supports(c.model, "patching"):
+            out[f"{name}.patching"] = patch_engine.Engine(m, c.model).run(tokens[:64])["logits"]
     return out
 
 

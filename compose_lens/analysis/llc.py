@@ -53,6 +53,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from compose_lens.core import capabilities
+
 from compose_lens.core import progress as progress_lines
 
 from compose_lens.training import runs
@@ -62,7 +64,8 @@ from compose_lens.core.files import load_json
 from compose_lens.training.phases import logged_phases
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
-from compose_lens.model import fastpath, lastpos, tl
+from compose_lens.model.forward import Forward
+from compose_lens.model import tl
 
 INSTALL_HINT = "pip install devinterp==2.0.1 (or: pip install -e '.[methods]')"
 
@@ -180,8 +183,7 @@ class AnswerModel(torch.nn.Module):
 
     def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
         super().__init__()
-        self.kind = fastpath.forward_kind(cfg)
-        if self.kind == "transformerlens":
+        if capabilities.answer_forward(cfg) == "transformerlens":
             raise ComposeLensError("the LLC samples the fast forward, which covers models without normalisation; "
                                    f"this model has normalization_type={cfg.normalization_type!r}")
         self.model_config, self.names = cfg, list(state)  # not "cfg": devinterp would take it for TransformerLens
@@ -197,8 +199,7 @@ class AnswerModel(torch.nn.Module):
                 for n in self.names}
 
     def answer_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        read = fastpath.last_position_logits if self.kind == "tables" else lastpos.last_position_logits
-        return read(self.params(), self.model_config, tokens)
+        return Forward(tl.Weights(self.params(), self.model_config), self.model_config).answer_forward()(tokens)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.answer_logits(input_ids[:, :-1])

@@ -43,29 +43,13 @@ Or your own pairs (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean
 corrupted); :mod:`compose_lens.data.pairs`), and another metric than the logit
 difference (``metric=``: ``prob``, ``accuracy`` or a function of the logits at ``=``
 and the two answers; :mod:`compose_lens.analysis.metrics`), both through the same
-engines below.
+engines (below).
 
-**Why this is fast.** ``transformer_lens.patching`` runs one full forward of the
-whole batch per site (192 sites for the paper model). For the study's
-architecture (two layers, an MLP in the last one only, no normalisation) patching
-needs far less, and :func:`patched_logit_diffs` computes the same numbers from the
-weights, all sites of a kind at once on a (prompts x sites) batch:
-
-* only the logits at ``=`` are read, and layer 2 is the last layer, so layer 2 is
-  needed at the last position only: its query there, its keys and values at every
-  position. A layer-2 site before ``=`` other than ``resid_pre`` is read by nothing
-  later: patching it leaves the output exactly as in the corrupted run;
-* keys and values are computed per position, so patching one position of
-  ``blocks.1.hook_resid_pre`` changes one key row and one value row: the patched
-  keys are the corrupted ones with that row swapped, no new matrix products;
-* every layer-1 site except ``resid_pre`` only changes ``blocks.1.hook_resid_pre`` at
-  its own position, so it is the case above with another replacement vector;
-* ``blocks.0.hook_resid_pre`` needs a layer-1 recompute, again batched over sites.
-
-Other architectures go through the model's own hooks, still batched: one forward
-of (sites x prompts) rows per (component, layer), the hook writing each row's clean
-activation at that row's position (:func:`hook_batched_logit_diffs`).
-``experiments/bench_patching.py`` checks both against the TransformerLens loop.
+**Every site at once.** :func:`patched_values` asks :meth:`compose_lens.model.forward.Forward.patched`
+for every site's patched answer in one batched operation: for the study's architecture the engine
+of :mod:`compose_lens.model.patch_engine` computes them from the weights, all sites of a kind at
+once; any other through the model's hooks, one forward of (sites x prompts) rows per (component,
+layer). ``experiments/bench_patching.py`` checks both against the TransformerLens loop.
 
 **Finer tools, through the bridge's hooks.** :func:`head_patching_table` patches each head's
 query, key, value or attention pattern (or output) per position, the numbers of
@@ -85,8 +69,6 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from compose_lens.core import capabilities
-
 from compose_lens.core import stats
 from compose_lens.analysis import metrics
 from compose_lens.core.config import CORRUPTIONS, HEAD_COMPONENTS, ModelConfig
@@ -98,15 +80,12 @@ from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
 from compose_lens.data.variants import bindings
 from compose_lens.training.evaluate import answer_logits
-from compose_lens.model.forward import Site
+from compose_lens.model.forward import Forward, Site
 from compose_lens.data.safety import check_finite_logits
-from compose_lens.model import heads, tl, weights
+from compose_lens.model import tl
+from compose_lens.model.patch_engine import COMPONENTS
 from compose_lens.training.subject import Subject
 
-COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
-# per head, through the bridge's hooks (head_patching_table): a head's query, key, value, its
-# attention pattern (a destination position's row) and its output
-HEAD_VECTORS = ("q", "k", "v", "z")  # (batch, pos, head, d_head)
 
 
 # -- prompt pairs -----------------------------------------------------------------------------
@@ -197,12 +176,8 @@ def logit_diff(logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
 
 
 def _metric(metric: metrics.Metric, logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
-    """(N,) the metric of last-position logits (N, V), or (S, N) of per-site logits (N, S, V)."""
-    if logits.dim() == 2:
-        return metrics.values(metric, logits, pairs.answers)
-    N, S = logits.shape[:2]
-    flat = logits.transpose(0, 1).reshape(S * N, -1)  # site-major rows, every pair once per site
-    return metrics.values(metric, flat, pairs.answers.repeat(S, 1)).view(S, N)
+    """(N,) the metric of last-position logits (N, V)."""
+    return metrics.values(metric, logits, pairs.answers)
 
 
 # -- sites ------------------------------------------------------------------------------------
@@ -232,240 +207,6 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
     return sites
 
 
-# -- the batched engine for the study's architecture -----------------------------------------
-
-
-def engine_supports(cfg: ModelConfig) -> bool:
-    """Can :func:`patched_logit_diffs` compute patching from the weights for this model?
-
-    The paper's layout (two layers, an MLP in the last only) without normalisation; any number
-    of heads and trained biases are fine. Why not: ``capabilities.why_not(cfg, "patching")``.
-    """
-    return capabilities.supports(cfg, "patching")
-
-
-class _Weights:
-    """The weights in the nn.Linear layout, detached, with the forward pieces patching needs."""
-
-    def __init__(self, model: tl.Model, cfg: ModelConfig):
-        params = {k: v.detach().float() for k, v in tl.parameters(model).items()}
-        self.p, self.cfg = params, cfg
-        self.H, self.dh = cfg.n_heads, cfg.d_head
-
-    def heads(self, x: torch.Tensor, layer: int, kind: str) -> torch.Tensor:
-        """q / k / v of ``x`` (..., d) as (..., H, d_head)."""
-        return heads.split_heads(heads.project(self.p, self.cfg, layer, kind, x, bias=True), self.H)
-
-    def attn_out(self, z: torch.Tensor, layer: int) -> torch.Tensor:
-        """(..., H, d_head) -> (..., d): the head outputs through W_O."""
-        return heads.write(self.p, self.cfg, layer, z.flatten(-2), bias=True)
-
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.p["embed.weight"][tokens] + self.p["pos_embed.weight"][: tokens.shape[1]]
-
-    def layer0(self, resid_pre0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal attention of blocks.0 over all positions: z0 (R, n, H, dh), attn_out0 (R, n, d)."""
-        q, k, v = (self.heads(resid_pre0, 0, s) for s in "qkv")
-        pattern = heads.pattern(heads.scale(torch.einsum("rihd,rjhd->rhij", q, k), self.dh), self.cfg.read_order)
-        z = torch.einsum("rhij,rjhd->rihd", pattern, v)
-        return z, self.attn_out(z, 0)
-
-    def layer2_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
-                    site: Site | None = None, clean: dict | None = None,
-                    q: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Layer 2 at the last position from its keys/values (R, n, H, dh) and resid_pre1[-1] (R, d):
-        every component a site can read there, and the logits.
-
-        ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
-        """
-        def patch(component: str, value: torch.Tensor) -> torch.Tensor:
-            if site is None or site.component != component:
-                return value
-            if component == "z":
-                value = value.clone()
-                value[:, site.head] = clean["z"][:, site.head]
-                return value
-            return clean[component]
-
-        resid_last = patch("resid_pre", resid_last)
-        q = self.heads(resid_last, 1, "q") if q is None else q  # (R, H, dh)
-        pattern = heads.pattern(heads.scale(torch.einsum("rhd,rjhd->rhj", q, k1), self.dh).unsqueeze(-2)).squeeze(-2)
-        return self.after_attention(patch("z", torch.einsum("rhj,rjhd->rhd", pattern, v1)), resid_last, patch)
-
-    def after_attention(self, z: torch.Tensor, resid_last: torch.Tensor,
-                        patch=lambda component, value: value) -> dict[str, torch.Tensor]:
-        """Layer 2 at the last position from its head outputs z (R, H, dh) on: see :meth:`layer2_last`."""
-        attn_out = patch("attn_out", self.attn_out(z, 1))
-        resid_mid = patch("resid_mid", resid_last + attn_out)
-        mlp_out = patch("mlp_out", weights.mlp_out(self.p, self.cfg, resid_mid)[2])
-        resid_post = patch("resid_post", resid_mid + mlp_out)
-        return {"resid_pre": resid_last, "z": z, "attn_out": attn_out, "resid_mid": resid_mid,
-                "mlp_out": mlp_out, "resid_post": resid_post, "logits": weights.unembed(self.p, self.cfg, resid_post)}
-
-    def run(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every activation a site can read, for a batch of prompts."""
-        resid_pre0 = self.embed(tokens)
-        z0, attn_out0 = self.layer0(resid_pre0)
-        resid_mid0 = resid_pre0 + attn_out0
-        resid_pre1 = resid_mid0  # blocks.0 has no MLP: its output is exactly zero
-        k1, v1 = self.heads(resid_pre1, 1, "k"), self.heads(resid_pre1, 1, "v")
-        q = self.heads(resid_pre1[:, -1], 1, "q")  # (N, H, dh)
-        last = self.layer2_last(k1, v1, resid_pre1[:, -1], q=q)
-        return {"resid_pre0": resid_pre0, "z0": z0, "attn_out0": attn_out0, "resid_mid0": resid_mid0,
-                "resid_pre1": resid_pre1, "k1": k1, "v1": v1, "q1": q, "logits": last.pop("logits"),
-                "last": last}
-
-
-def _layer0_replacement(site: Site, clean: dict, corrupt: dict, W: _Weights) -> torch.Tensor:
-    """blocks.1.hook_resid_pre at ``site.position`` after patching a layer-1 site there (N, d)."""
-    i = site.position
-    if site.component == "attn_out":
-        return corrupt["resid_pre0"][:, i] + clean["attn_out0"][:, i]
-    if site.component == "z":
-        z = corrupt["z0"][:, i].clone()
-        z[:, site.head] = clean["z0"][:, i, site.head]
-        return corrupt["resid_pre0"][:, i] + W.attn_out(z, 0)
-    if site.component == "resid_mid":
-        return clean["resid_mid0"][:, i]
-    if site.component == "resid_post":
-        return clean["resid_pre1"][:, i]
-    if site.component == "mlp_out":  # zero in both runs: the patch leaves the corrupted stream
-        return corrupt["resid_mid0"][:, i]
-    raise AssertionError(site)
-
-
-def _row_patched_logits(W: _Weights, corrupt: dict, positions: torch.Tensor,
-                        replacement: torch.Tensor) -> torch.Tensor:
-    """Logits (N, S, V) when blocks.1.hook_resid_pre at ``positions[s]`` becomes ``replacement[:, s]``.
-
-    Keys and values are per position, so one key and one value row change per site:
-    the query's scores against the corrupted keys are computed once and the patched
-    row's score swapped in, and ``z = pattern V_corrupted + pattern[p] (v_new - v_p)``.
-    Nothing of size (sites x positions x d) is built.
-    """
-    N, S = replacement.shape[:2]
-    n = corrupt["k1"].shape[1]
-    at_last = positions == n - 1
-    last = corrupt["resid_pre1"][:, -1].unsqueeze(1).expand(N, S, -1).clone()
-    last[:, at_last] = replacement[:, at_last]
-    q = corrupt["q1"].unsqueeze(1).expand(N, S, *corrupt["q1"].shape[1:]).clone()  # (N, S, H, dh)
-    q[:, at_last] = W.heads(replacement[:, at_last], 1, "q")
-    k_new, v_new = W.heads(replacement, 1, "k"), W.heads(replacement, 1, "v")  # (N, S, H, dh)
-    scores = heads.scale(torch.einsum("nshd,njhd->nshj", q, corrupt["k1"]), W.dh)
-    row = positions.view(1, S, 1, 1).expand(N, S, W.H, 1)
-    scores.scatter_(-1, row, heads.scale((q * k_new).sum(-1, keepdim=True), W.dh))
-    pattern = heads.pattern(scores.unsqueeze(-2)).squeeze(-2)  # (N, S, H, n): from "=", every key
-    z = (torch.einsum("nshj,njhd->nshd", pattern, corrupt["v1"])
-         + pattern.gather(-1, row) * (v_new - corrupt["v1"][:, positions]))
-    return W.after_attention(z.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
-
-
-def _embed_patched_logits(W: _Weights, clean: dict, corrupt: dict, positions: torch.Tensor) -> torch.Tensor:
-    """Logits (N, S, V) when blocks.0.hook_resid_pre at ``positions[s]`` is patched from the clean run.
-
-    Only one row of layer 1's queries, keys and values changes, and layer 2 reads
-    layer 1 through linear maps, so everything per position is precomputed per
-    prompt and pushed through W_O and layer 2's W_K / W_V once:
-    ``K1 = resid_pre0 W_K1 + sum_h A_h (v_h W_O,h W_K1)``; only the attention
-    pattern is recomputed per site, and each sum over the patched table is the sum over
-    the corrupted one plus the patched row's correction. Of size (sites x positions x d)
-    only layer 2's keys and values are built.
-    """
-    N, S = len(corrupt["resid_pre0"]), len(positions)
-    H, dh = W.H, W.dh
-    W_O = W.p["blocks.0.attn.o.weight"].T.unflatten(0, (H, dh))  # (H, dh, d)
-
-    def tables(run: dict) -> dict:
-        resid = run["resid_pre0"]
-        v0 = W.heads(resid, 0, "v")
-        vo = torch.einsum("nihd,hde->nihe", v0, W_O)  # (N, n, H, d): what each head writes
-        return {"q0": W.heads(resid, 0, "q"), "k0": W.heads(resid, 0, "k"), "vo": vo,
-                "rk": resid @ W.p["blocks.1.attn.k.weight"].T, "rv": resid @ W.p["blocks.1.attn.v.weight"].T,
-                "vok": vo @ W.p["blocks.1.attn.k.weight"].T, "vov": vo @ W.p["blocks.1.attn.v.weight"].T,
-                "resid": resid}
-
-    cor, cle = tables(corrupt), tables(clean)
-    new = {name: table[:, positions] for name, table in cle.items()}  # the patched row of each site
-    n = cor["resid"].shape[1]
-    row = torch.nn.functional.one_hot(positions, n).bool()  # (S, n): where each site's row sits
-    # layer-1 scores: the corrupted ones with the patched query row and key column swapped in
-    scores = heads.scale(torch.einsum("nihd,njhd->nhij", cor["q0"], cor["k0"]).unsqueeze(1), dh)  # (N, 1, H, n, n)
-    column = heads.scale(torch.einsum("nihd,nshd->nshi", cor["q0"], new["k0"]), dh)  # (N, S, H, n)
-    query_row = heads.scale(torch.einsum("nshd,njhd->nshj", new["q0"], cor["k0"]), dh)  # (N, S, H, n)
-    query_row = torch.where(row.view(1, S, 1, n), heads.scale((new["q0"] * new["k0"]).sum(-1, keepdim=True), dh),
-                            query_row)
-    scores = torch.where(row.view(1, S, 1, 1, n), column.unsqueeze(-1), scores)
-    scores = torch.where(row.view(1, S, 1, n, 1), query_row.unsqueeze(-2), scores)
-    A = heads.pattern(scores, W.cfg.read_order)  # (N, S, H, n, n)
-    at_row = A.gather(-1, positions.view(1, S, 1, 1, 1).expand(N, S, H, n, 1)).squeeze(-1)  # (N, S, H, n)
-
-    def through_layer1(name: str) -> torch.Tensor:
-        """sum_j A_ij table_j over the patched table: the corrupted rows, then the one patched row."""
-        return (torch.einsum("nshij,njhe->nsie", A, cor[name])
-                + torch.einsum("nshi,nshe->nsie", at_row, new[name] - cor[name][:, positions]))
-
-    def patched_rows(name: str) -> torch.Tensor:  # (N, S, n, e)
-        return torch.where(row.view(1, S, n, 1), new[name].unsqueeze(2), cor[name].unsqueeze(1))
-
-    b_O = W.p["blocks.0.attn.o.bias"]
-    k1 = (patched_rows("rk") + through_layer1("vok")
-          + b_O @ W.p["blocks.1.attn.k.weight"].T + W.p["blocks.1.attn.k.bias"]).unflatten(-1, (H, dh))
-    v1 = (patched_rows("rv") + through_layer1("vov")
-          + b_O @ W.p["blocks.1.attn.v.weight"].T + W.p["blocks.1.attn.v.bias"]).unflatten(-1, (H, dh))
-    last = (patched_rows("resid")[:, :, -1] + torch.einsum("nshj,njhe->nse", A[:, :, :, -1], cor["vo"])
-            + torch.einsum("nsh,nshe->nse", at_row[..., -1], new["vo"] - cor["vo"][:, positions]) + b_O)
-    return W.layer2_last(k1.flatten(0, 1), v1.flatten(0, 1), last.flatten(0, 1))["logits"].view(N, S, -1)
-
-
-def _engine_chunk(W: _Weights, pairs: PromptPairs, sites: list[Site],
-                  metric: metrics.Metric = metrics.logit_diff) -> torch.Tensor:
-    """Patched metric values (S, N) for one chunk of prompt pairs."""
-    clean, corrupt = W.run(pairs.clean), W.run(pairs.corrupted)
-    N, n = len(pairs), pairs.clean.shape[1]
-    corrupted_ld = _metric(metric, corrupt["logits"], pairs)
-    out = torch.empty(len(sites), N)
-
-    def diffs(logits: torch.Tensor) -> torch.Tensor:  # (N, S, V) -> (S, N)
-        return _metric(metric, logits, pairs)
-
-    # layer-1 sites other than resid_pre: a replacement row of blocks.1.hook_resid_pre.
-    # blocks.0 has no MLP (its output is zero in both runs): patching it changes nothing.
-    # blocks.0.hook_resid_post is blocks.1.hook_resid_pre: computed once, copied.
-    for j, s in enumerate(sites):
-        if s.layer == 0 and s.component == "mlp_out":
-            out[j] = corrupted_ld
-    row_sites = [j for j, s in enumerate(sites)
-                 if s.layer == 0 and s.component in ("attn_out", "z", "resid_mid")]
-    row_sites += [j for j, s in enumerate(sites) if s.layer == 1 and s.component == "resid_pre"]
-    if row_sites:
-        replacement = torch.stack([
-            clean["resid_pre1"][:, sites[j].position] if sites[j].layer == 1
-            else _layer0_replacement(sites[j], clean, corrupt, W) for j in row_sites], dim=1)
-        positions = torch.tensor([sites[j].position for j in row_sites])
-        out[row_sites] = diffs(_row_patched_logits(W, corrupt, positions, replacement))
-        same = {sites[j].position: j for j in row_sites if sites[j].layer == 1}
-        for j, s in enumerate(sites):
-            if s.layer == 0 and s.component == "resid_post":
-                out[j] = out[same[s.position]] if s.position in same else torch.nan
-
-    # blocks.0.hook_resid_pre: a layer-1 recompute per site, batched over sites
-    embed_sites = [j for j, s in enumerate(sites) if s.layer == 0 and s.component == "resid_pre"]
-    if embed_sites:
-        positions = torch.tensor([sites[j].position for j in embed_sites])
-        out[embed_sites] = diffs(_embed_patched_logits(W, clean, corrupt, positions))
-
-    # layer-2 sites other than resid_pre: only the last position is read by anything
-    for j, s in enumerate(sites):
-        if s.layer == 1 and s.component != "resid_pre":
-            if s.position < n - 1:
-                out[j] = corrupted_ld
-            else:
-                patched = W.layer2_last(corrupt["k1"], corrupt["v1"], corrupt["resid_pre1"][:, -1],
-                                        site=s, clean=clean["last"])
-                out[j] = _metric(metric, patched["logits"], pairs)
-    return out
-
-
 def _chunks(pairs: PromptPairs, size: int):
     for start in range(0, len(pairs), size):
         sl = slice(start, start + size)
@@ -473,21 +214,17 @@ def _chunks(pairs: PromptPairs, size: int):
                           pairs.corrupted_labels[sl], pairs.corruption)
 
 
-def patched_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs,
-                        sites: list[Site], chunk: int = 128,
-                        metric: metrics.MetricLike = metrics.DEFAULT) -> torch.Tensor:
+def patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sites: list[Site],
+                   metric: metrics.MetricLike = metrics.DEFAULT, fast: bool | None = None,
+                   chunk: int = 128) -> torch.Tensor:
     """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones
-    (or another ``metric``: a name of :data:`compose_lens.analysis.metrics.METRICS` or a function).
-
-    The study's architecture goes through the batched engine described in the
-    module docstring; anything else through :func:`hook_batched_logit_diffs`.
-    """
-    if not engine_supports(cfg):
-        return hook_batched_logit_diffs(model, pairs, sites, metric=metric)
-    W = _Weights(model, cfg)
+    (or another ``metric``: a name of :data:`compose_lens.analysis.metrics.METRICS` or a function),
+    every site at once through :meth:`compose_lens.model.forward.Forward.patched`: the batched engine
+    where it is exact, the bridge's hooks otherwise or with ``fast=False``."""
     fn = metrics.resolve(metric)[1]
-    with torch.no_grad():
-        return torch.cat([_engine_chunk(W, part, sites, fn) for part in _chunks(pairs, chunk)], dim=1)
+    return Forward(model, cfg, fast).patched(pairs.clean, pairs.corrupted, sites,
+                                             lambda logits, rows: metrics.values(fn, logits, pairs.answers[rows]),
+                                             chunk=chunk)
 
 
 def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig | None = None,
@@ -502,71 +239,6 @@ def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig |
         clean, corrupted = model(pairs.clean)[:, -1].float(), model(pairs.corrupted)[:, -1].float()
         check_finite_logits(torch.cat([clean, corrupted]))
         return _metric(fn, clean, pairs), _metric(fn, corrupted, pairs)
-
-
-# -- the general path: the model's hooks, batched over sites ---------------------------------
-
-
-def hook_batched_logit_diffs(model: tl.Model, pairs: PromptPairs, sites: list[Site],
-                             max_rows: int = 8192, metric: metrics.MetricLike = metrics.DEFAULT) -> torch.Tensor:
-    """Patched logit differences (or ``metric``) (S, N) through the model's hooks, many sites per forward.
-
-    Sites of one (component, layer) share a hook: the batch holds the corrupted
-    prompts once per site, and the hook writes into row r the clean activation of
-    prompt ``r % N`` at the position (and head) of site ``r // N``.
-    """
-    N = len(pairs)
-    fn = metrics.resolve(metric)[1]
-    out = torch.empty(len(sites), N)
-    groups: dict[tuple[str, int], list[int]] = {}
-    for j, s in enumerate(sites):
-        groups.setdefault((s.component, s.layer), []).append(j)
-    names = {tl.hook_name(c, layer) for c, layer in groups}
-    with torch.no_grad():
-        _, cache = tl.run_with_cache(model, pairs.clean, names_filter=lambda name: name in names)
-        per_forward = max(1, max_rows // N)
-        for (component, layer), members in groups.items():
-            clean_act = cache[tl.hook_name(component, layer)]
-            for start in range(0, len(members), per_forward):
-                part = members[start: start + per_forward]
-                positions = torch.tensor([sites[j].position for j in part]).repeat_interleave(N)
-                heads = torch.tensor([head_column(sites[j]) for j in part]).repeat_interleave(N)
-                prompt = torch.arange(N).repeat(len(part))
-                rows = torch.arange(len(part) * N)
-
-                def write_clean(act, hook, positions=positions, heads=heads, prompt=prompt, rows=rows):
-                    # in place, as transformer_lens.patching does: some bridge hooks are
-                    # aliases whose returned tensor does not reach every reader
-                    if component == "pattern":  # (batch, head, dest, src): the head's row at dest
-                        act[rows, heads, positions] = clean_act[prompt, heads, positions]
-                    elif component in HEAD_VECTORS:
-                        act[rows, positions, heads] = clean_act[prompt, positions, heads]
-                    else:
-                        act[rows, positions] = clean_act[prompt, positions]
-                    return act
-
-                logits = tl.run_with_hooks(model, pairs.corrupted.repeat(len(part), 1),
-                                           [(tl.hook_name(component, layer), write_clean)])
-                last = logits[:, -1].float().view(len(part), N, -1)
-                out[part] = torch.stack([_metric(fn, site_logits, pairs) for site_logits in last])
-    return out
-
-
-def transformer_lens_logit_diffs(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, components=COMPONENTS,
-                                 metric: metrics.MetricLike = metrics.DEFAULT) -> tuple[list[Site], torch.Tensor]:
-    """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
-    _, cache = tl.run_with_cache(model, pairs.clean)
-    per_pair = metrics.resolve(metric)[1]
-
-    def metric(logits: torch.Tensor) -> torch.Tensor:
-        return _metric(per_pair, logits[:, -1].float(), pairs)
-
-    sites, values = [], []
-    for component in components:
-        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
-        sites += all_sites(cfg, [component])
-        values.append(table.reshape(-1, len(pairs)).cpu())
-    return sites, torch.cat(values)
 
 
 # -- statistics and the table ----------------------------------------------------------------
@@ -753,7 +425,7 @@ def patching_table(subject: Subject, *, n_pairs: int = 1000,
     metric_name, metric_fn = metrics.resolve(metric)
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
     sites = all_sites(config.model, components)
-    patched = patched_logit_diffs(model, config.model, pairs, sites, metric=metric_fn)
+    patched = patched_values(model, config.model, pairs, sites, metric=metric_fn)
     clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
     return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
 
@@ -834,7 +506,7 @@ def head_patching_table(subject: Subject, *,
     reads, not what it reads there), as ``transformer_lens.patching.get_act_patch_attn_head_pattern_by_pos``
     does; the table's ``position`` / ``role`` is then the destination's. These are the numbers of
     TransformerLens's ``get_act_patch_attn_head_{q,k,v}_by_pos``, ``..._pattern_by_pos`` and
-    ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`hook_batched_logit_diffs`).
+    ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`patched_values` with ``fast=False``).
 
     ``subject``: a :class:`~compose_lens.training.subject.Subject` with its bridge. The other arguments and the
     columns are :func:`patching_table`'s.
@@ -845,7 +517,7 @@ def head_patching_table(subject: Subject, *,
     metric_name, metric_fn = metrics.resolve(metric)
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
     sites = head_sites(config.model, components)
-    patched = hook_batched_logit_diffs(model, pairs, sites, metric=metric_fn)
+    patched = patched_values(model, config.model, pairs, sites, metric=metric_fn, fast=False)
     clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
     return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
 
@@ -945,7 +617,7 @@ def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, s
             _, clean = tl.run_with_cache(model, part.clean, names_filter=lambda name: name == sender_hook)
             _, corrupt = tl.run_with_cache(model, part.corrupted, names_filter=lambda name: name in frozen)
 
-            def send(act, hook):  # in place: see hook_batched_logit_diffs
+            def send(act, hook):  # in place: see Forward.patched
                 if sender.head >= 0:
                     act[:, :, sender.head] = clean[sender_hook][:, :, sender.head]
                 else:

@@ -13,7 +13,7 @@ forward             what it is                                                  
 ``lastpos``         :mod:`compose_lens.model.lastpos`: any depth and head count,  no normalisation
                     the last layer at ``=`` only
 ``patching``        the batched patching engine of                                2 layers, an MLP in the
-                    :mod:`compose_lens.analysis.patching` (every site of a kind   last only, no norm
+                    :mod:`compose_lens.model.patch_engine` (every site of a kind  last only, no norm
                     at once, from the weights)
 ``graph``           the edge graph of :mod:`compose_lens.analysis.circuit`        anything (each receiver
                     (every residual term a sender, per-edge masks)                normalises its own input)

@@ -25,8 +25,8 @@ one head each, an MLP only in the last layer, no normalisation, frozen zero bias
 :func:`compose_lens.core.capabilities.why_not` says why it declines any other.
 Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
 (the last layer at the last position only); the rest the plain TransformerLens
-forward. :func:`forward_kind` makes that choice for the trainer and the evaluations,
-:func:`answer_forward` builds it. Every head goes through :mod:`compose_lens.model.heads`.
+forward. :class:`compose_lens.model.forward.Forward` makes that choice for the trainer, the
+evaluations and the analyses. Every head goes through :mod:`compose_lens.model.heads`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from compose_lens.core import capabilities
 from compose_lens.core.config import ModelConfig
-from compose_lens.model import heads, lastpos, tl, weights
+from compose_lens.model import heads, weights
 
 @dataclass
 class AnswerActivations:
@@ -225,32 +224,3 @@ def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     post = edit("blocks.1.mlp.hook_post", post.unsqueeze(1)).squeeze(1)
     out = edit("blocks.1.hook_mlp_out", (post @ w("blocks.1.mlp.out.weight").T).unsqueeze(1)).squeeze(1)
     return weights.unembed(params, cfg, resid_mid + out)
-
-
-def plain_last_position_logits(model: tl.Model, tokens: torch.Tensor) -> torch.Tensor:
-    """The baseline: the full TransformerLens forward, read at the last position."""
-    return model(tokens)[:, -1]
-
-
-def forward_kind(cfg: ModelConfig, mode: str = "auto") -> str:
-    """Which forward computes the answer logits of ``cfg``: ``"tables"`` (this module),
-    ``"lastpos"`` (:mod:`compose_lens.model.lastpos`) or ``"transformerlens"``.
-
-    ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest
-    exact one, ``off`` the TransformerLens forward, ``on`` insists on the tables (a
-    :class:`~compose_lens.core.errors.ComposeLensError` saying why not where they decline ``cfg``).
-    The choice is :func:`compose_lens.core.capabilities.answer_forward`'s.
-    """
-    return capabilities.answer_forward(cfg, mode)
-
-
-def answer_forward(model: tl.Model, cfg: ModelConfig, kind: str):
-    """``tokens -> logits`` (B, d_vocab_out) at the last position, by the forward ``kind`` names."""
-    params = tl.parameters(model)
-    if kind == "tables":
-        return lambda tokens: last_position_logits(params, cfg, tokens)
-    if kind == "lastpos":
-        return lambda tokens: lastpos.last_position_logits(params, cfg, tokens)
-    if isinstance(model, tl.Weights):
-        raise ValueError("the TransformerLens forward needs a booted model, not tl.Weights")
-    return lambda tokens: plain_last_position_logits(model, tokens)

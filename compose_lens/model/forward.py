@@ -19,7 +19,10 @@ A :class:`Forward` makes that choice per request, in that order: :meth:`Forward.
 from the first that computes every site asked for (and every edit), :meth:`Forward.edited_logits`
 and :meth:`Forward.logits` likewise. They give the same numbers up to float rounding
 (tests/unit/test_forward.py), so an analysis is written once, in :class:`Site` terms, and never
-asks which forward it is on.
+asks which forward it is on. The trainer, the evaluations and the LLC step the answer with its
+gradients (:meth:`Forward.answer_forward`, by :attr:`Forward.kind`); activation patching asks for
+many sites, each edited alone, in one batched operation (:meth:`Forward.patched`: the engine of
+:mod:`compose_lens.model.patch_engine` where it is exact, the bridge's hooks otherwise).
 
 **One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and
 a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,
@@ -58,7 +61,7 @@ import torch
 from compose_lens.core.config import ModelConfig
 from compose_lens.core import capabilities
 from compose_lens.core.errors import ArgumentError, ArgumentTypeError, ComposeLensError
-from compose_lens.model import fastpath, lastpos, tl, weights
+from compose_lens.model import fastpath, lastpos, patch_engine, tl, weights
 
 ANSWER = "="  # the answer position: the last of every sequence
 Edit = Callable[[torch.Tensor], torch.Tensor]  # an activation in, what to write in its place out
@@ -127,6 +130,9 @@ class Site:
         return replace(self, position=position)
 
 
+# the answer logits at "=" as a pure function of (params, cfg, tokens), by :attr:`Forward.kind`: what
+# :meth:`Forward.answer_forward` closes over the live parameters, and torch.func maps over stacked runs
+ANSWERS = {"tables": fastpath.last_position_logits, "lastpos": lastpos.last_position_logits}
 Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook (all of it) or by Site
 
 
@@ -226,6 +232,7 @@ _SAME = {"blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_r
          "blocks.1.mlp.hook_in": "blocks.1.hook_resid_mid"}
 TABLE_SITES = _TABLE_KEYS | {(alias, position) for alias, hook in _SAME.items()
                              for named, position in _TABLE_KEYS if named == hook}
+_HEAD_VECTORS = ("q", "k", "v", "z")  # (batch, pos, head, d_head): patched at a position and head
 _HEADED = ("hook_pattern", "hook_result", "hook_z", "hook_q", "hook_k", "hook_v")
 
 
@@ -351,6 +358,7 @@ class Forward:
         self.tables = weights.use_table_forward(cfg, fast)
         self.insist = fast is True  # the tables or a refusal, never the bridge
         self.plain = fast is not False and capabilities.supports(cfg, "lastpos")  # no normalisation
+        self.engine = fast is not False and capabilities.supports(cfg, "patching")  # model/patch_engine.py
         self._bridge = None if isinstance(model, tl.Weights) else model
 
     @property
@@ -469,16 +477,30 @@ class Forward:
         w_o, d_head = self.params[f"blocks.{layer}.attn.o.weight"], self.cfg.d_head
         return torch.stack([z[..., h, :] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(z.shape[-2])], dim=-2)
 
+    @property
+    def kind(self) -> str:
+        """Which forward computes the answer: ``"tables"``, ``"lastpos"`` or ``"transformerlens"`` (with
+        ``fast`` None, False, True: :func:`compose_lens.core.capabilities.answer_forward`'s auto, off, on)."""
+        return "tables" if self.tables else "lastpos" if self.plain else "transformerlens"
+
+    def answer_forward(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``tokens -> logits`` (N, d_vocab_out) at ``=`` by :attr:`kind`, over the live parameters and with
+        their gradients: what the trainer steps (and compiles) and the evaluations read. The bridge's is
+        refused for weights without one (booting it is :meth:`logits`'s choice, not a training step's)."""
+        params, cfg, answer = self.params, self.cfg, ANSWERS.get(self.kind)
+        if answer is not None:
+            return lambda tokens: answer(params, cfg, tokens)
+        if self._bridge is None:
+            raise ValueError("the TransformerLens forward needs a booted model, not tl.Weights")
+        return lambda tokens: self._bridge(tokens)[:, -1]
+
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, d_vocab_out) the answer logits at ``=`` (the fastest exact forward)."""
         check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx)
-        tokens = tokens.to(self.device)
-        if self.tables:
-            return fastpath.last_position_logits(self.params, self.cfg, tokens)
-        if self.plain:
-            return lastpos.last_position_logits(self.params, self.cfg, tokens)
-        return self.bridge()(tokens)[:, -1]
+        if self.kind == "transformerlens":
+            self.bridge()  # booted from the weights where need be
+        return self.answer_forward()(tokens.to(self.device))
 
     # -- editing -------------------------------------------------------------------------------
 
@@ -508,3 +530,55 @@ class Forward:
             for start in range(0, len(tokens), chunk):
                 out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())
         return torch.cat(out)
+
+    # -- patching: many sites, each edited alone, in one batched operation -------------------------
+
+    @torch.no_grad()
+    def patched(self, clean: torch.Tensor, corrupted: torch.Tensor, sites: list[Site],
+                measure: patch_engine.Measure, chunk: int = 128, max_rows: int = 8192) -> torch.Tensor:
+        """Activation patching: (S, N) ``measure(logits, rows)`` of the corrupted prompts (N, n) with each
+        site alone written from the clean prompts (N, n) at its position and head, every site at once.
+        ``measure`` maps answer logits (R, d_vocab_out) of the prompts ``rows`` (R,) (indices into the N,
+        a prompt once per site) to (R,) values. The engine of :mod:`compose_lens.model.patch_engine`
+        takes the whole components it is exact for (``chunk`` prompts at a time); otherwise, or with
+        ``fast=False``, the bridge's hooks: one forward of (sites x prompts) rows per (component,
+        layer), at most ``max_rows`` rows each, the hook writing into row r the clean activation of
+        prompt ``r % N`` at the position (and head) of site ``r // N``."""
+        N = len(clean)
+        if self.engine and all(s.component in patch_engine.COMPONENTS for s in sites):
+            W = patch_engine.Engine(self.model, self.cfg)
+            return torch.cat([patch_engine.patched_values(W, clean[start: start + chunk], corrupted[start: start + chunk],
+                                                          sites, measure, torch.arange(start, min(start + chunk, N)))
+                              for start in range(0, N, chunk)], dim=1)
+        model, out = self.bridge(), torch.empty(len(sites), N)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for j, s in enumerate(sites):
+            groups.setdefault((s.component, s.layer), []).append(j)
+        names = {tl.hook_name(c, layer) for c, layer in groups}
+        _, cache = tl.run_with_cache(model, clean, names_filter=lambda name: name in names)
+        per_forward = max(1, max_rows // N)
+        for (component, layer), members in groups.items():
+            clean_act = cache[tl.hook_name(component, layer)]
+            for start in range(0, len(members), per_forward):
+                part = members[start: start + per_forward]
+                positions = torch.tensor([sites[j].position for j in part]).repeat_interleave(N)
+                heads = torch.tensor([-1 if sites[j].head is None else sites[j].head for j in part]).repeat_interleave(N)
+                prompt = torch.arange(N).repeat(len(part))
+                rows = torch.arange(len(part) * N)
+
+                def write_clean(act, hook, positions=positions, heads=heads, prompt=prompt, rows=rows):
+                    # in place, as transformer_lens.patching does: some bridge hooks are
+                    # aliases whose returned tensor does not reach every reader
+                    if component == "pattern":  # (batch, head, dest, src): the head's row at dest
+                        act[rows, heads, positions] = clean_act[prompt, heads, positions]
+                    elif component in _HEAD_VECTORS:
+                        act[rows, positions, heads] = clean_act[prompt, positions, heads]
+                    else:
+                        act[rows, positions] = clean_act[prompt, positions]
+                    return act
+
+                logits = tl.run_with_hooks(model, corrupted.repeat(len(part), 1),
+                                           [(tl.hook_name(component, layer), write_clean)])
+                last = logits[:, -1].float().view(len(part), N, -1)
+                out[part] = torch.stack([measure(site_logits, torch.arange(N)) for site_logits in last])
+        return out

@@ -962,9 +962,3 @@ def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: i
                                f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
-
-if __name__ == "__main__":  # python -m compose_lens.sweep JOB: train_points_in_process's worker
-    import sys
-
-    job = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps(train_points(job["configs"], job["run_dirs"], job["threads"])))

@@ -93,6 +93,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
+from compose_lens.core import capabilities
 from compose_lens.core import cores
 from compose_lens.core import progress
 from compose_lens.training import runs
@@ -100,13 +101,12 @@ from compose_lens.data import safety
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.split import Split
-from compose_lens.model import fastpath, lastpos
+from compose_lens.model.forward import ANSWERS
 from compose_lens.training.train import Trainer, autocast_context, learning_rate, use_fast_path
 
 # Training settings every run of one batched process must share (see the module doc).
 SHARED_TRAIN = ("batch_size", "lr", "remedy", "beta1", "beta2", "weight_decay", "device", "precision",
                 "threads", "fast_path", "deterministic")
-MAPPED_FORWARDS = {"tables": fastpath.last_position_logits, "lastpos": lastpos.last_position_logits}
 
 
 def check_compatible(configs: Sequence[RunConfig]) -> None:
@@ -127,8 +127,8 @@ def check_compatible(configs: Sequence[RunConfig]) -> None:
         if config.task.seq_len != first.task.seq_len:
             raise ComposeLensError(f"runs trained together must share task.seq_len (run 0: "
                                    f"{first.task.seq_len}, run {i}: {config.task.seq_len})")
-    kind = fastpath.forward_kind(first.model, "on" if use_fast_path(first) else first.train.fast_path)
-    if kind not in MAPPED_FORWARDS:
+    kind = capabilities.answer_forward(first.model, "on" if use_fast_path(first) else first.train.fast_path)
+    if kind not in ANSWERS:
         raise ComposeLensError(f"batched training maps the fast forwards over the runs; this model takes "
                                f"the {kind} forward (set fast_path=auto, or train the runs one by one)")
     for config in configs:
@@ -177,11 +177,11 @@ class BatchedTrainer:
             for run in self.runs:  # evaluations by the eager forward, as the batched step is eager
                 run.compiled = False
                 run.stacked = len(configs)
-                run.forward = fastpath.answer_forward(run.model, run.config.model, run.forward_kind)
+                run.forward = run.model_forward.answer_forward()
         except BaseException:
             self.close()
             raise
-        model_cfg, forward = configs[0].model, MAPPED_FORWARDS[self.runs[0].forward_kind]
+        model_cfg, forward = configs[0].model, ANSWERS[self.runs[0].forward_kind]
         self.mapped = vmap(lambda params, tokens: forward(params, model_cfg, tokens))
         first = self.runs[0]
         trainable = {id(p) for p in first.trainable}

@@ -2,7 +2,7 @@
 
 The answer is read at the last position over the p number classes (SPEC
 section 3). :func:`answer_logits` takes the fastest exact forward
-(:func:`compose_lens.model.fastpath.forward_kind`), in chunks of 1,024, without
+(:attr:`compose_lens.model.forward.Forward.kind`), in chunks of 1,024, without
 gradients and in float32; the trainer passes its compiled forward. Logits that are not finite
 (finite weights whose forward overflows) are refused in one line
 (:func:`compose_lens.data.safety.check_finite_logits`), never read as an answer.
@@ -48,7 +48,8 @@ import torch
 from compose_lens.core import stats
 
 from compose_lens.core import study
-from compose_lens.model import fastpath, tl
+from compose_lens.model.forward import Forward
+from compose_lens.model import tl
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import EXHAUSTIVE_NAMES, Batch, concat_batches, make_exhaustive, make_pool, present_pools
 from compose_lens.data.safety import check_finite_logits
@@ -57,17 +58,17 @@ from compose_lens.training.subject import Subject
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Float, Int
 
-Forward = Callable[[torch.Tensor], torch.Tensor]  # tokens (batch, pos) -> logits (batch, d_vocab_out) at "="
+AnswerForward = Callable[[torch.Tensor], torch.Tensor]  # tokens (batch, pos) -> logits (batch, d_vocab_out) at "="
 
 
 def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"], chunk: int = 1024,
-                  fast: bool | None = None, forward: Forward | None = None
+                  fast: bool | None = None, forward: AnswerForward | None = None
                   ) -> Float[torch.Tensor, "batch d_vocab_out"]:
     """Logits (N, d_vocab_out) at the last position, by the fastest exact forward
     (``fast=False``: the TransformerLens forward; ``forward``: this one, e.g. the
     trainer's compiled forward). Chunks of 1,024 ran 1.8x faster than 8,192 on 2 cores."""
     if forward is None:
-        forward = fastpath.answer_forward(model, cfg, fastpath.forward_kind(cfg, "off" if fast is False else "auto"))
+        forward = Forward(model, cfg, False if fast is False else None).answer_forward()
     device = tl.parameters(model)["embed.weight"].device
     out = []
     with torch.no_grad():
@@ -85,7 +86,7 @@ def predictions(logits: Float[torch.Tensor, "batch d_vocab_out"]) -> Int[torch.T
     return torch.from_numpy(logits.detach().cpu().numpy().argmax(-1))
 
 
-def correct_mask(model: tl.Model, cfg: ModelConfig, batch: Batch, forward: Forward | None = None
+def correct_mask(model: tl.Model, cfg: ModelConfig, batch: Batch, forward: AnswerForward | None = None
                  ) -> Bool[torch.Tensor, "batch"]:
     return predictions(answer_logits(model, cfg, batch.tokens, forward=forward)) == batch.labels
 
@@ -101,7 +102,7 @@ def accuracy_by_group(correct: Bool[torch.Tensor, "batch"], groups: dict[str, sl
 
 
 def batch_accuracies(model: tl.Model, cfg: ModelConfig, batches: dict[str, Batch],
-                     forward: Forward | None = None) -> dict[str, float]:
+                     forward: AnswerForward | None = None) -> dict[str, float]:
     """Accuracy on each named batch, the batches evaluated as one concatenated batch."""
     if not batches:
         return {}
@@ -110,7 +111,7 @@ def batch_accuracies(model: tl.Model, cfg: ModelConfig, batches: dict[str, Batch
 
 
 def pool_accuracies(model: tl.Model, config: RunConfig, pools: dict[str, Batch],
-                    forward: Forward | None = None) -> dict[str, float]:
+                    forward: AnswerForward | None = None) -> dict[str, float]:
     """Accuracy on each pool, the pools evaluated as one concatenated batch."""
     return batch_accuracies(model, config.model, pools, forward)
 

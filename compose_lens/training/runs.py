@@ -80,7 +80,8 @@ from compose_lens.core.files import (atomic_path, load_json, missing_columns, re
                                 write_json_atomic)
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split, split_bytes
-from compose_lens.model import fastpath, tl
+from compose_lens.model.forward import Forward
+from compose_lens.model import tl
 from compose_lens.data.declaration import (TL_FIELDS, DeclarationError, TaskDeclaration, study_coordinates,
                                       user_coordinates)
 from compose_lens.training.phases import measure_phases
@@ -113,7 +114,7 @@ TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, 
 # (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``, ``.html``) are
 # named here; tests/integration/test_report.py holds a reported run to this list.
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
-REPORT_FIGURES = ("qk_heatmaps",)  # the report's
+REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")  # the report's
 # own; the analyses' files (RUN/results/NAME/: tables, documents, figures; the figures also in RUN/figures/) are the
 # registered declarations' own: compose_lens.registry records them in compose_lens.core.outputs as it finds them.
 
@@ -441,7 +442,7 @@ def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bri
     with ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
     compute its answer (see the module doc)."""
     state = check_weights(config, state, source)
-    if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
+    if not bridge and capabilities.answer_forward(config.model) != "transformerlens":
         return tl.Weights(state, config.model).to(device)
     model = tl.boot(config.model, device, config.task)
     tl.load_state(model, state)
@@ -470,7 +471,7 @@ def check_forward(loaded: Subject, per_pool: int = 8) -> None:
     analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""
     tokens = concat_batches(make_pools(loaded.split, per_pool))[0].tokens
     model, cfg = loaded.model, loaded.config.model
-    forward = fastpath.answer_forward(model, cfg, fastpath.forward_kind(cfg))  # a Weights has a fast one
+    forward = Forward(model, cfg).answer_forward()  # a Weights has a fast one
     with torch.no_grad():
         logits = forward(tokens.to(tl.parameters(model)["embed.weight"].device))
     safety.check_finite_logits(logits, loaded.source)

@@ -13,7 +13,7 @@ leaves half a checkpoint. Batches are a pure function of (seed, step)
 (:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved
 with the weights, so a resumed run ends with exactly the weights of an
 uninterrupted one. The training forward is the fastest exact one
-(:func:`compose_lens.model.fastpath.forward_kind`): the table forward for the paper
+(:attr:`compose_lens.model.forward.Forward.kind`): the table forward for the paper
 model, the last-layer-at-the-last-position forward for other architectures without
 normalisation, the TransformerLens forward otherwise.
 """
@@ -46,7 +46,8 @@ from compose_lens.data.split import Split
 from compose_lens.training import outcome
 from compose_lens.core import tracking
 from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
-from compose_lens.model import fastpath, tl
+from compose_lens.model.forward import Forward
+from compose_lens.model import tl
 from compose_lens.core.provenance import provenance
 from compose_lens.training.subject import Subject
 
@@ -188,8 +189,9 @@ class Trainer:
         # the fused kernel does the same update in one pass (about 1 ms of a 12 ms step on CPU)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=learning_rate(t), betas=(t.beta1, t.beta2),
                                            weight_decay=t.weight_decay, fused=True)
-        self.forward_kind = fastpath.forward_kind(self.config.model, "on" if self.fast else t.fast_path)
-        self.forward = fastpath.answer_forward(self.model, self.config.model, self.forward_kind)
+        self.model_forward = Forward(self.model, self.config.model,
+                                     True if self.fast else None if t.fast_path == "auto" else False)
+        self.forward_kind, self.forward = self.model_forward.kind, self.model_forward.answer_forward()
         self.compiled = use_compile(self.config) and self.forward_kind != "transformerlens"
         self.stacked = 1  # runs trained together in this process (compose_lens.training.batched sets it)
         if self.compiled:

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from compose_lens.core import capabilities
-from compose_lens.analysis import circuit, patching
+from compose_lens.analysis import circuit
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
-from compose_lens.model import fastpath, lastpos, tl
+from compose_lens.model import fastpath, lastpos, patch_engine, tl
 from compose_lens.training.runs import load_model
 from compose_lens.training.train import use_fast_path
 
@@ -67,7 +67,7 @@ def run(forward: str, model, cfg, tokens: torch.Tensor, cache) -> tuple[torch.Te
                     for layer in range(cfg.n_layers)}
         return lastpos.last_position_logits(params, cfg, tokens), patterns
     if forward == "patching":
-        return patching._Weights(model, cfg).run(tokens)["logits"], {}
+        return patch_engine.Engine(model, cfg).run(tokens)["logits"], {}
     if forward == "graph":
         return circuit.GraphModel(params, cfg).forward(tokens)[0], {}
     raise AssertionError(forward)
@@ -124,13 +124,13 @@ def test_every_forward_equals_transformerlens_or_declines_with_its_reason(forwar
     assert reason is not None and all(condition in reason for condition in declines), reason
     # whoever picks the forward takes another, and says why where it is insisted on
     if capability(forward) == "tables":
-        assert fastpath.forward_kind(cfg) != "tables"
+        assert capabilities.answer_forward(cfg) != "tables"
         with pytest.raises(ComposeLensError, match="fast_path=on, but the table forward needs"):
             use_fast_path(config.with_overrides(["fast_path=on"]))
     elif forward == "lastpos":
-        assert fastpath.forward_kind(cfg) == "transformerlens"
+        assert capabilities.answer_forward(cfg) == "transformerlens"
     elif forward == "patching":
-        assert not patching.engine_supports(cfg)
+        assert not capabilities.supports(cfg, "patching")
     # the declined forward, run anyway, refuses or is wrong
     try:
         with torch.no_grad():

@@ -60,7 +60,7 @@ def _transformer_lens(model, pairs, component: str) -> torch.Tensor:
 def test_per_head_patching_is_transformer_lens_s(paper, pairs, component):
     chosen = pairs[TL_FUNCTIONS[component][1]]
     sites = patching.head_sites(paper.config.model, [component])
-    ours = patching.hook_batched_logit_diffs(paper.model, chosen, sites)
+    ours = patching.patched_values(paper.model, paper.config.model, chosen, sites, fast=False)
     theirs = _transformer_lens(paper.model, chosen, component)
     assert ours.shape == theirs.shape == (2 * 16, len(chosen))
     assert torch.allclose(ours, theirs, atol=1e-5), float((ours - theirs).abs().max())
@@ -231,7 +231,8 @@ def three_heads(tiny_config, tiny_split):
 def test_per_head_patching_is_transformer_lens_s_with_several_heads(three_heads, component):
     model, config, split = three_heads
     chosen = patching.make_prompt_pairs(split, 6, "variable", seed=1)
-    ours = patching.hook_batched_logit_diffs(model, chosen, patching.head_sites(config.model, [component]))
+    ours = patching.patched_values(model, config.model, chosen, patching.head_sites(config.model, [component]),
+                                   fast=False)
     theirs = _transformer_lens(model, chosen, component)
     assert (theirs - theirs[:1]).abs().amax() > 0.01  # the sites differ
     assert torch.allclose(ours, theirs, atol=1e-5 * float(theirs.abs().amax())), float((ours - theirs).abs().max())

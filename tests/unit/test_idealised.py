@@ -17,6 +17,7 @@ import torch
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import load_json
+from compose_lens.core import capabilities
 from compose_lens.model import fastpath, tl
 from compose_lens.core.coverage import PAPER_MODEL_DIR
 from compose_lens.training.runs import load_model, save_model
@@ -80,7 +81,7 @@ def test_each_variant_forward_equals_the_written_out_forward(tiny_config, name):
     with torch.no_grad():
         bridge = model(tokens).double()
         tables = fastpath.last_position_logits(tl.parameters(model), config.model, tokens).double()
-    assert fastpath.forward_kind(config.model) == "tables"
+    assert capabilities.answer_forward(config.model) == "tables"
     assert torch.allclose(bridge, expected, atol=1e-5), (bridge - expected).abs().max()
     assert torch.allclose(tables, expected[:, -1], atol=1e-5), (tables - expected[:, -1]).abs().max()
 

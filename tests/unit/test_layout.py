@@ -261,45 +261,64 @@ def test_the_registry_imports_nothing_of_the_report():
 
 
 # -- one forward ----------------------------------------------------------------------------------------
-# An analysis asks compose_lens.model.forward.Forward for activations and edited answers, in Site terms; which
-# forward computes them (the tables, the bridge's hooks) is chosen there. These analysis modules still run
-# a forward of their own, each for a reason the Forward does not cover yet (the list only shrinks):
+# The model is computed in model/ and chosen by compose_lens.model.forward.Forward, which everything else asks
+# (in Site terms). A forward is found by what it does, not by its name: a function or class that makes an
+# attention pattern (model.heads' pattern / attend / scores) or writes a head's output into the residual
+# stream (heads.write), computes the answer from the weights (weights.unembed / mlp_readout), runs the
+# bridge (tl.run_with_cache / run_with_hooks / hooks) or picks one of model/'s forwards itself (fastpath,
+# lastpos, use_table_forward). These still run one of their own, each for a reason Forward does not cover
+# yet (the list only shrinks):
 OWN_FORWARD = {
-    "compose_lens.analysis.llc": "the answer logits with gradients, under SGLD's weight draws",
-    "compose_lens.analysis.patching": "the batched engine and many sites per hooked forward",
+    "compose_lens.analysis.circuit.GraphModel": "the edge graph: every residual term a sender, per-edge masks "
+                                                "with gradients (EAP), each receiver normalising its own input",
+    "compose_lens.analysis.gradient_terms.forward": "float64 under autograd, the gradient split into named terms",
+    "compose_lens.analysis.patching.path_patched_values": "path patching's two runs through the bridge's hooks "
+                                                          "(freeze, record, write)",
+    "compose_lens.analysis.same_mlp.readout_logits": "MLP2 and the unembedding on residuals the test builds "
+                                                     "(no tokens, no attention)",
 }
-_FORWARD_NAMES = {"fastpath", "lastpos", "run_with_cache", "run_with_hooks", "use_table_forward", "hooks"}
+FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
+_DOES = {"heads": {"pattern", "attend", "scores", "write"}, "weights": {"unembed", "mlp_readout", "use_table_forward"},
+         "tl": {"run_with_cache", "run_with_hooks", "hooks"}, "fastpath": None, "lastpos": None}
+
+
+def forward_maths(tree: ast.Module) -> dict[str, list[str]]:
+    """{top-level function or class (``<module>`` outside them): what it calls that computes the model}."""
+    found: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if owner == "<module>" and isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else owner
+            if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id in _DOES \
+                    and (_DOES[child.value.id] is None or child.attr in _DOES[child.value.id]):
+                found.setdefault(inner, set()).add(f"{child.value.id}.{child.attr}")
+            visit(child, inner)
+    visit(tree, "<module>")
+    return {owner: sorted(calls) for owner, calls in found.items()}
 
 
 def own_forwards(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
-    """{analysis module: the forward-choosing names it uses (model.fastpath / lastpos, the bridge's
-    run_with_cache / run_with_hooks / hooks, use_table_forward)}."""
-    found = {}
-    for name, tree in trees.items():
-        if not name.startswith("compose_lens.analysis."):
-            continue
-        used = sorted({f"{node.value.id}.{node.attr}" if isinstance(node, ast.Attribute) else node.id
-                       for node in ast.walk(tree)
-                       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                       and (node.value.id in ("fastpath", "lastpos") or
-                            (node.value.id in ("tl", "weights") and node.attr in _FORWARD_NAMES))
-                       or isinstance(node, ast.Name) and node.id in ("fastpath", "lastpos")})
-        if used:
-            found[name] = used
-    return found
+    """{``module.owner``: what it computes} for every forward outside model/ and compose_lens.model.forward."""
+    return {f"{name}.{owner}": calls for name, tree in trees.items() if not name.startswith(FORWARD_HOME)
+            for owner, calls in forward_maths(tree).items()}
 
 
-def test_analyses_read_the_model_through_the_one_forward():
+def test_the_model_is_computed_through_the_one_forward():
     stray = {name: used for name, used in own_forwards(modules()).items() if name not in OWN_FORWARD}
-    assert not stray, f"read these through compose_lens.model.forward.Forward (Site terms): {stray}"
+    assert not stray, f"compute the model through compose_lens.model.forward.Forward (Site terms): {stray}"
 
 
 def test_the_one_forward_rule_catches_a_planted_forward_and_its_list_only_shrinks():
     trees = dict(modules())
     trees["compose_lens.analysis.planted"] = ast.parse(
-        "def f(model, tokens):\n    return tl.run_with_cache(model, tokens)\n")
-    assert own_forwards(trees)["compose_lens.analysis.planted"] == ["tl.run_with_cache"]
+        "def f(model, tokens):\n    return tl.run_with_cache(model, tokens)\n"
+        "class Graph:\n    def head(self, q, k, v):\n        return heads.attend(q, k, v)[0] @ self.w_o\n"
+        "def logits(p, cfg, x):\n    return weights.unembed(p, cfg, x)\n")
     found = own_forwards(trees)
+    assert found["compose_lens.analysis.planted.f"] == ["tl.run_with_cache"]
+    assert found["compose_lens.analysis.planted.Graph"] == ["heads.attend"]
+    assert found["compose_lens.analysis.planted.logits"] == ["weights.unembed"]
     for name in OWN_FORWARD:
         assert name in found, f"{name} no longer runs a forward of its own: take it off OWN_FORWARD"
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from compose_lens.model import fastpath, lastpos, tl
+from compose_lens.core import capabilities
 from compose_lens.core.capabilities import is_paper_architecture
 from compose_lens.core.config import ModelConfig
 from compose_lens.core.errors import ComposeLensError
@@ -65,7 +66,7 @@ def test_fast_path_matches_transformerlens(tiny_config, tiny_split):
     tokens = TrainingSampler(tiny_split, 256, 0).batch(0).tokens
     with torch.no_grad():
         fast = fastpath.last_position_logits(tl.parameters(model), tiny_config.model, tokens)
-        plain = fastpath.plain_last_position_logits(model, tokens)
+        plain = model(tokens)[:, -1]
     assert torch.allclose(fast, plain, atol=1e-4, rtol=1e-4), (fast - plain).abs().max()
 
 
@@ -76,7 +77,7 @@ def test_fast_path_gradients_match(tiny_config, tiny_split):
     for use_fast in (True, False):
         model.zero_grad()
         logits = (fastpath.last_position_logits(tl.parameters(model), tiny_config.model, batch.tokens)
-                  if use_fast else fastpath.plain_last_position_logits(model, batch.tokens))
+                  if use_fast else model(batch.tokens)[:, -1])
         torch.nn.functional.cross_entropy(logits, batch.labels).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()
@@ -104,7 +105,7 @@ OTHER_ARCHITECTURES = [dict(n_layers=3, mlp_blocks=(0, 1, 2), n_heads=2, d_head=
 def test_last_position_forward_matches_transformerlens(tiny_config, tiny_split, changes):
     """The last-layer-at-the-last-position forward: same logits and gradients as the full forward."""
     cfg = tiny_config.model.replace(**changes)
-    assert fastpath.forward_kind(cfg) == "lastpos"
+    assert capabilities.answer_forward(cfg) == "lastpos"
     model = tl.boot(cfg)
     params = tl.parameters(model)
     with torch.no_grad():  # biases away from zero, so the trained-bias path is tested too
@@ -114,7 +115,7 @@ def test_last_position_forward_matches_transformerlens(tiny_config, tiny_split, 
     batch = TrainingSampler(tiny_split, 128, 0).batch(0)
     results = []
     for forward in (lambda t: lastpos.last_position_logits(params, cfg, t),
-                    lambda t: fastpath.plain_last_position_logits(model, t)):
+                    lambda t: model(t)[:, -1]):
         model.zero_grad()
         logits = forward(batch.tokens)
         torch.nn.functional.cross_entropy(logits, batch.labels).backward()
@@ -129,9 +130,9 @@ def test_last_position_forward_matches_transformerlens(tiny_config, tiny_split, 
 
 def test_normalised_models_take_the_transformerlens_forward(tiny_config):
     cfg = tiny_config.model.replace(normalization_type="LN", mlp_blocks=(0, 1))
-    assert fastpath.forward_kind(cfg) == "transformerlens"
-    assert fastpath.forward_kind(tiny_config.model) == "tables"
-    assert fastpath.forward_kind(tiny_config.model, "off") == "transformerlens"
+    assert capabilities.answer_forward(cfg) == "transformerlens"
+    assert capabilities.answer_forward(tiny_config.model) == "tables"
+    assert capabilities.answer_forward(tiny_config.model, "off") == "transformerlens"
 
 
 def test_save_and_load_round_trip(tmp_path, tiny_config, tiny_split):

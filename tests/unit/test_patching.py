@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compose_lens.analysis import patching
+from compose_lens.core import capabilities
+from compose_lens.analysis import metrics, patching
 from compose_lens.model import tl
 from compose_lens.data.task import decode, parse_sequence
 from compose_lens.training.subject import Subject
@@ -32,15 +33,15 @@ def test_patching_a_site_with_its_own_activation_changes_nothing(tiny_model, tin
                                 pairs.corrupted_labels, "self")
     sites = patching.all_sites(tiny_config.model)
     _, unpatched = patching.baseline_logit_diffs(tiny_model, same)
-    for values in (patching.patched_logit_diffs(tiny_model, tiny_config.model, same, sites),
-                   patching.hook_batched_logit_diffs(tiny_model, same, sites)):
+    for values in (patching.patched_values(tiny_model, tiny_config.model, same, sites),
+                   patching.patched_values(tiny_model, tiny_config.model, same, sites, fast=False)):
         assert torch.allclose(values, unpatched.expand_as(values), atol=1e-5)
 
 
 def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config, tiny_split):
     pairs = patching.make_prompt_pairs(tiny_split, 12, "constant")
     sites = patching.all_sites(tiny_config.model)
-    values = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites)
+    values = patching.patched_values(tiny_model, tiny_config.model, pairs, sites)
     clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs)
     fast = patching.baseline_logit_diffs(tiny_model, pairs, tiny_config.model)  # the table forward
     assert torch.allclose(fast[0], clean, atol=1e-5) and torch.allclose(fast[1], corrupted, atol=1e-5)
@@ -49,6 +50,18 @@ def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config,
     assert not torch.allclose(clean, corrupted, atol=1e-3)
     moved = (values - corrupted).abs().amax(1)
     assert (moved > 1e-4).sum() >= 4
+
+
+def transformer_lens_logit_diffs(model, cfg, pairs):
+    """The reference: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
+    _, cache = tl.run_with_cache(model, pairs.clean)
+    sites, values = [], []
+    for component in patching.COMPONENTS:
+        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache,
+                                  lambda logits: metrics.logit_diff(logits[:, -1].float(), pairs.answers))
+        sites += patching.all_sites(cfg, [component])
+        values.append(table.reshape(-1, len(pairs)).cpu())
+    return sites, torch.cat(values)
 
 
 @pytest.mark.parametrize("changes", [{}, dict(n_heads=2, d_head=16, trained_biases=True)])
@@ -63,10 +76,10 @@ def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, chang
             elif name.endswith("weight") and "blocks.0.mlp" not in name:
                 value.mul_(3.0)
     pairs = patching.make_prompt_pairs(tiny_split, 10, "variable")
-    sites, reference = patching.transformer_lens_logit_diffs(model, cfg, pairs)
-    engine = patching.patched_logit_diffs(model, cfg, pairs, sites, chunk=4)
-    hooks = patching.hook_batched_logit_diffs(model, pairs, sites)
-    assert patching.engine_supports(cfg)
+    sites, reference = transformer_lens_logit_diffs(model, cfg, pairs)
+    engine = patching.patched_values(model, cfg, pairs, sites, chunk=4)
+    hooks = patching.patched_values(model, cfg, pairs, sites, fast=False)
+    assert capabilities.supports(cfg, "patching")
     assert (reference - reference[:1]).abs().amax() > 0.1  # the sites differ
     tolerance = 1e-5 * float(reference.abs().amax())  # float32 rounding at this scale
     assert (engine - reference).abs().amax() < tolerance

@@ -44,7 +44,7 @@ def test_the_example_agrees_with_compose_lens_patching(example):
     corrupted_answers = torch.tensor([decode(loaded.split.task, row).label for row in corrupted.tolist()])
     pairs = PromptPairs(clean, corrupted, answers, corrupted_answers, "docs")
     sites = patching.all_sites(loaded.config.model, ["resid_pre"])
-    ours = patching.patched_logit_diffs(model, loaded.config.model, pairs, sites, metric="prob").mean(1)
+    ours = patching.patched_values(model, loaded.config.model, pairs, sites, metric="prob").mean(1)
     assert torch.allclose(ours.view_as(tl_result), tl_result.float(), atol=1e-5)
     # and the table the page prints, normalised between the two unpatched runs
     table = example["table"]

@@ -121,8 +121,8 @@ def test_each_metric_is_what_it_says_on_every_engine(tiny_model, tiny_config, ti
         return logits[rows, answers[:, 0]] - logits.scatter(1, answers[:, :1], float("-inf")).amax(1)
 
     for metric in ("prob", top_margin):
-        fast = patching.patched_logit_diffs(tiny_model, tiny_config.model, pairs, sites, metric=metric)
-        hooks = patching.hook_batched_logit_diffs(tiny_model, pairs, sites, metric=metric)
+        fast = patching.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric)
+        hooks = patching.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric, fast=False)
         assert torch.allclose(fast, hooks, atol=1e-5)
         clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs, metric=metric)
         assert torch.allclose(fast[final], clean, atol=1e-5) and not torch.allclose(clean, corrupted, atol=1e-4)

@@ -35,8 +35,8 @@ def _same_mlp_figures(ctx: Context, result: Result, settings: dict) -> list:
     answer variable prompts, only the competence table is there (issue #45: KeyError 'interchange')."""
     from compose_lens.views.same_mlp import same_mlp_figure
 
-    report = result.documents["same_mlp"]
-    return [("same_mlp", same_mlp_figure, (report,), 110)] if "interchange" in report["tables"] else []
+    ran = "same_mlp_interchange" in result.tables
+    return [("same_mlp", same_mlp_figure, (result.documents["same_mlp"],), 110)] if ran else []
 
 
 def _same_mlp_lines(result: Result) -> list[str]:

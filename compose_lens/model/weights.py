@@ -43,7 +43,7 @@ layers, an MLP in the last only) under which the readout above is the whole mode
 layer-2 attention at ``=``. :mod:`compose_lens.core.capabilities` says for every forward which
 configs it covers and why not.
 
->>> from compose_lens import capabilities
+>>> from compose_lens.core import capabilities
 >>> from compose_lens.core.config import ModelConfig
 >>> from compose_lens.model import tl
 >>> cfg = ModelConfig()

@@ -83,7 +83,7 @@ def test_installed_wheel_evaluates_the_paper_model_with_the_calibration(installe
     assert "2var_var_restricted_2" in evaluated.stdout
 
     calibrated = _run_installed(installed, elsewhere, "-c",
-                                "from compose_lens import outcome; print(outcome.stall_certain_after())")
+                                "from compose_lens.training import outcome; print(outcome.stall_certain_after())")
     assert calibrated.returncode == 0, calibrated.stderr
     assert calibrated.stdout.strip() != "None", "the stall calibration was not read from the installed package"
     assert int(calibrated.stdout) > 0
@@ -95,7 +95,7 @@ def test_the_installed_package_records_the_commit_it_was_built_from(installed, t
     source = installed.parent / "source"
     commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
                             capture_output=True, text=True, check=True).stdout.strip()
-    read = _run_installed(installed, tmp_path, "-c", "from compose_lens import provenance; print(provenance.code_version())")
+    read = _run_installed(installed, tmp_path, "-c", "from compose_lens.core import provenance; print(provenance.code_version())")
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == commit
 

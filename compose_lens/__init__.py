@@ -55,7 +55,8 @@ _EXPORTS = {
     "POOL_NAMES": "compose_lens.data.sampler", "TrainingSampler": "compose_lens.data.sampler",
     "SequenceKind": "compose_lens.data.task", "Pool": "compose_lens.data.pools",
     # models, runs, training and evaluation
-    "load_model": "compose_lens.training.runs", "load_checkpoint": "compose_lens.training.runs", "Subject": "compose_lens.training.subject", "load_subject": "compose_lens.training.runs",
+    "load_model": "compose_lens.training.subject", "load_checkpoint": "compose_lens.training.subject", "Subject": "compose_lens.training.subject",
+    "load_subject": "compose_lens.training.subject",
     "Forward": "compose_lens.model.forward", "Site": "compose_lens.model.forward",
     "TaskDeclaration": "compose_lens.data.declaration", "answer_logits": "compose_lens.training.evaluate",
     "locate_circuit": "compose_lens.analysis.locate:locate", "compare_models": "compose_lens.report.compare:compare",

@@ -1,6 +1,6 @@
 """A griffe extension for the API page (docs/api.md): the docstrings' Sphinx roles read as code.
 
-compose-lens's docstrings name other objects the Sphinx way (``:func:`~compose_lens.training.runs.load_model```,
+compose-lens's docstrings name other objects the Sphinx way (``:func:`~compose_lens.training.subject.load_model```,
 ``:mod:`compose_lens.core.stats```), which reads well in ``help()`` and in the source, but mkdocstrings
 renders Markdown and showed each role as typed, 103 of them on the page. This extension rewrites
 every role, as griffe reads each docstring, into the code span Sphinx would print: the full dotted
@@ -9,7 +9,7 @@ page; most are internal and are not, and a link to nothing fails the strict buil
 mkdocs.yml loads it (``extensions``); ``tests/unit/test_api_page.py`` builds the page and fails on a
 role left in it.
 
->>> without_roles("Read with :func:`~compose_lens.training.runs.load_model` (:mod:`compose_lens.training.runs`).")
+>>> without_roles("Read with :func:`~compose_lens.training.subject.load_model` (:mod:`compose_lens.training.runs`).")
 'Read with `load_model` (`compose_lens.training.runs`).'
 """
 

@@ -112,7 +112,7 @@ def located(model: str) -> dict[str, str]:
     import torch
 
     from compose_lens.analysis import locate
-    from compose_lens.training.runs import for_analyses, load_model
+    from compose_lens.training.subject import for_analyses, load_model
 
     torch.set_num_threads(1)
     loaded = for_analyses(load_model(model, bridge=False))

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import circuit as C
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 SETTINGS = (("resample", False), ("resample", True), ("mixed", False))
 

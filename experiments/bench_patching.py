@@ -20,7 +20,7 @@ import torch
 
 from compose_lens.analysis import metrics, patching
 from compose_lens.model import tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 _REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
 DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise

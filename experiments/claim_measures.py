@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from compose_lens.analysis import fourier, probes  # noqa: E402
-from compose_lens.training.runs import load_model  # noqa: E402
+from compose_lens.training.subject import load_model  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "claims" / "measures.json"
 REFERENCE = ROOT.parent / "shared" / "reference" / "final.pth"

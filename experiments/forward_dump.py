@@ -27,7 +27,7 @@ from compose_lens.analysis import patching
 from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.model import fastpath, lastpos, patch_engine, tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 
 def dump(model_spec: str) -> dict[str, torch.Tensor]:

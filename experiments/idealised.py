@@ -121,6 +121,7 @@ def describe_run(run_dir: Path) -> dict:
     from compose_lens.analysis import gradient_terms, locate, modularity, same_mlp, summary
     from compose_lens.training.outcome import classify_run
     from compose_lens.training.phases import logged_phases
+    from compose_lens.training.subject import for_analyses, load_model
 
     row = run_identity(run_dir)
     metrics = runs.read_metrics(run_dir)
@@ -132,8 +133,8 @@ def describe_run(run_dir: Path) -> dict:
         row[f"onset_{name}"] = phase["step"]
     found = classify_run(run_dir)
     row.update({"outcome": found["outcome"], "outcome_why": found["why"]})
-    loaded = runs.load_model(run_dir)
-    subject = runs.for_analyses(loaded)
+    loaded = load_model(run_dir)
+    subject = for_analyses(loaded)
     where = locate.locate(subject)
     for role in where.roles():
         row[f"{role.role}"] = role.component or "none"

@@ -27,7 +27,7 @@ import torch
 from compose_lens.analysis import das, llc
 from compose_lens.analysis.dynamics import trajectory
 from compose_lens.training.phases import find_phases
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 from compose_lens.views.drawing import save
 from compose_lens.views.patching import das_figure
 from compose_lens.views.training import llc_figure

@@ -76,7 +76,7 @@ def per_pair(run_dir: Path) -> dict:
     """A trained run's held-out pairs, answered or not, split by whether the mirror was trained."""
     from compose_lens.data.sampler import make_exhaustive
     from compose_lens.training.evaluate import correct_mask
-    from compose_lens.training.runs import final_model
+    from compose_lens.training.subject import final_model
 
     loaded, which = final_model(run_dir)
     batch = make_exhaustive(loaded.split, "zero_var_heldout")  # rows in split.heldout_pairs' order

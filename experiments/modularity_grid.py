@@ -55,6 +55,7 @@ from compose_lens.training import outcome
 from compose_lens.training import runs
 
 from compose_lens.data import safety  # noqa: E402
+from compose_lens.training.subject import for_analyses, load_checkpoint, load_model  # noqa: E402
 from compose_lens.analysis import modularity  # noqa: E402
 from compose_lens.core.config import RunConfig  # noqa: E402
 from compose_lens.core.errors import ComposeLensError  # noqa: E402
@@ -185,7 +186,7 @@ def run_point(n_layers: int, d_model: int, n_heads: int, every: bool, seed: int,
         done.write_text(json.dumps(row, indent=1, default=str) + "\n")
         return row
     results = runs.read_results(run)
-    loaded = runs.for_analyses(runs.load_model(run, bridge=False))
+    loaded = for_analyses(load_model(run, bridge=False))
     started = time.perf_counter()
     scores = modularity.measure(loaded, n_pairs=measure_n,
                                 same_mlp_n=measure_n, pool_size=200, learned_at=learned_at)
@@ -297,7 +298,7 @@ def study(reference: Path, steps: list[int], out: Path) -> pd.DataFrame:
     torch.set_num_threads(1)
     rows = []
     for step in steps:
-        loaded = runs.for_analyses(runs.load_checkpoint(reference, step))
+        loaded = for_analyses(load_checkpoint(reference, step))
         started = time.perf_counter()
         row = modularity.measure(loaded, n_pairs=120, same_mlp_n=120,
                                  pool_size=200, learned_at=0.0)

@@ -23,7 +23,7 @@ import torch
 from compose_lens.analysis import modularity
 from compose_lens.core.files import write_json_atomic
 from compose_lens.core.provenance import provenance
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "modularity" / "separation_intervals.csv"

@@ -16,7 +16,7 @@ $CL report "$MODEL" --out "$OUT/report.html" --overwrite --quiet
 ${PYTHON:-python} - "$MODEL" <<'PY'
 import sys
 from compose_lens.analysis import locate
-from compose_lens.training.runs import for_analyses, load_subject
+from compose_lens.training.subject import for_analyses, load_subject
 
 subject = for_analyses(load_subject(sys.argv[1], bridge=False))
 where = locate.locate(subject.model, subject.config, subject.split)

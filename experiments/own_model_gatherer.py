@@ -23,7 +23,7 @@ import torch
 from compose_lens.analysis import probes
 from compose_lens.analysis.locate import circuit_heads, head_scores
 from compose_lens.core.files import write_json_atomic
-from compose_lens.training.runs import for_analyses, load_subject
+from compose_lens.training.subject import for_analyses, load_subject
 
 SEQUENCES, SEED = 300, 0
 

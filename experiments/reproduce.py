@@ -45,7 +45,8 @@ from compose_lens.core.files import load_json, write_json_atomic
 from compose_lens.core.config import RunConfig
 from compose_lens.training.evaluate import exhaustive_accuracies
 from compose_lens.core.coverage import PAPER_MODEL_DIR
-from compose_lens.training.runs import RESUME_FILE, load_model
+from compose_lens.training.runs import RESUME_FILE
+from compose_lens.training.subject import load_model
 from compose_lens.training.train import Trainer
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"

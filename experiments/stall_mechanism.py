@@ -51,7 +51,7 @@ from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, measur
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import row_types
 from compose_lens.model import fastpath, tl
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, load_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -260,7 +260,7 @@ def measure_and_gradients(sources) -> tuple[pd.DataFrame, pd.DataFrame]:
         metrics = {} if label == "reference" else {int(r["step"]): r for r in runs.read_metrics(source)}
         print(f"{name} ({label}): {len(checkpoints)} checkpoints")
         for ckpt in checkpoints:
-            runs.load_weights(model, config, runs.read_state(ckpt, config), str(ckpt.path))
+            load_weights(model, config, runs.read_state(ckpt, config), str(ckpt.path))
             logged = metrics.get(ckpt.step, {})
             row = {"run": name, "label": label, "step": ckpt.step, "1var_train": logged.get("1var_train"),
                    "routing_accuracy": (sum(logged[p] for p in ROUTING_POOLS) / 2) if logged else None}

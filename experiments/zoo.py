@@ -72,8 +72,7 @@ from compose_lens.analysis import locate as locating, modularity, same_mlp  # no
 from compose_lens.core.config import RunConfig  # noqa: E402
 from compose_lens.training.evaluate import composition_gap, learned  # noqa: E402
 from compose_lens.core.errors import ComposeLensError  # noqa: E402
-from compose_lens.training.evaluate import exhaustive_accuracies  # noqa: E402
-from compose_lens.training.runs import load_subject  # noqa: E402
+from compose_lens.training.subject import load_subject  # noqa: E402
 from compose_lens.sweep import train_points_in_process  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "zoo"
@@ -281,9 +280,7 @@ def composes(subject) -> bool:
 def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
     """index.csv: every model, its class, how it was made and its ground truth (measured answers
     where the truth depends on them)."""
-    from compose_lens.training.runs import load_subject as _load
-
-    paper = _load("paper")
+    paper = load_subject("paper")
     rows = []
     for entry in entries:
         subject, known = load(entry, paper)
@@ -333,9 +330,12 @@ def head_falls(subject, location) -> list[dict]:
     return rows
 
 
-def measure(entry: Entry, subject, truth: dict, with_modularity: bool, with_heads: bool = True) -> Measured:
+def measure(entry: Entry, subject, known: dict, with_modularity: bool, with_heads: bool = True) -> Measured:
+    """Every verdict of one model, beside its truth (:func:`truth_of`, ``known``: the planted models'
+    construction), read from what the locator found it has learned (its answers, evaluated once)."""
     started = time.time()
     location = locating.locate(subject)
+    truth = truth_of(entry, subject, location.learned, known, composes(subject))
     row = {"model": entry.name, "class": entry.kind, **truth, "state": location.learned.state,
            **{f"located_{r.role}": r.component or "none" for r in location.roles()},
            **{f"why_{r.role}": r.line() for r in location.roles()}}
@@ -449,17 +449,13 @@ def scorecard(verdicts: pd.DataFrame, loo: pd.DataFrame | None = None) -> pd.Dat
 
 def score(entries: tuple[Entry, ...], with_modularity: bool, write_null: bool, out: Path,
           with_heads: bool = True) -> pd.DataFrame:
-    from compose_lens.training.runs import load_subject as _load
-
-    paper = _load("paper")
+    paper = load_subject("paper")
     measured = []
     for entry in entries:
         subject, known = load(entry, paper)
-        knows = learned(subject)
-        truth = truth_of(entry, subject, knows, known, composes(subject))
-        m = measure(entry, subject, truth, with_modularity, with_heads)
+        m = measure(entry, subject, known, with_modularity, with_heads)
         for h in m.heads:
-            h.update(model=entry.name, truth=truth[f"truth_{h['role']}"])
+            h.update(model=entry.name, truth=m.row[f"truth_{h['role']}"])
         measured.append(m)
         print(f"{entry.name}: {m.row['state']}; binder {m.row['located_binder']}, router {m.row['located_router']}, "
               f"adder {m.row['located_adder']}; same-MLP {m.row['same_mlp']}; modularity {m.row['modularity']} "
@@ -521,10 +517,9 @@ def circuits(entries: tuple[Entry, ...], out: Path, n_pairs: int = 150) -> pd.Da
     the 95 % bootstrap interval over the edges, one row per model and method; then per class and
     method, the median AUC and its range."""
     from compose_lens.analysis import circuit as C
-    from compose_lens.training.runs import load_subject as _load
 
     index = pd.read_csv(OUT / "index.csv").set_index("model")
-    paper = _load("paper")
+    paper = load_subject("paper")
     rows = []
     for entry in entries:
         truth = index.loc[entry.name].to_dict()

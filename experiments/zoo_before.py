@@ -4,7 +4,7 @@
     PYTHONPATH=/tmp/before python experiments/zoo_before.py --out experiments/results/zoo/before_de37067.csv
 
 Only what both versions have is called (``locate.locate``'s roles, ``same_mlp.same_mlp_report``'s
-verdict, ``runs.load_subject``), so the same script reads the zoo with the code before the verdict gates
+verdict, ``compose_lens.load_subject``), so the same script reads the zoo with the code before the verdict gates
 (de37067) and after; experiments/zoo.py scores the current code. The models are the zoo's
 (``experiments/results/zoo/index.csv``): trained ones from their committed folders, planted ones rebuilt
 by experiments/zoo_planted.py.
@@ -25,7 +25,7 @@ import zoo_planted  # noqa: E402
 
 import compose_lens  # noqa: E402
 from compose_lens.analysis import locate, same_mlp  # noqa: E402
-from compose_lens.training.runs import load_subject  # noqa: E402
+from compose_lens import load_subject  # noqa: E402
 
 
 def subject_of(made_by: str, name: str, paper):

@@ -47,6 +47,6 @@ def reference_dir() -> Path:
 @pytest.fixture(scope="session")
 def reference_final(reference_dir):
     """The study's final model with its own split (loaded once per session)."""
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     return load_model(reference_dir / "final.pth")

@@ -52,7 +52,7 @@ al. 2024, so a learned IIA means little alone):
 model with the hook API and one position per example, which is what compose-lens models are. This
 module only builds the study's pairs, sites and counterfactual answers, and tabulates. (pyvene
 0.1.8 would serve too, but would add a dependency for the same computation.) ``fit_das`` refuses a
-model in train mode; :func:`compose_lens.training.runs.load_model` returns models in eval mode.
+model in train mode; :func:`compose_lens.training.subject.load_model` returns models in eval mode.
 
 Pairs are 1-var sequences rendered from the training rows (both operand sides, every allowed
 variable), each base paired with a source that queries the same variable on the same side with a

@@ -76,7 +76,7 @@ from compose_lens.training.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEM
                                  add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
 from compose_lens.training.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
 from compose_lens.core.provenance import provenance
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, check_weights, load_weights, model_of
 
 
 
@@ -207,10 +207,10 @@ def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, 
             if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
                 pending = reader.submit(runs.read_state, checkpoints[i + 1], config)
             if bridge is None:
-                model = tl.Weights(runs.check_weights(config, state, str(ckpt.path)), config.model).to(device)
+                model = tl.Weights(check_weights(config, state, str(ckpt.path)), config.model).to(device)
             else:
                 model = bridge
-                runs.load_weights(model, config, state, str(ckpt.path))
+                load_weights(model, config, state, str(ckpt.path))
             row: dict[str, float] = {"step": ckpt.step}
             row.update(pool_accuracies(model, config, pools))
             row.update(slot_accuracies(model, config, slots))
@@ -239,8 +239,8 @@ def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed:
     read), else the heads located in the ``last`` checkpoint."""
     if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
-    state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
-    model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
+    state = check_weights(config, runs.read_state(last, config), str(last.path))
+    model = model_of(config, state, str(last.path), bridge=False, device=device)
     return locate.circuit_heads(Subject(model, config, split, str(last.path)), seed)
 
 
@@ -253,8 +253,8 @@ def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, see
         subject = locate.FourierSubject(layers[0] if layers else None, False, None,
                                         f"blocks.{layers[0]}.mlp, the model's only MLP" if layers else "no MLP")
     else:
-        state = runs.check_weights(config, runs.read_state(last, config), str(last.path))
-        model = runs.model_of(config, state, str(last.path), bridge=False, device=device)
+        state = check_weights(config, runs.read_state(last, config), str(last.path))
+        model = model_of(config, state, str(last.path), bridge=False, device=device)
         subject = locate.fourier_subject(Subject(model, config, split, str(last.path)), seed)
     if subject.layer is not None and subject.layer not in config.model.mlp_blocks:
         subject = locate.FourierSubject(None, False, subject.score, f"{subject.note}; not the last block, "

@@ -26,7 +26,7 @@ The two functions here keep TransformerLens's semantics on the study's form:
   each prompt is scored on the square of its own positions, as TransformerLens would score the
   prompt written without padding.
 
->>> from compose_lens.training.runs import load_model
+>>> from compose_lens.training.subject import load_model
 >>> paper = load_model("paper")
 >>> test_prompt(paper, "b=7, b+23=?", print_details=False).rank   # 30: the model's first choice
 0
@@ -50,7 +50,7 @@ from compose_lens.data.task import SequenceError, decode, parse_sequence, token_
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import tl
-from compose_lens.training.runs import load_subject
+from compose_lens.training.subject import load_subject
 from compose_lens.training.subject import Subject
 
 if TYPE_CHECKING:

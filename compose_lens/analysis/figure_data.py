@@ -38,7 +38,7 @@ from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
-from compose_lens.training.runs import load_checkpoint
+from compose_lens.training.subject import load_checkpoint
 from compose_lens.training.subject import Subject
 
 def qk_matrices(model: tl.Model, config: RunConfig,

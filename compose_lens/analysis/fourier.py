@@ -274,12 +274,18 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
     g = streams.derived_generator(seed, streams.OPERAND_GRID, kind.index)
     x = torch.arange(p).repeat_interleave(p)
     y = torch.arange(p).repeat(p)
-    v = torch.full_like(x, -1)
-    w = torch.full_like(x, -1)
+    return torch.stack([x, y, *draw_variables(task, kind, p * p, g)], dim=1)
+
+
+def draw_variables(task: TaskConfig, kind: SequenceKind, n: int,
+                   g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The variables ``(v, w)`` of ``n`` sequences of ``kind``, drawn from ``g`` among those allowed on
+    each side (an allowed ordered pair for 2-var); -1 where the operand is written as a constant."""
+    v = w = torch.full((n,), -1, dtype=torch.long)
 
     def draw(options) -> torch.Tensor:
         table = torch.tensor(options, dtype=torch.long)
-        return table[torch.randint(0, len(table), (p * p,), generator=g)]
+        return table[torch.randint(0, len(table), (n,), generator=g)]
 
     if kind is SequenceKind.ONE_VAR_LEFT:
         v = draw(task.allowed_left)
@@ -287,7 +293,7 @@ def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.
         w = draw(task.allowed_right)
     elif kind is SequenceKind.TWO_VAR:
         v, w = draw(task.allowed_two_var_pairs).unbind(1)
-    return torch.stack([x, y, v, w], dim=1)
+    return v, w
 
 
 def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:

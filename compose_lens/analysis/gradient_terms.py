@@ -86,7 +86,7 @@ from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.model import heads, tl, weights
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, load_model
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Bool, Int
@@ -255,7 +255,7 @@ def shares_over_training(run_dir: str | Path, n: int = 512, seed: int = 0, progr
     booted = Subject(tl.boot(config.model), config, split, f"{run_dir} (step 0)")
     tables = [shares_of_model(booted, n, seed).assign(step=0)]
     for checkpoint in progress_lines.bar(checkpoints, wanted=progress, desc=f"gradient terms {run_dir.name}"):
-        loaded = runs.load_model(checkpoint.path, bridge=False)
+        loaded = load_model(checkpoint.path, bridge=False)
         tables.append(shares_of_model(loaded, n, seed).assign(step=checkpoint.step))
     return pd.concat(tables, ignore_index=True)
 

@@ -58,6 +58,7 @@ from compose_lens.core import capabilities
 from compose_lens.core import progress as progress_lines
 
 from compose_lens.training import runs
+from compose_lens.training.subject import load_model
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import load_json
@@ -298,7 +299,7 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
     """The LLC of every checkpoint of ``source`` (a run directory or a folder of the study's
     ``step_N.pth``; those of ``steps``, then every ``stride``-th), and of its final model
     (``final.pth`` or ``model.safetensors``) where there is one; or of one model (anything
-    :func:`compose_lens.training.runs.load_model` takes, e.g. ``paper``).
+    :func:`compose_lens.training.subject.load_model` takes, e.g. ``paper``).
 
     Returns the table (one row per checkpoint: step, LLC mean and spread, each chain, the
     checkpoint's training loss, the sanity checks) and the loss traces (long form: step, chain,
@@ -328,7 +329,7 @@ def _entries(source, split_file, steps, stride, include_final):
     is_run = path.is_dir() and ((path / runs.CHECKPOINTS_DIR).is_dir() or path.name == runs.CHECKPOINTS_DIR
                                 or any(path.glob("step_*.pth")))
     if not is_run:  # one model: anything load_model takes ('paper', a model directory, a .pth, ...)
-        loaded = runs.load_model(source, split_file, bridge=False)
+        loaded = load_model(source, split_file, bridge=False)
         results = runs.read_results(path) if path.is_dir() else None
         step = int((results or {}).get("steps", loaded.config.train.steps))
         state = tl.parameters(loaded.model) if isinstance(loaded.model, tl.Weights) else runs.state_dict(loaded.model)

@@ -148,7 +148,7 @@ from compose_lens.analysis import locate
 from compose_lens.training.evaluate import LEARNED, composition_gap
 from compose_lens.analysis.ablation import (
     LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
-from compose_lens.analysis.fourier import key_frequencies, neuron_frequencies, operand_grid
+from compose_lens.analysis.fourier import draw_variables, key_frequencies, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
 from compose_lens.core import capabilities
 from compose_lens.core import coverage
@@ -307,19 +307,7 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
     index = PROMPT_KINDS.index(kind) * 2 + (side == "right")
     g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, index)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
-    none = torch.full((n,), -1, dtype=torch.long)
-
-    def draw(options) -> torch.Tensor:
-        table = torch.tensor(options, dtype=torch.long)
-        return table[torch.randint(0, len(table), (n,), generator=g)]
-
-    v, w = none, none
-    if sequence_kind is SequenceKind.ONE_VAR_LEFT:
-        v = draw(task.allowed_left)
-    elif sequence_kind is SequenceKind.ONE_VAR_RIGHT:
-        w = draw(task.allowed_right)
-    elif sequence_kind is SequenceKind.TWO_VAR:
-        v, w = draw(task.allowed_two_var_pairs).unbind(1)
+    v, w = draw_variables(task, sequence_kind, n, g)
     batch = render(split, torch.stack([pairs[:, 0], pairs[:, 1], v, w], 1), g)
     return Prompts(kind, side, batch.tokens, pairs[:, 0], pairs[:, 1], value_targets(task, batch.tokens))
 
@@ -1086,20 +1074,12 @@ def same_mlp_run(subject: Subject, seed: int = 0, *, n: int = 400,
     return tables, _judged(config, seed, n, layout, tables)
 
 
-def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400,
-                    tables: dict[str, pd.DataFrame] | None = None, layout: Layout | None = None) -> dict:
-    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``);
-    ``components`` says which MLP and heads the tests read (:class:`Layout`); ``tables``: those of
-    :func:`same_mlp_run` (made there where not given). Where the tests were not run (a gate of the
-    module doc): verdict ``inconclusive`` and ``verdict_reason`` says why."""
-    config = subject.config
-    layout = layout or layout_of(subject, seed)
-    if tables is None:
-        return same_mlp_run(subject, seed, n=n, layout=layout)[1]
-    if "interchange" in tables:
-        return _judged(config, seed, n, layout, tables)
-    why = layout.missing or incompetence(tables.get("competence")) or composition_gap(subject, seed)
-    return _untested(config, seed, n, layout, why or "the tests were not run", tables)
+def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400, layout: Layout | None = None) -> dict:
+    """The verdict and every test's effect, interval, rule and controls, JSON-safe (``same_mlp.json``):
+    :func:`same_mlp_run`'s report; ``components`` says which MLP and heads the tests read (:class:`Layout`).
+    Where the tests were not run (a gate of the module doc): verdict ``inconclusive`` and
+    ``verdict_reason`` says why."""
+    return same_mlp_run(subject, seed, n=n, layout=layout)[1]
 
 
 def _untested(config: RunConfig, seed: int, n: int, layout: Layout, why: str, tables: dict) -> dict:

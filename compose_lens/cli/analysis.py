@@ -1,6 +1,6 @@
 """``compose-lens analyze`` and the command of every registered analysis.
 
-MODEL is anything :func:`compose_lens.training.runs.load_subject` accepts. Every command takes ``--out``,
+MODEL is anything :func:`compose_lens.training.subject.load_subject` accepts. Every command takes ``--out``,
 ``--overwrite``, ``--json``, ``--device``, ``--seed`` and ``-q`` (no progress), as every command that computes does.
 
 ``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
@@ -86,14 +86,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from compose_lens.core.cores import threads_now
     from compose_lens.views.drawing import Renderer
     from compose_lens.report.context import write_analysis  # lazy: torch
-    from compose_lens.training.runs import check_device  # lazy: torch
+    from compose_lens.training.subject import check_device  # lazy: torch
     from compose_lens.data.safety import staged_output
 
     # two free cores: the figures are drawn by a worker while the analyses run (and while
     # the model loads, when the worker starts)
     check_device(args.device)  # one line, before the output is staged
     with staged_output(args.out, "analyze", args.overwrite) as stage, Renderer(threads_now() >= 2) as renderer:
-        loaded = subject_of(args, device=args.device, bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device=args.device, bridge=False)  # see subject.for_analyses
         summary = write_analysis(loaded, stage, args.seed, causal=not args.skip_causal, fmt=args.fmt,
                                  progress=not args.quiet, renderer=renderer)
     if args.json:
@@ -134,7 +134,7 @@ def _cmd_registered(args: argparse.Namespace) -> int:
     settings = _settings_of(analysis, args)
     from compose_lens.report import context  # lazy: torch
     from compose_lens.core.progress import phases
-    from compose_lens.training.runs import check_device
+    from compose_lens.training.subject import check_device
     from compose_lens.data.safety import check_model_sizes, check_out_name, staged_output
 
     out = check_out_name(args.out)
@@ -143,7 +143,7 @@ def _cmd_registered(args: argparse.Namespace) -> int:
     with staged_output(out, analysis.command, args.overwrite) as stage, \
             phases(analysis.command, not args.quiet) as phase:
         phase("loading the model")
-        loaded = subject_of(args, device=args.device, bridge=False)  # see runs.for_analyses
+        loaded = subject_of(args, device=args.device, bridge=False)  # see subject.for_analyses
         context.guard(analysis, loaded.config, settings)
         phase(f"{analysis.name}: " + (", ".join(f"{k} {v}" for k, v in settings.items() if v is not None) or "running"))
         result = context.run_analysis(analysis, loaded, stage, args.seed, args.fmt, **settings)
@@ -159,7 +159,7 @@ def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
     whose earlier result the compute reads first."""
     settings = _settings_of(analysis, args)
     from compose_lens.report import context  # lazy: torch
-    from compose_lens.training.runs import check_device
+    from compose_lens.training.subject import check_device
     from compose_lens.data.safety import check_out_name, staged_output
 
     out = check_out_name(args.out)

@@ -77,7 +77,7 @@ def add_prompts_argument(parser: argparse.ArgumentParser) -> None:
 
 def subject_of(args: argparse.Namespace, device: str = "cpu", bridge: bool = True):
     """The :class:`~compose_lens.training.subject.Subject` that MODEL, --task, --split and --prompts name."""
-    from compose_lens.training.runs import load_subject  # lazy: torch
+    from compose_lens.training.subject import load_subject  # lazy: torch
 
     subject = load_subject(args.model, getattr(args, "task", None), args.split, device=device, bridge=bridge)
     return prompted(subject, getattr(args, "prompts", None))

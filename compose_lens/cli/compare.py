@@ -42,7 +42,8 @@ def register(sub) -> None:
 def subjects(specs, task: str | None, device: str = "cpu") -> list:
     """The models ``specs`` name, loaded as ``compare`` reads them (on ``device``, the fast forwards where
     exact), ``task`` given to whichever is a TransformerLens model directory (docs/own-model.md)."""
-    from compose_lens.training.runs import is_transformerlens_dir, load_subject  # lazy: torch
+    from compose_lens.training.runs import is_transformerlens_dir  # lazy: torch
+    from compose_lens.training.subject import load_subject  # lazy: torch
 
     own = [Path(str(spec)).is_dir() and is_transformerlens_dir(Path(str(spec))) for spec in specs]
     return [load_subject(spec, task if mine else None, device=device, bridge=False) for spec, mine in zip(specs, own)]
@@ -74,8 +75,9 @@ def _subjects(args: argparse.Namespace) -> list:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens.report import compare  # lazy: torch
     from compose_lens.core.progress import phases
-    from compose_lens.training.runs import check_device
-    from compose_lens.data.safety import check_count, peek_run_config, staged_output
+    from compose_lens.training.subject import check_device
+    from compose_lens.core.coverage import peek_run_config
+    from compose_lens.data.safety import check_count, staged_output
 
     check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
     check_device(args.device)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from compose_lens import registry
-from compose_lens.training import runs
+from compose_lens.training.subject import final_model, load_checkpoint
 from compose_lens.views.drawing import save
 from compose_lens.report.context import RunContext, obtain
 
@@ -52,5 +52,5 @@ def dynamics_of(args) -> tuple[pd.DataFrame, dict]:
 def model_of(args):
     """The model of ``args.source`` at ``args.step`` (the final one if None), as a Subject."""
     if getattr(args, "step", None) is None:
-        return runs.final_model(Path(args.source), args.split)[0]
-    return runs.load_checkpoint(args.source, args.step, args.split)
+        return final_model(Path(args.source), args.split)[0]
+    return load_checkpoint(args.source, args.step, args.split)

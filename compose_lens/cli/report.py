@@ -16,10 +16,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     refuse_uncovered("report", args.run_dir)  # before torch is imported and the dynamics computed
 
     from compose_lens.report import build_model_report, build_report, is_run_source  # lazy: torch
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
     from compose_lens.data.safety import check_count, check_file_output
 
-    from compose_lens.training.runs import check_device
+    from compose_lens.training.subject import check_device
 
     check_count(args.stride, "--stride")
     check_device(args.device)
@@ -32,7 +32,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                                    f"are for one model (report MODEL --out FILE.html)")
         check_file_output(run_dir / "report.html" if args.out is None else args.out, args.overwrite, "compose-lens")
         if args.compare:
-            from compose_lens.training.runs import final_model
+            from compose_lens.training.subject import final_model
 
             compared = _compared_with(final_model(run_dir, args.split)[0], args)
         path, problems = build_report(args.run_dir, args.out, args.split, args.example or None, args.stride,

@@ -82,7 +82,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.core.provenance import provenance
     from compose_lens.core.progress import phases
-    from compose_lens.training.runs import check_device
+    from compose_lens.training.subject import check_device
     from compose_lens.data.safety import check_count, check_file_output, check_model_sizes, check_sizes, write_text_atomic
     from compose_lens.core.stats import rate_record
 
@@ -196,7 +196,7 @@ def _print_side_by_side(result: dict) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from compose_lens.training.runs import export_transformerlens  # lazy: torch
+    from compose_lens.training.subject import export_transformerlens  # lazy: torch
     from compose_lens.data.safety import staged_output
 
     subject = subject_of(args)

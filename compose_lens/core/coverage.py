@@ -31,7 +31,7 @@ The analyses of a training run (``dynamics``, ``early-jump``, ``llc``) read chec
 run or a folder of the study's ``step_N.pth``, not a model trained elsewhere (one model, no checkpoints).
 
 :func:`problem` gives the reason a command does not cover a model config (None: it does);
-:func:`peek_model_config` reads what a MODEL argument names without loading it.
+:func:`peek_run_config` reads what a MODEL argument names without loading it.
 """
 
 from __future__ import annotations
@@ -99,17 +99,22 @@ def describe(cfg: ModelConfig) -> str:
     return f"{cfg.n_layers} layers x {heads}, MLPs in {list(cfg.mlp_blocks)}{norm}"
 
 
-def peek_model_config(spec: str | Path) -> ModelConfig | None:
-    """The model config of what ``spec`` names (as :func:`compose_lens.training.runs.load_model` resolves it),
-    read from its ``config.json`` only; None where it cannot be read this way (the loader then
-    reports the problem)."""
-    spec = str(spec)
-    path = PAPER_MODEL_DIR if spec == "paper" else Path(spec)
+def peek_run_config(spec: str | Path) -> RunConfig | None:
+    """The run config of what a MODEL argument names (as :func:`compose_lens.training.subject.load_model` resolves
+    it), read from its ``config.json`` alone (no torch, no weights), so a guard can refuse before the
+    model is loaded; None where it cannot be read so (the loader then says why)."""
+    path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
     if path.suffix == ".pth":
-        return RunConfig().model  # the study's checkpoints are the paper architecture
+        return RunConfig()  # the study's checkpoints: the paper's task and architecture
     if path.suffix == ".safetensors":
         path = path.parent
     try:
-        return RunConfig.from_dict(load_json(path / "config.json")).model
+        return RunConfig.from_dict(load_json(path / "config.json"))
     except Exception:  # absent or unreadable: load_model says why, in its own words
         return None
+
+
+def peek_model_config(spec: str | Path) -> ModelConfig | None:
+    """The model config of :func:`peek_run_config`."""
+    config = peek_run_config(spec)
+    return None if config is None else config.model

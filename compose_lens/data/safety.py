@@ -57,10 +57,9 @@ import filelock
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import atomic_path, temp_beside, temp_of
-from compose_lens.core.coverage import PAPER_MODEL_DIR
+from compose_lens.core.coverage import peek_run_config
 from compose_lens.data.sampler import exhaustive_count, render_bytes
 from compose_lens.data.split import split_bytes
-from compose_lens.core.files import load_json
 
 
 MARKER = ".compose-lens"
@@ -190,21 +189,6 @@ def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, ...]], kept_per_s
     if kept:
         parts["what is kept of them"] = kept
     require_memory(parts, " ".join(sizes), "ask for fewer sequences")
-
-
-def peek_run_config(spec: str | Path) -> RunConfig | None:
-    """The run config of what a MODEL argument names, read from its ``config.json`` alone (no torch,
-    no weights; as :func:`compose_lens.core.coverage.peek_model_config` resolves it), so a size guard
-    can refuse before the model is loaded; None where it cannot be read so (the loader then says why)."""
-    path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
-    if path.suffix == ".pth":
-        return RunConfig()  # the study's checkpoints: the paper's task and architecture
-    if path.suffix == ".safetensors":
-        path = path.parent
-    try:
-        return RunConfig.from_dict(load_json(path / "config.json"))
-    except Exception:  # absent or unreadable: load_model says why, in its own words
-        return None
 
 
 def check_model_sizes(spec: str | Path, guard) -> None:
@@ -447,21 +431,10 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     out = check_out_name(out)
     check_parent(out, command)
     replace = check_replaceable(out, command, overwrite)
-    created = _new_parents(out)
-    stage = None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        stage = temp_beside(out, directory=True, suffix=".partial")
-        lock = _stage(stage, command, out)
-        try:
-            yield stage
-            lock.write({"command": command, "files": _all_files(stage)})
-            _swap(stage, out, replace)
-        finally:
-            lock.release()
-    except BaseException as exc:
-        _abandon_stage(exc, stage, created, out)
-        raise
+    with _staging(out, command) as (stage, lock):
+        yield stage
+        lock.write({"command": command, "files": _all_files(stage)})
+        _swap(stage, out, replace)
 
 
 @contextlib.contextmanager
@@ -481,42 +454,44 @@ def staged_companion(folder: str | Path, command: str, keep: tuple[str, ...] = (
     if folder.exists() and (folder.is_symlink() or not folder.is_dir()):
         raise ComposeLensError(f"{folder}: exists and is not a directory; compose-lens writes the "
                                f"page's figures and results there: move it away")
-    created = _new_parents(folder)
-    stage = None
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        stage = temp_beside(folder, directory=True, suffix=".partial")
-        lock = _stage(stage, command, folder)
-        try:
-            for name in keep:
-                if (folder / name).is_dir() and not (folder / name).is_symlink():
-                    shutil.copytree(folder / name, stage / name, symlinks=True)
-            yield stage
-            if not folder.exists():
-                os.replace(stage, folder)  # the marker goes with it: the folder is compose-lens's
-                return
-            for entry in sorted(stage.iterdir()):
-                if entry.name != MARKER:
-                    _swap_entry(entry, folder / entry.name)
-        finally:
-            lock.release()
-    except BaseException as exc:
-        _abandon_stage(exc, stage, created, folder)
-        raise
+    with _staging(folder, command) as (stage, _):
+        for name in keep:
+            if (folder / name).is_dir() and not (folder / name).is_symlink():
+                shutil.copytree(folder / name, stage / name, symlinks=True)
+        yield stage
+        if not folder.exists():
+            os.replace(stage, folder)  # the marker goes with it: the folder is compose-lens's
+            return
+        for entry in sorted(stage.iterdir()):
+            if entry.name != MARKER:
+                _swap_entry(entry, folder / entry.name)
     shutil.rmtree(stage, ignore_errors=True)  # what is left of it: its marker
 
 
-
-def _abandon_stage(exc: BaseException, stage: Path | None, created: list[Path], target: Path) -> None:
-    """After a staged write failed: name ``target`` in an error that names no file (a full disk),
-    remove the stage and the parents this call made (only if still empty)."""
-    if isinstance(exc, OSError) and not exc.filename and stage is not None:
-        exc.filename = str(target)
-    if stage is not None:
-        shutil.rmtree(stage, ignore_errors=True)
-    for parent in reversed(created):
-        with contextlib.suppress(OSError):
-            parent.rmdir()
+@contextlib.contextmanager
+def _staging(target: Path, command: str) -> Iterator[tuple[Path, DirectoryLock]]:
+    """A fresh stage beside ``target`` (``.NAME.<hex>.partial``), made and locked (:func:`_stage`), with
+    its lock. If the write fails: ``target`` named in an error that names no file (a full disk), the
+    stage and the parents this call made (only if still empty) removed."""
+    created = _new_parents(target)
+    stage = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage = temp_beside(target, directory=True, suffix=".partial")
+        lock = _stage(stage, command, target)
+        try:
+            yield stage, lock
+        finally:
+            lock.release()
+    except BaseException as exc:
+        if isinstance(exc, OSError) and not exc.filename and stage is not None:
+            exc.filename = str(target)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        for parent in reversed(created):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
 
 
 def _swap_entry(new: Path, target: Path) -> None:
@@ -571,7 +546,7 @@ def check_finite_logits(logits, what: str = "the model") -> None:
     """Refuse logits that hold NaN or an infinity, in one line: the one check wherever an answer
     is read from a model (the evaluation's accuracies, the patching baseline, the Fourier grids).
 
-    Weights are checked finite when loaded (:func:`compose_lens.training.runs.check_weights`), but finite
+    Weights are checked finite when loaded (:func:`compose_lens.training.subject.check_weights`), but finite
     weights may still overflow float32 in a forward (a residual of 1e37 squared), and the argmax
     of NaN logits is a class like any other: accuracies, effects and losses computed from them
     would be printed as numbers, silently wrong.

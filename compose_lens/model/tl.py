@@ -25,7 +25,7 @@ so the next major version is a one-file change:
 * :class:`Weights` holds a model's tensors without a bridge. Importing
   TransformerLens (and ``transformers`` behind it) takes about 2 s, so it is imported
   on first use, and commands that only need the fast forwards (``evaluate``, and the
-  analyses of the paper architecture: :func:`compose_lens.training.runs.for_analyses`) load a
+  analyses of the paper architecture: :func:`compose_lens.training.subject.for_analyses`) load a
   ``Weights`` (:func:`state_shapes` checks it against the configuration) and never
   import it.
 """

@@ -17,13 +17,13 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 def _das(ctx: Context, settings: dict) -> Result:
     from compose_lens.views.patching import das_figure
-    from compose_lens.training import runs
     from compose_lens.analysis.das import DasSettings, das_table
+    from compose_lens.training.subject import with_bridge
 
     chosen = DasSettings(n_pairs=settings["n_pairs"], ranks=tuple(settings["ranks"]), sites=tuple(settings["sites"]),
                          epochs=settings["epochs"], arbitrary_control=not settings["no_arbitrary"], seed=ctx.seed)
     chosen.check(ctx.config.model.d_model)
-    table, summary = das_table(runs.with_bridge(ctx.loaded), chosen)  # TransformerLens's fit_das reads hooks
+    table, summary = das_table(with_bridge(ctx.loaded), chosen)  # TransformerLens's fit_das reads hooks
     figure = das_figure(table, f"DAS for the variable-value binding: {ctx.loaded.source}")
     return Result(tables={"das": table}, documents={"das": {"model": ctx.loaded.source, **summary}},
                   drawn=[("das", figure, 120)])

@@ -147,11 +147,11 @@ def _fine_patching_memory(settings: dict, config) -> None:
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.views.patching import patching_figure
-    from compose_lens.training import runs
     from compose_lens.analysis.patching import head_patching_table
+    from compose_lens.training.subject import with_bridge
 
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k != "components"}
-    table = head_patching_table(runs.with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
+    table = head_patching_table(with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
                                 seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"per-head patching ({_pairs_words(table, settings)})"
     return Result(tables={"patching_heads": table}, figures=[("patching_heads", patching_figure, (table, title), 120)],
@@ -200,12 +200,12 @@ HEAD_PATCHING = Analysis(
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.views.patching import path_patching_figure
-    from compose_lens.training import runs
     from compose_lens.analysis.patching import path_patching
+    from compose_lens.training.subject import with_bridge
 
     receivers = list(dict.fromkeys(settings["receivers"]))
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k not in ("sender", "receivers")}
-    table = path_patching(runs.with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
+    table = path_patching(with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
                           seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     title = f"path patching from {settings['sender']} ({_pairs_words(table, settings)})"
     return Result(tables={"path_patching": table}, figures=[("path_patching", path_patching_figure,

@@ -47,9 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compose_lens.training import runs
-from compose_lens.views.attention import early_jump_figure, view_figure
 from compose_lens.views.drawing import layer_name
-from compose_lens.views.training import accuracy_by_variable_count_figure, progress_measures_figure, refinement_figure
 from compose_lens.core import study
 from compose_lens.training.outcome import trajectory_outcome
 from compose_lens.training.phases import phase_line
@@ -67,7 +65,7 @@ from compose_lens.report import context
 from compose_lens.core.markup import html_table, render
 from compose_lens.report.page import Report
 from compose_lens.core.progress import phases
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, final_model
 
 STUDY = {**study.CLAIMS, **study.PHASES}  # what the study reports, beside each row of the results table
 
@@ -112,7 +110,7 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
     analyses' sequences drawn with ``seed``."""
     run = context.RunContext(run_dir, split_file, progress=progress, previous=results_dir, device=device)
     dynamics = context.obtain(registry.DYNAMICS, run, results_dir, {"stride": stride, "update": not recompute})
-    loaded, which = runs.final_model(run_dir, split_file, device)
+    loaded, which = final_model(run_dir, split_file, device)
     return ReportInputs(run_dir=run_dir, subject=loaded, which=which,
                         results=runs.read_results(run_dir), texts=examples or example_sequences(loaded.split),
                         report=report, examples=tuple(examples or ()), context=context.Context(loaded, seed=seed),

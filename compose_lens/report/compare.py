@@ -78,7 +78,8 @@ from compose_lens.training.evaluate import correct_mask
 from compose_lens.core.files import atomic_path
 from compose_lens.core.markup import COMPARISON_STYLE, html_table, page, render
 from compose_lens.core.provenance import provenance
-from compose_lens.training.runs import load_subject, write_document, write_table
+from compose_lens.training.runs import write_document, write_table
+from compose_lens.training.subject import load_subject
 from compose_lens.training.subject import Subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
@@ -330,7 +331,7 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
             resamples: int = stats.BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
     """Two models side by side, one row per measure (see the module doc for the columns).
 
-    ``a``, ``b``: :class:`~compose_lens.training.subject.Subject` (:func:`compose_lens.training.runs.load_subject`) or
+    ``a``, ``b``: :class:`~compose_lens.training.subject.Subject` (:func:`compose_lens.training.subject.load_subject`) or
     what it takes (``"paper"``, a run, a checkpoint, a study ``.pth``, a TransformerLens model
     directory). ``seed``: the prompts and the resamples; ``pool_size``: sequences per pool;
     ``causal``: also the causal analyses' findings; ``settings``: per analysis name, settings

@@ -40,8 +40,9 @@ from compose_lens.core.files import atomic_path, load_json
 from compose_lens.core.provenance import provenance
 from compose_lens.registry import FIGURES, Analysis, Result
 from compose_lens.training.runs import write_document, write_table
-from compose_lens.data.safety import peek_run_config, read_marker
-from compose_lens.training.subject import Subject
+from compose_lens.core.coverage import peek_run_config
+from compose_lens.data.safety import read_marker
+from compose_lens.training.subject import Subject, for_analyses
 from compose_lens.views.drawing import Renderer, save
 
 
@@ -60,7 +61,7 @@ def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.Fo
 class Context:
     """One model as its analyses read it, with what they share made once.
 
-    ``loaded``: the model on the forwards the analyses use (:func:`compose_lens.training.runs.for_analyses`);
+    ``loaded``: the model on the forwards the analyses use (:func:`compose_lens.training.subject.for_analyses`);
     ``plan``: the located circuit and the Fourier subject (:func:`fourier_plan`); ``heads``: the binder
     and router the probes read. Inside ``with context:`` every operand grid is built once
     (:func:`compose_lens.analysis.fourier.shared_grids`): the summary, the Fourier tables, the
@@ -68,7 +69,7 @@ class Context:
     ``renderer``: where figures are drawn (:class:`compose_lens.views.drawing.Renderer`)."""
 
     def __init__(self, loaded: Subject, seed: int = 0, renderer: Renderer | None = None):
-        self.loaded, self.seed = runs.for_analyses(loaded), seed
+        self.loaded, self.seed = for_analyses(loaded), seed
         self.renderer = renderer or Renderer()
         self._open = contextlib.ExitStack()
 

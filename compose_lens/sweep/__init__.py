@@ -95,6 +95,7 @@ import torch
 from compose_lens.core import progress as progress_lines
 from compose_lens.training import runs
 from compose_lens.data import safety
+from compose_lens.training.subject import check_device
 from compose_lens.training.outcome import classify_run
 from compose_lens.core.cores import cpu_count
 from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_step_above, format_thresholds, numeric,
@@ -864,7 +865,7 @@ def run_sweep(base: RunConfig, param: str, values: Sequence[Any], seeds: Sequenc
     if backend == "local":
         plan_workers(len(points), workers, threads)  # refuse bad --workers/--threads before writing
         for device in sorted({c.train.device for c in configs.values()}):  # (a cluster's nodes may have GPUs this one lacks)
-            runs.check_device(device)
+            check_device(device)
     if overwrite:  # emptied only once every check has passed, just before this sweep writes
         check_replaceable_sweep(out)
     else:

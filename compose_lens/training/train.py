@@ -49,7 +49,7 @@ from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracie
 from compose_lens.model.forward import Forward
 from compose_lens.model import tl
 from compose_lens.core.provenance import provenance
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, check_device
 
 
 def use_fast_path(config: RunConfig) -> bool:
@@ -147,7 +147,7 @@ class Trainer:
         self.progress = progress
         t = config.train
         check_training_memory(config)
-        runs.check_device(t.device)
+        check_device(t.device)
         if t.deterministic:
             make_deterministic()
         tracking.check_available(t.log_to)  # a missing tracker package: one line, nothing touched

@@ -15,7 +15,7 @@ import torch
 from compose_lens.core.config import RunConfig
 from compose_lens.training.evaluate import exhaustive_accuracies
 from compose_lens.model import fastpath, tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 from compose_lens.training.train import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

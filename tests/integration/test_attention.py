@@ -105,19 +105,19 @@ def test_the_command_built_from_the_declaration_writes_one_view_per_sequence_and
 
     assert main(["attention", str(model_dir), "--out", str(tmp_path / "examples"), "--quiet"]) == 0
     from compose_lens.data.sampler import example_sequences
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     examples = example_sequences(load_subject(str(model_dir)).split)
     saved = json.loads((tmp_path / "examples" / "attention.json").read_text())
     assert [s["text"] for s in saved["sequences"]] == examples and len(examples) >= 2
 
     capsys.readouterr()
-    import compose_lens.training.runs
+    import compose_lens.training.subject
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the sequences were checked")
 
-    monkeypatch.setattr(compose_lens.training.runs, "load_subject", no_load)  # a refusal comes before any load
+    monkeypatch.setattr(compose_lens.training.subject, "load_subject", no_load)  # a refusal comes before any load
     assert main(["attention", str(model_dir), texts[0], "b=3, b+z=?", "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'b=3, b+z=?'" in err[0], err
@@ -183,7 +183,7 @@ def test_every_view_carries_its_colour_scale():
     0 to 1, styled by the page's own stylesheet."""
     from compose_lens.analysis.attention import sequence_views
     from compose_lens.views.attention_view import VIEW_STYLE, view_html
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)
     (view,) = sequence_views(subject.model, subject.config, ["b=7, e=5, b+23=?"])

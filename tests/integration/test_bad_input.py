@@ -1199,7 +1199,7 @@ def _site(*args, **kwargs):
 
 
 def _load(*args, **kwargs):
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     return load_subject(*args, **kwargs)
 
@@ -1264,7 +1264,7 @@ def api(world):
 def _api_world(world: Path):
     from types import SimpleNamespace
 
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     tokens = torch.full((3, 16), 9, dtype=torch.long)  # PAD ...
     tokens[:, -4:] = torch.tensor([7, 1, 2, 8])  # + 1 2 =
@@ -1458,7 +1458,7 @@ def test_any_text_for_an_integer_setting_is_refused_or_valid(raw, world, capsys)
 
 def test_nan_weights_loaded_from_python_are_refused(world):
     from compose_lens.core.errors import ComposeLensError
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     with pytest.raises(ComposeLensError, match="NaN"):
         load_model(world / "nanmodel")
@@ -1570,10 +1570,10 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
     every pair gets none."""
     import logging
 
-    from compose_lens.training import runs
     from compose_lens.analysis.patching import baseline_logit_diffs, make_prompt_pairs
+    from compose_lens.training.subject import load_subject
 
-    subject = runs.load_subject(world / "run")
+    subject = load_subject(world / "run")
 
     def differing(seed: int, metric: str) -> int:
         pairs = make_prompt_pairs(subject.split, 20, "value", seed)
@@ -1654,9 +1654,9 @@ def three_layers(tmp_path_factory):
     assert config.model.mlp_blocks == (2,)
     run = tmp_path_factory.mktemp("three") / "run"
     Trainer(config, run, progress=False).run()
-    from compose_lens.training import runs
+    from compose_lens.training.subject import load_subject
 
-    return runs.load_subject(run)
+    return load_subject(run)
 
 
 def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from compose_lens.training import runs
+from compose_lens.training.subject import load_model
 from compose_lens.training.batched import BatchedTrainer
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.training.train import Trainer
@@ -128,7 +129,7 @@ def test_batched_bf16_runs_equal_bf16_runs_trained_alone(configs, tmp_path):
 
 def test_batched_run_directories_are_ordinary_runs(batched, configs):
     """Every existing reader takes them: the model, the checkpoints, the resume state."""
-    loaded = runs.load_model(batched[1])
+    loaded = load_model(batched[1])
     assert loaded.config == configs[1]
     checkpoints, config, _ = runs.find_checkpoints(batched[1])
     assert [c.step for c in checkpoints] == [20, 40, 60, 80, 100] and config == configs[1]

@@ -191,7 +191,7 @@ def test_scores_helpers():
 
 
 def test_paper_model_scores():
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     loaded = load_model("paper")
     gm = C.GraphModel.from_model(loaded.model, loaded.config.model)
@@ -222,7 +222,7 @@ def test_early_checkpoint_lacks_the_labelled_circuit(reference_dir):
     """The labels fit the trained model, not any model: before the assignment phase (step 3,001)
     layer 2 reads nothing from layer 1 (a0 -> a1.q / a1.k near 0) and EAP-IG's ranking misses the
     labelled circuit; after the refinement phase (16,001) both edges carry the routing."""
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     found = {}
     for step in (3001, 16001):
@@ -252,7 +252,7 @@ def test_the_bootstrap_of_pairs_that_agree_gives_one_size_and_of_pairs_that_diff
 def test_the_circuit_size_interval_holds_the_size_and_narrows_with_more_pairs():
     """The paper model's position graph: the size with its interval is size_at's size, inside its
     interval, and the interval over 150 pairs is narrower than over 30."""
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     loaded = load_model("paper")
     gm = C.GraphModel.from_model(loaded.model, loaded.config.model, positions=True)

@@ -14,7 +14,8 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.analysis.dynamics import (PHASE_RULES, add_derived_columns, equals_variable_scores, find_phases,
                                             forbidden_slot_batches, phase_onset, phases_document, trajectory)
 from compose_lens.report.context import RunContext, run_analysis
-from compose_lens.training.runs import find_checkpoints, load_checkpoint, load_dynamics, select_checkpoints
+from compose_lens.training.runs import find_checkpoints, load_dynamics, select_checkpoints
+from compose_lens.training.subject import load_checkpoint
 from compose_lens.data.sampler import POOL_NAMES
 
 # -- the rule on synthetic curves -----------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_trajectory_matches_a_fresh_load_of_each_checkpoint(run, request):
     """The trajectory (each checkpoint's tensors, or weights loaded into one bridge) gives what
     loading each checkpoint alone gives."""
     from compose_lens.training.evaluate import pool_accuracies
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
     from compose_lens.data.sampler import make_pools
 
     tiny_run = request.getfixturevalue(run)

@@ -15,7 +15,7 @@ from compose_lens.cli import main
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.training.evaluate import answer_logits
-from compose_lens.training.runs import export_transformerlens, load_subject
+from compose_lens.training.subject import export_transformerlens, load_subject
 
 PLAIN = """
 import json, sys

@@ -15,7 +15,7 @@ from compose_lens.analysis import same_mlp
 from compose_lens.core.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
 from compose_lens.data.split import Split, training_rows
 from compose_lens.model import tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 from compose_lens.training.subject import Subject
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,8 +135,8 @@ def test_untrained_tiny_model_is_json_safe_and_not_supported(tiny_config, tiny_s
 def test_an_oversized_n_is_refused_before_the_model_is_loaded(tiny_config, tmp_path, monkeypatch, capsys):
     """The memory guard reads MODEL's config.json, not the loaded model (issue #30): a run whose
     weights could not even be read gets the size error, and the loader is never called."""
-    from compose_lens.training import runs
     from compose_lens.data import safety
+    from compose_lens.training import subject
     from compose_lens.cli import main
 
     run = tmp_path / "run"
@@ -144,8 +144,8 @@ def test_an_oversized_n_is_refused_before_the_model_is_loaded(tiny_config, tmp_p
     (run / "config.json").write_text(tiny_config.to_json())
     (run / "model.safetensors").write_bytes(b"\x00 not weights")
     loads = []
-    real_load = runs.load_model
-    monkeypatch.setattr(runs, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = subject.load_model
+    monkeypatch.setattr(subject, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
     monkeypatch.setattr(safety, "available_memory", lambda: 2 * safety.GB)  # whatever the machine has
     assert main(["same-mlp", str(run), "--n", "2000000", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from compose_lens.analysis import same_mlp
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 
 def interchange_table(same: dict[str, float], cross: dict[str, float], half_width: float = 0.04) -> pd.DataFrame:

@@ -106,7 +106,7 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
 @pytest.mark.parametrize("changes, needs_hooks", [({}, False), (dict(n_heads=2, d_head=16), True)])
 def test_analyze_boots_transformerlens_only_where_an_analysis_needs_hooks(tiny_config, tmp_path, changes,
                                                                           needs_hooks):
-    """The paper architecture's analyses run on the fast forwards (``runs.for_analyses``): ``analyze``
+    """The paper architecture's analyses run on the fast forwards (``subject.for_analyses``): ``analyze``
     never imports TransformerLens for it, and does for a two-head model, whose analyses read hooks."""
     import subprocess
     import sys

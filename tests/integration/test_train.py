@@ -317,7 +317,8 @@ def test_plain_resume_of_a_split_file_run_keeps_its_split(tmp_path, tiny_config,
 
 
 def test_evaluate_loads_the_safetensors_file_it_is_given(tmp_path, tiny_config):
-    from compose_lens.training.runs import load_model, state_dict
+    from compose_lens.training.runs import state_dict
+    from compose_lens.training.subject import load_model
 
     run = tmp_path / "run"
     Trainer(tiny_config.with_overrides(["steps=20"]), run, progress=False).run()

@@ -185,7 +185,7 @@ def test_the_report_section_folds_the_view_in():
     from compose_lens import registry
     from compose_lens.report import context
     from compose_lens.report.page import Report
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     circuit = registry.by_name(registry.ANALYSES, "circuit")
     settings = circuit.with_settings({"n_pairs": 30})

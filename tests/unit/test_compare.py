@@ -16,7 +16,7 @@ from compose_lens.report import compare as C
 from compose_lens.cli import main
 from compose_lens.model import tl
 from compose_lens.report import context
-from compose_lens.training.runs import load_subject
+from compose_lens.training.subject import load_subject
 
 SMALL = {"pool_size": 150, "resamples": 200, "settings": {"same_mlp": {"n": 20}, "gradient": {"n": 32}}}
 LAYER2_ATTENTION = [f"blocks.1.attn.{p}.{w}" for p in "qkvo" for w in ("weight", "bias")]

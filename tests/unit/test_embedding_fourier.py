@@ -60,7 +60,7 @@ def test_paper_embedding_lives_in_the_mlp_key_frequencies():
     11 key frequencies [3, 4, 5, 10, 12, 17, 21, 22, 23, 24, 27] and hold 0.938 of the embeddings'
     non-constant squared norm (a flat spectrum would give 11/29 = 0.379); the top 5 hold only
     0.47, so the embedding spreads over all of them."""
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     loaded = load_model("paper", bridge=False)  # bundled with the package
     keys = [3, 4, 5, 10, 12, 17, 21, 22, 23, 24, 27]  # fourier.key_frequencies of its constant grid

@@ -1,12 +1,12 @@
-"""Every model loader of :mod:`compose_lens.training.runs` returns its model in eval mode: TransformerLens's
+"""Every model loader of :mod:`compose_lens.training.subject` returns its model in eval mode: TransformerLens's
 patching and ``fit_das`` refuse a model in train mode."""
 
 from __future__ import annotations
 
 from compose_lens.core.files import write_json_atomic
 from compose_lens.model import tl
-from compose_lens.training.runs import (CHECKPOINTS_DIR, CONFIG_FILE, checkpoint_name, for_analyses, load_checkpoint,
-                               load_model, load_model_dir, save_model, with_bridge)
+from compose_lens.training.runs import CHECKPOINTS_DIR, CONFIG_FILE, checkpoint_name, save_model
+from compose_lens.training.subject import for_analyses, load_checkpoint, load_model, load_model_dir, with_bridge
 
 
 def test_paper_model_loads_in_eval_mode():

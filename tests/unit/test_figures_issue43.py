@@ -456,7 +456,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from compose_lens.analysis.patching import patching_table
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)
     fig, _ = patching_figure(patching_table(subject, n_pairs=30), "t")

@@ -9,7 +9,7 @@ import torch
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model.forward import ANSWER, TABLE_SITES, Forward, Site
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 
 
 @pytest.fixture(scope="module")

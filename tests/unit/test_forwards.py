@@ -26,7 +26,7 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import Split
 from compose_lens.model import fastpath, lastpos, patch_engine, tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 from compose_lens.training.train import use_fast_path
 
 LOGITS = dict(atol=1e-4, rtol=1e-4)

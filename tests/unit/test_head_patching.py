@@ -14,7 +14,7 @@ import torch
 from compose_lens.analysis import patching
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
-from compose_lens.training.runs import load_subject
+from compose_lens.training.subject import load_subject
 from compose_lens.training.subject import Subject
 
 

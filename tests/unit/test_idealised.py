@@ -20,7 +20,8 @@ from compose_lens.core.files import load_json
 from compose_lens.core import capabilities
 from compose_lens.model import fastpath, tl
 from compose_lens.core.coverage import PAPER_MODEL_DIR
-from compose_lens.training.runs import load_model, save_model
+from compose_lens.training.runs import save_model
+from compose_lens.training.subject import load_model
 from compose_lens.training.train import Trainer
 
 VARIANTS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.training import runs
+from compose_lens.training.subject import load_model
 from compose_lens.training import evaluate
 from compose_lens.analysis import locate, same_mlp
 from compose_lens.data.sampler import make_pool
@@ -24,7 +24,7 @@ spec.loader.exec_module(zoo_planted)
 @pytest.fixture(scope="module")
 def paper():
     try:
-        return runs.load_model("paper")
+        return load_model("paper")
     except ComposeLensError:
         pytest.skip("the paper model is not installed")
 
@@ -47,7 +47,7 @@ def test_picking_counts_the_context_values_that_give_the_answer(tiny_config, tin
 def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference_dir):
     knows = evaluate.learned(paper)
     assert knows.state == "binds" and knows.binding.value > 0.98
-    early = runs.load_model(reference_dir / "step_3001.pth")  # before the study's routing formed (~5,000)
+    early = load_model(reference_dir / "step_3001.pth")  # before the study's routing formed (~5,000)
     found = evaluate.learned(early)
     assert found.state == "operation only", found.line()
     assert abs(found.binding.value - found.picking) < 0.1  # the stall signature: near picking, far from 1
@@ -85,7 +85,7 @@ def test_no_role_is_located_in_a_model_that_cannot_bind(paper):
 def test_same_mlp_is_inconclusive_without_competence_and_names_it(reference_dir):
     """The study at step 3001 adds constants but answers no variable: inconclusive, naming the sets, and
     no test run (on the old code its tests ran and one of them failed: 'not supported')."""
-    early = runs.load_model(reference_dir / "step_3001.pth")
+    early = load_model(reference_dir / "step_3001.pth")
     report = same_mlp.same_mlp_report(early, n=100)
     assert report["verdict"] == "inconclusive"
     assert "does not answer the prompts the tests are about" in report["verdict_reason"]

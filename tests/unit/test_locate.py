@@ -22,7 +22,7 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.report.context import fourier_plan
 from compose_lens.report.context import run_analysis
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, for_analyses, load_model, model_of
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
@@ -31,7 +31,7 @@ PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
 @pytest.fixture(scope="module")
 def paper():
     try:
-        return runs.load_model("paper", bridge=False)
+        return load_model("paper", bridge=False)
     except ComposeLensError:
         pytest.skip("the paper model is not installed")
 
@@ -58,8 +58,8 @@ def planted(paper):
             state[name] = src[name].clone()
         else:
             state[name] = torch.zeros(shape)  # blocks.1's attention output and every bias
-    model = runs.model_of(cfg, state, "planted", bridge=False)
-    return runs.for_analyses(runs.Subject(model, cfg, paper.split, "planted 3-layer"))  # a bridge: hooks
+    model = model_of(cfg, state, "planted", bridge=False)
+    return for_analyses(Subject(model, cfg, paper.split, "planted 3-layer"))  # a bridge: hooks
 
 
 def test_paper_model_is_located_as_the_study_says(paper):
@@ -106,14 +106,14 @@ def test_no_trainable_mlp_reports_none_for_the_adder(tiny_config, tiny_split):
     subject = locate.fourier_subject(Subject(model, config, tiny_split, "test"))
     assert subject.layer is None and "no MLP" in subject.note
     with pytest.raises(ComposeLensError, match="no MLP"):
-        fourier_plan(runs.Subject(model, config, tiny_split, "no-mlp"), seed=0)
+        fourier_plan(Subject(model, config, tiny_split, "no-mlp"), seed=0)
     measures = circuit_measures(Subject(model, config, tiny_split, "test"), n=120)
     assert all(math.isnan(measures[k]) for k in FOURIER_KEYS)
 
 
 def test_an_mlp_that_is_not_the_last_block_is_read_where_it_is(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_layers=3, mlp_blocks=(1,)))
-    loaded = runs.Subject(tl.boot(config.model), config, tiny_split, "middle-mlp")
+    loaded = Subject(tl.boot(config.model), config, tiny_split, "middle-mlp")
     _, subject = fourier_plan(loaded, seed=0)
     assert subject.layer == 1  # the only MLP, in the middle: read there, no longer refused
     assert fourier_block(Subject(loaded.model, config, tiny_split, "test")) == 1
@@ -170,8 +170,8 @@ def second_head(paper):
             state[name] = torch.cat([torch.zeros(d), src[name]])
         else:
             state[name] = src[name].clone()
-    model = runs.model_of(cfg, state, "second head", bridge=False)
-    return runs.for_analyses(runs.Subject(model, cfg, paper.split, "paper model in head 1"))
+    model = model_of(cfg, state, "second head", bridge=False)
+    return for_analyses(Subject(model, cfg, paper.split, "paper model in head 1"))
 
 
 def test_paper_architecture_probes_read_the_papers_heads_unlocated(paper):
@@ -194,7 +194,7 @@ def test_probes_read_the_located_heads_not_head_0(paper, second_head):
 
 def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=2, d_head=16))
-    loaded = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained"))
+    loaded = for_analyses(Subject(tl.boot(config.model), config, tiny_split, "untrained"))
     nobody = probes.Heads(None, None, "none")
     measures = circuit_measures(Subject(loaded.model, config, tiny_split, "test"), n=120, heads=nobody)
     assert all(math.isnan(measures[k]) for k in PROBE_KEYS)
@@ -240,9 +240,9 @@ def plant(paper, n_layers: int, n_heads: int, mlp_blocks: tuple[int, ...], binde
         state[f"blocks.{block}.attn.o.weight"][:, rows] = src[f"blocks.{paper_block}.attn.o.weight"]
     for part in ("in", "out"):
         state[f"blocks.{adder}.mlp.{part}.weight"] = src[f"blocks.1.mlp.{part}.weight"].clone()
-    model = runs.model_of(cfg, state, "planted", bridge=False)
+    model = model_of(cfg, state, "planted", bridge=False)
     name = f"planted {n_layers}x{n_heads}, adder blocks.{adder}"
-    return runs.for_analyses(runs.Subject(model, cfg, paper.split, name))
+    return for_analyses(Subject(model, cfg, paper.split, name))
 
 
 FAMILIES = {  # name: plant(...) arguments, and the components each role must be found in
@@ -320,7 +320,7 @@ def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_co
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
         n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)))
-    model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
+    model = for_analyses(Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
     report = same_mlp.same_mlp_report(Subject(model, config, tiny_split, "test"), n=40)
     assert report["verdict"] == "inconclusive" and report["verdict_reason"].startswith("none located")
     assert report["components"]["adder"] is None and report["tables"] == {}
@@ -405,7 +405,7 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
     from compose_lens.analysis import ablation, circuit as C
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))
-    model = runs.for_analyses(runs.Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
+    model = for_analyses(Subject(tl.boot(config.model), config, tiny_split, "untrained")).model
     table = ablation.ablation_table(Subject(model, config, tiny_split, "test"), pool_size=12, reference_size=32, kinds=("zero",))
     assert not table["target"].isin(["neuron", "frequency_neurons", "fourier_directions"]).any()
     assert {"head", "mlp"} <= set(table["target"])  # the components are still ablated

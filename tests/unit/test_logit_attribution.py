@@ -13,7 +13,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import tl
-from compose_lens.training.runs import load_model
+from compose_lens.training.subject import load_model
 from compose_lens.training.subject import Subject
 
 
@@ -120,7 +120,7 @@ def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
     """Logit attribution refused every normalised model. With the final norm's scale held at the value the
     model computed, each component's term is its centred, scaled and weighted write, the norm's bias one
     more term, and they add up to the model's own margin; the lens's last stage reads the model's answer."""
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
     from tests import user_models
 
     decl = user_models.declaration(query="infix", output="vocab", unused=1)

@@ -52,7 +52,7 @@ def test_binding_pairs_are_counterfactual(tiny_split):
 
 @pytest.fixture(scope="module")
 def paper():
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     return load_model("paper")
 
@@ -168,7 +168,7 @@ def test_llc_of_the_paper_model_samples_only_what_it_trained(tmp_path):
     estimate on the paper model is finite and positive."""
     import torch.nn.functional as F
     from compose_lens.model import tl
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     loaded = load_model("paper", bridge=False)
     model = llc.AnswerModel(tl.parameters(loaded.model), loaded.config.model)

@@ -12,7 +12,8 @@ from compose_lens.core import capabilities
 from compose_lens.core.capabilities import is_paper_architecture
 from compose_lens.core.config import ModelConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.training.runs import load_model, load_reference_pth, save_model, load_model_dir
+from compose_lens.training.runs import save_model
+from compose_lens.training.subject import load_model, load_reference_pth, load_model_dir
 from compose_lens.data.sampler import TrainingSampler
 
 

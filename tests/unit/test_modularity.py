@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.training import runs
 from compose_lens.analysis import modularity
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pools
@@ -22,21 +21,21 @@ from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import tl
 
 from test_locate import plant  # the paper's roles rebuilt at given heads of another architecture
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, for_analyses, load_model, model_of
 
 
 @pytest.fixture(scope="module")
 def paper():
     try:
-        return runs.load_model("paper", bridge=False)
+        return load_model("paper", bridge=False)
     except ComposeLensError:
         pytest.skip("the paper model is not installed")
 
 
 def loaded(paper, cfg, state, name):
     config = dataclasses.replace(paper.config, model=cfg)
-    model = runs.model_of(config, state, name, bridge=False)
-    return runs.for_analyses(runs.Subject(model, config, paper.split, name))
+    model = model_of(config, state, name, bridge=False)
+    return for_analyses(Subject(model, config, paper.split, name))
 
 
 def relay(paper):
@@ -170,7 +169,7 @@ def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewher
 
 
 def test_a_model_that_has_not_learned_is_inconclusive_not_a_number(tiny_config, tiny_split):
-    model = runs.for_analyses(runs.Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
+    model = for_analyses(Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "untrained")).model
     row = modularity.measure(Subject(model, tiny_config, tiny_split, "test"))
     for column in modularity.COLUMNS:
         if column != "modularity_reason":

@@ -11,7 +11,8 @@ import torch
 
 from compose_lens.cli import main
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.training.runs import find_checkpoints, load_subject
+from compose_lens.training.runs import find_checkpoints
+from compose_lens.training.subject import load_subject
 from tests import user_models
 
 

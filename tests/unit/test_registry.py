@@ -187,7 +187,8 @@ def test_a_command_writes_what_the_api_writes_through_the_one_door(tiny_config, 
 
     from compose_lens.cli import main
     from compose_lens.report.context import run_analysis
-    from compose_lens.training.runs import load_subject, save_model
+    from compose_lens.training.runs import save_model
+    from compose_lens.training.subject import load_subject
 
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main([command, str(tmp_path / "model"), *options, "--out", str(tmp_path / "cli"), "--quiet"]) == 0

@@ -42,7 +42,7 @@ def test_the_reports_pool_table_gives_each_pools_interval_and_count():
     """The report's pool accuracies read as ``evaluate`` prints them: the accuracy, its Wilson interval and
     correct / sequences (they were bare accuracies, no n, no interval)."""
     from compose_lens import report
-    from compose_lens.training.runs import load_subject
+    from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)
     page = report.pool_accuracy_table(subject)

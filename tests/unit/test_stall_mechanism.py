@@ -77,7 +77,7 @@ def test_the_early_predictor_flags_the_planted_stall_and_spares_the_routed_run()
 def test_operand_attention_tells_a_routed_model_from_one_before_routing(reference_dir):
     """The stall's missing piece, measured: layer 1's "=" reaches a variable operand in the
     routed paper model and in the study's final checkpoint, not in the study's step 2501."""
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     def var_operand_weight(spec):
         loaded = load_model(spec, bridge=False)

@@ -15,12 +15,11 @@ import json
 import pytest
 import torch
 
-from compose_lens.training import runs
 from compose_lens.data.sampler import make_pools
 from compose_lens.data.declaration import NOTHING_HELD_OUT, DeclarationError, TaskDeclaration, study_declaration
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.training.evaluate import answer_logits
-from compose_lens.training.runs import load_subject
+from compose_lens.training.subject import load_subject, model_of
 
 P, N_VARS, VOCAB = 7, 5, 20
 
@@ -64,7 +63,7 @@ def test_a_researchers_model_reads_the_same_in_the_study_coordinates(query, outp
     tokens = torch.cat([b.tokens for b in make_pools(decl.split(), size=40).values()])
     want = user_logits(model, decl, tokens)
     subject = load_subject(model, decl)
-    weights = runs.model_of(subject.config, subject.model.state_dict(), "test", bridge=False)
+    weights = model_of(subject.config, subject.model.state_dict(), "test", bridge=False)
     for forward in (subject.model, weights):  # the bridge's hooks and the fast forwards
         got = answer_logits(forward, subject.config.model, tokens)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

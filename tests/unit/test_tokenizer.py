@@ -11,7 +11,8 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl
-from compose_lens.training.runs import load_model, save_model
+from compose_lens.training.runs import save_model
+from compose_lens.training.subject import load_model
 
 TOKEN_FORM = "PAD b 7 PAD e 5 PAD d 2 PAD PAD PAD + b 23 ="
 

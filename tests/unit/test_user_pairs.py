@@ -27,7 +27,7 @@ def tiny_model(tiny_config):
 
 @pytest.fixture(scope="module")
 def paper():
-    from compose_lens.training.runs import load_model
+    from compose_lens.training.subject import load_model
 
     return load_model("paper")
 

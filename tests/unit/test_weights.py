@@ -44,7 +44,8 @@ def test_saved_weights_are_as_readable_as_every_other_file(tmp_path):
     import os
     import stat
 
-    from compose_lens.training.runs import CONFIG_FILE, WEIGHTS_FILE, load_model, save_model
+    from compose_lens.training.runs import CONFIG_FILE, WEIGHTS_FILE, save_model
+    from compose_lens.training.subject import load_model
 
     loaded = load_model("paper", bridge=False)
     save_model(loaded.model, loaded.config, tmp_path / "m")

@@ -69,7 +69,7 @@ from compose_lens.data.declaration import (TL_FIELDS, DeclarationError, TaskDecl
 from compose_lens.core.errors import ArgumentTypeError, ComposeLensError
 from compose_lens.core.files import atomic_path, load_json, write_json_atomic
 from compose_lens.model.forward import Forward, check_tokens
-from compose_lens.model import fastpath, tl
+from compose_lens.model import tl
 from compose_lens.core.provenance import VERSION, code_version
 from compose_lens.training.runs import (CONFIG_FILE, SPLIT_FILE, STUDY_FINAL, TASK_FILES, TL_CONFIG_FILES, WEIGHTS_FILE,
                                file_sha256, find_checkpoints, is_transformerlens_dir, read_pth, read_results,
@@ -190,7 +190,7 @@ def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bri
     with ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
     compute its answer (see the module doc)."""
     state = check_weights(config, state, source)
-    if not bridge and fastpath.forward_kind(config.model) != "transformerlens":
+    if not bridge and capabilities.answer_forward(config.model) != "transformerlens":
         return tl.Weights(state, config.model).to(device)
     model = tl.boot(config.model, device, config.task)
     tl.load_state(model, state)
@@ -219,7 +219,7 @@ def check_forward(loaded: Subject, per_pool: int = 8) -> None:
     analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""
     tokens = concat_batches(make_pools(loaded.split, per_pool))[0].tokens
     model, cfg = loaded.model, loaded.config.model
-    forward = fastpath.answer_forward(model, cfg, fastpath.forward_kind(cfg))  # a Weights has a fast one
+    forward = Forward(model, cfg).answer_forward()  # a Weights has a fast one
     with torch.no_grad():
         logits = forward(tokens.to(tl.parameters(model)["embed.weight"].device))
     safety.check_finite_logits(logits, loaded.source)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The renovation's behaviour check (issue 56): the analysis commands on the shipped paper model and on
 # the study's own final checkpoint, their CSVs written under OUT. Run it on a checkout before and after
-# a change and compare: `diff -r` over the CSVs (and `cmp` file by file) must find nothing.
+# a change and compare: `diff -r` over the CSVs (and `cmp` file by file) must find nothing. The hashes of
+# every CSV and figure it wrote at aa9c824 (before the renovation of issue 56) are committed in
+# experiments/results/renovation/{csv,png}.sha256; `sha256sum -c` run inside OUT checks a later tree against them.
 #   bash experiments/same_outputs.sh CHECKOUT OUT [REFERENCE_DIR]
 set -euo pipefail
 CHECKOUT=$(cd "$1" && pwd); OUT=$2; REF=${3:-$CHECKOUT/../shared/reference}

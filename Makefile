@@ -24,17 +24,20 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 # The unit and integration tests (tiny configurations; minutes on 2 cores), the walkthrough
-# notebook executed, and the Ray sweep backend run for real (the `ray` extra). The report's
-# browser test needs Chromium: installed here when missing and we are root, else it skips.
+# notebook executed, and the Ray sweep backend run for real (the `ray` extra), in TEST_WORKERS
+# processes (pytest-xdist; 0: in this one), each test file whole in one of them (its module
+# fixtures built once); --durations lists the 25 slowest. The report's browser test needs Chromium: installed here when
+# missing and we are root, else it skips.
 # Then the tests that train and judge what was learned run again on torch's scalar kernels
 # (ATEN_CPU_CAPABILITY=default): float rounding differs from the machine's own kernels, and
 # each of these tests must pass under both.
+TEST_WORKERS ?= 2
 TRAINING_TESTS := tests/integration/test_train.py tests/integration/test_train_stops.py \
 	tests/integration/test_same_mlp.py::test_model_trained_without_variables_is_not_supported
 test: $(VENV)/.installed-test
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
-	$(BIN)/python -m pytest
-	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider $(TRAINING_TESTS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TRAINING_TESTS)
 	$(BIN)/mkdocs build --strict --quiet
 
 # The main job: train the paper model from scratch on CPU, evaluate it, print the table.

@@ -265,9 +265,9 @@ def paper_same_mlp(paper):
     return same_mlp.same_mlp_report(paper, n=60)
 
 
-def test_each_family_is_located_in_its_planted_components(family):
-    _, spec, loaded = family
-    found = locate.locate(loaded)
+def test_each_family_is_located_in_its_planted_components(family, family_location):
+    _, spec, _ = family
+    found = family_location
     assert (found.binder.layer, found.binder.head) == spec["binder"]
     assert (found.router.layer, found.router.head) == spec["router"]
     assert found.adder.component == f"blocks.{spec['adder']}.mlp"

@@ -13,17 +13,21 @@ from types import SimpleNamespace
 import pandas as pd
 
 from compose_lens.registry.analysis import Result
-from compose_lens.registry.circuit import _circuit_section
+from compose_lens.registry.circuit import CIRCUIT, _circuit_section
 from compose_lens.report.page import Report
 
 FOUND = Path(__file__).resolve().parents[2] / "experiments" / "results" / "circuit" / "eap_ig_paper"
 
 
 def _section(summary: dict) -> str:
+    """The section of a result read back from the committed files, its figure drawn by its declaration (as the
+    one door reads one: :func:`compose_lens.report.context.read`)."""
+    settings = {"pairs": 300, "target": 0.95}
     result = Result(tables={"circuit": pd.read_csv(FOUND / "circuit.csv"),
                             "circuit_pools": pd.read_csv(FOUND / "circuit_pools.csv")},
                     documents={"circuit": summary})
-    return _circuit_section(SimpleNamespace(report=Report(None)), result, {"pairs": 300, "target": 0.95})
+    result.figures += CIRCUIT.draw(None, result, settings)
+    return _circuit_section(SimpleNamespace(report=Report(None)), result, settings)
 
 
 def test_the_section_prints_the_roc_auc_and_the_size_with_their_intervals_and_each_pools_pairs():

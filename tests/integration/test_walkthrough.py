@@ -15,7 +15,8 @@ import compose_lens
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "experiments" / "walkthrough.ipynb"
-BUDGET_S = 120  # on 2 cores, kernel start included
+HANG_S = 600  # a cell that runs this long is hung (the whole notebook takes about 100 s on 2 cores); no timed
+# assertion: the time a test takes depends on what runs beside it (make test runs two processes)
 
 
 def test_notebook_is_stored_without_outputs():
@@ -74,13 +75,12 @@ def test_walkthrough_notebook_executes(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=HANG_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT)}})
     started = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - started
     print(f"walkthrough.ipynb executed in {elapsed:.1f} s")
-    assert elapsed < BUDGET_S
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)

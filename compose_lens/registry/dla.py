@@ -34,7 +34,7 @@ def _dla_figures(ctx: Context, result: Result, settings: dict) -> list:
 def _dla_section(inp, result: Result, settings: dict) -> str:
     from compose_lens.core.markup import html_table
 
-    table, lens = result.tables["logit_attribution"], result.tables["logit_lens"]
+    table = result.tables["logit_attribution"]
     kinds = table.drop_duplicates("kind")
     largest = table.loc[table.groupby("kind")["share"].idxmax()].set_index("kind")["component"]
     rows = [[k.kind, float(k.margin), float(k.accuracy), int(k.n), largest[k.kind]] for k in kinds.itertuples()]

@@ -15,8 +15,8 @@ it does not name or an import that points back up::
     training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
     analysis/    probes, Fourier, patching, ablation, same MLP, circuit, dynamics: numbers only
     views/       every figure (matplotlib), its styles, the attention and circuit pages
-    registry/    each analysis's declaration (command, files, report section), running one
-                 over a subject, two models compared
+    registry/    each analysis's declaration (command, files, report section); a new analysis
+                 is one folder here, numbers to tests (answer_lens/)
     report/      the offline HTML report
     sweep/       sweeps over f, r or any setting: local, Ray or SLURM
     cli/         the compose-lens command

@@ -23,6 +23,7 @@ from compose_lens import cli, sweep
 from compose_lens.cli import settings, train as train_cli
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.core.provenance import VERSION
+from tests.unit.test_api_page import docs_hook
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
@@ -34,33 +35,9 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
                 yield from _parsers(sub, f"{name} {command}")
 
 
-GRAMMAR = ("--device", "--out", "--overwrite", "--json", "--seed")
-# commands without an option of GRAMMAR, and why (every other command takes every one)
-WITHOUT = {
-    "--device": {"data sample": "no model runs", "data split": "no model runs", "data stats": "no model runs",
-                 "export": "copies the weights; no model runs", "settings": "lists the settings",
-                 "completion": "prints a script"},
-    "--out": {"settings": "lists the settings", "completion": "prints a script"},
-    "--overwrite": {"settings": "lists the settings", "completion": "prints a script"},
-    "--json": {"completion": "prints a script"},
-    "--seed": {"export": "samples nothing", "settings": "lists the settings", "completion": "prints a script",
-               "sweep": "--seeds: one run per seed"},
-}
+HOOK = docs_hook()  # docs/from_code.py: the grammar table, written into docs/commands.md when the site is built
+GRAMMAR, WITHOUT, grammar_table = HOOK.GRAMMAR, HOOK.WITHOUT, HOOK.grammar_table
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
-
-
-def grammar_table() -> str:
-    """Every command x the shared options (and -q / -v after the command), as a Markdown table read from
-    each command's own parser: 'yes', or '-' with the reason WITHOUT gives."""
-    header = ["command", *GRAMMAR, "-q / -v after it"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, parser in cli.leaf_parsers(cli.build_parser()):
-        options = {o for action in parser._actions for o in action.option_strings}
-        cells = ["yes" if flag in options else f"- ({WITHOUT.get(flag, {}).get(name.removeprefix('compose-lens '), '?')})"
-                 for flag in GRAMMAR]
-        cells.append("yes" if {"-q", "-v"} <= options else "-")
-        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def test_every_command_takes_the_shared_options_or_says_why_not():
@@ -74,9 +51,16 @@ def test_every_command_takes_the_shared_options_or_says_why_not():
         assert {"-q", "-v"} <= options, command
 
 
-def test_the_docs_table_is_the_parsers_table():
+def test_the_docs_page_has_the_parsers_table_written_in():
     page = DOCS_PAGE.read_text(encoding="utf-8")
-    assert grammar_table() in page, "docs/commands.md's grammar table differs: paste grammar_table()'s"
+    assert page.count(HOOK.GRAMMAR_MARKER) == 1, "docs/commands.md must hold the grammar table's marker once"
+    assert "| `compose-lens train` |" not in page, "the grammar table is written by docs/from_code.py, not by hand"
+
+    class Page:
+        class file:
+            src_path = "commands.md"
+
+    assert grammar_table() in HOOK.on_page_markdown(page, Page)
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

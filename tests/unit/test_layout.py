@@ -54,7 +54,10 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, ast.Module]:
-    return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+    """The package's modules, parsed; not an analysis folder's tests (``test_*.py``, collected by pytest beside
+    the code they test: they drive the command line and the report, as the tests under tests/ do)."""
+    return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))
+            if not p.name.startswith("test_")}
 
 
 def imported(name: str, tree: ast.Module, inside_functions: bool | None = None) -> set[str]:

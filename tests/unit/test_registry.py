@@ -106,11 +106,11 @@ WIDTH = Analysis(name="width", title="The width", compute=_compute, settings={"k
 '''
 
 
-def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_layout_and_the_api(
+def test_a_new_analysis_folder_reaches_analyze_the_report_the_cli_the_run_layout_the_api_and_its_page(
         loaded, tmp_path, monkeypatch, request):
-    """A module added to the registry package, and nothing else edited: the registry's scan finds it
+    """A folder added to the registry package, and nothing else edited: the registry's scan finds it
     (:func:`compose_lens.registry.load`, what the package runs at import), and analyze's folders, the
-    report's page, its command, the findings, the run layout and the public names take it up."""
+    report's page, its command, the findings, the run layout, the public names and the API page take it up."""
     import sys
 
     from compose_lens import report
@@ -120,8 +120,8 @@ def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_lay
     from compose_lens.training import runs
 
     more = tmp_path / "more"
-    more.mkdir()
-    (more / "width.py").write_text(NEW_MODULE)
+    (more / "width").mkdir(parents=True)  # an analysis folder, as registry/answer_lens/ is one
+    (more / "width" / "__init__.py").write_text(NEW_MODULE)
     request.addfinalizer(lambda: sys.modules.pop("compose_lens.registry.width", None))
     monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(more)])
     monkeypatch.setitem(outputs.ANALYSIS_FILES, "width", None)  # undone: the layout forgets it again
@@ -129,7 +129,7 @@ def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_lay
     monkeypatch.setattr(registry, "ANALYSES", registry.load())
     new = registry.by_name(registry.ANALYSES, "width")
     assert registry.WIDTH is new and registry.ANALYSES[-1] is new  # not in ORDER: analyze runs it last
-    assert [a.name for a in registry.ANALYSES[:-1]] == list(registry.ORDER)
+    assert [a.name for a in registry.ANALYSES][:len(registry.ORDER)] == list(registry.ORDER)  # then the rest, by name
 
     monkeypatch.setattr(same_mlp, "same_mlp_report", lambda *a, **k: {"verdict": "stand-in"})
     monkeypatch.setattr(same_mlp, "same_mlp_tables", lambda *a, **k: {})
@@ -160,6 +160,9 @@ def test_a_new_declaration_module_reaches_analyze_the_report_the_cli_the_run_lay
 
     assert compose_lens._registered()["width_of"] == "compose_lens.registry.width"
     assert compose_lens.__getattr__("width_of")(loaded.config) == loaded.config.model.d_model
+    from tests.unit.test_api_page import page_entries
+
+    assert page_entries()["width_of"] == "compose_lens.registry.width.width_of"
 
 
 def test_the_registered_names_are_the_public_api_and_dla_has_its_command():

@@ -24,7 +24,7 @@
    one line, no output or staging directory left half-written, no process of the group left
    running; the interrupted sweep finishes when run again.
 
-Every run here is the tiny configuration of ``tests/conftest.py`` (p = 7, d_model 32), so the
+Every run here is the tiny configuration of ``conftest.py`` (p = 7, d_model 32), so the
 file takes a few minutes at most on a busy 2-core machine; most of it is the commands' start-up.
 """
 

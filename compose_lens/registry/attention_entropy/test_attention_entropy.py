@@ -7,7 +7,7 @@ import math
 import torch
 
 from compose_lens import registry
-from compose_lens.analysis.attention_entropy import attention_entropy, lowest
+from compose_lens.registry.attention_entropy.entropy import attention_entropy, lowest
 from compose_lens.model import tl
 from compose_lens.training.subject import Subject
 

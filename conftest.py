@@ -1,4 +1,7 @@
-"""Shared fixtures: tiny tasks and models for fast tests, and the study's reference checkpoints."""
+"""Shared fixtures: tiny tasks and models for fast tests, and the study's reference checkpoints.
+
+At the repository's root, so that they serve the tests under tests/ and those an analysis folder keeps beside
+its code (compose_lens/registry/<name>/test_*.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import torch
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.data.split import Split
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "shared" / "reference"
 
 
 @pytest.fixture(autouse=True)

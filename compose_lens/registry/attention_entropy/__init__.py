@@ -1,9 +1,8 @@
-"""The ``attention_entropy`` declaration: each head's attention entropy at ``=`` by sequence kind
-(added through the one door, docs/extending.md).
+"""The ``attention_entropy`` analysis, whole in this folder: each head's attention entropy at ``=`` by sequence kind.
 
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
+Its numbers are :mod:`.entropy`, its tests ``test_attention_entropy.py``, its declaration (no figure: a
+table) and report section this module (:mod:`compose_lens.registry` says what a declaration holds;
+``ctx`` below is a :class:`compose_lens.report.context.Context`, not imported: it reads the registry).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _entropy(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.attention_entropy import attention_entropy, lowest
+    from compose_lens.registry.attention_entropy.entropy import attention_entropy, lowest
 
     table = attention_entropy(ctx.loaded, seed=ctx.seed, **settings)
     low = lowest(table)
@@ -44,7 +43,7 @@ def _entropy_section(inp, result: Result, settings: dict) -> str:
 
 ENTROPY = Analysis(
     name="attention_entropy", title="Attention entropy per head at =", compute=_entropy,
-    settings={"pool_size": 200}, module="compose_lens.analysis.attention_entropy", tables=("attention_entropy",),
+    settings={"pool_size": 200}, module="compose_lens.registry.attention_entropy.entropy", tables=("attention_entropy",),
     section=_entropy_section,
     command="entropy", help="attention entropy of every head at '=', by sequence kind",
     options=(Option("--pool-size", "pool_size", "sequences per pool (nine pools)"),),

@@ -8,9 +8,6 @@ checkpoints** (``"run"``: the training dynamics, the early jump and the local le
 :class:`compose_lens.report.context.RunContext`: the run's source, split, seed and device). Both are declared,
 run, written and read back the same way; only the command's first argument differs (MODEL or RUN).
 
-Its figures come one way: :attr:`Analysis.draw` makes them of the result's tables and documents (the
-compute makes none), so a result read back shows the figures its command drew.
-
 Plain data: the command line imports this before torch (see :mod:`compose_lens.registry`).
 """
 

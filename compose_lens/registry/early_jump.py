@@ -73,21 +73,16 @@ def _depth(settings: dict, config) -> None:
                                f"and layer 2's routing, so it needs at least 2 layers")
 
 
-def states(result: Result) -> tuple[dict, dict, list[str]]:
-    """(state before, state after, variable names) of a result, computed now or read back from
-    ``early_jump.json``: what :func:`compose_lens.views.attention.early_jump_figure` draws."""
+def _figures(ctx, result: Result, settings: dict) -> list:
+    """The figure of the states before and after, computed now or read back from ``early_jump.json``."""
     import numpy as np
+
+    from compose_lens.views.attention import early_jump_figure
 
     doc = result.documents["early_jump"]
     first, second = ({**s, "pattern0": np.asarray(s["pattern0"]), "identity": np.asarray(s["identity"])}
                      for s in doc["states"])
-    return first, second, list(doc["variables"])
-
-
-def _figures(ctx, result: Result, settings: dict) -> list:
-    from compose_lens.views.attention import early_jump_figure
-
-    return [("early_jump", early_jump_figure, states(result), 110)]
+    return [("early_jump", early_jump_figure, (first, second, list(doc["variables"])), 110)]
 
 
 def _asked(inp) -> dict | None:

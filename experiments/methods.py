@@ -53,7 +53,7 @@ def run_das(out: Path, names=None) -> None:
         table.insert(0, "model", name)
         table.to_csv(out / f"das_{name}.csv", index=False)
         (out / f"das_{name}.json").write_text(json.dumps({"model": spec, **summary}, indent=2, default=str))
-        save(das_figure(table, f"DAS for the variable-value binding: {name}"), None, out / f"das_{name}")
+        save(das_figure(table, f"DAS for the variable-value binding: {name}")[0], None, out / f"das_{name}")
         print(f"{name}: {summary['pairs_kept']} of {summary['pairs_drawn']} pairs kept, "
               f"{time.perf_counter() - started:.0f} s")
         print(das.best_rows(table).to_string(index=False), flush=True)
@@ -99,7 +99,7 @@ def run_llc(out: Path) -> None:
     llc.phase_means(table, phases).to_csv(out / "llc_reference_by_phase.csv", index=False)
     (out / "llc_reference.json").write_text(json.dumps({"settings": llc.settings_dict(settings),
                                                         "steps": list(LLC_STEPS) + ["final.pth"]}, indent=2))
-    save(llc_figure(table, phases, "local learning coefficient of the study's checkpoints"), None,
+    save(llc_figure(table, phases, "local learning coefficient of the study's checkpoints")[0], None,
          out / "llc_reference")
     print(table[["step", "llc_mean", "llc_std", "train_loss", "problems"]].to_string(index=False))
     print(f"LLC: {time.perf_counter() - started:.0f} s")

@@ -179,8 +179,7 @@ def _print_written(args: argparse.Namespace, source: str, result: registry.Resul
     """What a registered command prints: the model or run, its ``describe`` lines and the files written
     (with ``--json``: the same, and the facts ``summary.json`` keeps, as JSON)."""
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
-    drawn = [f"figures/{stem}.{args.fmt}" for stem, *_ in result.drawn + result.figures]
-    drawn += [f"figures/{stem}.html" for stem in result.pages]
+    drawn = [f"figures/{stem}" + ("" if dpi is None else f".{args.fmt}") for stem, _, _, dpi in result.figures]
     what, name = source.split(": ", 1)
     emit(args, {what: name, "lines": lines, "facts": result.facts, "out": str(out), "wrote": files + drawn},
          [source, *lines, f"wrote {out}/{', '.join(files + drawn)}"])

@@ -17,9 +17,11 @@ them: :func:`load` scans its modules and folders (a new one is found, nothing na
   probe heads, the constant-operand grid) is made there once per model;
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
-  :func:`~compose_lens.report.context.read` rebuilds it, and its **figures**, drawn by
-  :mod:`compose_lens.views` (by a worker, where ``analyze`` has one), their stems declared (``figures``:
-  what a run directory may hold of it, :mod:`compose_lens.core.outputs`);
+  :func:`~compose_lens.report.context.read` rebuilds it, and its **figures** and offline pages,
+  ``draw(context, result, settings)``: made by :mod:`compose_lens.views` of those tables and documents
+  (never by the computation, so a result read back draws what its command drew; by a worker, where
+  ``analyze`` has one), their stems declared (``figures``: what a run directory may hold of it,
+  :mod:`compose_lens.core.outputs`);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
   leave it out where it does not: the variant reading on the study's task), its report **section**
   (``section(inputs, result, settings) -> HTML``, placed where :data:`compose_lens.report.PAGE` names its

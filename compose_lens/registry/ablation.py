@@ -16,12 +16,16 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 def _ablation(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.ablation import ablation_table
-    from compose_lens.views.patching import ablation_figure
 
     table = ablation_table(ctx.loaded, seed=ctx.seed, **settings)
     subject = table.attrs.get("neuron_subject")
-    return Result(tables={"ablation": table}, figures=[("ablation", ablation_figure, (table, settings["pool_size"]), 120)],
-                  provenance={"neuron_subject": subject}, value=subject)
+    return Result(tables={"ablation": table}, provenance={"neuron_subject": subject}, value=subject)
+
+
+def _ablation_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.patching import ablation_figure
+
+    return [("ablation", ablation_figure, (result.tables["ablation"], settings["pool_size"]), 120)]
 
 
 def _ablation_lines(result: Result) -> list[str]:
@@ -68,7 +72,7 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,
                     settings={"pool_size": 500}, module="compose_lens.analysis.ablation", tables=("ablation",),
-                    causal=True, figures=("ablation",), section=_ablation_section,
+                    causal=True, figures=("ablation",), draw=_ablation_figures, section=_ablation_section,
                     command="ablate", help="zero/mean/resample ablation, accuracy on the nine pools",
                     options=(Option("--pool-size", "pool_size", "sequences per pool"),), guard=_ablation_memory,
                     describe=_ablation_lines, exports=("ablation_table",))

@@ -98,26 +98,25 @@ class Option:
 class Result:
     """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
 
-    ``figures``: ``(stem, views function, its arguments, dpi)``, drawn once (:meth:`figure`) where the
-    figures are written, and shown by the report from the same drawing;
-    ``drawn``: ``(stem, matplotlib figure, dpi)`` already drawn (a figure function that returns no data: DAS, the LLC);
-    ``pages``: ``stem -> HTML``, offline pages written beside the figures (``figures/<stem>.html``).
+    ``figures``: what its declaration draws of the tables and documents (:attr:`Analysis.draw`; set by
+    :mod:`compose_lens.report.context` on a result computed or read back, never by the compute), each
+    ``(stem, views function, its arguments, dpi)``, drawn once (:meth:`figure`) where the figures are written,
+    and shown by the report from the same drawing; an offline page is ``("<stem>.html", a function returning
+    (its HTML, the part of it a report section folds in, or None), its arguments, None)``.
     ``provenance``: what the tables' and documents' provenance records beside the settings (what the
     analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     documents: dict[str, dict] = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
-    figures: list[tuple[str, Callable, tuple, int]] = field(default_factory=list)
-    drawn: list[tuple[str, Any, int]] = field(default_factory=list)
-    pages: dict[str, str] = field(default_factory=dict)
+    figures: list[tuple[str, Callable, tuple, int | None]] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
     value: Any = None
     _drawings: dict = field(default_factory=dict, repr=False, compare=False)
 
     def figure(self, stem: str) -> tuple:
-        """The figure ``stem`` of :attr:`figures` as ``(figure, data)``, drawn on first use and kept: the
-        folder's file and the report's copy are one drawing."""
+        """The figure ``stem`` of :attr:`figures` as ``(figure, data)`` (a page: ``(HTML, its part)``), drawn on
+        first use and kept: the folder's file and the report's copy are one drawing."""
         if stem not in self._drawings:
             _, draw, numbers, _ = {f[0]: f for f in self.figures}[stem]
             self._drawings[stem] = draw(*numbers)
@@ -136,8 +135,8 @@ class Analysis:
     tables: tuple[str, ...] = ()
     documents: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()  # the stems of every figure and page it draws, here or in its section (patterns)
-    draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> the ``Result.figures``
-    # of its tables and documents: a result read back has them too, so the report shows what the command drew
+    draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> its ``Result.figures``,
+    # drawn of its tables and documents: a result read back has them too, so the report shows what the command drew
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
     section: Callable[[Any, Result | None, dict], str] | None = None  # (report inputs, result, settings) -> HTML

@@ -37,17 +37,23 @@ def _attention(ctx: Context, settings: dict) -> Result:
 
     from compose_lens.analysis.attention import pattern_table, sequence_views
     from compose_lens.data.sampler import example_sequences
-    from compose_lens.views.attention_view import views_page
-    from compose_lens.views.attention import view_figure
 
     texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)
     views = sequence_views(ctx.model, ctx.config, texts)
     listed = [{k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in view.items()} for view in views]
     return Result(tables={"attention": pattern_table(views)},
                   documents={"attention": {"model": ctx.loaded.source, "sequences": listed}},
-                  figures=[(f"attention_{i}", view_figure, (view,), 110) for i, view in enumerate(views)],
-                  pages={"attention": views_page(views, ctx.loaded.source)},
                   provenance={"sequences": texts}, value=views)
+
+
+def _figures(ctx: Context, result: Result, settings: dict) -> list:
+    """Each view's heatmap, then the page of every view."""
+    from compose_lens.views.attention import view_figure
+    from compose_lens.views.attention_view import views_page
+
+    found = views(result)
+    return [*((f"attention_{i}", view_figure, (view,), 110) for i, view in enumerate(found)),
+            ("attention.html", views_page, (found, result.documents["attention"]["model"]), None)]
 
 
 def views(result: Result) -> list[dict]:
@@ -71,7 +77,6 @@ def router_index(inp) -> int:
 def _section(inp, result: Result, settings: dict) -> str:
     import html
 
-    from compose_lens.views.attention import view_figure
     from compose_lens.views.attention_view import view_html
 
     focus, found = router_index(inp), views(result)
@@ -84,7 +89,7 @@ def _section(inp, result: Result, settings: dict) -> str:
              "heatmap with the circuit's cells outlined.</p>"]
     for i, view in enumerate(found):
         parts.append(view_html(view, focus))
-        figure = inp.report.figure(view_figure(view), f"attention_{i}", "Layer 1: = to the operands "
+        figure = inp.report.figure(result.figure(f"attention_{i}"), f"attention_{i}", "Layer 1: = to the operands "
                                    "(blue), each value to its variable (green, dashed); layer 2: = to the "
                                    "values (orange). Colour: square root of the attention weight, so weights "
                                    "near 0.2 stay visible.")
@@ -125,7 +130,7 @@ ATTENTION = Analysis(
     name="attention", title="Attention on example sequences", compute=_attention,
     settings={"sequences": ()},
     figures=(r"attention_\d+", "attention"), module="compose_lens.analysis.attention", tables=("attention",),
-    documents=("attention",), command="attention", section=_section,
+    documents=("attention",), command="attention", draw=_figures, section=_section,
     report_settings=lambda inp: {"sequences": inp.examples},  # none: the split's examples, as analyze makes them
     help="attention views of readable sequences (offline HTML + a heatmap each)",
     options=(Option("sequences", "sequences", "readable sequences, e.g. 'b=7, e=5, b+23=?' (none: one example "

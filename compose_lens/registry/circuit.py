@@ -20,7 +20,6 @@ CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 
 def _circuit(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.circuit import discover
-    from compose_lens.views.circuit_view import circuit_page
     from compose_lens.core.files import json_safe
 
     s = settings
@@ -35,15 +34,17 @@ def _circuit(ctx: Context, settings: dict) -> Result:
     summary = json_safe({**found.summary, "title": found.title, "pairs": str(s["pairs"]),
                          "n_pairs": s["n_pairs"] if pairs is None else len(pairs),
                          "min_pool_recovered": None if recovered is None else float(recovered)})
-    return Result(tables={"circuit": found.edges, "circuit_pools": found.pools}, documents={"circuit": summary},
-                  pages={"circuit": circuit_page(found.edges, found.title, summary["metric"])})  # hover, slider
+    return Result(tables={"circuit": found.edges, "circuit_pools": found.pools}, documents={"circuit": summary})
 
 
 def _circuit_figures(ctx: Context, result: Result, settings: dict) -> list:
+    """The graph as a PNG and as an interactive page (hover, slider), whose view the report's section folds in."""
     from compose_lens.views.circuit import circuit_figure
+    from compose_lens.views.circuit_view import circuit_page
 
     s = result.documents["circuit"]
-    return [("circuit", circuit_figure, (result.tables["circuit"], s["title"], s["metric"]), 120)]
+    shown = (result.tables["circuit"], s["title"], s["metric"])
+    return [("circuit", circuit_figure, shown, 120), ("circuit.html", circuit_page, shown, None)]
 
 
 def _circuit_lines(result: Result) -> list[str]:
@@ -68,11 +69,10 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
     """The found circuit, scored against the labelled one, and its faithfulness on every pool."""
     import html
 
-    from compose_lens.views.circuit_view import circuit_view
     from compose_lens.core.markup import html_table
     from compose_lens.core.stats import format_estimate
 
-    s, edges, pools = result.documents["circuit"], result.tables["circuit"], result.tables["circuit_pools"]
+    s, pools = result.documents["circuit"], result.tables["circuit_pools"]
     against = "the paper's labelled circuit" if s["labelled"] == "the paper's circuit" else s["labelled"]
     auc = (f"; not scored against a circuit, {html.escape(against)}" if s["roc_auc"] is None
            else f"; ROC-AUC against {html.escape(against)} "
@@ -95,7 +95,7 @@ def _circuit_section(inp, result: Result, settings: dict) -> str:
                                 "attention takes its q, k and v inputs at three ports on its left edge.")
             + "<details><summary>The same graph to explore: hover an edge or a component for its score, the "
               "slider hides the edges below a |score| (<code>figures/circuit.html</code> of "
-              f"<code>compose-lens circuit</code>)</summary>{circuit_view(edges, s['title'], s['metric'])}</details>"
+              f"<code>compose-lens circuit</code>)</summary>{result.figure('circuit.html')[1]}</details>"
             + (html_table(rows, ["pool", "prompt pairs", "share of the metric the circuit recovers (mean over the "
                                  "pairs)"]) if rows else ""))
 

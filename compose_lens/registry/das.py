@@ -16,7 +16,6 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 # -- das: distributed alignment search for the variable-value binding ---------------------------------
 
 def _das(ctx: Context, settings: dict) -> Result:
-    from compose_lens.views.patching import das_figure
     from compose_lens.analysis.das import DasSettings, das_table
     from compose_lens.training.subject import with_bridge
 
@@ -24,9 +23,14 @@ def _das(ctx: Context, settings: dict) -> Result:
                          epochs=settings["epochs"], arbitrary_control=not settings["no_arbitrary"], seed=ctx.seed)
     chosen.check(ctx.config.model.d_model)
     table, summary = das_table(with_bridge(ctx.loaded), chosen)  # TransformerLens's fit_das reads hooks
-    figure = das_figure(table, f"DAS for the variable-value binding: {ctx.loaded.source}")
-    return Result(tables={"das": table}, documents={"das": {"model": ctx.loaded.source, **summary}},
-                  drawn=[("das", figure, 120)])
+    return Result(tables={"das": table}, documents={"das": {"model": ctx.loaded.source, **summary}})
+
+
+def _das_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.patching import das_figure
+
+    title = f"DAS for the variable-value binding: {result.documents['das']['model']}"
+    return [("das", das_figure, (result.tables["das"], title), 120)]
 
 
 def _das_lines(result: Result) -> list[str]:
@@ -55,7 +59,7 @@ DAS = Analysis(
     name="das", title="Distributed alignment search for the variable-value binding", compute=_das,
     settings={"n_pairs": 600, "ranks": DAS_RANKS, "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
     module="compose_lens.analysis.das", tables=("das",), documents=("das",),
-    figures=("das",), causal=True, in_analyze=False,
+    figures=("das",), draw=_das_figures, causal=True, in_analyze=False,
     command="das", help="distributed alignment search for the variable-value binding, with its controls",
     options=(Option("--ranks", "ranks", "subspace ranks", many=True),
              Option("--sites", "sites", "where to search", choices=DAS_SITES, many=True),

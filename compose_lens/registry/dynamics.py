@@ -27,7 +27,6 @@ def _settings_of_trajectory(ctx, settings: dict) -> dict:
 
 
 def _dynamics(ctx, settings: dict) -> Result:
-    from compose_lens.views.training import dynamics_figure
     from compose_lens.training import runs
     from compose_lens.analysis.dynamics import phases_document, trajectory
     from compose_lens.training.outcome import trajectory_outcome
@@ -41,8 +40,13 @@ def _dynamics(ctx, settings: dict) -> Result:
                       threads=settings["threads"], known=known)
     doc = phases_document(traj)
     doc["outcome"] = trajectory_outcome(traj.table.to_dict("records"), ctx.source, traj.config)
-    return Result(tables={"dynamics": traj.table}, documents={"phases": doc},
-                  figures=[("dynamics", dynamics_figure, (traj.table, doc), 110)])
+    return Result(tables={"dynamics": traj.table}, documents={"phases": doc})
+
+
+def _figures(ctx, result: Result, settings: dict) -> list:
+    from compose_lens.views.training import dynamics_figure
+
+    return [("dynamics", dynamics_figure, (result.tables["dynamics"], result.documents["phases"]), 110)]
 
 
 def _saved(ctx, folder, settings: dict) -> Result | None:
@@ -114,7 +118,8 @@ DYNAMICS = Analysis(
     settings={"pool_size": 2000, "slot_size": 500, "steps": (), "stride": 1, "no_circuit": False, "threads": 1,
               "update": False},
     figures=("dynamics", "accuracy_by_variable_count", "progress_measures", "late_refinement"),
-    module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",), section=_section,
+    module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",), draw=_figures,
+    section=_section,
     saved=_saved,
     command="dynamics", help="evaluate every checkpoint of a run and find the three phases",
     options=(Option("--pool-size", "pool_size", "sequences per accuracy pool"),

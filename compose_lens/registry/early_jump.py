@@ -30,7 +30,6 @@ def _saved_dynamics(ctx):
 
 
 def _early_jump(ctx, settings: dict) -> Result:
-    from compose_lens.views.attention import early_jump_figure
     from compose_lens.training import runs
     from compose_lens.analysis.figure_data import jump_states
     from compose_lens.data.sampler import example_sequences
@@ -48,8 +47,7 @@ def _early_jump(ctx, settings: dict) -> Result:
     text = settings["sequence"] or example_sequences(runs.find_checkpoints(ctx.source, ctx.split)[2], ctx.seed)[1]
     first, second, names = jump_states(ctx.source, before, after, text, table, ctx.split)
     listed = [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in state.items()} for state in (first, second)]
-    return Result(documents={"early_jump": {"text": text, "variables": names, "states": listed}},
-                  figures=[("early_jump", early_jump_figure, (first, second, names), 110)])
+    return Result(documents={"early_jump": {"text": text, "variables": names, "states": listed}})
 
 
 def _bracket(settings: dict) -> None:
@@ -75,15 +73,16 @@ def _depth(settings: dict, config) -> None:
                                f"and layer 2's routing, so it needs at least 2 layers")
 
 
-def states(result: Result) -> tuple[dict, dict, list[str]]:
-    """(state before, state after, variable names) of a result, computed now or read back from
-    ``early_jump.json``: what :func:`compose_lens.views.attention.early_jump_figure` draws."""
+def _figures(ctx, result: Result, settings: dict) -> list:
+    """The figure of the states before and after, computed now or read back from ``early_jump.json``."""
     import numpy as np
+
+    from compose_lens.views.attention import early_jump_figure
 
     doc = result.documents["early_jump"]
     first, second = ({**s, "pattern0": np.asarray(s["pattern0"]), "identity": np.asarray(s["identity"])}
                      for s in doc["states"])
-    return first, second, list(doc["variables"])
+    return [("early_jump", early_jump_figure, (first, second, list(doc["variables"])), 110)]
 
 
 def _asked(inp) -> dict | None:
@@ -97,11 +96,9 @@ def _asked(inp) -> dict | None:
 def _section(inp, result: Result | None, settings: dict) -> str:
     import html
 
-    from compose_lens.views.attention import early_jump_figure
-
     if result is None:
         return '<p class="missing">No variable-assignment jump found in the checkpoints.</p>'
-    return inp.report.figure(early_jump_figure(*states(result)), "early_jump",
+    return inp.report.figure(result.figure("early_jump"), "early_jump",
                              f"Layer-1 attention on <code>{html.escape(settings['sequence'])}</code> and the layer-2 "
                              f"identity matrix at steps {settings['before']} and {settings['after']}.")
 
@@ -110,7 +107,7 @@ EARLY_JUMP = Analysis(
     name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
     settings={"sequence": None, "before": None, "after": None},
     figures=("early_jump",), module="compose_lens.analysis.figure_data", documents=("early_jump",),
-    section=_section, report_settings=_asked, anchor="jump",
+    draw=_figures, section=_section, report_settings=_asked, anchor="jump",
     command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),
              Option("--before", "before", "checkpoint step before the jump (default: the assignment bracket's)",

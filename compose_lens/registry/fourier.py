@@ -18,11 +18,9 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     import pandas as pd
     import torch
 
-    from compose_lens.analysis import figure_data, fourier
+    from compose_lens.analysis import fourier
     from compose_lens.analysis.activations import torch_threads
     from compose_lens.core.files import json_safe
-    from compose_lens.views.fourier import (best_neurons_figure, embedding_fourier_figure, frequency_shares_figure,
-                                            readout_fourier_figure)
 
     model, config, seed = ctx.model, ctx.config, ctx.seed
     location, subject = ctx.plan
@@ -56,18 +54,36 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     tables = {"neuron_frequencies": neurons, "best_neurons": best, "readout_fourier": readout,
               "excluded_loss": pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
               "embedding_fourier": embedding}
-    figures = [("frequency_shares", frequency_shares_figure, (figure_data.frequency_variance_shares(grid), keys),
-                120),
-               ("readout_fourier", readout_fourier_figure, (fourier.unembed_frequency_norms(readout), keys), 120),
-               ("embedding_fourier", embedding_fourier_figure, (embedding, facts["embedding_fourier"]), 120)]
-    if len(best):
-        figures.append(("best_neurons", best_neurons_figure, (figure_data.best_neuron_patterns(grid, best),),
-                        110))
     return Result(tables=tables,
                   documents={"locate": json_safe(location.to_dict()), "key_frequencies": facts,
                              "constants_vs_variables": comparison},
-                  facts={"constants_vs_variables": comparison}, figures=figures,
+                  facts={"constants_vs_variables": comparison},
                   value={**facts, "constants_vs_variables": comparison, "located": location})
+
+
+def _fourier_figures(ctx: Context, result: Result, settings: dict) -> list:
+    """The readout's and the embedding's frequencies, of their tables; the MLP's variance by frequency and the
+    best neurons' patterns need the MLP's activations over every (x, y), which no table keeps: they are read
+    from the model (its constant-operand grid, which the open context built once for the compute)."""
+    import torch
+
+    from compose_lens.analysis import figure_data, fourier
+    from compose_lens.analysis.activations import torch_threads
+    from compose_lens.views.fourier import (best_neurons_figure, embedding_fourier_figure, frequency_shares_figure,
+                                            readout_fourier_figure)
+
+    t, facts = result.tables, result.documents["key_frequencies"]
+    keys = facts["key_frequencies"]
+    with torch_threads(1), torch.no_grad():  # built as the compute builds it (in the open context: that one)
+        grid = fourier.operand_grid(ctx.loaded, "constant", ctx.seed, layer=facts["mlp_block"])
+    shares, norms = figure_data.frequency_variance_shares(grid), fourier.unembed_frequency_norms(t["readout_fourier"])
+    figures = [("frequency_shares", frequency_shares_figure, (shares, keys), 120),
+               ("readout_fourier", readout_fourier_figure, (norms, keys), 120),
+               ("embedding_fourier", embedding_fourier_figure, (t["embedding_fourier"], facts["embedding_fourier"]), 120)]
+    if len(t["best_neurons"]):
+        patterns = figure_data.best_neuron_patterns(grid, t["best_neurons"])
+        figures.append(("best_neurons", best_neurons_figure, (patterns,), 110))
+    return figures
 
 
 def _fourier_lines(result: Result) -> list[str]:
@@ -107,7 +123,8 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
 
 FOURIER = Analysis(
     name="fourier", title="The MLP adds: Fourier analysis of the adder", compute=_fourier,
-    figures=("frequency_shares", "readout_fourier", "embedding_fourier", "best_neurons", "fourier_neuron"), section=_fourier_section,
+    figures=("frequency_shares", "readout_fourier", "embedding_fourier", "best_neurons", "fourier_neuron"),
+    draw=_fourier_figures, section=_fourier_section,
     module="compose_lens.analysis.fourier",
     tables=("neuron_frequencies", "best_neurons", "readout_fourier", "excluded_loss", "embedding_fourier"),
     documents=("locate", "key_frequencies", "constants_vs_variables"),

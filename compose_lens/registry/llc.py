@@ -24,7 +24,6 @@ def _estimator_settings(settings: dict, seed: int):
 
 
 def _llc(ctx, settings: dict) -> Result:
-    from compose_lens.views.training import llc_figure
     from compose_lens.training import runs
     from compose_lens.analysis import llc
 
@@ -37,13 +36,20 @@ def _llc(ctx, settings: dict) -> Result:
                                              settings["stride"], include_final=not settings["steps"],
                                              progress=ctx.progress, device=ctx.device)
     by_phase = llc.phase_means(table, phases)
-    of = "" if settings["component"] is None else f" of {settings['component']}"
     return Result(tables={"llc": table, "llc_traces": traces, **({} if by_phase.empty else {"llc_phases": by_phase})},
                   documents={"llc": {"source": str(ctx.source), "settings": llc.settings_dict(estimator),
                                      "phases": phases, "phases_from": phases_from,
-                                     "healthy": int(table["healthy"].sum()), "estimates": len(table)}},
-                  drawn=[("llc", llc_figure(table, phases, f"local learning coefficient{of}: {ctx.source}"),
-                          110)])
+                                     "healthy": int(table["healthy"].sum()), "estimates": len(table)}})
+
+
+def _llc_figures(ctx, result: Result, settings: dict) -> list:
+    """The estimates over the steps, the phase onsets marked."""
+    from compose_lens.views.training import llc_figure
+
+    doc = result.documents["llc"]
+    of = "" if settings["component"] is None else f" of {settings['component']}"
+    title = f"local learning coefficient{of}: {doc['source']}"
+    return [("llc", llc_figure, (result.tables["llc"], doc["phases"], title), 110)]
 
 
 def _check(settings: dict, config) -> None:
@@ -79,7 +85,8 @@ LLC = Analysis(
     name="llc", title="Local learning coefficient over training", compute=_llc, of="run",
     settings={"epsilon": 1e-4, "gamma": 1000.0, "n_beta": None, "chains": 3, "draws": 150, "burnin": 0,
               "batch_size": 128, "n_sequences": 4096, "component": None, "phases": None, "steps": (), "stride": 1},
-    figures=("llc",), module="compose_lens.analysis.llc", tables=("llc", "llc_traces"), documents=("llc",),
+    figures=("llc",), draw=_llc_figures, module="compose_lens.analysis.llc", tables=("llc", "llc_traces"),
+    documents=("llc",),
     command="llc", help="local learning coefficient of every checkpoint (SGLD, devinterp), beside the phases",
     options=(Option("--phases", "phases", "a phases.json of `compose-lens dynamics` to mark (default: the run's own)",
                     kind=str, metavar="FILE"),

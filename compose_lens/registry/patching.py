@@ -146,16 +146,21 @@ def _fine_patching_memory(settings: dict, config) -> None:
 
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
-    from compose_lens.views.patching import patching_figure
     from compose_lens.analysis.patching import head_patching_table
     from compose_lens.training.subject import with_bridge
 
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k != "components"}
     table = head_patching_table(with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
                                 seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
+    return Result(tables={"patching_heads": table}, value=settings)
+
+
+def _head_patching_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.patching import patching_figure
+
+    table = result.tables["patching_heads"]
     title = f"per-head patching ({_pairs_words(table, settings)})"
-    return Result(tables={"patching_heads": table}, figures=[("patching_heads", patching_figure, (table, title), 120)],
-                  value=settings)
+    return [("patching_heads", patching_figure, (table, title), 120)]
 
 
 def _head_patching_lines(result: Result) -> list[str]:
@@ -187,7 +192,7 @@ HEAD_PATCHING = Analysis(
     settings={"components": HEAD_INPUTS, "by": "role", "corruption": "value", "n_pairs": 1000, "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching_heads",),
-    figures=("patching_heads",), causal=True, in_analyze=False,
+    figures=("patching_heads",), draw=_head_patching_figures, causal=True, in_analyze=False,
     command="patch-heads", help="per-head patching of queries, keys, values and attention patterns, by token role "
                                 "or position",
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
@@ -199,7 +204,6 @@ HEAD_PATCHING = Analysis(
 
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
-    from compose_lens.views.patching import path_patching_figure
     from compose_lens.analysis.patching import path_patching
     from compose_lens.training.subject import with_bridge
 
@@ -207,9 +211,15 @@ def _path_patching(ctx: Context, settings: dict) -> Result:
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k not in ("sender", "receivers")}
     table = path_patching(with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
                           seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
+    return Result(tables={"path_patching": table}, value=settings)
+
+
+def _path_patching_figures(ctx: Context, result: Result, settings: dict) -> list:
+    from compose_lens.views.patching import path_patching_figure
+
+    table = result.tables["path_patching"]
     title = f"path patching from {settings['sender']} ({_pairs_words(table, settings)})"
-    return Result(tables={"path_patching": table}, figures=[("path_patching", path_patching_figure,
-                                                             (table, title), 120)], value=settings)
+    return [("path_patching", path_patching_figure, (table, title), 120)]
 
 
 def _path_patching_lines(result: Result) -> list[str]:
@@ -243,7 +253,7 @@ PATH_PATCHING = Analysis(
     settings={"sender": "blocks.0.head0", "receivers": ("blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v"),
               "corruption": "value", "n_pairs": 1000, "pairs": None, "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("path_patching",),
-    figures=("path_patching",), causal=True, in_analyze=False,
+    figures=("path_patching",), draw=_path_patching_figures, causal=True, in_analyze=False,
     command="path-patch", help="path patching: a sender's output reaching one receiver only",
     options=(Option("--sender", "sender", "a head's output, blocks.L.headH, or an MLP's, blocks.L.mlp (blocks from 0)"),
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "

@@ -43,7 +43,7 @@ from compose_lens.training.runs import write_document, write_table
 from compose_lens.core.coverage import peek_run_config
 from compose_lens.data.safety import read_marker
 from compose_lens.training.subject import Subject, for_analyses
-from compose_lens.views.drawing import Renderer, save
+from compose_lens.views.drawing import Renderer
 
 
 def fourier_plan(loaded: Subject, seed: int) -> tuple[locate.Location, locate.FourierSubject]:
@@ -145,9 +145,9 @@ def compute(analysis: Analysis, context: Context | RunContext, settings: dict | 
 
 
 def _with_figures(analysis: Analysis, result: Result, context: Context | RunContext, settings: dict) -> Result:
-    """``result`` with the figures its declaration draws from its tables and documents (``Analysis.draw``)."""
+    """``result`` with the figures its declaration draws of its tables and documents (``Analysis.draw``)."""
     if analysis.draw is not None:
-        result.figures += analysis.draw(context, result, settings)
+        result.figures = analysis.draw(context, result, settings)
     return result
 
 
@@ -161,14 +161,13 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
         write_table(table, folder / f"{stem}.csv", record)
     for stem, document in result.documents.items():  # which tables this result had (read takes those back)
         write_document(document, folder / f"{stem}.json", {**record, "tables": sorted(result.tables)})
-    if result.figures or result.drawn or result.pages:
+    if result.figures:
         (folder / FIGURES).mkdir(exist_ok=True)
-    for stem, page in result.pages.items():
-        with atomic_path(folder / FIGURES / f"{stem}.html") as tmp:
-            tmp.write_text(page, encoding="utf-8")
-    for stem, figure, dpi in result.drawn:
-        save(figure, None, folder / FIGURES / stem, dpi=dpi, fmt=fmt)
     for stem, draw, numbers, dpi in result.figures:  # here, the drawing the report shows too (Result.figure)
+        if dpi is None:  # an offline page, <stem>.html
+            with atomic_path(folder / FIGURES / stem) as tmp:
+                tmp.write_text(result.figure(stem)[0], encoding="utf-8")
+            continue
         how = (draw, *numbers) if context.renderer.background else (result.figure, stem)
         context.renderer.save(*how, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
 

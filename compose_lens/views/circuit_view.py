@@ -24,8 +24,8 @@ go. This module writes the same graph as one offline HTML file (``circuit.html``
   test, can open it at one.
 * **offline**: one file, the SVG, its style and a few lines of JavaScript inline; nothing is fetched.
 
-:func:`circuit_view` is the view as an HTML fragment (the report's circuit section folds it in);
-:func:`circuit_page` the view as a whole page.
+:func:`circuit_view` is the view as an HTML fragment; :func:`circuit_page` the view as a whole page,
+with the fragment it holds (the report's circuit section folds that in: one view for both).
 """
 
 from __future__ import annotations
@@ -318,7 +318,8 @@ def circuit_view(table: pd.DataFrame, title: str, metric: str = "logit_diff") ->
             f'<div class="tip"></div><style>{STYLE}</style><script>{script}</script></div>')
 
 
-def circuit_page(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> str:
-    """:func:`circuit_view` as a whole offline page (what ``circuit.html`` holds)."""
-    return page(title, render("circuit_intro.html") + "\n" + circuit_view(table, title, metric),
-                "body{font-family:system-ui,sans-serif;margin:16px}")
+def circuit_page(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[str, str]:
+    """:func:`circuit_view` as a whole offline page (what ``circuit.html`` holds), and the view itself."""
+    view = circuit_view(table, title, metric)
+    style = "body{font-family:system-ui,sans-serif;margin:16px}"
+    return page(title, render("circuit_intro.html") + "\n" + view, style), view

@@ -168,7 +168,7 @@ SITE_TITLES = {"value_after_layer1": "value token, after layer 1 (blocks.0)",
                "query_variable_after_layer1": "query's variable token, after layer 1 (blocks.0)\n(placebo site)"}
 
 
-def das_figure(table: pd.DataFrame, title: str = "") -> Figure:
+def das_figure(table: pd.DataFrame, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """Interchange-intervention accuracy against the subspace's rank, one panel per site, the
     learned subspace beside its controls, chance (1/p) dotted."""
     sites = list(dict.fromkeys(table["site"]))
@@ -198,4 +198,4 @@ def das_figure(table: pd.DataFrame, title: str = "") -> Figure:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return fig
+    return fig, table

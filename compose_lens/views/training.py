@@ -298,7 +298,7 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
     return fig, table[cols].copy()
 
 
-def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> Figure:
+def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """The LLC of each checkpoint (mean over chains, bars: their spread; hollow and off the line: an
     estimate that failed a sanity check) above the checkpoint's training loss, the phase onsets dashed."""
     fig, (top, bottom) = subplots(2, 1, figsize=(7.5, 5.6), sharex=True,
@@ -329,4 +329,4 @@ def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = 
     if title:
         top.set_title(title, fontsize=10)
     fig.tight_layout()
-    return fig
+    return fig, table

@@ -63,7 +63,7 @@ CASES = [(ModelConfig(), False), (ModelConfig(), True), (TWO_HEADS, False)]
 
 @pytest.mark.parametrize("config, positions", CASES)
 def test_the_page_is_one_offline_file(config, positions):
-    page = circuit_page(edge_table(config, positions), "t")
+    page = circuit_page(edge_table(config, positions), "t")[0]
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
     assert "<link" not in page and not re.search(r"<script[^>]*\bsrc", page) and "@import" not in page
     assert page.count("<script>") == 1 and page.count("<svg") == 4  # the graph and the legend's 3 samples
@@ -72,7 +72,7 @@ def test_the_page_is_one_offline_file(config, positions):
 @pytest.mark.parametrize("config, positions", CASES)
 def test_every_edge_is_on_the_page_with_its_score(config, positions):
     table = edge_table(config, positions)
-    found = Elements(circuit_page(table, "t")).edges
+    found = Elements(circuit_page(table, "t")[0]).edges
     assert sorted(found) == sorted(names(table))
     for name, score, mine in zip(names(table), table["score"], table["in_circuit"]):
         edge = found[name]
@@ -84,7 +84,7 @@ def test_every_edge_is_on_the_page_with_its_score(config, positions):
 
 def test_a_component_tells_its_edges_in_and_out():
     table = edge_table(ModelConfig(), False)
-    nodes = Elements(circuit_page(table, "t")).nodes
+    nodes = Elements(circuit_page(table, "t")[0]).nodes
     into = table[table["receiver"] == "m1"]
     tip = nodes["m1@-1"]["data-tip"]
     assert tip.startswith("layer 2 (blocks.1) MLP (m1)\n")
@@ -95,7 +95,7 @@ def test_a_component_tells_its_edges_in_and_out():
 def test_an_interval_in_the_table_goes_into_the_tip():
     table = edge_table(ModelConfig(), False).assign(ci_low=lambda t: t["score"] - 0.02,
                                                     ci_high=lambda t: t["score"] + 0.03)
-    found = Elements(circuit_page(table, "t")).edges
+    found = Elements(circuit_page(table, "t")[0]).edges
     for name, row in zip(names(table), table.itertuples()):
         edge = found[name]
         assert f"score {format_estimate(row.score, row.ci_low, row.ci_high)} (95 % interval)" in edge["data-tip"]
@@ -110,7 +110,7 @@ def test_the_boxes_sit_where_the_png_puts_them(config, positions):
     fig, _ = circuit_figure(table, "t")
     drawn = {p.get_gid()[5:]: (p.get_x() + p.get_width() / 2, p.get_y() + p.get_height() / 2)
              for p in fig.axes[0].patches if (p.get_gid() or "").startswith("node ")}
-    nodes = Elements(circuit_page(table, "t")).nodes
+    nodes = Elements(circuit_page(table, "t")[0]).nodes
     assert sorted(nodes) == sorted(drawn)
     boxes = sorted(drawn)
     for axis, sign in ((0, 1), (1, -1)):
@@ -147,7 +147,7 @@ def hidden(dom: str) -> set[str]:
 @pytest.mark.parametrize("positions", [False, True])
 def test_the_threshold_hides_the_edges_below_it(tmp_path, positions):
     table = edge_table(ModelConfig(), positions)
-    page = circuit_page(table, "t")
+    page = circuit_page(table, "t")[0]
     size = table["score"].abs()
     assert hidden(render(page, tmp_path)) == set()  # opens with every edge
     threshold = float(size.median())
@@ -191,7 +191,7 @@ def test_the_report_section_folds_the_view_in():
     settings = circuit.with_settings({"n_pairs": 30})
     with context.opened(load_subject("paper", bridge=False), 0) as ctx:
         result = context.compute(circuit, ctx, settings)
-    assert set(result.pages) == {"circuit"}
+    assert {stem for stem, *_, dpi in result.figures if dpi is None} == {"circuit.html"}
     section = circuit.section(SimpleNamespace(report=Report()), result, settings)
     view = section[section.index("<details>"):section.index("</details>")]
     assert sorted(Elements(view).edges) == sorted(names(result.tables["circuit"]))
@@ -201,7 +201,7 @@ def test_the_report_section_folds_the_view_in():
 def test_hovering_an_edge_shows_its_score(tmp_path):
     table = edge_table(ModelConfig(), False)
     strongest = names(table)[int(table["score"].abs().argmax())]
-    dom = render(circuit_page(table, "t"), tmp_path, then=(
+    dom = render(circuit_page(table, "t")[0], tmp_path, then=(
         f"var e = document.querySelector('g.edge[data-edge=\"{strongest}\"] path.line');"
         "e.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: 5, clientY: 5}));"))
     tip = re.search(r'<div class="tip" style="([^"]*)">([^<]*)</div>', dom)

@@ -53,7 +53,7 @@ def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
     table = pd.DataFrame({"step": [100, 200, 300, 400], "llc_mean": [5.0, 9.0, -3.0, 12.0],
                           "llc_std": [0.5, 0.5, 4.0, 0.5], "healthy": [True, True, False, True],
                           "train_loss": [1.0, 0.5, 0.2, 0.1]})
-    fig = llc_figure(table)
+    fig, _ = llc_figure(table)
     lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
     assert [list(line.get_xdata()) for line in lines] == [[100, 200, 400]]
     plt.close(fig)

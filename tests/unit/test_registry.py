@@ -90,16 +90,25 @@ def width_of(config):
 
 def _compute(ctx, settings):
     import pandas as pd
+
+    return Result(tables={"widths": pd.DataFrame({"d_model": [width_of(ctx.config)] * settings["k"]})},
+                  facts={"width_checked": True})
+
+
+def widths_figure(table):
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(2, 2))
-    figure.add_subplot().bar([0], [width_of(ctx.config)])
-    return Result(tables={"widths": pd.DataFrame({"d_model": [width_of(ctx.config)] * settings["k"]})},
-                  facts={"width_checked": True}, drawn=[("widths", figure, 40)])
+    figure.add_subplot().bar([0], [table["d_model"].iloc[0]])
+    return figure, table
+
+
+def _figures(ctx, result, settings):
+    return [("widths", widths_figure, (result.tables["widths"],), 40)]
 
 
 WIDTH = Analysis(name="width", title="The width", compute=_compute, settings={"k": 2}, tables=("widths",),
-                 figures=("widths",), module="compose_lens.registry.width", exports=("width_of",),
+                 figures=("widths",), draw=_figures, module="compose_lens.registry.width", exports=("width_of",),
                  section=lambda inp, result, settings: "<p>width</p>",
                  findings=(Finding("width_checked", "the width was read", "True"),),
                  command="width", help="the width", options=(Option("--k", "k", "rows"),))

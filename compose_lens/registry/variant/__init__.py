@@ -1,9 +1,9 @@
-"""The ``variant`` declaration: what the circuit reads in a noisier context (reassignment,
+"""The ``variant`` analysis, whole in this folder: what the circuit reads in a noisier context (reassignment,
 fillers, chains); it applies to variant tasks only.
 
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
+Its numbers are :mod:`.reading`, its tests ``test_variant.py``, its declaration and report section this
+module (:mod:`compose_lens.registry` says what a declaration holds; ``ctx`` below is a
+:class:`compose_lens.report.context.Context`, not imported: it reads the registry).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from compose_lens.registry.analysis import Analysis, Finding, Result
 
 
 def _variant(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.variant_reading import variant_reading
+    from compose_lens.registry.variant.reading import variant_reading
 
     tables, facts = variant_reading(ctx.loaded, ctx.plan[0], settings["n"], ctx.seed)
     return Result(tables=tables, documents={"variant_reading": facts}, facts=facts)
@@ -57,7 +57,7 @@ def _variant_section(inp, result: Result, settings: dict) -> str:
 
 
 VARIANT = Analysis(name="variant", title="The task variant: what the circuit reads", compute=_variant,
-                   settings={"n": 1000}, module="compose_lens.analysis.variant_reading",
+                   settings={"n": 1000}, module="compose_lens.registry.variant.reading",
                    tables=("attention_by_role", "binding_through_fillers"), documents=("variant_reading",),
                    section=_variant_section, applies=lambda config: config.task.is_variant,
                    findings=(Finding("router_latest_over_stale", "reassignment: = weights the latest value above "

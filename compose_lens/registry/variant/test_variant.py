@@ -1,4 +1,4 @@
-"""The variant reading (compose_lens.analysis.variant_reading) reports what the attention does.
+"""The variant reading (compose_lens.registry.variant.reading) reports what the attention does.
 
 Each test plants an attention pattern whose answer is known (from ``=`` all on the latest value, or
 all on the stale one; from each value to its variable, or to the token before it) and checks that
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from compose_lens import registry
-from compose_lens.analysis import variant_reading as vr
+from compose_lens.registry.variant import reading as vr
 from compose_lens.analysis.locate import Location, Role
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.data.sampler import make_pool

@@ -143,6 +143,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import rankdata
 
 from compose_lens.core import capabilities
 
@@ -821,14 +822,7 @@ def circuit_labels(subject: Subject, graph: Graph, seed: int = 0,
 
 def _ranks(x: torch.Tensor) -> torch.Tensor:
     """Average ranks (ties share their mean rank), from 1."""
-    x = x.double()
-    order = x.argsort()
-    ranks = torch.empty_like(x)
-    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.double)
-    for value in x.unique():
-        tie = x == value
-        ranks[tie] = ranks[tie].mean()
-    return ranks
+    return torch.from_numpy(rankdata(x.detach().double().cpu().numpy()))
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

@@ -1067,28 +1067,27 @@ def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400, layout: La
 
 def _untested(config: RunConfig, seed: int, n: int, layout: Layout, why: str, tables: dict) -> dict:
     test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
-    return json_safe({
-        **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
-        "verdict_reason": why, "components": layout.to_dict(),
-        "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
-        "thresholds": dict(THRESHOLDS), "controls": [],
-        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
+    tests = {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")}
+    return _report(config, seed, n, layout, None, tests, "inconclusive", why, [], tables)
 
 
 def _judged(config: RunConfig, seed: int, n: int, layout: Layout, tables: dict) -> dict:
     competence = tables.get("competence")
-    tests = {"interchange": judge_interchange(tables["interchange"]),
-             "feature_transfer": judge_features(tables["feature_transfer"], competence),
-             "probe_transfer": judge_probe(tables["probe"], competence)}
-    tests = reconcile(tests)
+    tests = reconcile({"interchange": judge_interchange(tables["interchange"]),
+                       "feature_transfer": judge_features(tables["feature_transfer"], competence),
+                       "probe_transfer": judge_probe(tables["probe"], competence)})
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
+    return _report(config, seed, n, layout, layout.isolation, tests, verdict(tests), verdict_reason(tests),
+                   controls.to_dict(orient="records"), tables)
+
+
+def _report(config: RunConfig, seed: int, n: int, layout: Layout, isolation: str | None, tests: dict, said: str,
+            reason: str, controls: list, tables: dict) -> dict:
+    """``same_mlp.json``: the verdict ``said`` and its reason, the tests, thresholds, controls and tables."""
     return json_safe({
-        **provenance(config, seed), "n_prompts": n, "isolation": layout.isolation, "verdict": verdict(tests),
-        "verdict_reason": verdict_reason(tests), "components": layout.to_dict(),
-        "tests": tests, "thresholds": dict(THRESHOLDS),
-        "controls": controls.to_dict(orient="records"),
-        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()},
-    })
+        **provenance(config, seed), "n_prompts": n, "isolation": isolation, "verdict": said, "verdict_reason": reason,
+        "components": layout.to_dict(), "tests": tests, "thresholds": dict(THRESHOLDS), "controls": controls,
+        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
 
 
 # Names of same_mlp.json before the references were called what they are (module doc): old -> new.

@@ -289,9 +289,9 @@ def write_index(entries: tuple[Entry, ...]) -> pd.DataFrame:
                .replace(str(ROOT) + "/", "") if entry.how != "planted"
                else f"experiments/zoo_planted.py {entry.args[0]}({', '.join(['paper', *entry.args[1:]])})")
         rows.append({"model": entry.name, "class": entry.kind, "shape": entry.shape, "made_by": how,
-                     "in_ci": entry.fast, "state": knows.state, "operation": round(knows.operation.value, 4),
-                     "binding": round(knows.binding.value, 4), "picking": round(knows.picking, 4),
-                     "two_var": round(knows.composition.value, 4),
+                     "in_ci": entry.fast, "state": knows.state, "operation": round(knows.operation.fraction, 4),
+                     "binding": round(knows.binding.fraction, 4), "picking": round(knows.picking, 4),
+                     "two_var": round(knows.composition.fraction, 4),
                      **truth_of(entry, subject, knows, known, composes(subject))})
     index = pd.DataFrame(rows)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -292,11 +292,14 @@ def neuron_groups_by_frequency(subject: Subject, seed: int = 0,
                                min_fraction: float = 0.5, *, layer: int = 1) -> dict[int, list[int]]:
     """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance
     (``layer``: the MLP's block, 1 the paper's MLP2)."""
-    grid = operand_grid(subject, "constant", seed, layer=layer)
-    neurons = neuron_frequencies(grid)
-    keys = key_frequencies(neurons, min_fraction=min_fraction)
+    return frequency_groups(neuron_frequencies(operand_grid(subject, "constant", seed, layer=layer)), min_fraction)
+
+
+def frequency_groups(neurons: pd.DataFrame, min_fraction: float = 0.5) -> dict[int, list[int]]:
+    """{key frequency: its neurons} of a :func:`~compose_lens.analysis.fourier.neuron_frequencies` table."""
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
-    return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
+    return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist()
+            for k in key_frequencies(neurons, min_fraction=min_fraction)}
 
 
 Ablated = tuple[str, int, int, str, torch.Tensor]  # target, layer, index, kind, answer class (N,)

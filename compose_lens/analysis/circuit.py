@@ -143,6 +143,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import rankdata
 
 from compose_lens.core import capabilities
 
@@ -552,16 +553,10 @@ def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int
     check_method_metric(method, metric)
     start = time.perf_counter()
     base = baseline(gm, pairs, metric)
-    if method == "exact":
-        scores = exact_scores(gm, pairs, base)
-    elif method == "eap":
-        scores = eap_scores(gm, pairs, base)
-    elif method == "eap-ig":
-        scores = eap_ig_scores(gm, pairs, base, steps)
-    elif method == "eap-ig-inputs":
-        scores = eap_ig_inputs_scores(gm, pairs, base, steps)
-    else:
-        scores = acdc(gm, pairs, threshold, base)[1]
+    scores = {"exact": lambda: exact_scores(gm, pairs, base), "eap": lambda: eap_scores(gm, pairs, base),
+              "eap-ig": lambda: eap_ig_scores(gm, pairs, base, steps),
+              "eap-ig-inputs": lambda: eap_ig_inputs_scores(gm, pairs, base, steps),
+              "acdc": lambda: acdc(gm, pairs, threshold, base)[1]}[method]()
     return scores.detach(), time.perf_counter() - start
 
 
@@ -595,11 +590,9 @@ def faithfulness(gm: GraphModel, pairs: PromptPairs, circuits: torch.Tensor,
 
 def top_k_circuits(scores: torch.Tensor) -> torch.Tensor:
     """(E + 1, E) bool: row k holds the k edges of largest |score|."""
-    order = scores.abs().argsort(descending=True)
-    circuits = torch.zeros(len(scores) + 1, len(scores), dtype=torch.bool)
-    for k in range(1, len(scores) + 1):
-        circuits[k, order[:k]] = True
-    return circuits
+    rank = torch.empty(len(scores), dtype=torch.long)
+    rank[scores.abs().argsort(descending=True)] = torch.arange(len(scores))
+    return rank.unsqueeze(0) < torch.arange(len(scores) + 1).unsqueeze(1)
 
 
 def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: float = 0.95,
@@ -821,14 +814,7 @@ def circuit_labels(subject: Subject, graph: Graph, seed: int = 0,
 
 def _ranks(x: torch.Tensor) -> torch.Tensor:
     """Average ranks (ties share their mean rank), from 1."""
-    x = x.double()
-    order = x.argsort()
-    ranks = torch.empty_like(x)
-    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.double)
-    for value in x.unique():
-        tie = x == value
-        ranks[tie] = ranks[tie].mean()
-    return ranks
+    return torch.from_numpy(rankdata(x.detach().double().cpu().numpy()))
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

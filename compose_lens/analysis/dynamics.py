@@ -175,63 +175,57 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
     one thread runs fastest; on a busy 2-core machine two threads were 5x slower.
     """
     with torch_threads(threads):
-        return _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
-                           device, known)
-
-
-def _trajectory(source, split_file, pool_size, slot_size, seed, circuit, steps, stride, progress,
-                device, known) -> Trajectory:
-    checkpoints, config, split = runs.find_checkpoints(source, split_file)
-    checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
-    subject = _fourier_subject(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
-    heads = _circuit_heads(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
-    wanted = {c.step for c in checkpoints}
-    known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
-    done = {int(r["step"]) for r in known_rows}
-    checkpoints = [c for c in checkpoints if c.step not in done]
-    measures = circuit_measures if circuit else None
-    inputs = measure_inputs(split, seed=seed) if circuit else None  # the same sequences for every checkpoint
-    started = time.perf_counter()
-    # the paper architecture's measures run on the fast forwards: each checkpoint's tensors will
-    # do (no TransformerLens import, no copy into a bridge); any other is loaded into one bridge
-    bridge = None if capabilities.is_paper_architecture(config.model) else tl.boot(config.model, device)
-    pools = make_pools(split, pool_size, seed)
-    slots = forbidden_slot_batches(split, slot_size, seed)
-    variables = config.task.variable_names
-    rows: list[dict] = []
-    bar = progress_lines.bar(total=len(checkpoints), wanted=progress, unit="ckpt", desc="dynamics")
-    with ThreadPoolExecutor(max_workers=1) as reader:
-        pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
-        for i, ckpt in enumerate(checkpoints):
-            state = pending.result()
-            if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
-                pending = reader.submit(runs.read_state, checkpoints[i + 1], config)
-            if bridge is None:
-                model = tl.Weights(check_weights(config, state, str(ckpt.path)), config.model).to(device)
-            else:
-                model = bridge
-                load_weights(model, config, state, str(ckpt.path))
-            row: dict[str, float] = {"step": ckpt.step}
-            row.update(pool_accuracies(model, config, pools))
-            row.update(slot_accuracies(model, config, slots))
-            row.update({f"equals_score_{v}": float(s)
-                        for v, s in zip(variables, equals_variable_scores(model, config))})
-            if measures is not None:
-                row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,
-                                                             inputs=inputs, mlp_block=subject.layer, heads=heads).items()})
-            rows.append(row)
-            bar.update(1)
-            bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
-    bar.close()
-    derived = {"addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread"}
-    known_rows = [{k: v for k, v in r.items() if k not in derived} for r in known_rows]
-    table = pd.DataFrame(known_rows + rows).sort_values("step").reset_index(drop=True)
-    table = add_derived_columns(table, variables)
-    return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
-                      evaluated=len(rows),
-                      settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file),
-                      fourier_subject=None if subject is None else subject.to_dict(),
-                      circuit_heads=None if heads is None else heads.to_dict())
+        checkpoints, config, split = runs.find_checkpoints(source, split_file)
+        checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
+        subject = _fourier_subject(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
+        heads = _circuit_heads(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
+        wanted = {c.step for c in checkpoints}
+        known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
+        done = {int(r["step"]) for r in known_rows}
+        checkpoints = [c for c in checkpoints if c.step not in done]
+        measures = circuit_measures if circuit else None
+        inputs = measure_inputs(split, seed=seed) if circuit else None  # the same sequences for every checkpoint
+        started = time.perf_counter()
+        # the paper architecture's measures run on the fast forwards: each checkpoint's tensors will
+        # do (no TransformerLens import, no copy into a bridge); any other is loaded into one bridge
+        bridge = None if capabilities.is_paper_architecture(config.model) else tl.boot(config.model, device)
+        pools = make_pools(split, pool_size, seed)
+        slots = forbidden_slot_batches(split, slot_size, seed)
+        variables = config.task.variable_names
+        rows: list[dict] = []
+        bar = progress_lines.bar(total=len(checkpoints), wanted=progress, unit="ckpt", desc="dynamics")
+        with ThreadPoolExecutor(max_workers=1) as reader:
+            pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
+            for i, ckpt in enumerate(checkpoints):
+                state = pending.result()
+                if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
+                    pending = reader.submit(runs.read_state, checkpoints[i + 1], config)
+                if bridge is None:
+                    model = tl.Weights(check_weights(config, state, str(ckpt.path)), config.model).to(device)
+                else:
+                    model = bridge
+                    load_weights(model, config, state, str(ckpt.path))
+                row: dict[str, float] = {"step": ckpt.step}
+                row.update(pool_accuracies(model, config, pools))
+                row.update(slot_accuracies(model, config, slots))
+                row.update({f"equals_score_{v}": float(s)
+                            for v, s in zip(variables, equals_variable_scores(model, config))})
+                if measures is not None:
+                    row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,
+                                                                 inputs=inputs, mlp_block=subject.layer, heads=heads).items()})
+                rows.append(row)
+                bar.update(1)
+                bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
+        bar.close()
+        derived = {"addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread"}
+        known_rows = [{k: v for k, v in r.items() if k not in derived} for r in known_rows]
+        table = pd.DataFrame(known_rows + rows).sort_values("step").reset_index(drop=True)
+        table = add_derived_columns(table, variables)
+        return Trajectory(table, config, split, str(source), time.perf_counter() - started, measures is not None,
+                          evaluated=len(rows),
+                          settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file),
+                          fourier_subject=None if subject is None else subject.to_dict(),
+                          circuit_heads=None if heads is None else heads.to_dict())
 
 
 def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int, device: str):

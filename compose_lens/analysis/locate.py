@@ -365,7 +365,7 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
     if adder.component is None or knows.operates:
         return adder
     return Role("adder", None, None, None, adder.score, adder.threshold,
-                why=f"the model does not compute the operation (0-var {knows.operation.value:.3f} < {LEARNED}; its best "
+                why=f"the model does not compute the operation (0-var {knows.operation.fraction:.3f} < {LEARNED}; its best "
                     f"MLP, {adder.component}, scores {adder.score:.3f})")
 
 

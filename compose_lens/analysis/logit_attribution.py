@@ -205,7 +205,8 @@ def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "
         for name, rows in groups.items():
             mask = torch.zeros(len(labels), dtype=torch.bool)
             mask[rows] = True
-            masks.append(({"pool": name, "kind": _kind_label(kinds[mask])}, mask))
+            kind = "+".join(f"{int(k)}var" for k in kinds[mask].unique().tolist())  # 1var, or mixed 0var+1var
+            masks.append(({"pool": name, "kind": kind}, mask))
     out = []
     for group, mask in masks:
         if not mask.any():
@@ -221,12 +222,6 @@ def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "
                     np.mean, value[mask].double().numpy(), seed=seed)
             out.append(row)
     return pd.DataFrame(out)
-
-
-def _kind_label(kinds: torch.Tensor) -> str:
-    """The sequence kind of a pool's sequences (``1var``), or its kinds joined (``0var+1var``) where
-    a pool mixes them."""
-    return "+".join(f"{int(kind)}var" for kind in kinds.unique().tolist())
 
 
 def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"], labels: Int[torch.Tensor, "batch"]

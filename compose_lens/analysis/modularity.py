@@ -128,11 +128,6 @@ def binding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPair
     return PromptPairs(clean_t, corrupted_t, labels(clean), labels(corrupted), "binding")
 
 
-def adding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPairs:
-    """0-var prompts against the same prompt with one constant operand changed (nothing to bind)."""
-    return make_prompt_pairs(split, n_pairs, "constant", seed)
-
-
 # -- (a) where each skill leaves a component ----------------------------------------------------
 
 
@@ -200,7 +195,8 @@ def separation(subject: Subject, n_pairs: int = 120, seed: int = 0,
     except ComposeLensError as e:
         return {"separation": INCONCLUSIVE, "why": str(e)}
     bound = sender_attributions(gm, bind, set(range(task.context_len)), steps)
-    added = sender_attributions(gm, adding_pairs(split, n_pairs, seed), {n - 3, n - 2, n - 1}, steps)
+    adding = make_prompt_pairs(split, n_pairs, "constant", seed)  # one constant operand changed: nothing to bind
+    added = sender_attributions(gm, adding, {n - 3, n - 2, n - 1}, steps)
     (b, b_effect), (a, a_effect) = [(_shares(per_pair.mean(0), senders), effect)
                                     for per_pair, senders, effect in (bound, added)]
     weak = [name for name, effect in (("binding", b_effect), ("addition", a_effect)) if effect < MIN_EFFECT]

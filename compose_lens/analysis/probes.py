@@ -257,13 +257,16 @@ def prev_token_attention_score(subject: Subject, *, n: int = 900,
                                heads: Heads = PAPER_HEADS) -> float:
     """Fraction of context value positions whose binder (layer-1) attention peaks on the previous token
     (on a task with filler words inside assignments: on the value's variable, :func:`value_positions`)."""
-    config = subject.config
+    return _value_attention(subject, n, seed, acts, heads, lambda rows, var: (rows.argmax(dim=-1) == var).float())
+
+
+def _value_attention(subject: Subject, n: int, seed: int, acts: Activations | None, heads: Heads, score) -> float:
+    """The mean of ``score(binder pattern rows of the context values, their variables' positions)``."""
     acts = _acts(subject, n, seed, acts, heads)
     if acts.pattern0 is None:
         return NAN
-    seq, pos, var = value_positions(config.task, acts.tokens)
-    peak = acts.pattern0[seq, pos].argmax(dim=-1)
-    return (peak == var).float().mean().item()
+    seq, pos, var = value_positions(subject.config.task, acts.tokens)
+    return score(acts.pattern0[seq, pos], var).mean().item()
 
 
 def prev_token_attention_mass(subject: Subject, *, n: int = 900,
@@ -271,12 +274,7 @@ def prev_token_attention_mass(subject: Subject, *, n: int = 900,
                               heads: Heads = PAPER_HEADS) -> float:
     """Mean binder (layer-1) attention weight a context value position puts on the previous token (the
     graded companion of the argmax hit rate :func:`prev_token_attention_score`)."""
-    config = subject.config
-    acts = _acts(subject, n, seed, acts, heads)
-    if acts.pattern0 is None:
-        return NAN
-    seq, pos, var = value_positions(config.task, acts.tokens)
-    return acts.pattern0[seq, pos, var].mean().item()
+    return _value_attention(subject, n, seed, acts, heads, lambda rows, var: rows[torch.arange(len(var)), var])
 
 
 @dataclass

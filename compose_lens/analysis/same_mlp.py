@@ -147,8 +147,8 @@ import torch
 from compose_lens.analysis import locate
 from compose_lens.training.evaluate import LEARNED, composition_gap
 from compose_lens.analysis.ablation import (
-    LastPositionMLP, fourier_ablation_logits, neuron_ablation_logits, reference_tokens)
-from compose_lens.analysis.fourier import draw_variables, key_frequencies, neuron_frequencies, operand_grid
+    LastPositionMLP, fourier_ablation_logits, frequency_groups, neuron_ablation_logits, reference_tokens)
+from compose_lens.analysis.fourier import draw_variables, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
 from compose_lens.core import capabilities
 from compose_lens.core import coverage
@@ -257,7 +257,7 @@ def _locate_layout(subject: Subject, seed: int) -> Layout:
     if router.layer > adder.layer:
         return Layout(None, (), ROUTER_ISOLATION, how, f"the router ({router.component}) sits above the adder "
                       f"({adder.component}): it cannot route the operands into it", located)
-    study = coverage.study_layout(config.model) and adder.layer == 1
+    study = capabilities.has_paper_layout(config.model) and adder.layer == 1
     table = found.candidates
     routing = table[(table["role"] == "router") & (table["score"] >= router.threshold)
                     & (table["layer"] <= adder.layer)].sort_values("score", ascending=False, kind="stable")
@@ -589,13 +589,10 @@ class Features:
 def constant_features(subject: Subject, seed: int = 0, n_neurons: int = 32,
                       min_fraction: float = 0.5, layer: int = 1) -> Features:
     """``layer``: the adder's block (the paper's MLP2: 1)."""
-    grid = operand_grid(subject, "constant", seed, layer=layer)
-    neurons = neuron_frequencies(grid)
-    keys = key_frequencies(neurons, min_fraction=min_fraction)
-    clean = neurons[neurons["fraction_explained"] >= min_fraction]
-    groups = {k: clean.loc[clean["frequency"] == k, "neuron"].tolist() for k in keys}
+    neurons = neuron_frequencies(operand_grid(subject, "constant", seed, layer=layer))
+    groups = frequency_groups(neurons, min_fraction)
     busiest = neurons.sort_values("variance", ascending=False)["neuron"].head(n_neurons).tolist()
-    return Features(keys, {k: v for k, v in groups.items() if v}, [int(i) for i in busiest])
+    return Features(list(groups), {k: v for k, v in groups.items() if v}, [int(i) for i in busiest])
 
 
 def damage_matrix(model: tl.Model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor,
@@ -800,10 +797,6 @@ def main_isolation(table: pd.DataFrame) -> str:
     return ISOLATION if (table["isolation"] == ISOLATION).any() else ROUTER_ISOLATION
 
 
-def _status(passed: bool, inconclusive: bool) -> str:
-    return "inconclusive" if inconclusive else ("passed" if passed else "failed")
-
-
 def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
     """Each cross-type interchange (per side, :data:`ISOLATION`) read against its reference: the
     lower of the two same-type interchanges of its donor and receiver types (``a->b`` against
@@ -817,11 +810,9 @@ def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
         references = {f"{k}->{k}": same[(row.side, f"{k}->{k}")] for k in (donor, receiver)}
         weakest = min(references, key=references.get)
         reference = references[weakest]
-        if reference < t["reference_min"]:
-            status = "inconclusive"
-        else:
-            status = _status(row.value >= t["interchange_ratio"] * reference
-                             and row.ci_low >= t["interchange_ci_ratio"] * reference, False)
+        status = ("inconclusive" if reference < t["reference_min"] else "passed"
+                  if row.value >= t["interchange_ratio"] * reference
+                  and row.ci_low >= t["interchange_ci_ratio"] * reference else "failed")
         rows.append({"side": row.side, "condition": row.condition, "value": row.value, "ci_low": row.ci_low,
                      "ci_high": row.ci_high, "reference": reference, "reference_condition": weakest,
                      "share_of_reference": row.value / reference if reference > 0 else float("nan"),
@@ -1018,9 +1009,7 @@ def same_mlp_tables(subject: Subject, seed: int = 0, *,
     layout = layout or layout_of(subject, seed)
     if layout.missing:
         return {}
-    was_training = model.training
-    model.eval()
-    try:
+    with tl.evaluating(model):
         sets = {"const": make_prompts(split, "const", "left", n, seed),
                 "const_fit": make_prompts(split, "const", "right", n, seed),
                 **variable_sets(split, n, seed), "random": make_prompts(split, "random", "left", n, seed)}
@@ -1034,8 +1023,6 @@ def same_mlp_tables(subject: Subject, seed: int = 0, *,
                 "feature_transfer": transfer,
                 "probe": probe_table(model, config, parts, features.keys, seed, layout),
                 "competence": competence_table(model, config, sets)}
-    finally:
-        model.train(was_training)
 
 
 def _join(a: Prompts, b: Prompts) -> Prompts:
@@ -1060,12 +1047,8 @@ def same_mlp_run(subject: Subject, seed: int = 0, *, n: int = 400,
     layout = layout or layout_of(subject, seed)
     why, competence = layout.missing, None
     if not why:
-        was_training = model.training
-        model.eval()
-        try:
+        with tl.evaluating(model):
             competence = competence_table(model, config, variable_sets(split, n, seed))
-        finally:
-            model.train(was_training)
         why = incompetence(competence) or composition_gap(subject, seed)
     if why:
         tables = {} if competence is None else {"competence": competence}
@@ -1084,28 +1067,27 @@ def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400, layout: La
 
 def _untested(config: RunConfig, seed: int, n: int, layout: Layout, why: str, tables: dict) -> dict:
     test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
-    return json_safe({
-        **provenance(config, seed), "n_prompts": n, "isolation": None, "verdict": "inconclusive",
-        "verdict_reason": why, "components": layout.to_dict(),
-        "tests": {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")},
-        "thresholds": dict(THRESHOLDS), "controls": [],
-        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
+    tests = {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")}
+    return _report(config, seed, n, layout, None, tests, "inconclusive", why, [], tables)
 
 
 def _judged(config: RunConfig, seed: int, n: int, layout: Layout, tables: dict) -> dict:
     competence = tables.get("competence")
-    tests = {"interchange": judge_interchange(tables["interchange"]),
-             "feature_transfer": judge_features(tables["feature_transfer"], competence),
-             "probe_transfer": judge_probe(tables["probe"], competence)}
-    tests = reconcile(tests)
+    tests = reconcile({"interchange": judge_interchange(tables["interchange"]),
+                       "feature_transfer": judge_features(tables["feature_transfer"], competence),
+                       "probe_transfer": judge_probe(tables["probe"], competence)})
     controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
+    return _report(config, seed, n, layout, layout.isolation, tests, verdict(tests), verdict_reason(tests),
+                   controls.to_dict(orient="records"), tables)
+
+
+def _report(config: RunConfig, seed: int, n: int, layout: Layout, isolation: str | None, tests: dict, said: str,
+            reason: str, controls: list, tables: dict) -> dict:
+    """``same_mlp.json``: the verdict ``said`` and its reason, the tests, thresholds, controls and tables."""
     return json_safe({
-        **provenance(config, seed), "n_prompts": n, "isolation": layout.isolation, "verdict": verdict(tests),
-        "verdict_reason": verdict_reason(tests), "components": layout.to_dict(),
-        "tests": tests, "thresholds": dict(THRESHOLDS),
-        "controls": controls.to_dict(orient="records"),
-        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()},
-    })
+        **provenance(config, seed), "n_prompts": n, "isolation": isolation, "verdict": said, "verdict_reason": reason,
+        "components": layout.to_dict(), "tests": tests, "thresholds": dict(THRESHOLDS), "controls": controls,
+        "tables": {name: table.to_dict(orient="records") for name, table in tables.items()}})
 
 
 # Names of same_mlp.json before the references were called what they are (module doc): old -> new.

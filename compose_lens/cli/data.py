@@ -110,14 +110,14 @@ def _cmd_data_stats(args: argparse.Namespace) -> int:
     require_memory({"the exhaustive 2-var rows": 64 * exhaustive_count(split.task)},
                    f"modulus {split.task.modulus}", "use a smaller modulus")
     stats = data_stats(split)
+    record = {**stats, "provenance": provenance(seed=stats["task"]["seed"])}
     if args.out:
         from compose_lens.data.safety import check_file_output, write_text_atomic
 
         out = check_file_output(args.out, args.overwrite, '"two_var_coverage"')
-        write_text_atomic(out, json.dumps({**stats, "provenance": provenance(seed=stats["task"]["seed"])}, indent=2,
-                                          sort_keys=True, default=str) + "\n")
+        write_text_atomic(out, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     if args.json:
-        print_json({**stats, "provenance": provenance(seed=stats["task"]["seed"])})
+        print_json(record)
         return 0
     t = stats["task"]
     print(f"task: p={t['modulus']}, {t['n_vars']} variables, seq_len {t['seq_len']}, f={t['f']}, r={t['r']}")

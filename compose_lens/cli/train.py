@@ -137,13 +137,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         _print_side_by_side(result)
         intervals = {}
     for name, r in intervals.items():
-        print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})")
+        print(f"  {name:24s} {_shown(r)}")
     if "prompts" in result and "zero_var_heldout" in result:
         print("  the exhaustive sets, every sequence of the declared task:")
     for name in ("zero_var_heldout", "two_var_union"):
         if name in result:
-            r = result[name]
-            print(f"  {name:24s} {r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['total']})")
+            print(f"  {name:24s} {_shown({**result[name], 'n': result[name]['total']})}")
     for name, why in {**result.get("absent_pools", {}), **result.get("absent_exhaustive", {})}.items():
         print(f"  {name:24s} absent: {why}")
     if out is not None:
@@ -177,18 +176,18 @@ def _side_by_side(loaded, pool_size: int, seed: int) -> tuple[dict, dict]:
     return mine, {"pools": records}
 
 
-def _print_side_by_side(result: dict) -> None:
-    def shown(r: dict | None) -> str:
-        if r is None:
-            return "absent"
-        return f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})"
+def _shown(r: dict | None) -> str:
+    """A rate record (:func:`~compose_lens.core.stats.rate_record`) as printed: accuracy [interval] (k/n)."""
+    return "absent" if r is None else f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}] ({r['correct']}/{r['n']})"
 
+
+def _print_side_by_side(result: dict) -> None:
     mine, declared = result["prompts"], result["declared"]["pools"]
     print(f"  {'pool':24s} {'your prompts (' + mine['file'] + ')':38s} declared distribution")
     for name in dict.fromkeys([*declared, *result["pool_intervals"]]):
         if name != "training distribution":
-            print(f"  {name:24s} {shown(result['pool_intervals'].get(name)):38s} {shown(declared.get(name))}")
-    print(f"  {'all sequences':24s} {shown(mine['all']):38s} {shown(declared['training distribution'])} "
+            print(f"  {name:24s} {_shown(result['pool_intervals'].get(name)):38s} {_shown(declared.get(name))}")
+    print(f"  {'all sequences':24s} {_shown(mine['all']):38s} {_shown(declared['training distribution'])} "
           f"(a sample of the declared training distribution)")
     if mine["outside_pools"]:
         print(f"  {mine['outside_pools']} of your sequences are in no pool (a held-out pair with a variable in a "

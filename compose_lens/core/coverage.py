@@ -38,22 +38,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compose_lens.core import capabilities
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.core.files import load_json
 
 PAPER_MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "paper"  # the shipped paper model (package data)
 
 
-def study_layout(cfg: ModelConfig) -> bool:
-    """Two layers, an MLP in the second only (:func:`compose_lens.core.capabilities.has_paper_layout`)."""
-    return capabilities.has_paper_layout(cfg)
+def _no_mlp(cfg: ModelConfig, reader: str) -> str | None:
+    return None if cfg.mlp_blocks else f"the model has no MLP (mlp_blocks=[]): no MLP adds, {reader} nothing to read"
 
 
 def same_mlp_problem(cfg: ModelConfig) -> str | None:
-    if not cfg.mlp_blocks:
-        return "the model has no MLP (mlp_blocks=[]): no MLP adds, the same-MLP tests have nothing to read"
-    return None
+    return _no_mlp(cfg, "the same-MLP tests have")
 
 
 def same_mlp_inconclusive(cfg: ModelConfig) -> str | None:
@@ -69,9 +65,7 @@ def same_mlp_inconclusive(cfg: ModelConfig) -> str | None:
 
 
 def fourier_problem(cfg: ModelConfig) -> str | None:
-    if not cfg.mlp_blocks:
-        return "the model has no MLP (mlp_blocks=[]): no MLP adds, the Fourier analysis has nothing to read"
-    return None
+    return _no_mlp(cfg, "the Fourier analysis has")
 
 
 def report_problem(cfg: ModelConfig) -> str | None:

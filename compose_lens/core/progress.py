@@ -33,23 +33,16 @@ from tqdm import tqdm  # the terminal bar: a bar is drawn only on a terminal, ne
 ENV = "COMPOSE_LENS_PROGRESS"  # "0", "off", "no" or "false": no progress anywhere
 
 
-def switched_off() -> bool:
-    """True where the environment asks for no progress (``COMPOSE_LENS_PROGRESS=0`` or ``TQDM_DISABLE=1``)."""
-    ours = os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false")
-    tqdm_own = os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
-    return ours or tqdm_own
-
-
-def on_terminal() -> bool:
+def shown(wanted: bool = True) -> bool:
+    """Whether progress is drawn now: ``wanted``, on a terminal, and not switched off by the environment
+    (``COMPOSE_LENS_PROGRESS=0`` or ``TQDM_DISABLE=1``)."""
+    if (not wanted or os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false")
+            or os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")):
+        return False
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced by an object without it, or closed
         return False
-
-
-def shown(wanted: bool = True) -> bool:
-    """Whether progress is drawn now: ``wanted``, on a terminal, and not switched off."""
-    return bool(wanted) and on_terminal() and not switched_off()
 
 
 def bar(iterable: Iterable | None = None, *, wanted: bool = True, **options) -> tqdm:

@@ -70,10 +70,6 @@ class PromptSet:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def of_pool(self, name: str) -> torch.Tensor:
-        """The indices of the sequences in pool ``name``."""
-        return torch.tensor([i for i, pool in enumerate(self.pools) if pool == name], dtype=torch.long)
-
     def counts(self) -> dict[str, int]:
         """Sequences per pool, in the order they first appear."""
         return {name: self.pools.count(name) for name in dict.fromkeys(self.pools)}

@@ -349,7 +349,7 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
     index = [p.name for p in pools].index(pool.stream_of)
     g = streams.derived_generator(seed, streams.POOLS, index)
     if split.prompts is not None:  # a researcher's own sequences: up to ``size`` of this pool's, a seeded sample
-        chosen = split.prompts.of_pool(pool.name)
+        chosen = torch.tensor([i for i, name in enumerate(split.prompts.pools) if name == pool.name], dtype=torch.long)
         chosen = chosen[torch.randperm(len(chosen), generator=g)[:size].sort().values] if len(chosen) > size else chosen
         return Batch(split.prompts.tokens[chosen], split.prompts.labels[chosen], split.prompts.rows[chosen])
     if pool.name not in POOL_NAMES:

@@ -353,11 +353,6 @@ def _word(task: TaskConfig, value: int | str) -> str:
     return task.number_words[value] if isinstance(value, int) else value
 
 
-def _short_query(task: TaskConfig) -> re.Pattern:
-    """The short form's query ``b+23=?``, with the task's operator sign."""
-    return re.compile(rf"^\s*(\w+)\s*{re.escape(task.sign)}\s*(\w+)\s*=\s*\??\s*$")
-
-
 def parse_sequence(task: TaskConfig, text: str) -> list[int]:
     """Parse either readable form into a valid token row (raises SequenceError)."""
     text = text.strip()
@@ -412,7 +407,7 @@ def _parse_assignment(task: TaskConfig, part: str) -> list[int]:
 def _parse_short(task: TaskConfig, text: str) -> list[int]:
     parts = [p for p in text.split(",")]
     *assigns, query = parts
-    m = _short_query(task).match(query)
+    m = re.match(rf"^\s*(\w+)\s*{re.escape(task.sign)}\s*(\w+)\s*=\s*\??\s*$", query)  # b+23=?
     if not m:
         raise SequenceError(f"the query {query.strip()!r} must read like 'b{task.sign}23=?'")
     context: list[int] = []

@@ -93,7 +93,7 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig 
         with torch.no_grad():
             for layer in range(cfg.n_layers):
                 for name in (f"blocks.{layer}.attn.o.weight", f"blocks.{layer}.mlp.out.weight"):
-                    params[name].mul_(residual_scaling(cfg.n_layers))
+                    params[name].mul_(math.sqrt(2 * cfg.n_layers))  # what boot_native divides them by
     apply_structure(model, cfg)
     apply_read_order(model, cfg)
     attach_tokenizer(model, task or implied_task(cfg))
@@ -142,11 +142,6 @@ def attach_tokenizer(model: TransformerBridge, task: TaskConfig | None) -> None:
     model.tokenizer = task_tokenizer(task)
     model.cfg.default_prepend_bos = False
     model.cfg.tokenizer_prepends_bos = False
-
-
-def residual_scaling(n_layers: int) -> float:
-    """What ``boot_native`` divides the output matrices by: sqrt(2 n_layers)."""
-    return math.sqrt(2 * n_layers)
 
 
 def to_device(model: TransformerBridge | Weights, device: str | torch.device) -> TransformerBridge | Weights:
@@ -373,6 +368,17 @@ def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor,
 
 
 @contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The model in eval mode inside the block, its own mode restored on exit."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
 def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> Iterator[TransformerBridge]:
     """Forward hooks on every forward pass inside the block, removed on exit."""
     with model.hooks(fwd_hooks=fwd_hooks):
@@ -419,15 +425,9 @@ def tl_patch_sweep(model: TransformerBridge, component: str, corrupted_tokens: t
         setter, axes = tl_patching.layer_pos_head_vector_patch_setter, ["layer", "pos", "head_index"]
     else:
         setter, axes = tl_patching.layer_pos_patch_setter, ["layer", "pos"]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            result = tl_patching.generic_activation_patch(
-                model, corrupted_tokens, clean_cache, metric, setter, component,
-                index_axis_names=axes, reduce="none")
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.no_grad():
+        result = tl_patching.generic_activation_patch(model, corrupted_tokens, clean_cache, metric, setter,
+                                                      component, index_axis_names=axes, reduce="none")
     return result.values
 
 

@@ -580,13 +580,6 @@ def run_dir_of(out: Path, point: SweepPoint) -> Path:
     return out / "runs" / point.name
 
 
-def _check_finished(config: RunConfig, run_dir: Path) -> None:
-    saved = load_json(run_dir / "results.json").get("config")
-    if saved is not None and saved != config.to_dict():
-        raise ComposeLensError(f"{run_dir} finished with another configuration than this sweep asks "
-                               f"for; use a new --out or delete that point")
-
-
 def _chunk_args(chunk: list[tuple[SweepPoint, dict, str]]) -> tuple[list[dict], list[str]]:
     return [config for _, config, _ in chunk], [run_dir for _, _, run_dir in chunk]
 
@@ -782,7 +775,10 @@ def _pending(out: Path, points: Sequence[SweepPoint], configs: dict[SweepPoint, 
     for point in points:
         run_dir = run_dir_of(out, point)
         if (run_dir / "results.json").exists():
-            _check_finished(configs[point], run_dir)
+            saved = load_json(run_dir / "results.json").get("config")
+            if saved is not None and saved != configs[point].to_dict():
+                raise ComposeLensError(f"{run_dir} finished with another configuration than this sweep asks "
+                                       f"for; use a new --out or delete that point")
             skipped += 1
         else:
             jobs.append((point, configs[point].to_dict(), str(run_dir)))

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compose_lens.core import stats
+from compose_lens.core.stats import Rate
 
 from compose_lens.core import study
 from compose_lens.model.forward import Forward
@@ -157,26 +157,6 @@ POOL_SIZE = 2000  # the pools of compose-lens evaluate
 
 
 @dataclass(frozen=True)
-class Rate:
-    """An accuracy: k of n, with its Wilson interval."""
-
-    k: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        return self.k / self.n if self.n else float("nan")
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return stats.wilson_interval(self.k, self.n)
-
-    def text(self) -> str:
-        low, high = self.interval
-        return f"{self.value:.3f} [{low:.3f}, {high:.3f}]"
-
-
-@dataclass(frozen=True)
 class Learned:
     """What a model has learned (see the module doc)."""
 
@@ -188,11 +168,11 @@ class Learned:
 
     @property
     def operates(self) -> bool:
-        return self.operation.value >= LEARNED
+        return self.operation.fraction >= LEARNED
 
     @property
     def binds(self) -> bool:
-        return self.binding.value >= LEARNED
+        return self.binding.fraction >= LEARNED
 
     @property
     def state(self) -> str:
@@ -200,8 +180,10 @@ class Learned:
 
     def line(self) -> str:
         """One line: what the model has learned, with the numbers behind it."""
-        numbers = (f"operation {self.operation.text()}, binding (1-var) {self.binding.text()} against "
-                   f"{self.picking:.3f} for a value picked from the context, 2-var {self.composition.text()}, "
+        def text(r: Rate) -> str:
+            return f"{r.fraction:.3f} [{r.low:.3f}, {r.high:.3f}]"
+        numbers = (f"operation {text(self.operation)}, binding (1-var) {text(self.binding)} against "
+                   f"{self.picking:.3f} for a value picked from the context, 2-var {text(self.composition)}, "
                    f"chance {self.chance:.3f}")
         if self.state == "binds":
             return f"learned: the operation and binding ({numbers})"
@@ -214,13 +196,12 @@ class Learned:
         """Why a role that needs binding cannot be located (None: the model binds)."""
         if self.binds:
             return None
-        return (f"the model has not learned binding (1-var {self.binding.value:.3f} < {LEARNED}; "
+        return (f"the model has not learned binding (1-var {self.binding.fraction:.3f} < {LEARNED}; "
                 f"picking a context value gives {self.picking:.3f})")
 
     def to_dict(self) -> dict:
         def rate(r: Rate) -> dict:
-            low, high = r.interval
-            return {"accuracy": r.value, "ci_low": low, "ci_high": high, "k": r.k, "n": r.n}
+            return {"accuracy": r.fraction, "ci_low": r.low, "ci_high": r.high, "k": r.k, "n": r.n}
         return {"state": self.state, "operation": rate(self.operation), "binding": rate(self.binding),
                 "picking": self.picking, "composition": rate(self.composition), "chance": self.chance,
                 "threshold": LEARNED, "line": self.line()}
@@ -249,7 +230,7 @@ def from_pools(config: RunConfig, batches: dict[str, Batch], accuracies: dict[st
     computes them): the same numbers, no second forward."""
     def rate(names: tuple[str, ...]) -> Rate:
         names = [name for name in names if name in accuracies]
-        return Rate(sum(round(accuracies[n] * len(batches[n])) for n in names), sum(len(batches[n]) for n in names))
+        return Rate.of(sum(round(accuracies[n] * len(batches[n])) for n in names), sum(len(batches[n]) for n in names))
 
     binding = [batches[name] for name in BINDING_POOLS if name in batches]
     tokens = torch.cat([b.tokens for b in binding]) if binding else torch.zeros(0, config.task.seq_len, dtype=torch.long)

@@ -386,11 +386,8 @@ def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[
 
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a file, read in blocks."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 # -- checkpoints ----------------------------------------------------------------------------------

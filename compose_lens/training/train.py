@@ -395,7 +395,4 @@ class Trainer:
 
 def train(config: RunConfig, run_dir: str | Path, **kwargs) -> dict:
     """Train one run to the end; see :class:`Trainer` for the keyword arguments."""
-    progress = kwargs.pop("progress", True)
-    split = kwargs.pop("split", None)
-    trainer = Trainer(config, run_dir, split=split, progress=progress, **kwargs)
-    return trainer.run()
+    return Trainer(config, run_dir, **kwargs).run()

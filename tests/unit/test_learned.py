@@ -46,11 +46,11 @@ def test_picking_counts_the_context_values_that_give_the_answer(tiny_config, tin
 
 def test_the_paper_model_binds_and_the_study_step_3001_does_not(paper, reference_dir):
     knows = evaluate.learned(paper)
-    assert knows.state == "binds" and knows.binding.value > 0.98
+    assert knows.state == "binds" and knows.binding.fraction > 0.98
     early = load_model(reference_dir / "step_3001.pth")  # before the study's routing formed (~5,000)
     found = evaluate.learned(early)
     assert found.state == "operation only", found.line()
-    assert abs(found.binding.value - found.picking) < 0.1  # the stall signature: near picking, far from 1
+    assert abs(found.binding.fraction - found.picking) < 0.1  # the stall signature: near picking, far from 1
     assert "stall signature" in found.line()
 
 
@@ -59,7 +59,7 @@ def test_evaluate_and_learned_read_the_same_pools(paper):
     knows = evaluate.learned(paper)
     pool = make_pool(paper.split, "0var_train", evaluate.POOL_SIZE, 0)
     from compose_lens.training.evaluate import accuracy
-    assert knows.operation.value == pytest.approx(accuracy(paper.model, paper.config.model, pool))
+    assert knows.operation.fraction == pytest.approx(accuracy(paper.model, paper.config.model, pool))
 
 
 def test_decoy_heads_are_not_located_and_the_real_ones_are(paper):

@@ -163,23 +163,29 @@ def _head_patching_figures(ctx: Context, result: Result, settings: dict) -> list
     return [("patching_heads", patching_figure, (table, title), 120)]
 
 
-def _head_patching_lines(result: Result) -> list[str]:
-    """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
+def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=None) -> list[str]:
+    """A heading (``what``, the table's pairs, the metric), then each label beside its row's (of ``rows``, default
+    every row of ``table``) estimate and 95 % interval."""
     from compose_lens.core.stats import format_estimate
     from compose_lens.views.patching import metric_words
 
+    width = max(map(len, labels), default=0)
+    return [f"{what} ({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}"
+            f", 0: corrupted, 1: clean, [95 % bootstrap interval]:",
+            *(f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
+              for label, r in zip(labels, (table if rows is None else rows).itertuples()))]
+
+
+def _head_patching_lines(result: Result) -> list[str]:
+    """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
     table, settings = result.tables["patching_heads"], result.value or {}
     top = table.loc[table["mean"].abs().sort_values(ascending=False, kind="stable").index[:SHOWN_SITES]]
     top = top[top["mean"].abs() >= SMALL_EFFECT]
     labels = [f"{r.component} of blocks.{r.block} head {r.head} at "
               + (r.role if "position" not in table or r.role != "context" else f"position {r.position}")
               for r in top.itertuples()]
-    width = max(map(len, labels), default=0)
-    lines = [f"per-head patching of {', '.join(dict.fromkeys(table['component']))} "
-             f"({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}, "
-             f"0: corrupted, 1: clean, [95 % bootstrap interval]:"]
-    lines += [f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
-              for label, r in zip(labels, top.itertuples())]
+    lines = _estimate_lines(f"per-head patching of {', '.join(dict.fromkeys(table['component']))}", table, settings,
+                            labels, top)
     if top.empty:
         lines.append(f"  (no site moves it by {SMALL_EFFECT} or more)")
     elif len(table) > len(top):
@@ -223,17 +229,10 @@ def _path_patching_figures(ctx: Context, result: Result, settings: dict) -> list
 
 
 def _path_patching_lines(result: Result) -> list[str]:
-    from compose_lens.core.stats import format_estimate
-    from compose_lens.views.patching import metric_words
-
     table, settings = result.tables["path_patching"], result.value or {}
     labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)"
               for s, r in zip(table["sender"], table["receiver"])]
-    width = max(map(len, labels))
-    return [f"path patching ({_pairs_words(table, settings)}); normalised "
-            f"{metric_words(settings.get('metric', 'logit_diff'))}, 0: corrupted, 1: clean, [95 % bootstrap interval]:",
-            *(f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
-              for label, r in zip(labels, table.itertuples()))]
+    return _estimate_lines("path patching", table, settings, labels)
 
 
 def _path_names(settings: dict, config) -> None:

@@ -142,10 +142,6 @@ def stall_banner(found: dict) -> str:
             "(README, 'When a run stalls').</p>")
 
 
-def _phase_text(phase: dict | None) -> str:
-    return phase_line(phase)  # the one sentence dynamics and make reproduce print
-
-
 # -- the sections ----------------------------------------------------------------------------------
 
 
@@ -229,7 +225,7 @@ def results_section(inp: ReportInputs) -> str:
          f"{ex0['accuracy']:.2%} ({ex0['correct']}/{ex0['total']})"],
     ]
     for name in ("addition", "assignment", "refinement"):
-        rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
+        rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], phase_line(phases[name])])
     found = inp.outcome
     rows.append(["outcome (stall detector)", "generalised", f"{found['outcome']}: {found['why']}"])
     source = "results.json" if inp.results else "computed now on the last checkpoint"
@@ -447,11 +443,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
             return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage,
                                 compare_with=compare_with, compare_label=compare_label,
                                 compare_options=compare_options, seed=seed, device=device)
-    base = files_dir
-    report = Report(base / "figures")
-    recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
-    inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute, seed,
-                         device)
+    report = Report(files_dir / "figures")
+    recompute = recompute or not (writable or saved_dynamics_of(run_dir, files_dir / "results", split_file))
+    inputs = load_inputs(run_dir, report, files_dir / "results", split_file, examples, stride, progress, recompute,
+                         seed, device)
     inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
     try:
         banner = stall_banner(inputs.outcome)
@@ -460,5 +455,5 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     banner += learned_banner(inputs)
     _write_page(inputs, sections(), out, f"compose-lens report: {run_dir.name}", banner)
     if report.problems:
-        (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
+        (files_dir / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

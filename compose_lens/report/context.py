@@ -267,13 +267,7 @@ def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Pa
     if (analysis.of == "run") != isinstance(loaded, RunContext):
         raise ComposeLensError(f"analysis {analysis.name} reads {'a run' if analysis.of == 'run' else 'one model'}: "
                                f"give it {'a RunContext' if analysis.of == 'run' else 'a Subject (load_subject)'}")
-    if isinstance(loaded, RunContext):
-        result = compute(analysis, loaded, settings)
-        if out is not None:
-            write(analysis, result, Path(out), loaded, settings, fmt=fmt)
-            loaded.renderer.wait()
-        return result
-    with opened(loaded, seed) as ctx:
+    with contextlib.nullcontext(loaded) if isinstance(loaded, RunContext) else opened(loaded, seed) as ctx:
         result = compute(analysis, ctx, settings)
         if out is not None:
             write(analysis, result, Path(out), ctx, settings, fmt=fmt)

@@ -64,16 +64,19 @@ def _patching_lines(result: Result) -> list[str]:
 N_ROLES = 12  # analysis.patching.ROLES + VARIANT_ROLES, at most
 
 
-def _patching_memory(settings: dict, config) -> None:
+def _patching_memory(settings: dict, config, heads: bool = False) -> None:
     """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair and
     keeps the corrupted copy); kept: every site's patched logit difference (float32) and its
-    float64 gain and mask, the bootstrap's counts and draws, the role one-hots, and (on the hook
-    path) the clean prompt's cached activations."""
+    float64 gain and mask, the bootstrap's counts and draws, the role one-hots (whole components only),
+    and (on the hook path) the clean prompt's cached activations. ``heads``: the sites are each head's
+    q, k, v, pattern and z (``patch-heads``, ``path-patch``), not whole components."""
     from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["n_pairs"]
-    sites = m.n_layers * m.n_ctx * (5 + m.n_heads)  # analysis.patching.all_sites: five components, z per head
-    kept = 20 * sites + 16 * settings["n_boot"] + 8 * m.n_ctx * N_ROLES + kept_activation_bytes(config)
+    # analysis.patching.all_sites: five components and z per head, or every head's inputs and output
+    sites = m.n_layers * m.n_ctx * (m.n_heads * len(HEAD_COMPONENTS) if heads else 5 + m.n_heads)
+    roles = 0 if heads else 8 * m.n_ctx * N_ROLES
+    kept = 20 * sites + 16 * settings.get("n_boot", PATCHING.settings["n_boot"]) + roles + kept_activation_bytes(config)
     check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
 
 
@@ -131,18 +134,6 @@ def _pairs_words(table, settings: dict) -> str:
     source = f" from {settings['pairs']}" if settings.get("pairs") else f", {table['corruption'].iloc[0]} corrupted"
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
     return f"{int(table['n_pairs'].iloc[0])} pairs{source}{metric}"
-
-
-def _fine_patching_memory(settings: dict, config) -> None:
-    """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair),
-    the clean run's cached activations, and per site and pair the patched value and the
-    bootstrap's float64 gain and mask (as ``patch``'s guard counts them)."""
-    from compose_lens.data.safety import check_sizes, kept_activation_bytes
-
-    m, n = config.model, settings["n_pairs"]
-    sites = m.n_layers * m.n_ctx * m.n_heads * len(HEAD_COMPONENTS)
-    kept = 20 * sites + 16 * PATCHING.settings["n_boot"] + kept_activation_bytes(config)
-    check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
 
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
@@ -204,7 +195,7 @@ HEAD_PATCHING = Analysis(
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
                     choices=HEAD_COMPONENTS, many=True),
              BY_OPTION, *PAIR_OPTIONS),
-    guard=_fine_patching_memory, validate=_patching_settings,
+    guard=lambda settings, config: _patching_memory(settings, config, heads=True), validate=_patching_settings,
     describe=_head_patching_lines,
     exports=("head_patching_table",))
 
@@ -243,7 +234,7 @@ def _path_names(settings: dict, config) -> None:
     sender = path_end(settings["sender"], "sender", config.model)
     for receiver in settings["receivers"]:
         check_path(sender, path_end(receiver, "receiver", config.model))
-    _fine_patching_memory(settings, config)
+    _patching_memory(settings, config, heads=True)
 
 
 PATH_PATCHING = Analysis(

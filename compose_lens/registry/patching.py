@@ -1,10 +1,6 @@
 """The patching declarations: ``patch`` (whole components, by token role or position),
 ``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one
 receiver only), with the prompt-pair options they share.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations

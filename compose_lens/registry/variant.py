@@ -1,17 +1,10 @@
 """The ``variant`` declaration: what the circuit reads in a noisier context (reassignment,
 fillers, chains); it applies to variant tasks only.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Finding, Result
-
-
-# -- variant: what the circuit reads in a noisier context -----------------------------------------
 
 
 def _variant(ctx: Context, settings: dict) -> Result:

@@ -71,5 +71,5 @@ DLA = Analysis(
     figures=("logit_attribution",), draw=_dla_figures, section=_dla_section,
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
-    guard=lambda settings, config: _dla_memory(settings, config),
+    guard=_dla_memory,
     describe=_dla_lines, exports=("logit_attribution", "logit_lens"))

@@ -1,17 +1,10 @@
 """The ``ablation`` declaration: the accuracy each pool loses when a head, an MLP, its neurons or
 its Fourier directions are ablated.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- ablation and patching: the causal tables ---------------------------------------------------
 
 
 def _ablation(ctx: Context, settings: dict) -> Result:

@@ -1,9 +1,5 @@
 """The ``attention`` declaration: where both layers attend on readable sequences, as interactive views.
 
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
-
 The analysis runs the model once on the sequences (:func:`compose_lens.analysis.attention.sequence_views`:
 the patterns, the model's answer, the label and the cells the study's circuit predicts) and writes
 

@@ -1,9 +1,5 @@
 """The ``circuit`` declaration: automatic circuit discovery on the edge graph (EAP, EAP-IG, ACDC,
 exact), its settings checks, lines and report section.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
@@ -11,9 +7,6 @@ from __future__ import annotations
 from compose_lens.core.config import CIRCUIT_METHODS, PATCH_METRICS
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- circuit: automatic circuit discovery on the edge graph ------------------------------------------
 
 CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
 

@@ -1,9 +1,5 @@
 """The ``das`` declaration: distributed alignment search for the variable-value binding, with its
 controls (minutes of fitting: its own command, not ``analyze``).
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
@@ -11,9 +7,6 @@ from __future__ import annotations
 from compose_lens.core.config import DAS_RANKS, DAS_SITES
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- das: distributed alignment search for the variable-value binding ---------------------------------
 
 def _das(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.das import DasSettings, das_table

@@ -1,17 +1,10 @@
 """The ``dla`` declaration: direct logit attribution and the logit lens at ``=``, the worked
 example of docs/extending.md.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- dla: direct logit attribution and the logit lens at = --------------------------------------
 
 
 def _dla(ctx: Context, settings: dict) -> Result:
@@ -78,5 +71,5 @@ DLA = Analysis(
     figures=("logit_attribution",), draw=_dla_figures, section=_dla_section,
     command="dla", help="direct logit attribution and logit lens at '='",
     options=(Option("--n", "n", "sequences, drawn evenly from the nine pools", minimum=9),),
-    guard=lambda settings, config: _dla_memory(settings, config),
+    guard=_dla_memory,
     describe=_dla_lines, exports=("logit_attribution", "logit_lens"))

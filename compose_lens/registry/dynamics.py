@@ -19,21 +19,16 @@ from __future__ import annotations
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
-def _settings_of_trajectory(ctx, settings: dict) -> dict:
-    from compose_lens.analysis.dynamics import trajectory_settings
-
-    return trajectory_settings(settings["pool_size"], settings["slot_size"], ctx.seed, not settings["no_circuit"],
-                               ctx.split)
-
-
 def _dynamics(ctx, settings: dict) -> Result:
     from compose_lens.training import runs
-    from compose_lens.analysis.dynamics import phases_document, trajectory
+    from compose_lens.analysis.dynamics import phases_document, trajectory, trajectory_settings
     from compose_lens.training.outcome import trajectory_outcome
 
     known = None
     if settings["update"] and ctx.previous is not None:
-        known = runs.previous_dynamics(ctx.previous, _settings_of_trajectory(ctx, settings), ctx.source, ctx.split)
+        asked = trajectory_settings(settings["pool_size"], settings["slot_size"], ctx.seed, not settings["no_circuit"],
+                                    ctx.split)
+        known = runs.previous_dynamics(ctx.previous, asked, ctx.source, ctx.split)
     traj = trajectory(ctx.source, ctx.split, pool_size=settings["pool_size"], slot_size=settings["slot_size"],
                       seed=ctx.seed, circuit=not settings["no_circuit"], steps=list(settings["steps"]) or None,
                       stride=settings["stride"], progress=ctx.progress, device=ctx.device,

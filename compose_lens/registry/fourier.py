@@ -1,17 +1,10 @@
 """The ``fourier`` declaration: the adder MLP's Fourier features (key frequencies, neuron fits,
 the readout and the embedding), its command, findings and report section.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Result
-
-
-# -- fourier: the adder MLP --------------------------------------------------------------------
 
 
 def _fourier(ctx: Context, settings: dict) -> Result:

@@ -1,9 +1,5 @@
 """The ``gradient`` declaration: the theory's gradient claim, the associative-memory term, on
 the final model and over the checkpoints.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The patching declarations: ``patch`` (whole components, by token role or position),
 ``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one
 receiver only), with the prompt-pair options they share.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
@@ -64,16 +60,19 @@ def _patching_lines(result: Result) -> list[str]:
 N_ROLES = 12  # analysis.patching.ROLES + VARIANT_ROLES, at most
 
 
-def _patching_memory(settings: dict, config) -> None:
+def _patching_memory(settings: dict, config, heads: bool = False) -> None:
     """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair and
     keeps the corrupted copy); kept: every site's patched logit difference (float32) and its
-    float64 gain and mask, the bootstrap's counts and draws, the role one-hots, and (on the hook
-    path) the clean prompt's cached activations."""
+    float64 gain and mask, the bootstrap's counts and draws, the role one-hots (whole components only),
+    and (on the hook path) the clean prompt's cached activations. ``heads``: the sites are each head's
+    q, k, v, pattern and z (``patch-heads``, ``path-patch``), not whole components."""
     from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["n_pairs"]
-    sites = m.n_layers * m.n_ctx * (5 + m.n_heads)  # analysis.patching.all_sites: five components, z per head
-    kept = 20 * sites + 16 * settings["n_boot"] + 8 * m.n_ctx * N_ROLES + kept_activation_bytes(config)
+    # analysis.patching.all_sites: five components and z per head, or every head's inputs and output
+    sites = m.n_layers * m.n_ctx * (m.n_heads * len(HEAD_COMPONENTS) if heads else 5 + m.n_heads)
+    roles = 0 if heads else 8 * m.n_ctx * N_ROLES
+    kept = 20 * sites + 16 * settings.get("n_boot", PATCHING.settings["n_boot"]) + roles + kept_activation_bytes(config)
     check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
 
 
@@ -133,18 +132,6 @@ def _pairs_words(table, settings: dict) -> str:
     return f"{int(table['n_pairs'].iloc[0])} pairs{source}{metric}"
 
 
-def _fine_patching_memory(settings: dict, config) -> None:
-    """Per pair: the clean and corrupted prompts (``variable`` draws four 1-var prompts per pair),
-    the clean run's cached activations, and per site and pair the patched value and the
-    bootstrap's float64 gain and mask (as ``patch``'s guard counts them)."""
-    from compose_lens.data.safety import check_sizes, kept_activation_bytes
-
-    m, n = config.model, settings["n_pairs"]
-    sites = m.n_layers * m.n_ctx * m.n_heads * len(HEAD_COMPONENTS)
-    kept = 20 * sites + 16 * PATCHING.settings["n_boot"] + kept_activation_bytes(config)
-    check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
-
-
 def _head_patching(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis.patching import head_patching_table
     from compose_lens.training.subject import with_bridge
@@ -163,23 +150,29 @@ def _head_patching_figures(ctx: Context, result: Result, settings: dict) -> list
     return [("patching_heads", patching_figure, (table, title), 120)]
 
 
-def _head_patching_lines(result: Result) -> list[str]:
-    """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
+def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=None) -> list[str]:
+    """A heading (``what``, the table's pairs, the metric), then each label beside its row's (of ``rows``, default
+    every row of ``table``) estimate and 95 % interval."""
     from compose_lens.core.stats import format_estimate
     from compose_lens.views.patching import metric_words
 
+    width = max(map(len, labels), default=0)
+    return [f"{what} ({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}"
+            f", 0: corrupted, 1: clean, [95 % bootstrap interval]:",
+            *(f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
+              for label, r in zip(labels, (table if rows is None else rows).itertuples()))]
+
+
+def _head_patching_lines(result: Result) -> list[str]:
+    """The sites with the largest effects (at most :data:`SHOWN_SITES`, none below :data:`SMALL_EFFECT`)."""
     table, settings = result.tables["patching_heads"], result.value or {}
     top = table.loc[table["mean"].abs().sort_values(ascending=False, kind="stable").index[:SHOWN_SITES]]
     top = top[top["mean"].abs() >= SMALL_EFFECT]
     labels = [f"{r.component} of blocks.{r.block} head {r.head} at "
               + (r.role if "position" not in table or r.role != "context" else f"position {r.position}")
               for r in top.itertuples()]
-    width = max(map(len, labels), default=0)
-    lines = [f"per-head patching of {', '.join(dict.fromkeys(table['component']))} "
-             f"({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}, "
-             f"0: corrupted, 1: clean, [95 % bootstrap interval]:"]
-    lines += [f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
-              for label, r in zip(labels, top.itertuples())]
+    lines = _estimate_lines(f"per-head patching of {', '.join(dict.fromkeys(table['component']))}", table, settings,
+                            labels, top)
     if top.empty:
         lines.append(f"  (no site moves it by {SMALL_EFFECT} or more)")
     elif len(table) > len(top):
@@ -198,7 +191,7 @@ HEAD_PATCHING = Analysis(
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
                     choices=HEAD_COMPONENTS, many=True),
              BY_OPTION, *PAIR_OPTIONS),
-    guard=_fine_patching_memory, validate=_patching_settings,
+    guard=lambda settings, config: _patching_memory(settings, config, heads=True), validate=_patching_settings,
     describe=_head_patching_lines,
     exports=("head_patching_table",))
 
@@ -223,17 +216,10 @@ def _path_patching_figures(ctx: Context, result: Result, settings: dict) -> list
 
 
 def _path_patching_lines(result: Result) -> list[str]:
-    from compose_lens.core.stats import format_estimate
-    from compose_lens.views.patching import metric_words
-
     table, settings = result.tables["path_patching"], result.value or {}
     labels = [f"{s} -> {r}" if r != "all" else f"{s} alone (every path)"
               for s, r in zip(table["sender"], table["receiver"])]
-    width = max(map(len, labels))
-    return [f"path patching ({_pairs_words(table, settings)}); normalised "
-            f"{metric_words(settings.get('metric', 'logit_diff'))}, 0: corrupted, 1: clean, [95 % bootstrap interval]:",
-            *(f"  {label.ljust(width)}  {format_estimate(r.mean, r.ci_low, r.ci_high)}"
-              for label, r in zip(labels, table.itertuples()))]
+    return _estimate_lines("path patching", table, settings, labels)
 
 
 def _path_names(settings: dict, config) -> None:
@@ -244,7 +230,7 @@ def _path_names(settings: dict, config) -> None:
     sender = path_end(settings["sender"], "sender", config.model)
     for receiver in settings["receivers"]:
         check_path(sender, path_end(receiver, "receiver", config.model))
-    _fine_patching_memory(settings, config)
+    _patching_memory(settings, config, heads=True)
 
 
 PATH_PATCHING = Analysis(

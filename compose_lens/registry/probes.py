@@ -1,17 +1,10 @@
 """The ``probes`` declaration: the circuit summary's measures (previous-token attention, QK routing,
 the Fourier and modularity numbers) and the report's circuit-summary section.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Finding, Result
-
-
-# -- probes: the circuit summary ----------------------------------------------------------------
 
 
 def _probes(ctx: Context, settings: dict) -> Result:

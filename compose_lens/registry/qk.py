@@ -1,16 +1,9 @@
 """The ``qk`` declaration: the two QK views of the located heads, read from the weights only.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Result
-
-
-# -- qk: the two QK views (weights only, 0.1 s each) --------------------------------------------
 
 
 def _qk(ctx: Context, settings: dict) -> Result:

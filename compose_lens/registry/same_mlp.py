@@ -1,17 +1,10 @@
 """The ``same_mlp`` declaration: does one MLP add constants and variables? Its command, memory
 guard, verdict lines and report section.
-
-One declaration module of :mod:`compose_lens.registry` (its module doc says what a declaration
-holds); ``ctx: Context`` below is a :class:`compose_lens.report.context.Context` (not imported: it reads
-the registry).
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- same_mlp: one MLP for constants and variables? ---------------------------------------------
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:

@@ -142,10 +142,6 @@ def stall_banner(found: dict) -> str:
             "(README, 'When a run stalls').</p>")
 
 
-def _phase_text(phase: dict | None) -> str:
-    return phase_line(phase)  # the one sentence dynamics and make reproduce print
-
-
 # -- the sections ----------------------------------------------------------------------------------
 
 
@@ -229,7 +225,7 @@ def results_section(inp: ReportInputs) -> str:
          f"{ex0['accuracy']:.2%} ({ex0['correct']}/{ex0['total']})"],
     ]
     for name in ("addition", "assignment", "refinement"):
-        rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], _phase_text(phases[name])])
+        rows.append([f"phase onset: {phases[name]['description']}", STUDY[name], phase_line(phases[name])])
     found = inp.outcome
     rows.append(["outcome (stall detector)", "generalised", f"{found['outcome']}: {found['why']}"])
     source = "results.json" if inp.results else "computed now on the last checkpoint"
@@ -354,9 +350,8 @@ def is_run_source(spec: str | Path) -> bool:
     return path.is_dir() and ((path / runs.CHECKPOINTS_DIR).is_dir() or any(path.glob("step_*.pth")))
 
 
-def build_model_report(subject, out: str | Path, examples: list[str] | None = None,
-                       files_dir: Path | None = None, compare_with=None, compare_label: str = "",
-                       compare_options: dict | None = None, seed: int = 0,
+def build_model_report(subject, out: str | Path, examples: list[str] | None = None, compare_with=None,
+                       compare_label: str = "", compare_options: dict | None = None, seed: int = 0,
                        progress: bool = True) -> tuple[Path, list[str]]:
     """Write the report of one model (a :class:`~compose_lens.training.subject.Subject`: ``paper``, a checkpoint,
     a researcher's own model) to ``out``: every section that reads one model. Its figures and the
@@ -366,20 +361,16 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
     :func:`compose_lens.report.compare.compare`). ``seed``: of the sequences the analyses draw; ``progress``: a
     phase line per section on a terminal."""
     out = Path(out)
-    if files_dir is None:
-        with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as stage:
-            return build_model_report(subject, out, examples, files_dir=stage, compare_with=compare_with,
-                                      compare_label=compare_label, compare_options=compare_options, seed=seed,
-                                      progress=progress)
-    report = Report(files_dir / "figures")
-    inputs = ReportInputs(run_dir=Path(subject.source), subject=subject, which="the model",
-                          results=None, texts=examples or example_sequences(subject.split), report=report,
-                          examples=tuple(examples or ()),
-                          context=context.Context(subject, seed=seed), results_dir=files_dir / "results",
-                          compare_with=compare_with, compare_label=compare_label, compare_options=compare_options,
-                          progress=progress)
-    _write_page(inputs, model_sections(), out,
-                f"compose-lens report: {Path(subject.source).name}", learned_banner(inputs))
+    with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as files_dir:
+        report = Report(files_dir / "figures")
+        inputs = ReportInputs(run_dir=Path(subject.source), subject=subject, which="the model",
+                              results=None, texts=examples or example_sequences(subject.split), report=report,
+                              examples=tuple(examples or ()),
+                              context=context.Context(subject, seed=seed), results_dir=files_dir / "results",
+                              compare_with=compare_with, compare_label=compare_label,
+                              compare_options=compare_options, progress=progress)
+        _write_page(inputs, model_sections(), out,
+                    f"compose-lens report: {Path(subject.source).name}", learned_banner(inputs))
     return out, report.problems
 
 
@@ -422,16 +413,16 @@ def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=None, examples: list[str] | None = None,
-                 stride: int = 1, progress: bool = True, recompute: bool = False,
-                 files_dir: Path | None = None, compare_with=None, compare_label: str = "",
-                 compare_options: dict | None = None, seed: int = 0, device: str = "cpu") -> tuple[Path, list[str]]:
+                 stride: int = 1, progress: bool = True, recompute: bool = False, compare_with=None,
+                 compare_label: str = "", compare_options: dict | None = None, seed: int = 0,
+                 device: str = "cpu") -> tuple[Path, list[str]]:
     """Write the report of ``run_dir`` (default ``run_dir/report.html``); its final model and checkpoints run
     on ``device``, its analyses draw their sequences with ``seed``.
 
     Returns the page's path and the sections that could not be made (each also
     explained on the page itself). A page outside the run keeps its figures and results in
-    ``X_files/`` beside it, written through a stage (:func:`compose_lens.data.safety.staged_companion`,
-    which passes ``files_dir``): a call that fails (a full disk) leaves no part of it.
+    ``X_files/`` beside it, written through a stage (:func:`compose_lens.data.safety.staged_companion`; in the
+    run too, which is locked meanwhile): a call that fails (a full disk) leaves no part of it.
     ``compare_with``, ``compare_label``, ``compare_options``: as :func:`build_model_report`'s, the run's
     final model being A.
     """
@@ -440,25 +431,21 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
         raise ComposeLensError(f"{run_dir}: not a run directory")
     writable = out is None or Path(out).parent.resolve() == run_dir.resolve()
     out = Path(out) if out else run_dir / "report.html"
-    if files_dir is None:  # locked and staged, in the run too (#45: it left figures/ and results/ on a full disk)
-        folder = run_dir if writable else out.parent / (out.stem + "_files")
-        with lock_run(run_dir, "report") if writable else contextlib.nullcontext(), \
-                staged_companion(folder, "report", keep=("results",)) as stage:
-            return build_report(run_dir, out, split_file, examples, stride, progress, recompute, files_dir=stage,
-                                compare_with=compare_with, compare_label=compare_label,
-                                compare_options=compare_options, seed=seed, device=device)
-    base = files_dir
-    report = Report(base / "figures")
-    recompute = recompute or not (writable or saved_dynamics_of(run_dir, base / "results", split_file))
-    inputs = load_inputs(run_dir, report, base / "results", split_file, examples, stride, progress, recompute, seed,
-                         device)
-    inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
-    try:
-        banner = stall_banner(inputs.outcome)
-    except Exception:  # the results section says what went wrong
-        banner = ""
-    banner += learned_banner(inputs)
-    _write_page(inputs, sections(), out, f"compose-lens report: {run_dir.name}", banner)
-    if report.problems:
-        (base / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
+    folder = run_dir if writable else out.parent / (out.stem + "_files")
+    # locked and staged, in the run too (#45: it left figures/ and results/ on a full disk)
+    with lock_run(run_dir, "report") if writable else contextlib.nullcontext(), \
+            staged_companion(folder, "report", keep=("results",)) as files_dir:
+        report = Report(files_dir / "figures")
+        recompute = recompute or not (writable or saved_dynamics_of(run_dir, files_dir / "results", split_file))
+        inputs = load_inputs(run_dir, report, files_dir / "results", split_file, examples, stride, progress,
+                             recompute, seed, device)
+        inputs.compare_with, inputs.compare_label, inputs.compare_options = compare_with, compare_label, compare_options
+        try:
+            banner = stall_banner(inputs.outcome)
+        except Exception:  # the results section says what went wrong
+            banner = ""
+        banner += learned_banner(inputs)
+        _write_page(inputs, sections(), out, f"compose-lens report: {run_dir.name}", banner)
+        if report.problems:
+            (files_dir / "report_problems.txt").write_text("\n".join(report.problems) + "\n")
     return out, report.problems

@@ -250,7 +250,7 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
         registry.by_name(registry.ANALYSES, name)  # an unknown analysis: one line
     same_mlp = registry.by_name(registry.ANALYSES, "same_mlp")
     analyses = _analyses_of(subject.config, causal)
-    with context.opened(subject, seed) as ctx, torch_threads(1):
+    with context.Context(subject, seed) as ctx, torch_threads(1):
         readings = _pools(ctx.loaded, pool_size, seed, resamples)
         readings += _roles(ctx, resamples)
         found, results = _findings(ctx, analyses, settings, resamples)

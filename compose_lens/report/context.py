@@ -24,7 +24,7 @@ import contextlib
 import functools
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -267,25 +267,12 @@ def run_analysis(analysis: Analysis | str, loaded: Subject | RunContext, out: Pa
     if (analysis.of == "run") != isinstance(loaded, RunContext):
         raise ComposeLensError(f"analysis {analysis.name} reads {'a run' if analysis.of == 'run' else 'one model'}: "
                                f"give it {'a RunContext' if analysis.of == 'run' else 'a Subject (load_subject)'}")
-    if isinstance(loaded, RunContext):
-        result = compute(analysis, loaded, settings)
-        if out is not None:
-            write(analysis, result, Path(out), loaded, settings, fmt=fmt)
-            loaded.renderer.wait()
-        return result
-    with opened(loaded, seed) as ctx:
+    with contextlib.nullcontext(loaded) if isinstance(loaded, RunContext) else Context(loaded, seed) as ctx:
         result = compute(analysis, ctx, settings)
         if out is not None:
             write(analysis, result, Path(out), ctx, settings, fmt=fmt)
             ctx.renderer.wait()
     return result
-
-
-@contextlib.contextmanager
-def opened(loaded: Subject, seed: int = 0, renderer: Renderer | None = None) -> Iterator[Context]:
-    """``with opened(loaded) as context:`` a :class:`Context`, its shared grids open."""
-    with Context(loaded, seed, renderer) as context:
-        yield context
 
 
 def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = True, fmt: str = "png",
@@ -308,7 +295,7 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]
     for analysis in steps:
         guard(analysis, loaded.config)
-    with opened(loaded, seed, renderer) as ctx:
+    with Context(loaded, seed, renderer) as ctx:
         record = ctx.record()
         location = ctx.plan[0]
         summary: dict = {"learned": location.learned.to_dict() if location.learned else None,

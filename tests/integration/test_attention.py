@@ -153,7 +153,7 @@ def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_con
 
     texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d ="]
     subject = Subject(tl.boot(tiny_config.model), tiny_config, tiny_split, "tiny")
-    with context.opened(subject) as ctx:
+    with context.Context(subject) as ctx:
         made = context.obtain(registry.ATTENTION, ctx, tmp_path, {"sequences": tuple(texts)})
         read = context.read(registry.ATTENTION, tmp_path, ctx, {"sequences": tuple(texts)})
     assert read is not None and read.value is None  # from the files, not the computation

@@ -189,7 +189,7 @@ def test_the_report_section_folds_the_view_in():
 
     circuit = registry.by_name(registry.ANALYSES, "circuit")
     settings = circuit.with_settings({"n_pairs": 30})
-    with context.opened(load_subject("paper", bridge=False), 0) as ctx:
+    with context.Context(load_subject("paper", bridge=False), 0) as ctx:
         result = context.compute(circuit, ctx, settings)
     assert {stem for stem, *_, dpi in result.figures if dpi is None} == {"circuit.html"}
     section = circuit.section(SimpleNamespace(report=Report()), result, settings)

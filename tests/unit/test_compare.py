@@ -75,7 +75,7 @@ def test_the_resampled_statistics_give_the_registered_findings_on_all_prompts(re
     is saturated (the paper model scores 1 on each, on any batch)."""
     from compose_lens import registry
 
-    with context.opened(load_subject(reference_dir / "step_5001.pth", bridge=False), 0) as ctx:
+    with context.Context(load_subject(reference_dir / "step_5001.pth", bridge=False), 0) as ctx:
         facts = context.compute(registry.by_name(registry.ANALYSES, "probes"), ctx).facts
         acts = C.probes.probe_activations(ctx.loaded, C.PROBE_SEQUENCES, 0, heads=ctx.heads)
         everything = C._subset(acts, np.arange(len(acts)))

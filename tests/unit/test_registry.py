@@ -59,7 +59,7 @@ def test_the_report_reads_a_saved_result_made_alike_and_recomputes_otherwise(loa
         return registry.DLA.compute(ctx, settings)
 
     dla = dataclasses.replace(registry.DLA, compute=counted)
-    with context.opened(loaded) as ctx:
+    with context.Context(loaded) as ctx:
         first = context.obtain(dla, ctx, tmp_path / "dla", {"n": 45})
         again = context.obtain(dla, ctx, tmp_path / "dla", {"n": 45})
         assert len(calls) == 1  # read back, not computed
@@ -67,7 +67,7 @@ def test_the_report_reads_a_saved_result_made_alike_and_recomputes_otherwise(loa
             first.tables["logit_attribution"]["share"].round(6).tolist()
         context.obtain(dla, ctx, tmp_path / "dla", {"n": 54})  # other settings: computed
         assert [c["n"] for c in calls] == [45, 54]
-    with context.opened(loaded, seed=1) as other:  # another seed: computed
+    with context.Context(loaded, seed=1) as other:  # another seed: computed
         context.obtain(dla, other, tmp_path / "dla", {"n": 54})
     assert len(calls) == 3
     record = json.loads((tmp_path / "dla" / "logit_attribution.provenance.json").read_text())

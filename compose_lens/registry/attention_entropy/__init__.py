@@ -1,16 +1,12 @@
 """The ``attention_entropy`` analysis, whole in this folder: each head's attention entropy at ``=`` by sequence kind.
 
 Its numbers are :mod:`.entropy`, its tests ``test_attention_entropy.py``, its declaration (no figure: a
-table) and report section this module (:mod:`compose_lens.registry` says what a declaration holds;
-``ctx`` below is a :class:`compose_lens.report.context.Context`, not imported: it reads the registry).
+table) and report section this module.
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Option, Result
-
-
-# -- attention entropy per head at = ------------------------------------------------------------
 
 
 def _entropy(ctx: Context, settings: dict) -> Result:

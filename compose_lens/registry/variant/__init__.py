@@ -1,17 +1,12 @@
 """The ``variant`` analysis, whole in this folder: what the circuit reads in a noisier context (reassignment,
 fillers, chains); it applies to variant tasks only.
 
-Its numbers are :mod:`.reading`, its tests ``test_variant.py``, its declaration and report section this
-module (:mod:`compose_lens.registry` says what a declaration holds; ``ctx`` below is a
-:class:`compose_lens.report.context.Context`, not imported: it reads the registry).
+Its numbers are :mod:`.reading`, its tests ``test_variant.py``, its declaration and report section this module.
 """
 
 from __future__ import annotations
 
 from compose_lens.registry.analysis import Analysis, Finding, Result
-
-
-# -- variant: what the circuit reads in a noisier context -----------------------------------------
 
 
 def _variant(ctx: Context, settings: dict) -> Result:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.training.batched import BatchedTrainer
+from compose_lens.training.batched import BatchedTrainer, stacked
 from compose_lens.core.config import RunConfig
 from compose_lens.core.cores import processor
 
@@ -41,15 +41,11 @@ OUT = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench" 
 
 
 def trainer(k: int, precision: str, folder: Path, pools: bool = False) -> BatchedTrainer:
-    """K runs of the study's setting stacked; their evaluation pools tiny unless ``pools`` (the step does
-    not read them, and the study's pools for every run of every configuration would not fit in memory)."""
-    small = [] if pools else ["pool_size=16"]
-    configs = [RunConfig().with_overrides([f"seed={s}", f"init_seed={s}", f"train.seed={s}", f"precision={precision}",
-                                           "threads=1", *small]) for s in range(k)]
-    batched = BatchedTrainer(configs, [folder / f"{precision}-k{k}-{s}{'-pools' if pools else ''}" for s in range(k)],
-                             progress=False)
-    batched.set_group(list(range(k)))
-    return batched
+    """K runs of the study's setting stacked (:func:`compose_lens.training.batched.stacked`, as the sweep's probe
+    stacks them); their evaluation pools tiny unless ``pools`` (the step does not read them, and the study's
+    pools for every run of every configuration would not fit in memory)."""
+    return stacked(RunConfig(), k, folder / f"{precision}-k{k}{'-pools' if pools else ''}",
+                   [f"precision={precision}", "threads=1", *([] if pools else ["pool_size=16"])])
 
 
 PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",

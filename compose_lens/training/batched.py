@@ -324,11 +324,9 @@ def probe(config: RunConfig, ks: Sequence[int] = (1, 4, 8, 16), precisions: Sequ
     with tempfile.TemporaryDirectory() as tmp:
         for precision in precisions:
             for k in ks:
-                configs = [config.with_overrides([f"model.init_seed={s}", f"train.seed={s}", f"precision={precision}",
-                                                  "pool_size=16", "log_to=none"]) for s in range(k)]
-                trainer = BatchedTrainer(configs, [Path(tmp) / f"{precision}-{k}-{s}" for s in range(k)], progress=False)
+                trainer = stacked(config, k, Path(tmp) / f"{precision}-{k}",
+                                  [f"precision={precision}", "pool_size=16", "log_to=none"])
                 try:
-                    trainer.set_group(list(range(k)))
                     trainer.train_step()
                     times = []
                     for _ in range(steps):
@@ -342,6 +340,16 @@ def probe(config: RunConfig, ks: Sequence[int] = (1, 4, 8, 16), precisions: Sequ
     chosen = pick(candidates)
     return {"precision": chosen["precision"], "runs_per_process": chosen["k"], "processor": cores.processor(),
             "candidates": candidates, "chosen_by": "probe"}
+
+
+def stacked(config: RunConfig, k: int, folder: Path, overrides: Sequence[str] = ()) -> BatchedTrainer:
+    """K runs of ``config`` with ``overrides`` (seeds 0..K-1: their initial weights and data order) stacked in
+    one trainer, every run in the group a step moves, their files in ``folder``: what :func:`probe` times
+    and ``experiments/bench_throughput.py`` measures."""
+    configs = [config.with_overrides([f"model.init_seed={s}", f"train.seed={s}", *overrides]) for s in range(k)]
+    trainer = BatchedTrainer(configs, [folder / f"run-{s}" for s in range(k)], progress=False)
+    trainer.set_group(list(range(k)))
+    return trainer
 
 
 def pick(candidates: Sequence[dict]) -> dict:

@@ -12,7 +12,6 @@ model's own, so the last stage's top-1 rate is the model's accuracy on that pool
 from __future__ import annotations
 
 import pandas as pd
-import torch
 
 from compose_lens.analysis.logit_attribution import final_norm
 from compose_lens.core.stats import wilson_interval

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from compose_lens.cli.common import (add_device_argument, add_model_arguments, add_outputs, emit, print_json,
                                      run_config_from_args, seed, subject_of)
@@ -155,8 +154,6 @@ def _side_by_side(loaded, pool_size: int, seed: int) -> tuple[dict, dict]:
     declared distribution beside them: its nine pools and a sample of its training distribution (the declared
     context and mix of kinds, :class:`~compose_lens.data.sampler.TrainingSampler`), ``pool_size`` each."""
     import dataclasses
-
-    import torch
 
     from compose_lens.data import streams
     from compose_lens.data.prompts import OUTSIDE

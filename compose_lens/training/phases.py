@@ -44,10 +44,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 
-from compose_lens.core.stats import format_estimate, wilson_bounds
+from compose_lens.core.stats import wilson_bounds
 
 # Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")

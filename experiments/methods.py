@@ -24,13 +24,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from compose_lens.analysis import das, llc
+from compose_lens.analysis import das
+from compose_lens.registry.llc import estimate as llc
 from compose_lens.analysis.dynamics import trajectory
 from compose_lens.training.phases import find_phases
 from compose_lens.training.subject import load_model
 from compose_lens.views.drawing import save
 from compose_lens.views.patching import das_figure
-from compose_lens.views.training import llc_figure
+from compose_lens.registry.llc.figure import llc_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"

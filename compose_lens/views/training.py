@@ -1,7 +1,7 @@
 """Figures of training, the phase onsets marked in each (SPEC section 7): the nine pools over the
 checkpoints (:func:`accuracy_by_variable_count_figure`; :func:`dynamics_figure` with the run's outcome,
 what ``compose-lens dynamics`` writes), the circuit's progress measures (:func:`progress_measures_figure`),
-the late refinement (:func:`refinement_figure`) and the local learning coefficient (:func:`llc_figure`).
+the late refinement (:func:`refinement_figure`).
 Checkpoints are rarely evenly spaced: a curve breaks over a gap in the sampling (:func:`plot_over_steps`)
 and a dense stretch is enlarged (:func:`dense_window`).
 """
@@ -296,37 +296,3 @@ def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: 
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     cols = ["step", *score_cols, *slot_cols] + [c for c in ("equals_score_spread",) if c in table]
     return fig, table[cols].copy()
-
-
-def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = "") -> tuple[Figure, pd.DataFrame]:
-    """The LLC of each checkpoint (mean over chains, bars: their spread; hollow and off the line: an
-    estimate that failed a sanity check) above the checkpoint's training loss, the phase onsets dashed."""
-    fig, (top, bottom) = subplots(2, 1, figsize=(7.5, 5.6), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]})
-    table = table.sort_values("step")
-    healthy = table["healthy"].astype(bool).to_numpy()
-    colour = OKABE_ITO[0]
-    # the line joins only the estimates that passed the sanity checks (issue 43: it ran through the
-    # failed ones); every estimate keeps its bar and its marker
-    top.errorbar(table["step"], table["llc_mean"], yerr=table["llc_std"], color=colour, lw=1.2, capsize=2,
-                 fmt="none")
-    top.plot(table["step"][healthy], table["llc_mean"][healthy], "-o", color=colour, lw=1.2, ms=4, zorder=3,
-             label="LLC (mean of chains, bar: their s.d.)")
-    if (~healthy).any():
-        top.scatter(table["step"][~healthy], table["llc_mean"][~healthy], facecolors="white", edgecolors=colour,
-                    s=24, zorder=3, label="failed a sanity check (see llc.csv)")
-    top.set_ylabel("local learning coefficient", fontsize=9)
-    mark_phases(top, phases)
-    top.legend(fontsize=8, loc="best")
-    bottom.plot(table["step"], np.maximum(table["train_loss"], 1e-6), color=OKABE_ITO[2], marker="o", ms=3)
-    bottom.set_yscale("log")
-    bottom.set_ylabel("training loss at\nthe checkpoint", fontsize=9)
-    bottom.set_xlabel("training step", fontsize=9)
-    mark_phases(bottom, phases, label=False)
-    for ax in (top, bottom):
-        ax.tick_params(labelsize=9)
-        ax.grid(alpha=0.3)
-    if title:
-        top.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig, table

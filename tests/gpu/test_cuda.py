@@ -95,7 +95,7 @@ def test_analyze_and_llc_run_on_the_gpu(tmp_path):
         if isinstance(value, float) and value == value:
             assert abs(gpu[key] - value) <= 0.02 + 0.02 * abs(value), key
     pytest.importorskip("devinterp")
-    from compose_lens.analysis import llc
+    from compose_lens.registry.llc import estimate as llc
 
     loaded = load_model("paper", bridge=False)
     settings = llc.LlcSettings(chains=2, draws=20, batch_size=64, n_sequences=256)

@@ -15,7 +15,7 @@ from compose_lens.views.drawing import OKABE_ITO, png_bytes
 from compose_lens.views.fourier import best_neurons_figure, fourier_neuron_figure
 from compose_lens.views.patching import ablation_figure, patching_figure
 from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
-from compose_lens.views.training import (PHASE_STYLE, POOL_GROUPS, _measure_unit, dynamics_figure, llc_figure,
+from compose_lens.views.training import (PHASE_STYLE, POOL_GROUPS, _measure_unit, dynamics_figure,
                                          progress_measures_figure, refinement_figure)
 
 
@@ -44,18 +44,6 @@ def test_the_patching_colour_bar_spans_the_data_not_minus_one_to_one():
     assert low == pytest.approx(-0.02) and high == pytest.approx(1.0)
     image = fig.axes[0].images[0]
     assert image.norm.vmin == -image.norm.vmax  # diverging about 0: a zero cell is white
-    plt.close(fig)
-
-
-def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
-    """An LLC estimate that failed a sanity check keeps its hollow marker and bar, but the line does not run
-    through it (issue 43: it did, reading as a measured value)."""
-    table = pd.DataFrame({"step": [100, 200, 300, 400], "llc_mean": [5.0, 9.0, -3.0, 12.0],
-                          "llc_std": [0.5, 0.5, 4.0, 0.5], "healthy": [True, True, False, True],
-                          "train_loss": [1.0, 0.5, 0.2, 0.1]})
-    fig, _ = llc_figure(table)
-    lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
-    assert [list(line.get_xdata()) for line in lines] == [[100, 200, 400]]
     plt.close(fig)
 
 

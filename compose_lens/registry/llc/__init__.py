@@ -1,8 +1,8 @@
-"""The ``llc`` declaration: the local learning coefficient of every checkpoint of a run (or of one
+"""The ``llc`` analysis, whole in this folder: the local learning coefficient of every checkpoint of a run (or of one
 model), estimated by SGLD with devinterp 2.0.1 (``pip install -e '.[methods]'``), beside the phases.
 
-An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): :mod:`compose_lens.analysis.llc`
-estimates; this module says how the command and the API run it. ``compose-lens llc RUN --out DIR``
+An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): :mod:`.estimate` estimates,
+:mod:`.figure` draws, ``test_llc.py`` tests, and this module says how the command and the API run it. ``compose-lens llc RUN --out DIR``
 writes ``llc.csv`` (one row per checkpoint, with its sanity checks), ``llc_traces.csv`` (every chain's
 sampled losses), ``llc_phases.csv`` (the mean LLC between phase onsets, where the run has phases),
 ``llc.json`` and ``figures/llc.png`` (the phase onsets marked: from ``--phases``, the run's
@@ -17,7 +17,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _estimator_settings(settings: dict, seed: int):
-    from compose_lens.analysis.llc import LlcSettings
+    from compose_lens.registry.llc.estimate import LlcSettings
 
     return LlcSettings(**{k: settings[k] for k in ("epsilon", "gamma", "n_beta", "chains", "draws", "burnin",
                                                    "batch_size", "n_sequences", "component")}, seed=seed)
@@ -25,7 +25,7 @@ def _estimator_settings(settings: dict, seed: int):
 
 def _llc(ctx, settings: dict) -> Result:
     from compose_lens.training import runs
-    from compose_lens.analysis import llc
+    from compose_lens.registry.llc import estimate as llc
 
     estimator = _estimator_settings(settings, ctx.seed)
     phases, phases_from = llc.run_phases(ctx.source, settings["phases"])
@@ -44,7 +44,7 @@ def _llc(ctx, settings: dict) -> Result:
 
 def _llc_figures(ctx, result: Result, settings: dict) -> list:
     """The estimates over the steps, the phase onsets marked."""
-    from compose_lens.views.training import llc_figure
+    from compose_lens.registry.llc.figure import llc_figure
 
     doc = result.documents["llc"]
     of = "" if settings["component"] is None else f" of {settings['component']}"
@@ -55,7 +55,7 @@ def _llc_figures(ctx, result: Result, settings: dict) -> list:
 def _check(settings: dict, config) -> None:
     """Memory, SGLD's settings, devinterp and the component, in one line each, before anything is loaded
     or written."""
-    from compose_lens.analysis.llc import check_component, require_devinterp
+    from compose_lens.registry.llc.estimate import check_component, require_devinterp
     from compose_lens.data.safety import activation_bytes, check_sizes
 
     check_sizes(config, {f"--n-sequences {settings['n_sequences']}": (settings["n_sequences"], 1),  # drawn once, kept
@@ -77,7 +77,7 @@ def _lines(result: Result) -> list[str]:
     failed = int((~table["healthy"].astype(bool)).sum())
     if failed:
         lines.append(f"{failed} of {len(table)} estimates failed a sanity check (column 'problems'; see "
-                     f"compose_lens.analysis.llc)")
+                     f"compose_lens.registry.llc.estimate)")
     return lines
 
 
@@ -85,7 +85,7 @@ LLC = Analysis(
     name="llc", title="Local learning coefficient over training", compute=_llc, of="run",
     settings={"epsilon": 1e-4, "gamma": 1000.0, "n_beta": None, "chains": 3, "draws": 150, "burnin": 0,
               "batch_size": 128, "n_sequences": 4096, "component": None, "phases": None, "steps": (), "stride": 1},
-    figures=("llc",), draw=_llc_figures, module="compose_lens.analysis.llc", tables=("llc", "llc_traces"),
+    figures=("llc",), draw=_llc_figures, module="compose_lens.registry.llc.estimate", tables=("llc", "llc_traces"),
     documents=("llc",),
     command="llc", help="local learning coefficient of every checkpoint (SGLD, devinterp), beside the phases",
     options=(Option("--phases", "phases", "a phases.json of `compose-lens dynamics` to mark (default: the run's own)",

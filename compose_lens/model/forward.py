@@ -32,7 +32,7 @@ a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer po
 index (the axis is dropped); a head is ``None`` (every head: the axis is kept) or an index.
 Patching tables name their rows by such sites (:func:`compose_lens.analysis.patching.patch_site`);
 an analysis whose position differs per sequence names it by a token role, which it resolves
-itself (DAS's :meth:`~compose_lens.analysis.das.BindingSite.where`: the queried value).
+itself (DAS's :meth:`~compose_lens.registry.das.search.BindingSite.where`: the queried value).
 The same sites name interventions: :meth:`Forward.edited_logits` takes ``{Site: function}`` (or a
 hook name for the whole activation), so "zero layer 1's head at position 5" is
 ``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` on either forward.

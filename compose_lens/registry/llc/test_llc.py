@@ -4,6 +4,7 @@ paper model's sampled module, per-component masks, the command's refusals and a 
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pandas as pd
 import pytest
@@ -176,3 +177,15 @@ def test_the_llc_line_joins_only_the_estimates_that_passed_their_checks():
     lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
     assert [list(line.get_xdata()) for line in lines] == [[100, 200, 400]]
     plt.close(fig)
+
+
+@needs_devinterp
+def test_the_llc_command_writes_its_files_quietly(tmp_path, capsys):
+    llc_out = tmp_path / "llc"
+    assert main(["llc", "paper", "--out", str(llc_out), "--chains", "2", "--draws", "8", "--batch-size", "16",
+                 "--n-sequences", "64", "--quiet"]) == 0
+    assert "llc 0/2" not in capsys.readouterr().err  # --quiet: no bar
+    estimates = pd.read_csv(llc_out / "llc.csv")
+    assert len(estimates) == 1 and estimates["llc_mean"].notna().all()
+    assert len(pd.read_csv(llc_out / "llc_traces.csv")) == 2 * 8  # 2 chains x 8 draws
+    assert json.loads((llc_out / "llc.json").read_text())["settings"]["chains"] == 2

@@ -1,5 +1,8 @@
-"""The ``das`` declaration: distributed alignment search for the variable-value binding, with its
-controls (minutes of fitting: its own command, not ``analyze``).
+"""The ``das`` analysis, whole in this folder: distributed alignment search for the variable-value binding,
+with its controls (minutes of fitting: its own command, not ``analyze``).
+
+:mod:`.search` fits and scores the subspaces (TransformerLens's ``fit_das``), :mod:`.figure` draws them,
+``test_das.py`` tests them, and this module declares the analysis.
 """
 
 from __future__ import annotations
@@ -8,8 +11,9 @@ from compose_lens.core.config import DAS_RANKS, DAS_SITES
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
+
 def _das(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.das import DasSettings, das_table
+    from compose_lens.registry.das.search import DasSettings, das_table
     from compose_lens.training.subject import with_bridge
 
     chosen = DasSettings(n_pairs=settings["n_pairs"], ranks=tuple(settings["ranks"]), sites=tuple(settings["sites"]),
@@ -20,14 +24,14 @@ def _das(ctx: Context, settings: dict) -> Result:
 
 
 def _das_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.patching import das_figure
+    from compose_lens.registry.das.figure import das_figure
 
     title = f"DAS for the variable-value binding: {result.documents['das']['model']}"
     return [("das", das_figure, (result.tables["das"], title), 120)]
 
 
 def _das_lines(result: Result) -> list[str]:
-    from compose_lens.analysis.das import best_rows
+    from compose_lens.registry.das.search import best_rows
 
     s = result.documents["das"]
     return [f"pairs: {s['pairs_kept']} of {s['pairs_drawn']} answered correctly (base and source); "
@@ -51,7 +55,7 @@ def _das_memory(settings: dict, config) -> None:
 DAS = Analysis(
     name="das", title="Distributed alignment search for the variable-value binding", compute=_das,
     settings={"n_pairs": 600, "ranks": DAS_RANKS, "sites": DAS_SITES, "epochs": 15, "no_arbitrary": False},
-    module="compose_lens.analysis.das", tables=("das",), documents=("das",),
+    module="compose_lens.registry.das.search", tables=("das",), documents=("das",),
     figures=("das",), draw=_das_figures, causal=True, in_analyze=False,
     command="das", help="distributed alignment search for the variable-value binding, with its controls",
     options=(Option("--ranks", "ranks", "subspace ranks", many=True),

@@ -15,7 +15,7 @@ from compose_lens.views.attribution import logit_attribution_figure
 from compose_lens.views.drawing import layer_name, png_bytes
 from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
                                         readout_fourier_figure)
-from compose_lens.views.gradient import gradient_terms_figure
+from compose_lens.registry.gradient.figure import gradient_terms_figure
 from compose_lens.views.patching import patching_figure
 from compose_lens.views.sweeps import modularity_figure
 from compose_lens.views.training import (POOL_GROUPS, accuracy_by_variable_count_figure, progress_measures_figure,

@@ -274,7 +274,7 @@ def test_the_registry_imports_nothing_of_the_report():
 OWN_FORWARD = {
     "compose_lens.analysis.circuit.GraphModel": "the edge graph: every residual term a sender, per-edge masks "
                                                 "with gradients (EAP), each receiver normalising its own input",
-    "compose_lens.analysis.gradient_terms.forward": "float64 under autograd, the gradient split into named terms",
+    "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
     "compose_lens.analysis.patching.path_patched_values": "path patching's two runs through the bridge's hooks "
                                                           "(freeze, record, write)",
     "compose_lens.analysis.same_mlp.readout_logits": "MLP2 and the unembedding on residuals the test builds "

@@ -1,4 +1,4 @@
-"""The gradient decomposition of compose_lens.analysis.gradient_terms, against autograd."""
+"""The gradient decomposition of compose_lens.registry.gradient.terms, against autograd."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compose_lens.analysis import gradient_terms
+from compose_lens.registry.gradient import terms as gradient_terms
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.task import parse_sequence

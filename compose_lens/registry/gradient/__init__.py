@@ -1,5 +1,8 @@
-"""The ``gradient`` declaration: the theory's gradient claim, the associative-memory term, on
+"""The ``gradient`` analysis, whole in this folder: the theory's gradient claim, the associative-memory term, on
 the final model and over the checkpoints.
+
+:mod:`.terms` splits each product's gradient into its named terms (float64, against autograd), :mod:`.figure`
+draws them, ``test_gradient.py`` tests them, and this module declares the analysis.
 """
 
 from __future__ import annotations
@@ -8,13 +11,13 @@ from compose_lens.registry.analysis import Analysis, Finding, Result
 
 
 def _gradient_applies(config) -> bool:
-    from compose_lens.analysis.gradient_terms import problem
+    from compose_lens.registry.gradient.terms import problem
 
     return problem(config.model) is None
 
 
 def _gradient(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis import gradient_terms
+    from compose_lens.registry.gradient import terms as gradient_terms
 
     table = gradient_terms.shares_of_model(ctx.loaded, settings["n"], ctx.seed)
     kept = table[table["term"] == gradient_terms.KEPT].set_index("matrix")["cosine"]
@@ -24,16 +27,16 @@ def _gradient(ctx: Context, settings: dict) -> Result:
 
 
 def _gradient_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.gradient import gradient_terms_figure
+    from compose_lens.registry.gradient.figure import gradient_terms_figure
 
     return [("gradient_terms", gradient_terms_figure, (result.tables["gradient_shares"],), 120)]
 
 
 def _gradient_section(inp, result: Result, settings: dict) -> str:
     from compose_lens.training import runs
-    from compose_lens.analysis import gradient_terms
+    from compose_lens.registry.gradient import terms as gradient_terms
     from compose_lens.core.markup import html_table
-    from compose_lens.views.gradient import gradient_shares_figure
+    from compose_lens.registry.gradient.figure import gradient_shares_figure
 
     ideal, table = result.documents["idealisation"], result.tables["gradient_shares"]
     overlap = (f", embedding_overlap {ideal['embedding_overlap']:g}" if ideal["embeddings"] == "orthogonal" else "")
@@ -66,7 +69,7 @@ def _gradient_section(inp, result: Result, settings: dict) -> str:
 
 GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the associative-memory term",
                     compute=_gradient, settings={"n": 512, "checkpoints": 12},
-                    module="compose_lens.analysis.gradient_terms", tables=("gradient_shares",),
+                    module="compose_lens.registry.gradient.terms", tables=("gradient_shares",),
                     documents=("idealisation",),
                     figures=("gradient_terms", "gradient_shares"), draw=_gradient_figures,
                     section=_gradient_section,
@@ -76,4 +79,4 @@ GRADIENT = Analysis(name="gradient", title="The theory's gradient claim: the ass
                               Finding("gradient_kept_cosine_qk1", "layer-2 QK gradient: cosine of the kept "
                                       "(routing) term with the full gradient", "near 1, the theory (>= 0.9)", 0.9)),
                     exports=("shares_of_model", "shares_over_training", "idealisation",
-                             "gradient_shares=compose_lens.analysis.gradient_terms:shares"))
+                             "gradient_shares=compose_lens.registry.gradient.terms:shares"))

@@ -1,6 +1,6 @@
 """The theory's gradient claim: each product's gradient as its named terms at one model
 (:func:`gradient_terms_figure`), and the kept, associative-memory term's cosine with the full gradient
-over training (:func:`gradient_shares_figure`; :mod:`compose_lens.analysis.gradient_terms`).
+over training (:func:`gradient_shares_figure`; :mod:`compose_lens.registry.gradient.terms`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ GRADIENT_TITLES = {"qk0": "layer 1 (blocks.0) QK: binding, value -> its variable
 def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = ""
                            ) -> tuple[Figure, pd.DataFrame]:
     """The theory's kept (associative-memory) term of the gradient over training: its cosine with
-    the full gradient (:mod:`compose_lens.analysis.gradient_terms`), one panel per product
+    the full gradient (:mod:`compose_lens.registry.gradient.terms`), one panel per product
     (``qk0``, ``ov0``, ``qk1``), one colour per value of the column ``by`` (all one line where
     ``by`` is None): the mean over its seeds bold, each seed faint where there is a ``seed`` column.
     A cosine near 1 is the claim holding."""
@@ -53,7 +53,7 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
 
 
 def gradient_terms_figure(shares: pd.DataFrame, title: str = "") -> tuple[Figure, pd.DataFrame]:
-    """The gradient's named terms at one model (:func:`compose_lens.analysis.gradient_terms.shares_of_model`),
+    """The gradient's named terms at one model (:func:`compose_lens.registry.gradient.terms.shares_of_model`),
     one panel per product (``qk0``, ``ov0``, ``qk1``): a bar per term, its cosine with the full gradient, the
     theory's kept term first and in blue, its share ||term|| / ||full|| printed beside it. The kept term's
     cosine near 1 is the claim holding. (:func:`gradient_shares_figure` draws the kept term over training.)"""

@@ -32,7 +32,7 @@ The overlap knob: ``orthogonal`` with ``embedding_overlap`` in ``--overlaps``, o
 (:func:`compose_lens.analysis.locate.locate`), the previous-token and routing probes, the
 MLP's key frequencies); ``gradient_shares.csv``, the share of the associative-memory term
 in the gradients of layer-1 QK / OV and layer-2 QK at every checkpoint
-(:mod:`compose_lens.analysis.gradient_terms`); ``gradient_shares.png`` (share over
+(:mod:`compose_lens.registry.gradient.terms`); ``gradient_shares.png`` (share over
 training per variant) and ``gradient_shares_overlap.png`` (share against the overlap knob).
 """
 
@@ -157,7 +157,7 @@ def compare(args: argparse.Namespace) -> None:
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from compose_lens.analysis import gradient_terms
+    from compose_lens.registry.gradient import terms as gradient_terms
 
     done = sorted(d for d in args.out.glob("*-s*") if (d / "results.json").exists())
     rows, shares = [], []
@@ -223,13 +223,13 @@ def summary_tables(rows, shares) -> str:
 
 def plot_shares(shares, out: Path, setting: str = "p = 17 proxy") -> None:
     """The kept term's cosine with the full gradient over training (one colour per variant, mean
-    over seeds, seeds faint: :func:`compose_lens.views.gradient.gradient_shares_figure`), and against the overlap knob."""
+    over seeds, seeds faint: :func:`compose_lens.registry.gradient.figure.gradient_shares_figure`), and against the overlap knob."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from compose_lens.views.gradient import GRADIENT_TITLES, gradient_shares_figure
+    from compose_lens.registry.gradient.figure import GRADIENT_TITLES, gradient_shares_figure
 
     kept = shares[shares["term"] == "kept"]
     variants = kept[kept["variant"].isin(VARIANTS)]

@@ -33,8 +33,11 @@ Supporting modules:
 * :mod:`.figure_data`: the numbers behind the study's model figures.
 
 Which of these ``compose-lens analyze`` runs, with which settings, and what each writes, shows
-in the report and exports is declared once per analysis in :mod:`compose_lens.registry`
-(``docs/extending.md``; direct logit attribution, :mod:`.logit_attribution`, is the worked example).
+in the report and exports is declared once per analysis in :mod:`compose_lens.registry`. These modules
+are the numbers several analyses share (the locator reads the probes, patching and ablation); an
+analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
+(``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading:
+``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

@@ -15,6 +15,39 @@ from compose_lens.data.split import Split
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "shared" / "reference"
 
+# The files that take minutes, longest first, run before every other file: make test runs each file whole in one
+# of two processes (--dist loadfile), and one of these started last would leave that process running alone for
+# minutes after the other has finished (--durations lists what each test took).
+SLOW_FILES = ("tests/unit/test_locate.py", "tests/unit/test_modularity.py", "tests/integration/test_same_mlp.py",
+              "tests/integration/test_walkthrough.py", "tests/integration/test_zoo.py", "tests/integration/test_faults.py")
+# Files that read the same planted models run in the same process, one after the other, so that each model is built
+# once (:func:`paper`, test_locate.plant, :func:`orthogonal_plant`) and its exhaustive accuracies, minutes of
+# evaluation, computed once (Subject.once).
+TOGETHER = {"tests/unit/test_modularity.py": "tests/unit/test_locate.py",
+            "tests/integration/test_same_mlp.py": "tests/unit/test_locate.py"}
+
+
+def pytest_collection_modifyitems(items):
+    order = {path: i for i, path in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], len(order)))  # stable: the rest as collected
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the files of :data:`TOGETHER` as one and in :data:`SLOW_FILES`' order (not xdist's
+    most-tests-first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Together(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return TOGETHER.get(path, path)
+
+    config.option.loadscopereorder = False
+    return Together(config, log)
+
 
 @pytest.fixture(autouse=True)
 def _few_threads():
@@ -53,3 +86,28 @@ def reference_final(reference_dir):
     from compose_lens.training.subject import load_model
 
     return load_model(reference_dir / "final.pth")
+
+
+@pytest.fixture(scope="session")
+def paper():
+    """The paper model as weights (no TransformerLens bridge), loaded once per session."""
+    from compose_lens.core.errors import ComposeLensError
+    from compose_lens.training.subject import load_model
+
+    try:
+        return load_model("paper", bridge=False)
+    except ComposeLensError:
+        pytest.skip("the paper model is not installed")
+
+
+@pytest.fixture(scope="session")
+def orthogonal_plant(paper):
+    """The verdict zoo's planted model whose variables reach MLP2 in another subspace than constants
+    (experiments/zoo_planted.py), built once per session."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "zoo_planted.py"
+    spec = importlib.util.spec_from_file_location("zoo_planted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.orthogonal_subspaces(paper)[0]

@@ -66,6 +66,7 @@ otherwise.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,13 +372,16 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
 
 def locate(subject: Subject, seed: int = 0, n: int = 600,
            threads: int | None = 1) -> Location:
-    """Score every head and MLP for the three roles and pick each role's player (see the module doc)."""
-    with torch_threads(threads), torch.no_grad():
-        heads = head_scores(subject, n, seed)
-        binder, router, knows, heads = gated_heads(subject, heads, seed)
-        table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
-    return Location(binder, router, gated_adder(table, knows), candidates=table,
-                    gatherer=choose_gatherer(table, router), learned=knows)
+    """Score every head and MLP for the three roles and pick each role's player (see the module doc); once per
+    subject (:meth:`~compose_lens.training.subject.Subject.once`: same-MLP, circuit and the report each ask)."""
+    def find() -> Location:
+        with torch_threads(threads), torch.no_grad():
+            heads = head_scores(subject, n, seed)
+            binder, router, knows, heads = gated_heads(subject, heads, seed)
+            table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
+        return Location(binder, router, gated_adder(table, knows), candidates=table,
+                        gatherer=choose_gatherer(table, router), learned=knows)
+    return copy.deepcopy(subject.once(f"locate n={n} threads={threads}", seed, find))  # a copy: the caller's own
 
 
 def locate_adder(subject: Subject, seed: int = 0,

@@ -135,15 +135,16 @@ def composition_gap(subject: Subject, seed: int = 0,
 
 
 def exhaustive_accuracies(subject: Subject, seed: int = 0) -> dict[str, dict]:
-    """``zero_var_heldout`` and ``two_var_union``: correct, total, accuracy."""
-    model, config, split = subject.model, subject.config, subject.split
-    out = {}
-    for name in EXHAUSTIVE_NAMES:
-        batch = make_exhaustive(split, name, seed)
-        correct = int(correct_mask(model, config.model, batch).sum())
-        out[name] = {"correct": correct, "total": len(batch),
-                     "accuracy": correct / len(batch) if len(batch) else float("nan")}
-    return out
+    """``zero_var_heldout`` and ``two_var_union``: correct, total, accuracy (evaluated once per subject and
+    seed: :meth:`~compose_lens.training.subject.Subject.once`)."""
+    def evaluate() -> dict[str, tuple[int, int]]:
+        found = {}
+        for name in EXHAUSTIVE_NAMES:
+            batch = make_exhaustive(subject.split, name, seed)
+            found[name] = int(correct_mask(subject.model, subject.config.model, batch).sum()), len(batch)
+        return found
+    return {name: {"correct": correct, "total": total, "accuracy": correct / total if total else float("nan")}
+            for name, (correct, total) in subject.once("exhaustive", seed, evaluate).items()}
 
 
 # -- what one model has learned (the module doc) ---------------------------------------------------

@@ -87,6 +87,9 @@ class Subject:
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
     user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
+    # what was computed once on this model: (name, seed, its weights and their versions) -> result (a weight
+    # replaced, or changed in place by training or by hand, computes it anew)
+    computed: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def task(self) -> TaskConfig:
@@ -102,6 +105,14 @@ class Subject:
         """The model's one forward (:class:`compose_lens.model.forward.Forward`): its answer, activations and
         edited answers at ``=``, asked for by :class:`~compose_lens.model.forward.Site`."""
         return Forward(self.model, self.config.model)
+
+    def once(self, name: str, seed: int, compute):
+        """``compute()``'s result, computed once per (name, seed) while this model's weights stay as they are
+        (the exhaustive accuracies: 194k prompts, which a gate and its caller would otherwise both evaluate)."""
+        key = (name, seed, tuple((id(t), t._version) for t in tl.parameters(self.model).values()))
+        if key not in self.computed:
+            self.computed[key] = compute()
+        return self.computed[key]
 
     def user_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Study-coordinates token rows (N, seq_len) as the researcher's model reads them (refused in one

@@ -4,9 +4,7 @@ variables, or a planted model whose variables reach MLP2 through another subspac
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,10 +16,6 @@ from compose_lens.model import tl
 from compose_lens.training.subject import load_model
 from compose_lens.training.subject import Subject
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("zoo_planted", ROOT / "experiments" / "zoo_planted.py")
-zoo_planted = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(zoo_planted)
 
 N = 120  # prompts per set: the verdicts below are far from their thresholds
 
@@ -75,7 +69,7 @@ def test_variables_in_training_false_keeps_only_constant_rows(tiny_task):
 
 @pytest.fixture(scope="module")
 def constants_only():
-    """A p = 11 model trained 1000 steps on 0-var rows only (about 5 s on one core, fast
+    """(subject, pools): a p = 11 model trained 1000 steps on 0-var rows only (about 5 s on one core, fast
     path): it adds constants (0-var training pool 1.0, held-out pairs 0.72-0.91) and has
     never seen a variable (1-var pools about 0.1). Weight decay 0.1, not 1.0: with 1.0 most
     runs reached 1.0 and then collapsed to uniform predictions, which run did being decided by
@@ -91,29 +85,24 @@ def constants_only():
                                          checkpoint_every=1000, pool_size=64, threads=1))
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(config, tmp, progress=False)
-        results = trainer.run()
-        return type("Loaded", (), {"model": trainer.model, "config": config, "split": trainer.split,
-                                   "pools": results["pools"]})
+        pools = trainer.run()["pools"]
+        return trainer.subject(), pools
 
 
 def test_model_trained_without_variables_is_not_supported(constants_only):
-    assert constants_only.pools["0var_train"] > 0.9, "the control model must at least add constants"
-    report = verdict(constants_only)
+    subject, pools = constants_only
+    assert pools["0var_train"] > 0.9, "the control model must at least add constants"
+    report = verdict(subject)
     assert report["verdict"] != "supported", report["tests"]
     # it has never seen a variable: its short conditions test nothing, so not "not supported" either
     assert report["verdict"] == "inconclusive", report["tests"]
     assert "1-var left" in report["verdict_reason"] and "does not answer the prompts" in report["verdict_reason"]
 
 
-def planted_model(loaded, beta: float = 30.0):
-    """The paper model rebuilt so that constants and variables reach MLP2 in ORTHOGONAL subspaces,
-    computing the same function: the verdict zoo's planted negative (experiments/zoo_planted.py)."""
-    return zoo_planted.orthogonal_subspaces(loaded, beta)[0]
-
-
-def test_planted_model_computes_the_same_function_but_is_not_supported():
-    paper = load_model("paper")
-    planted = planted_model(paper)
+def test_planted_model_computes_the_same_function_but_is_not_supported(orthogonal_plant):
+    """``orthogonal_plant`` (tests/conftest.py): the paper model rebuilt so that constants and variables reach
+    MLP2 in ORTHOGONAL subspaces, computing the same function: the verdict zoo's planted negative."""
+    paper, planted = load_model("paper"), orthogonal_plant
     prompts = same_mlp.make_prompts(paper.split, "var1", "left", 60)
     with torch.no_grad():
         same = (planted.model(prompts.tokens)[:, -1].argmax(-1) == paper.model(prompts.tokens)[:, -1].argmax(-1))

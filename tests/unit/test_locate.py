@@ -22,18 +22,10 @@ from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.report.context import fourier_plan
 from compose_lens.report.context import run_analysis
-from compose_lens.training.subject import Subject, for_analyses, load_model, model_of
+from compose_lens.training.subject import Subject, for_analyses, model_of
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
-
-
-@pytest.fixture(scope="module")
-def paper():
-    try:
-        return load_model("paper", bridge=False)
-    except ComposeLensError:
-        pytest.skip("the paper model is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -211,13 +203,23 @@ def test_a_role_no_head_plays_is_nan_and_named(tiny_config, tiny_split):
 # -- every family with its roles planted in known components: same-mlp, analyze's parts, fourier ----
 
 
+PLANTS = {}  # (the paper model, plant's arguments) -> the model: built once (test_modularity plants the 2x4 too)
+
+
 def plant(paper, n_layers: int, n_heads: int, mlp_blocks: tuple[int, ...], binder: tuple[int, int],
           router: tuple[int, int], adder: int, seed: int = 0):
     """The paper model rebuilt in another architecture: its layer-1 head at ``binder`` (block, head), its
     layer-2 head at ``router``, its MLP at ``blocks.{adder}``. Every other head has random queries, keys
     and values but a zero output; every other MLP is live but nearly silent (output weights 1e-4). The
     same function as the paper model, its roles in known places; an analysis that reads a default
-    block or head reads one that does nothing."""
+    block or head reads one that does nothing. Built once per paper model and arguments (:data:`PLANTS`)."""
+    key = (id(paper), n_layers, n_heads, mlp_blocks, binder, router, adder, seed)
+    if key not in PLANTS:
+        PLANTS[key] = paper, _plant(paper, n_layers, n_heads, mlp_blocks, binder, router, adder, seed)
+    return PLANTS[key][1]  # (the paper model kept beside it: its id is not reused)
+
+
+def _plant(paper, n_layers, n_heads, mlp_blocks, binder, router, adder, seed):
     config = paper.config
     model_cfg = config.model.replace(n_layers=n_layers, n_heads=n_heads, mlp_blocks=mlp_blocks)
     cfg = dataclasses.replace(config, model=model_cfg)

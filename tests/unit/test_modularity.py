@@ -8,28 +8,16 @@ only where the computation runs differs."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from compose_lens.analysis import modularity
-from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pools
 from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import tl
 
 from test_locate import plant  # the paper's roles rebuilt at given heads of another architecture
-from compose_lens.training.subject import Subject, for_analyses, load_model, model_of
-
-
-@pytest.fixture(scope="module")
-def paper():
-    try:
-        return load_model("paper", bridge=False)
-    except ComposeLensError:
-        pytest.skip("the paper model is not installed")
+from compose_lens.training.subject import Subject, for_analyses, model_of
 
 
 def loaded(paper, cfg, state, name):
@@ -151,19 +139,11 @@ def test_the_coarse_search_finds_the_size_every_size_finds(paper):
     assert coarse == every and whole >= 0.95
 
 
-def orthogonal_plant(paper):
-    """The verdict zoo's planted model whose variables reach MLP2 in another subspace than constants."""
-    path = Path(__file__).resolve().parents[2] / "experiments" / "zoo_planted.py"
-    spec = importlib.util.spec_from_file_location("zoo_planted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.orthogonal_subspaces(paper)[0]
-
-
-def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(paper, modular):
+def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(modular, orthogonal_plant):
+    """``orthogonal_plant`` (tests/conftest.py): the verdict zoo's planted model whose variables reach MLP2 in
+    another subspace than constants."""
     assert modularity.same_adder(modular, n=40)["same_adder"] == 1.0
-    other = orthogonal_plant(paper)
-    found = modularity.same_adder(other, n=40)
+    found = modularity.same_adder(orthogonal_plant, n=40)
     assert found["same_adder"] == 0.0, found
     assert modularity.verdict(0.95, found["same_adder"]) == "entangled"
 

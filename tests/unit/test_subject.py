@@ -223,3 +223,21 @@ def test_a_split_that_holds_nothing_out_is_analysed_not_trained(tiny_config, tmp
     with pytest.raises(ComposeLensError, match="the split has no 0var_add_restricted") as info:
         Trainer(tiny_config, tmp_path / "run", split=split, progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+def test_the_exhaustive_accuracies_are_evaluated_once_until_a_weight_changes(tiny_config, tiny_split, monkeypatch):
+    from compose_lens.model import tl
+    from compose_lens.training import evaluate
+    from compose_lens.training.subject import Subject
+
+    weights = model_of(tiny_config, tl.parameters(tl.boot(tiny_config.model)), "untrained", bridge=False)
+    subject = Subject(weights, tiny_config, tiny_split, "untrained")
+    calls = []
+    real = evaluate.correct_mask
+    monkeypatch.setattr(evaluate, "correct_mask", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = evaluate.exhaustive_accuracies(subject)
+    assert evaluate.exhaustive_accuracies(subject) == first and len(calls) == 2  # one per exhaustive set
+    with torch.no_grad():
+        tl.parameters(subject.model)["unembed.weight"].mul_(-1.0)  # changed in place: evaluated anew
+    again = evaluate.exhaustive_accuracies(subject)
+    assert len(calls) == 4 and again != first

@@ -106,7 +106,7 @@ def orthogonal_plant(paper):
     (experiments/zoo_planted.py), built once per session."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "zoo_planted.py"
+    path = Path(__file__).resolve().parent / "experiments" / "zoo_planted.py"
     spec = importlib.util.spec_from_file_location("zoo_planted", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,6 +7,8 @@
 * **The grammar table** (docs/commands.md, where it holds :data:`GRAMMAR_MARKER`): every command and
   sub-command against the options every command shares, read from its own parser, with the reason a
   command lacks one (:data:`WITHOUT`; :func:`grammar_table`).
+* **Each analysis's own command** (docs/commands.md, where it holds :data:`COMMANDS_MARKER`): one line per
+  registered command, its first argument and what it does, from the declarations (:func:`analysis_commands`).
 
 So an analysis added as one folder (or module) of ``compose_lens/registry`` is on both pages with no edit
 to either. mkdocs.yml loads this file (``hooks``); ``tests/unit/test_api_page.py`` and
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 MARKER = "<!-- the registered analyses' exports -->"
 GRAMMAR_MARKER = "<!-- the grammar table -->"
+COMMANDS_MARKER = "<!-- each analysis's own command -->"
 GRAMMAR = ("--device", "--out", "--overwrite", "--json", "--seed")
 # commands without an option of GRAMMAR, and why (every other command takes every one)
 WITHOUT = {
@@ -67,11 +70,24 @@ def grammar_table() -> str:
     return "\n".join(lines)
 
 
+def analysis_commands() -> str:
+    """A bash block with one line per registered analysis command, ``compose-lens COMMAND MODEL --out NAME/``
+    (RUN for an analysis of a run's checkpoints), commented with its help."""
+    from compose_lens import registry
+
+    lines = []
+    for analysis in registry.ANALYSES:
+        if analysis.command:
+            call = f"compose-lens {analysis.command} {'RUN' if analysis.of == 'run' else 'MODEL'} --out {analysis.name}/"
+            lines.append(f"{call:<56} # {analysis.help}")
+    return "```bash\n" + "\n".join(lines) + "\n```"
+
+
 def on_page_markdown(markdown: str, page, **kwargs) -> str:
     """mkdocs's hook: the API page with :data:`MARKER` replaced by :func:`registered_entries`, the commands
     page with :data:`GRAMMAR_MARKER` by :func:`grammar_table`."""
     if page.file.src_path == "api.md":
         return markdown.replace(MARKER, registered_entries())
     if page.file.src_path == "commands.md":
-        return markdown.replace(GRAMMAR_MARKER, grammar_table())
+        return markdown.replace(GRAMMAR_MARKER, grammar_table()).replace(COMMANDS_MARKER, analysis_commands())
     return markdown

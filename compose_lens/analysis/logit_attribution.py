@@ -237,13 +237,19 @@ def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
     return (own - summed).abs().max().item()
 
 
+def lens_logits(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_model"]
+                ) -> Float[torch.Tensor, "batch d_vocab_out"]:
+    """A partial residual stream at ``=`` read as the model would read its last one: through the final
+    normalisation (:func:`final_norm`) and the unembedding. The logit lens and the answer lens read this way."""
+    params = tl.parameters(model)
+    return final_norm(model, config, resid) @ params["unembed.weight"].detach().T + params["unembed.bias"].detach()
+
+
 def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Accuracy of the residual stream at ``=`` read through the unembedding after each stage."""
     model, config, split = subject.model, subject.config, subject.split
     tokens, labels = _pooled(split, n, seed)
     parts = components_at_answer(model, config, tokens)
-    params = tl.parameters(model)
-    w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
     kinds = sequence_kind(tokens, config.task.first_var_token)
     stages: dict[str, torch.Tensor] = {}
     resid = torch.zeros_like(parts["token embedding"])
@@ -252,7 +258,7 @@ def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
         stages[stage_of(name)] = resid
     rows = []
     for i, (stage, r) in enumerate(stages.items()):
-        predicted = (final_norm(model, config, r) @ w_u.T + b_u).argmax(-1)
+        predicted = lens_logits(model, config, r).argmax(-1)
         for kind in (0, 1, 2):
             mask = kinds == kind
             if mask.any():

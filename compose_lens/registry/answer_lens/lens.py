@@ -2,8 +2,8 @@
 
 The residual stream at ``=`` is read after the embeddings and after each layer
 (``blocks.L.hook_resid_post``, through the one :class:`~compose_lens.model.forward.Forward`) and put
-through the model's final normalisation (its scale computed from that partial stream, as the logit
-lens of :mod:`compose_lens.analysis.logit_attribution` does) and the unembedding. For each pool and each
+through the model's final normalisation and the unembedding
+(:func:`compose_lens.analysis.logit_attribution.lens_logits`, as the logit lens reads it). For each pool and each
 stage it gives the answer's mean logit, its mean margin over the best other token (positive: the answer
 is on top) and the top-1 rate with its Wilson 95 % interval. After the last layer the stream is the
 model's own, so the last stage's top-1 rate is the model's accuracy on that pool.
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from compose_lens.analysis.logit_attribution import final_norm
+from compose_lens.analysis.logit_attribution import lens_logits
 from compose_lens.core.stats import wilson_interval
 from compose_lens.data.sampler import make_pools
-from compose_lens.model import tl
 from compose_lens.model.forward import Site
 
 
@@ -30,15 +29,12 @@ def answer_lens(subject, pool_size: int = 200, seed: int = 0) -> pd.DataFrame:
     """One row per (pool, stage): ``logit`` (the answer's, mean), ``margin`` (the answer's logit minus the
     largest other, mean), ``top1`` (the fraction whose largest logit is the answer) with ``low`` and
     ``high`` (Wilson 95 %), and ``n``, over ``pool_size`` sequences of each pool."""
-    config = subject.config
-    sites = stages(config.model.n_layers)
-    params = tl.parameters(subject.model)
-    w_u, b_u = params["unembed.weight"].detach(), params["unembed.bias"].detach()
+    sites = stages(subject.config.model.n_layers)
     rows = []
     for pool, batch in make_pools(subject.split, pool_size, seed).items():
         read = subject.forward.read(batch.tokens, sites.values())
         for order, (stage, site) in enumerate(sites.items()):
-            logits = final_norm(subject.model, config, read[site].detach()) @ w_u.T + b_u
+            logits = lens_logits(subject.model, subject.config, read[site].detach())
             answer = logits.gather(1, batch.labels[:, None])[:, 0]
             others = logits.scatter(1, batch.labels[:, None], float("-inf")).amax(1)
             hits = int((logits.argmax(1) == batch.labels).sum())

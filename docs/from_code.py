@@ -83,11 +83,18 @@ def analysis_commands() -> str:
     return "```bash\n" + "\n".join(lines) + "\n```"
 
 
-def on_page_markdown(markdown: str, page, **kwargs) -> str:
-    """mkdocs's hook: the API page with :data:`MARKER` replaced by :func:`registered_entries`, the commands
-    page with :data:`GRAMMAR_MARKER` by :func:`grammar_table`."""
-    if page.file.src_path == "api.md":
-        return markdown.replace(MARKER, registered_entries())
-    if page.file.src_path == "commands.md":
-        return markdown.replace(GRAMMAR_MARKER, grammar_table()).replace(COMMANDS_MARKER, analysis_commands())
+WRITTEN = {"api.md": {MARKER: registered_entries},
+           "commands.md": {GRAMMAR_MARKER: grammar_table, COMMANDS_MARKER: analysis_commands}}
+
+
+def written(src_path: str, markdown: str) -> str:
+    """The page ``src_path`` (under docs/) as the site shows it: each of its markers replaced by what
+    :data:`WRITTEN` writes there."""
+    for marker, write in WRITTEN.get(src_path, {}).items():
+        markdown = markdown.replace(marker, write())
     return markdown
+
+
+def on_page_markdown(markdown: str, page, **kwargs) -> str:
+    """mkdocs's hook: :func:`written` for every page."""
+    return written(page.file.src_path, markdown)

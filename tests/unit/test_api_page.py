@@ -34,7 +34,7 @@ def page_text() -> str:
     hook = docs_hook()
     text = PAGE.read_text()
     assert text.count(hook.MARKER) == 1, f"docs/api.md must hold {hook.MARKER!r} once"
-    return text.replace(hook.MARKER, hook.registered_entries())
+    return hook.written("api.md", text)
 
 
 def page_entries() -> dict[str, str]:

@@ -55,12 +55,7 @@ def test_the_docs_page_has_the_parsers_table_written_in():
     page = DOCS_PAGE.read_text(encoding="utf-8")
     assert page.count(HOOK.GRAMMAR_MARKER) == 1, "docs/commands.md must hold the grammar table's marker once"
     assert "| `compose-lens train` |" not in page, "the grammar table is written by docs/from_code.py, not by hand"
-
-    class Page:
-        class file:
-            src_path = "commands.md"
-
-    assert grammar_table() in HOOK.on_page_markdown(page, Page)
+    assert grammar_table() in HOOK.written("commands.md", page)
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

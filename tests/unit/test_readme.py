@@ -53,6 +53,6 @@ def test_every_command_has_its_how_to_in_the_users_guide():
 
     commands = build_parser()._subparsers._group_actions[0].choices
     hook = docs_hook()  # the page as built: each analysis's command written in from its declaration
-    guide = (ROOT / "docs" / "commands.md").read_text().replace(hook.COMMANDS_MARKER, hook.analysis_commands())
+    guide = hook.written("commands.md", (ROOT / "docs" / "commands.md").read_text())
     missing = [name for name in commands if f"compose-lens {name} " not in guide]
     assert missing == [], f"docs/commands.md has no example of: {missing}"

@@ -87,8 +87,8 @@ class Subject:
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
     user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
-    # what was computed once on this model: (name, seed, its weights and their versions) -> result (a weight
-    # replaced, or changed in place by training or by hand, computes it anew)
+    # what was computed once on this model: (name, seed) -> (the weights it read, their versions, the result);
+    # one entry each, so a model trained on keeps only its latest (see :meth:`once`)
     computed: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -108,11 +108,16 @@ class Subject:
 
     def once(self, name: str, seed: int, compute):
         """``compute()``'s result, computed once per (name, seed) while this model's weights stay as they are
-        (the exhaustive accuracies: 194k prompts, which a gate and its caller would otherwise both evaluate)."""
-        key = (name, seed, tuple((id(t), t._version) for t in tl.parameters(self.model).values()))
-        if key not in self.computed:
-            self.computed[key] = compute()
-        return self.computed[key]
+        (the exhaustive accuracies: 194k prompts, which a gate and its caller would otherwise both evaluate).
+        A weight replaced (another tensor) or changed in place (its version counter) computes it anew; the
+        weights read are held with the result, so a replaced one is never mistaken for its successor."""
+        weights = tuple(tl.parameters(self.model).values())
+        versions = tuple(t._version for t in weights)
+        held = self.computed.get((name, seed))
+        if held is None or held[1] != versions or len(held[0]) != len(weights) or any(
+                a is not b for a, b in zip(held[0], weights)):
+            held = self.computed[(name, seed)] = (weights, versions, compute())
+        return held[2]
 
     def user_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Study-coordinates token rows (N, seq_len) as the researcher's model reads them (refused in one

@@ -27,7 +27,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 # notebook executed, and the Ray sweep backend run for real (the `ray` extra), in TEST_WORKERS
 # processes (pytest-xdist; 0: in this one), each test file whole in one of them (its module
 # fixtures built once; files that read the same planted models in one, and the slowest files first:
-# tests/conftest.py); --durations lists the 25 slowest. The report's browser test needs
+# conftest.py); --durations lists the 25 slowest. The report's browser test needs
 # Chromium: installed here when missing and we are root, else it skips.
 # Then the tests that train and judge what was learned run again on torch's scalar kernels
 # (ATEN_CPU_CAPABILITY=default): float rounding differs from the machine's own kernels, and

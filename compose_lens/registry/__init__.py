@@ -18,9 +18,9 @@ them: :func:`load` scans its modules and folders (a new one is found, nothing na
 * the **tables** and **documents** its :class:`Result` holds (written as ``<stem>.csv`` with a
   ``<stem>.provenance.json`` beside it, and ``<stem>.json``), from which
   :func:`~compose_lens.report.context.read` rebuilds it, and its **figures** and offline pages,
-  ``draw(context, result, settings)``: made by :mod:`compose_lens.views` of those tables and documents
-  (never by the computation, so a result read back draws what its command drew; by a worker, where
-  ``analyze`` has one), their stems declared (``figures``: what a run directory may hold of it,
+  ``draw(context, result, settings)``: made by :mod:`compose_lens.views` mostly of those tables and documents
+  (not by the computation, so a result read back can draw them again; fourier's also reads the open
+  context's grid; by a worker, where ``analyze`` has one), their stems declared (``figures``: what a run directory may hold of it,
   :mod:`compose_lens.core.outputs`);
 * optionally: whether it **applies** to a model (``applies(config)``; ``analyze`` and the report
   leave it out where it does not: the variant reading on the study's task), its report **section**
@@ -36,7 +36,7 @@ path: the command, ``analyze``, the report, :func:`compose_lens.report.context.r
 each registered section with :func:`~compose_lens.report.context.obtain` (the saved files where they were made
 with the same settings, seed and configuration, else computed now and saved), the command line builds
 every analysis command and the findings table from the declarations, and ``compose_lens`` resolves the
-exports. ``docs/extending.md`` walks through adding one (direct logit attribution, ``dla``).
+exports. ``docs/extending.md`` walks through adding one, as a folder (the answer lens, ``registry/answer_lens/``).
 
 **This module is imported by the command line before torch** (it builds the parser's registered
 commands and the findings table from it): the declarations are plain data, and the functions

@@ -136,7 +136,8 @@ class Analysis:
     documents: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()  # the stems of every figure and page it draws, here or in its section (patterns)
     draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> its ``Result.figures``,
-    # drawn of its tables and documents: a result read back has them too, so the report shows what the command drew
+    # drawn mostly of its tables and documents (fourier's also of the open context's grid): a result read back has
+    # them too
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
     section: Callable[[Any, Result | None, dict], str] | None = None  # (report inputs, result, settings) -> HTML

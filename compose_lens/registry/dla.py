@@ -1,6 +1,4 @@
-"""The ``dla`` declaration: direct logit attribution and the logit lens at ``=``, the worked
-example of docs/extending.md.
-"""
+"""The ``dla`` declaration: direct logit attribution and the logit lens at ``=``."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
                                  "give if constants and variables did not share the MLP's representation; "
                                  "dotted: chance), constant against variable damage profiles, and the probe "
                                  "and subspace transfer, with the controls. Bars: 95 % intervals.")
-               if result.figures else
+               if "same_mlp_interchange" in result.tables else
                f'<p class="missing">No test ran, so there is no figure of them: '
                f'{html.escape(str(report["verdict_reason"]))}.</p>')
             + inp.report.figure(cosine_histograms_figure(groups), "cosine_histograms",

@@ -100,7 +100,7 @@ def test_model_trained_without_variables_is_not_supported(constants_only):
 
 
 def test_planted_model_computes_the_same_function_but_is_not_supported(orthogonal_plant):
-    """``orthogonal_plant`` (tests/conftest.py): the paper model rebuilt so that constants and variables reach
+    """``orthogonal_plant`` (conftest.py): the paper model rebuilt so that constants and variables reach
     MLP2 in ORTHOGONAL subspaces, computing the same function: the verdict zoo's planted negative."""
     paper, planted = load_model("paper"), orthogonal_plant
     prompts = same_mlp.make_prompts(paper.split, "var1", "left", 60)

@@ -140,7 +140,7 @@ def test_the_coarse_search_finds_the_size_every_size_finds(paper):
 
 
 def test_same_adder_is_one_for_the_modular_plant_and_zero_for_variables_elsewhere(modular, orthogonal_plant):
-    """``orthogonal_plant`` (tests/conftest.py): the verdict zoo's planted model whose variables reach MLP2 in
+    """``orthogonal_plant`` (conftest.py): the verdict zoo's planted model whose variables reach MLP2 in
     another subspace than constants."""
     assert modularity.same_adder(modular, n=40)["same_adder"] == 1.0
     found = modularity.same_adder(orthogonal_plant, n=40)

@@ -222,27 +222,20 @@ class Layout:
 
 PAPER_LAYOUT = Layout(1, ((1, 0),), ISOLATION, "adder: blocks.1.mlp, router: blocks.1 head 0 (the paper "
                                                "architecture's, read without locating)")
-_LAYOUTS: dict = {}
 
 
 def layout_of(subject: Subject, seed: int = 0) -> Layout:
     """Where the tests read: :data:`PAPER_LAYOUT` for the paper architecture, else the located adder
-    and router (``missing`` says which role no component plays). Remembered per model weights and seed
-    (the command and its report ask twice)."""
-    model, config = subject.model, subject.config
+    and router (``missing`` says which role no component plays), located once per subject and seed
+    (:meth:`~compose_lens.training.subject.Subject.once`)."""
+    config = subject.config
     check_layout(config)
     undecidable = coverage.same_mlp_inconclusive(config.model)  # normalisation: no test applies
     if undecidable:
         return Layout(None, (), ROUTER_ISOLATION, "not located: the tests do not apply", undecidable)
     if capabilities.is_paper_architecture(config.model):
         return PAPER_LAYOUT
-    params = tl.parameters(model)
-    key = (id(model), seed, float(params["embed.weight"].detach().float().sum()),
-           float(params["unembed.weight"].detach().float().sum()))
-    if key not in _LAYOUTS:
-        _LAYOUTS.clear()
-        _LAYOUTS[key] = _locate_layout(subject, seed)
-    return _LAYOUTS[key]
+    return subject.once("same-mlp layout", seed, lambda: _locate_layout(subject, seed))
 
 
 def _locate_layout(subject: Subject, seed: int) -> Layout:

@@ -1,4 +1,4 @@
-"""An mkdocs hook: the two lists of the docs that the code already holds, written from it when the site is built.
+"""An mkdocs hook: the lists of the docs that the code already holds, written from it when the site is built.
 
 * **The registered analyses' public names** (docs/api.md, where it holds :data:`MARKER`): each analysis
   declares them once (``Analysis.exports``), ``compose_lens`` exports them from there, and this hook writes

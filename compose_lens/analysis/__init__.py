@@ -34,7 +34,7 @@ Supporting modules:
 
 Which of these ``compose-lens analyze`` runs, with which settings, and what each writes, shows
 in the report and exports is declared once per analysis in :mod:`compose_lens.registry`. These modules
-are the numbers several analyses share (the locator reads the probes, patching and ablation); an
+are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading:
 ``docs/extending.md``).

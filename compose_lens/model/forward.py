@@ -480,7 +480,8 @@ class Forward:
     @property
     def kind(self) -> str:
         """Which forward computes the answer: ``"tables"``, ``"lastpos"`` or ``"transformerlens"`` (with
-        ``fast`` None, False, True: :func:`compose_lens.core.capabilities.answer_forward`'s auto, off, on)."""
+        ``fast`` None: auto, as :func:`compose_lens.core.capabilities.answer_forward` chooses; False: off;
+        True: the tables, without the refusal answer_forward's "on" gives where they do not apply)."""
         return "tables" if self.tables else "lastpos" if self.plain else "transformerlens"
 
     def answer_forward(self) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -234,11 +234,7 @@ def check_forward(loaded: Subject, per_pool: int = 8) -> None:
     its weights are finite (:func:`check_weights`) but its forward overflows float32, and every
     analysis (probes, grids, tables) would read NaN activations as numbers or fail inside."""
     tokens = concat_batches(make_pools(loaded.split, per_pool))[0].tokens
-    model, cfg = loaded.model, loaded.config.model
-    forward = Forward(model, cfg).answer_forward()  # a Weights has a fast one
-    with torch.no_grad():
-        logits = forward(tokens.to(tl.parameters(model)["embed.weight"].device))
-    safety.check_finite_logits(logits, loaded.source)
+    safety.check_finite_logits(loaded.forward.logits(tokens), loaded.source)
 
 
 def load_model(spec: str | Path, split_file: str | Path | None = None, device: str = "cpu",

@@ -60,12 +60,15 @@ def _run_installed(site: Path, cwd: Path, *args: str) -> subprocess.CompletedPro
 
 def test_the_wheel_carries_every_file_of_the_package(installed):
     """Each file git tracks under compose_lens/ (code, the paper model, the calibration, py.typed)
-    is in the installed tree."""
+    is in the installed tree, except an analysis folder's tests (they run from a checkout only)."""
     tracked = subprocess.run(["git", "ls-files", "compose_lens"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.split()
     if not tracked:
         pytest.skip("not a git checkout")
-    missing = [name for name in tracked if not (installed / name).is_file()]
+    tests = [name for name in tracked if Path(name).name.startswith("test_")]
+    assert tests, "no analysis folder keeps its tests beside its code: the check below checks nothing"
+    assert [name for name in tests if (installed / name).exists()] == [], "the wheel carries the analyses' tests"
+    missing = [name for name in tracked if name not in tests and not (installed / name).is_file()]
     assert missing == [], f"left out of the wheel (pyproject.toml package-data): {missing}"
     assert (installed / "compose_lens" / "py.typed").is_file()  # type checkers read the hints (PEP 561)
     assert list(installed.glob("compose_lens-*.dist-info/licenses/LICENSE")), "the wheel carries no LICENSE"

@@ -189,8 +189,8 @@ def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",
-          "model.heads")
+SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "registry.dla.attribution",
+          "analysis.metrics", "model.heads")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
 

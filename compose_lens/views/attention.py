@@ -1,10 +1,10 @@
-"""Figures of attention: patterns on a sequence, the QK circuits read from the weights, the early jump.
+"""Figures of attention: patterns on a sequence, the QK circuits read from the weights.
 
 :func:`positional_qk_figure` draws the binder's attention from position alone, the key one back
 outlined; :func:`variable_identity_figure` the router's variable identity (:func:`qk_heatmaps_figure`
 both side by side); :func:`attention_figure` / :func:`view_figure` both layers' patterns on one
-sequence, the cells the circuit predicts outlined; :func:`early_jump_figure` layer-1 attention and
-the identity matrix just before and after the variable-assignment jump. A heatmap's colour bar is
+sequence, the cells the circuit predicts outlined (the early jump's figure,
+:mod:`compose_lens.registry.early_jump.figure`, draws on the same scales). A heatmap's colour bar is
 in one of two units: attention weight after the softmax, on a square-root scale
 (:data:`ATTENTION_SCALE`) so that weights of 0.2, which the circuit's cells often have, are not
 washed out; or attention score before it (:data:`SCORE_LABEL`). The numbers come from
@@ -172,33 +172,3 @@ def view_figure(view: Mapping) -> tuple[Figure, pd.DataFrame]:
     verdict = "correct" if view["correct"] else "wrong"
     return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
                             title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")
-
-
-def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump.
-
-    ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
-    """
-    fig, axes = subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
-    frames = []
-    # one colour scale for both identity panels: "after" is read against "before"
-    shared = max(float(np.nanmax(np.abs(np.asarray(s["identity"], dtype=float)))) for s in (before, after)) or 1.0
-    for col, state in enumerate((before, after)):
-        labels = [f"{i}:{t}" for i, t in enumerate(state["tokens"])]
-        acc = f"\nassignment accuracy {state['accuracy']:.2f}" if state.get("accuracy") is not None else ""
-        heatmap(axes[0, col], state["pattern0"], labels, labels, f"step {state['step']}: {layer_name(0)} attention{acc}",
-                **ATTENTION_SCALE, fontsize=8)
-        heatmap(axes[1, col], state["identity"], variables, variables,
-                f"step {state['step']}: {layer_name(1)} variable identity", colorbar_label=SCORE_LABEL,
-                vmax=shared, fontsize=8, rotation=0)
-        axes[0, col].set_xlabel("key (source) position:token")
-        axes[0, col].set_ylabel("query (destination) position:token")
-        axes[1, col].set_xlabel("key variable (value tagged by layer 1)")
-        axes[1, col].set_ylabel("query variable (at =)")
-        frames.append(matrix_frame(state["pattern0"], labels, labels, "query").assign(
-            step=state["step"], matrix="layer1_attention"))
-        frames.append(matrix_frame(state["identity"], variables, variables, "query").assign(
-            step=state["step"], matrix="layer2_variable_identity"))
-    fig.suptitle("The early generalisation jump: before and after")
-    fig.tight_layout()
-    return fig, pd.concat(frames)

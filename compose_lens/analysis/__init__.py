@@ -34,7 +34,8 @@ in the report and exports is declared once per analysis in :mod:`compose_lens.re
 are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
-direct logit attribution, the training dynamics, the early jump, modularity: ``docs/extending.md``).
+direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity:
+``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens.views.attention import qk_heatmaps_figure, view_figure
+from compose_lens.views.attention import view_figure
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
+from compose_lens.registry.qk.figure import qk_heatmaps_figure
 from compose_lens.views.circuit import EDGE_CMAP, circuit_figure
 from compose_lens.views.drawing import OKABE_ITO, png_bytes
 from compose_lens.views.fourier import best_neurons_figure, fourier_neuron_figure

@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from compose_lens.views.attention import positional_qk_figure, qk_heatmaps_figure, variable_identity_figure
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
+from compose_lens.registry.qk.figure import positional_qk_figure, qk_heatmaps_figure, variable_identity_figure
 from compose_lens.views.drawing import layer_name, png_bytes
 from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
                                         readout_fourier_figure)

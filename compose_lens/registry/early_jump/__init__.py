@@ -108,7 +108,7 @@ def _section(inp, result: Result | None, settings: dict) -> str:
 EARLY_JUMP = Analysis(
     name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
     settings={"sequence": None, "before": None, "after": None},
-    figures=("early_jump",), module="compose_lens.analysis.figure_data", documents=("early_jump",),
+    figures=("early_jump",), module="compose_lens.registry.early_jump.jump", documents=("early_jump",),
     draw=_figures, section=_section, report_settings=_asked, anchor="jump",
     command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),

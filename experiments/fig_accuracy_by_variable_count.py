@@ -6,7 +6,7 @@ The run's outcome (generalised, stalled, learning) is in the title where phases.
 """
 
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
-from compose_lens.views.training import accuracy_by_variable_count_figure
+from compose_lens.registry.dynamics.figure import accuracy_by_variable_count_figure
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()
 table, doc = dynamics_of(args)

@@ -8,9 +8,9 @@ Without --before/--after the bracket of the assignment phase found by `compose-l
 
 from compose_lens.training.runs import find_checkpoints
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
-from compose_lens.analysis.figure_data import jump_states
+from compose_lens.registry.early_jump.jump import jump_states
 from compose_lens.data.sampler import example_sequences
-from compose_lens.views.attention import early_jump_figure
+from compose_lens.registry.early_jump.figure import early_jump_figure
 
 parser = experiment_parser(__doc__.splitlines()[0], step=False)
 parser.add_argument("--before", type=int, help="checkpoint step before the jump")

@@ -5,7 +5,7 @@ accuracy of each forbidden operand slot (b as the right operand is learned last)
 """
 
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
-from compose_lens.views.training import refinement_figure
+from compose_lens.registry.dynamics.figure import refinement_figure
 from compose_lens.core.config import RunConfig
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()

@@ -4,7 +4,7 @@
 """
 
 from compose_lens.cli.experiments import dynamics_of, experiment_parser, save_figure
-from compose_lens.views.training import progress_measures_figure
+from compose_lens.registry.dynamics.figure import progress_measures_figure
 
 args = experiment_parser(__doc__.splitlines()[0], step=False).parse_args()
 table, doc = dynamics_of(args)

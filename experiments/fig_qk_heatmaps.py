@@ -4,8 +4,8 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.analysis.figure_data import qk_matrices
-from compose_lens.views.attention import qk_heatmaps_figure
+from compose_lens.registry.qk.figure import qk_heatmaps_figure
+from compose_lens.registry.qk.matrices import qk_matrices
 
 args = experiment_parser(__doc__.splitlines()[0]).parse_args()
 loaded = model_of(args)

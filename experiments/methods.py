@@ -9,9 +9,9 @@ Needs the study's checkpoints in ../shared/reference (see its README) and, for t
 (``pip install -e '.[methods]'``). DAS runs with :data:`DAS_SETTINGS` (fewer pairs, epochs and
 ranks than :class:`compose_lens.registry.das.search.DasSettings`), the LLC with :data:`LLC_SETTINGS`
 (100 draws instead of 150); the LLC is estimated on a subset of the checkpoints (:data:`LLC_STEPS`,
-denser around the phase onsets) to keep the run short. The phase onsets come from ``compose_lens.analysis.dynamics``
-(every checkpoint's pools, the rule of :mod:`compose_lens.training.phases`), as ``compose-lens dynamics
-../shared/reference`` gives them.
+denser around the phase onsets) to keep the run short. The phase onsets come from
+``compose_lens.registry.dynamics.checkpoints`` (every checkpoint's pools, the rule of
+:mod:`compose_lens.training.phases`), as ``compose-lens dynamics ../shared/reference`` gives them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 
 from compose_lens.registry.das import search as das
 from compose_lens.registry.llc import estimate as llc
-from compose_lens.analysis.dynamics import trajectory
+from compose_lens.registry.dynamics.checkpoints import trajectory
 from compose_lens.training.phases import find_phases
 from compose_lens.training.subject import load_model
 from compose_lens.views.drawing import save

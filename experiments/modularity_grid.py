@@ -12,7 +12,7 @@ that ends :data:`STEPS` below the proxy's bar and still learning trains on to :d
 (``train --resume`` with a larger budget: the weights of a run trained there at once); a point whose
 loss diverges at the proxy's learning rate is trained again at the study's (``WORK/study_lr/``, the
 row's ``remedy`` says which). It records the budget, the steps it took and its outcome, then locates
-the circuit's roles and measures it (:func:`compose_lens.analysis.modularity.measure`): everything
+the circuit's roles and measures it (:func:`compose_lens.registry.modularity.measures.measure`): everything
 goes to ``WORK/<name>/point.json``. The **grid** runs every point whose ``point.json`` is missing and
 whose row is not already in ``--out``'s ``grid.csv`` (or is, but not :func:`settled`: below the bar
 on a budget short of :data:`LONGER`, or diverged at the proxy's rate); a killed point resumes its
@@ -56,7 +56,7 @@ from compose_lens.training import runs
 
 from compose_lens.data import safety  # noqa: E402
 from compose_lens.training.subject import for_analyses, load_checkpoint, load_model  # noqa: E402
-from compose_lens.analysis import modularity  # noqa: E402
+from compose_lens.registry.modularity import measures as modularity  # noqa: E402
 from compose_lens.core.config import RunConfig  # noqa: E402
 from compose_lens.core.errors import ComposeLensError  # noqa: E402
 from compose_lens.core.files import load_json, missing_columns  # noqa: E402

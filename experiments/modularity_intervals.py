@@ -2,7 +2,7 @@
 
     python experiments/modularity_intervals.py            # experiments/results/modularity/separation_intervals.csv
 
-The separation of binding and addition (:func:`compose_lens.analysis.modularity.separation`) is read
+The separation of binding and addition (:func:`compose_lens.registry.modularity.measures.separation`) is read
 from EAP-IG attributions over two sets of prompt pairs; its 95 % bootstrap interval resamples both
 sets and recomputes the two profiles from each pair's own attribution. This measures it on the
 shipped paper model (``load_model("paper")``) with few pairs and few integration steps and with the
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from compose_lens.analysis import modularity
+from compose_lens.registry.modularity import measures as modularity
 from compose_lens.core.files import write_json_atomic
 from compose_lens.core.provenance import provenance
 from compose_lens.training.subject import load_model

@@ -38,7 +38,7 @@ import torch
 from compose_lens.core import stats
 
 from compose_lens.core import study
-from compose_lens.analysis.dynamics import PHASE_RULES, run_phases_measured, trajectory
+from compose_lens.registry.dynamics.checkpoints import PHASE_RULES, run_phases_measured, trajectory
 from compose_lens.training.outcome import classify_run
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import load_json, write_json_atomic

@@ -12,7 +12,7 @@ receives:
   train_wall_time_s, threads, run_dir), except in the sweep directory itself, where the
   sweep's ``results.csv`` holds the same rows;
 * ``phases.csv``: each point's phase onset steps by the dynamics rule on its logged pool
-  accuracies (``compose_lens.analysis.dynamics.sweep_onsets``), and ``addition_first``;
+  accuracies (``compose_lens.registry.dynamics.checkpoints.sweep_onsets``), and ``addition_first``;
 * ``fit.json``: per metric the logistic fit, its 50 % and 90 % crossings with 95 % bootstrap
   intervals (``compose_lens.analysis.thresholds.fit_thresholds``), the study's threshold,
   the per-seed crossings of the older rule (``thresholds``) as a check on the fit's shape,
@@ -34,7 +34,7 @@ import math
 from pathlib import Path
 
 from compose_lens.core.study import THRESHOLDS as STUDY_THRESHOLDS
-from compose_lens.analysis.dynamics import addition_first_summary, sweep_onsets
+from compose_lens.registry.dynamics.checkpoints import addition_first_summary, sweep_onsets
 from compose_lens.analysis.thresholds import (BOOTSTRAP_REPLICATES, LEVELS, METRICS,
                                               THRESHOLD_RULE, fit_thresholds, numeric, thresholds)
 from compose_lens.core.files import json_safe, write_json_atomic

@@ -19,8 +19,6 @@ Supporting modules:
 * :mod:`.locate`: which head binds, which routes and which MLP adds in *any*
   architecture (the table above names the paper's components); the Fourier
   analyses read the located adder;
-* :mod:`.modularity`: whether binding and addition sit in distinct components, whether
-  constants and variables reach one adder, and how much of the graph the circuit needs;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
   table-based forward for the paper architecture, ``run_with_cache`` otherwise);
 * :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per
@@ -28,7 +26,6 @@ Supporting modules:
   (the full picture of one model);
 * :mod:`.attention`: attention patterns of readable sequences and the cells the
   circuit predicts;
-* :mod:`.dynamics`: every checkpoint of a run evaluated, and the three phases;
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.figure_data`: the numbers behind the study's model figures.
 
@@ -36,7 +33,8 @@ Which of these ``compose-lens analyze`` runs, with which settings, and what each
 in the report and exports is declared once per analysis in :mod:`compose_lens.registry`. These modules
 are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
-(``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading:
+(``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
+direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity:
 ``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by

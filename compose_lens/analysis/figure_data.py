@@ -5,12 +5,6 @@ the analyses of this package on one model (or two checkpoints) and returns what
 one figure shows, so the offline report, the ``experiments/fig_*.py`` scripts and
 the ``compose-lens`` output writers draw the same numbers the same way:
 
-* :func:`qk_matrices`: layer 1's (blocks.0) positional scores ``P QK_binder P^T`` and
-  layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T``, both in
-  attention score (the circuits named by role, :mod:`.probes`);
-* :func:`jump_state` / :func:`jump_states`: layer 1's (blocks.0) attention on one sequence and
-  the identity matrix at the checkpoints just before and after the
-  variable-assignment jump;
 * :func:`fourier_neuron`: the MLP2 (the adder's MLP: layer 2's, blocks.1, in the paper) neuron
   best explained by a key frequency and its ideal pattern (:mod:`.fourier`);
 * :func:`frequency_variance_shares` and :func:`best_neuron_patterns`: the MLP2
@@ -24,60 +18,16 @@ the ``compose-lens`` output writers draw the same numbers the same way:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
 from compose_lens.analysis import fourier, locate
-from compose_lens.analysis.attention import sequence_views
-from compose_lens.analysis.probes import PAPER_HEADS, Heads, positional_qk_scores, variable_identity_matrix
 from compose_lens.analysis.same_mlp import matched_prompts, mlp_in
-from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model.forward import ANSWER, Forward, Site
-from compose_lens.model import tl
-from compose_lens.training.subject import load_checkpoint
 from compose_lens.training.subject import Subject
-
-def qk_matrices(model: tl.Model, config: RunConfig,
-                heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(the binder's (paper: layer 1 (blocks.0)) positional scores over the context, the variable
-    identity of the binder's OV and the router's (layer 2 (blocks.1)) QK), both attention scores
-    (scaled by sqrt(d_head)); ``heads``: the paper's by default; None where no head
-    plays a role (the identity also needs the router above the binder)."""
-    positional = None if heads.binder is None else positional_qk_scores(model, config, heads=heads).numpy()
-    identity = (None if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]
-                else variable_identity_matrix(model, config, heads=heads).numpy())
-    return positional, identity
-
-
-# -- the early jump ------------------------------------------------------------------------------
-
-
-def jump_state(model: tl.Model, config: RunConfig, text: str, step: int, accuracy: float | None = None) -> dict:
-    """One side of the early-jump figure: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``."""
-    view = sequence_views(model, config, [text])[0]
-    return {"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
-            "identity": variable_identity_matrix(model, config).numpy(), "accuracy": accuracy}
-
-
-def accuracy_at(table: pd.DataFrame | None, step: int, column: str = "assignment_accuracy") -> float | None:
-    """``column`` of the dynamics table at ``step``, None where the table lacks it."""
-    if table is None or column not in table or not (table["step"] == step).any():
-        return None
-    return float(table.loc[table["step"] == step, column].iloc[0])
-
-
-def jump_states(source: str | Path, before: int, after: int, text: str, table: pd.DataFrame | None = None,
-                split_file=None) -> tuple[dict, dict, list[str]]:
-    """(state before, state after, variable names) between two checkpoint steps of a run or reference folder."""
-    states = []
-    for step in (before, after):
-        loaded = load_checkpoint(source, step, split_file)
-        states.append(jump_state(loaded.model, loaded.config, text, step, accuracy_at(table, step)))
-    return states[0], states[1], list(loaded.config.task.variable_names)
 
 
 # -- the MLP adds in the Fourier basis -----------------------------------------------------------

@@ -13,7 +13,7 @@ command      covers
              edges scored against the located circuit, none where a role is not located
              (:func:`compose_lens.analysis.circuit.circuit_labels`)
 ``dla``      any model (with a final norm, its scale held at the value the model computed:
-             :mod:`compose_lens.analysis.logit_attribution`)
+             :mod:`compose_lens.registry.dla.attribution`)
 ``same-mlp`` any model with an MLP: the tests read the located adder MLP and router head
              (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a model where no
              MLP adds or no head routes, or with normalisation (:func:`same_mlp_inconclusive`:

@@ -17,7 +17,7 @@ name                     id    consumer (``index`` in brackets)
 ``TRAIN_BATCHES``        2     ``TrainingSampler`` (block of steps)
 ``POOLS``                3     ``make_pool`` (pool's position in ``pool_names(task)``)
 ``EXHAUSTIVE``           4     ``make_exhaustive`` (position in ``EXHAUSTIVE_NAMES``)
-``FORBIDDEN_SLOTS``      7     ``analysis.dynamics.forbidden_slot_batches`` (slot)
+``FORBIDDEN_SLOTS``      7     ``registry.dynamics.checkpoints.forbidden_slot_batches`` (slot)
 ``DATA_SAMPLE``          9     ``compose-lens data sample --split train``
 ``DECLARED_SAMPLE``      10    ``evaluate --prompts``: the declared training distribution's sample
 ``PROBE_TEST_SPLIT``     21    ``analysis.probes.fit_linear_probe``: held-out sequences

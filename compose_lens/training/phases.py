@@ -10,7 +10,7 @@ later ("crosses and stays").
 
 These functions read curves only (a dynamics table of evaluated checkpoints, or the pool
 accuracies a run logs in ``metrics.jsonl``), so training, the stall detector
-(:mod:`compose_lens.training.outcome`) and the analyses of :mod:`compose_lens.analysis.dynamics`
+(:mod:`compose_lens.training.outcome`) and the analyses of :mod:`compose_lens.registry.dynamics.checkpoints`
 share them.
 
 **A run's onsets, as printed** (``make reproduce``, ``compose-lens dynamics``, the report, the

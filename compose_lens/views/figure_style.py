@@ -32,7 +32,7 @@ writes it in that style. From Python or a notebook::
 
     from compose_lens.views.figure_style import style
     from compose_lens.views.drawing import save
-    from compose_lens.views.training import progress_measures_figure
+    from compose_lens.registry.dynamics.figure import progress_measures_figure
     with style("paper"):
         fig, data = progress_measures_figure(table, phases)
         save(fig, data, "figures/progress", fmt="pdf")   # 7.0 in wide, 7-9 pt

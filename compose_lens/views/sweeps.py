@@ -146,7 +146,7 @@ MODULARITY_CONSTANT_WORDS = {"modularity_separation": "the separation (a)",
 
 def modularity_figure(rows: pd.DataFrame, x: str, group: str | None = None, log2: bool = False,
                       separation_min: float | None = None) -> tuple[Figure, pd.DataFrame]:
-    """The modularity measures (:mod:`compose_lens.analysis.modularity`) of a grid's points against one
+    """The modularity measures (:mod:`compose_lens.registry.modularity.measures`) of a grid's points against one
     architecture axis ``x`` (``d_model``, ``n_layers``, ``n_heads``), one colour per value of ``group``.
 
     Each seed is a marker (seeds side by side); the line joins the mean over seeds and its error bar is

@@ -9,17 +9,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from compose_lens.views.attention import (early_jump_figure, positional_qk_figure, qk_heatmaps_figure,
-                                          variable_identity_figure)
-from compose_lens.views.attribution import logit_attribution_figure
+from compose_lens.registry.dla.figure import logit_attribution_figure
+from compose_lens.registry.early_jump.figure import early_jump_figure
+from compose_lens.registry.qk.figure import positional_qk_figure, qk_heatmaps_figure, variable_identity_figure
 from compose_lens.views.drawing import layer_name, png_bytes
 from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
                                         readout_fourier_figure)
 from compose_lens.registry.gradient.figure import gradient_terms_figure
 from compose_lens.views.patching import patching_figure
 from compose_lens.views.sweeps import modularity_figure
-from compose_lens.views.training import (POOL_GROUPS, accuracy_by_variable_count_figure, progress_measures_figure,
-                                         refinement_figure, sampling_gaps)
+from compose_lens.registry.dynamics.figure import (POOL_GROUPS, accuracy_by_variable_count_figure,
+                                                   progress_measures_figure, refinement_figure, sampling_gaps)
 from tests.unit.test_figures_for_print import assert_readable_in_the_report
 
 # the study's checkpoint steps (../shared/reference): every 500 to 2,501, every 100 to 6,001, then sparse

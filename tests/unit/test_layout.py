@@ -189,8 +189,8 @@ def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "analysis.logit_attribution", "analysis.metrics",
-          "model.heads")
+SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "registry.dla.attribution",
+          "analysis.metrics", "model.heads")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
 
@@ -249,7 +249,7 @@ def test_report_and_cli_import_no_analysis():
 def test_the_no_analysis_rule_catches_a_planted_import():
     trees = dict(modules())
     trees["compose_lens.cli.planted"] = ast.parse("def f():\n    from compose_lens.analysis import locate\n")
-    trees["compose_lens.report.planted"] = ast.parse("from compose_lens.analysis.figure_data import jump_states\n")
+    trees["compose_lens.report.planted"] = ast.parse("from compose_lens.analysis.figure_data import fourier_neuron\n")
     assert analysis_imports(trees) == ["compose_lens.cli.planted -> compose_lens.analysis.locate",
                                        "compose_lens.report.planted -> compose_lens.analysis.figure_data"]
 

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from compose_lens.analysis import modularity
+from compose_lens.registry.modularity import measures as modularity
 from compose_lens.data.sampler import make_pools
 from compose_lens.training.evaluate import answer_logits
 from compose_lens.model import tl

@@ -200,7 +200,7 @@ def test_a_model_trained_on_every_pair_declares_split_none(tmp_path, capsys):
     result = run_analysis("ablation", subject, pool_size=8)
     assert set(result.tables["ablation"]["pool"]) == {"0var_train", "1var_train", "2var_train"}
     # modularity is gated on the exhaustive sets; empty, they are not read as "not learned (nan)"
-    from compose_lens.analysis import modularity
+    from compose_lens.registry.modularity import measures as modularity
 
     row = modularity.measure(subject, n_pairs=12)
     assert row["modularity_reason"].startswith("the split holds out nothing")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compose_lens.views.attention import positional_qk_figure
+from compose_lens.registry.qk.figure import positional_qk_figure
 from compose_lens.views.drawing import save
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 The residual stream at ``=`` is read after the embeddings and after each layer
 (``blocks.L.hook_resid_post``, through the one :class:`~compose_lens.model.forward.Forward`) and put
 through the model's final normalisation and the unembedding
-(:func:`compose_lens.analysis.logit_attribution.lens_logits`, as the logit lens reads it). For each pool and each
+(:func:`compose_lens.registry.dla.attribution.lens_logits`, as the logit lens reads it). For each pool and each
 stage it gives the answer's mean logit, its mean margin over the best other token (positive: the answer
 is on top) and the top-1 rate with its Wilson 95 % interval. After the last layer the stream is the
 model's own, so the last stage's top-1 rate is the model's accuracy on that pool.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from compose_lens.analysis.logit_attribution import lens_logits
+from compose_lens.registry.dla.attribution import lens_logits
 from compose_lens.core.stats import wilson_interval
 from compose_lens.data.sampler import make_pools
 from compose_lens.model.forward import Site

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from compose_lens.analysis import logit_attribution as la
+from compose_lens.registry.dla import attribution as la
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.core.errors import ComposeLensError

@@ -1,15 +1,15 @@
-"""The ``modularity`` declaration: is the model's circuit modular? Three measures that can fail
-(:mod:`compose_lens.analysis.modularity`): (a) binding and addition leave through distinct components
-(the separation, with its bootstrap interval over the prompt pairs), (b) one adder serves constants and
-variables (the same-MLP tests on the located adder), (c) the share of the graph's edges the smallest
+"""The ``modularity`` analysis, in this folder: is the model's circuit modular? Three measures that can fail
+(``measures.py``, the numbers; this module, the declaration): (a) binding and addition leave through distinct
+components (the separation, with its bootstrap interval over the prompt pairs), (b) one adder serves constants
+and variables (the same-MLP tests on the located adder), (c) the share of the graph's edges the smallest
 faithful circuit needs (with its interval over the pools' pairs), and the verdict: ``modular``,
 ``entangled`` or ``inconclusive`` (always the last where the model has not learned the task).
 
-One declaration module of :mod:`compose_lens.registry`. ``compose-lens modularity MODEL --out DIR``
-writes ``modularity.csv`` (one row: every ``modularity_*`` column, the exhaustive accuracies and the
-located roles); the report runs it too. ``analyze`` leaves it out (``in_analyze=False``, as DAS): its
-smallest-circuit search over the nine pools takes most of its ~9 s on the paper model, which would make
-``analyze`` half as slow again (docs/speed.md's goal is 10 s).
+Its tests stay in ``tests/unit/test_modularity.py``, beside ``test_locate.py`` whose planted models they
+share. ``compose-lens modularity MODEL --out DIR`` writes ``modularity.csv`` (one row: every ``modularity_*``
+column, the exhaustive accuracies and the located roles); the report runs it too. ``analyze`` leaves it out
+(``in_analyze=False``, as DAS): its smallest-circuit search over the nine pools takes most of its ~9 s on the
+paper model, which would make ``analyze`` half as slow again (docs/speed.md's goal is 10 s).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from compose_lens.registry.circuit import circuit_memory
 def _modularity(ctx, settings: dict) -> Result:
     import pandas as pd
 
-    from compose_lens.analysis import modularity
+    from compose_lens.registry.modularity import measures as modularity
 
     row = modularity.measure(ctx.loaded, ctx.seed, n_pairs=settings["n_pairs"],
                              same_mlp_n=settings["same_mlp_n"], pool_size=settings["pool_size"],
@@ -79,7 +79,7 @@ def _section(inp, result: Result, settings: dict) -> str:
 MODULARITY = Analysis(
     name="modularity", title="Modularity: separation, one adder, circuit size", compute=_modularity,
     settings={"n_pairs": 120, "same_mlp_n": 150, "pool_size": 200, "steps": 8},
-    module="compose_lens.analysis.modularity", tables=("modularity",), causal=True, in_analyze=False,
+    module="compose_lens.registry.modularity.measures", tables=("modularity",), causal=True, in_analyze=False,
     section=_section,
     findings=(Finding("modularity_separation", "binding and addition leave through distinct components",
                       "high (>= 0.8)", 0.8),

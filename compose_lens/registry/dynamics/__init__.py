@@ -1,9 +1,10 @@
-"""The ``dynamics`` declaration: every checkpoint of a run evaluated, and the three phases found.
+"""The ``dynamics`` analysis, whole in this folder: every checkpoint of a run evaluated, and the three phases found.
 
 An analysis of a run's checkpoints (``of="run"``): its compute takes a
 :class:`compose_lens.report.context.RunContext` (the run's source, split, seed and device) where a one-model
-analysis takes a :class:`~compose_lens.report.context.Context`. :mod:`compose_lens.analysis.dynamics` holds
-the measures and the phase rule; this module only says how the command, the report and the API run it.
+analysis takes a :class:`~compose_lens.report.context.Context`. ``checkpoints.py`` holds the measures and the
+phase rule, ``figure.py`` the figures, ``test_dynamics.py`` and ``test_sweep_onsets.py`` the tests; this module
+says how the command, the report and the API run it.
 ``compose-lens dynamics RUN --out DIR`` writes ``dynamics.csv`` (one row per checkpoint),
 ``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
 With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made of the same run with the same settings are
@@ -21,7 +22,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 def _dynamics(ctx, settings: dict) -> Result:
     from compose_lens.training import runs
-    from compose_lens.analysis.dynamics import phases_document, trajectory, trajectory_settings
+    from compose_lens.registry.dynamics.checkpoints import phases_document, trajectory, trajectory_settings
     from compose_lens.training.outcome import trajectory_outcome
 
     known = None
@@ -39,7 +40,7 @@ def _dynamics(ctx, settings: dict) -> Result:
 
 
 def _figures(ctx, result: Result, settings: dict) -> list:
-    from compose_lens.views.training import dynamics_figure
+    from compose_lens.registry.dynamics.figure import dynamics_figure
 
     return [("dynamics", dynamics_figure, (result.tables["dynamics"], result.documents["phases"]), 110)]
 
@@ -60,26 +61,27 @@ def _saved(ctx, folder, settings: dict) -> Result | None:
 
 
 def _section(inp, result: Result, settings: dict) -> str:
-    from compose_lens.views import training
+    from compose_lens.registry.dynamics.figure import (accuracy_by_variable_count_figure, progress_measures_figure,
+                                                       refinement_figure)
 
     table, doc, task, report = result.tables["dynamics"], result.documents["phases"], inp.subject.config.task, inp.report
     t, phases = doc.get("timing", {}), doc["phases"]
     parts = [f"<p>{len(table)} checkpoints (steps {int(table['step'].min())} to {int(table['step'].max())}); "
              f"evaluation took {t.get('seconds_per_checkpoint', float('nan')):.2f} s per checkpoint. "
              f"Saved in <code>dynamics.csv</code> and <code>phases.json</code>.</p>"]
-    parts.append(report.figure(training.accuracy_by_variable_count_figure(table, phases, inp.outcome),
+    parts.append(report.figure(accuracy_by_variable_count_figure(table, phases, inp.outcome),
                                "accuracy_by_variable_count", "Accuracy of the nine pools by variable count; "
                                "dashed lines: phase onsets; the title gives the run's outcome. Where the checkpoints "
                                "are dense in a short stretch, a second row enlarges it; a dotted line crosses a gap "
                                "in the checkpoints (nothing measured there)."))
-    parts.append(report.figure(training.progress_measures_figure(table, phases), "progress_measures",
+    parts.append(report.figure(progress_measures_figure(table, phases), "progress_measures",
                                "Progress measures over training with the phase boundaries. The losses are over all "
                                "p² constant-operand sums: the restricted loss keeps only the key frequencies of "
                                "MLP2's activations (low: the key frequencies suffice), the excluded loss removes "
                                "them (high: the model needs them)."))
     forbidden = tuple(task.left_forbidden) + tuple(task.right_forbidden)
     parts.append(report.figure(
-        training.refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
+        refinement_figure(table, task.variable_names, forbidden, phases), "late_refinement",
         "The late refinement: the layer-1 = query's score for each variable key equalises when the "
         "var-restricted sequences are solved; the forbidden-slot accuracies show which slot is learned last."))
     return "\n".join(parts)
@@ -113,7 +115,7 @@ DYNAMICS = Analysis(
     settings={"pool_size": 2000, "slot_size": 500, "steps": (), "stride": 1, "no_circuit": False, "threads": 1,
               "update": False},
     figures=("dynamics", "accuracy_by_variable_count", "progress_measures", "late_refinement"),
-    module="compose_lens.analysis.dynamics", tables=("dynamics",), documents=("phases",), draw=_figures,
+    module="compose_lens.registry.dynamics.checkpoints", tables=("dynamics",), documents=("phases",), draw=_figures,
     section=_section,
     saved=_saved,
     command="dynamics", help="evaluate every checkpoint of a run and find the three phases",

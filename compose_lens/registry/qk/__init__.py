@@ -1,4 +1,8 @@
-"""The ``qk`` declaration: the two QK views of the located heads, read from the weights only.
+"""The ``qk`` analysis, in this folder: the two QK views of the located heads, read from the weights only.
+
+``matrices.py`` holds the numbers (:func:`~compose_lens.registry.qk.matrices.qk_matrices`), ``figure.py`` the
+figures; this module says how ``analyze``, the report and the API run it. Its figures' tests are with the other
+figures' (``tests/unit/test_figures_issue43.py``, ``test_figures_for_print.py``, ``test_views_backend.py``).
 """
 
 from __future__ import annotations
@@ -7,11 +11,11 @@ from compose_lens.registry.analysis import Analysis, Result
 
 
 def _qk(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis import figure_data
-    from compose_lens.views.attention import positional_frame
+    from compose_lens.registry.qk.figure import positional_frame
+    from compose_lens.registry.qk.matrices import qk_matrices
     from compose_lens.views.drawing import matrix_frame
 
-    positional, identity = figure_data.qk_matrices(ctx.model, ctx.config, ctx.heads)  # None: no head plays it
+    positional, identity = qk_matrices(ctx.model, ctx.config, ctx.heads)  # None: no head plays it
     names = ctx.config.task.variable_names
     tables = {} if positional is None else {"positional_qk": positional_frame(positional)}
     if identity is not None:
@@ -25,7 +29,7 @@ def _scores(table):
 
 
 def _qk_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.attention import positional_qk_figure, variable_identity_figure
+    from compose_lens.registry.qk.figure import positional_qk_figure, variable_identity_figure
 
     t, figures = result.tables, []
     if "positional_qk" in t:
@@ -81,4 +85,4 @@ def _qk_section(inp, result: Result, settings: dict) -> str:
 QK = Analysis(name="qk", title="Previous-token head and variable-identity routing", compute=_qk,
               tables=("positional_qk", "variable_identity"),
               figures=("positional_qk", "variable_identity"), draw=_qk_figures, section=_qk_section,
-    exports=("qk_matrices=compose_lens.analysis.figure_data", "qk_heatmaps_figure=compose_lens.views.attention"))
+    exports=("qk_matrices=compose_lens.registry.qk.matrices", "qk_heatmaps_figure=compose_lens.registry.qk.figure"))

@@ -1,4 +1,10 @@
-"""The ``dla`` declaration: direct logit attribution and the logit lens at ``=``."""
+"""The ``dla`` analysis, whole in this folder: direct logit attribution and the logit lens at ``=``.
+
+``attribution.py`` holds the numbers (the answer's margin split into one direct term per component, and the
+residual stream read through the unembedding after each stage; the answer lens reads its ``lens_logits`` too),
+``figure.py`` the figure, ``test_dla.py`` the tests; this module says how ``compose-lens dla``, ``analyze``,
+the report and the API run it.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,16 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _dla(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis import logit_attribution
+    from compose_lens.registry.dla import attribution
 
-    table = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed)
-    lens = logit_attribution.logit_lens(ctx.loaded, settings["n"], ctx.seed)
-    by_pool = logit_attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed, by="pool")
+    table = attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed)
+    lens = attribution.logit_lens(ctx.loaded, settings["n"], ctx.seed)
+    by_pool = attribution.logit_attribution(ctx.loaded, settings["n"], ctx.seed, by="pool")
     return Result(tables={"logit_attribution": table, "logit_lens": lens, "logit_attribution_by_pool": by_pool})
 
 
 def _dla_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.attribution import logit_attribution_figure
+    from compose_lens.registry.dla.figure import logit_attribution_figure
 
     t = result.tables
     return [("logit_attribution", logit_attribution_figure,
@@ -47,9 +53,9 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
 
 
 def _dla_memory(settings: dict, config) -> None:
-    from compose_lens.analysis import logit_attribution
+    from compose_lens.registry.dla import attribution
 
-    logit_attribution.check_memory(settings["n"], config)
+    attribution.check_memory(settings["n"], config)
 
 
 def _dla_lines(result: Result) -> list[str]:
@@ -64,7 +70,7 @@ def _dla_lines(result: Result) -> list[str]:
 
 DLA = Analysis(
     name="dla", title="Direct logit attribution and logit lens at =", compute=_dla,
-    settings={"n": 600}, module="compose_lens.analysis.logit_attribution",
+    settings={"n": 600}, module="compose_lens.registry.dla.attribution",
     tables=("logit_attribution", "logit_lens", "logit_attribution_by_pool"),
     figures=("logit_attribution",), draw=_dla_figures, section=_dla_section,
     command="dla", help="direct logit attribution and logit lens at '='",

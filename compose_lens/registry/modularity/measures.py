@@ -3,8 +3,9 @@
 The study shows one model whose three skills sit in three components: layer 1's head binds each value
 to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider,
 deeper or many-headed model keeps them apart is an empirical question; these measures answer it for
-one trained model, from the toolkit's own graph (:mod:`.circuit`), locator (:mod:`.locate`) and
-same-MLP tests (:mod:`.same_mlp`), with nothing chosen by hand.
+one trained model, from the toolkit's own graph (:mod:`compose_lens.analysis.circuit`), locator
+(:mod:`compose_lens.analysis.locate`) and same-MLP tests (:mod:`compose_lens.analysis.same_mlp`), with nothing
+chosen by hand.
 
 **(a) Separation: binding and addition in distinct components** (``modularity_separation``).
 Score every edge of the position graph (:func:`compose_lens.analysis.circuit.build_graph` with

@@ -1,10 +1,12 @@
-"""The ``early_jump`` declaration: layer 1's attention on one sequence and layer 2's variable-identity
+"""The ``early_jump`` analysis, in this folder: layer 1's attention on one sequence and layer 2's variable-identity
 matrix at the two checkpoints that bracket the variable-assignment jump (the study's "early
 generalisation" figure).
 
 An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): its compute takes a
-:class:`compose_lens.report.context.RunContext`. :func:`compose_lens.analysis.figure_data.jump_states` reads the
-two checkpoints; this module says how the command, the report and the API run it.
+:class:`compose_lens.report.context.RunContext`. ``jump.py`` reads the two checkpoints
+(:func:`~compose_lens.registry.early_jump.jump.jump_states`), ``figure.py`` draws them; this module says how the
+command, the report and the API run it (its command's test is in ``registry/dynamics/test_dynamics.py``, on
+that file's tiny run).
 ``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
 tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
 Without ``--before`` / ``--after`` the bracket is the assignment phase's, read from the run's dynamics
@@ -31,7 +33,7 @@ def _saved_dynamics(ctx):
 
 def _early_jump(ctx, settings: dict) -> Result:
     from compose_lens.training import runs
-    from compose_lens.analysis.figure_data import jump_states
+    from compose_lens.registry.early_jump.jump import jump_states
     from compose_lens.data.sampler import example_sequences
     from compose_lens.core.errors import ComposeLensError
 
@@ -77,7 +79,7 @@ def _figures(ctx, result: Result, settings: dict) -> list:
     """The figure of the states before and after, computed now or read back from ``early_jump.json``."""
     import numpy as np
 
-    from compose_lens.views.attention import early_jump_figure
+    from compose_lens.registry.early_jump.figure import early_jump_figure
 
     doc = result.documents["early_jump"]
     first, second = ({**s, "pattern0": np.asarray(s["pattern0"]), "identity": np.asarray(s["identity"])}
@@ -106,7 +108,7 @@ def _section(inp, result: Result | None, settings: dict) -> str:
 EARLY_JUMP = Analysis(
     name="early_jump", title="The early generalisation jump", compute=_early_jump, of="run",
     settings={"sequence": None, "before": None, "after": None},
-    figures=("early_jump",), module="compose_lens.analysis.figure_data", documents=("early_jump",),
+    figures=("early_jump",), module="compose_lens.registry.early_jump.jump", documents=("early_jump",),
     draw=_figures, section=_section, report_settings=_asked, anchor="jump",
     command="early-jump", help="layer-1 attention and layer-2 identity just before and after the assignment jump",
     options=(Option("--sequence", "sequence", "readable sequence (default: a 1-var sequence of the pools)", kind=str),

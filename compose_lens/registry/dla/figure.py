@@ -1,5 +1,5 @@
-"""What writes the answer: each component's direct contribution to the answer margin at ``=`` beside
-the logit lens, the residual stream read through the unembedding after each stage
+"""The ``dla`` figure: what writes the answer, each component's direct contribution to the answer margin at
+``=`` beside the logit lens, the residual stream read through the unembedding after each stage
 (:func:`logit_attribution_figure`).
 """
 
@@ -61,7 +61,7 @@ def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
 
 def logit_attribution_figure(table: pd.DataFrame, lens: pd.DataFrame,
                              by_pool: pd.DataFrame | None = None) -> tuple[Figure, pd.DataFrame]:
-    """Left: with ``by_pool`` (:func:`compose_lens.analysis.logit_attribution.logit_attribution` with
+    """Left: with ``by_pool`` (:func:`compose_lens.registry.dla.attribution.logit_attribution` with
     ``by="pool"``), each smaller component's direct contribution per pool with its interval
     (:func:`_attribution_by_pool`); without it, each component's direct share of the answer margin at
     ``=`` per sequence kind. Right: the logit lens, accuracy of the residual stream read through the

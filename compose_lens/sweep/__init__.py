@@ -102,9 +102,8 @@ from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_ste
                                               thresholds)
 from compose_lens.core.config import SWEEP_BACKENDS, RunConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.core.files import atomic_path, json_safe, load_json, write_json_atomic
+from compose_lens.core.files import atomic_path, json_safe, load_json, remove_stale_temps, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
-from compose_lens.core.files import remove_stale_temps
 from compose_lens.views.drawing import save
 from compose_lens.views.sweeps import sweep_figure
 from compose_lens.core.provenance import provenance
@@ -336,17 +335,20 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 # -- one point: train (or resume), or report why not --------------------------------------
 
 
-def lock_point(directory: Path) -> safety.FileLock:
+def lock_point(directory: Path) -> safety.FileLock | dict:
     """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens."""
-    return safety.lock_file(directory.with_name(directory.name + ".lock"),
-                            f"{directory} is being trained by another process; run the sweep again when it is done")
-
-
-def _unlocked(exc: Exception) -> dict:
-    """The outcome of a point that could not be locked: held by another process, or not lockable."""
-    error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
-    return {"status": "failed", "error": error, "wall_s": 0.0}
+    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens; the point's
+    earlier ``error.json`` is removed under it. A point that cannot be locked (held by another process,
+    a worker of an earlier, killed sweep perhaps, or not lockable) gets its failed outcome instead."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = safety.lock_file(directory.with_name(directory.name + ".lock"),
+                                f"{directory} is being trained by another process; run the sweep again when it is done")
+    except (ComposeLensError, OSError) as exc:
+        error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
+        return {"status": "failed", "error": error, "wall_s": 0.0}
+    (directory / "error.json").unlink(missing_ok=True)
+    return lock
 
 
 def train_point(config: dict, run_dir: str, threads: int) -> dict:
@@ -358,14 +360,11 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     """
     torch.set_num_threads(threads)
     directory = Path(run_dir)
-    directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    try:  # a worker of an earlier, killed sweep may still be training this point
-        lock = lock_point(directory)
-    except (ComposeLensError, OSError) as exc:
-        return _unlocked(exc)
+    lock = lock_point(directory)
+    if isinstance(lock, dict):
+        return lock
     with lock:
-        (directory / "error.json").unlink(missing_ok=True)
         try:
             Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
         except Exception as exc:  # one failing point must not stop the sweep
@@ -398,14 +397,11 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
     locks = []
     try:
         for i, run_dir in enumerate(run_dirs):
-            directory = Path(run_dir)
-            directory.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                locks.append(lock_point(directory))
-            except (ComposeLensError, OSError) as exc:
-                outcomes[i] = _unlocked(exc)
-                continue
-            (directory / "error.json").unlink(missing_ok=True)
+            lock = lock_point(Path(run_dir))
+            if isinstance(lock, dict):
+                outcomes[i] = lock
+            else:
+                locks.append(lock)
         mine = [i for i, o in enumerate(outcomes) if o is None]
         try:
             BatchedTrainer([RunConfig.from_dict(configs[i]) for i in mine], [run_dirs[i] for i in mine],
@@ -447,18 +443,15 @@ def chunk_jobs(jobs: list[tuple[SweepPoint, dict, str]], size: int) -> list[list
 
 
 def _init_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
-    _end_with_parent()
-
-
-def _end_with_parent() -> None:
-    """Linux: end this worker when the sweep process that started it ends, however it ends.
+    """A pool worker's ``threads`` torch threads; and, on Linux, its end when the sweep process that
+    started it ends, however it ends.
 
     A pool worker whose sweep was killed (``kill PID`` of the sweep alone, not its
     process group) would otherwise train the points already queued to it, then spin
     on the dead pipe at a third of a core. Its point resumes from its last
     checkpoint when the sweep is run again. Elsewhere nothing changes.
     """
+    torch.set_num_threads(threads)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # no prctl (not Linux)
@@ -471,11 +464,9 @@ def _end_with_parent() -> None:
 def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "") -> dict:
     """The results.csv row of one point, read from its run directory."""
     row: dict[str, Any] = {"param": point.param, "value": format_value(point.value), "seed": point.seed,
-                           "status": status, "error": error, "outcome": "", "steps": "", "train_wall_time_s": "", "threads": ""}
-    for name in METRICS + POOLS:  # final exhaustive accuracies, then final pool accuracies
-        row[f"{name}_accuracy"] = ""
-    for pool in POOLS:
-        row[f"first_step_90_{pool}"] = ""
+                           "status": status, "error": error, "outcome": "", "steps": "", "train_wall_time_s": "",
+                           "threads": "", **{f"{name}_accuracy": "" for name in METRICS + POOLS},  # exhaustive, pools
+                           **{f"first_step_90_{pool}": "" for pool in POOLS}}
     results_file = run_dir / "results.json"
     if results_file.exists():
         results = load_json(results_file)
@@ -630,8 +621,6 @@ def pin_to_ray_gpus(gpu_ids: Sequence) -> dict:
     ('3', '3')
     >>> _ = os.environ.pop("CUDA_VISIBLE_DEVICES") if before is None else os.environ.update(CUDA_VISIBLE_DEVICES=before)
     """
-    import os
-
     ids = [str(i) for i in gpu_ids]
     if ids:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
@@ -945,7 +934,6 @@ def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: i
     ``OMP_NUM_THREADS``): how the experiments train their runs stacked. Returns the outcomes, or raises
     :class:`ComposeLensError` with the process's last line where it failed."""
     import subprocess
-    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -337,9 +337,9 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 
 def lock_point(directory: Path) -> safety.FileLock | dict:
     """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens; the point's
-    earlier ``error.json`` is removed under it. A point that cannot be locked (held by another process,
-    a worker of an earlier, killed sweep perhaps, or not lockable) gets its failed outcome instead."""
+    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens. A point that
+    cannot be locked (held by another process, a worker of an earlier, killed sweep perhaps, or not
+    lockable) gets its failed outcome instead."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     try:
         lock = safety.lock_file(directory.with_name(directory.name + ".lock"),
@@ -347,7 +347,6 @@ def lock_point(directory: Path) -> safety.FileLock | dict:
     except (ComposeLensError, OSError) as exc:
         error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
         return {"status": "failed", "error": error, "wall_s": 0.0}
-    (directory / "error.json").unlink(missing_ok=True)
     return lock
 
 
@@ -365,6 +364,7 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     if isinstance(lock, dict):
         return lock
     with lock:
+        (directory / "error.json").unlink(missing_ok=True)
         try:
             Trainer(RunConfig.from_dict(config), directory, resume=True, progress=False).run()
         except Exception as exc:  # one failing point must not stop the sweep
@@ -402,6 +402,7 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
                 outcomes[i] = lock
             else:
                 locks.append(lock)
+                (Path(run_dir) / "error.json").unlink(missing_ok=True)
         mine = [i for i, o in enumerate(outcomes) if o is None]
         try:
             BatchedTrainer([RunConfig.from_dict(configs[i]) for i in mine], [run_dirs[i] for i in mine],

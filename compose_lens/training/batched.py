@@ -171,9 +171,7 @@ class BatchedTrainer:
                 self.runs.append(Trainer(config, run_dir, split=split, resume=resume, overwrite=overwrite,
                                          progress=False))
             for run in self.runs:  # evaluations by the eager forward, as the batched step is eager
-                run.compiled = False
-                run.stacked = len(configs)
-                run.forward = run.model_forward.answer_forward()
+                run.compiled, run.stacked, run.forward = False, len(configs), run.model_forward.answer_forward()
         except BaseException:
             self.close()
             raise

@@ -72,6 +72,7 @@ where a paper-size step is launch-bound. The default, 1, is the unbatched sweep.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
 import json
@@ -335,19 +336,17 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 # -- one point: train (or resume), or report why not --------------------------------------
 
 
-def lock_point(directory: Path) -> safety.FileLock | dict:
+def lock_point(directory: Path) -> safety.FileLock:
     """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens. A point that
-    cannot be locked (held by another process, a worker of an earlier, killed sweep perhaps, or not
-    lockable) gets its failed outcome instead."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = safety.lock_file(directory.with_name(directory.name + ".lock"),
-                                f"{directory} is being trained by another process; run the sweep again when it is done")
-    except (ComposeLensError, OSError) as exc:
-        error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
-        return {"status": "failed", "error": error, "wall_s": 0.0}
-    return lock
+    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens."""
+    return safety.lock_file(directory.with_name(directory.name + ".lock"),
+                            f"{directory} is being trained by another process; run the sweep again when it is done")
+
+
+def _unlocked(exc: Exception) -> dict:
+    """The outcome of a point that could not be locked: held by another process, or not lockable."""
+    error = safety.os_error_line(exc, "lock the point") if isinstance(exc, OSError) else str(exc)
+    return {"status": "failed", "error": error, "wall_s": 0.0}
 
 
 def train_point(config: dict, run_dir: str, threads: int) -> dict:
@@ -359,10 +358,12 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
     """
     torch.set_num_threads(threads)
     directory = Path(run_dir)
+    directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    lock = lock_point(directory)
-    if isinstance(lock, dict):
-        return lock
+    try:  # a worker of an earlier, killed sweep may still be training this point
+        lock = lock_point(directory)
+    except (ComposeLensError, OSError) as exc:
+        return _unlocked(exc)
     with lock:
         (directory / "error.json").unlink(missing_ok=True)
         try:
@@ -397,20 +398,20 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
     locks = []
     try:
         for i, run_dir in enumerate(run_dirs):
-            lock = lock_point(Path(run_dir))
-            if isinstance(lock, dict):
-                outcomes[i] = lock
-            else:
-                locks.append(lock)
-                (Path(run_dir) / "error.json").unlink(missing_ok=True)
+            directory = Path(run_dir)
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                locks.append(lock_point(directory))
+            except (ComposeLensError, OSError) as exc:
+                outcomes[i] = _unlocked(exc)
+                continue
+            (directory / "error.json").unlink(missing_ok=True)
         mine = [i for i, o in enumerate(outcomes) if o is None]
-        try:
+        with contextlib.suppress(Exception):  # else train them one by one: the failing point fails alone
             BatchedTrainer([RunConfig.from_dict(configs[i]) for i in mine], [run_dirs[i] for i in mine],
                            resume=True, progress=False).run()
             for i in mine:
                 outcomes[i] = {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
-        except Exception:  # train them one by one: the failing point fails alone, the others finish
-            pass
     finally:
         for lock in locks:
             lock.release()
@@ -453,10 +454,8 @@ def _init_worker(threads: int) -> None:
     checkpoint when the sweep is run again. Elsewhere nothing changes.
     """
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: not Linux
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl (not Linux)
-        pass
 
 
 # -- reading a finished point ---------------------------------------------------------------

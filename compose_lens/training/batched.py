@@ -268,7 +268,6 @@ class BatchedTrainer:
             self.close()
 
 
-
 # A smaller stack within this share of the fastest is preferred: less memory, and it waits less often for
 # the one run left behind
 PROBE_TOLERANCE = 0.05

@@ -92,8 +92,7 @@ def leaf_parsers(parser: argparse.ArgumentParser, name: str = "compose-lens"):
         yield name, parser
         return
     for command, child in subs[0].choices.items():
-        for found in leaf_parsers(child, f"{name} {command}"):
-            yield found
+        yield from leaf_parsers(child, f"{name} {command}")
 
 
 def _cmd_completion(args: argparse.Namespace) -> int:

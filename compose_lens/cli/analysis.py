@@ -33,9 +33,7 @@ def same_mlp_verdict(report: dict | None) -> str | None:
     """The same-MLP report's verdict, wherever this version of the report keeps it."""
     if not isinstance(report, dict):
         return None
-    if isinstance(report.get("verdict"), str):
-        return report["verdict"]
-    return same_mlp_verdict(report.get("conclusion"))
+    return report["verdict"] if isinstance(report.get("verdict"), str) else same_mlp_verdict(report.get("conclusion"))
 
 
 def components_read(summary: dict) -> dict:

@@ -10,11 +10,12 @@ import argparse
 import json
 import sys
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Iterator
 
-from compose_lens.core.config import RunConfig, TaskConfig
-from compose_lens.core.errors import ComposeLensError
+from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.core.errors import ComposeLensError, ConfigError
 from compose_lens.core.files import load_json, not_there
 
 
@@ -95,7 +96,6 @@ def prompted(subject, prompts: str | None):
 def refuse_uncovered(command: str, spec: str) -> None:
     """Refuse, in one line and before anything is loaded, a MODEL whose architecture ``command``
     does not cover (:mod:`compose_lens.core.coverage`, read from its config.json alone)."""
-    from compose_lens.core.errors import ComposeLensError
     from compose_lens.core.coverage import describe, peek_model_config, problem  # no torch
 
     cfg = peek_model_config(spec)
@@ -119,11 +119,6 @@ def task_from_args(args: argparse.Namespace) -> TaskConfig:
 
 def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
     """``task`` with ``--set KEY=VALUE`` task settings applied as ``train --set`` applies them."""
-    from dataclasses import fields
-
-    from compose_lens.core.config import ModelConfig
-    from compose_lens.core.errors import ConfigError
-
     if not sets:
         return task
     names = [f.name for f in fields(TaskConfig)]

@@ -16,10 +16,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     refuse_uncovered("report", args.run_dir)  # before torch is imported and the dynamics computed
 
     from compose_lens.report import build_model_report, build_report, is_run_source  # lazy: torch
-    from compose_lens.training.subject import load_subject
+    from compose_lens.training.subject import check_device, load_subject
     from compose_lens.data.safety import check_count, check_file_output
-
-    from compose_lens.training.subject import check_device
 
     check_count(args.stride, "--stride")
     check_device(args.device)
@@ -66,10 +64,6 @@ def _compared_with(subject, args: argparse.Namespace) -> dict:
 
 
 def register(sub) -> None:
-    _register_report(sub)
-
-
-def _register_report(sub) -> None:
     p = sub.add_parser("report", help="one offline HTML page with every result of a run or of one model")
     p.add_argument("run_dir", metavar="RUN_OR_MODEL",
                    help="a run directory (its dynamics and phases too), a folder of the study's step_N.pth files "

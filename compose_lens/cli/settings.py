@@ -45,10 +45,8 @@ def _field_comments(cls: type) -> dict[str, str]:
     except (OSError, TypeError):  # no source (a frozen application): no comments
         return {}
     source = textwrap.dedent("".join(lines))
-    comments: dict[int, str] = {}
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
+    comments = {token.start[0]: token.string.lstrip("#").strip()
+                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
     found: dict[str, str] = {}
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
@@ -75,9 +73,7 @@ def _docstring_sentence(cls: type, name: str) -> str:
 
 def _as_typed(value) -> str:
     """A default as ``--set`` takes it: a plain string as it is, anything else as JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(list(value) if isinstance(value, tuple) else value)
+    return value if isinstance(value, str) else json.dumps(list(value) if isinstance(value, tuple) else value)
 
 
 def setting_rows() -> list[Setting]:

@@ -14,7 +14,6 @@ from compose_lens.core.errors import ComposeLensError
 def _cmd_sweep(args) -> int:
     from compose_lens.sweep.slurm import parse_options
     from compose_lens.sweep import parse_values, run_sweep
-
     from compose_lens.data.safety import check_out_name
 
     check_out_name(args.out)

@@ -76,8 +76,7 @@ def _seed_sets(value: int | None) -> list[str]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies  # lazy: torch
-    from compose_lens.training.evaluate import from_pools
+    from compose_lens.training.evaluate import exhaustive_accuracies, from_pools, pool_accuracies  # lazy: torch
     from compose_lens.data.sampler import absent_pools, exhaustive_count, make_pools  # lazy: torch
     from compose_lens.core.provenance import provenance
     from compose_lens.core.progress import phases

@@ -24,10 +24,9 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, TypeVar
 
-from compose_lens.core.errors import ComposeLensError, ConfigError
+from compose_lens.core.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -436,8 +435,7 @@ class TaskConfig(_JsonConfig):
             return (x * y) % p
         if isinstance(x, int) or not hasattr(x, "new_tensor"):
             return self.operation_table[int(x)][int(y)]  # type: ignore[index]
-        table = x.new_tensor(self.operation_table)
-        return table[x, y]
+        return x.new_tensor(self.operation_table)[x, y]
 
     @property
     def sign(self) -> str:
@@ -560,12 +558,8 @@ class TaskConfig(_JsonConfig):
     def restricted_two_var_pairs(self, n_forbidden: int) -> tuple[tuple[int, int], ...]:
         """Ordered pairs with exactly ``n_forbidden`` operands in forbidden slots (36 / 4)."""
         left, right = set(self.allowed_left), set(self.allowed_right)
-        out = []
-        for v in range(self.n_vars):
-            for w in range(self.n_vars):
-                if v != w and (v not in left) + (w not in right) == n_forbidden:
-                    out.append((v, w))
-        return tuple(out)
+        return tuple((v, w) for v in range(self.n_vars) for w in range(self.n_vars)
+                     if v != w and (v not in left) + (w not in right) == n_forbidden)
 
 
 @dataclass(frozen=True)
@@ -698,12 +692,8 @@ class ModelConfig(_JsonConfig):
     def residual_writers(self) -> tuple[str, ...]:
         """What writes into the residual stream, in order: ``embed``, then per block ``attn{L}`` and
         ``mlp{L}`` (where the block has an MLP)."""
-        names = ["embed"]
-        for layer in range(self.n_layers):
-            names.append(f"attn{layer}")
-            if layer in self.mlp_blocks:
-                names.append(f"mlp{layer}")
-        return tuple(names)
+        return ("embed", *(name for layer in range(self.n_layers)
+                           for name in (f"attn{layer}", f"mlp{layer}")[:1 + (layer in self.mlp_blocks)]))
 
     def block_width(self) -> int:
         """Width of one writer's block: d_model / (number of writers) when disentangled, else d_model."""
@@ -868,10 +858,8 @@ class RunConfig(_JsonConfig):
         A bare key is looked up in task, then model, then train. Values are JSON
         (``0.5``, ``true``, ``[1]``) or plain strings.
         """
-        data = self.to_dict()
-        data["task"] = self.task.to_dict(full=True)  # the task variants too, so --set can name them
-        data["model"] = self.model.to_dict(full=True)  # and the model variants
-        data["train"] = self.train.to_dict(full=True)  # and the tracking setting
+        data = self.to_dict()  # every section in full: the task and model variants and the tracking setting too,
+        data.update({s: getattr(self, s).to_dict(full=True) for s in ("task", "model", "train")})  # so --set names them
         task_changed = False
         for item in assignments:
             _check("=" in item, f"--set {item!r}: write key=value, e.g. --set f=0.5")

@@ -170,9 +170,7 @@ def remove_stale_temps(directory: str | Path, names, folders: bool = False) -> l
         return removed
     for entry in entries:
         stands_for = temp_of(entry.name)
-        if stands_for is None or not entry.name.endswith(TEMP_SUFFIX) or not wanted(stands_for):
-            continue
-        if entry.is_symlink():
+        if stands_for is None or not entry.name.endswith(TEMP_SUFFIX) or not wanted(stands_for) or entry.is_symlink():
             continue
         if entry.is_file():
             entry.unlink(missing_ok=True)

@@ -344,10 +344,8 @@ def percentile_interval(replicates, confidence: float = CONFIDENCE, axis: int = 
     for the analyses that draw their own resamples (patching reweights one resample for every site)."""
     alpha = (1 - confidence) / 2
     if hasattr(replicates, "new_tensor"):  # a torch tensor: torch's quantile, the result stays a tensor
-        low, high = replicates.quantile(replicates.new_tensor([alpha, 1 - alpha]), dim=axis)
-        return low, high
-    low, high = np.quantile(np.asarray(replicates), [alpha, 1 - alpha], axis=axis)
-    return low, high
+        return tuple(replicates.quantile(replicates.new_tensor([alpha, 1 - alpha]), dim=axis))
+    return tuple(np.quantile(np.asarray(replicates), [alpha, 1 - alpha], axis=axis))
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
@@ -431,8 +429,7 @@ def format_estimate(value: float, low: float | None = None, high: float | None =
         return "n/a"
     if low is not None and high is not None and (math.isnan(low) or math.isnan(high)):
         return format_estimate(value, significant=significant, zero_below=zero_below) + " [no interval]"
-    clean = [0.0 if v is not None and abs(v) < zero_below else v for v in (value, low, high)]
-    value, low, high = clean
+    value, low, high = (0.0 if v is not None and abs(v) < zero_below else v for v in (value, low, high))
     if low is None or high is None:
         scale = abs(value)
         digits = 2 if scale == 0 else min(6, max(_decimals(scale, significant), 0))

@@ -25,7 +25,6 @@ from typing import Any
 
 from compose_lens.core.errors import ComposeLensError
 
-LOG_TO = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"  # inside the run directory
 _PACKAGE = {"tensorboard": ("tensorboard", "pip install tensorboard==2.21.0 (or pip install -e '.[methods]')"),
             "wandb": ("wandb", "pip install wandb")}

@@ -129,7 +129,8 @@ class TaskDeclaration:
               self.vocab_size <= MAX_VOCAB, f"vocab_size={self.vocab_size}: at most {MAX_VOCAB:,} ids")
         named = self.variable_names != ()  # else the default names a, b, ... (26 of them)
         if not named:
-            object.__setattr__(self, "variable_names", tuple(VARIABLE_LETTERS[: _length(self.variables)]))
+            count = len(self.variables) if isinstance(self.variables, (list, tuple)) else 0  # else refused by type
+            object.__setattr__(self, "variable_names", tuple(VARIABLE_LETTERS[:count]))
         try:
             check_types(self)
         except ComposeLensError as exc:
@@ -412,10 +413,9 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
                                    f"{field} is {rows}: the weights and config.json are of different models")
     state["embed.weight"] = state["embed.weight"][d.token_ids]
     state["pos_embed.weight"] = state["pos_embed.weight"][list(d.positions)]
-    rows = d.answer_rows
-    state["unembed.weight"] = state["unembed.weight"][rows]
-    if "unembed.bias" in state:
-        state["unembed.bias"] = state["unembed.bias"][rows]
+    for key in ("unembed.weight", "unembed.bias"):
+        if key in state:
+            state[key] = state[key][d.answer_rows]
     n_layers = cfg["n_layers"]
     mlp_blocks = tuple(layer for layer in range(n_layers) if any(
         state[k].abs().max() > 0 for k in (f"blocks.{layer}.mlp.in.weight", f"blocks.{layer}.mlp.out.weight")
@@ -463,11 +463,6 @@ def user_coordinates(model: ModelConfig, state: dict[str, torch.Tensor], declara
         full[index.to(full.device)] = state[key]
         user[key] = full
     return config, user
-
-
-def _length(value: Any) -> int:
-    """How many items ``value`` has where it is a list (anything else is refused by its type check)."""
-    return len(value) if isinstance(value, (list, tuple)) else 0
 
 
 def _need(condition: bool, message: str) -> None:

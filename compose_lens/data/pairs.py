@@ -127,9 +127,8 @@ def parse_tokens(task: TaskConfig, sequence: Any, declaration: Any = None) -> li
 
 def _answer(value: Any) -> int:
     """A stated answer: an integer, an integral float (a pandas column with gaps) or digits."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
+    if (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            or isinstance(value, float) and value.is_integer()):
         return int(value)
     if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
         if len(value.strip()) > _MAX_DIGITS:
@@ -143,7 +142,7 @@ def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], co
     """PromptPairs from ``(where, record)`` items, ``where`` naming the record in an error
     (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc); token ids
     and the token form in the ``declaration``'s coordinates where one is given (:func:`parse_tokens`)."""
-    clean, corrupted, clean_labels, corrupted_labels = [], [], [], []
+    found = []  # (clean, corrupted, clean answer, corrupted answer) of each pair
     for where, record in records:
         tokens, labels = {}, {}
         for column, answer_column in zip(COLUMNS, ANSWER_COLUMNS):
@@ -169,15 +168,11 @@ def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], co
             raise ComposeLensError(
                 f"{where}: clean and corrupted have the same answer ({labels['clean']}); patching measures the "
                 f"move from one answer towards the other, so change the corrupted sequence's answer")
-        clean.append(tokens["clean"])
-        corrupted.append(tokens["corrupted"])
-        clean_labels.append(labels["clean"])
-        corrupted_labels.append(labels["corrupted"])
-    if len(clean) < 2:
-        raise ComposeLensError(f"{what}: {len(clean)} prompt pair{'' if len(clean) == 1 else 's'}, "
+        found.append((tokens["clean"], tokens["corrupted"], labels["clean"], labels["corrupted"]))
+    if len(found) < 2:
+        raise ComposeLensError(f"{what}: {len(found)} prompt pair{'' if len(found) == 1 else 's'}, "
                                f"patching needs at least 2")
-    return PromptPairs(torch.tensor(clean), torch.tensor(corrupted), torch.tensor(clean_labels),
-                       torch.tensor(corrupted_labels), corruption)
+    return PromptPairs(*(torch.tensor(column) for column in zip(*found)), corruption)
 
 
 def _check_columns(where: str, found: Iterable[str]) -> None:

@@ -158,17 +158,10 @@ class TrainingSampler:
     """
 
     def __init__(self, split: Split, batch_size: int, seed: int, block_steps: int = 50):
-        self.split = split
+        self.split, self.batch_size, self.seed, self.block_steps = split, batch_size, seed, block_steps
         self.rows = training_rows(split)
-        self.batch_size = batch_size
-        self.seed = seed
-        self.block_steps = block_steps
         self._block_index = -1
         self._block: Batch | None = None
-
-    def render_block(self, index: int) -> Batch:
-        g = streams.derived_generator(self.seed, streams.TRAIN_BATCHES, index)
-        return render(self.split, self.rows[self._picks(self.block_steps * self.batch_size, g)], g)
 
     def _picks(self, n: int, g: torch.Generator) -> torch.Tensor:
         """``n`` row indices: uniform over the row table (the study), or, where the task declares
@@ -176,7 +169,8 @@ class TrainingSampler:
         weights = self.split.task.kind_weights
         if weights is None:
             return torch.randint(0, len(self.rows), (n,), generator=g)
-        kinds = _row_kinds(self.rows)
+        # 0, 1 or 2: the variable operands of each row (a 2-var row's are ANY_PAIR, negative too)
+        kinds = (self.rows[:, 2] != CONSTANT).long() + (self.rows[:, 3] != CONSTANT).long()
         present = torch.tensor([float(w) if (kinds == k).any() else 0.0 for k, w in enumerate(weights)])
         if present.sum() == 0:
             raise ConfigError(f"kind_weights={list(weights)}: the training rows hold no sequence of a kind "
@@ -192,7 +186,9 @@ class TrainingSampler:
     def batch(self, step: int) -> Batch:
         index, offset = divmod(step, self.block_steps)
         if index != self._block_index:
-            self._block, self._block_index = self.render_block(index), index
+            g = streams.derived_generator(self.seed, streams.TRAIN_BATCHES, index)
+            self._block = render(self.split, self.rows[self._picks(self.block_steps * self.batch_size, g)], g)
+            self._block_index = index
         assert self._block is not None
         start = offset * self.batch_size
         return self._block[start: start + self.batch_size]
@@ -201,11 +197,6 @@ class TrainingSampler:
         """n training sequences from an explicit generator (for inspection, the declared distribution's
         evaluation and tests)."""
         return render(self.split, self.rows[self._picks(n, generator)], generator)
-
-
-def _row_kinds(rows: torch.Tensor) -> torch.Tensor:
-    """(N,) 0, 1 or 2: the variable operands of each row (a 2-var row's are ANY_PAIR, negative too)."""
-    return (rows[:, 2] != CONSTANT).long() + (rows[:, 3] != CONSTANT).long()
 
 
 # -- evaluation pools (SPEC section 3) ---------------------------------------------------
@@ -220,8 +211,7 @@ def _draw(table: torch.Tensor, size: int, g: torch.Generator, distinct: bool) ->
 
 def _with(pairs: torch.Tensor, v: int | torch.Tensor, w: int | torch.Tensor) -> torch.Tensor:
     """Rows (x, y, v, w) of ``pairs`` with the given variable columns."""
-    v = torch.as_tensor(v).expand(len(pairs)).reshape(-1, 1)
-    w = torch.as_tensor(w).expand(len(pairs)).reshape(-1, 1)
+    v, w = (torch.as_tensor(c).expand(len(pairs)).reshape(-1, 1) for c in (v, w))
     return torch.cat([pairs, v, w], 1)
 
 
@@ -274,8 +264,7 @@ def _pool_rows(split: Split, pool: Pool, size: int, g: torch.Generator) -> torch
         var_pairs = torch.tensor(options, dtype=torch.long)
         pick = pairs[torch.randint(0, len(pairs), (size,), generator=g)]
         return torch.cat([pick, var_pairs[torch.randint(0, len(var_pairs), (size,), generator=g)]], 1)
-    table = _table_of(split, pool, pairs)
-    return _draw(table, size, g, distinct=True)
+    return _draw(_table_of(split, pool, pairs), size, g, distinct=True)
 
 
 def _table_of(split: Split, pool: Pool, pairs: torch.Tensor) -> torch.Tensor:
@@ -385,21 +374,15 @@ def example_pools(split: Split) -> tuple[str, ...]:
     """The pools :func:`example_sequences` draws from: each of :data:`EXAMPLE_POOLS` the split has, and where it
     lacks one (a split that holds nothing out) the training pool of the same kind in its place, so every kind
     of sequence (0-, 1- and 2-var) has its example."""
-    absent, chosen = absent_pools(split), []
-    for name in EXAMPLE_POOLS:
-        kind = name[:4]  # 0var, 1var, 2var
-        chosen.append(name if name not in absent else f"{kind}_train")
-    return tuple(dict.fromkeys(chosen))
+    absent = absent_pools(split)  # name[:4]: 0var, 1var, 2var
+    return tuple(dict.fromkeys(name if name not in absent else f"{name[:4]}_train" for name in EXAMPLE_POOLS))
 
 
 def example_sequences(split: Split, seed: int = 0) -> list[str]:
     """One readable sequence from each of :func:`example_pools`: the report's attention views and early jump,
     the ``attention`` command's default, and the figure scripts'."""
-    out = []
-    for pool in example_pools(split):
-        batch = make_pool(split, pool, size=1, seed=seed)
-        out.append(to_text(split.task, batch.tokens[0].tolist()))
-    return out
+    return [to_text(split.task, make_pool(split, pool, size=1, seed=seed).tokens[0].tolist())
+            for pool in example_pools(split)]
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
@@ -418,9 +401,7 @@ def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:
     for name, batch in batches.items():
         groups[name] = slice(start, start + len(batch))
         start += len(batch)
-    parts = list(batches.values())
-    joined = Batch(torch.cat([b.tokens for b in parts]), torch.cat([b.labels for b in parts]),
-                   torch.cat([b.rows for b in parts]))
+    joined = Batch(*(torch.cat([getattr(b, part) for b in batches.values()]) for part in ("tokens", "labels", "rows")))
     return joined, groups
 
 

@@ -155,19 +155,11 @@ class Split:
 
     def to_dict(self) -> dict:
         t = self.task
-        return {
-            "modulus": t.modulus,
-            "f": t.f,
-            "n_train_pairs": len(self.train_pairs),
-            "n_heldout_pairs": len(self.heldout_pairs),
-            "heldout_pairs": self.heldout_pairs.tolist(),
-            "left_operand_forbidden_in_training": list(t.left_forbidden),
-            "right_operand_forbidden_in_training": list(t.right_forbidden),
-            "variables": list(t.variable_names),
-            "seed": t.seed,
-            "r": t.r,
-            "two_var_rows_per_pair": self.two_var_counts.flatten().tolist(),
-        }
+        return {"modulus": t.modulus, "f": t.f, "n_train_pairs": len(self.train_pairs),
+                "n_heldout_pairs": len(self.heldout_pairs), "heldout_pairs": self.heldout_pairs.tolist(),
+                "left_operand_forbidden_in_training": list(t.left_forbidden),
+                "right_operand_forbidden_in_training": list(t.right_forbidden), "variables": list(t.variable_names),
+                "seed": t.seed, "r": t.r, "two_var_rows_per_pair": self.two_var_counts.flatten().tolist()}
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
@@ -280,10 +272,8 @@ def training_rows(split: Split) -> torch.Tensor:
     blocks = [torch.stack([pairs[:, 0], pairs[:, 1], const, const], 1).repeat(task.zero_var_rows, 1)]
     if not task.variables_in_training:
         return blocks[0]
-    for v in task.allowed_left:
-        blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const + 1 + v, const], 1))
-    for w in task.allowed_right:
-        blocks.append(torch.stack([pairs[:, 0], pairs[:, 1], const, const + 1 + w], 1))
+    blocks += [torch.stack([pairs[:, 0], pairs[:, 1], const + 1 + v, const], 1) for v in task.allowed_left]
+    blocks += [torch.stack([pairs[:, 0], pairs[:, 1], const, const + 1 + w], 1) for w in task.allowed_right]
     kept = split.two_var_counts[pairs[:, 0], pairs[:, 1]]
     two_var = pairs.repeat_interleave(kept, dim=0)
     any_pair = torch.full((len(two_var), 2), ANY_PAIR, dtype=torch.long)

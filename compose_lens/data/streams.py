@@ -61,14 +61,8 @@ SAME_MLP_TESTS = 61
 
 PROBE_POOL_SEED_OFFSET = 7919
 
-STREAMS = {
-    "TRAIN_BATCHES": TRAIN_BATCHES, "POOLS": POOLS,
-    "EXHAUSTIVE": EXHAUSTIVE, "FORBIDDEN_SLOTS": FORBIDDEN_SLOTS, "DATA_SAMPLE": DATA_SAMPLE,
-    "DECLARED_SAMPLE": DECLARED_SAMPLE,
-    "PROBE_TEST_SPLIT": PROBE_TEST_SPLIT, "OPERAND_GRID": OPERAND_GRID, "PATCH_PAIRS": PATCH_PAIRS,
-    "ABLATION_REFERENCE": ABLATION_REFERENCE, "ABLATION_RESAMPLE": ABLATION_RESAMPLE, "SAME_MLP": SAME_MLP,
-    "SAME_MLP_TESTS": SAME_MLP_TESTS,
-}
+# every stream above by its name (the seed offset is no stream)
+STREAMS = {name: value for name, value in dict(globals()).items() if name.isupper() and name != "PROBE_POOL_SEED_OFFSET"}
 
 
 def derived_generator(seed: int, stream: int, index: int = 0) -> torch.Generator:

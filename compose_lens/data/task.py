@@ -405,8 +405,7 @@ def _parse_assignment(task: TaskConfig, part: str) -> list[int]:
 
 
 def _parse_short(task: TaskConfig, text: str) -> list[int]:
-    parts = [p for p in text.split(",")]
-    *assigns, query = parts
+    *assigns, query = text.split(",")
     m = re.match(rf"^\s*(\w+)\s*{re.escape(task.sign)}\s*(\w+)\s*=\s*\??\s*$", query)  # b+23=?
     if not m:
         raise SequenceError(f"the query {query.strip()!r} must read like 'b{task.sign}23=?'")

@@ -82,7 +82,6 @@ VARIANT_POOLS = {  # each variant's pools, in this order after the study's nine
              description="the same rows with every free context position a filler word"),
     ),
 }
-REASSIGN_POOLS, CHAIN_POOLS, NOISE_POOLS = (tuple(pool.name for pool in pools) for pools in VARIANT_POOLS.values())
 
 
 def variant_pools(task: TaskConfig) -> tuple[Pool, ...]:

@@ -189,10 +189,8 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
     found = (f"{len(steps)} checkpoints, steps {steps[0]} to {steps[-1]}" if steps else "no step_N.pth")
     final = " and final.pth (its step is not in its name)" if (run_dir / runs.STUDY_FINAL).exists() else ""
     rows.append(["training: steps", "unknown", f"{found}{final}"])
-    for label in ("batch size", "learning rate", "weight decay", "optimiser betas", "seed", "device",
-                  "precision"):
-        rows.append([f"training: {label}", "unknown", UNKNOWN])
-    return rows
+    return rows + [[f"training: {label}", "unknown", UNKNOWN] for label in (
+        "batch size", "learning rate", "weight decay", "optimiser betas", "seed", "device", "precision")]
 
 
 def configuration_section(inp: ReportInputs) -> str:
@@ -242,10 +240,10 @@ def pool_accuracy_table(subject: Subject) -> str:
     count, correct of sequences (``config.train.pool_size`` each); a pool the split cannot draw says why."""
     model, config, split = subject.model, subject.config, subject.split
     batches = make_pools(split, config.train.pool_size)
-    rows = []
-    for name, accuracy in pool_accuracies(model, config, batches).items():
-        r = rate_record(round(accuracy * len(batches[name])), len(batches[name]))
-        rows.append([name, f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}]", f"{r['correct']} / {r['n']}"])
+    records = {name: rate_record(round(accuracy * len(batches[name])), len(batches[name]))
+               for name, accuracy in pool_accuracies(model, config, batches).items()}
+    rows = [[name, f"{r['accuracy']:.4f} [{r['low']:.4f}, {r['high']:.4f}]", f"{r['correct']} / {r['n']}"]
+            for name, r in records.items()]
     rows += [[name, f"absent: {why}", ""] for name, why in absent_pools(split).items()]  # a split holding nothing out
     return html_table(rows, ["pool", "accuracy [95 % Wilson interval]", "correct / sequences"])
 
@@ -397,7 +395,6 @@ def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: s
                     f"embedded: it works offline.")
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, report.render(title, subtitle, banner))
-
 
 
 def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool:

@@ -65,9 +65,7 @@ import torch
 from markupsafe import Markup
 
 from compose_lens import registry
-
 from compose_lens.report import context
-
 from compose_lens.core import stats
 from compose_lens.analysis import locate, probes
 from compose_lens.analysis.activations import Activations, torch_threads
@@ -79,8 +77,7 @@ from compose_lens.core.files import atomic_path
 from compose_lens.core.markup import COMPARISON_STYLE, html_table, page, render
 from compose_lens.core.provenance import provenance
 from compose_lens.training.runs import write_document, write_table
-from compose_lens.training.subject import load_subject
-from compose_lens.training.subject import Subject
+from compose_lens.training.subject import Subject, load_subject
 
 POOL_SIZE = 2000  # sequences per pool, as `compose-lens evaluate`
 # The fewest prompts per pool compare reads. B - A's percentile interval excludes 0 once fewer than 2.5 % of the
@@ -172,18 +169,11 @@ def _roles(ctx: context.Context, resamples: int) -> list[Reading]:
     for r, idx in enumerate(torch.from_numpy(draws)):
         table = locate.head_scores_of(ctx.config.task, tokens[idx], [p[idx] for p in patterns])
         best[r] = [table.loc[table["role"] == role, "score"].max() for role in ("binder", "router")]
-    readings = []
-    for role in location.roles():
-        readings.append(Reading(f"{role.role}: component", "located roles", role.component or "none", "n/a (a name)",
-                                categorical=True))
-        if role.role == "adder":
-            readings.append(Reading("adder: score", "located roles", role.score,
-                                    "exact (the p^2 constant-operand grid)"))
-        else:
-            column = 0 if role.role == "binder" else 1
-            readings.append(_bootstrapped(f"{role.role}: score", "located roles", role.score, best[:, column],
-                                          len(tokens)))
-    return readings
+    return [reading for role in location.roles() for reading in (
+        Reading(f"{role.role}: component", "located roles", role.component or "none", "n/a (a name)", categorical=True),
+        Reading("adder: score", "located roles", role.score, "exact (the p^2 constant-operand grid)")
+        if role.role == "adder" else _bootstrapped(f"{role.role}: score", "located roles", role.score,
+                                                   best[:, 0 if role.role == "binder" else 1], len(tokens)))]
 
 
 RESAMPLED_FIELDS = ("tokens", "pattern0", "pattern1_last")  # what the OVER_PROMPTS statistics read
@@ -212,10 +202,7 @@ def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings:
             acts = probes.probe_activations(ctx.loaded, PROBE_SEQUENCES, ctx.seed,
                                             heads=ctx.heads)
             draws = torch.from_numpy(resamples_of(len(acts), ctx.seed, resamples, "probes"))
-            values = []
-            for idx in draws:
-                sub = _subset(acts, idx)
-                values.append([OVER_PROMPTS[key](ctx, sub) for key in resampled])
+            values = [[OVER_PROMPTS[key](ctx, sub) for key in resampled] for sub in (_subset(acts, i) for i in draws)]
         replicates = dict(zip(resampled, np.array(values, dtype=float).T))
     readings = []
     for analysis in analyses:
@@ -235,11 +222,10 @@ def _same_mlp(result: registry.Result) -> list[Reading]:
     report = result.documents["same_mlp"]
     readings = [Reading("same MLP: verdict", "same MLP", report["verdict"], "n/a (a verdict)", categorical=True)]
     for name, test in (report.get("tests") or {}).items():
-        ci = test.get("ci") or [None, None]
-        effect = test.get("effect")
-        readings.append(Reading(f"same MLP: {name} effect", "same MLP", NAN if effect is None else float(effect),
-                                "n/a (each model's own interval)", NAN if ci[0] is None else float(ci[0]),
-                                NAN if ci[1] is None else float(ci[1])))
+        effect, low, high = (NAN if v is None else float(v)
+                             for v in (test.get("effect"), *(test.get("ci") or [None, None])))
+        readings.append(Reading(f"same MLP: {name} effect", "same MLP", effect, "n/a (each model's own interval)",
+                                low, high))
     return readings
 
 
@@ -347,8 +333,7 @@ def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, 
         check_measurable(subject.config, subject.source, causal, settings)
     options = {"seed": seed, "pool_size": pool_size, "causal": causal, "settings": settings or {},
                "resamples": resamples}
-    read_a = {r.measure: r for r in measure(a, **options)}
-    read_b = {r.measure: r for r in measure(b, **options)}
+    read_a, read_b = ({r.measure: r for r in measure(s, **options)} for s in (a, b))
     rows = []
     for name in [*read_a, *(m for m in read_b if m not in read_a)]:  # an analysis may read one model only
         ra, rb = read_a.get(name), read_b.get(name)

@@ -29,9 +29,7 @@ from typing import Any
 import pandas as pd
 
 from compose_lens import registry
-
 from compose_lens.core import progress as progress_lines
-
 from compose_lens.training import runs
 from compose_lens.analysis import fourier, locate
 from compose_lens.analysis.activations import torch_threads

@@ -72,6 +72,7 @@ where a paper-size step is launch-bound. The default, 1, is the unbatched sweep.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
 import json
@@ -102,9 +103,8 @@ from compose_lens.analysis.thresholds import (METRICS, THRESHOLD_RULE, first_ste
                                               thresholds)
 from compose_lens.core.config import SWEEP_BACKENDS, RunConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.core.files import atomic_path, json_safe, load_json, write_json_atomic
+from compose_lens.core.files import atomic_path, json_safe, load_json, remove_stale_temps, write_json_atomic
 from compose_lens.data.sampler import POOL_NAMES
-from compose_lens.core.files import remove_stale_temps
 from compose_lens.views.drawing import save
 from compose_lens.views.sweeps import sweep_figure
 from compose_lens.core.provenance import provenance
@@ -407,13 +407,11 @@ def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list
                 continue
             (directory / "error.json").unlink(missing_ok=True)
         mine = [i for i, o in enumerate(outcomes) if o is None]
-        try:
+        with contextlib.suppress(Exception):  # else train them one by one: the failing point fails alone
             BatchedTrainer([RunConfig.from_dict(configs[i]) for i in mine], [run_dirs[i] for i in mine],
                            resume=True, progress=False).run()
             for i in mine:
                 outcomes[i] = {"status": "done", "error": "", "wall_s": time.perf_counter() - started}
-        except Exception:  # train them one by one: the failing point fails alone, the others finish
-            pass
     finally:
         for lock in locks:
             lock.release()
@@ -447,22 +445,17 @@ def chunk_jobs(jobs: list[tuple[SweepPoint, dict, str]], size: int) -> list[list
 
 
 def _init_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
-    _end_with_parent()
-
-
-def _end_with_parent() -> None:
-    """Linux: end this worker when the sweep process that started it ends, however it ends.
+    """A pool worker's ``threads`` torch threads; and, on Linux, its end when the sweep process that
+    started it ends, however it ends.
 
     A pool worker whose sweep was killed (``kill PID`` of the sweep alone, not its
     process group) would otherwise train the points already queued to it, then spin
     on the dead pipe at a third of a core. Its point resumes from its last
     checkpoint when the sweep is run again. Elsewhere nothing changes.
     """
-    try:
+    torch.set_num_threads(threads)
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: not Linux
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl (not Linux)
-        pass
 
 
 # -- reading a finished point ---------------------------------------------------------------
@@ -471,11 +464,9 @@ def _end_with_parent() -> None:
 def point_row(point: SweepPoint, run_dir: Path, status: str = "", error: str = "") -> dict:
     """The results.csv row of one point, read from its run directory."""
     row: dict[str, Any] = {"param": point.param, "value": format_value(point.value), "seed": point.seed,
-                           "status": status, "error": error, "outcome": "", "steps": "", "train_wall_time_s": "", "threads": ""}
-    for name in METRICS + POOLS:  # final exhaustive accuracies, then final pool accuracies
-        row[f"{name}_accuracy"] = ""
-    for pool in POOLS:
-        row[f"first_step_90_{pool}"] = ""
+                           "status": status, "error": error, "outcome": "", "steps": "", "train_wall_time_s": "",
+                           "threads": "", **{f"{name}_accuracy": "" for name in METRICS + POOLS},  # exhaustive, pools
+                           **{f"first_step_90_{pool}": "" for pool in POOLS}}
     results_file = run_dir / "results.json"
     if results_file.exists():
         results = load_json(results_file)
@@ -630,8 +621,6 @@ def pin_to_ray_gpus(gpu_ids: Sequence) -> dict:
     ('3', '3')
     >>> _ = os.environ.pop("CUDA_VISIBLE_DEVICES") if before is None else os.environ.update(CUDA_VISIBLE_DEVICES=before)
     """
-    import os
-
     ids = [str(i) for i in gpu_ids]
     if ids:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
@@ -945,7 +934,6 @@ def train_points_in_process(configs: list[dict], run_dirs: list[str], threads: i
     ``OMP_NUM_THREADS``): how the experiments train their runs stacked. Returns the outcomes, or raises
     :class:`ComposeLensError` with the process's last line where it failed."""
     import subprocess
-    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

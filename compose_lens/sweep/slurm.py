@@ -111,9 +111,8 @@ def executor_parameters(options: dict, threads: int, on_gpu: bool) -> tuple[str,
     cluster = options.pop("cluster", "slurm")
     if cluster not in CLUSTERS:
         raise ComposeLensError(f"--slurm cluster={cluster}: use {' or '.join(CLUSTERS)}")
-    params = {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
-              "gpus_per_node": 1 if on_gpu else 0, **options}
-    return cluster, params
+    return cluster, {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
+                     "gpus_per_node": 1 if on_gpu else 0, **options}
 
 
 def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):

@@ -83,7 +83,6 @@ compose_lens.core.errors.ComposeLensError: runs trained together must share trai
 
 from __future__ import annotations
 
-import math
 import statistics
 import tempfile
 import time
@@ -93,10 +92,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
-from compose_lens.core import capabilities
-from compose_lens.core import cores
-from compose_lens.core import progress
-from compose_lens.training import runs
+from compose_lens.core import capabilities, cores, progress
 from compose_lens.data import safety
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
@@ -175,9 +171,7 @@ class BatchedTrainer:
                 self.runs.append(Trainer(config, run_dir, split=split, resume=resume, overwrite=overwrite,
                                          progress=False))
             for run in self.runs:  # evaluations by the eager forward, as the batched step is eager
-                run.compiled = False
-                run.stacked = len(configs)
-                run.forward = run.model_forward.answer_forward()
+                run.compiled, run.stacked, run.forward = False, len(configs), run.model_forward.answer_forward()
         except BaseException:
             self.close()
             raise
@@ -235,12 +229,6 @@ class BatchedTrainer:
         self._frozen = {name: torch.stack([self.runs[k].params[name].detach() for k in group])
                         for name in self.frozen_names}
 
-    def _next_group(self, finished: list[bool]) -> list[int]:
-        """The unfinished runs furthest behind."""
-        live = [k for k, run in enumerate(self.runs) if not finished[k]]
-        behind = min(self.runs[k].step for k in live)
-        return [k for k in live if self.runs[k].step == behind]
-
     def run(self, on_step: Callable[["BatchedTrainer"], None] | None = None) -> list[dict]:
         """Train every run to its end; ``on_step`` is called after every step (tests interrupt with it)."""
         total = sum(run.config.train.steps for run in self.runs)
@@ -258,13 +246,16 @@ class BatchedTrainer:
                     results[k], finished[k] = run.finish({}), True
                     run.close()
             while not all(finished):
-                group = self._next_group(finished)
+                live = [k for k, run in enumerate(self.runs) if not finished[k]]  # the unfinished runs furthest behind
+                behind = min(self.runs[k].step for k in live)
+                group = [k for k in live if self.runs[k].step == behind]
                 if group != self.group:
                     self.set_group(group)
                 losses = self.train_step()
                 bar.update(len(group))
                 for k, loss in zip(group, losses):
-                    if self._after_step(k, loss, started[k], last, bar):
+                    last[k], ended = self.runs[k].after_step(loss, started[k], last[k], bar, batched=True)
+                    if ended:
                         run = self.runs[k]
                         run.elapsed = time.perf_counter() - started[k]
                         results[k], finished[k] = run.finish(last[k]), True
@@ -275,28 +266,6 @@ class BatchedTrainer:
         finally:
             bar.close()
             self.close()
-
-    def _after_step(self, k: int, loss: float, started: float, last: list[dict], bar) -> bool:
-        """Run ``k``'s bookkeeping after a step, as :meth:`Trainer.run` does it; True when it has ended."""
-        run, t = self.runs[k], self.runs[k].config.train
-        if not math.isfinite(loss):
-            where = f"{run.run_dir}: "
-            raise ComposeLensError(
-                f"{where}training diverged at step {run.step} (loss {loss}); lower lr. The run keeps "
-                f"its checkpoint of step {run.saved_step}" if run.saved_step else
-                f"{where}training diverged at step {run.step} (loss {loss}); lower lr")
-        done = run.step == t.steps
-        if run.step % t.eval_every == 0 or done:
-            run.elapsed = time.perf_counter() - started
-            last[k] = {"step": run.step, "train_loss": loss, **run.evaluate_pools(),
-                       "elapsed_s": round(run.elapsed, 3)}
-            runs.append_metrics(run.run_dir, last[k])
-            run._watch_for_stall(last[k], bar)
-        stop = run.step % t.eval_every == 0 and run._decided(last[k])
-        if run.step % t.checkpoint_every == 0 or done or stop:
-            run.elapsed = time.perf_counter() - started
-            run.save_checkpoint()
-        return done or stop
 
 
 # A smaller stack within this share of the fastest is preferred: less memory, and it waits less often for

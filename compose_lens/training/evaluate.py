@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from compose_lens.core.stats import Rate
-
 from compose_lens.core import study
 from compose_lens.model.forward import Forward
 from compose_lens.model import tl
@@ -138,11 +137,9 @@ def exhaustive_accuracies(subject: Subject, seed: int = 0) -> dict[str, dict]:
     """``zero_var_heldout`` and ``two_var_union``: correct, total, accuracy (evaluated once per subject and
     seed: :meth:`~compose_lens.training.subject.Subject.once`)."""
     def evaluate() -> dict[str, tuple[int, int]]:
-        found = {}
-        for name in EXHAUSTIVE_NAMES:
-            batch = make_exhaustive(subject.split, name, seed)
-            found[name] = int(correct_mask(subject.model, subject.config.model, batch).sum()), len(batch)
-        return found
+        batches = {name: make_exhaustive(subject.split, name, seed) for name in EXHAUSTIVE_NAMES}
+        return {name: (int(correct_mask(subject.model, subject.config.model, batch).sum()), len(batch))
+                for name, batch in batches.items()}
     return {name: {"correct": correct, "total": total, "accuracy": correct / total if total else float("nan")}
             for name, (correct, total) in subject.once("exhaustive", seed, evaluate).items()}
 

@@ -82,10 +82,7 @@ def not_routed_by(step: int, table: dict | None = None) -> tuple[int, int]:
     before it), how many formed none within the table's horizon."""
     table = calibration() if table is None else table
     rows = [r for r in table.get("by_step", []) if r["step"] <= step]
-    if not rows:
-        return 0, 0
-    row = rows[-1]
-    return row["never"], row["not_routed"]
+    return (rows[-1]["never"], rows[-1]["not_routed"]) if rows else (0, 0)
 
 
 def stall_certain_after(table: dict | None = None, min_runs: int | None = None) -> int | None:
@@ -94,10 +91,8 @@ def stall_certain_after(table: dict | None = None, min_runs: int | None = None) 
     where no step is that certain."""
     table = calibration() if table is None else table
     min_runs = _calibrations()["min_runs"] if min_runs is None else min_runs
-    for row in table.get("by_step", []):
-        if row["not_routed"] >= min_runs and row["never"] == row["not_routed"]:
-            return row["step"]
-    return None
+    return next((row["step"] for row in table.get("by_step", [])
+                 if row["not_routed"] >= min_runs and row["never"] == row["not_routed"]), None)
 
 
 DIVERGED_FACTOR = 10.0
@@ -174,10 +169,8 @@ def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: b
     last = int(metrics[-1]["step"]) if metrics else 0
     never, of = not_routed_by(last, table)
     certain = stall_certain_after(table)
-    if exhaustive is not None:
-        headline = all(exhaustive[k]["accuracy"] >= GENERALISED for k in ("zero_var_heldout", "two_var_union"))
-    else:
-        headline = all(onset.values())
+    headline = (all(exhaustive[k]["accuracy"] >= GENERALISED for k in ("zero_var_heldout", "two_var_union"))
+                if exhaustive is not None else all(onset.values()))
     spike = diverged(metrics)
     if headline:
         verdict = "generalised"

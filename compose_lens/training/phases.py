@@ -47,6 +47,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from compose_lens.core.stats import wilson_bounds
+from compose_lens.data.pools import POOL_NAMES
 
 # Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")
@@ -97,11 +98,8 @@ def phase_onset(steps: Sequence[int], values: Sequence[float], threshold: float,
     still training may yet fall back).
     """
     steps, values = list(map(int, steps)), list(map(float, values))
-    onset = None
-    for i in range(len(steps)):
-        if values[i] >= threshold and all(v >= threshold - margin for v in values[i + 1:]):
-            onset = i
-            break
+    onset = next((i for i in range(len(steps))
+                  if values[i] >= threshold and all(v >= threshold - margin for v in values[i + 1:])), None)
     if onset is None:
         return {"step": None, "bracket": None, "interpolated_step": None, "later_checkpoints": 0}
     later = len(steps) - 1 - onset  # how many checkpoints confirm that it stays (0: provisional)
@@ -117,11 +115,8 @@ def phase_onset(steps: Sequence[int], values: Sequence[float], threshold: float,
 def find_phases(table: pd.DataFrame, rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
     """The onset of each phase from a dynamics table (see :func:`phase_onset`)."""
     table = table.sort_values("step")
-    out = {}
-    for rule in rules:
-        onset = phase_onset(table["step"], table[rule.metric], rule.threshold, rule.margin)
-        out[rule.name] = {**onset, **asdict(rule)}
-    return out
+    return {rule.name: {**phase_onset(table["step"], table[rule.metric], rule.threshold, rule.margin), **asdict(rule)}
+            for rule in rules}
 
 
 def logged_phases(metrics: Sequence[dict], rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
@@ -133,8 +128,7 @@ def logged_phases(metrics: Sequence[dict], rules: Sequence[PhaseRule] = PHASE_RU
     return find_phases(add_derived_columns(pd.DataFrame(list(metrics))), rules)
 
 
-POOL_COLUMNS = ("0var_train", "0var_add_restricted", "1var_train", "1var_add_restricted", "1var_var_restricted",
-                "2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2")
+POOL_COLUMNS = POOL_NAMES  # the nine pools, as a table of curves names its columns
 
 
 def _pool_band(table: pd.DataFrame, pool_size: int, side: int) -> pd.DataFrame:

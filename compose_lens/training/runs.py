@@ -70,15 +70,13 @@ CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
 STUDY_FINAL = "final.pth"  # the study's final checkpoint in its folder of step_N.pth files
 ERROR_FILE = "error.json"  # a sweep point that failed
-# Everything compose-lens may write at the top of a run directory (train, report, dynamics,
-# sweep): ``train --overwrite`` refuses a run directory holding anything else.
-RUN_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
-                       CHECKPOINTS_DIR, ERROR_FILE, "results", "figures", "report.html",
-                       "report_problems.txt", safety.MARKER, "tensorboard", "wandb"})  # + compose_lens.core.tracking
 # What training writes at the top of a run (a resume removes a killed trainer's temporaries of
 # these, and only of these: a report being written into the run meanwhile keeps its own)
-TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE,
-                           ERROR_FILE})
+TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE, ERROR_FILE})
+# Everything compose-lens may write at the top of a run directory (train, report, dynamics,
+# sweep): ``train --overwrite`` refuses a run directory holding anything else.
+RUN_NAMES = TRAINER_NAMES | {CHECKPOINTS_DIR, "results", "figures", "report.html", "report_problems.txt", safety.MARKER,
+                             "tensorboard", "wandb"}  # + compose_lens.core.tracking
 
 
 # What compose-lens writes *inside* a run directory, by name and kind: what ``train --overwrite``
@@ -114,14 +112,6 @@ def run_layout() -> dict:
     }
 
 
-def _kind(entry: Path) -> str:
-    if entry.is_symlink():
-        return LINK
-    if entry.is_dir():
-        return TREE
-    return FILE if entry.is_file() else "a special file"
-
-
 def foreign_in_run(run_dir: Path) -> str | None:
     """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name or
     by kind: a file where it writes a folder, a symlink where it writes a file), said as what a
@@ -137,7 +127,8 @@ def _foreign_below(folder: Path, layout: dict, prefix: str) -> str | None:
         if not prefix and stands_for is None and name.endswith(".tmp"):
             name = name[:-4]  # an earlier version's NAME.tmp at the top of a run
         rule = next((r for pattern, r in layout.items() if re.fullmatch(pattern, name)), None)
-        where, kind = prefix + entry.name, _kind(entry)
+        kind = LINK if entry.is_symlink() else TREE if entry.is_dir() else FILE if entry.is_file() else "a special file"
+        where = prefix + entry.name
         if rule is None:
             return f"{where}, which compose-lens did not write"
         expected = FILE if rule in (FILE, LINK) else TREE

@@ -32,9 +32,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from compose_lens.core import capabilities
-from compose_lens.core import progress
-from compose_lens.training import runs
+from compose_lens.core import capabilities, progress, tracking
+from compose_lens.training import outcome, runs
 from compose_lens.data import safety
 from compose_lens.data.safety import check_training_memory
 from compose_lens.core.config import RunConfig
@@ -43,8 +42,6 @@ from compose_lens.core.files import write_json_atomic
 from compose_lens.core.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, absent_pools, make_pools
 from compose_lens.data.split import Split
-from compose_lens.training import outcome
-from compose_lens.core import tracking
 from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
 from compose_lens.model.forward import Forward
 from compose_lens.model import tl
@@ -142,9 +139,7 @@ class Trainer:
 
     def __init__(self, config: RunConfig, run_dir: str | Path, split: Split | None = None,
                  resume: bool = False, overwrite: bool = False, progress: bool = True):
-        self.config = config
-        self.run_dir = Path(run_dir)
-        self.progress = progress
+        self.config, self.run_dir, self.progress = config, Path(run_dir), progress
         t = config.train
         check_training_memory(config)
         check_device(t.device)
@@ -198,13 +193,13 @@ class Trainer:
             self.forward = torch.compile(self.forward, dynamic=False)
         self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
         self.tracker = tracking.metrics_logger(t.log_to, self.run_dir, self.config.to_dict())
-        self.step = 0
-        self.saved_step = 0
-        self.elapsed = 0.0
+        self.step, self.saved_step, self.elapsed = 0, 0, 0.0
         if self.governor is not None:
             torch.set_num_threads(self.governor.first_threads())
         if self.resuming:
-            self._load_resume_state()
+            self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)
+            self.saved_step = self.step
+            runs.truncate_metrics(self.run_dir, self.step)  # evaluations after the checkpoint are logged again
             self._extend()
         else:
             write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
@@ -238,11 +233,6 @@ class Trainer:
             kept = self.run_dir / runs.CHECKPOINTS_DIR / runs.checkpoint_name(step) / runs.RESULTS_FILE
             os.replace(finished, kept) if kept.parent.is_dir() else finished.unlink()
         write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
-
-    def _load_resume_state(self) -> None:
-        self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)
-        self.saved_step = self.step
-        runs.truncate_metrics(self.run_dir, self.step)  # evaluations after the checkpoint are logged again
 
     # -- training -------------------------------------------------------------------
 
@@ -285,31 +275,10 @@ class Trainer:
         started = time.perf_counter() - self.elapsed
         try:
             while self.step < t.steps:
-                loss = self.train_step()
-                if not math.isfinite(loss):
-                    raise ComposeLensError(
-                        f"training diverged at step {self.step} (loss {loss}); lower lr. The run keeps "
-                        f"its checkpoint of step {self.saved_step}" if self.saved_step else
-                        f"training diverged at step {self.step} (loss {loss}); lower lr")
-                bar.update(1)
-                done = self.step == t.steps
-                if self.step % t.eval_every == 0 or done:
-                    self.elapsed = time.perf_counter() - started
-                    last = {"step": self.step, "train_loss": loss, **self.evaluate_pools(),
-                            "elapsed_s": round(self.elapsed, 3)}
-                    runs.append_metrics(self.run_dir, last)
-                    self.tracker.log(last, learning_rate(t))
-                    self._watch_for_stall(last, bar)
-                    bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{last['0var_add_restricted']:.2f}",
-                                    acc2=f"{last['2var_add_restricted']:.2f}",
-                                    r2=f"{last['2var_var_restricted_1']:.2f}")
-                stop = self.step % t.eval_every == 0 and self._decided(last)
-                if self.step % t.checkpoint_every == 0 or done or stop:
-                    self.elapsed = time.perf_counter() - started
-                    self.save_checkpoint()
+                last, ended = self.after_step(self.train_step(), started, last, bar)
                 if on_step is not None:
                     on_step(self)
-                if stop:
+                if ended:
                     break
             self.elapsed = time.perf_counter() - started
             return self.finish(last)
@@ -317,6 +286,36 @@ class Trainer:
             bar.close()
             self.tracker.close()
             self.close()
+
+    def after_step(self, loss: float, started: float, last: dict, bar, batched: bool = False) -> tuple[dict, bool]:
+        """What follows a step: the divergence check, the evaluation every ``eval_every`` steps (logged, tracked
+        and shown on ``bar``), the checkpoint; returns the last evaluation and whether the run has ended (its
+        ``steps``, or ``stop_at``). ``batched``: a run of :class:`~compose_lens.training.batched.BatchedTrainer`,
+        which names the run in the refusal, tracks nothing and leaves its shared bar's postfix alone."""
+        t, where = self.config.train, f"{self.run_dir}: " if batched else ""
+        if not math.isfinite(loss):
+            raise ComposeLensError(
+                f"{where}training diverged at step {self.step} (loss {loss}); lower lr. The run keeps "
+                f"its checkpoint of step {self.saved_step}" if self.saved_step else
+                f"{where}training diverged at step {self.step} (loss {loss}); lower lr")
+        if not batched:
+            bar.update(1)
+        done = self.step == t.steps
+        if self.step % t.eval_every == 0 or done:
+            self.elapsed = time.perf_counter() - started
+            last = {"step": self.step, "train_loss": loss, **self.evaluate_pools(), "elapsed_s": round(self.elapsed, 3)}
+            runs.append_metrics(self.run_dir, last)
+            if not batched:
+                self.tracker.log(last, learning_rate(t))
+            self._watch_for_stall(last, bar)
+            if not batched:
+                bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{last['0var_add_restricted']:.2f}",
+                                acc2=f"{last['2var_add_restricted']:.2f}", r2=f"{last['2var_var_restricted_1']:.2f}")
+        stop = self.step % t.eval_every == 0 and self._decided(last)
+        if self.step % t.checkpoint_every == 0 or done or stop:
+            self.elapsed = time.perf_counter() - started
+            self.save_checkpoint()
+        return last, done or stop
 
     def _watch_for_stall(self, logged: dict, bar) -> None:
         """Keep the logged pools, and say once, while training, that the run looks stalled
@@ -374,12 +373,8 @@ class Trainer:
     def finish(self, last_pools: dict) -> dict:
         runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})
         results = {
-            "steps": self.step,
-            "train_wall_time_s": round(self.elapsed, 2),
-            "fast_path": self.fast,
-            "forward": self.forward_kind,
-            "compiled": self.compiled,
-            "stacked": self.stacked,
+            "steps": self.step, "train_wall_time_s": round(self.elapsed, 2), "fast_path": self.fast,
+            "forward": self.forward_kind, "compiled": self.compiled, "stacked": self.stacked,
             "threads": torch.get_num_threads(),
             "pools": {k: v for k, v in last_pools.items() if k not in ("step", "train_loss", "elapsed_s")},
             "exhaustive": (self._exhaustive if self._checked_at == self.step

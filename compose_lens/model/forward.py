@@ -431,29 +431,14 @@ class Forward:
     def _read_plain(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
         """The sites from :mod:`compose_lens.model.lastpos`'s plain-torch layers (no hooks): every layer
         at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`)."""
-        cfg = self.cfg
-        params = weights.detached_parameters(self.model)
-        tokens = tokens.cpu()
         found: dict[str, torch.Tensor] = {}
 
         def keep(name: str, value: torch.Tensor) -> torch.Tensor:
             found[name] = value = edits[name](value) if name in edits else value
             return value
 
-        n, last = tokens.shape[1], cfg.n_layers - 1
-        resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
-        for layer in range(cfg.n_layers):
-            block = f"blocks.{layer}."
-            resid = keep(block + "hook_resid_pre", resid)
-            out, found[block + "attn.hook_pattern"] = lastpos.attention_with_pattern(params, cfg, layer, resid)
-            resid = keep(block + "hook_resid_mid", resid + keep(block + "hook_attn_out", out))
-            if layer in cfg.mlp_blocks:  # the last block's MLP matters at the last position only
-                mlp_in = keep(block + "mlp.hook_in", resid[:, -1:] if layer == last else resid)
-                found[block + "mlp.hook_pre"], found[block + "mlp.hook_post"], mlp = weights.mlp_out(params, cfg, mlp_in, layer)
-                mlp = keep(block + "hook_mlp_out", mlp)
-                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
-            resid = keep(block + "hook_resid_post", resid)
-        found["logits"] = weights.unembed(params, cfg, resid[:, -1]).unsqueeze(1)
+        params = weights.detached_parameters(self.model)
+        found["logits"] = lastpos.last_position_logits(params, self.cfg, tokens.cpu(), keep).unsqueeze(1)
         return {site: _select(site, found[site.hook]).detach().float() for site in sites}
 
     def _read_hooks(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit] | None = None

@@ -586,11 +586,8 @@ def check_path(sender: PathEnd, receiver: PathEnd) -> None:
 def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sender: PathEnd,
                         receivers: list[PathEnd], metric: metrics.MetricLike = metrics.DEFAULT,
                         chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """The metric (R, N) with only the path sender -> each receiver patched, and (N,) with the
-    sender patched alone, by the two-step path patching of Wang et al. (2022), clean into corrupted
-    (:meth:`compose_lens.model.forward.Forward.path_patched`): the sender's output is a head's
-    ``hook_z`` or an MLP's ``hook_mlp_out``, a receiver's input a head's ``hook_q`` / ``hook_k`` /
-    ``hook_v`` or an MLP's ``mlp.hook_pre``, each at every position."""
+    """The metric (R, N) with only the path sender -> each receiver patched, and (N,) with the sender
+    patched alone (:meth:`compose_lens.model.forward.Forward.path_patched`: Wang et al.'s two steps)."""
     for receiver in receivers:
         check_path(sender, receiver)
     fn = metrics.resolve(metric)[1]

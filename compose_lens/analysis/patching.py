@@ -61,7 +61,6 @@ method of Wang et al. (2022) (:func:`path_patched_values`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -205,13 +204,6 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
                 heads = range(cfg.n_heads) if component == "z" else [-1]
                 sites += [patch_site(component, layer, position, None if h < 0 else h) for h in heads]
     return sites
-
-
-def _chunks(pairs: PromptPairs, size: int):
-    for start in range(0, len(pairs), size):
-        sl = slice(start, start + size)
-        yield PromptPairs(pairs.clean[sl], pairs.corrupted[sl], pairs.clean_labels[sl],
-                          pairs.corrupted_labels[sl], pairs.corruption)
 
 
 def patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sites: list[Site],
@@ -594,69 +586,19 @@ def check_path(sender: PathEnd, receiver: PathEnd) -> None:
 def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sender: PathEnd,
                         receivers: list[PathEnd], metric: metrics.MetricLike = metrics.DEFAULT,
                         chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """The metric (R, N) with only the path sender -> each receiver patched, and (N,) with the
-    sender patched alone, by the two-step path patching of Wang et al. (2022), clean into corrupted:
-
-    1. run the corrupted prompts with the sender's output (every position) taken from the clean
-       run and every attention head after the sender's block frozen at its corrupted output, so
-       the sender's change reaches the receivers directly (and through the MLPs in between, which
-       recompute, as in Wang et al.); record each receiver's input there (its query, key or value
-       through ``hook_q`` / ``hook_k`` / ``hook_v``, an MLP's through ``mlp.hook_pre``);
-    2. run the corrupted prompts with only that receiver's recorded input written in (every
-       position), everything downstream of it recomputed, and read the metric at ``=``.
-    """
+    """The metric (R, N) with only the path sender -> each receiver patched, and (N,) with the sender
+    patched alone (:meth:`compose_lens.model.forward.Forward.path_patched`: Wang et al.'s two steps)."""
     for receiver in receivers:
         check_path(sender, receiver)
     fn = metrics.resolve(metric)[1]
-    sender_hook = tl.hook_name("z" if sender.head >= 0 else "mlp_out", sender.block)
-    frozen = {tl.hook_name("z", layer) for layer in range(sender.block + 1, cfg.n_layers)}
-    reads = {r: tl.hook_name(r.input or "mlp_pre", r.block) for r in receivers}
-    paths, totals = [], []
-    with torch.no_grad():
-        for part in _chunks(pairs, chunk):
-            _, clean = tl.run_with_cache(model, part.clean, names_filter=lambda name: name == sender_hook)
-            _, corrupt = tl.run_with_cache(model, part.corrupted, names_filter=lambda name: name in frozen)
 
-            def send(act, hook):  # in place: see Forward.patched
-                if sender.head >= 0:
-                    act[:, :, sender.head] = clean[sender_hook][:, :, sender.head]
-                else:
-                    act[:] = clean[sender_hook]
-                return act
+    def site(end: PathEnd, component: str) -> Site:
+        return Site(tl.hook_name(component, end.block), None, None if end.head < 0 else end.head)
 
-            # hook.name is not always the name hooked (the bridge's hook_z is an alias): bind it
-            def freeze(act, hook, name):
-                act[:] = corrupt[name]
-                return act
-
-            recorded: dict[str, torch.Tensor] = {}
-
-            def record(act, hook, name):
-                recorded[name] = act.detach().clone()
-                return act
-
-            hooks = [(sender_hook, send), *((name, functools.partial(freeze, name=name)) for name in sorted(frozen)),
-                     *((name, functools.partial(record, name=name)) for name in sorted(set(reads.values())))]
-            tl.run_with_hooks(model, part.corrupted, hooks)
-
-            def values(logits: torch.Tensor) -> torch.Tensor:
-                return _metric(fn, logits[:, -1].float(), part)
-
-            row = []
-            for receiver in receivers:
-                name = reads[receiver]
-
-                def receive(act, hook, receiver=receiver, name=name):
-                    if receiver.head >= 0:
-                        act[:, :, receiver.head] = recorded[name][:, :, receiver.head]
-                    else:
-                        act[:] = recorded[name]
-                    return act
-
-                row.append(values(tl.run_with_hooks(model, part.corrupted, [(name, receive)])))
-            paths.append(torch.stack(row) if row else torch.empty(0, len(part)))
-            totals.append(values(tl.run_with_hooks(model, part.corrupted, [(sender_hook, send)])))
-    return torch.cat(paths, dim=1), torch.cat(totals)
+    return Forward(model, cfg).path_patched(
+        pairs.clean, pairs.corrupted, site(sender, "z" if sender.head >= 0 else "mlp_out"),
+        [site(r, r.input or "mlp_pre") for r in receivers],
+        lambda logits, rows: metrics.values(fn, logits, pairs.answers[rows]), chunk)
 
 
 def path_patching(subject: Subject, sender: str = "blocks.0.head0", receivers=("blocks.1.head0.v",), *,

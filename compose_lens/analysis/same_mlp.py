@@ -340,7 +340,7 @@ class Decomposition:
         """Logits at ``=`` of these prompts with the adder input replaced by ``h`` (N, d): MLP2 and the
         unembedding (the study's layout), else the edit's direct path over the clean logits (module doc)."""
         if self.logits is None:
-            return readout_logits(model, config, h)
+            return Forward(model, config.model).logits_from(Site(mlp_in(self.adder), ANSWER), h)
         params = weights.detached_parameters(model)
         new = weights.mlp_out(params, config.model, h, self.adder)[2]
         return self.logits + (h - self.h + new - self.mlp_out) @ params["unembed.weight"].T
@@ -416,11 +416,6 @@ def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str =
     for g, ov2 in enumerate(circ.ov2):
         out += dec.a1[g, rows, pos, None] * (e @ ov2)
     return out
-
-
-def readout_logits(model: tl.Model, config: RunConfig, h: torch.Tensor) -> torch.Tensor:
-    """Logits at ``=`` from an MLP2 input (MLP2 and the unembedding only)."""
-    return weights.mlp_readout(weights.detached_parameters(model), config.model, h)[2]
 
 
 # -- statistics ---------------------------------------------------------------------------------

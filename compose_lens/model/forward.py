@@ -22,7 +22,9 @@ and :meth:`Forward.logits` likewise. They give the same numbers up to float roun
 asks which forward it is on. The trainer, the evaluations and the LLC step the answer with its
 gradients (:meth:`Forward.answer_forward`, by :attr:`Forward.kind`); activation patching asks for
 many sites, each edited alone, in one batched operation (:meth:`Forward.patched`: the engine of
-:mod:`compose_lens.model.patch_engine` where it is exact, the bridge's hooks otherwise).
+:mod:`compose_lens.model.patch_engine` where it is exact, the bridge's hooks otherwise), path patching
+its two runs (:meth:`Forward.path_patched`); an answer from a residual stream built by hand runs the
+model on from that site (:meth:`Forward.logits_from`).
 
 **One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and
 a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,
@@ -260,21 +262,25 @@ def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _part(site: Site, act: torch.Tensor) -> tuple:
+    """The index of the site's part of its hook's whole activation ``act``: its position and head, as
+    :func:`_select` takes them (every row of the batch)."""
+    pattern, index = site.hook.endswith("hook_pattern"), [slice(None)] * act.dim()
+    if site.position is not None:
+        index[2 if pattern else 1] = -1 if site.position == ANSWER else site.position
+    if site.head is not None:
+        index[1 if pattern else 2] = site.head
+    return tuple(index)
+
+
 def _edit_at(site: Site, fn: Edit) -> Edit:
-    """``fn`` applied to the site's part of its hook's activation (its position and head, as
-    :func:`_select` takes them), everything else left as it is."""
+    """``fn`` applied to the site's part of its hook's activation, everything else left as it is."""
     if site.position is None and site.head is None:
         return fn
-    pattern = site.hook.endswith("hook_pattern")
 
     def edit(act: torch.Tensor) -> torch.Tensor:
-        index: list = [slice(None)] * act.dim()
-        if site.position is not None:
-            index[2 if pattern else 1] = -1 if site.position == ANSWER else site.position
-        if site.head is not None:
-            index[1 if pattern else 2] = site.head
         out = act.clone()
-        out[tuple(index)] = fn(act[tuple(index)])
+        out[_part(site, act)] = fn(act[_part(site, act)])
         return out
     return edit
 
@@ -425,29 +431,14 @@ class Forward:
     def _read_plain(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
         """The sites from :mod:`compose_lens.model.lastpos`'s plain-torch layers (no hooks): every layer
         at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`)."""
-        cfg = self.cfg
-        params = weights.detached_parameters(self.model)
-        tokens = tokens.cpu()
         found: dict[str, torch.Tensor] = {}
 
         def keep(name: str, value: torch.Tensor) -> torch.Tensor:
             found[name] = value = edits[name](value) if name in edits else value
             return value
 
-        n, last = tokens.shape[1], cfg.n_layers - 1
-        resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
-        for layer in range(cfg.n_layers):
-            block = f"blocks.{layer}."
-            resid = keep(block + "hook_resid_pre", resid)
-            out, found[block + "attn.hook_pattern"] = lastpos.attention_with_pattern(params, cfg, layer, resid)
-            resid = keep(block + "hook_resid_mid", resid + keep(block + "hook_attn_out", out))
-            if layer in cfg.mlp_blocks:  # the last block's MLP matters at the last position only
-                mlp_in = keep(block + "mlp.hook_in", resid[:, -1:] if layer == last else resid)
-                found[block + "mlp.hook_pre"], found[block + "mlp.hook_post"], mlp = weights.mlp_out(params, cfg, mlp_in, layer)
-                mlp = keep(block + "hook_mlp_out", mlp)
-                resid = resid + mlp if layer != last else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
-            resid = keep(block + "hook_resid_post", resid)
-        found["logits"] = weights.unembed(params, cfg, resid[:, -1]).unsqueeze(1)
+        params = weights.detached_parameters(self.model)
+        found["logits"] = lastpos.last_position_logits(params, self.cfg, tokens.cpu(), keep).unsqueeze(1)
         return {site: _select(site, found[site.hook]).detach().float() for site in sites}
 
     def _read_hooks(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit] | None = None
@@ -502,6 +493,23 @@ class Forward:
         if self.kind == "transformerlens":
             self.bridge()  # booted from the weights where need be
         return self.answer_forward()(tokens.to(self.device))
+
+    @torch.no_grad()
+    def logits_from(self, site: Site, resid: torch.Tensor) -> torch.Tensor:
+        """(N, d_vocab_out) answer logits with the residual stream at ``site`` set to ``resid`` (N, d_model)
+        and the model run from there on, no tokens needed: from the last block's ``hook_resid_mid`` (or
+        ``mlp.hook_in``) at ``=`` its MLP and the unembedding, from its ``hook_resid_post`` the unembedding
+        (plain torch, float32 on CPU; without normalisation, which would read the whole stream)."""
+        last = self.cfg.n_layers - 1
+        through_mlp = {f"blocks.{last}.hook_resid_mid": True, f"blocks.{last}.mlp.hook_in": True,
+                       f"blocks.{last}.hook_resid_post": False}.get(site.hook)
+        if through_mlp is None or site.position != ANSWER or not capabilities.supports(self.cfg, "lastpos"):
+            raise ComposeLensError(f"site {site}: a model without normalisation runs on from the last block's "
+                                   f"residual stream at '=' (blocks.{last}.hook_resid_mid@=, blocks.{last}.hook_resid_post@=)")
+        params = weights.detached_parameters(self.model)
+        if through_mlp and last in self.cfg.mlp_blocks:
+            resid = resid + weights.mlp_out(params, self.cfg, resid, last)[2]
+        return weights.unembed(params, self.cfg, resid)
 
     # -- editing -------------------------------------------------------------------------------
 
@@ -583,3 +591,52 @@ class Forward:
                 last = logits[:, -1].float().view(len(part), N, -1)
                 out[part] = torch.stack([measure(site_logits, torch.arange(N)) for site_logits in last])
         return out
+
+    @torch.no_grad()
+    def path_patched(self, clean: torch.Tensor, corrupted: torch.Tensor, sender: Site, receivers: list[Site],
+                     measure: patch_engine.Measure, chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+        """Path patching, clean into corrupted, by the two steps of Wang et al. (2022) on the bridge's hooks:
+        (R, N) ``measure`` (as :meth:`patched` takes it) with only the path from ``sender`` (its hook at every
+        position: a head's ``hook_z``, an MLP's ``hook_mlp_out``) to each receiver (an input at every
+        position: a head's ``hook_q`` / ``hook_k`` / ``hook_v``, an MLP's ``mlp.hook_pre``) patched, and (N,)
+        with the sender patched alone, ``chunk`` prompts at a time:
+
+        1. run the corrupted prompts with the sender's output taken from the clean run and every attention
+           head after the sender's block frozen at its corrupted output, so the sender's change reaches the
+           receivers directly (and through the MLPs in between, which recompute, as in Wang et al.); record
+           each receiver's input there;
+        2. run the corrupted prompts with only that receiver's recorded input written in, everything
+           downstream of it recomputed, and read ``measure`` at ``=``.
+        """
+        model, N = self.bridge(), len(clean)
+        frozen = sorted(tl.hook_name("z", layer) for layer in range(sender.layer + 1, self.cfg.n_layers))
+        reads = sorted({r.hook for r in receivers})
+        paths, totals = [], []
+        for start in range(0, N, chunk):
+            rows, corrupt_part = torch.arange(start, min(start + chunk, N)), corrupted[start: start + chunk]
+            _, from_clean = tl.run_with_cache(model, clean[start: start + chunk], names_filter=lambda n: n == sender.hook)
+            _, corrupt = tl.run_with_cache(model, corrupt_part, names_filter=lambda n: n in frozen)
+
+            # in place (see patched); hook.name is not always the name hooked (the bridge's hook_z is an alias)
+            def write(act, hook, site: Site, source: dict[str, torch.Tensor]):
+                act[_part(site, act)] = source[site.hook][_part(site, act)]
+                return act
+
+            recorded: dict[str, torch.Tensor] = {}
+
+            def record(act, hook, name):
+                recorded[name] = act.detach().clone()
+                return act
+
+            send = (sender.hook, functools.partial(write, site=sender, source=from_clean))
+            tl.run_with_hooks(model, corrupt_part, [send, *((name, functools.partial(write, site=Site(name), source=corrupt))
+                                                            for name in frozen),
+                                                    *((name, functools.partial(record, name=name)) for name in reads)])
+
+            def values(hooks: list) -> torch.Tensor:
+                return measure(tl.run_with_hooks(model, corrupt_part, hooks)[:, -1].float(), rows)
+
+            row = [values([(r.hook, functools.partial(write, site=r, source=recorded))]) for r in receivers]
+            paths.append(torch.stack(row) if row else torch.empty(0, len(rows)))
+            totals.append(values([send]))
+        return torch.cat(paths, dim=1), torch.cat(totals)

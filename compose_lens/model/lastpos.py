@@ -20,25 +20,18 @@ forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from compose_lens.core.config import ModelConfig
 from compose_lens.model import heads, weights
 
 
-def attention(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,
-              last_only: bool) -> torch.Tensor:
-    """Attention output of ``blocks.{layer}`` on the residual stream (B, n, d).
-
-    ``last_only``: the output at the last position only, (B, 1, d); else (B, n, d).
-    """
-    return attention_with_pattern(params, cfg, layer, resid, last_only)[0]
-
-
 def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, resid: torch.Tensor,
                            last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`attention` and its pattern (B, H, m, n), m = 1 if ``last_only`` else n
-    (what :mod:`compose_lens.analysis.locate` reads in every layer and head)."""
+    """Attention output of ``blocks.{layer}`` on the residual stream (B, n, d), (B, m, d), and its pattern
+    (B, H, m, n): m = 1 (the last position) if ``last_only`` else n."""
     H = cfg.n_heads
     queries = resid[:, -1:] if last_only else resid
     q, k, v = (heads.split_heads(heads.project(params, cfg, layer, kind, x), H).transpose(1, 2)
@@ -52,15 +45,28 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
     return heads.write(params, cfg, layer, z), pattern
 
 
-def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits (B, d_vocab_out) at the last position (see the module docstring)."""
-    n = tokens.shape[1]
-    resid = params["embed.weight"][tokens] + params["pos_embed.weight"][:n]  # (B, n, d)
-    last = cfg.n_layers - 1
+def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
+                         keep: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Logits (B, d_vocab_out) at the last position (see the module docstring). ``keep(hook, activation)``,
+    where given, sees each activation (by its TransformerLens hook name) as it is made and returns what
+    goes on (read, or edited: :meth:`compose_lens.model.forward.Forward.read`); the last layer's attention
+    then runs at every query, its MLP still at the last position only."""
+    every, keep = keep is not None, keep or (lambda name, value: value)
+    n, last = tokens.shape[1], cfg.n_layers - 1
+    resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
     for layer in range(cfg.n_layers):
-        is_last = layer == last
-        mid = (resid[:, -1:] if is_last else resid) + attention(params, cfg, layer, resid, is_last)
+        block, last_only = f"blocks.{layer}.", layer == last and not every
+        resid = keep(block + "hook_resid_pre", resid)
+        kept = resid[:, -1:] if last_only else resid  # sliced before attention: the gradients sum in that order
+        out, pattern = attention_with_pattern(params, cfg, layer, resid, last_only)
+        keep(block + "attn.hook_pattern", pattern)
+        resid = keep(block + "hook_resid_mid", kept + keep(block + "hook_attn_out", out))
         if layer in cfg.mlp_blocks:
-            mid = mid + weights.mlp_out(params, cfg, mid, layer)[2]
-        resid = mid
+            every_position = layer != last or last_only  # else: resid (B, n, d), its MLP at the last only
+            mlp_in = keep(block + "mlp.hook_in", resid if every_position else resid[:, -1:])
+            pre, post, mlp = weights.mlp_out(params, cfg, mlp_in, layer)
+            keep(block + "mlp.hook_pre", pre), keep(block + "mlp.hook_post", post)
+            mlp = keep(block + "hook_mlp_out", mlp)
+            resid = resid + mlp if every_position else torch.cat([resid[:, :-1], resid[:, -1:] + mlp], 1)
+        resid = keep(block + "hook_resid_post", resid)
     return weights.unembed(params, cfg, resid[:, -1])

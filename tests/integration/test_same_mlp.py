@@ -35,9 +35,9 @@ def test_decomposition_is_exact_and_removal_reaches_chance():
         assert torch.allclose(getattr(dec, name), getattr(hooked, name), atol=1e-4), name
     with torch.no_grad():
         logits = loaded.model(prompts.tokens)[:, -1]
-    assert torch.allclose(same_mlp.readout_logits(loaded.model, loaded.config, dec.h), logits, atol=1e-3)
+    assert torch.allclose(dec.readout(loaded.model, loaded.config, dec.h), logits, atol=1e-3)
     removed = dec.h - same_mlp.term(dec, same_mlp.circuits(loaded.model), prompts.source[:, 0])
-    answer = same_mlp.readout_logits(loaded.model, loaded.config, removed).argmax(-1)
+    answer = dec.readout(loaded.model, loaded.config, removed).argmax(-1)
     assert (answer == (prompts.x + prompts.y) % 59).float().mean() < 0.15
 
 

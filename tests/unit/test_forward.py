@@ -107,6 +107,11 @@ def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_arch
     assert (edited - plain.logits(tokens)).abs().max() > 1e-3  # the edit reaches the answer
     last_mlp = Site("blocks.2.mlp.hook_post")  # at every position: only the bridge has it
     assert plain.read(tokens, [last_mlp])[last_mlp].shape == (len(tokens), tokens.shape[1], 64)
+    onward = plain.read(tokens, [Site("blocks.2.hook_resid_mid", ANSWER), Site("blocks.2.hook_resid_post", ANSWER)])
+    for site, resid in onward.items():  # the model run on from the last block's residual stream at "="
+        assert torch.allclose(plain.logits_from(site, resid), plain.logits(tokens), atol=1e-5), site
+    with pytest.raises(ComposeLensError, match=r"runs on from the last block's residual stream at '='"):
+        plain.logits_from(Site("blocks.1.hook_resid_mid", ANSWER), onward[Site("blocks.2.hook_resid_mid", ANSWER)])
 
 
 def test_every_circuit_edge_names_its_ends_as_sites_of_the_model(paper):

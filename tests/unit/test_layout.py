@@ -275,10 +275,6 @@ OWN_FORWARD = {
     "compose_lens.analysis.circuit.GraphModel": "the edge graph: every residual term a sender, per-edge masks "
                                                 "with gradients (EAP), each receiver normalising its own input",
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
-    "compose_lens.analysis.patching.path_patched_values": "path patching's two runs through the bridge's hooks "
-                                                          "(freeze, record, write)",
-    "compose_lens.analysis.same_mlp.readout_logits": "MLP2 and the unembedding on residuals the test builds "
-                                                     "(no tokens, no attention)",
 }
 FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
 _DOES = {"heads": {"pattern", "attend", "scores", "write"}, "weights": {"unembed", "mlp_readout", "use_table_forward"},

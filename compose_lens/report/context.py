@@ -162,9 +162,10 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
     if result.figures:
         (folder / FIGURES).mkdir(exist_ok=True)
     for stem, draw, numbers, dpi in result.figures:  # here, the drawing the report shows too (Result.figure)
-        if dpi is None:  # an offline page, <stem>.html
+        if dpi is None:  # an offline page, <stem>.html: its HTML, or (its HTML, the part a report section folds in)
             with atomic_path(folder / FIGURES / stem) as tmp:
-                tmp.write_text(result.figure(stem)[0], encoding="utf-8")
+                page = result.figure(stem)
+                tmp.write_text(page if isinstance(page, str) else page[0], encoding="utf-8")
             continue
         how = (draw, *numbers) if context.renderer.background else (result.figure, stem)
         context.renderer.save(*how, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)

@@ -102,7 +102,7 @@ class Result:
     :mod:`compose_lens.report.context` on a result computed or read back, never by the compute), each
     ``(stem, views function, its arguments, dpi)``, drawn once (:meth:`figure`) where the figures are written,
     and shown by the report from the same drawing; an offline page is ``("<stem>.html", a function returning
-    (its HTML, the part of it a report section folds in, or None), its arguments, None)``.
+    its HTML, or (its HTML, the part of it a report section folds in), its arguments, None)``.
     ``provenance``: what the tables' and documents' provenance records beside the settings (what the
     analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
 
@@ -114,8 +114,8 @@ class Result:
     value: Any = None
     _drawings: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def figure(self, stem: str) -> tuple:
-        """The figure ``stem`` of :attr:`figures` as ``(figure, data)`` (a page: ``(HTML, its part)``), drawn on
+    def figure(self, stem: str) -> tuple | str:
+        """The figure ``stem`` of :attr:`figures` as ``(figure, data)`` (a page: as its function returns it), drawn on
         first use and kept: the folder's file and the report's copy are one drawing."""
         if stem not in self._drawings:
             _, draw, numbers, _ = {f[0]: f for f in self.figures}[stem]

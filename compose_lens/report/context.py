@@ -162,9 +162,10 @@ def write(analysis: Analysis, result: Result, folder: Path, context: Context | R
     if result.figures:
         (folder / FIGURES).mkdir(exist_ok=True)
     for stem, draw, numbers, dpi in result.figures:  # here, the drawing the report shows too (Result.figure)
-        if dpi is None:  # an offline page, <stem>.html
+        if dpi is None:  # an offline page, <stem>.html: its HTML, or (its HTML, the part a report section folds in)
             with atomic_path(folder / FIGURES / stem) as tmp:
-                tmp.write_text(result.figure(stem)[0], encoding="utf-8")
+                page = result.figure(stem)
+                tmp.write_text(page if isinstance(page, str) else page[0], encoding="utf-8")
             continue
         how = (draw, *numbers) if context.renderer.background else (result.figure, stem)
         context.renderer.save(*how, path=folder / FIGURES / stem, dpi=dpi, fmt=fmt)
@@ -184,8 +185,7 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
     there and was made with the same settings, seed and configuration; else None. The tables the result had
     are the ones its documents' provenance lists (:func:`write`; a result may hold fewer than the analysis
     declares: same-MLP's competence table alone, where the model does not answer variable prompts), else
-    every declared one. Facts are not read back; the figures its declaration draws from the tables and
-    documents are (``Analysis.draw``)."""
+    every declared one. Facts are not read back; figures are not either (:func:`obtain` gives them)."""
     settings = analysis.with_settings(settings)
     if not analysis.tables and not analysis.documents:
         return None
@@ -207,19 +207,20 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
             result.tables[stem] = pd.read_csv(folder / f"{stem}.csv")
     except (OSError, ValueError, ComposeLensError, pd.errors.ParserError):
         return None
-    return _with_figures(analysis, result, context, settings)
+    return result
 
 
 def obtain(analysis: Analysis, context: Context | RunContext, folder: Path, settings: dict | None = None) -> Result:
     """The saved result in ``folder`` that serves (:func:`read`, or the declaration's ``saved``: the dynamics
-    where they hold every checkpoint asked for), else computed now and saved there. An analysis that extends
+    where they hold every checkpoint asked for), with the figures its declaration draws of it as a computed one
+    has them, else computed now and saved there. An analysis that extends
     its saved result (a setting ``update``: the dynamics of a growing run) is computed from nothing where that
     result cannot be extended (another run's, other settings), and ``folder`` is marked as compose-lens's, so
     that its command's ``--update`` may extend it later."""
     settings = analysis.with_settings(settings)
     found = analysis.saved(context, folder, settings) if analysis.saved else read(analysis, folder, context, settings)
     if found is not None:
-        return found
+        return _with_figures(analysis, found, context, settings)
     try:
         result = compute(analysis, context, settings)
     except ComposeLensError:

@@ -119,13 +119,12 @@ def view_html(view: dict, focus: int = 0) -> str:
             + attention_view(flat, [f"{w}" for w in view["words"]], view["head_names"], focus=focus) + "\n" + SCALE)
 
 
-def views_page(views: Sequence[dict], source: str = "") -> tuple[str, None]:
-    """The offline page of the ``attention`` command: a heading naming the model, one view per sequence (and
-    None: the report lays out views of its own, each opened on the router)."""
+def views_page(views: Sequence[dict], source: str = "") -> str:
+    """The offline page of the ``attention`` command: a heading naming the model, one view per sequence."""
     body = [f"<h1>Attention views</h1><p>model: <code>{html.escape(source)}</code></p>",
             "<p>Click a head to enlarge it; hover a token to see where it attends.</p>"]
     body += [view_html(view) for view in views]
-    return offline_page(PAGE_TITLE, "\n".join(body), PAGE_STYLE), None
+    return offline_page(PAGE_TITLE, "\n".join(body), PAGE_STYLE)
 
 
 class OfflineHTML:

@@ -213,6 +213,9 @@ def test_report_dynamics_catch_up_with_new_checkpoints(reported_run, tmp_path):
     found = obtain(registry.DYNAMICS, RunContext(run_dir, progress=False, previous=results), results, {"update": True})
     updated, doc = found.tables["dynamics"], found.documents["phases"]
     assert updated["step"].tolist() == [10, 20, 30] and doc["timing"]["evaluated_now"] == 1
+    again = obtain(registry.DYNAMICS, RunContext(run_dir, progress=False, previous=results), results, {"update": True})
+    assert again.tables["dynamics"].equals(updated)  # read back (the declaration's saved), with its figures
+    assert [f[0] for f in again.figures] == [f[0] for f in found.figures] == ["dynamics"]
 
 
 def test_a_stalled_run_is_flagged_and_an_ordinary_one_is_not(reported_run, tmp_path):

@@ -86,7 +86,7 @@ def constants_only():
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(config, tmp, progress=False)
         pools = trainer.run()["pools"]
-        return trainer.subject(), pools
+        return trainer.subject, pools
 
 
 def test_model_trained_without_variables_is_not_supported(constants_only):

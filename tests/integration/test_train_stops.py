@@ -52,10 +52,16 @@ def test_without_stop_at_the_same_run_trains_its_whole_budget(tmp_path, constant
 
 
 def test_stop_at_generalised_stops_at_the_first_check_that_passes(tmp_path, tiny_config, monkeypatch):
+    from compose_lens.training import evaluate
+
     monkeypatch.setattr(outcome, "GENERALISED", 0.0)  # every model meets a headline of 0
+    calls = []
+    real = evaluate.make_exhaustive
+    monkeypatch.setattr(evaluate, "make_exhaustive", lambda *a, **k: calls.append(1) or real(*a, **k))
     config = tiny_config.with_overrides(["steps=40", "stop_at=generalised"])
     results = Trainer(config, tmp_path / "run", progress=False).run()
     assert results["steps"] == 10  # the first evaluation
+    assert len(calls) == 2  # the check's exhaustive sets, which results.json takes as they are (Subject.once)
     assert (tmp_path / "run" / "checkpoints" / "step_000010").is_dir()
     monkeypatch.setattr(outcome, "GENERALISED", 1.01)  # no model does
     results = Trainer(config, tmp_path / "run2", progress=False).run()

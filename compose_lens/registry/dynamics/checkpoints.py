@@ -49,6 +49,7 @@ reported too, since sparse checkpoints only bound the jump.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -177,8 +178,10 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
     with torch_threads(threads):
         checkpoints, config, split = runs.find_checkpoints(source, split_file)
         checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
-        subject = _fourier_subject(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
-        heads = _circuit_heads(checkpoints[-1], config, split, seed, device) if circuit and checkpoints else None
+        last = functools.cache(functools.partial(_subject_at, checkpoints[-1], config, split, device)) \
+            if circuit and checkpoints else None
+        subject = _fourier_subject(last, config, seed) if last else None
+        heads = _circuit_heads(last, config, seed) if last else None
         wanted = {c.step for c in checkpoints}
         known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
         done = {int(r["step"]) for r in known_rows}
@@ -228,28 +231,30 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
                           circuit_heads=None if heads is None else heads.to_dict())
 
 
-def _circuit_heads(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int, device: str):
+def _subject_at(ckpt: runs.Checkpoint, config: RunConfig, split: Split, device: str) -> Subject:
+    """The checkpoint's model, its weights read and checked once (:func:`model_of`), as the analyses take it
+    (``trajectory`` reads the last one once, where the Fourier subject or the circuit heads need it)."""
+    model = model_of(config, runs.read_state(ckpt, config), str(ckpt.path), bridge=False, device=device)
+    return Subject(model, config, split, str(ckpt.path))
+
+
+def _circuit_heads(last, config: RunConfig, seed: int):
     """The binder and router the run's probes read: the paper's in the paper architecture (nothing
-    read), else the heads located in the ``last`` checkpoint."""
+    read), else the heads located in the last checkpoint (``last()``: its subject)."""
     if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
-    state = check_weights(config, runs.read_state(last, config), str(last.path))
-    model = model_of(config, state, str(last.path), bridge=False, device=device)
-    return locate.circuit_heads(Subject(model, config, split, str(last.path)), seed)
+    return locate.circuit_heads(last(), seed)
 
 
-def _fourier_subject(last: runs.Checkpoint, config: RunConfig, split: Split, seed: int,
-                     device: str) -> locate.FourierSubject:
-    """The MLP the run's Fourier measures read: from the config when it has at most one MLP,
-    else the adder located in the ``last`` checkpoint. None (NaN measures) unless it is the last block."""
+def _fourier_subject(last, config: RunConfig, seed: int) -> locate.FourierSubject:
+    """The MLP the run's Fourier measures read: from the config when it has at most one MLP, else the adder
+    located in the last checkpoint (``last()``: its subject). None (NaN measures) unless it is the last block."""
     layers = config.model.mlp_blocks
     if len(layers) <= 1:
         subject = locate.FourierSubject(layers[0] if layers else None, False, None,
                                         f"blocks.{layers[0]}.mlp, the model's only MLP" if layers else "no MLP")
     else:
-        state = check_weights(config, runs.read_state(last, config), str(last.path))
-        model = model_of(config, state, str(last.path), bridge=False, device=device)
-        subject = locate.fourier_subject(Subject(model, config, split, str(last.path)), seed)
+        subject = locate.fourier_subject(last(), seed)
     if subject.layer is not None and subject.layer not in config.model.mlp_blocks:
         subject = locate.FourierSubject(None, False, subject.score, f"{subject.note}; not the last block, "
                                                                     f"so the Fourier measures are NaN")

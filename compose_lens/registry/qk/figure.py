@@ -38,15 +38,16 @@ def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: 
     ax.set_ylabel("query position")
     if n > 1:  # below the axes: covers no cell
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-    return positional_frame(scores)
+    return positional_frame(scores, weights)
 
 
-def positional_frame(positional: np.ndarray) -> pd.DataFrame:
+def positional_frame(positional: np.ndarray, weights: np.ndarray | None = None) -> pd.DataFrame:
     """The positional figure's data: the positional scores and the attention from position alone (column
-    ``matrix``: ``score``, ``attention_from_position``), one row per query position."""
+    ``matrix``: ``score``, ``attention_from_position``; ``weights``: that attention where it is computed
+    already), one row per query position."""
     scores = np.asarray(positional, dtype=float)
     index = [f"pos{i}" for i in range(len(scores))]
-    weights = positional_attention(scores).numpy()
+    weights = positional_attention(scores).numpy() if weights is None else weights
     return pd.concat([matrix_frame(scores, index, index, "query_position").assign(matrix="score"),
                       matrix_frame(weights, index, index, "query_position").assign(matrix="attention_from_position")])
 

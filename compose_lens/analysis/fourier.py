@@ -623,7 +623,7 @@ def ideal_neuron(mlp_pre: torch.Tensor, k: int, act=F.relu) -> torch.Tensor:
     return act(project_onto_frequency(mlp_pre, k, constant=True))
 
 
-def best_neurons(grid: AdditionGrid, keys: list[int], neurons: pd.DataFrame | None = None) -> pd.DataFrame:
+def best_neurons(grid: AdditionGrid, keys: list[int]) -> pd.DataFrame:
     """For each key frequency, the neuron it explains best, and two correlations of that
     neuron's (p, p) activation pattern:
 

@@ -439,12 +439,8 @@ def neuron_frequencies(mlp_post: torch.Tensor | AdditionGrid) -> pd.DataFrame:
     fractions = frequency_fractions(mlp_post, coefficients)  # (p//2 + 1, d_mlp)
     best = fractions.max(dim=0)
     variance = mlp_post.flatten(0, 1).var(dim=0, unbiased=False)
-    return pd.DataFrame({
-        "neuron": range(mlp_post.shape[-1]),
-        "frequency": best.indices.tolist(),
-        "fraction_explained": best.values.tolist(),
-        "variance": variance.tolist(),
-    }).assign(modulus=p)
+    return pd.DataFrame({"neuron": range(mlp_post.shape[-1]), "frequency": best.indices.tolist(),
+                         "fraction_explained": best.values.tolist(), "variance": variance.tolist()}).assign(modulus=p)
 
 
 def frequency_shares(neurons: pd.DataFrame, min_fraction: float = 0.5) -> pd.Series:
@@ -461,10 +457,9 @@ def key_frequencies(grid_or_neurons: AdditionGrid | pd.DataFrame | torch.Tensor,
                     min_fraction: float = 0.5, min_share: float = 0.03) -> list[int]:
     """The key frequencies: those whose clean neurons (>= ``min_fraction`` of their variance
     in that frequency) hold at least ``min_share`` of the MLP's activation variance. Sorted."""
-    if isinstance(grid_or_neurons, (AdditionGrid, torch.Tensor)):
-        neurons = neuron_frequencies(grid_or_neurons)
-    else:
-        neurons = grid_or_neurons
+    neurons = grid_or_neurons
+    if isinstance(neurons, (AdditionGrid, torch.Tensor)):
+        neurons = neuron_frequencies(neurons)
     shares = frequency_shares(neurons, min_fraction)
     return sorted(int(k) for k, share in shares.items() if share >= min_share and k > 0)
 
@@ -539,19 +534,15 @@ def excluded_loss_all(grid: AdditionGrid, keys: list[int], *, on: str = "neurons
 # -- the readout and single neurons -----------------------------------------------------------
 
 
-def unembed_fourier(grid_or_model, config: RunConfig | None = None) -> pd.DataFrame:
-    """``W_out W_U`` (d_mlp, p) in the Fourier basis over the output classes.
-
-    One row per basis direction: its name, frequency and the norm of that
-    coefficient column over the neurons (the key frequencies stand out).
+def unembed_fourier(grid_or_model) -> pd.DataFrame:
+    """``W_out W_U`` (d_mlp, p) of a grid's readout (or of a model's MLP2) in the Fourier basis over the output
+    classes. One row per basis direction: its name, frequency and the norm of that coefficient column over the
+    neurons (the key frequencies stand out).
     """
     readout = grid_or_model.readout if isinstance(grid_or_model, AdditionGrid) else weights.linear_readout(grid_or_model)
-    W_logit = readout.W_logit
-    p = W_logit.shape[1]
-    coeffs = fft1d(W_logit, dim=1)  # (d_mlp, p)
-    _, names = fourier_basis(p)
-    return pd.DataFrame({"direction": names, "frequency": basis_frequencies(p).tolist(),
-                         "norm": coeffs.norm(dim=0).tolist()})
+    p = readout.W_logit.shape[1]
+    return pd.DataFrame({"direction": _fourier_basis(p)[1], "frequency": basis_frequencies(p).tolist(),
+                         "norm": fft1d(readout.W_logit, dim=1).norm(dim=0).tolist()})
 
 
 def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None
@@ -632,7 +623,7 @@ def ideal_neuron(mlp_pre: torch.Tensor, k: int, act=F.relu) -> torch.Tensor:
     return act(project_onto_frequency(mlp_pre, k, constant=True))
 
 
-def best_neurons(grid: AdditionGrid, keys: list[int], neurons: pd.DataFrame | None = None) -> pd.DataFrame:
+def best_neurons(grid: AdditionGrid, keys: list[int]) -> pd.DataFrame:
     """For each key frequency, the neuron it explains best, and two correlations of that
     neuron's (p, p) activation pattern:
 

@@ -367,42 +367,43 @@ def _top2_matches(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (top == targets.sort(dim=-1).values).all(dim=-1)
 
 
-def equals_to_operands_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
-    """(B,) bool: do the gatherer's (layer-1's) two largest weights from ``=`` fall on the operand
-    positions? (:func:`gatherer_pattern`)"""
-    n = task.seq_len
-    targets = torch.tensor([n - 3, n - 2]).expand(len(acts), 2)
-    return _top2_matches(gatherer_pattern(acts), targets)
-
-
-def equals_to_operands_score(subject: Subject, *, n: int = 900,
-                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
-    positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
-    config = subject.config
-    acts = _acts(subject, n, seed, acts, heads)
-    if gatherer_pattern(acts) is None:
-        return NAN
-    return equals_to_operands_hits(config.task, acts).float().mean().item()
-
-
 def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(B,) attention mass (B, n) on the target positions (B, k); a target listed twice counts once."""
     hit = torch.zeros_like(weights, dtype=torch.bool).scatter_(1, targets, True)
     return (weights * hit).sum(-1)
 
 
+def _from_equals(task: TaskConfig, acts: Activations) -> dict[str, torch.Tensor]:
+    """Per sequence, the attention from ``=``: whether the gatherer's (layer-1's) two largest weights fall on
+    the operand positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper) and the router's
+    (layer-2's) on the value positions (:func:`value_targets`), and the mass each puts there; NaN where no
+    head gathers (:func:`gatherer_pattern`) or routes."""
+    nan = torch.full((len(acts),), NAN)
+    gathered, routed = gatherer_pattern(acts), acts.pattern1_last
+    operands = torch.tensor([task.seq_len - 3, task.seq_len - 2]).expand(len(acts), 2)
+    values = None if routed is None else value_targets(task, acts.tokens)
+    return {"equals_to_operands_score": nan if gathered is None else _top2_matches(gathered, operands).float(),
+            "equals_to_values_score": nan if routed is None else _top2_matches(routed, values).float(),
+            "equals_to_operands_mass": nan if gathered is None else target_mass(gathered, operands),
+            "equals_to_values_mass": nan if routed is None else target_mass(routed, values)}
+
+
+def _equals_measure(name: str, subject: Subject, n: int, seed: int, acts: Activations | None, heads: Heads) -> float:
+    return _from_equals(subject.config.task, _acts(subject, n, seed, acts, heads))[name].mean().item()
+
+
+def equals_to_operands_score(subject: Subject, *, n: int = 900,
+                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
+    """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
+    positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
+    return _equals_measure("equals_to_operands_score", subject, n, seed, acts, heads)
+
+
 def equals_to_operands_mass(subject: Subject, *, n: int = 900,
                             seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Mean gatherer (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
     :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
-    config = subject.config
-    acts = _acts(subject, n, seed, acts, heads)
-    pattern = gatherer_pattern(acts)
-    if pattern is None:
-        return NAN
-    m = config.task.seq_len
-    return target_mass(pattern, torch.tensor([m - 3, m - 2]).expand(len(acts), 2)).mean().item()
+    return _equals_measure("equals_to_operands_mass", subject, n, seed, acts, heads)
 
 
 # -- 3. variable-identity routing ----------------------------------------------------------
@@ -460,11 +461,6 @@ def value_targets(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack(targets, dim=1)
 
 
-def equals_to_values_hits(task: TaskConfig, acts: Activations) -> torch.Tensor:
-    """(B,) bool: do the router's (layer-2's) two largest weights from ``=`` fall on the two value positions?"""
-    return _top2_matches(acts.pattern1_last, value_targets(task, acts.tokens))
-
-
 def values_all_queried(task: TaskConfig, tokens: torch.Tensor) -> bool:
     """Whether no 2-var sequence of ``tokens`` holds a context value other than its two operands' (a task
     whose contexts hold two assignments): then any head that puts its weight on numbers puts its top two
@@ -483,51 +479,20 @@ def equals_to_values_score(subject: Subject, *, n: int = 900,
                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the
     value positions (see :func:`value_targets`)."""
-    config = subject.config
-    acts = _acts(subject, n, seed, acts, heads)
-    if acts.pattern1_last is None:
-        return NAN
-    return equals_to_values_hits(config.task, acts).float().mean().item()
+    return _equals_measure("equals_to_values_score", subject, n, seed, acts, heads)
 
 
 def equals_to_values_mass(subject: Subject, *, n: int = 900,
                           seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
     """Mean router (layer-2) attention mass from ``=`` on the two value positions (graded: the study's
     final model reads 1.0 on :func:`equals_to_values_score` with only about half its mass there)."""
-    config = subject.config
-    acts = _acts(subject, n, seed, acts, heads)
-    if acts.pattern1_last is None:
-        return NAN
-    return target_mass(acts.pattern1_last, value_targets(config.task, acts.tokens)).mean().item()
+    return _equals_measure("equals_to_values_mass", subject, n, seed, acts, heads)
 
 
 def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:
-    """The per-sequence activation scores split by sequence type (0var, 1var_left, ...)."""
-    task = config.task
-    tokens = acts.tokens
-    lhs_var = tokens[:, -3] >= task.first_var_token
-    rhs_var = tokens[:, -2] >= task.first_var_token
-    kind = lhs_var.long() + 2 * rhs_var.long()
-    m = task.seq_len
-    nan = torch.full((len(acts),), NAN)
-    if gatherer_pattern(acts) is None:  # no gatherer: its two measures are NaN
-        operands = operand_mass = nan
-    else:
-        operands = equals_to_operands_hits(task, acts)
-        operand_mass = target_mass(gatherer_pattern(acts), torch.tensor([m - 3, m - 2]).expand(len(acts), 2))
-    if acts.pattern1_last is None:  # no router
-        values = value_mass = nan
-    else:
-        values = equals_to_values_hits(task, acts)
-        value_mass = target_mass(acts.pattern1_last, value_targets(task, acts.tokens))
-    out = {}
-    for sequence_kind in SequenceKind:
-        mask = kind == sequence_kind.index
-        if mask.any():
-            name = sequence_kind.value
-            out[name] = {"n": int(mask.sum()),
-                         "equals_to_operands_score": operands[mask].float().mean().item(),
-                         "equals_to_values_score": values[mask].float().mean().item(),
-                         "equals_to_operands_mass": operand_mass[mask].mean().item(),
-                         "equals_to_values_mass": value_mass[mask].mean().item()}
-    return out
+    """The per-sequence activation scores (:func:`_from_equals`) split by sequence type (0var, 1var_left, ...)."""
+    task, tokens = config.task, acts.tokens
+    kind = (tokens[:, -3] >= task.first_var_token).long() + 2 * (tokens[:, -2] >= task.first_var_token).long()
+    measures = _from_equals(task, acts)
+    return {sequence_kind.value: {"n": int(mask.sum()), **{k: v[mask].mean().item() for k, v in measures.items()}}
+            for sequence_kind in SequenceKind if (mask := kind == sequence_kind.index).any()}

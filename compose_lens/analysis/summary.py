@@ -62,33 +62,12 @@ from dataclasses import dataclass
 import torch
 
 from compose_lens.core.provenance import provenance
-from compose_lens.model import tl
 from compose_lens.analysis import fourier, locate, probes
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import json_safe
 from compose_lens.data.split import Split
 from compose_lens.training.subject import Subject
-
-MEASURE_KEYS = (
-    "prev_token_weight_score",
-    "prev_token_attention_score",
-    "prev_token_attention_mass",
-    "prev_token_probe_accuracy",
-    "equals_to_operands_score",
-    "equals_to_operands_mass",
-    "variable_identity_score",
-    "equals_to_values_score",
-    "equals_to_values_mass",
-    "ov_mlp_addition_accuracy",
-    "key_frequency_strength",
-    "n_key_frequencies",
-    "grid_loss",
-    "restricted_loss",
-    "excluded_loss",
-    "excluded_loss_all",
-)
 
 # each measure in words, for figure titles and the report's tables ("layer 1" is blocks.0, the binder;
 # "layer 2" blocks.1, the router; "MLP2" the adder's MLP, as in the table above)
@@ -110,6 +89,7 @@ MEASURE_WORDS = {
     "excluded_loss": "excluded loss: one key frequency removed from MLP2 (mean over them)",
     "excluded_loss_all": "excluded loss: every key frequency removed from MLP2",
 }
+MEASURE_KEYS = tuple(MEASURE_WORDS)  # the per-checkpoint measures, in the order of circuit_measures' dict
 # the other numbers of circuit_summary, in words (the report's circuit-summary table)
 DETAIL_WORDS = {
     "restricted_loss_logits": "restricted loss, the logits (not MLP2) kept to the key frequencies",
@@ -139,21 +119,10 @@ def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE,
     return mlp_block if mlp_block in config.model.mlp_blocks else None
 
 
-def ov_source(heads: probes.Heads, layer: int) -> dict | None:
-    """The OV the weights-only addition test feeds the MLP of ``blocks.{layer}``: the router's
-    (``head_layer``, ``head``), None where no router is located."""
-    if heads.router is None:
-        return None
-    return {"head_layer": heads.router[0], "head": heads.router[1]}
-
-
-def _ov_accuracy(model: tl.Model, config: RunConfig, heads: probes.Heads, layer: int) -> float:
-    source = ov_source(heads, layer)
-    if source is None:
-        return float("nan")
-    if source == {"head_layer": layer, "head": 0}:  # the paper: blocks.1 head 0 (the call as it always was)
-        return fourier.ov_mlp_addition_accuracy(model, config, layer=layer)
-    return fourier.ov_mlp_addition_accuracy(model, config, layer=layer, **source)
+def ov_source(heads: probes.Heads) -> dict | None:
+    """The OV the weights-only addition test feeds the adder's MLP: the router's (``head_layer``, ``head``),
+    None where no router is located."""
+    return None if heads.router is None else {"head_layer": heads.router[0], "head": heads.router[1]}
 
 
 def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, float]:
@@ -236,7 +205,9 @@ def circuit_measures(subject: Subject, *, n: int = 600, seed: int = 0,
         if layer is None:
             out.update(dict.fromkeys(FOURIER_KEYS, float("nan")))
         else:
-            out["ov_mlp_addition_accuracy"] = _ov_accuracy(model, config, heads, layer)
+            source = ov_source(heads)
+            out["ov_mlp_addition_accuracy"] = (float("nan") if source is None else
+                                               fourier.ov_mlp_addition_accuracy(model, config, layer=layer, **source))
             grid = fourier.operand_grid(subject, "constant", seed,
                                         tokens=None if inputs is None else inputs.grid_tokens, layer=layer)
             out.update(_fourier_measures(grid, fourier.key_frequencies(grid)))
@@ -265,7 +236,7 @@ def circuit_summary(subject: Subject, seed: int = 0, *, n: int = 1800,
         grid = fourier.operand_grid(subject, "constant", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
-        source = ov_source(heads, layer)
+        source = ov_source(heads)
         ov = None if source is None else fourier.ov_grid(model, config, layer=layer, **source)
         variable = fourier.operand_grid(subject, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
@@ -289,7 +260,7 @@ def circuit_summary(subject: Subject, seed: int = 0, *, n: int = 1800,
             "constant_grid_accuracy": grid.accuracy(),
             "ov_key_frequencies": None if ov is None else fourier.key_frequencies(ov),
             "constants_vs_variables": fourier.compare_grids(grid, variable),
-            "best_neurons": fourier.best_neurons(grid, keys, neurons).to_dict(orient="records"),
+            "best_neurons": fourier.best_neurons(grid, keys).to_dict(orient="records"),
             "readout_frequency_norms": {int(k): float(v) for k, v in readout.items()},
             "prev_token_probe": {"train_accuracy": probe.train_accuracy, "test_accuracy": probe.test_accuracy,
                                  "n_train": probe.n_train, "n_test": probe.n_test, "chance": probe.chance},

@@ -25,7 +25,7 @@ def _fourier(ctx: Context, settings: dict) -> Result:
         variable = fourier.operand_grid(ctx.loaded, "both", seed, layer=layer)
         neurons = fourier.neuron_frequencies(grid)
         keys = fourier.key_frequencies(neurons)
-        best = fourier.best_neurons(grid, keys, neurons)
+        best = fourier.best_neurons(grid, keys)
         readout = fourier.unembed_fourier(grid)
         excluded = fourier.excluded_loss(grid, keys)
         facts = {

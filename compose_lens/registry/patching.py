@@ -5,6 +5,8 @@ receiver only), with the prompt-pair options they share.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from compose_lens.core.config import CORRUPTIONS, HEAD_COMPONENTS, PATCH_METRICS
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
@@ -26,14 +28,21 @@ def _patching(ctx: Context, settings: dict) -> Result:
     return Result(tables={"patching": patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))})
 
 
-def _patching_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.patching import patching_figure
+def _drawn(stem: str, figure: str, title) -> Callable:
+    """The ``draw`` of a patching command: ``compose_lens.views.patching.<figure>`` of its one table ``stem``,
+    titled ``title(table, settings)``."""
+    def draw(ctx: Context, result: Result, settings: dict) -> list:
+        from compose_lens.views import patching
 
-    table = result.tables["patching"]
-    corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
+        table = result.tables[stem]
+        return [(stem, getattr(patching, figure), (table, title(table, settings)), 120)]
+    return draw
+
+
+def _patching_title(table, settings: dict) -> str:
     metric = "" if settings["metric"] == "logit_diff" else f", metric {settings['metric']}"
-    title = f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
-    return [("patching", patching_figure, (table, title), 120)]
+    corruption, n_pairs = table["corruption"].iloc[0], int(table["n_pairs"].iloc[0])
+    return f"activation patching, {corruption} corrupted ({n_pairs} pairs{metric})"
 
 
 def _largest_sites(table, k: int):
@@ -112,7 +121,7 @@ PATCHING = Analysis(
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching",), causal=True,
-    figures=("patching",), draw=_patching_figures, section=_patching_section,
+    figures=("patching",), draw=_drawn("patching", "patching_figure", _patching_title), section=_patching_section,
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,
@@ -140,14 +149,6 @@ def _head_patching(ctx: Context, settings: dict) -> Result:
     table = head_patching_table(with_bridge(ctx.loaded), components=tuple(dict.fromkeys(settings["components"])),
                                 seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     return Result(tables={"patching_heads": table}, value=settings)
-
-
-def _head_patching_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.patching import patching_figure
-
-    table = result.tables["patching_heads"]
-    title = f"per-head patching ({_pairs_words(table, settings)})"
-    return [("patching_heads", patching_figure, (table, title), 120)]
 
 
 def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=None) -> list[str]:
@@ -185,7 +186,8 @@ HEAD_PATCHING = Analysis(
     settings={"components": HEAD_INPUTS, "by": "role", "corruption": "value", "n_pairs": 1000, "pairs": None,
               "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("patching_heads",),
-    figures=("patching_heads",), draw=_head_patching_figures, causal=True, in_analyze=False,
+    figures=("patching_heads",), causal=True, in_analyze=False,
+    draw=_drawn("patching_heads", "patching_figure", lambda t, s: f"per-head patching ({_pairs_words(t, s)})"),
     command="patch-heads", help="per-head patching of queries, keys, values and attention patterns, by token role "
                                 "or position",
     options=(Option("--component", "components", "a head's q, k, v, pattern (a destination's row) or z (its output)",
@@ -205,14 +207,6 @@ def _path_patching(ctx: Context, settings: dict) -> Result:
     table = path_patching(with_bridge(ctx.loaded), sender=settings["sender"], receivers=receivers,
                           seed=ctx.seed, n_boot=PATCHING.settings["n_boot"], **chosen)
     return Result(tables={"path_patching": table}, value=settings)
-
-
-def _path_patching_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.patching import path_patching_figure
-
-    table = result.tables["path_patching"]
-    title = f"path patching from {settings['sender']} ({_pairs_words(table, settings)})"
-    return [("path_patching", path_patching_figure, (table, title), 120)]
 
 
 def _path_patching_lines(result: Result) -> list[str]:
@@ -239,7 +233,9 @@ PATH_PATCHING = Analysis(
     settings={"sender": "blocks.0.head0", "receivers": ("blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v"),
               "corruption": "value", "n_pairs": 1000, "pairs": None, "metric": "logit_diff"},
     module="compose_lens.analysis.patching", tables=("path_patching",),
-    figures=("path_patching",), draw=_path_patching_figures, causal=True, in_analyze=False,
+    figures=("path_patching",), causal=True, in_analyze=False,
+    draw=_drawn("path_patching", "path_patching_figure",
+                lambda t, s: f"path patching from {s['sender']} ({_pairs_words(t, s)})"),
     command="path-patch", help="path patching: a sender's output reaching one receiver only",
     options=(Option("--sender", "sender", "a head's output, blocks.L.headH, or an MLP's, blocks.L.mlp (blocks from 0)"),
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "

@@ -116,7 +116,7 @@ def test_planted_adder_gives_exactly_its_key_frequencies(p, keys):
     others = [k for k in range(1, p // 2 + 1) if k not in keys]
     assert min(excluded.values()) > max(fourier.excluded_loss(grid, others).values())
     assert fourier.excluded_loss_all(grid, keys) > math.log(p) - 0.1  # nothing left to add with
-    best = fourier.best_neurons(grid, keys, neurons)
+    best = fourier.best_neurons(grid, keys)
     assert best["frequency"].tolist() == keys
     assert (best["ideal_neuron_correlation"] > 0.99).all()
     readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))

@@ -103,8 +103,6 @@ SITES = (
          "the query's variable token after layer 1 (placebo: names the variable, holds no value)"),
 )
 SITE_NAMES = tuple(s.name for s in SITES)
-DEFAULT_RANKS = DAS_RANKS
-CONTROLS = ("learned", "random subspace", "arbitrary labels")
 
 
 @dataclass
@@ -257,7 +255,7 @@ class DasSettings:
     """How the search runs; every number in the table depends on these."""
 
     n_pairs: int = 600  # drawn; those the model answers correctly are kept
-    ranks: tuple[int, ...] = DEFAULT_RANKS
+    ranks: tuple[int, ...] = DAS_RANKS
     sites: tuple[str, ...] = SITE_NAMES
     epochs: int = 15
     lr: float = 1e-2

@@ -248,7 +248,7 @@ def lens_logits(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_mo
 def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Accuracy of the residual stream at ``=`` read through the unembedding after each stage."""
     model, config, split = subject.model, subject.config, subject.split
-    tokens, labels = _pooled(split, n, seed)
+    tokens, labels, _ = _pooled_groups(split, n, seed)
     parts = components_at_answer(model, config, tokens)
     kinds = sequence_kind(tokens, config.task.first_var_token)
     stages: dict[str, torch.Tensor] = {}
@@ -267,14 +267,8 @@ def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pooled(split: Split, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` sequences drawn evenly from the nine pools."""
-    tokens, labels, _ = _pooled_groups(split, n, seed)
-    return tokens, labels
-
-
 def _pooled_groups(split: Split, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, slice]]:
-    """:func:`_pooled`, and the rows each pool's sequences hold in it."""
+    """``n`` sequences drawn evenly from the nine pools, and the rows each pool's sequences hold."""
     pools = make_pools(split, max(1, n // 9), seed)
     joined, groups = concat_batches(pools)
     return joined.tokens, joined.labels, groups

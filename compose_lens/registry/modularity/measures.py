@@ -307,19 +307,14 @@ def smallest_circuit_with_interval(gm: circuit.GraphModel, split: Split, scores:
     E = len(scores)
     sizes = torch.linspace(0, E, coarse + 1).round().long().unique()
     worst = runs.worst(circuits, sizes)
-    interval = lambda: runs.size_interval(target, E, seed)  # noqa: E731 (after every size is read)
-    if worst[-1] < target:
-        return E, float(worst[-1]), interval()
-    first = int(torch.nonzero(worst >= target)[0])
-    if first == 0:
-        return int(sizes[0]), float(worst[-1]), interval()
-    between = torch.arange(int(sizes[first - 1]) + 1, int(sizes[first]))
-    if len(between):
-        fine = runs.worst(circuits, between)
-        hits = torch.nonzero(fine >= target)
-        if len(hits):
-            return int(between[int(hits[0])]), float(worst[-1]), interval()
-    return int(sizes[first]), float(worst[-1]), interval()
+    size = E
+    if not worst[-1] < target:
+        first = int(torch.nonzero(worst >= target)[0])
+        size = int(sizes[first])
+        between = torch.arange(int(sizes[first - 1]) + 1, size) if first else []
+        hits = torch.nonzero(runs.worst(circuits, between) >= target) if len(between) else []
+        size = int(between[int(hits[0])]) if len(hits) else size
+    return size, float(worst[-1]), runs.size_interval(target, E, seed)  # the interval once every size is read
 
 
 def circuit_fraction(subject: Subject, n_pairs: int = 150, pool_size: int = 200,

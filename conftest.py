@@ -49,6 +49,10 @@ def pytest_xdist_make_scheduler(config, log):
     return Together(config, log)
 
 
+def pytest_configure(config):
+    torch.set_num_threads(1)  # already for the session's and modules' fixtures set up before the first test's own
+
+
 @pytest.fixture(autouse=True)
 def _few_threads():
     torch.set_num_threads(1)  # tiny models gain nothing from more, and lose a lot on a busy machine

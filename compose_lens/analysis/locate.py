@@ -236,28 +236,33 @@ def choose_gatherer(table: pd.DataFrame, router: Role) -> Role:
 
 
 def adder_scores(subject: Subject, seed: int = 0) -> pd.DataFrame:
-    """Adder score of every MLP that exists (see the module doc), one row per MLP."""
+    """Adder score of every MLP that exists (see the module doc), one row per MLP; once per subject, seed and
+    thread count (:meth:`~compose_lens.training.subject.Subject.once`: :func:`locate` and :func:`locate_adder`
+    each ask), the table the caller's own copy."""
     model, config, split = subject.model, subject.config, subject.split
     p = config.task.modulus
-    tokens = fourier.grid_tokens(split, "constant", seed)
-    labels = config.task.answer(torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p))
-    blocks = mlp_blocks(model, config)
-    if not blocks:
-        return pd.DataFrame(columns=["role", "component", "layer", "head", "score", "key_frequency_strength",
-                                     "ablation_drop", "key_frequencies"])
-    clean = trace(model, config, tokens)
-    accuracy = (clean.logits.argmax(-1) == labels).float().mean().item()
-    rows = []
-    for layer in blocks:
-        post = clean.mlp_post[layer].view(p, p, -1)
-        keys = fourier.key_frequencies(post)
-        strength = fourier.key_frequency_strength(post, keys)
-        ablated = trace(model, config, tokens, ablate=layer).logits
-        drop = max(0.0, accuracy - (ablated.argmax(-1) == labels).float().mean().item())
-        rows.append({"role": "adder", "component": f"blocks.{layer}.mlp", "layer": layer, "head": None,
-                     "score": strength * drop, "key_frequency_strength": strength, "ablation_drop": drop,
-                     "key_frequencies": keys})
-    return pd.DataFrame(rows)
+
+    def score() -> pd.DataFrame:
+        tokens = fourier.grid_tokens(split, "constant", seed)
+        labels = config.task.answer(torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p))
+        blocks = mlp_blocks(model, config)
+        if not blocks:
+            return pd.DataFrame(columns=["role", "component", "layer", "head", "score", "key_frequency_strength",
+                                         "ablation_drop", "key_frequencies"])
+        clean = trace(model, config, tokens)
+        accuracy = (clean.logits.argmax(-1) == labels).float().mean().item()
+        rows = []
+        for layer in blocks:
+            post = clean.mlp_post[layer].view(p, p, -1)
+            keys = fourier.key_frequencies(post)
+            strength = fourier.key_frequency_strength(post, keys)
+            ablated = trace(model, config, tokens, ablate=layer).logits
+            drop = max(0.0, accuracy - (ablated.argmax(-1) == labels).float().mean().item())
+            rows.append({"role": "adder", "component": f"blocks.{layer}.mlp", "layer": layer, "head": None,
+                         "score": strength * drop, "key_frequency_strength": strength, "ablation_drop": drop,
+                         "key_frequencies": keys})
+        return pd.DataFrame(rows)
+    return copy.deepcopy(subject.once(f"adder scores threads={torch.get_num_threads()}", seed, score))
 
 
 # -- the causal gate -------------------------------------------------------------------------------
@@ -360,6 +365,20 @@ def gated_heads(subject: Subject, table: pd.DataFrame, seed: int = 0,
     return chosen[0], chosen[1], knows, table
 
 
+def scored_heads(subject: Subject, seed: int = 0, n: int = 600,
+                 threads: int | None = 1) -> tuple[Role, Role, Learned, pd.DataFrame]:
+    """Every head's scores (:func:`head_scores`) through both gates (:func:`gated_heads`), once per subject, ``n``,
+    seed and thread count (:meth:`~compose_lens.training.subject.Subject.once`: :func:`locate` and
+    :func:`circuit_heads` each ask); the table is the caller's own copy."""
+    def score():
+        with torch_threads(threads), torch.no_grad():
+            return gated_heads(subject, head_scores(subject, n, seed), seed)
+    with torch_threads(threads):
+        key = f"scored heads n={n} threads={torch.get_num_threads()}"
+    binder, router, knows, table = subject.once(key, seed, score)
+    return binder, router, knows, table.copy()
+
+
 def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
     """The adder among the MLP rows of ``table``, in a model that computes the operation (else none)."""
     adder = _choose("adder", table)
@@ -375,9 +394,8 @@ def locate(subject: Subject, seed: int = 0, n: int = 600,
     """Score every head and MLP for the three roles and pick each role's player (see the module doc); once per
     subject (:meth:`~compose_lens.training.subject.Subject.once`: same-MLP, circuit and the report each ask)."""
     def find() -> Location:
+        binder, router, knows, heads = scored_heads(subject, seed, n, threads)
         with torch_threads(threads), torch.no_grad():
-            heads = head_scores(subject, n, seed)
-            binder, router, knows, heads = gated_heads(subject, heads, seed)
             table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
         return Location(binder, router, gated_adder(table, knows), candidates=table,
                         gatherer=choose_gatherer(table, router), learned=knows)
@@ -447,16 +465,14 @@ def circuit_heads(subject: Subject, seed: int = 0, n: int = 600, *,
     The paper architecture (:func:`~compose_lens.core.capabilities.is_paper_architecture`) reads the
     paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0, without scoring (so
     its numbers are the study's at every checkpoint, trained or not); any other the located ones
-    (``location``: a :func:`locate` result to reuse; else the heads are scored here), None where no
+    (``location``: a :func:`locate` result to reuse; else :func:`scored_heads`), None where no
     head reaches the role's threshold.
     """
     config = subject.config
     if capabilities.is_paper_architecture(config.model):
         return probes.PAPER_HEADS
     if location is None or location.gatherer is None:
-        with torch_threads(threads), torch.no_grad():
-            table = head_scores(subject, n, seed)
-            binder, router, _, table = gated_heads(subject, table, seed)
+        binder, router, _, table = scored_heads(subject, seed, n, threads)
         gatherer = choose_gatherer(table, router)
     else:
         binder, router, gatherer = location.binder, location.router, location.gatherer

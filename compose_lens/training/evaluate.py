@@ -239,8 +239,13 @@ def from_pools(config: RunConfig, batches: dict[str, Batch], accuracies: dict[st
 
 def learned(subject: Subject, size: int = POOL_SIZE, seed: int = 0) -> Learned:
     """What ``model`` has learned (see the module doc), on ``size`` prompts of each pool: at the defaults,
-    the pools of ``compose-lens evaluate``, so the numbers are its."""
+    the pools of ``compose-lens evaluate``, so the numbers are its. Evaluated once per subject, size, seed and
+    thread count (float rounding) (:meth:`~compose_lens.training.subject.Subject.once`: the locator's gates, the
+    probes' heads and circuit's labels each ask)."""
     model, config, split = subject.model, subject.config, subject.split
-    names = [name for name in (OPERATION_POOL, *BINDING_POOLS, COMPOSITION_POOL) if name in present_pools(split)]
-    batches = {name: make_pool(split, name, size, seed) for name in names}
-    return from_pools(config, batches, pool_accuracies(model, config, batches))
+
+    def evaluate() -> Learned:
+        names = [name for name in (OPERATION_POOL, *BINDING_POOLS, COMPOSITION_POOL) if name in present_pools(split)]
+        batches = {name: make_pool(split, name, size, seed) for name in names}
+        return from_pools(config, batches, pool_accuracies(model, config, batches))
+    return subject.once(f"learned size={size} threads={torch.get_num_threads()}", seed, evaluate)

@@ -1,4 +1,4 @@
-"""analysis.modularity on planted models: a model whose skills sit in distinct components scores
+"""compose_lens.registry.modularity on planted models: a model whose skills sit in distinct components scores
 modular, one whose binding and addition share a component (or whose function is spread over every head,
 or whose variables reach the adder another way) does not (issue #27).
 

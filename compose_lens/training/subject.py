@@ -87,7 +87,7 @@ class Subject:
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
     user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
-    # what was computed once on this model: (name, seed) -> (the weights it read, their versions, the result);
+    # what was computed once on this model: (name, seed) -> (the digest of the weights it read, the result);
     # one entry each, so a model trained on keeps only its latest (see :meth:`once`)
     computed: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -109,15 +109,13 @@ class Subject:
     def once(self, name: str, seed: int, compute):
         """``compute()``'s result, computed once per (name, seed) while this model's weights stay as they are
         (the exhaustive accuracies: 194k prompts, which a gate and its caller would otherwise both evaluate).
-        A weight replaced (another tensor) or changed in place (its version counter) computes it anew; the
-        weights read are held with the result, so a replaced one is never mistaken for its successor."""
-        weights = tuple(tl.parameters(self.model).values())
-        versions = tuple(t._version for t in weights)
+        The weights are known by their bytes (:func:`weights_digest`), not by torch's version counters: the
+        trainer's fused AdamW writes them in place and leaves those counters as they were."""
+        digest = weights_digest(tl.parameters(self.model))
         held = self.computed.get((name, seed))
-        if held is None or held[1] != versions or len(held[0]) != len(weights) or any(
-                a is not b for a, b in zip(held[0], weights)):
-            held = self.computed[(name, seed)] = (weights, versions, compute())
-        return held[2]
+        if held is None or held[0] != digest:
+            held = self.computed[(name, seed)] = (digest, compute())
+        return held[1]
 
     def user_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Study-coordinates token rows (N, seq_len) as the researcher's model reads them (refused in one
@@ -341,6 +339,15 @@ def _a(value: Any) -> str:
     return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
+def weights_digest(state: dict[str, torch.Tensor]) -> str:
+    """The sha256 of weights as they are in memory: each name and shape, then its bytes, in the names' order."""
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        digest.update(f"{key}{tuple(state[key].shape)}".encode())
+        digest.update(state[key].detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def from_model(model: Any, declaration: TaskDeclaration, source: str = "a TransformerLens model",
                device: str = "cpu") -> Subject:
     """The subject of a researcher's ``TransformerBridge`` (or any module with a TransformerLens
@@ -350,11 +357,7 @@ def from_model(model: Any, declaration: TaskDeclaration, source: str = "a Transf
         raise ComposeLensError(f"{type(model).__name__}: not a TransformerLens model (no cfg / state_dict)")
     config = {name: getattr(cfg, name, None) for name in (*TL_FIELDS, "positional_embedding_type")}
     state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
-    digest = hashlib.sha256()
-    for key in sorted(state):  # the weights as they are in memory: names, shapes and float32 bytes
-        digest.update(f"{key}{tuple(state[key].shape)}".encode())
-        digest.update(state[key].contiguous().numpy().tobytes())
-    origin = Origin(f"a {type(model).__name__} object in Python ({source})", digest.hexdigest(),
+    origin = Origin(f"a {type(model).__name__} object in Python ({source})", weights_digest(state),
                     json.dumps(declaration.to_dict(), sort_keys=True))
     return _subject_of(config, state, declaration, source, device, True, origin=origin)
 

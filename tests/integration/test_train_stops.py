@@ -75,3 +75,18 @@ def test_the_remedy_triples_the_rate_and_bad_names_are_refused(tiny_config):
         tiny_config.with_overrides(["remedy=magic"])
     with pytest.raises(ConfigError, match="stop_at"):
         tiny_config.with_overrides(["stop_at=never"])
+
+
+def test_results_give_the_final_weights_exhaustive_accuracies_after_an_earlier_check(tmp_path, tiny_config):
+    """A stop check that evaluates the exhaustive sets and does not end the run is read no more once training
+    goes on: the trainer's fused AdamW writes the weights in place, leaving torch's version counters alone."""
+    from compose_lens.training.evaluate import exhaustive_accuracies
+    from compose_lens.training.subject import final_model
+
+    early = []
+    config = tiny_config.with_overrides(["steps=40"])
+    results = Trainer(config, tmp_path / "run", progress=False).run(
+        on_step=lambda trainer: early or early.append(exhaustive_accuracies(trainer.subject)))
+    final = exhaustive_accuracies(final_model(tmp_path / "run")[0])
+    assert early[0] != final  # the weights moved: a result kept from the first step would differ
+    assert results["exhaustive"] == final

@@ -241,3 +241,11 @@ def test_the_exhaustive_accuracies_are_evaluated_once_until_a_weight_changes(tin
         tl.parameters(subject.model)["unembed.weight"].mul_(-1.0)  # changed in place: evaluated anew
     again = evaluate.exhaustive_accuracies(subject)
     assert len(calls) == 4 and again != first
+    # the trainer's step: its fused AdamW writes the weights in place and leaves torch's version counters alone
+    trained = list(tl.parameters(subject.model).values())
+    versions = [t._version for t in trained]
+    for t in trained:
+        t.grad = torch.ones_like(t)
+    torch.optim.AdamW(trained, lr=1.0, fused=True).step()
+    assert [t._version for t in trained] == versions  # what a cache keyed by the counters would not see
+    assert evaluate.exhaustive_accuracies(subject) != again and len(calls) == 6

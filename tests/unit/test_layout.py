@@ -267,17 +267,21 @@ def test_the_registry_imports_nothing_of_the_report():
 # The model is computed in model/ and chosen by compose_lens.model.forward.Forward, which everything else asks
 # (in Site terms). A forward is found by what it does, not by its name: a function or class that makes an
 # attention pattern (model.heads' pattern / attend / scores) or writes a head's output into the residual
-# stream (heads.write), computes the answer from the weights (weights.unembed / mlp_readout), runs the
-# bridge (tl.run_with_cache / run_with_hooks / hooks) or picks one of model/'s forwards itself (fastpath,
-# lastpos, use_table_forward). These still run one of their own, each for a reason Forward does not cover
-# yet (the list only shrinks):
+# stream (heads.write), computes the answer or an MLP from the weights (weights.unembed / mlp_readout /
+# mlp_out), runs the bridge (tl.run_with_cache / run_with_hooks / hooks) or picks one of model/'s forwards
+# itself (fastpath, lastpos, use_table_forward). These still run one of their own, each for a reason Forward
+# does not cover yet (the list only shrinks):
 OWN_FORWARD = {
     "compose_lens.analysis.circuit.GraphModel": "the edge graph: every residual term a sender, per-edge masks "
                                                 "with gradients (EAP), each receiver normalising its own input",
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
+    "compose_lens.analysis.same_mlp.Decomposition": "router isolation's readout: the adder's MLP on the edited "
+                                                    "input plus the direct path over the clean logits (an "
+                                                    "approximation the module describes, not the model's forward)",
 }
 FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
-_DOES = {"heads": {"pattern", "attend", "scores", "write"}, "weights": {"unembed", "mlp_readout", "use_table_forward"},
+_DOES = {"heads": {"pattern", "attend", "scores", "write"},
+         "weights": {"unembed", "mlp_readout", "mlp_out", "use_table_forward"},
          "tl": {"run_with_cache", "run_with_hooks", "hooks"}, "fastpath": None, "lastpos": None}
 
 

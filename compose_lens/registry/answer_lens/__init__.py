@@ -8,7 +8,7 @@ layer 2's MLP, so the answer should come on top only after the last layer.
 An analysis added as one folder of :mod:`compose_lens.registry` holds everything it is:
 
 * ``lens.py``: the numbers (:func:`~.lens.answer_lens`: a subject in, a DataFrame out; it reads the model
-  through ``subject.forward``, never a forward of its own);
+  through ``subject.forward``, each partial stream through the logit lens's final norm and unembedding);
 * ``figure.py``: its figure, drawn from those numbers only;
 * this module: its declaration (:data:`ANSWER_LENS`), report section and the lines its command prints;
 * ``test_answer_lens.py``: its tests (``make test`` collects them here).

@@ -60,7 +60,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.core import stats
 from compose_lens.model.forward import ANSWER, Forward, Site
-from compose_lens.model import tl
+from compose_lens.model import tl, weights
 from compose_lens.data.safety import activation_bytes, cached_forward_bytes, check_sizes
 from compose_lens.training.subject import Subject
 
@@ -241,8 +241,7 @@ def lens_logits(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_mo
                 ) -> Float[torch.Tensor, "batch d_vocab_out"]:
     """A partial residual stream at ``=`` read as the model would read its last one: through the final
     normalisation (:func:`final_norm`) and the unembedding. The logit lens and the answer lens read this way."""
-    params = tl.parameters(model)
-    return final_norm(model, config, resid) @ params["unembed.weight"].detach().T + params["unembed.bias"].detach()
+    return weights.unembed(weights.detached_parameters(model), config.model, final_norm(model, config, resid))
 
 
 def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:

@@ -15,11 +15,6 @@ POOL_SIZE = 60
 
 
 @pytest.fixture(scope="module")
-def paper():
-    return compose_lens.load_subject("paper")
-
-
-@pytest.fixture(scope="module")
 def table(paper):
     return answer_lens(paper, POOL_SIZE, seed=3)
 

@@ -388,8 +388,16 @@ def _from_equals(task: TaskConfig, acts: Activations) -> dict[str, torch.Tensor]
             "equals_to_values_mass": nan if routed is None else target_mass(routed, values)}
 
 
+def equals_measures(subject: Subject, *, n: int = 900, seed: int = 0, acts: Activations | None = None,
+                    heads: Heads = PAPER_HEADS) -> dict[str, float]:
+    """The four measures of attention from ``=`` (:func:`_from_equals`) in one pass, each a mean over the
+    sequences: what the four functions below each give one of, for a caller that wants them all."""
+    return {name: v.mean().item() for name, v in _from_equals(subject.config.task,
+                                                              _acts(subject, n, seed, acts, heads)).items()}
+
+
 def _equals_measure(name: str, subject: Subject, n: int, seed: int, acts: Activations | None, heads: Heads) -> float:
-    return _from_equals(subject.config.task, _acts(subject, n, seed, acts, heads))[name].mean().item()
+    return equals_measures(subject, n=n, seed=seed, acts=acts, heads=heads)[name]
 
 
 def equals_to_operands_score(subject: Subject, *, n: int = 900,

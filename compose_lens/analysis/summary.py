@@ -142,17 +142,18 @@ def _probe_measures(subject: Subject, acts, heads: probes.Heads,
                     probe_accuracy: float) -> dict[str, float]:
     """The probe measures of ``acts`` (collected for ``heads``) and the weight views of ``heads``."""
     model, config = subject.model, subject.config
+    equals = probes.equals_measures(subject, acts=acts)  # the four from "=" in one pass (acts hold the heads)
     return {
         "prev_token_weight_score": probes.prev_token_weight_score(model, config, heads=heads),
         "prev_token_attention_score": probes.prev_token_attention_score(subject, acts=acts),
         "prev_token_probe_accuracy": probe_accuracy,
-        "equals_to_operands_score": probes.equals_to_operands_score(subject, acts=acts, heads=heads),
+        "equals_to_operands_score": equals["equals_to_operands_score"],
         "variable_identity_score": probes.variable_identity_score(model, config, heads=heads),
-        "equals_to_values_score": probes.equals_to_values_score(subject, acts=acts),
+        "equals_to_values_score": equals["equals_to_values_score"],
         # the graded companions of the three argmax hit rates: attention mass on the targets
         "prev_token_attention_mass": probes.prev_token_attention_mass(subject, acts=acts),
-        "equals_to_operands_mass": probes.equals_to_operands_mass(subject, acts=acts, heads=heads),
-        "equals_to_values_mass": probes.equals_to_values_mass(subject, acts=acts),
+        "equals_to_operands_mass": equals["equals_to_operands_mass"],
+        "equals_to_values_mass": equals["equals_to_values_mass"],
     }
 
 

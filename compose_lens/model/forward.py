@@ -279,8 +279,8 @@ def _edit_at(site: Site, fn: Edit) -> Edit:
         return fn
 
     def edit(act: torch.Tensor) -> torch.Tensor:
-        out = act.clone()
-        out[_part(site, act)] = fn(act[_part(site, act)])
+        out, part = act.clone(), _part(site, act)
+        out[part] = fn(act[part])
         return out
     return edit
 
@@ -508,7 +508,7 @@ class Forward:
                                    f"residual stream at '=' (blocks.{last}.hook_resid_mid@=, blocks.{last}.hook_resid_post@=)")
         params = weights.detached_parameters(self.model)
         if through_mlp and last in self.cfg.mlp_blocks:
-            resid = resid + weights.mlp_out(params, self.cfg, resid, last)[2]
+            return weights.mlp_readout(params, self.cfg, resid, last)[2]
         return weights.unembed(params, self.cfg, resid)
 
     # -- editing -------------------------------------------------------------------------------

@@ -171,11 +171,11 @@ def unembed(params: dict[str, torch.Tensor], cfg: ModelConfig, resid_post: torch
     return _linear(resid_post, params["unembed.weight"], _bias(params, cfg, "unembed.bias"))
 
 
-def mlp_readout(params: dict[str, torch.Tensor], cfg: ModelConfig,
-                resid_mid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """MLP2 and the unembedding on the MLP2 input at ``=`` (..., d_model):
+def mlp_readout(params: dict[str, torch.Tensor], cfg: ModelConfig, resid_mid: torch.Tensor,
+                layer: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The last MLP (``blocks.{layer}``, MLP2 in the paper) and the unembedding on its input at ``=`` (..., d_model):
     ``(mlp_pre (..., d_mlp), mlp_post (..., d_mlp), logits (..., d_vocab_out))``."""
-    pre, post, out = mlp_out(params, cfg, resid_mid)
+    pre, post, out = mlp_out(params, cfg, resid_mid, layer)
     return pre, post, unembed(params, cfg, resid_mid + out)
 
 

@@ -391,15 +391,14 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
 
 def locate(subject: Subject, seed: int = 0, n: int = 600,
            threads: int | None = 1) -> Location:
-    """Score every head and MLP for the three roles and pick each role's player (see the module doc); once per
-    subject (:meth:`~compose_lens.training.subject.Subject.once`: same-MLP, circuit and the report each ask)."""
-    def find() -> Location:
-        binder, router, knows, heads = scored_heads(subject, seed, n, threads)
-        with torch_threads(threads), torch.no_grad():
-            table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
-        return Location(binder, router, gated_adder(table, knows), candidates=table,
-                        gatherer=choose_gatherer(table, router), learned=knows)
-    return copy.deepcopy(subject.once(f"locate n={n} threads={threads}", seed, find))  # a copy: the caller's own
+    """Score every head and MLP for the three roles and pick each role's player (see the module doc). The scores
+    are computed once per subject (:func:`scored_heads`, :func:`adder_scores`: same-MLP, circuit and the report
+    each ask); the location is built anew from them, the caller's own."""
+    binder, router, knows, heads = scored_heads(subject, seed, n, threads)
+    with torch_threads(threads), torch.no_grad():
+        table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
+    return Location(binder, router, gated_adder(table, knows), candidates=table,
+                    gatherer=choose_gatherer(table, router), learned=knows)
 
 
 def locate_adder(subject: Subject, seed: int = 0,

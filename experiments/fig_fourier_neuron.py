@@ -4,8 +4,8 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.analysis.figure_data import fourier_neuron
-from compose_lens.views.fourier import fourier_neuron_figure
+from compose_lens.registry.fourier.features import fourier_neuron
+from compose_lens.registry.fourier.figure import fourier_neuron_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--frequency", type=int, help="key frequency (default: the neuron fitting its ideal best)")

@@ -9,7 +9,7 @@ of its value (the previous-token head) and has attended from ``=`` to the two op
 script asks the toolkit three questions and writes its answers as tables and figures:
 
 1. **Which piece of the circuit is missing?** :func:`circuit_measures` (the cheap per-checkpoint
-   probes of :mod:`compose_lens.analysis.summary`) at every saved checkpoint of the stall-rate
+   probes of :mod:`compose_lens.registry.probes.summary`) at every saved checkpoint of the stall-rate
    runs (``experiments/results/stall_rate/*/runs/*/checkpoints``, local only) and at the study's
    dense reference window (``../shared/reference/step_{2501..6001}.pth`` every 500 steps, a
    trajectory whose routing formed at ~5.4k). Layer-1 pieces (previous-token head,
@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from compose_lens.training import runs
 from compose_lens.analysis.activations import collect
 from compose_lens.training.outcome import ROUTING_POOLS, classify_run, onsets
-from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, measure_inputs
+from compose_lens.registry.probes.summary import MEASURE_KEYS, circuit_measures, measure_inputs
 from compose_lens.data.sampler import TrainingSampler
 from compose_lens.data.split import row_types
 from compose_lens.model import fastpath, tl

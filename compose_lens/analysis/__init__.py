@@ -21,21 +21,18 @@ Supporting modules:
   analyses read the located adder;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
   table-based forward for the paper architecture, ``run_with_cache`` otherwise);
-* :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per
-  checkpoint, for training dynamics) and :func:`~.summary.circuit_summary`
-  (the full picture of one model);
 * :mod:`.attention`: attention patterns of readable sequences and the cells the
   circuit predicts;
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
-* :mod:`.figure_data`: the numbers behind the study's model figures.
+* :mod:`.figure_data`: the numbers behind the same-MLP cosine figure.
 
 Which of these ``compose-lens analyze`` runs, with which settings, and what each writes, shows
 in the report and exports is declared once per analysis in :mod:`compose_lens.registry`. These modules
 are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
-direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity:
-``docs/extending.md``).
+direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity, the
+Fourier analysis's own numbers and figures, the circuit summary: ``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

@@ -3,7 +3,9 @@
 In another architecture the MLP analysed is the located adder
 (:mod:`compose_lens.analysis.locate`), in whichever block it sits; "MLP2" below means it.
 Before the last block its logits are read through :class:`FrozenDownstreamReadout` (its
-direct path, the later blocks held at their clean values).
+direct path, the later blocks held at their clean values). These measures are shared: the summary,
+the locator, same-MLP and ablation read them; the fourier analysis's own numbers, figures and
+declaration are its folder's (``registry/fourier/``).
 
 SPEC section 6, item 4. Once layer-2 attention has brought both operand values to
 ``=``, the MLP input is (close to) ``OV2 e_x + OV2 e_y`` and the MLP must output
@@ -34,9 +36,6 @@ The tools, one idea each, every one taking the modulus from its input:
   frequency at a time. Low restricted and high excluded loss: the key
   frequencies are what the MLP computes with.
 * :func:`unembed_fourier`: ``W_out W_U`` in the Fourier basis over the output classes.
-* :func:`embedding_fourier`: the number embeddings ``W_E[0..p-1]`` in the same basis over
-  the token axis: each frequency's share of their (centred) squared norm, the frequencies
-  above the uniform share, and the share held by the MLP's key frequencies.
 * :func:`best_neurons`: for each key frequency, the neuron it explains best, and
   its correlation with the ideal pattern ``A cos(2 pi k (x + y) / p + phase) + c``.
 * :func:`ov_mlp_addition_accuracy`: the weights-only test of SPEC 6.4, MLP2 and the
@@ -543,47 +542,6 @@ def unembed_fourier(grid_or_model) -> pd.DataFrame:
     p = readout.W_logit.shape[1]
     return pd.DataFrame({"direction": _fourier_basis(p)[1], "frequency": basis_frequencies(p).tolist(),
                          "norm": fft1d(readout.W_logit, dim=1).norm(dim=0).tolist()})
-
-
-def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None
-                      ) -> tuple[pd.DataFrame, dict]:
-    """The number embeddings ``W_E[0..p-1]`` (p, d_model) in the Fourier basis over the token axis.
-
-    Table: one row per frequency k = 1 .. p // 2 with its ``share`` of the embeddings'
-    non-constant squared norm (the cos k and sin k rows together, summed over d_model; the
-    shares sum to 1), and ``key``: whether k is one of ``keys``. The constant (the mean
-    embedding, the same for every number) carries no information about which number it
-    is and is left out of the shares; its share of the whole squared norm is in the summary.
-
-    Summary: ``top_frequencies`` (those holding more than the uniform share ``1 / (p // 2)``,
-    largest first) and their ``top_share``, ``constant_share``, and, when ``keys`` (the MLP's
-    key frequencies, :func:`key_frequencies`) are given, ``key_share`` (their share),
-    ``key_share_if_uniform`` (``len(keys) / (p // 2)``, what a flat spectrum would give) and
-    ``overlap`` (the top frequencies that are keys); without ``keys`` those three are None.
-    """
-    p = config.task.modulus
-    W_E = weights.detached_parameters(model)["embed.weight"][:p].double()  # rows: the numbers 0..p-1
-    power = fft1d(W_E, dim=0).pow(2).sum(dim=1)  # (p,) per basis row
-    per_frequency = power.new_zeros(p // 2 + 1).index_add_(0, basis_frequencies(p), power)
-    non_constant = per_frequency[1:].sum()
-    shares = (per_frequency[1:] / non_constant.clamp_min(1e-30)).tolist()
-    frequencies = list(range(1, p // 2 + 1))
-    key_set = set(keys or [])
-    table = pd.DataFrame({"frequency": frequencies, "share": shares, "key": [k in key_set for k in frequencies]})
-    uniform = 1.0 / len(frequencies) if frequencies else 0.0
-    top = table[table["share"] > uniform].sort_values("share", ascending=False, kind="stable")
-    top_frequencies = [int(k) for k in top["frequency"]]
-    summary = {
-        "top_frequencies": top_frequencies,
-        "top_share": float(top["share"].sum()),
-        "uniform_share": uniform,
-        "constant_share": float(per_frequency[0] / power.sum().clamp_min(1e-30)),
-        "key_frequencies": None if keys is None else sorted(int(k) for k in keys),
-        "key_share": None if keys is None else float(table.loc[table["key"], "share"].sum()),
-        "key_share_if_uniform": None if keys is None else len(key_set & set(frequencies)) * uniform,
-        "overlap": None if keys is None else [k for k in top_frequencies if k in key_set],
-    }
-    return table, summary
 
 
 def unembed_frequency_norms(table: pd.DataFrame) -> pd.Series:

@@ -82,6 +82,7 @@ from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.split import Split
 from compose_lens.core import capabilities
 from compose_lens.core import stats
+from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool, present_pools
 from compose_lens.training.evaluate import (BINDING_POOLS, COMPOSITION_POOL, LEARNED, Learned, learned as model_learned,
                                    predictions)
@@ -452,6 +453,17 @@ def fourier_subject(subject: Subject, seed: int = 0, *,
     return FourierSubject(int(best["layer"]), False, float(best["score"]),
                           f"no MLP adds (best {best['component']}, score {best['score']:.3f} < "
                           f"{THRESHOLDS['adder']}); analysing {best['component']} anyway")
+
+
+def mlp_block(subject: Subject, seed: int = 0) -> int:
+    """The block whose MLP the figures read: the Fourier analyses' MLP
+    (:func:`fourier_subject`: the model's only MLP, or the located adder wherever it sits), blocks.1 for
+    the paper architecture. A model without an MLP is refused, in words
+    (issue #45: the figures read blocks.1 of a 3-layer model whose MLP is in blocks.2)."""
+    subject = fourier_subject(subject, seed, score_single=False)
+    if subject.layer is None:
+        raise ComposeLensError(f"this figure reads an MLP, and the model has {subject.note}")
+    return subject.layer
 
 
 # -- what the probes read ------------------------------------------------------------------------

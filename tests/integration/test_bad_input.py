@@ -1668,10 +1668,11 @@ def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):
     """The best Fourier neuron and the cosine histograms read the MLP the Fourier analyses read
     (blocks.2 here), not blocks.1 (issue #45: the report skipped the Fourier section with
     "blocks.1 has no MLP", and the cosines read the zero MLP of blocks.1 without a word)."""
-    from compose_lens.analysis import figure_data, fourier
+    from compose_lens.analysis import figure_data, fourier, locate
+    from compose_lens.registry.fourier.features import fourier_neuron
 
-    chosen = figure_data.fourier_neuron(three_layers, frequency=1)
-    assert figure_data.mlp_block(three_layers) == 2
+    chosen = fourier_neuron(three_layers, frequency=1)
+    assert locate.mlp_block(three_layers) == 2
     grid = fourier.operand_grid(three_layers, "constant", layer=2)
     assert chosen.block == 2 and torch.equal(torch.as_tensor(chosen.pattern), grid.mlp_post[:, :, chosen.neuron])
     located = figure_data.cosine_groups(three_layers, n=64)

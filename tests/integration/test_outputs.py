@@ -9,7 +9,7 @@ import json
 import pytest
 
 from compose_lens.views.drawing import Renderer
-from compose_lens.views.fourier import frequency_shares_figure
+from compose_lens.registry.fourier.figure import frequency_shares_figure
 from compose_lens.cli import main
 from compose_lens.model import tl
 from compose_lens.training.runs import save_model

@@ -11,10 +11,10 @@ import pytest
 from compose_lens.views.attention import view_figure
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
+from compose_lens.registry.fourier.figure import best_neurons_figure, fourier_neuron_figure
 from compose_lens.registry.qk.figure import qk_heatmaps_figure
 from compose_lens.views.circuit import EDGE_CMAP, circuit_figure
 from compose_lens.views.drawing import OKABE_ITO, png_bytes
-from compose_lens.views.fourier import best_neurons_figure, fourier_neuron_figure
 from compose_lens.views.patching import ablation_figure, patching_figure
 from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
 from compose_lens.views.training import PHASE_STYLE
@@ -320,7 +320,7 @@ def test_logit_attribution_figure_fits_the_report():
 
 
 def test_progress_measures_fit_the_report():
-    from compose_lens.analysis.summary import MEASURE_KEYS
+    from compose_lens.registry.probes.summary import MEASURE_KEYS
 
     table = pd.DataFrame({"step": [0, 100, 200], **{m: [0.1, 0.5, 0.9] for m in MEASURE_KEYS}})
     fig, _ = progress_measures_figure(table, {"addition": {"step": 100}})
@@ -342,7 +342,7 @@ def _causal(n: int, rng) -> np.ndarray:
 def _study_section_figure(section: str):
     """The figure of one of the six sections as the report draws it on the study's model (p = 59,
     16 tokens, 12 variables, 9 pools, 27 ablation rows)."""
-    from compose_lens.analysis.figure_data import FourierNeuron
+    from compose_lens.registry.fourier.features import FourierNeuron
 
     rng = np.random.default_rng(0)
     n = len(STUDY_TOKENS)

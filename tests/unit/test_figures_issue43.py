@@ -11,11 +11,11 @@ import pandas as pd
 
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
+from compose_lens.registry.fourier.figure import (embedding_fourier_figure, fourier_neuron_figure,
+                                                  frequency_shares_figure, readout_fourier_figure)
+from compose_lens.registry.gradient.figure import gradient_terms_figure
 from compose_lens.registry.qk.figure import positional_qk_figure, qk_heatmaps_figure, variable_identity_figure
 from compose_lens.views.drawing import layer_name, png_bytes
-from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
-                                        readout_fourier_figure)
-from compose_lens.registry.gradient.figure import gradient_terms_figure
 from compose_lens.views.patching import patching_figure
 from compose_lens.views.sweeps import modularity_figure
 from compose_lens.registry.dynamics.figure import (POOL_GROUPS, accuracy_by_variable_count_figure,
@@ -66,7 +66,7 @@ def test_an_evenly_sampled_run_keeps_one_row_and_unbroken_lines():
 
 
 def _progress_table() -> pd.DataFrame:
-    from compose_lens.analysis.summary import MEASURE_KEYS
+    from compose_lens.registry.probes.summary import MEASURE_KEYS
 
     steps = np.array(STUDY_STEPS[:12])
     table = pd.DataFrame({"step": steps, **{m: np.linspace(0.1, 0.9, len(steps)) for m in MEASURE_KEYS}})
@@ -75,7 +75,7 @@ def _progress_table() -> pd.DataFrame:
 
 
 def test_progress_measures_speak_words_and_every_panel_has_its_step_axis():
-    from compose_lens.analysis.summary import MEASURE_KEYS
+    from compose_lens.registry.probes.summary import MEASURE_KEYS
 
     fig, _ = progress_measures_figure(_progress_table(), {"addition": {"step": 2501}})
     drawn = [ax for ax in fig.axes if ax.get_lines()]
@@ -440,7 +440,7 @@ def test_the_positional_caption_counts_where_position_alone_peaks():
 def test_the_fourier_neuron_panels_share_one_colour_range():
     """A colour means the same activation beside the ideal pattern: both images (and their colour bars) span
     the range of the two grids together, not each its own."""
-    from compose_lens.analysis.figure_data import FourierNeuron
+    from compose_lens.registry.fourier.features import FourierNeuron
 
     grid = np.add.outer(np.arange(7.0), np.arange(7.0))
     neuron = FourierNeuron(neuron=3, frequency=2, fraction_explained=0.9, correlation=0.95, pattern=grid,

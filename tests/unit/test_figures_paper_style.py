@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from compose_lens.analysis.summary import MEASURE_KEYS
+from compose_lens.registry.probes.summary import MEASURE_KEYS
 from compose_lens.views.figure_style import PAPER_WIDTH_IN, STYLES, current_style, style
 from compose_lens.views.drawing import Renderer, figure_bytes, save
 from compose_lens.views.same_mlp import same_mlp_figure

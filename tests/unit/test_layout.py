@@ -249,9 +249,9 @@ def test_report_and_cli_import_no_analysis():
 def test_the_no_analysis_rule_catches_a_planted_import():
     trees = dict(modules())
     trees["compose_lens.cli.planted"] = ast.parse("def f():\n    from compose_lens.analysis import locate\n")
-    trees["compose_lens.report.planted"] = ast.parse("from compose_lens.analysis.figure_data import fourier_neuron\n")
+    trees["compose_lens.report.planted"] = ast.parse("from compose_lens.analysis.fourier import operand_grid\n")
     assert analysis_imports(trees) == ["compose_lens.cli.planted -> compose_lens.analysis.locate",
-                                       "compose_lens.report.planted -> compose_lens.analysis.figure_data"]
+                                       "compose_lens.report.planted -> compose_lens.analysis.fourier"]
 
 
 def test_the_registry_imports_nothing_of_the_report():

@@ -14,7 +14,8 @@ import torch
 
 from compose_lens.training import runs
 from compose_lens.analysis import locate, probes
-from compose_lens.analysis.summary import FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary, fourier_block
+from compose_lens.registry.probes.summary import (FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary,
+                                                  fourier_block)
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.core.coverage import PAPER_MODEL_DIR
 from compose_lens.core.errors import ConfigError

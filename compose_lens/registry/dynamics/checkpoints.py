@@ -15,7 +15,7 @@ The study (SPEC section 6, item 7) reads its training run as three phases:
 :func:`trajectory` evaluates every checkpoint of a run directory
 (``checkpoints/step_NNNNNN/``) or of a folder of the study's ``step_N.pth`` files:
 the nine pool accuracies, the circuit measures of
-:func:`compose_lens.analysis.summary.circuit_measures` (when that module is
+:func:`compose_lens.registry.probes.summary.circuit_measures` (when that module is
 present), the ``=``-query variable scores and the accuracy of each forbidden
 operand slot (``b`` as the right operand, ``k`` as the left one, ...). For the paper
 architecture every measure runs on the fast forwards, so each checkpoint's tensors are
@@ -65,7 +65,7 @@ from compose_lens.training import runs
 from compose_lens.core import study
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
-from compose_lens.analysis.summary import circuit_measures, measure_inputs
+from compose_lens.registry.probes.summary import circuit_measures, measure_inputs
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams

@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from compose_lens.analysis.summary import MEASURE_KEYS, MEASURE_WORDS
+from compose_lens.registry.probes.summary import MEASURE_KEYS, MEASURE_WORDS
 from compose_lens.views.drawing import OKABE_ITO, REPORT_WIDTH_IN, layer_name, subplots
 from compose_lens.views.training import PHASE_STYLE, mark_phases
 
@@ -166,7 +166,7 @@ def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
 
     Uses the circuit measures present in ``table`` (:data:`MEASURE_KEYS`, in that
     order); without them, the phase curves and the ``=`` score spread. Each panel is titled in
-    words (:data:`compose_lens.analysis.summary.MEASURE_WORDS`; the restricted and excluded losses
+    words (:data:`compose_lens.registry.probes.summary.MEASURE_WORDS`; the restricted and excluded losses
     say what is kept or removed), has its own step axis and a y label naming the kind of number
     (:func:`_measure_unit`); a count (the number of key frequencies) is drawn in another colour
     with whole-number ticks, so it is not read as a fraction.

@@ -1,5 +1,11 @@
-"""The ``fourier`` declaration: the adder MLP's Fourier features (key frequencies, neuron fits,
-the readout and the embedding), its command, findings and report section.
+"""The ``fourier`` analysis, whole in this folder: the adder MLP's Fourier features (key frequencies,
+neuron fits, the readout and the embedding).
+
+The Fourier measures it shares with the summary, the locator, same-MLP and ablation (the basis, the
+constant-operand grid, key frequencies, restricted and excluded losses) are :mod:`compose_lens.analysis.fourier`'s;
+``features.py`` holds the numbers only this analysis reads (the embedding's frequencies, the best neurons'
+patterns), ``figure.py`` its figures, ``test_embedding_fourier.py`` tests; this module says how
+``compose-lens fourier``, ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ def _fourier(ctx: Context, settings: dict) -> Result:
     from compose_lens.analysis import fourier
     from compose_lens.analysis.activations import torch_threads
     from compose_lens.core.files import json_safe
+    from compose_lens.registry.fourier.features import embedding_fourier
 
     model, config, seed = ctx.model, ctx.config, ctx.seed
     location, subject = ctx.plan
@@ -43,7 +50,7 @@ def _fourier(ctx: Context, settings: dict) -> Result:
             "constant_grid_accuracy": grid.accuracy(),
         }
         comparison = fourier.compare_grids(grid, variable)
-        embedding, facts["embedding_fourier"] = fourier.embedding_fourier(model, config, keys)
+        embedding, facts["embedding_fourier"] = embedding_fourier(model, config, keys)
     tables = {"neuron_frequencies": neurons, "best_neurons": best, "readout_fourier": readout,
               "excluded_loss": pd.DataFrame({"frequency": list(excluded), "excluded_loss": list(excluded.values())}),
               "embedding_fourier": embedding}
@@ -60,21 +67,22 @@ def _fourier_figures(ctx: Context, result: Result, settings: dict) -> list:
     from the model (its constant-operand grid, which the open context built once for the compute)."""
     import torch
 
-    from compose_lens.analysis import figure_data, fourier
+    from compose_lens.analysis import fourier
     from compose_lens.analysis.activations import torch_threads
-    from compose_lens.views.fourier import (best_neurons_figure, embedding_fourier_figure, frequency_shares_figure,
-                                            readout_fourier_figure)
+    from compose_lens.registry.fourier.features import best_neuron_patterns, frequency_variance_shares
+    from compose_lens.registry.fourier.figure import (best_neurons_figure, embedding_fourier_figure,
+                                                      frequency_shares_figure, readout_fourier_figure)
 
     t, facts = result.tables, result.documents["key_frequencies"]
     keys = facts["key_frequencies"]
     with torch_threads(1), torch.no_grad():  # built as the compute builds it (in the open context: that one)
         grid = fourier.operand_grid(ctx.loaded, "constant", ctx.seed, layer=facts["mlp_block"])
-    shares, norms = figure_data.frequency_variance_shares(grid), fourier.unembed_frequency_norms(t["readout_fourier"])
+    shares, norms = frequency_variance_shares(grid), fourier.unembed_frequency_norms(t["readout_fourier"])
     figures = [("frequency_shares", frequency_shares_figure, (shares, keys), 120),
                ("readout_fourier", readout_fourier_figure, (norms, keys), 120),
                ("embedding_fourier", embedding_fourier_figure, (t["embedding_fourier"], facts["embedding_fourier"]), 120)]
     if len(t["best_neurons"]):
-        patterns = figure_data.best_neuron_patterns(grid, t["best_neurons"])
+        patterns = best_neuron_patterns(grid, t["best_neurons"])
         figures.append(("best_neurons", best_neurons_figure, (patterns,), 110))
     return figures
 
@@ -97,14 +105,14 @@ def _fourier_section(inp, result: Result, settings: dict) -> str:
     """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
     import html
 
-    from compose_lens.analysis import figure_data
-    from compose_lens.views.fourier import fourier_neuron_figure
+    from compose_lens.registry.fourier.features import fourier_neuron
+    from compose_lens.registry.fourier.figure import fourier_neuron_figure
 
     facts = result.documents["key_frequencies"]
     if not facts["key_frequencies"]:
         return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp. No key frequency yet: no neuron is explained by "
                 f"one frequency, so there is no Fourier neuron to draw.</p>")
-    chosen = figure_data.fourier_neuron(inp.subject)
+    chosen = fourier_neuron(inp.subject)
     return (f"<p>Analysed: blocks.{facts['mlp_block']}.mlp ({html.escape(facts['fourier_subject']['note'])}). "
             f"Key frequencies {facts['key_frequencies']}, holding {facts['key_frequency_strength']:.3f} of its "
             f"post-ReLU variance over the constant-operand grid; <code>compose-lens fourier</code> writes every "
@@ -124,4 +132,5 @@ FOURIER = Analysis(
     command="fourier", help="Fourier analysis of the adder MLP (located; the paper's MLP2): key frequencies and losses",
     describe=_fourier_lines,
     exports=("operand_grid", "key_frequencies", "key_frequency_strength", "best_neurons",
-             "fourier_neuron=compose_lens.analysis.figure_data", "fourier_neuron_figure=compose_lens.views.fourier"))
+             "fourier_neuron=compose_lens.registry.fourier.features",
+             "fourier_neuron_figure=compose_lens.registry.fourier.figure"))

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from compose_lens.analysis import fourier
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
 from compose_lens.model import tl
+from compose_lens.registry.fourier.features import embedding_fourier
 
 
 def planted_embedding(p: int, frequencies: list[int], d_model: int = 16, seed: int = 0):
@@ -33,7 +33,7 @@ def planted_embedding(p: int, frequencies: list[int], d_model: int = 16, seed: i
 @pytest.mark.parametrize("p,planted", [(13, [2, 5]), (59, [7, 23]), (10, [1, 5])])
 def test_planted_frequencies_hold_all_the_share(p, planted):
     model, config = planted_embedding(p, planted)
-    table, summary = fourier.embedding_fourier(model, config, keys=[planted[0], 3])
+    table, summary = embedding_fourier(model, config, keys=[planted[0], 3])
     assert table["frequency"].tolist() == list(range(1, p // 2 + 1))
     assert table["share"].sum() == pytest.approx(1.0, abs=1e-9)
     assert sorted(summary["top_frequencies"]) == planted
@@ -49,7 +49,7 @@ def test_without_keys_the_comparison_is_absent_and_noise_has_no_top_frequency_of
     model, config = planted_embedding(13, [])
     with torch.no_grad():
         tl.parameters(model)["embed.weight"][:13] = torch.randn(13, 16, generator=torch.Generator().manual_seed(1))
-    table, summary = fourier.embedding_fourier(model, config)
+    table, summary = embedding_fourier(model, config)
     assert table["share"].sum() == pytest.approx(1.0, abs=1e-9) and not table["key"].any()
     assert summary["key_share"] is None and summary["overlap"] is None
     assert summary["top_share"] < 0.9  # noise spreads over the frequencies
@@ -64,19 +64,19 @@ def test_paper_embedding_lives_in_the_mlp_key_frequencies():
 
     loaded = load_model("paper", bridge=False)  # bundled with the package
     keys = [3, 4, 5, 10, 12, 17, 21, 22, 23, 24, 27]  # fourier.key_frequencies of its constant grid
-    table, summary = fourier.embedding_fourier(loaded.model, loaded.config, keys=keys)
+    table, summary = embedding_fourier(loaded.model, loaded.config, keys=keys)
     assert sorted(summary["top_frequencies"]) == keys
     assert summary["key_share"] > 0.9
     assert summary["key_share"] > 2 * summary["key_share_if_uniform"]
 
 
 def test_the_figure_draws_the_table_with_and_without_keys():
+    from compose_lens.registry.fourier.figure import embedding_fourier_figure
     from compose_lens.views.drawing import png_bytes
-    from compose_lens.views.fourier import embedding_fourier_figure
 
     model, config = planted_embedding(13, [2, 5])
     for keys in ([2, 3], None):
-        table, summary = fourier.embedding_fourier(model, config, keys=keys)
+        table, summary = embedding_fourier(model, config, keys=keys)
         fig, data = embedding_fourier_figure(table, summary)
         assert data.equals(table)
         hatched = [bar.get_hatch() for bar in fig.axes[0].patches]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from compose_lens.analysis.summary import MEASURE_KEYS, circuit_measures, circuit_summary, measure_inputs
+from compose_lens.registry.probes.summary import MEASURE_KEYS, circuit_measures, circuit_summary, measure_inputs
 from compose_lens.model import tl
 from compose_lens.training.subject import Subject
 

@@ -1,5 +1,9 @@
-"""The ``probes`` declaration: the circuit summary's measures (previous-token attention, QK routing,
-the Fourier and modularity numbers) and the report's circuit-summary section.
+"""The ``probes`` analysis, whole in this folder: the circuit summary's measures (previous-token attention,
+QK routing, the Fourier numbers) and the report's circuit-summary section.
+
+``summary.py`` gathers the numbers from the shared probe and Fourier measures (:mod:`compose_lens.analysis.probes`,
+:mod:`compose_lens.analysis.fourier`; the dynamics folder reads its per-checkpoint ``circuit_measures``),
+``test_summary.py`` tests them; this module says how ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from compose_lens.registry.analysis import Analysis, Finding, Result
 def _probes(ctx: Context, settings: dict) -> Result:
     import pandas as pd
 
-    from compose_lens.analysis.summary import circuit_summary
+    from compose_lens.registry.probes.summary import circuit_summary
 
     summary = circuit_summary(ctx.loaded, seed=ctx.seed, fourier_subject=ctx.plan[1], heads=ctx.heads)
     by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
@@ -24,7 +28,7 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
     import html
     import json
 
-    from compose_lens.analysis.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
+    from compose_lens.registry.probes.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
     from compose_lens.core.markup import html_table
 
     summary = result.documents["circuit_summary"]
@@ -60,7 +64,7 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
 
 
 PROBES = Analysis(
-    name="probes", title="Circuit summary", compute=_probes, module="compose_lens.analysis.summary",
+    name="probes", title="Circuit summary", compute=_probes, module="compose_lens.registry.probes.summary",
     tables=("scores_by_type",), documents=("circuit_summary",),
     section=_probes_section, anchor="circuit",
     findings=(Finding("prev_token_attention_score", "{binder}: each value attends to its variable", "near 1 (>= 0.9)", 0.9),

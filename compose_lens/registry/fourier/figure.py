@@ -16,12 +16,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from compose_lens.analysis.figure_data import FourierNeuron
+from compose_lens.registry.fourier.features import FourierNeuron
 from compose_lens.views.drawing import OKABE_ITO, REPORT_WIDTH_IN, subplots
 
 def fourier_neuron_figure(chosen: FourierNeuron) -> tuple[Figure, pd.DataFrame]:
     """A neuron's activation over the p x p operand grid beside its ideal pattern
-    (:func:`compose_lens.analysis.figure_data.fourier_neuron`), both on one colour range, so a colour means
+    (:func:`compose_lens.registry.fourier.features.fourier_neuron`), both on one colour range, so a colour means
     the same activation in both panels."""
     k = chosen.frequency
     titles = (f"MLP{chosen.block + 1} neuron {chosen.neuron} over (x, y): {chosen.fraction_explained:.0%} of its "
@@ -96,7 +96,7 @@ def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: S
 
 def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: the share of the MLP2 post-ReLU variance at each frequency
-    (:func:`compose_lens.analysis.figure_data.frequency_variance_shares`, fractions of the non-constant
+    (:func:`compose_lens.registry.fourier.features.frequency_variance_shares`, fractions of the non-constant
     variance), key frequencies blue and hatched, and the rest, the cross terms that belong to no one
     frequency, as a last bar: the bars sum to 1 (issue 43: they summed to ~0.88, the rest not shown)."""
     shares = [float(v) for v in shares]
@@ -115,7 +115,7 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figur
 
 def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Figure, pd.DataFrame]:
     """Bars: the number embeddings' share of (non-constant) squared norm per frequency
-    (:func:`compose_lens.analysis.fourier.embedding_fourier`), in :func:`_key_bars`'s palette, the
+    (:func:`compose_lens.registry.fourier.features.embedding_fourier`), in :func:`_key_bars`'s palette, the
     uniform share dashed."""
     keys = summary.get("key_frequencies") or []
     fig, ax = subplots(figsize=(7, 3))
@@ -138,7 +138,7 @@ def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Fig
 
 def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[Figure, pd.DataFrame]:
     """Each key frequency's best neuron: its (p, p) pattern beside its ideal neuron, the ReLU of the
-    frequency-k part of its pre-activation (:func:`compose_lens.analysis.figure_data.best_neuron_patterns`).
+    frequency-k part of its pre-activation (:func:`compose_lens.registry.fourier.features.best_neuron_patterns`).
 
     A compact grid, ``columns`` neurons (pattern and ideal side by side) to a row. Each panel is
     divided by its neuron's largest activation, so one colour bar (0 to 1, viridis) serves every

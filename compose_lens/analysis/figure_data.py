@@ -3,8 +3,7 @@
 :mod:`compose_lens.views` draws; it never runs a model. Each function below runs
 the analyses of this package on one model (or two checkpoints) and returns what
 one figure shows, so the offline report, the ``experiments/fig_*.py`` scripts and
-the ``compose-lens`` output writers draw the same numbers the same way
-(the Fourier figures' numbers are the fourier folder's, ``registry/fourier/features.py``):
+the ``compose-lens`` output writers draw the same numbers the same way:
 
 * :func:`cosine_groups`: centred cosines of the MLP2 input, constant against
   variable operand of the same (x, y), against mismatched pairs (:mod:`.same_mlp`).

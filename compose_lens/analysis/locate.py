@@ -54,10 +54,11 @@ gathers). The gatherer is not one of the issue's three roles but the head the
 ``=``-to-operands measure reads (:func:`circuit_heads`); :meth:`Location.roles` lists the
 three, :meth:`Location.to_dict` all four.
 
-:func:`fourier_subject` is what the Fourier analyses (``compose-lens fourier``,
-:mod:`.summary`, :mod:`.dynamics`) analyse: the located adder; where no MLP reaches
+:func:`fourier_subject` is what the Fourier analyses (``compose-lens fourier``, the
+circuit summary, the training dynamics) analyse: the located adder; where no MLP reaches
 the threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as
-not adding; ``None`` where the model has no MLP at all.
+not adding; ``None`` where the model has no MLP at all (:func:`mlp_block`, the block the
+figures read, refuses that model in words).
 
 The patterns, neurons and logits are read by the one forward (:class:`compose_lens.model.forward.Forward`):
 plain torch over every layer and head for models without normalisation, the bridge's hooks
@@ -456,9 +457,8 @@ def fourier_subject(subject: Subject, seed: int = 0, *,
 
 
 def mlp_block(subject: Subject, seed: int = 0) -> int:
-    """The block whose MLP the figures read: the Fourier analyses' MLP
-    (:func:`fourier_subject`: the model's only MLP, or the located adder wherever it sits), blocks.1 for
-    the paper architecture. A model without an MLP is refused, in words
+    """The block whose MLP the figures read: :func:`fourier_subject`'s (the model's only MLP, or the located
+    adder wherever it sits; blocks.1 in the paper architecture). A model without an MLP is refused, in words
     (issue #45: the figures read blocks.1 of a 3-layer model whose MLP is in blocks.2)."""
     subject = fourier_subject(subject, seed, score_single=False)
     if subject.layer is None:

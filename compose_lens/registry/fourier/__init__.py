@@ -1,11 +1,7 @@
-"""The ``fourier`` analysis, whole in this folder: the adder MLP's Fourier features (key frequencies,
-neuron fits, the readout and the embedding).
-
-The Fourier measures it shares with the summary, the locator, same-MLP and ablation (the basis, the
-constant-operand grid, key frequencies, restricted and excluded losses) are :mod:`compose_lens.analysis.fourier`'s;
-``features.py`` holds the numbers only this analysis reads (the embedding's frequencies, the best neurons'
-patterns), ``figure.py`` its figures, ``test_embedding_fourier.py`` tests; this module says how
-``compose-lens fourier``, ``analyze``, the report and the API run it.
+"""The ``fourier`` analysis, whole in this folder: the adder MLP's Fourier features (key frequencies, neuron fits,
+the readout and the embedding). ``features.py`` holds the numbers only it reads (the shared Fourier measures are
+:mod:`compose_lens.analysis.fourier`'s), ``figure.py`` its figures, ``test_embedding_fourier.py`` tests; this
+module says how ``compose-lens fourier``, ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations

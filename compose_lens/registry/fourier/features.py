@@ -1,15 +1,8 @@
-"""The numbers only the fourier analysis reads, beside the shared Fourier measures of
-:mod:`compose_lens.analysis.fourier` (the basis, the grids, the key frequencies and losses, which the
-summary, the locator, same-MLP and ablation read too):
-
-* :func:`embedding_fourier`: the number embeddings ``W_E[0..p-1]`` in the Fourier basis over the token axis:
-  each frequency's share of their (centred) squared norm, the frequencies above the uniform share, and the
-  share held by the MLP's key frequencies;
-* :func:`fourier_neuron`: the MLP2 (the adder's MLP: layer 2's, blocks.1, in the paper) neuron best explained
-  by a key frequency and its ideal pattern;
-* :func:`frequency_variance_shares` and :func:`best_neuron_patterns`: the MLP2 variance per frequency, and
-  each best neuron's pattern beside its ideal (:func:`fourier.ideal_neuron`: the ReLU of the frequency-k part
-  of its own pre-activation; a bare ``cos k(x + y)`` misses the ReLU's clipping and reads far lower).
+"""The numbers only the fourier analysis reads (the shared Fourier measures are :mod:`compose_lens.analysis.fourier`'s):
+the number embeddings' frequencies (:func:`embedding_fourier`), the adder's neuron best explained by a key frequency
+(:func:`fourier_neuron`), the MLP's variance per frequency (:func:`frequency_variance_shares`) and each best neuron's
+pattern beside its ideal (:func:`best_neuron_patterns`; :func:`fourier.ideal_neuron`: the ReLU of the frequency-k
+part of its own pre-activation; a bare ``cos k(x + y)`` misses the ReLU's clipping and reads far lower).
 """
 
 from __future__ import annotations

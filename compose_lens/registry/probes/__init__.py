@@ -1,9 +1,7 @@
-"""The ``probes`` analysis, whole in this folder: the circuit summary's measures (previous-token attention,
-QK routing, the Fourier numbers) and the report's circuit-summary section.
-
-``summary.py`` gathers the numbers from the shared probe and Fourier measures (:mod:`compose_lens.analysis.probes`,
-:mod:`compose_lens.analysis.fourier`; the dynamics folder reads its per-checkpoint ``circuit_measures``),
-``test_summary.py`` tests them; this module says how ``analyze``, the report and the API run it.
+"""The ``probes`` analysis, whole in this folder: the circuit summary's measures (previous-token attention, QK
+routing, the Fourier numbers) and the report's circuit-summary section. ``summary.py`` gathers them from the shared
+measures (:mod:`compose_lens.analysis.probes`, :mod:`compose_lens.analysis.fourier`; the dynamics folder reads its
+``circuit_measures``), ``test_summary.py`` tests them; this module says how ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ def _probes_section(inp, result: Result, settings: dict) -> str:
     import html
     import json
 
-    from compose_lens.registry.probes.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
     from compose_lens.core.markup import html_table
+    from compose_lens.registry.probes.summary import DETAIL_WORDS, MEASURE_WORDS, TYPE_WORDS
 
     summary = result.documents["circuit_summary"]
     words = {**MEASURE_WORDS, **DETAIL_WORDS}

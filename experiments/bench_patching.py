@@ -18,27 +18,12 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.analysis import metrics, patching
-from compose_lens.model import tl
+from compose_lens.analysis import patching
 from compose_lens.training.subject import load_model
+from tl_patching import transformer_lens_logit_diffs  # experiments/tl_patching.py, beside this script
 
 _REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
 DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise
-
-
-def transformer_lens_logit_diffs(model, cfg, pairs, components=patching.COMPONENTS):
-    """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
-    _, cache = tl.run_with_cache(model, pairs.clean)
-
-    def metric(logits: torch.Tensor) -> torch.Tensor:
-        return metrics.values(metrics.logit_diff, logits[:, -1].float(), pairs.answers)
-
-    sites, values = [], []
-    for component in components:
-        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
-        sites += patching.all_sites(cfg, [component])
-        values.append(table.reshape(-1, len(pairs)).cpu())
-    return sites, torch.cat(values)
 
 
 def main() -> None:

@@ -42,10 +42,12 @@ OUT = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench" 
 
 def trainer(k: int, precision: str, folder: Path, pools: bool = False) -> BatchedTrainer:
     """K runs of the study's setting stacked (:func:`compose_lens.training.batched.stacked`, as the sweep's probe
-    stacks them); their evaluation pools tiny unless ``pools`` (the step does not read them, and the study's
-    pools for every run of every configuration would not fit in memory)."""
+    stacks them), run s with seed s for its split, initial weights and data order, as a sweep's seeds differ;
+    their evaluation pools tiny unless ``pools`` (the step does not read them, and the study's pools for every
+    run of every configuration would not fit in memory)."""
     return stacked(RunConfig(), k, folder / f"{precision}-k{k}{'-pools' if pools else ''}",
-                   [f"precision={precision}", "threads=1", *([] if pools else ["pool_size=16"])])
+                   [f"precision={precision}", "threads=1", *([] if pools else ["pool_size=16"])],
+                   seeds=("task.seed", "model.init_seed", "train.seed"))
 
 
 PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",

@@ -193,8 +193,7 @@ def _subset(acts: Activations, idx: torch.Tensor) -> Activations:
 
 def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings: dict, resamples: int
               ) -> tuple[list[Reading], dict[str, registry.Result]]:
-    # the numbers only: guarded as on every path, but no figure drawn (context.compute would draw them)
-    results = {a.name: a.compute(ctx, context.guard(a, ctx.config, settings.get(a.name))) for a in analyses}
+    results = {a.name: context.compute(a, ctx, settings.get(a.name), figures=False) for a in analyses}
     resampled = [f.key for a in analyses for f in a.findings if f.key in OVER_PROMPTS]
     replicates: dict[str, np.ndarray] = {}
     if resampled:
@@ -242,7 +241,7 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
         readings += _roles(ctx, resamples)
         found, results = _findings(ctx, analyses, settings, resamples)
         readings += found
-        readings += _same_mlp(same_mlp.compute(ctx, context.guard(same_mlp, ctx.config, settings.get("same_mlp"))))
+        readings += _same_mlp(context.compute(same_mlp, ctx, settings.get("same_mlp"), figures=False))
         keys = results["probes"].facts.get("key_frequencies") if "probes" in results else None
         readings.append(Reading("MLP2 key frequencies", "Fourier", " ".join(map(str, keys or [])) or "none",
                                 "n/a (a set of frequencies)", categorical=True))

@@ -136,10 +136,12 @@ def guard(analysis: Analysis, config, settings: dict | None = None) -> dict:
     return settings
 
 
-def compute(analysis: Analysis, context: Context | RunContext, settings: dict | None = None) -> Result:
-    """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard."""
+def compute(analysis: Analysis, context: Context | RunContext, settings: dict | None = None, figures: bool = True) -> Result:
+    """``analysis`` of the context's model with ``settings`` (the defaults where not given), after its guard;
+    ``figures=False``: the numbers only, no figure drawn (``compare`` reads no figure)."""
     settings = guard(analysis, context.config, settings)
-    return _with_figures(analysis, analysis.compute(context, settings), context, settings)
+    result = analysis.compute(context, settings)
+    return _with_figures(analysis, result, context, settings) if figures else result
 
 
 def _with_figures(analysis: Analysis, result: Result, context: Context | RunContext, settings: dict) -> Result:

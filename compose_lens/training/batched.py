@@ -311,11 +311,12 @@ def probe(config: RunConfig, ks: Sequence[int] = (1, 4, 8, 16), precisions: Sequ
             "candidates": candidates, "chosen_by": "probe"}
 
 
-def stacked(config: RunConfig, k: int, folder: Path, overrides: Sequence[str] = ()) -> BatchedTrainer:
-    """K runs of ``config`` with ``overrides`` (seeds 0..K-1: their initial weights and data order) stacked in
-    one trainer, every run in the group a step moves, their files in ``folder``: what :func:`probe` times
-    and ``experiments/bench_throughput.py`` measures."""
-    configs = [config.with_overrides([f"model.init_seed={s}", f"train.seed={s}", *overrides]) for s in range(k)]
+def stacked(config: RunConfig, k: int, folder: Path, overrides: Sequence[str] = (),
+            seeds: Sequence[str] = ("model.init_seed", "train.seed")) -> BatchedTrainer:
+    """K runs of ``config`` with ``overrides`` stacked in one trainer, every run in the group a step moves, their files
+    in ``folder``; run s has s for each setting in ``seeds`` (the probe's: initial weights and data order; the bench's
+    ``task.seed`` too: its own split). What :func:`probe` times and ``experiments/bench_throughput.py`` measures."""
+    configs = [config.with_overrides([*(f"{key}={s}" for key in seeds), *overrides]) for s in range(k)]
     trainer = BatchedTrainer(configs, [folder / f"run-{s}" for s in range(k)], progress=False)
     trainer.set_group(list(range(k)))
     return trainer

@@ -55,7 +55,10 @@ def test_the_docs_page_has_the_parsers_table_written_in():
     page = DOCS_PAGE.read_text(encoding="utf-8")
     assert page.count(HOOK.GRAMMAR_MARKER) == 1, "docs/commands.md must hold the grammar table's marker once"
     assert "| `compose-lens train` |" not in page, "the grammar table is written by docs/from_code.py, not by hand"
-    assert grammar_table() in HOOK.written("commands.md", page)
+    # as the site shows it: the table in its own section, one row for each command the parser has
+    section = HOOK.written("commands.md", page).split("## One grammar for every command\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0].strip("| `") for line in section.splitlines() if line.startswith("| `")}
+    assert rows == {name for name, _ in cli.leaf_parsers(cli.build_parser())}, rows
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from compose_lens.core import capabilities
-from compose_lens.analysis import metrics, patching
+from compose_lens.analysis import patching
 from compose_lens.model import tl
 from compose_lens.data.task import decode, parse_sequence
 from compose_lens.training.subject import Subject
+from experiments.tl_patching import transformer_lens_logit_diffs
 
 
 @pytest.fixture
@@ -50,18 +51,6 @@ def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config,
     assert not torch.allclose(clean, corrupted, atol=1e-3)
     moved = (values - corrupted).abs().amax(1)
     assert (moved > 1e-4).sum() >= 4
-
-
-def transformer_lens_logit_diffs(model, cfg, pairs):
-    """The reference: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
-    _, cache = tl.run_with_cache(model, pairs.clean)
-    sites, values = [], []
-    for component in patching.COMPONENTS:
-        table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache,
-                                  lambda logits: metrics.logit_diff(logits[:, -1].float(), pairs.answers))
-        sites += patching.all_sites(cfg, [component])
-        values.append(table.reshape(-1, len(pairs)).cpu())
-    return sites, torch.cat(values)
 
 
 @pytest.mark.parametrize("changes", [{}, dict(n_heads=2, d_head=16, trained_biases=True)])

@@ -12,6 +12,7 @@ model's own, so the last stage's top-1 rate is the model's accuracy on that pool
 from __future__ import annotations
 
 import pandas as pd
+import torch
 
 from compose_lens.registry.dla.attribution import lens_logits
 from compose_lens.core.stats import wilson_interval
@@ -30,11 +31,13 @@ def answer_lens(subject, pool_size: int = 200, seed: int = 0) -> pd.DataFrame:
     largest other, mean), ``top1`` (the fraction whose largest logit is the answer) with ``low`` and
     ``high`` (Wilson 95 %), and ``n``, over ``pool_size`` sequences of each pool."""
     sites = stages(subject.config.model.n_layers)
-    rows = []
-    for pool, batch in make_pools(subject.split, pool_size, seed).items():
-        read = subject.forward.read(batch.tokens, sites.values())
+    pools = make_pools(subject.split, pool_size, seed)
+    read = subject.forward.read(torch.cat([batch.tokens for batch in pools.values()]), sites.values())  # every pool
+    rows, start = [], 0
+    for pool, batch in pools.items():
+        part, start = slice(start, start + len(batch)), start + len(batch)  # this pool's rows of the one read
         for order, (stage, site) in enumerate(sites.items()):
-            logits = lens_logits(subject.model, subject.config, read[site].detach())
+            logits = lens_logits(subject.model, subject.config, read[site][part].detach())
             answer = logits.gather(1, batch.labels[:, None])[:, 0]
             others = logits.scatter(1, batch.labels[:, None], float("-inf")).amax(1)
             hits = int((logits.argmax(1) == batch.labels).sum())

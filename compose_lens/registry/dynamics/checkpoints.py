@@ -175,7 +175,7 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
     ``threads=1`` by default: each checkpoint is a few hundred small tensor ops, which
     one thread runs fastest; on a busy 2-core machine two threads were 5x slower.
     """
-    with torch_threads(threads):
+    with torch_threads(threads), ThreadPoolExecutor(max_workers=1) as reader:
         checkpoints, config, split = runs.find_checkpoints(source, split_file)
         checkpoints = runs.select_checkpoints(checkpoints, steps, stride)
         last = functools.cache(functools.partial(_subject_at, checkpoints[-1], config, split, device)) \
@@ -197,28 +197,16 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
         variables = config.task.variable_names
         rows: list[dict] = []
         bar = progress_lines.bar(total=len(checkpoints), wanted=progress, unit="ckpt", desc="dynamics")
-        with ThreadPoolExecutor(max_workers=1) as reader:
-            pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
-            for i, ckpt in enumerate(checkpoints):
-                state = pending.result()
-                if i + 1 < len(checkpoints):  # read the next file while this one is evaluated
-                    pending = reader.submit(runs.read_state, checkpoints[i + 1], config)
-                if bridge is None:
-                    model = tl.Weights(check_weights(config, state, str(ckpt.path)), config.model).to(device)
-                else:
-                    model = bridge
-                    load_weights(model, config, state, str(ckpt.path))
-                row: dict[str, float] = {"step": ckpt.step}
-                row.update(pool_accuracies(model, config, pools))
-                row.update(slot_accuracies(model, config, slots))
-                row.update({f"equals_score_{v}": float(s)
-                            for v, s in zip(variables, equals_variable_scores(model, config))})
-                if measures is not None:
-                    row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,
-                                                                 inputs=inputs, mlp_block=subject.layer, heads=heads).items()})
-                rows.append(row)
-                bar.update(1)
-                bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
+        for ckpt, model in _models(checkpoints, config, bridge, device, reader):
+            row: dict[str, float] = {"step": ckpt.step, **pool_accuracies(model, config, pools),
+                                     **slot_accuracies(model, config, slots)}
+            row.update({f"equals_score_{v}": float(s) for v, s in zip(variables, equals_variable_scores(model, config))})
+            if measures is not None:
+                row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,
+                                                             inputs=inputs, mlp_block=subject.layer, heads=heads).items()})
+            rows.append(row)
+            bar.update(1)
+            bar.set_postfix(step=ckpt.step, acc2r=f"{row['2var_var_restricted_1']:.2f}")
         bar.close()
         derived = {"addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread"}
         known_rows = [{k: v for k, v in r.items() if k not in derived} for r in known_rows]
@@ -229,6 +217,21 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
                           settings=trajectory_settings(pool_size, slot_size, seed, measures is not None, split_file),
                           fourier_subject=None if subject is None else subject.to_dict(),
                           circuit_heads=None if heads is None else heads.to_dict())
+
+
+def _models(checkpoints: list[runs.Checkpoint], config: RunConfig, bridge, device: str, reader: ThreadPoolExecutor):
+    """Each checkpoint with its model, the next file read on ``reader`` while this one is evaluated: the paper
+    architecture's tensors as they are read (``bridge`` None), any other's loaded into ``bridge``."""
+    pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
+    for ckpt, following in zip(checkpoints, checkpoints[1:] + [None]):
+        state = pending.result()
+        if following is not None:
+            pending = reader.submit(runs.read_state, following, config)
+        if bridge is None:
+            yield ckpt, tl.Weights(check_weights(config, state, str(ckpt.path)), config.model).to(device)
+            continue
+        load_weights(bridge, config, state, str(ckpt.path))
+        yield ckpt, bridge
 
 
 def _subject_at(ckpt: runs.Checkpoint, config: RunConfig, split: Split, device: str) -> Subject:

@@ -9,7 +9,8 @@ split and so on can each change without shifting any of the others.
 
 The ids below are the values the results were produced with; changing one
 changes every number drawn from it. A new consumer takes a new id (the next free
-one in its decade), adds a line here and its name to :data:`STREAMS`.
+one in its decade) and adds a line here and a constant below (tests/unit/test_weights.py checks
+that the two agree and that no two streams share an id).
 
 =======================  ====  ==========================================================
 name                     id    consumer (``index`` in brackets)
@@ -45,17 +46,19 @@ from __future__ import annotations
 
 import torch
 
-# every stream by its name (the table above, a line per decade of ids); each is also bound once as a constant
-# of this module (streams.POOLS), from this table only: nothing else at module level can join it
-STREAMS: dict[str, int] = dict(
-    TRAIN_BATCHES=2, POOLS=3, EXHAUSTIVE=4, FORBIDDEN_SLOTS=7, DATA_SAMPLE=9,
-    DECLARED_SAMPLE=10,
-    PROBE_TEST_SPLIT=21, OPERAND_GRID=22,
-    PATCH_PAIRS=40,
-    ABLATION_REFERENCE=50, ABLATION_RESAMPLE=51,
-    SAME_MLP=60, SAME_MLP_TESTS=61,
-)
-globals().update(STREAMS)
+TRAIN_BATCHES = 2
+POOLS = 3
+EXHAUSTIVE = 4
+FORBIDDEN_SLOTS = 7
+DATA_SAMPLE = 9
+DECLARED_SAMPLE = 10
+PROBE_TEST_SPLIT = 21
+OPERAND_GRID = 22
+PATCH_PAIRS = 40
+ABLATION_REFERENCE = 50
+ABLATION_RESAMPLE = 51
+SAME_MLP = 60
+SAME_MLP_TESTS = 61
 
 PROBE_POOL_SEED_OFFSET = 7919  # no stream (see the module docstring)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from compose_lens.data import streams
@@ -9,8 +11,12 @@ from compose_lens.data.sampler import make_pool
 from compose_lens.model import tl, weights
 
 
-def test_stream_ids_are_distinct():
-    assert len(set(streams.STREAMS.values())) == len(streams.STREAMS)
+def test_stream_ids_are_distinct_and_the_docstring_table_lists_each_one():
+    table = dict(re.findall(r"^``([A-Z_]+)``\s+(\d+)", streams.__doc__, re.M))
+    constants = {name: value for name, value in vars(streams).items()
+                 if name.isupper() and isinstance(value, int) and name != "PROBE_POOL_SEED_OFFSET"}
+    assert {name: int(value) for name, value in table.items()} == constants
+    assert len(set(constants.values())) == len(constants)
 
 
 def test_head_slices_add_up_to_the_layer(tiny_config):

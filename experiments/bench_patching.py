@@ -20,13 +20,14 @@ import torch
 
 from compose_lens.analysis import metrics, patching
 from compose_lens.model import tl
+from compose_lens.registry.patching import tables
 from compose_lens.training.subject import load_model
 
 _REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "final.pth"
 DEFAULT_MODEL = _REFERENCE if _REFERENCE.exists() else "paper"  # the shipped paper model otherwise
 
 
-def transformer_lens_logit_diffs(model, cfg, pairs, components=patching.COMPONENTS):
+def transformer_lens_logit_diffs(model, cfg, pairs, components=tables.COMPONENTS):
     """The baseline: ``transformer_lens.patching``, one forward per site. Returns (sites, (S, N))."""
     _, cache = tl.run_with_cache(model, pairs.clean)
 
@@ -36,7 +37,7 @@ def transformer_lens_logit_diffs(model, cfg, pairs, components=patching.COMPONEN
     sites, values = [], []
     for component in components:
         table = tl.tl_patch_sweep(model, component, pairs.corrupted, cache, metric)
-        sites += patching.all_sites(cfg, [component])
+        sites += tables.all_sites(cfg, [component])
         values.append(table.reshape(-1, len(pairs)).cpu())
     return sites, torch.cat(values)
 
@@ -53,11 +54,11 @@ def main() -> None:
     loaded = load_model(args.model)
     cfg = loaded.config.model
     pairs = patching.make_prompt_pairs(loaded.split, args.n_pairs, args.corruption)
-    sites = patching.all_sites(cfg)
+    sites = tables.all_sites(cfg)
     print(f"model {loaded.source}: {len(sites)} sites x {len(pairs)} prompt pairs ({args.corruption})")
 
     start = time.perf_counter()
-    batched = patching.patched_values(loaded.model, cfg, pairs, sites)
+    batched = tables.patched_values(loaded.model, cfg, pairs, sites)
     t_batched = time.perf_counter() - start
 
     start = time.perf_counter()

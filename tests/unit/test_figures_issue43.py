@@ -16,7 +16,7 @@ from compose_lens.views.drawing import layer_name, png_bytes
 from compose_lens.views.fourier import (embedding_fourier_figure, fourier_neuron_figure, frequency_shares_figure,
                                         readout_fourier_figure)
 from compose_lens.registry.gradient.figure import gradient_terms_figure
-from compose_lens.views.patching import patching_figure
+from compose_lens.registry.patching.figure import patching_figure
 from compose_lens.views.sweeps import modularity_figure
 from compose_lens.registry.dynamics.figure import (POOL_GROUPS, accuracy_by_variable_count_figure,
                                                    progress_measures_figure, refinement_figure, sampling_gaps)
@@ -455,7 +455,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     made them touch in the report), on a patching table of the paper model."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from compose_lens.analysis.patching import patching_table
+    from compose_lens.registry.patching.tables import patching_table
     from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)

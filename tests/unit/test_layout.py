@@ -272,8 +272,9 @@ def test_the_registry_imports_nothing_of_the_report():
 # itself (fastpath, lastpos, use_table_forward). These still run one of their own, each for a reason Forward
 # does not cover yet (the list only shrinks):
 OWN_FORWARD = {
-    "compose_lens.analysis.circuit.GraphModel": "the edge graph: every residual term a sender, per-edge masks "
-                                                "with gradients (EAP), each receiver normalising its own input",
+    "compose_lens.registry.circuit.discovery.GraphModel": "the edge graph: every residual term a sender, per-edge "
+                                                          "masks with gradients (EAP), each receiver normalising its "
+                                                          "own input",
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
     "compose_lens.registry.dla.attribution.lens_logits": "a lens, not the model: the final norm and the unembedding "
                                                          "on a partial residual stream (logit lens, answer lens)",

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from compose_lens.analysis.patching import QUERY_ROLES, ROLES, VARIANT_ROLES
 from compose_lens.core import stats
 from compose_lens.views.drawing import OKABE_ITO, heatmap, layer_name, subplots
 
@@ -75,10 +76,8 @@ PATCHING_LABEL_PAD = 10  # points between the patching figure's y-label and its 
 
 # a block's order (a head's query, key, value and pattern before its output)
 _FLOW = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
-# the roles of analysis.patching.ROLES and VARIANT_ROLES, context first (the views do not import the
-# analysis that runs models)
-_ROLE_ORDER = ("queried var", "queried value", "distractor var", "distractor value", "PAD",
-               "stale value", "filler", "chain var", "+", "left operand", "right operand", "=")
+# the token roles, the context's (a variant task's too) before the query's
+_ROLE_ORDER = ROLES[:5] + VARIANT_ROLES + QUERY_ROLES
 
 
 def path_patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFrame]:

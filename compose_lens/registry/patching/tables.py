@@ -59,23 +59,12 @@ from compose_lens.core.config import HEAD_COMPONENTS, ModelConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
-from compose_lens.data.split import Split
 from compose_lens.training.evaluate import answer_logits
 from compose_lens.model.forward import Forward, Site
 from compose_lens.data.safety import check_finite_logits
 from compose_lens.model import tl
 from compose_lens.model.patch_engine import COMPONENTS
 from compose_lens.training.subject import Subject
-
-
-def logit_diff(logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
-    """(N,) ``logit[clean answer] - logit[corrupted answer]`` from last-position logits (N, V)."""
-    return metrics.logit_diff(logits, pairs.answers)
-
-
-def _metric(metric: metrics.Metric, logits: torch.Tensor, pairs: PromptPairs) -> torch.Tensor:
-    """(N,) the metric of last-position logits (N, V)."""
-    return metrics.values(metric, logits, pairs.answers)
 
 
 # -- sites ------------------------------------------------------------------------------------
@@ -126,10 +115,11 @@ def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig |
     with torch.no_grad():
         if cfg is not None:
             logits = answer_logits(model, cfg, torch.cat([pairs.clean, pairs.corrupted]))
-            return _metric(fn, logits[: len(pairs)], pairs), _metric(fn, logits[len(pairs):], pairs)
-        clean, corrupted = model(pairs.clean)[:, -1].float(), model(pairs.corrupted)[:, -1].float()
-        check_finite_logits(torch.cat([clean, corrupted]))
-        return _metric(fn, clean, pairs), _metric(fn, corrupted, pairs)
+            clean, corrupted = logits[: len(pairs)], logits[len(pairs):]
+        else:
+            clean, corrupted = model(pairs.clean)[:, -1].float(), model(pairs.corrupted)[:, -1].float()
+            check_finite_logits(torch.cat([clean, corrupted]))
+        return metrics.values(fn, clean, pairs.answers), metrics.values(fn, corrupted, pairs.answers)
 
 
 # -- statistics and the table ----------------------------------------------------------------
@@ -160,11 +150,6 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
 
 
 BY = ("role", "position")
-
-
-def _position_role(task, position: int) -> str:
-    """The role a position has in every prompt: a query role, or ``context`` (it varies)."""
-    return "context" if position < task.context_len else QUERY_ROLES[position - task.context_len]
 
 
 def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor, names: tuple[str, ...] = ROLES):
@@ -235,30 +220,31 @@ def patching_table(subject: Subject, *, n_pairs: int = 1000,
     then the normalised metric and the three logit-difference columns take its name
     (``prob``, ``clean_prob``, ``corrupted_prob``).
     """
-    model, config, split = subject.model, subject.config, subject.split
+    return _sites_table(subject, subject.model, lambda cfg: all_sites(cfg, components), None, n_pairs, corruption,
+                        seed, n_boot, by, pairs, metric)
+
+
+def _sites_table(subject: Subject, model: tl.Model, sites_of, fast: bool | None, n_pairs: int, corruption: str,
+                 seed: int, n_boot: int, by: str, pairs, metric: metrics.MetricLike) -> pd.DataFrame:
+    """The table of :func:`patching_table` (and :func:`head_patching_table`): the sites ``sites_of(cfg)`` each
+    patched (:func:`patched_values`, ``fast``) and the unpatched (clean, corrupted) values, by role or position."""
+    config, split = subject.config, subject.split
     if by not in BY:
         raise ComposeLensError(f"by={by!r}: use role or position")
     metric_name, metric_fn = metrics.resolve(metric)
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
-    sites = all_sites(config.model, components)
-    patched = patched_values(model, config.model, pairs, sites, metric=metric_fn)
+    sites = sites_of(config.model)
+    patched = patched_values(model, config.model, pairs, sites, metric=metric_fn, fast=fast)
     clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
-    return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
-
-
-def _sites_table(split: Split, sites: list[Site], patched: torch.Tensor, clean: torch.Tensor,
-                 corrupted: torch.Tensor, pairs: PromptPairs, by: str, n_boot: int, seed: int,
-                 metric_name: str) -> pd.DataFrame:
-    """The table of :func:`patching_table` (and :func:`head_patching_table`) from the patched values
-    (S, N) of ``sites`` and the unpatched (clean, corrupted) values (N,), by role or position."""
     _check_separable(clean, corrupted, metric_name)
     warn_if_few_pairs_differ(clean, corrupted, metric_name)
     if by == "position":
+        C = split.task.context_len
         mean, low, high = normalised_with_ci(patched, clean, corrupted, n_boot=n_boot, seed=seed)
         table = pd.DataFrame({
             "component": [s.component for s in sites], "layer": [s.layer + 1 for s in sites],
             "block": [s.layer for s in sites], "head": [head_column(s) for s in sites],
-            "role": [_position_role(split.task, s.position) for s in sites],
+            "role": ["context" if s.position < C else QUERY_ROLES[s.position - C] for s in sites],  # context: it varies
             "position": [s.position for s in sites], "mean": mean.tolist(), "ci_low": low.tolist(),
             "ci_high": high.tolist(), "logit_diff": patched.mean(1).tolist()})
         return _common_columns(table, clean, corrupted, pairs, by, metric_name)
@@ -327,15 +313,8 @@ def head_patching_table(subject: Subject, *,
     ``subject``: a :class:`~compose_lens.training.subject.Subject` with its bridge. The other arguments and the
     columns are :func:`patching_table`'s.
     """
-    model, config, split = _bridge(subject, "per-head patching"), subject.config, subject.split
-    if by not in BY:
-        raise ComposeLensError(f"by={by!r}: use role or position")
-    metric_name, metric_fn = metrics.resolve(metric)
-    pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
-    sites = head_sites(config.model, components)
-    patched = patched_values(model, config.model, pairs, sites, metric=metric_fn, fast=False)
-    clean, corrupted = baseline_logit_diffs(model, pairs, config.model, metric=metric_fn)
-    return _sites_table(split, sites, patched, clean, corrupted, pairs, by, n_boot, seed, metric_name)
+    return _sites_table(subject, _bridge(subject, "per-head patching"), lambda cfg: head_sites(cfg, components),
+                        False, n_pairs, corruption, seed, n_boot, by, pairs, metric)
 
 
 _PATH_END = re.compile(r"blocks\.(\d+)\.(?:head(\d+)|(mlp))(?:\.(\w+))?")

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from compose_lens.analysis import patching
+from compose_lens.analysis import metrics, patching
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.registry.patching import tables
@@ -48,7 +48,7 @@ def _transformer_lens(model, pairs, component: str) -> torch.Tensor:
     _, cache = model.run_with_cache(pairs.clean)
 
     def metric(logits):
-        return tables.logit_diff(logits[:, -1].float(), pairs)
+        return metrics.logit_diff(logits[:, -1].float(), pairs.answers)
 
     values = getattr(tl_patching, TL_FUNCTIONS[component][0])(model, pairs.corrupted, cache, metric,
                                                               reduce="none").values
@@ -127,7 +127,7 @@ def test_path_patching_is_the_forward_with_the_sender_s_change_in_one_input(pape
     paths, total = tables.path_patched_values(paper.model, paper.config.model, chosen, sender, ends)
     delta = _sender_write(paper.model, chosen.clean) - _sender_write(paper.model, chosen.corrupted)
     for row, into in zip(paths, ("q", "k", "v", "mlp")):
-        hand = tables.logit_diff(_hand_forward(paper.model, chosen.corrupted, delta, into).float(), chosen)
+        hand = metrics.logit_diff(_hand_forward(paper.model, chosen.corrupted, delta, into).float(), chosen.answers)
         assert torch.allclose(row, hand, atol=1e-3), (into, row, hand)
     # the sender alone, every path: the forward of the corrupted prompt with the clean first layer's write
     _, corrupted = tables.baseline_logit_diffs(paper.model, chosen)
@@ -144,7 +144,7 @@ def _everything_from(model, pairs, clean_write):
         return act
 
     logits = model.run_with_hooks(pairs.corrupted, fwd_hooks=[("blocks.0.hook_attn_out", write)])
-    return tables.logit_diff(logits[:, -1].float(), pairs)
+    return metrics.logit_diff(logits[:, -1].float(), pairs.answers)
 
 
 def test_the_query_path_carries_the_swapped_variable(paper, pairs):

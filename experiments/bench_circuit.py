@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from compose_lens.analysis import circuit as C
+from compose_lens.registry.circuit import discovery as C
 from compose_lens.training.subject import load_model
 
 SETTINGS = (("resample", False), ("resample", True), ("mixed", False))

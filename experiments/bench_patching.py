@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from compose_lens.analysis import patching
+from compose_lens.registry.patching import tables
 from compose_lens.training.subject import load_model
 from tl_patching import transformer_lens_logit_diffs  # experiments/tl_patching.py, beside this script
 
@@ -38,11 +39,11 @@ def main() -> None:
     loaded = load_model(args.model)
     cfg = loaded.config.model
     pairs = patching.make_prompt_pairs(loaded.split, args.n_pairs, args.corruption)
-    sites = patching.all_sites(cfg)
+    sites = tables.all_sites(cfg)
     print(f"model {loaded.source}: {len(sites)} sites x {len(pairs)} prompt pairs ({args.corruption})")
 
     start = time.perf_counter()
-    batched = patching.patched_values(loaded.model, cfg, pairs, sites)
+    batched = tables.patched_values(loaded.model, cfg, pairs, sites)
     t_batched = time.perf_counter() - start
 
     start = time.perf_counter()

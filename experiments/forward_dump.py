@@ -21,12 +21,13 @@ import sys
 
 import torch
 
-from compose_lens.analysis import circuit as C
+from compose_lens.registry.circuit import discovery as C
 from compose_lens.core import capabilities
 from compose_lens.analysis import patching
 from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.model import fastpath, lastpos, patch_engine, tl
+from compose_lens.registry.patching import tables
 from compose_lens.training.subject import load_model
 
 
@@ -44,10 +45,10 @@ def dump(model_spec: str) -> dict[str, torch.Tensor]:
     out["lastpos.logits"] = lastpos.last_position_logits(params, cfg, tokens)
     resid = params["embed.weight"][tokens] + params["pos_embed.weight"][: tokens.shape[1]]
     out["lastpos.attn0"], out["lastpos.pattern0"] = lastpos.attention_with_pattern(params, cfg, 0, resid)
-    sites = patching.all_sites(cfg)
+    sites = tables.all_sites(cfg)
     for corruption in ("value", "constant"):
         pairs = patching.make_prompt_pairs(loaded.split, 40, corruption)
-        out[f"patch.{corruption}"] = patching.patched_values(loaded.model, cfg, pairs, sites)
+        out[f"patch.{corruption}"] = tables.patched_values(loaded.model, cfg, pairs, sites)
     for positions in (False, True):
         gm = C.GraphModel.from_model(loaded.model, cfg, positions)
         pairs = C.circuit_pairs(loaded.split, 30)

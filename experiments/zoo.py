@@ -502,7 +502,7 @@ def _head(component: str) -> tuple[int, int]:
 
 def known_circuit(truth: dict):
     """The circuit of a model whose three roles are known (one component each), else None."""
-    from compose_lens.analysis.circuit import CircuitRoles
+    from compose_lens.registry.circuit.discovery import CircuitRoles
 
     roles = [truth.get(f"truth_{role}", "none") for role in ("binder", "router", "adder")]
     if any(r in ("none", "?") for r in roles):
@@ -514,10 +514,10 @@ def known_circuit(truth: dict):
 def circuits(entries: tuple[Entry, ...], out: Path, n_pairs: int = 150) -> pd.DataFrame:
     """EAP, EAP-IG and ACDC on every model whose circuit is known (index's truth: binder, router and
     adder each one component, and one adder for constants and variables): the ROC-AUC of each method's edge scores against that circuit (the
-    paper's edges with each role at its component, compose_lens.analysis.circuit.located_labels), with
+    paper's edges with each role at its component, compose_lens.registry.circuit.discovery.located_labels), with
     the 95 % bootstrap interval over the edges, one row per model and method; then per class and
     method, the median AUC and its range."""
-    from compose_lens.analysis import circuit as C
+    from compose_lens.registry.circuit import discovery as C
 
     index = pd.read_csv(OUT / "index.csv").set_index("model")
     paper = load_subject("paper")

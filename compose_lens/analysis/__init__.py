@@ -11,7 +11,7 @@ mechanism (SPEC section 6)            question                                  
 3. variable-identity routing (l. 2)   does ``=`` find the values of its operands?  :mod:`.probes`
 4. the MLP adds (layer 2)             key frequencies, restricted/excluded loss    :mod:`.fourier`
 5. same MLP for constants/variables   correlational and causal comparisons         :mod:`.same_mlp`
-6. patching and ablation              which sites matter, for which pools          :mod:`.patching`, :mod:`.ablation`
+6. ablation                           which components matter, for which pools     :mod:`.ablation`
 ====================================  ===========================================  ==========================
 
 Supporting modules:
@@ -23,6 +23,7 @@ Supporting modules:
   table-based forward for the paper architecture, ``run_with_cache`` otherwise);
 * :mod:`.attention`: attention patterns of readable sequences and the cells the
   circuit predicts;
+* :mod:`.patching`: the prompt pairs and token roles of patching, circuit discovery, modularity, the variant reading;
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.figure_data`: the numbers behind the same-MLP cosine figure.
 
@@ -32,7 +33,7 @@ are the numbers several analyses share (the locator reads the probes and the Fou
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
 direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity, the
-Fourier analysis's own numbers and figures, the circuit summary: ``docs/extending.md``).
+Fourier analysis's own numbers and figures, the circuit summary, patching, circuit discovery: ``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

@@ -18,11 +18,11 @@ the clean run. Which metric is a choice with consequences (Zhang & Nanda 2024,
 * ``accuracy``: 1 where the model's top answer is the clean answer, else 0. What
   the study reports, but a step function: a site shows only once it flips the
   answer, and it has no gradient, so the gradient methods of
-  :mod:`compose_lens.analysis.circuit` (EAP, EAP-IG) refuse it.
+  :mod:`compose_lens.registry.circuit.discovery` (EAP, EAP-IG) refuse it.
 
 **Your own metric.** Anywhere a metric is taken (``metric=`` of
-:func:`compose_lens.analysis.patching.patching_table` and
-:func:`compose_lens.analysis.circuit.discover`), a callable works, as
+:func:`compose_lens.registry.patching.tables.patching_table` and
+:func:`compose_lens.registry.circuit.discovery.discover`), a callable works, as
 TransformerLens's ``patching`` takes a metric function::
 
     def margin(logits, answers):          # logits (R, p) at '=', answers (R, 2) long

@@ -15,7 +15,7 @@ forward             what it is                                                  
 ``patching``        the batched patching engine of                                2 layers, an MLP in the
                     :mod:`compose_lens.model.patch_engine` (every site of a kind  last only, no norm
                     at once, from the weights)
-``graph``           the edge graph of :mod:`compose_lens.analysis.circuit`        anything (each receiver
+``graph``           the edge graph of :mod:`compose_lens.registry.circuit.discovery`        anything (each receiver
                     (every residual term a sender, per-edge masks)                normalises its own input)
 ``transformerlens`` the TransformerLens bridge and its hooks                      anything
 ==================  ===========================================================  =========================
@@ -23,7 +23,7 @@ forward             what it is                                                  
 A normalisation layer divides by the norm of the whole residual stream, so the table forward, the
 last-position forward and the patching engine, which add precomputed terms or tables, cannot take it;
 the edge graph can, since it rebuilds each receiver's input from its terms and normalises that input
-as the model does (:meth:`compose_lens.analysis.circuit.GraphModel._normalised`). The table forward and
+as the model does (:meth:`compose_lens.registry.circuit.discovery.GraphModel._normalised`). The table forward and
 the patching engine
 further assume what the paper's layout makes true (the last layer is the only one with an MLP, so
 the answer is MLP2 + unembedding after layer-2 attention).

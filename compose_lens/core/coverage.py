@@ -11,7 +11,7 @@ command      covers
              none where no MLP adds: :func:`compose_lens.analysis.ablation.neuron_subject`)
 ``circuit``  any model (the edge graph normalises each receiver's input as the model does);
              edges scored against the located circuit, none where a role is not located
-             (:func:`compose_lens.analysis.circuit.circuit_labels`)
+             (:func:`compose_lens.registry.circuit.discovery.circuit_labels`)
 ``dla``      any model (with a final norm, its scale held at the value the model computed:
              :mod:`compose_lens.registry.dla.attribution`)
 ``same-mlp`` any model with an MLP: the tests read the located adder MLP and router head

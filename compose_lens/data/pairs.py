@@ -4,7 +4,7 @@ Activation patching and circuit discovery compare two runs of the model: a
 **clean** prompt and a **corrupted** one that differs from it in some detail and
 so has another answer. compose-lens makes such pairs itself
 (:func:`compose_lens.analysis.patching.make_prompt_pairs`,
-:func:`compose_lens.analysis.circuit.resample_pairs`), and this module reads the
+:func:`compose_lens.registry.circuit.discovery.resample_pairs`), and this module reads the
 pairs a researcher writes down, so the same engines run on them.
 
 **A file of pairs** is CSV (a header row) or JSONL (one JSON object a line), with

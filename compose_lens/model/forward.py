@@ -32,7 +32,7 @@ a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer po
 ``Site("blocks.1.attn.hook_pattern", "=", 0)`` layer 2's attention from ``=``. A position is
 ``None`` (every position: the axis is kept), ``"="`` (the answer position, the last) or an
 index (the axis is dropped); a head is ``None`` (every head: the axis is kept) or an index.
-Patching tables name their rows by such sites (:func:`compose_lens.analysis.patching.patch_site`);
+Patching tables name their rows by such sites (:func:`compose_lens.registry.patching.tables.patch_site`);
 an analysis whose position differs per sequence names it by a token role, which it resolves
 itself (DAS's :meth:`~compose_lens.registry.das.search.BindingSite.where`: the queried value).
 The same sites name interventions: :meth:`Forward.edited_logits` takes ``{Site: function}`` (or a

@@ -16,9 +16,9 @@ differ only in where their vectors come from, never in these steps:
 * the table path (:mod:`compose_lens.model.fastpath`) gathers its scores from score tables over the
   vocabulary and the positions and hands the unscaled dot products to :func:`pattern`;
 * :mod:`compose_lens.model.lastpos` projects the last layer's query at ``=`` only;
-* the patching engine (:mod:`compose_lens.analysis.patching`) swaps one row or column of the
+* the patching engine (:mod:`compose_lens.registry.patching.tables`) swaps one row or column of the
   corrupted scores per patched site before :func:`pattern`;
-* the circuit graph (:class:`compose_lens.analysis.circuit.GraphModel`) projects each head from its
+* the circuit graph (:class:`compose_lens.registry.circuit.discovery.GraphModel`) projects each head from its
   own masked input (:func:`project` with ``head=``).
 
 **Scaling.** TransformerLens divides the dot products by ``sqrt(d_head)``, and so does

@@ -1,6 +1,6 @@
 """The batched patching engine: every site of the study's architecture patched at once, from the weights.
 
-Activation patching (:mod:`compose_lens.analysis.patching`) runs the corrupted prompts with one
+Activation patching (:mod:`compose_lens.registry.patching.tables`) runs the corrupted prompts with one
 site's activation taken from the clean prompts, once per site. ``transformer_lens.patching`` runs
 one full forward of the whole batch per site (192 sites for the paper model). For the study's
 architecture (two layers, an MLP in the last one only, no normalisation; any number of heads and

@@ -385,7 +385,7 @@ def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> It
         yield model
 
 
-# -- activation patching, the TransformerLens way (the baseline of analysis.patching) ----------
+# -- activation patching, the TransformerLens way (the baseline of registry.patching) ----------
 
 PATCH_HOOKS = {
     "resid_pre": "blocks.{layer}.hook_resid_pre",
@@ -394,7 +394,7 @@ PATCH_HOOKS = {
     "attn_out": "blocks.{layer}.hook_attn_out",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
     "z": "blocks.{layer}.attn.hook_z",
-    # a head's inputs (compose_lens.analysis.patching.head_patching_table): (batch, pos, head, d_head),
+    # a head's inputs (compose_lens.registry.patching.tables.head_patching_table): (batch, pos, head, d_head),
     # the pattern (batch, head, dest, src); and an MLP's pre-activation (path patching's MLP receiver)
     "q": "blocks.{layer}.attn.hook_q",
     "k": "blocks.{layer}.attn.hook_k",

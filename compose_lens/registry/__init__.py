@@ -2,7 +2,7 @@
 
 An analysis of one model, or of a run's checkpoints (``of="run"``: ``dynamics``, ``early_jump``, ``llc``), is declared once, as an :class:`Analysis` (:mod:`.analysis` says what
 one holds) in a module of this package, one per analysis or family (``registry/attention.py``,
-``registry/patching.py``, ...), or in a folder that holds the whole analysis: numbers, figure,
+``registry/ablation.py``, ...), or in a folder that holds the whole analysis: numbers, figure,
 declaration and tests (``registry/answer_lens/``, the example of docs/extending.md). The package finds
 them: :func:`load` scans its modules and folders (a new one is found, nothing names it by hand), and :data:`ANALYSES` holds them in the order ``analyze`` runs them
 (:data:`ORDER`). A declaration holds:

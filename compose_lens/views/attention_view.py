@@ -25,7 +25,7 @@ as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank offli
 
 The views are made from :func:`compose_lens.analysis.attention.sequence_views` entries (the
 ``attention`` analysis, :mod:`compose_lens.registry.attention`, makes the page of them). Like
-:mod:`compose_lens.views.circuit_view`, this module lays out what the analyses computed and computes
+:mod:`compose_lens.registry.circuit.page`, this module lays out what the analyses computed and computes
 nothing; it sits below the registry so that a declaration can build its page.
 """
 

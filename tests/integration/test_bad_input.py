@@ -1573,7 +1573,8 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
     every pair gets none."""
     import logging
 
-    from compose_lens.analysis.patching import baseline_logit_diffs, make_prompt_pairs
+    from compose_lens.analysis.patching import make_prompt_pairs
+    from compose_lens.registry.patching.tables import baseline_logit_diffs
     from compose_lens.training.subject import load_subject
 
     subject = load_subject(world / "run")
@@ -1589,11 +1590,11 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
         if says is None:
             assert differing(seed, metric) == 20
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="compose_lens.analysis.patching"):
+        with caplog.at_level(logging.WARNING, logger="compose_lens.registry.patching.tables"):
             status = main(["patch", str(world / "run"), "--metric", metric, "--n-pairs", "20", "--seed", str(seed),
                            "--out", str(tmp_path / out), "--quiet"])
         assert status == 0, capsys.readouterr().err
-        warned = [r.getMessage() for r in caplog.records if r.name == "compose_lens.analysis.patching"]
+        warned = [r.getMessage() for r in caplog.records if r.name == "compose_lens.registry.patching.tables"]
         assert (warned == []) if says is None else (len(warned) == 1 and says in warned[0]), warned
 
 

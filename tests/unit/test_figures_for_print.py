@@ -13,9 +13,10 @@ from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
 from compose_lens.registry.fourier.figure import best_neurons_figure, fourier_neuron_figure
 from compose_lens.registry.qk.figure import qk_heatmaps_figure
-from compose_lens.views.circuit import EDGE_CMAP, circuit_figure
+from compose_lens.registry.circuit.figure import EDGE_CMAP, circuit_figure
 from compose_lens.views.drawing import OKABE_ITO, png_bytes
-from compose_lens.views.patching import ablation_figure, patching_figure
+from compose_lens.registry.patching.figure import patching_figure
+from compose_lens.views.patching import ablation_figure
 from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
 from compose_lens.views.training import PHASE_STYLE
 from compose_lens.registry.dynamics.figure import (POOL_GROUPS, _measure_unit, dynamics_figure,
@@ -182,7 +183,7 @@ def test_same_mlp_panels_name_each_measure_once_and_no_legend_covers_a_bar():
 
 
 def _edge_table(positions: bool) -> pd.DataFrame:
-    from compose_lens.analysis.circuit import build_graph
+    from compose_lens.registry.circuit.discovery import build_graph
     from compose_lens.core.config import ModelConfig
 
     graph = build_graph(ModelConfig(), positions)

@@ -16,7 +16,7 @@ from compose_lens.registry.fourier.figure import (embedding_fourier_figure, four
 from compose_lens.registry.gradient.figure import gradient_terms_figure
 from compose_lens.registry.qk.figure import positional_qk_figure, qk_heatmaps_figure, variable_identity_figure
 from compose_lens.views.drawing import layer_name, png_bytes
-from compose_lens.views.patching import patching_figure
+from compose_lens.registry.patching.figure import patching_figure
 from compose_lens.views.sweeps import modularity_figure
 from compose_lens.registry.dynamics.figure import (POOL_GROUPS, accuracy_by_variable_count_figure,
                                                    progress_measures_figure, refinement_figure, sampling_gaps)
@@ -455,7 +455,7 @@ def test_the_patching_figures_y_label_stands_clear_of_its_site_names():
     made them touch in the report), on a patching table of the paper model."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from compose_lens.analysis.patching import patching_table
+    from compose_lens.registry.patching.tables import patching_table
     from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)

@@ -118,7 +118,7 @@ def test_every_circuit_edge_names_its_ends_as_sites_of_the_model(paper):
     """The circuit graph speaks Site: each edge's sender is a hook the one forward reads (a head's write,
     an MLP's output, the stream at the start) at the edge's position, each receiver a head's q / k / v
     input (TransformerLens's hook_q_input names), an MLP's input or the logits; the text form parses back."""
-    from compose_lens.analysis.circuit import build_graph
+    from compose_lens.registry.circuit.discovery import build_graph
 
     bridge, weights, tokens = paper
     cfg = weights.config.model

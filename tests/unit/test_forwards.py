@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from compose_lens.core import capabilities
-from compose_lens.analysis import circuit
+from compose_lens.registry.circuit import discovery as circuit
 from compose_lens.core.config import RunConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import TrainingSampler

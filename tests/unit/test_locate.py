@@ -369,7 +369,7 @@ def test_ablate_reads_the_planted_adders_neurons(family, family_location, paper_
 
 
 def test_circuit_is_scored_against_the_planted_components(family, family_location):
-    from compose_lens.analysis import circuit as C
+    from compose_lens.registry.circuit import discovery as C
 
     name, spec, loaded = family
     found = C.discover(loaded, "eap", n_pairs=12, location=family_location)
@@ -405,7 +405,8 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
     """An untrained model in the study's layout with four heads: no adder, binder or router is located, so
     ablate leaves the neurons out and circuit scores against nothing, instead of blocks.1 and the paper's
     labels (the study's layout once sent both there)."""
-    from compose_lens.analysis import ablation, circuit as C
+    from compose_lens.analysis import ablation
+    from compose_lens.registry.circuit import discovery as C
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))
     model = for_analyses(Subject(tl.boot(config.model), config, tiny_split, "untrained")).model

@@ -129,7 +129,7 @@ def test_spread_plant_needs_a_larger_share_of_its_graph(paper, modular):
 
 
 def test_the_coarse_search_finds_the_size_every_size_finds(paper):
-    from compose_lens.analysis import circuit
+    from compose_lens.registry.circuit import discovery as circuit
 
     gm = circuit.GraphModel.from_model(paper.model, paper.config.model)
     pairs = circuit.resample_pairs(paper.split, 30)

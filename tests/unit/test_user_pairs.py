@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from compose_lens.analysis import circuit as C
+from compose_lens.registry.circuit import discovery as C
 from compose_lens.analysis import metrics, patching
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.pairs import as_prompt_pairs, read_pairs
 from compose_lens.data.task import parse_sequence, to_token_string
 from compose_lens.model import tl
+from compose_lens.registry.patching import tables
 from compose_lens.training.subject import Subject
 
 
@@ -102,9 +103,9 @@ def test_user_pairs_give_the_generated_pairs_numbers(tiny_model, tiny_config, ti
     frame = pd.DataFrame({"clean": [_ids(r) for r in made.clean.tolist()],
                           "corrupted": [_ids(r) for r in made.corrupted.tolist()]})
     kwargs = dict(n_boot=200, by="role")
-    generated = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=24, corruption="value", **kwargs)
+    generated = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=24, corruption="value", **kwargs)
     for given in (frame, list(zip(made.clean, made.corrupted))):
-        table = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), pairs=given, **kwargs)
+        table = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), pairs=given, **kwargs)
         assert (table["corruption"] == "user").all()
         assert table.drop(columns="corruption").equals(generated.drop(columns="corruption"))
 
@@ -113,18 +114,18 @@ def test_each_metric_is_what_it_says_on_every_engine(tiny_model, tiny_config, ti
     """prob and a function metric: the batched engine equals the hook path, and patching the whole
     last residual stream gives the clean run's value."""
     pairs = patching.make_prompt_pairs(tiny_split, 16, "constant", seed=2)
-    sites = patching.all_sites(tiny_config.model)
-    final = sites.index(patching.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
+    sites = tables.all_sites(tiny_config.model)
+    final = sites.index(tables.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
 
     def top_margin(logits, answers):  # a metric of the user's own: clean logit over the best other
         rows = torch.arange(len(logits))
         return logits[rows, answers[:, 0]] - logits.scatter(1, answers[:, :1], float("-inf")).amax(1)
 
     for metric in ("prob", top_margin):
-        fast = patching.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric)
-        hooks = patching.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric, fast=False)
+        fast = tables.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric)
+        hooks = tables.patched_values(tiny_model, tiny_config.model, pairs, sites, metric=metric, fast=False)
         assert torch.allclose(fast, hooks, atol=1e-5)
-        clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs, metric=metric)
+        clean, corrupted = tables.baseline_logit_diffs(tiny_model, pairs, metric=metric)
         assert torch.allclose(fast[final], clean, atol=1e-5) and not torch.allclose(clean, corrupted, atol=1e-4)
     logits = torch.randn(5, 7)
     answers = torch.tensor([[int(logits[i].argmax()), 0] for i in range(5)])
@@ -137,22 +138,22 @@ def test_a_metric_function_names_the_columns_and_a_mean_is_refused(tiny_model, t
         return logits.gather(1, answers[:, :1]).squeeze(1) - logits.gather(1, answers[:, 1:]).squeeze(1)
 
     kwargs = dict(n_pairs=20, corruption="value", n_boot=100, by="position")
-    default = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), **kwargs)
-    mine = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=my_logit_diff, **kwargs)
+    default = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), **kwargs)
+    mine = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=my_logit_diff, **kwargs)
     assert {"my_logit_diff", "clean_my_logit_diff", "corrupted_my_logit_diff"} <= set(mine.columns)
     assert torch.allclose(torch.tensor(mine["mean"].values), torch.tensor(default["mean"].values), atol=1e-6)
     with pytest.raises(ComposeLensError, match="one value per pair"):
-        patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=lambda lg, a: lg[:, 0].mean(), **kwargs)
+        tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric=lambda lg, a: lg[:, 0].mean(), **kwargs)
     with pytest.raises(ComposeLensError, match="use one of logit_diff, prob, accuracy"):
-        patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric="kl", **kwargs)
+        tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), metric="kl", **kwargs)
 
 
 def test_prob_and_accuracy_on_the_paper_model(paper):
     """The paper model is right on the clean prompts and wrong (for the clean answer) on the corrupted
     ones, so both metrics have their full range; the value's stream restores it all."""
-    tables = {metric: patching.patching_table(paper, n_pairs=60, n_boot=100,
-                                              corruption="value", metric=metric) for metric in ("prob", "accuracy")}
-    for metric, table in tables.items():
+    by_metric = {metric: tables.patching_table(paper, n_pairs=60, n_boot=100,
+                                               corruption="value", metric=metric) for metric in ("prob", "accuracy")}
+    for metric, table in by_metric.items():
         assert table[f"clean_{metric}"].iloc[0] > 0.95 and table[f"corrupted_{metric}"].iloc[0] < 0.05
         value_stream = table[(table.component == "resid_pre") & (table.block == 0) & (table.role == "queried value")]
         assert value_stream["mean"].iloc[0] == pytest.approx(1.0, abs=1e-6)

@@ -19,7 +19,7 @@ component: the token and position embeddings, each attention head (its ``hook_z`
 its slice of ``W_O``), each layer's output bias, each MLP (``hook_mlp_out``) and the unembedding
 bias. The terms add up to the margin exactly (:func:`check_sums`; tested), which is what makes the
 attribution *direct*: a component's term is what it writes straight into the answer, not what it
-does through later layers (for that, see :mod:`compose_lens.analysis.patching`). In the paper model
+does through later layers (for that, see :mod:`compose_lens.registry.patching`). In the paper model
 the study's story predicts that the layer-2 MLP writes most of the margin for every sequence kind,
 and the attention heads little directly (they move operands; the MLP adds).
 

@@ -3,12 +3,12 @@
 The study shows one model whose three skills sit in three components: layer 1's head binds each value
 to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider,
 deeper or many-headed model keeps them apart is an empirical question; these measures answer it for
-one trained model, from the toolkit's own graph (:mod:`compose_lens.analysis.circuit`), locator
+one trained model, from the toolkit's own graph (:mod:`compose_lens.registry.circuit.discovery`), locator
 (:mod:`compose_lens.analysis.locate`) and same-MLP tests (:mod:`compose_lens.analysis.same_mlp`), with nothing
 chosen by hand.
 
 **(a) Separation: binding and addition in distinct components** (``modularity_separation``).
-Score every edge of the position graph (:func:`compose_lens.analysis.circuit.build_graph` with
+Score every edge of the position graph (:func:`compose_lens.registry.circuit.discovery.build_graph` with
 ``positions=True``) with EAP-IG on two sets of prompt pairs, and read where each skill's effect
 *leaves* a component (the edge's sender; the embeddings are not a component):
 
@@ -44,7 +44,7 @@ reference too low: the same-MLP rules).
 
 **(c) Circuit size** (``modularity_circuit_fraction``). On the component graph (no positions), the
 fewest top-|EAP-IG| edges that recover >= 95 % of the logit difference on *every* evaluation pool at
-once (:func:`compose_lens.analysis.circuit.size_on_pools`), divided by the number of edges of the
+once (:func:`compose_lens.registry.circuit.discovery.size_on_pools`), divided by the number of edges of the
 graph, with its 95 % bootstrap interval over the pools' pairs (``modularity_circuit_fraction_low``,
 ``_high``; the edges' ranking held, :meth:`PoolRuns.size_interval`). A model whose skills sit in few
 components needs few of its edges; one that spreads the same
@@ -72,7 +72,7 @@ import torch
 from compose_lens.training import outcome
 
 from compose_lens.core import stats
-from compose_lens.analysis import circuit, locate, same_mlp
+from compose_lens.analysis import locate, same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
 from compose_lens.core.errors import ComposeLensError
@@ -80,6 +80,7 @@ from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
+from compose_lens.registry.circuit import discovery as circuit
 from compose_lens.training.evaluate import exhaustive_accuracies, headline_holds
 from compose_lens.training.subject import Subject
 
@@ -235,7 +236,7 @@ def same_adder(subject: Subject, n: int = 150, seed: int = 0) -> dict:
 
 class PoolRuns:
     """The patched runs of circuits on every evaluation pool, kept pair by pair: the worst pool's share
-    recovered by each circuit (:func:`compose_lens.analysis.circuit.faithfulness`'s shares, pair by pair),
+    recovered by each circuit (:func:`compose_lens.registry.circuit.discovery.faithfulness`'s shares, pair by pair),
     and afterwards
     the bootstrap of the size over the pools' pairs (:meth:`size_interval`)."""
 
@@ -289,7 +290,7 @@ class PoolRuns:
 def smallest_circuit(gm: circuit.GraphModel, split: Split, scores: torch.Tensor, target: float = RECOVERED,
                      pool_size: int = 200, seed: int = 0, coarse: int = 16) -> tuple[int, float]:
     """The fewest top-|score| edges whose circuit recovers ``target`` on every evaluation pool, and what the
-    whole graph recovers on its worst pool. :func:`compose_lens.analysis.circuit.size_on_pools` reads every
+    whole graph recovers on its worst pool. :func:`compose_lens.registry.circuit.discovery.size_on_pools` reads every
     size; this reads ``coarse`` + 1 evenly spaced sizes, then every size between the last coarse size below
     the target and the first at or above it (the same answer where the worst pool's curve rises with the
     size, at a fraction of the cost on a large graph)."""

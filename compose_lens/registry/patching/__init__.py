@@ -1,6 +1,8 @@
-"""The patching declarations: ``patch`` (whole components, by token role or position),
-``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one
-receiver only), with the prompt-pair options they share.
+"""The patching family, whole in this folder: ``patch`` (whole components, by token role or position),
+``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one receiver only).
+
+``tables.py`` holds the numbers (prompt pairs and token roles: :mod:`compose_lens.analysis.patching`), ``figure.py``
+the figures, ``test_*.py`` the tests; this module how the commands run, with the prompt-pair options they share.
 """
 
 from __future__ import annotations
@@ -23,19 +25,19 @@ def _read_pairs(ctx: Context, settings: dict) -> dict:
 
 
 def _patching(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.patching import patching_table
+    from compose_lens.registry.patching.tables import patching_table
 
     return Result(tables={"patching": patching_table(ctx.loaded, seed=ctx.seed, **_read_pairs(ctx, settings))})
 
 
 def _drawn(stem: str, figure: str, title) -> Callable:
-    """The ``draw`` of a patching command: ``compose_lens.views.patching.<figure>`` of its one table ``stem``,
+    """The ``draw`` of a patching command: ``figure.<figure>`` of this folder, of its one table ``stem``,
     titled ``title(table, settings)``."""
     def draw(ctx: Context, result: Result, settings: dict) -> list:
-        from compose_lens.views import patching
+        from compose_lens.registry.patching import figure as figures
 
         table = result.tables[stem]
-        return [(stem, getattr(patching, figure), (table, title(table, settings)), 120)]
+        return [(stem, getattr(figures, figure), (table, title(table, settings)), 120)]
     return draw
 
 
@@ -78,7 +80,7 @@ def _patching_memory(settings: dict, config, heads: bool = False) -> None:
     from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["n_pairs"]
-    # analysis.patching.all_sites: five components and z per head, or every head's inputs and output
+    # tables.all_sites: five components and z per head, or every head's inputs and output
     sites = m.n_layers * m.n_ctx * (m.n_heads * len(HEAD_COMPONENTS) if heads else 5 + m.n_heads)
     roles = 0 if heads else 8 * m.n_ctx * N_ROLES
     kept = 20 * sites + 16 * settings.get("n_boot", PATCHING.settings["n_boot"]) + roles + kept_activation_bytes(config)
@@ -120,13 +122,13 @@ PATCHING = Analysis(
     name="patching", title="Activation patching by token role", compute=_patching,
     settings={"n_pairs": 1000, "n_boot": 1000, "corruption": "value", "by": "role", "pairs": None,
               "metric": "logit_diff"},
-    module="compose_lens.analysis.patching", tables=("patching",), causal=True,
+    module="compose_lens.registry.patching.tables", tables=("patching",), causal=True,
     figures=("patching",), draw=_drawn("patching", "patching_figure", _patching_title), section=_patching_section,
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,
     exports=("patching_table", "TOKEN_ROLES=compose_lens.analysis.patching:ROLES",
-             "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.views.patching"))
+             "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.registry.patching.figure"))
 
 
 # -- patch-heads and path-patch: patching finer than a whole component -------------------------------
@@ -142,7 +144,7 @@ def _pairs_words(table, settings: dict) -> str:
 
 
 def _head_patching(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.patching import head_patching_table
+    from compose_lens.registry.patching.tables import head_patching_table
     from compose_lens.training.subject import with_bridge
 
     chosen = {k: v for k, v in _read_pairs(ctx, settings).items() if k != "components"}
@@ -155,7 +157,7 @@ def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=No
     """A heading (``what``, the table's pairs, the metric), then each label beside its row's (of ``rows``, default
     every row of ``table``) estimate and 95 % interval."""
     from compose_lens.core.stats import format_estimate
-    from compose_lens.views.patching import metric_words
+    from compose_lens.registry.patching.figure import metric_words
 
     width = max(map(len, labels), default=0)
     return [f"{what} ({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}"
@@ -185,7 +187,7 @@ HEAD_PATCHING = Analysis(
     name="patching_heads", title="Per-head patching of queries, keys, values and patterns", compute=_head_patching,
     settings={"components": HEAD_INPUTS, "by": "role", "corruption": "value", "n_pairs": 1000, "pairs": None,
               "metric": "logit_diff"},
-    module="compose_lens.analysis.patching", tables=("patching_heads",),
+    module="compose_lens.registry.patching.tables", tables=("patching_heads",),
     figures=("patching_heads",), causal=True, in_analyze=False,
     draw=_drawn("patching_heads", "patching_figure", lambda t, s: f"per-head patching ({_pairs_words(t, s)})"),
     command="patch-heads", help="per-head patching of queries, keys, values and attention patterns, by token role "
@@ -199,7 +201,7 @@ HEAD_PATCHING = Analysis(
 
 
 def _path_patching(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.patching import path_patching
+    from compose_lens.registry.patching.tables import path_patching
     from compose_lens.training.subject import with_bridge
 
     receivers = list(dict.fromkeys(settings["receivers"]))
@@ -219,7 +221,7 @@ def _path_patching_lines(result: Result) -> list[str]:
 def _path_names(settings: dict, config) -> None:
     """A sender or receiver that cannot be, refused before the model loads (the config is read from
     the model's files), and the memory guard."""
-    from compose_lens.analysis.patching import check_path, path_end
+    from compose_lens.registry.patching.tables import check_path, path_end
 
     sender = path_end(settings["sender"], "sender", config.model)
     for receiver in settings["receivers"]:
@@ -232,7 +234,7 @@ PATH_PATCHING = Analysis(
     compute=_path_patching,
     settings={"sender": "blocks.0.head0", "receivers": ("blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v"),
               "corruption": "value", "n_pairs": 1000, "pairs": None, "metric": "logit_diff"},
-    module="compose_lens.analysis.patching", tables=("path_patching",),
+    module="compose_lens.registry.patching.tables", tables=("path_patching",),
     figures=("path_patching",), causal=True, in_analyze=False,
     draw=_drawn("path_patching", "path_patching_figure",
                 lambda t, s: f"path patching from {s['sender']} ({_pairs_words(t, s)})"),
@@ -241,4 +243,4 @@ PATH_PATCHING = Analysis(
              Option("--receiver", "receivers", "a later head's query, key or value, blocks.L.headH.q|k|v, or an "
                     "MLP's input, blocks.L.mlp", many=True), *PAIR_OPTIONS),
     guard=_path_names, validate=_patching_settings, describe=_path_patching_lines,
-    exports=("path_patching", "path_patching_figure=compose_lens.views.patching"))
+    exports=("path_patching", "path_patching_figure=compose_lens.registry.patching.figure"))

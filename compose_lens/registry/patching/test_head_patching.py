@@ -11,9 +11,10 @@ import math
 import pytest
 import torch
 
-from compose_lens.analysis import patching
+from compose_lens.analysis import metrics, patching
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
+from compose_lens.registry.patching import tables
 from compose_lens.training.subject import load_subject
 from compose_lens.training.subject import Subject
 
@@ -47,7 +48,7 @@ def _transformer_lens(model, pairs, component: str) -> torch.Tensor:
     _, cache = model.run_with_cache(pairs.clean)
 
     def metric(logits):
-        return patching.logit_diff(logits[:, -1].float(), pairs)
+        return metrics.logit_diff(logits[:, -1].float(), pairs.answers)
 
     values = getattr(tl_patching, TL_FUNCTIONS[component][0])(model, pairs.corrupted, cache, metric,
                                                               reduce="none").values
@@ -59,25 +60,25 @@ def _transformer_lens(model, pairs, component: str) -> torch.Tensor:
 @pytest.mark.parametrize("component", list(TL_FUNCTIONS))
 def test_per_head_patching_is_transformer_lens_s(paper, pairs, component):
     chosen = pairs[TL_FUNCTIONS[component][1]]
-    sites = patching.head_sites(paper.config.model, [component])
-    ours = patching.patched_values(paper.model, paper.config.model, chosen, sites, fast=False)
+    sites = tables.head_sites(paper.config.model, [component])
+    ours = tables.patched_values(paper.model, paper.config.model, chosen, sites, fast=False)
     theirs = _transformer_lens(paper.model, chosen, component)
     assert ours.shape == theirs.shape == (2 * 16, len(chosen))
     assert torch.allclose(ours, theirs, atol=1e-5), float((ours - theirs).abs().max())
     # the comparison can fail: some site moves the answer by logits, so a patch that wrote nothing would show
-    _, corrupted = patching.baseline_logit_diffs(paper.model, chosen)
+    _, corrupted = tables.baseline_logit_diffs(paper.model, chosen)
     assert float((ours - corrupted).abs().max()) > 1.0
 
 
 def test_the_table_normalises_transformer_lens_s_numbers(paper, pairs):
     chosen = pairs["value"]
-    table = patching.head_patching_table(paper, components=["v"], pairs=chosen, by="position", n_boot=50)
+    table = tables.head_patching_table(paper, components=["v"], pairs=chosen, by="position", n_boot=50)
     theirs = _transformer_lens(paper.model, chosen, "v")
-    clean, corrupted = patching.baseline_logit_diffs(paper.model, chosen)
+    clean, corrupted = tables.baseline_logit_diffs(paper.model, chosen)
     expected = (theirs.mean(1) - corrupted.mean()) / (clean.mean() - corrupted.mean())
     assert torch.allclose(torch.tensor(table["mean"].values, dtype=torch.float32), expected, atol=1e-5)
     # by role: layer 2's value at the queried value carries the answer (the paper's reading)
-    by_role = patching.head_patching_table(paper, components=["v"], pairs=chosen, n_boot=50)
+    by_role = tables.head_patching_table(paper, components=["v"], pairs=chosen, n_boot=50)
     row = by_role[(by_role.block == 1) & (by_role.role == "queried value")].iloc[0]
     assert row["mean"] > 0.9 and row["ci_low"] <= row["mean"] <= row["ci_high"]
 
@@ -121,15 +122,15 @@ def test_path_patching_is_the_forward_with_the_sender_s_change_in_one_input(pape
     chosen = pairs[corruption]
     assert paper.config.model.n_heads == 1 and paper.config.model.mlp_blocks == (1,)
     receivers = ["blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v", "blocks.1.mlp"]
-    sender = patching.path_end("blocks.0.head0", "sender", paper.config.model)
-    ends = [patching.path_end(r, "receiver", paper.config.model) for r in receivers]
-    paths, total = patching.path_patched_values(paper.model, paper.config.model, chosen, sender, ends)
+    sender = tables.path_end("blocks.0.head0", "sender", paper.config.model)
+    ends = [tables.path_end(r, "receiver", paper.config.model) for r in receivers]
+    paths, total = tables.path_patched_values(paper.model, paper.config.model, chosen, sender, ends)
     delta = _sender_write(paper.model, chosen.clean) - _sender_write(paper.model, chosen.corrupted)
     for row, into in zip(paths, ("q", "k", "v", "mlp")):
-        hand = patching.logit_diff(_hand_forward(paper.model, chosen.corrupted, delta, into).float(), chosen)
+        hand = metrics.logit_diff(_hand_forward(paper.model, chosen.corrupted, delta, into).float(), chosen.answers)
         assert torch.allclose(row, hand, atol=1e-3), (into, row, hand)
     # the sender alone, every path: the forward of the corrupted prompt with the clean first layer's write
-    _, corrupted = patching.baseline_logit_diffs(paper.model, chosen)
+    _, corrupted = tables.baseline_logit_diffs(paper.model, chosen)
     # the comparisons can tell a patch from none: the sender moves the answer by tenths of a logit or more
     assert float((total - corrupted).abs().max()) > 0.1 and float((paths - corrupted).abs().max()) > 0.1
     clean_write = _sender_write(paper.model, chosen.clean)
@@ -143,14 +144,14 @@ def _everything_from(model, pairs, clean_write):
         return act
 
     logits = model.run_with_hooks(pairs.corrupted, fwd_hooks=[("blocks.0.hook_attn_out", write)])
-    return patching.logit_diff(logits[:, -1].float(), pairs)
+    return metrics.logit_diff(logits[:, -1].float(), pairs.answers)
 
 
 def test_the_query_path_carries_the_swapped_variable(paper, pairs):
     """Under the variable swap, the first layer's head reaches layer 2 through its query (the
     path the study's reading names), hardly through its value: the paths differ, so a path
     patching that patched the wrong input would show."""
-    table = patching.path_patching(paper, sender="blocks.0.head0",
+    table = tables.path_patching(paper, sender="blocks.0.head0",
                                    receivers=["blocks.1.head0.q", "blocks.1.head0.v"],
                                    pairs=pairs["variable"], n_boot=50)
     assert list(table["receiver"]) == ["blocks.1.head0.q", "blocks.1.head0.v", "all"]
@@ -172,19 +173,19 @@ def test_the_query_path_carries_the_swapped_variable(paper, pairs):
 ])
 def test_a_path_that_cannot_exist_is_refused_in_one_line(paper, sender, receiver, says):
     with pytest.raises(ComposeLensError) as refused:
-        patching.path_patching(paper, sender=sender, receivers=[receiver], n_pairs=2)
+        tables.path_patching(paper, sender=sender, receivers=[receiver], n_pairs=2)
     assert says in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_a_head_reaches_its_own_block_s_mlp(paper):
-    sender = patching.path_end("blocks.1.head0", "sender", paper.config.model)
-    patching.check_path(sender, patching.path_end("blocks.1.mlp", "receiver", paper.config.model))
+    sender = tables.path_end("blocks.1.head0", "sender", paper.config.model)
+    tables.check_path(sender, tables.path_end("blocks.1.mlp", "receiver", paper.config.model))
 
 
 def test_a_model_without_the_bridge_is_refused(paper):
     weights = load_subject("paper", bridge=False)
-    for call in (lambda: patching.head_patching_table(weights, n_pairs=2),
-                 lambda: patching.path_patching(weights, n_pairs=2)):
+    for call in (lambda: tables.head_patching_table(weights, n_pairs=2),
+                 lambda: tables.path_patching(weights, n_pairs=2)):
         with pytest.raises(ComposeLensError, match="bridge=True"):
             call()
 
@@ -193,12 +194,12 @@ def test_path_patching_is_the_circuit_graph_s_exact_edge_score_read_backwards(pa
     """``circuit --method exact`` corrupts one edge of the clean run (the share of the answer lost);
     path patching restores one path of the corrupted run. With the pairs' roles swapped the two are
     one number, from two implementations (the edge graph runs the weights, path patching the hooks)."""
-    from compose_lens.analysis import circuit
+    from compose_lens.registry.circuit import discovery as circuit
     from compose_lens.data.pairs import PromptPairs
 
     chosen = pairs["variable"]
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
-    table = patching.path_patching(paper, sender="blocks.0.head0", pairs=swapped, n_boot=10, receivers=[
+    table = tables.path_patching(paper, sender="blocks.0.head0", pairs=swapped, n_boot=10, receivers=[
         "blocks.1.head0.q", "blocks.1.head0.k", "blocks.1.head0.v", "blocks.1.mlp"])
     gm = circuit.GraphModel(tl.parameters(paper.model), paper.config.model)
     scores = circuit.exact_scores(gm, chosen)
@@ -231,7 +232,7 @@ def three_heads(tiny_config, tiny_split):
 def test_per_head_patching_is_transformer_lens_s_with_several_heads(three_heads, component):
     model, config, split = three_heads
     chosen = patching.make_prompt_pairs(split, 6, "variable", seed=1)
-    ours = patching.patched_values(model, config.model, chosen, patching.head_sites(config.model, [component]),
+    ours = tables.patched_values(model, config.model, chosen, tables.head_sites(config.model, [component]),
                                    fast=False)
     theirs = _transformer_lens(model, chosen, component)
     assert (theirs - theirs[:1]).abs().amax() > 0.01  # the sites differ
@@ -241,13 +242,13 @@ def test_per_head_patching_is_transformer_lens_s_with_several_heads(three_heads,
 def test_path_patching_reads_the_heads_it_names(three_heads):
     """Head 1 of blocks.0 into head 2's keys, head 0's query and the MLP of blocks.1: the circuit
     graph's exact edge scores of exactly those edges (pairs' roles swapped, as above)."""
-    from compose_lens.analysis import circuit
+    from compose_lens.registry.circuit import discovery as circuit
     from compose_lens.data.pairs import PromptPairs
 
     model, config, split = three_heads
     chosen = patching.make_prompt_pairs(split, 8, "variable", seed=1)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
-    table = patching.path_patching(Subject(model, config, split, "test"), "blocks.0.head1", pairs=swapped, n_boot=10,
+    table = tables.path_patching(Subject(model, config, split, "test"), "blocks.0.head1", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head2.k", "blocks.1.head0.q", "blocks.1.mlp"])
     gm = circuit.GraphModel(tl.parameters(model), config.model)
     scores = circuit.exact_scores(gm, chosen)
@@ -263,7 +264,7 @@ def test_path_patching_reads_the_heads_it_names(three_heads):
 def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
     """With an MLP in both blocks, blocks.0.mlp's paths into blocks.1 head 1's keys and into
     blocks.1.mlp are the circuit graph's exact edge scores m0 -> a1.h1.k and m0 -> m1."""
-    from compose_lens.analysis import circuit
+    from compose_lens.registry.circuit import discovery as circuit
     from compose_lens.data.pairs import PromptPairs
 
     config = tiny_config.replace(model=tiny_config.model.replace(n_heads=2, d_head=16, mlp_blocks=(0, 1)))
@@ -273,7 +274,7 @@ def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
             value.mul_(3.0)
     chosen = patching.make_prompt_pairs(tiny_split, 8, "value", seed=2)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
-    table = patching.path_patching(Subject(model.eval(), config, tiny_split, "test"), "blocks.0.mlp", pairs=swapped, n_boot=10,
+    table = tables.path_patching(Subject(model.eval(), config, tiny_split, "test"), "blocks.0.mlp", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head1.k", "blocks.1.mlp"])
     gm = circuit.GraphModel(tl.parameters(model), config.model)
     scores = circuit.exact_scores(gm, chosen)
@@ -282,4 +283,4 @@ def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
     assert torch.allclose(torch.tensor(table["mean"][:2].values, dtype=torch.float64), exact, atol=1e-4)
     assert exact.abs().max() > 0.01
     with pytest.raises(ComposeLensError, match="no path blocks.0.mlp -> blocks.0.head0.v"):
-        patching.path_patching(Subject(model, config, tiny_split, "test"), "blocks.0.mlp", ["blocks.0.head0.v"], n_pairs=2)
+        tables.path_patching(Subject(model, config, tiny_split, "test"), "blocks.0.mlp", ["blocks.0.head0.v"], n_pairs=2)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from compose_lens.analysis import patching
 from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.task import decode
+from compose_lens.registry.patching import tables
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "transformerlens.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "transformerlens.md"
 HEADING = "## TransformerLens's own patching on a compose-lens model"
 
 
@@ -43,8 +43,8 @@ def test_the_example_agrees_with_compose_lens_patching(example):
     clean, corrupted, answers = example["clean"], example["corrupted"], example["clean_answers"]
     corrupted_answers = torch.tensor([decode(loaded.split.task, row).label for row in corrupted.tolist()])
     pairs = PromptPairs(clean, corrupted, answers, corrupted_answers, "docs")
-    sites = patching.all_sites(loaded.config.model, ["resid_pre"])
-    ours = patching.patched_values(model, loaded.config.model, pairs, sites, metric="prob").mean(1)
+    sites = tables.all_sites(loaded.config.model, ["resid_pre"])
+    ours = tables.patched_values(model, loaded.config.model, pairs, sites, metric="prob").mean(1)
     assert torch.allclose(ours.view_as(tl_result), tl_result.float(), atol=1e-5)
     # and the table the page prints, normalised between the two unpatched runs
     table = example["table"]

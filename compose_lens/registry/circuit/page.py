@@ -1,18 +1,18 @@
 """The found circuit as an interactive page: hover for scores, a slider for the threshold, no network.
 
-The PNG of the circuit graph (:func:`compose_lens.views.circuit.circuit_figure`) shows every edge at once,
+The PNG of the circuit graph (:func:`compose_lens.registry.circuit.figure.circuit_figure`) shows every edge at once,
 coloured by its score. A reader of a circuit-discovery tool (circuit-tracer's graph viewer,
 auto-circuit's plots) also asks *how much* one edge carries and *what is left* when the weak edges
 go. This module writes the same graph as one offline HTML file (``circuit.html``, beside
 ``circuit.png``) that answers both:
 
-* **the same picture.** The boxes and edges come from :func:`compose_lens.views.circuit.circuit_layout`,
+* **the same picture.** The boxes and edges come from :func:`compose_lens.registry.circuit.figure.circuit_layout`,
   the layout the PNG is drawn from: each component in its column, each edge from its sender's right
   edge to its receiver's q / k / v port. An edge of the PNG is bent by matplotlib's ``arc3``
   connection: a quadratic Bezier curve whose control point sits ``rad`` times the chord's length
   off the chord's midpoint, at right angles to it. SVG's ``Q`` command draws that curve, so the
-  page bends each edge as the PNG does. Colours are the PNG's (:data:`compose_lens.views.circuit.EDGE_CMAP`
-  on the square-root scale of :meth:`~compose_lens.views.circuit.CircuitLayout.colour_scale`); edges of the
+  page bends each edge as the PNG does. Colours are the PNG's (:data:`compose_lens.registry.circuit.figure.EDGE_CMAP`
+  on the square-root scale of :meth:`~compose_lens.registry.circuit.figure.CircuitLayout.colour_scale`); edges of the
   found circuit are solid (dash-dotted where the score is negative), the others grey and dashed.
 * **hover** an edge: sender -> receiver (and position), its score with its 95 % interval where the
   table has one (``ci_low``, ``ci_high``), whether it is in the found circuit. Hover a component:
@@ -42,9 +42,9 @@ from matplotlib.colors import to_hex
 
 from compose_lens.core.markup import page, render
 from compose_lens.core.stats import format_estimate
-from compose_lens.views.circuit import (EDGE_CMAP, PORT_OFFSET, CircuitLayout, circuit_layout, component_name,
-                                       receiver_node)
-from compose_lens.views.patching import metric_words
+from compose_lens.registry.circuit.figure import (EDGE_CMAP, PORT_OFFSET, CircuitLayout, circuit_layout,
+                                                  component_name, receiver_node)
+from compose_lens.registry.patching.figure import metric_words
 
 LEFT_OUT = "#bbbbbb"  # the PNG's grey for an edge left out of the circuit
 SCALE = {False: (200.0, 100.0), True: (200.0, 34.0)}  # px per data unit (x, y): whole graph, by position
@@ -298,7 +298,7 @@ def _flow_words(rows: list, way: str) -> str:
 
 
 def circuit_view(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> str:
-    """The graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges as an HTML fragment:
+    """The graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges as an HTML fragment:
     the SVG, the threshold slider under the colour bar, the hover tip and the script (see the
     module doc). ``metric`` names what the scores are shares of, as the PNG's colour bar does."""
     layout = circuit_layout(table)

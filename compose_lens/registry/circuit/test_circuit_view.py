@@ -1,4 +1,4 @@
-"""The circuit graph as an interactive page (compose_lens.views.circuit_view): one offline file holding
+"""The circuit graph as an interactive page (compose_lens.registry.circuit.page): one offline file holding
 every edge with its score, its boxes where the PNG puts them, and a threshold slider that hides the
 edges below it (checked in headless Chromium, skipped where it is not installed)."""
 
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens.views.circuit import circuit_figure, circuit_layout, receiver_node
-from compose_lens.analysis.circuit import build_graph
-from compose_lens.views.circuit_view import circuit_page
+from compose_lens.registry.circuit.figure import circuit_figure, circuit_layout, receiver_node
+from compose_lens.registry.circuit.discovery import build_graph
+from compose_lens.registry.circuit.page import circuit_page
 from compose_lens.core.config import ModelConfig
 from compose_lens.core.stats import format_estimate
 
@@ -220,7 +220,7 @@ def test_the_circuit_figures_edges_pass_over_the_boxes_they_skip():
     import matplotlib.patches as patches
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    table = pd.read_csv(Path(__file__).resolve().parents[2] / "experiments" / "results" / "circuit" / "eap_ig_paper"
+    table = pd.read_csv(Path(__file__).resolve().parents[3] / "experiments" / "results" / "circuit" / "eap_ig_paper"
                         / "circuit.csv")
     fig, _ = circuit_figure(table, "eap-ig")
     FigureCanvasAgg(fig).draw()

@@ -1,5 +1,7 @@
-"""The ``circuit`` declaration: automatic circuit discovery on the edge graph (EAP, EAP-IG, ACDC,
-exact), its settings checks, lines and report section.
+"""The ``circuit`` analysis, whole in this folder: circuit discovery on the edge graph (EAP, EAP-IG, ACDC, exact).
+
+``discovery.py`` holds the numbers (modularity reads them too), ``figure.py`` the graph's PNG, ``page.py`` its
+offline page, ``test_*.py`` the tests; this module how the command, ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations
@@ -8,11 +10,11 @@ from compose_lens.core.config import CIRCUIT_METHODS, PATCH_METRICS
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.registry.analysis import Analysis, Option, Result
 
-CIRCUIT_PAIRS = ("resample", "mixed")  # analysis.circuit.PAIRS
+CIRCUIT_PAIRS = ("resample", "mixed")  # discovery.PAIRS
 
 
 def _circuit(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.circuit import discover
+    from compose_lens.registry.circuit.discovery import discover
     from compose_lens.core.files import json_safe
 
     s = settings
@@ -32,8 +34,8 @@ def _circuit(ctx: Context, settings: dict) -> Result:
 
 def _circuit_figures(ctx: Context, result: Result, settings: dict) -> list:
     """The graph as a PNG and as an interactive page (hover, slider), whose view the report's section folds in."""
-    from compose_lens.views.circuit import circuit_figure
-    from compose_lens.views.circuit_view import circuit_page
+    from compose_lens.registry.circuit.figure import circuit_figure
+    from compose_lens.registry.circuit.page import circuit_page
 
     s = result.documents["circuit"]
     shown = (result.tables["circuit"], s["title"], s["metric"])
@@ -123,7 +125,7 @@ CIRCUIT = Analysis(
     name="circuit", title="Circuit discovery (EAP-IG) against the known circuit", compute=_circuit,
     settings={"method": "eap-ig", "n_pairs": 300, "pairs": "resample", "metric": "logit_diff", "positions": False,
               "target": 0.95, "threshold": 0.01},
-    module="compose_lens.analysis.circuit", tables=("circuit", "circuit_pools"), documents=("circuit",),
+    module="compose_lens.registry.circuit.discovery", tables=("circuit", "circuit_pools"), documents=("circuit",),
     causal=True, figures=("circuit",), draw=_circuit_figures, section=_circuit_section, anchor="circuit-discovery",
     command="circuit", help="automatic circuit discovery (exact, EAP, EAP-IG, ACDC)",
     options=(Option("--method", "method", "how edges are scored", choices=CIRCUIT_METHODS),
@@ -137,4 +139,4 @@ CIRCUIT = Analysis(
              Option("--threshold", "threshold", "ACDC's pruning threshold (share)"),
              Option("--target", "target", "performance the found circuit recovers")),
     guard=circuit_memory, validate=_circuit_settings, describe=_circuit_lines,
-    exports=("discover_circuit=compose_lens.analysis.circuit:discover",))
+    exports=("discover_circuit=compose_lens.registry.circuit.discovery:discover",))

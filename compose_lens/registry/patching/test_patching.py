@@ -9,6 +9,7 @@ import torch
 from compose_lens.core import capabilities
 from compose_lens.analysis import patching
 from compose_lens.model import tl
+from compose_lens.registry.patching import tables
 from compose_lens.data.task import decode, parse_sequence
 from compose_lens.training.subject import Subject
 from experiments.tl_patching import transformer_lens_logit_diffs
@@ -32,21 +33,21 @@ def test_patching_a_site_with_its_own_activation_changes_nothing(tiny_model, tin
     pairs = patching.make_prompt_pairs(tiny_split, 12, "value")
     same = patching.PromptPairs(pairs.corrupted, pairs.corrupted, pairs.clean_labels,
                                 pairs.corrupted_labels, "self")
-    sites = patching.all_sites(tiny_config.model)
-    _, unpatched = patching.baseline_logit_diffs(tiny_model, same)
-    for values in (patching.patched_values(tiny_model, tiny_config.model, same, sites),
-                   patching.patched_values(tiny_model, tiny_config.model, same, sites, fast=False)):
+    sites = tables.all_sites(tiny_config.model)
+    _, unpatched = tables.baseline_logit_diffs(tiny_model, same)
+    for values in (tables.patched_values(tiny_model, tiny_config.model, same, sites),
+                   tables.patched_values(tiny_model, tiny_config.model, same, sites, fast=False)):
         assert torch.allclose(values, unpatched.expand_as(values), atol=1e-5)
 
 
 def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config, tiny_split):
     pairs = patching.make_prompt_pairs(tiny_split, 12, "constant")
-    sites = patching.all_sites(tiny_config.model)
-    values = patching.patched_values(tiny_model, tiny_config.model, pairs, sites)
-    clean, corrupted = patching.baseline_logit_diffs(tiny_model, pairs)
-    fast = patching.baseline_logit_diffs(tiny_model, pairs, tiny_config.model)  # the table forward
+    sites = tables.all_sites(tiny_config.model)
+    values = tables.patched_values(tiny_model, tiny_config.model, pairs, sites)
+    clean, corrupted = tables.baseline_logit_diffs(tiny_model, pairs)
+    fast = tables.baseline_logit_diffs(tiny_model, pairs, tiny_config.model)  # the table forward
     assert torch.allclose(fast[0], clean, atol=1e-5) and torch.allclose(fast[1], corrupted, atol=1e-5)
-    final = sites.index(patching.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
+    final = sites.index(tables.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
     assert torch.allclose(values[final], clean, atol=1e-5)  # the whole last residual: the clean run
     assert not torch.allclose(clean, corrupted, atol=1e-3)
     moved = (values - corrupted).abs().amax(1)
@@ -66,8 +67,8 @@ def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, chang
                 value.mul_(3.0)
     pairs = patching.make_prompt_pairs(tiny_split, 10, "variable")
     sites, reference = transformer_lens_logit_diffs(model, cfg, pairs)
-    engine = patching.patched_values(model, cfg, pairs, sites, chunk=4)
-    hooks = patching.patched_values(model, cfg, pairs, sites, fast=False)
+    engine = tables.patched_values(model, cfg, pairs, sites, chunk=4)
+    hooks = tables.patched_values(model, cfg, pairs, sites, fast=False)
     assert capabilities.supports(cfg, "patching")
     assert (reference - reference[:1]).abs().amax() > 0.1  # the sites differ
     tolerance = 1e-5 * float(reference.abs().amax())  # float32 rounding at this scale
@@ -76,9 +77,9 @@ def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, chang
 
 
 def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):
-    table = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=20, n_boot=200, by="position")
+    table = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), n_pairs=20, n_boot=200, by="position")
     assert {"component", "layer", "block", "position", "mean", "ci_low", "ci_high"} <= set(table.columns)
-    assert len(table) == len(patching.all_sites(tiny_config.model))
+    assert len(table) == len(tables.all_sites(tiny_config.model))
     assert (table["layer"] == table["block"] + 1).all()  # the paper's layer number beside blocks.N
     assert (table["ci_low"] <= table["mean"] + 1e-6).all() and (table["mean"] <= table["ci_high"] + 1e-6).all()
     last = table[(table.component == "resid_post") & (table.block == 1) & (table.role == "=")]
@@ -98,8 +99,8 @@ def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_sp
     """A query role is one fixed position, so its row equals that position's row; every role row
     averages over the prompts that have the role."""
     kwargs = dict(n_pairs=30, n_boot=50, corruption="value")
-    by_role = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="role", **kwargs)
-    by_position = patching.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="position", **kwargs)
+    by_role = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="role", **kwargs)
+    by_position = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="position", **kwargs)
     assert set(by_role["role"]) <= set(patching.ROLES) and "queried value" in set(by_role["role"])
     key = ["component", "block", "head", "role"]
     joined = by_role.merge(by_position[by_position.role.isin(patching.QUERY_ROLES)], on=key)
@@ -119,7 +120,7 @@ def test_reference_operand_positions_carry_a_changed_constant(reference_final):
     """On the study's model, a changed constant operand lives at its query position (13 or 14)
     before layer 1: patching those two positions of blocks.0.hook_resid_pre restores most of it."""
     loaded = reference_final
-    table = patching.patching_table(loaded, n_pairs=120,
+    table = tables.patching_table(loaded, n_pairs=120,
                                     corruption="constant", components=("resid_pre",), n_boot=200, by="position")
     first = table[(table.block == 0)].set_index("role")["mean"]
     assert first["left operand"] + first["right operand"] > 0.8
@@ -166,7 +167,7 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
 
 def test_a_site_that_changes_nothing_scores_exactly_zero_not_float_noise():
     """A site whose patch moves the metric by float32 rounding only reads 0 [0, 0], not -3.2e-08."""
-    from compose_lens.analysis.patching import normalised_with_ci
+    from compose_lens.registry.patching.tables import normalised_with_ci
 
     g = torch.Generator().manual_seed(0)
     clean, corrupted = torch.rand(50, generator=g) + 2, torch.rand(50, generator=g)

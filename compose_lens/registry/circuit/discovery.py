@@ -713,7 +713,7 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
 # the paper's circuit by role: (sender role, receiver role, receiver input, positions), with "embed"
 # the embeddings; B binder head, G gatherer head (the paper's B), R router head, A adder MLP. Positions
 # name :func:`_role_positions`' sets. In the paper (B = G = a0.h0, R = a1.h0, A = m1) these are the
-# eleven edges of ``_PAPER_IN`` at :func:`_paper_positions` (tests/integration/test_circuit.py checks it).
+# eleven edges of ``_PAPER_IN`` at :func:`_paper_positions` (test_circuit.py beside it checks it).
 _ROLE_EDGES = (("embed", "B", "q", "values"), ("embed", "B", "k", "variables"), ("embed", "B", "v", "variables"),
                ("embed", "G", "k", "operands"), ("embed", "G", "v", "operands"),
                ("B", "R", "k", "values"), ("embed", "R", "k", "operands"), ("embed", "R", "v", "values+operands"),

@@ -1,6 +1,6 @@
 """The found circuit as a graph: :func:`circuit_layout` places the edges of
-:func:`compose_lens.analysis.circuit.edge_table` (a column per component depth, a row per head or
-position), :func:`circuit_figure` draws the PNG, and :mod:`compose_lens.views.circuit_view` the same layout
+:func:`compose_lens.registry.circuit.discovery.edge_table` (a column per component depth, a row per head or
+position), :func:`circuit_figure` draws the PNG, and :mod:`compose_lens.registry.circuit.page` the same layout
 as an interactive page, components named in the study's words (:func:`component_name`).
 """
 
@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from compose_lens.views.drawing import REPORT_WIDTH_IN, layer_name, subplots
-from compose_lens.views.patching import metric_words
+from compose_lens.registry.patching.figure import metric_words
 
 
 def _node_depth(node: str) -> float:
@@ -68,7 +68,7 @@ class CircuitLayout:
     """Where the circuit graph puts each component and each edge, in data units: one column per
     component depth (:func:`_node_depth`), x = the column's index; y = the head's place in its
     layer (whole graph, 1.4 units apart) or minus the position's row (by position). Both
-    :func:`circuit_figure` (the PNG) and :mod:`compose_lens.views.circuit_view` (the interactive HTML
+    :func:`circuit_figure` (the PNG) and :mod:`compose_lens.registry.circuit.page` (the interactive HTML
     view) draw from it, so the two show the same graph in the same places."""
 
     edges: pd.DataFrame  # the edges drawn (position -1: whole graph)
@@ -164,7 +164,7 @@ def _drawn_aspect(fig: Figure, ax: Axes) -> float:
 
 
 def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
-    """The layout of :func:`compose_lens.analysis.circuit.edge_table`'s edges (see
+    """The layout of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges (see
     :class:`CircuitLayout`). Without positions (``position`` -1 or absent) the edges are one per
     (sender, receiver), scores summed; an interval (``ci_low``, ``ci_high``) stays where each is
     one row of the table already."""
@@ -192,7 +192,7 @@ def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
 
 
 def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[Figure, pd.DataFrame]:
-    """The found circuit as a graph of :func:`compose_lens.analysis.circuit.edge_table`'s edges.
+    """The found circuit as a graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges.
 
     Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
     attention``). Without positions (``position`` -1) each component is one box; an attention box

@@ -1,10 +1,10 @@
-"""Circuit discovery (analysis/circuit.py): the edge graph is the model, the methods agree with
+"""Circuit discovery (discovery.py): the edge graph is the model, the methods agree with
 each other and find a planted circuit, and the scores are right on the paper model."""
 
 import pytest
 import torch
 
-from compose_lens.analysis import circuit as C
+from compose_lens.registry.circuit import discovery as C
 from compose_lens.analysis.patching import PromptPairs
 from compose_lens.core.config import ModelConfig
 from compose_lens.model import tl

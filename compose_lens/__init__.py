@@ -13,7 +13,7 @@ it does not name or an import that points back up::
     model/       tl (the only module that imports TransformerLens), weights, the fast tables,
                  the one Forward every analysis computes the model through
     training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
-    analysis/    probes, Fourier, patching, ablation, same MLP, circuit: numbers only
+    analysis/    probes, Fourier, patching, circuit: numbers only
     views/       every figure (matplotlib), its styles, the attention and circuit pages
     registry/    each analysis's declaration (command, files, report section); a new analysis
                  is one folder here, numbers to tests (answer_lens/)

@@ -10,8 +10,8 @@ mechanism (SPEC section 6)            question                                  
 2. ``=`` gathers the operands (l. 1)  does ``=`` read the two operand tokens?       :mod:`.probes`
 3. variable-identity routing (l. 2)   does ``=`` find the values of its operands?  :mod:`.probes`
 4. the MLP adds (layer 2)             key frequencies, restricted/excluded loss    :mod:`.fourier`
-5. same MLP for constants/variables   correlational and causal comparisons         :mod:`.same_mlp`
-6. patching and ablation              which sites matter, for which pools          :mod:`.patching`, :mod:`.ablation`
+5. same MLP for constants/variables   correlational and causal comparisons         :mod:`~compose_lens.registry.same_mlp`
+6. patching and ablation              which sites matter, for which pools          :mod:`.patching`, :mod:`~compose_lens.registry.ablation`
 ====================================  ===========================================  ==========================
 
 Supporting modules:
@@ -34,8 +34,8 @@ in the report and exports is declared once per analysis in :mod:`compose_lens.re
 are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
-direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity:
-``docs/extending.md``).
+direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity, the same-MLP
+tests, ablation: ``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

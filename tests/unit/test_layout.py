@@ -277,9 +277,10 @@ OWN_FORWARD = {
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
     "compose_lens.registry.dla.attribution.lens_logits": "a lens, not the model: the final norm and the unembedding "
                                                          "on a partial residual stream (logit lens, answer lens)",
-    "compose_lens.analysis.same_mlp.Decomposition": "router isolation's readout: the adder's MLP on the edited "
-                                                    "input plus the direct path over the clean logits (an "
-                                                    "approximation the module describes, not the model's forward)",
+    "compose_lens.registry.same_mlp.shared.Decomposition": "router isolation's readout: the adder's MLP on the "
+                                                           "edited input plus the direct path over the clean logits "
+                                                           "(an approximation the module describes, not the model's "
+                                                           "forward)",
 }
 FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
 _DOES = {"heads": {"pattern", "attend", "scores", "write"},

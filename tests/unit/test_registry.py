@@ -12,7 +12,8 @@ import pytest
 
 import compose_lens
 from compose_lens import registry
-from compose_lens.analysis import fourier, same_mlp
+from compose_lens.analysis import fourier
+from compose_lens.registry.same_mlp import shared as same_mlp
 from compose_lens.model import tl
 from compose_lens.report import context
 from compose_lens.report.context import write_analysis

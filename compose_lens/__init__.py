@@ -14,7 +14,7 @@ it does not name or an import that points back up::
                  the one Forward every analysis computes the model through
     training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
     analysis/    probes, Fourier, patching, circuit: numbers only
-    views/       every figure (matplotlib), its styles, the attention and circuit pages
+    views/       every figure (matplotlib), its styles, the circuit page
     registry/    each analysis's declaration (command, files, report section); a new analysis
                  is one folder here, numbers to tests (answer_lens/)
     report/      the offline HTML report

@@ -24,8 +24,6 @@ Supporting modules:
 * :mod:`.summary`: :func:`~.summary.circuit_measures` (cheap floats per
   checkpoint, for training dynamics) and :func:`~.summary.circuit_summary`
   (the full picture of one model);
-* :mod:`.attention`: attention patterns of readable sequences and the cells the
-  circuit predicts;
 * :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.figure_data`: the numbers behind the study's model figures.
 
@@ -35,7 +33,7 @@ are the numbers several analyses share (the locator reads the probes and the Fou
 analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
 (``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
 direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity, the same-MLP
-tests, ablation: ``docs/extending.md``).
+tests, ablation, the attention views: ``docs/extending.md``).
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
 :mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by

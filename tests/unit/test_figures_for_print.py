@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens.views.attention import view_figure
+from compose_lens.registry.attention.figure import view_figure
 from compose_lens.registry.ablation.figure import ablation_figure
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure

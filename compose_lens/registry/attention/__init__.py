@@ -80,7 +80,7 @@ def _section(inp, result: Result, settings: dict) -> str:
 
     from compose_lens.registry.attention.interactive import view_html
 
-    focus, found = router_index(inp), {f[0]: f for f in result.figures}["attention.html"][2][0]  # the draw's views
+    focus, found = router_index(inp), views(result)
     router = inp.context.plan[0].router.component if inp.context is not None else None
     role = "the router" if router is not None else "the head the study's router would be (this model has none)"
     opened = (f"each opens on {html.escape(found[0]['head_names'][focus])}, {role}"

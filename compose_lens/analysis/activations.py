@@ -115,10 +115,8 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch 
 
 def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
                        ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
-    """Every head's pattern (B, n_layers, n_heads, n, n) and the last position's logits (B, d_vocab_out),
-    read by the one forward (:class:`compose_lens.model.forward.Forward`): the attention views
-    (:func:`compose_lens.registry.attention.sequences.sequence_views`) and :func:`compose_lens.analysis.exploratory.detect_head`
-    read them."""
+    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
+    forward (:class:`compose_lens.model.forward.Forward`), for the attention views and ``detect_head``."""
     patterns = [Site(f"blocks.{layer}.attn.hook_pattern") for layer in range(cfg.n_layers)]
     found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
     return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]

@@ -1,18 +1,13 @@
-"""The ``attention`` analysis, whole in this folder: where both layers attend on readable sequences, as
-interactive views.
-
-``sequences.py`` holds the numbers, ``figure.py`` the heatmaps (and the colour scales every attention heatmap
-shares, the QK circuits' and the early jump's too), ``interactive.py`` the offline circuitsvis views (the
-report's page inlines their bundle), ``test_attention.py`` the tests; this module says how
-``compose-lens attention``, ``analyze``, the report and the API run it.
+"""The ``attention`` analysis, whole in this folder (its tests in ``test_attention.py``): where both layers
+attend on readable sequences, as interactive views.
 
 The analysis runs the model once on the sequences (:func:`.sequences.sequence_views`: the patterns, the
 model's answer, the label and the cells the study's circuit predicts) and writes
 
 * ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
-  offline (:func:`.interactive.views_page`);
+  offline (``interactive.py``, whose bundle the report's page inlines too: :func:`.interactive.views_page`);
 * ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
-  outlined (:func:`.figure.view_figure`);
+  outlined (``figure.py``, whose colour scales the QK and early-jump heatmaps share: :func:`.figure.view_figure`);
 * ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
   from which :func:`views` rebuilds the views (the report lays them out from it, saved or new);
 * ``attention.csv``: the same patterns as one table, a row per cell (:func:`.sequences.pattern_table`).

@@ -53,9 +53,6 @@ def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tupl
     return {0: layer1, 1: layer2}
 
 
-# -- one call for a list of sequences --------------------------------------------------------------
-
-
 def head_names(model: tl.Model) -> list[str]:
     n_layers, n_heads = tl.size(model, "n_layers"), tl.size(model, "n_heads")
     return [f"layer {layer + 1} (blocks.{layer}) head {head}" if n_heads > 1 else f"layer {layer + 1} (blocks.{layer})"

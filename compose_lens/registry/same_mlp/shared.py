@@ -333,13 +333,12 @@ def cosine_groups(subject: Subject, n: int = 1000, seed: int = 0,
     The prompts come from :func:`matched_prompts`; the mean MLP2 input over all prompts is subtracted
     first (raw cosines share a large offset).
     """
-    model, config, split = subject.model, subject.config, subject.split
     site = Site(mlp_in(mlp_block(subject, seed) if block is None else block), ANSWER)
-    forward = Forward(model, config.model)
+    forward = Forward(subject.model, subject.config.model)
     groups = {}
     g = torch.Generator().manual_seed(seed)
     for side in ("left", "right"):
-        const, var, labels = matched_prompts(split, n, side, seed)
+        const, var, labels = matched_prompts(subject.split, n, side, seed)
         h = [forward.read(t, [site], len(t))[site] for t in (const, var)]
         centre = torch.cat(h).mean(0)
         a, b = h[0] - centre, h[1] - centre

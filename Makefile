@@ -34,7 +34,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 # each of these tests must pass under both.
 TEST_WORKERS ?= 2
 TRAINING_TESTS := tests/integration/test_train.py tests/integration/test_train_stops.py \
-	tests/integration/test_same_mlp.py::test_model_trained_without_variables_is_not_supported
+	compose_lens/registry/same_mlp/test_same_mlp.py::test_model_trained_without_variables_is_not_supported
 test: $(VENV)/.installed-test
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the browser tests will skip"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile

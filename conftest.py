@@ -18,13 +18,14 @@ REFERENCE_DIR = Path(__file__).resolve().parents[1] / "shared" / "reference"
 # The files that take minutes, longest first, run before every other file: make test runs each file whole in one
 # of two processes (--dist loadfile), and one of these started last would leave that process running alone for
 # minutes after the other has finished (--durations lists what each test took).
-SLOW_FILES = ("tests/unit/test_locate.py", "tests/unit/test_modularity.py", "tests/integration/test_same_mlp.py",
-              "tests/integration/test_zoo.py", "tests/integration/test_faults.py")
+SLOW_FILES = ("tests/unit/test_locate.py", "tests/unit/test_modularity.py",
+              "compose_lens/registry/same_mlp/test_same_mlp.py", "tests/integration/test_zoo.py",
+              "tests/integration/test_faults.py")
 # Files that read the same planted models run in the same process, one after the other, so that each model is built
 # once (:func:`paper`, test_locate.plant, :func:`orthogonal_plant`) and its exhaustive accuracies, minutes of
 # evaluation, computed once (Subject.once).
 TOGETHER = {"tests/unit/test_modularity.py": "tests/unit/test_locate.py",
-            "tests/integration/test_same_mlp.py": "tests/unit/test_locate.py"}
+            "compose_lens/registry/same_mlp/test_same_mlp.py": "tests/unit/test_locate.py"}
 
 
 def pytest_collection_modifyitems(items):

@@ -13,10 +13,10 @@ it does not name or an import that points back up::
     model/       tl (the only module that imports TransformerLens), weights, the fast tables,
                  the one Forward every analysis computes the model through
     training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
-    analysis/    probes, Fourier, prompt pairs, ablation, same MLP: numbers only
-    views/       every figure (matplotlib), its styles, the attention pages
-    registry/    each analysis's declaration (command, files, report section); a new analysis
-                 is one folder here, numbers to tests (answer_lens/)
+    analysis/    the measures several analyses share: probes, Fourier, the locator, prompt pairs
+    views/       what every figure needs (palette, heatmap, styles), training and sweep figures
+    registry/    every analysis, one folder each: its numbers, figures, declaration (command,
+                 files, report section) and tests; a new analysis is one folder here (answer_lens/)
     report/      the offline HTML report
     sweep/       sweeps over f, r or any setting: local, Ray or SLURM
     cli/         the compose-lens command

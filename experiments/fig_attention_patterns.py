@@ -5,9 +5,9 @@
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.analysis.attention import sequence_views
+from compose_lens.registry.attention.sequences import sequence_views
 from compose_lens.data.sampler import example_sequences
-from compose_lens.views.attention import view_figure
+from compose_lens.registry.attention.figure import view_figure
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--sequence", help="readable sequence (default: a 2-var sequence from the pools)")

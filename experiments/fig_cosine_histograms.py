@@ -5,8 +5,8 @@ variable (matched) and against other values (mismatched).
 """
 
 from compose_lens.cli.experiments import experiment_parser, model_of, save_figure
-from compose_lens.analysis.figure_data import cosine_groups
-from compose_lens.views.same_mlp import cosine_histograms_figure
+from compose_lens.registry.same_mlp.figure import cosine_histograms_figure
+from compose_lens.registry.same_mlp.comparisons import cosine_groups
 
 parser = experiment_parser(__doc__.splitlines()[0])
 parser.add_argument("--n", type=int, default=1000, help="prompt pairs per side")

@@ -118,7 +118,8 @@ def run_identity(run_dir: Path) -> dict:
 def describe_run(run_dir: Path) -> dict:
     """One row of the comparison: accuracies, phases, outcome, located roles, probes, key frequencies."""
     from compose_lens.training import runs
-    from compose_lens.analysis import locate, same_mlp
+    from compose_lens.analysis import locate
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
     from compose_lens.registry.modularity import measures as modularity
     from compose_lens.registry.gradient import terms as gradient_terms
     from compose_lens.registry.probes import summary

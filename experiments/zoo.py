@@ -68,7 +68,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import zoo_planted  # noqa: E402
 
 from compose_lens.core import stats  # noqa: E402
-from compose_lens.analysis import locate as locating, same_mlp  # noqa: E402
+from compose_lens.analysis import locate as locating  # noqa: E402
+from compose_lens.registry.same_mlp import comparisons as same_mlp  # noqa: E402
 from compose_lens.registry.modularity import measures as modularity  # noqa: E402
 from compose_lens.core.config import RunConfig  # noqa: E402
 from compose_lens.training.evaluate import composition_gap, learned  # noqa: E402

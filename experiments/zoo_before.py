@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import zoo_planted  # noqa: E402
 
 import compose_lens  # noqa: E402
-from compose_lens.analysis import locate, same_mlp  # noqa: E402
+from compose_lens.analysis import locate  # noqa: E402
+from compose_lens.registry.same_mlp import comparisons as same_mlp  # noqa: E402
 from compose_lens import load_subject  # noqa: E402
 
 

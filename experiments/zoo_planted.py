@@ -11,7 +11,7 @@ subject of the same task and split, with weights set by hand, nothing trained:
   ``blocks.1.mlp``; a locator that reads attention alone cannot tell the decoy from the role.
 * :func:`orthogonal_subspaces`: constants and variables reach the adder in orthogonal subspaces
   of a wider residual stream, the same function (the same-MLP tests' first planted negative,
-  moved here from tests/integration/test_same_mlp.py). Truth: not the same representation.
+  moved here from the same-MLP tests' test_same_mlp.py). Truth: not the same representation.
 * :func:`gated_adders`: **two adders**, one for constants and one for variables. A third block is
   added; a new layer-1 head at ``=`` counts the variable tokens among the two operands, the
   layer-1 MLP turns that count into a gate (1 where any operand is a variable), and the paper's

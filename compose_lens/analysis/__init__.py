@@ -1,17 +1,18 @@
-"""Analyses of a trained model: where each mechanism of the circuit is measured.
+"""The measures several analyses share: where each mechanism of the circuit is measured.
 
-The study's claim is a chain of four mechanisms; each has a module, and each
-measure is one function (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
+The study's claim is a chain of mechanisms; each is measured by functions of a module here, which the
+analyses (one folder each in :mod:`compose_lens.registry`) read (paper layer 1 = ``blocks.0``, layer 2 =
+``blocks.1``):
 
 ====================================  ===========================================  ==========================
-mechanism (SPEC section 6)            question                                     module
+mechanism (SPEC section 6)            question                                     measured in
 ====================================  ===========================================  ==========================
 1. previous-token head (layer 1)      is each value tagged with its variable?      :mod:`.probes`
 2. ``=`` gathers the operands (l. 1)  does ``=`` read the two operand tokens?       :mod:`.probes`
 3. variable-identity routing (l. 2)   does ``=`` find the values of its operands?  :mod:`.probes`
 4. the MLP adds (layer 2)             key frequencies, restricted/excluded loss    :mod:`.fourier`
-5. same MLP for constants/variables   correlational and causal comparisons         :mod:`.same_mlp`
-6. ablation                           which components matter, for which pools     :mod:`.ablation`
+5. same MLP for constants/variables   correlational and causal comparisons         ``registry/same_mlp/``
+6. patching and ablation              which sites matter, for which pools          ``registry/patching/``, ``registry/ablation/``
 ====================================  ===========================================  ==========================
 
 Supporting modules:
@@ -20,22 +21,17 @@ Supporting modules:
   architecture (the table above names the paper's components); the Fourier
   analyses read the located adder;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
-  table-based forward for the paper architecture, ``run_with_cache`` otherwise);
-* :mod:`.attention`: attention patterns of readable sequences and the cells the
-  circuit predicts;
+  table-based forward for the paper architecture, ``run_with_cache`` otherwise), and the attention patterns;
 * :mod:`.patching`: the prompt pairs and token roles of patching, circuit discovery, modularity, the variant reading;
-* :mod:`.thresholds`: the f and r thresholds of a sweep;
-* :mod:`.figure_data`: the numbers behind the same-MLP cosine figure.
+* :mod:`.metrics`: the patching metrics; :mod:`.thresholds`: the f and r thresholds of a sweep;
+* :mod:`.exploratory`: one prompt, or a head's detection, asked of any model.
 
-Which of these ``compose-lens analyze`` runs, with which settings, and what each writes, shows
-in the report and exports is declared once per analysis in :mod:`compose_lens.registry`. These modules
-are the numbers several analyses share (the locator reads the probes and the Fourier grids); an
-analysis whose numbers nothing else reads is kept whole, numbers to tests, in a folder of the registry
-(``registry/answer_lens/``, DAS, the LLC, the gradient terms, attention entropy, the variant reading,
-direct logit attribution, the training dynamics, the early jump, the QK circuits, modularity, the
-Fourier analysis's own numbers and figures, the circuit summary, patching, circuit discovery: ``docs/extending.md``).
+Which analysis ``compose-lens analyze`` runs, with which settings, and what each writes, shows in the
+report and exports is declared once per analysis, in its folder of :mod:`compose_lens.registry`, with
+the numbers only it reads, its figures and its tests (``docs/extending.md``). Nothing here imports the
+registry.
 
 Everything here returns numbers (tensors, DataFrames, dicts): files are written by
-:mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn by
-:mod:`compose_lens.views`.
+:mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn in the registry's folders
+and :mod:`compose_lens.views`.
 """

@@ -26,7 +26,8 @@ one head each, an MLP in the last layer only, no normalisation, zero biases) fro
 vocabulary and position tables gathered at the tokens, and so are layer 2's keys and values once
 layer 1's pattern is known), which the thousands of sequences of a Fourier grid need; for any other
 (or for heads and blocks the tables do not compute) with the model's own ``run_with_cache``. The
-test suite checks that both give the same activations.
+test suite checks that both give the same activations. :func:`attention_patterns` reads every head's
+pattern the same way.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
-    from jaxtyping import Int
+    from jaxtyping import Float, Int
 
 
 @dataclass
@@ -110,3 +111,12 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch 
     fields = dict.fromkeys(("pattern0", "resid_mid0", "pattern1_last"))
     fields.update({field: found[site] for field, site in sites.items()})
     return Activations(tokens=tokens.detach().cpu(), **fields, binder=binder, router=router)
+
+
+def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
+                       ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
+    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
+    forward (:class:`compose_lens.model.forward.Forward`), for the attention views and ``detect_head``."""
+    patterns = [Site(f"blocks.{layer}.attn.hook_pattern") for layer in range(cfg.n_layers)]
+    found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
+    return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]

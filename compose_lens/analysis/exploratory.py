@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import metrics
-from compose_lens.analysis.attention import attention_patterns
+from compose_lens.analysis.activations import attention_patterns
 from compose_lens.data.task import SequenceError, decode, parse_sequence, token_name
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.training.evaluate import answer_logits

@@ -2,8 +2,8 @@
 
 Each script in ``experiments/`` draws one figure of the study from a run
 directory or the study's checkpoint folder: it takes the numbers from
-:mod:`compose_lens.analysis.figure_data` or an analysis folder (model figures) or the dynamics table
-(training curves) and draws them with :mod:`compose_lens.views`, as the offline
+an analysis's folder of :mod:`compose_lens.registry` (model figures) or the dynamics table
+(training curves) and draws them with that folder's figures, as the offline
 report does. These helpers give the scripts the same arguments and the same way
 to find the dynamics table and the model, and save each (figure, data) pair.
 """

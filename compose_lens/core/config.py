@@ -249,7 +249,7 @@ class TaskConfig(_JsonConfig):
     2-var rows per 0-var row is therefore ``r * len(allowed_left) / n_vars`` (10 r / 12 at the
     defaults). ``seed`` (42, the study's) decides the training pairs and the kept rows.
     ``variables_in_training=False`` trains on the 0-var rows only: a model that never
-    sees a variable operand, the negative control of :mod:`compose_lens.analysis.same_mlp`.
+    sees a variable operand, the negative control of :mod:`compose_lens.registry.same_mlp.comparisons`.
 
     **Task variants** (docs/variants.md), all 0 by default, which is the study's task:
 

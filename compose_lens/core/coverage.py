@@ -8,14 +8,14 @@ command      covers
 ===========  ==============================================================================
 ``patch``    any model (every layer, head and MLP is patched through the hooks)
 ``ablate``   any model (neuron and Fourier-direction ablations of the located adder MLP,
-             none where no MLP adds: :func:`compose_lens.analysis.ablation.neuron_subject`)
+             none where no MLP adds: :func:`compose_lens.registry.ablation.ablations.neuron_subject`)
 ``circuit``  any model (the edge graph normalises each receiver's input as the model does);
              edges scored against the located circuit, none where a role is not located
              (:func:`compose_lens.registry.circuit.discovery.circuit_labels`)
 ``dla``      any model (with a final norm, its scale held at the value the model computed:
              :mod:`compose_lens.registry.dla.attribution`)
 ``same-mlp`` any model with an MLP: the tests read the located adder MLP and router head
-             (:mod:`compose_lens.analysis.same_mlp`, "Other architectures"); a model where no
+             (:mod:`compose_lens.registry.same_mlp.comparisons`, "Other architectures"); a model where no
              MLP adds or no head routes, or with normalisation (:func:`same_mlp_inconclusive`:
              its adder's input is not a sum of operand terms), gets the verdict
              ``inconclusive`` with why, decided once the model is loaded

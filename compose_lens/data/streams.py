@@ -24,11 +24,11 @@ name                     id    consumer (``index`` in brackets)
 ``PROBE_TEST_SPLIT``     21    ``analysis.probes.fit_linear_probe``: held-out sequences
 ``OPERAND_GRID``         22    ``analysis.fourier`` grids (kind; 10 + kind for contexts)
 ``PATCH_PAIRS``          40    ``analysis.patching.make_prompt_pairs`` (corruption)
-``ABLATION_REFERENCE``   50    ``analysis.ablation.reference_tokens``
-``ABLATION_RESAMPLE``    51    ``analysis.ablation`` resample ablation at ``=``
-``SAME_MLP``             60    ``analysis.same_mlp`` (0 / 1: left / right prompts,
+``ABLATION_REFERENCE``   50    ``registry.ablation.ablations.reference_tokens``
+``ABLATION_RESAMPLE``    51    ``registry.ablation.ablations`` resample ablation at ``=``
+``SAME_MLP``             60    ``registry.same_mlp.comparisons`` (0 / 1: left / right prompts,
                                2: the mismatched partners)
-``SAME_MLP_TESTS``       61    ``analysis.same_mlp`` tests that can fail (0-9: prompt sets,
+``SAME_MLP_TESTS``       61    ``registry.same_mlp.comparisons`` tests that can fail (0-9: prompt sets,
                                10: donor pairings, 11: control positions, 12: bootstrap)
 =======================  ====  ==========================================================
 

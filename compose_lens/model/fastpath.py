@@ -185,7 +185,7 @@ def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     * MLP2 and the unembedding act on one vector per sequence.
 
     Exact up to float rounding against the TransformerLens forward with the same
-    replacements made by hooks (tests/unit/test_ablation.py checks every ablation kind).
+    replacements made by hooks (registry/ablation/test_ablation.py checks every ablation kind).
     """
     unknown = set(edits) - set(EDITABLE_HOOKS)
     if unknown:

@@ -1,10 +1,10 @@
 """The analysis registry: one declaration per analysis, read by ``analyze``, the report, the CLI and the API.
 
 An analysis of one model, or of a run's checkpoints (``of="run"``: ``dynamics``, ``early_jump``, ``llc``), is declared once, as an :class:`Analysis` (:mod:`.analysis` says what
-one holds) in a module of this package, one per analysis or family (``registry/attention.py``,
-``registry/ablation.py``, ...), or in a folder that holds the whole analysis: numbers, figure,
-declaration and tests (``registry/answer_lens/``, the example of docs/extending.md). The package finds
-them: :func:`load` scans its modules and folders (a new one is found, nothing names it by hand), and :data:`ANALYSES` holds them in the order ``analyze`` runs them
+one holds) in the ``__init__.py`` of its folder here, which holds the whole analysis: numbers, figures,
+declaration and tests (one folder per analysis, or per family: ``patching/``; ``registry/answer_lens/`` is the
+example of docs/extending.md). The package finds them: :func:`load` scans its folders (a new one is found,
+nothing names it by hand), and :data:`ANALYSES` holds them in the order ``analyze`` runs them
 (:data:`ORDER`). A declaration holds:
 
 * its **name** (``analyze`` writes its files into ``OUT/<name>/``, the report reads and keeps them in
@@ -61,12 +61,12 @@ ORDER = ("probes", "qk", "attention_entropy", "fourier", "same_mlp", "dla", "abl
 
 
 def load() -> tuple[Analysis, ...]:
-    """Every declaration of this package's modules, found by scanning them (a module added here is found:
-    nothing names it by hand), in :data:`ORDER`; each is also bound here by the name its module gives it
+    """Every declaration of this package's folders, found by scanning them (a folder added here is found:
+    nothing names it by hand), in :data:`ORDER`; each is also bound here by the name its folder gives it
     (``registry.DLA``), and what it writes is recorded for the run layout (:mod:`compose_lens.core.outputs`)."""
     declared: dict[str, Analysis] = {}
-    for module in pkgutil.iter_modules(__path__):
-        for name, value in vars(importlib.import_module(f"{__name__}.{module.name}")).items():
+    for folder in (m for m in pkgutil.iter_modules(__path__) if m.ispkg):
+        for name, value in vars(importlib.import_module(f"{__name__}.{folder.name}")).items():
             if isinstance(value, Analysis) and name.isupper() and all(value is not v for v in declared.values()):
                 declared[name] = value
     globals().update(declared)

@@ -29,7 +29,7 @@ the run's checkpoints reads them through the run's :class:`~compose_lens.report.
 The page opens with a table of contents.
 
 Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.views.attention_view`), so the page has no
+circuitsvis bundle once, see :mod:`compose_lens.registry.attention.interactive`), so the page has no
 external reference at all; the figures are also saved as PNG + CSV under
 ``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
 page instead of stopping the report.

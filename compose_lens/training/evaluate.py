@@ -25,7 +25,7 @@ Each comes with its Wilson interval. :attr:`Learned.state` names the model: ``no
 operation), ``operation only`` (the stall signature), ``binds``. Gates read it:
 :func:`compose_lens.analysis.locate.locate` names no binder or router in a model that does not bind (and no
 adder in one that does not compute the operation), and the same-MLP verdict is then ``inconclusive``
-(:mod:`compose_lens.analysis.same_mlp`).
+(:mod:`compose_lens.registry.same_mlp.comparisons`).
 
 >>> from compose_lens.core.config import RunConfig, TaskConfig, ModelConfig
 >>> task = TaskConfig(modulus=7, n_vars=6, left_forbidden=("f",), right_forbidden=("a",))

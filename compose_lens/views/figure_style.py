@@ -175,7 +175,7 @@ def _lay_out(fig: Figure, layout: dict) -> None:
     A grid's own spacing (``add_gridspec(hspace=...)``, chosen for the report's width) is dropped so
     that ``tight_layout`` can place its axes; a figure whose axes it still cannot place (an axis put
     at a place by hand) keeps its own placement (matplotlib's constrained layout, tried instead,
-    squeezed :func:`compose_lens.views.same_mlp.same_mlp_figure`'s panels to slivers)."""
+    squeezed :func:`compose_lens.registry.same_mlp.figure.same_mlp_figure`'s panels to slivers)."""
     _below_title(fig)
     for grid in {ax.get_subplotspec().get_topmost_subplotspec().get_gridspec() for ax in fig.axes
                  if ax.get_subplotspec() is not None}:

@@ -1669,18 +1669,18 @@ def test_the_report_figures_read_the_mlp_where_it_sits(three_layers):
     """The best Fourier neuron and the cosine histograms read the MLP the Fourier analyses read
     (blocks.2 here), not blocks.1 (issue #45: the report skipped the Fourier section with
     "blocks.1 has no MLP", and the cosines read the zero MLP of blocks.1 without a word)."""
-    from compose_lens.analysis import figure_data, fourier, locate
+    from compose_lens.analysis import fourier, locate
     from compose_lens.registry.fourier.features import fourier_neuron
+    from compose_lens.registry.same_mlp.comparisons import cosine_groups
 
     chosen = fourier_neuron(three_layers, frequency=1)
     assert locate.mlp_block(three_layers) == 2
     grid = fourier.operand_grid(three_layers, "constant", layer=2)
     assert chosen.block == 2 and torch.equal(torch.as_tensor(chosen.pattern), grid.mlp_post[:, :, chosen.neuron])
-    located = figure_data.cosine_groups(three_layers, n=64)
-    for name, values in figure_data.cosine_groups(three_layers, n=64, block=2).items():
+    located = cosine_groups(three_layers, n=64)
+    for name, values in cosine_groups(three_layers, n=64, block=2).items():
         assert (located[name] == values).all()
-    assert not all((located[n] == v).all() for n, v in figure_data.cosine_groups(three_layers, n=64,
-                                                                                      block=1).items())
+    assert not all((located[n] == v).all() for n, v in cosine_groups(three_layers, n=64, block=1).items())
 
 
 def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
@@ -1689,7 +1689,7 @@ def test_the_same_mlp_section_says_why_no_test_ran(three_layers):
     from types import SimpleNamespace
 
     from compose_lens import registry
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
     from compose_lens.report.page import Report
 
     report = same_mlp.same_mlp_report(three_layers, n=64)

@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens.views.attention import view_figure
+from compose_lens.registry.attention.figure import view_figure
+from compose_lens.registry.ablation.figure import ablation_figure
 from compose_lens.registry.dla.figure import logit_attribution_figure
 from compose_lens.registry.early_jump.figure import early_jump_figure
 from compose_lens.registry.fourier.figure import best_neurons_figure, fourier_neuron_figure
 from compose_lens.registry.qk.figure import qk_heatmaps_figure
 from compose_lens.registry.circuit.figure import EDGE_CMAP, circuit_figure
-from compose_lens.views.drawing import OKABE_ITO, png_bytes
 from compose_lens.registry.patching.figure import patching_figure
-from compose_lens.views.patching import ablation_figure
-from compose_lens.views.same_mlp import cosine_histograms_figure, same_mlp_figure
+from compose_lens.registry.same_mlp.figure import cosine_histograms_figure, same_mlp_figure
+from compose_lens.views.drawing import OKABE_ITO, png_bytes
 from compose_lens.views.training import PHASE_STYLE
 from compose_lens.registry.dynamics.figure import (POOL_GROUPS, _measure_unit, dynamics_figure,
                                                    progress_measures_figure, refinement_figure)

@@ -210,7 +210,7 @@ def test_the_view_shows_the_chosen_head_when_chromium_draws_it(tmp_path):
     import pytest
     import torch
 
-    from compose_lens.views.attention_view import attention_view, offline_page
+    from compose_lens.registry.attention.interactive import attention_view, offline_page
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

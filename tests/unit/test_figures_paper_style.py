@@ -17,7 +17,7 @@ from PIL import Image
 from compose_lens.registry.probes.summary import MEASURE_KEYS
 from compose_lens.views.figure_style import PAPER_WIDTH_IN, STYLES, current_style, style
 from compose_lens.views.drawing import Renderer, figure_bytes, save
-from compose_lens.views.same_mlp import same_mlp_figure
+from compose_lens.registry.same_mlp.figure import same_mlp_figure
 from compose_lens.registry.dynamics.figure import dynamics_figure, progress_measures_figure
 
 from test_figures_for_print import _dynamics, _same_mlp_report, _study_section_figure

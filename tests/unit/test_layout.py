@@ -40,7 +40,6 @@ def test_the_package_is_the_folders_its_docstring_describes():
 LAZY_ALLOWED = {
     "cli": "start-up time: `compose-lens --help` must not import torch",
     "sweep": "ray and submitit (compose_lens.sweep.slurm) are optional dependencies",
-    "views.attention_view": "circuitsvis is read for its bundle file only",
     "registry": "start-up time: the command line builds its findings table and the registered analyses' "
                 "commands from these declarations before torch is imported; their functions import the analyses",
     "model.tl": "start-up time: the tokenizer imports transformers (~2 s with TransformerLens); "
@@ -189,7 +188,7 @@ def test_a_public_name_stays_itself_after_its_namesake_module_is_imported():
 
 # Modules whose public functions carry their tensors' shapes (jaxtyping, as TransformerLens's
 # patching does): a bare ``torch.Tensor`` in a public signature of these is refused. Grow the list.
-SHAPED = ("training.evaluate", "analysis.attention", "analysis.activations", "registry.dla.attribution",
+SHAPED = ("training.evaluate", "registry.attention.sequences", "analysis.activations", "registry.dla.attribution",
           "analysis.metrics", "model.heads")
 _SHAPED_TENSOR = re.compile(r"(Float|Int|Bool)\[torch\.Tensor, '[^']*'\]|dict\[str, torch\.Tensor\]")
 
@@ -278,9 +277,10 @@ OWN_FORWARD = {
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
     "compose_lens.registry.dla.attribution.lens_logits": "a lens, not the model: the final norm and the unembedding "
                                                          "on a partial residual stream (logit lens, answer lens)",
-    "compose_lens.analysis.same_mlp.Decomposition": "router isolation's readout: the adder's MLP on the edited "
-                                                    "input plus the direct path over the clean logits (an "
-                                                    "approximation the module describes, not the model's forward)",
+    "compose_lens.registry.same_mlp.comparisons.Decomposition": "router isolation's readout: the adder's MLP on the "
+                                                           "edited input plus the direct path over the clean logits "
+                                                           "(an approximation the module describes, not the model's "
+                                                           "forward)",
 }
 FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
 _DOES = {"heads": {"pattern", "attend", "scores", "write"},

@@ -11,7 +11,8 @@ import torch
 
 from compose_lens.training.subject import load_model
 from compose_lens.training import evaluate
-from compose_lens.analysis import locate, same_mlp
+from compose_lens.analysis import locate
+from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.data.sampler import make_pool
 from compose_lens.core.errors import ComposeLensError
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from compose_lens.training import runs
 from compose_lens.analysis import locate, probes
 from compose_lens.registry.probes.summary import (FOURIER_KEYS, MEASURE_KEYS, circuit_measures, circuit_summary,
                                                   fourier_block)
@@ -263,7 +261,7 @@ def family(request, paper):
 
 @pytest.fixture(scope="module")
 def paper_same_mlp(paper):
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
 
     return same_mlp.same_mlp_report(paper, n=60)
 
@@ -278,7 +276,7 @@ def test_each_family_is_located_in_its_planted_components(family, family_locatio
 
 
 def test_same_mlp_reads_the_located_adder_and_router(family, paper_same_mlp):
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
 
     name, spec, loaded = family
     report = same_mlp.same_mlp_report(loaded, n=60)
@@ -319,7 +317,7 @@ def test_fourier_and_the_summary_read_the_planted_adder(family, paper, tmp_path)
 
 
 def test_a_model_where_no_mlp_adds_gets_none_located_not_a_default_block(tiny_config, tiny_split):
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(
         n_layers=3, n_heads=2, d_head=16, mlp_blocks=(0, 1, 2)))
@@ -342,7 +340,7 @@ def family_location(family):
 @pytest.fixture(scope="module")
 def paper_parts(paper):
     """The paper model's ablation rows of MLP2's key frequencies (zero ablation, small pools)."""
-    from compose_lens.analysis import ablation
+    from compose_lens.registry.ablation import ablations as ablation
 
     table = ablation.ablation_table(paper, pool_size=30, reference_size=100,
                                     kinds=("zero",), single_neurons=False)
@@ -350,7 +348,7 @@ def paper_parts(paper):
 
 
 def test_ablate_reads_the_planted_adders_neurons(family, family_location, paper_parts):
-    from compose_lens.analysis import ablation
+    from compose_lens.registry.ablation import ablations as ablation
 
     name, spec, loaded = family
     neurons = ablation.neuron_subject(loaded, adder=family_location.adder)
@@ -405,7 +403,7 @@ def test_nothing_located_means_no_neuron_ablation_and_no_labels(tiny_config, tin
     """An untrained model in the study's layout with four heads: no adder, binder or router is located, so
     ablate leaves the neurons out and circuit scores against nothing, instead of blocks.1 and the paper's
     labels (the study's layout once sent both there)."""
-    from compose_lens.analysis import ablation
+    from compose_lens.registry.ablation import ablations as ablation
     from compose_lens.registry.circuit import discovery as C
 
     config = dataclasses.replace(tiny_config, model=tiny_config.model.replace(n_heads=4, d_head=8))

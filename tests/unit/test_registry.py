@@ -12,7 +12,8 @@ import pytest
 
 import compose_lens
 from compose_lens import registry
-from compose_lens.analysis import fourier, same_mlp
+from compose_lens.analysis import fourier
+from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.model import tl
 from compose_lens.report import context
 from compose_lens.report.context import write_analysis
@@ -113,6 +114,23 @@ WIDTH = Analysis(name="width", title="The width", compute=_compute, settings={"k
                  findings=(Finding("width_checked", "the width was read", "True"),),
                  command="width", help="the width", options=(Option("--k", "k", "rows"),))
 '''
+
+
+def test_every_analysis_is_one_folder_and_a_module_beside_them_declares_nothing(tmp_path, monkeypatch):
+    """Each declaration sits in a folder of the registry (numbers, figures and tests beside it), and the scan
+    reads folders only: a declaration in a plain module of the package is not an analysis."""
+    import pkgutil
+    from pathlib import Path
+
+    home = Path(registry.__file__).parent
+    assert [m.name for m in pkgutil.iter_modules(registry.__path__) if not m.ispkg] == ["analysis"]
+    for analysis in registry.ANALYSES:
+        folder = analysis.compute.__module__.split(".")[2]
+        assert (home / folder / "__init__.py").is_file(), analysis.name
+    (tmp_path / "loose.py").write_text("from compose_lens.registry.analysis import Analysis, Result\n"
+                                       "LOOSE = Analysis(name='loose', title='Loose', compute=lambda c, s: Result())\n")
+    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(tmp_path)])
+    assert "loose" not in [a.name for a in registry.load()]
 
 
 def test_a_new_analysis_folder_reaches_analyze_the_report_the_cli_the_run_layout_the_api_and_its_page(

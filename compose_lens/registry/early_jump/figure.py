@@ -1,5 +1,5 @@
 """The early jump's figure: layer 1's attention on one sequence and layer 2's variable identity, before and
-after the jump, on the colour scales of every attention view (:mod:`compose_lens.views.attention`)."""
+after the jump, on the colour scales of every attention view (:mod:`compose_lens.registry.attention.figure`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from compose_lens.views.attention import ATTENTION_SCALE, SCORE_LABEL
+from compose_lens.registry.attention.figure import ATTENTION_SCALE, SCORE_LABEL
 from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, matrix_frame, subplots
 
 

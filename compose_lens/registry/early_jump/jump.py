@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from compose_lens.analysis.attention import sequence_views
+from compose_lens.registry.attention.sequences import sequence_views
 from compose_lens.analysis.probes import variable_identity_matrix
 from compose_lens.core.config import RunConfig
 from compose_lens.model import tl

@@ -4,7 +4,7 @@ The study shows one model whose three skills sit in three components: layer 1's 
 to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider,
 deeper or many-headed model keeps them apart is an empirical question; these measures answer it for
 one trained model, from the toolkit's own graph (:mod:`compose_lens.registry.circuit.discovery`), locator
-(:mod:`compose_lens.analysis.locate`) and same-MLP tests (:mod:`compose_lens.analysis.same_mlp`), with nothing
+(:mod:`compose_lens.analysis.locate`) and same-MLP tests (:mod:`compose_lens.registry.same_mlp.comparisons`), with nothing
 chosen by hand.
 
 **(a) Separation: binding and addition in distinct components** (``modularity_separation``).
@@ -37,7 +37,7 @@ The adder is found twice: by the locator (key-frequency strength x ablation drop
 :func:`compose_lens.analysis.locate.locate`) and by attribution (the MLP with the largest share of
 the addition profile of (a)); ``modularity_adders_agree`` says whether they are the same MLP. The
 same-MLP tests (interchange, feature transfer, representation transfer) then run on the located adder
-and router (:func:`compose_lens.analysis.same_mlp.same_mlp_report`): ``modularity_same_adder`` is
+and router (:func:`compose_lens.registry.same_mlp.comparisons.same_mlp_report`): ``modularity_same_adder`` is
 1.0 where the verdict is ``supported`` (a variable's value reaches the adder in the form and features
 a constant does), 0.0 where ``not supported``, and ``inconclusive`` otherwise (a role not located, a
 reference too low: the same-MLP rules).
@@ -72,7 +72,8 @@ import torch
 from compose_lens.training import outcome
 
 from compose_lens.core import stats
-from compose_lens.analysis import locate, same_mlp
+from compose_lens.analysis import locate
+from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis.patching import make_prompt_pairs
 from compose_lens.core.errors import ComposeLensError

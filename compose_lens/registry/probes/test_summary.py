@@ -77,7 +77,7 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
 
     from compose_lens.core import cores
 
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons as same_mlp
 
     # the same-MLP report is its own module's to test; here a stand-in shows where it lands
     monkeypatch.setattr(same_mlp, "same_mlp_run", lambda *a, **k: ({}, {"stand_in": True}))

@@ -1,6 +1,7 @@
 """The ``qk`` figures: the binder's attention from position alone (:func:`positional_qk_figure`, the key one
 back outlined), the router's variable identity (:func:`variable_identity_figure`), both side by side
-(:func:`qk_heatmaps_figure`), on the colour scales of every attention view (:mod:`compose_lens.views.attention`).
+(:func:`qk_heatmaps_figure`), on the colour scales of every attention view
+(:mod:`compose_lens.registry.attention.figure`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from compose_lens.analysis.probes import positional_attention
-from compose_lens.views.attention import ATTENTION_SCALE, MARK_STYLE, SCORE_LABEL
+from compose_lens.registry.attention.figure import ATTENTION_SCALE, MARK_STYLE, SCORE_LABEL
 from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, matrix_frame, subplots
 
 

@@ -1,12 +1,12 @@
 """The interchange test reads each cross-type swap against the LOWER of its two same-type
-scores, its reference (:mod:`compose_lens.analysis.same_mlp`, module doc): a model that cannot yet swap
+scores, its reference (:mod:`compose_lens.registry.same_mlp.comparisons`, module doc): a model that cannot yet swap
 an operand within one type's prompts gets "inconclusive", not "not supported"."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from compose_lens.analysis import same_mlp
+from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.training.subject import load_model
 
 

@@ -1,16 +1,16 @@
-"""The ``attention`` declaration: where both layers attend on readable sequences, as interactive views.
+"""The ``attention`` analysis, whole in this folder (its tests in ``test_attention.py``): where both layers
+attend on readable sequences, as interactive views.
 
-The analysis runs the model once on the sequences (:func:`compose_lens.analysis.attention.sequence_views`:
-the patterns, the model's answer, the label and the cells the study's circuit predicts) and writes
+The analysis runs the model once on the sequences (:func:`.sequences.sequence_views`: the patterns, the
+model's answer, the label and the cells the study's circuit predicts) and writes
 
 * ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
-  offline (:func:`compose_lens.views.attention_view.views_page`);
+  offline (``interactive.py``, whose bundle the report's page inlines too: :func:`.interactive.views_page`);
 * ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
-  outlined (:func:`compose_lens.views.attention.view_figure`);
+  outlined (``figure.py``, whose colour scales the QK and early-jump heatmaps share: :func:`.figure.view_figure`);
 * ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
   from which :func:`views` rebuilds the views (the report lays them out from it, saved or new);
-* ``attention.csv``: the same patterns as one table, a row per cell
-  (:func:`compose_lens.analysis.attention.pattern_table`).
+* ``attention.csv``: the same patterns as one table, a row per cell (:func:`.sequences.pattern_table`).
 
 Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
 means one example from each of four pools (:func:`compose_lens.data.sampler.example_pools`: held-out
@@ -31,7 +31,7 @@ MAX_SEQUENCES = 100  # views on one page (each inlines its patterns)
 def _attention(ctx: Context, settings: dict) -> Result:
     import torch
 
-    from compose_lens.analysis.attention import pattern_table, sequence_views
+    from compose_lens.registry.attention.sequences import pattern_table, sequence_views
     from compose_lens.data.sampler import example_sequences
 
     texts = list(settings["sequences"]) or example_sequences(ctx.split, ctx.seed)
@@ -44,8 +44,8 @@ def _attention(ctx: Context, settings: dict) -> Result:
 
 def _figures(ctx: Context, result: Result, settings: dict) -> list:
     """Each view's heatmap, then the page of every view."""
-    from compose_lens.views.attention import view_figure
-    from compose_lens.views.attention_view import views_page
+    from compose_lens.registry.attention.figure import view_figure
+    from compose_lens.registry.attention.interactive import views_page
 
     found = views(result)
     return [*((f"attention_{i}", view_figure, (view,), 110) for i, view in enumerate(found)),
@@ -54,7 +54,7 @@ def _figures(ctx: Context, result: Result, settings: dict) -> list:
 
 def views(result: Result) -> list[dict]:
     """The views of a result, computed now or read back from ``attention.json``: each entry as
-    :func:`~compose_lens.analysis.attention.sequence_views` gives it (patterns a tensor, marks per layer)."""
+    :func:`.sequences.sequence_views` gives it (patterns a tensor, marks per layer)."""
     import torch
 
     return [{**view, "patterns": torch.tensor(view["patterns"]),
@@ -73,9 +73,9 @@ def router_index(inp) -> int:
 def _section(inp, result: Result, settings: dict) -> str:
     import html
 
-    from compose_lens.views.attention_view import view_html
+    from compose_lens.registry.attention.interactive import view_html
 
-    focus, found = router_index(inp), {f[0]: f for f in result.figures}["attention.html"][2][0]  # the draw's views
+    focus, found = router_index(inp), views(result)
     router = inp.context.plan[0].router.component if inp.context is not None else None
     role = "the router" if router is not None else "the head the study's router would be (this model has none)"
     opened = (f"each opens on {html.escape(found[0]['head_names'][focus])}, {role}"
@@ -125,7 +125,7 @@ def _lines(result: Result) -> list[str]:
 ATTENTION = Analysis(
     name="attention", title="Attention on example sequences", compute=_attention,
     settings={"sequences": ()},
-    figures=(r"attention_\d+", "attention"), module="compose_lens.analysis.attention", tables=("attention",),
+    figures=(r"attention_\d+", "attention"), module="compose_lens.registry.attention.sequences", tables=("attention",),
     documents=("attention",), command="attention", draw=_figures, section=_section,
     report_settings=lambda inp: {"sequences": inp.examples},  # none: the split's examples, as analyze makes them
     help="attention views of readable sequences (offline HTML + a heatmap each)",
@@ -133,5 +133,5 @@ ATTENTION = Analysis(
                     "from each of four pools: held-out constants, 1-var training, held-out 2-var, 2-var in forbidden "
                     "slots; where the split has none of one, its training pool)", many=True, positional=True),),
     validate=_check_count, guard=_check_parse, describe=_lines,
-    exports=("sequence_views", "attention_figure=compose_lens.views.attention:view_figure",
-             "interactive_attention=compose_lens.views.attention_view:notebook_view"))
+    exports=("sequence_views", "attention_figure=compose_lens.registry.attention.figure:view_figure",
+             "interactive_attention=compose_lens.registry.attention.interactive:notebook_view"))

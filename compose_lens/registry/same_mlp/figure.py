@@ -1,4 +1,4 @@
-"""Figures of one MLP for constants and variables: the three tests of :mod:`compose_lens.analysis.same_mlp`
+"""Figures of one MLP for constants and variables: the three tests of :mod:`compose_lens.registry.same_mlp.comparisons`
 that can fail, with their controls and the "not shared" prediction (:func:`same_mlp_figure`), and the
 correlational view, the MLP2 input's cosines between constant and variable operands
 (:func:`cosine_histograms_figure`).
@@ -65,7 +65,7 @@ SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-t
 
 
 def same_mlp_figure(report: dict) -> tuple[Figure, pd.DataFrame]:
-    """The same-MLP tests of :mod:`compose_lens.analysis.same_mlp`, one panel per measure: operand
+    """The same-MLP tests of :mod:`compose_lens.registry.same_mlp.comparisons`, one panel per measure: operand
     interchange accuracy per condition and side (left, the full height), the constant vs variable
     damage profiles (one point per ablated unit), the probe's decoding accuracy and the share of the
     variables' variance in the constants' subspace (the probe table's two metrics, each on its own

@@ -23,10 +23,9 @@ would (the report opens each view on the router, the head the study's routing cl
 **In a notebook**, :func:`notebook_view` wraps one view with the bundle in an object Jupyter shows
 as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank offline, this is not.
 
-The views are made from :func:`compose_lens.analysis.attention.sequence_views` entries (the
+The views are made from :func:`compose_lens.registry.attention.sequences.sequence_views` entries (the
 ``attention`` analysis, :mod:`compose_lens.registry.attention`, makes the page of them). Like
-:mod:`compose_lens.registry.circuit.page`, this module lays out what the analyses computed and computes
-nothing; it sits below the registry so that a declaration can build its page.
+:mod:`compose_lens.registry.circuit.page`, this module lays out what the analyses computed and computes nothing.
 """
 
 from __future__ import annotations
@@ -108,7 +107,7 @@ def offline_page(title: str, body: str, style: str = "") -> str:
 
 def view_html(view: dict, focus: int = 0) -> str:
     """A heading and the interactive view for one entry of
-    :func:`~compose_lens.analysis.attention.sequence_views`, opened on head ``focus`` (an index into
+    :func:`compose_lens.registry.attention.sequences.sequence_views`, opened on head ``focus`` (an index into
     ``view["head_names"]``: the report opens on the router's)."""
     p = view["patterns"]
     flat = p.reshape(-1, p.shape[-2], p.shape[-1])
@@ -143,5 +142,5 @@ class OfflineHTML:
 
 
 def notebook_view(view: dict) -> OfflineHTML:
-    """One entry of :func:`compose_lens.analysis.attention.sequence_views`, ready to display offline."""
+    """One entry of :func:`compose_lens.registry.attention.sequences.sequence_views`, ready to display offline."""
     return OfflineHTML(view_html(view))

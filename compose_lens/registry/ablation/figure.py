@@ -1,5 +1,5 @@
-"""The ablation figure: the accuracy each pool loses to an ablation (:func:`ablation_figure`).
-"""
+"""The ``ablation`` figure: the accuracy each pool loses to each ablation (:func:`ablation_figure`), a drop
+counted only beyond its own noise."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, sub
 
 def ablation_figure(table: pd.DataFrame, n: int) -> tuple[Figure, pd.DataFrame]:
     """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.analysis.ablation.ablation_table` (single neurons left out), each pool ``n``
+    :func:`compose_lens.registry.ablation.ablations.ablation_table` (single neurons left out), each pool ``n``
     sequences; returns the rows drawn.
 
     A drop counts only beyond its own noise: its 95 % interval (:func:`compose_lens.core.stats.difference_bounds`,

@@ -1,11 +1,11 @@
 """Figures of attention: :func:`attention_figure` / :func:`view_figure` both layers' patterns on one
 sequence, the cells the circuit predicts outlined, and the colour scales every attention heatmap shares
 (the QK circuits' figures, :mod:`compose_lens.registry.qk.figure`, and the early jump's,
-:mod:`compose_lens.registry.early_jump.figure`, draw on them). A heatmap's colour bar is
+:mod:`compose_lens.registry.early_jump.figure`, read them here). A heatmap's colour bar is
 in one of two units: attention weight after the softmax, on a square-root scale
 (:data:`ATTENTION_SCALE`) so that weights of 0.2, which the circuit's cells often have, are not
 washed out; or attention score before it (:data:`SCORE_LABEL`). The patterns come from
-:func:`compose_lens.analysis.attention.sequence_views`.
+:func:`compose_lens.registry.attention.sequences.sequence_views`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping
 
 
 def view_figure(view: Mapping) -> tuple[Figure, pd.DataFrame]:
-    """:func:`attention_figure` of one :func:`compose_lens.analysis.attention.sequence_views` entry (head 0)."""
+    """:func:`attention_figure` of one :func:`compose_lens.registry.attention.sequences.sequence_views` entry
+    (head 0)."""
     verdict = "correct" if view["correct"] else "wrong"
     return attention_figure(view["patterns"][:, 0].numpy(), view["words"], view["marks"],
                             title=f"{view['text']}  ->  {view['answer']} ({verdict}, label {view['label']})")

@@ -1,5 +1,9 @@
-"""The ``ablation`` declaration: the accuracy each pool loses when a head, an MLP, its neurons or
-its Fourier directions are ablated.
+"""The ``ablation`` analysis, whole in this folder: the accuracy each pool loses when a head, an MLP, its
+neurons or its Fourier directions are ablated.
+
+``ablations.py`` holds the numbers (the same-MLP tests ablate the adder's neurons and Fourier directions with
+them too), ``figure.py`` the figure, ``test_ablation.py`` the tests; this module says how ``compose-lens ablate``,
+``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _ablation(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis.ablation import ablation_table
+    from compose_lens.registry.ablation.ablations import ablation_table
 
     table = ablation_table(ctx.loaded, seed=ctx.seed, **settings)
     subject = table.attrs.get("neuron_subject")
@@ -16,7 +20,7 @@ def _ablation(ctx: Context, settings: dict) -> Result:
 
 
 def _ablation_figures(ctx: Context, result: Result, settings: dict) -> list:
-    from compose_lens.views.patching import ablation_figure
+    from compose_lens.registry.ablation.figure import ablation_figure
 
     return [("ablation", ablation_figure, (result.tables["ablation"], settings["pool_size"]), 120)]
 
@@ -47,7 +51,7 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
     import pandas as pd
 
     from compose_lens.data.sampler import POOL_NAMES
-    from compose_lens.views.patching import ablation_figure
+    from compose_lens.registry.ablation.figure import ablation_figure
 
     table = result.tables["ablation"].copy()
     table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
@@ -64,8 +68,9 @@ def _ablation_section(inp, result: Result, settings: dict) -> str:
 
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,
-                    settings={"pool_size": 500}, module="compose_lens.analysis.ablation", tables=("ablation",),
-                    causal=True, figures=("ablation",), draw=_ablation_figures, section=_ablation_section,
+                    settings={"pool_size": 500}, module="compose_lens.registry.ablation.ablations",
+                    tables=("ablation",), causal=True, figures=("ablation",), draw=_ablation_figures,
+                    section=_ablation_section,
                     command="ablate", help="zero/mean/resample ablation, accuracy on the nine pools",
                     options=(Option("--pool-size", "pool_size", "sequences per pool"),), guard=_ablation_memory,
                     describe=_ablation_lines, exports=("ablation_table",))

@@ -10,8 +10,9 @@ import torch
 
 import pandas as pd
 
-from compose_lens.analysis.attention import attention_patterns, marked_cells, sequence_views
-from compose_lens.views.attention_view import circuitsvis_bundle, offline_page
+from compose_lens.analysis.activations import attention_patterns
+from compose_lens.registry.attention.interactive import circuitsvis_bundle, offline_page
+from compose_lens.registry.attention.sequences import marked_cells, sequence_views
 from compose_lens.cli import main
 from compose_lens.report.context import run_analysis
 from compose_lens.model import tl
@@ -147,8 +148,8 @@ def test_the_views_read_back_from_attention_json_are_the_views_computed(tiny_con
     so the page and the heatmap are the same."""
     from compose_lens import registry
     from compose_lens.report import context
-    from compose_lens.views.attention import view_figure
-    from compose_lens.views.attention_view import view_html
+    from compose_lens.registry.attention.figure import view_figure
+    from compose_lens.registry.attention.interactive import view_html
     from compose_lens.registry.attention import views
 
     texts = ["b=3, e=5, b+2=?", "PAD b 3 PAD e 5 PAD d 5 PAD PAD PAD + b d ="]
@@ -181,8 +182,8 @@ def test_sequences_after_the_options_are_read_as_before_and_a_stray_flag_is_stil
 def test_every_view_carries_its_colour_scale():
     """circuitsvis draws no colour scale; each view of the report and the attention page has one below it,
     0 to 1, styled by the page's own stylesheet."""
-    from compose_lens.analysis.attention import sequence_views
-    from compose_lens.views.attention_view import VIEW_STYLE, view_html
+    from compose_lens.registry.attention.sequences import sequence_views
+    from compose_lens.registry.attention.interactive import VIEW_STYLE, view_html
     from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)

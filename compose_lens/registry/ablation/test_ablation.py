@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compose_lens.analysis import ablation
+from compose_lens.registry.ablation import ablations as ablation
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.data.sampler import POOL_NAMES, make_pool

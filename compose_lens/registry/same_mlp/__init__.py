@@ -1,5 +1,9 @@
-"""The ``same_mlp`` declaration: does one MLP add constants and variables? Its command, memory
-guard, verdict lines and report section.
+"""The ``same_mlp`` analysis, whole in this folder: does one MLP add constants and variables?
+
+``comparisons.py`` holds the numbers (three tests that can fail, their verdict, and the correlational cosines;
+modularity reads its report), ``figure.py`` the figures, ``test_same_mlp.py`` and ``test_same_mlp_ceilings.py``
+the tests; this module says how ``compose-lens same-mlp``, ``analyze``, the report and the API run it: its
+command, memory guard, verdict lines and report section.
 """
 
 from __future__ import annotations
@@ -8,10 +12,10 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _same_mlp(ctx: Context, settings: dict) -> Result:
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons
     from compose_lens.core.files import json_safe
 
-    tables, report = same_mlp.same_mlp_run(ctx.loaded, ctx.seed, n=settings["n"])
+    tables, report = comparisons.same_mlp_run(ctx.loaded, ctx.seed, n=settings["n"])
     if ctx.split.prompts is not None:  # said, not silent: the tests' prompt sets are not the file's
         report["prompt_sets"] = (f"rendered from the declared distribution, not from {ctx.split.prompts.source}: "
                                  f"the tests need a constant and a variable prompt of each pair, made to order")
@@ -26,17 +30,17 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
 def _same_mlp_figures(ctx: Context, result: Result, settings: dict) -> list:
     """The tests' figure, where a test ran: with no role located, or (issue 53's gate) a model that does not
     answer variable prompts, only the competence table is there (issue #45: KeyError 'interchange')."""
-    from compose_lens.views.same_mlp import same_mlp_figure
+    from compose_lens.registry.same_mlp.figure import same_mlp_figure
 
     ran = "same_mlp_interchange" in result.tables
     return [("same_mlp", same_mlp_figure, (result.documents["same_mlp"],), 110)] if ran else []
 
 
 def _same_mlp_lines(result: Result) -> list[str]:
-    from compose_lens.analysis import same_mlp
+    from compose_lens.registry.same_mlp import comparisons
 
     report = result.documents["same_mlp"]
-    table = same_mlp.verdict_table(report).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    table = comparisons.verdict_table(report).to_string(index=False, float_format=lambda v: f"{v:.3f}")
     because = [] if report["verdict"] == "supported" else [f"  because: {report['verdict_reason']}"]
     sets = [f"  prompt sets: {report['prompt_sets']}"] if report.get("prompt_sets") else []
     return [f"tests read: {report['components']['how']}", table,
@@ -47,7 +51,7 @@ def _same_mlp_lines(result: Result) -> list[str]:
 def _same_mlp_guard(settings: dict, config) -> None:
     """The layout the tests read (one line, before minutes of work), then six prompt sets of ``n``, and as
     many again for the damage profiles and the probes."""
-    from compose_lens.analysis.same_mlp import check_layout
+    from compose_lens.registry.same_mlp.comparisons import check_layout
     from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     check_layout(config)
@@ -59,14 +63,14 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
     transfer) with their controls and verdict, then the correlational cosines."""
     import html
 
-    from compose_lens.analysis import figure_data, same_mlp
+    from compose_lens.registry.same_mlp import comparisons
     from compose_lens.core.markup import html_table
-    from compose_lens.views.same_mlp import cosine_histograms_figure
+    from compose_lens.registry.same_mlp.figure import cosine_histograms_figure
 
     report = result.documents["same_mlp"]
-    table = same_mlp.verdict_table(report)
+    table = comparisons.verdict_table(report)
     columns = [c for c in ("test", "status", "effect", "ci_low", "ci_high", "condition", "reference") if c in table]
-    groups = figure_data.cosine_groups(inp.subject)
+    groups = comparisons.cosine_groups(inp.subject)
     return (f"<p><b>Verdict:</b> {html.escape(str(report['verdict']))} (supported only if every test "
             f"passes; each test's rule and thresholds are in <code>compose-lens same-mlp</code>'s "
             f"same_mlp.json; {settings['n']} prompts per set)</p>"
@@ -87,7 +91,7 @@ def _same_mlp_section(inp, result: Result, settings: dict) -> str:
 
 SAME_MLP = Analysis(
     name="same_mlp", title="Same MLP for constants and variables", compute=_same_mlp, settings={"n": 400},
-    module="compose_lens.analysis.same_mlp", documents=("same_mlp",),
+    module="compose_lens.registry.same_mlp.comparisons", documents=("same_mlp",),
     tables=tuple(f"same_mlp_{name}" for name in ("interchange", "damage_profiles", "feature_transfer", "probe",
                                                  "competence")),
     figures=("same_mlp", "cosine_histograms"), draw=_same_mlp_figures, section=_same_mlp_section, anchor="same-mlp",

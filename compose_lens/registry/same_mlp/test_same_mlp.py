@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from compose_lens.analysis import same_mlp
+from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.core.config import RunConfig, TaskConfig, TrainConfig, ModelConfig
 from compose_lens.data.split import Split, training_rows
 from compose_lens.model import tl

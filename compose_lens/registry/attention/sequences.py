@@ -1,12 +1,13 @@
 """Attention patterns: what both heads look at on sequences you type, and where the circuit says.
 
 :func:`sequence_views` parses each readable sequence
-(:func:`compose_lens.data.task.parse_sequence`), runs the model once with
-``run_with_cache`` and reads ``blocks.{0,1}.attn.hook_pattern``; it returns, per
+(:func:`compose_lens.data.task.parse_sequence`), runs the model once
+(:func:`compose_lens.analysis.activations.attention_patterns`: every
+``blocks.{layer}.attn.hook_pattern``); it returns, per
 sequence, the patterns, the model's answer, the label and the cells the study's
 circuit predicts (:func:`marked_cells`); :func:`pattern_table` lays every view's
-patterns out as one table. :mod:`compose_lens.views.attention_view` turns a view into an
-offline circuitsvis widget, :mod:`compose_lens.views` into a heatmap; the
+patterns out as one table. :mod:`.interactive` turns a view into an
+offline circuitsvis widget, :mod:`.figure` into a heatmap; the
 ``attention`` analysis (:mod:`compose_lens.registry.attention`) writes both.
 
 What to look for (SPEC section 6, items 1-3): in layer 1 each context value
@@ -17,32 +18,15 @@ itself for a constant and the assigned number for a variable.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import pandas as pd
 import torch
 
-from compose_lens.model import tl
-from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig
+from compose_lens.analysis.activations import attention_patterns
+from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.task import decode, parse_sequence, to_text, token_name
-from compose_lens.model.forward import ANSWER, Forward, Site
-
-if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
-    from jaxtyping import Float, Int
-
-HOOK = "blocks.{layer}.attn.hook_pattern"
-
-
-# -- the patterns --------------------------------------------------------------------------------
-
-
-def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
-                       ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
-    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
-    forward (:class:`compose_lens.model.forward.Forward`)."""
-    patterns = [Site(HOOK.format(layer=layer)) for layer in range(cfg.n_layers)]
-    found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
-    return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]
+from compose_lens.model import tl
 
 
 def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tuple[int, int, str]]]:
@@ -67,9 +51,6 @@ def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tupl
         else:
             layer2.append((last, position, "value"))
     return {0: layer1, 1: layer2}
-
-
-# -- one call for a list of sequences --------------------------------------------------------------
 
 
 def head_names(model: tl.Model) -> list[str]:

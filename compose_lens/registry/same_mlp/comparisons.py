@@ -141,12 +141,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
 from compose_lens.training.evaluate import LEARNED, composition_gap
-from compose_lens.analysis.ablation import (
+from compose_lens.registry.ablation.ablations import (
     LastPositionMLP, fourier_ablation_logits, frequency_groups, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import draw_variables, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
@@ -308,7 +309,7 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
 def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(constant tokens, variable tokens, labels) for the same n training pairs (x, y), contexts
     drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``). Kept for the
-    cosine-histogram figure of :mod:`compose_lens.views`; the tests above do not use it."""
+    cosine-histogram figure (:func:`cosine_groups`); the tests above do not use it."""
     task = split.task
     g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
@@ -320,6 +321,31 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
                             var if side == "right" else none], 1)
     const = render(split, const_rows, g)
     return const.tokens, render(split, var_rows, g).tokens, const.labels
+
+
+def cosine_groups(subject: Subject, n: int = 1000, seed: int = 0,
+                  block: int | None = None) -> dict[str, np.ndarray]:
+    """Centred cosines of the MLP2 input at ``=`` (the input of ``block``'s MLP, default
+    :func:`compose_lens.analysis.locate.mlp_block`): constant vs variable prompt of the same (x, y)
+    (matched) against pairs with different answers (mismatched), for a left and a right variable.
+
+    The prompts come from :func:`matched_prompts`; the mean MLP2 input over all prompts is subtracted
+    first (raw cosines share a large offset).
+    """
+    site = Site(mlp_in(locate.mlp_block(subject, seed) if block is None else block), ANSWER)
+    forward = Forward(subject.model, subject.config.model)
+    groups = {}
+    g = torch.Generator().manual_seed(seed)
+    for side in ("left", "right"):
+        const, var, labels = matched_prompts(subject.split, n, side, seed)
+        h = [forward.read(t, [site], len(t))[site] for t in (const, var)]
+        centre = torch.cat(h).mean(0)
+        a, b = h[0] - centre, h[1] - centre
+        partner = torch.randperm(len(labels), generator=g)
+        other = labels[partner] != labels
+        groups[f"matched, {side} variable"] = torch.cosine_similarity(a, b, dim=-1).numpy()
+        groups[f"mismatched, {side} variable"] = torch.cosine_similarity(a[other], b[partner][other], dim=-1).numpy()
+    return groups
 
 
 @dataclass

@@ -511,6 +511,23 @@ class Forward:
             return weights.mlp_readout(params, self.cfg, resid, last)[2]
         return weights.unembed(params, self.cfg, resid)
 
+    def lens(self, resid: torch.Tensor) -> torch.Tensor:
+        """(N, d_vocab_out) a partial residual stream at ``=`` (N, d_model) read as the model reads its last
+        one: through the final normalisation, its scale computed from ``resid`` itself, and the unembedding
+        (the logit lens; the answer lens)."""
+        kind = self.cfg.normalization_type
+        if kind is not None:
+            params = tl.parameters(self.model)
+            weight, bias = (None if params.get(f"ln_final.{n}") is None else params[f"ln_final.{n}"].detach()
+                            for n in ("weight", "bias"))
+            eps = getattr(getattr(self.model, "cfg", None), "eps", 1e-5)
+            if kind.startswith("LN"):
+                resid = torch.nn.functional.layer_norm(resid, resid.shape[-1:], weight, bias, eps)
+            else:
+                resid = resid * torch.rsqrt(resid.pow(2).mean(-1, keepdim=True) + eps)
+                resid = resid if weight is None else resid * weight
+        return weights.unembed(weights.detached_parameters(self.model), self.cfg, resid)
+
     # -- editing -------------------------------------------------------------------------------
 
     @torch.no_grad()

@@ -3,7 +3,7 @@
 The residual stream at ``=`` is read after the embeddings and after each layer
 (``blocks.L.hook_resid_post``, through the one :class:`~compose_lens.model.forward.Forward`) and put
 through the model's final normalisation and the unembedding
-(:func:`compose_lens.registry.dla.attribution.lens_logits`, as the logit lens reads it). For each pool and each
+(:meth:`compose_lens.model.forward.Forward.lens`, as the logit lens reads it). For each pool and each
 stage it gives the answer's mean logit, its mean margin over the best other token (positive: the answer
 is on top) and the top-1 rate with its Wilson 95 % interval. After the last layer the stream is the
 model's own, so the last stage's top-1 rate is the model's accuracy on that pool.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from compose_lens.registry.dla.attribution import lens_logits
 from compose_lens.core.stats import wilson_interval
 from compose_lens.data.sampler import make_pools
 from compose_lens.model.forward import Site
@@ -37,7 +36,7 @@ def answer_lens(subject, pool_size: int = 200, seed: int = 0) -> pd.DataFrame:
     for pool, batch in pools.items():
         part, start = slice(start, start + len(batch)), start + len(batch)  # this pool's rows of the one read
         for order, (stage, site) in enumerate(sites.items()):
-            logits = lens_logits(subject.model, subject.config, read[site][part].detach())
+            logits = subject.forward.lens(read[site][part].detach())
             answer = logits.gather(1, batch.labels[:, None])[:, 0]
             others = logits.scatter(1, batch.labels[:, None], float("-inf")).amax(1)
             hits = int((logits.argmax(1) == batch.labels).sum())

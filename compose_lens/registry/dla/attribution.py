@@ -25,7 +25,8 @@ and the attention heads little directly (they move operands; the MLP adds).
 
 :func:`logit_lens` unembeds the residual stream at ``=`` after each stage (embeddings, then each
 attention and each MLP) and reports the accuracy per sequence kind: where the answer becomes
-readable. With a final norm each partial stream goes through it with its own scale (:func:`final_norm`).
+readable. With a final norm each partial stream goes through it with its own scale
+(:meth:`compose_lens.model.forward.Forward.lens`).
 
 Sequence kinds are read from the tokens (how many of the two operands are variables), so the
 nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
@@ -60,7 +61,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.data.split import Split
 from compose_lens.core import stats
 from compose_lens.model.forward import ANSWER, Forward, Site
-from compose_lens.model import tl, weights
+from compose_lens.model import tl
 from compose_lens.data.safety import activation_bytes, cached_forward_bytes, check_sizes
 from compose_lens.training.subject import Subject
 
@@ -130,23 +131,6 @@ def direct_terms(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"
     if bias is not None:
         out[FINAL_NORM_BIAS] = bias.detach().float().cpu().expand(len(tokens), -1)
     return out
-
-
-def final_norm(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_model"]
-               ) -> Float[torch.Tensor, "batch d_model"]:
-    """``resid`` (B, d_model) through the model's final normalisation, its scale computed from ``resid``
-    itself (what the logit lens reads a partial residual stream through); ``resid`` where there is none."""
-    kind = config.model.normalization_type
-    if kind is None:
-        return resid
-    params = tl.parameters(model)
-    weight, bias = params.get("ln_final.weight"), params.get("ln_final.bias")
-    eps = getattr(getattr(model, "cfg", None), "eps", 1e-5)
-    if kind.startswith("LN"):
-        return torch.nn.functional.layer_norm(resid, resid.shape[-1:], None if weight is None else weight.detach(),
-                                              None if bias is None else bias.detach(), eps)
-    resid = resid * torch.rsqrt(resid.pow(2).mean(-1, keepdim=True) + eps)
-    return resid if weight is None else resid * weight.detach()
 
 
 def _answer_logits(model, config: RunConfig, tokens: torch.Tensor) -> torch.Tensor:
@@ -237,13 +221,6 @@ def check_sums(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"],
     return (own - summed).abs().max().item()
 
 
-def lens_logits(model, config: RunConfig, resid: Float[torch.Tensor, "batch d_model"]
-                ) -> Float[torch.Tensor, "batch d_vocab_out"]:
-    """A partial residual stream at ``=`` read as the model would read its last one: through the final
-    normalisation (:func:`final_norm`) and the unembedding. The logit lens and the answer lens read this way."""
-    return weights.unembed(weights.detached_parameters(model), config.model, final_norm(model, config, resid))
-
-
 def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     """Accuracy of the residual stream at ``=`` read through the unembedding after each stage."""
     model, config, split = subject.model, subject.config, subject.split
@@ -255,9 +232,9 @@ def logit_lens(subject: Subject, n: int = 600, seed: int = 0) -> pd.DataFrame:
     for name, value in parts.items():  # in forward order, so each stage's sum includes all before it
         resid = resid + value.detach()
         stages[stage_of(name)] = resid
-    rows = []
+    rows, forward = [], Forward(model, config.model)
     for i, (stage, r) in enumerate(stages.items()):
-        predicted = lens_logits(model, config, r).argmax(-1)
+        predicted = forward.lens(r).argmax(-1)
         for kind in (0, 1, 2):
             mask = kinds == kind
             if mask.any():

@@ -13,6 +13,7 @@ from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.split import Split
 from compose_lens.model import tl
+from compose_lens.model.forward import ANSWER, Site
 from compose_lens.training.subject import load_model
 from compose_lens.training.subject import Subject
 
@@ -127,6 +128,9 @@ def test_with_a_final_norm_the_terms_still_sum_to_the_margin(norm):
     subject = load_subject(user_models.tl_model(decl, normalization_type=norm), decl)
     joined, _ = concat_batches(make_pools(subject.split, 10, 0))
     assert la.check_sums(subject.model, subject.config, joined.tokens, joined.labels) < 1e-4
+    last_site = Site(f"blocks.{subject.config.model.n_layers - 1}.hook_resid_post", ANSWER)
+    whole = subject.forward.read(joined.tokens, [last_site])[last_site]  # the lens on the whole stream: the model
+    assert torch.allclose(subject.forward.lens(whole), subject.forward.logits(joined.tokens).float(), atol=1e-4)
     table = la.logit_attribution(subject, n=90)
     assert (la.FINAL_NORM_BIAS in set(table["component"])) == (norm == "LN")
     for _, group in table.groupby("kind"):

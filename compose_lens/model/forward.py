@@ -511,6 +511,12 @@ class Forward:
             return weights.mlp_readout(params, self.cfg, resid, last)[2]
         return weights.unembed(params, self.cfg, resid)
 
+    @torch.no_grad()
+    def mlp_from(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """(N, d_model) the output of ``blocks.{layer}``'s MLP with its input at ``=`` set to ``h`` (N, d_model)
+        (plain torch, float32 on CPU; same-MLP's router isolation reads the adder so)."""
+        return weights.mlp_out(weights.detached_parameters(self.model), self.cfg, h, layer)[2]
+
     def lens(self, resid: torch.Tensor) -> torch.Tensor:
         """(N, d_vocab_out) a partial residual stream at ``=`` (N, d_model) read as the model reads its last
         one: through the final normalisation, its scale computed from ``resid`` itself, and the unembedding

@@ -275,10 +275,6 @@ OWN_FORWARD = {
                                                           "masks with gradients (EAP), each receiver normalising its "
                                                           "own input",
     "compose_lens.registry.gradient.terms.forward": "float64 under autograd, the gradient split into named terms",
-    "compose_lens.registry.same_mlp.comparisons.Decomposition": "router isolation's readout: the adder's MLP on the "
-                                                           "edited input plus the direct path over the clean logits "
-                                                           "(an approximation the module describes, not the model's "
-                                                           "forward)",
 }
 FORWARD_HOME = ("compose_lens.model.", "compose_lens.model.forward")
 _DOES = {"heads": {"pattern", "attend", "scores", "write"},

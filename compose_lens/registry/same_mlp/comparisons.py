@@ -365,11 +365,11 @@ class Decomposition:
     def readout(self, model: tl.Model, config: RunConfig, h: torch.Tensor) -> torch.Tensor:
         """Logits at ``=`` of these prompts with the adder input replaced by ``h`` (N, d): MLP2 and the
         unembedding (the study's layout), else the edit's direct path over the clean logits (module doc)."""
+        forward = Forward(model, config.model)
         if self.logits is None:
-            return Forward(model, config.model).logits_from(Site(mlp_in(self.adder), ANSWER), h)
-        params = weights.detached_parameters(model)
-        new = weights.mlp_out(params, config.model, h, self.adder)[2]
-        return self.logits + (h - self.h + new - self.mlp_out) @ params["unembed.weight"].T
+            return forward.logits_from(Site(mlp_in(self.adder), ANSWER), h)
+        new = forward.mlp_from(self.adder, h)
+        return self.logits + (h - self.h + new - self.mlp_out) @ weights.detached_parameters(model)["unembed.weight"].T
 
 
 def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: bool | None = None,

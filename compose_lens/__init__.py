@@ -9,11 +9,11 @@ it does not name or an import that points back up::
 
     core/        settings, errors, files, provenance, the study's constants, statistics, progress
     data/        the task (tokens, readable form, kinds), split, pools, sampler, variants,
-                 your prompt pairs and your task's declaration, the memory guard
+                 prompt pairs and token roles, your task's declaration, the memory guard
     model/       tl (the only module that imports TransformerLens), weights, the fast tables,
                  the one Forward every analysis computes the model through
     training/    run and checkpoint files, the Subject, the study's recipe, evaluation, phases
-    analysis/    the measures several analyses share: probes, Fourier, the locator, prompt pairs
+    analysis/    the measures several analyses share: probes, Fourier, the locator, activations
     views/       what every figure needs (palette, heatmap, styles), training and sweep figures
     registry/    every analysis, one folder each: its numbers, figures, declaration (command,
                  files, report section) and tests; a new analysis is one folder here (answer_lens/)

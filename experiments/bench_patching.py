@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from compose_lens.analysis import patching
+from compose_lens.data import pairs as prompt_pairs
 from compose_lens.registry.patching import tables
 from compose_lens.training.subject import load_model
 from tl_patching import transformer_lens_logit_diffs  # experiments/tl_patching.py, beside this script
@@ -31,14 +31,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", nargs="?", default=str(DEFAULT_MODEL))
     parser.add_argument("--n-pairs", type=int, default=1000)
-    parser.add_argument("--corruption", default="value", choices=patching.CORRUPTIONS)
+    parser.add_argument("--corruption", default="value", choices=prompt_pairs.CORRUPTIONS)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     loaded = load_model(args.model)
     cfg = loaded.config.model
-    pairs = patching.make_prompt_pairs(loaded.split, args.n_pairs, args.corruption)
+    pairs = prompt_pairs.make_prompt_pairs(loaded.split, args.n_pairs, args.corruption)
     sites = tables.all_sites(cfg)
     print(f"model {loaded.source}: {len(sites)} sites x {len(pairs)} prompt pairs ({args.corruption})")
 

@@ -23,7 +23,7 @@ import torch
 
 from compose_lens.registry.circuit import discovery as C
 from compose_lens.core import capabilities
-from compose_lens.analysis import patching
+from compose_lens.data import pairs as prompt_pairs
 from compose_lens.core.config import RunConfig
 from compose_lens.data.sampler import make_pool
 from compose_lens.model import fastpath, lastpos, patch_engine, tl
@@ -47,7 +47,7 @@ def dump(model_spec: str) -> dict[str, torch.Tensor]:
     out["lastpos.attn0"], out["lastpos.pattern0"] = lastpos.attention_with_pattern(params, cfg, 0, resid)
     sites = tables.all_sites(cfg)
     for corruption in ("value", "constant"):
-        pairs = patching.make_prompt_pairs(loaded.split, 40, corruption)
+        pairs = prompt_pairs.make_prompt_pairs(loaded.split, 40, corruption)
         out[f"patch.{corruption}"] = tables.patched_values(loaded.model, cfg, pairs, sites)
     for positions in (False, True):
         gm = C.GraphModel.from_model(loaded.model, cfg, positions)

@@ -22,7 +22,6 @@ Supporting modules:
   analyses read the located adder;
 * :mod:`.activations`: the activations all probes read, in one forward pass (a
   table-based forward for the paper architecture, ``run_with_cache`` otherwise), and the attention patterns;
-* :mod:`.patching`: the prompt pairs and token roles of patching, circuit discovery, modularity, the variant reading;
 * :mod:`.metrics`: the patching metrics; :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.exploratory`: one prompt, or a head's detection, asked of any model.
 

@@ -1,4 +1,4 @@
-"""The activations the probes read, computed once per batch of sequences.
+"""The activations the probes read, computed once per batch of sequences, and the attention patterns.
 
 Every activation-based analysis of this package looks at the same few places of
 the model: the binder head ``(Lb, hb)``, the router head ``(Lr, hr)`` and an MLP block

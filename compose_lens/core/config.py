@@ -53,7 +53,7 @@ MAX_VARIABLES = 1000
 OPERATIONS = ("add", "subtract", "multiply", "table")
 # The operation's sign in the readable forms (a table prints as "+", the query's one operator)
 OPERATION_SIGNS = {"add": "+", "subtract": "-", "multiply": "*", "table": "+"}
-# What a corrupted prompt of activation patching changes (compose_lens.analysis.patching)
+# What a corrupted prompt of activation patching changes (compose_lens.data.pairs)
 CORRUPTIONS = ("value", "variable", "constant")
 # What a patched run is read as (compose_lens.analysis.metrics.METRICS, named here without torch)
 PATCH_METRICS = ("logit_diff", "prob", "accuracy")

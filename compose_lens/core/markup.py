@@ -19,8 +19,13 @@ in ``compare.html`` and in the report's comparison section alike.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import jinja2
 from markupsafe import Markup
+
+from compose_lens.core.errors import ComposeLensError
 
 
 def _cell(value) -> Markup:
@@ -52,6 +57,31 @@ def page(title: str, body: str, style: str = "", script: str = "") -> str:
     """A complete offline HTML page: ``title`` (text), ``body`` (HTML), its stylesheet and (``script``)
     one inline script in the head. The one page skeleton of compose-lens (``page.html``)."""
     return render("page.html", title=title, body=Markup(body), style=Markup(style), script=Markup(script))
+
+
+# circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
+# "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
+# left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
+VIEW_STYLE = (".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
+              ".attention-scale{font-size:12px;color:#444;display:flex;align-items:center;gap:6px;margin:2px 0 14px}"
+              ".attention-scale .bar{display:inline-block;width:160px;height:10px;border:1px solid #999;"
+              "background:linear-gradient(to right,#ffffff,#0000ff)}")  # circuitsvis: white to pure blue
+
+def circuitsvis_bundle() -> str:
+    """The circuitsvis browser bundle from the installed package (found, not imported), safe to inline."""
+    spec = importlib.util.find_spec("circuitsvis")
+    path = Path(spec.origin).parent / "dist" / "cdn" / "iife.js" if spec and spec.origin else None
+    if path is None or not path.exists():
+        raise ComposeLensError(f"{path or 'circuitsvis'}: the circuitsvis package has no browser bundle; "
+                               f"reinstall circuitsvis==1.43.3")
+    source = path.read_text(encoding="utf-8")
+    lines = [line for line in source.splitlines() if not line.startswith("//# sourceMappingURL")]
+    return "\n".join(lines).replace("</script", "<\\/script")
+
+
+def offline_page(title: str, body: str, style: str = "") -> str:
+    """A complete HTML page with the circuitsvis bundle inlined once in the head."""
+    return page(title, body, style, script=circuitsvis_bundle())
 
 
 def html_table(rows: list[list], header: list[str], row_classes: list[str | None] | None = None) -> str:

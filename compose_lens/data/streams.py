@@ -23,11 +23,10 @@ name                     id    consumer (``index`` in brackets)
 ``DECLARED_SAMPLE``      10    ``evaluate --prompts``: the declared training distribution's sample
 ``PROBE_TEST_SPLIT``     21    ``analysis.probes.fit_linear_probe``: held-out sequences
 ``OPERAND_GRID``         22    ``analysis.fourier`` grids (kind; 10 + kind for contexts)
-``PATCH_PAIRS``          40    ``analysis.patching.make_prompt_pairs`` (corruption)
+``PATCH_PAIRS``          40    ``data.pairs.make_prompt_pairs`` (corruption)
 ``ABLATION_REFERENCE``   50    ``registry.ablation.ablations.reference_tokens``
 ``ABLATION_RESAMPLE``    51    ``registry.ablation.ablations`` resample ablation at ``=``
-``SAME_MLP``             60    ``registry.same_mlp.comparisons`` (0 / 1: left / right prompts,
-                               2: the mismatched partners)
+``SAME_MLP``             60    ``registry.same_mlp.comparisons`` (0 / 1: left / right prompts)
 ``SAME_MLP_TESTS``       61    ``registry.same_mlp.comparisons`` tests that can fail (0-9: prompt sets,
                                10: donor pairings, 11: control positions, 12: bootstrap)
 =======================  ====  ==========================================================
@@ -36,8 +35,8 @@ The split itself is not drawn from a stream: it follows the study's procedure wi
 Python's ``random`` (:mod:`compose_lens.data.split`), so seed 42 gives the study's
 held-out pairs (ids 0 and 1 were its streams before; they stay unused).
 
-Two draws use the seed itself rather than a stream, through :func:`seeded_generator`:
-the patching bootstrap and the resample ablation hooks. And the probe batch
+Three draws use the seed itself rather than a stream, through :func:`seeded_generator`:
+the patching bootstrap, the resample ablation hooks and the same-MLP cosines' mismatched partners. And the probe batch
 draws its pools with ``seed + PROBE_POOL_SEED_OFFSET``, so its sequences are not
 the evaluation pools of the same seed.
 """

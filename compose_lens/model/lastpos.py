@@ -15,7 +15,7 @@ goes further; this module covers the architectures that path does not (3-4 layer
 several heads, an MLP in every layer, trained biases). It does not cover
 normalisation layers (:func:`compose_lens.core.capabilities.supports` with "lastpos"); the trainer then uses the TransformerLens
 forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens forward up to float rounding
-(tests/test_model.py checks logits and gradients).
+(tests/unit/test_model.py checks logits and gradients).
 """
 
 from __future__ import annotations

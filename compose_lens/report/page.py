@@ -3,7 +3,7 @@
 :class:`Report` builds a page section by section: a section whose analysis fails
 becomes a note on the page instead of stopping the report, and every figure is
 embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page). The
-page is :func:`compose_lens.registry.attention.interactive.offline_page`: the circuitsvis bundle is
+page is :func:`compose_lens.core.markup.offline_page`: the circuitsvis bundle is
 inlined once in its head, so the attention views on it open without a network
 (:mod:`compose_lens.registry.attention.interactive` says how). Its HTML comes from the templates of
 :mod:`compose_lens.core.markup` (``report.html``, ``figure.html``, ``missing.html``).
@@ -17,8 +17,7 @@ from typing import Callable
 
 from markupsafe import Markup
 
-from compose_lens.registry.attention.interactive import VIEW_STYLE, offline_page
-from compose_lens.core.markup import COMPARISON_STYLE, render
+from compose_lens.core.markup import COMPARISON_STYLE, VIEW_STYLE, offline_page, render
 from compose_lens.views.drawing import data_uri, png_bytes
 
 STYLE = """

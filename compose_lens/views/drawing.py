@@ -9,9 +9,10 @@ matplotlib backend alone, and they are drawn in the report's style unless ``with
 figure_style.style("paper"):`` says otherwise (:mod:`compose_lens.views.figure_style`).
 
 What every figure shares lives here once: the Okabe-Ito palette, the report's width, how a layer is
-named (:func:`layer_name`: ``layer 1 (blocks.0)``), and the one :func:`heatmap` every matrix is
+named (:func:`layer_name`: ``layer 1 (blocks.0)``), the one :func:`heatmap` every matrix is
 drawn with (one-sided quantities on a sequential map from 0, two-sided ones on a diverging map
-centred on 0).
+centred on 0), the colour scales of every attention heatmap (:data:`ATTENTION_SCALE`,
+:data:`SCORE_LABEL`) and the words for a patching metric (:func:`metric_words`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,26 @@ FORMATS = ("png", "svg", "pdf")
 # sky blue, yellow, black
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 REPORT_WIDTH_IN = 11.0  # at 110 dpi 1,210 px: the report's column (1,218 px) shows such a figure unshrunk
+
+ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
+# the two units of every attention heatmap's colour bar (issue 43: the QK and early-jump figures drew one
+# matrix in two units under three labels): a weight after the softmax, a score (logit) before it
+ATTENTION_LABEL = "attention weight (square-root colour scale)"
+SCORE_LABEL = "attention score q.k / sqrt(d_head) (logit)"
+ATTENTION_SCALE = {"cmap": "Blues", "centre": False, "mask_upper": True, "vmax": 1.0, "gamma": ATTENTION_GAMMA,
+                   "colorbar_label": ATTENTION_LABEL}  # every attention pattern's heatmap
+MARK_STYLE = {"operand": ("tab:blue", "-", "= to operand"),
+              "value": ("tab:orange", "-", "= to value"),
+              "previous": ("tab:green", "--", "previous token")}
+
+METRIC_WORDS = {"logit_diff": "logit difference", "prob": "probability of the clean answer",
+                "accuracy": "accuracy"}
+
+
+def metric_words(metric: str) -> str:
+    """How a scale names a patching metric: ``logit difference``, ``probability of the clean
+    answer``, ``accuracy``, or a user's own metric by its name."""
+    return METRIC_WORDS.get(metric, f"metric {metric}")
 
 
 def layer_name(block: int) -> str:

@@ -1573,7 +1573,7 @@ def test_patching_normalised_on_one_differing_pair_is_said(world, tmp_path, caps
     every pair gets none."""
     import logging
 
-    from compose_lens.analysis.patching import make_prompt_pairs
+    from compose_lens.data.pairs import make_prompt_pairs
     from compose_lens.registry.patching.tables import baseline_logit_diffs
     from compose_lens.training.subject import load_subject
 

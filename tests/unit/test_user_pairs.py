@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from compose_lens.registry.circuit import discovery as C
-from compose_lens.analysis import metrics, patching
+from compose_lens.analysis import metrics
+from compose_lens.data import pairs as prompt_pairs
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.pairs import as_prompt_pairs, read_pairs
 from compose_lens.data.task import parse_sequence, to_token_string
@@ -99,7 +100,7 @@ def test_a_bad_pairs_file_names_its_line_and_the_fix(tiny_task, tmp_path, text, 
 def test_user_pairs_give_the_generated_pairs_numbers(tiny_model, tiny_config, tiny_split):
     """The pairs make_prompt_pairs would make, handed in as a DataFrame of token ids and as a list of
     tensors, give the same table: user pairs run through the same engine, bootstrap included."""
-    made = patching.make_prompt_pairs(tiny_split, 24, "value", seed=0)
+    made = prompt_pairs.make_prompt_pairs(tiny_split, 24, "value", seed=0)
     frame = pd.DataFrame({"clean": [_ids(r) for r in made.clean.tolist()],
                           "corrupted": [_ids(r) for r in made.corrupted.tolist()]})
     kwargs = dict(n_boot=200, by="role")
@@ -113,7 +114,7 @@ def test_user_pairs_give_the_generated_pairs_numbers(tiny_model, tiny_config, ti
 def test_each_metric_is_what_it_says_on_every_engine(tiny_model, tiny_config, tiny_split):
     """prob and a function metric: the batched engine equals the hook path, and patching the whole
     last residual stream gives the clean run's value."""
-    pairs = patching.make_prompt_pairs(tiny_split, 16, "constant", seed=2)
+    pairs = prompt_pairs.make_prompt_pairs(tiny_split, 16, "constant", seed=2)
     sites = tables.all_sites(tiny_config.model)
     final = sites.index(tables.patch_site("resid_post", 1, tiny_config.model.n_ctx - 1))
 

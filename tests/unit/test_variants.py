@@ -333,14 +333,15 @@ def test_the_tokenizer_reads_every_variant():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=variant_tasks, seed=st.integers(0, 1000))
 def test_the_analyses_find_the_latest_value_and_each_values_variable(task, seed):
-    from compose_lens.analysis import patching, probes
+    from compose_lens.analysis import probes
+    from compose_lens.data import pairs as prompt_pairs
 
     _, batch = training_sample(task, 120, seed)
     C = task.context_len
     targets = probes.value_targets(task, batch.tokens).tolist()
     seq, pos, var = (t.tolist() for t in probes.value_positions(task, batch.tokens))
-    roles = patching.position_roles(task, batch.tokens).tolist()
-    names = patching.role_names(task)
+    roles = prompt_pairs.position_roles(task, batch.tokens).tolist()
+    names = prompt_pairs.role_names(task)
     noise = set(range(task.first_noise_token, task.first_var_token))
     for i, tokens in enumerate(batch.tokens.tolist()):
         xs, ys, _, history = read_by_the_rules(task, tokens)

@@ -30,13 +30,13 @@ is never ablated in the adder's place. Heads and whole MLPs are ablated in every
 
 Heads and the whole MLP are ablated by replacing their activation in a forward pass:
 :func:`replacement_hook` makes the function that writes the replacement, and
-:func:`ablated_logits` runs it. For the paper architecture that forward is
+:func:`ablated_logits` runs it through :meth:`compose_lens.model.forward.Forward.edited_logits`.
+For the paper architecture that forward is
 :func:`compose_lens.model.fastpath.edited_answer_logits`, which computes layer 2 at
 ``=`` only and no (batch x positions x d_model) product, ~25x less work than the
 TransformerLens forward; the tests check that both give the same logits for every
 target and kind. Other architectures run the TransformerLens forward with the function
-as a hook (:func:`ablated` adds hooks for the duration of a ``with`` block and removes
-them after, so the model is left exactly as it was). Either way the mean and resample
+as a hook, added for the one forward and removed after, so the model is left exactly as it was. Either way the mean and resample
 replacements come from :func:`reference_activations`, read by the same forward (so
 layer 2's activations are at ``=`` only on the fast one). Neurons and Fourier directions of MLP2 are ablated from the cached
 activations at ``=``: layer 2 is the last layer and the answer is read at ``=``,

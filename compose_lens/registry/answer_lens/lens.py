@@ -12,10 +12,9 @@ model's own, so the last stage's top-1 rate is the model's accuracy on that pool
 from __future__ import annotations
 
 import pandas as pd
-import torch
 
 from compose_lens.core.stats import wilson_interval
-from compose_lens.data.sampler import make_pools
+from compose_lens.data.sampler import concat_batches, make_pools
 from compose_lens.model.forward import Site
 
 
@@ -31,10 +30,11 @@ def answer_lens(subject, pool_size: int = 200, seed: int = 0) -> pd.DataFrame:
     ``high`` (Wilson 95 %), and ``n``, over ``pool_size`` sequences of each pool."""
     sites = stages(subject.config.model.n_layers)
     pools = make_pools(subject.split, pool_size, seed)
-    read = subject.forward.read(torch.cat([batch.tokens for batch in pools.values()]), sites.values())  # every pool
-    rows, start = [], 0
+    joined, rows_of = concat_batches(pools)
+    read = subject.forward.read(joined.tokens, sites.values())  # every pool in one read
+    rows = []
     for pool, batch in pools.items():
-        part, start = slice(start, start + len(batch)), start + len(batch)  # this pool's rows of the one read
+        part = rows_of[pool]
         for order, (stage, site) in enumerate(sites.items()):
             logits = subject.forward.lens(read[site][part].detach())
             answer = logits.gather(1, batch.labels[:, None])[:, 0]

@@ -1,11 +1,8 @@
 """Figures of attention: :func:`attention_figure` / :func:`view_figure` both layers' patterns on one
-sequence, the cells the circuit predicts outlined, and the colour scales every attention heatmap shares
-(the QK circuits' figures, :mod:`compose_lens.registry.qk.figure`, and the early jump's,
-:mod:`compose_lens.registry.early_jump.figure`, read them here). A heatmap's colour bar is
-in one of two units: attention weight after the softmax, on a square-root scale
-(:data:`ATTENTION_SCALE`) so that weights of 0.2, which the circuit's cells often have, are not
-washed out; or attention score before it (:data:`SCORE_LABEL`). The patterns come from
-:func:`compose_lens.registry.attention.sequences.sequence_views`.
+sequence, the cells the circuit predicts outlined, on the colour scale every attention heatmap shares
+(:data:`compose_lens.views.drawing.ATTENTION_SCALE`: attention weight after the softmax, on a square-root
+scale so that weights of 0.2, which the circuit's cells often have, are not washed out). The patterns
+come from :func:`compose_lens.registry.attention.sequences.sequence_views`.
 """
 
 from __future__ import annotations
@@ -17,18 +14,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, matrix_frame, subplots
+from compose_lens.views.drawing import (ATTENTION_SCALE, MARK_STYLE, REPORT_WIDTH_IN, heatmap, layer_name,
+                                       matrix_frame, subplots)
 
-ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
-# the two units of every attention heatmap's colour bar (issue 43: the QK and early-jump figures drew one
-# matrix in two units under three labels): a weight after the softmax, a score (logit) before it
-ATTENTION_LABEL = "attention weight (square-root colour scale)"
-SCORE_LABEL = "attention score q.k / sqrt(d_head) (logit)"
-ATTENTION_SCALE = {"cmap": "Blues", "centre": False, "mask_upper": True, "vmax": 1.0, "gamma": ATTENTION_GAMMA,
-                   "colorbar_label": ATTENTION_LABEL}  # every attention pattern's heatmap
-MARK_STYLE = {"operand": ("tab:blue", "-", "= to operand"),
-              "value": ("tab:orange", "-", "= to value"),
-              "previous": ("tab:green", "--", "previous token")}
 
 
 def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping[int, Sequence] | None = None,

@@ -9,8 +9,8 @@ that says what the model answered, the label and the sequence's type, above the 
 
 **Offline.** circuitsvis's own HTML imports its JavaScript from a CDN (unpkg), so it shows nothing
 without a network. The installed package ships the same bundle, ``circuitsvis/dist/cdn/iife.js``,
-which defines a global ``CircuitsVis``. :func:`offline_page` inlines that bundle *once* in a
-classic ``<script>`` (:func:`circuitsvis_bundle`, with every ``</script`` inside it escaped so the
+which defines a global ``CircuitsVis``. :func:`compose_lens.core.markup.offline_page` inlines that bundle *once* in a
+classic ``<script>`` (:func:`compose_lens.core.markup.circuitsvis_bundle`, with every ``</script`` inside it escaped so the
 bundle cannot close its own element) and each view is a ``<div>`` plus a one-line
 ``CircuitsVis.render(id, CircuitsVis.AttentionHeads, props)`` call, so a page with many views stays
 one self-contained file that opens from disk. The run report (:mod:`compose_lens.report`) puts its
@@ -38,16 +38,7 @@ from typing import Sequence
 
 import torch
 
-from compose_lens.core.errors import ComposeLensError
-from compose_lens.core.markup import page
-
-# circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
-# "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
-# left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
-VIEW_STYLE = (".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
-              ".attention-scale{font-size:12px;color:#444;display:flex;align-items:center;gap:6px;margin:2px 0 14px}"
-              ".attention-scale .bar{display:inline-block;width:160px;height:10px;border:1px solid #999;"
-              "background:linear-gradient(to right,#ffffff,#0000ff)}")  # circuitsvis: white to pure blue
+from compose_lens.core.markup import VIEW_STYLE, circuitsvis_bundle, offline_page
 
 # circuitsvis draws no colour scale: each view gets this one below it. A cell's colour goes from white
 # (weight 0) to full colour (weight 1); the weights are a softmax row's, which sum to 1 over the positions.
@@ -59,19 +50,6 @@ PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em
               "code{background:#f3f3f3;padding:0 .3em}h2{margin-top:2em}" + VIEW_STYLE)
 
 PAGE_TITLE = "compose-lens attention"
-
-
-def circuitsvis_bundle() -> str:
-    """The circuitsvis browser bundle from the installed package, safe to inline."""
-    import circuitsvis  # only for its file location: the bundle is read, not the Python package used
-
-    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
-    if not path.exists():
-        raise ComposeLensError(f"{path}: the circuitsvis package has no browser bundle; "
-                               f"reinstall circuitsvis==1.43.3")
-    source = path.read_text(encoding="utf-8")
-    lines = [line for line in source.splitlines() if not line.startswith("//# sourceMappingURL")]
-    return "\n".join(lines).replace("</script", "<\\/script")
 
 
 def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Sequence[str],
@@ -98,11 +76,6 @@ def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Se
     return (f'<div id="{element_id}" class="attention-view" style="margin: 15px 0;"></div>\n'
             f'<script>CircuitsVis.render("{element_id}", CircuitsVis.AttentionHeads, {payload});</script>'
             + opener)
-
-
-def offline_page(title: str, body: str, style: str = "") -> str:
-    """A complete HTML page with the circuitsvis bundle inlined once in the head."""
-    return page(title, body, style, script=circuitsvis_bundle())
 
 
 def view_html(view: dict, focus: int = 0) -> str:

@@ -11,7 +11,7 @@ import torch
 import pandas as pd
 
 from compose_lens.analysis.activations import attention_patterns
-from compose_lens.registry.attention.interactive import circuitsvis_bundle, offline_page
+from compose_lens.core.markup import VIEW_STYLE, circuitsvis_bundle, offline_page
 from compose_lens.registry.attention.sequences import marked_cells, sequence_views
 from compose_lens.cli import main
 from compose_lens.report.context import run_analysis
@@ -183,7 +183,7 @@ def test_every_view_carries_its_colour_scale():
     """circuitsvis draws no colour scale; each view of the report and the attention page has one below it,
     0 to 1, styled by the page's own stylesheet."""
     from compose_lens.registry.attention.sequences import sequence_views
-    from compose_lens.registry.attention.interactive import VIEW_STYLE, view_html
+    from compose_lens.registry.attention.interactive import view_html
     from compose_lens.training.subject import load_subject
 
     subject = load_subject("paper", bridge=False)

@@ -52,7 +52,7 @@ clean-vs-corrupted difference lost by corrupting it alone,
   ``threshold`` (a share of the clean-vs-corrupted difference) (:func:`acdc`).
 
 **Prompt pairs.** :func:`circuit_pairs` mixes the three one-token corruptions of
-:func:`compose_lens.analysis.patching.make_prompt_pairs` (value, variable,
+:func:`compose_lens.data.pairs.make_prompt_pairs` (value, variable,
 constant) so every part of the circuit has something to carry. On an evaluation pool
 (:func:`pool_pairs`) each prompt is paired with another prompt of the same pool
 (resample corruption) where the answers differ. Your own pairs (``pairs=`` of :func:`discover`:
@@ -156,7 +156,7 @@ from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.model.forward import ANSWER, Site
 from compose_lens.data.split import Split
 from compose_lens.model import heads, weights
-from compose_lens.analysis.patching import PromptPairs, make_prompt_pairs
+from compose_lens.data.pairs import PromptPairs, make_prompt_pairs
 from compose_lens.data.pairs import as_prompt_pairs
 from compose_lens.training.subject import Subject
 

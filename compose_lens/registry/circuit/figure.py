@@ -20,8 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from compose_lens.views.drawing import REPORT_WIDTH_IN, layer_name, subplots
-from compose_lens.registry.patching.figure import metric_words
+from compose_lens.views.drawing import REPORT_WIDTH_IN, layer_name, metric_words, subplots
 
 
 def _node_depth(node: str) -> float:

@@ -44,7 +44,7 @@ from compose_lens.core.markup import page, render
 from compose_lens.core.stats import format_estimate
 from compose_lens.registry.circuit.figure import (EDGE_CMAP, PORT_OFFSET, CircuitLayout, circuit_layout,
                                                   component_name, receiver_node)
-from compose_lens.registry.patching.figure import metric_words
+from compose_lens.views.drawing import metric_words
 
 LEFT_OUT = "#bbbbbb"  # the PNG's grey for an edge left out of the circuit
 SCALE = {False: (200.0, 100.0), True: (200.0, 34.0)}  # px per data unit (x, y): whole graph, by position

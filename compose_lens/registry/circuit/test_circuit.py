@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from compose_lens.registry.circuit import discovery as C
-from compose_lens.analysis.patching import PromptPairs
+from compose_lens.data.pairs import PromptPairs
 from compose_lens.core.config import ModelConfig
 from compose_lens.model import tl
 

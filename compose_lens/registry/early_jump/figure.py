@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from compose_lens.registry.attention.figure import ATTENTION_SCALE, SCORE_LABEL
-from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, matrix_frame, subplots
+from compose_lens.views.drawing import (ATTENTION_SCALE, REPORT_WIDTH_IN, SCORE_LABEL, heatmap, layer_name,
+                                       matrix_frame, subplots)
 
 
 def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:

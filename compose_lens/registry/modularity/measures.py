@@ -17,7 +17,7 @@ Score every edge of the position graph (:func:`compose_lens.registry.circuit.dis
   ``b=3 a=5 .. a+2=``): the tokens are the same, only which value is bound to which variable
   changes, so the effect runs through whatever binds. Its profile ``b_c`` is component c's share of
   the |attribution| of edges sent at the **context positions** (where a binding is formed);
-* **addition**: the ``constant`` pairs of :func:`compose_lens.analysis.patching.make_prompt_pairs`
+* **addition**: the ``constant`` pairs of :func:`compose_lens.data.pairs.make_prompt_pairs`
   (0-var prompts, one constant operand changed: nothing to bind). Its profile ``a_c`` is c's share of
   the |attribution| of edges sent at the **query positions** (the two operands and ``=``, where the
   addends are brought together and summed).
@@ -75,7 +75,7 @@ from compose_lens.core import stats
 from compose_lens.analysis import locate
 from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.analysis.patching import make_prompt_pairs
+from compose_lens.data.pairs import make_prompt_pairs
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool

@@ -1,7 +1,7 @@
 """The patching family, whole in this folder: ``patch`` (whole components, by token role or position),
 ``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one receiver only).
 
-``tables.py`` holds the numbers (prompt pairs and token roles: :mod:`compose_lens.analysis.patching`), ``figure.py``
+``tables.py`` holds the numbers (it reads the prompt pairs and token roles of :mod:`compose_lens.data.pairs`), ``figure.py``
 the figures, ``test_*.py`` the tests; this module how the commands run, with the prompt-pair options they share.
 """
 
@@ -68,7 +68,7 @@ def _patching_lines(result: Result) -> list[str]:
               f"{getattr(r, where)}: {r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in top.itertuples())]
 
 
-N_ROLES = 12  # analysis.patching.ROLES + VARIANT_ROLES, at most
+N_ROLES = 12  # data.pairs.ROLES + VARIANT_ROLES, at most
 
 
 def _patching_memory(settings: dict, config, heads: bool = False) -> None:
@@ -127,7 +127,7 @@ PATCHING = Analysis(
     command="patch", help="activation patching by component, layer and token role (or position)",
     options=(*PAIR_OPTIONS[:2], BY_OPTION, *PAIR_OPTIONS[2:]),
     guard=_patching_memory, validate=_patching_settings, describe=_patching_lines,
-    exports=("patching_table", "TOKEN_ROLES=compose_lens.analysis.patching:ROLES",
+    exports=("patching_table", "TOKEN_ROLES=compose_lens.data.pairs:ROLES",
              "PATCHING_METRICS=compose_lens.analysis.metrics:METRICS", "patching_figure=compose_lens.registry.patching.figure"))
 
 
@@ -157,7 +157,7 @@ def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=No
     """A heading (``what``, the table's pairs, the metric), then each label beside its row's (of ``rows``, default
     every row of ``table``) estimate and 95 % interval."""
     from compose_lens.core.stats import format_estimate
-    from compose_lens.registry.patching.figure import metric_words
+    from compose_lens.views.drawing import metric_words
 
     width = max(map(len, labels), default=0)
     return [f"{what} ({_pairs_words(table, settings)}); normalised {metric_words(settings.get('metric', 'logit_diff'))}"

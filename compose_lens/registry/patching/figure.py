@@ -9,19 +9,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from compose_lens.analysis.patching import QUERY_ROLES, ROLES, VARIANT_ROLES
+from compose_lens.data.pairs import QUERY_ROLES, ROLES, VARIANT_ROLES
 from compose_lens.core import stats
-from compose_lens.views.drawing import OKABE_ITO, heatmap, layer_name, subplots
-
-METRIC_WORDS = {"logit_diff": "logit difference", "prob": "probability of the clean answer",
-                "accuracy": "accuracy"}
-
-
-def metric_words(metric: str) -> str:
-    """How a scale names a patching metric: ``logit difference``, ``probability of the clean
-    answer``, ``accuracy``, or a user's own metric by its name."""
-    return METRIC_WORDS.get(metric, f"metric {metric}")
-
+from compose_lens.views.drawing import OKABE_ITO, heatmap, layer_name, metric_words, subplots
 
 def patch_scale(metric: str = "logit_diff") -> str:
     """The patching colour bar's label for ``metric`` (:data:`PATCH_SCALE` for the default)."""

@@ -3,7 +3,7 @@
 The method (ROME; Wang et al.'s IOI; TransformerLens ``patching``):
 
 1. Take a **clean** prompt and a **corrupted** one that differ in one token and so in their answers
-   (:mod:`compose_lens.analysis.patching`: the one-token corruptions ``value``, ``variable``, ``constant``).
+   (:mod:`compose_lens.data.pairs`: the one-token corruptions ``value``, ``variable``, ``constant``).
 2. Run the corrupted prompt, but at one *site* (a component, a layer, a position, possibly a head) write in
    the activation the clean prompt had there; let the rest of the forward pass follow from it.
 3. Read the **logit difference** ``LD = logit[clean answer] - logit[corrupted answer]`` at ``=``. The
@@ -22,7 +22,7 @@ everywhere in compose-lens: ``layer`` is the paper's number (from 1), ``block`` 
 (from 0): paper layer 1 is ``blocks.0``.
 
 **Token roles.** :func:`patching_table` groups positions by the role they play in each clean prompt
-(:func:`compose_lens.analysis.patching.position_roles`) and averages each prompt's positions of a role
+(:func:`compose_lens.data.pairs.position_roles`) and averages each prompt's positions of a role
 before the ratio of means (``by="role"``, the default); ``by="position"`` keeps absolute positions. Your own
 pairs replace the made ones (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean, corrupted);
 :mod:`compose_lens.data.pairs`), and another metric than the logit difference (``metric=``: ``prob``, ``accuracy``
@@ -54,7 +54,7 @@ import torch
 
 from compose_lens.core import stats
 from compose_lens.analysis import metrics
-from compose_lens.analysis.patching import QUERY_ROLES, ROLES, make_prompt_pairs, position_roles, role_names
+from compose_lens.data.pairs import QUERY_ROLES, ROLES, make_prompt_pairs, position_roles, role_names
 from compose_lens.core.config import HEAD_COMPONENTS, ModelConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams

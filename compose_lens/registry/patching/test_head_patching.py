@@ -11,7 +11,9 @@ import math
 import pytest
 import torch
 
-from compose_lens.analysis import metrics, patching
+from compose_lens.analysis import metrics
+
+from compose_lens.data import pairs as prompt_pairs
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.model import tl
 from compose_lens.registry.patching import tables
@@ -30,7 +32,7 @@ def paper():
 def pairs(paper):
     """A few pairs of each corruption: the queried variable swapped (the query and the pattern
     matter) and its value changed (the keys and values at the value matter)."""
-    return {c: patching.make_prompt_pairs(paper.split, 4, c, seed=3) for c in ("variable", "value")}
+    return {c: prompt_pairs.make_prompt_pairs(paper.split, 4, c, seed=3) for c in ("variable", "value")}
 
 
 # TransformerLens's function for each component, and the corruption under which the component matters
@@ -231,7 +233,7 @@ def three_heads(tiny_config, tiny_split):
 @pytest.mark.parametrize("component", list(TL_FUNCTIONS))
 def test_per_head_patching_is_transformer_lens_s_with_several_heads(three_heads, component):
     model, config, split = three_heads
-    chosen = patching.make_prompt_pairs(split, 6, "variable", seed=1)
+    chosen = prompt_pairs.make_prompt_pairs(split, 6, "variable", seed=1)
     ours = tables.patched_values(model, config.model, chosen, tables.head_sites(config.model, [component]),
                                    fast=False)
     theirs = _transformer_lens(model, chosen, component)
@@ -246,7 +248,7 @@ def test_path_patching_reads_the_heads_it_names(three_heads):
     from compose_lens.data.pairs import PromptPairs
 
     model, config, split = three_heads
-    chosen = patching.make_prompt_pairs(split, 8, "variable", seed=1)
+    chosen = prompt_pairs.make_prompt_pairs(split, 8, "variable", seed=1)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
     table = tables.path_patching(Subject(model, config, split, "test"), "blocks.0.head1", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head2.k", "blocks.1.head0.q", "blocks.1.mlp"])
@@ -272,7 +274,7 @@ def test_an_mlp_sends_to_later_heads_and_mlps(tiny_config, tiny_split):
     with torch.no_grad():
         for value in tl.parameters(model).values():
             value.mul_(3.0)
-    chosen = patching.make_prompt_pairs(tiny_split, 8, "value", seed=2)
+    chosen = prompt_pairs.make_prompt_pairs(tiny_split, 8, "value", seed=2)
     swapped = PromptPairs(chosen.corrupted, chosen.clean, chosen.corrupted_labels, chosen.clean_labels, "swapped")
     table = tables.path_patching(Subject(model.eval(), config, tiny_split, "test"), "blocks.0.mlp", pairs=swapped, n_boot=10,
                                    receivers=["blocks.1.head1.k", "blocks.1.mlp"])

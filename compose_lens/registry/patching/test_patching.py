@@ -3,16 +3,23 @@ the batched engines equal transformer_lens.patching, and the table's statistics.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
 from compose_lens.core import capabilities
-from compose_lens.analysis import patching
+from compose_lens.data import pairs as prompt_pairs
 from compose_lens.model import tl
 from compose_lens.registry.patching import tables
 from compose_lens.data.task import decode, parse_sequence
 from compose_lens.training.subject import Subject
-from experiments.tl_patching import transformer_lens_logit_diffs
+
+# the reference, transformer_lens.patching one forward per site, as experiments/bench_patching.py times it
+_SPEC = importlib.util.spec_from_file_location("tl_patching", Path(__file__).parents[3] / "experiments" / "tl_patching.py")
+tl_patching = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(tl_patching)
 
 
 @pytest.fixture
@@ -20,9 +27,9 @@ def tiny_model(tiny_config):
     return tl.boot(tiny_config.model)
 
 
-@pytest.mark.parametrize("corruption", patching.CORRUPTIONS)
+@pytest.mark.parametrize("corruption", prompt_pairs.CORRUPTIONS)
 def test_prompt_pairs_edit_one_token_and_change_the_answer(tiny_split, corruption):
-    pairs = patching.make_prompt_pairs(tiny_split, 30, corruption, seed=1)
+    pairs = prompt_pairs.make_prompt_pairs(tiny_split, 30, corruption, seed=1)
     assert ((pairs.clean != pairs.corrupted).sum(1) == 1).all()
     assert (pairs.clean_labels != pairs.corrupted_labels).all()
     for row, label in zip(pairs.corrupted.tolist(), pairs.corrupted_labels.tolist()):
@@ -30,8 +37,8 @@ def test_prompt_pairs_edit_one_token_and_change_the_answer(tiny_split, corruptio
 
 
 def test_patching_a_site_with_its_own_activation_changes_nothing(tiny_model, tiny_config, tiny_split):
-    pairs = patching.make_prompt_pairs(tiny_split, 12, "value")
-    same = patching.PromptPairs(pairs.corrupted, pairs.corrupted, pairs.clean_labels,
+    pairs = prompt_pairs.make_prompt_pairs(tiny_split, 12, "value")
+    same = prompt_pairs.PromptPairs(pairs.corrupted, pairs.corrupted, pairs.clean_labels,
                                 pairs.corrupted_labels, "self")
     sites = tables.all_sites(tiny_config.model)
     _, unpatched = tables.baseline_logit_diffs(tiny_model, same)
@@ -41,7 +48,7 @@ def test_patching_a_site_with_its_own_activation_changes_nothing(tiny_model, tin
 
 
 def test_patching_with_another_input_changes_the_output(tiny_model, tiny_config, tiny_split):
-    pairs = patching.make_prompt_pairs(tiny_split, 12, "constant")
+    pairs = prompt_pairs.make_prompt_pairs(tiny_split, 12, "constant")
     sites = tables.all_sites(tiny_config.model)
     values = tables.patched_values(tiny_model, tiny_config.model, pairs, sites)
     clean, corrupted = tables.baseline_logit_diffs(tiny_model, pairs)
@@ -65,8 +72,8 @@ def test_batched_patching_equals_transformer_lens(tiny_config, tiny_split, chang
                 value.normal_(0, 0.3)
             elif name.endswith("weight") and "blocks.0.mlp" not in name:
                 value.mul_(3.0)
-    pairs = patching.make_prompt_pairs(tiny_split, 10, "variable")
-    sites, reference = transformer_lens_logit_diffs(model, cfg, pairs)
+    pairs = prompt_pairs.make_prompt_pairs(tiny_split, 10, "variable")
+    sites, reference = tl_patching.transformer_lens_logit_diffs(model, cfg, pairs)
     engine = tables.patched_values(model, cfg, pairs, sites, chunk=4)
     hooks = tables.patched_values(model, cfg, pairs, sites, fast=False)
     assert capabilities.supports(cfg, "patching")
@@ -89,8 +96,8 @@ def test_patching_table_statistics(tiny_model, tiny_config, tiny_split):
 def test_roles_name_what_each_position_holds(tiny_split):
     task = tiny_split.task
     row = parse_sequence(task, "PAD b 3 PAD e 5 c 1 PAD PAD PAD PAD + b 4 =")
-    roles = patching.position_roles(task, torch.tensor([row]))[0].tolist()
-    assert [patching.ROLES[r] for r in roles] == [
+    roles = prompt_pairs.position_roles(task, torch.tensor([row]))[0].tolist()
+    assert [prompt_pairs.ROLES[r] for r in roles] == [
         "PAD", "queried var", "queried value", "PAD", "distractor var", "distractor value",
         "distractor var", "distractor value", "PAD", "PAD", "PAD", "PAD", "+", "left operand", "right operand", "="]
 
@@ -101,9 +108,9 @@ def test_role_table_averages_the_position_table(tiny_model, tiny_config, tiny_sp
     kwargs = dict(n_pairs=30, n_boot=50, corruption="value")
     by_role = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="role", **kwargs)
     by_position = tables.patching_table(Subject(tiny_model, tiny_config, tiny_split, "test"), by="position", **kwargs)
-    assert set(by_role["role"]) <= set(patching.ROLES) and "queried value" in set(by_role["role"])
+    assert set(by_role["role"]) <= set(prompt_pairs.ROLES) and "queried value" in set(by_role["role"])
     key = ["component", "block", "head", "role"]
-    joined = by_role.merge(by_position[by_position.role.isin(patching.QUERY_ROLES)], on=key)
+    joined = by_role.merge(by_position[by_position.role.isin(prompt_pairs.QUERY_ROLES)], on=key)
     assert len(joined) > 0 and (joined["mean_x"] - joined["mean_y"]).abs().max() < 1e-5
     queried = by_role[by_role.role == "queried value"]
     assert (queried["n_prompts"] == 30).all() and (queried["positions_per_prompt"] == 1).all()
@@ -113,7 +120,7 @@ def test_unknown_corruption_is_refused(tiny_split):
     from compose_lens.core.errors import ComposeLensError
 
     with pytest.raises(ComposeLensError, match="corruption"):
-        patching.make_prompt_pairs(tiny_split, 10, "colour")
+        prompt_pairs.make_prompt_pairs(tiny_split, 10, "colour")
 
 
 def test_reference_operand_positions_carry_a_changed_constant(reference_final):
@@ -157,7 +164,7 @@ def test_patch_and_ablate_commands_write_plain_csv_with_provenance_beside(tiny_m
         folder, name = stem.split("/")
         assert (tmp_path / folder / "figures" / f"{name}.{figure}").stat().st_size > 0
     by_role = pd.read_csv(tmp_path / "p/patching.csv")
-    assert set(by_role["role"]) <= set(patching.ROLES) and (by_role["by"] == "role").all()
+    assert set(by_role["role"]) <= set(prompt_pairs.ROLES) and (by_role["by"] == "role").all()
     assert (pd.read_csv(tmp_path / "q/patching.csv")["by"] == "position").all()
     capsys.readouterr()
     assert main(["evaluate", model, "--pool-size", "8", "--json", "--quiet"]) == 0

@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from compose_lens.analysis.probes import positional_attention
-from compose_lens.registry.attention.figure import ATTENTION_SCALE, MARK_STYLE, SCORE_LABEL
-from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, matrix_frame, subplots
+from compose_lens.views.drawing import (ATTENTION_SCALE, MARK_STYLE, REPORT_WIDTH_IN, SCORE_LABEL, heatmap,
+                                       layer_name, matrix_frame, subplots)
 
 
 def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: int = 0) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """Does layer 2's MLP add a variable's value with the SAME representation and features it
-uses for a constant? Three tests whose predictions differ between "shared" and "not shared".
+uses for a constant? Three tests whose predictions differ between "shared" and "not shared", and the
+correlational cosines the figure shows beside them (:func:`cosine_groups` on :func:`matched_prompts`).
 
 The model has one MLP at ``=`` (``blocks.1.mlp``, "MLP2"), so "one MLP serves both" is
 true by construction and patching the whole MLP2 input from a donor proves nothing (the
@@ -335,7 +336,7 @@ def cosine_groups(subject: Subject, n: int = 1000, seed: int = 0,
     site = Site(mlp_in(locate.mlp_block(subject, seed) if block is None else block), ANSWER)
     forward = Forward(subject.model, subject.config.model)
     groups = {}
-    g = torch.Generator().manual_seed(seed)
+    g = streams.seeded_generator(seed)  # the mismatched partners
     for side in ("left", "right"):
         const, var, labels = matched_prompts(subject.split, n, side, seed)
         h = [forward.read(t, [site], len(t))[site] for t in (const, var)]

@@ -11,7 +11,7 @@ asks the circuit a question the study's clean contexts cannot:
 
 :func:`attention_by_role` answers the first and third: every located head's (binder, router,
 gatherer) mean attention from ``=`` onto each position role of
-:func:`compose_lens.analysis.patching.position_roles` (``queried value``, ``stale value``,
+:func:`compose_lens.data.pairs.position_roles` (``queried value``, ``stale value``,
 ``filler``, ``chain var``, ...), summed over the role's positions in a sequence and averaged over
 the sequences that have the role; a reassignment pool's sequences are used where the task
 reassigns, so every one of them has a stale value. :func:`binding_through_fillers` answers the
@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis.locate import Location, trace
-from compose_lens.analysis.patching import position_roles, role_names
+from compose_lens.data.pairs import position_roles, role_names
 from compose_lens.analysis.probes import probe_batch
 from compose_lens.core.config import RunConfig, TaskConfig
 from compose_lens.data.sampler import Batch, concat_batches, make_pool

@@ -24,7 +24,9 @@ gradients (:meth:`Forward.answer_forward`, by :attr:`Forward.kind`); activation 
 many sites, each edited alone, in one batched operation (:meth:`Forward.patched`: the engine of
 :mod:`compose_lens.model.patch_engine` where it is exact, the bridge's hooks otherwise), path patching
 its two runs (:meth:`Forward.path_patched`); an answer from a residual stream built by hand runs the
-model on from that site (:meth:`Forward.logits_from`).
+model on from that site (:meth:`Forward.logits_from`), an adder's input built by hand runs through its MLP
+(:meth:`Forward.mlp_from`), and a partial stream is read as the last one, through the final norm and the
+unembedding (:meth:`Forward.lens`: the logit lens).
 
 **One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and
 a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,

@@ -1,9 +1,5 @@
-"""The ``modularity`` analysis, in this folder: is the model's circuit modular? Three measures that can fail
-(``measures.py``, the numbers; this module, the declaration): (a) binding and addition leave through distinct
-components (the separation, with its bootstrap interval over the prompt pairs), (b) one adder serves constants
-and variables (the same-MLP tests on the located adder), (c) the share of the graph's edges the smallest
-faithful circuit needs (with its interval over the pools' pairs), and the verdict: ``modular``,
-``entangled`` or ``inconclusive`` (always the last where the model has not learned the task).
+"""The ``modularity`` analysis, in this folder: is the model's circuit modular? ``measures.py`` holds the three
+measures that can fail and the verdict (its docstring says how each is read); this module declares the analysis.
 
 Its tests stay in ``tests/unit/test_modularity.py``, beside ``test_locate.py`` whose planted models they
 share. ``compose-lens modularity MODEL --out DIR`` writes ``modularity.csv`` (one row: every ``modularity_*``

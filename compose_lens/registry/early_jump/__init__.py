@@ -1,12 +1,8 @@
-"""The ``early_jump`` analysis, in this folder: layer 1's attention on one sequence and layer 2's variable-identity
-matrix at the two checkpoints that bracket the variable-assignment jump (the study's "early
-generalisation" figure).
-
-An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): its compute takes a
-:class:`compose_lens.report.context.RunContext`. ``jump.py`` reads the two checkpoints
-(:func:`~compose_lens.registry.early_jump.jump.jump_states`), ``figure.py`` draws them; this module says how the
-command, the report and the API run it (its command's test is in ``registry/dynamics/test_dynamics.py``, on
-that file's tiny run).
+"""The ``early_jump`` analysis, in this folder: the study's "early generalisation" figure, ``jump.py``'s numbers
+(:func:`~compose_lens.registry.early_jump.jump.jump_states`) at the two checkpoints that bracket the
+variable-assignment jump, drawn by ``figure.py``. Like ``dynamics`` it reads a run's checkpoints (``of="run"``);
+this module says how the command, the report and the API run it (its command's test is in
+``registry/dynamics/test_dynamics.py``, on that file's tiny run).
 ``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
 tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
 Without ``--before`` / ``--after`` the bracket is the assignment phase's, read from the run's dynamics
@@ -21,23 +17,15 @@ from pathlib import Path
 from compose_lens.registry.analysis import Analysis, Option, Result
 
 
-def _saved_dynamics(ctx):
-    """The run's dynamics table and phases, where the context's folder (or ``RUN/results``) holds them."""
-    from compose_lens.training import runs
-
-    for folder in (ctx.previous, Path(ctx.source) / "results"):
-        if folder is not None and (Path(folder) / runs.DYNAMICS_FILE).exists() and (Path(folder) / runs.PHASES_FILE).exists():
-            return runs.load_dynamics(folder)
-    return None, None
-
-
 def _early_jump(ctx, settings: dict) -> Result:
     from compose_lens.training import runs
     from compose_lens.registry.early_jump.jump import jump_states
     from compose_lens.data.sampler import example_sequences
     from compose_lens.core.errors import ComposeLensError
 
-    table, doc = _saved_dynamics(ctx)
+    saved = [f for f in (ctx.previous, Path(ctx.source) / "results")  # where the run's dynamics were written
+             if f is not None and all((Path(f) / name).exists() for name in (runs.DYNAMICS_FILE, runs.PHASES_FILE))]
+    table, doc = runs.load_dynamics(saved[0]) if saved else (None, None)
     before, after = settings["before"], settings["after"]
     if before is None or after is None:
         bracket = ((doc or {}).get("phases") or {}).get("assignment", {}).get("bracket")

@@ -53,9 +53,12 @@ def _dla_section(inp, result: Result, settings: dict) -> str:
 
 
 def _dla_memory(settings: dict, config) -> None:
-    from compose_lens.registry.dla import attribution
+    """``n`` sequences drawn twice (attribution and lens), each keeping a whole cached forward and the model's
+    own forward of them."""
+    from compose_lens.data.safety import activation_bytes, cached_forward_bytes, check_sizes
 
-    attribution.check_memory(settings["n"], config)
+    n = settings["n"]
+    check_sizes(config, {f"--n {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
 def _dla_lines(result: Result) -> list[str]:

@@ -40,11 +40,6 @@ The terms are read by the one forward (:class:`compose_lens.model.forward.Forwar
 is its ``hook_result`` at ``=``, each MLP's its ``hook_mlp_out``, from the tables for the paper
 architecture (no hooks: a :class:`~compose_lens.model.tl.Weights` will do) and through
 ``run_with_cache`` on a bridge for any other.
-:func:`check_memory` is the guard of both (what ``n`` sequences keep), run before anything is
-drawn. This module is registered as the ``dla`` analysis (:mod:`compose_lens.registry`):
-``analyze`` writes its tables (``logit_attribution``, ``logit_attribution_by_pool``,
-``logit_lens``) into ``OUT/dla/``, the report draws its section from them and ``compose-lens dla``
-runs it alone.
 """
 
 from __future__ import annotations
@@ -62,26 +57,16 @@ from compose_lens.data.split import Split
 from compose_lens.core import stats
 from compose_lens.model.forward import ANSWER, Forward, Site
 from compose_lens.model import tl
-from compose_lens.data.safety import activation_bytes, cached_forward_bytes, check_sizes
 from compose_lens.training.subject import Subject
+from compose_lens.views.drawing import layer_name
 
 if TYPE_CHECKING:  # the shapes are documentation; importing jaxtyping costs start-up time
     from jaxtyping import Float, Int
 
 
-def layer_name(block: int) -> str:
-    return f"layer {block + 1} (blocks.{block})"
-
-
 def sequence_kind(tokens: Int[torch.Tensor, "batch pos"], first_var_token: int) -> Int[torch.Tensor, "batch"]:
     """(B,) 0, 1 or 2: how many of the two operands (the tokens before ``=``) are variables."""
     return (tokens[:, -3:-1] >= first_var_token).sum(1)
-
-
-def check_memory(n: int, config: RunConfig, flag: str = "--n") -> None:
-    """Refuse (one line) ``n`` sequences that would not fit: drawn twice (attribution and lens),
-    each keeping a whole cached forward and the model's own forward of them."""
-    check_sizes(config, {f"{flag} {n}": (n, 2)}, cached_forward_bytes(config) + activation_bytes(config, False))
 
 
 def components_at_answer(model, config: RunConfig, tokens: Int[torch.Tensor, "batch pos"]

@@ -38,14 +38,15 @@ import torch
 from compose_lens.core import stats
 
 from compose_lens.core import study
-from compose_lens.registry.dynamics.checkpoints import PHASE_RULES, run_phases_measured, trajectory
+from compose_lens.registry.dynamics.checkpoints import trajectory
+from compose_lens.training.phases import PHASE_RULES
 from compose_lens.training.outcome import classify_run
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.core.files import load_json, write_json_atomic
 from compose_lens.core.config import RunConfig
 from compose_lens.training.evaluate import exhaustive_accuracies
 from compose_lens.core.coverage import PAPER_MODEL_DIR
-from compose_lens.training.runs import RESUME_FILE
+from compose_lens.training.runs import RESUME_FILE, run_phases_measured
 from compose_lens.training.subject import load_model
 from compose_lens.training.train import Trainer
 

@@ -129,4 +129,4 @@ DYNAMICS = Analysis(
              Option("--update", "update", "keep the rows of OUT/dynamics.csv (same settings) and evaluate only "
                                           "new checkpoints")),
     guard=_sizes, describe=_lines,
-    exports=("trajectory", "find_phases"))
+    exports=("trajectory", "find_phases=compose_lens.training.phases:find_phases"))

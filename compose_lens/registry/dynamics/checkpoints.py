@@ -31,20 +31,9 @@ architecture, else the heads located in the last checkpoint
 (:func:`compose_lens.analysis.locate.circuit_heads`; ``phases.json``: ``circuit_heads``;
 a role no head plays gives NaN columns).
 
-:func:`find_phases` applies one documented rule to the curves, never a typed-in
-step. The **onset** of a phase is the first checkpoint step ``s`` at which its
-metric is at or above ``threshold`` and never falls below ``threshold - margin``
-at any later checkpoint ("crosses and stays"; the margin, 0.1 for every phase,
-lets pool sampling noise and a brief loss spike pass, as the reference run has
-at step 25k, while a fall back to the earlier plateau does not). The bracket ``[last checkpoint before s, s]`` and the step where the
-curve crosses the threshold, interpolated linearly inside that bracket, are
-reported too, since sparse checkpoints only bound the jump.
-
->>> import pandas as pd
->>> phase_onset([100, 200, 300, 400], [0.1, 0.95, 0.5, 0.99], threshold=0.9, margin=0.05)["step"]
-400
->>> phase_onset([100, 200, 300], [0.1, 0.95, 0.93], threshold=0.9, margin=0.05)["interpolated_step"]
-194.1
+The phases are read from the curves by one rule, :func:`compose_lens.training.phases.find_phases`
+("crosses and stays", its module says how): the margin, 0.1 for every phase, lets pool sampling noise and a
+brief loss spike pass, as the reference run has at step 25k, while a fall back to the earlier plateau does not.
 """
 
 from __future__ import annotations
@@ -73,9 +62,7 @@ from compose_lens.data.sampler import Batch, make_pools, render
 from compose_lens.data.split import Split
 from compose_lens.training.evaluate import batch_accuracies, pool_accuracies
 from compose_lens.model import tl, weights
-from compose_lens.training.phases import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS, PhaseRule,  # noqa: F401
-                                 add_derived_columns, find_phases, logged_phases, measure_phases, phase_onset)
-from compose_lens.training.runs import run_phases_measured  # noqa: F401  (the phases of a saved table: runs reads them too)
+from compose_lens.training.phases import PHASE_RULES, add_derived_columns, logged_phases
 from compose_lens.core.provenance import provenance
 from compose_lens.training.subject import Subject, check_weights, load_weights, model_of
 
@@ -278,8 +265,8 @@ PHASE_RULE_TEXT = ("onset = first checkpoint step at which the metric is >= thre
 def phases_document(traj: Trajectory) -> dict:
     """``phases.json``: the phases of a trajectory, the rule, the timing and the provenance."""
     return {
-        "phases": run_phases_measured(traj.table, traj.source, traj.settings,
-                                      (traj.settings or {}).get("split_file")),
+        "phases": runs.run_phases_measured(traj.table, traj.source, traj.settings,
+                                           (traj.settings or {}).get("split_file")),
         "study": study.PHASES,
         "rule": PHASE_RULE_TEXT,
         "source": traj.source,

@@ -11,11 +11,11 @@ import pytest
 from compose_lens.cli import main
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.registry.dynamics.checkpoints import (PHASE_RULES, add_derived_columns, equals_variable_scores,
-                                                        find_phases, forbidden_slot_batches, phase_onset,
-                                                        phases_document, trajectory)
+from compose_lens.registry.dynamics.checkpoints import (equals_variable_scores, forbidden_slot_batches, phases_document,
+                                                        trajectory)
 from compose_lens.report.context import RunContext, run_analysis
-from compose_lens.training.runs import find_checkpoints, load_dynamics, select_checkpoints
+from compose_lens.training.phases import PHASE_RULES, add_derived_columns, find_phases, phase_onset
+from compose_lens.training.runs import find_checkpoints, load_dynamics, run_phases_measured, select_checkpoints
 from compose_lens.training.subject import load_checkpoint
 from compose_lens.data.sampler import POOL_NAMES
 
@@ -196,8 +196,6 @@ def test_update_evaluates_only_new_checkpoints(tiny_run, tmp_path):
 def test_a_stride_over_the_study_checkpoints_flags_every_onset_it_may_move(reference_dir):
     """report --stride 4 read the study's onsets 3,801 / 5,401 / 16,001 as 4,401 / 5,601 / 20,001 and
     marked only one provisional: now each onset read on a stride that skipped checkpoints says so."""
-    from compose_lens.registry.dynamics.checkpoints import run_phases_measured
-
     traj = trajectory(reference_dir, pool_size=600, slot_size=150, circuit=False, progress=False, stride=4)
     phases = run_phases_measured(traj.table, reference_dir, traj.settings)
     assert all(phase["stride_may_move"] for phase in phases.values() if phase["step"] is not None)

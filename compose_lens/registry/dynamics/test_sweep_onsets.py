@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from compose_lens.registry.dynamics.checkpoints import (ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS,
-                                                        addition_first_summary, sweep_onsets)
+from compose_lens.registry.dynamics.checkpoints import addition_first_summary, sweep_onsets
+from compose_lens.training.phases import ASSIGNMENT_POOLS, PHASE_RULES, REFINEMENT_POOLS
 from compose_lens.data.sampler import POOL_NAMES
 from compose_lens.training.runs import METRICS_FILE
 

@@ -115,11 +115,6 @@ def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict
     return out
 
 
-def slot_accuracies(model: tl.Model, config: RunConfig, batches: dict[str, Batch]) -> dict[str, float]:
-    """Accuracy on each :func:`forbidden_slot_batches` batch, as ``slot_<name>``."""
-    return {f"slot_{name}": acc for name, acc in batch_accuracies(model, config.model, batches).items()}
-
-
 # -- the trajectory --------------------------------------------------------------------------
 
 
@@ -186,7 +181,7 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
         bar = progress_lines.bar(total=len(checkpoints), wanted=progress, unit="ckpt", desc="dynamics")
         for ckpt, model in _models(checkpoints, config, bridge, device, reader):
             row: dict[str, float] = {"step": ckpt.step, **pool_accuracies(model, config, pools),
-                                     **slot_accuracies(model, config, slots)}
+                                     **{f"slot_{k}": a for k, a in batch_accuracies(model, config.model, slots).items()}}
             row.update({f"equals_score_{v}": float(s) for v, s in zip(variables, equals_variable_scores(model, config))})
             if measures is not None:
                 row.update({k: float(v) for k, v in measures(Subject(model, config, split, str(ckpt.path)), seed=seed,

@@ -1,9 +1,7 @@
 """The ``answer_lens`` analysis, whole in this folder: the worked example of docs/extending.md.
 
-How far the answer at ``=`` is made after each layer, pool by pool: the residual stream read through the
-final normalisation and the unembedding after the embeddings and after each layer, its answer's logit,
-its margin over the best other token and its top-1 rate. In the study's model nothing can add before
-layer 2's MLP, so the answer should come on top only after the last layer.
+How far the answer at ``=`` is made after each layer, pool by pool (``lens.py`` says how it is read). In the
+study's model nothing can add before layer 2's MLP, so the answer should come on top only after the last layer.
 
 An analysis added as one folder of :mod:`compose_lens.registry` holds everything it is:
 

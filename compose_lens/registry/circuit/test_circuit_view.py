@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compose_lens.registry.circuit.figure import circuit_figure, circuit_layout, receiver_node
+from compose_lens.registry.circuit.figure import circuit_figure, receiver_node
 from compose_lens.registry.circuit.discovery import build_graph
 from compose_lens.registry.circuit.page import circuit_page
 from compose_lens.core.config import ModelConfig

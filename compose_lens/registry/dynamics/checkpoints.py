@@ -56,7 +56,6 @@ from compose_lens.analysis.activations import torch_threads
 from compose_lens.analysis import locate, probes
 from compose_lens.registry.probes.summary import circuit_measures, measure_inputs
 from compose_lens.core.config import RunConfig
-from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
 from compose_lens.data.sampler import Batch, make_pools, render
 from compose_lens.data.split import Split

@@ -11,8 +11,7 @@ import pytest
 from compose_lens.cli import main
 from compose_lens.core.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.registry.dynamics.checkpoints import (equals_variable_scores, forbidden_slot_batches, phases_document,
-                                                        trajectory)
+from compose_lens.registry.dynamics.checkpoints import equals_variable_scores, forbidden_slot_batches, trajectory
 from compose_lens.report.context import RunContext, run_analysis
 from compose_lens.training.phases import PHASE_RULES, add_derived_columns, find_phases, phase_onset
 from compose_lens.training.runs import find_checkpoints, load_dynamics, run_phases_measured, select_checkpoints

@@ -39,8 +39,8 @@ embeddings (:mod:`compose_lens.model.weights`).
 
 Every argmax hit rate (``*_score`` of an attention pattern) saturates at 1 as soon as the
 targets are the top weights, however little mass they get; each has a graded companion,
-the mean attention mass on the targets: :func:`prev_token_attention_mass`,
-:func:`equals_to_operands_mass`, :func:`equals_to_values_mass`.
+the mean attention mass on the targets: :func:`prev_token_attention_mass`, and the
+``equals_to_operands_mass`` and ``equals_to_values_mass`` of :func:`equals_measures`.
 
 Activation probes read one :class:`~compose_lens.analysis.activations.Activations`
 of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
@@ -391,7 +391,7 @@ def _from_equals(task: TaskConfig, acts: Activations) -> dict[str, torch.Tensor]
 def equals_measures(subject: Subject, *, n: int = 900, seed: int = 0, acts: Activations | None = None,
                     heads: Heads = PAPER_HEADS) -> dict[str, float]:
     """The four measures of attention from ``=`` (:func:`_from_equals`) in one pass, each a mean over the
-    sequences: what the four functions below each give one of, for a caller that wants them all."""
+    sequences (the two ``*_score`` hit rates are also given one each by the functions below)."""
     return {name: v.mean().item() for name, v in _from_equals(subject.config.task,
                                                               _acts(subject, n, seed, acts, heads)).items()}
 
@@ -405,13 +405,6 @@ def equals_to_operands_score(subject: Subject, *, n: int = 900,
     """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
     positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
     return _equals_measure("equals_to_operands_score", subject, n, seed, acts, heads)
-
-
-def equals_to_operands_mass(subject: Subject, *, n: int = 900,
-                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Mean gatherer (layer-1) attention mass from ``=`` on the two operand positions (graded; the hit rate
-    :func:`equals_to_operands_score` saturates at 1 whenever they are merely the top two)."""
-    return _equals_measure("equals_to_operands_mass", subject, n, seed, acts, heads)
 
 
 # -- 3. variable-identity routing ----------------------------------------------------------
@@ -488,13 +481,6 @@ def equals_to_values_score(subject: Subject, *, n: int = 900,
     """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the
     value positions (see :func:`value_targets`)."""
     return _equals_measure("equals_to_values_score", subject, n, seed, acts, heads)
-
-
-def equals_to_values_mass(subject: Subject, *, n: int = 900,
-                          seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Mean router (layer-2) attention mass from ``=`` on the two value positions (graded: the study's
-    final model reads 1.0 on :func:`equals_to_values_score` with only about half its mass there)."""
-    return _equals_measure("equals_to_values_mass", subject, n, seed, acts, heads)
 
 
 def scores_by_type(config: RunConfig, acts: Activations) -> dict[str, dict[str, float]]:

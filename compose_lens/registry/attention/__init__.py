@@ -1,8 +1,7 @@
 """The ``attention`` analysis, whole in this folder (its tests in ``test_attention.py``): where both layers
 attend on readable sequences, as interactive views.
 
-The analysis runs the model once on the sequences (:func:`.sequences.sequence_views`: the patterns, the
-model's answer, the label and the cells the study's circuit predicts) and writes
+The analysis runs the model once on the sequences (:func:`.sequences.sequence_views`) and writes
 
 * ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
   offline (``interactive.py``, whose bundle the report's page inlines too: :func:`.interactive.views_page`);

@@ -1,9 +1,7 @@
 """The ``dla`` analysis, whole in this folder: direct logit attribution and the logit lens at ``=``.
 
-``attribution.py`` holds the numbers (the answer's margin split into one direct term per component, and the
-residual stream read through the unembedding after each stage, by ``Forward.lens``, as the answer lens reads it),
-``figure.py`` the figure, ``test_dla.py`` the tests; this module says how ``compose-lens dla``, ``analyze``,
-the report and the API run it.
+``attribution.py`` holds the numbers (its docstring says how they are read), ``figure.py`` the figure,
+``test_dla.py`` the tests; this module says how ``compose-lens dla``, ``analyze``, the report and the API run it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ averages over the context spreads it: near ``log n`` for ``n`` positions. The en
 for every layer and head, as a mean with a 95 % bootstrap interval over the sequences, split by
 sequence kind (``const``, ``var1``, ``var2``: no, one or two variable operands), since a router only has somewhere to look
 when an operand is a variable.
-
-The numbers of the ``attention_entropy`` analysis folder (its declaration is the folder's ``__init__``).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 An analysis of a run's checkpoints (``of="run"``): its compute takes a
 :class:`compose_lens.report.context.RunContext` (the run's source, split, seed and device) where a one-model
-analysis takes a :class:`~compose_lens.report.context.Context`. ``checkpoints.py`` holds the measures and the
-phase rule, ``figure.py`` the figures, ``test_dynamics.py`` and ``test_sweep_onsets.py`` the tests; this module
-says how the command, the report and the API run it.
+analysis takes a :class:`~compose_lens.report.context.Context`. ``checkpoints.py`` holds the measures (the phase
+rule is :mod:`compose_lens.training.phases`'s), ``figure.py`` the figures, ``test_dynamics.py`` and
+``test_sweep_onsets.py`` the tests; this module says how the command, the report and the API run it.
 ``compose-lens dynamics RUN --out DIR`` writes ``dynamics.csv`` (one row per checkpoint),
 ``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
 With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made of the same run with the same settings are

@@ -279,8 +279,6 @@ def phases_document(traj: Trajectory) -> dict:
 
 # -- the phases of every point of a sweep ------------------------------------------------------
 
-ONSET_COLUMNS = tuple(f"{rule.name}_onset" for rule in PHASE_RULES)
-
 
 def sweep_onsets(rows: Sequence[dict]) -> pd.DataFrame:
     """One row per sweep point (``results.csv`` rows, which name the ``run_dir``): the onset

@@ -9,28 +9,11 @@
   probe's details, per-sequence-type scores, the best neuron per key frequency,
   the readout's frequencies, and constants against variables.
 
-The keys of :func:`circuit_measures` (all floats in [0, 1] except the losses):
-
-=============================  ====================================================
-``prev_token_weight_score``    the binder's positional QK picks the previous position
-``prev_token_attention_score`` layer-1 attention at value positions peaks one back
-``prev_token_attention_mass``  ... its mean weight on the token one back (graded)
-``prev_token_probe_accuracy``  linear probe recovers the variable at a value position
-``equals_to_operands_score``   layer-1 attention from ``=`` on the two operands
-``equals_to_operands_mass``    ... its mean mass on them (graded)
-``variable_identity_score``    ``(E_var OV_binder) QK_router (E_var OV_binder)^T`` on the diagonal
-``equals_to_values_score``     layer-2 attention from ``=`` on the two value positions
-``equals_to_values_mass``      ... its mean mass on them (graded; the hit rate saturates)
-``ov_mlp_addition_accuracy``   MLP2 adds ``OV_router e_x + OV_router e_y`` for all p^2 pairs
-``key_frequency_strength``     share of MLP2's post-ReLU activation variance in the key frequencies
-                              (the pre-activations, ReLU(f(x) + g(y)) before the ReLU, hold more:
-                              experiments/claim_measures.py)
-``n_key_frequencies``          how many key frequencies
-``grid_loss``                  loss over the p^2 constant-operand grid
-``restricted_loss``            ... with MLP2 kept to the key frequencies
-``excluded_loss``              ... with one key frequency removed, mean over them
-``excluded_loss_all``          ... with all key frequencies removed
-=============================  ====================================================
+The keys of :func:`circuit_measures` are :data:`MEASURE_KEYS`, each said in words in :data:`MEASURE_WORDS`
+(all floats in [0, 1] except the losses and the count; a ``*_mass`` is the graded companion of the hit rate
+before it). ``variable_identity_score`` reads ``(E_var OV_binder) QK_router (E_var OV_binder)^T`` on the
+diagonal; ``key_frequency_strength`` reads MLP2's post-ReLU variance (the pre-activations, ReLU(f(x) + g(y))
+before the ReLU, hold more: experiments/claim_measures.py).
 
 With no key frequency (early in training) the restricted loss keeps only the
 constant and the excluded losses remove nothing (they equal ``grid_loss``).
@@ -70,7 +53,7 @@ from compose_lens.data.split import Split
 from compose_lens.training.subject import Subject
 
 # each measure in words, for figure titles and the report's tables ("layer 1" is blocks.0, the binder;
-# "layer 2" blocks.1, the router; "MLP2" the adder's MLP, as in the table above)
+# "layer 2" blocks.1, the router; "MLP2" the adder's MLP, as the module doc says)
 MEASURE_WORDS = {
     "prev_token_weight_score": "layer 1 QK weights pick the previous position",
     "prev_token_attention_score": "layer 1: share of values whose attention peaks on their variable",

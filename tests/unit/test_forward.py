@@ -112,6 +112,10 @@ def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_arch
         assert torch.allclose(plain.logits_from(site, resid), plain.logits(tokens), atol=1e-5), site
     with pytest.raises(ComposeLensError, match=r"runs on from the last block's residual stream at '='"):
         plain.logits_from(Site("blocks.1.hook_resid_mid", ANSWER), onward[Site("blocks.2.hook_resid_mid", ANSWER)])
+    for layer in cfg.mlp_blocks:  # one block's MLP run from its input at "=": the output the forward made
+        into, out = Site(f"blocks.{layer}.mlp.hook_in", ANSWER), Site(f"blocks.{layer}.hook_mlp_out", ANSWER)
+        read = plain.read(tokens, [into, out])
+        assert torch.allclose(plain.mlp_from(layer, read[into]), read[out], atol=1e-5), layer
 
 
 def test_every_circuit_edge_names_its_ends_as_sites_of_the_model(paper):

@@ -23,9 +23,9 @@ def jump_states(source: str | Path, before: int, after: int, text: str, table: p
     for step in (before, after):
         loaded = load_checkpoint(source, step, split_file)
         view = sequence_views(loaded.model, loaded.config, [text])[0]
-        at = table["step"] == step if table is not None and "assignment_accuracy" in table else None
+        accuracy = None
+        if table is not None and "assignment_accuracy" in table and (table["step"] == step).any():
+            accuracy = float(table.loc[table["step"] == step, "assignment_accuracy"].iloc[0])
         states.append({"step": step, "pattern0": view["patterns"][0, 0].numpy(), "tokens": view["words"],
-                       "identity": variable_identity_matrix(loaded.model, loaded.config).numpy(),
-                       "accuracy": float(table.loc[at, "assignment_accuracy"].iloc[0]) if at is not None and at.any()
-                       else None})
+                       "identity": variable_identity_matrix(loaded.model, loaded.config).numpy(), "accuracy": accuracy})
     return states[0], states[1], list(loaded.config.task.variable_names)

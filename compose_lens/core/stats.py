@@ -1,39 +1,18 @@
 """Every claim with its uncertainty: the statistics the study's numbers are quoted with, in one place.
 
-A number the study quotes is an estimate from a finite sample, and each kind of sample has its
-own honest interval:
+Each kind of sample has its own honest interval, and ``scipy.stats`` does the tests:
 
-* **A rate over runs** (how often the recipe stalls): ``k`` of ``n`` *independent* trials, with the
-  95 % Wilson score interval (:func:`wilson_interval`), which stays inside [0, 1] and keeps its
-  coverage at small ``n`` and at rates near 0, where the normal approximation fails. The trials
-  must be independent: two trajectories of one seed (native and scalar CPU kernels, fp32 and
-  bf16) share the split, the initial weights and the data order, so they are *paired* data, not
-  two trials. :func:`one_per_seed` collapses them to one trajectory per seed by a stated rule, and
-  :func:`paired_agreement` asks the pairs' own question: how often does rounding alone flip an
-  outcome (agreement count, McNemar's exact test on the discordant pairs).
-  :func:`trials_for_half_width` says how many seeds a rate needs before its interval is as narrow as
-  asked.
-* **Two run sets compared** (the recipe against its remedy): Fisher's exact test for two rates
-  (:func:`compare_rates`); for steps or onsets, the Mann-Whitney rank test with its effect size
-  (:func:`compare_steps`): the common-language effect ``P(a > b) + P(a = b) / 2`` and the
-  rank-biserial correlation ``2 * CL - 1`` (0: no shift, +-1: every a above / below every b).
-* **Time to an event, with censoring** (steps to the headline, when some runs never reach it
-  within their budget): a run that did not reach it is *censored* at its last step, not left out
-  (leaving it out compares only the runs that succeeded). :func:`compare_times` gives each set's
-  Kaplan-Meier median and the log-rank test (``scipy.stats.ecdf`` and ``scipy.stats.logrank``).
-* **Two run sets on the same seeds** (the remedy trained on the recipe's seeds): paired, so
-  :func:`paired_agreement` (McNemar's exact test on the seeds whose outcomes differ), not Fisher's.
-* **A score over prompts** (an accuracy, a ROC-AUC, a patching score): the percentile bootstrap
-  over prompts (:func:`bootstrap_interval`, ``scipy.stats.bootstrap``), seeded so a rerun prints the
-  same interval. An analysis that reweights one resample for many scores at once (patching's sites,
-  a circuit's sizes, two models on the same prompts) draws its resamples with
-  :func:`bootstrap_draws`, the same draws scipy makes, and reads its interval with
-  :func:`percentile_interval`.
-* **Printing**: :func:`format_estimate` writes a value and its interval at the digits the interval
-  supports, and prints values within a tolerance of zero as 0, so float noise such as
-  ``-3.2e-08 [-4.3e-08, -2.1e-08]`` reads ``0 [0, 0]``.
-
-``scipy.stats`` does the tests; this module states which test answers which question.
+* **A rate over independent runs**: the Wilson score interval (:func:`wilson_interval`), which
+  keeps its coverage at small ``n`` and near 0. Two trajectories of one seed (native and scalar
+  kernels, fp32 and bf16) share split, weights and data order: they are *paired*, not two trials
+  (:func:`one_per_seed`, :func:`paired_agreement`).
+* **Two run sets**: Fisher's exact test for rates (:func:`compare_rates`), Mann-Whitney for steps
+  (:func:`compare_steps`), or, on the same seeds, McNemar (:func:`paired_agreement`).
+* **Time to an event with censoring**: a run that never reached it is censored at its last step,
+  not left out (:func:`compare_times`: Kaplan-Meier medians, log-rank test).
+* **A score over prompts**: the seeded percentile bootstrap (:func:`bootstrap_interval`,
+  :func:`bootstrap_draws`, :func:`percentile_interval`).
+* **Printing**: :func:`format_estimate`, at the digits the interval supports; float noise prints as 0.
 
 >>> [round(v, 2) for v in wilson_interval(2, 14)]
 [0.04, 0.4]
@@ -108,9 +87,8 @@ def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.
 
 def trials_for_half_width(fraction: float, half_width: float, confidence: float = CONFIDENCE,
                           most: int = 1_000_000) -> int:
-    """How many independent trials a rate near ``fraction`` needs before its Wilson interval is at most
-    ``+- half_width``: the question to ask before training more seeds (a rate near 0.36 needs about 135
-    for +-0.08, one near 0.1 about 60).
+    """How many independent trials (seeds to train) a rate near ``fraction`` needs before its Wilson
+    interval is at most ``+- half_width``.
 
     >>> trials_for_half_width(0.36, 0.08), trials_for_half_width(0.1, 0.08)
     (135, 57)
@@ -126,8 +104,8 @@ def trials_for_half_width(fraction: float, half_width: float, confidence: float 
 
 
 def count_decimals(n: int) -> int:
-    """Decimals that resolve a fraction of ``n`` trials: ``ceil(log10 n)`` (at least 2), enough to tell
-    ``k / n`` from ``(k + 1) / n`` and no more (0.9925 of 2,000, not float32's 0.9925000071525574).
+    """Decimals that tell ``k / n`` from ``(k + 1) / n`` and no more (0.9925 of 2,000, not float32's
+    0.9925000071525574).
 
     >>> count_decimals(2000), count_decimals(1045), count_decimals(7)
     (4, 4, 2)
@@ -175,12 +153,8 @@ class Rate:
 
 
 def one_per_seed(runs: pd.DataFrame, prefer: Sequence[tuple[str, object]], seed: str = "seed") -> pd.DataFrame:
-    """One row per seed: of a seed's rows, the first in the order ``prefer`` gives.
-
-    ``prefer``: ``(column, value)`` pairs, most preferred first, e.g. ``[("kernel", "native"),
-    ("precision", "fp32")]``: a seed's row with ``kernel == "native"`` wins; among equals, the one
-    with ``precision == "fp32"``; among equals still, the first by the frame's order. The rule is
-    fixed before the outcomes are read, so the choice cannot favour an outcome.
+    """One row per seed: the first by ``prefer``, ``(column, value)`` pairs most preferred first (ties:
+    the frame's order). The rule is fixed before the outcomes are read, so it cannot favour an outcome.
 
     >>> runs = pd.DataFrame({"seed": [1, 1, 2], "kernel": ["default", "native", "default"], "y": [0, 1, 2]})
     >>> one_per_seed(runs, [("kernel", "native")])["y"].tolist()
@@ -197,14 +171,11 @@ def one_per_seed(runs: pd.DataFrame, prefer: Sequence[tuple[str, object]], seed:
 
 def paired_agreement(runs: pd.DataFrame, variant: str, a: object, b: object, outcome: str,
                      seed: str = "seed") -> dict:
-    """Do two variants of a seed (``variant == a`` and ``variant == b``) reach the same ``outcome``?
+    """Do two variants of a seed (``variant == a`` and ``variant == b``) reach the same boolean ``outcome``?
 
-    Over the seeds that have both: how many agree, and the discordant pairs both ways (``a``'s
-    outcome true and ``b``'s false, and the reverse). McNemar's exact test asks whether the
-    variant shifts the outcome one way: under no shift a discordant pair goes either way with
-    probability 1/2, so the two-sided binomial test of one direction's count (p = 1 when no pair
-    disagrees). ``outcome`` is a boolean column (e.g. stalled). ``flip_interval_95``: the Wilson interval
-    of the share of seeds whose outcome the variant flips (the discordant pairs over the pairs).
+    Over the seeds that have both: the agreeing and the discordant pairs each way, McNemar's exact
+    test (a two-sided binomial test at 1/2 of one direction's count; p = 1 when none disagrees), and
+    ``flip_interval_95``, the Wilson interval of the share of seeds the variant flips.
     """
     left = runs[runs[variant] == a].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
     right = runs[runs[variant] == b].drop_duplicates(seed).set_index(seed)[outcome].astype(bool)
@@ -294,14 +265,9 @@ def compare_times(a_times: Sequence[float], a_reached: Sequence[bool], b_times: 
 
 
 def bootstrap_draws(n: int, rng, resamples: int = BOOTSTRAP_RESAMPLES):
-    """(resamples, n) indices of ``n`` rows drawn with replacement: every bootstrap of the package
-    resamples here (or through :func:`bootstrap_interval`, which draws the same way inside scipy).
-
-    ``rng``: a seed or a numpy ``Generator``, drawn as ``scipy.stats.bootstrap`` draws a paired
-    resample (``rng.integers(0, n, (resamples, n))``), so a statistic scipy bootstraps and one
-    reweighted here from the same generator see the same resamples; or a ``torch.Generator`` (an
-    analysis's derived stream, :mod:`compose_lens.data.streams`), drawn as ``torch.randint`` with
-    the same shape, and returned as a tensor.
+    """(resamples, n) indices of ``n`` rows drawn with replacement, for an analysis that reweights one
+    resample for many scores. A seed or numpy ``Generator`` draws as ``scipy.stats.bootstrap`` does
+    (so both see the same resamples); a ``torch.Generator`` (:mod:`compose_lens.data.streams`) gives a tensor.
 
     >>> bootstrap_draws(5, 0, resamples=2).tolist()
     [[4, 3, 2, 1, 1], [0, 0, 0, 0, 4]]
@@ -314,15 +280,9 @@ def bootstrap_draws(n: int, rng, resamples: int = BOOTSTRAP_RESAMPLES):
 def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed=0,
                        resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
                        vectorized: bool = False) -> tuple[float, float, float]:
-    """``statistic(*samples)`` and its percentile bootstrap interval, prompts resampled with replacement
-    (``scipy.stats.bootstrap``, paired).
-
-    ``samples`` are paired arrays of one row per prompt (e.g. scores and labels), resampled
-    together; ``statistic`` maps them to one number (``vectorized``: it takes ``axis=-1`` and maps a
-    stack of resamples at once, as ``np.mean`` does: no Python loop over the resamples). ``seed``: a
-    seed or a numpy ``Generator`` (a caller that draws several intervals from one stream passes it).
-    A resample on which the statistic is undefined (NaN: a ROC-AUC drawing no negative) is left out
-    of the interval. Seeded: the same call gives the same interval.
+    """``statistic(*samples)`` and its seeded percentile bootstrap interval, the paired ``samples`` (one
+    row per prompt) resampled together (``vectorized``: ``statistic`` takes ``axis=-1``, as ``np.mean``).
+    A resample where the statistic is NaN (a ROC-AUC drawing no negative) is left out.
 
     >>> value, low, high = bootstrap_interval(np.mean, np.r_[np.zeros(50), np.ones(50)], seed=1)
     >>> value, 0.38 < low < 0.45, 0.55 < high < 0.62
@@ -340,8 +300,7 @@ def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, seed
 
 
 def percentile_interval(replicates, confidence: float = CONFIDENCE, axis: int = -1):
-    """The percentile interval (low, high) of bootstrap ``replicates`` along ``axis`` (numpy or torch):
-    for the analyses that draw their own resamples (patching reweights one resample for every site)."""
+    """The percentile interval (low, high) of bootstrap ``replicates`` along ``axis`` (numpy or torch)."""
     alpha = (1 - confidence) / 2
     if hasattr(replicates, "new_tensor"):  # a torch tensor: torch's quantile, the result stays a tensor
         return tuple(replicates.quantile(replicates.new_tensor([alpha, 1 - alpha]), dim=axis))
@@ -363,9 +322,8 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
 
 
 def _auc_along(scores: np.ndarray, labels: np.ndarray, axis: int = -1) -> np.ndarray:
-    """:func:`roc_auc` of each row of a stack (``axis=-1``), from ranks (ties averaged): the positives'
-    rank sum less its least value, over n_pos n_neg, as Mann-Whitney's U1 is; NaN where a row has no
-    positive or no negative."""
+    """:func:`roc_auc` of each row of a stack, from ranks (Mann-Whitney's U1 over n_pos n_neg); NaN
+    where a row has no positive or no negative."""
     ranks = _scipy.rankdata(scores, axis=axis)
     labels = labels.astype(bool)
     pos = labels.sum(axis)
@@ -377,9 +335,7 @@ def _auc_along(scores: np.ndarray, labels: np.ndarray, axis: int = -1) -> np.nda
 
 def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
                  resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
-    """:func:`roc_auc` and its percentile bootstrap interval over the scored items (a resample
-    drawing no positive or no negative is dropped; :func:`bootstrap_interval`, every resample's
-    AUC at once from ranks)."""
+    """:func:`roc_auc` and its percentile bootstrap interval over the scored items."""
     scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
     _, low, high = bootstrap_interval(_auc_along, scores, labels, seed=seed, resamples=resamples, vectorized=True)
     return roc_auc(scores, labels), low, high
@@ -407,10 +363,8 @@ def _decimals(width: float, significant: int) -> int:
 
 def format_estimate(value: float, low: float | None = None, high: float | None = None, significant: int = 2,
                     zero_below: float = ZERO_TOLERANCE) -> str:
-    """``value [low, high]`` at the digits the interval supports: the interval's width to
-    ``significant`` significant digits, never more than 6 decimals; values whose magnitude is
-    below ``zero_below`` print as 0 (float noise). Without an interval, ``value`` to
-    ``significant`` significant digits (at least 2 decimals below 1).
+    """``value [low, high]`` with the interval's width to ``significant`` digits (at most 6 decimals);
+    magnitudes below ``zero_below`` print as 0. Without an interval, ``value`` to ``significant`` digits.
 
     >>> format_estimate(23100.0, 21800.0, 23100.0)
     '23100 [21800, 23100]'

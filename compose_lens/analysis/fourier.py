@@ -1,51 +1,23 @@
 """The MLP adds: Fourier analysis of layer 2's MLP over the p x p grid of operand values.
 
-In another architecture the MLP analysed is the located adder
-(:mod:`compose_lens.analysis.locate`), in whichever block it sits; "MLP2" below means it.
-Before the last block its logits are read through :class:`FrozenDownstreamReadout` (its
-direct path, the later blocks held at their clean values). These measures are shared: the summary,
-the locator, same-MLP and ablation read them; the fourier analysis's own numbers, figures and
-declaration are its folder's (``registry/fourier/``).
+SPEC section 6, item 4. Once layer-2 attention has brought both operand values to ``=``, the MLP
+input is (close to) ``OV2 e_x + OV2 e_y`` and the MLP must output ``(x + y) mod p``. Modular-addition
+networks do this with a few *key frequencies* k: a neuron reads ``cos(2 pi k x / p + a)`` and
+``cos(2 pi k y / p + b)``, its nonlinearity makes products of the two, i.e. terms in
+``cos(2 pi k (x + y) / p)``, and ``W_out W_U`` reads those out as logits ``cos(2 pi k (x + y - z) / p)``,
+which peak at ``z = x + y``.
 
-SPEC section 6, item 4. Once layer-2 attention has brought both operand values to
-``=``, the MLP input is (close to) ``OV2 e_x + OV2 e_y`` and the MLP must output
-``(x + y) mod p``. Modular-addition networks do this with a few *key frequencies*
-k: a neuron reads ``cos(2 pi k x / p + a)`` and ``cos(2 pi k y / p + b)``, its
-nonlinearity makes products of the two, i.e. terms in ``cos(2 pi k (x + y) / p)``,
-and ``W_out W_U`` reads those out as logits ``cos(2 pi k (x + y - z) / p)``, which
-peak at ``z = x + y``.
+On the p x p grid of operand values a component ``(k, 0)``, ``(0, k)`` or ``(k, k)`` belongs to
+frequency k (``cos k(x+y)`` lives in ``(k, k)``); cross terms ``(k, k')`` belong to none. Low
+:func:`restricted_loss` (only the key frequencies kept) and high :func:`excluded_loss` (one removed):
+the key frequencies are what the MLP computes with.
 
-The tools, one idea each, every one taking the modulus from its input:
-
-* :func:`fourier_basis` ``(p) -> (B, names)``: p orthonormal rows ``const, cos 1,
-  sin 1, ..., `` up to the top frequency ``p // 2`` (for even p only its cosine,
-  the alternating +-1 vector; its sine is zero). :func:`basis_frequencies` gives
-  each row's frequency.
-* :func:`fft1d` / :func:`fft2d`: coefficients in that basis along one axis or
-  over a (p, p, ...) grid, ``B G B^T``.
-* :func:`frequency_mask` / :func:`project_onto_frequency`: the components that
-  belong to frequency k on the grid: ``(k, 0)`` (x only), ``(0, k)`` (y only) and
-  ``(k, k)`` (the products; ``cos k(x+y)`` lives here). Cross terms ``(k, k')``
-  belong to no single frequency.
-* :func:`neuron_frequencies`: each MLP2 neuron's dominant frequency and the
-  fraction of its (non-constant) variance that frequency explains.
-  :func:`key_frequencies`: the frequencies that carry a real share of the MLP's
-  activity through neurons explained by them.
-* :func:`restricted_loss` keeps only the key frequencies (and the constant) of the
-  neuron activations or of the logits; :func:`excluded_loss` removes one key
-  frequency at a time. Low restricted and high excluded loss: the key
-  frequencies are what the MLP computes with.
-* :func:`unembed_fourier`: ``W_out W_U`` in the Fourier basis over the output classes.
-* :func:`best_neurons`: for each key frequency, the neuron it explains best, and
-  its correlation with the ideal pattern ``A cos(2 pi k (x + y) / p + phase) + c``.
-* :func:`ov_mlp_addition_accuracy`: the weights-only test of SPEC 6.4, MLP2 and the
-  unembedding applied to ``OV2 e_x + OV2 e_y`` for all p^2 pairs.
-
-The grids (:class:`AdditionGrid`) hold MLP2 at ``=`` for every (x, y): from
-constant-operand sequences ``+ x y =`` with random contexts (:func:`operand_grid`),
-from the same values reached through variables (``operands="left" | "right" |
-"both"``, assignments randomised) so constants and variables can be compared
-(:func:`compare_grids`), or from the weights alone (:func:`ov_grid`).
+An :class:`AdditionGrid` holds the MLP at ``=`` for every (x, y): from sequences with constant or
+variable operands (:func:`operand_grid`, compared by :func:`compare_grids`) or from the weights alone
+(:func:`ov_grid`). In another architecture the MLP is the located adder
+(:mod:`compose_lens.analysis.locate`), in whichever block it sits ("MLP2" means it); before the last
+block its logits are read through :class:`FrozenDownstreamReadout`. The summary, the locator, same-MLP
+and ablation read these measures; the fourier analysis's own outputs are ``registry/fourier/``'s.
 
 >>> B, names = fourier_basis(10)
 >>> torch.allclose(B @ B.T, torch.eye(10), atol=1e-5), names[:3], names[-1]
@@ -160,21 +132,16 @@ def frequency_mask(p: int, frequencies: int | list[int], constant: bool = False)
 
 def project_onto_frequency(grid: torch.Tensor, frequencies: int | list[int],
                            constant: bool = False, coefficients: torch.Tensor | None = None) -> torch.Tensor:
-    """The part of a (p, p, ...) grid made of the given frequencies (see :func:`frequency_mask`).
-
-    ``coefficients``: ``fft2d(grid)`` if the caller has it already (the same numbers, once).
-    """
+    """The part of a (p, p, ...) grid made of the given frequencies (see :func:`frequency_mask`);
+    ``coefficients``: ``fft2d(grid)`` if the caller has it already."""
     mask = frequency_mask(grid.shape[0], frequencies, constant).to(grid.device)
     coeffs = fft2d(grid) if coefficients is None else coefficients
     return ifft2d(coeffs * mask.view(*mask.shape, *([1] * (grid.dim() - 2))).to(grid.dtype))
 
 
 def frequency_power(grid: torch.Tensor, coefficients: torch.Tensor | None = None) -> torch.Tensor:
-    """(p // 2 + 1, ...) squared coefficients per frequency; row 0 is the constant alone.
-
-    Cross-frequency components belong to no row, so rows 1.. sum to at most the
-    non-constant power. ``coefficients``: ``fft2d(grid)`` if already computed.
-    """
+    """(p // 2 + 1, ...) squared coefficients per frequency; row 0 is the constant alone. Cross terms
+    belong to no row, so rows 1.. sum to at most the non-constant power."""
     p = grid.shape[0]
     power = (fft2d(grid) if coefficients is None else coefficients).pow(2).reshape(p * p, *grid.shape[2:])
     owner = component_frequencies(p).flatten()
@@ -184,8 +151,7 @@ def frequency_power(grid: torch.Tensor, coefficients: torch.Tensor | None = None
 
 
 def frequency_fractions(grid: torch.Tensor, coefficients: torch.Tensor | None = None) -> torch.Tensor:
-    """(p // 2 + 1, ...) fraction of the non-constant power in each frequency (row 0: zero).
-    ``coefficients``: ``fft2d(grid)`` if already computed."""
+    """(p // 2 + 1, ...) fraction of the non-constant power in each frequency (row 0: zero)."""
     p = grid.shape[0]
     coeffs = fft2d(grid) if coefficients is None else coefficients
     non_constant = coeffs.pow(2).reshape(p * p, *grid.shape[2:]).sum(0) - coeffs[0, 0].pow(2)
@@ -209,9 +175,7 @@ class AdditionGrid:
     tokens: torch.Tensor | None = None  # (p^2, seq_len), x-major, or None for the weights-only grid
     task: TaskConfig | None = None  # whose operation gives the labels (None: the study's addition)
 
-    # What several measures of one grid share is computed once, on first use (a checkpoint's
-    # measures read the neurons' 2-D Fourier coefficients three times and the neuron logits
-    # a dozen times). The grid is not changed after it is made.
+    # What several measures of one grid share is computed once, on first use (the grid never changes)
 
     @functools.cached_property
     def mlp_post_coefficients(self) -> torch.Tensor:
@@ -258,13 +222,8 @@ class AdditionGrid:
 
 
 def grid_rows(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:
-    """(p^2, 4) rows ``(x, y, v, w)``, x-major, for every pair of values.
-
-    ``constant``: ``+ x y =``. ``left`` / ``right``: one operand through a variable
-    drawn from the variables allowed on that side; ``both``: an allowed ordered
-    variable pair. The variables (and, in :func:`operand_grid`, the whole context)
-    are drawn per pair from a seeded generator.
-    """
+    """(p^2, 4) rows ``(x, y, v, w)``, x-major, for every pair of values, the variables of ``operands``
+    drawn per pair (seeded) by :func:`draw_variables`."""
     if operands not in OPERAND_KINDS:
         raise ValueError(f"operands={operands!r}: use one of {', '.join(OPERAND_KINDS)}")
     kind = SequenceKind.parse(operands)
@@ -296,32 +255,27 @@ def draw_variables(task: TaskConfig, kind: SequenceKind, n: int,
 
 
 def grid_tokens(split: Split, operands: str = "constant", seed: int = 0) -> torch.Tensor:
-    """(p^2, seq_len) the sequences of :func:`operand_grid`: :func:`grid_rows` rendered with
-    random contexts (seeded), x-major. They depend on the split and seed only, not the model."""
+    """(p^2, seq_len) the sequences of :func:`operand_grid`: :func:`grid_rows` rendered with seeded
+    random contexts (the split and seed decide them, not the model)."""
     rows = grid_rows(split, operands, seed)
     g = streams.derived_generator(seed, streams.OPERAND_GRID, 10 + SequenceKind.parse(operands).index)
     return render(split, rows, g).tokens
 
 
 def check_readout_layer(config: RunConfig, layer: int) -> None:
-    """Refuse (one line) a block the grids cannot read: one without an MLP. An MLP in any block is
-    read (the last block's exactly; an earlier one's through :class:`FrozenDownstreamReadout`)."""
+    """Refuse (one line) a block without an MLP: the grids cannot read it."""
     if not 0 <= layer < config.model.n_layers or layer not in config.model.mlp_blocks:
         raise ComposeLensError(f"blocks.{layer} has no MLP (mlp_blocks={list(config.model.mlp_blocks)})")
 
 
 @dataclass(frozen=True)
 class FrozenDownstreamReadout(weights.LinearReadout):
-    """The readout of an MLP that is NOT in the last block, as a linear map of its neurons.
+    """The readout of an MLP that is NOT in the last block (whose logits are not linear in its neurons).
 
-    The logits at ``=`` are then no longer linear in that MLP's neurons: the blocks after it
-    read its output. This readout takes the MLP's *direct path* (``post W_out W_U``) and holds
-    everything else at its value in the clean run: ``logits = rest + post W_logit`` with
-    ``rest = clean logits - clean post W_logit`` (per grid cell). It gives the model's own
-    logits on the clean grid, so the grid's loss and accuracy are exact; a change of the
-    neurons (restricted, excluded loss) moves the logits through the direct path only, as if
-    the later blocks did not see it (direct logit attribution). The last block's MLP uses the
-    exact :class:`~compose_lens.model.weights.LinearReadout`.
+    It takes the MLP's *direct path* and holds everything else at its clean value:
+    ``logits = rest + post W_logit`` with ``rest = clean logits - clean post W_logit`` per grid cell.
+    The clean grid's loss and accuracy are exact; a change of the neurons (restricted, excluded loss)
+    moves the logits through the direct path only (direct logit attribution).
     """
 
     rest: torch.Tensor | None = None  # (..., d_vocab_out) the logits no neuron of this MLP writes directly
@@ -347,11 +301,9 @@ _SHARED_GRIDS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("sha
 
 @contextlib.contextmanager
 def shared_grids() -> Iterator[None]:
-    """While open, :func:`operand_grid` builds each grid (model, operands, seed, layer) once and
-    hands the same :class:`AdditionGrid` to every later caller: the analyses of one model
-    (the summary, the Fourier tables, the same-MLP features, the ablation's frequency groups)
-    all read the constant-operand grid. Opened by the per-model context of
-    :mod:`compose_lens.report.context`; the grids are read, never written, by their users."""
+    """While open, :func:`operand_grid` builds each grid (model, operands, seed, layer) once and hands
+    the same read-only :class:`AdditionGrid` to every later caller (opened per model by
+    :mod:`compose_lens.report.context`)."""
     token = _SHARED_GRIDS.set({})
     try:
         yield
@@ -361,11 +313,8 @@ def shared_grids() -> Iterator[None]:
 
 def operand_grid(subject: Subject, operands: str = "constant",
                  seed: int = 0, tokens: torch.Tensor | None = None, *, layer: int = 1) -> AdditionGrid:
-    """The MLP of ``blocks.{layer}`` at ``=`` for every (x, y), from rendered sequences (random
-    contexts, seeded); ``tokens``: :func:`grid_tokens` of the same arguments if already rendered.
-    ``layer``: 1 is the paper's MLP2; the Fourier commands pass the located adder
-    (:mod:`compose_lens.analysis.locate`), wherever it sits: an MLP before the last block is read
-    out through :class:`FrozenDownstreamReadout`. Inside :func:`shared_grids`, built once."""
+    """The MLP of ``blocks.{layer}`` (1: the paper's MLP2) at ``=`` for every (x, y), from
+    :func:`grid_tokens` (``tokens`` if already rendered); inside :func:`shared_grids`, built once."""
     model, split = subject.model, subject.split
     shared = _SHARED_GRIDS.get()
     if shared is None or tokens is not None:
@@ -396,14 +345,9 @@ def _operand_grid(subject: Subject, operands: str = "constant",
 
 def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: int = 1, head: int = 0,
             head_layer: int | None = None) -> AdditionGrid:
-    """The weights-only grid: the input of the MLP of ``blocks.{layer}`` set to
-    ``scale (OV e_x + OV e_y)``, OV of head ``head`` of ``blocks.{head_layer}`` (default: the MLP's
-    own block; the paper: ``blocks.1``, head 0, its layer 2; another model: the located router).
-    The MLP's output and its input are read by the unembedding directly (for an MLP before the
-    last block: as if nothing followed it).
-
-    ReLU is positively homogeneous, so with a ReLU MLP the argmax does not depend
-    on ``scale`` (attention of about 1/2 on each value would give 1/2).
+    """The weights-only grid: the MLP of ``blocks.{layer}`` fed ``scale (OV e_x + OV e_y)``, OV of head
+    ``head`` of ``blocks.{head_layer}`` (default: the MLP's own block), read by the unembedding directly
+    (as if nothing followed the MLP). A ReLU MLP's argmax does not depend on ``scale``.
     """
     check_readout_layer(config, layer)
     p = config.task.modulus
@@ -419,9 +363,7 @@ def ov_grid(model: tl.Model, config: RunConfig, scale: float = 1.0, *, layer: in
 
 def ov_mlp_addition_accuracy(model: tl.Model, config: RunConfig, *, layer: int = 1, head: int = 0,
                              head_layer: int | None = None) -> float:
-    """Fraction of the p^2 pairs for which the MLP of ``blocks.{layer}`` and the unembedding, fed
-    ``OV e_x + OV e_y`` (with that input also on the direct path; OV: :func:`ov_grid`), answer
-    ``(x + y) mod p``."""
+    """The weights-only test of SPEC 6.4: the accuracy of :func:`ov_grid` over the p^2 pairs."""
     return ov_grid(model, config, layer=layer, head=head, head_layer=head_layer).accuracy()
 
 
@@ -490,11 +432,8 @@ def grid_loss(grid: AdditionGrid, logits: torch.Tensor | None = None, mask: torc
 
 def _kept_logits(grid: AdditionGrid, frequencies: list[int], on: str, remove: bool) -> torch.Tensor:
     """Logits with the neuron activations (or the logits) restricted to / stripped of frequencies.
-
-    Projecting over (x, y) commutes with the readout ``W_out W_U``, so the neurons'
-    projection is taken on their (p, p, d_vocab_out) logit contribution (cheaper than
-    on the (p, p, d_mlp) activations, and the same numbers).
-    """
+    Projecting over (x, y) commutes with ``W_out W_U``, so the neurons are projected through their
+    (cheaper) logit contribution."""
     if on not in ("neurons", "logits"):
         raise ValueError(f"on={on!r}: use neurons or logits")
     direct, mlp = grid.direct_logits, grid.neuron_logits
@@ -509,12 +448,8 @@ def _kept_logits(grid: AdditionGrid, frequencies: list[int], on: str, remove: bo
 
 def restricted_loss(grid: AdditionGrid, keys: list[int], *, on: str = "neurons",
                     mask: torch.Tensor | None = None) -> float:
-    """Loss with only the key frequencies (and the constant) kept.
-
-    ``on="neurons"``: the MLP2 activations are projected, the direct path (the MLP
-    input read by the unembedding) is left alone. ``on="logits"``: the final logits
-    are projected, over (x, y), for every output class.
-    """
+    """Loss with only the key frequencies (and the constant) kept in the MLP2 activations
+    (``on="neurons"``; the direct path left alone) or in the final logits (``on="logits"``)."""
     return grid_loss(grid, _kept_logits(grid, keys, on, remove=False), mask)
 
 
@@ -534,10 +469,8 @@ def excluded_loss_all(grid: AdditionGrid, keys: list[int], *, on: str = "neurons
 
 
 def unembed_fourier(grid_or_model) -> pd.DataFrame:
-    """``W_out W_U`` (d_mlp, p) of a grid's readout (or of a model's MLP2) in the Fourier basis over the output
-    classes. One row per basis direction: its name, frequency and the norm of that coefficient column over the
-    neurons (the key frequencies stand out).
-    """
+    """``W_out W_U`` of a grid's readout (or a model's MLP2) in the Fourier basis over the output classes:
+    per basis direction, the norm of its coefficients over the neurons (the key frequencies stand out)."""
     readout = grid_or_model.readout if isinstance(grid_or_model, AdditionGrid) else weights.linear_readout(grid_or_model)
     p = readout.W_logit.shape[1]
     return pd.DataFrame({"direction": _fourier_basis(p)[1], "frequency": basis_frequencies(p).tolist(),

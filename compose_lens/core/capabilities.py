@@ -20,18 +20,11 @@ forward             what it is                                                  
 ``transformerlens`` the TransformerLens bridge and its hooks                      anything
 ==================  ===========================================================  =========================
 
-A normalisation layer divides by the norm of the whole residual stream, so the table forward, the
-last-position forward and the patching engine, which add precomputed terms or tables, cannot take it;
-the edge graph can, since it rebuilds each receiver's input from its terms and normalises that input
-as the model does (:meth:`compose_lens.registry.circuit.discovery.GraphModel._normalised`). The table forward and
-the patching engine
-further assume what the paper's layout makes true (the last layer is the only one with an MLP, so
-the answer is MLP2 + unembedding after layer-2 attention).
-
-:func:`why_not` gives the reason a forward declines a config (one line, every failing condition
-named), None where it is exact; :func:`answer_forward` is the choice the trainer and the
-evaluations make. The idealised variants (``embeddings="orthogonal"``, ``residual="disentangled"``)
-are constraints on the weights' values, not on the forward: every forward that covers the
+A normalisation layer divides by the norm of the whole residual stream, so the forwards that add
+precomputed terms or tables cannot take it; the edge graph can, since it rebuilds each receiver's
+input from its terms and normalises that as the model does. The table forward and the patching
+engine further assume the paper's layout (the answer is MLP2 + unembedding after layer-2 attention).
+The idealised variants constrain the weights' values, not the forward: every forward that covers the
 architecture covers them.
 
 >>> from compose_lens.core.config import ModelConfig
@@ -106,11 +99,8 @@ def table(cfg: ModelConfig) -> dict[str, str | None]:
 
 
 def answer_forward(cfg: ModelConfig, mode: str = "auto") -> str:
-    """The forward that computes the answer logits of ``cfg`` for the trainer and the evaluations:
-    ``tables``, ``lastpos`` or ``transformerlens``.
-
-    ``mode`` is the training configuration's ``fast_path``: ``auto`` takes the fastest exact one,
-    ``off`` the TransformerLens forward, ``on`` insists on the tables (and says why it cannot).
+    """The forward the trainer and the evaluations compute ``cfg``'s answer logits with. ``mode`` is
+    ``fast_path``: ``auto`` the fastest exact one, ``off`` TransformerLens, ``on`` the tables or a refusal.
     """
     if mode == "off":
         return "transformerlens"

@@ -42,11 +42,9 @@ QUERY_LENGTH = 4  # "+ LHS RHS ="
 # Where a context's padding goes (TaskConfig.padding), and the study's context distribution
 PADDINGS = ("scattered", "left", "right")
 CONTEXT_DEFAULTS = {"fewest_assignments": 1, "padding": "scattered", "kind_weights": None}
-# the largest modulus a split file or a task declaration may name: its p x p tables are read whole (a
-# declared p of 10^6 once hung every model command in a quadratic check before any size limit)
+# the largest modulus a split file or a task declaration may name: its p x p tables are read whole
 MAX_MODULUS = 1000
-# the most variables a task may name (variable_spelling; a..z name 26): its 2-var pairs are n x n, built
-# whole when a task is checked (3,000 named variables took 6 s, 10^5 would hang every command)
+# the most variables a task may name (variable_spelling): its n x n 2-var pairs are built when it is checked
 MAX_VARIABLES = 1000
 # The binary operations a task may ask for (TaskConfig.operation): the study's is addition;
 # "table" reads the answer of every pair from TaskConfig.operation_table
@@ -344,7 +342,7 @@ class TaskConfig(_JsonConfig):
                f"f={self.f}: the fraction of training pairs must be in (0, 1]")
         _check(isinstance(self.r, (int, float)) and 0 <= self.r <= 1,
                f"r={self.r}: the 2-var keep probability must be in [0, 1]")
-        _check(self.variables_in_training or self.r == 1.0,  # it was recorded and kept no row (issue #45)
+        _check(self.variables_in_training or self.r == 1.0,
                f"r={self.r} keeps 2-var training rows, but variables_in_training=false trains none: drop r")
         _check(seed_problem("seed", self.seed) is None, seed_problem("seed", self.seed) or "")
         _check(int(self.f * self.modulus ** 2) >= 1,
@@ -395,9 +393,7 @@ class TaskConfig(_JsonConfig):
                           f"and the operator its own word (PAD and '=' are taken)")
 
     def _too_many_assignments(self) -> str:
-        """Why max_assignments may not exceed n_vars, in the words of the task asked for: with
-        reassignment on a variable may be assigned twice, but a context that reassigns nothing still
-        assigns up to max_assignments distinct variables (issue #45: the study's reason was given)."""
+        """Why max_assignments may not exceed n_vars, in the words of the task asked for."""
         head = f"max_assignments={self.max_assignments} exceeds n_vars={self.n_vars}: "
         if self.reassign_rate > 0:
             return (head + f"with reassign_rate={self.reassign_rate} a context that reassigns nothing still assigns "
@@ -664,7 +660,7 @@ class ModelConfig(_JsonConfig):
                f"residual={self.residual!r}: use additive (the study) or disentangled (one block per layer)")
         _check(0.0 <= self.embedding_overlap < 1.0,
                f"embedding_overlap={self.embedding_overlap}: the cosine between tokens must be in [0, 1)")
-        _check(self.embedding_basis == "onehot" or self.embeddings == "orthogonal",  # it was recorded, unused
+        _check(self.embedding_basis == "onehot" or self.embeddings == "orthogonal",
                f"embedding_basis={self.embedding_basis} chooses the directions of frozen embeddings: it needs "
                f"embeddings=orthogonal (with embeddings={self.embeddings} it would change nothing); drop it")
         _check(self.embedding_overlap == 0.0 or self.embeddings == "orthogonal",

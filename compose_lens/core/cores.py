@@ -1,22 +1,13 @@
 """How many torch threads a training should use: the cores that nobody else is using.
 
-The training step is a few dozen small kernels. On an idle 2-core machine two
-threads beat one; but when another job keeps a core busy, two threads fight it
-for that core and every parallel kernel waits for its slowest thread: on a
-busy 2-core machine a 2-thread step was ~10x slower than a 1-thread step.
-
-The rule (:class:`ThreadGovernor`): use ``cores - busy`` threads, at least one,
-where ``busy`` is how many cores *other* processes used over the last interval,
-measured as the machine's busy CPU time (``psutil.cpu_times``: ``/proc/stat`` on Linux, the
-same counters on macOS and Windows) minus this process's own (``os.times``). The trainer asks once, when it starts, and keeps that count for
-the whole run (``results.json`` records it): the thread count changes float
-rounding (after 60 steps of the paper model, 1 and 2 threads differ by 4e-7 in the
-weights, which training amplifies), so a run that changed its threads as the load
-moved could not be repeated bit for bit. A second training started beside a running
-one sees the busy core and takes one thread. A thread count set explicitly
-(``--set threads=N``) is kept as it is; pin it to repeat a run exactly. The other commands
-(evaluate, analyze, dynamics, ...) take :func:`threads_now` threads, from the
-load average, unless ``OMP_NUM_THREADS`` says otherwise.
+The training step is a few dozen small kernels: when another job keeps a core busy, a thread that
+fights it makes every parallel kernel wait (on a busy 2-core machine a 2-thread step was ~10x slower
+than a 1-thread step). So (:class:`ThreadGovernor`) a training uses ``cores - busy`` threads, at least
+one, ``busy`` being the cores *other* processes used lately (the machine's busy CPU time less this
+process's). It asks once, at the start, and keeps that count (``results.json`` records it): the thread
+count changes float rounding, so a run whose threads followed the load could not be repeated bit for
+bit. ``--set threads=N`` pins it. The other commands take :func:`threads_now` threads, from the load
+average, unless ``OMP_NUM_THREADS`` says otherwise.
 """
 
 from __future__ import annotations
@@ -103,9 +94,8 @@ class ThreadGovernor:
 
 
 def processor() -> dict:
-    """The CPU as torch sees it: its name where the platform gives one (else the machine type), the
-    vector capability torch's kernels use, and whether it has bf16 units (AMX tiles, AVX-512 BF16), from
-    torch's own probes (so the same on every operating system)."""
+    """The CPU as torch's own probes see it: its name (else the machine type), the vector capability
+    torch's kernels use, and whether it has bf16 units (AMX tiles, AVX-512 BF16)."""
     import torch  # lazy: the command line imports this module before torch
 
     return {"name": platform.processor() or platform.machine() or "unknown",

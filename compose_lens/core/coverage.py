@@ -1,7 +1,6 @@
 """Which architectures each analysis command covers, decided from the config alone (no torch).
 
-A command that cannot read a model must say so in one line before it loads anything
-(``compose-lens`` imports torch, TransformerLens and the weights only after these checks):
+A command that cannot read a model says so in one line before it loads anything (torch included):
 
 ===========  ==============================================================================
 command      covers
@@ -29,9 +28,6 @@ command      covers
 
 The analyses of a training run (``dynamics``, ``early-jump``, ``llc``) read checkpoints: a compose-lens
 run or a folder of the study's ``step_N.pth``, not a model trained elsewhere (one model, no checkpoints).
-
-:func:`problem` gives the reason a command does not cover a model config (None: it does);
-:func:`peek_run_config` reads what a MODEL argument names without loading it.
 """
 
 from __future__ import annotations
@@ -53,10 +49,9 @@ def same_mlp_problem(cfg: ModelConfig) -> str | None:
 
 
 def same_mlp_inconclusive(cfg: ModelConfig) -> str | None:
-    """Why the same-MLP tests cannot decide on a model they read (its verdict is then ``inconclusive``,
-    with this reason), or None: under normalisation the adder's input is the norm of the residual, not a
-    sum of the operands' terms, so the interchange and transfer tests, which swap those terms, do not
-    apply."""
+    """Why the same-MLP tests cannot decide on a model they read (its verdict is then ``inconclusive``), or
+    None: under normalisation the adder's input is not a sum of the operands' terms, which the interchange
+    and transfer tests swap."""
     if cfg.normalization_type is not None:
         norm = "LayerNorm" if cfg.normalization_type.startswith("LN") else "RMSNorm"
         return (f"the adder's input is not a sum of operand terms under {norm} "
@@ -94,9 +89,8 @@ def describe(cfg: ModelConfig) -> str:
 
 
 def peek_run_config(spec: str | Path) -> RunConfig | None:
-    """The run config of what a MODEL argument names (as :func:`compose_lens.training.subject.load_model` resolves
-    it), read from its ``config.json`` alone (no torch, no weights), so a guard can refuse before the
-    model is loaded; None where it cannot be read so (the loader then says why)."""
+    """The run config of what a MODEL argument names, from its ``config.json`` alone (no torch, no weights),
+    so a guard can refuse before the model is loaded; None where it cannot be read so."""
     path = PAPER_MODEL_DIR if str(spec) == "paper" else Path(spec)
     if path.suffix == ".pth":
         return RunConfig()  # the study's checkpoints: the paper's task and architecture

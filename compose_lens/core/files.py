@@ -1,16 +1,11 @@
 """Writing files safely: JSON read with one clear line, and every write atomic.
 
-A file compose-lens writes is never seen half-written and never takes over a name it did
-not make. Every write goes through one staging mechanism: :func:`temp_beside` creates a
-fresh ``.NAME.<16 hex>.tmp`` exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mkdir``
-for a directory), the content is written there, and a rename puts it in place
-(:class:`atomic_path`). A crash, a full disk or Ctrl-C leaves the previous file as it was.
-A SIGKILL cannot run the clean-up, so its temporary stays; the next command that holds the
-directory's lock removes it (:func:`remove_stale_temps`), and only it: an entry of exactly the
-``.NAME.<16 hex>.tmp`` form, for a ``NAME`` that command writes there, never a user's
-``NAME.tmp`` or ``.NAME.old.tmp``.
-The markers and locks of whole output directories build on this in
-:mod:`compose_lens.data.safety`.
+A file compose-lens writes is never seen half-written and never takes over a name it did not make:
+every write is staged in a fresh temporary made exclusively by :func:`temp_beside` and renamed into
+place (:class:`atomic_path`), so a crash, a full disk or Ctrl-C leaves the previous file as it was.
+A SIGKILL's temporary stays until the next command holding the directory's lock removes it
+(:func:`remove_stale_temps`). :mod:`compose_lens.data.safety` builds the markers and locks of whole
+output directories on this.
 
 >>> import tempfile, pathlib
 >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.json"
@@ -35,8 +30,7 @@ from compose_lens.core.errors import ComposeLensError
 
 def not_there(path: str | Path, folder: bool = False) -> str | None:
     """Why ``path`` is not the file (or, ``folder=True``, the folder) a command wants, in a few words,
-    or None where it is: "no such file", "is a folder, not a file", "is a file, not a folder" (issue
-    #45: a folder given as a file was called missing).
+    or None where it is.
 
     >>> not_there("/"), not_there("/", folder=True), not_there("/nowhere/x")
     ('is a folder, not a file', None, 'no such file')
@@ -52,8 +46,8 @@ def not_there(path: str | Path, folder: bool = False) -> str | None:
 
 
 def missing_columns(found: Any, needed: Any) -> str | None:
-    """What a table's header lacks of the columns ``needed``, in a few words, or None: a name
-    with a space around it is said as such, since the space cannot be seen (issue #45).
+    """What a table's header lacks of the columns ``needed``, in a few words, or None (a name with a
+    space around it is said as such: the space cannot be seen).
 
     >>> missing_columns(["step", " loss"], ["step", "loss"])
     "the column ' loss' has a space around its name; name it 'loss'"
@@ -115,13 +109,8 @@ _TEMP_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.(tmp|partial|old)$")
 
 
 def temp_beside(path: str | Path, directory: bool = False, suffix: str = TEMP_SUFFIX) -> Path:
-    """Create, exclusively, a fresh temporary file (or directory) beside ``path``.
-
-    The name is ``.NAME.<16 hex>.tmp`` (or ``suffix``), created with ``O_CREAT | O_EXCL``
-    (``mkdir`` for a directory), so it never takes over a file, a folder or a symlink
-    that is already there, whoever made it: the one staging mechanism of every
-    atomic write in compose-lens (see :func:`atomic_path`).
-    """
+    """Create, exclusively, a fresh ``.NAME.<16 hex>.tmp`` (or ``suffix``) file (or directory) beside
+    ``path``: it never takes over a file, a folder or a symlink already there, whoever made it."""
     path = Path(path)
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}{suffix}")
@@ -143,14 +132,9 @@ def temp_of(name: str) -> str | None:
 
 
 def remove_stale_temps(directory: str | Path, names, folders: bool = False) -> list[str]:
-    """Remove the ``.tmp`` temporaries of :func:`temp_beside` that a killed process left in ``directory``.
-
-    Call it only while holding the directory's lock (so no live writer owns them). ``names`` is
-    the set of names the caller writes there, or a predicate on a name: a temporary is removed
-    only where the name it stands for (:func:`temp_of`) is one of them, and it is a regular file
-    (``folders``: or a folder, as a checkpoint is staged), never a symlink. Anything else, a
-    user's ``notes.tmp`` or ``.config.json.mine.tmp`` included, is left alone. Returns the names
-    removed.
+    """Remove (and name) the ``.tmp`` temporaries of :func:`temp_beside` a killed process left in
+    ``directory``; call it only while holding the directory's lock. Only a regular file (``folders``: or a
+    folder) standing for one of ``names`` (a set or a predicate) goes; a user's ``notes.tmp`` stays.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())

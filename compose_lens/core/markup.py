@@ -1,16 +1,10 @@
 """HTML, from one place: every page and table compose-lens writes is a jinja2 template.
 
 The templates sit in ``compose_lens/templates/`` (package data): ``page.html``, the one skeleton of
-every offline page (the report, ``compare.html``, ``circuit.html``, the attention views), and the
-pieces pages are made of (``table.html``, ``report.html``, ``figure.html``, ``comparison.html``,
-...). :func:`render` fills one; the environment escapes every value (autoescape), so a model's path,
-a sequence or an error message with ``<`` or ``&`` in it shows as text, and only what is already HTML
-(a rendered piece, a stylesheet, the circuitsvis bundle) is passed as :class:`~markupsafe.Markup`.
-This module is below both the registry and the report, so the registry's declared sections
-(:mod:`compose_lens.registry`) and the report's own sections (:mod:`compose_lens.report`) write their
-tables with :func:`html_table` without the registry needing anything of the report.
-:data:`COMPARISON_STYLE` is the look of a two-model table (:func:`compose_lens.report.compare.html_tables`),
-in ``compare.html`` and in the report's comparison section alike.
+every offline page, and the pieces pages are made of. :func:`render` fills one and escapes every value,
+so a path or a sequence with ``<`` or ``&`` in it shows as text; only what is already HTML is passed
+as :class:`~markupsafe.Markup`. This module sits below both the registry and the report, so both write
+their tables with :func:`html_table`.
 
 >>> html_table([["prev_token_attention_score", 0.98765], ["steps", 1800.0], ["restricted loss", 7.9e-10]],
 ...            ["measure", "value"])
@@ -59,9 +53,8 @@ def page(title: str, body: str, style: str = "", script: str = "") -> str:
     return render("page.html", title=title, body=Markup(body), style=Markup(style), script=Markup(script))
 
 
-# circuitsvis labels each head's thumbnail with an absolutely placed <h4> on top of it: a name such as
-# "layer 1 (blocks.0)" is wider than the thumbnail, so it covered the pattern and ran off the tile's
-# left edge. Set above the thumbnail, in the flow, it wraps within the tile's width and covers nothing.
+# circuitsvis places each head's <h4> label on top of its thumbnail, where a wide name covers the pattern:
+# set in the flow above it, it wraps within the tile and covers nothing
 VIEW_STYLE = (".attention-view h4{position:static!important;display:block;font-size:12px;line-height:1.25}"
               ".attention-scale{font-size:12px;color:#444;display:flex;align-items:center;gap:6px;margin:2px 0 14px}"
               ".attention-scale .bar{display:inline-block;width:160px;height:10px;border:1px solid #999;"
@@ -97,12 +90,9 @@ def html_table(rows: list[list], header: list[str], row_classes: list[str | None
     return render("table.html", header=header, rows=list(zip(rows, classes)))
 
 
-# the two-model tables inside <div class="comparison"> (compose_lens.report.compare.html_tables), narrow enough for
-# compare.html's 1,200 px page and the report's 1,250 px column at a 1,200 px window (the findings table, with
-# its "what it measures" column, was 1,316 px in a 1,137 px box and hid "changed" behind a scrollbar;
-# tests/unit/test_compare.py measures it in Chromium): the values and intervals kept on one line, the words
-# (measure, what it measures, how the interval was had) wrapped, a long measure name after its underscores,
-# the changed rows highlighted, the rows that differ with no interval to say greyed
+# the two-model tables (compose_lens.report.compare.html_tables, in compare.html and the report), narrow enough
+# for a 1,200 px window (tests/unit/test_compare.py measures it): values and intervals on one line, the words
+# wrapped, the changed rows highlighted, the rows that differ with no interval to say greyed
 COMPARISON_STYLE = """
 .comparison{overflow-x:auto}
 .comparison table{font-size:.92em}

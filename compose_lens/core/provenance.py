@@ -1,21 +1,9 @@
 """Where a result came from: the package version, the code version and the provenance record.
 
-Every file compose-lens writes records the configuration, the seed and the code
-that made it, so a number can always be traced back to a commit. This module
-holds the one way to say that:
-
-* :data:`VERSION` is the package version (``pyproject.toml`` reads it from here);
-* :func:`code_version` is the git commit of the source tree (``-dirty`` when it has
-  uncommitted changes) where the package runs from a checkout of compose-lens itself; installed,
-  the commit the package was built from (``setup.py`` writes it into ``_commit.txt`` of the wheel,
-  ``git archive`` fills the same file), never the repository around ``site-packages`` (a virtual
-  environment inside the user's own git repository is not compose-lens's code); the package
-  version only where neither says (a copy of the files without git);
-* :func:`provenance` is the record itself, as every JSON output carries it (JSON
-  documents under the key ``provenance``, CSV tables in a ``NAME.provenance.json``
-  beside them). It includes the command line that made the file: pass ``command``,
-  or let the ``compose-lens`` command line register its own once
-  (:func:`set_command`) so every file it writes records it.
+Every file compose-lens writes records the configuration, the seed, the command line and the code
+that made it (:func:`provenance`: JSON documents under the key ``provenance``, CSV tables in a
+``NAME.provenance.json`` beside them), so a number can always be traced back to a commit.
+:data:`VERSION` is the package version (``pyproject.toml`` reads it from here).
 """
 
 from __future__ import annotations
@@ -84,7 +72,8 @@ def _code_version(root: str) -> str:
 
 def code_version() -> str:
     """The git commit of compose-lens's checkout (with ``-dirty`` if modified) where the package
-    runs from one, else the commit it was built from (:func:`built_from`), else the package version.
+    runs from one; installed, the commit it was built from (:func:`built_from`), never that of a git
+    repository around ``site-packages``; else the package version.
 
     Read once per process: a run that trains for minutes records the tree it started from.
     """

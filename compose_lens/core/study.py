@@ -1,16 +1,10 @@
 """The study's published numbers, in one place: what "Assign and Add" (arXiv 2605.31497) reports.
 
-Everything the toolkit compares a run against comes from here: the headline (over 98 % on
-unseen 2-variable sequences, and 0-variable addition that generalises to held-out pairs),
-the onsets of its three learning phases, and the f and r thresholds of its Figure 3. The
-report, ``make reproduce``, ``compose-lens dynamics`` and the sweep thresholds all read
-these constants, so a number of the study is written once.
-
-Two kinds of value live here. Numbers (:data:`HEADLINE`, :data:`THRESHOLDS`) are what the
-code tests against; strings (:data:`CLAIMS`, :data:`PHASES`) are how the study states them,
-for printing beside a run's own value. The study reads its phases from figures, not from a
-rule, so they are approximate ("~6k"); compose-lens's own phase rule is
-:data:`compose_lens.training.phases.PHASE_RULES`.
+Everything the toolkit compares a run against comes from here, so a number of the study is written
+once. Numbers (:data:`HEADLINE`, :data:`THRESHOLDS`) are what the code tests against; strings
+(:data:`CLAIMS`, :data:`PHASES`) are how the study states them, for printing beside a run's own value.
+The study reads its phases from figures, so they are approximate ("~6k"); compose-lens's own phase
+rule is :data:`compose_lens.training.phases.PHASE_RULES`.
 
 >>> HEADLINE
 0.98

@@ -82,7 +82,6 @@ _EXPORTS = {
 }
 
 
-
 def _registered() -> dict[str, str]:
     """The public names the registered analyses declare (``Analysis.exports``), each to where it is defined:
     the declaration's module, or the ``module[:attribute]`` an export names after ``=``."""

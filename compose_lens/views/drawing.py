@@ -8,11 +8,9 @@ Figures are :class:`StudyFigure` s made without pyplot, so importing the views l
 matplotlib backend alone, and they are drawn in the report's style unless ``with
 figure_style.style("paper"):`` says otherwise (:mod:`compose_lens.views.figure_style`).
 
-What every figure shares lives here once: the Okabe-Ito palette, the report's width, how a layer is
-named (:func:`layer_name`: ``layer 1 (blocks.0)``), the one :func:`heatmap` every matrix is
-drawn with (one-sided quantities on a sequential map from 0, two-sided ones on a diverging map
-centred on 0), the colour scales of every attention heatmap (:data:`ATTENTION_SCALE`,
-:data:`SCORE_LABEL`) and the words for a patching metric (:func:`metric_words`).
+What every figure shares lives here once: the palette, the report's width, how a layer is named
+(:func:`layer_name`), the one :func:`heatmap` every matrix is drawn with, the colour scales of every
+attention heatmap and the words for a patching metric (:func:`metric_words`).
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "
 REPORT_WIDTH_IN = 11.0  # at 110 dpi 1,210 px: the report's column (1,218 px) shows such a figure unshrunk
 
 ATTENTION_GAMMA = 0.5  # attention colour = weight ** 0.5: 0.2 shows at 45 % of full colour
-# the two units of every attention heatmap's colour bar (issue 43: the QK and early-jump figures drew one
-# matrix in two units under three labels): a weight after the softmax, a score (logit) before it
+# the two units of every attention heatmap's colour bar: a weight after the softmax, a score (logit) before it
 ATTENTION_LABEL = "attention weight (square-root colour scale)"
 SCORE_LABEL = "attention score q.k / sqrt(d_head) (logit)"
 ATTENTION_SCALE = {"cmap": "Blues", "centre": False, "mask_upper": True, "vmax": 1.0, "gamma": ATTENTION_GAMMA,
@@ -69,11 +66,8 @@ def layer_name(block: int) -> str:
 
 
 class StudyFigure(Figure):
-    """A matplotlib figure made without pyplot (no backend chosen, nothing kept in pyplot's list
-    of open figures) that Jupyter shows inline, as PNG, when it is a cell's value.
-
-    It remembers the figure style it was made in (:func:`style`, ``study_style``) and its
-    ``tight_layout`` settings (``study_layout``), so that writing it (``savefig``, :func:`save`)
+    """A matplotlib figure made without pyplot (no backend chosen, nothing kept open) that Jupyter shows
+    inline. It remembers the style it was made in and its ``tight_layout`` settings, so that writing it
     fits it to that style (:func:`compose_lens.views.figure_style.fit`) however late it is written."""
 
     def __init__(self, *args, **kwargs):
@@ -97,8 +91,7 @@ class StudyFigure(Figure):
 
 
 def subplots(*grid, figsize: tuple[float, float] | None = None, **kwargs):
-    """``(figure, axes)`` as ``pyplot.subplots`` gives them, on a :class:`StudyFigure`: pyplot
-    is never touched, so no backend is switched or opened."""
+    """``(figure, axes)`` as ``pyplot.subplots`` gives them, on a :class:`StudyFigure`."""
     fig = StudyFigure(figsize=figsize)
     return fig, fig.subplots(*grid, **kwargs)
 
@@ -128,9 +121,8 @@ def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
 
 def save(fig: Figure, data: pd.DataFrame | None, path: str | Path, dpi: int = 110,
          fmt: str = "png") -> list[Path]:
-    """Write ``path`` as ``fmt`` (png, svg or pdf; the suffix follows the format) and ``data``
-    beside it as CSV (same stem); close the figure. Each file is written whole or not at all
-    (:class:`compose_lens.core.files.atomic_path`)."""
+    """Write ``path`` as ``fmt`` (the suffix follows the format) and ``data`` beside it as CSV (same stem),
+    each atomically; close the figure."""
     path = Path(path).with_suffix("." + fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
     image = figure_bytes(fig, dpi, fmt)
@@ -148,19 +140,14 @@ class Renderer:
     """Draws and writes figures, in this process or in one worker process beside it.
 
     ``renderer.save(figure_function, *numbers, path=..., dpi=..., fmt=...)`` is
-    ``save(figure_function(*numbers)[0], None, path, dpi, fmt)``. With ``background=True``
-    the call sends the function (by name) and its numbers to a worker process and returns
-    at once, so an analysis goes on computing while its figures are drawn: matplotlib's
-    layout is pure Python, and ``analyze``'s figures took ~2.5 s of an idle 12 s run.
-    The worker draws the same bytes. :meth:`wait` (and leaving a ``with`` block) waits
-    for every figure and raises the first failure.
+    ``save(figure_function(*numbers)[0], None, path, dpi, fmt)``. With ``background=True`` a
+    worker process draws the same bytes while the analysis goes on computing (``analyze``'s figures
+    took ~2.5 s of an idle 12 s run); :meth:`wait` (and leaving a ``with`` block) waits for every
+    figure and raises the first failure.
 
-    The worker is spawned, not forked, so it never inherits torch's thread pool; it starts
-    when the renderer is made and imports this module while the caller goes on (start the
-    renderer before loading a model and the two overlap). Spawning re-imports the caller's
-    main script in the worker, which is safe for the ``compose-lens`` command (whose main
-    module is guarded) but not for a user's unguarded script: only the command line asks
-    for a background renderer; the library's default draws here.
+    The worker is spawned, not forked (it never inherits torch's thread pool), when the renderer is
+    made. Spawning re-imports the caller's main script, safe for the guarded ``compose-lens`` command
+    but not a user's unguarded script: only the command line asks for a background renderer.
     """
 
     def __init__(self, background: bool = False):
@@ -236,11 +223,9 @@ def heatmap(ax: Axes, matrix: np.ndarray, xlabels: Sequence, ylabels: Sequence, 
     """Draw ``matrix`` on ``ax``: the one heatmap of every figure.
 
     ``centre``: a diverging scale symmetric about 0 (else sequential from 0 up to ``vmax``);
-    ``bar_range``: the part of a diverging scale the colour bar shows (data from 0 to 1 with a few small
-    negatives: the bar runs from the least value to 1, not from -1, with 0 still white);
-    ``gamma``: a power-law colour scale (sequential only; 0.5 = square root);
-    ``mask_upper``: blank the cells above the diagonal (a causal attention pattern);
-    ``annotate``: write each cell's value in it (small tables), at ``fontsize``.
+    ``bar_range``: the part of a diverging scale the colour bar shows (e.g. from the least value to 1,
+    not from -1); ``gamma``: a power-law sequential scale (0.5 = square root); ``mask_upper``: blank the
+    cells above the diagonal; ``annotate``: write each cell's value in it.
     """
     m = np.asarray(matrix, dtype=float).copy()
     if mask_upper:

@@ -5,26 +5,21 @@ Every figure of :mod:`compose_lens.views` is drawn for the offline report: 11 in
 wants the same figure at a journal's width, its text at the size of the caption beside it, and vector
 files. A :class:`FigureStyle` says all of that in one place, and :data:`STYLES` holds the two:
 
-* ``report``: what the figures always were; nothing is changed (the same bytes as before);
-* ``paper``: a two-column journal's full text width, :data:`PAPER_WIDTH_IN` = 7.0 in (NeurIPS, ICML
-  and ACL text blocks are 5.5 to 7 in; a figure narrower than this keeps its width), text at 7 to
-  9 pt, thin lines, PDF by default, PNG at 300 dpi, fonts embedded as text (PDF Type 42, SVG text),
-  so a journal's typesetter and a reader's search both find the labels.
+* ``report``: what the figures always were; nothing is changed;
+* ``paper``: a two-column journal's full text width, :data:`PAPER_WIDTH_IN` = 7.0 in (a narrower
+  figure keeps its width), text at 7 to 9 pt, thin lines, PDF by default, PNG at 300 dpi, fonts
+  embedded as text (PDF Type 42, SVG text), so a typesetter and a reader's search find the labels.
 
-How a figure becomes a paper figure. The figure functions set their own sizes (a 12-panel grid is
-taller than a bar chart) and their own font sizes; rather than teach each of them a second layout,
-the style is applied in two steps that work for every figure, a user's own included:
+The figure functions set their own sizes and font sizes; rather than teach each of them a second
+layout, the style is applied in two steps that work for every figure, a user's own included:
 
 1. while drawing, inside :func:`style`, matplotlib's settings (:attr:`FigureStyle.rc`) give every
    size the figure does not set itself (tick labels, legends, line widths);
-2. when the figure is written (:func:`fit`, called by :meth:`compose_lens.views.drawing.StudyFigure.savefig`
-   and :func:`compose_lens.views.drawing.figure_bytes`), a figure wider than the style's width is narrowed
-   to it, its height by the square root of that factor (text does not shrink as much as the width,
-   so panels keep room for their titles and labels), every text is set to the style's size for
-   it (:meth:`FigureStyle.font_size`: the report's 10 pt title becomes 9, its 8 pt labels 7),
-   titles wider than their panel are wrapped again, the figure's own ``tight_layout`` is run again
-   at the new size, number ticks that touch are thinned, rows named on an axis that touch get more
-   height, and a title left high above square panels comes down to them: no label overlaps another
+2. when the figure is written (:func:`fit`), a figure wider than the style's width is narrowed to
+   it, its height by the square root of that factor (panels keep room for their titles), every text
+   is set to the style's size (:meth:`FigureStyle.font_size`), long titles are wrapped again, the
+   layout is run again, touching number ticks are thinned, touching row names get more height and a
+   title left high above square panels comes down: no label overlaps another
    (``tests/unit/test_figures_paper_style.py`` checks the busiest figures' text boxes).
 
 A figure remembers the style it was drawn in, so saving it later, outside the ``with`` block, still
@@ -169,13 +164,10 @@ def fit(fig: Figure, chosen: str | FigureStyle | None = None) -> Figure:
 
 
 def _lay_out(fig: Figure, layout: dict) -> None:
-    """Place the axes again at the new size with matplotlib's ``tight_layout`` and the figure's own
-    pads, between its title and legends (the report's ``rect`` was in inches of the report's
-    height). Run twice: one run estimates each margin from the last layout, so the second is exact.
-    A grid's own spacing (``add_gridspec(hspace=...)``, chosen for the report's width) is dropped so
-    that ``tight_layout`` can place its axes; a figure whose axes it still cannot place (an axis put
-    at a place by hand) keeps its own placement (matplotlib's constrained layout, tried instead,
-    squeezed :func:`compose_lens.registry.same_mlp.figure.same_mlp_figure`'s panels to slivers)."""
+    """Place the axes again at the new size with ``tight_layout`` (run twice: the second is exact) and
+    the figure's own pads, between its title and legends. A grid's own spacing, chosen for the report's
+    width, is dropped; axes placed by hand keep their placement (constrained layout squeezed
+    :func:`compose_lens.registry.same_mlp.figure.same_mlp_figure`'s panels to slivers)."""
     _below_title(fig)
     for grid in {ax.get_subplotspec().get_topmost_subplotspec().get_gridspec() for ax in fig.axes
                  if ax.get_subplotspec() is not None}:

@@ -21,10 +21,8 @@ from compose_lens.views.training import PHASE_STYLE
 
 
 def sweep_figure(rows: Sequence[dict], title: str = "") -> tuple[Figure, pd.DataFrame]:
-    """Figure-3 style: each metric against the parameter, one thin line per seed, the mean bold.
-
-    ``rows`` are a sweep's ``results.csv`` rows, with numeric values.
-    """
+    """Figure-3 style: each metric against the parameter of a sweep's ``results.csv`` rows (numeric values),
+    one thin line per seed, the mean bold."""
     param = rows[0]["param"]
     seeds = sorted({int(r["seed"]) for r in rows})
     values = sorted({float(r["value"]) for r in rows})
@@ -151,11 +149,9 @@ def modularity_figure(rows: pd.DataFrame, x: str, group: str | None = None, log2
 
     Each seed is a marker (seeds side by side); the line joins the mean over seeds and its error bar is
     the range over seeds; a point's own 95 % bootstrap interval (``<measure>_low`` / ``_high``, where the
-    table has them) is the seed marker's bar. A panel whose every measured value is the same (the same
-    adder test passing everywhere) is not drawn: the title says the value instead. The legend lists only
-    the markers drawn: an inconclusive point (no measure) as an x at 0, a point trained again at the
-    study's learning rate (``remedy`` none) ringed (issue 43: the title named markers the figure did
-    not have, one panel was constant, and nothing showed the spread)."""
+    table has them) is the seed marker's bar. A panel whose every measured value is the same is not drawn:
+    the title says the value instead. The legend lists only the markers drawn: an inconclusive point (no
+    measure) as an x at 0, a point trained again at the study's learning rate (``remedy`` none) ringed."""
     rows = rows.copy()
     values = {c: pd.to_numeric(rows[c], errors="coerce") if c in rows else pd.Series(np.nan, index=rows.index)
               for c, _ in MODULARITY_MEASURES}

@@ -20,17 +20,11 @@ Supporting modules:
 * :mod:`.locate`: which head binds, which routes and which MLP adds in *any*
   architecture (the table above names the paper's components); the Fourier
   analyses read the located adder;
-* :mod:`.activations`: the activations all probes read, in one forward pass (a
-  table-based forward for the paper architecture, ``run_with_cache`` otherwise), and the attention patterns;
+* :mod:`.activations`: the activations all probes read, in one forward pass, and the attention patterns;
 * :mod:`.metrics`: the patching metrics; :mod:`.thresholds`: the f and r thresholds of a sweep;
 * :mod:`.exploratory`: one prompt, or a head's detection, asked of any model.
 
-Which analysis ``compose-lens analyze`` runs, with which settings, and what each writes, shows in the
-report and exports is declared once per analysis, in its folder of :mod:`compose_lens.registry`, with
-the numbers only it reads, its figures and its tests (``docs/extending.md``). Nothing here imports the
-registry.
-
-Everything here returns numbers (tensors, DataFrames, dicts): files are written by
-:mod:`compose_lens.training.runs` and :mod:`compose_lens.report`, figures drawn in the registry's folders
-and :mod:`compose_lens.views`.
+Everything here returns numbers (tensors, DataFrames, dicts) and imports nothing of the registry: each
+analysis is declared, with its outputs, figures and tests, in its folder of :mod:`compose_lens.registry`
+(``docs/extending.md``).
 """

@@ -19,15 +19,10 @@ field                       TransformerLens hook                        shape
 ``binder=None`` / ``router=None`` (no head plays the role) leaves that head's fields None;
 ``binder`` / ``router`` record which head filled them.
 
-:func:`collect` reads them through the one forward (:class:`compose_lens.model.forward.Forward`):
-for the paper's architecture (:func:`compose_lens.core.capabilities.is_paper_architecture`: two layers,
-one head each, an MLP in the last layer only, no normalisation, zero biases) from the weights with
-*tables* (layer 1 sees only ``E[t] + P[i]``, so its queries, keys and values are rows of small
-vocabulary and position tables gathered at the tokens, and so are layer 2's keys and values once
-layer 1's pattern is known), which the thousands of sequences of a Fourier grid need; for any other
-(or for heads and blocks the tables do not compute) with the model's own ``run_with_cache``. The
-test suite checks that both give the same activations. :func:`attention_patterns` reads every head's
-pattern the same way.
+:func:`collect` reads them through the one forward (:class:`compose_lens.model.forward.Forward`): for
+the paper's architecture from small vocabulary and position *tables* gathered at the tokens (layer 1
+sees only ``E[t] + P[i]``), fast enough for the thousands of sequences of a Fourier grid; for any other
+with the model's own ``run_with_cache``. The tests check that both agree.
 """
 
 from __future__ import annotations
@@ -88,13 +83,8 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch 
             fast: bool | None = None, resid: bool = True, mlp_layer: int = 1,
             binder: tuple[int, int] | None = PAPER_BINDER,
             router: tuple[int, int] | None = PAPER_ROUTER) -> Activations:
-    """Activations of ``tokens`` (N, n) on CPU in float32, read by the one forward
-    (:class:`compose_lens.model.forward.Forward`: the tables where they are exact, else the hooks).
-
-    ``resid=False`` skips ``resid_mid0`` (None); ``mlp_layer``: the block whose MLP input and
-    neurons fill ``resid_mid1_last``, ``mlp_pre`` and ``mlp_post`` (the paper's MLP2, 1, by
-    default; the located adder for the Fourier grids); ``binder`` / ``router``: the heads of
-    ``pattern0`` / ``pattern1_last`` (see the module doc; None leaves their fields None).
+    """Activations of ``tokens`` (N, n) on CPU in float32 (module doc: ``mlp_layer`` is M, ``binder`` and
+    ``router`` the heads); ``resid=False`` skips ``resid_mid0``.
     """
     binder = None if binder is None else tuple(binder)
     router = None if router is None else tuple(router)
@@ -115,8 +105,7 @@ def collect(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch 
 
 def attention_patterns(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"]
                        ) -> tuple[Float[torch.Tensor, "batch layer head query key"], Float[torch.Tensor, "batch d_vocab_out"]]:
-    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out), read by the one
-    forward (:class:`compose_lens.model.forward.Forward`), for the attention views and ``detect_head``."""
+    """Patterns (B, n_layers, n_heads, n, n) and last-position logits (B, d_vocab_out)."""
     patterns = [Site(f"blocks.{layer}.attn.hook_pattern") for layer in range(cfg.n_layers)]
     found = Forward(model, cfg).read(tokens, [*patterns, Site("logits", ANSWER)])
     return torch.stack([found[site] for site in patterns], dim=1), found[Site("logits", ANSWER)]

@@ -12,19 +12,9 @@ looks like a previous-token, duplicate-token or induction head). Neither runs on
 * ``detect_head`` refuses a sequence as long as the context (it asks for fewer than ``n_ctx``
   tokens), and would score the padding that every sequence starts with.
 
-The two functions here keep TransformerLens's semantics on the study's form:
-
-* :func:`test_prompt` reads the answer where the model gives it, at ``=``, the last position,
-  over the p answers; it prints the prompt's tokens, the answer's rank, logit and probability
-  and the ``top_k`` answers (as TransformerLens prints them), and returns them.
-  The rank is TransformerLens's: 0 is the model's first choice.
-* :func:`detect_head` scores every head with TransformerLens's own scoring
-  (``compute_head_attention_similarity_score``, ``"mul"``: the share of the head's attention on
-  the pattern's cells; ``"abs"``: one minus the mean absolute difference) against TransformerLens's
-  own detection patterns or a (pos, pos) tensor of yours, averaged over the prompts as
-  TransformerLens averages a list. The padding is left out by default (``exclude_padding``):
-  each prompt is scored on the square of its own positions, as TransformerLens would score the
-  prompt written without padding.
+The two functions here keep TransformerLens's semantics (its printout, its rank, its scoring) on
+the study's form: the answer is read at ``=`` over the p answers, and the padding is left out of a
+head's score by default.
 
 >>> from compose_lens.training.subject import load_model
 >>> paper = load_model("paper")
@@ -91,8 +81,8 @@ def test_prompt(model: Subject | str | Path, prompt: str, answer: int | str | No
     the ``top_k`` answers, printed (``print_details``) and returned.
 
     ``model`` is a loaded model (:func:`compose_lens.load_model`, :func:`compose_lens.load_subject`)
-    or what those load (``"paper"``, a run or checkpoint). ``prompt`` is either readable form
-    (``"b=7, b+23=?"`` or the token form).
+    or what those load (``"paper"``, a run or checkpoint); ``prompt`` either readable form. The rank is
+    TransformerLens's: 0 is the model's first choice.
     """
     subject = _subject(model)
     tokens = _tokens(subject, prompt)
@@ -146,9 +136,11 @@ def detect_head(model: Subject | str | Path, prompts: str | Sequence[str],
     prompt's tokens, or a lower-triangular (n_ctx, n_ctx) tensor over the sequence's positions
     (right-aligned: the last is ``=``). ``heads`` (``[(layer, head), ...]``) scores only those;
     the others get -1, as in TransformerLens. ``exclude_padding`` scores each prompt on its
-    positions after the padding; ``exclude_bos`` then leaves out attention to the first of
-    them, ``exclude_current_token`` the diagonal; ``error_measure`` is ``"mul"`` or ``"abs"``
-    (see the module doc).
+    positions after the padding (as TransformerLens would score it written without padding);
+    ``exclude_bos`` then leaves out attention to the first of them, ``exclude_current_token`` the
+    diagonal. ``error_measure``: ``"mul"``, the share of the head's attention on the pattern's cells, or
+    ``"abs"``, one minus the mean absolute difference (TransformerLens's
+    ``compute_head_attention_similarity_score``).
     """
     subject = _subject(model)
     task = subject.task

@@ -1,59 +1,33 @@
 """Probes of the routing circuit: the previous-token head, operand gathering, identity routing.
 
-The study's circuit (SPEC section 6, items 1-3), in the order information flows. Layers are
-named as every figure names them (:func:`compose_lens.views.drawing.layer_name`): layer 1 (blocks.0)
-is the paper's layer 1, TransformerLens's ``blocks.0``; layer 2 (blocks.1) its layer 2. A head's
-circuits are named by its role, never by a layer number: ``QK_binder = W_Q W_K^T`` and
-``OV_binder = W_V W_O`` of the binder head (paper: layer 1 (blocks.0) head 0), ``QK_router`` and
-``OV_router`` of the router (layer 2 (blocks.1) head 0); ``E`` and ``P`` are the token and position
-embeddings (:mod:`compose_lens.model.weights`).
+The study's circuit (SPEC section 6, items 1-3), in the order information flows. Layer 1 is
+``blocks.0``, layer 2 ``blocks.1``; a head's circuits are named by its role: ``QK_binder = W_Q W_K^T``
+and ``OV_binder = W_V W_O`` of the binder head, ``QK_router`` and ``OV_router`` of the router;
+``E`` and ``P`` are the token and position embeddings (:mod:`compose_lens.model.weights`).
 
-1. **Previous-token head (layer 1 (blocks.0)).** At a value position ``... v 17 ...``
-   layer-1 attention looks one token back, so the residual stream at ``17`` now carries
-   ``E_v OV_binder``: the value is tagged with the variable it was assigned to. Three
-   views of the same mechanism:
+1. **Previous-token head (layer 1).** At a value position ``... v 17 ...`` layer-1 attention looks
+   one token back, so the residual stream at ``17`` carries ``E_v OV_binder``: the value is tagged
+   with its variable. Three views: the weights (:func:`positional_qk_scores`,
+   :func:`prev_token_weight_score`; position alone does not make the look back: on the paper model
+   most rows peak on the diagonal, :func:`positional_peaks`, and the tokens move the peak one back),
+   the activations (:func:`prev_token_attention_score`) and a linear probe
+   (:func:`prev_token_probe_accuracy`).
+2. **``=`` gathers the operands (layer 1).** :func:`equals_to_operands_score`: then ``=`` carries
+   ``E_v OV_binder`` for a variable operand, the same tag the value position carries.
+3. **Variable-identity routing (layer 2).** Layer 2's query (``=``, tagged with the operand variable)
+   matches keys (values, tagged with theirs): :func:`variable_identity_matrix` in the weights,
+   :func:`equals_to_values_score` in the activations.
 
-   * weights: :func:`positional_qk_scores` is ``P QK_binder P^T / sqrt(d_head)`` over the
-     context positions (:func:`positional_attention`: its softmax, in attention weight) and
-     :func:`prev_token_weight_score` the fraction of query positions whose best earlier key
-     is the previous position. Position alone does not make the look back: on the paper
-     model most rows peak on the diagonal (:func:`positional_peaks`), and the tokens (a
-     variable as the key) move the peak one back;
-   * activations: :func:`prev_token_attention_score`, the fraction of value
-     positions whose layer-1 attention peaks on the token before;
-   * a linear probe: :func:`prev_token_probe_accuracy` recovers the variable from
-     the residual stream after layer-1 attention at the value position.
+Every argmax hit rate (``*_score`` of a pattern) saturates at 1 once the targets are the top weights,
+however little mass they get; each has a graded companion, the mean attention mass on the targets
+(:func:`prev_token_attention_mass`, :func:`equals_measures`).
 
-2. **``=`` gathers the operands (layer 1).** :func:`equals_to_operands_score`: do the
-   two largest layer-1 weights from ``=`` fall on the operand positions
-   (``seq_len - 3``, ``seq_len - 2``)? Then the ``=`` position carries ``E_v OV_binder``
-   for a variable operand, the same tag the value position carries.
-
-3. **Variable-identity routing (layer 2 (blocks.1)).** Layer 2's query (``=``, tagged with the
-   operand variable) matches keys (values, tagged with their variable):
-   :func:`variable_identity_matrix` is ``S = (E_var OV_binder) QK_router (E_var OV_binder)^T`` and
-   :func:`variable_identity_score` the fraction of rows whose maximum is on the
-   diagonal. In activations, :func:`equals_to_values_score`: do the two largest
-   layer-2 weights from ``=`` fall on the *value positions* (the operand itself for
-   a constant, the assigned number for a variable)?
-
-Every argmax hit rate (``*_score`` of an attention pattern) saturates at 1 as soon as the
-targets are the top weights, however little mass they get; each has a graded companion,
-the mean attention mass on the targets: :func:`prev_token_attention_mass`, and the
-``equals_to_operands_mass`` and ``equals_to_values_mass`` of :func:`equals_measures`.
-
-Activation probes read one :class:`~compose_lens.analysis.activations.Activations`
-of a mixed batch (:func:`probe_batch`, every pool of SPEC section 3 in equal
-parts); pass ``acts=`` to share one forward pass between several probes.
-
-**Which heads.** "Layer 1" above is the *binder* head (item 1) and the *gatherer* head
-(item 2: the head whose attention from ``=`` lands on the operands; the paper's single
-layer-1 head does both), "layer 2" the *router* head (:class:`Heads`): by default the
-paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0 (:data:`PAPER_HEADS`); for another architecture pass the ones
-:func:`compose_lens.analysis.locate.circuit_heads` finds. Where no head plays a role
-(``binder=None`` / ``router=None``) every measure that reads it is NaN, never a default
-head's. For a binder above ``blocks.0``, the weight views (:func:`positional_qk_scores`,
-:func:`variable_identity_matrix`) read the direct path from the embeddings only.
+Activation probes read one :class:`~compose_lens.analysis.activations.Activations` of
+:func:`probe_batch`; pass ``acts=`` to share one forward pass between probes. They read the
+:class:`Heads` given (default :data:`PAPER_HEADS`; for another architecture the ones
+:func:`compose_lens.analysis.locate.circuit_heads` finds). Where no head plays a role every measure
+that reads it is NaN, never a default head's. For a binder above ``blocks.0`` the weight views read
+the direct path from the embeddings only.
 
 >>> from compose_lens.core.config import RunConfig
 >>> from compose_lens.model import tl
@@ -85,10 +59,9 @@ Head = tuple[int, int]  # (layer, head)
 
 @dataclass(frozen=True)
 class Heads:
-    """The heads the probes read: ``binder`` (the previous-token head, paper layer 1), ``router``
-    (the head that reads the queried values from ``=``, paper layer 2) and ``gatherer`` (the head
-    whose attention from ``=`` gathers the operand tokens, SPEC 6.2: in the paper layer 1's, the
-    binder's head; the ``=``-to-operands measures read it); None: no head plays it."""
+    """The heads the probes read: ``binder`` (the previous-token head), ``router`` (reads the queried
+    values from ``=``) and ``gatherer`` (its attention from ``=`` gathers the operand tokens, SPEC 6.2);
+    None: no head plays it."""
 
     binder: Head | None = PAPER_BINDER
     router: Head | None = PAPER_ROUTER
@@ -121,12 +94,9 @@ def _weight_heads(head: int, heads: Heads | None) -> Heads:
 
 def positional_qk_scores(model: tl.Model, task: TaskConfig | RunConfig | None = None,
                          head: int = 0, *, heads: Heads | None = None) -> torch.Tensor:
-    """The binder's positional scores ``P QK_binder P^T / sqrt(d_head)``, (C, C) over the context positions.
-
-    Entry (i, j) is how much query position i (row) prefers key position j (column) from position
-    alone, in attention score (logit): the position-position term of the head's real score, to which
-    the tokens' terms add. Only j <= i is ever used (causal mask). Without a task, every position.
-    ``heads``: whose QK (default: blocks.0 head ``head``).
+    """The binder's positional scores ``P QK_binder P^T / sqrt(d_head)``, (C, C) over the context positions
+    (without a task, every position): how much query i prefers key j from position alone, in logits, the
+    term the tokens' terms add to. Only j <= i is ever used. ``heads``: default blocks.0 head ``head``.
     """
     binder = _weight_heads(head, heads).binder
     if binder is None:
@@ -162,10 +132,8 @@ def positional_peaks(scores: torch.Tensor) -> dict:
 
 
 def positional_attention(scores: torch.Tensor) -> torch.Tensor:
-    """The attention a head would pay from position alone: the softmax, over the keys each query may
-    attend to (j <= i), of its positional scores (:func:`positional_qk_scores`); (C, C), each row
-    summing to 1, zero above the diagonal. The same unit as an attention pattern (weights from 0 to 1),
-    so it reads against the head's real pattern on a sequence: the difference is what the tokens add."""
+    """The attention a head would pay from position alone: the causal softmax of its positional scores,
+    (C, C); read against its real pattern, the difference is what the tokens add."""
     scores = torch.as_tensor(scores, dtype=torch.float32)
     later = torch.ones(scores.shape, dtype=torch.bool).triu(1)
     return scores.masked_fill(later, float("-inf")).softmax(dim=-1)
@@ -173,11 +141,8 @@ def positional_attention(scores: torch.Tensor) -> torch.Tensor:
 
 def prev_token_weight_score(model: tl.Model, task: TaskConfig | RunConfig | None = None,
                             head: int = 0, *, heads: Heads | None = None) -> float:
-    """Weight view of the previous-token head: :func:`previous_position_fraction` of the
-    positional scores. Position 1 has a single earlier key, so it always counts as a
-    hit: the chance level of a C-position context is ``(1/1 + 1/2 + ... + 1/(C-1)) / (C-1)``.
-    NaN where ``heads`` has no binder.
-    """
+    """:func:`previous_position_fraction` of the positional scores (NaN without a binder). Position 1 has
+    a single earlier key, so chance is ``(1/1 + 1/2 + ... + 1/(C-1)) / (C-1)``."""
     if _weight_heads(head, heads).binder is None:
         return float("nan")
     return previous_position_fraction(positional_qk_scores(model, task, head, heads=heads))
@@ -198,9 +163,7 @@ def probe_batch(split: Split, n: int = 900, seed: int = 0) -> Batch:
 def probe_activations(subject: Subject, n: int = 900,
                       seed: int = 0, tokens: torch.Tensor | None = None, *,
                       heads: Heads = PAPER_HEADS) -> Activations:
-    """The activations of :func:`probe_batch` (one forward pass shared by the activation probes);
-    ``tokens``: that batch's tokens if already rendered (they depend on the split, n and seed only);
-    ``heads``: the binder and router heads read (the paper's by default)."""
+    """The activations of :func:`probe_batch` (``tokens``: its tokens if already rendered) for ``heads``."""
     model, config, split = subject.model, subject.config, subject.split
     tokens = probe_batch(split, n, seed).tokens if tokens is None else tokens
     mlp = config.model.mlp_blocks  # the probes read no MLP; the paper's (1) for the table forward
@@ -218,9 +181,8 @@ def probe_activations(subject: Subject, n: int = 900,
 
 
 def gatherer_pattern(acts: Activations) -> torch.Tensor | None:
-    """(B, n) the attention from ``=`` of the head that gathers the operands: the one
-    :func:`probe_activations` read for ``heads.gatherer``, else (activations made elsewhere) the
-    binder's, as in the paper; None where no head gathers."""
+    """(B, n) the attention from ``=`` of the gathering head (activations made elsewhere than
+    :func:`probe_activations`: the binder's, as in the paper); None where no head gathers."""
     if hasattr(acts, "gatherer_last"):
         return acts.gatherer_last
     return None if acts.pattern0 is None else acts.pattern0[:, -1]
@@ -234,14 +196,9 @@ NAN = float("nan")
 
 
 def value_positions(task: TaskConfig, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sequence, position, variable position) of the numbers in the context: the assigned
-    values and where the variable each is assigned to sits.
-
-    On the study's task a value's variable is the token before it; with filler words inside
-    an assignment (``b is 7``, docs/variants.md) it lies further back, and binding means
-    attending there (:func:`compose_lens.data.variants.bindings`). A reassigned variable's
-    stale value is still bound to it.
-    """
+    """(sequence, position, variable position) of the values assigned in the context. The variable is the
+    token before, or further back with filler words inside an assignment (``b is 7``); a reassigned
+    variable's stale value is still bound to it."""
     context = tokens[:, : task.context_len]
     seq, pos = ((context >= 0) & (context < task.modulus)).nonzero(as_tuple=True)
     if task.noise_rate == 0:  # every value right after its variable: no parse needed
@@ -295,13 +252,8 @@ class ProbeResult:
 def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor, n_classes: int,
                      *, seed: int = 0, test_fraction: float = 0.3, weight_decay: float = 1e-3,
                      max_iter: int = 100) -> ProbeResult:
-    """Multinomial logistic regression (features (N, d) -> labels (N,)) with a held-out test set.
-
-    ``groups`` (N,) names the sequence each vector came from; whole sequences go to
-    the test set (a seeded draw), so no sequence is seen on both sides. Features are
-    standardised with the training statistics; L-BFGS fits weights and biases with
-    an L2 penalty.
-    """
+    """Multinomial logistic regression (features (N, d) -> labels (N,)), L2-penalised, on standardised
+    features; whole sequences (``groups``) go to the seeded held-out set, none on both sides."""
     unique = groups.unique()
     order = unique[torch.randperm(len(unique), generator=streams.derived_generator(seed, streams.PROBE_TEST_SPLIT))]
     n_test_groups = max(1, int(round(test_fraction * len(unique))))
@@ -374,10 +326,9 @@ def target_mass(weights: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _from_equals(task: TaskConfig, acts: Activations) -> dict[str, torch.Tensor]:
-    """Per sequence, the attention from ``=``: whether the gatherer's (layer-1's) two largest weights fall on
-    the operand positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper) and the router's
-    (layer-2's) on the value positions (:func:`value_targets`), and the mass each puts there; NaN where no
-    head gathers (:func:`gatherer_pattern`) or routes."""
+    """Per sequence, the attention from ``=``: whether the gatherer's two largest weights fall on the operand
+    positions ``seq_len - 3``, ``seq_len - 2`` and the router's on the value positions (:func:`value_targets`),
+    and the mass each puts there; NaN where no head gathers or routes."""
     nan = torch.full((len(acts),), NAN)
     gathered, routed = gatherer_pattern(acts), acts.pattern1_last
     operands = torch.tensor([task.seq_len - 3, task.seq_len - 2]).expand(len(acts), 2)
@@ -390,8 +341,7 @@ def _from_equals(task: TaskConfig, acts: Activations) -> dict[str, torch.Tensor]
 
 def equals_measures(subject: Subject, *, n: int = 900, seed: int = 0, acts: Activations | None = None,
                     heads: Heads = PAPER_HEADS) -> dict[str, float]:
-    """The four measures of attention from ``=`` (:func:`_from_equals`) in one pass, each a mean over the
-    sequences (the two ``*_score`` hit rates are also given one each by the functions below)."""
+    """The four measures of attention from ``=`` (:func:`_from_equals`), each a mean over the sequences."""
     return {name: v.mean().item() for name, v in _from_equals(subject.config.task,
                                                               _acts(subject, n, seed, acts, heads)).items()}
 
@@ -402,8 +352,7 @@ def _equals_measure(name: str, subject: Subject, n: int, seed: int, acts: Activa
 
 def equals_to_operands_score(subject: Subject, *, n: int = 900,
                              seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Fraction of sequences whose gatherer (layer-1) attention from ``=`` puts its top two weights on
-    positions ``seq_len - 3`` and ``seq_len - 2`` (13 and 14 in the paper)."""
+    """Fraction of sequences whose gatherer's top two weights from ``=`` are on the operands (13, 14 in the paper)."""
     return _equals_measure("equals_to_operands_score", subject, n, seed, acts, heads)
 
 
@@ -412,14 +361,9 @@ def equals_to_operands_score(subject: Subject, *, n: int = 900,
 
 def variable_identity_matrix(model: tl.Model, config: RunConfig | TaskConfig, head: int = 0, *,
                              heads: Heads | None = None) -> torch.Tensor:
-    """``S = (E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``, (n_vars, n_vars), in attention
-    score (logit).
-
-    Row v: the ``=`` query carrying variable v (gathered by layer 1 (blocks.0) from the operand)
-    against the key of a value position carrying variable w (written by the
-    previous-token head). Identity routing means each row peaks on the diagonal.
-    ``heads``: the binder's OV and the router's QK (default: head ``head`` of blocks.0 and
-    blocks.1); the router must sit above the binder.
+    """``S = (E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``, (n_vars, n_vars), in logits:
+    row v is the ``=`` query carrying variable v against the key of a value tagged w. Identity routing means
+    each row peaks on the diagonal. ``heads`` default: head ``head`` of blocks.0 and blocks.1.
     """
     heads = _weight_heads(head, heads)
     if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]:
@@ -478,8 +422,7 @@ def values_all_queried(task: TaskConfig, tokens: torch.Tensor) -> bool:
 
 def equals_to_values_score(subject: Subject, *, n: int = 900,
                            seed: int = 0, acts: Activations | None = None, heads: Heads = PAPER_HEADS) -> float:
-    """Fraction of sequences whose router (layer-2) attention from ``=`` puts its top two weights on the
-    value positions (see :func:`value_targets`)."""
+    """Fraction of sequences whose router's top two weights from ``=`` are on the values (:func:`value_targets`)."""
     return _equals_measure("equals_to_values_score", subject, n, seed, acts, heads)
 
 

@@ -1,26 +1,17 @@
 """Thresholds of a sweep: the smallest f (or r) at which the model generalises.
 
-The study's Figure 3 reads its sweeps as thresholds: generalisation to held-out
-0-var pairs needs f of about 0.25 or more; to 2-var sequences, r of about 0.2 or
-more. A sweep's ``results.csv`` holds one row per (value, seed) point with the
-final exhaustive accuracies (``zero_var_heldout_accuracy``, ``two_var_union_accuracy``).
+The study's Figure 3 reads its sweeps as thresholds: generalisation to held-out 0-var pairs needs
+f of about 0.25 or more; to 2-var sequences, r of about 0.2 or more. A sweep's ``results.csv`` holds
+one row per (value, seed) point with the final exhaustive accuracies.
 
-**The threshold rule** (:func:`threshold`). For one seed, sort the points by
-parameter value. The threshold at level L is where the accuracy curve crosses L
-for the last time from below: take the smallest value v_i from which on every
-accuracy is at least L, and interpolate linearly between (v_{i-1}, a_{i-1}) and
-(v_i, a_i). If even the smallest value reaches L the threshold is reported as
-that value (it lies at or below the swept range); if the largest value stays
-below L it is NaN (above the range). The spread is the mean, standard deviation,
-minimum and maximum over seeds; the threshold of the seed-mean curve is given too.
-"Last crossing from below" rather than "first value above L" keeps a single
-lucky point below the true transition from deciding the estimate.
-
-**Only successful points count.** A point whose training failed (``status`` other
-than ``done``) has no accuracy, and is left out of every curve; the output says how
-many points each estimate used and which were left out. A threshold at the smallest
-successful value is a bound ("at or below"), and a spread over one seed is not a
-spread: :func:`format_thresholds` says both in words instead of printing ``+- 0``.
+**The threshold rule** (:func:`threshold`). For one seed, the threshold at level L is where the
+accuracy curve crosses L for the last time from below: the smallest value v_i from which on every
+accuracy is at least L, interpolated linearly with (v_{i-1}, a_{i-1}). "Last crossing" rather than
+"first value above L" keeps a single lucky point below the transition from deciding the estimate.
+If even the smallest value reaches L the threshold is that value (at or below the range); if the
+largest stays below L it is NaN. The spread over seeds and the threshold of the seed-mean curve are
+given too. A failed point (``status`` other than ``done``) is left out of every curve, and the output
+says which; :func:`format_thresholds` says "at or below" and "one seed, no spread" in words.
 
 >>> threshold([0.1, 0.2, 0.3, 0.4], [0.0, 0.2, 0.8, 1.0], level=0.5)
 0.25
@@ -31,43 +22,24 @@ every seed's points of a sweep and fits, by (weighted) least squares,
 
     acc(x) = lo + (hi - lo) / (1 + exp(-(x - x0) / s)),   0 <= lo <= hi <= 1,  s > 0.
 
-*lo and hi are fitted, within bounds.* The floor is not fixed at chance (1/59):
-below the threshold the held-out accuracy sits a little above chance, and the
-2-var union does not start at chance at all (its training-pair half is learned at
-any r), so a fixed floor would bend the fit. The ceiling is fitted too, at most 1:
-a sweep whose best points stop at 0.8 has no 90 % crossing, instead of one
-invented by a curve forced up to 1. The curve rises (s > 0): a threshold is a rise.
-For fixed (x0, s) the curve is linear in (lo, hi), so those two are solved exactly
-(a two-variable least squares on the triangle 0 <= lo <= hi <= 1) and only (x0,
-log s) are searched: a grid, then ``scipy.optimize.minimize``'s Nelder-Mead from its best cell.
-Two pieces stay written here, each for a measured reason. The (lo, hi) solve is closed-form
-(:func:`_best_lo_hi`): exact, and ``scipy.optimize.lsq_linear`` takes box bounds only, not lo <= hi.
-The grid is one vectorised call over its 1,525 cells, 1.1 ms a fit on the f sweep's points, where
-``scipy.optimize.brute`` calls the error once per cell (49 ms for 25 x 25 cells, so ~120 ms for
-the grid); a fit runs ~1,000 times in a bootstrap. Against the hand-written simplex this replaced,
-the committed sweeps' fits and intervals agree to their 6 printed digits but for three last digits
-(``hi`` of the f sweep's 0-var fit 0.984509 against 0.98451, and the r sweep's 2-var 90 % interval's
-lower end 0.090137 against 0.090136: scipy's simplex ends at a lower squared error,
-0.49312228003756 against 0.49312228003774) and the x0 of a flat curve, which no data determine
-(0.2238 against 0.225 on the r sweep's 0-var points, where the curve is a step at the bound of s).
+*lo and hi are fitted, within bounds.* The floor is not fixed at chance: below the threshold the
+held-out accuracy sits a little above it, and the 2-var union's training-pair half is learned at any
+r, so a fixed floor would bend the fit. A ceiling forced to 1 would invent a 90 % crossing for a
+sweep whose best points stop at 0.8. The curve rises (s > 0): a threshold is a rise. For fixed
+(x0, s) the curve is linear in (lo, hi), solved exactly on the triangle 0 <= lo <= hi <= 1
+(:func:`_best_lo_hi`; ``scipy.optimize.lsq_linear`` takes box bounds only); (x0, log s) are searched
+on one vectorised grid (``scipy.optimize.brute`` is ~100 times slower, and a fit runs ~1,000 times in
+a bootstrap), then by Nelder-Mead from its best cell.
 
-*Crossings.* The L crossing is x0 + s log((L - lo) / (hi - L)), and exists only if
-lo < L < hi. A crossing outside the swept values is extrapolation and is not
-reported: the estimate is None, with ``where`` saying "above the swept range"
-(the curve does not reach L by the largest value) or "below" (it is already above L
-at the smallest). A flat curve therefore has no threshold, not a made-up one.
+*Crossings.* The L crossing is x0 + s log((L - lo) / (hi - L)), and exists only if lo < L < hi. A
+crossing outside the swept values is extrapolation: the estimate is None, ``where`` says "above" or
+"below the swept range". A flat curve has no threshold, not a made-up one.
 
-*95 % intervals* come from a two-stage bootstrap (percentile intervals, 1,000
-replicates by default). Stage one resamples the seeds with replacement: the seed,
-which fixes the split, the data order and the initialisation, is the unit that
-repeats the experiment, and points of one seed are not independent. Stage two gives
-each drawn seed new accuracies: that seed's own fitted curve plus its own residuals
-drawn with replacement, clipped to [0, 1] (the pooled curve where a seed's points
-determine none). With one seed, stage one is trivial and stage two is the residual
-bootstrap: with one point per value, resampling points within a value would change
-nothing. A replicate whose curve never crosses L inside the range counts as +inf
-(above) or -inf (below), so an interval end beyond the range is reported as None, not
-clipped to the range.
+*95 % intervals* come from a two-stage percentile bootstrap. Stage one resamples the seeds (the unit
+that repeats the experiment: it fixes split, data order and initialisation); stage two gives each
+drawn seed new accuracies, its own fitted curve (the pooled one where its points determine none) plus
+its own residuals resampled, clipped to [0, 1]. A replicate that never crosses L inside the range
+counts as +-inf, so an interval end beyond the range is None, not clipped.
 
 *How far to trust the interval with three seeds.* Measured on synthetic sweeps (12
 values, 3 seeds, logistic with x0 = 0.3, s = 0.03, point noise 0.03; 40 sweeps per
@@ -275,12 +247,9 @@ class LogisticFit:
 
 def _best_lo_hi(x: np.ndarray, y: np.ndarray, w: np.ndarray, x0: np.ndarray, s: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each of K shapes (x0[k], s[k]): the (lo, hi) with 0 <= lo <= hi <= 1 of least
-    weighted squared error, and that error. Three arrays of shape (K,).
-
-    The error is a convex quadratic in (lo, hi), so its minimum on the triangle is the
-    unconstrained one when that is inside, else the best of the three edges (lo = 0,
-    hi = 1, lo = hi), each a one-variable least squares clipped to its edge.
+    """For each of K shapes (x0[k], s[k]): the (lo, hi) with 0 <= lo <= hi <= 1 of least weighted squared
+    error, and that error, three (K,) arrays. The error is a convex quadratic, so its minimum on the
+    triangle is the unconstrained one when inside, else the best of the three edges, each clipped.
     """
     g = _sigmoid((x[None, :] - x0[:, None]) / s[:, None])
     u = 1.0 - g
@@ -304,11 +273,8 @@ def _best_lo_hi(x: np.ndarray, y: np.ndarray, w: np.ndarray, x0: np.ndarray, s: 
 
 def fit_logistic(x: Sequence[float], y: Sequence[float], weights: Sequence[float] | None = None
                  ) -> LogisticFit | None:
-    """The least-squares rising logistic through the points (module docstring), or None when
-    fewer than two distinct x carry weight (no curve is determined). NaN points are dropped.
-
-    The width s is searched between 1/1000 and 10 times the swept span: narrower than
-    the gap between two swept values it is a step, which the data cannot tell apart.
+    """The least-squares rising logistic through the non-NaN points (module docstring), or None when
+    fewer than two distinct x carry weight. s is searched between 1/1000 and 10 times the swept span.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=float)
@@ -358,16 +324,9 @@ def sweep_xy(rows: Sequence[dict], metric: str) -> tuple[np.ndarray, np.ndarray,
 def bootstrap_crossings(x: np.ndarray, y: np.ndarray, seeds: np.ndarray, fit: LogisticFit,
                         levels: Sequence[float], replicates: int = BOOTSTRAP_REPLICATES,
                         rng_seed: int = 0) -> np.ndarray:
-    """Crossings of each level in each replicate, shape (replicates, len(levels)).
-
-    A replicate draws the seeds with replacement, then gives each drawn seed new
-    accuracies: its own fitted curve + its own residuals drawn with replacement, clipped
-    to [0, 1] (module docstring). A crossing outside the swept range is +-inf
-    (:func:`in_range`); a replicate that determines no curve is NaN.
-
-    Its draws stay written here: ``scipy.stats.bootstrap`` resamples the rows of its samples, one stage,
-    and this bootstrap has two (seeds, then each drawn seed's own residuals), with a refit in each
-    replicate; :func:`compose_lens.core.stats.bootstrap_draws` is the one-stage draw the other bootstraps share.
+    """Crossings of each level in each replicate of the two-stage bootstrap (module docstring), shape
+    (replicates, len(levels)): +-inf outside the swept range, NaN where a replicate determines no curve.
+    Its draws are written here: ``scipy.stats.bootstrap`` has one stage and no refit.
     """
     rng = np.random.default_rng(rng_seed)
     unique = np.unique(seeds)
@@ -417,12 +376,10 @@ def _level_summary(estimate: float, replicates: np.ndarray, missing: str = "no r
 
 def fit_thresholds(rows: Sequence[dict], metric: str, levels: Sequence[float] = LEVELS,
                    replicates: int = BOOTSTRAP_REPLICATES, rng_seed: int = 0) -> dict:
-    """The logistic fit of one metric over all seeds' points, its crossings of each level with
-    95 % bootstrap intervals, and what it was fitted to. ``{"fit": None, ...}`` when the
-    points determine no curve (fewer than two distinct values). With no more distinct values
-    than the curve has parameters (four) the curve passes through every point, its residuals
-    are zero and a bootstrap would return a zero-width interval: then there is no interval
-    (``ci95`` None, ``bootstrap.skipped`` says why), only the estimate."""
+    """The logistic fit of one metric over all seeds' points, its crossings of each level with 95 %
+    bootstrap intervals, and what it was fitted to (``"fit": None`` where no curve is determined). With
+    no more distinct values than the four parameters the residuals are zero, so there is no interval
+    (``ci95`` None, ``bootstrap.skipped`` says why)."""
     x, y, seeds = sweep_xy(rows, metric)
     base = {"metric": metric, "model": LOGISTIC, "points": int(len(x)),
             "seeds": sorted({int(s) for s in seeds}), "values": sorted({float(v) for v in x})}

@@ -18,10 +18,6 @@ variable operands (:func:`operand_grid`, compared by :func:`compare_grids`) or f
 (:mod:`compose_lens.analysis.locate`), in whichever block it sits ("MLP2" means it); before the last
 block its logits are read through :class:`FrozenDownstreamReadout`. The summary, the locator, same-MLP
 and ablation read these measures; the fourier analysis's own outputs are ``registry/fourier/``'s.
-
->>> B, names = fourier_basis(10)
->>> torch.allclose(B @ B.T, torch.eye(10), atol=1e-5), names[:3], names[-1]
-(True, ['const', 'cos 1', 'sin 1'], 'cos 5')
 """
 
 from __future__ import annotations

@@ -28,12 +28,6 @@ Activation probes read one :class:`~compose_lens.analysis.activations.Activation
 :func:`compose_lens.analysis.locate.circuit_heads` finds). Where no head plays a role every measure
 that reads it is NaN, never a default head's. For a binder above ``blocks.0`` the weight views read
 the direct path from the embeddings only.
-
->>> from compose_lens.core.config import RunConfig
->>> from compose_lens.model import tl
->>> model = tl.boot(RunConfig().model)
->>> positional_qk_scores(model, RunConfig().task).shape
-torch.Size([12, 12])
 """
 
 from __future__ import annotations

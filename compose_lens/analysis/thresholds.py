@@ -13,9 +13,6 @@ largest stays below L it is NaN. The spread over seeds and the threshold of the 
 given too. A failed point (``status`` other than ``done``) is left out of every curve, and the output
 says which; :func:`format_thresholds` says "at or below" and "one seed, no spread" in words.
 
->>> threshold([0.1, 0.2, 0.3, 0.4], [0.0, 0.2, 0.8, 1.0], level=0.5)
-0.25
-
 **The logistic fit** (:func:`fit_logistic`, :func:`fit_thresholds`). The rule above
 reads each seed's curve alone and says nothing about how sure it is. The fit pools
 every seed's points of a sweep and fits, by (weighted) least squares,
@@ -72,17 +69,8 @@ FIRST_PASS_LEVEL = 0.9
 
 
 def threshold(values: Sequence[float], accuracies: Sequence[float], level: float) -> float:
-    """Where the accuracy curve crosses ``level`` for the last time from below (module docstring).
-
-    NaN accuracies (failed points) are dropped first.
-
-    >>> threshold([0.1, 0.2, 0.3], [0.95, 0.97, 0.99], level=0.9)  # at or below the range
-    0.1
-    >>> threshold([0.1, 0.2, 0.3], [0.1, 0.2, 0.3], level=0.9)  # above the range
-    nan
-    >>> threshold([0.1, 0.2, 0.3, 0.4], [0.1, 0.9, 0.1, 0.9], level=0.5)  # the last crossing
-    0.35
-    """
+    """Where the accuracy curve crosses ``level`` for the last time from below (module docstring), NaN
+    accuracies (failed points) dropped first."""
     curve = sorted((float(v), float(a)) for v, a in zip(values, accuracies) if not math.isnan(float(a)))
     if not curve or curve[-1][1] < level:
         return float("nan")
@@ -231,13 +219,7 @@ class LogisticFit:
         return self.lo + (self.hi - self.lo) * _sigmoid((np.asarray(x, dtype=float) - self.x0) / self.s)
 
     def crossing(self, level: float) -> float:
-        """Where the curve equals ``level``: +inf if it stays below it, -inf if it stays above.
-
-        >>> LogisticFit(lo=0.0, hi=1.0, x0=0.3, s=0.05, sse=0.0, n=0).crossing(0.5)
-        0.3
-        >>> LogisticFit(lo=0.1, hi=0.4, x0=0.3, s=0.05, sse=0.0, n=0).crossing(0.5)
-        inf
-        """
+        """Where the curve equals ``level``: +inf if it stays below it, -inf if it stays above."""
         if level >= self.hi:
             return math.inf
         if level <= self.lo:

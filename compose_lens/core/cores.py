@@ -44,11 +44,7 @@ def own_busy_seconds() -> float:
 
 
 def threads_for(cores: int, busy_elsewhere: float) -> int:
-    """``cores - busy_elsewhere``, rounded, between 1 and ``cores``.
-
-    >>> threads_for(2, 0.1), threads_for(2, 0.9), threads_for(2, 1.0), threads_for(2, 3.5)
-    (2, 1, 1, 1)
-    """
+    """``cores - busy_elsewhere``, rounded, between 1 and ``cores``."""
     return max(1, min(cores, int(cores - busy_elsewhere + 0.5 - 1e-9)))
 
 

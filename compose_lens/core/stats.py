@@ -13,15 +13,6 @@ Each kind of sample has its own honest interval, and ``scipy.stats`` does the te
 * **A score over prompts**: the seeded percentile bootstrap (:func:`bootstrap_interval`,
   :func:`bootstrap_draws`, :func:`percentile_interval`).
 * **Printing**: :func:`format_estimate`, at the digits the interval supports; float noise prints as 0.
-
->>> [round(v, 2) for v in wilson_interval(2, 14)]
-[0.04, 0.4]
->>> round(compare_rates(0, 16, 3, 31)["p_value"], 2)
-0.54
->>> format_estimate(-3.2e-8, -4.3e-8, -2.1e-8)
-'0 [0, 0]'
->>> format_estimate(0.8333, 0.6124, 0.9421)
-'0.83 [0.61, 0.94]'
 """
 
 from __future__ import annotations
@@ -72,12 +63,7 @@ def difference_bounds(first, second, n: int, confidence: float = CONFIDENCE) -> 
 
 def wilson_bounds(fraction, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """:func:`wilson_interval` of many observed fractions at once (each of ``n`` trials), as arrays:
-    the band around an accuracy curve whose every point is a pool of ``n`` sequences.
-
-    >>> low, high = wilson_bounds([2 / 14, 1.0], 14)
-    >>> low.round(2).tolist(), high.round(2).tolist()
-    ([0.04, 0.78], [0.4, 1.0])
-    """
+    the band around an accuracy curve whose every point is a pool of ``n`` sequences."""
     p = np.clip(np.asarray(fraction, float), 0.0, 1.0)
     z = float(_scipy.norm.ppf(0.5 + confidence / 2))
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -115,11 +101,7 @@ def count_decimals(n: int) -> int:
 
 def rate_record(k: int, n: int, confidence: float = CONFIDENCE) -> dict:
     """``k`` of ``n`` as a JSON record: the count, the fraction and its Wilson interval, rounded to
-    :func:`count_decimals` (what ``n`` trials resolve).
-
-    >>> rate_record(1985, 2000)
-    {'correct': 1985, 'n': 2000, 'accuracy': 0.9925, 'low': 0.9877, 'high': 0.9954}
-    """
+    :func:`count_decimals` (what ``n`` trials resolve)."""
     low, high = wilson_interval(k, n, confidence)
     digits = count_decimals(n)
     return {"correct": int(k), "n": int(n), "accuracy": round(k / n, digits) if n else float("nan"),
@@ -154,12 +136,7 @@ class Rate:
 
 def one_per_seed(runs: pd.DataFrame, prefer: Sequence[tuple[str, object]], seed: str = "seed") -> pd.DataFrame:
     """One row per seed: the first by ``prefer``, ``(column, value)`` pairs most preferred first (ties:
-    the frame's order). The rule is fixed before the outcomes are read, so it cannot favour an outcome.
-
-    >>> runs = pd.DataFrame({"seed": [1, 1, 2], "kernel": ["default", "native", "default"], "y": [0, 1, 2]})
-    >>> one_per_seed(runs, [("kernel", "native")])["y"].tolist()
-    [1, 2]
-    """
+    the frame's order). The rule is fixed before the outcomes are read, so it cannot favour an outcome."""
     if runs.empty:
         return runs
     rank = pd.DataFrame({f"_p{i}": (runs[col] != value).astype(int) for i, (col, value) in enumerate(prefer)},
@@ -208,10 +185,6 @@ def compare_steps(a: Sequence[float], b: Sequence[float], alternative: str = "tw
     ``common_language``: the chance that a value of ``a`` exceeds one of ``b`` (ties count half),
     i.e. U / (n_a n_b); ``rank_biserial``: ``2 * common_language - 1``. ``alternative`` as in
     scipy (``"less"``: ``a`` tends below ``b``).
-
-    >>> found = compare_steps([1, 2, 3], [4, 5, 6], alternative="less")
-    >>> found["common_language"], found["rank_biserial"], round(found["p_value"], 2)
-    (0.0, -1.0, 0.05)
     """
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) == 0 or len(b) == 0:
@@ -346,11 +319,7 @@ def auc_interval(scores: Sequence[float], labels: Sequence[bool], seed: int = 0,
 
 def snap_to_zero(values, tolerance: float = ZERO_TOLERANCE):
     """``values`` (numpy or torch) with every entry of magnitude below ``tolerance`` set to exactly 0:
-    a normalised score of float32 arithmetic is not resolved below ~1e-7, so -3.2e-08 is 0.
-
-    >>> snap_to_zero(np.array([-3.2e-8, 0.25, 2e-7])).tolist()
-    [0.0, 0.25, 0.0]
-    """
+    a normalised score of float32 arithmetic is not resolved below ~1e-7, so -3.2e-08 is 0."""
     if hasattr(values, "masked_fill"):  # a torch tensor
         return values.masked_fill(values.abs() < tolerance, 0.0)
     return np.where(np.abs(values) < tolerance, 0.0, values)
@@ -366,8 +335,6 @@ def format_estimate(value: float, low: float | None = None, high: float | None =
     """``value [low, high]`` with the interval's width to ``significant`` digits (at most 6 decimals);
     magnitudes below ``zero_below`` print as 0. Without an interval, ``value`` to ``significant`` digits.
 
-    >>> format_estimate(23100.0, 21800.0, 23100.0)
-    '23100 [21800, 23100]'
     >>> format_estimate(0.5, 0.49999999, 0.5)
     '0.50 [0.50, 0.50]'
     >>> format_estimate(0.0123, -0.0003, 0.0251)

@@ -261,8 +261,7 @@ class TaskConfig(_JsonConfig):
     * longer contexts: ``seq_len`` and ``max_assignments`` (e.g. 32 and 12).
 
     ``max_assignments`` counts every assignment of a context, a reassignment and a chain's
-    ``c=b`` included. The variant keys appear in :meth:`to_dict` only when set, so the
-    study's configuration files read as before.
+    ``c=b`` included.
     """
 
     # older config files name the row counts; they are derived from the variables now and ignored on read
@@ -565,9 +564,7 @@ class ModelConfig(_JsonConfig):
     ``mlp_blocks`` lists the blocks that have an MLP, as **0-based block indices**
     (``blocks.L``); the paper numbers its layers from 1, so its "layer 2" MLP is
     ``mlp_blocks=[1]``. Left unset (``None``) it is the **last block** only,
-    ``[n_layers - 1]``: ``[1]`` for the paper's two layers, ``[2]`` for
-    ``n_layers=3`` (a config never keeps ``[1]`` by accident when ``n_layers``
-    changes; pass ``mlp_blocks`` to put MLPs elsewhere). The other blocks keep a
+    ``[n_layers - 1]``, whatever ``n_layers`` is. The other blocks keep a
     zero, frozen MLP so TransformerLens sees the usual block layout.
     ``trained_biases=False`` keeps every bias at zero and frozen, as the reference did.
 

@@ -46,23 +46,14 @@ too, and a head can attend like a router and write nothing. So a binder or route
    the fall's 95 % interval above it. Candidates are tried in the order of their attention score;
    the first that passes plays the role, and ``causal`` of the candidates table holds every fall.
 
-The product makes the adder an MLP that both computes with Fourier features and
-is needed for the sum: an MLP whose removal costs nothing, or one the answer needs
-but that shows no frequency structure, does not add. The paper model locates
-``blocks.0`` head 0, ``blocks.1`` head 0 and ``blocks.1.mlp`` (and ``blocks.0`` head 0
-gathers). The gatherer is not one of the issue's three roles but the head the
-``=``-to-operands measure reads (:func:`circuit_heads`); :meth:`Location.roles` lists the
-three, :meth:`Location.to_dict` all four.
+The product makes the adder an MLP that both computes with Fourier features and is needed for the
+sum: an MLP whose removal costs nothing, or one the answer needs but that shows no frequency
+structure, does not add. The paper model locates ``blocks.0`` head 0, ``blocks.1`` head 0 and
+``blocks.1.mlp`` (and ``blocks.0`` head 0 gathers). The gatherer is not one of the three roles but
+the head the ``=``-to-operands measure reads (:func:`circuit_heads`).
 
-:func:`fourier_subject` is what the Fourier analyses (``compose-lens fourier``, the
-circuit summary, the training dynamics) analyse: the located adder; where no MLP reaches
-the threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as
-not adding; ``None`` where the model has no MLP at all (:func:`mlp_block`, the block the
-figures read, refuses that model in words).
-
-The patterns, neurons and logits are read by the one forward (:class:`compose_lens.model.forward.Forward`):
-plain torch over every layer and head for models without normalisation, the bridge's hooks
-otherwise.
+The Fourier analyses read :func:`fourier_subject`: the located adder; where no MLP reaches the
+threshold (an untrained model, a stalled run) the best-scoring MLP, flagged as not adding.
 """
 
 from __future__ import annotations
@@ -179,10 +170,8 @@ def mlp_blocks(model: tl.Model, config: RunConfig) -> list[int]:
 
 def trace(model: tl.Model, config: RunConfig, tokens: torch.Tensor, ablate: int | None = None,
           chunk: int = 1024) -> Trace:
-    """Every layer's attention pattern, every MLP's neurons at ``=`` and the logits, on CPU in
-    float32, read by the one forward (:class:`compose_lens.model.forward.Forward`: the last-position
-    forward for a model without normalisation, else the bridge); ``ablate``: a block whose MLP
-    output is zeroed at every position."""
+    """Every layer's attention pattern, every MLP's neurons at ``=`` and the logits, on CPU in float32
+    (:class:`compose_lens.model.forward.Forward`); ``ablate``: a block whose MLP output is zeroed everywhere."""
     cfg = config.model
     patterns = [Site(f"blocks.{layer}.attn.hook_pattern") for layer in range(cfg.n_layers)]
     posts = {layer: Site(f"blocks.{layer}.mlp.hook_post", ANSWER) for layer in cfg.mlp_blocks}
@@ -238,9 +227,8 @@ def choose_gatherer(table: pd.DataFrame, router: Role) -> Role:
 
 
 def adder_scores(subject: Subject, seed: int = 0) -> pd.DataFrame:
-    """Adder score of every MLP that exists (see the module doc), one row per MLP; once per subject, seed and
-    thread count (:meth:`~compose_lens.training.subject.Subject.once`: :func:`locate` and :func:`locate_adder`
-    each ask), the table the caller's own copy."""
+    """Adder score of every MLP that exists, one row per MLP; computed once per subject, seed and thread
+    count (:meth:`~compose_lens.training.subject.Subject.once`), the table the caller's own copy."""
     model, config, split = subject.model, subject.config, subject.split
     p = config.task.modulus
 
@@ -369,9 +357,8 @@ def gated_heads(subject: Subject, table: pd.DataFrame, seed: int = 0,
 
 def scored_heads(subject: Subject, seed: int = 0, n: int = 600,
                  threads: int | None = 1) -> tuple[Role, Role, Learned, pd.DataFrame]:
-    """Every head's scores (:func:`head_scores`) through both gates (:func:`gated_heads`), once per subject, ``n``,
-    seed and thread count (:meth:`~compose_lens.training.subject.Subject.once`: :func:`locate` and
-    :func:`circuit_heads` each ask); the table is the caller's own copy."""
+    """Every head's scores (:func:`head_scores`) through both gates (:func:`gated_heads`), once per subject,
+    ``n``, seed and thread count (as :func:`adder_scores`); the table is the caller's own copy."""
     def score():
         with torch_threads(threads), torch.no_grad():
             return gated_heads(subject, head_scores(subject, n, seed), seed)
@@ -394,8 +381,7 @@ def gated_adder(table: pd.DataFrame, knows: Learned) -> Role:
 def locate(subject: Subject, seed: int = 0, n: int = 600,
            threads: int | None = 1) -> Location:
     """Score every head and MLP for the three roles and pick each role's player (see the module doc). The scores
-    are computed once per subject (:func:`scored_heads`, :func:`adder_scores`: same-MLP, circuit and the report
-    each ask); the location is built anew from them, the caller's own."""
+    are computed once per subject (same-MLP, circuit and the report each ask); the location is the caller's own."""
     binder, router, knows, heads = scored_heads(subject, seed, n, threads)
     with torch_threads(threads), torch.no_grad():
         table = pd.concat([heads, adder_scores(subject, seed)], ignore_index=True)
@@ -432,12 +418,9 @@ class FourierSubject:
 def fourier_subject(subject: Subject, seed: int = 0, *,
                     adder: Role | None = None, candidates: pd.DataFrame | None = None,
                     score_single: bool = True) -> FourierSubject:
-    """Which MLP the Fourier analyses read (see the module doc).
-
-    ``adder``/``candidates``: a :func:`locate` result to reuse. ``score_single=False`` skips
-    the scoring when the model has exactly one MLP (it is then analysed, adding or not: the
-    training-dynamics tools follow it from the first checkpoint on).
-    """
+    """Which MLP the Fourier analyses read (see the module doc); ``adder``/``candidates``: a :func:`locate`
+    result to reuse. ``score_single=False`` takes a model's only MLP unscored (the training-dynamics
+    tools follow it from the first checkpoint on)."""
     model, config = subject.model, subject.config
     blocks = mlp_blocks(model, config)
     if not blocks:
@@ -457,9 +440,7 @@ def fourier_subject(subject: Subject, seed: int = 0, *,
 
 
 def mlp_block(subject: Subject, seed: int = 0) -> int:
-    """The block whose MLP the figures read: :func:`fourier_subject`'s (the model's only MLP, or the located
-    adder wherever it sits; blocks.1 in the paper architecture). A model without an MLP is refused, in words
-    (issue #45: the figures read blocks.1 of a 3-layer model whose MLP is in blocks.2)."""
+    """The block whose MLP the figures read (:func:`fourier_subject`'s); a model without an MLP is refused."""
     subject = fourier_subject(subject, seed, score_single=False)
     if subject.layer is None:
         raise ComposeLensError(f"this figure reads an MLP, and the model has {subject.note}")
@@ -471,13 +452,9 @@ def mlp_block(subject: Subject, seed: int = 0) -> int:
 
 def circuit_heads(subject: Subject, seed: int = 0, n: int = 600, *,
                   location: Location | None = None, threads: int | None = 1) -> probes.Heads:
-    """The binder, router and gatherer heads the probes read (:class:`~compose_lens.analysis.probes.Heads`).
-
-    The paper architecture (:func:`~compose_lens.core.capabilities.is_paper_architecture`) reads the
-    paper's, ``blocks.0`` head 0 (binds and gathers) and ``blocks.1`` head 0, without scoring (so
-    its numbers are the study's at every checkpoint, trained or not); any other the located ones
-    (``location``: a :func:`locate` result to reuse; else :func:`scored_heads`), None where no
-    head reaches the role's threshold.
+    """The binder, router and gatherer heads the probes read: the paper architecture's own heads, unscored
+    (so its numbers are the study's at every checkpoint, trained or not); any other model's located ones
+    (``location``: a :func:`locate` result to reuse), None where no head reaches the role's threshold.
     """
     config = subject.config
     if capabilities.is_paper_architecture(config.model):

@@ -34,7 +34,7 @@ from compose_lens.core.files import write_json_atomic
 from compose_lens.core.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, absent_pools, make_pools
 from compose_lens.data.split import Split
-from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.training.evaluate import exhaustive_accuracies, headline_holds, pool_accuracies
 from compose_lens.model.forward import Forward
 from compose_lens.model import tl
 from compose_lens.core.provenance import provenance
@@ -338,8 +338,7 @@ class Trainer:
         if min(pools.get(k, 0.0) for k in unseen) < outcome.GENERALISED:
             return False
         self._checked_at = self.step
-        exhaustive = exhaustive_accuracies(self.subject)
-        return all(exhaustive[k]["accuracy"] >= outcome.GENERALISED for k in ("zero_var_heldout", "two_var_union"))
+        return headline_holds(exhaustive_accuracies(self.subject), outcome.GENERALISED)
 
     def finish(self, last_pools: dict) -> dict:
         runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})

@@ -16,18 +16,15 @@ forming it late, end near 0.9 and 0.55: docs/stalls.md). A run's outcome is name
   route single variables and still miss pairs, which is the r threshold, not a stall. It is a verdict
   within a budget: two by-seed runs without routing at 30,000 steps formed it by 45,000;
 * ``diverged``: the last logged training loss is above the first and more than :data:`DIVERGED_FACTOR`
-  times the lowest (a spike that never came back down). Seen with the stall remedy's learning rate: at
-  d_model 512 the loss went from ~1 to over 1,000; a bf16 run at the study's width had learned every
-  pool and fell to chance in its last 200 steps. Such a run has no circuit to read: lower the learning
-  rate;
+  times the lowest (a spike that never came back down: with the stall remedy's learning rate at d_model
+  512 the loss went from ~1 to over 1,000; a bf16 run at the study's width had learned every pool and
+  fell to chance in its last 200 steps): no circuit to read; lower the learning rate;
 * ``learning``: anything else (a run still before that step, or one that composed but has not yet refined).
 
-The calibration (``compose_lens/assets/stall_calibration.json``, made by ``experiments/stall_calibration.py``
-from every committed run) holds tables, each for a setting and a horizon H (30,000 steps, the study's
-budget; 45,000 for the by-seed runs): for each step N, how many runs had learned addition but no routing
-by N, and how many of those formed none within H. A run reads the table of its setting with the smallest
-horizon that covers its budget (:func:`calibration`). The training-time warning fires at
-:data:`WARN_AFTER` (the first step at which 9 in 10 such runs at the study's setting formed none) and
+The calibration (``compose_lens/assets/stall_calibration.json``, docs/stalls.md) holds tables, each for a
+setting and a horizon H: for each step N, how many runs had learned addition but no routing by N, and
+how many of those formed none within H. A run reads the table of its setting with the smallest horizon
+that covers its budget (:func:`calibration`). The training-time warning fires at :data:`WARN_AFTER` and
 quotes that table's count, so a late learner is never called stalled on a guess. A rate over such
 outcomes counts each seed once: :mod:`compose_lens.core.stats`.
 """
@@ -88,10 +85,9 @@ def stall_certain_after(table: dict | None = None, min_runs: int | None = None) 
 
 
 DIVERGED_FACTOR = 10.0
-# ``stop_at=decided`` ends a run once its loss has read diverged at this many evaluations in a row: one
-# modularity-grid run (4 layers, d_model 128, seed 1, 3x lr) read diverged once (loss 1.54 at step 2,500,
-# lowest 0.086) and came back to 0.003 by 4,000; of the committed logs only one ever reads diverged and
-# it never came back (experiments/divergence_scan.py)
+# ``stop_at=decided`` ends a run whose loss has read diverged at this many evaluations in a row: one reading
+# can come back (docs/stalls.md: a modularity-grid run at 3x lr read 1.54 at step 2,500, lowest 0.086,
+# and 0.003 by 4,000)
 DIVERGED_STOP_AFTER = 3
 
 

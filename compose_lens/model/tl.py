@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # imported on first use (see the module doc)
 
 
 def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
-    """The TransformerLens configuration of a :class:`ModelConfig`."""
     from transformer_lens.config import TransformerBridgeConfig
 
     return TransformerBridgeConfig(
@@ -328,7 +327,6 @@ def convert_legacy_state_dict(state_dict: dict[str, torch.Tensor], cfg: ModelCon
 
 
 def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None:
-    """Load a bridge-layout state dict strictly (every key, every shape)."""
     model.load_state_dict(state, strict=True)
 
 
@@ -352,7 +350,6 @@ def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor,
 
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """The model in eval mode inside the block, its own mode restored on exit."""
     was_training = model.training
     model.eval()
     try:
@@ -363,7 +360,6 @@ def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 @contextlib.contextmanager
 def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> Iterator[TransformerBridge]:
-    """Forward hooks on every forward pass inside the block, removed on exit."""
     with model.hooks(fwd_hooks=fwd_hooks):
         yield model
 

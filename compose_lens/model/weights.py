@@ -60,7 +60,6 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def activation(cfg: ModelConfig) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The MLP nonlinearity of a configuration (a function of tensors)."""
     return ACTIVATIONS[cfg.act_fn]
 
 

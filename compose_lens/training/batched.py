@@ -152,7 +152,6 @@ class BatchedTrainer:
         self._frozen: dict[str, torch.Tensor] = {}
 
     def close(self) -> None:
-        """Release every run's directory lock."""
         for run in self.runs:
             run.close()
 

@@ -337,7 +337,6 @@ def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[
 
 
 def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in blocks."""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 

@@ -136,7 +136,6 @@ def check_weights(config: RunConfig, state: dict[str, torch.Tensor], source: str
 
 
 def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tensor], source: str) -> None:
-    """Load a state dict into ``model`` after :func:`check_weights`."""
     tl.load_state(model, check_weights(config, state, source))
 
 

@@ -1,8 +1,8 @@
 """The fast path: the paper model's logits at the ``=`` position, without (B, n, d) tensors.
 
-Loss and accuracy are read at the last position only, and the model is small in a
-way that lets the forward pass be rewritten exactly (up to float rounding) in
-terms of *tables* over the vocabulary and the positions:
+Loss and accuracy are read at the last position only, and the model is small in a way that lets the
+forward pass be rewritten exactly (up to float rounding) in terms of *tables* over the vocabulary and
+the positions:
 
 * **Layer 1 (``blocks.0``) sees only embeddings.** Its residual input at position
   i is ``E[t_i] + P[i]``, so every query-key score is a sum of four small tables,
@@ -18,15 +18,12 @@ terms of *tables* over the vocabulary and the positions:
   term.
 * The MLP and the unembedding act on one (B, d) vector per sequence.
 
-No tensor of shape (batch, positions, d_model) is ever made, so a training step
-costs a few small matrix products and gathers; the baseline forward makes a
-dozen (B n) x d x d products. It is exact for the paper architecture (two layers,
-one head each, an MLP only in the last layer, no normalisation, frozen zero biases);
-:func:`compose_lens.core.capabilities.why_not` says why it declines any other.
-Other architectures without normalisation take :mod:`compose_lens.model.lastpos`
-(the last layer at the last position only); the rest the plain TransformerLens
-forward. :class:`compose_lens.model.forward.Forward` makes that choice for the trainer, the
-evaluations and the analyses. Every head goes through :mod:`compose_lens.model.heads`.
+No (batch, positions, d_model) tensor is ever made, so a training step costs a few small matrix products
+and gathers; the baseline forward makes a dozen (B n) x d x d products. It is exact for the paper
+architecture (two layers, one head each, an MLP only in the last layer, no normalisation, frozen zero
+biases; :func:`compose_lens.core.capabilities.why_not` says why it declines any other).
+:class:`compose_lens.model.forward.Forward` chooses among the forwards; every head goes through
+:mod:`compose_lens.model.heads`.
 """
 
 from __future__ import annotations
@@ -54,11 +51,8 @@ class AnswerActivations:
 
 
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits (B, d_vocab_out) at the last position, as the TransformerLens forward gives them.
-
-    ``params`` are the model's live parameters (:func:`compose_lens.model.tl.parameters`),
-    so gradients reach the model.
-    """
+    """Logits (B, d_vocab_out) at the last position, as the TransformerLens forward gives them; ``params``
+    are the live parameters (:func:`compose_lens.model.tl.parameters`), so gradients reach the model."""
     return forward_at_answer(params, cfg, tokens).logits
 
 
@@ -77,15 +71,10 @@ def resid_after_layer1(params: dict[str, torch.Tensor], tokens: torch.Tensor, pa
 
 
 def layer1_scores(S0: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Layer-1 scores (B, n, n), unscaled, from the (V + n) x (V + n) table ``S0``.
-
-    Query i holds token t_i at place V + i, key j token t_j at place V + j; the score is
-    the sum of four entries of S0, in this order: token-token (one gather from the
-    V x V block at the pair index), token-place and place-token (row gathers of the
-    V x n and n x V blocks: every query row reads n contiguous entries) and place-place
-    (the same n x n block for every sequence). Row gathers compile to tighter loops than
-    one flat gather at computed indices (1.8 ms against 2.4 ms fwd + bwd, compiled).
-    """
+    """Layer-1 scores (B, n, n), unscaled, from the (V + n) x (V + n) table ``S0``: the sum of four entries,
+    in this order: token-token (one gather from the V x V block at the pair index), token-place and
+    place-token (row gathers of the V x n and n x V blocks, which compile to tighter loops than a flat
+    gather: 1.8 ms against 2.4 ms fwd + bwd) and place-place (one n x n block for every sequence)."""
     n = tokens.shape[1]
     V = S0.shape[0] - n
     token_token = S0[:V, :V].flatten()[tokens.unsqueeze(2) * V + tokens.unsqueeze(1)]
@@ -155,10 +144,8 @@ def _last_query_pattern(dots: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 
 Edits = dict[str, Callable[[torch.Tensor], torch.Tensor]]
 
-# The TransformerLens hooks :func:`edited_answer_logits` can replace, and the part of each it
-# hands to the edit. Layer 2 is the last layer and only "=" is read, so its activations are
-# needed (and replaced) at "=" only; the position axis is kept (length 1) so that an edit
-# written for the hooked forward, ``act[:, :, ...] = ...``, works unchanged.
+# The hooks :func:`edited_answer_logits` can replace, and the part of each it hands to the edit: layer 2's
+# at "=" only, with a position axis of length 1 so an edit written for the hooked forward works unchanged.
 EDITABLE_HOOKS = {
     "blocks.0.attn.hook_z": "(B, n, 1, d_head): layer-1 head output, every position",
     "blocks.1.attn.hook_z": "(B, 1, 1, d_head): layer-2 head output at =",
@@ -169,23 +156,19 @@ EDITABLE_HOOKS = {
 
 def edited_answer_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
                          edits: Edits) -> torch.Tensor:
-    """Logits (B, d_vocab_out) at "=" with activations replaced: ``edits[hook](act)`` is written in
-    place of ``act`` at each hook of :data:`EDITABLE_HOOKS` it names (the paper architecture only).
+    """Logits (B, d_vocab_out) at "=" with ``edits[hook](act)`` written in place of ``act`` at each hook of
+    :data:`EDITABLE_HOOKS` it names (the paper architecture only).
 
-    The same model as :func:`forward_at_answer`, arranged so that every hook an ablation
-    replaces exists as a tensor, and still without a (B, n, d_model) tensor:
+    The same model as :func:`forward_at_answer`, arranged so that every hook an ablation replaces exists
+    as a tensor, still without a (B, n, d_model) tensor:
 
-    * layer 1's output ``z0`` (B, n, d_head) is its pattern times value rows of a (V + n)
-      x d_head table; an edit may replace it anywhere. The residual stream after layer 1
-      is then ``e_j + z0_j W_O0``, with ``e_j`` a token row plus a place row of ``X``.
-    * layer 2's query at "=" is pulled back through ``W_K``: ``q . k_j = (q W_K) . resid_j``
-      splits into ``(q W_K) . e_j`` (a (B, V + n) table of dot products gathered at the
-      tokens, as in :func:`forward_at_answer`) plus ``(q W_K W_O0) . z0_j``. Its value is
-      ``(sum_j A_j resid_j) W_V``: the weighted sum first, one product per sequence after.
-    * MLP2 and the unembedding act on one vector per sequence.
+    * layer 1's output ``z0`` (B, n, d_head) is its pattern times value rows of a (V + n) x d_head table;
+      the residual stream after layer 1 is ``e_j + z0_j W_O0``, ``e_j`` a token row plus a place row of ``X``;
+    * layer 2's query at "=" is pulled back through ``W_K``: ``q . k_j`` splits into ``(q W_K) . e_j`` (a
+      table gathered at the tokens) plus ``(q W_K W_O0) . z0_j``; its value is ``(sum_j A_j resid_j) W_V``.
 
-    Exact up to float rounding against the TransformerLens forward with the same
-    replacements made by hooks (registry/ablation/test_ablation.py checks every ablation kind).
+    Exact up to float rounding against the TransformerLens forward with the same replacements made by
+    hooks (registry/ablation/test_ablation.py checks every ablation kind).
     """
     unknown = set(edits) - set(EDITABLE_HOOKS)
     if unknown:

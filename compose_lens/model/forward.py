@@ -1,48 +1,38 @@
 """One forward for every analysis: the model's activations and answer at ``=``, read or edited at a :class:`Site`.
 
-An analysis asks the model three things: its answer logits at ``=``, some activations on the
-way there, and its answer with some activations replaced. compose-lens can compute these in
-three ways (:mod:`compose_lens.core.capabilities` says which is exact for which architecture):
+An analysis asks the model three things: its answer logits at ``=``, some activations on the way there,
+and its answer with some activations replaced. compose-lens computes these in three ways
+(:mod:`compose_lens.core.capabilities` says which is exact for which architecture):
 
-* **the tables** (:mod:`compose_lens.model.fastpath`): the paper architecture's answer at ``=``
-  from score tables over the vocabulary and the positions, with no (batch, positions, d_model)
-  tensor and no TransformerLens bridge (a :class:`~compose_lens.model.tl.Weights` will do). It
-  has the activations the answer is made of (:data:`TABLE_SITES`), and can replace the four
-  it is arranged around (:data:`compose_lens.model.fastpath.EDITABLE_HOOKS`);
-* **the last-position forward** (:mod:`compose_lens.model.lastpos`): plain torch for any depth
-  and head count without normalisation, every layer at every position but the last layer's MLP
-  at ``=`` only, its activations read and edited as they are made, with no hooks;
-* **the TransformerLens bridge**: ``run_with_cache`` and ``run_with_hooks``, every hook of any
-  architecture (a bridge is booted from the weights when the subject holds only those).
+* **the tables** (:mod:`compose_lens.model.fastpath`): the paper architecture's answer from score tables
+  over the vocabulary and the positions, with no (batch, positions, d_model) tensor and no bridge. It has
+  the activations the answer is made of (:data:`TABLE_SITES`) and edits the four it is arranged around
+  (:data:`compose_lens.model.fastpath.EDITABLE_HOOKS`);
+* **the last-position forward** (:mod:`compose_lens.model.lastpos`): plain torch for any depth and head
+  count without normalisation, its activations read and edited as they are made, with no hooks;
+* **the TransformerLens bridge**: every hook of any architecture (booted from the weights where the
+  subject holds only those).
 
-A :class:`Forward` makes that choice per request, in that order: :meth:`Forward.read` answers
-from the first that computes every site asked for (and every edit), :meth:`Forward.edited_logits`
-and :meth:`Forward.logits` likewise. They give the same numbers up to float rounding
-(tests/unit/test_forward.py), so an analysis is written once, in :class:`Site` terms, and never
-asks which forward it is on. The trainer, the evaluations and the LLC step the answer with its
-gradients (:meth:`Forward.answer_forward`, by :attr:`Forward.kind`); activation patching asks for
-many sites, each edited alone, in one batched operation (:meth:`Forward.patched`: the engine of
-:mod:`compose_lens.model.patch_engine` where it is exact, the bridge's hooks otherwise), path patching
-its two runs (:meth:`Forward.path_patched`); an answer from a residual stream built by hand runs the
-model on from that site (:meth:`Forward.logits_from`), an adder's input built by hand runs through its MLP
-(:meth:`Forward.mlp_from`), and a partial stream is read as the last one, through the final norm and the
-unembedding (:meth:`Forward.lens`: the logit lens).
+A :class:`Forward` makes that choice per request, in that order: :meth:`Forward.read`,
+:meth:`Forward.edited_logits` and :meth:`Forward.logits` answer from the first that computes every site
+asked for (and every edit). They give the same numbers up to float rounding (tests/unit/test_forward.py),
+so an analysis is written once, in :class:`Site` terms. The trainer, the evaluations and the LLC step
+the answer with its gradients (:meth:`Forward.answer_forward`); activation patching edits many sites,
+each alone, in one batched operation (:meth:`Forward.patched`), path patching its two runs
+(:meth:`Forward.path_patched`); :meth:`Forward.logits_from` and :meth:`Forward.mlp_from` run the model on
+from a residual stream or an MLP input built by hand, and :meth:`Forward.lens` is the logit lens.
 
-**One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and
-a head: ``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,
-``Site("blocks.0.attn.hook_pattern", head=0)`` the layer-1 pattern at every query,
-``Site("blocks.1.attn.hook_pattern", "=", 0)`` layer 2's attention from ``=``. A position is
-``None`` (every position: the axis is kept), ``"="`` (the answer position, the last) or an
-index (the axis is dropped); a head is ``None`` (every head: the axis is kept) or an index.
-Patching tables name their rows by such sites (:func:`compose_lens.registry.patching.tables.patch_site`);
-an analysis whose position differs per sequence names it by a token role, which it resolves
-itself (DAS's :meth:`~compose_lens.registry.das.search.BindingSite.where`: the queried value).
-The same sites name interventions: :meth:`Forward.edited_logits` takes ``{Site: function}`` (or a
-hook name for the whole activation), so "zero layer 1's head at position 5" is
-``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` on either forward.
-Besides TransformerLens's own hooks there is one more, ``blocks.L.attn.hook_result``: what
-each head writes into the residual stream (``hook_z`` through its slice of ``W_O``, without
-the output bias), so direct logit attribution is one read on either forward.
+**One vocabulary for where.** A :class:`Site` is a TransformerLens hook name, a position and a head:
+``Site("blocks.1.hook_mlp_out", "=")`` is MLP2's output at the answer position,
+``Site("blocks.0.attn.hook_pattern", head=0)`` the layer-1 pattern at every query. A position is
+``None`` (every position: the axis is kept), ``"="`` (the answer position, the last) or an index (the
+axis is dropped); a head is ``None`` (every head: the axis is kept) or an index. Patching tables name
+their rows by sites; an analysis whose position differs per sequence resolves it itself (DAS's
+:meth:`~compose_lens.registry.das.search.BindingSite.where`). The same sites name interventions:
+``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` zeroes layer 1's head at position 5 on either
+forward. Besides TransformerLens's own hooks there is ``blocks.L.attn.hook_result``: what each head
+writes into the residual stream (``hook_z`` through its slice of ``W_O``, without the output bias), so
+direct logit attribution is one read.
 
 >>> site = Site.parse("blocks.1.hook_mlp_out@=")
 >>> site, site.layer, str(site)
@@ -73,8 +63,8 @@ Edit = Callable[[torch.Tensor], torch.Tensor]  # an activation in, what to write
 
 @dataclass(frozen=True)
 class Site:
-    """Where to read or intervene: a hook, a position (None: every one; ``"="``: the answer's;
-    an index) and a head (None: every head). See the module doc."""
+    """Where to read or intervene: a hook, a position (None: every one; ``"="``: the answer's; an index)
+    and a head (None: every head). See the module doc."""
 
     hook: str
     position: int | str | None = None
@@ -134,8 +124,7 @@ class Site:
         return replace(self, position=position)
 
 
-# the answer logits at "=" as a pure function of (params, cfg, tokens), by :attr:`Forward.kind`: what
-# :meth:`Forward.answer_forward` closes over the live parameters, and torch.func maps over stacked runs
+# the answer logits at "=" as a pure function of (params, cfg, tokens), by :attr:`Forward.kind`
 ANSWERS = {"tables": fastpath.last_position_logits, "lastpos": lastpos.last_position_logits}
 Edits = Mapping[str | Site, Edit] | Iterable[tuple[str | Site, Edit]]  # by hook (all of it) or by Site
 
@@ -192,9 +181,8 @@ def _check_sites(sites, cfg: ModelConfig, n: int, what: str = "sites") -> list[S
 
 
 def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor) -> dict:
-    """Every activation the tables compute, keyed by (hook, position): the answer position's
-    (B, ...) and, for layer 1, every position's (B, n, ...); a function where it costs work beyond
-    the answer's own forward (called only when read). Heads are the paper's one head."""
+    """Every activation the tables compute, keyed by (hook, position): (B, ...) at ``=``, and (B, n, ...)
+    for layer 1's at every position; a function where it costs work beyond the answer's own forward."""
     acts = fastpath.forward_at_answer(params, cfg, tokens)
     token = params["embed.weight"][tokens[:, -1]]
     place = params["pos_embed.weight"][tokens.shape[1] - 1].expand(len(tokens), -1)
@@ -221,9 +209,7 @@ def _answer_tables(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: to
     }
 
 
-# what the tables compute, by (hook, position) (:func:`_answer_tables`'s keys), and the hooks that name
-# one of them: layer 1 has no MLP, so its residual after attention is its output and layer 2's input;
-# with no normalisation the MLP's input is the residual after attention
+# :func:`_answer_tables`'s keys, and the hooks that name one of them (layer 1 has no MLP; no normalisation)
 _TABLE_KEYS = frozenset({("hook_embed", ANSWER), ("hook_pos_embed", ANSWER), ("logits", ANSWER),
                          ("blocks.0.attn.hook_pattern", None), ("blocks.0.attn.hook_pattern", ANSWER),
                          ("blocks.0.hook_resid_mid", None), ("blocks.0.hook_resid_mid", ANSWER),
@@ -240,39 +226,19 @@ _HEAD_VECTORS = ("q", "k", "v", "z")  # (batch, pos, head, d_head): patched at a
 _HEADED = ("hook_pattern", "hook_result", "hook_z", "hook_q", "hook_k", "hook_v")
 
 
-def _head_axis(hook: str, position_kept: bool) -> int | None:
-    """Where a hook's head axis sits once the batch (and, if not kept, the position) is taken."""
-    if not hook.endswith(_HEADED):
-        return None
-    if hook.endswith("hook_pattern"):
-        return 1  # (B, H, query, key)
-    return 2 if position_kept else 1  # (B, pos, H, ...)
-
-
-def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
-    """A hook's whole tensor (as ``run_with_cache`` keeps it) at the site's position and head."""
-    pattern = site.hook.endswith("hook_pattern")
-    out = full
-    if site.position is not None:
-        index = -1 if site.position == ANSWER else site.position
-        out = out[:, :, index] if pattern else out[:, index]
-    if site.head is not None:
-        axis = _head_axis(site.hook, site.position is None)
-        if axis is None:
-            raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
-        out = out.select(axis, site.head)
-    return out
-
-
 def _part(site: Site, act: torch.Tensor) -> tuple:
-    """The index of the site's part of its hook's whole activation ``act``: its position and head, as
-    :func:`_select` takes them (every row of the batch)."""
+    """The index of the site's part of its hook's whole activation ``act`` (as ``run_with_cache`` keeps
+    it: (B, H, query, key) for a pattern, (B, pos, H, ...) else): its position and head, every row."""
     pattern, index = site.hook.endswith("hook_pattern"), [slice(None)] * act.dim()
     if site.position is not None:
         index[2 if pattern else 1] = -1 if site.position == ANSWER else site.position
     if site.head is not None:
         index[1 if pattern else 2] = site.head
     return tuple(index)
+
+
+def _select(site: Site, full: torch.Tensor) -> torch.Tensor:
+    return full[_part(site, full)]
 
 
 def _edit_at(site: Site, fn: Edit) -> Edit:
@@ -392,8 +358,6 @@ class Forward:
         """Whether the tables answer every site (else the bridge does)."""
         return self.tables and all((s.hook, s.position) in TABLE_SITES and s.head in (None, 0) for s in sites)
 
-    # -- reading -------------------------------------------------------------------------------
-
     @torch.no_grad()
     def read(self, tokens: torch.Tensor, sites: Iterable[Site], chunk: int = 4096,
              edits: Edits | None = None) -> dict[Site, torch.Tensor]:
@@ -411,7 +375,7 @@ class Forward:
     def _read(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit], edit_sites: list[Site]
               ) -> dict[Site, torch.Tensor]:
         for site in sites:
-            if site.head is not None and _head_axis(site.hook, site.position is None) is None:
+            if site.head is not None and not site.hook.endswith(_HEADED):
                 raise ComposeLensError(f"site {site}: {site.hook} has no head axis; leave the head out")
         if edits or not self.on_tables(sites):
             self._refuse_if_insisted(f"read {', '.join(str(s) for s in sites if (s.hook, s.position) not in TABLE_SITES)}"
@@ -472,15 +436,13 @@ class Forward:
 
     @property
     def kind(self) -> str:
-        """Which forward computes the answer: ``"tables"``, ``"lastpos"`` or ``"transformerlens"`` (with
-        ``fast`` None: auto, as :func:`compose_lens.core.capabilities.answer_forward` chooses; False: off;
-        True: the tables, without the refusal answer_forward's "on" gives where they do not apply)."""
+        """Which forward computes the answer: ``"tables"``, ``"lastpos"`` or ``"transformerlens"`` (``fast``
+        None: as :func:`compose_lens.core.capabilities.answer_forward` chooses; True: the tables, unrefused)."""
         return "tables" if self.tables else "lastpos" if self.plain else "transformerlens"
 
     def answer_forward(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``tokens -> logits`` (N, d_vocab_out) at ``=`` by :attr:`kind`, over the live parameters and with
-        their gradients: what the trainer steps (and compiles) and the evaluations read. The bridge's is
-        refused for weights without one (booting it is :meth:`logits`'s choice, not a training step's)."""
+        """``tokens -> logits`` (N, d_vocab_out) at ``=`` by :attr:`kind`, over the live parameters, with
+        their gradients: what the trainer steps and the evaluations read."""
         params, cfg, answer = self.params, self.cfg, ANSWERS.get(self.kind)
         if answer is not None:
             return lambda tokens: answer(params, cfg, tokens)
@@ -498,10 +460,9 @@ class Forward:
 
     @torch.no_grad()
     def logits_from(self, site: Site, resid: torch.Tensor) -> torch.Tensor:
-        """(N, d_vocab_out) answer logits with the residual stream at ``site`` set to ``resid`` (N, d_model)
-        and the model run from there on, no tokens needed: from the last block's ``hook_resid_mid`` (or
-        ``mlp.hook_in``) at ``=`` its MLP and the unembedding, from its ``hook_resid_post`` the unembedding
-        (plain torch, float32 on CPU; without normalisation, which would read the whole stream)."""
+        """(N, d_vocab_out) answer logits with the residual stream at ``site`` (the last block's
+        ``hook_resid_mid``, ``mlp.hook_in`` or ``hook_resid_post`` at ``=``) set to ``resid`` (N, d_model)
+        and the model run on from there (plain torch, float32 on CPU; models without normalisation)."""
         last = self.cfg.n_layers - 1
         through_mlp = {f"blocks.{last}.hook_resid_mid": True, f"blocks.{last}.mlp.hook_in": True,
                        f"blocks.{last}.hook_resid_post": False}.get(site.hook)
@@ -521,8 +482,7 @@ class Forward:
 
     def lens(self, resid: torch.Tensor) -> torch.Tensor:
         """(N, d_vocab_out) a partial residual stream at ``=`` (N, d_model) read as the model reads its last
-        one: through the final normalisation, its scale computed from ``resid`` itself, and the unembedding
-        (the logit lens; the answer lens)."""
+        one: through the final normalisation (its scale from ``resid`` itself) and the unembedding."""
         kind = self.cfg.normalization_type
         if kind is not None:
             params = tl.parameters(self.model)
@@ -536,18 +496,14 @@ class Forward:
                 resid = resid if weight is None else resid * weight
         return weights.unembed(weights.detached_parameters(self.model), self.cfg, resid)
 
-    # -- editing -------------------------------------------------------------------------------
-
     @torch.no_grad()
     def edited_logits(self, tokens: torch.Tensor, edits: Edits, chunk: int = 1024) -> torch.Tensor:
-        """(N, d_vocab_out) answer logits with each edit's ``function(activation)`` written in place of
-        what it names: a hook (its whole activation) or a :class:`Site` (that position and head only:
-        ``{Site("blocks.0.attn.hook_z", 5, 0): torch.zeros_like}`` zeroes layer 1's head at position 5);
-        ``edits`` is a mapping or (key, function) pairs, several edits of one hook applied in turn.
-        In chunks of ``chunk`` (1,024 keep the tables' (chunk, n, d_head) tensors in cache: 2x faster
-        than 4,096). The tables make the edits of the hooks they are arranged around
-        (:data:`~compose_lens.model.fastpath.EDITABLE_HOOKS`; a layer-2 one at ``=``, the only place
-        they compute it), the bridge any other."""
+        """(N, d_vocab_out) answer logits with each edit's ``function(activation)`` written in place of what
+        it names: a hook (its whole activation) or a :class:`Site` (that position and head only); ``edits``
+        is a mapping or (key, function) pairs, several edits of one hook applied in turn. In chunks of
+        ``chunk`` (1,024 keep the tables' tensors in cache: 2x faster than 4,096). The tables make the edits
+        of :data:`~compose_lens.model.fastpath.EDITABLE_HOOKS` (a layer-2 one at ``=`` only), the bridge any
+        other."""
         check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx)
         sites, by_hook = _hook_edits(edits)
         _check_sites(sites, self.cfg, tokens.shape[1], "edits")
@@ -565,19 +521,15 @@ class Forward:
                 out.append(model(tokens[start: start + chunk].to(self.device))[:, -1].float())
         return torch.cat(out)
 
-    # -- patching: many sites, each edited alone, in one batched operation -------------------------
-
     @torch.no_grad()
     def patched(self, clean: torch.Tensor, corrupted: torch.Tensor, sites: list[Site],
                 measure: patch_engine.Measure, chunk: int = 128, max_rows: int = 8192) -> torch.Tensor:
         """Activation patching: (S, N) ``measure(logits, rows)`` of the corrupted prompts (N, n) with each
-        site alone written from the clean prompts (N, n) at its position and head, every site at once.
-        ``measure`` maps answer logits (R, d_vocab_out) of the prompts ``rows`` (R,) (indices into the N,
-        a prompt once per site) to (R,) values. The engine of :mod:`compose_lens.model.patch_engine`
-        takes the whole components it is exact for (``chunk`` prompts at a time); otherwise, or with
-        ``fast=False``, the bridge's hooks: one forward of (sites x prompts) rows per (component,
-        layer), at most ``max_rows`` rows each, the hook writing into row r the clean activation of
-        prompt ``r % N`` at the position (and head) of site ``r // N``."""
+        site alone written from the clean prompts at its position and head. ``measure`` maps answer logits
+        (R, d_vocab_out) of the prompts ``rows`` (R,) (indices into the N) to (R,) values. The engine of
+        :mod:`compose_lens.model.patch_engine` takes the components it is exact for (``chunk`` prompts at
+        a time); else the bridge's hooks, one forward of at most ``max_rows`` (site, prompt) rows per
+        (component, layer), row r the clean activation of prompt ``r % N`` at site ``r // N``."""
         N = len(clean)
         if self.engine and all(s.component in patch_engine.COMPONENTS for s in sites):
             W = patch_engine.Engine(self.model, self.cfg)

@@ -9,22 +9,18 @@ the parameters are stored in (:mod:`compose_lens.model.weights` explains it),
     pattern = softmax_j(scores, with key j > query i set to -inf)     (..., m, n)     :func:`pattern`
     z = pattern v;  out = z W_O (+ b_O)                               (..., m, d_head), (..., m, d_model)
 
-The **query positions are the last m of the n key positions**: m = n is the whole sequence, m = 1
-the answer position ``=`` alone (which sees every key, so it needs no mask). The faster forwards
-differ only in where their vectors come from, never in these steps:
+The **query positions are the last m of the n key positions**: m = n is the whole sequence, m = 1 the
+answer position ``=`` alone (which sees every key, so it needs no mask). The faster forwards differ only
+in where their vectors come from, never in these steps: the table path (:mod:`compose_lens.model.fastpath`)
+gathers its scores from tables, :mod:`compose_lens.model.lastpos` projects the last layer's query at
+``=`` only, the patching engine (:mod:`compose_lens.model.patch_engine`) swaps one row or column of the
+corrupted scores per patched site, and the circuit graph
+(:class:`compose_lens.registry.circuit.discovery.GraphModel`) projects each head from its own masked
+input (:func:`project` with ``head=``).
 
-* the table path (:mod:`compose_lens.model.fastpath`) gathers its scores from score tables over the
-  vocabulary and the positions and hands the unscaled dot products to :func:`pattern`;
-* :mod:`compose_lens.model.lastpos` projects the last layer's query at ``=`` only;
-* the patching engine (:mod:`compose_lens.registry.patching.tables`) swaps one row or column of the
-  corrupted scores per patched site before :func:`pattern`;
-* the circuit graph (:class:`compose_lens.registry.circuit.discovery.GraphModel`) projects each head from its
-  own masked input (:func:`project` with ``head=``).
-
-**Scaling.** TransformerLens divides the dot products by ``sqrt(d_head)``, and so does
-:func:`scores`. The table path was trained multiplying by ``1 / sqrt(d_head)`` instead
-(``reciprocal=True``); the two round differently in the last bit, so each keeps its own and
-every trained paper run stays bit-for-bit reproducible.
+**Scaling.** TransformerLens divides the dot products by ``sqrt(d_head)``, and so does :func:`scores`.
+The table path was trained multiplying by ``1 / sqrt(d_head)`` (``reciprocal=True``); the two round
+differently in the last bit, so each keeps its own and every trained paper run stays reproducible.
 
 >>> import torch
 >>> q, k = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
@@ -74,9 +70,8 @@ def scores(q: Float[torch.Tensor, "*batch query d_head"],
 
 def pattern(scores: Float[torch.Tensor, "*batch query key"], read_order: tuple[int, ...] | None = None
             ) -> Float[torch.Tensor, "*batch query key"]:
-    """The attention pattern of scaled scores: the causal mask (queries are the last positions; the
-    model's ``read_order`` where it has one), then the softmax over the keys. A single query (the last
-    position) sees every key: no mask."""
+    """The attention pattern of scaled scores: the causal mask (:func:`causal_mask`; none for a single
+    query), then the softmax over the keys."""
     m, n = scores.shape[-2:]
     if m > 1:
         scores = scores.masked_fill(causal_mask(m, n, scores.device, read_order), float("-inf"))
@@ -98,11 +93,9 @@ def _rows(cfg: ModelConfig | None, head: int | None) -> slice:
 def project(params: dict[str, torch.Tensor], cfg: ModelConfig | None, layer: int, kind: str,
             x: Float[torch.Tensor, "*batch d_model"], head: int | None = None,
             bias: bool | None = None) -> Float[torch.Tensor, "*batch heads_d_head"]:
-    """``kind`` (``q``, ``k`` or ``v``) of ``blocks.{layer}`` on residual vectors: every head side by
-    side (..., n_heads d_head), or head ``head``'s (..., d_head), projected from its rows alone.
-
-    ``bias``: add the bias (None: where it is trained; an untrained bias is an exact zero, and
-    leaving it out keeps the dtype under autocast)."""
+    """``kind`` (``q``, ``k`` or ``v``) of ``blocks.{layer}`` on residual vectors: every head side by side
+    (..., n_heads d_head), or head ``head``'s (..., d_head) from its rows alone. ``bias``: add the bias
+    (None: where it is trained; leaving out an untrained one, an exact zero, keeps the dtype under autocast)."""
     name, rows = f"blocks.{layer}.attn.{kind}", _rows(cfg, head)
     out = x @ params[f"{name}.weight"][rows].T
     return out + params[f"{name}.bias"][rows] if (cfg.trained_biases if bias is None else bias) else out

@@ -1,21 +1,14 @@
 """A plain-torch forward for any depth and head count, the last layer at the last position only.
 
-The answer is read at the last position, so the last layer is needed there only:
+The answer is read at the last position, so every layer but the last runs over all n positions as
+TransformerLens runs it (a few (B n) x d products per layer, no hooks), and the last layer needs its keys
+and values at every position but its query, attention output and MLP, and the unembedding, at the last
+only: (B, d) vectors instead of (B, n, d).
 
-* **Every layer but the last** runs over all n positions, as TransformerLens runs
-  it: attention (causal, scores scaled by 1 / sqrt(d_head)), then the MLP if the
-  layer has one. These are a few (B n) x d products per layer, with no hooks.
-* **The last layer** needs its keys and values at every position (the last
-  query attends to all of them) but its query, its attention output and its MLP
-  at the last position only: (B, d) vectors instead of (B, n, d).
-* The unembedding acts on the last position only.
-
-For the paper model (2 layers, an MLP in layer 2 only) :mod:`compose_lens.model.fastpath`
-goes further; this module covers the architectures that path does not (3-4 layers,
-several heads, an MLP in every layer, trained biases). It does not cover
-normalisation layers (:func:`compose_lens.core.capabilities.supports` with "lastpos"); the trainer then uses the TransformerLens
-forward. Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens forward up to float rounding
-(tests/unit/test_model.py checks logits and gradients).
+It covers the architectures :mod:`compose_lens.model.fastpath` does not (3-4 layers, several heads, an
+MLP in every layer, trained biases), but not normalisation (:func:`compose_lens.core.capabilities.supports`
+with "lastpos"). Its heads are :mod:`compose_lens.model.heads`'s. The numbers match the TransformerLens
+forward up to float rounding (tests/unit/test_model.py checks logits and gradients).
 """
 
 from __future__ import annotations
@@ -47,10 +40,10 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
 
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
                          keep: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """Logits (B, d_vocab_out) at the last position (see the module docstring). ``keep(hook, activation)``,
-    where given, sees each activation (by its TransformerLens hook name) as it is made and returns what
-    goes on (read, or edited: :meth:`compose_lens.model.forward.Forward.read`); the last layer's attention
-    then runs at every query, its MLP still at the last position only."""
+    """Logits (B, d_vocab_out) at the last position. ``keep(hook, activation)``, where given, sees each
+    activation as it is made and returns what goes on (read, or edited:
+    :meth:`compose_lens.model.forward.Forward.read`); the last layer's attention then runs at every query,
+    its MLP still at the last position only."""
     every, keep = keep is not None, keep or (lambda name, value: value)
     n, last = tokens.shape[1], cfg.n_layers - 1
     resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])

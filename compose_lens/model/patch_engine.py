@@ -1,28 +1,22 @@
 """The batched patching engine: every site of the study's architecture patched at once, from the weights.
 
 Activation patching (:mod:`compose_lens.registry.patching.tables`) runs the corrupted prompts with one
-site's activation taken from the clean prompts, once per site. ``transformer_lens.patching`` runs
-one full forward of the whole batch per site (192 sites for the paper model). For the study's
-architecture (two layers, an MLP in the last one only, no normalisation; any number of heads and
-trained biases: ``capabilities.why_not(cfg, "patching")``) patching needs far less, and
-:func:`patched_values` computes the same numbers, all sites of a kind at once on a (prompts x
-sites) batch:
+site's activation taken from the clean prompts; ``transformer_lens.patching`` runs one full forward of
+the whole batch per site (192 for the paper model). For the study's architecture (two layers, an MLP in
+the last one only, no normalisation; any heads and biases: ``capabilities.why_not(cfg, "patching")``)
+:func:`patched_values` computes the same numbers, all sites of a kind at once on a (prompts x sites) batch:
 
-* only the logits at ``=`` are read, and layer 2 is the last layer, so layer 2 is
-  needed at the last position only: its query there, its keys and values at every
-  position. A layer-2 site before ``=`` other than ``resid_pre`` is read by nothing
-  later: patching it leaves the output exactly as in the corrupted run;
-* keys and values are computed per position, so patching one position of
-  ``blocks.1.hook_resid_pre`` changes one key row and one value row: the patched
-  keys are the corrupted ones with that row swapped, no new matrix products;
-* every layer-1 site except ``resid_pre`` only changes ``blocks.1.hook_resid_pre`` at
-  its own position, so it is the case above with another replacement vector;
+* only the logits at ``=`` are read and layer 2 is the last layer, so layer 2 is needed at ``=`` only
+  (its keys and values at every position): a layer-2 site before ``=`` other than ``resid_pre`` leaves
+  the output exactly as in the corrupted run;
+* patching one position of ``blocks.1.hook_resid_pre`` changes one key row and one value row: the
+  corrupted keys with that row swapped, no new matrix products;
+* every layer-1 site except ``resid_pre`` only changes ``blocks.1.hook_resid_pre`` at its own position:
+  the case above with another replacement vector;
 * ``blocks.0.hook_resid_pre`` needs a layer-1 recompute, again batched over sites.
 
-:meth:`compose_lens.model.forward.Forward.patched` takes this engine where it is exact and the bridge's
-hooks otherwise; ``experiments/bench_patching.py`` checks both against the TransformerLens loop.
-A site is read by its ``component``, ``layer``, ``position`` and ``head``
-(:class:`compose_lens.model.forward.Site`).
+:meth:`compose_lens.model.forward.Forward.patched` takes this engine where it is exact;
+``experiments/bench_patching.py`` checks it against the TransformerLens loop.
 """
 
 from __future__ import annotations
@@ -67,11 +61,8 @@ class Engine:
     def layer2_last(self, k1: torch.Tensor, v1: torch.Tensor, resid_last: torch.Tensor,
                     site=None, clean: dict | None = None,
                     q: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Layer 2 at the last position from its keys/values (R, n, H, dh) and resid_pre1[-1] (R, d):
-        every component a site can read there, and the logits.
-
-        ``site`` (a layer-2 site at the last position) is patched with ``clean[component]`` (R, ...).
-        """
+        """Layer 2 at the last position from its keys/values (R, n, H, dh) and resid_pre1[-1] (R, d): every
+        component a site can read there, and the logits; ``site`` (there) patched with ``clean[component]``."""
         def patch(component: str, value: torch.Tensor) -> torch.Tensor:
             if site is None or site.component != component:
                 return value
@@ -130,13 +121,9 @@ def _layer0_replacement(site, clean: dict, corrupt: dict, W: Engine) -> torch.Te
 
 def _row_patched_logits(W: Engine, corrupt: dict, positions: torch.Tensor,
                         replacement: torch.Tensor) -> torch.Tensor:
-    """Logits (N, S, V) when blocks.1.hook_resid_pre at ``positions[s]`` becomes ``replacement[:, s]``.
-
-    Keys and values are per position, so one key and one value row change per site:
-    the query's scores against the corrupted keys are computed once and the patched
-    row's score swapped in, and ``z = pattern V_corrupted + pattern[p] (v_new - v_p)``.
-    Nothing of size (sites x positions x d) is built.
-    """
+    """Logits (N, S, V) when blocks.1.hook_resid_pre at ``positions[s]`` becomes ``replacement[:, s]``: the
+    query's scores against the corrupted keys with the patched row's swapped in, and ``z = pattern
+    V_corrupted + pattern[p] (v_new - v_p)``. Nothing of size (sites x positions x d) is built."""
     N, S = replacement.shape[:2]
     n = corrupt["k1"].shape[1]
     at_last = positions == n - 1
@@ -157,13 +144,11 @@ def _row_patched_logits(W: Engine, corrupt: dict, positions: torch.Tensor,
 def _embed_patched_logits(W: Engine, clean: dict, corrupt: dict, positions: torch.Tensor) -> torch.Tensor:
     """Logits (N, S, V) when blocks.0.hook_resid_pre at ``positions[s]`` is patched from the clean run.
 
-    Only one row of layer 1's queries, keys and values changes, and layer 2 reads
-    layer 1 through linear maps, so everything per position is precomputed per
-    prompt and pushed through W_O and layer 2's W_K / W_V once:
-    ``K1 = resid_pre0 W_K1 + sum_h A_h (v_h W_O,h W_K1)``; only the attention
-    pattern is recomputed per site, and each sum over the patched table is the sum over
-    the corrupted one plus the patched row's correction. Of size (sites x positions x d)
-    only layer 2's keys and values are built.
+    One row of layer 1's queries, keys and values changes, and layer 2 reads layer 1 through linear maps,
+    so everything per position is pushed through W_O and layer 2's W_K / W_V once per prompt
+    (``K1 = resid_pre0 W_K1 + sum_h A_h (v_h W_O,h W_K1)``); only the pattern is recomputed per site, each
+    sum over the patched table being the corrupted one's plus the patched row's correction. Of size
+    (sites x positions x d) only layer 2's keys and values are built.
     """
     N, S = len(corrupt["resid_pre0"]), len(positions)
     H, dh = W.H, W.dh

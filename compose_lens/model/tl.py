@@ -1,33 +1,23 @@
 """The one module that talks to TransformerLens.
 
-TransformerLens 4 removed ``HookedTransformer``; small models are now built from a
-``TransformerBridgeConfig`` with ``TransformerBridge.boot_native``. Everything the
-rest of compose-lens needs from TransformerLens goes through the functions here,
-so the next major version is a one-file change:
+TransformerLens 4 removed ``HookedTransformer``; small models are built from a ``TransformerBridgeConfig``
+with ``TransformerBridge.boot_native``. Everything compose-lens needs from TransformerLens goes through
+the functions here, so the next major version is a one-file change:
 
-* :func:`boot` builds the study's model (or any :class:`ModelConfig`) as a
-  ``TransformerBridge``: every TransformerLens hook name (``blocks.0.attn.hook_pattern``,
-  ``blocks.1.mlp.hook_post``, ...), ``run_with_cache``, ``run_with_hooks``,
-  ``W_Q`` / ``QK`` / ``OV`` and ``transformer_lens.patching`` work on it.
-* A layer without an MLP keeps an *absent* MLP: zero and never trained (exactly
-  what the study did), so its ``hook_mlp_out`` is exactly zero and every helper that
-  expects the standard block layout works unchanged. Biases are absent unless the
-  configuration trains them. *Frozen* tensors keep a fixed non-zero value and are
-  never trained (orthogonal embeddings); :func:`apply_structure` makes both so, and
-  :func:`structure_problem` checks loaded weights against them.
-* :func:`attach_tokenizer` gives the model the task's tokenizer
-  (:mod:`compose_lens.model.tokenizer`, no BOS), so ``to_tokens``, ``to_str_tokens``,
-  ``to_string`` and circuitsvis's token labels work; :func:`boot` attaches it.
-* :func:`parameters` gives the parameter tensors under their clean state-dict
-  names (``blocks.1.mlp.in.weight``), which the fast path and the checkpoint code use.
-* :func:`convert_legacy_state_dict` maps a pre-4.0 ``HookedTransformer`` state
-  dict (the study's ``.pth`` files) onto the bridge layout.
-* :class:`Weights` holds a model's tensors without a bridge. Importing
-  TransformerLens (and ``transformers`` behind it) takes about 2 s, so it is imported
-  on first use, and commands that only need the fast forwards (``evaluate``, and the
-  analyses of the paper architecture: :func:`compose_lens.training.subject.for_analyses`) load a
-  ``Weights`` (:func:`state_shapes` checks it against the configuration) and never
-  import it.
+* :func:`boot` builds the study's model (or any :class:`ModelConfig`) as a ``TransformerBridge``, with
+  every TransformerLens hook, ``run_with_cache``, ``run_with_hooks`` and ``transformer_lens.patching``,
+  and the task's tokenizer (:mod:`compose_lens.model.tokenizer`, no BOS).
+* A layer without an MLP keeps an *absent* MLP: zero and never trained (exactly what the study did), so
+  its ``hook_mlp_out`` is exactly zero and the standard block layout holds. Biases are absent unless the
+  configuration trains them. *Frozen* tensors keep a fixed non-zero value and are never trained
+  (orthogonal embeddings). :func:`apply_structure` makes both so; :func:`structure_problem` checks
+  loaded weights against them.
+* :func:`parameters` gives the tensors under their clean state-dict names (``blocks.1.mlp.in.weight``);
+  :func:`convert_legacy_state_dict` maps a pre-4.0 ``HookedTransformer`` state dict (the study's
+  ``.pth`` files) onto them.
+* :class:`Weights` holds a model's tensors without a bridge. Importing TransformerLens (and
+  ``transformers``) takes about 2 s, so it is imported on first use, and what needs only the fast
+  forwards (``evaluate``, the analyses of the paper architecture) loads a ``Weights`` and never imports it.
 """
 
 from __future__ import annotations
@@ -52,7 +42,6 @@ if TYPE_CHECKING:  # imported on first use (see the module doc)
 
 
 def bridge_config(cfg: ModelConfig) -> TransformerBridgeConfig:
-    """The TransformerLens configuration of a :class:`ModelConfig`."""
     from transformer_lens.config import TransformerBridgeConfig
 
     return TransformerBridgeConfig(
@@ -77,11 +66,10 @@ def boot(cfg: ModelConfig, device: str | torch.device = "cpu", task: TaskConfig 
     """Build a freshly initialised model (seeded by ``cfg.init_seed``) with the tokenizer of ``task``
     (default: the task the model's sizes imply, :func:`implied_task`).
 
-    ``cfg.init == "study"`` gives the study's initialisation: the pre-4.0
-    ``HookedTransformer`` drew every weight matrix from N(0, (0.8 / sqrt(d_model))^2).
-    ``boot_native`` draws the same, then scales the attention output and MLP output
-    matrices by 1 / sqrt(2 n_layers) (the GPT-2 residual scaling); the study's
-    initialisation undoes that scaling. ``"tl4"`` keeps it.
+    ``cfg.init == "study"`` gives the study's initialisation: the pre-4.0 ``HookedTransformer`` drew every
+    weight matrix from N(0, (0.8 / sqrt(d_model))^2); ``boot_native`` draws the same, then scales the
+    attention and MLP output matrices by 1 / sqrt(2 n_layers) (GPT-2's residual scaling), which the
+    study's initialisation undoes. ``"tl4"`` keeps it.
     """
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
@@ -158,11 +146,9 @@ _PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bridge -
 def parameters(model: TransformerBridge | Weights) -> dict[str, torch.Tensor]:
     """Parameters and buffers under their clean names, as the live tensors (not copies).
 
-    A bridge builds its state dict in ~1 ms (every name is converted on each call), and
-    an ``analyze`` asks ~200 times, so the dict is kept per bridge and rebuilt when the
-    bridge's tensors are no longer the same objects (a parameter or buffer replaced;
-    training and ``load_state_dict`` change the tensors in place, which the kept dict
-    shows). Checking costs ~0.2 ms.
+    A bridge builds its state dict in ~1 ms and an ``analyze`` asks ~200 times, so the dict is kept per
+    bridge and rebuilt when its tensors are no longer the same objects (training and ``load_state_dict``
+    change them in place, which the kept dict shows). Checking costs ~0.2 ms.
     """
     if isinstance(model, Weights):
         return model.state_dict()
@@ -175,10 +161,8 @@ def parameters(model: TransformerBridge | Weights) -> dict[str, torch.Tensor]:
 
 
 class Weights:
-    """A model's tensors under the bridge's state-dict names, without the bridge: what the
-    fast forwards (:mod:`compose_lens.model.fastpath`, :mod:`compose_lens.model.lastpos`)
-    read through :func:`parameters`, and its sizes (``cfg``, for :func:`size`). No hooks,
-    no ``run_with_cache``: load a bridge for those."""
+    """A model's tensors under the bridge's state-dict names, and its sizes (``cfg``), without the bridge:
+    what the fast forwards read through :func:`parameters`. For hooks, load a bridge."""
 
     training = False  # nothing in it behaves differently in training (no dropout)
 
@@ -199,8 +183,7 @@ class Weights:
 
 
 def state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The name and shape of every tensor of the bridge's state dict for ``cfg``, from the
-    configuration alone (a test compares them with booted bridges of many shapes)."""
+    """The name and shape of every tensor of the bridge's state dict for ``cfg``, from the configuration alone."""
     d, heads = cfg.d_model, cfg.n_heads * cfg.d_head
     shapes: dict[str, tuple[int, ...]] = {"embed.weight": (cfg.d_vocab, d), "pos_embed.weight": (cfg.n_ctx, d)}
     norm_params = {"LN": ("weight", "bias"), "RMS": ("weight",)}.get(cfg.normalization_type, ())
@@ -234,11 +217,10 @@ def absent_names(cfg: ModelConfig) -> list[str]:
 
 
 def absent_masks(cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Tensor name -> bool mask (its shape) of the entries that are absent though the tensor is
-    not: with ``residual="disentangled"`` a writer's output matrix (and bias) has rows only in
-    its own block of the residual stream (:meth:`ModelConfig.residual_blocks`). Empty otherwise.
-    Those entries are zero and their gradient is masked to zero, so AdamW (elementwise, with
-    decoupled decay) leaves them exactly zero."""
+    """Tensor name -> bool mask of the entries that are absent though the tensor is not: with
+    ``residual="disentangled"`` a writer's output matrix (and bias) has rows only in its own block of the
+    residual stream (:meth:`ModelConfig.residual_blocks`). Their gradient is masked to zero, so AdamW
+    (elementwise, with decoupled decay) leaves them exactly zero. Empty otherwise."""
     if cfg.residual == "additive":
         return {}
     blocks, shapes, skip = cfg.residual_blocks(), state_shapes(cfg), set(absent_names(cfg))
@@ -345,7 +327,6 @@ def convert_legacy_state_dict(state_dict: dict[str, torch.Tensor], cfg: ModelCon
 
 
 def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None:
-    """Load a bridge-layout state dict strictly (every key, every shape)."""
     model.load_state_dict(state, strict=True)
 
 
@@ -369,7 +350,6 @@ def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor,
 
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """The model in eval mode inside the block, its own mode restored on exit."""
     was_training = model.training
     model.eval()
     try:
@@ -380,7 +360,6 @@ def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 @contextlib.contextmanager
 def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> Iterator[TransformerBridge]:
-    """Forward hooks on every forward pass inside the block, removed on exit."""
     with model.hooks(fwd_hooks=fwd_hooks):
         yield model
 
@@ -411,14 +390,9 @@ def hook_name(component: str, layer: int) -> str:
 
 def tl_patch_sweep(model: TransformerBridge, component: str, corrupted_tokens: torch.Tensor,
                    clean_cache: Any, metric) -> torch.Tensor:
-    """``transformer_lens.patching``'s sweep over every (layer, position[, head]) of a component.
-
-    One forward of the whole corrupted batch per site, as TransformerLens does it.
-    ``metric`` maps logits (batch, pos, vocab) to a (batch,) tensor. Returns the
-    per-example values, shaped (layer, pos, batch) or (layer, pos, head, batch) for ``z``.
-    The model is put in eval mode for the sweep (TransformerLens requires it) and
-    its mode is restored afterwards.
-    """
+    """``transformer_lens.patching``'s sweep over every (layer, position[, head]) of a component: one
+    forward of the whole corrupted batch per site, in eval mode. ``metric`` maps logits (batch, pos, vocab)
+    to (batch,); returns (layer, pos, batch), or (layer, pos, head, batch) for ``z``."""
     from transformer_lens import patching as tl_patching
 
     if component == "z":

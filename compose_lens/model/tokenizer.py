@@ -1,25 +1,20 @@
 """A Hugging Face tokenizer for the task's vocabulary, so TransformerLens's string helpers work.
 
-The task has no subwords: every token is one word of the token form
-(:mod:`compose_lens.data.task`): the numbers ``0``..``p-1``, ``+``, ``=``, ``PAD`` and
-the variables ``a``, ``b``, ... So the tokenizer is a ``tokenizers`` **WordLevel**
-model (one id per word, the ids of the task) after a whitespace split, wrapped in
-``transformers.PreTrainedTokenizerFast``. It is built from the task configuration in
-memory; nothing is downloaded or read from disk.
-
-:func:`model.tl.boot <compose_lens.model.tl.boot>` attaches it to every model, so on
-a loaded model::
+The task has no subwords: every token is one word of the token form (:mod:`compose_lens.data.task`):
+the numbers ``0``..``p-1``, ``+``, ``=``, ``PAD`` and the variables ``a``, ``b``, ... So the tokenizer
+is a ``tokenizers`` **WordLevel** model (the task's ids) after a whitespace split, wrapped in
+``transformers.PreTrainedTokenizerFast``, built in memory from the task configuration.
+:func:`model.tl.boot <compose_lens.model.tl.boot>` attaches it to every model, so on a loaded model::
 
     model.to_tokens("PAD b 7 PAD e 5 PAD d 2 PAD PAD PAD + b 23 =")   # (1, 16), no BOS
     model.to_tokens("b=7, e=5, d=2, b+23=?")                          # the same row (left padding)
     model.to_str_tokens(tokens)                                        # ['PAD', 'b', '7', ...]
     model.to_string(tokens)                                            # 'PAD b 7 ... + b 23 ='
 
-**Two input forms.** A string with a comma or a question mark is the short readable
-form and goes through :func:`~compose_lens.data.task.parse_sequence` (a whole, valid
-sequence; padding on the left). Anything else is the token form, one word per token,
-and may be a fragment (``"b 7"``); an unknown word is refused with one line naming it.
-There is no BOS token: a sequence is exactly the 16 task tokens.
+**Two input forms.** A string with a comma or a question mark is the short readable form, parsed by
+:func:`~compose_lens.data.task.parse_sequence` (a whole, valid sequence; padding on the left). Anything
+else is the token form, one word per token, and may be a fragment (``"b 7"``); an unknown word is refused
+with one line naming it. There is no BOS token: a sequence is exactly the 16 task tokens.
 
 >>> from compose_lens.core.config import TaskConfig
 >>> tok = task_tokenizer(TaskConfig())

@@ -1,47 +1,32 @@
 """Weight-level maths the analyses share: QK and OV circuits, the readout at ``=``, the architecture.
 
-**Circuits of one head.** The residual stream is a row vector of width d_model.
-An attention head has four projections; in TransformerLens orientation
+**Circuits of one head** (Elhage et al., *A Mathematical Framework for Transformer Circuits*). The
+residual stream is a row vector of width d_model; in TransformerLens orientation ``W_Q``, ``W_K``, ``W_V``
+are (d_model, d_head) and ``W_O`` (d_head, d_model), and two products say everything the head can do:
 
-* ``W_Q``, ``W_K``, ``W_V``: (d_model, d_head), ``W_O``: (d_head, d_model).
+* the **QK circuit** ``QK = W_Q W_K^T`` (d_model, d_model): a query vector ``a`` scores a key vector
+  ``b`` with ``a QK b^T / sqrt(d_head)``: *where* the head looks;
+* the **OV circuit** ``OV = W_V W_O`` (d_model, d_model): a key position holding ``b`` writes ``b OV``
+  into the query's residual stream, weighted by its attention: *what* the head moves.
 
-Two products of them say everything the head can do (Elhage et al., *A
-Mathematical Framework for Transformer Circuits*):
+The parameters are stored in ``nn.Linear`` layout: ``blocks.L.attn.q.weight`` is (n_heads d_head,
+d_model), head h owning rows ``h d_head .. (h + 1) d_head``, and ``blocks.L.attn.o.weight`` is (d_model,
+n_heads d_head), head h owning those columns. :func:`head_weights` does that slicing, once, for everybody.
 
-* the **QK circuit** ``QK = W_Q W_K^T`` (d_model, d_model): a query vector ``a``
-  scores a key vector ``b`` with ``a QK b^T / sqrt(d_head)``: *where* the head looks;
-* the **OV circuit** ``OV = W_V W_O`` (d_model, d_model): a key position holding
-  ``b`` writes ``b OV`` into the query's residual stream, weighted by its
-  attention: *what* the head moves.
-
-The parameters themselves are stored in ``nn.Linear`` layout:
-``blocks.L.attn.q.weight`` is (n_heads d_head, d_model), head h owning rows
-``h d_head .. (h + 1) d_head`` (its ``W_Q`` is their transpose), and
-``blocks.L.attn.o.weight`` is (d_model, n_heads d_head), head h owning those
-columns. :func:`head_weights` does that slicing, once, for everybody.
-
-**The readout at ``=``.** In the paper model layer 2 (``blocks.1``) is the last
-layer and the answer is read at the last position, so after layer-2 attention
-one vector per sequence remains, ``resid_mid`` (d_model,), and
+**The readout at ``=``.** In the paper model layer 2 (``blocks.1``) is the last layer and the answer is
+read at the last position, so after layer-2 attention one vector per sequence remains, ``resid_mid``:
 
     mlp_pre  = resid_mid W_in^T + b_in          (d_mlp,)
     mlp_post = act(mlp_pre)                      (d_mlp,)
     mlp_out  = mlp_post W_out^T + b_out          (d_model,)
     logits   = (resid_mid + mlp_out) W_U^T + b_U (d_vocab_out,)
 
-(:func:`mlp_neurons`, :func:`mlp_out`, :func:`unembed`, all in :func:`mlp_readout`). The logits are
-linear in ``mlp_post``: ``logits = resid_mid W_U^T + b + mlp_post W_logit`` with
-``W_logit = W_out^T W_U^T`` (d_mlp, d_vocab_out), one row per neuron, and
-``b = b_U + b_out W_U^T``. :class:`LinearReadout` holds that form, which neuron
-ablation and the Fourier grids use: replacing neurons is then one product.
-
-**The architecture.** :func:`compose_lens.core.capabilities.is_paper_architecture` says whether
-a model is the study's kind (two layers, one head each, an MLP in the last layer only, no
-normalisation, frozen zero biases), for which the fast path and the table forward are
-exact. :func:`compose_lens.core.capabilities.has_paper_layout` is the weaker condition (two
-layers, an MLP in the last only) under which the readout above is the whole model after
-layer-2 attention at ``=``. :mod:`compose_lens.core.capabilities` says for every forward which
-configs it covers and why not.
+(:func:`mlp_readout`). The logits are linear in ``mlp_post``: ``logits = resid_mid W_U^T + b + mlp_post
+W_logit`` with ``W_logit = W_out^T W_U^T`` (d_mlp, d_vocab_out), one row per neuron, and ``b = b_U +
+b_out W_U^T``. :class:`LinearReadout` holds that form, which neuron ablation and the Fourier grids use.
+Which architectures these are exact for: :mod:`compose_lens.core.capabilities`
+(:func:`~compose_lens.core.capabilities.is_paper_architecture`,
+:func:`~compose_lens.core.capabilities.has_paper_layout`).
 
 >>> from compose_lens.core import capabilities
 >>> from compose_lens.core.config import ModelConfig
@@ -75,20 +60,13 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def activation(cfg: ModelConfig) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The MLP nonlinearity of a configuration (a function of tensors)."""
     return ACTIVATIONS[cfg.act_fn]
-
-
-# -- the architecture ------------------------------------------------------------------------
 
 
 def use_table_forward(cfg: ModelConfig, fast: bool | None = None) -> bool:
     """Whether an analysis of ``cfg`` reads the table forward rather than the model's hooks:
     ``fast`` as given, or (``None``) wherever that forward is exact (:mod:`compose_lens.core.capabilities`)."""
     return capabilities.supports(cfg, "tables") if fast is None else fast
-
-
-# -- the circuits of one head ------------------------------------------------------------------
 
 
 def detached_parameters(model: tl.Model) -> dict[str, torch.Tensor]:
@@ -107,12 +85,8 @@ class HeadWeights:
 
 
 def head_weights(model: tl.Model, layer: int, head: int | None = 0) -> HeadWeights:
-    """Head ``head`` of ``blocks.{layer}``: its rows of q / k / v and its columns of o (see the module doc).
-
-    ``head=None``: every head of the layer side by side, (d_model, n_heads d_head) and
-    (n_heads d_head, d_model); then ``W_V W_O`` is the sum of the heads' OV circuits
-    (what the layer writes when every head attends alike). There is no such sum for QK.
-    """
+    """Head ``head`` of ``blocks.{layer}``: its rows of q / k / v and its columns of o. ``head=None``: every
+    head side by side, so that ``W_V W_O`` is the sum of the heads' OV circuits (there is no such sum for QK)."""
     params = tl.parameters(model)
     d_head = tl.size(model, "d_head")
     own = slice(None) if head is None else slice(head * d_head, (head + 1) * d_head)
@@ -135,12 +109,8 @@ def ov_matrix(model: tl.Model, layer: int, head: int = 0) -> torch.Tensor:
     return w.W_V @ w.W_O
 
 
-# -- the readout at "=": MLP2 and the unembedding ---------------------------------------------
-
-
 def _bias(params: dict[str, torch.Tensor], cfg: ModelConfig, name: str) -> torch.Tensor | None:
-    """A bias that is trained, or None: untrained biases are frozen at zero, and leaving out an
-    exact zero keeps the numbers (and the dtype under autocast) as they are without it."""
+    """A trained bias, or None: leaving out an untrained one (an exact zero) keeps the dtype under autocast."""
     return params[name] if cfg.trained_biases else None
 
 

@@ -1,17 +1,14 @@
 """Accuracy at the ``=`` position: the nine pools and the two exhaustive evaluations.
 
-The answer is read at the last position over the p number classes (SPEC
-section 3). :func:`answer_logits` takes the fastest exact forward
-(:attr:`compose_lens.model.forward.Forward.kind`), in chunks of 1,024, without
-gradients and in float32; the trainer passes its compiled forward. Logits that are not finite
-(finite weights whose forward overflows) are refused in one line
-(:func:`compose_lens.data.safety.check_finite_logits`), never read as an answer.
+The answer is read at the last position over the p number classes (SPEC section 3), by the fastest
+exact forward (:func:`answer_logits`); logits that are not finite (finite weights whose forward
+overflows) are refused in one line, never read as an answer.
 
 **What one model has learned** (:func:`learned`), from the same pools: the stall detector
-(:mod:`compose_lens.training.outcome`) names a *run's* outcome from the pools it logged over training; one model
-(a checkpoint, a model trained elsewhere) has no log, and the analyses must know before they name a
-component after a role whether the model can do what the role is for: a model that never bound a
-variable has no router, however its heads attend. So:
+(:mod:`compose_lens.training.outcome`) names a *run's* outcome from its log; one model (a checkpoint, a
+model trained elsewhere) has none, and the analyses must know before they name a component after a role
+whether the model can do what the role is for: a model that never bound a variable has no router,
+however its heads attend. So:
 
 * **operation**: accuracy on constants of training pairs (``0var_train``); learned at :data:`LEARNED` (0.9);
 * **binding**: accuracy where one operand is a variable in an allowed slot (the routing pools the stall
@@ -63,9 +60,9 @@ AnswerForward = Callable[[torch.Tensor], torch.Tensor]  # tokens (batch, pos) ->
 def answer_logits(model: tl.Model, cfg: ModelConfig, tokens: Int[torch.Tensor, "batch pos"], chunk: int = 1024,
                   fast: bool | None = None, forward: AnswerForward | None = None
                   ) -> Float[torch.Tensor, "batch d_vocab_out"]:
-    """Logits (N, d_vocab_out) at the last position, by the fastest exact forward
-    (``fast=False``: the TransformerLens forward; ``forward``: this one, e.g. the
-    trainer's compiled forward). Chunks of 1,024 ran 1.8x faster than 8,192 on 2 cores."""
+    """Logits (N, d_vocab_out) at the last position, float32, without gradients, by the fastest exact
+    forward (``fast=False``: the TransformerLens forward; ``forward``: this one, e.g. the trainer's
+    compiled forward). Chunks of 1,024 ran 1.8x faster than 8,192 on 2 cores."""
     if forward is None:
         forward = Forward(model, cfg, False if fast is False else None).answer_forward()
     device = tl.parameters(model)["embed.weight"].device
@@ -142,9 +139,6 @@ def exhaustive_accuracies(subject: Subject, seed: int = 0) -> dict[str, dict]:
                 for name, batch in batches.items()}
     return {name: {"correct": correct, "total": total, "accuracy": correct / total if total else float("nan")}
             for name, (correct, total) in subject.once("exhaustive", seed, evaluate).items()}
-
-
-# -- what one model has learned (the module doc) ---------------------------------------------------
 
 
 LEARNED = 0.9  # the operation and binding count as learned at this accuracy (the stall detector's routing bar too)
@@ -238,10 +232,9 @@ def from_pools(config: RunConfig, batches: dict[str, Batch], accuracies: dict[st
 
 
 def learned(subject: Subject, size: int = POOL_SIZE, seed: int = 0) -> Learned:
-    """What ``model`` has learned (see the module doc), on ``size`` prompts of each pool: at the defaults,
-    the pools of ``compose-lens evaluate``, so the numbers are its. Evaluated once per subject, size, seed and
-    thread count (float rounding) (:meth:`~compose_lens.training.subject.Subject.once`: the locator's gates, the
-    probes' heads and circuit's labels each ask)."""
+    """What the model has learned (see the module doc), on ``size`` prompts of each pool: at the defaults
+    the pools of ``compose-lens evaluate``, so the numbers are its. Evaluated once per subject, size, seed
+    and thread count (float rounding): :meth:`~compose_lens.training.subject.Subject.once`."""
     model, config, split = subject.model, subject.config, subject.split
 
     def evaluate() -> Learned:

@@ -1,43 +1,32 @@
 """Did a run compose the two skills, stall, or is it still learning? The stall detector.
 
-The study's recipe is fragile: trajectories that differ only in seed or float rounding either
-compose addition and assignment, or learn addition and then **stall** with no layer-2 routing
-within the budget (the 1-var training accuracy near 0.6 and the 2-var union near 0.3 on most such
-runs; a few, still forming it late, end near 0.9 and 0.55: docs/stalls.md). This module
-names a run's outcome from what every run logs (the nine pool accuracies of ``metrics.jsonl``)
-and, where the run has finished, from its exhaustive accuracies (``results.json``):
+The study's recipe is fragile: trajectories that differ only in seed or float rounding either compose
+addition and assignment, or learn addition and then **stall** with no layer-2 routing within the budget
+(the 1-var training accuracy near 0.6 and the 2-var union near 0.3 on most such runs; a few, still
+forming it late, end near 0.9 and 0.55: docs/stalls.md). A run's outcome is named from its logged pools
+(``metrics.jsonl``) and, once finished, its exhaustive accuracies (``results.json``):
 
-* ``generalised``: the study's headline holds: exhaustive 0-var held-out and 2-var union
-  accuracies both >= 0.98 (for a run still training, read from the pools: addition, routing
-  and refinement phases all reached);
-* ``stalled``: addition was learned (the addition phase of
-  :data:`compose_lens.training.phases.PHASE_RULES`) but layer-2 routing never formed within the
-  run's budget: the 1-var pools (one operand a variable whose value must be fetched from the
-  context) never crossed 0.9 and stayed (:data:`ROUTING`, the same crosses-and-stays rule), or,
-  for a run still training, have not by a step after which every calibration run in that state
-  formed none within the run's budget (:func:`stall_certain_after`). The 2-var pools are left out
-  on purpose: at small r a run can route single variables and still miss pairs, which is the r
-  threshold, not a stall. ``stalled`` is a verdict within a budget: two by-seed runs without routing
-  at 30,000 steps formed it by 45,000 (docs/stalls.md);
-* ``diverged``: training undid what it learned: the last logged training loss is above the first and
-  more than :data:`DIVERGED_FACTOR` times the lowest (a loss spike that never came back down). Seen with
-  the stall remedy's learning rate: at d_model 512 the loss went from ~1 to over 1,000; a bf16 run at
-  the study's width had learned every pool and fell to chance in its last 200 steps. A run that ends
-  there has no circuit to read; lower the learning rate. ``stop_at=decided`` stops a run once its loss
-  has read diverged at :data:`DIVERGED_STOP_AFTER` evaluations in a row (one reading can come back);
-* ``learning``: anything else (a run still before that step, or one that composed but has not
-  yet refined to the headline).
+* ``generalised``: exhaustive 0-var held-out and 2-var union accuracies both >= 0.98 (for a run still
+  training, read from the pools: addition, routing and refinement phases all reached);
+* ``stalled``: addition was learned (:data:`compose_lens.training.phases.PHASE_RULES`) but layer-2 routing
+  never formed within the run's budget: the 1-var pools (one operand a variable whose value must be
+  fetched from the context) never crossed 0.9 and stayed (:data:`ROUTING`), or, for a run still
+  training, have not by a step after which every calibration run in that state formed none within the
+  budget (:func:`stall_certain_after`). The 2-var pools are left out on purpose: at small r a run can
+  route single variables and still miss pairs, which is the r threshold, not a stall. It is a verdict
+  within a budget: two by-seed runs without routing at 30,000 steps formed it by 45,000;
+* ``diverged``: the last logged training loss is above the first and more than :data:`DIVERGED_FACTOR`
+  times the lowest (a spike that never came back down: with the stall remedy's learning rate at d_model
+  512 the loss went from ~1 to over 1,000; a bf16 run at the study's width had learned every pool and
+  fell to chance in its last 200 steps): no circuit to read; lower the learning rate;
+* ``learning``: anything else (a run still before that step, or one that composed but has not yet refined).
 
-The calibration (``compose_lens/assets/stall_calibration.json``, made by
-``experiments/stall_calibration.py`` from every committed run) holds tables, each for a setting and
-a horizon H (30,000 steps, the study's budget; 45,000 for the by-seed runs trained on that far): for
-each step N, how many runs had learned addition but had no routing by N, and how many of those
-formed none within H steps. A run reads the table of its setting with the smallest horizon that
-covers its budget (:func:`calibration`). The training-time warning fires at the calibrated step
-(:data:`WARN_AFTER`: the first at which 9 in 10 such runs at the study's setting formed none within
-its budget) and quotes that table's count, so a late learner is never called stalled on a guess.
-
-A rate over such outcomes counts each seed once: :mod:`compose_lens.core.stats`.
+The calibration (``compose_lens/assets/stall_calibration.json``, docs/stalls.md) holds tables, each for a
+setting and a horizon H: for each step N, how many runs had learned addition but no routing by N, and
+how many of those formed none within H. A run reads the table of its setting with the smallest horizon
+that covers its budget (:func:`calibration`). The training-time warning fires at :data:`WARN_AFTER` and
+quotes that table's count, so a late learner is never called stalled on a guess. A rate over such
+outcomes counts each seed once: :mod:`compose_lens.core.stats`.
 """
 
 from __future__ import annotations
@@ -50,14 +39,14 @@ from typing import Sequence
 import pandas as pd
 
 from compose_lens.core import study
-from compose_lens.training.evaluate import BINDING_POOLS, LEARNED
+from compose_lens.training.evaluate import BINDING_POOLS, LEARNED, headline_holds
 from compose_lens.training.phases import PHASE_RULES, PhaseRule, find_phases, logged_phases
 from compose_lens.training.runs import read_metrics
 
 GENERALISED = study.HEADLINE  # on both exhaustive accuracies
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "assets" / "stall_calibration.json"
 ADDITION, _, REFINEMENT = (rule.name for rule in PHASE_RULES)
-ROUTING_POOLS = BINDING_POOLS  # one model's binding is read from the same pools (compose_lens.training.evaluate.learned)
+ROUTING_POOLS = BINDING_POOLS  # one model's binding is read from the same pools (evaluate.learned)
 ROUTING = PhaseRule("routing", "layer-2 routing formed: mean accuracy of the 1-var pools with the variable "
                     "in an allowed slot (training and held-out pairs)", "routing_accuracy", LEARNED, 0.10)
 
@@ -96,11 +85,9 @@ def stall_certain_after(table: dict | None = None, min_runs: int | None = None) 
 
 
 DIVERGED_FACTOR = 10.0
-# ``stop_at=decided`` ends a run once its loss has read diverged at this many evaluations in a row: one
-# modularity-grid run (4 layers, d_model 128, seed 1, 3x lr) read diverged for one evaluation (loss 1.54
-# at step 2,500, lowest 0.086) and came back to 0.094 at 2,750 and 0.003 at 4,000 (that run's log is not
-# committed); of the committed logs only one ever reads diverged and it never came back
-# (python experiments/divergence_scan.py)
+# ``stop_at=decided`` ends a run whose loss has read diverged at this many evaluations in a row: one reading
+# can come back (docs/stalls.md: a modularity-grid run at 3x lr read 1.54 at step 2,500, lowest 0.086,
+# and 0.003 by 4,000)
 DIVERGED_STOP_AFTER = 3
 
 
@@ -161,16 +148,12 @@ def onsets(metrics: Sequence[dict]) -> dict:
 def outcome(metrics: Sequence[dict], exhaustive: dict | None = None, finished: bool = False,
             table: dict | None = None) -> dict:
     """The outcome of one run from its logged pools (and exhaustive accuracies, once finished).
-
-    ``finished``: the run trained its whole budget (or stopped because it generalised), so a
-    missing phase is final rather than still to come.
-    """
+    ``finished``: the run trained its whole budget (or stopped), so a missing phase is final."""
     onset = onsets(metrics)
     last = int(metrics[-1]["step"]) if metrics else 0
     never, of = not_routed_by(last, table)
     certain = stall_certain_after(table)
-    headline = (all(exhaustive[k]["accuracy"] >= GENERALISED for k in ("zero_var_heldout", "two_var_union"))
-                if exhaustive is not None else all(onset.values()))
+    headline = headline_holds(exhaustive, GENERALISED) if exhaustive is not None else all(onset.values())
     spike = diverged(metrics)
     if headline:
         verdict = "generalised"

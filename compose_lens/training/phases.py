@@ -1,37 +1,27 @@
 """The three learning phases of the study, read from accuracy curves by one rule.
 
-The study (SPEC section 6, item 7) reads its training run as three phases: **addition**
-(the 0-var accuracy on held-out pairs reaches its plateau), the **assignment** structure
-(the 1-var and 2-var pools with variables in allowed slots are solved) and a late
-**refinement** (the var-restricted 2-var pools). :func:`find_phases` applies one rule to
-any table of curves, never a typed-in step: the **onset** of a phase is the first step at
-which its metric is at or above ``threshold`` and never falls below ``threshold - margin``
-later ("crosses and stays").
+The study (SPEC section 6, item 7) reads its training run as three phases: **addition** (the 0-var
+accuracy on held-out pairs reaches its plateau), the **assignment** structure (the 1-var and 2-var pools
+with variables in allowed slots are solved) and a late **refinement** (the var-restricted 2-var pools).
+:func:`find_phases` applies one rule to any table of curves, never a typed-in step: the **onset** of a
+phase is the first step at which its metric is at or above ``threshold`` and never falls below
+``threshold - margin`` later ("crosses and stays"). Training, the stall detector
+(:mod:`compose_lens.training.outcome`) and the dynamics analyses share it.
 
-These functions read curves only (a dynamics table of evaluated checkpoints, or the pool
-accuracies a run logs in ``metrics.jsonl``), so training, the stall detector
-(:mod:`compose_lens.training.outcome`) and the analyses of :mod:`compose_lens.registry.dynamics.checkpoints`
-share them.
+**A run's onsets, as printed** (``make reproduce``, ``compose-lens dynamics``, the report, the README)
+are one measurement, :func:`measure_phases`, on the run's *evaluated checkpoints* (``compose-lens
+dynamics``'s pools, the same draw of ``pool_size`` sequences for every checkpoint). The pools a run logs
+while training are another draw, and by the same rule can land a few hundred steps away (seed 42:
+addition 1,400 logged, 1,200 at the checkpoints); they serve the stall detector and the sweeps only.
+Each onset comes with the interval it is known to:
 
-**A run's onsets, as printed** (``make reproduce``, ``compose-lens dynamics``, the report, the
-README) are one measurement, :func:`measure_phases`, on one curve: the run's *evaluated
-checkpoints* (``compose-lens dynamics``'s pools, ``pool_size`` sequences each, the same draw
-for every checkpoint). The pools a run logs while training are a second sample of the same
-accuracies (another draw), and read by the same rule they can land a few hundred steps away
-(seed 42: addition 1,400 logged, 1,200 at the checkpoints); they serve the stall detector and
-the sweeps, which have nothing else, and are not printed as the run's onsets. Each onset comes
-with the interval it is known to:
-
-* **checkpoint spacing**: the curve crossed after the last checkpoint before the onset, so
-  the onset lies in ``(bracket[0], step]``;
-* **pool sampling**: each point of the curve is a pool of ``pool_size`` sequences; the rule is
-  read again on each pool's 95 % Wilson band (upper band: the earliest plausible onset, lower
-  band: the latest), and the interval runs from the earliest reading's bracket start to the
-  latest reading's step (``None`` where the lower band never crosses and stays);
-* **stride**: read on every ``stride``-th checkpoint, an onset is flagged (``stride_may_move``)
-  where the reading skipped a checkpoint the run has after the bracket's start: one inside the
-  bracket may cross first (earlier), one after it may dip below ``threshold - margin`` (later).
-  The interval is then the reading's own, not the run's.
+* **checkpoint spacing**: the curve crossed after the checkpoint before the onset: ``(bracket[0], step]``;
+* **pool sampling**: the rule read again on each pool's 95 % Wilson band (upper: the earliest plausible
+  onset, lower: the latest); the interval runs from the earliest reading's bracket start to the latest
+  reading's step (``None`` where the lower band never crosses and stays);
+* **stride**: read on every ``stride``-th checkpoint, an onset is flagged (``stride_may_move``) where the
+  reading skipped a checkpoint after the bracket's start, which may cross first or dip below
+  ``threshold - margin``; the interval is then the reading's own, not the run's.
 
 >>> phase_onset([100, 200, 300, 400], [0.1, 0.95, 0.5, 0.99], threshold=0.9, margin=0.05)["step"]
 400
@@ -49,7 +39,6 @@ import pandas as pd
 from compose_lens.core.stats import wilson_bounds
 from compose_lens.data.pools import POOL_NAMES
 
-# Derived curves the phase rules read (also written to dynamics.csv).
 ASSIGNMENT_POOLS = ("1var_train", "1var_add_restricted", "2var_train", "2var_add_restricted")
 REFINEMENT_POOLS = ("2var_var_restricted_1", "2var_var_restricted_2")
 
@@ -89,20 +78,16 @@ PHASE_RULES = (
 
 
 def phase_onset(steps: Sequence[int], values: Sequence[float], threshold: float, margin: float) -> dict:
-    """First step at/above ``threshold`` after which the curve never drops below ``threshold - margin``.
-
-    Returns ``step`` (None if the curve never crosses and stays), ``bracket`` (the
-    checkpoint before it and it), ``interpolated_step`` (where the straight line
-    between the bracket's two points meets the threshold) and ``later_checkpoints``
-    (how many checkpoints after it show that it stays; 0 means provisional: a run
-    still training may yet fall back).
-    """
+    """First step at/above ``threshold`` after which the curve never drops below ``threshold - margin``:
+    ``step`` (None if the curve never crosses and stays), ``bracket`` (the checkpoint before it and it),
+    ``interpolated_step`` (where the line between the bracket's points meets the threshold) and
+    ``later_checkpoints`` (how many show that it stays; 0: provisional)."""
     steps, values = list(map(int, steps)), list(map(float, values))
     onset = next((i for i in range(len(steps))
                   if values[i] >= threshold and all(v >= threshold - margin for v in values[i + 1:])), None)
     if onset is None:
         return {"step": None, "bracket": None, "interpolated_step": None, "later_checkpoints": 0}
-    later = len(steps) - 1 - onset  # how many checkpoints confirm that it stays (0: provisional)
+    later = len(steps) - 1 - onset
     if onset == 0:
         return {"step": steps[0], "bracket": [steps[0], steps[0]], "interpolated_step": float(steps[0]),
                 "later_checkpoints": later}
@@ -120,22 +105,18 @@ def find_phases(table: pd.DataFrame, rules: Sequence[PhaseRule] = PHASE_RULES) -
 
 
 def logged_phases(metrics: Sequence[dict], rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
-    """The phases of a run read from its ``metrics.jsonl`` (the nine pool accuracies logged
-    every ``eval_every`` steps) instead of from evaluated checkpoints: the same rule on a
-    denser, noisier curve (pools of ``train.pool_size`` sequences). ``{}`` if nothing was logged."""
+    """The phases read from a run's ``metrics.jsonl`` (its logged pools) instead of evaluated checkpoints:
+    the same rule on a denser, noisier curve. ``{}`` if nothing was logged."""
     if not metrics:
         return {}
     return find_phases(add_derived_columns(pd.DataFrame(list(metrics))), rules)
-
-
-POOL_COLUMNS = POOL_NAMES  # the nine pools, as a table of curves names its columns
 
 
 def _pool_band(table: pd.DataFrame, pool_size: int, side: int) -> pd.DataFrame:
     """``table`` with every pool accuracy moved to its Wilson bound (``side`` +1 upper, -1 lower) and
     the phase curves derived again from those bounds."""
     band = table.copy()
-    for col in POOL_COLUMNS:
+    for col in POOL_NAMES:
         if col in band:
             low, high = wilson_bounds(band[col].to_numpy(float), pool_size)
             band[col] = high if side > 0 else low
@@ -144,14 +125,12 @@ def _pool_band(table: pd.DataFrame, pool_size: int, side: int) -> pd.DataFrame:
 
 def measure_phases(table: pd.DataFrame, pool_size: int | None = None, available_steps: Iterable[int] | None = None,
                    rules: Sequence[PhaseRule] = PHASE_RULES) -> dict:
-    """The run's phase onsets with their intervals: :func:`find_phases` plus, per phase,
-    ``interval`` ([low, high]: checkpoint spacing and, given ``pool_size``, pool sampling; high
-    ``None`` where the lower band never crosses and stays), ``stride_may_move`` (given the run's
-    ``available_steps``: the reading skipped a checkpoint after the bracket's start) and ``text``
-    (``"5,000 [4,900, 5,200]"``).
+    """The run's phase onsets: :func:`find_phases` plus, per phase, ``interval`` (spacing and, given
+    ``pool_size``, pool sampling), ``stride_may_move`` (given the run's ``available_steps``) and ``text``
+    (``"5,000 [4,900, 5,200]"``): see the module doc.
 
     >>> curve = [0.5, 0.965, 0.99, 0.99]  # 0.965 of 2,000 may be 0.97: the interval reaches back to 100
-    >>> table = pd.DataFrame({"step": [100, 200, 300, 400], **{pool: curve for pool in POOL_COLUMNS}})
+    >>> table = pd.DataFrame({"step": [100, 200, 300, 400], **{pool: curve for pool in POOL_NAMES}})
     >>> found = measure_phases(table, rules=PHASE_RULES[:1], pool_size=2000, available_steps=[100, 200, 250, 300, 400])
     >>> found["addition"]["step"], found["addition"]["interval"], found["addition"]["stride_may_move"]
     (300, [100, 300], True)

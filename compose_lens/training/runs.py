@@ -11,25 +11,14 @@ A **run** is a directory (the SAELens layout: ``model.safetensors`` + ``config.j
     RUN/results.json                      final pools, exhaustive accuracies, wall time, provenance
     RUN/results/dynamics.csv, phases.json the training dynamics (written by ``compose-lens dynamics``)
 
-Nothing is ever unpickled: weights are safetensors, and the study's ``.pth``
-files are read with ``torch.load(weights_only=True)``, which accepts plain tensors
-only. Every file is written to a temporary name and renamed, so a crash leaves
-the previous version, never half a file.
+Nothing is ever unpickled: weights are safetensors, and the study's ``.pth`` files are read with
+``torch.load(weights_only=True)``, which accepts plain tensors only. Every file is written to a temporary
+name and renamed, so a crash leaves the previous version, never half a file. A researcher's own
+TransformerLens model directory is read here too (:func:`read_transformerlens_dir`); what the files hold
+becomes a model in :mod:`compose_lens.training.subject`.
 
-What these files hold becomes a model, and a :class:`~compose_lens.training.subject.Subject`, in
-:mod:`compose_lens.training.subject`; a researcher's own TransformerLens model directory (its TransformerLens
-``config.json`` and ``model.safetensors``, with its ``task.json``) is read here too
-(:func:`read_transformerlens_dir`).
-
-:func:`find_checkpoints` lists the checkpoints of a run directory, or of a folder
-of the study's ``step_N.pth`` files, for the training-dynamics analyses.
-
-The **run directory's policy** lives here too, so the trainer is only the loop:
-:func:`plan_directory` decides what training into a directory does (a new run, a resume, a
-restart, or a replace under ``--overwrite``) and refuses a directory that is not a run this
-configuration may continue; :func:`check_resume_split` holds a resume to the split it was
-trained on; :func:`claim_directory` locks the directory and clears what a replace or a
-restart starts without.
+The **run directory's policy** lives here too, so the trainer is only the loop: :func:`plan_directory`,
+:func:`check_resume_split`, :func:`claim_directory`.
 """
 
 from __future__ import annotations
@@ -63,37 +52,29 @@ from compose_lens.data.declaration import TL_FIELDS
 from compose_lens.training.phases import measure_phases
 
 WEIGHTS_FILE, CONFIG_FILE, SPLIT_FILE = "model.safetensors", "config.json", "split.json"
-TASK_FILES = ("task.json", "task.toml")  # a researcher's own TransformerLens model directory may hold its task
-TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config, under either name users save it
+TASK_FILES = ("task.json", "task.toml")  # beside a researcher's own TransformerLens model
+TL_CONFIG_FILES = ("config.json", "tl_config.json")  # its TransformerLens config, under either name
 METRICS_FILE, RESULTS_FILE, RESUME_FILE = "metrics.jsonl", "results.json", "resume.safetensors"
 CHECKPOINTS_DIR = "checkpoints"
 DYNAMICS_FILE, PHASES_FILE = "dynamics.csv", "phases.json"
 STUDY_FINAL = "final.pth"  # the study's final checkpoint in its folder of step_N.pth files
 ERROR_FILE = "error.json"  # a sweep point that failed
-# What training writes at the top of a run (a resume removes a killed trainer's temporaries of
-# these, and only of these: a report being written into the run meanwhile keeps its own)
+# what training writes at the top of a run (a resume removes a killed trainer's temporaries of these only)
 TRAINER_NAMES = frozenset({CONFIG_FILE, SPLIT_FILE, METRICS_FILE, RESULTS_FILE, RESUME_FILE, WEIGHTS_FILE, ERROR_FILE})
-# Everything compose-lens may write at the top of a run directory (train, report, dynamics,
-# sweep): ``train --overwrite`` refuses a run directory holding anything else.
+# everything compose-lens may write at the top of a run directory: ``train --overwrite`` refuses anything else
 RUN_NAMES = TRAINER_NAMES | {CHECKPOINTS_DIR, "results", "figures", "report.html", "report_problems.txt", safety.MARKER,
                              "tensorboard", "wandb"}  # + compose_lens.core.tracking
-
-
-# What compose-lens writes *inside* a run directory, by name and kind: what ``train --overwrite``
-# checks every entry it would delete against (:func:`foreign_in_run`). A key is a name pattern
-# (a regular expression matched whole); a value is FILE (a regular file), LINK (a symlink or a
-# file: what W&B points at its latest run with), TREE (a folder another library lays out as it
-# likes: a W&B run) or the layout of a folder, checked entry by entry. The figures the report draws
-# (``figures/NAME.png`` + ``.csv``) and the analyses draw (``results/ANALYSIS/figures/NAME.png``, ``.html``) are
-# named here; tests/integration/test_report.py holds a reported run to this list.
 FILE, LINK, TREE = "a file", "a symlink", "a folder"
-REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")  # the report's
-# own; the analyses' files (RUN/results/NAME/: tables, documents, figures; the figures also in RUN/figures/) are the
-# registered declarations' own: compose_lens.registry records them in compose_lens.core.outputs as it finds them.
+# the report's own figures; the analyses' files are the registered declarations' (compose_lens.core.outputs)
+REPORT_FIGURES = ("accuracy_by_variable_count", "progress_measures", "late_refinement", "qk_heatmaps")
 
 
 def run_layout() -> dict:
-    """The layout of a run directory below its top-level names (see the comment above)."""
+    """What compose-lens writes inside a run directory, by name and kind: what ``train --overwrite``
+    checks every entry it would delete against (:func:`foreign_in_run`). A key is a regular expression
+    matched whole on a name; a value is FILE, LINK (a symlink or a file: W&B's pointer to its latest
+    run), TREE (a folder another library lays out: a W&B run) or a folder's layout, checked entry by
+    entry. tests/integration/test_report.py holds a reported run to it."""
     figure = "(" + "|".join((*REPORT_FIGURES, *(f for _, figures in ANALYSIS_FILES.values() for f in figures))) + ")"
     analysis = {re.escape(name): {"(" + "|".join(map(re.escape, stems)) + r")\.(csv|json|provenance\.json)": FILE,
                                   "figures": {figure + r"\.(png|svg|pdf|html)": FILE}}  # html: circuit, attention views
@@ -113,10 +94,9 @@ def run_layout() -> dict:
 
 
 def foreign_in_run(run_dir: Path) -> str | None:
-    """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name or
-    by kind: a file where it writes a folder, a symlink where it writes a file), said as what a
-    refusal prints; None where everything is compose-lens's own. The temporaries a killed writer
-    left (:func:`compose_lens.core.files.temp_beside`) of an owned name are owned; nothing is followed."""
+    """The first entry of ``run_dir``, at any depth, that compose-lens did not write there (by name, or by
+    kind: a symlink where it writes a file), as a refusal prints it; None where everything is its own
+    (a killed writer's temporaries of an owned name included). No link is followed."""
     return _foreign_below(Path(run_dir), run_layout(), "")
 
 
@@ -154,16 +134,11 @@ def foreign_entries(run_dir: Path) -> list[str]:
     return names
 
 
-# -- the run directory a training claims ------------------------------------------------------
-
-
 def extends(saved: RunConfig, config: RunConfig, trained: bool = True) -> bool:
     """Whether ``config`` may continue a run started with ``saved``: the same configuration, or (once a
     resume state exists) the same but for a larger ``train.steps`` or another ``train.stop_at``. The
-    recipe has no schedule that reads the budget (a constant learning rate), so a run trained to N steps
-    and then continued to M ends with the weights of a run trained to M at once; the stop rule decides
-    only where training ends, never a step's update (a run called stalled at 30,000 steps may be trained
-    on to 45,000 with ``stop_at=generalised``); ``compile=auto`` decides on the new budget."""
+    learning rate is constant, so a run trained to N steps and then to M ends with the weights of one
+    trained to M at once; the stop rule decides only where training ends, never a step's update."""
     if saved.to_dict() == config.to_dict():
         return True
     train = dataclasses.replace(saved.train, steps=config.train.steps, stop_at=config.train.stop_at)
@@ -259,9 +234,6 @@ def claim_directory(d: Path, mode: str) -> safety.DirectoryLock:
     return lock
 
 
-# -- weights ------------------------------------------------------------------------------------
-
-
 def state_dict(model: tl.Model) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
 
@@ -270,18 +242,10 @@ _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    """``save_file``, with the OS's errors raised as the :class:`OSError` they are.
-
-    safetensors reports a failed write (a full disk, a read-only or vanished folder) as its own
-    ``SafetensorError`` ("... I/O error: No space left on device (os error 28)"), which the
-    callers' ``except OSError`` (the checkpoint's "the last one is kept", the command's one line)
-    would miss: the command ended as an internal error. Any other SafetensorError is left as it is.
-
-    The file keeps the permissions it was created with (``path`` is a temporary file
-    :func:`~compose_lens.core.files.atomic_path` made under the user's umask, 0644 usually): safetensors writes
-    through a file of its own, 0600, and renames it over ``path``, so saved weights were the one
-    output others could not read.
-    """
+    """``save_file``, with a failed write (a full disk, a read-only folder), which safetensors reports as
+    a ``SafetensorError`` naming "(os error N)", raised as the :class:`OSError` the callers catch. The
+    file keeps the permissions ``path`` was made with (:func:`~compose_lens.core.files.atomic_path`, under
+    the user's umask), not the 0600 of the file safetensors writes and renames over it."""
     mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
     try:
         save_file(tensors, str(path), metadata=metadata)
@@ -341,9 +305,6 @@ def read_pth(path: Path, config: RunConfig) -> dict[str, torch.Tensor]:
         raise ComposeLensError(f"{path}: {exc}") from None
 
 
-# -- a researcher's own TransformerLens model directory (compose_lens.training.subject builds its subject) ---------
-
-
 def transformerlens_config(path: Path) -> Path | None:
     """The TransformerLens config of a model directory: the first of :data:`TL_CONFIG_FILES` there that holds
     TransformerLens fields (``d_model``), not a compose-lens run's sections (task / model / train); None
@@ -376,12 +337,8 @@ def read_transformerlens_dir(path: Path) -> tuple[dict[str, torch.Tensor], dict[
 
 
 def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in blocks."""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-# -- checkpoints ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -403,13 +360,9 @@ def checkpoint_name(step: int) -> str:
 
 def find_checkpoints(source: str | Path, split_file: str | Path | None = None
                      ) -> tuple[list[Checkpoint], RunConfig, Split]:
-    """The checkpoints of ``source`` in step order, with the run's configuration and split.
-
-    ``source`` is a run directory (``config.json``, ``split.json``,
-    ``checkpoints/step_NNNNNN/``), its ``checkpoints`` folder, or a folder of
-    ``step_N.pth`` files with a ``split.json`` (the study's layout; ``final.pth``
-    has no step in its name and is left out).
-    """
+    """The checkpoints of ``source`` in step order, with the run's configuration and split, for the
+    training-dynamics analyses. ``source`` is a run directory, its ``checkpoints`` folder, or a folder of
+    the study's ``step_N.pth`` files with a ``split.json`` (``final.pth`` has no step and is left out)."""
     source = Path(source)
     if not source.is_dir():
         raise ComposeLensError(f"{source}: not a directory; give a run directory or a folder of "
@@ -499,9 +452,6 @@ def write_checkpoint(model: tl.Model, config: RunConfig, run_dir: Path, step: in
     return directory
 
 
-# -- the resume state -------------------------------------------------------------------------------
-
-
 def save_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Optimizer,
                       trainable: Sequence[torch.nn.Parameter], step: int, elapsed: float) -> None:
     """Weights and AdamW state of the last checkpoint in ``resume.safetensors``."""
@@ -549,9 +499,6 @@ def load_resume_state(run_dir: Path, model: tl.Model, optimizer: torch.optim.Opt
     return step, elapsed
 
 
-# -- metrics.jsonl and results.json ----------------------------------------------------------------
-
-
 def append_metrics(run_dir: Path, line: dict) -> None:
     with open(run_dir / METRICS_FILE, "a") as handle:
         handle.write(json.dumps(line) + "\n")
@@ -586,9 +533,6 @@ def truncate_metrics(run_dir: Path, last_step: int | None) -> None:
 def read_results(run_dir: str | Path) -> dict | None:
     path = Path(run_dir) / RESULTS_FILE
     return load_json(path) if path.exists() else None
-
-
-# -- result tables and documents -------------------------------------------------------------------
 
 
 def write_table(table: pd.DataFrame, path: str | Path, provenance: dict | None = None) -> Path:
@@ -673,9 +617,8 @@ def previous_dynamics(directory: str | Path, settings: dict, source: str | Path,
 
 def dynamics_of_run(phases: Any, source: str | Path, split_file: str | Path | None = None) -> bool:
     """Whether a saved ``phases.json`` (its document ``phases``) was made of the run ``source``: the same
-    folder and configuration, as its provenance names them. A run's dynamics kept in a folder outside it
-    outlive it (``dynamics --out DIR --update``, a report's ``X_files/results``): another run's rows were
-    once taken as this one's. Anything unreadable: not."""
+    folder and configuration, as its provenance names them (dynamics kept outside a run outlive it).
+    Anything unreadable: not."""
     try:
         config = find_checkpoints(source, split_file)[1]
         return (isinstance(phases, dict) and Path(phases["source"]).resolve() == Path(source).resolve()

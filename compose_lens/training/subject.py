@@ -1,43 +1,31 @@
 """The subject of every analysis: what it is, and how one is built from anything a researcher names.
 
-A :class:`Subject` is what each analysis takes: ``subject.model`` (a TransformerLens bridge, or the
-fast forwards' :class:`~compose_lens.model.tl.Weights`), ``subject.config`` (the task and the
-model in the study's coordinates), ``subject.split`` (what training held out) and
-``subject.source``. :func:`load_subject` is the one function that builds a subject from what a
-researcher names (MODEL, ``--task``, ``--split`` on the command line):
+A :class:`Subject` is what each analysis takes: ``subject.model`` (a TransformerLens bridge, or the fast
+forwards' :class:`~compose_lens.model.tl.Weights`), ``subject.config`` (the task and the model in the
+study's coordinates), ``subject.split`` (what training held out) and ``subject.source``.
+:func:`load_subject` builds one from what a researcher names (MODEL, ``--task``, ``--split``):
 
-* ``paper``: the paper model trained by this project, shipped in the package; a compose-lens
-  model directory, run directory (its final weights) or checkpoint directory; a ``.safetensors``
-  file beside its ``config.json``; one of the study's ``.pth`` checkpoints (pre-4.0
-  ``HookedTransformer`` layout; a ``split.json`` beside it is its split unless another is given):
+* ``paper`` (the paper model shipped in the package), a compose-lens model, run (its final weights) or
+  checkpoint directory, a ``.safetensors`` file beside its ``config.json``, or one of the study's ``.pth``
+  checkpoints (pre-4.0 ``HookedTransformer`` layout; a ``split.json`` beside it is its split):
   :func:`load_model`;
 * **their own TransformerLens model**: a ``TransformerBridge`` in Python (:func:`from_model`) or a
-  directory holding its TransformerLens config (``config.json``, the bridge config's fields) and
-  its ``model.safetensors`` (the bridge's state dict), with the task it was trained on declared
+  directory of its TransformerLens ``config.json`` and ``model.safetensors``, with its task declared
   (:class:`~compose_lens.data.declaration.TaskDeclaration`: ``--task FILE``, or a ``task.json`` /
   ``task.toml`` in the directory).
 
-A researcher's model is mapped onto the study's coordinates exactly (see
-:mod:`compose_lens.data.declaration`): the embedding's rows are taken in the study's token order, the
-positional embedding in the study's position order, the unembedding's rows at the answers
-0..p-1. The model in those coordinates computes the researcher's model's own numbers (its
-logits over the numbers, every hook's activations up to the order of positions), so every
-analysis, written once in the study's coordinates, reads it. ``subject.declaration`` keeps the
-researcher's coordinates for printing and for going back (:meth:`Subject.user_tokens`,
-:func:`export_transformerlens`).
+A researcher's model is mapped onto the study's coordinates exactly (:mod:`compose_lens.data.declaration`:
+the embedding's rows in the study's token order, the positions in its position order, the unembedding's
+rows at the answers 0..p-1), so it computes the researcher's model's own numbers (its logits, every hook's
+activations up to the order of positions) and every analysis, written once in the study's coordinates,
+reads it. ``subject.declaration`` keeps the researcher's coordinates for printing and for going back
+(:meth:`Subject.user_tokens`, :func:`export_transformerlens`).
 
-Every loader here returns its model in **eval mode** (``model.training`` is False), ready for
-TransformerLens's patching and ``fit_das``, which refuse a model in train mode; call
-``model.train()`` to train it further. (A :class:`~compose_lens.model.tl.Weights` is always
-``training = False``: nothing in it behaves differently in training.)
-
-With ``bridge=False`` a model whose answer the fast forwards compute is loaded as a
-:class:`~compose_lens.model.tl.Weights`, without booting (or importing) TransformerLens:
-what ``evaluate`` needs, 2 s sooner. The analyses of the paper architecture need no hooks
-either (:func:`for_analyses` boots a bridge for any other).
-
-The files are read and written by :mod:`compose_lens.training.runs`; this module checks the weights against
-their configuration and builds the model.
+Every loader returns its model in **eval mode**, ready for TransformerLens's patching and ``fit_das``,
+which refuse a model in train mode (a :class:`~compose_lens.model.tl.Weights` has no train mode). With
+``bridge=False`` a model the fast forwards compute is loaded as a ``Weights``, without booting or
+importing TransformerLens (``evaluate``: 2 s sooner); :func:`for_analyses` boots a bridge where the
+analyses need hooks. The files are read and written by :mod:`compose_lens.training.runs`.
 
 >>> from compose_lens.training.subject import load_subject
 >>> subject = load_subject("paper")
@@ -87,8 +75,7 @@ class Subject:
     source: str
     declaration: TaskDeclaration | None = None  # the researcher's coordinates (None: the study's own)
     user_weights: UserWeights | None = None  # the researcher's model as read (None: its own are the study's)
-    # what was computed once on this model: (name, seed) -> (the digest of the weights it read, the result);
-    # one entry each, so a model trained on keeps only its latest (see :meth:`once`)
+    # (name, seed) -> (digest of the weights it read, result): see :meth:`once`
     computed: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -108,9 +95,8 @@ class Subject:
 
     def once(self, name: str, seed: int, compute):
         """``compute()``'s result, computed once per (name, seed) while this model's weights stay as they are
-        (the exhaustive accuracies: 194k prompts, which a gate and its caller would otherwise both evaluate).
-        The weights are known by their bytes (:func:`weights_digest`), not by torch's version counters: the
-        trainer's fused AdamW writes them in place and leaves those counters as they were."""
+        (the exhaustive accuracies: 194k prompts). The weights are known by their bytes
+        (:func:`weights_digest`): the trainer's fused AdamW leaves torch's version counters as they were."""
         digest = weights_digest(tl.parameters(self.model))
         held = self.computed.get((name, seed))
         if held is None or held[0] != digest:
@@ -122,9 +108,6 @@ class Subject:
         line where they are not such rows: :func:`compose_lens.model.forward.check_tokens`)."""
         check_tokens(tokens, self.task.d_vocab, self.task.seq_len, exact=True)
         return tokens if self.declaration is None else self.declaration.to_user(tokens)
-
-
-# -- weights checked against their configuration, on a device torch can use -----------------------
 
 
 def check_weights(config: RunConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
@@ -153,7 +136,6 @@ def check_weights(config: RunConfig, state: dict[str, torch.Tensor], source: str
 
 
 def load_weights(model: tl.Model, config: RunConfig, state: dict[str, torch.Tensor], source: str) -> None:
-    """Load a state dict into ``model`` after :func:`check_weights`."""
     tl.load_state(model, check_weights(config, state, source))
 
 
@@ -167,13 +149,9 @@ def check_device(device: str) -> None:
                                    f"({torch.cuda.device_count()} GPU(s)); use cpu")
 
 
-# -- models ---------------------------------------------------------------------------------------
-
-
 def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Path | None = None,
                    bridge: bool = True) -> tuple[tl.Model | tl.Weights, RunConfig]:
-    """The model of a directory: ``weights`` (default ``model.safetensors``) with its ``config.json``,
-    in eval mode (``bridge=False``: see the module doc)."""
+    """The model of a directory: ``weights`` (default ``model.safetensors``) with its ``config.json``."""
     directory = Path(directory)
     weights = Path(weights) if weights else directory / WEIGHTS_FILE
     if not weights.is_file():
@@ -192,17 +170,15 @@ def load_model_dir(directory: str | Path, device: str = "cpu", weights: str | Pa
 
 def load_reference_pth(path: str | Path, config: RunConfig | None = None,
                        bridge: bool = True) -> tuple[tl.Model | tl.Weights, RunConfig]:
-    """Load one of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's),
-    in eval mode (``bridge=False``: as :class:`~compose_lens.model.tl.Weights`, see the module doc)."""
+    """One of the study's ``.pth`` checkpoints as a model of ``config`` (default: the paper's)."""
     path, config = Path(path), config or RunConfig()
     return model_of(config, read_pth(path, config), str(path), bridge), config
 
 
 def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bridge: bool = True,
              device: str = "cpu") -> tl.Model | tl.Weights:
-    """The model of a state dict, after :func:`check_weights`: a booted bridge in eval mode, or
-    with ``bridge=False`` a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards
-    compute its answer (see the module doc)."""
+    """The model of a state dict, after :func:`check_weights`: a booted bridge, or with ``bridge=False``
+    a :class:`~compose_lens.model.tl.Weights` wherever the fast forwards compute its answer."""
     state = check_weights(config, state, source)
     if not bridge and capabilities.answer_forward(config.model) != "transformerlens":
         return tl.Weights(state, config.model).to(device)
@@ -212,7 +188,7 @@ def model_of(config: RunConfig, state: dict[str, torch.Tensor], source: str, bri
 
 
 def with_bridge(loaded: Subject) -> Subject:
-    """``loaded`` with a TransformerLens bridge as its model (eval mode), booted from its
+    """``loaded`` with a TransformerLens bridge as its model, booted from its
     :class:`~compose_lens.model.tl.Weights` if it holds those (for what reads hooks)."""
     if not isinstance(loaded.model, tl.Weights):
         return loaded
@@ -273,10 +249,7 @@ def load_checkpoint(source: str | Path, step: int | None = None, split_file: str
 
 def final_model(run_dir: str | Path, split_file=None, device: str = "cpu") -> tuple[Subject, str]:
     """A run's final model (``model.safetensors``), the study's ``final.pth``, else the last checkpoint,
-    on ``device``.
-
-    Returns the model and a word on which one it is.
-    """
+    on ``device``, and a word on which one it is."""
     run_dir = Path(run_dir)
     if (run_dir / WEIGHTS_FILE).exists():
         own = run_dir / SPLIT_FILE
@@ -285,9 +258,6 @@ def final_model(run_dir: str | Path, split_file=None, device: str = "cpu") -> tu
         return load_model(run_dir / STUDY_FINAL, split_file, device=device), STUDY_FINAL
     steps = [c.step for c in find_checkpoints(run_dir, split_file)[0]]
     return load_checkpoint(run_dir, steps[-1], split_file, device), f"step {steps[-1]} (run not finished)"
-
-
-# -- a researcher's own TransformerLens model (compose_lens.data.declaration maps it) ----------------------
 
 
 def load_subject(spec: "str | Path | Any", task: "str | Path | TaskDeclaration | None" = None,
@@ -386,23 +356,17 @@ def _task_in(path: Path) -> TaskDeclaration:
     return declarations[0]
 
 
-# -- back to TransformerLens: a subject as a folder plain TransformerLens loads ---------------------
-
-
 MODEL_CARD = "MODEL_CARD.md"
 
 
 def export_transformerlens(subject: Subject, directory: Path) -> list[str]:
     """Write ``subject`` into ``directory`` as a model plain TransformerLens loads, with no compose-lens:
     ``config.json`` (the ``TransformerBridgeConfig`` fields), ``model.safetensors`` (the bridge's state
-    dict), ``task.json`` (the task's declaration, which :func:`load_subject` reads back) and
-    ``MODEL_CARD.md`` (where it came from, its outcome, how to load it). Returns the files written.
-
-    The folder is the model in its own layout (:func:`compose_lens.data.declaration.user_coordinates`): a
-    researcher's model in their token ids, positions and output classes, every row it was read with
-    (an unused id's embedding, a non-number output's unembedding) as it was. Everything is worked out
-    before anything is written: where the export cannot be exact (no declaration, rows compose-lens
-    does not hold, a split no declaration gives), nothing is written and one line says why."""
+    dict), ``task.json`` (the declaration :func:`load_subject` reads back) and ``MODEL_CARD.md``. Returns
+    the files written. The model is in its own layout (:func:`compose_lens.data.declaration.user_coordinates`:
+    a researcher's model in their token ids, positions and output classes, every row as it was read).
+    Where the export cannot be exact (no declaration, rows compose-lens does not hold, a split no
+    declaration gives), nothing is written and one line says why."""
     if subject.declaration is None:
         raise ComposeLensError(f"{subject.source}: cannot be exported as a plain TransformerLens model: its task "
                                f"is a variant, which has no declaration yet")

@@ -1,21 +1,13 @@
 """Training: the recipe of SPEC section 5, resumable, with a run directory.
 
-Cross-entropy at the last position over the p number classes, AdamW (lr 1e-3,
-betas 0.9 / 0.999, weight decay 0.02, constant rate), batch 512 of fresh
-sequences every step. Every ``eval_every`` steps the nine pool accuracies go to
-``metrics.jsonl``; every ``checkpoint_every`` steps a checkpoint is written.
-
-A run is a directory (its files are read and written by :mod:`compose_lens.training.runs`):
-``config.json``, ``split.json``, ``metrics.jsonl``, ``checkpoints/step_NNNNNN/``,
-``resume.safetensors``, the final ``model.safetensors`` and ``results.json``.
-Every file is written to a temporary name and renamed, so an interruption never
-leaves half a checkpoint. Batches are a pure function of (seed, step)
-(:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved
-with the weights, so a resumed run ends with exactly the weights of an
-uninterrupted one. The training forward is the fastest exact one
-(:attr:`compose_lens.model.forward.Forward.kind`): the table forward for the paper
-model, the last-layer-at-the-last-position forward for other architectures without
-normalisation, the TransformerLens forward otherwise.
+Cross-entropy at the last position over the p number classes, AdamW (lr 1e-3, betas 0.9 / 0.999,
+weight decay 0.02, constant rate), batch 512 of fresh sequences every step. Every ``eval_every`` steps
+the nine pool accuracies go to ``metrics.jsonl``; every ``checkpoint_every`` steps a checkpoint is
+written. The run directory (:mod:`compose_lens.training.runs`) is written file by file to temporary
+names and renamed, so an interruption never leaves half a checkpoint. Batches are a pure function of
+(seed, step) (:class:`~compose_lens.data.sampler.TrainingSampler`) and the optimizer state is saved with
+the weights, so a resumed run ends with exactly the weights of an uninterrupted one. The training
+forward is the fastest exact one (:attr:`compose_lens.model.forward.Forward.kind`).
 """
 
 from __future__ import annotations
@@ -42,7 +34,7 @@ from compose_lens.core.files import write_json_atomic
 from compose_lens.core.cores import ThreadGovernor, cpu_count
 from compose_lens.data.sampler import TrainingSampler, absent_pools, make_pools
 from compose_lens.data.split import Split
-from compose_lens.training.evaluate import exhaustive_accuracies, pool_accuracies
+from compose_lens.training.evaluate import exhaustive_accuracies, headline_holds, pool_accuracies
 from compose_lens.model.forward import Forward
 from compose_lens.model import tl
 from compose_lens.core.provenance import provenance
@@ -59,14 +51,9 @@ COMPILE_MIN_STEPS = 5_000
 
 
 def use_compile(config: RunConfig) -> bool:
-    """Whether to ``torch.compile`` the training forward (and so its backward).
-
-    Inductor fuses the fast path's small kernels into a few loops: ~1.3x per step on
-    CPU, for a one-off compile of ~25-50 s on 2 cores (~3 s once its cache in
-    /tmp/torchinductor_$USER is warm). ``auto`` compiles runs of at least
-    ``COMPILE_MIN_STEPS`` steps, where the compile pays for itself, and never the
-    short runs of the tests. The TransformerLens forward (hooks) is never compiled.
-    """
+    """Whether to ``torch.compile`` the training forward (and so its backward): ~1.3x per step on CPU, for
+    a one-off compile of ~25-50 s on 2 cores (~3 s with a warm inductor cache), so ``auto`` compiles runs
+    of at least ``COMPILE_MIN_STEPS`` steps, never the tests' short runs."""
     mode = config.train.compile
     if mode == "auto" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
         return False  # inductor writes C++ on CPU: no compiler, no compiling
@@ -75,8 +62,7 @@ def use_compile(config: RunConfig) -> bool:
 
 def check_compile(config: RunConfig) -> None:
     """Refuse compile=on where nothing would be compiled: a run on the TransformerLens forward
-    (``fast_path=off``, or a model only TransformerLens runs) would record the setting and ignore it
-    (issue #45)."""
+    (``fast_path=off``, or a model only TransformerLens runs) would record the setting and ignore it."""
     t = config.train
     if t.compile == "on" and t.fast_path != "on" and capabilities.answer_forward(config.model, t.fast_path) \
             == "transformerlens":
@@ -97,16 +83,12 @@ CUBLAS_WORKSPACE = ":4096:8"  # the fixed cuBLAS workspace CUDA's reproducibilit
 
 
 def make_deterministic() -> None:
-    """``deterministic=true``: make this process's training repeat bit for bit where torch can.
+    """``deterministic=true``: make this process's training repeat bit for bit where torch can, to its end.
 
-    On CUDA two things can vary between runs of the same seed: kernels that accumulate with
-    atomics (the scatter- and index-adds that ``torch.use_deterministic_algorithms`` lists) and
-    cuBLAS's reduction order, which depends on its workspace. This asks torch for its deterministic algorithms (an op that has none warns,
-    ``warn_only``, rather than stopping the run) and sets ``CUBLAS_WORKSPACE_CONFIG`` (read when
-    cuBLAS starts, so before the first matrix product on the GPU; one that the environment
-    already sets is kept). cuDNN, unused by this model, is held to its deterministic kernels too.
-    On CPU training is deterministic already; the flag changes nothing there that the tests can see.
-    The process keeps these settings to its end.
+    On CUDA, kernels that accumulate with atomics and cuBLAS's reduction order (it depends on its
+    workspace) vary between runs of one seed: torch's deterministic algorithms are asked for (an op
+    without one warns rather than stops the run) and ``CUBLAS_WORKSPACE_CONFIG`` is set unless the
+    environment sets it (cuBLAS reads it when it starts). On CPU training is deterministic already.
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -124,17 +106,13 @@ def learning_rate(t) -> float:
 class Trainer:
     """One training run in one directory. ``run()`` trains to the end or raises.
 
-    Everything is validated before the directory is touched: the configuration's
-    memory (:func:`compose_lens.data.safety.check_training_memory`), the device, the fast
-    path, what the directory holds and what ``resume`` / ``overwrite`` allow. Only
-    then is an old run replaced (``overwrite``: a compose-lens run with nothing
-    foreign in it) and the directory locked (:class:`compose_lens.data.safety.DirectoryLock`)
-    until :meth:`run` returns or raises, or the process ends.
-
-    ``resume`` continues from ``resume.safetensors``; a run killed before (or
-    while) writing its first resume state starts again from step 0 in place
-    (``self.restarted``), which gives the same weights because training is
-    deterministic. A resumed run trains on the run's own ``split.json``.
+    Everything is validated before the directory is touched: the memory, the device, the fast path, what
+    the directory holds and what ``resume`` / ``overwrite`` allow
+    (:func:`compose_lens.training.runs.plan_directory`). Only then is an old run replaced and the
+    directory locked until :meth:`run` returns or raises, or the process ends. ``resume`` continues
+    from ``resume.safetensors`` on the run's own ``split.json``; a run killed before its first resume
+    state was written starts again from step 0 in place (``self.restarted``), which gives the same
+    weights because training is deterministic.
     """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, split: Split | None = None,
@@ -235,8 +213,6 @@ class Trainer:
             kept = self.run_dir / runs.CHECKPOINTS_DIR / runs.checkpoint_name(step) / runs.RESULTS_FILE
             os.replace(finished, kept) if kept.parent.is_dir() else finished.unlink()
         write_json_atomic(self.run_dir / runs.CONFIG_FILE, self.config.to_dict())
-
-    # -- training -------------------------------------------------------------------
 
     def loss_on(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with autocast_context(self.config):
@@ -347,12 +323,10 @@ class Trainer:
     _checked_at = -10**9  # the step of the last exhaustive check (at most one every 1,000 steps)
 
     def _decided(self, pools: dict) -> bool:
-        """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector
-        is certain, ``decided`` once the loss has read diverged at
-        :data:`~compose_lens.training.outcome.DIVERGED_STOP_AFTER` evaluations in a row,
-        ``generalised`` / ``decided`` once the exhaustive headline holds (checked at
-        most every 1,000 steps, and only once the held-out 0-var and the three unseen 2-var pools
-        pass it)."""
+        """Whether ``stop_at`` ends the run now: ``stalled`` / ``decided`` once the stall detector is
+        certain, ``decided`` once the loss has read diverged at ``DIVERGED_STOP_AFTER`` evaluations in a
+        row, ``generalised`` / ``decided`` once the exhaustive headline holds (checked at most every 1,000
+        steps, once the held-out 0-var and the three unseen 2-var pools pass it)."""
         stop_at = self.config.train.stop_at
         if stop_at in ("stalled", "decided") and getattr(self, "_found", {}).get("outcome") == "stalled":
             return True
@@ -364,8 +338,7 @@ class Trainer:
         if min(pools.get(k, 0.0) for k in unseen) < outcome.GENERALISED:
             return False
         self._checked_at = self.step
-        exhaustive = exhaustive_accuracies(self.subject)
-        return all(exhaustive[k]["accuracy"] >= outcome.GENERALISED for k in ("zero_var_heldout", "two_var_union"))
+        return headline_holds(exhaustive_accuracies(self.subject), outcome.GENERALISED)
 
     def finish(self, last_pools: dict) -> dict:
         runs.save_model(self.model, self.config, self.run_dir, extra={"step": str(self.step)})

@@ -99,12 +99,10 @@ def version_lines() -> list[str]:
 
     import torch  # lazy: --version is the one flag that needs it
 
-    def installed(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
+    try:
+        lens = metadata.version("transformer-lens")
+    except metadata.PackageNotFoundError:
+        lens = "not installed"
     if torch.cuda.is_available():
         devices = "cpu, " + ", ".join(f"cuda:{i} ({torch.cuda.get_device_name(i)})"
                                       for i in range(torch.cuda.device_count()))
@@ -114,7 +112,7 @@ def version_lines() -> list[str]:
             f"python: {platform.python_version()} ({platform.python_implementation()}, {sys.executable})",
             f"platform: {platform.platform()}",
             f"torch: {torch.__version__}",
-            f"transformer-lens: {installed('transformer-lens')}",
+            f"transformer-lens: {lens}",
             f"devices: {devices}"]
 
 

@@ -1,33 +1,23 @@
 """The ``compose-lens`` command line: argparse and printing over the library.
 
-Each command group is a module here with a ``register(subparsers)`` function
-(:data:`COMMAND_MODULES`); this package builds the parser, runs the command and
-turns a :class:`~compose_lens.core.errors.ComposeLensError` into one line on stderr and
-exit status 2 (130 on Ctrl-C).
+Each command group is a module here with a ``register(subparsers)`` function (:data:`COMMAND_MODULES`):
+``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``, ``export`` (:mod:`.train`), ``analyze`` and the
+command of each registered analysis that declares one (:mod:`.analysis`, from :mod:`compose_lens.registry`),
+``compare``, ``report``, ``sweep`` and ``settings``; ``completion bash|zsh|tcsh`` prints a shell completion
+script (shtab, from this parser). :func:`main` runs a command and turns a
+:class:`~compose_lens.core.errors.ComposeLensError` into one line on stderr and exit status 2.
 
-**Imports are lazy here, and only here.** A command module imports the library
-(and with it torch and TransformerLens, seconds of start-up) inside its command
-function, after the arguments are parsed and checked, so ``compose-lens --help``,
-``compose-lens X --help`` and an argument error answer at once. Everywhere else in
-the package imports sit at the top of the module.
+**Imports are lazy here, and only here.** A command module imports the library (and with it torch and
+TransformerLens, seconds of start-up) inside its command function, after the arguments are checked, so
+``--help`` and an argument error answer at once. Everywhere else in the package imports sit at the top.
 
-Commands: ``data sample|split|stats`` (:mod:`.data`), ``train``, ``evaluate``
-(:mod:`.train`), ``analyze`` and ``attention`` (:mod:`.analysis`), ``compare`` (:mod:`.compare`), ``report``
-(:mod:`.report`), ``sweep`` (:mod:`.sweep`), ``settings`` (:mod:`.settings`), and the command of each
-registered analysis that declares one (``fourier``, ``same-mlp``, ``dla``, ``patch``, ``patch-heads``,
-``path-patch``, ``ablate``, ``circuit``, ``das``, ``entropy``, and over a run's checkpoints ``dynamics`` and
-``llc``: built by :mod:`.analysis` from :mod:`compose_lens.registry`).
-
-**One grammar** (:func:`build_parser`, :func:`main`): ``-v`` / ``-q`` are accepted before the command
-and after it alike, and set the level of Python's ``logging`` for the whole process, so other
-libraries' loggers (Ray's among them) follow it: warnings by default, ``-v`` info, ``-vv`` debug,
-``-q`` errors only and no progress. Every command that computes takes ``--out``, ``--overwrite`` and
-``--json`` (its printed result as JSON on stdout), ``--device`` where a model runs and ``--seed``
+**One grammar**: ``-v`` / ``-q`` are accepted before the command and after it alike, and set the level of
+Python's ``logging`` for the whole process, other libraries' loggers (Ray's) included: warnings by default,
+``-v`` info, ``-vv`` debug, ``-q`` errors only and no progress. Every command that computes takes ``--out``,
+``--overwrite`` and ``--json`` (its result as JSON on stdout), ``--device`` where a model runs and ``--seed``
 where it samples (:func:`compose_lens.cli.common.add_outputs`; ``tests/unit/test_cli_conventions.py``
-tabulates every command's options from its parser). Progress is drawn only on a terminal
-(:mod:`compose_lens.core.progress`). ``--version`` says what a bug report needs: compose-lens, Python,
-torch, TransformerLens and the devices, as ``pip debug`` does; ``completion bash|zsh|tcsh`` prints a
-shell completion script (shtab, from this parser).
+tabulates every command's options). Progress is drawn only on a terminal. ``--version`` says what a bug
+report needs: compose-lens, Python, torch, TransformerLens and the devices, as ``pip debug`` does.
 """
 
 from __future__ import annotations
@@ -109,12 +99,10 @@ def version_lines() -> list[str]:
 
     import torch  # lazy: --version is the one flag that needs it
 
-    def installed(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
+    try:
+        lens = metadata.version("transformer-lens")
+    except metadata.PackageNotFoundError:
+        lens = "not installed"
     if torch.cuda.is_available():
         devices = "cpu, " + ", ".join(f"cuda:{i} ({torch.cuda.get_device_name(i)})"
                                       for i in range(torch.cuda.device_count()))
@@ -124,7 +112,7 @@ def version_lines() -> list[str]:
             f"python: {platform.python_version()} ({platform.python_implementation()}, {sys.executable})",
             f"platform: {platform.platform()}",
             f"torch: {torch.__version__}",
-            f"transformer-lens: {installed('transformer-lens')}",
+            f"transformer-lens: {lens}",
             f"devices: {devices}"]
 
 
@@ -140,17 +128,11 @@ class _Version(argparse.Action):
 
 
 def log_level(args: argparse.Namespace) -> int:
-    """The logging level a command runs at: WARNING, INFO (-v), DEBUG (-vv), ERROR (-q), whether
-    the flag came before the command or after it."""
+    """WARNING, INFO (-v), DEBUG (-vv) or ERROR (-q), the flag before the command or after it."""
     if args.log_quiet or getattr(args, "quiet", False):
         return logging.ERROR
     verbose = args.verbose + getattr(args, "verbose_after", 0)
     return {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-
-
-# commands that choose their own threads: the trainer follows the load as it runs
-# (compose_lens.core.cores.ThreadGovernor), the sweep gives each worker its share
-OWN_THREADS = ("train", "sweep")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.parse_args(argv)  # the usage error, said as argparse says it
     except SystemExit as exc:  # --help (0) or a usage error (2, its line already written)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    if args.command not in OWN_THREADS:  # before torch is imported, which reads it once
+    # before torch is imported, which reads it once; the trainer follows the load as it runs
+    # (compose_lens.core.cores.ThreadGovernor), the sweep gives each worker its share
+    if args.command not in ("train", "sweep"):
         os.environ.setdefault("OMP_NUM_THREADS", str(threads_now()))
     set_command(["compose-lens", *argv])  # every file this command writes records it
     root, handler = logging.getLogger(), None
@@ -215,9 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _trailing_values(args: argparse.Namespace, extra: list[str]) -> bool:
-    """Values after the options of a command whose declaration takes values after MODEL (``attention paper
-    --out X 'b=7, b+23=?'``): added to them, as argparse adds a positional's values written after the options
-    when the positional needs at least one. False (a usage error) for anything else, a flag above all."""
+    """Add ``extra`` to the values a declaration takes after MODEL (``attention paper --out X 'b=7, b+23=?'``),
+    as argparse would for a positional needing one; False (a usage error) for anything else, a flag above all."""
     from compose_lens import registry
 
     name = getattr(args, "analysis", None)
@@ -230,14 +213,9 @@ def _trailing_values(args: argparse.Namespace, extra: list[str]) -> bool:
 
 
 def command() -> int:
-    """The ``compose-lens`` program: :func:`main`, then a quick exit.
-
-    After the command, every object is moved out of the garbage collector's reach
-    (``gc.freeze``), so that the interpreter's shutdown does not walk the millions of
-    objects torch and TransformerLens leave behind: that walk took ~0.7 s of every
-    command. Every file is already written and closed by then. (:func:`main` itself
-    leaves the collector alone: a test or a notebook goes on in its process.)
-    """
+    """The ``compose-lens`` program: :func:`main`, then ``gc.freeze``, so that the interpreter's shutdown does
+    not walk the millions of objects torch leaves behind (~0.7 s of every command). :func:`main` leaves the
+    collector alone: a test or a notebook goes on in its process."""
     import gc
 
     status = main()

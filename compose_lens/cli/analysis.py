@@ -1,20 +1,13 @@
 """``compose-lens analyze`` and the command of every registered analysis.
 
-MODEL is anything :func:`compose_lens.training.subject.load_subject` accepts. Every command takes ``--out``,
-``--overwrite``, ``--json``, ``--device``, ``--seed`` and ``-q`` (no progress), as every command that computes does.
-
-``analyze`` runs every analysis of the registry (:mod:`compose_lens.registry`) and prints the
-findings they declare. An analysis that declares a ``command`` (``fourier``, ``same-mlp``, ``dla``,
-``patch``, ``ablate``, ``entropy``, ``attention``, ...) gets it here, built from its declaration
-(:func:`register_analysis_command`): ``compose-lens <command> MODEL --out DIR`` with ``--seed``,
-``--format``, ``--overwrite``, ``--json``, ``--device`` and one option per declared setting (an integer, a choice,
-a pairs file, or values after MODEL: ``attention MODEL 'b=7, b+23=?' ...``); it writes what
-``analyze`` writes into ``OUT/<name>/`` (tables as CSV with their provenance, documents as JSON,
-figures and offline pages under ``DIR/figures``), refuses settings and sizes the analysis declares it
-cannot run before anything is loaded, and prints the lines its ``describe`` gives. The command of an
-analysis of a run's checkpoints (``dynamics``, ``early-jump``, ``llc``) takes RUN and ``--split``
-where the others take MODEL (:func:`_run_command`). A command with no count to show (load the model,
-run the analysis) shows phase lines on a terminal (:func:`compose_lens.core.progress.phases`).
+``analyze MODEL --out DIR`` runs every analysis of the registry (:mod:`compose_lens.registry`) into
+``DIR/<name>/`` and prints the findings they declare. An analysis that declares a ``command``
+(``fourier``, ``patch``, ``attention``, ...) gets it here, built from its declaration
+(:func:`register_analysis_command`): ``compose-lens <command> MODEL --out DIR`` with one option per declared
+setting (an integer, a choice, a pairs file, or values after MODEL: ``attention MODEL 'b=7, b+23=?'``). It
+writes what ``analyze`` writes for it, refuses before anything is loaded the settings and sizes the analysis
+declares it cannot run, and prints the lines its ``describe`` gives. An analysis of a run's checkpoints
+(``dynamics``, ``early-jump``, ``llc``) takes RUN where the others take MODEL (:func:`_run_command`).
 """
 
 from __future__ import annotations
@@ -36,20 +29,9 @@ def same_mlp_verdict(report: dict | None) -> str | None:
     return report["verdict"] if isinstance(report.get("verdict"), str) else same_mlp_verdict(report.get("conclusion"))
 
 
-def components_read(summary: dict) -> dict:
-    """The components the findings read, by role (None: none located), from ``summary.json``."""
-    heads = summary.get("circuit_heads") or {}
-    found = {role: (heads.get(role) or {}).get("component") for role in ("binder", "router", "gatherer")
-             if role in heads}
-    mlp = summary.get("fourier_subject") or {}
-    if "component" in mlp:
-        found["adder"] = mlp["component"]
-    return found
-
-
 def print_findings(summary: dict) -> None:
-    """What the model has learned, then the analysis as a short table: each measure (naming the component
-    it read), its value, what the circuit predicts."""
+    """What the model has learned, then each finding (naming the component it read), its value, what the
+    circuit predicts and the verdict."""
     from compose_lens.cli.common import print_table
 
     learned = summary.get("learned")
@@ -67,7 +49,11 @@ def print_findings(summary: dict) -> None:
             return v
         return "none (NaN)" if v is None or v != v else f"{v:.3f}"
 
-    components = components_read(summary)
+    # the components the findings read, by role (None: none located)
+    components = {role: (heads.get(role) or {}).get("component") for role in ("binder", "router", "gatherer")
+                  if role in heads}
+    if "component" in (summary.get("fourier_subject") or {}):
+        components["adder"] = summary["fourier_subject"]["component"]
     rows = [[f.text(components), value(f.key), f.predicts, f.verdict(summary[f.key], summary)]
             for f in FINDINGS if f.key in summary]
     rows.append([f"{components.get('adder') or 'the adder'} key frequencies", str(summary.get("key_frequencies")),
@@ -104,8 +90,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _settings_of(analysis: registry.Analysis, args: argparse.Namespace) -> dict:
-    """The analysis's settings from its command's options, each option checked (one line; the analysis's
-    :meth:`~compose_lens.registry.Analysis.check_setting`, as the API's)."""
+    """The analysis's settings from its command's options, each checked as the API checks them."""
     from compose_lens.cli.common import check_pairs_path
 
     chosen = {}
@@ -152,9 +137,8 @@ def _cmd_registered(args: argparse.Namespace) -> int:
 
 
 def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
-    """The command of an analysis of a run's checkpoints: RUN, its config read (no weights) and the settings
-    guarded before anything is written; ``--update`` (a setting ``update``) may write over its own --out,
-    whose earlier result the compute reads first."""
+    """The command of an analysis of a run's checkpoints, its settings guarded on RUN's config (no weights read)
+    before anything is written; ``--update`` may write over its own --out, whose result the compute extends."""
     settings = _settings_of(analysis, args)
     from compose_lens.report import context  # lazy: torch
     from compose_lens.training.subject import check_device
@@ -174,8 +158,7 @@ def _run_command(analysis: registry.Analysis, args: argparse.Namespace) -> int:
 
 
 def _print_written(args: argparse.Namespace, source: str, result: registry.Result, lines: list[str], out) -> None:
-    """What a registered command prints: the model or run, its ``describe`` lines and the files written
-    (with ``--json``: the same, and the facts ``summary.json`` keeps, as JSON)."""
+    """The model or run, the ``describe`` lines and the files written (``--json``: these and the facts)."""
     files = [f"{stem}.csv" for stem in result.tables] + [f"{stem}.json" for stem in result.documents]
     drawn = [f"figures/{stem}" + ("" if dpi is None else f".{args.fmt}") for stem, _, _, dpi in result.figures]
     what, name = source.split(": ", 1)

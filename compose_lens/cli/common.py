@@ -42,8 +42,7 @@ def seed(text: str) -> int:
 
 
 def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) -> None:
-    """--f, --r, --modulus, --n-vars, --task-seed (also --seed where the command has no other seed), --split-file,
-    and --set KEY=VALUE for any task setting."""
+    """The task's options (--task-seed also as --seed with ``seed_alias``: where the command has no other seed)."""
     g = parser.add_argument_group("task")
     g.add_argument("--f", type=float, help="fraction of addition pairs used in training (0, 1]")
     g.add_argument("--r", type=float, help="keep probability of each 2-var row [0, 1]")
@@ -58,8 +57,7 @@ def add_task_options(parser: argparse.ArgumentParser, seed_alias: bool = False) 
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
-    """The MODEL positional argument, --split and --task, as every analysis command takes them, and (where the
-    command reads sequences, ``prompts``) --prompts."""
+    """MODEL, --split, --task and (``prompts``: where the command reads sequences) --prompts."""
     parser.add_argument("model", help="run/checkpoint directory, .safetensors, study .pth, 'paper', or the "
                                       "directory of your own TransformerLens model (config.json + model.safetensors)")
     parser.add_argument("--split", help="split file (default: the model's own, or split.json beside a .pth)")
@@ -94,27 +92,14 @@ def prompted(subject, prompts: str | None):
 
 
 def refuse_uncovered(command: str, spec: str) -> None:
-    """Refuse, in one line and before anything is loaded, a MODEL whose architecture ``command``
-    does not cover (:mod:`compose_lens.core.coverage`, read from its config.json alone)."""
+    """Refuse, before anything is loaded, a MODEL whose architecture ``command`` does not cover
+    (:mod:`compose_lens.core.coverage`, read from its config.json alone)."""
     from compose_lens.core.coverage import describe, peek_model_config, problem  # no torch
 
     cfg = peek_model_config(spec)
     reason = None if cfg is None else problem(command, cfg)
     if reason:
         raise ComposeLensError(f"{command} does not cover {spec} ({describe(cfg)}): {reason}")
-
-
-def task_from_args(args: argparse.Namespace) -> TaskConfig:
-    from compose_lens.data.split import Split  # lazy: torch
-
-    if getattr(args, "split_file", None):
-        return Split.load(args.split_file).task
-    changes = {k: v for k, v in (("f", args.f), ("r", args.r), ("modulus", args.modulus),
-                                  ("n_vars", args.n_vars), ("seed", args.task_seed)) if v is not None}
-    sets = getattr(args, "set", None)
-    if sets:  # the flags and the --set values checked together, so a refusal names the values asked for
-        return task_with_sets(TaskConfig(), [f"task.{k}={json.dumps(v)}" for k, v in changes.items()] + sets)
-    return TaskConfig(**changes)
 
 
 def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
@@ -131,15 +116,21 @@ def task_with_sets(task: TaskConfig, sets: list[str] | None) -> TaskConfig:
 
 
 def split_from_args(args: argparse.Namespace):
+    """The split that --split-file, or the task options (:func:`add_task_options`), name."""
     from compose_lens.data.split import Split, split_bytes  # lazy: torch
     from compose_lens.data.safety import require_memory
 
+    sets = getattr(args, "set", None)
     if getattr(args, "split_file", None):
         task = Split.load(args.split_file).task
         if args.r is not None:
             task = task.replace(r=args.r)
-        return Split.load(args.split_file, task_with_sets(task, getattr(args, "set", None)))
-    task = task_from_args(args)
+        return Split.load(args.split_file, task_with_sets(task, sets))
+    changes = {k: v for k, v in (("f", args.f), ("r", args.r), ("modulus", args.modulus),
+                                  ("n_vars", args.n_vars), ("seed", args.task_seed)) if v is not None}
+    # the flags and the --set values checked together, so a refusal names the values asked for
+    task = (task_with_sets(TaskConfig(), [f"task.{k}={json.dumps(v)}" for k, v in changes.items()] + sets) if sets
+            else TaskConfig(**changes))
     require_memory({"the split and its training rows": split_bytes(task)}, f"modulus {task.modulus}",
                    "use a smaller modulus")
     return Split.from_task(task)
@@ -155,8 +146,7 @@ JSON_HELP = "print the command's result as JSON on stdout instead of its text (w
 
 def add_outputs(parser: argparse.ArgumentParser, out_help: str, *, required: bool = True,
                 device: bool = True, overwrite_what: str = "--out") -> None:
-    """What every command that computes takes: ``--out``, ``--overwrite``, ``--json`` and (``device``)
-    ``--device`` (:func:`add_device_argument`)."""
+    """What every command that computes takes: ``--out``, ``--overwrite``, ``--json`` and (``device``) ``--device``."""
     parser.add_argument("--out", required=required, help=out_help)
     add_overwrite(parser, overwrite_what)
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -172,8 +162,7 @@ def add_device_argument(parser: argparse.ArgumentParser, default: str | None = "
 
 
 def add_verbosity(parser: argparse.ArgumentParser, top: bool = False) -> None:
-    """-v / -q, accepted before the command (``top``) and after it alike; :func:`compose_lens.cli.log_level`
-    reads both."""
+    """-v / -q, before the command (``top``) or after it; :func:`compose_lens.cli.log_level` reads both."""
     parser.add_argument("-v", "--verbose", dest="verbose" if top else "verbose_after", action="count", default=0,
                         help="more log output, also from other libraries (-v: info, -vv: debug)")
     parser.add_argument("-q", "--quiet", dest="log_quiet" if top else "quiet", action="store_true",
@@ -189,15 +178,14 @@ def emit(args: argparse.Namespace, result: dict, lines: list[str]) -> None:
             print(line)
 
 
-FORMATS = ("png", "svg", "pdf")  # compose_lens.views.drawing.FORMATS, repeated here so --help imports no matplotlib
-
-
-STYLES = ("report", "paper")  # compose_lens.views.figure_style.STYLES, repeated here so --help imports no matplotlib
+# compose_lens.views.drawing.FORMATS and compose_lens.views.figure_style.STYLES, repeated here so --help imports
+# no matplotlib
+FORMATS = ("png", "svg", "pdf")
+STYLES = ("report", "paper")
 
 
 def add_format_argument(parser: argparse.ArgumentParser) -> None:
-    """--format png|svg|pdf and --style report|paper for the commands that write figures
-    (:func:`figure_style` applies them)."""
+    """--format and --style of the commands that write figures (:func:`figure_style` applies them)."""
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default=None,
                         help="figure file format (default png; pdf with --style paper)")
     parser.add_argument("--style", choices=STYLES, default="report",
@@ -207,9 +195,8 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def figure_style(args: argparse.Namespace) -> Iterator[None]:
-    """Run a command in the figure style its ``--style`` names (:mod:`compose_lens.views.figure_style`),
-    its ``--format`` defaulting to the style's (png for the report, pdf for a paper). A command
-    without these options runs as it is."""
+    """Run a command in the figure style its ``--style`` names (:mod:`compose_lens.views.figure_style`), its
+    ``--format`` defaulting to the style's (png for the report, pdf for a paper)."""
     name = getattr(args, "style", None)
     if name in (None, "report"):  # the report's style changes nothing: matplotlib is not imported for it
         if hasattr(args, "fmt") and args.fmt is None:

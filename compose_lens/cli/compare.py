@@ -1,8 +1,6 @@
 """``compose-lens compare A B --out DIR``: two models side by side (:mod:`compose_lens.report.compare`).
 
-Writes ``DIR/compare.csv`` (one row per measure, with ``compare.provenance.json`` beside it),
-``DIR/compare.json`` (the same rows, the two models and the settings) and ``DIR/compare.html`` (the
-table as an offline page, the changed rows highlighted), and prints the table: each
+Writes ``DIR/compare.{csv,json,html}`` (:func:`compose_lens.report.compare.write`) and prints the table: each
 model's value with its interval, the difference B - A with its interval, and whether it changed.
 """
 
@@ -50,26 +48,13 @@ def subjects(specs, task: str | None, device: str = "cpu") -> list:
 
 
 def check_memory(specs, pool_size: int, option: str | None = None) -> None:
-    """Refuse, in one line and before anything is loaded, a model whose nine pools of ``pool_size``
-    sequences (as ``evaluate`` reads them) would not fit in memory; ``option``: what the message
-    names (default ``--pool-size N``)."""
+    """Refuse, before anything is loaded, a model whose nine pools of ``pool_size`` sequences would not fit
+    in memory; ``option``: what the message names (default ``--pool-size N``)."""
     from compose_lens.data.safety import check_model_sizes, check_sizes
 
-    def guard(config) -> None:
-        check_sizes(config, {option or f"--pool-size {pool_size}": (pool_size, 9)})
-
+    sizes = {option or f"--pool-size {pool_size}": (pool_size, 9)}
     for spec in specs:
-        check_model_sizes(spec, guard)
-
-
-def _subjects(args: argparse.Namespace) -> list:
-    """A and B, ``--task`` given to whichever is a TransformerLens model directory."""
-    from compose_lens.training.runs import is_transformerlens_dir  # lazy: torch
-
-    if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
-        raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
-                               f"directory; a compose-lens model carries its own task")
-    return [prompted(subject, args.prompts) for subject in subjects((args.a, args.b), args.task, args.device)]
+        check_model_sizes(spec, lambda config: check_sizes(config, sizes))
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -78,6 +63,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from compose_lens.training.subject import check_device
     from compose_lens.core.coverage import peek_run_config
     from compose_lens.data.safety import check_count, staged_output
+    from compose_lens.training.runs import is_transformerlens_dir
 
     check_count(args.pool_size, "--pool-size", minimum=compare.MIN_POOL_SIZE)  # one prompt read as a change
     check_device(args.device)
@@ -88,7 +74,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             compare.check_measurable(config, spec)
     with staged_output(args.out, "compare", args.overwrite) as stage, phases("compare", not args.quiet) as phase:
         phase("loading the models")
-        a, b = _subjects(args)
+        if args.task and not any(Path(s).is_dir() and is_transformerlens_dir(Path(s)) for s in (args.a, args.b)):
+            raise ComposeLensError(f"--task {args.task}: neither {args.a} nor {args.b} is a TransformerLens model "
+                                   f"directory; a compose-lens model carries its own task")
+        a, b = (prompted(s, args.prompts) for s in subjects((args.a, args.b), args.task, args.device))
         compare.check_comparable(a, b)
         phase("reading both on the same prompts")
         table = compare.compare(a, b, seed=args.seed, pool_size=args.pool_size)

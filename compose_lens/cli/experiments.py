@@ -1,11 +1,8 @@
 """The command line the experiments/ figure scripts share: SOURCE, --out, --split, --dynamics, --step.
 
-Each script in ``experiments/`` draws one figure of the study from a run
-directory or the study's checkpoint folder: it takes the numbers from
-an analysis's folder of :mod:`compose_lens.registry` (model figures) or the dynamics table
-(training curves) and draws them with that folder's figures, as the offline
-report does. These helpers give the scripts the same arguments and the same way
-to find the dynamics table and the model, and save each (figure, data) pair.
+Each script in ``experiments/`` draws one figure of the study from a run directory or the study's
+checkpoint folder, from an analysis's numbers (:mod:`compose_lens.registry`) or the dynamics table, with
+that analysis's figures, as the report does; these helpers find the table and the model and save the figure.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """``compose-lens settings``: every key ``train --set KEY=VALUE`` takes, read from the config classes.
 
-A run's configuration is three frozen dataclasses of :mod:`compose_lens.core.config` (``TaskConfig``,
-``ModelConfig``, ``TrainConfig``), and ``--set`` reaches any of their fields: ``section.name``,
-or the bare ``name``, which is looked up in task, then model, then train
-(:meth:`~compose_lens.core.config.RunConfig.with_overrides`; so a bare ``seed`` is the task's, and the
-training seed is ``train.seed``). This list is generated from those classes, so it cannot fall
-behind them: each field's name, type and default come from :func:`dataclasses.fields`, and its
-meaning from the comment written beside (or just above) the field in ``config.py``, else from the
-sentence of the class docstring that names it.
+``--set`` reaches any field of the three config classes of :mod:`compose_lens.core.config`, as
+``section.name`` or a bare ``name``, looked up in task, then model, then train
+(:meth:`~compose_lens.core.config.RunConfig.with_overrides`: a bare ``seed`` is the task's). This list is
+generated from those classes, so it cannot fall behind them: each field's name, type and default from
+:func:`dataclasses.fields`, its meaning from the comment beside (or just above) the field in ``config.py``,
+else from the sentence of the class docstring that names it.
 
 >>> rows = {row.key: row for row in setting_rows()}
 >>> rows["f"].section, rows["f"].default, rows["train.seed"].type
@@ -61,8 +59,8 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 
 def _docstring_sentence(cls: type, name: str) -> str:
-    """The sentence of the class docstring that opens with ``name`` (or ``name=...``), else '',
-    with the reST markup taken off (``x`` and :mod:`x` read as x)."""
+    """The sentence of the class docstring that opens with ``name`` (or ``name=...``), else '', its reST
+    markup taken off."""
     doc = " ".join((inspect.getdoc(cls) or "").split())
     for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z*`])", doc):
         sentence = sentence.lstrip("*- ")

@@ -62,7 +62,6 @@ def _runs_per_process(value: str) -> int | str:
 
 
 def register(subparsers) -> None:
-    """Add ``compose-lens sweep`` to the command line."""
     p = subparsers.add_parser(
         "sweep", help="train one run per (value, seed) of a setting; accuracy and threshold against it",
         description="Train one run per value x seed of a setting (f, r or any config key), in parallel, "

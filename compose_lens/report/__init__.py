@@ -1,38 +1,19 @@
-"""The offline HTML report of a run: one file that opens anywhere, with no network.
+"""The offline HTML report of a run, or of one model: one file that opens anywhere, with no network.
 
-``compose-lens report RUN_DIR`` writes ``RUN_DIR/report.html``. :func:`build_report`
-loads what every section needs once (:class:`ReportInputs`: the final model, its
-configuration and split, the run's dynamics, ``results.json``) and then composes the
-sections, each taking those inputs and returning HTML. The report's own sections are
-what no analysis makes:
+``compose-lens report RUN_DIR`` writes ``RUN_DIR/report.html`` (:func:`build_report`; one model:
+:func:`build_model_report`). What the sections read is loaded once (:class:`ReportInputs`); each section
+takes those inputs and returns HTML. The report's own sections: the configuration
+(:func:`configuration_section`; for a folder of the study's checkpoints, which records none,
+:func:`study_configuration`), the study's numbers beside this run's (:func:`results_section`: the
+exhaustive accuracies, the onsets of the three phases, the nine pools) and, with ``report X --compare Y``,
+last, :func:`comparison_section`. Every other section is a registered analysis's
+(:func:`registered_section`), in the order :data:`PAGE` gives: a model analysis's files are read from
+``RUN_DIR/results/<name>/`` where made with the same settings, seed and configuration (``compose-lens
+analyze RUN --out RUN/results`` writes them), and only what is missing is computed and saved there; a run
+analysis reads the checkpoints through a :class:`~compose_lens.report.context.RunContext`.
 
-1. :func:`configuration_section`: the configuration (task, model, training); for a folder of the
-   study's checkpoints, which records none, only what its files say and "unknown" for the rest
-   (:func:`study_configuration`);
-2. :func:`results_section`: the study's numbers beside this run's: accuracy on
-   unseen 2-var sequences (the exhaustive 2-var union; the study reports over
-   98 %), 0-var held-out accuracy, and the onsets of the three phases (study:
-   about 4.5k, 6k and 14k-16k steps), then the nine pool accuracies of the final model;
-3. with ``compare_with`` (``report X --compare Y``), last, :func:`comparison_section`: this model (A)
-   beside another (B) on the same prompts, every row of ``compose-lens compare X Y``
-   (:mod:`compose_lens.report.compare`) with its intervals, the changed rows highlighted.
-
-Every other section is a registered analysis's (:mod:`compose_lens.registry`), laid out by its
-declaration's ``section``, in the order :data:`PAGE` gives (one list): the training dynamics (read from
-``RUN_DIR/results/``, computed there if missing), the circuit summary, the attention views, the QK
-heatmaps, the early jump, the Fourier and logit-attribution figures, the causal tests, circuit discovery.
-:func:`registered_section` reads a model analysis's files from ``RUN_DIR/results/<name>/`` where they were
-made with the same settings, seed and configuration (``compose-lens analyze RUN --out RUN/results`` writes
-them), and computes and saves only what is missing, with the settings ``analyze`` uses; an analysis of
-the run's checkpoints reads them through the run's :class:`~compose_lens.report.context.RunContext`.
-
-The page opens with a table of contents.
-
-Every image is a base64 ``data:`` URI and every script is inline (the
-circuitsvis bundle once, see :mod:`compose_lens.registry.attention.interactive`), so the page has no
-external reference at all; the figures are also saved as PNG + CSV under
-``RUN_DIR/figures/``. A section whose analysis is missing or fails says so in the
-page instead of stopping the report.
+Every image is a base64 ``data:`` URI and every script inline (:mod:`compose_lens.report.page`); the figures
+are also saved as PNG + CSV under ``RUN_DIR/figures/``. A failing section says so on the page.
 """
 
 from __future__ import annotations
@@ -118,9 +99,8 @@ def load_inputs(run_dir: Path, report: Report, results_dir: Path, split_file=Non
 
 
 def learned_banner(inp: ReportInputs) -> str:
-    """What the model has learned, first on the page (:func:`compose_lens.training.evaluate.learned`), and which
-    components play the roles: boxed as a warning where the model does not bind, so no one reads the
-    analyses' heads as a binder or a router."""
+    """What the model has learned (:func:`compose_lens.training.evaluate.learned`) and which components play the
+    roles, first on the page: boxed as a warning where the model does not bind (its heads are no binder)."""
     location = inp.context.plan[0]
     knows = location.learned
     if knows is None:
@@ -131,8 +111,7 @@ def learned_banner(inp: ReportInputs) -> str:
 
 
 def stall_banner(found: dict) -> str:
-    """A boxed warning for a stalled run (empty otherwise): shown at the top of the page and again
-    above the results, so no one reads the analyses as the study's circuit."""
+    """A boxed warning for a stalled run (empty otherwise), atop the page and the results."""
     if found.get("outcome") != "stalled":
         return ""
     return ('<p class="warning" style="border:2px solid #b2182b;padding:0.5em;background:#fdecea">'
@@ -143,13 +122,6 @@ def stall_banner(found: dict) -> str:
 
 
 # -- the sections ----------------------------------------------------------------------------------
-
-
-def is_study_folder(run_dir: Path) -> bool:
-    """A folder of the study's ``step_N.pth`` / ``final.pth`` checkpoints, with no ``config.json``:
-    its configuration is not recorded beside the weights."""
-    return not (run_dir / runs.CONFIG_FILE).exists() and (
-        (run_dir / runs.STUDY_FINAL).exists() or any(run_dir.glob("step_*.pth")))
 
 
 UNKNOWN = "not recorded in the folder"
@@ -168,8 +140,6 @@ def study_configuration(run_dir: Path, config: RunConfig, split: Split) -> list[
             ["task: variables", f"{task.n_vars} ({', '.join(task.variable_names)})", where_split],
             ["task: f (share of addition pairs in training)", f"{task.f:g}", where_split],
             ["task: held-out pairs", len(split.heldout_pairs), where_split],
-            # the variables listed never stand as that operand in training (issue 43: "left operand never a
-            # variable: k, l" read as if the left operand were never a variable)
             ["task: variables never the left operand in training", ", ".join(task.left_forbidden), where_split],
             ["task: variables never the right operand in training", ", ".join(task.right_forbidden), where_split]]
     for key, label in (("r", "task: r"), ("seed", "task: split seed"), ("max_assignments", "task: max assignments")):
@@ -197,15 +167,17 @@ def configuration_section(inp: ReportInputs) -> str:
     head = (f"<p>Run <code>{html.escape(str(inp.run_dir))}</code>; model evaluated: {html.escape(inp.which)}; "
             f"split: {len(inp.subject.split.train_pairs)} training pairs, {len(inp.subject.split.heldout_pairs)} "
             "held out.</p>")
-    if is_study_folder(inp.run_dir):
-        readme = inp.run_dir / "README.md"
+    run_dir = inp.run_dir
+    if not (run_dir / runs.CONFIG_FILE).exists() and ((run_dir / runs.STUDY_FINAL).exists()
+                                                      or any(run_dir.glob("step_*.pth"))):  # the study's .pth files
+        readme = run_dir / "README.md"
         note = ("" if not readme.exists() else
                 "<details><summary>What the folder's README.md says</summary><pre>"
                 + html.escape(readme.read_text(encoding="utf-8", errors="replace")[:20000]) + "</pre></details>")
         return (head + "<p>A folder of the study's checkpoints: it records no configuration file, so this "
                 "table shows only what its files say; the rest is <b>unknown</b> (not compose-lens's "
                 "defaults).</p>"
-                + html_table(study_configuration(inp.run_dir, inp.subject.config, inp.subject.split),
+                + html_table(study_configuration(run_dir, inp.subject.config, inp.subject.split),
                              ["setting", "value", "where it comes from"]) + note)
     tables = "".join(f"<div>{html_table([[k, json.dumps(v)] for k, v in values.items()], [section, 'value'])}</div>"
                      for section, values in inp.subject.config.to_dict().items())
@@ -249,9 +221,8 @@ def pool_accuracy_table(subject: Subject) -> str:
 
 
 def comparison_section(inp: ReportInputs) -> str:
-    """This model (A) beside ``inp.compare_with`` (B), read on the same prompts: every row of
-    :func:`compose_lens.report.compare.compare` in :func:`compose_lens.report.compare.html_tables` (the tables of
-    ``compare.html``), kept as ``results/compare/compare.{csv,json,html}`` beside the page."""
+    """This model (A) beside ``inp.compare_with`` (B): the tables of ``compare.html``, its files kept in
+    ``results/compare/``."""
     a, b = inp.context.loaded, inp.compare_with
     table = compare.compare(a, b, **(inp.compare_options or {}))
     compare.write(table, a, b, inp.results_dir / "compare")
@@ -265,11 +236,9 @@ def comparison_section(inp: ReportInputs) -> str:
 
 
 def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], str]:
-    """The report section of a registered analysis, laid out by its ``section`` from its result with the
-    settings it reads the page with (``report_settings``, else its defaults; None: no result, nothing to read):
-    the result the page read before its sections (:attr:`ReportInputs.found`: the dynamics), a model
-    analysis's saved in ``results_dir/<name>/`` where made with the same settings (else computed now and saved
-    there), or a run analysis's computed now over the run's checkpoints."""
+    """The report section of a registered analysis, laid out by its ``section`` from its result with its
+    ``report_settings`` (None: no result): :attr:`ReportInputs.found`'s, else a model analysis's obtained in
+    ``results_dir/<name>/``, or a run analysis's computed now over the run's checkpoints."""
     def section(inp: ReportInputs) -> str:
         asked = analysis.report_settings(inp) if analysis.report_settings else {}
         settings = analysis.with_settings(asked)
@@ -283,9 +252,8 @@ def registered_section(analysis: registry.Analysis) -> Callable[[ReportInputs], 
     return section
 
 
-# The page, in order: the anchors of the report's own sections and of the registered analyses' sections
-# (an analysis's ``anchor``, else its name). The one list that orders the page: a registered section it
-# does not name comes after these, in the registry's order; an anchor a report does not have is skipped.
+# The one list that orders the page: the anchors of the report's own sections and of the registered analyses'
+# (``anchor``, else the name); a registered section not named here comes after, in the registry's order.
 PAGE = ("config", "results", "dynamics", "circuit", "variant", "attention", "qk", "attention_entropy", "jump",
         "fourier", "dla", "patching", "ablation", "same-mlp", "circuit-discovery", "modularity", "gradient")
 
@@ -351,13 +319,10 @@ def is_run_source(spec: str | Path) -> bool:
 def build_model_report(subject, out: str | Path, examples: list[str] | None = None, compare_with=None,
                        compare_label: str = "", compare_options: dict | None = None, seed: int = 0,
                        progress: bool = True) -> tuple[Path, list[str]]:
-    """Write the report of one model (a :class:`~compose_lens.training.subject.Subject`: ``paper``, a checkpoint,
-    a researcher's own model) to ``out``: every section that reads one model. Its figures and the
-    registered analyses' files go to ``OUT_files/`` beside the page, written through a stage.
-    ``compare_with`` (a Subject of the same task and split; ``compare_label`` its name on the page):
-    a last section compares the two (:func:`comparison_section`; ``compare_options``: those of
-    :func:`compose_lens.report.compare.compare`). ``seed``: of the sequences the analyses draw; ``progress``: a
-    phase line per section on a terminal."""
+    """Write the report of one model (a :class:`~compose_lens.training.subject.Subject`) to ``out``: every section
+    that reads one model, its figures and files in ``OUT_files/`` beside the page, written through a stage.
+    ``compare_with`` (a Subject of the same task and split, named ``compare_label``): a last section compares
+    the two (``compare_options``: those of :func:`compose_lens.report.compare.compare`)."""
     out = Path(out)
     with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as files_dir:
         report = Report(files_dir / "figures")
@@ -398,10 +363,8 @@ def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: s
 
 
 def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool:
-    """Whether the dynamics saved in ``results_dir`` beside a page written outside the run
-    (``X_files/results``) are ``run_dir``'s: the same folder and configuration. That folder
-    outlives the page it was made for, so ``report RUN2 --out X --overwrite`` after ``report RUN
-    --out X`` found RUN's curves there and showed them as RUN2's. Anything unreadable: not."""
+    """Whether the dynamics saved in ``results_dir`` beside a page written outside the run (``X_files/results``)
+    are ``run_dir``'s (that folder outlives its page: ``report RUN2 --out X`` must not show RUN's curves)."""
     try:
         doc = json.loads((results_dir / runs.PHASES_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -413,13 +376,12 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
                  stride: int = 1, progress: bool = True, recompute: bool = False, compare_with=None,
                  compare_label: str = "", compare_options: dict | None = None, seed: int = 0,
                  device: str = "cpu") -> tuple[Path, list[str]]:
-    """Write the report of ``run_dir`` (default ``run_dir/report.html``); its final model and checkpoints run
-    on ``device``, its analyses draw their sequences with ``seed``.
+    """Write the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); its final model and
+    checkpoints run on ``device``, its analyses draw their sequences with ``seed``.
 
-    Returns the page's path and the sections that could not be made (each also
-    explained on the page itself). A page outside the run keeps its figures and results in
-    ``X_files/`` beside it, written through a stage (:func:`compose_lens.data.safety.staged_companion`; in the
-    run too, which is locked meanwhile): a call that fails (a full disk) leaves no part of it.
+    Returns the page's path and the sections that could not be made (each also explained on the page). A
+    page outside the run keeps its figures and results in ``X_files/`` beside it. Everything is written
+    through a stage (in the run too, which is locked meanwhile): a call that fails leaves no part of it.
     ``compare_with``, ``compare_label``, ``compare_options``: as :func:`build_model_report`'s, the run's
     final model being A.
     """
@@ -429,7 +391,6 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, split_file=
     writable = out is None or Path(out).parent.resolve() == run_dir.resolve()
     out = Path(out) if out else run_dir / "report.html"
     folder = run_dir if writable else out.parent / (out.stem + "_files")
-    # locked and staged, in the run too (#45: it left figures/ and results/ on a full disk)
     with lock_run(run_dir, "report") if writable else contextlib.nullcontext(), \
             staged_companion(folder, "report", keep=("results",)) as files_dir:
         report = Report(files_dir / "figures")

@@ -1,53 +1,22 @@
 """Two models side by side: what changed between them, and by more than the prompts' noise?
 
-A researcher holding two checkpoints of one run (or two runs of one task) asks what changed from
-the one to the other. :func:`compare` reads both models on the **same prompts** and answers with
-one row per measure:
+:func:`compare` reads two models of one task and split (two checkpoints of a run, or two runs) on the
+**same prompts** and answers with one row per measure: each of the nine pools' accuracy (``compose-lens
+evaluate``); the located roles (:mod:`compose_lens.analysis.locate`), component and score; every finding a
+registered analysis declares (``Analysis.findings``), computed as ``analyze`` computes it
+(:func:`compose_lens.report.context.compute`; the causal analyses' only with ``causal=True``); the same-MLP
+verdict and each of its tests' effect; MLP2's key frequencies.
 
-* **pool accuracy**: each of the nine pools (``compose-lens evaluate``), each model's 95 % Wilson
-  interval beside its accuracy (:func:`compose_lens.core.stats.wilson_interval`);
-* **located roles**: which component binds, routes and adds (:mod:`compose_lens.analysis.locate`)
-  and each role's score;
-* **findings**: every finding a registered analysis declares (:data:`compose_lens.registry.ANALYSES`,
-  ``Analysis.findings``), computed as ``analyze`` computes it, through
-  :func:`compose_lens.report.context.compute` on one :class:`~compose_lens.report.context.Context`
-  per model; the causal analyses only with ``causal=True`` (none declares a finding today);
-* **same MLP**: the same-MLP verdict and each of its tests' effect;
-* **Fourier**: MLP2's key frequencies.
+docs/compare.md ("How each interval is had") says how each row's interval of B - A is had (``interval``: a
+paired bootstrap over the prompts, ``exact`` where nothing is sampled, or ``n/a``) and when a row
+``changed``: the interval excludes 0 (exact: the difference is not 0, float noise below
+:data:`compose_lens.core.stats.ZERO_TOLERANCE` aside), a categorical differs, or only one model has the
+measure; NA where the two differ and no interval says whether by more than noise.
 
-The columns: ``measure``, ``group``; ``A`` and ``B`` with each model's own interval (``A_low``,
-``A_high``, ``B_low``, ``B_high``, where it has one); ``difference`` (B - A) and its 95 % interval
-(``low``, ``high``); ``interval`` (how that interval was had) and ``changed``.
-
-**The difference's interval** depends on what the measure is:
-
-* ``paired bootstrap over N prompts``: a rate or a mean over prompts (a pool's accuracy, an
-  attention score over the probe batch, a head role's score). Both models read the same prompts;
-  each of :data:`compose_lens.core.stats.BOOTSTRAP_RESAMPLES` resamples of the prompts (with replacement,
-  seeded) gives both models' statistic on the *same* resampled prompts, and the interval is the
-  percentile interval (:func:`compose_lens.core.stats.percentile_interval`) of B - A over the
-  resamples. Pairing takes the prompts' own difficulty out of the difference: for two identical
-  models every resample's difference is exactly 0. Each model's own interval is the percentile
-  interval of its statistic over the same resamples (Wilson's, for a pool's accuracy).
-* ``exact``: a measure with nothing sampled (the weights alone, or all p^2 operand pairs of the
-  seeded constant-operand grid, which both models read): the interval is the difference itself.
-* ``n/a (...)``: no interval (a fitted probe's held-out accuracy, a gradient cosine, a same-MLP
-  test's effect, whose own interval each model has; a name).
-
-**changed** is True where the interval excludes 0 (exact: the difference is not 0, float noise
-below :data:`compose_lens.core.stats.ZERO_TOLERANCE` aside); for a categorical (a located component, the
-verdict, the key frequencies), where the two differ; for a measure that only one model has (a
-score of a role no head plays in the other: NaN), True. Where the two values differ and no
-interval says whether by more than noise, it is NA; otherwise False.
-
-:func:`text_table` gives the rows as the command prints them, :func:`json_rows` as ``compare.json``
-holds them, :func:`html_page` as ``compare.html`` shows them (the changed rows highlighted; its tables,
-:func:`html_tables`, are also the report's "Compared with" section: ``compose-lens report X --compare Y``),
-and :func:`write` writes the three files.
-
-Both models must share the task and its split (the same prompts mean the same thing to both);
-two different ones are refused in one line. ``compare("paper", "paper")`` gives 0 in every
-difference and False in every ``changed`` (tests/unit/test_compare.py).
+:func:`text_table`, :func:`json_rows` and :func:`html_page` give the rows as the command prints them,
+``compare.json`` holds them and ``compare.html`` shows them (:func:`html_tables`: also the report's
+"Compared with" section); :func:`write` writes the three files. ``compare("paper", "paper")`` gives 0 in
+every difference and False in every ``changed``.
 """
 
 from __future__ import annotations
@@ -93,22 +62,16 @@ NAN = float("nan")
 # the findings that are a rate or a mean over the probe batch: each as a function of its activations
 # (the probes analysis's own functions), so that a resample of the prompts is a subset of them
 OVER_PROMPTS: dict[str, Callable[[context.Context, Activations], float]] = {
-    "prev_token_attention_score":
-        lambda ctx, acts: probes.prev_token_attention_score(ctx.loaded, acts=acts),
+    "prev_token_attention_score": lambda ctx, acts: probes.prev_token_attention_score(ctx.loaded, acts=acts),
     "equals_to_operands_score":
-        lambda ctx, acts: probes.equals_to_operands_score(ctx.loaded, acts=acts,
-                                                          heads=ctx.heads),
-    "equals_to_values_score":
-        lambda ctx, acts: probes.equals_to_values_score(ctx.loaded, acts=acts),
+        lambda ctx, acts: probes.equals_to_operands_score(ctx.loaded, acts=acts, heads=ctx.heads),
+    "equals_to_values_score": lambda ctx, acts: probes.equals_to_values_score(ctx.loaded, acts=acts),
 }
-# the findings with nothing sampled, and why
-EXACT = {
+# the findings with nothing sampled (exact) or without an interval (n/a), and why
+UNSAMPLED = {
     "variable_identity_score": "exact (the weights alone)",
     "ov_mlp_addition_accuracy": "exact (all p^2 operand pairs)",
     "key_frequency_strength": "exact (the p^2 constant-operand grid)",
-}
-# the findings without an interval, and why
-WITHOUT = {
     "prev_token_probe_accuracy": "n/a (a fitted probe's held-out accuracy)",
     "gradient_kept_cosine_qk0": "n/a (a cosine of gradients summed over sequences)",
     "gradient_kept_cosine_qk1": "n/a (a cosine of gradients summed over sequences)",
@@ -198,8 +161,7 @@ def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings:
     replicates: dict[str, np.ndarray] = {}
     if resampled:
         with torch.no_grad():
-            acts = probes.probe_activations(ctx.loaded, PROBE_SEQUENCES, ctx.seed,
-                                            heads=ctx.heads)
+            acts = probes.probe_activations(ctx.loaded, PROBE_SEQUENCES, ctx.seed, heads=ctx.heads)
             draws = torch.from_numpy(resamples_of(len(acts), ctx.seed, resamples, "probes"))
             values = [[OVER_PROMPTS[key](ctx, sub) for key in resampled] for sub in (_subset(acts, i) for i in draws)]
         replicates = dict(zip(resampled, np.array(values, dtype=float).T))
@@ -212,7 +174,7 @@ def _findings(ctx: context.Context, analyses: list[registry.Analysis], settings:
                 readings.append(_bootstrapped(finding.key, "findings", value, replicates[finding.key], len(acts)))
             else:
                 readings.append(Reading(finding.key, "findings", value,
-                                        EXACT.get(finding.key) or WITHOUT.get(finding.key, "n/a (no per-prompt form)")))
+                                        UNSAMPLED.get(finding.key, "n/a (no per-prompt form)")))
             readings[-1].what = finding.text()
     return readings, results
 
@@ -249,15 +211,13 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
 
 
 def _analyses_of(config, causal: bool) -> list:
-    """The registered analyses whose findings :func:`measure` reads of a model of ``config`` (the same-MLP
-    test aside)."""
+    """The registered analyses whose findings :func:`measure` reads of a model of ``config``."""
     return [a for a in registry.ANALYSES if a.findings and a.reads(config) and (causal or not a.causal)]
 
 
 def check_measurable(config, source: str, causal: bool = False, settings: dict[str, dict] | None = None) -> None:
-    """Every analysis :func:`measure` computes of the model ``source`` (its ``config``), guarded before any
-    is: a model one of them cannot read is refused in one line naming it (a LayerNorm model was refused
-    after 25 s of measuring, by the same-MLP test, and the line did not say which of the two it was)."""
+    """Guard every analysis :func:`measure` computes of the model ``source`` (its ``config``) before any is
+    computed: one it cannot read is refused in one line naming the model."""
     for analysis in [*_analyses_of(config, causal), registry.by_name(registry.ANALYSES, "same_mlp")]:
         try:
             context.guard(analysis, config, (settings or {}).get(analysis.name))
@@ -315,14 +275,18 @@ def _row(a: Reading, b: Reading) -> dict:
 def compare(a: Subject | str | Path, b: Subject | str | Path, *, seed: int = 0, pool_size: int = POOL_SIZE,
             causal: bool = False, settings: dict[str, dict] | None = None,
             resamples: int = stats.BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
-    """Two models side by side, one row per measure (see the module doc for the columns).
+    """Two models side by side, one row per measure, read on the same prompts (the module doc says how).
 
-    ``a``, ``b``: :class:`~compose_lens.training.subject.Subject` (:func:`compose_lens.training.subject.load_subject`) or
-    what it takes (``"paper"``, a run, a checkpoint, a study ``.pth``, a TransformerLens model
-    directory). ``seed``: the prompts and the resamples; ``pool_size``: sequences per pool;
-    ``causal``: also the causal analyses' findings; ``settings``: per analysis name, settings
-    changed from the registry's defaults (e.g. ``{"same_mlp": {"n": 100}}``); ``resamples``: of
-    the prompts, for the paired intervals. ``.attrs`` holds the two sources and the settings."""
+    The columns: ``measure``, ``what`` (a finding's meaning), ``group``; ``A`` and ``B`` with each model's own
+    interval (``A_low``, ``A_high``, ``B_low``, ``B_high``, where it has one); ``difference`` (B - A) and its 95 %
+    interval (``low``, ``high``); ``interval`` (how that interval was had) and ``changed``.
+
+    ``a``, ``b``: :class:`~compose_lens.training.subject.Subject` or what
+    :func:`~compose_lens.training.subject.load_subject` takes (``"paper"``, a run, a checkpoint, a study
+    ``.pth``, a TransformerLens model directory). ``seed``: of the prompts and the resamples; ``pool_size``:
+    sequences per pool; ``causal``: also the causal analyses' findings; ``settings``: per analysis name,
+    settings changed from the registry's defaults (e.g. ``{"same_mlp": {"n": 100}}``); ``resamples``: of the
+    prompts, for the paired intervals. ``.attrs`` holds the two sources and the settings."""
     a, b = (s if isinstance(s, Subject) else load_subject(s, bridge=False) for s in (a, b))
     check_comparable(a, b)
     if pool_size < MIN_POOL_SIZE or resamples < 1:
@@ -388,13 +352,9 @@ HOW_READ = ("Each value with its 95 % interval (pool accuracies: Wilson); B - A 
 
 
 def html_tables(table: pd.DataFrame, heading: str = "h2") -> str:
-    """:func:`compare`'s rows as HTML, one table per group (pool accuracy, located roles, ...) under a
-    ``heading`` of each group's name, the counts of changed / unsure / unchanged rows above them, in one
-    ``<div class="comparison">`` (its look: :data:`compose_lens.core.markup.COMPARISON_STYLE`): A and B with
-    their intervals, B - A with its interval, how that interval was had, and **changed**. A changed row
-    is highlighted (class ``changed``), one that differs where no interval says whether by more than
-    noise greyed (``unsure``, changed ``?``). The numbers are :func:`text_table`'s. ``compare.html``
-    (:func:`html_page`) and the report's comparison section (``report --compare``) both show this."""
+    """:func:`compare`'s rows as HTML (:func:`text_table`'s numbers), one table per group under a ``heading``,
+    the counts of changed / unsure / unchanged rows above them; a changed row highlighted (class ``changed``),
+    one that differs where no interval says whether by more than noise greyed (``unsure``, changed ``?``)."""
     texts = text_table(table)
     sections = []
     for group in dict.fromkeys(table["group"]):
@@ -428,10 +388,8 @@ def html_page(table: pd.DataFrame) -> str:
 
 
 def write(table: pd.DataFrame, a: Subject, b: Subject, folder: Path) -> list[Path]:
-    """Write ``compare.csv`` (with its provenance beside it: both configurations, the settings),
-    ``compare.json`` (the rows, the two models, the settings) and ``compare.html`` (:func:`html_page`)
-    into ``folder``, each whole or not at all: what ``compose-lens compare`` writes and the report's
-    comparison section keeps."""
+    """Write ``compare.csv`` (its provenance beside it: both configurations, the settings), ``compare.json``
+    (the rows, the two models, the settings) and ``compare.html`` into ``folder``, each whole or not at all."""
     folder.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in table.attrs.items() if k not in ("a", "b", "seed")}
     record = provenance(a.config, table.attrs.get("seed", 0), a.source, b=b.source, b_config=b.config.to_dict(),

@@ -1,21 +1,17 @@
 """The analyses' one door: one model as its registered analyses read it, and how their results are
 computed, written and read back.
 
-:class:`Context` holds what several analyses of one model share, made once; :func:`compute` runs a
-declaration of :mod:`compose_lens.registry` over it (its memory guard first, on every path: an analysis's
-own command, ``analyze``, the report and the API), :func:`write` puts its
+:class:`Context` holds what several analyses of one model share; :func:`compute` runs a declaration of
+:mod:`compose_lens.registry` over it (its memory guard first, on every path); :func:`write` puts its
 :class:`~compose_lens.registry.Result` into a folder (tables as CSV with a provenance JSON beside each that
-records the settings, documents as JSON, figures under ``figures/``), :func:`read` rebuilds it from such a
-folder where it was made with the same settings, seed and configuration, and :func:`obtain` does the one or
-the other (the report, the figure scripts' dynamics). :func:`write_analysis` runs every registered analysis into ``OUT/<name>/``
-(``compose-lens analyze``).
+records the settings, documents as JSON, figures under ``figures/``); :func:`read` rebuilds it from such a
+folder where it was made with the same settings, seed and configuration; :func:`obtain` does the one or the
+other (the report, the figure scripts' dynamics). :func:`write_analysis` runs every registered analysis into
+``OUT/<name>/`` (``compose-lens analyze``). An analysis of a run's checkpoints (``of="run"``: the dynamics, the
+early jump, the LLC) runs over a :class:`RunContext` instead.
 
-An analysis of a run's checkpoints (``of="run"``: the dynamics, the early jump, the LLC) is run over a
-:class:`RunContext` instead, the same way: :func:`run_analysis` takes a run's source where it takes a model.
-
-The registry declares; this module runs. Nothing in the report or the command line computes a
-registered analysis any other way, so an analysis's command, ``analyze`` and the report write the same
-files with the same settings (``tests/unit/test_layout.py`` holds the report and the command line to it).
+The registry declares; this module runs. Nothing else computes a registered analysis, so its command,
+``analyze`` and the report write the same files (``tests/unit/test_layout.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -62,9 +58,7 @@ class Context:
     ``loaded``: the model on the forwards the analyses use (:func:`compose_lens.training.subject.for_analyses`);
     ``plan``: the located circuit and the Fourier subject (:func:`fourier_plan`); ``heads``: the binder
     and router the probes read. Inside ``with context:`` every operand grid is built once
-    (:func:`compose_lens.analysis.fourier.shared_grids`): the summary, the Fourier tables, the
-    same-MLP features and the ablation's frequency groups read the same constant-operand grid.
-    ``renderer``: where figures are drawn (:class:`compose_lens.views.drawing.Renderer`)."""
+    (:func:`compose_lens.analysis.fourier.shared_grids`) and shared by the analyses that read it."""
 
     def __init__(self, loaded: Subject, seed: int = 0, renderer: Renderer | None = None):
         self.loaded, self.seed = for_analyses(loaded), seed
@@ -100,10 +94,9 @@ class RunContext:
 
     ``source``: a run directory, its ``checkpoints/`` folder, a folder of the study's ``step_N.pth``
     files, or one model (``paper``: the LLC reads one model as a run of one checkpoint); ``split``: a
-    split file (None: the run's own); ``device``: where its checkpoints run; ``progress``: a progress bar
-    over them; ``previous``: the folder of an earlier result of the same analysis, which an ``update``
-    keeps and extends (the dynamics of a growing run). ``config``: the run's configuration, read from its
-    ``config.json`` without loading weights (the study's for a folder of ``.pth`` files)."""
+    split file (None: the run's own); ``previous``: the folder of an earlier result of the same analysis,
+    which an ``update`` extends (the dynamics of a growing run). ``config``: the run's configuration, read
+    without loading weights."""
 
     def __init__(self, source: str | Path, split: str | Path | None = None, seed: int = 0, device: str = "cpu",
                  progress: bool = True, previous: Path | None = None, renderer: Renderer | None = None):
@@ -121,7 +114,6 @@ class RunContext:
 
 
 def _record(config, seed: int, source: str, settings: dict | None) -> dict:
-    """The provenance of files written from a context: config, seed, source and, where given, the settings."""
     return provenance(config, seed, source, **({} if settings is None else {"settings": settings}))
 
 
@@ -183,11 +175,10 @@ def _made_alike(record: Any, context: Context, settings: dict) -> bool:
 
 
 def read(analysis: Analysis, folder: Path, context: Context, settings: dict | None = None) -> Result | None:
-    """The result saved in ``folder``, if every document of ``analysis`` and every table the result had is
-    there and was made with the same settings, seed and configuration; else None. The tables the result had
-    are the ones its documents' provenance lists (:func:`write`; a result may hold fewer than the analysis
-    declares: same-MLP's competence table alone, where the model does not answer variable prompts), else
-    every declared one. Facts are not read back; figures are not either (:func:`obtain` gives them)."""
+    """The result saved in ``folder`` where every document and every table it had (those its documents'
+    provenance lists: same-MLP's competence table alone where the model answers no variable prompt; else every
+    declared one) is there, made with the same settings, seed and configuration; else None. Facts and figures
+    are not read back."""
     settings = analysis.with_settings(settings)
     if not analysis.tables and not analysis.documents:
         return None
@@ -213,12 +204,10 @@ def read(analysis: Analysis, folder: Path, context: Context, settings: dict | No
 
 
 def obtain(analysis: Analysis, context: Context | RunContext, folder: Path, settings: dict | None = None) -> Result:
-    """The saved result in ``folder`` that serves (:func:`read`, or the declaration's ``saved``: the dynamics
-    where they hold every checkpoint asked for), with the figures its declaration draws of it as a computed one
-    has them, else computed now and saved there. An analysis that extends
-    its saved result (a setting ``update``: the dynamics of a growing run) is computed from nothing where that
-    result cannot be extended (another run's, other settings), and ``folder`` is marked as compose-lens's, so
-    that its command's ``--update`` may extend it later."""
+    """The saved result in ``folder`` where it serves (:func:`read`, or the declaration's ``saved``), its
+    figures drawn, else computed now and saved there. An analysis with a setting ``update`` is computed from
+    nothing where the saved result cannot be extended (another run's, other settings), and ``folder`` is marked
+    as compose-lens's, so that its command's ``--update`` may extend it later."""
     settings = analysis.with_settings(settings)
     found = analysis.saved(context, folder, settings) if analysis.saved else read(analysis, folder, context, settings)
     if found is not None:
@@ -283,14 +272,12 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     the summary.
 
     ``causal=False`` leaves out the causal analyses (ablation, patching, circuit); an analysis that does
-    not apply to the model (:meth:`~compose_lens.registry.Analysis.reads`), or that is run by its own
-    command only (``in_analyze=False``: DAS), is left out. Every guard runs
-    first, on the loaded model's config: a refusal comes before minutes of work, not after.
-    ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
-    (:class:`compose_lens.views.drawing.Renderer`; default: here, as each analysis finishes). With a background
-    renderer the analyses run on one torch thread, so that they and the figure worker share two cores
-    without oversubscription (two threads beside the worker made the same-MLP step 2.6x slower). Same
-    files either way; the figures are all written when this returns.
+    not apply to the model (:meth:`~compose_lens.registry.Analysis.reads`), or that runs by its own command
+    only (``in_analyze=False``: DAS), is left out. Every guard runs first: a refusal comes before minutes of
+    work. ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
+    (:class:`compose_lens.views.drawing.Renderer`; default: here, as each analysis finishes); with a
+    background one the analyses run on one torch thread, beside the figure worker (two threads made the
+    same-MLP step 2.6x slower). Same files either way, all written when this returns.
     """
     renderer = renderer or Renderer()
     steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]

@@ -1,12 +1,9 @@
 """The offline HTML page of the report: sections that fail softly, figures as data URIs, circuitsvis inlined.
 
-:class:`Report` builds a page section by section: a section whose analysis fails
-becomes a note on the page instead of stopping the report, and every figure is
-embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page). The
-page is :func:`compose_lens.core.markup.offline_page`: the circuitsvis bundle is
-inlined once in its head, so the attention views on it open without a network
-(:mod:`compose_lens.registry.attention.interactive` says how). Its HTML comes from the templates of
-:mod:`compose_lens.core.markup` (``report.html``, ``figure.html``, ``missing.html``).
+:class:`Report` builds a page section by section: a failing section becomes a note on the page, and every
+figure is embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page). The page is
+:func:`compose_lens.core.markup.offline_page`, the circuitsvis bundle inlined once in its head
+(:mod:`compose_lens.registry.attention.interactive`), from the templates of :mod:`compose_lens.core.markup`.
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ variable allowed on the left, the one at table index ``idx`` kept iff
 a number pair only: r sets how often 2-var rows are drawn, never which variables
 they use.
 
-A split is saved and loaded in the reference's ``split.json`` shape (plus the
-seed, r and the number of kept 2-var rows of each pair), so the study's checkpoints
-can be evaluated on the split they were trained with and users may bring their own
-held-out sets.
+A split is saved and loaded in the reference's ``split.json`` shape (plus the seed, r
+and the kept 2-var rows of each pair), so the study's checkpoints are evaluated on the
+split they were trained with, and users may bring their own held-out sets.
 """
 
 from __future__ import annotations
@@ -79,9 +78,8 @@ def study_two_var_counts(task: TaskConfig, is_train: torch.Tensor) -> torch.Tens
 
 
 def split_bytes(task: TaskConfig) -> int:
-    """Bytes the split of ``task`` needs (the memory guard of :mod:`compose_lens.data.safety` adds it
-    up): its p^2 tables (permutation, mask, pairs) and the training-row table of
-    :func:`training_rows`, 64 bytes a row, with the 2-var rows' choice of variable pair."""
+    """Bytes the split of ``task`` needs, for the memory guard: its p^2 tables and the
+    training-row table (:func:`training_rows`, 64 bytes a row, with the 2-var rows' variable pairs)."""
     pairs = task.modulus ** 2
     n_train = int(task.f * pairs)
     rows_per_pair = (task.zero_var_rows + len(task.allowed_left) + len(task.allowed_right)
@@ -168,8 +166,8 @@ class Split:
     def load(cls, path: str | Path, task: TaskConfig | None = None) -> "Split":
         """Load a split file. Without ``task`` the file defines modulus, variables, f, slots
         (and seed and r where it records them); with one, a file that contradicts its
-        modulus or variables is refused. Held-out pairs that are not the procedure's for
-        the recorded seed are kept as they are: users may bring their own held-out sets."""
+        modulus or variables is refused. Held-out pairs are kept as they are, the
+        procedure's for the seed or not."""
         data = load_json(path)
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: not a split file (a JSON object with heldout_pairs); "
@@ -257,14 +255,10 @@ def _counts_of_file(data: dict, task: TaskConfig, is_train: torch.Tensor, path) 
 
 
 def training_rows(split: Split) -> torch.Tensor:
-    """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)``.
-
-    v (w) is the variable index of the left (right) operand, -1 for a constant, and
-    :data:`ANY_PAIR` in both for a 2-var row. Rows are grouped by type: 0-var (one
-    per variable), 1-var left, 1-var right (one per allowed variable), 2-var (the
-    kept rows of :attr:`Split.two_var_counts`). With
-    ``task.variables_in_training`` false, only the 0-var rows.
-    """
+    """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)`` (module docstring),
+    grouped by type: 0-var (one per variable), 1-var left, 1-var right (one per allowed
+    variable), 2-var (the kept rows of :attr:`Split.two_var_counts`); with
+    ``task.variables_in_training`` false, only the 0-var rows."""
     task = split.task
     pairs = split.train_pairs
     n = len(pairs)

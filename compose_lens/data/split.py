@@ -1,28 +1,21 @@
 """What is held out of training (SPEC section 2): addition pairs, operand slots, and r.
 
-Three things decide what the model may see in training:
-
-* **Addition pairs, f.** Of the p^2 ordered pairs (x, y), ``floor(f p^2)`` are
-  training pairs; the rest are *held out* and never reach training in any form
-  (constants, one variable, two variables).
+* **Addition pairs, f.** Of the p^2 ordered pairs (x, y), ``floor(f p^2)`` are training
+  pairs; the rest are *held out* and never reach training in any form.
 * **Operand slots.** Some variables never appear as the left operand in training
   (``k``, ``l``) and some never as the right one (``a``, ``b``).
-* **2-var frequency, r.** Training draws *rows* uniformly with replacement and
-  renders each into a fresh sequence (:mod:`compose_lens.data.sampler`). A row is
-  ``(x, y, v, w)``, ``v`` / ``w`` the variable index of a variable operand, :data:`CONSTANT`
-  (-1) for a constant, and :data:`ANY_PAIR` (-2) in both for a 2-var row, whose variable pair
-  is drawn afresh from the allowed pairs at every render.
+* **2-var frequency, r.** Training draws *rows* ``(x, y, v, w)`` uniformly with replacement
+  and renders each afresh (:mod:`compose_lens.data.sampler`); ``v`` / ``w`` is the variable
+  index of a variable operand, :data:`CONSTANT` (-1) for a constant, and :data:`ANY_PAIR`
+  (-2) in both for a 2-var row, whose variable pair is drawn at every render.
 
-**The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row
-table enumerates (variable, type, x, y) with x and y fastest, over n_vars x 4 types x
-p x p; the pair pool is the distinct (x, y) in order of first appearance, (0, 0),
-(0, 1), ...; the training pairs are ``random.Random(seed).sample(pool, floor(f p^2))``
-(Python's ``random``). Per training pair the table gives one 0-var row per variable,
-one 1-var row per variable allowed on each side, and one candidate 2-var row per
-variable allowed on the left, the one at table index ``idx`` kept iff
-``random.Random(seed + idx).random() < r`` (all of them at r = 1). So a 2-var row is
-a number pair only: r sets how often 2-var rows are drawn, never which variables
-they use.
+**The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row table
+enumerates (variable, type, x, y), x and y fastest, over n_vars x 4 types x p x p; the training
+pairs are ``random.Random(seed).sample`` of the distinct pairs in that order, ``floor(f p^2)`` of
+them. Per training pair the table gives one 0-var row per variable, one 1-var row per variable
+allowed on each side, and one candidate 2-var row per variable allowed on the left, the one at
+table index ``idx`` kept iff ``random.Random(seed + idx).random() < r``. So r sets how often
+2-var rows are drawn, never which variables they use.
 
 A split is saved and loaded in the reference's ``split.json`` shape (plus the seed, r
 and the kept 2-var rows of each pair), so the study's checkpoints are evaluated on the

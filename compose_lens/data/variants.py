@@ -10,25 +10,20 @@ twice, the latest counts), ``chain_rate`` (a variable operand reached in two hop
 assignments, a filler also inside one, ``let b is 7``), and longer contexts (``seq_len``,
 ``max_assignments``).
 
-How a row ``(x, y, v, w)`` is rendered here, in this order:
+How a row ``(x, y, v, w)`` is rendered (docs/variants.md, "How a variant sequence is made",
+says why each step is so):
 
-1. chain or not; for a 2-var row, the chained side uniformly. The chain's middle variable
-   is one allowed on that side (so ``a``, ``b`` never carry a right operand's value in
-   training, not even through a chain) and distinct from the queried ones;
+1. chain or not; for a 2-var row the chained side uniformly, its middle variable allowed on
+   that side and distinct from the queried ones;
 2. reassignment or not;
-3. the number of assignments n ~ U{1..M} (2-var rows as in the study), raised to what the
-   row needs: its queried variables, a chain's ``c=b`` and the reassignment. n counts every
-   assignment, so the context holds n - 1 distinct variables when one is reassigned;
-4. the variables (queried, the chain's middle one, then distinct distractors) and values;
-5. the reassigned variable: uniform among the context's variables that hold a number (a
-   chain's alias ``c`` is never reassigned). Its earlier, stale value comes before the
-   latest one. **No held-out pair leaks**: when the reassigned variable holds an operand
-   of a training pair (x, y), its stale value s keeps (s, y) (or (x, s)) a training pair
-   as well, so every value an operand's variable takes in training forms a training pair.
-   In the rare row where no other value does, that row is not reassigned;
-6. the assignments in a shuffled order (stale before latest), then PAD and fillers placed
-   by sort keys: PAD in the n + 1 gaps around assignments, fillers in those and the n gaps
-   inside them;
+3. n ~ U{1..M} (2-var rows as in the study), raised to what the row needs (queried variables,
+   ``c=b``, the reassignment: n counts every assignment);
+4. the variables (queried, the chain's middle one, distinct distractors) and values;
+5. the reassigned variable, uniform among those holding a number (never a chain's alias), and
+   its stale value, which comes first and leaks no held-out pair (:func:`stale_candidates`;
+   a row with no such value is not reassigned);
+6. the assignments in a shuffled order (stale before latest), then PAD and fillers placed by
+   sort keys: PAD in the n + 1 gaps around assignments, fillers also in the n gaps inside them;
 7. the query, whose label is the latest value (through the chain) plus the other operand.
 
 The pools of a variant task are the study's nine, rendered as training renders (so at the

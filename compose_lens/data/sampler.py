@@ -210,11 +210,6 @@ def _kind_table(task: TaskConfig, kind: SequenceKind, pairs: torch.Tensor) -> to
     return torch.cat(blocks) if blocks else torch.zeros(0, 4, dtype=torch.long)
 
 
-def _row_table(split: Split, kinds: tuple[SequenceKind, ...], pairs: torch.Tensor) -> torch.Tensor:
-    """The study's row table restricted to ``pairs`` for the given kinds (in that order)."""
-    return torch.cat([_kind_table(split.task, kind, pairs) for kind in kinds])
-
-
 def _one_var_draw(task, pairs: torch.Tensor, left: list[int], right: list[int], size: int,
                   g: torch.Generator) -> torch.Tensor:
     """1-var rows with replacement: a side uniformly (of those with variables), then a variable."""
@@ -251,12 +246,14 @@ def _pool_rows(split: Split, pool: Pool, size: int, g: torch.Generator) -> torch
 
 
 def _table_of(split: Split, pool: Pool, pairs: torch.Tensor) -> torch.Tensor:
-    """The rows a ``table`` or ``training`` pool draws from (distinct ones)."""
+    """The rows a ``table`` or ``training`` pool draws from (distinct ones): the study's row table
+    restricted to ``pairs`` for the pool's kinds, in that order."""
     if pool.rows == "training":  # the kept training rows of its kinds; at r = 0 none: every candidate row
         table = training_rows(split)
         kept = table[torch.isin(row_types(table), torch.tensor([kind.index for kind in pool.kinds]))]
-        return kept if len(kept) else _row_table(split, pool.kinds, pairs)
-    return _row_table(split, pool.kinds, pairs)
+        if len(kept):
+            return kept
+    return torch.cat([_kind_table(split.task, kind, pairs) for kind in pool.kinds])
 
 
 def pools_of(task: TaskConfig) -> tuple[Pool, ...]:

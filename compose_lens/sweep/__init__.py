@@ -255,7 +255,7 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
         raise ComposeLensError(f"--out {out}: exists and is not a sweep directory; choose another --out")
     before = load_json(saved)
     if not isinstance(before, dict) or not isinstance(before.get("param"), str):
-        kind = type(before).__name__.replace("dict", "object without a 'param'").replace("list", "list")
+        kind = type(before).__name__.replace("dict", "object without a 'param'")
         raise ComposeLensError(f"--out {out}: its sweep.json is not a sweep's record (a JSON {kind}, not the "
                                f"object a sweep writes); move the folder away or choose another --out")
     if before["param"] != param:

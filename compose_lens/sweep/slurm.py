@@ -82,20 +82,16 @@ class PointsJob:
         return DelayedSubmission(PointsJob(self.train, self.groups, self.threads))
 
 
-def executor_parameters(options: dict, threads: int, on_gpu: bool) -> tuple[str, dict]:
-    """(the submitit cluster, the executor's parameters): the defaults, then ``--slurm``'s."""
+def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):
+    """submitit's executor for these jobs: the defaults, then ``--slurm``'s settings, checked (one line
+    if one is wrong)."""
+    submitit = import_submitit()
     options = dict(options)
     cluster = options.pop("cluster", "slurm")
     if cluster not in CLUSTERS:
         raise ComposeLensError(f"--slurm cluster={cluster}: use {' or '.join(CLUSTERS)}")
-    return cluster, {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
-                     "gpus_per_node": 1 if on_gpu else 0, **options}
-
-
-def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):
-    """submitit's executor for these jobs, its parameters checked (one line if one is wrong)."""
-    submitit = import_submitit()
-    cluster, params = executor_parameters(options, threads, on_gpu)
+    params = {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
+              "gpus_per_node": 1 if on_gpu else 0, **options}
     if cluster == "slurm" and shutil.which("sbatch") is None:
         raise ComposeLensError("--backend slurm: no SLURM here (sbatch is not on the PATH); run the sweep on the "
                                "cluster's login node, or try it on this machine with --slurm cluster=local")

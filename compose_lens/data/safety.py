@@ -383,16 +383,6 @@ def check_parent(out: Path, command: str = "") -> None:
             return
 
 
-def _new_parents(path: Path) -> list[Path]:
-    """The missing ancestors of ``path``, outermost first."""
-    missing = []
-    for parent in Path(os.path.abspath(path)).parents:
-        if parent.exists():
-            break
-        missing.append(parent)
-    return missing[::-1]
-
-
 @contextlib.contextmanager
 def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Path]:
     """Write an output directory through a fresh staging directory (``.NAME.<hex>.partial``), swapped
@@ -404,7 +394,13 @@ def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Pa
     with _staging(out, command) as (stage, lock):
         yield stage
         lock.write({"command": command, "files": _all_files(stage)})
-        _swap(stage, out, replace)
+        if replace:
+            old = temp_beside(out, directory=True, suffix=".old")  # empty: the rename replaces it
+            out.rename(old)
+            stage.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, out)  # onto a missing or empty directory
 
 
 @contextlib.contextmanager
@@ -437,7 +433,11 @@ def _staging(target: Path, command: str) -> Iterator[tuple[Path, DirectoryLock]]
     """A fresh stage beside ``target``, made and locked (:func:`_stage`), with its lock. If the write
     fails: ``target`` named in an error that names no file (a full disk), the stage and the parents
     this call made (only if still empty) removed."""
-    created = _new_parents(target)
+    created = []  # the missing ancestors of ``target``, outermost first
+    for parent in Path(os.path.abspath(target)).parents:
+        if parent.exists():
+            break
+        created.insert(0, parent)
     stage = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -494,16 +494,6 @@ def _stage(stage: Path, command: str, out: Path) -> DirectoryLock:
         lock.release()
         raise
     return lock
-
-
-def _swap(stage: Path, out: Path, replace: bool) -> None:
-    if replace:
-        old = temp_beside(out, directory=True, suffix=".old")  # empty: the rename replaces it
-        out.rename(old)
-        stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)  # onto a missing or empty directory
 
 
 def check_finite_logits(logits, what: str = "the model") -> None:

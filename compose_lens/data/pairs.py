@@ -13,24 +13,8 @@ value; 1-var prompts), the ``variable`` (swapped for a distractor with another v
 **Token roles.** The queried variable sits at a different position in every prompt, so the patching
 tables and the variant reading group positions by the role :func:`position_roles` names.
 
-**A file of pairs** is CSV (a header row) or JSONL (one JSON object a line), with the columns /
-keys ``clean`` and ``corrupted``, each sequence in the short form ``b=7, e=5, b+23=?``, the token
-form ``PAD b 7 ... + b 23 =`` (:func:`compose_lens.data.task.parse_sequence`) or token ids, space
-separated (``61 1 7 ... 59 1 23 60``) or in JSONL a list of integers.
-
-Example (``pairs.csv``)::
-
-    clean,corrupted
-    "b=7, e=5, b+23=?","b=9, e=5, b+23=?"
-    "c=3, 4+c=?","c=3, 5+c=?"
-
-Each answer is computed by the task; optional ``clean_answer`` / ``corrupted_answer`` columns
-are checked against it, so a file whose author had another answer in mind is refused rather than
-silently relabelled. Every problem is one line naming the file, the line and what to fix; a
-pair's two answers must differ (patching measures the move from one towards the other).
-
-From Python, :func:`as_prompt_pairs` also takes a DataFrame with those columns or a
-list of ``(clean, corrupted)`` pairs, each a token tensor / list or a readable string.
+A researcher's pairs are read from a file by :func:`read_pairs` (docs/circuit-discovery.md); from
+Python, :func:`as_prompt_pairs` also takes a DataFrame or a list of ``(clean, corrupted)`` pairs.
 
 >>> from compose_lens.core.config import TaskConfig
 >>> pairs = as_prompt_pairs(TaskConfig(), [("b=7, b+23=?", "b=9, b+23=?"), ("c=3, 4+c=?", "c=3, 5+c=?")])
@@ -88,7 +72,7 @@ _MAX_DIGITS = 18  # more digits than any token id or residue has: said, never co
 
 
 def parse_tokens(task: TaskConfig, sequence: Any, declaration: Any = None) -> list[int]:
-    """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError. With a
+    """One sequence in any form :func:`read_pairs` accepts as a valid token row; raises SequenceError. With a
     ``declaration``, token ids and the token form are the researcher's (their ids and position order),
     mapped onto the study's coordinates; the short form is the same in both."""
     if isinstance(sequence, torch.Tensor):
@@ -140,7 +124,7 @@ def _answer(value: Any) -> int:
 def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], corruption: str = USER,
                        what: str = "pairs", declaration: Any = None) -> PromptPairs:
     """PromptPairs from ``(where, record)`` items, ``where`` naming the record in an error
-    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc)."""
+    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (:func:`read_pairs`)."""
     found = []  # (clean, corrupted, clean answer, corrupted answer) of each pair
     for where, record in records:
         tokens, labels = {}, {}
@@ -220,7 +204,17 @@ FORMATS = {".csv": _csv_records, ".jsonl": _jsonl_records, ".ndjson": _jsonl_rec
 
 
 def read_pairs(task: TaskConfig, path: str | Path, declaration: Any = None) -> PromptPairs:
-    """The prompt pairs of a CSV or JSONL file (module doc); any problem is one ComposeLensError line."""
+    """The prompt pairs of a CSV (a header row) or JSONL (one JSON object a line) file, with the columns /
+    keys ``clean`` and ``corrupted``: each sequence in the short form ``b=7, e=5, b+23=?``, the token form
+    ``PAD b 7 ... + b 23 =`` or token ids, space separated or in JSONL a list of integers. Each answer
+    is the task's; optional ``clean_answer`` / ``corrupted_answer`` columns are checked against it, and
+    a pair's two answers must differ (patching measures the move from one towards the other). Any
+    problem is one ComposeLensError line naming the file and the line. Example (``pairs.csv``)::
+
+        clean,corrupted
+        "b=7, e=5, b+23=?","b=9, e=5, b+23=?"
+        "c=3, 4+c=?","c=3, 5+c=?"
+    """
     path = Path(path)
     reader = FORMATS.get(path.suffix.lower())
     if reader is None:

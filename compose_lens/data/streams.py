@@ -61,5 +61,5 @@ def derived_generator(seed: int, stream: int, index: int = 0) -> torch.Generator
 
 
 def seeded_generator(seed: int) -> torch.Generator:
-    """A torch generator seeded with ``seed`` itself (the two draws named in the module docstring)."""
+    """A torch generator seeded with ``seed`` itself (the draws the module docstring names)."""
     return torch.Generator().manual_seed(seed)

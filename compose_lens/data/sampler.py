@@ -353,8 +353,7 @@ def example_sequences(split: Split, seed: int = 0) -> list[str]:
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
-    """Every pool of the split's task (:func:`pools_of`) less its :func:`absent_pools`, each from its
-    own random stream."""
+    """Every pool of the split's task (:func:`pools_of`) less its :func:`absent_pools`."""
     return {name: make_pool(split, name, size, seed) for name in present_pools(split)}
 
 
@@ -390,8 +389,7 @@ def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
 
 
 def exhaustive_count(task: TaskConfig) -> int:
-    """Sequences of the exhaustive 2-var union set (:func:`exhaustive_rows`), counted without
-    building it, for the memory guard."""
+    """Sequences of the exhaustive 2-var union set (:func:`exhaustive_rows`), counted without building it."""
     pairs = task.modulus ** 2
     n_train = int(task.f * pairs)
     restricted = len(task.restricted_two_var_pairs(1)) + len(task.restricted_two_var_pairs(2))

@@ -245,8 +245,7 @@ def _read_context(task: TaskConfig, context: list[int]) -> list[_Item]:
 
 
 def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
-    """Check a token row against the task's sequence format (and its variants) and read it
-    (SequenceError if invalid)."""
+    """Check a token row against the task's format (and its variants) and read it (SequenceError if invalid)."""
     tokens = [int(t) for t in tokens]
     if len(tokens) != task.seq_len:
         raise SequenceError(f"a sequence has exactly {task.seq_len} tokens, got {len(tokens)}")

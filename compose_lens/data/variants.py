@@ -85,8 +85,7 @@ def variant_pool_names(task: TaskConfig) -> tuple[str, ...]:
 
 
 def _pick(mask: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A uniform column index among the True entries of each row of ``mask`` (N, K), and
-    whether the row had one."""
+    """A uniform column index among the True entries of each row of ``mask`` (N, K), and whether there is one."""
     keys = torch.rand(mask.shape, generator=g).masked_fill(~mask, -1.0)
     return keys.argmax(1), mask.any(1)
 

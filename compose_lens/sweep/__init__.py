@@ -303,8 +303,7 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 
 
 def lock_point(directory: Path) -> safety.FileLock:
-    """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself)."""
+    """The point's lock, ``POINT.lock`` beside its run directory (which the trainer wants to itself)."""
     return safety.lock_file(directory.with_name(directory.name + ".lock"),
                             f"{directory} is being trained by another process; run the sweep again when it is done")
 

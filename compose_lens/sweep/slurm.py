@@ -83,8 +83,7 @@ class PointsJob:
 
 
 def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):
-    """submitit's executor for these jobs: the defaults, then ``--slurm``'s settings, checked (one line
-    if one is wrong)."""
+    """submitit's executor for these jobs: the defaults, then ``--slurm``'s settings, checked."""
     submitit = import_submitit()
     options = dict(options)
     cluster = options.pop("cluster", "slurm")

@@ -11,7 +11,8 @@ the operation, the output (``numbers``: p classes, as the study; ``vocab``: one 
 the numbers' ids) and the split the model was trained on: held-out pairs (listed, or the
 study's procedure from ``f`` and ``seed``) and slot restrictions, a ``split_file``, or nothing
 held out (``"split": "none"`` in a file, ``**NOTHING_HELD_OUT`` in Python; then the held-out and
-forbidden-slot pools are absent, :func:`compose_lens.data.sampler.absent_pools`).
+forbidden-slot pools are absent, :func:`compose_lens.data.sampler.absent_pools`, and the exhaustive
+sets empty).
 
 The declaration is written in Python or in a JSON or TOML file that the CLI reads (``--task FILE``)::
 

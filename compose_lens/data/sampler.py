@@ -137,8 +137,8 @@ def render_bytes(task: TaskConfig, n: int) -> int:
 
 
 class TrainingSampler:
-    """Online training batches: rows drawn uniformly with replacement, fresh contexts.
-    ``batch(step)`` is a pure function of (split, seed, batch size, step) (module docstring)."""
+    """Online training batches: rows drawn uniformly with replacement, fresh contexts; ``batch(step)``
+    is a pure function of (split, seed, batch size, step) (module docstring)."""
 
     def __init__(self, split: Split, batch_size: int, seed: int, block_steps: int = 50):
         self.split, self.batch_size, self.seed, self.block_steps = split, batch_size, seed, block_steps
@@ -267,9 +267,9 @@ def pool_names(task) -> tuple[str, ...]:
 
 
 def absent_pools(split: Split) -> dict[str, str]:
-    """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: held-out
-    or forbidden-slot pools of a split that holds nothing out (a declaration's ``"split": "none"``),
-    and a pool a prompt set (``split.prompts``) has no sequence of."""
+    """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a held-out
+    pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a declaration's
+    ``"split": "none"``), and a pool a prompt set (``split.prompts``) has no sequence of."""
     task, absent = split.task, {}
     for pool in pools_of(task):
         if pool.pairs == "heldout" and not len(split.heldout_pairs):

@@ -14,10 +14,10 @@ per (value, seed) *point*. A sweep is a directory::
     SWEEP/sweep.png           accuracy against the parameter, one line per seed plus the mean
 
 A sweep seed ``s`` sets all three seeds of a run (``task.seed``: the split; ``train.seed``:
-data order and pools; ``model.init_seed``), so a point gives the same numbers on either
-backend. This module makes the points, sizes the workers, trains and collects the rows; the
-thresholds are :mod:`compose_lens.analysis.thresholds`', the figure
-:func:`compose_lens.views.sweeps.sweep_figure`'s.
+data order and pools; ``model.init_seed``); training is deterministic given these and the
+thread count, so a point gives the same numbers on either backend. This module makes the
+points, sizes the workers, trains and collects the rows; the thresholds come from
+:mod:`compose_lens.analysis.thresholds`, the figure from :func:`compose_lens.views.sweeps.sweep_figure`.
 
 **Faults.** A finished point (``results.json``) is skipped and one with a checkpoint resumes,
 so a killed sweep is restarted by running the same command again. A point that raises is
@@ -26,8 +26,8 @@ training point's process holds a lock on ``runs/POINT.lock`` (never trained by t
 say a restarted sweep and an orphaned worker), and the sweep holds one on
 ``SWEEP/.compose-lens`` until its summary is written (a second sweep into ``--out`` is refused).
 
-**Backends.** ``local``: worker processes with ``workers * threads <= cores`` (one worker runs
-in this process). ``ray``: each point a Ray task asking for ``threads`` CPUs and
+**Backends.** ``local``: worker processes with ``workers * threads <= cores`` (a single worker
+runs in this process). ``ray``: each point a Ray task asking for ``threads`` CPUs and
 ``gpus_per_point`` GPUs (:func:`pin_to_ray_gpus`); the run directories must lie on a file
 system every node writes. ``slurm``: one job array through submitit
 (:mod:`compose_lens.sweep.slurm`). docs/cluster.md says how to use Ray's GPUs and SLURM.

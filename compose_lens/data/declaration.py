@@ -2,27 +2,17 @@
 
 compose-lens asks its questions (does a head bind values to variables, does one MLP compute the
 operation, does layer-2 routing glue them) of any model trained on a task of the study's family:
-in-context variable assignment, then a binary operation on numbers mod p. A researcher's model
-spells that task in its own vocabulary. A :class:`TaskDeclaration` says how:
-
-* which token ids are the numbers 0..p-1, the variables, the operator, ``=`` and PAD (any order,
-  any offset; other ids of the vocabulary, such as a BOS the task never uses, are ignored);
-* the context (``seq_len``, at most ``max_assignments`` ``VAR VALUE`` pairs among PAD) and how it is
-  drawn: ``fewest_assignments`` (n uniform on fewest..max), ``padding`` (``scattered`` in the gaps as the
-  study, ``left`` or ``right`` of the assignments) and ``kind_weights`` (the shares of 0-, 1- and 2-var
-  training sequences; default the study's row table), and the query form, ``prefix`` (``op x y =``, the
-  study's) or ``infix`` (``x op y =``);
-* how sequences print and parse: ``variable_names``, ``number_names``, ``operator_name``;
-* the operation: ``add`` (the study's), ``subtract``, ``multiply``, or a p x p ``operation_table``;
-* the output: ``numbers`` (the model has p output classes, the numbers in order, as the study) or
-  ``vocab`` (one output per vocabulary id; the answer is read at the numbers' ids);
-* the split the model was trained on: the held-out pairs (``heldout_pairs``, a list of ``[x, y]``;
-  or the study's procedure from ``f`` and ``seed``) and the slot restrictions (``left_forbidden`` /
-  ``right_forbidden``, by the researcher's variable names), or a compose-lens ``split.json``
-  (``split_file``); or nothing held out, every pair and every operand slot in training
-  (``"split": "none"`` in a file, ``**NOTHING_HELD_OUT`` in Python). Then the held-out and
-  forbidden-slot pools are absent (:func:`compose_lens.data.sampler.absent_pools` says which and
-  why) and the exhaustive sets empty; everything else runs on the training pairs.
+in-context variable assignment, then a binary operation on numbers mod p. A
+:class:`TaskDeclaration` says how a researcher's model spells that task (docs/own-model.md; each
+field's comment says what it sets): which token ids are the numbers, variables, operator, ``=``
+and PAD (any order, any offset; other ids are ignored), the context and its distribution, the
+query form (``prefix`` ``op x y =``, the study's, or ``infix`` ``x op y =``), the printed names,
+the operation, the output (``numbers``: p classes, as the study; ``vocab``: one per id, read at
+the numbers' ids) and the split the model was trained on: held-out pairs (listed, or the
+study's procedure from ``f`` and ``seed``) and slot restrictions, a ``split_file``, or nothing
+held out (``"split": "none"`` in a file, ``**NOTHING_HELD_OUT`` in Python; then the held-out and
+forbidden-slot pools are absent, :func:`compose_lens.data.sampler.absent_pools`, and the exhaustive
+sets empty).
 
 The declaration is written in Python or in a JSON or TOML file that the CLI reads (``--task FILE``)::
 
@@ -35,17 +25,15 @@ The declaration is written in Python or in a JSON or TOML file that the CLI read
 (``variable_names`` names them, default ``a``, ``b``, ...). :func:`study_declaration` gives the
 study's task as a declaration, bit for bit.
 
-**The study's coordinates.** Every analysis of compose-lens is written once, in the study's
-coordinates: the numbers are tokens 0..p-1 and the output classes, then the operator, ``=``,
-PAD and the variables; the query reads ``op x y =``. A declared task maps onto them exactly
-(:meth:`TaskDeclaration.task` is the task in those coordinates, :meth:`~TaskDeclaration.to_user`
-translates its token rows into the researcher's), and :mod:`compose_lens.training.subject` maps
-the researcher's weights the same way: the embedding's rows, the positions and the unembedding's
-answer rows are re-indexed, nothing is fitted or approximated, and the logits over the numbers
-are the researcher's model's own (a test checks them equal). An ``infix`` query swaps the
-operator's and the left operand's positions; the model in the study's coordinates then reads
-its positions in the researcher's order (:attr:`compose_lens.core.config.ModelConfig.read_order`), so
-its causal mask is the one the researcher trained.
+**The study's coordinates.** Every analysis is written once, in the study's coordinates: the
+numbers are tokens 0..p-1 and the output classes, then the operator, ``=``, PAD and the
+variables; the query reads ``op x y =``. A declared task maps onto them exactly
+(:meth:`TaskDeclaration.task`; :meth:`~TaskDeclaration.to_user` maps token rows back), and so do
+the researcher's weights (:func:`study_coordinates`): the embedding's rows, the positions and the
+unembedding's answer rows are re-indexed, nothing is fitted, and the logits over the numbers are
+the researcher's model's own. An ``infix`` query swaps the operator's and the left operand's
+positions; the model then reads its positions in the researcher's order
+(:attr:`compose_lens.core.config.ModelConfig.read_order`), so its causal mask is the one trained.
 """
 
 from __future__ import annotations
@@ -103,8 +91,8 @@ class TaskDeclaration:
     padding: str = "scattered"  # scattered (the study), left (all before the context), right (all after it)
     kind_weights: tuple[float, ...] | None = None  # shares of 0-, 1-, 2-var training sequences (None: the study's)
     query: str = "prefix"  # prefix: op x y = (the study); infix: x op y =
-    operation: str = "add"
-    operation_table: tuple[tuple[int, ...], ...] | None = None
+    operation: str = "add"  # add (the study's), subtract, multiply
+    operation_table: tuple[tuple[int, ...], ...] | None = None  # or any p x p table
     output: str = "numbers"  # numbers: p output classes in number order; vocab: one per vocabulary id
     f: float | None = None  # the study's procedure's fraction of training pairs (None: the study's 0.7)
     r: float = 1.0
@@ -115,11 +103,9 @@ class TaskDeclaration:
     split_file: str | None = None  # a compose-lens split.json instead of f / r / seed
 
     def __post_init__(self) -> None:
-        """Check the whole declaration before anything is built: the sizes first (linear checks, p and the
-        vocabulary bounded), then every field's type (a list is a list: a string is never read letter by
-        letter), the ids' roles, contradictions, and last the task in the study's coordinates, whose check
-        holds the names' rule (:meth:`TaskConfig._check_spelling`: what a sequence can hold and read back,
-        every word of the readable forms its own), one place for a declaration and a run's task alike."""
+        """Check the whole declaration before anything is built: sizes first (p and the vocabulary
+        bounded), then every field's type, the ids' roles, contradictions, and last the task in the
+        study's coordinates (whose check holds the names' rule, as for a run's task)."""
         if isinstance(self.split_file, os.PathLike):
             object.__setattr__(self, "split_file", os.fspath(self.split_file))
         p = self.modulus
@@ -171,9 +157,8 @@ class TaskDeclaration:
         self.task  # the study-coordinates task checks the rest (context room, split, table) in one line
 
     def _check_split_sources(self) -> None:
-        """One source for each part of the split: a ``split_file`` holds the held-out pairs, f, r, seed and
-        the slots itself, and listed ``heldout_pairs`` replace the procedure that f drives; either given
-        beside the other would be silently ignored."""
+        """One source for each part of the split: a ``split_file`` holds it all, and listed
+        ``heldout_pairs`` replace the procedure that f drives (either beside the other would be ignored)."""
         defaults = {f.name: f.default for f in fields(self)}
         given = [k for k in ("heldout_pairs", "left_forbidden", "right_forbidden") if getattr(self, k) is not None]
         given += [k for k in ("f", "r", "seed") if getattr(self, k) != defaults[k]]  # f: given at all
@@ -370,9 +355,8 @@ REINDEXED = ("embed.weight", "pos_embed.weight", "unembed.weight", "unembed.bias
 @dataclass(frozen=True)
 class UserWeights:
     """A researcher's TransformerLens config (:data:`TL_FIELDS`) and the tensors of :data:`REINDEXED` as they
-    were given: the study's coordinates keep only some of their rows (not an unused id's embedding, a
-    non-number output's unembedding, nor the positions past ``seq_len``), so :func:`user_coordinates` writes
-    these back where the study's coordinates hold no row."""
+    were given, for :func:`user_coordinates` to write back the rows the study's coordinates drop (an unused
+    id's embedding, a non-number output's unembedding, the positions past ``seq_len``)."""
 
     config: dict[str, Any]
     tensors: dict[str, torch.Tensor]
@@ -434,12 +418,9 @@ def study_coordinates(cfg: dict[str, Any], state: dict[str, torch.Tensor], decla
 
 def user_coordinates(model: ModelConfig, state: dict[str, torch.Tensor], declaration: TaskDeclaration,
                      given: UserWeights | None, source: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The inverse of :func:`study_coordinates`: a model in the study's coordinates (its config and state
-    dict) as the researcher's TransformerLens config and state dict, in their ids, positions and output
-    classes. The rows the study's coordinates hold are written where they came from; every other row (an
-    unused id, a non-number output, a position past ``seq_len``) comes from ``given``, the model as it was
-    read. Where a row has no source (``given`` is None and the declaration leaves ids, outputs or positions
-    out of the study's coordinates), refuses in one line: an export must be exact or not be."""
+    """The inverse of :func:`study_coordinates`: the researcher's TransformerLens config and state dict,
+    every row the study's coordinates drop taken from ``given`` (the model as it was read). Where a row
+    has no source (``given`` is None), refuses in one line: an export must be exact or not be."""
     d = declaration
     config = dict(given.config) if given is not None else {
         **{k: getattr(model, k) for k in TL_FIELDS}, "positional_embedding_type": "standard",

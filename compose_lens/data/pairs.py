@@ -1,50 +1,20 @@
 """Prompt pairs: aligned clean / corrupted sequences and their answers, made here or brought by you.
 
-Activation patching and circuit discovery compare two runs of the model: a
-**clean** prompt and a **corrupted** one that differs from it in some detail and
-so has another answer. compose-lens makes such pairs itself (:func:`make_prompt_pairs`,
-:func:`compose_lens.registry.circuit.discovery.resample_pairs`), and this module reads the
-pairs a researcher writes down, so the same engines run on them.
+Activation patching and circuit discovery compare two runs of the model: a **clean** prompt and
+a **corrupted** one that differs from it in some detail and so has another answer. compose-lens
+makes such pairs itself, and this module also reads the pairs a researcher writes down, so the
+same engines run on them.
 
-**The study's pairs.** A clean prompt and a corrupted one differ in one token and so in their answers,
-e.g. ``b=17, + b 19 =`` (36) against ``b=20, + b 19 =`` (39); positions line up. :func:`make_prompt_pairs`
-edits ``value`` (the queried variable's value; 1-var prompts), ``variable`` (the queried variable swapped
-for a distractor with another value) or ``constant`` (one constant operand; 0-var prompts), so the labels
-stay correct (read back with :func:`compose_lens.data.task.decode`). Patching, circuit discovery,
-modularity and the variant reading share them.
+**The study's pairs** (:func:`make_prompt_pairs`) differ in one token, positions aligned, e.g.
+``b=17, + b 19 =`` (36) against ``b=20, + b 19 =`` (39): the ``value`` (the queried variable's
+value; 1-var prompts), the ``variable`` (swapped for a distractor with another value) or a
+``constant`` operand (0-var prompts), the labels read back with :func:`compose_lens.data.task.decode`.
 
-**Token roles.** The queried variable sits at a different position in every prompt, so a table by
-absolute position mixes roles in every context column: :func:`position_roles` names the role each
-position plays in each prompt (:data:`ROLES`, and on a variant task :data:`VARIANT_ROLES` too), which the
-patching tables group by and the variant reading reads attention by.
+**Token roles.** The queried variable sits at a different position in every prompt, so the patching
+tables and the variant reading group positions by the role :func:`position_roles` names.
 
-**A file of pairs** is CSV (a header row) or JSONL (one JSON object a line), with
-the columns / keys ``clean`` and ``corrupted``. Each sequence is written in any form
-compose-lens reads:
-
-* the short form ``b=7, e=5, b+23=?`` or the token form ``PAD b 7 ... + b 23 =``
-  (:func:`compose_lens.data.task.parse_sequence`: the short form puts every
-  ``PAD`` first);
-* the token ids, space separated (``61 1 7 ... 59 1 23 60``), or in JSONL a list of
-  integers.
-
-Example (``pairs.csv``)::
-
-    clean,corrupted
-    "b=7, e=5, b+23=?","b=9, e=5, b+23=?"
-    "c=3, 4+c=?","c=3, 5+c=?"
-
-Each answer is computed by the task (``(x + y) mod p`` at ``=``). Optional
-``clean_answer`` / ``corrupted_answer`` columns are checked against it, so a file
-whose author had another answer in mind is refused rather than silently relabelled.
-Every problem is one line naming the file, the line and what to fix: a missing
-column, a sequence that does not parse, a token outside the vocabulary, a sequence of
-the wrong length, an answer that contradicts the task, and a pair whose two answers
-are equal (patching measures how far a site moves the model from one answer towards
-the other, so they must differ).
-
-From Python, :func:`as_prompt_pairs` also takes a DataFrame with those columns or a
-list of ``(clean, corrupted)`` pairs, each a token tensor / list or a readable string.
+A researcher's pairs are read from a file by :func:`read_pairs` (docs/circuit-discovery.md); from
+Python, :func:`as_prompt_pairs` also takes a DataFrame or a list of ``(clean, corrupted)`` pairs.
 
 >>> from compose_lens.core.config import TaskConfig
 >>> pairs = as_prompt_pairs(TaskConfig(), [("b=7, b+23=?", "b=9, b+23=?"), ("c=3, 4+c=?", "c=3, 5+c=?")])
@@ -102,10 +72,9 @@ _MAX_DIGITS = 18  # more digits than any token id or residue has: said, never co
 
 
 def parse_tokens(task: TaskConfig, sequence: Any, declaration: Any = None) -> list[int]:
-    """One sequence in any accepted form (module doc) as a valid token row; raises SequenceError.
-    ``declaration`` (a :class:`~compose_lens.data.declaration.TaskDeclaration`): token ids and the token form
-    are the researcher's, in their ids and position order (an infix query's ``x op y =``), mapped onto the
-    study's coordinates; the short form ``b=7, b+23=?`` is the same in both."""
+    """One sequence in any form :func:`read_pairs` accepts as a valid token row; raises SequenceError. With a
+    ``declaration``, token ids and the token form are the researcher's (their ids and position order),
+    mapped onto the study's coordinates; the short form is the same in both."""
     if isinstance(sequence, torch.Tensor):
         sequence = sequence.tolist()
     ids = None  # token ids as written (the researcher's, where there is a declaration)
@@ -155,8 +124,7 @@ def _answer(value: Any) -> int:
 def pairs_from_records(task: TaskConfig, records: Iterable[tuple[str, dict]], corruption: str = USER,
                        what: str = "pairs", declaration: Any = None) -> PromptPairs:
     """PromptPairs from ``(where, record)`` items, ``where`` naming the record in an error
-    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (module doc); token ids
-    and the token form in the ``declaration``'s coordinates where one is given (:func:`parse_tokens`)."""
+    (``pairs.csv line 4``), ``record`` a mapping with ``clean`` and ``corrupted`` (:func:`read_pairs`)."""
     found = []  # (clean, corrupted, clean answer, corrupted answer) of each pair
     for where, record in records:
         tokens, labels = {}, {}
@@ -236,7 +204,17 @@ FORMATS = {".csv": _csv_records, ".jsonl": _jsonl_records, ".ndjson": _jsonl_rec
 
 
 def read_pairs(task: TaskConfig, path: str | Path, declaration: Any = None) -> PromptPairs:
-    """The prompt pairs of a CSV or JSONL file (module doc); any problem is one ComposeLensError line."""
+    """The prompt pairs of a CSV (a header row) or JSONL (one JSON object a line) file, with the columns /
+    keys ``clean`` and ``corrupted``: each sequence in the short form ``b=7, e=5, b+23=?``, the token form
+    ``PAD b 7 ... + b 23 =`` or token ids, space separated or in JSONL a list of integers. Each answer
+    is the task's; optional ``clean_answer`` / ``corrupted_answer`` columns are checked against it, and
+    a pair's two answers must differ (patching measures the move from one towards the other). Any
+    problem is one ComposeLensError line naming the file and the line. Example (``pairs.csv``)::
+
+        clean,corrupted
+        "b=7, e=5, b+23=?","b=9, e=5, b+23=?"
+        "c=3, 4+c=?","c=3, 5+c=?"
+    """
     path = Path(path)
     reader = FORMATS.get(path.suffix.lower())
     if reader is None:
@@ -348,9 +326,8 @@ _PAIR_MAKERS = {"constant": _constant_pairs, "value": _value_pairs, "variable": 
 
 
 def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", seed: int = 0) -> PromptPairs:
-    """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions; where the
-    split carries a prompt set (:mod:`compose_lens.data.prompts`), the clean prompts are its sequences of the
-    pool, as many as it holds (at most ``n_pairs``)."""
+    """``n_pairs`` clean prompts (training pairs, allowed slots) and their one-token corruptions; with a
+    prompt set (:mod:`compose_lens.data.prompts`), the clean prompts are its sequences (at most ``n_pairs``)."""
     if corruption not in CORRUPTIONS:
         raise ComposeLensError(f"corruption {corruption!r}: use one of {', '.join(CORRUPTIONS)}")
     if n_pairs < 2:
@@ -380,57 +357,41 @@ def role_names(task) -> tuple[str, ...]:
 def position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
     """(N, n) index into :func:`role_names` of every position of every prompt (N, n).
 
-    A context variable is *queried* when it is an operand of the query, and the number
-    after a variable is that variable's value; the four query positions are ``+``, the
-    left and right operands (constant or variable) and ``=``. On a variant task the
-    context is parsed (:func:`compose_lens.data.variants.bindings`): the queried value is
-    the number the operand's variable holds at the end (latest assignment, chain followed).
-    """
-    if task.is_variant:
-        return _variant_position_roles(task, tokens)
-    C = task.context_len
-    ctx = tokens[:, :C]
-    is_var = ctx >= task.first_var_token
-    operands = tokens[:, C + 1: C + 3]
-    queried = is_var & (ctx.unsqueeze(2) == operands.unsqueeze(1)).any(2)
-    queried_value = torch.zeros_like(queried)
-    queried_value[:, 1:] = queried[:, :-1]
-    role = torch.full_like(ctx, ROLES.index("distractor value"))
-    role[queried_value] = ROLES.index("queried value")
-    role[is_var] = ROLES.index("distractor var")
-    role[queried] = ROLES.index("queried var")
-    role[ctx == task.pad_token] = ROLES.index("PAD")
-    query = torch.tensor([ROLES.index(r) for r in QUERY_ROLES]).expand(len(tokens), -1)
-    return torch.cat([role, query], dim=1)
-
-
-def _variant_position_roles(task, tokens: torch.Tensor) -> torch.Tensor:
+    A context variable is *queried* when it is an operand of the query; on a variant task the
+    queried value is the number the operand's variable holds at the end
+    (:func:`compose_lens.data.variants.bindings`: latest assignment, chain followed)."""
     names = role_names(task)
     C = task.context_len
     ctx = tokens[:, :C]
-    found = bindings(task, tokens)
     is_var = ctx >= task.first_var_token
     operands = tokens[:, C + 1: C + 3]
     queried = is_var & (ctx.unsqueeze(2) == operands.unsqueeze(1)).any(2)
-    value_pos = found.variable_of >= 0
-    bound_token = ctx.gather(1, found.variable_of.clamp_min(0))  # the variable a value is assigned to
-    targets = found.operand_value_positions(task, tokens)  # in the context for a variable operand
-    rows = torch.arange(len(tokens))
-    # a queried chain's middle variable: the variable a queried variable is assigned to
-    middle = value_pos & is_var & queried.gather(1, found.variable_of.clamp_min(0))
-    middle_token = torch.where(middle, ctx, torch.full_like(ctx, -1))
-    is_middle = is_var & (ctx.unsqueeze(2) == middle_token.unsqueeze(1)).any(2) & ~queried
     role = torch.full_like(ctx, names.index("distractor value"))
-    stale = value_pos & ~is_var & (bound_token.unsqueeze(2) == operands.unsqueeze(1)).any(2)
-    role[stale] = names.index("stale value")
-    role[is_var] = names.index("distractor var")
-    role[is_middle] = names.index("chain var")
-    role[queried] = names.index("queried var")
-    for side in range(2):
-        inside = targets[:, side] < C
-        role[rows[inside], targets[inside, side]] = names.index("queried value")
-    role[(ctx >= task.first_noise_token) & ~is_var] = names.index("filler")
+    if not task.is_variant:
+        queried_value = torch.zeros_like(queried)
+        queried_value[:, 1:] = queried[:, :-1]
+        role[queried_value] = names.index("queried value")
+        role[is_var] = names.index("distractor var")
+        role[queried] = names.index("queried var")
+    else:
+        found = bindings(task, tokens)
+        value_pos = found.variable_of >= 0
+        bound_token = ctx.gather(1, found.variable_of.clamp_min(0))  # the variable a value is assigned to
+        targets = found.operand_value_positions(task, tokens)  # in the context for a variable operand
+        rows = torch.arange(len(tokens))
+        # a queried chain's middle variable: the variable a queried variable is assigned to
+        middle = value_pos & is_var & queried.gather(1, found.variable_of.clamp_min(0))
+        middle_token = torch.where(middle, ctx, torch.full_like(ctx, -1))
+        is_middle = is_var & (ctx.unsqueeze(2) == middle_token.unsqueeze(1)).any(2) & ~queried
+        stale = value_pos & ~is_var & (bound_token.unsqueeze(2) == operands.unsqueeze(1)).any(2)
+        role[stale] = names.index("stale value")
+        role[is_var] = names.index("distractor var")
+        role[is_middle] = names.index("chain var")
+        role[queried] = names.index("queried var")
+        for side in range(2):
+            inside = targets[:, side] < C
+            role[rows[inside], targets[inside, side]] = names.index("queried value")
+        role[(ctx >= task.first_noise_token) & ~is_var] = names.index("filler")
     role[ctx == task.pad_token] = names.index("PAD")
     query = torch.tensor([names.index(r) for r in QUERY_ROLES]).expand(len(tokens), -1)
     return torch.cat([role, query], dim=1)
-

@@ -2,11 +2,10 @@
 
 A pool (SPEC section 3) is a set of sequences that isolates one thing the model may or
 may not have learned: constants on held-out pairs, a variable in a slot it never held in
-training, and so on. Each pool is one :class:`Pool` below, and
-:func:`compose_lens.data.sampler.make_pool` draws it from these fields alone (no name is
-parsed): its sequence kinds (:class:`~compose_lens.data.task.SequenceKind`), the addition
-pairs of its rows (training or held out), how many operand slots hold a variable that is
-*forbidden* there in training, and where its rows come from:
+training, and so on. Each is one :class:`Pool`, which
+:func:`compose_lens.data.sampler.make_pool` draws from its fields alone (no name is parsed):
+its sequence kinds, the addition pairs of its rows (training or held out), how many operand
+slots hold a variable *forbidden* there in training, and where its rows come from:
 
 * ``table``: distinct rows of the study's row table restricted to the pairs (the study
   shuffles its rows and keeps the first 2,000);
@@ -17,10 +16,9 @@ pairs of its rows (training or held out), how many operand slots hold a variable
   uniform on 2..6 as in the 2-var union).
 
 The study's nine are :data:`STUDY_POOLS`. A task variant adds its own
-(:data:`compose_lens.data.variants.VARIANT_POOLS`), which also say how they render
-(``reassign``, ``chain``, ``noise_rate``: keyword arguments of
-:func:`~compose_lens.data.variants.render_variant`), which answer they are scored
-against, and whose random stream they share.
+(:data:`compose_lens.data.variants.VARIANT_POOLS`), whose fields after ``rows`` say how they
+render (keyword arguments of :func:`~compose_lens.data.variants.render_variant`), which
+answer they are scored against, and whose random stream they share.
 
 >>> pool = find_pool(STUDY_POOLS, "1var_var_restricted")
 >>> [str(kind) for kind in pool.kinds], pool.pairs, pool.forbidden, pool.rows
@@ -44,13 +42,11 @@ EXHAUSTIVE_NAMES = ("zero_var_heldout", "two_var_union")
 
 @dataclass(frozen=True)
 class Pool:
-    """One pool: its sequences' kinds, pairs, forbidden slots and row source (module docstring).
-
-    ``forbidden``: 0, every variable in a slot it holds in training; for 1-var rows 1, the
-    variable in the side's forbidden slot; for 2-var rows 1 or 2, one or both variables in
-    forbidden slots (:meth:`~compose_lens.core.config.TaskConfig.restricted_two_var_pairs`).
-    The fields after ``rows`` belong to a variant's pools.
-    """
+    """One pool: its sequences' kinds, pairs (``train`` or ``heldout``), forbidden slots and row source
+    (``table``, ``training`` or ``builder``; module docstring). ``forbidden``: how many operand slots
+    hold a variable forbidden there in training (0; 1 for 1-var rows; 1 or 2 for 2-var rows,
+    :meth:`~compose_lens.core.config.TaskConfig.restricted_two_var_pairs`). The fields after ``rows``
+    belong to a variant's pools."""
 
     name: str
     kinds: tuple[SequenceKind, ...]

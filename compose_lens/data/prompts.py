@@ -1,20 +1,16 @@
 """Your own prompt set: the sequences a researcher evaluated or trained on, read as the pools.
 
-compose-lens draws its pools from the task's own renderer (:mod:`compose_lens.data.sampler`: a context of
-assignments, then the query), with the context distribution the task declares. A researcher whose data
-were made another way can bring them instead: ``--prompts FILE`` on every command that reads a MODEL (in
-Python, :func:`with_prompts`). Then each of the nine pools **is** the file's sequences of that pool, and
-every analysis that reads pools (evaluate, the probes, direct logit attribution, ablation, the attention
-views, circuit discovery's evaluation pairs, ...) reads the researcher's sequences, not the renderer's.
+compose-lens draws its pools from the task's own renderer (:mod:`compose_lens.data.sampler`). A
+researcher whose data were made another way can bring them instead (docs/own-model.md):
+``--prompts FILE`` on every command that reads a MODEL (in Python, :func:`with_prompts`). Then each
+of the nine pools **is** the file's sequences of that pool, and every analysis that reads pools
+reads the researcher's sequences, not the renderer's.
 
 **The file** is CSV (a header row) or JSONL (one JSON object a line) with two columns / keys:
-
-* ``sequence``: the short readable form (``p=3, q=4, p-q=?``, in the task's declared names), the token
-  form in the model's own position order (``PAD p 3 ... p - q =`` for an infix query), or the model's
-  own token ids (space separated, or in JSONL a list of integers);
-* ``answer``: the answer the sequence should get, as the readable form spells a number (its value, or
-  its declared name). It is checked against the declared operation: a file whose answers the task does
-  not give is refused (the declaration, or the file, is wrong), rather than read with other labels.
+``sequence``, in the short readable form (``p=3, q=4, p-q=?``, in the task's declared names), the
+token form in the model's own position order, or the model's own token ids (space separated, or in
+JSONL a list of integers); and ``answer``, as the readable form spells a number, checked against the
+declared operation (a file whose answers the task does not give is refused, not relabelled).
 
 Example (``prompts.csv``)::
 
@@ -22,18 +18,12 @@ Example (``prompts.csv``)::
     "p=3, q=4, p-q=?",6
     "r=1, 5-r=?",4
 
-**Which pool a sequence is in** is read from it (:func:`pool_of`): its kind (how many operands are
-variables), whether its pair is a training or a held-out pair of the declared split, and whether a
-variable stands in an operand slot training forbids. A held-out pair with a variable in a forbidden slot is
-in no pool (counted as ``outside the pools``). A pool the file has no sequence of is absent
-(:func:`compose_lens.data.sampler.absent_pools` says so); a pool of more sequences than a command asks for
-is a seeded sample of them, else all of them.
-
-What still comes from the declared distribution, not the file: the exhaustive sets (every held-out pair,
-every 2-var slot pair), and what an analysis builds for a purpose of its own: patching's and the same-MLP
-tests' prompts, which change one token of a rendered sequence (give patching your own pairs with
-``--pairs FILE``, read in the same forms). ``compose-lens evaluate MODEL --prompts FILE`` prints the file's
-accuracies beside the declared distribution's.
+:func:`pool_of` reads a sequence's pool from its kind, whether its pair is a training or a held-out
+pair, and whether a variable stands in a slot training forbids (a held-out pair with a variable in a
+forbidden slot is in no pool, :data:`OUTSIDE`). A pool the file has no sequence of is absent
+(:func:`compose_lens.data.sampler.absent_pools`); a pool of more sequences than a command asks for
+is a seeded sample of them. The exhaustive sets and the same-MLP tests' prompts still come from the
+declared distribution; patching corrupts the file's own sequences (or give pairs with ``--pairs FILE``).
 """
 
 from __future__ import annotations
@@ -76,8 +66,8 @@ class PromptSet:
 
 
 def pool_of(split: Split, row: tuple[int, int, int, int], is_train: torch.Tensor | None = None) -> str:
-    """The study pool a row (x, y, v, w) belongs to under ``split`` (module doc), or :data:`OUTSIDE`
-    (``is_train``: ``split.is_train``, where the caller has it)."""
+    """The study pool a row (x, y, v, w) belongs to under ``split``, or :data:`OUTSIDE` (``is_train``:
+    ``split.is_train``, where the caller has it)."""
     task = split.task
     x, y, v, w = row
     train = bool((split.is_train if is_train is None else is_train)[x, y])
@@ -119,9 +109,8 @@ def _records(path: Path, text: str):
 
 
 def read_prompts(path: str | Path, split: Split, declaration=None) -> PromptSet:
-    """The prompt set of a CSV or JSONL file (module doc), in the study's coordinates: read in the
-    ``declaration``'s ids, positions and names (None: the study's). Any problem is one line naming the
-    file and the line."""
+    """The prompt set of a CSV or JSONL file (module doc), in the study's coordinates, read in the
+    ``declaration``'s ids, positions and names (None: the study's)."""
     path = Path(path)
     if path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
         raise ComposeLensError(f"prompts file {path}: name it .csv or .jsonl (one sequence and its answer a row)")

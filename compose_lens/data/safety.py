@@ -1,44 +1,30 @@
 """The rules every command follows with bad input: memory guard, output ownership, locks.
 
-Three rules, each checked *before* anything is created, deleted or trained:
+Three rules, each checked *before* anything is created, deleted or trained (docs/bad-input.md):
 
-**Memory guard.** A configuration's largest tensors are known in advance: the
-split's ``p^2`` pair tables, the training-row table (``f p^2`` pairs times the rows
-per pair), the exhaustive 2-var set, the rendered pools and batches (``N x seq_len``
-tokens plus the render's scratch tensors), and the forward pass (``batch x seq x
-d_model`` activations per layer, kept for the backward). :func:`training_estimate`
-adds these up (a deliberately generous estimate) and :func:`require_memory` refuses
-a configuration whose estimate exceeds the memory the machine has available now
-(``psutil.virtual_memory().available``: ``MemAvailable`` on Linux, its equivalent on macOS and
-Windows), saying how much it needs.
-Counts typed on the command line (``--n``, ``--pool-size``) are also capped at
-:data:`MAX_COUNT` whatever the memory, and every command's size arguments go through
-one guard, :func:`check_sizes`: the sequences they render, what the command keeps of
-each (activations, tables), a forward chunk and the split, checked on MODEL's
-``config.json`` before the model is loaded (:func:`check_model_sizes`).
+**Memory guard.** :func:`training_estimate` adds up a configuration's largest tensors, known in
+advance (split tables, training rows, the exhaustive 2-var set, rendered pools and batches, the
+forward's activations), generously, and :func:`require_memory` refuses what exceeds the memory
+available now (``psutil.virtual_memory().available``), saying how much it needs. Counts typed on
+the command line are capped at :data:`MAX_COUNT`, and every command's size arguments go through
+one guard, :func:`check_sizes`, run on MODEL's ``config.json`` before the model is loaded
+(:func:`check_model_sizes`).
 
-**Outputs belong to compose-lens.** Every directory compose-lens writes holds a
-small marker file, ``.compose-lens`` (JSON: the command, and for analysis outputs the
-files written). An existing, non-empty output is never replaced without
-``--overwrite``; with it, only a directory whose marker names the same command and
-that holds nothing compose-lens did not write is replaced. Analysis outputs are
-written into a staging directory beside the target (``.NAME.<hex>.partial``) and
-swapped in at the end (:func:`staged_output`), so a command that fails leaves the
-output location exactly as it was, and a replaced output keeps no stale file of an
-earlier call. A file output (``--out FILE``) is written to a fresh ``.FILE.<hex>.tmp``
-and renamed. Every temporary name is created exclusively
-(:func:`compose_lens.core.files.temp_beside`): none ever takes over a file, folder or
-symlink that is already there, and a marker that is a symlink is never written through.
+**Outputs belong to compose-lens.** Every directory compose-lens writes holds a marker,
+``.compose-lens`` (JSON: the command, and for analysis outputs the files written). A non-empty
+output is replaced only with ``--overwrite``, and then only if its marker names the same command
+and it holds nothing else. Analysis outputs are written into ``.NAME.<hex>.partial`` beside the
+target and swapped in at the end (:func:`staged_output`): a failed command leaves the output as it
+was, and a replaced one keeps no stale file. A file output is written to ``.FILE.<hex>.tmp`` and
+renamed. Every temporary name is created exclusively (:func:`compose_lens.core.files.temp_beside`),
+and a marker that is a symlink is never written through.
 
-**Locks.** The marker is also the lock: a process writing a directory holds an
-exclusive lock on it (:func:`lock_directory`; a sweep's points lock a file beside
-their run directories with the same :class:`FileLock`, :func:`lock_file`), taken with the
-``filelock`` library's lock on a descriptor compose-lens opens itself
-(``filelock.lock_descriptor``: ``flock`` on POSIX, ``LockFileEx`` of the first byte on Windows),
-so the marker's text is compose-lens's to write while it is held, through the same descriptor
-(``filelock.FileLock`` opens the lock file itself and owns its content). The kernel drops the lock
-when the process ends, however it ends, so a crash never leaves a stale lock; a second trainer on
-the same run, or a second command writing the same output, is refused at once with one line.
+**Locks.** The marker is also the lock (:func:`lock_directory`; a sweep's points lock a file beside
+their run directories with the same :class:`FileLock`): ``filelock.lock_descriptor`` (``flock`` on
+POSIX, ``LockFileEx`` on Windows) on a descriptor compose-lens opens itself, so the marker's text is
+written through that descriptor while it is held (``filelock.FileLock`` would own the file's
+content). The kernel drops the lock when the process ends, so a crash leaves no stale lock; a
+second command on the same run or output is refused at once with one line.
 """
 
 from __future__ import annotations
@@ -71,8 +57,7 @@ GB = 1024 ** 3
 
 
 def available_memory() -> int:
-    """Bytes of memory available to a new allocation now (psutil's ``available``: Linux's
-    MemAvailable, and its equivalent elsewhere)."""
+    """Bytes of memory available to a new allocation now (psutil's ``available``)."""
     import psutil  # here, not at import: the command line's --help stays fast
 
     try:
@@ -173,14 +158,12 @@ def analysis_estimate(config: RunConfig, sequences: int, kept_per_sequence: int 
 
 def check_sizes(config: RunConfig, sizes: dict[str, tuple[int, ...]], kept_per_sequence: int = 0,
                 forward: bool = True) -> None:
-    """The one memory guard over a command's size arguments, before any work.
+    """The one memory guard over a command's size arguments, before any work: each a count
+    (:func:`check_count`), together fitting the available memory.
 
-    ``sizes`` maps each option as typed (``"--pool-size 2000"``) to (its value, the
-    sequences it renders per unit[, the bytes the command keeps per unit beyond them:
-    patching tables, bootstrap counts, cached activations]); ``kept_per_sequence`` is
-    what the command keeps of every rendered sequence; ``forward=False`` for a command that
-    runs no model. Each value is a count (:func:`check_count`); together they must fit the
-    available memory."""
+    ``sizes`` maps each option as typed (``"--pool-size 2000"``) to (its value, the sequences it
+    renders per unit[, the bytes kept per unit beyond them: patching tables, cached activations]);
+    ``kept_per_sequence``: what is kept of every rendered sequence; ``forward=False``: no model runs."""
     for option, (value, *_) in sizes.items():
         check_count(value, option.split()[0])
     total = sum(size[0] * size[1] for size in sizes.values())
@@ -215,10 +198,9 @@ def read_marker(directory: Path) -> dict | None:
 
 
 class FileLock:
-    """An exclusive lock on the file ``path``, which it creates if missing (never truncated, never
-    through a symlink); ``busy`` is the one line said when another process holds it. The one lock
-    of compose-lens: a directory's marker (:class:`DirectoryLock`) and a sweep point's
-    ``POINT.lock`` (:mod:`compose_lens.sweep`). Usable as a context manager."""
+    """An exclusive lock on the file ``path``, created if missing (never truncated, never through a
+    symlink); ``busy`` is the one line said when another process holds it. The one lock of
+    compose-lens: a directory's marker (:class:`DirectoryLock`) and a sweep point's ``POINT.lock``."""
 
     def __init__(self, path: Path, busy: str):
         self.path = Path(path)
@@ -286,9 +268,8 @@ def lock_file(path: Path, busy: str) -> FileLock:
 
 def lock_run(run_dir: Path, command: str) -> contextlib.AbstractContextManager:
     """The lock of a command that writes into a run folder (``report RUN``): the run's marker, the lock
-    ``train`` holds while it trains, so neither runs beside the other or beside a second such command
-    (issue #45: two reports at once both wrote). A folder without a marker (the study's ``step_N.pth``)
-    is not given one; its writes are still staged, and their stage is locked."""
+    ``train`` holds while it trains. A folder without a marker (the study's ``step_N.pth``) is not
+    given one; its writes are still staged, and their stage is locked."""
     if not (Path(run_dir) / MARKER).is_file():
         return contextlib.nullcontext()
     return DirectoryLock(run_dir, command, f"{run_dir}: another compose-lens command is using this run now "
@@ -303,12 +284,9 @@ def _all_files(directory: Path) -> list[str]:
 
 
 def check_replaceable(directory: Path, command: str, overwrite: bool, allowed: frozenset[str] | None = None) -> bool:
-    """Validate replacing ``directory``; True if it holds something (to be replaced).
-
-    Refuses a non-directory, a non-empty directory without ``overwrite``, and with
-    it one that compose-lens did not write for ``command`` or that holds a file
-    compose-lens did not write (its marker's list, or the names in ``allowed``).
-    """
+    """Validate replacing ``directory``; True if it holds something (to be replaced). Refuses a
+    non-directory, a non-empty directory without ``overwrite``, and with it one that compose-lens did
+    not write for ``command`` or that holds a file it did not write (its marker's list, or ``allowed``)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ComposeLensError(f"--out {directory}: exists and is not a directory")
@@ -345,10 +323,8 @@ def check_out_name(out: str | Path) -> Path:
 
 
 def check_no_broken_link(out: Path) -> None:
-    """Refuse an output that is, or lies below, a symlink leading nowhere: a loop, or a link to
-    something missing. Said up front, by the user's name for it; it was found only after the
-    whole analysis ran, as "Not a directory" on a staging path (or, for a file, the link was
-    silently replaced by the file)."""
+    """Refuse an output that is, or lies below, a symlink leading nowhere (a loop, or a link to
+    something missing), up front and by the user's name for it."""
     for path in (out, *out.parents):
         if not os.path.islink(path):
             continue
@@ -407,49 +383,33 @@ def check_parent(out: Path, command: str = "") -> None:
             return
 
 
-def _new_parents(path: Path) -> list[Path]:
-    """The missing ancestors of ``path``, outermost first."""
-    missing = []
-    for parent in Path(os.path.abspath(path)).parents:
-        if parent.exists():
-            break
-        missing.append(parent)
-    return missing[::-1]
-
-
 @contextlib.contextmanager
 def staged_output(out: str | Path, command: str, overwrite: bool) -> Iterator[Path]:
-    """Write an output directory through a staging directory, swapped in on success.
-
-    Validation (:func:`check_replaceable`) happens on entry, before anything is made.
-    The staging directory (``.NAME.<hex>.partial``) and the name the replaced output
-    moves to (``.NAME.<hex>.old``) are made fresh by
-    :func:`compose_lens.core.files.temp_beside`, so they never take over anything
-    already there. On an exception the staging directory and any parent this made
-    are removed, and ``out`` is untouched.
-    """
+    """Write an output directory through a fresh staging directory (``.NAME.<hex>.partial``), swapped
+    in on success; validated (:func:`check_replaceable`) before anything is made. On an exception the
+    stage and any parent this made are removed, and ``out`` is untouched."""
     out = check_out_name(out)
     check_parent(out, command)
     replace = check_replaceable(out, command, overwrite)
     with _staging(out, command) as (stage, lock):
         yield stage
         lock.write({"command": command, "files": _all_files(stage)})
-        _swap(stage, out, replace)
+        if replace:
+            old = temp_beside(out, directory=True, suffix=".old")  # empty: the rename replaces it
+            out.rename(old)
+            stage.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, out)  # onto a missing or empty directory
 
 
 @contextlib.contextmanager
 def staged_companion(folder: str | Path, command: str, keep: tuple[str, ...] = ()) -> Iterator[Path]:
-    """Write the folder that goes with a file output (``report --out X`` writes ``X_files/``)
-    through a staging directory, as :func:`staged_output` writes an output directory.
-
-    The file output's own check (:func:`check_file_output`) stands for the folder's, which is
-    not replaced whole: on success each entry of the stage replaces the entry of that name in
-    ``folder`` (``figures/``, ``results/``...) and anything else there is kept; ``folder`` is
-    made if missing. ``keep``: entries of the existing ``folder`` copied into the stage first
-    (what the command may reuse). On any exception (a full disk) the stage and any parent this
-    made are removed and ``folder`` is exactly as it was. A stage a killed call left is removed
-    by the next call, as :func:`staged_output` does.
-    """
+    """Write the folder that goes with a file output (``report --out X`` writes ``X_files/``) through a
+    stage, as :func:`staged_output` does. The file output's check (:func:`check_file_output`) stands for
+    the folder's, which is not replaced whole: each entry of the stage replaces the entry of that name
+    (``figures/``, ``results/``...) and anything else is kept. ``keep``: entries of the existing
+    ``folder`` copied into the stage first (what the command may reuse)."""
     folder = check_out_name(folder)
     if folder.exists() and (folder.is_symlink() or not folder.is_dir()):
         raise ComposeLensError(f"{folder}: exists and is not a directory; compose-lens writes the "
@@ -470,10 +430,14 @@ def staged_companion(folder: str | Path, command: str, keep: tuple[str, ...] = (
 
 @contextlib.contextmanager
 def _staging(target: Path, command: str) -> Iterator[tuple[Path, DirectoryLock]]:
-    """A fresh stage beside ``target`` (``.NAME.<hex>.partial``), made and locked (:func:`_stage`), with
-    its lock. If the write fails: ``target`` named in an error that names no file (a full disk), the
-    stage and the parents this call made (only if still empty) removed."""
-    created = _new_parents(target)
+    """A fresh stage beside ``target``, made and locked (:func:`_stage`), with its lock. If the write
+    fails: ``target`` named in an error that names no file (a full disk), the stage and the parents
+    this call made (only if still empty) removed."""
+    created = []  # the missing ancestors of ``target``, outermost first
+    for parent in Path(os.path.abspath(target)).parents:
+        if parent.exists():
+            break
+        created.insert(0, parent)
     stage = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -532,25 +496,10 @@ def _stage(stage: Path, command: str, out: Path) -> DirectoryLock:
     return lock
 
 
-def _swap(stage: Path, out: Path, replace: bool) -> None:
-    if replace:
-        old = temp_beside(out, directory=True, suffix=".old")  # empty: the rename replaces it
-        out.rename(old)
-        stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)  # onto a missing or empty directory
-
-
 def check_finite_logits(logits, what: str = "the model") -> None:
-    """Refuse logits that hold NaN or an infinity, in one line: the one check wherever an answer
-    is read from a model (the evaluation's accuracies, the patching baseline, the Fourier grids).
-
-    Weights are checked finite when loaded (:func:`compose_lens.training.subject.check_weights`), but finite
-    weights may still overflow float32 in a forward (a residual of 1e37 squared), and the argmax
-    of NaN logits is a class like any other: accuracies, effects and losses computed from them
-    would be printed as numbers, silently wrong.
-    """
+    """Refuse logits that hold NaN or an infinity, in one line, wherever an answer is read from a model:
+    finite weights may still overflow float32 in a forward, and the argmax of NaN logits is a class
+    like any other, so every accuracy read from them would be silently wrong."""
     import torch  # the callers have it loaded already; --help does not
 
     finite = torch.isfinite(logits.detach())
@@ -614,16 +563,15 @@ FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; the user's d
 
 
 def user_path(path: str | os.PathLike) -> str:
-    """``path`` as the user named it: a compose-lens staging name in it (``.NAME.<hex>.tmp``,
-    ``.partial``, ``.old``, from :func:`compose_lens.core.files.temp_beside`) is replaced by the
-    ``NAME`` it stands for, so ``out/.summary.json.<hex>.tmp`` reads ``out/summary.json``."""
+    """``path`` as the user named it: ``out/.summary.json.<hex>.tmp`` (or ``.partial``, ``.old``)
+    reads ``out/summary.json``."""
     parts = Path(os.fsdecode(path)).parts
     return str(Path(*[temp_of(part) or part for part in parts])) if parts else os.fsdecode(path)
 
 
 def os_error_line(exc: OSError, doing: str = "", kept: str = "") -> str:
-    """One line for an I/O error: the user's path (:func:`user_path`, never a staging name), what
-    could not be done, the reason (a full disk said in words), what is kept, and what to do."""
+    """One line for an I/O error: the user's path (:func:`user_path`), what could not be done, the
+    reason (a full disk said in words), what is kept, and what to do."""
     where = user_path(exc.filename) if exc.filename else "?"
     reason = exc.strerror or str(exc)
     if exc.errno in FULL:

@@ -14,18 +14,14 @@ section 1 says:
 
 :func:`render` does this for a whole batch at once with torch ops and a seeded
 ``torch.Generator``. Training is online: :class:`TrainingSampler` draws rows
-uniformly with replacement and renders them; the batches for a block of steps are
-rendered together (one set of tensor ops for many steps), and block k always
-comes from generator stream k, so step s gets the same batch whether or not the
-run was interrupted before it.
+uniformly with replacement and renders the batches of a block of steps together;
+block k always comes from generator stream k, so step s gets the same batch whether
+or not the run was interrupted before it.
 
-The pools are data (:mod:`compose_lens.data.pools`): :func:`make_pool` draws a pool from
-its fields (kinds, pairs, forbidden slots, row source), never from its name. A task with a
-variant (reassignment, noise words, chains; :mod:`compose_lens.data.variants`) renders
-through :func:`~compose_lens.data.variants.render_variant` and adds the pools of
-:func:`~compose_lens.data.variants.variant_pools` to the nine (:func:`pools_of`); the
-study's task keeps the code below, bit for bit. A split that holds nothing out (a declaration's
-``"split": "none"``) has no held-out or forbidden-slot pool: :func:`absent_pools` says which and why.
+:func:`make_pool` draws a pool from its fields (:mod:`compose_lens.data.pools`), never
+from its name. A variant task (:mod:`compose_lens.data.variants`) renders through
+:func:`~compose_lens.data.variants.render_variant` and adds its own pools to the nine
+(:func:`pools_of`); the study's task keeps the code below, bit for bit.
 """
 
 from __future__ import annotations
@@ -66,15 +62,9 @@ class Batch:
 
 
 def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var_n: str = "training") -> Batch:
-    """Render rows (N, 4) into token sequences with random contexts (SPEC section 1).
-
-    A 2-var row of :data:`~compose_lens.data.split.ANY_PAIR` gets a variable pair drawn
-    uniformly from the allowed pairs. The number of assignments n is uniform on
-    1..max_assignments, raised to 2 for 2-var rows (``two_var_n="training"``, the
-    study's training renderer) or, with ``two_var_n="uniform"``, uniform on
-    2..max_assignments for 2-var rows (the study's 2-var evaluation builder).
-    A variant task renders by :func:`compose_lens.data.variants.render_variant`.
-    """
+    """Render rows (N, 4) into token sequences with random contexts (module docstring). A 2-var
+    row's n is raised to 2 (``two_var_n="training"``) or drawn uniformly on 2..max_assignments
+    (``"uniform"``, the study's 2-var evaluation builder)."""
     task = split.task
     if task.is_variant:
         return Batch(*render_variant(split, rows, generator, two_var_n))
@@ -134,13 +124,10 @@ def render(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var
 
 
 def render_bytes(task: TaskConfig, n: int) -> int:
-    """Bytes :func:`render` needs for ``n`` sequences at its peak: the tokens, labels and rows,
-    and its scratch tensors above (sort keys and orders over V variables and M slots, the C - 2
-    PAD gaps against the M slots, the (C + 2)-wide context). The memory guard
-    (:mod:`compose_lens.data.safety`) adds this up; a variant task adds
-    :func:`~compose_lens.data.variants.variant_render_bytes`. Measured (the rise of the peak
-    resident memory, VmHWM, over 100,000 sequences): 115 MB for the study's task (this says
-    143), 328-347 MB for a variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it
+    """Bytes :func:`render` needs for ``n`` sequences at its peak: the tokens, labels, rows and its
+    scratch tensors, for the memory guard (:mod:`compose_lens.data.safety`). Measured (the rise of
+    VmHWM over 100,000 sequences): 115 MB for the study's task (this says 143), 328-347 MB for a
+    variant with seq_len 32 and 8 assignments (this says 327); tests/unit/test_sequences.py holds it
     between 0.85 and 1.5 times the measured peak."""
     v, m, c, length = task.n_vars, task.max_assignments, task.context_len, task.seq_len
     per_sequence = 20 * v + 60 * m + (c - 2) * (13 + 2 * m) + 16 * (c + 2) + 16 * length + 100
@@ -150,12 +137,8 @@ def render_bytes(task: TaskConfig, n: int) -> int:
 
 
 class TrainingSampler:
-    """Online training batches: rows drawn uniformly with replacement, fresh contexts.
-
-    ``batch(step)`` is a pure function of (split, seed, batch size, step): the
-    batches of ``block_steps`` consecutive steps are rendered together from one
-    generator stream per block.
-    """
+    """Online training batches: rows drawn uniformly with replacement, fresh contexts; ``batch(step)``
+    is a pure function of (split, seed, batch size, step) (module docstring)."""
 
     def __init__(self, split: Split, batch_size: int, seed: int, block_steps: int = 50):
         self.split, self.batch_size, self.seed, self.block_steps = split, batch_size, seed, block_steps
@@ -227,11 +210,6 @@ def _kind_table(task: TaskConfig, kind: SequenceKind, pairs: torch.Tensor) -> to
     return torch.cat(blocks) if blocks else torch.zeros(0, 4, dtype=torch.long)
 
 
-def _row_table(split: Split, kinds: tuple[SequenceKind, ...], pairs: torch.Tensor) -> torch.Tensor:
-    """The study's row table restricted to ``pairs`` for the given kinds (in that order)."""
-    return torch.cat([_kind_table(split.task, kind, pairs) for kind in kinds])
-
-
 def _one_var_draw(task, pairs: torch.Tensor, left: list[int], right: list[int], size: int,
                   g: torch.Generator) -> torch.Tensor:
     """1-var rows with replacement: a side uniformly (of those with variables), then a variable."""
@@ -268,12 +246,14 @@ def _pool_rows(split: Split, pool: Pool, size: int, g: torch.Generator) -> torch
 
 
 def _table_of(split: Split, pool: Pool, pairs: torch.Tensor) -> torch.Tensor:
-    """The rows a ``table`` or ``training`` pool draws from (distinct ones)."""
+    """The rows a ``table`` or ``training`` pool draws from (distinct ones): the study's row table
+    restricted to ``pairs`` for the pool's kinds, in that order."""
     if pool.rows == "training":  # the kept training rows of its kinds; at r = 0 none: every candidate row
         table = training_rows(split)
         kept = table[torch.isin(row_types(table), torch.tensor([kind.index for kind in pool.kinds]))]
-        return kept if len(kept) else _row_table(split, pool.kinds, pairs)
-    return _row_table(split, pool.kinds, pairs)
+        if len(kept):
+            return kept
+    return torch.cat([_kind_table(split.task, kind, pairs) for kind in pool.kinds])
 
 
 def pools_of(task: TaskConfig) -> tuple[Pool, ...]:
@@ -287,10 +267,9 @@ def pool_names(task) -> tuple[str, ...]:
 
 
 def absent_pools(split: Split) -> dict[str, str]:
-    """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a
-    held-out pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a
-    model trained on every pair and slot, a declaration's ``"split": "none"``), and with a prompt set
-    (``split.prompts``) a pool it has no sequence of. The study's split has none absent."""
+    """The pools of :func:`pools_of` that ``split`` has nothing to draw from, each with why: a held-out
+    pool where no pair is held out, a forbidden-slot pool where no slot is forbidden (a declaration's
+    ``"split": "none"``), and a pool a prompt set (``split.prompts``) has no sequence of."""
     task, absent = split.task, {}
     for pool in pools_of(task):
         if pool.pairs == "heldout" and not len(split.heldout_pairs):
@@ -311,20 +290,10 @@ def present_pools(split: Split, names: tuple[str, ...] | None = None) -> tuple[s
 
 
 def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch:
-    """One of the study's nine accuracy pools (:data:`POOL_NAMES`), ``size`` sequences, as the study draws them.
-
-    * From the row table, distinct rows where it has ``size`` of them (the study shuffles
-      its rows and keeps the first 2,000): ``0var_train``, ``0var_add_restricted``,
-      ``1var_train``, ``2var_train`` (the kept 2-var training rows) and
-      ``2var_add_restricted`` (held-out pairs), rendered like training sequences (a
-      2-var row's variable pair drawn afresh, n = max(2, U{1..6})).
-    * Drawn with replacement by the study's pool builder: ``1var_add_restricted``,
-      ``1var_var_restricted`` (a side uniformly, then a variable of that side) and the
-      two ``2var_var_restricted`` pools (n uniform on 2..6, as in the 2-var union).
-
-    A variant task's own pools (:mod:`compose_lens.data.variants`) draw from the stream of
-    their position in :func:`pool_names` (``reassign_first`` from ``reassign_latest``'s:
-    the same sequences, scored against the first values).
+    """One accuracy pool (:data:`POOL_NAMES`, or a variant's), ``size`` sequences, as the study draws
+    them: the pool's fields say how (:mod:`compose_lens.data.pools`), its position in
+    :func:`pool_names` its random stream (``reassign_first`` shares ``reassign_latest``'s: the same
+    sequences, scored against the first values).
 
     A split that carries a researcher's prompt set (``split.prompts``, :mod:`compose_lens.data.prompts`)
     gives that set's sequences of the pool instead: all of them, or a seeded sample of ``size``.
@@ -347,9 +316,8 @@ def make_pool(split: Split, name: str, size: int = 2000, seed: int = 0) -> Batch
 
 
 def _variant_pool(split: Split, pool: Pool, size: int, g: torch.Generator) -> Batch:
-    """A pool of :func:`~compose_lens.data.variants.variant_pools`: its rows (only those that can be
-    reassigned where it says so) rendered with the variant its fields force; ``labels="first"``
-    scores them against each operand's first value."""
+    """A variant's pool: its rows (only reassignable ones where it says so) rendered with the variant
+    its fields force; ``labels="first"`` scores them against each operand's first value."""
     table = _table_of(split, pool, _pairs_of(split, pool))
     if pool.reassignable_only:
         table = table[reassignable(split, table)]
@@ -371,9 +339,8 @@ EXAMPLE_POOLS = ("0var_add_restricted", "1var_train", "2var_add_restricted", "2v
 
 
 def example_pools(split: Split) -> tuple[str, ...]:
-    """The pools :func:`example_sequences` draws from: each of :data:`EXAMPLE_POOLS` the split has, and where it
-    lacks one (a split that holds nothing out) the training pool of the same kind in its place, so every kind
-    of sequence (0-, 1- and 2-var) has its example."""
+    """The pools :func:`example_sequences` draws from: each of :data:`EXAMPLE_POOLS` the split has, else the
+    training pool of the same kind, so every kind of sequence has its example."""
     absent = absent_pools(split)  # name[:4]: 0var, 1var, 2var
     return tuple(dict.fromkeys(name if name not in absent else f"{name[:4]}_train" for name in EXAMPLE_POOLS))
 
@@ -386,17 +353,13 @@ def example_sequences(split: Split, seed: int = 0) -> list[str]:
 
 
 def make_pools(split: Split, size: int = 2000, seed: int = 0) -> dict[str, Batch]:
-    """Every pool of the split's task (:func:`pools_of`): the nine, and a variant's own, less the
-    :func:`absent_pools` of a split that holds nothing out (each keeps its own random stream)."""
+    """Every pool of the split's task (:func:`pools_of`) less its :func:`absent_pools`."""
     return {name: make_pool(split, name, size, seed) for name in present_pools(split)}
 
 
 def concat_batches(batches: dict[str, Batch]) -> tuple[Batch, dict[str, slice]]:
-    """Named batches as one batch (in the dict's order) and the rows of each name in it.
-
-    Evaluate the joined batch in one pass, then read each name's results back with
-    ``results[groups[name]]``.
-    """
+    """Named batches as one batch (in the dict's order) and the rows of each name in it: evaluate it
+    in one pass, then read each name's results back with ``results[groups[name]]``."""
     groups, start = {}, 0
     for name, batch in batches.items():
         groups[name] = slice(start, start + len(batch))
@@ -426,9 +389,7 @@ def exhaustive_rows(split: Split, name: str) -> torch.Tensor:
 
 
 def exhaustive_count(task: TaskConfig) -> int:
-    """Sequences of the exhaustive 2-var union set, :func:`exhaustive_rows` (every held-out pair x
-    allowed variable pair, every training pair x variable pair with a forbidden slot), without
-    building it: what the memory guard needs to know first."""
+    """Sequences of the exhaustive 2-var union set (:func:`exhaustive_rows`), counted without building it."""
     pairs = task.modulus ** 2
     n_train = int(task.f * pairs)
     restricted = len(task.restricted_two_var_pairs(1)) + len(task.restricted_two_var_pairs(2))

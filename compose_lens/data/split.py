@@ -1,33 +1,25 @@
 """What is held out of training (SPEC section 2): addition pairs, operand slots, and r.
 
-Three things decide what the model may see in training:
-
-* **Addition pairs, f.** Of the p^2 ordered pairs (x, y), ``floor(f p^2)`` are
-  training pairs; the rest are *held out* and never reach training in any form
-  (constants, one variable, two variables).
+* **Addition pairs, f.** Of the p^2 ordered pairs (x, y), ``floor(f p^2)`` are training
+  pairs; the rest are *held out* and never reach training in any form.
 * **Operand slots.** Some variables never appear as the left operand in training
   (``k``, ``l``) and some never as the right one (``a``, ``b``).
-* **2-var frequency, r.** Training draws *rows* uniformly with replacement and
-  renders each into a fresh sequence (:mod:`compose_lens.data.sampler`). A row is
-  ``(x, y, v, w)``, ``v`` / ``w`` the variable index of a variable operand, :data:`CONSTANT`
-  (-1) for a constant, and :data:`ANY_PAIR` (-2) in both for a 2-var row, whose variable pair
-  is drawn afresh from the allowed pairs at every render.
+* **2-var frequency, r.** Training draws *rows* ``(x, y, v, w)`` uniformly with replacement
+  and renders each afresh (:mod:`compose_lens.data.sampler`); ``v`` / ``w`` is the variable
+  index of a variable operand, :data:`CONSTANT` (-1) for a constant, and :data:`ANY_PAIR`
+  (-2) in both for a 2-var row, whose variable pair is drawn at every render.
 
-**The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row
-table enumerates (variable, type, x, y) with x and y fastest, over n_vars x 4 types x
-p x p; the pair pool is the distinct (x, y) in order of first appearance, (0, 0),
-(0, 1), ...; the training pairs are ``random.Random(seed).sample(pool, floor(f p^2))``
-(Python's ``random``). Per training pair the table gives one 0-var row per variable,
-one 1-var row per variable allowed on each side, and one candidate 2-var row per
-variable allowed on the left, the one at table index ``idx`` kept iff
-``random.Random(seed + idx).random() < r`` (all of them at r = 1). So a 2-var row is
-a number pair only: r sets how often 2-var rows are drawn, never which variables
-they use.
+**The study's procedure** (seed 42 reproduces its ``split.json`` exactly). Its row table
+enumerates (variable, type, x, y), x and y fastest, over n_vars x 4 types x p x p; the training
+pairs are ``random.Random(seed).sample`` of the distinct pairs in that order, ``floor(f p^2)`` of
+them. Per training pair the table gives one 0-var row per variable, one 1-var row per variable
+allowed on each side, and one candidate 2-var row per variable allowed on the left, the one at
+table index ``idx`` kept iff ``random.Random(seed + idx).random() < r``. So r sets how often
+2-var rows are drawn, never which variables they use.
 
-A split is saved and loaded in the reference's ``split.json`` shape (plus the
-seed, r and the number of kept 2-var rows of each pair), so the study's checkpoints
-can be evaluated on the split they were trained with and users may bring their own
-held-out sets.
+A split is saved and loaded in the reference's ``split.json`` shape (plus the seed, r
+and the kept 2-var rows of each pair), so the study's checkpoints are evaluated on the
+split they were trained with, and users may bring their own held-out sets.
 """
 
 from __future__ import annotations
@@ -79,9 +71,8 @@ def study_two_var_counts(task: TaskConfig, is_train: torch.Tensor) -> torch.Tens
 
 
 def split_bytes(task: TaskConfig) -> int:
-    """Bytes the split of ``task`` needs (the memory guard of :mod:`compose_lens.data.safety` adds it
-    up): its p^2 tables (permutation, mask, pairs) and the training-row table of
-    :func:`training_rows`, 64 bytes a row, with the 2-var rows' choice of variable pair."""
+    """Bytes the split of ``task`` needs, for the memory guard: its p^2 tables and the
+    training-row table (:func:`training_rows`, 64 bytes a row, with the 2-var rows' variable pairs)."""
     pairs = task.modulus ** 2
     n_train = int(task.f * pairs)
     rows_per_pair = (task.zero_var_rows + len(task.allowed_left) + len(task.allowed_right)
@@ -168,8 +159,8 @@ class Split:
     def load(cls, path: str | Path, task: TaskConfig | None = None) -> "Split":
         """Load a split file. Without ``task`` the file defines modulus, variables, f, slots
         (and seed and r where it records them); with one, a file that contradicts its
-        modulus or variables is refused. Held-out pairs that are not the procedure's for
-        the recorded seed are kept as they are: users may bring their own held-out sets."""
+        modulus or variables is refused. Held-out pairs are kept as they are, the
+        procedure's for the seed or not."""
         data = load_json(path)
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: not a split file (a JSON object with heldout_pairs); "
@@ -257,14 +248,10 @@ def _counts_of_file(data: dict, task: TaskConfig, is_train: torch.Tensor, path) 
 
 
 def training_rows(split: Split) -> torch.Tensor:
-    """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)``.
-
-    v (w) is the variable index of the left (right) operand, -1 for a constant, and
-    :data:`ANY_PAIR` in both for a 2-var row. Rows are grouped by type: 0-var (one
-    per variable), 1-var left, 1-var right (one per allowed variable), 2-var (the
-    kept rows of :attr:`Split.two_var_counts`). With
-    ``task.variables_in_training`` false, only the 0-var rows.
-    """
+    """The training table of SPEC section 2: (R, 4) rows ``(x, y, v, w)`` (module docstring),
+    grouped by type: 0-var (one per variable), 1-var left, 1-var right (one per allowed
+    variable), 2-var (the kept rows of :attr:`Split.two_var_counts`); with
+    ``task.variables_in_training`` false, only the 0-var rows."""
     task = split.task
     pairs = split.train_pairs
     n = len(pairs)

@@ -1,16 +1,11 @@
 """Every random stream of the package, named in one table.
 
-Reproducibility here means: the same seed gives the same numbers, and two
-consumers of one seed never share random draws by accident. Each consumer of
-randomness therefore draws from its own *stream*: :func:`derived_generator`
-turns ``(seed, stream, index)`` into an independent ``torch.Generator``, so the
-held-out pairs, the training batches, the evaluation pools, the probe's test
-split and so on can each change without shifting any of the others.
-
-The ids below are the values the results were produced with; changing one
-changes every number drawn from it. A new consumer takes a new id (the next free
-one in its decade) and adds a line here and a constant below (tests/unit/test_weights.py checks
-that the two agree and that no two streams share an id).
+The same seed gives the same numbers, and two consumers of one seed never share
+random draws: each draws from its own *stream* (:func:`derived_generator` turns
+``(seed, stream, index)`` into an independent ``torch.Generator``), so each can change
+without shifting the others. The ids below are the values the results were produced
+with. A new consumer takes the next free id in its decade and adds a line here and a
+constant below (tests/unit/test_weights.py checks that they agree and are distinct).
 
 =======================  ====  ==========================================================
 name                     id    consumer (``index`` in brackets)
@@ -31,14 +26,10 @@ name                     id    consumer (``index`` in brackets)
                                10: donor pairings, 11: control positions, 12: bootstrap)
 =======================  ====  ==========================================================
 
-The split itself is not drawn from a stream: it follows the study's procedure with
-Python's ``random`` (:mod:`compose_lens.data.split`), so seed 42 gives the study's
-held-out pairs (ids 0 and 1 were its streams before; they stay unused).
-
-Three draws use the seed itself rather than a stream, through :func:`seeded_generator`:
-the patching bootstrap, the resample ablation hooks and the same-MLP cosines' mismatched partners. And the probe batch
-draws its pools with ``seed + PROBE_POOL_SEED_OFFSET``, so its sequences are not
-the evaluation pools of the same seed.
+The split follows the study's procedure with Python's ``random`` (:mod:`compose_lens.data.split`;
+ids 0 and 1 stay unused). The patching bootstrap, the resample ablation hooks and the same-MLP
+cosines' mismatched partners use the seed itself (:func:`seeded_generator`), and the probe batch
+draws its pools with ``seed + PROBE_POOL_SEED_OFFSET``, so they are not the evaluation pools.
 """
 
 from __future__ import annotations
@@ -70,5 +61,5 @@ def derived_generator(seed: int, stream: int, index: int = 0) -> torch.Generator
 
 
 def seeded_generator(seed: int) -> torch.Generator:
-    """A torch generator seeded with ``seed`` itself (the two draws named in the module docstring)."""
+    """A torch generator seeded with ``seed`` itself (the draws the module docstring names)."""
     return torch.Generator().manual_seed(seed)

@@ -18,26 +18,18 @@ With noise words (``TaskConfig.noise_rate > 0``) the filler words ``let``, ``is`
 
 A sequence is a 12-token context of ``VAR VALUE`` assignments scattered among
 ``PAD`` tokens, then the 4-token query ``+ LHS RHS =``. Two readable forms exist
-for people, the CLI and figures:
+for people, the CLI and figures, and both parse back to tokens (malformed input is
+refused with one line that says what is wrong):
 
 * the token form, one word per token:  ``PAD b 7 PAD e 5 PAD d 2 PAD PAD PAD + b 23 =``
-* the short form, assignments then the query: ``b=7, e=5, d=2, b+23=?``
+* the short form, assignments then the query: ``b=7, e=5, d=2, b+23=?`` (parsing it puts
+  every ``PAD`` first, as the task pads: left unless ``padding="right"``).
 
-The short form does not say where the padding lies; parsing it puts every ``PAD``
-first (left padding). Both forms parse back to tokens, and malformed input is
-refused with one line that says what is wrong.
-
-The task variants (docs/variants.md) read and print in the same forms:
-
-* reassignment, the latest assignment counts: ``b=3, e=5, b=9, b+1=?`` (answer 10);
-* chains, a variable assigned a variable: ``c=b, b=7, c+1=?`` (answer 8);
-* noise words, shown as words wherever they lie: ``let b is 7, e=5, then, b+1=?``. In the
-  short form a filler before an assignment's variable belongs to that assignment, a filler
-  between its variable and value stands where ``=`` would (``b is 7``), and fillers after
-  the last assignment stand on their own before the query.
-
-A variant's sequences are refused by a task without that variant (the study's task
-refuses ``b=3, b=9, b+1=?`` as "assigned twice").
+The task variants (docs/variants.md) read and print in the same forms, and a task without
+the variant refuses them: reassignment ``b=3, e=5, b=9, b+1=?`` (the latest counts: 10),
+chains ``c=b, b=7, c+1=?`` (8), noise words ``let b is 7, e=5, then, b+1=?`` (a filler
+before a variable belongs to its assignment, one between variable and value stands for
+``=``, fillers after the last assignment stand alone before the query).
 
 >>> from compose_lens.core.config import TaskConfig
 >>> task = TaskConfig()
@@ -69,9 +61,8 @@ class SequenceKind(enum.StrEnum):
     """The four kinds of sequence, by which operands are variables: the one vocabulary of kinds.
 
     A member is its name in tables and JSON (``"0var"`` ...); :attr:`index` is its place in
-    the row table (and :func:`compose_lens.data.split.row_types`); :attr:`operands` and
-    :attr:`prompt` are the words the Fourier grids and the same-MLP prompts use for it.
-    :meth:`parse` reads any of these words, and refuses anything else in one line.
+    the row table; :attr:`operands` and :attr:`prompt` are the Fourier grids' and the
+    same-MLP prompts' words for it, all read by :meth:`parse`.
 
     >>> SequenceKind.parse("left"), SequenceKind.ONE_VAR_LEFT.index, SequenceKind.TWO_VAR.operands
     (<SequenceKind.ONE_VAR_LEFT: '1var_left'>, 1, 'both')
@@ -191,15 +182,10 @@ def is_noise(task: TaskConfig, token: int) -> bool:
 
 @dataclass(frozen=True)
 class Decoded:
-    """What a valid sequence says: its assignments, its query and its answer.
-
-    ``assignments`` lists every assignment in context order, reassignments included; a
-    chain's ``c=b`` has the variable name as its value. For each operand: ``x`` / ``y`` is
-    its value (a variable's latest assignment, through a chain where there is one),
-    ``first_x`` / ``first_y`` the first value the variable holding it was assigned (equal
-    to ``x`` / ``y`` unless it was reassigned), and ``hops`` counts the assignments read
-    (0 for a constant, 1 for ``b=7``, 2 through a chain ``c=b, b=7``).
-    """
+    """What a valid sequence says: its assignments (in context order, reassignments included; a
+    chain's ``c=b`` has the variable name as its value), its query and its answer. ``x`` / ``y``:
+    each operand's value (latest, through a chain); ``first_x`` / ``first_y``: the first value the
+    variable holding it was assigned; ``hops``: assignments read (0 constant, 1 ``b=7``, 2 a chain)."""
 
     assignments: tuple[tuple[str, int | str], ...]  # in context order
     lhs: str | int
@@ -259,8 +245,7 @@ def _read_context(task: TaskConfig, context: list[int]) -> list[_Item]:
 
 
 def decode(task: TaskConfig, tokens: Sequence[int]) -> Decoded:
-    """Check a token row against the task's sequence format (and its variants) and read it;
-    raise SequenceError if invalid."""
+    """Check a token row against the task's format (and its variants) and read it (SequenceError if invalid)."""
     tokens = [int(t) for t in tokens]
     if len(tokens) != task.seq_len:
         raise SequenceError(f"a sequence has exactly {task.seq_len} tokens, got {len(tokens)}")

@@ -1,39 +1,29 @@
 """Noisier contexts: rendering the task variants, and the pools that isolate each one.
 
 The study's contexts are clean: every variable is assigned once, to a number, among
-nothing but padding. The task variants (``TaskConfig``; docs/variants.md) loosen that,
-one setting each, all 0 by default (then :func:`compose_lens.data.sampler.render` keeps
-the study's own code path, bit for bit):
+nothing but padding. The task variants (docs/variants.md) loosen that, one ``TaskConfig``
+setting each, all 0 by default (then :func:`compose_lens.data.sampler.render` keeps the
+study's own code path, bit for bit): ``reassign_rate`` (a context assigns one variable
+twice, the latest counts), ``chain_rate`` (a variable operand reached in two hops,
+``c=b, b=7``: an alias whatever the order, following ``b``'s latest value), ``noise_rate``
+(each position the study would pad holds a filler word instead: PAD falls between
+assignments, a filler also inside one, ``let b is 7``), and longer contexts (``seq_len``,
+``max_assignments``).
 
-* **reassignment** (``reassign_rate``): with this chance a context assigns one of its
-  variables twice, and the latest assignment counts: ``b=3, e=5, b=9, b+1=?`` answers 10;
-* **chains** (``chain_rate``): with this chance a sequence with a variable operand reaches
-  it in two hops, ``c=b, b=7, c+1=?``; a chain is an alias, whatever the order of its two
-  assignments (and with reassignment, ``c`` follows ``b``'s latest value);
-* **noise words** (``noise_rate``): each context position the study would pad holds,
-  with this chance, a filler word (``let``, ``is``, ``be``, ``then``) instead; PAD falls
-  between assignments, a filler also inside one (``let b is 7``);
-* **longer contexts**: ``seq_len`` and ``max_assignments``.
+How a row ``(x, y, v, w)`` is rendered (docs/variants.md, "How a variant sequence is made",
+says why each step is so):
 
-How a row ``(x, y, v, w)`` is rendered here, in this order:
-
-1. chain or not; for a 2-var row, the chained side uniformly. The chain's middle variable
-   is one allowed on that side (so ``a``, ``b`` never carry a right operand's value in
-   training, not even through a chain) and distinct from the queried ones;
+1. chain or not; for a 2-var row the chained side uniformly, its middle variable allowed on
+   that side and distinct from the queried ones;
 2. reassignment or not;
-3. the number of assignments n ~ U{1..M} (2-var rows as in the study), raised to what the
-   row needs: its queried variables, a chain's ``c=b`` and the reassignment. n counts every
-   assignment, so the context holds n - 1 distinct variables when one is reassigned;
-4. the variables (queried, the chain's middle one, then distinct distractors) and values;
-5. the reassigned variable: uniform among the context's variables that hold a number (a
-   chain's alias ``c`` is never reassigned). Its earlier, stale value comes before the
-   latest one. **No held-out pair leaks**: when the reassigned variable holds an operand
-   of a training pair (x, y), its stale value s keeps (s, y) (or (x, s)) a training pair
-   as well, so every value an operand's variable takes in training forms a training pair.
-   In the rare row where no other value does, that row is not reassigned;
-6. the assignments in a shuffled order (stale before latest), then PAD and fillers placed
-   by sort keys: PAD in the n + 1 gaps around assignments, fillers in those and the n gaps
-   inside them;
+3. n ~ U{1..M} (2-var rows as in the study), raised to what the row needs (queried variables,
+   ``c=b``, the reassignment: n counts every assignment);
+4. the variables (queried, the chain's middle one, distinct distractors) and values;
+5. the reassigned variable, uniform among those holding a number (never a chain's alias), and
+   its stale value, which comes first and leaks no held-out pair (:func:`stale_candidates`;
+   a row with no such value is not reassigned);
+6. the assignments in a shuffled order (stale before latest), then PAD and fillers placed by
+   sort keys: PAD in the n + 1 gaps around assignments, fillers also in the n gaps inside them;
 7. the query, whose label is the latest value (through the chain) plus the other operand.
 
 The pools of a variant task are the study's nine, rendered as training renders (so at the
@@ -95,17 +85,14 @@ def variant_pool_names(task: TaskConfig) -> tuple[str, ...]:
 
 
 def _pick(mask: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A uniform column index among the True entries of each row of ``mask`` (N, K), and
-    whether the row had one."""
+    """A uniform column index among the True entries of each row of ``mask`` (N, K), and whether there is one."""
     keys = torch.rand(mask.shape, generator=g).masked_fill(~mask, -1.0)
     return keys.argmax(1), mask.any(1)
 
 
 def stale_candidates(split: Split, x: torch.Tensor, y: torch.Tensor, side: int) -> torch.Tensor:
-    """(N, p) bool: the values an operand's variable may be assigned before its latest one.
-
-    Any value other than the operand's, and, for a training pair, only those that keep the
-    pair a training pair: (s, y) for the left operand (``side`` 0), (x, s) for the right."""
+    """(N, p) bool: the values an operand's variable may be assigned before its latest one: any other
+    value, and for a training pair only those that keep it one ((s, y) for ``side`` 0, (x, s) for 1)."""
     p = split.task.modulus
     is_train = split.is_train
     row_train = is_train[x, y].unsqueeze(1)
@@ -117,13 +104,13 @@ def stale_candidates(split: Split, x: torch.Tensor, y: torch.Tensor, side: int) 
 def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator, two_var_n: str = "training",
                    reassign: str = "rate", chain: str = "rate",
                    noise_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Render rows (N, 4) into token sequences of a variant task (module docstring).
+    """Render rows (N, 4) into token sequences of a variant task (module docstring): tokens
+    (N, seq_len), labels (N,) and the rows with their variable pairs drawn.
 
     ``reassign``: ``rate`` (the task's), ``any`` (every context, a variable drawn uniformly),
     ``query`` (every context, the variable holding an operand) or ``none``. ``chain``:
     ``rate``, ``query`` (every row with a variable operand) or ``none``. ``noise_rate``
-    overrides the task's. Returns tokens (N, seq_len), labels (N,) and the rows with their
-    variable pairs drawn (the fields of :class:`~compose_lens.data.sampler.Batch`).
+    overrides the task's.
     """
     if reassign not in REASSIGN_MODES or chain not in CHAIN_MODES:
         raise ValueError(f"reassign={reassign!r} / chain={chain!r}: use {REASSIGN_MODES} / {CHAIN_MODES}")
@@ -246,9 +233,8 @@ def render_variant(split: Split, rows: torch.Tensor, generator: torch.Generator,
 
 
 def variant_render_bytes(task: TaskConfig) -> int:
-    """Bytes per sequence :func:`render_variant` needs beyond the study's render
-    (:func:`compose_lens.data.sampler.render_bytes`): step 5's (N, p) stale-value tables. The
-    sum is 386 MB measured for 100,000 sequences at p = 59, seq_len 32; it says 372."""
+    """Bytes per sequence :func:`render_variant` needs beyond the study's render: step 5's (N, p)
+    stale-value tables (the sum: 386 MB measured for 100,000 sequences at p = 59, seq_len 32; it says 372)."""
     return 12 * task.modulus
 
 
@@ -269,11 +255,10 @@ def reassignable(split: Split, rows: torch.Tensor) -> torch.Tensor:
 class Bindings(NamedTuple):
     """What a context assigns, read back from its tokens (:func:`bindings`).
 
-    ``variable_of`` (B, C): for each context position that holds an assigned value (a number,
-    or a chain's middle variable in ``c b``), the position of the variable it is assigned
-    to; -1 elsewhere. ``value_of`` (B, n_vars): the context position of the number each
-    variable holds at the end of the context: its latest assignment, a chain followed to
-    its number; -1 for a variable the context does not assign.
+    ``variable_of`` (B, C): for each position holding an assigned value (a number, or a chain's
+    middle variable), the position of the variable it is assigned to; -1 elsewhere. ``value_of``
+    (B, n_vars): the position of the number each variable holds at the end of the context (latest
+    assignment, chain followed); -1 for a variable the context does not assign.
     """
 
     variable_of: torch.Tensor
@@ -294,14 +279,9 @@ class Bindings(NamedTuple):
 
 
 def bindings(task: TaskConfig, tokens: torch.Tensor) -> Bindings:
-    """Parse every context of ``tokens`` (B, seq_len) left to right as the task writes it.
-
-    An assignment is a variable, then (past any filler words inside it, ``b is 7``) its value:
-    a number, or in a chain another variable. PAD and fillers between assignments belong to
-    none. A later assignment of a variable replaces an earlier one (reassignment), and a
-    chain ``c=b`` gives ``c`` the number ``b`` holds at the end of the context, whatever the
-    two assignments' order. On the study's task this is the number right after each variable.
-    """
+    """Parse every context of ``tokens`` (B, seq_len) left to right as the task writes it: a variable,
+    then (past any fillers inside, ``b is 7``) its value, a number or a chain's variable; a later
+    assignment replaces an earlier one. On the study's task, the number right after each variable."""
     context = tokens[:, : task.context_len].long()
     B, C = context.shape
     is_var = context >= task.first_var_token

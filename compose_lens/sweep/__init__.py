@@ -1,12 +1,10 @@
 """Sweeps: how the final accuracies move with f, r or any other setting (SPEC 6.8).
 
-The study's Figure 3 asks two questions. How many addition pairs must training
-see before the model adds *held-out* pairs (final 0-var held-out accuracy against
-f, at r = 1)? And how often must 2-var sequences appear before the model composes
-variables (final 2-var union accuracy against r, at f = 0.7)? A sweep answers
-such a question for any setting: one training run per (value, seed) *point*.
-
-A sweep is a directory::
+The study's Figure 3 asks how many addition pairs training must see before the model adds
+*held-out* pairs (final 0-var held-out accuracy against f, at r = 1), and how often 2-var
+sequences must appear before the model composes variables (final 2-var union accuracy
+against r, at f = 0.7). A sweep answers such a question for any setting: one training run
+per (value, seed) *point*. A sweep is a directory::
 
     SWEEP/sweep.json          what was asked: the parameter, values, seeds, base config
     SWEEP/runs/f=0.25_seed=0/ one ordinary run directory per point (see compose_lens.training.train)
@@ -15,59 +13,32 @@ A sweep is a directory::
     SWEEP/thresholds.json     the threshold estimate per metric and level, per seed and spread
     SWEEP/sweep.png           accuracy against the parameter, one line per seed plus the mean
 
-**Seeds.** A sweep seed ``s`` sets all three seeds of a run: the split
-(``task.seed``: which pairs are held out), the data order and pools
-(``train.seed``) and the initial weights (``model.init_seed``). Training is
-deterministic given these and the thread count, so a point gives the same
-numbers on either backend.
+A sweep seed ``s`` sets all three seeds of a run (``task.seed``: the split; ``train.seed``:
+data order and pools; ``model.init_seed``); training is deterministic given these and the
+thread count, so a point gives the same numbers on either backend. This module makes the
+points, sizes the workers, trains and collects the rows; the thresholds come from
+:mod:`compose_lens.analysis.thresholds`, the figure from :func:`compose_lens.views.sweeps.sweep_figure`.
 
-This module only runs sweeps: it makes the points, sizes the workers, trains
-(locally or on Ray) and collects one ``results.csv`` row per point. The
-**thresholds** are computed by :mod:`compose_lens.analysis.thresholds` from those
-rows; the figure is drawn by :func:`compose_lens.views.sweeps.sweep_figure`.
+**Faults.** A finished point (``results.json``) is skipped and one with a checkpoint resumes,
+so a killed sweep is restarted by running the same command again. A point that raises is
+recorded (``error.json``, ``status=failed`` in ``results.csv``) and the others go on. A
+training point's process holds a lock on ``runs/POINT.lock`` (never trained by two processes,
+say a restarted sweep and an orphaned worker), and the sweep holds one on
+``SWEEP/.compose-lens`` until its summary is written (a second sweep into ``--out`` is refused).
 
-**Faults.** Points whose ``results.json`` exists are skipped; a point whose
-directory holds a checkpoint resumes from it (``Trainer(resume=True)``), so a
-killed sweep is restarted by running the same command again. A point that raises
-is recorded (``error.json`` in its directory, ``status=failed`` and the message
-in ``results.csv``) and the other points go on; the next run of the command tries
-it again. While a point trains, its process holds a lock on ``runs/POINT.lock``, so
-a point is never trained by two processes at once (say, a restarted sweep and an
-orphaned worker of the killed one); and the sweep holds one on ``SWEEP/.compose-lens``
-until it has written its summary, so a second sweep into the same ``--out`` is refused
-with one line.
+**Backends.** ``local``: worker processes with ``workers * threads <= cores`` (a single worker
+runs in this process). ``ray``: each point a Ray task asking for ``threads`` CPUs and
+``gpus_per_point`` GPUs (:func:`pin_to_ray_gpus`); the run directories must lie on a file
+system every node writes. ``slurm``: one job array through submitit
+(:mod:`compose_lens.sweep.slurm`). docs/cluster.md says how to use Ray's GPUs and SLURM.
+Whichever backend trains them, ``results.csv`` is read from the same run directories.
 
-**Backends.** ``local`` runs points in parallel worker processes sized to the
-machine: ``workers * threads <= cores``, each worker one torch thread pool of
-``threads`` threads (one worker runs in this process). ``ray`` sends the same
-function to a Ray cluster (``address``), or to a local Ray it starts, each point
-a task asking for ``threads`` CPUs; the run directories must then lie on a file
-system every Ray node can write. ``slurm`` submits the points as one SLURM job array
-through submitit and waits for it (:mod:`compose_lens.sweep.slurm`). Whichever backend trains
-them, ``results.csv`` is read from the same run directories, so it is the same file.
-
-**GPUs on Ray.** ``gpus_per_point`` G (``--gpus-per-point``) makes each Ray task ask for G
-GPUs besides its CPUs: 0.25 lets four tasks share one GPU, 1 gives each its own, 2 gives each
-two. Ray places the task and names its GPUs in ``CUDA_VISIBLE_DEVICES``; :func:`pin_to_ray_gpus`
-sets that variable again from ``ray.get_gpu_ids()`` before torch first touches CUDA, so inside
-the task ``device=cuda`` (``cuda:0`` of what it sees) *is* the GPU Ray gave it, and a task that
-asks for GPUs ends its worker when it ends (``max_calls=1``), so no worker carries a CUDA
-context from one GPU to the next task. Without G every task sees every GPU of its node and
-``device=cuda`` puts them all on the first. With G a point must say ``device=cuda``, not
-``cuda:N``: Ray chooses the GPU. Each outcome records where it ran (``placement``: Ray's GPU
-ids and ``CUDA_VISIBLE_DEVICES``).
-
-**Runs per process.** ``runs_per_process`` K > 1 (``--runs-per-process``) trains up to
-K compatible points of a worker together as one :class:`compose_lens.training.batched.BatchedTrainer`
-(``auto``: the K a short probe of this machine finds fastest, recorded in ``sweep.json``)
-(one vmapped forward, one AdamW; see that module for what "compatible" means and how close
-the numbers are to a point trained alone: equal to float rounding, not bit-for-bit). Each
-point keeps its own run directory, lock and resume state. If the batch fails (one point
-diverges, or cannot be set up), each of its points is trained again alone, from its last
-checkpoint, so one bad point never holds back the others. On CPU this buys little
-(``experiments/bench_batched.py``, ``experiments/results/sweeps/README.md``); it is meant for a GPU,
-where a paper-size step is launch-bound. The default, 1, is the unbatched sweep.
-
+**Runs per process.** ``runs_per_process`` K > 1 trains up to K compatible points of a worker
+as one :class:`compose_lens.training.batched.BatchedTrainer` (``auto``: the K a short probe
+finds fastest, recorded in ``sweep.json``): equal to points trained alone up to float
+rounding, not bit for bit. Each point keeps its own run directory, lock and resume state; if
+the batch fails, each point is trained again alone from its last checkpoint. Meant for a GPU
+(``experiments/bench_batched.py``); the default, 1, is the unbatched sweep.
 """
 
 from __future__ import annotations
@@ -138,10 +109,8 @@ class SweepPoint:
         return _UNSAFE.sub("_", raw)[:200]
 
     def config(self, base: RunConfig) -> RunConfig:
-        """The base configuration with this point's seeds, then its value (which wins).
-
-        ``param`` ``seed`` sweeps the seed itself: the value sets all three seeds.
-        """
+        """The base configuration with this point's seeds, then its value (which wins; a
+        ``seed`` sweep's value sets all three seeds)."""
         value = json.dumps(self.value)
         seeds = [self.seed] * 3 if self.param != "seed" else [value] * 3
         overrides = [f"task.seed={seeds[0]}", f"train.seed={seeds[1]}", f"model.init_seed={seeds[2]}"]
@@ -256,9 +225,8 @@ def check_replaceable_sweep(out: Path) -> bool:
 
 
 def clear_sweep_dir(out: Path) -> None:
-    """``sweep --overwrite``: empty an earlier sweep's ``out`` (under its lock) so this sweep starts afresh.
-    Only a folder whose marker says ``sweep`` and that holds nothing but a sweep's own files (its
-    summary files and ``runs/``) is emptied; anything else is refused in one line and left as it is."""
+    """``sweep --overwrite``: empty an earlier sweep's ``out`` under its lock, only if
+    :func:`check_replaceable_sweep` finds nothing but a sweep's own files there."""
     if not check_replaceable_sweep(out):
         return
     with safety.lock_directory(out, "sweep", f"--out {out}: another compose-lens command is running a sweep "
@@ -287,7 +255,7 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
         raise ComposeLensError(f"--out {out}: exists and is not a sweep directory; choose another --out")
     before = load_json(saved)
     if not isinstance(before, dict) or not isinstance(before.get("param"), str):
-        kind = type(before).__name__.replace("dict", "object without a 'param'").replace("list", "list")
+        kind = type(before).__name__.replace("dict", "object without a 'param'")
         raise ComposeLensError(f"--out {out}: its sweep.json is not a sweep's record (a JSON {kind}, not the "
                                f"object a sweep writes); move the folder away or choose another --out")
     if before["param"] != param:
@@ -307,11 +275,9 @@ def check_sweep_dir(out: Path, param: str, base: RunConfig) -> None:
 
 def plan_workers(n_points: int, workers: int | None = None, threads: int | None = None,
                  cores: int | None = None) -> tuple[int, int]:
-    """(workers, threads per worker) with ``workers * threads <= cores``.
-
-    By default one worker per core (a point of the paper model uses one core
-    about as well as two: its matrices are small), fewer when there are fewer
-    points, and the spare cores given to the workers as threads.
+    """(workers, threads per worker) with ``workers * threads <= cores``: by default one worker
+    per core (the paper model's small matrices use one core about as well as two), fewer for
+    fewer points, the spare cores given to the workers as threads.
 
     >>> plan_workers(32, cores=2)
     (2, 1)
@@ -337,8 +303,7 @@ def plan_workers(n_points: int, workers: int | None = None, threads: int | None 
 
 
 def lock_point(directory: Path) -> safety.FileLock:
-    """The point's lock, ``POINT.lock`` beside its run directory (the trainer wants that directory
-    to itself): :func:`compose_lens.data.safety.lock_file`, the one lock of compose-lens."""
+    """The point's lock, ``POINT.lock`` beside its run directory (which the trainer wants to itself)."""
     return safety.lock_file(directory.with_name(directory.name + ".lock"),
                             f"{directory} is being trained by another process; run the sweep again when it is done")
 
@@ -350,12 +315,9 @@ def _unlocked(exc: Exception) -> dict:
 
 
 def train_point(config: dict, run_dir: str, threads: int) -> dict:
-    """Train one point to the end in ``run_dir``, resuming from its checkpoint if any.
-
-    Runs in a worker (a process of the pool, a Ray task, or this process), so it
-    takes and returns plain data, and never raises: a failure comes back as
-    ``{"status": "failed", "error": ...}`` and is written to ``error.json``.
-    """
+    """Train one point to the end in ``run_dir``, resuming from its checkpoint if any. Plain data
+    in and out (it runs in a worker); never raises: a failure comes back as ``{"status": "failed",
+    "error": ...}`` and is written to ``error.json``."""
     torch.set_num_threads(threads)
     directory = Path(run_dir)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -381,13 +343,9 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
 
 
 def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list[dict]:
-    """Train several points together (:class:`compose_lens.training.batched.BatchedTrainer`), resuming each
-    from its checkpoint; returns one :func:`train_point` outcome per point, in order.
-
-    Plain data in and out, never raises, like :func:`train_point`. A point another process holds
-    is left alone (failed, as there); if the batch fails, each of its points is trained again
-    alone by :func:`train_point`, so the error lands on the point that has it.
-    """
+    """:func:`train_point` for several points trained together (:class:`compose_lens.training.batched.BatchedTrainer`),
+    one outcome per point; if the batch fails, each point is trained again alone, so the error lands
+    on the point that has it."""
     if len(configs) == 1:
         return [train_point(configs[0], run_dirs[0], threads)]
     from compose_lens.training.batched import BatchedTrainer  # imports torch.func
@@ -445,14 +403,8 @@ def chunk_jobs(jobs: list[tuple[SweepPoint, dict, str]], size: int) -> list[list
 
 
 def _init_worker(threads: int) -> None:
-    """A pool worker's ``threads`` torch threads; and, on Linux, its end when the sweep process that
-    started it ends, however it ends.
-
-    A pool worker whose sweep was killed (``kill PID`` of the sweep alone, not its
-    process group) would otherwise train the points already queued to it, then spin
-    on the dead pipe at a third of a core. Its point resumes from its last
-    checkpoint when the sweep is run again. Elsewhere nothing changes.
-    """
+    """A pool worker's ``threads`` torch threads; on Linux, its end when the sweep process ends, however
+    it ends (else a worker of a killed sweep trains its queued points, then spins on the dead pipe)."""
     torch.set_num_threads(threads)
     with contextlib.suppress(OSError, AttributeError):  # no prctl: not Linux
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
@@ -522,10 +474,8 @@ def _point_dirs(out: Path, also: Sequence[SweepPoint] = ()) -> list[tuple[SweepP
 
 
 def sweep_rows(out: str | Path) -> list[dict]:
-    """The row of every point directory under ``out/runs``, whichever command made it, finished
-    (``results.json``), failed (``error.json``) or still training (``pending``), sorted by value
-    then seed: what ``results.csv`` holds after each command.
-    """
+    """The row of every point directory under ``out/runs``, whichever command made it (finished,
+    failed or ``pending``), sorted by value then seed: what ``results.csv`` holds after each command."""
     return [point_row(p, d) for p, d in _point_dirs(Path(out))]
 
 
@@ -610,11 +560,9 @@ def _import_ray():
 
 
 def pin_to_ray_gpus(gpu_ids: Sequence) -> dict:
-    """Make the GPUs Ray gave this task the only ones torch sees here; return where it runs.
-
-    ``gpu_ids`` are ``ray.get_gpu_ids()``: none when the task asked for no GPU (then nothing
-    changes: the task sees what its node sees). Must run before torch first uses CUDA in this
-    process (a fresh worker per GPU task, ``max_calls=1``, keeps it so).
+    """Make the GPUs Ray gave this task (``ray.get_gpu_ids()``; none: nothing changes) the only ones
+    torch sees here, so ``device=cuda`` is that GPU; return where it runs. Must run before torch
+    first uses CUDA in this process (a fresh worker per GPU task, ``max_calls=1``, keeps it so).
 
     >>> import os; before = os.environ.get("CUDA_VISIBLE_DEVICES")
     >>> pin_to_ray_gpus([3])["cuda_visible_devices"], os.environ["CUDA_VISIBLE_DEVICES"]
@@ -674,12 +622,8 @@ RAY_CONNECT_TIMEOUT_S = 10  # a cluster's head answers a TCP connection at once;
 
 
 def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
-    """Refuse, in one line and within ``timeout`` seconds, a Ray address where nothing listens.
-
-    ``ray.init(address=...)`` retries a head that does not answer for minutes, and ignores SIGTERM
-    meanwhile; a plain TCP connection to the head's port, with a timeout, says at once whether
-    anything is there (``auto`` and ``local`` name no host: Ray finds those itself).
-    """
+    """Refuse, within ``timeout`` seconds, a Ray address where nothing listens (``ray.init`` retries
+    a silent head for minutes, ignoring SIGTERM); ``auto`` and ``local`` name no host."""
     if address in ("auto", "local"):
         return
     found = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address.strip())
@@ -698,8 +642,7 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> N
 
 def connect_ray(address: str | None) -> bool:
     """Join the Ray cluster at ``address`` (a local Ray where None) unless Ray is up in this process
-    already; True where it was started here (and is to be shut down here). A head that answers the
-    port but is not Ray's is refused in one line when ``ray.init`` gives up."""
+    already; True where it was started here (and is to be shut down here)."""
     ray = _import_ray()
     if ray.is_initialized():
         return False
@@ -775,16 +718,14 @@ def _pending(out: Path, points: Sequence[SweepPoint], configs: dict[SweepPoint, 
 
 
 class _Recorder:
-    """Collects the outcome of each point as it arrives, rewriting results.csv each time
-    (partial results survive a kill) and advancing the progress bar."""
+    """Records each point's outcome as it arrives, rewriting results.csv (partial results survive a kill)."""
 
     def __init__(self, out: Path, points: Sequence[SweepPoint], bar):
         self.out, self.points, self.bar = out, points, bar
         self.outcomes: dict[SweepPoint, dict] = {}
 
     def rows(self) -> list[dict]:
-        """This command's points and every other point in ``out/runs`` (earlier passes with other
-        values or seeds), sorted like :func:`sweep_rows`: a dense pass never hides the coarse one."""
+        """This command's points and every other point in ``out/runs`` (earlier passes), as :func:`sweep_rows`."""
         mine = {(p.value, p.seed): point_row(p, run_dir_of(self.out, p), self.outcomes.get(p, {}).get("status", ""),
                                              self.outcomes.get(p, {}).get("error", "")) for p in self.points}
         return [mine.get((p.value, p.seed)) or point_row(p, d) for p, d in _point_dirs(self.out, self.points)]

@@ -1,7 +1,5 @@
-"""``python -m compose_lens.sweep JOB``: the worker process of :func:`compose_lens.sweep.train_points_in_process`.
-
-It reads the job file (the configs, run directories and thread count of the runs to train together in one
-process), trains them (:func:`compose_lens.sweep.train_points`) and prints their rows as one line of JSON.
+"""``python -m compose_lens.sweep JOB``: the worker process of :func:`compose_lens.sweep.train_points_in_process`,
+which trains a job file's runs (:func:`compose_lens.sweep.train_points`) and prints their rows as one line of JSON.
 """
 
 import json

@@ -1,38 +1,19 @@
 """A sweep on a SLURM cluster: its points as the jobs of one job array, through submitit.
 
-Most academic groups run their many trajectories on a SLURM cluster: a login node where
-commands are typed, compute nodes (with or without GPUs) that the scheduler hands out to
-*jobs*, and a shared file system both see. ``compose-lens sweep --backend slurm`` runs on the
-login node and does what the local and Ray backends do, with the scheduler in the middle:
+``compose-lens sweep --backend slurm`` runs on the login node (docs/cluster.md says how to use
+it). The points still to train are grouped, ``runs_per_process`` compatible points per process
+(:func:`compose_lens.sweep.chunk_jobs`) and up to ``points_per_job`` points (whole groups) per
+job, trained one group after another; the jobs go to SLURM as **one job array**
+(``executor.batch()``), each asking for ``threads`` CPUs and, for ``device=cuda``, one GPU that
+all its groups share. ``--slurm KEY=VALUE`` passes any setting of submitit's executor through.
+As each job ends its points are recorded as the other backends record them
+(:class:`compose_lens.sweep._Recorder`).
 
-1. The points still to train are grouped: ``runs_per_process`` compatible points trained
-   together in one process (:func:`compose_lens.sweep.chunk_jobs`), and up to
-   ``points_per_job`` points (whole groups) in one **job**, trained one group after another.
-2. The jobs go to SLURM as **one job array** (submitit's ``executor.batch()``), one array task
-   per job, each asking for ``threads`` CPUs and, when the points train on ``device=cuda``, one
-   GPU (every group of a job trains on that one GPU; ``--runs-per-process K`` shares it among
-   K stacked points). ``--slurm KEY=VALUE`` passes any setting of submitit's executor through:
-   ``slurm_partition=gpu``, ``timeout_min=120``, ``slurm_account=...``, ``mem_gb=16``,
-   ``slurm_array_parallelism=20`` (at most that many tasks at once), ``gpus_per_node=0``.
-3. The command waits, and as each job ends it records the job's points exactly as the other
-   backends do (:class:`compose_lens.sweep._Recorder`): ``results.csv`` is read from the run
-   directories, so it is the same file whichever backend trained them.
-
-**Preemption and time limits.** A job whose time runs out, or that the scheduler preempts, is
-sent a signal first; submitit then asks the job's callable (:class:`PointsJob`) for its
-``checkpoint`` and puts the job back in the queue (up to three time-outs). Nothing needs saving
-then: every point's run directory already holds its last checkpoint and resume state, so the
-requeued job trains its finished points no further and resumes the others where they stopped.
-
-**Where the files go.** The run directories are ``SWEEP/runs/...`` as always (they must lie on
-the shared file system); submitit's own files (the pickled job, each job's stdout and stderr)
-go to ``SWEEP/slurm/``. If the sweep command itself ends early (the login session closes), the
-jobs run on; run the same command again once they have ended (``squeue --me``) and it collects
-them (a point a job still trains is locked, and reported as such).
-
-**Trying it without a cluster.** ``--slurm cluster=local`` hands the jobs to submitit's local
-executor instead: each job a process on this machine, through the same pickling, signalling
-and requeueing as on SLURM. The tests run the backend so.
+A job that is preempted or runs out of time is signalled; submitit asks :class:`PointsJob` for
+its ``checkpoint`` and requeues it (up to three time-outs). Nothing needs saving: every run
+directory holds its last checkpoint and resume state. submitit's own files (pickled jobs, each
+job's stdout and stderr) go to ``SWEEP/slurm/``. ``--slurm cluster=local`` runs the jobs through
+submitit's local executor, each a process on this machine (how the tests run the backend).
 """
 
 from __future__ import annotations
@@ -76,13 +57,9 @@ def parse_options(items: Sequence[str] | None) -> dict:
 
 
 class PointsJob:
-    """One job of the array: groups of points (each a list of configs and run directories, trained
-    together by ``train``: :func:`compose_lens.sweep.train_points`, pickled by its name), one group
-    after another.
-
-    Returns one outcome per point, in order. Plain data in and out, so submitit can pickle it;
-    its :meth:`checkpoint` is what submitit calls on preemption or time-out.
-    """
+    """One job of the array: groups of points (configs and run directories, each group trained together
+    by ``train``, :func:`compose_lens.sweep.train_points`) one after another; returns one outcome per
+    point, in order. Plain data in and out, so submitit can pickle it."""
 
     def __init__(self, train: Callable[[list[dict], list[str], int], list[dict]],
                  groups: list[tuple[list[dict], list[str]]], threads: int):
@@ -99,26 +76,21 @@ class PointsJob:
         return outcomes
 
     def checkpoint(self, *args, **kwargs):
-        """Requeue the same job: the run directories hold every point's state (module doc)."""
+        """What submitit calls on preemption or time-out: requeue the same job (module doc)."""
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(PointsJob(self.train, self.groups, self.threads))
 
 
-def executor_parameters(options: dict, threads: int, on_gpu: bool) -> tuple[str, dict]:
-    """(the submitit cluster, the executor's parameters): the defaults, then ``--slurm``'s."""
+def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):
+    """submitit's executor for these jobs: the defaults, then ``--slurm``'s settings, checked."""
+    submitit = import_submitit()
     options = dict(options)
     cluster = options.pop("cluster", "slurm")
     if cluster not in CLUSTERS:
         raise ComposeLensError(f"--slurm cluster={cluster}: use {' or '.join(CLUSTERS)}")
-    return cluster, {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
-                     "gpus_per_node": 1 if on_gpu else 0, **options}
-
-
-def make_executor(folder: Path, options: dict, threads: int, on_gpu: bool):
-    """submitit's executor for these jobs, its parameters checked (one line if one is wrong)."""
-    submitit = import_submitit()
-    cluster, params = executor_parameters(options, threads, on_gpu)
+    params = {"name": "compose-lens-sweep", "timeout_min": TIMEOUT_MIN, "cpus_per_task": threads,
+              "gpus_per_node": 1 if on_gpu else 0, **options}
     if cluster == "slurm" and shutil.which("sbatch") is None:
         raise ComposeLensError("--backend slurm: no SLURM here (sbatch is not on the PATH); run the sweep on the "
                                "cluster's login node, or try it on this machine with --slurm cluster=local")

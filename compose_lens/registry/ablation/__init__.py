@@ -1,9 +1,6 @@
-"""The ``ablation`` analysis, whole in this folder: the accuracy each pool loses when a head, an MLP, its
-neurons or its Fourier directions are ablated.
-
-``ablations.py`` holds the numbers (the same-MLP tests ablate the adder's neurons and Fourier directions with
-them too), ``figure.py`` the figure, ``test_ablation.py`` the tests; this module says how ``compose-lens ablate``,
-``analyze``, the report and the API run it.
+"""The ``ablation`` analysis: the accuracy each pool loses when a head, an MLP, its neurons or its Fourier
+directions are ablated. :mod:`.ablations` holds the numbers (the same-MLP tests use them too), :mod:`.figure`
+the figure.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ def _ablation_figures(ctx: Context, result: Result, settings: dict) -> list:
 
 
 def _ablation_lines(result: Result) -> list[str]:
-    """The table's size and its three largest accuracy drops (single neurons left out: ablation.csv has them)."""
     table = result.tables["ablation"]
     shown = table[table["target"] != "neuron"]
     top = shown.loc[shown["accuracy_drop"].nlargest(3).index]
@@ -37,9 +33,8 @@ def _ablation_lines(result: Result) -> list[str]:
 
 
 def _ablation_memory(settings: dict, config) -> None:
-    """Nine pools of ``pool_size`` (joined once more into one batch); kept of each sequence: MLP2's
-    activations at ``=`` and the direct path, the logits of an ablation, and the activations read
-    for the replacement."""
+    """Nine pools of ``pool_size`` (joined once more into one batch); kept per sequence: MLP2's activations
+    at ``=`` and the direct path, an ablation's logits, and the activations read for the replacement."""
     from compose_lens.data.safety import check_sizes, kept_activation_bytes
 
     m, n = config.model, settings["pool_size"]

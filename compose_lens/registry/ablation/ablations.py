@@ -11,39 +11,28 @@ no information about the current prompt, then measure what the model loses:
 * **resample** ablation writes the activation the component had on a *random
   other* reference sequence (keeps the distribution, destroys the information).
 
-Targets, in the study's words (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``):
-each attention **head** (its output ``blocks.L.attn.hook_z``), each **MLP**
-(``blocks.L.hook_mlp_out``; the paper's layer-2 MLP is ``blocks.1``), **single neurons**
-of the adder MLP (MLP2 in the paper: ``blocks.1.mlp.hook_post``), the **neurons of one key
-frequency** together, and the **Fourier directions** of one frequency k in the adder's
-output: the part of its contribution to the logits that is a cos / sin of frequency k over
-the output classes (the basis of :func:`compose_lens.analysis.fourier.fourier_basis`).
+Targets, in the study's words (paper layer 1 = ``blocks.0``, layer 2 = ``blocks.1``): each attention
+**head** (its output ``blocks.L.attn.hook_z``), each **MLP** (``blocks.L.hook_mlp_out``), **single neurons**
+of the adder MLP (MLP2 in the paper: ``blocks.1.mlp.hook_post``), the **neurons of one key frequency**
+together, and the **Fourier directions** of one frequency k in the adder's output: the part of its
+contribution to the logits that is a cos / sin of frequency k over the output classes (the basis of
+:func:`compose_lens.analysis.fourier.fourier_basis`).
 
-**Which MLP's neurons** (:func:`neuron_subject`): in the paper architecture MLP2,
-``blocks.1`` (not located, as every analysis of that architecture reads it); in any other
-the *located* adder (:func:`compose_lens.analysis.locate.locate_adder`), in whichever block it
-sits. An adder in the last block is ablated exactly; one before the last block through its
-direct path (the later blocks do not see the change, :class:`LastPositionMLP`). Where no MLP
-reaches the adder threshold (an untrained or stalled model) the neuron and Fourier-direction
-rows are left out and :attr:`NeuronSubject.note` says "none located": an MLP that does not add
-is never ablated in the adder's place. Heads and whole MLPs are ablated in every architecture.
+**Which MLP's neurons** (:func:`neuron_subject`): MLP2 in the paper architecture (not located); in any
+other the *located* adder (:func:`compose_lens.analysis.locate.locate_adder`), ablated exactly in the last
+block and through its direct path before it (:class:`LastPositionMLP`). Where no MLP reaches the adder
+threshold (an untrained or stalled model) the neuron and Fourier-direction rows are left out: an MLP that
+does not add is never ablated in the adder's place.
 
-Heads and the whole MLP are ablated by replacing their activation in a forward pass:
-:func:`replacement_hook` makes the function that writes the replacement, and
-:func:`ablated_logits` runs it through :meth:`compose_lens.model.forward.Forward.edited_logits`.
-For the paper architecture that forward is
-:func:`compose_lens.model.fastpath.edited_answer_logits`, which computes layer 2 at
-``=`` only and no (batch x positions x d_model) product, ~25x less work than the
-TransformerLens forward; the tests check that both give the same logits for every
-target and kind. Other architectures run the TransformerLens forward with the function
-as a hook, added for the one forward and removed after, so the model is left exactly as it was. Either way the mean and resample
-replacements come from :func:`reference_activations`, read by the same forward (so
-layer 2's activations are at ``=`` only on the fast one). Neurons and Fourier directions of MLP2 are ablated from the cached
-activations at ``=``: layer 2 is the last layer and the answer is read at ``=``,
-so a neuron at an earlier position feeds nothing that is read, and at ``=`` the
-logits are linear in the neuron activations (``resid_mid W_U + post W_out W_U``).
-All 512 single-neuron ablations then cost one batched product instead of 512
-forward passes; the tests check this shortcut against the hooked forward.
+Heads and whole MLPs, in every architecture, are ablated in a forward pass (:func:`replacement_hook`,
+:func:`ablated_logits`): for the paper architecture :func:`compose_lens.model.fastpath.edited_answer_logits`,
+which computes layer 2 at ``=`` only, ~25x less work than the TransformerLens forward (the tests check
+both give the same logits); for others the TransformerLens forward, the hook added for that one forward. The mean and resample
+replacements come from :func:`reference_activations`, read by the same forward. Neurons and Fourier
+directions of MLP2 are ablated from the cached activations at ``=``: layer 2 is the last layer and the
+answer is read at ``=``, where the logits are linear in the neuron activations
+(``resid_mid W_U + post W_out W_U``), so all 512 single-neuron ablations cost one batched product instead
+of 512 forward passes (the tests check this shortcut against the hooked forward).
 """
 
 from __future__ import annotations
@@ -88,11 +77,8 @@ def _check_kind(kind: str) -> None:
 
 def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None = None,
                      index: tuple = (), seed: int = 0) -> Hook:
-    """A hook that ablates ``act[:, :, *index]`` (e.g. ``index=(head,)`` on hook_z).
-
-    ``reference`` is the activation at this hook on the reference batch
-    (R, pos, ...), needed for mean and resample ablation.
-    """
+    """A hook that ablates ``act[:, :, *index]`` (e.g. ``index=(head,)`` on hook_z); ``reference``: the
+    activation at this hook on the reference batch (R, pos, ...), for mean and resample ablation."""
     _check_kind(kind)
     if kind != "zero" and reference is None:
         raise ComposeLensError(f"{kind} ablation needs reference activations")
@@ -116,17 +102,16 @@ def replacement_hook(hook_name: str, kind: str, reference: torch.Tensor | None =
 
 def ablated_logits(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, hooks: list[Hook],
                    chunk: int = 1024, fast: bool | None = None) -> torch.Tensor:
-    """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients:
-    :meth:`compose_lens.model.forward.Forward.edited_logits` (``fast``, default for the paper
-    architecture: the table forward, on which a layer-2 hook sees "=" only, so its mean / resample
-    reference must come from :func:`reference_activations` with the same ``fast``)."""
+    """Last-position logits (N, V) with the hooks' replacements made, in chunks, without gradients (on the
+    ``fast`` forward a layer-2 hook sees "=" only: take its reference from :func:`reference_activations`
+    with the same ``fast``)."""
     return Forward(model, cfg, fast).edited_logits(tokens, hooks, chunk)
 
 
 def reference_activations(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, names: set[str],
                           fast: bool | None = None) -> dict[str, torch.Tensor]:
     """The activations (float32) at hooks ``names`` on ``tokens``, as :func:`ablated_logits` with the
-    same ``fast`` sees them: what mean and resample ablation write, via :func:`replacement_hook`."""
+    same ``fast`` sees them."""
     forward = Forward(model, cfg, fast)
     if not forward.tables:
         found = forward.read(tokens, [Site(name) for name in names], len(tokens))
@@ -158,11 +143,9 @@ def component_targets(config: RunConfig) -> list[tuple[str, int, int, str, tuple
 class LastPositionMLP:
     """MLP2 at ``=`` for a batch: the direct path and the neuron activations, read out linearly.
 
-    ``layer``: another block's MLP (the located adder of another architecture; None: the study's
-    MLP2, in the study's layout only). Its neurons are read out through their direct path,
-    ``post W_out W_U``, with everything else held at the batch's clean logits (exact for the
-    last block's MLP; for an earlier one the later blocks do not see the change, as in
-    :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`)."""
+    ``layer``: another block's MLP (None: the study's MLP2, in the study's layout only), its neurons read
+    out through ``post W_out W_U`` with everything else held at the batch's clean logits (for an MLP
+    before the last block, as :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout` does)."""
 
     def __init__(self, model: tl.Model, config: RunConfig, tokens: torch.Tensor, layer: int | None = None):
         if layer is not None:
@@ -236,30 +219,21 @@ def neuron_ablation_predictions(mlp: LastPositionMLP, reference: LastPositionMLP
         yield neuron, out
 
 
-def frequency_directions(p: int, k: int | list[int]) -> torch.Tensor:
-    """(m, p) the orthonormal cos / sin rows of frequency k (or of several) over the output classes."""
-    basis, _ = fourier_basis(p)
-    wanted = torch.tensor([k] if isinstance(k, int) else list(k))
-    return basis[torch.isin(basis_frequencies(p), wanted)].float()
-
-
 def fourier_ablation_logits(mlp: LastPositionMLP, reference: LastPositionMLP, k: int | list[int], kind: str,
                             seed: int = 0) -> torch.Tensor:
     """Logits (N, V) with MLP2's frequency-k directions (one k or several) over the output classes ablated."""
     _check_kind(kind)
-    D = frequency_directions(mlp.W_logit.shape[1], k)  # (m, V)
+    p = mlp.W_logit.shape[1]
+    basis, _ = fourier_basis(p)
+    D = basis[torch.isin(basis_frequencies(p), torch.tensor([k] if isinstance(k, int) else list(k)))].float()  # (m, V)
     own = (mlp.post @ mlp.W_logit) @ D.T  # (N, m): MLP2's frequency-k coefficients
     ref = (reference.post @ reference.W_logit) @ D.T
     return mlp.logits() + (_replacement(kind, own, ref, seed) - own) @ D
 
 
-# -- the table --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NeuronSubject:
-    """The MLP whose neurons and Fourier directions are ablated: ``block`` None where no MLP adds
-    (then none are ablated); ``note`` says which and why, in one line."""
+    """The MLP whose neurons and Fourier directions are ablated (``block`` None: none, no MLP adds)."""
 
     block: int | None
     note: str
@@ -274,8 +248,8 @@ PAPER_SUBJECT = NeuronSubject(1, "adder: blocks.1.mlp (the paper architecture's 
 
 def neuron_subject(subject: Subject, seed: int = 0,
                    adder: locate.Role | None = None) -> NeuronSubject:
-    """Which MLP the neuron and Fourier-direction ablations read (see the module doc); ``adder``:
-    a :func:`~compose_lens.analysis.locate.locate` result's adder to reuse (else located here)."""
+    """Which MLP the neuron and Fourier-direction ablations read (the module doc); ``adder``: a located
+    adder to reuse."""
     config = subject.config
     if capabilities.is_paper_architecture(config.model):
         return PAPER_SUBJECT
@@ -288,15 +262,9 @@ def neuron_subject(subject: Subject, seed: int = 0,
     return NeuronSubject(adder.layer, f"{adder.component}, the located adder ({adder.line()}; {exact})")
 
 
-def neuron_groups_by_frequency(subject: Subject, seed: int = 0,
-                               min_fraction: float = 0.5, *, layer: int = 1) -> dict[int, list[int]]:
-    """The neurons of each key frequency: dominant frequency k, >= ``min_fraction`` of their variance
-    (``layer``: the MLP's block, 1 the paper's MLP2)."""
-    return frequency_groups(neuron_frequencies(operand_grid(subject, "constant", seed, layer=layer)), min_fraction)
-
-
 def frequency_groups(neurons: pd.DataFrame, min_fraction: float = 0.5) -> dict[int, list[int]]:
-    """{key frequency: its neurons} of a :func:`~compose_lens.analysis.fourier.neuron_frequencies` table."""
+    """{key frequency: its neurons} of a :func:`~compose_lens.analysis.fourier.neuron_frequencies` table: those
+    whose dominant frequency explains >= ``min_fraction`` of their variance."""
     clean = neurons[neurons["fraction_explained"] >= min_fraction]
     return {k: clean.loc[clean["frequency"] == k, "neuron"].tolist()
             for k in key_frequencies(neurons, min_fraction=min_fraction)}
@@ -325,7 +293,7 @@ def _mlp2_ablations(subject: Subject, tokens: torch.Tensor, ref_tokens: torch.Te
     layer = None if paper else block  # the paper's MLP2: read through the table forward's own readout
     mlp = LastPositionMLP(model, config, tokens, layer)
     ref = LastPositionMLP(model, config, ref_tokens, layer)
-    groups = neuron_groups_by_frequency(subject, seed, layer=block)
+    groups = frequency_groups(neuron_frequencies(operand_grid(subject, "constant", seed, layer=block)))
     for kind in kinds:
         if single_neurons:
             for neuron, answers in neuron_ablation_predictions(mlp, ref, list(range(config.model.d_mlp)), kind,
@@ -344,15 +312,13 @@ def ablation_table(subject: Subject, *, pool_size: int = 500,
     """Zero / mean / resample ablation of every head, every MLP, each neuron of the adder (MLP2),
     each key frequency's neurons and its Fourier directions, with the accuracy on each of the nine pools.
 
-    ``neurons``: the MLP whose neurons are ablated (:func:`neuron_subject`, found here if None;
-    its ``block`` None: no neuron rows). ``table.attrs["neuron_subject"]`` records it.
+    ``neurons``: the MLP whose neurons are ablated (:func:`neuron_subject`, found here if None; its
+    ``block`` None: no neuron rows), recorded in ``table.attrs["neuron_subject"]``.
 
-    Long format, one row per (target, layer, index, kind, pool): accuracy,
-    (``layer`` the paper's number from 1, ``block`` TransformerLens's ``blocks.N``; -1 for
-    the unablated baseline row ``none``),
-    baseline_accuracy (nothing ablated) and accuracy_drop. ``target`` is head, mlp,
-    neuron, frequency_neurons or fourier_directions; ``index`` the head, neuron or
-    frequency (-1 for the MLP).
+    Long format, one row per (target, layer, block, index, kind, pool): accuracy, baseline_accuracy (nothing
+    ablated) and accuracy_drop. ``target`` is head, mlp, neuron, frequency_neurons, fourier_directions or
+    ``none`` (the unablated baseline, layer and block -1); ``layer`` is the paper's number from 1, ``block``
+    TransformerLens's ``blocks.N``; ``index`` the head, neuron or frequency (-1 for the MLP).
     """
     model, config, split = subject.model, subject.config, subject.split
     for kind in kinds:

@@ -13,16 +13,13 @@ from compose_lens.views.drawing import REPORT_WIDTH_IN, heatmap, layer_name, sub
 
 
 def ablation_figure(table: pd.DataFrame, n: int) -> tuple[Figure, pd.DataFrame]:
-    """Accuracy lost per pool (columns) for each ablated component (rows) of
-    :func:`compose_lens.registry.ablation.ablations.ablation_table` (single neurons left out), each pool ``n``
-    sequences; returns the rows drawn.
+    """Accuracy lost per pool (columns, ``n`` sequences each) for each ablated component (rows) of
+    :func:`compose_lens.registry.ablation.ablations.ablation_table`, single neurons left out; returns the rows drawn.
 
-    A drop counts only beyond its own noise: its 95 % interval (:func:`compose_lens.core.stats.difference_bounds`,
-    the ablated and the baseline accuracy of ``n`` sequences each) excludes 0. A component none of whose
-    drops does is left out (on the paper model most frequency ablations change nothing), and the title
-    counts them; if none passes, every row is drawn. A drawn cell whose drop is within its noise is hatched.
-    The drop is one-sided (an ablation rarely helps), so the colour scale is sequential from 0 to 1; a
-    negative drop shows as white, its value printed in the cell.
+    A drop counts only where its 95 % interval (:func:`compose_lens.core.stats.difference_bounds`) excludes 0:
+    a component none of whose drops does is left out, and the title counts them (if none passes, every row
+    is drawn); a drawn cell within its noise is hatched. The colour scale is sequential from 0 to 1 (an
+    ablation rarely helps): a negative drop shows as white, its value printed in the cell.
     """
     shown = table[~table["target"].isin(["neuron", "none"])]
     rows = ["target", "block", "index", "kind"]

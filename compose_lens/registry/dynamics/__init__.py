@@ -1,18 +1,14 @@
-"""The ``dynamics`` analysis, whole in this folder: every checkpoint of a run evaluated, and the three phases found.
+"""The ``dynamics`` analysis: every checkpoint of a run evaluated, and the three phases found.
 
 An analysis of a run's checkpoints (``of="run"``): its compute takes a
-:class:`compose_lens.report.context.RunContext` (the run's source, split, seed and device) where a one-model
-analysis takes a :class:`~compose_lens.report.context.Context`. ``checkpoints.py`` holds the measures (the phase
-rule is :mod:`compose_lens.training.phases`'s), ``figure.py`` the figures, ``test_dynamics.py`` and
-``test_sweep_onsets.py`` the tests; this module says how the command, the report and the API run it.
-``compose-lens dynamics RUN --out DIR`` writes ``dynamics.csv`` (one row per checkpoint),
-``phases.json`` (the onsets with their intervals, the outcome, the timing) and ``figures/dynamics.png``.
-With ``--update`` the rows of an earlier ``DIR/dynamics.csv`` made of the same run with the same settings are
-kept and only the checkpoints written since are evaluated; another run's are refused.
-
-The report keeps them in ``RUN/results/`` and reads them back where they hold every checkpoint it asks for
-(:func:`_saved`), extends them where the run has written more; its section draws the accuracy by variable
-count, the progress measures and the late refinement, each with the phase onsets marked.
+:class:`compose_lens.report.context.RunContext` where a one-model analysis takes a
+:class:`~compose_lens.report.context.Context`. :mod:`.checkpoints` holds the measures (the phase rule is
+:mod:`compose_lens.training.phases`'s), :mod:`.figure` the figures. ``compose-lens dynamics RUN --out DIR``
+writes ``dynamics.csv`` (one row per checkpoint), ``phases.json`` (the onsets with their intervals, the
+outcome, the timing) and ``figures/dynamics.png``. With ``--update`` the rows of an earlier
+``DIR/dynamics.csv`` made of the same run with the same settings are kept and only the checkpoints written
+since are evaluated; another run's are refused. The report reads them back where they hold every
+checkpoint it asks for (:func:`_saved`) and extends them where the run has written more.
 """
 
 from __future__ import annotations
@@ -46,8 +42,8 @@ def _figures(ctx, result: Result, settings: dict) -> list:
 
 
 def _saved(ctx, folder, settings: dict) -> Result | None:
-    """The dynamics saved in ``folder`` where they hold every checkpoint asked for (made with whatever settings;
-    none with ``update`` off): read back, the phases measured again, nothing evaluated."""
+    """The dynamics saved in ``folder`` where they hold every checkpoint asked for (whatever their settings;
+    never with ``update`` off), the phases measured again."""
     from compose_lens.training import runs
 
     if not (settings["update"] and (folder / runs.DYNAMICS_FILE).exists() and (folder / runs.PHASES_FILE).exists()):
@@ -116,8 +112,7 @@ DYNAMICS = Analysis(
               "update": False},
     figures=("dynamics", "accuracy_by_variable_count", "progress_measures", "late_refinement"),
     module="compose_lens.registry.dynamics.checkpoints", tables=("dynamics",), documents=("phases",), draw=_figures,
-    section=_section,
-    saved=_saved,
+    section=_section, saved=_saved,
     command="dynamics", help="evaluate every checkpoint of a run and find the three phases",
     options=(Option("--pool-size", "pool_size", "sequences per accuracy pool"),
              Option("--slot-size", "slot_size", "sequences per forbidden-slot batch"),

@@ -8,32 +8,23 @@ The study (SPEC section 6, item 7) reads its training run as three phases:
    allowed slots are solved, on training and held-out pairs alike (around 6k);
 3. a late **refinement** (around 14k-16k) in which the *var-restricted* 2-var
    sequences, whose variables sit in slots never seen in training, are finally
-   solved. In that phase the layer-1 ``=`` query's score for each variable key,
-   ``(E_= + P_last) QK_1 E_var^T / sqrt(d_head)``, equalises across variables: the
+   solved. In that phase the layer-1 ``=`` query's score for each variable key
+   (:func:`equals_variable_scores`) equalises across variables: the
    ``=`` token stops preferring the variables it saw in that slot in training.
 
-:func:`trajectory` evaluates every checkpoint of a run directory
-(``checkpoints/step_NNNNNN/``) or of a folder of the study's ``step_N.pth`` files:
-the nine pool accuracies, the circuit measures of
-:func:`compose_lens.registry.probes.summary.circuit_measures` (when that module is
-present), the ``=``-query variable scores and the accuracy of each forbidden
-operand slot (``b`` as the right operand, ``k`` as the left one, ...). For the paper
-architecture every measure runs on the fast forwards, so each checkpoint's tensors are
-used as they are read (:class:`compose_lens.model.tl.Weights`, TransformerLens never
-imported); any other architecture is built once as a bridge and each checkpoint's
-weights are loaded into it. The next checkpoint is read from disk on a worker thread
-while the current one is evaluated. The Fourier measures read one MLP for the whole run:
-the model's only MLP, or, with several, the adder located in the last checkpoint
-(:func:`compose_lens.analysis.locate.fourier_subject`); ``phases.json`` names it
-(``fourier_subject``), and where there is none the Fourier columns are NaN. The probes
-read one binder and one router head for the whole run as well: the paper's in the paper
-architecture, else the heads located in the last checkpoint
-(:func:`compose_lens.analysis.locate.circuit_heads`; ``phases.json``: ``circuit_heads``;
-a role no head plays gives NaN columns).
+:func:`trajectory` evaluates every checkpoint of a run directory (``checkpoints/step_NNNNNN/``) or of a
+folder of the study's ``step_N.pth`` files: the nine pool accuracies, the circuit measures of
+:func:`compose_lens.registry.probes.summary.circuit_measures`, the ``=``-query variable scores and the
+accuracy of each forbidden operand slot (:func:`forbidden_slot_batches`). The paper architecture's
+checkpoints are evaluated on the fast forwards as they are read (TransformerLens never imported); any
+other's weights are loaded into one bridge. The next checkpoint is read on a worker thread while the
+current one is evaluated. The Fourier measures read one MLP for the whole run, and the probes one binder
+and one router head: the paper's, or those located in the last checkpoint (``phases.json`` names them:
+``fourier_subject``, ``circuit_heads``; a role nothing plays gives NaN columns).
 
 The phases are read from the curves by one rule, :func:`compose_lens.training.phases.find_phases`
-("crosses and stays", its module says how): the margin, 0.1 for every phase, lets pool sampling noise and a
-brief loss spike pass, as the reference run has at step 25k, while a fall back to the earlier plateau does not.
+("crosses and stays"): the margin, 0.1 for every phase, lets pool sampling noise and a brief loss spike
+pass, as the reference run has at step 25k, while a fall back to the earlier plateau does not.
 """
 
 from __future__ import annotations
@@ -66,17 +57,10 @@ from compose_lens.core.provenance import provenance
 from compose_lens.training.subject import Subject, check_weights, load_weights, model_of
 
 
-
-# -- the refinement analyses ----------------------------------------------------------------
-
-
 def equals_variable_scores(model: tl.Model, config: RunConfig, head: int = 0) -> torch.Tensor:
-    """Layer-1 score of the ``=`` query at the last position for each variable key.
-
-    ``(E_= + P_last) W_Q (E_var W_K)^T / sqrt(d_head)``, one value per variable
-    (a..l), from the weights alone. Key positions are left out: the score says
-    which variable *tokens* the ``=`` query prefers.
-    """
+    """Layer-1 score of the ``=`` query for each variable key (a..l), from the weights alone:
+    ``(E_= + P_last) W_Q (E_var W_K)^T / sqrt(d_head)``. Key positions are left out: the score says
+    which variable *tokens* the ``=`` query prefers."""
     task = config.task
     w = weights.head_weights(model, 0, head)
     params = tl.parameters(model)
@@ -88,12 +72,9 @@ def equals_variable_scores(model: tl.Model, config: RunConfig, head: int = 0) ->
 
 
 def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict[str, Batch]:
-    """Training-pair sequences with one variable in a slot forbidden to it in training.
-
-    For each forbidden (side, variable): ``1var_<side>_<v>`` puts ``v`` alone in that
-    slot; ``2var_<side>_<v>`` pairs it with an allowed variable on the other side.
-    ``b`` as the right operand is ``1var_right_b`` / ``2var_right_b``.
-    """
+    """Training-pair sequences with one variable in a slot forbidden to it in training: for each
+    forbidden (side, variable), ``1var_<side>_<v>`` puts ``v`` alone in that slot, ``2var_<side>_<v>``
+    pairs it with an allowed variable on the other side (``b`` as the right operand: ``..._right_b``)."""
     task = split.task
     out: dict[str, Batch] = {}
     slots = [("left", v) for v in task.left_forbidden] + [("right", v) for v in task.right_forbidden]
@@ -112,9 +93,6 @@ def forbidden_slot_batches(split: Split, size: int = 500, seed: int = 0) -> dict
         out[f"1var_{side}_{name}"] = render(split, torch.stack([pairs[:, 0], pairs[:, 1], *one], 1), g)
         out[f"2var_{side}_{name}"] = render(split, torch.stack([pairs[:, 0], pairs[:, 1], *two], 1), g)
     return out
-
-
-# -- the trajectory --------------------------------------------------------------------------
 
 
 @dataclass
@@ -150,11 +128,9 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
                known: pd.DataFrame | None = None) -> Trajectory:
     """Evaluate every (selected) checkpoint of ``source``; one row per checkpoint.
 
-    ``known``: rows already evaluated (a previous ``dynamics.csv`` of the same run and
-    settings); their steps are not evaluated again, so a growing run is updated cheaply.
-
-    ``threads=1`` by default: each checkpoint is a few hundred small tensor ops, which
-    one thread runs fastest; on a busy 2-core machine two threads were 5x slower.
+    ``known``: rows already evaluated (a previous ``dynamics.csv`` of the same run and settings),
+    whose steps are not evaluated again. ``threads=1``: each checkpoint is a few hundred small tensor
+    ops, which one thread runs fastest (two were 5x slower on a busy 2-core machine).
     """
     with torch_threads(threads), ThreadPoolExecutor(max_workers=1) as reader:
         checkpoints, config, split = runs.find_checkpoints(source, split_file)
@@ -162,7 +138,8 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
         last = functools.cache(functools.partial(_subject_at, checkpoints[-1], config, split, device)) \
             if circuit and checkpoints else None
         subject = _fourier_subject(last, config, seed) if last else None
-        heads = _circuit_heads(last, config, seed) if last else None
+        paper = capabilities.is_paper_architecture(config.model)
+        heads = (probes.PAPER_HEADS if paper else locate.circuit_heads(last(), seed)) if last else None
         wanted = {c.step for c in checkpoints}
         known_rows = [] if known is None else [r for r in known.to_dict("records") if int(r["step"]) in wanted]
         done = {int(r["step"]) for r in known_rows}
@@ -170,9 +147,7 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
         measures = circuit_measures if circuit else None
         inputs = measure_inputs(split, seed=seed) if circuit else None  # the same sequences for every checkpoint
         started = time.perf_counter()
-        # the paper architecture's measures run on the fast forwards: each checkpoint's tensors will
-        # do (no TransformerLens import, no copy into a bridge); any other is loaded into one bridge
-        bridge = None if capabilities.is_paper_architecture(config.model) else tl.boot(config.model, device)
+        bridge = None if paper else tl.boot(config.model, device)
         pools = make_pools(split, pool_size, seed)
         slots = forbidden_slot_batches(split, slot_size, seed)
         variables = config.task.variable_names
@@ -201,8 +176,7 @@ def trajectory(source: str | Path, split_file: str | Path | None = None, pool_si
 
 
 def _models(checkpoints: list[runs.Checkpoint], config: RunConfig, bridge, device: str, reader: ThreadPoolExecutor):
-    """Each checkpoint with its model, the next file read on ``reader`` while this one is evaluated: the paper
-    architecture's tensors as they are read (``bridge`` None), any other's loaded into ``bridge``."""
+    """Each checkpoint with its model (its tensors, or loaded into ``bridge``), the next read on ``reader``."""
     pending = reader.submit(runs.read_state, checkpoints[0], config) if checkpoints else None
     for ckpt, following in zip(checkpoints, checkpoints[1:] + [None]):
         state = pending.result()
@@ -216,23 +190,14 @@ def _models(checkpoints: list[runs.Checkpoint], config: RunConfig, bridge, devic
 
 
 def _subject_at(ckpt: runs.Checkpoint, config: RunConfig, split: Split, device: str) -> Subject:
-    """The checkpoint's model, its weights read and checked once (:func:`model_of`), as the analyses take it
-    (``trajectory`` reads the last one once, where the Fourier subject or the circuit heads need it)."""
+    """The checkpoint's model as the analyses take it, its weights read and checked once."""
     model = model_of(config, runs.read_state(ckpt, config), str(ckpt.path), bridge=False, device=device)
     return Subject(model, config, split, str(ckpt.path))
 
 
-def _circuit_heads(last, config: RunConfig, seed: int):
-    """The binder and router the run's probes read: the paper's in the paper architecture (nothing
-    read), else the heads located in the last checkpoint (``last()``: its subject)."""
-    if capabilities.is_paper_architecture(config.model):
-        return probes.PAPER_HEADS
-    return locate.circuit_heads(last(), seed)
-
-
 def _fourier_subject(last, config: RunConfig, seed: int) -> locate.FourierSubject:
-    """The MLP the run's Fourier measures read: from the config when it has at most one MLP, else the adder
-    located in the last checkpoint (``last()``: its subject). None (NaN measures) unless it is the last block."""
+    """The MLP the run's Fourier measures read: the only one, else the adder located in ``last()``; None
+    (NaN measures) unless it is the last block."""
     layers = config.model.mlp_blocks
     if len(layers) <= 1:
         subject = locate.FourierSubject(layers[0] if layers else None, False, None,
@@ -243,9 +208,6 @@ def _fourier_subject(last, config: RunConfig, seed: int) -> locate.FourierSubjec
         subject = locate.FourierSubject(None, False, subject.score, f"{subject.note}; not the last block, "
                                                                     f"so the Fourier measures are NaN")
     return subject
-
-
-# -- the phases -------------------------------------------------------------------------------
 
 
 PHASE_RULE_TEXT = ("onset = first checkpoint step at which the metric is >= threshold and never falls below "
@@ -281,17 +243,14 @@ def phases_document(traj: Trajectory) -> dict:
 
 
 def sweep_onsets(rows: Sequence[dict]) -> pd.DataFrame:
-    """One row per sweep point (``results.csv`` rows, which name the ``run_dir``): the onset
-    step of each phase (empty where the curve never crosses and stays within the run),
-    its interpolated step, the last logged step, and ``addition_first``.
+    """One row per sweep point (``results.csv`` rows, which name the ``run_dir``): the onset step of each
+    phase (empty where the curve never crosses and stays), its interpolated step, the last logged step, and
+    ``addition_first``, the study's claim that arithmetic comes before binding (True when the addition onset
+    is at or before the assignment onset, empty when either is missing).
 
-    ``addition_first`` tests the study's claim that arithmetic comes before binding: True
-    when the addition onset is at or before the assignment onset, False when after, empty
-    when either is missing. Read it with the rule's levels in mind: addition's onset needs
-    the held-out 0-var pool at 0.97, assignment's a four-pool mean at 0.85. The mean
-    includes held-out pairs, so it cannot pass 0.85 long before held-out addition rises;
-    but where the two curves rise together (as at f = 0.4 and 0.5 in the first full-budget
-    f sweep points) the lower bar is met first and ``addition_first`` is False.
+    Read it with the rule's levels in mind: addition's onset needs the held-out 0-var pool at 0.97,
+    assignment's a four-pool mean at 0.85, which includes held-out pairs; where the two curves rise together
+    (as at f = 0.4 and 0.5 in the first full-budget f sweep) the lower bar is met first.
     """
     out = []
     for row in rows:
@@ -314,9 +273,8 @@ def sweep_onsets(rows: Sequence[dict]) -> pd.DataFrame:
 
 
 def addition_first_summary(onsets: pd.DataFrame) -> dict:
-    """How many points have both onsets, and in how many addition came first. The claim holds
-    across the sweep only if it is every one of them; ``holds_everywhere`` is None (no
-    evidence either way) when no point has both."""
+    """How many points have both onsets, and in how many addition came first; ``holds_everywhere`` is
+    None (no evidence either way) when no point has both."""
     both = onsets["addition_first"].dropna() if len(onsets) else pd.Series([], dtype=object)
     held = int(sum(bool(v) for v in both))
     return {"points_with_both_onsets": int(len(both)), "addition_first": held,

@@ -1,9 +1,8 @@
-"""The dynamics' figures, the phase onsets marked in each (SPEC section 7): the nine pools over the
-checkpoints (:func:`accuracy_by_variable_count_figure`; :func:`dynamics_figure` with the run's outcome,
-what ``compose-lens dynamics`` writes), the circuit's progress measures (:func:`progress_measures_figure`),
-the late refinement (:func:`refinement_figure`).
-Checkpoints are rarely evenly spaced: a curve breaks over a gap in the sampling (:func:`plot_over_steps`)
-and a dense stretch is enlarged (:func:`dense_window`).
+"""The dynamics' figures, the phase onsets marked in each (SPEC section 7): the nine pools
+(:func:`accuracy_by_variable_count_figure`, :func:`dynamics_figure`), the circuit's progress measures
+(:func:`progress_measures_figure`) and the late refinement (:func:`refinement_figure`). Checkpoints are
+rarely evenly spaced: a curve breaks over a gap in the sampling (:func:`plot_over_steps`) and a dense
+stretch is enlarged (:func:`dense_window`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ POOL_GROUPS = {
     "2-var": ("2var_train", "2var_add_restricted", "2var_var_restricted_1", "2var_var_restricted_2"),
 }
 
-# shown by progress_measures_figure when a table has none of MEASURE_KEYS
 PHASE_CURVES = ("addition_accuracy", "assignment_accuracy", "refinement_accuracy", "equals_score_spread")
 
 
@@ -42,10 +40,9 @@ DENSE_MIN_CHECKPOINTS = 10  # dense_window: the fewest checkpoints at the finest
 
 
 def sampling_gaps(steps: Sequence[float]) -> np.ndarray:
-    """For each pair of neighbouring checkpoints (sorted steps), whether the distance between them is
-    a gap in the sampling: more than :data:`GAP_FACTOR` times the finer of the distances beside it
-    (the local stride). Steps 5,901, 6,001 then 7,001: the 1,000 after a stride of 100 is a gap, so a
-    curve does not draw a straight line over a stretch where nothing was measured.
+    """For each pair of neighbouring checkpoints (sorted steps), whether the distance between them is a gap
+    in the sampling: more than :data:`GAP_FACTOR` times the finer of the distances beside it (the local
+    stride), as 1,000 steps after a stride of 100.
 
     >>> sampling_gaps([0, 100, 200, 1200, 2200]).tolist()
     [False, False, True, False]
@@ -60,9 +57,8 @@ def sampling_gaps(steps: Sequence[float]) -> np.ndarray:
 
 
 def dense_window(steps: Sequence[float]) -> tuple[float, float] | None:
-    """The longest stretch of checkpoints at the run's finest stride (the study's 2,501 to 6,001 every
-    100 steps), when it holds at least :data:`DENSE_MIN_CHECKPOINTS` checkpoints and less than half
-    the run: on a linear step axis it is a few pixels wide. None for an evenly sampled run."""
+    """The longest stretch of checkpoints at the run's finest stride (the study's 2,501 to 6,001 every 100
+    steps), when it holds at least :data:`DENSE_MIN_CHECKPOINTS` checkpoints and less than half the run."""
     steps = np.sort(np.asarray(steps, dtype=float))
     d = np.diff(steps)
     if len(d) < DENSE_MIN_CHECKPOINTS:
@@ -81,8 +77,7 @@ def dense_window(steps: Sequence[float]) -> tuple[float, float] | None:
 
 
 def plot_over_steps(ax: Axes, steps: Sequence[float], values: Sequence[float], **style) -> None:
-    """A curve over training checkpoints: markers at every checkpoint, a line only within a stride, and
-    a thin dotted line of the same colour over each gap in the sampling (:func:`sampling_gaps`)."""
+    """A curve over training checkpoints, a thin dotted line of its colour over each gap in the sampling."""
     steps = np.asarray(steps, dtype=float)
     values = np.asarray(values, dtype=float)
     order = np.argsort(steps)
@@ -97,16 +92,10 @@ def plot_over_steps(ax: Axes, steps: Sequence[float], values: Sequence[float], *
 
 def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | None = None,
                                       outcome: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
-    """Pool accuracies over training, one panel per variable count (0, 1, 2), each pool in its own
-    Okabe-Ito colour and marker, the phase onsets dashed (legend under the panels).
-
-    Where the checkpoints are dense in a short stretch (:func:`dense_window`: the study's 2.5k-6k
-    window, every 100 steps), a second row of panels enlarges it on its own linear step axis (shaded
-    in the first row), so the addition and assignment jumps are not squeezed into a few pixels.
-    Lines break over gaps in the sampling (:func:`plot_over_steps`).
-
-    ``outcome``: the run's outcome (``phases.json``'s ``outcome``: generalised, stalled or
-    learning, and why), written in the title; a stalled run's title is set in vermillion."""
+    """Pool accuracies over training, one panel per variable count (0, 1, 2), the phase onsets dashed.
+    Where the checkpoints are dense in a short stretch (:func:`dense_window`), a second row of panels
+    enlarges it (shaded in the first row), so the addition and assignment jumps are not squeezed into a
+    few pixels. ``outcome`` (``phases.json``'s) goes in the title, a stalled run's in vermillion."""
     window = dense_window(table["step"])
     rows = 2 if window else 1
     height = 4.3 if rows == 1 else 7.6
@@ -143,10 +132,9 @@ def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | Non
     handles = onset_handles(phases) + ([Line2D([], [], color="black", ls=":", lw=0.8, label="gap in the checkpoints")]
                         if sampling_gaps(np.sort(table["step"].to_numpy())).any() else [])
     title = "Accuracy of the nine pools over training"
-    colour = "black"
     if outcome:
         title += f": {outcome['outcome']}" + (f" ({outcome['why']})" if outcome.get("why") else "")
-        colour = OKABE_ITO[3] if outcome["outcome"] == "stalled" else "black"
+    colour = OKABE_ITO[3] if outcome and outcome["outcome"] == "stalled" else "black"
     fig.suptitle(textwrap.fill(title, 110), fontsize=10, color=colour)
     fig.tight_layout(rect=(0, (0.3 / height) if handles else 0, 1, 1))
     if handles:
@@ -155,21 +143,16 @@ def accuracy_by_variable_count_figure(table: pd.DataFrame, phases: Mapping | Non
 
 
 def dynamics_figure(table: pd.DataFrame, document: Mapping) -> tuple[Figure, pd.DataFrame]:
-    """The figure ``compose-lens dynamics`` writes: :func:`accuracy_by_variable_count_figure` of a
-    dynamics table with its ``phases.json`` (phase onsets, and the outcome in the title)."""
+    """The figure ``compose-lens dynamics`` writes: :func:`accuracy_by_variable_count_figure` with ``phases.json``."""
     return accuracy_by_variable_count_figure(table, document.get("phases"), document.get("outcome"))
 
 
 def progress_measures_figure(table: pd.DataFrame, phases: Mapping | None = None,
                              measures: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
-    """One small panel per progress measure over training, phase boundaries marked.
-
-    Uses the circuit measures present in ``table`` (:data:`MEASURE_KEYS`, in that
-    order); without them, the phase curves and the ``=`` score spread. Each panel is titled in
-    words (:data:`compose_lens.registry.probes.summary.MEASURE_WORDS`; the restricted and excluded losses
-    say what is kept or removed), has its own step axis and a y label naming the kind of number
-    (:func:`_measure_unit`); a count (the number of key frequencies) is drawn in another colour
-    with whole-number ticks, so it is not read as a fraction.
+    """One small panel per progress measure over training, phase boundaries marked: the circuit measures
+    present in ``table`` (:data:`MEASURE_KEYS`), else the phase curves. Each is titled in words
+    (:data:`~compose_lens.registry.probes.summary.MEASURE_WORDS`) with a y label naming the kind of number
+    (:func:`_measure_unit`); a count is drawn in another colour with whole-number ticks.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -223,13 +206,10 @@ def _measure_unit(name: str) -> str:
 
 def refinement_figure(table: pd.DataFrame, variables: Sequence[str], forbidden: Sequence[str] = (),
                       phases: Mapping | None = None) -> tuple[Figure, pd.DataFrame]:
-    """Left: the ``=`` query's score in layer 1 (blocks.0) for each variable key over training, each
-    variable with a forbidden operand slot in its own Okabe-Ito colour and the others as one grey
-    bundle (they move together). Right: the accuracy with a variable in a slot it never had in
-    training, in its variable's colour, solid for 1-var and dotted for 2-var sequences, with the two
-    var-restricted pools in black (dashed, dash-dotted). One legend under both panels, grouped: a
-    colour per variable, then what each line style means (issue 43: eleven entries shared colours).
-    Phase onsets dashed in both panels."""
+    """Left: the ``=`` query's score in layer 1 for each variable key over training, each variable with a
+    forbidden operand slot in its own colour, the others one grey bundle (they move together). Right: the
+    accuracy with a variable in a slot it never had in training, in its variable's colour, solid for 1-var
+    and dotted for 2-var sequences, the two var-restricted pools in black. Phase onsets dashed in both."""
     fig, (left, right) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.4))
     score_cols = [f"equals_score_{v}" for v in variables if f"equals_score_{v}" in table]
     slot_cols = [c for c in table if c.startswith("slot_")]

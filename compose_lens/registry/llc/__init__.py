@@ -1,12 +1,11 @@
-"""The ``llc`` analysis, whole in this folder: the local learning coefficient of every checkpoint of a run (or of one
-model), estimated by SGLD with devinterp 2.0.1 (``pip install -e '.[methods]'``), beside the phases.
+"""The ``llc`` analysis: the local learning coefficient of every checkpoint of a run (or of one model),
+estimated by SGLD with devinterp 2.0.1 (``pip install -e '.[methods]'``), beside the phases.
 
 An analysis of a run's checkpoints (``of="run"``, like ``dynamics``): :mod:`.estimate` estimates,
-:mod:`.figure` draws, ``test_llc.py`` tests, and this module says how the command and the API run it. ``compose-lens llc RUN --out DIR``
-writes ``llc.csv`` (one row per checkpoint, with its sanity checks), ``llc_traces.csv`` (every chain's
-sampled losses), ``llc_phases.csv`` (the mean LLC between phase onsets, where the run has phases),
-``llc.json`` and ``figures/llc.png`` (the phase onsets marked: from ``--phases``, the run's
-``results/phases.json`` or its ``metrics.jsonl``).
+:mod:`.figure` draws. ``compose-lens llc RUN --out DIR`` writes ``llc.csv`` (one row per checkpoint, with
+its sanity checks), ``llc_traces.csv`` (every chain's sampled losses), ``llc_phases.csv`` (the mean LLC
+between phase onsets, where the run has phases), ``llc.json`` and ``figures/llc.png`` (the phase onsets
+marked: from ``--phases``, the run's ``results/phases.json`` or its ``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ def _llc(ctx, settings: dict) -> Result:
 
 
 def _llc_figures(ctx, result: Result, settings: dict) -> list:
-    """The estimates over the steps, the phase onsets marked."""
     from compose_lens.registry.llc.figure import llc_figure
 
     doc = result.documents["llc"]
@@ -53,8 +51,7 @@ def _llc_figures(ctx, result: Result, settings: dict) -> list:
 
 
 def _check(settings: dict, config) -> None:
-    """Memory, SGLD's settings, devinterp and the component, in one line each, before anything is loaded
-    or written."""
+    """Memory, SGLD's settings, devinterp and the component, before anything is loaded or written."""
     from compose_lens.registry.llc.estimate import check_component, require_devinterp
     from compose_lens.data.safety import activation_bytes, check_sizes
 

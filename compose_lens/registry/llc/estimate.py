@@ -54,9 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from compose_lens.core import capabilities
-
 from compose_lens.core import progress as progress_lines
-
 from compose_lens.training import runs
 from compose_lens.training.subject import load_model
 from compose_lens.core.config import ModelConfig, RunConfig
@@ -178,9 +176,8 @@ def component_masks(model: AnswerModel, component: str) -> dict[str, torch.Tenso
 
 
 class AnswerModel(torch.nn.Module):
-    """A model's weights as devinterp samples them: the trained ones as parameters, the frozen
-    ones (:func:`compose_lens.model.tl.absent_names`, :func:`~compose_lens.model.tl.frozen_names`) as buffers; ``forward(input_ids)`` reads the
-    sequence (every column but the last, which holds the answer) and returns the answer logits."""
+    """A model's weights as devinterp samples them: the trained ones as parameters, the frozen ones as
+    buffers; ``forward(input_ids)`` reads every column but the last (the answer) and returns the answer logits."""
 
     def __init__(self, state: dict[str, torch.Tensor], cfg: ModelConfig):
         super().__init__()
@@ -207,16 +204,14 @@ class AnswerModel(torch.nn.Module):
 
 
 def answer_loss(model: AnswerModel, input_ids: torch.Tensor) -> torch.Tensor:
-    """devinterp's per-token loss, (batch, seq - 1): each sequence's answer cross-entropy in every
-    slot, so that devinterp's mean over slots is the study's loss."""
+    """devinterp's per-token loss (batch, seq - 1): the answer cross-entropy in every slot."""
     loss = F.cross_entropy(model(input_ids).float(), input_ids[:, -1], reduction="none")
     return loss.unsqueeze(1).expand(-1, input_ids.shape[1] - 1)
 
 
 class Sequences(torch.utils.data.Dataset):
-    """Rows of ``input_ids`` as devinterp reads them (``dataset[i]["input_ids"]``), fetched a batch
-    at a time: a HuggingFace ``Dataset`` does the same, but took as long to hand out a batch of
-    128 as the model took to step on it."""
+    """Rows of ``input_ids`` as devinterp reads them, fetched a batch at a time (a HuggingFace ``Dataset``
+    took as long to hand out a batch as the model took to step on it)."""
 
     def __init__(self, rows: torch.Tensor):
         self.rows = rows
@@ -263,11 +258,10 @@ def estimate_llc(state: dict[str, torch.Tensor], config: RunConfig, dataset, set
 
 def sample_llc(model: torch.nn.Module, dataset, loss_fn, settings: LlcSettings, progress: bool = False,
                device: str = "cpu", param_masks: dict | None = None) -> dict:
-    """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``
-    (the chains run on ``device``: devinterp moves the module and each batch there; ``param_masks``:
-    the weights they move, :func:`component_masks`; None: every parameter):
-    the mean, spread and each chain's estimate, the loss trace (chains x steps), the loss at the
-    weights themselves, and :func:`sanity`'s verdict."""
+    """devinterp's SGLD estimate for any module and per-token loss ``loss_fn(model, input_ids)``, the chains
+    moving the weights of ``param_masks`` (:func:`component_masks`; None: every parameter): the mean, spread
+    and each chain's estimate, the loss trace (chains x steps), the loss at the weights themselves, and
+    :func:`sanity`'s verdict."""
     llc = require_devinterp()
     from devinterp.slt import sampler as devinterp_sampler
 
@@ -297,13 +291,10 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
                          stride: int = 1, include_final: bool = True, progress: bool = False,
                          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The LLC of every checkpoint of ``source`` (a run directory or a folder of the study's
-    ``step_N.pth``; those of ``steps``, then every ``stride``-th), and of its final model
-    (``final.pth`` or ``model.safetensors``) where there is one; or of one model (anything
-    :func:`compose_lens.training.subject.load_model` takes, e.g. ``paper``).
-
-    Returns the table (one row per checkpoint: step, LLC mean and spread, each chain, the
-    checkpoint's training loss, the sanity checks) and the loss traces (long form: step, chain,
-    SGLD step, loss).
+    ``step_N.pth``; those of ``steps``, then every ``stride``-th) and of its final model (``final.pth`` or
+    ``model.safetensors``), or of one model (anything :func:`compose_lens.training.subject.load_model`
+    takes, e.g. ``paper``). Returns the table (one row per checkpoint: step, LLC mean and spread, each
+    chain, the training loss, the sanity checks) and the loss traces (step, chain, SGLD step, loss).
     """
     settings.check()
     config, split, entries = _entries(source, split_file, steps, stride, include_final)
@@ -323,8 +314,7 @@ def llc_over_checkpoints(source: str | Path, split_file: str | Path | None = Non
 
 
 def _entries(source, split_file, steps, stride, include_final):
-    """The configuration, split and (step, path, reader) of each set of weights to estimate: the
-    chosen checkpoints and the final model of a run or of the study's folder, or one model."""
+    """The configuration, split and (step, path, reader) of each set of weights to estimate."""
     path = Path(str(source))
     is_run = path.is_dir() and ((path / runs.CHECKPOINTS_DIR).is_dir() or path.name == runs.CHECKPOINTS_DIR
                                 or any(path.glob("step_*.pth")))
@@ -344,9 +334,8 @@ def _entries(source, split_file, steps, stride, include_final):
 
 
 def _is_a_checkpoint(final, chosen, config: RunConfig) -> bool:
-    """Whether the final model is one of the chosen checkpoints (a run's last checkpoint is written at
-    its last step: the same step and the same weights), so it is estimated once, not counted twice in
-    ``llc.csv`` and in the phase means. The same step with other weights is refused in one line."""
+    """Whether the final model is one of the chosen checkpoints (the same step and weights), so it is
+    estimated once; the same step with other weights is refused."""
     step, path, read = final
     same = [c for c in chosen if c.step == step]
     if not same:
@@ -360,8 +349,7 @@ def _is_a_checkpoint(final, chosen, config: RunConfig) -> bool:
 
 
 def _final_weights(source: Path, config: RunConfig):
-    """(step, path, reader) of a run's final model, or None: the study's ``final.pth`` (40,000
-    steps, its README says) or a compose-lens run's ``model.safetensors`` (its config's steps)."""
+    """(step, path, reader) of a run's final model (``final.pth`` or ``model.safetensors``), or None."""
     if (source / runs.STUDY_FINAL).is_file():
         path = source / runs.STUDY_FINAL
         return STUDY_FINAL_STEP, path, lambda: runs.read_pth(path, config)
@@ -376,9 +364,8 @@ STUDY_FINAL_STEP = 40_000  # the study's final.pth: "the end of the run (40,000 
 
 
 def run_phases(source: str | Path, phases_file: str | Path | None = None) -> tuple[dict | None, str]:
-    """The phase onsets to mark beside the LLC, and where they came from: ``phases_file`` (a
-    ``phases.json`` of ``compose-lens dynamics``), else the run's ``results/phases.json``, else the
-    pool accuracies its ``metrics.jsonl`` logged; None (and why) where there is none of these."""
+    """The phase onsets to mark beside the LLC, and where they came from: ``phases_file``, else the run's
+    ``results/phases.json``, else its ``metrics.jsonl``; None (and why) where there is none of these."""
     source = Path(source)
     if phases_file is not None:
         doc = load_json(phases_file)
@@ -396,8 +383,7 @@ def run_phases(source: str | Path, phases_file: str | Path | None = None) -> tup
 
 
 def phase_means(table: pd.DataFrame, phases: dict | None) -> pd.DataFrame:
-    """Mean LLC of the checkpoints between consecutive phase onsets (before addition, addition ->
-    assignment, assignment -> refinement, after refinement): does the LLC move where a phase begins?"""
+    """Mean LLC of the checkpoints between consecutive phase onsets: does it move where a phase begins?"""
     if not phases:
         return pd.DataFrame()
     onsets = sorted((p["step"], name) for name, p in phases.items() if p.get("step") is not None)

@@ -20,8 +20,7 @@ def llc_figure(table: pd.DataFrame, phases: Mapping | None = None, title: str = 
     table = table.sort_values("step")
     healthy = table["healthy"].astype(bool).to_numpy()
     colour = OKABE_ITO[0]
-    # the line joins only the estimates that passed the sanity checks (issue 43: it ran through the
-    # failed ones); every estimate keeps its bar and its marker
+    # the line joins only the estimates that passed the sanity checks; every one keeps its bar and marker
     top.errorbar(table["step"], table["llc_mean"], yerr=table["llc_std"], color=colour, lw=1.2, capsize=2,
                  fmt="none")
     top.plot(table["step"][healthy], table["llc_mean"][healthy], "-o", color=colour, lw=1.2, ms=4, zorder=3,

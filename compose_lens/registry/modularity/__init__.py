@@ -1,11 +1,9 @@
-"""The ``modularity`` analysis, in this folder: is the model's circuit modular? ``measures.py`` holds the three
-measures that can fail and the verdict (its docstring says how each is read); this module declares the analysis.
-
-Its tests stay in ``tests/unit/test_modularity.py``, beside ``test_locate.py`` whose planted models they
-share. ``compose-lens modularity MODEL --out DIR`` writes ``modularity.csv`` (one row: every ``modularity_*``
-column, the exhaustive accuracies and the located roles); the report runs it too. ``analyze`` leaves it out
-(``in_analyze=False``, as DAS): its smallest-circuit search over the nine pools takes most of its ~9 s on the
-paper model, which would make ``analyze`` half as slow again (docs/speed.md's goal is 10 s).
+"""The ``modularity`` analysis: is the model's circuit modular? :mod:`.measures` holds the three measures that
+can fail and the verdict, and says how each is read; its tests are ``tests/unit/test_modularity.py`` (they
+share ``test_locate.py``'s planted models). ``compose-lens modularity MODEL --out DIR`` writes
+``modularity.csv`` (one row: every ``modularity_*`` column, the exhaustive accuracies and the located roles);
+the report runs it too, ``analyze`` does not: its smallest-circuit search takes ~9 s on the paper model
+(docs/speed.md's goal for ``analyze`` is 10 s).
 """
 
 from __future__ import annotations

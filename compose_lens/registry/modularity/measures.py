@@ -1,11 +1,9 @@
 """Is a model's circuit modular? Three measures that can fail, for any architecture without normalisation.
 
 The study shows one model whose three skills sit in three components: layer 1's head binds each value
-to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider,
-deeper or many-headed model keeps them apart is an empirical question; these measures answer it for
-one trained model, from the toolkit's own graph (:mod:`compose_lens.registry.circuit.discovery`), locator
-(:mod:`compose_lens.analysis.locate`) and same-MLP tests (:mod:`compose_lens.registry.same_mlp.comparisons`), with nothing
-chosen by hand.
+to its variable, layer 2's head routes the operands' values to ``=``, MLP2 adds. Whether a wider, deeper
+or many-headed model keeps them apart is an empirical question; these measures answer it for one trained
+model, from the toolkit's own graph, locator and same-MLP tests, with nothing chosen by hand.
 
 **(a) Separation: binding and addition in distinct components** (``modularity_separation``).
 Score every edge of the position graph (:func:`compose_lens.registry.circuit.discovery.build_graph` with
@@ -25,12 +23,11 @@ Score every edge of the position graph (:func:`compose_lens.registry.circuit.dis
 ``overlap = sum_c min(b_c, a_c)`` is the share of the two profiles that falls on the same heads and
 MLPs (0: disjoint, 1: the same components in the same proportions) and
 ``modularity_separation = 1 - overlap``, with its 95 % bootstrap interval over the prompt pairs
-(``modularity_separation_low``, ``_high``: both pair sets resampled, the profiles recomputed from
-each pair's own attribution, :func:`separation_interval`). In the paper model the binder head writes at the context
-positions and the router head and MLP2 at the query positions, so it separates; a model whose binding
-runs through an MLP that also carries the addends (the planted relay of
-``tests/unit/test_modularity.py``) does not. The component carrying most of each profile is
-reported (``modularity_binding_component``, ``modularity_adding_component``).
+(``modularity_separation_low``, ``_high``, :func:`separation_interval`). In the paper model the binder
+head writes at the context positions and the router head and MLP2 at the query positions, so it
+separates; a model whose binding runs through an MLP that also carries the addends (the planted relay of
+``tests/unit/test_modularity.py``) does not. The component carrying most of each profile is reported
+(``modularity_binding_component``, ``modularity_adding_component``).
 
 **(b) One adder: constants and variables routed to the same MLP** (``modularity_same_adder``).
 The adder is found twice: by the locator (key-frequency strength x ablation drop on the constant grid,
@@ -47,14 +44,13 @@ fewest top-|EAP-IG| edges that recover >= 95 % of the logit difference on *every
 once (:func:`compose_lens.registry.circuit.discovery.size_on_pools`), divided by the number of edges of the
 graph, with its 95 % bootstrap interval over the pools' pairs (``modularity_circuit_fraction_low``,
 ``_high``; the edges' ranking held, :meth:`PoolRuns.size_interval`). A model whose skills sit in few
-components needs few of its edges; one that spreads the same
-function over every head (the planted split of the tests) needs most of them. It is a size, not a
-verdict: it is compared across architectures, never thresholded.
+components needs few of its edges; one that spreads the same function over every head (the planted split
+of the tests) needs most of them. It is a size, compared across architectures, never thresholded.
 
-**Verdict** (``modularity_verdict``): ``modular`` where the separation is at least
-:data:`SEPARATION_MIN` (0.8: the paper model and its 2x4 plant score 0.93, the planted relay, one MLP
-carrying half the binding and a third of the addition, 0.61) and (b) is 1.0; ``entangled`` where the separation is below it or (b) is 0.0;
-``inconclusive`` otherwise.
+**Verdict** (``modularity_verdict``): ``modular`` where the separation is at least :data:`SEPARATION_MIN`
+(0.8: the paper model and its 2x4 plant score 0.93, the planted relay, one MLP carrying half the binding
+and a third of the addition, 0.61) and (b) is 1.0; ``entangled`` where the separation is below it or (b)
+is 0.0; ``inconclusive`` otherwise.
 
 **Inconclusive, never a number passed off as a score.** A model that has not learned the task has no
 circuit to measure: unless both exhaustive accuracies reach the study's headline
@@ -70,14 +66,12 @@ import pandas as pd
 import torch
 
 from compose_lens.training import outcome
-
 from compose_lens.core import stats
 from compose_lens.analysis import locate
 from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.data.pairs import make_prompt_pairs
+from compose_lens.data.pairs import PromptPairs, make_prompt_pairs
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.data.pairs import PromptPairs
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
 from compose_lens.data.task import label_of
@@ -97,13 +91,9 @@ COLUMNS = ("modularity_separation", "modularity_separation_low", "modularity_sep
            "modularity_circuit_fraction_high", "modularity_verdict", "modularity_reason")
 
 
-# -- the pairs -----------------------------------------------------------------------------------
-
-
 def binding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPairs:
-    """1-var prompts against the same prompt with the queried variable's name swapped, in the context,
-    with another assigned variable's that holds another value (so the answer changes and only the
-    binding does: the module doc's (a))."""
+    """1-var prompts against the same prompt with the queried variable's name swapped, in the context, with
+    another assigned variable's that holds another value (the module doc's (a))."""
     task = split.task
     C, n, first = task.context_len, task.seq_len, task.first_var_token
     pool = make_pool(split, "1var_train", 4 * n_pairs, seed).tokens
@@ -148,10 +138,8 @@ def sender_attributions(gm: circuit.GraphModel, pairs: PromptPairs, positions: s
 def _shares(scores: torch.Tensor, components: list[str]) -> pd.Series:
     """Each component's share of the edges' |scores| (K,), largest first."""
     table = pd.DataFrame({"component": components, "score": scores.abs().tolist()})
-    total = table["score"].sum()
-    shares = table.groupby("component")["score"].sum() / total if total > 0 else table.groupby("component")[
-        "score"].sum() * 0.0
-    return shares.sort_values(ascending=False, kind="stable")
+    total, summed = table["score"].sum(), table.groupby("component")["score"].sum()
+    return (summed / total if total > 0 else summed * 0.0).sort_values(ascending=False, kind="stable")
 
 
 def _resampled_shares(per_pair: torch.Tensor, components: list[str], names: list[str], rng: np.random.Generator,
@@ -169,9 +157,8 @@ def _resampled_shares(per_pair: torch.Tensor, components: list[str], names: list
 
 def separation_interval(binding: tuple[torch.Tensor, list[str]], adding: tuple[torch.Tensor, list[str]],
                         seed: int = 0, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
-    """The 95 % percentile bootstrap interval of ``modularity_separation``: the binding pairs and the
-    addition pairs each resampled (with replacement), the two profiles and their overlap recomputed
-    from the pairs' own attributions (``(per_pair (N, K), senders)`` of :func:`sender_attributions`)."""
+    """The 95 % percentile bootstrap interval of ``modularity_separation``: both pair sets resampled, the
+    profiles recomputed from the pairs' own attributions (``(per_pair, senders)`` of :func:`sender_attributions`)."""
     names = sorted(set(binding[1]) | set(adding[1]))
     rng = np.random.default_rng(seed)
     b = _resampled_shares(*binding, names, rng, resamples)
@@ -237,9 +224,7 @@ def same_adder(subject: Subject, n: int = 150, seed: int = 0) -> dict:
 
 class PoolRuns:
     """The patched runs of circuits on every evaluation pool, kept pair by pair: the worst pool's share
-    recovered by each circuit (:func:`compose_lens.registry.circuit.discovery.faithfulness`'s shares, pair by pair),
-    and afterwards
-    the bootstrap of the size over the pools' pairs (:meth:`size_interval`)."""
+    recovered by each circuit (:meth:`worst`), then the bootstrap of the size over the pools' pairs."""
 
     def __init__(self, gm: circuit.GraphModel, pools: dict[str, PromptPairs]):
         self.gm, self.pools = gm, pools
@@ -291,10 +276,10 @@ class PoolRuns:
 def smallest_circuit(gm: circuit.GraphModel, split: Split, scores: torch.Tensor, target: float = RECOVERED,
                      pool_size: int = 200, seed: int = 0, coarse: int = 16) -> tuple[int, float]:
     """The fewest top-|score| edges whose circuit recovers ``target`` on every evaluation pool, and what the
-    whole graph recovers on its worst pool. :func:`compose_lens.registry.circuit.discovery.size_on_pools` reads every
-    size; this reads ``coarse`` + 1 evenly spaced sizes, then every size between the last coarse size below
-    the target and the first at or above it (the same answer where the worst pool's curve rises with the
-    size, at a fraction of the cost on a large graph)."""
+    whole graph recovers on its worst pool. Where :func:`compose_lens.registry.circuit.discovery.size_on_pools`
+    reads every size, this reads ``coarse`` + 1 evenly spaced sizes, then every size between the last coarse
+    size below the target and the first at or above it (the same answer where the worst pool's curve rises
+    with the size)."""
     size, whole, _ = smallest_circuit_with_interval(gm, split, scores, target, pool_size, seed, coarse)
     return size, whole
 
@@ -335,9 +320,6 @@ def circuit_fraction(subject: Subject, n_pairs: int = 150, pool_size: int = 200,
             "fraction_ci95": [low / len(scores), high / len(scores)], "why": None}
 
 
-# -- everything, as one row ---------------------------------------------------------------------
-
-
 def verdict(separation_score, same) -> str:
     """``modular`` / ``entangled`` / ``inconclusive`` from (a) and (b) (module doc)."""
     if separation_score != INCONCLUSIVE and separation_score < SEPARATION_MIN or same == 0.0:
@@ -352,8 +334,8 @@ def measure(subject: Subject, seed: int = 0, *, n_pairs: int = 120,
             learned_at: float = outcome.GENERALISED) -> dict:
     """Every ``modularity_*`` column of the module doc for one model, plus the exhaustive accuracies
     (``zero_var_heldout``, ``two_var_union``) and the located roles (``binder``, ``router``, ``adder``,
-    ``gatherer``, located whatever the accuracies: where the roles sit, or "none"). ``learned_at``: the accuracy both exhaustive sets must reach to be measured (the
-    study's headline by default; a proxy may ask less, and must say so)."""
+    ``gatherer``: where they sit, or "none", whatever the accuracies). ``learned_at``: the accuracy both
+    exhaustive sets must reach to be measured (a proxy may ask less than the headline, and must say so)."""
     with torch_threads(threads):
         accuracies = exhaustive_accuracies(subject, seed)
         row = {"zero_var_heldout": accuracies["zero_var_heldout"]["accuracy"],

@@ -1,8 +1,6 @@
-"""The patching family, whole in this folder: ``patch`` (whole components, by token role or position),
-``patch-heads`` (a head's q, k, v, pattern or output) and ``path-patch`` (a sender reaching one receiver only).
-
-``tables.py`` holds the numbers (it reads the prompt pairs and token roles of :mod:`compose_lens.data.pairs`), ``figure.py``
-the figures, ``test_*.py`` the tests; this module how the commands run, with the prompt-pair options they share.
+"""The patching family: ``patch`` (whole components, by token role or position), ``patch-heads`` (a head's
+q, k, v, pattern or output) and ``path-patch`` (a sender reaching one receiver only), with the prompt-pair
+options they share; :mod:`.tables` holds the numbers, :mod:`.figure` the figures.
 """
 
 from __future__ import annotations
@@ -15,8 +13,8 @@ from compose_lens.registry.analysis import Analysis, Option, Result
 
 
 def _read_pairs(ctx: Context, settings: dict) -> dict:
-    """``settings`` with a pairs file read here, in the subject's declared coordinates (your token ids
-    and position order, :func:`compose_lens.data.pairs.parse_tokens`), for the analysis to take as pairs."""
+    """``settings`` with its pairs file read, in the subject's declared coordinates
+    (:func:`compose_lens.data.pairs.parse_tokens`)."""
     if not isinstance(settings.get("pairs"), str):
         return settings
     from compose_lens.data.pairs import as_prompt_pairs
@@ -31,8 +29,7 @@ def _patching(ctx: Context, settings: dict) -> Result:
 
 
 def _drawn(stem: str, figure: str, title) -> Callable:
-    """The ``draw`` of a patching command: ``figure.<figure>`` of this folder, of its one table ``stem``,
-    titled ``title(table, settings)``."""
+    """The ``draw`` of a patching command: ``figure.<figure>`` of its one table, titled ``title(table, settings)``."""
     def draw(ctx: Context, result: Result, settings: dict) -> list:
         from compose_lens.registry.patching import figure as figures
 
@@ -48,15 +45,13 @@ def _patching_title(table, settings: dict) -> str:
 
 
 def _largest_sites(table, k: int):
-    """The ``k`` sites of a patching table that restore the most, outside the residual stream: restoring
-    the stream at the corrupted token restores the answer by construction, and its three names there
-    (resid_mid, resid_post, the next block's resid_pre) are one tensor."""
+    """The ``k`` sites that restore the most outside the residual stream (restoring the stream at the
+    corrupted token restores the answer by construction)."""
     found = table[~table["component"].str.startswith("resid")]
     return found.loc[found["mean"].abs().nlargest(k).index]
 
 
 def _patching_lines(result: Result) -> list[str]:
-    """The table's size and its largest sites (:func:`_largest_sites`) with their intervals."""
     table = result.tables["patching"]
     where = table["by"].iloc[0]  # role or position
     first = table.iloc[0]
@@ -66,9 +61,6 @@ def _patching_lines(result: Result) -> list[str]:
             f"restored most, outside the residual stream (0: the corrupted answer, 1: the clean one):",
             *(f"    blocks.{int(r.block)} {r.component}{'' if int(r.head) < 0 else f' head {int(r.head)}'} at "
               f"{getattr(r, where)}: {r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in top.itertuples())]
-
-
-N_ROLES = 12  # data.pairs.ROLES + VARIANT_ROLES, at most
 
 
 def _patching_memory(settings: dict, config, heads: bool = False) -> None:
@@ -82,7 +74,7 @@ def _patching_memory(settings: dict, config, heads: bool = False) -> None:
     m, n = config.model, settings["n_pairs"]
     # tables.all_sites: five components and z per head, or every head's inputs and output
     sites = m.n_layers * m.n_ctx * (m.n_heads * len(HEAD_COMPONENTS) if heads else 5 + m.n_heads)
-    roles = 0 if heads else 8 * m.n_ctx * N_ROLES
+    roles = 0 if heads else 8 * m.n_ctx * 12  # 12: data.pairs.ROLES + VARIANT_ROLES, at most
     kept = 20 * sites + 16 * settings.get("n_boot", PATCHING.settings["n_boot"]) + roles + kept_activation_bytes(config)
     check_sizes(config, {f"--n-pairs {n}": (n, 5 if settings["corruption"] == "variable" else 2, kept)})
 
@@ -154,8 +146,7 @@ def _head_patching(ctx: Context, settings: dict) -> Result:
 
 
 def _estimate_lines(what: str, table, settings: dict, labels: list[str], rows=None) -> list[str]:
-    """A heading (``what``, the table's pairs, the metric), then each label beside its row's (of ``rows``, default
-    every row of ``table``) estimate and 95 % interval."""
+    """A heading, then each label beside its row's (of ``rows``, default ``table``) estimate and 95 % interval."""
     from compose_lens.core.stats import format_estimate
     from compose_lens.views.drawing import metric_words
 
@@ -219,8 +210,7 @@ def _path_patching_lines(result: Result) -> list[str]:
 
 
 def _path_names(settings: dict, config) -> None:
-    """A sender or receiver that cannot be, refused before the model loads (the config is read from
-    the model's files), and the memory guard."""
+    """A sender or receiver the model cannot have, refused before it loads, and the memory guard."""
     from compose_lens.registry.patching.tables import check_path, path_end
 
     sender = path_end(settings["sender"], "sender", config.model)

@@ -1,6 +1,5 @@
-"""The patching figures: activation patching per site and token role or position (:func:`patching_figure`,
-``patch`` and ``patch-heads``) and path patching (:func:`path_patching_figure`). A scale names its metric in
-words (:func:`metric_words`, :func:`patch_scale`; the circuit's figures name theirs so too).
+"""The patching figures: per site and token role or position (:func:`patching_figure`, ``patch`` and
+``patch-heads``) and path patching (:func:`path_patching_figure`), each scale naming its metric in words.
 """
 
 from __future__ import annotations
@@ -14,23 +13,20 @@ from compose_lens.core import stats
 from compose_lens.views.drawing import OKABE_ITO, heatmap, layer_name, metric_words, subplots
 
 def patch_scale(metric: str = "logit_diff") -> str:
-    """The patching colour bar's label for ``metric`` (:data:`PATCH_SCALE` for the default)."""
+    """The patching colour bar's label for ``metric``."""
     return f"normalised {metric_words(metric)} (0: corrupted, 1: clean)"
 
 
 def table_metric(table: pd.DataFrame) -> str:
-    """The metric a patching table was made with, read from its ``clean_<metric>`` column
-    (:func:`compose_lens.analysis.metrics.column_names`)."""
+    """The metric a patching table was made with, read from its ``clean_<metric>`` column."""
     names = [c[len("clean_"):] for c in table.columns if c.startswith("clean_")]
     return names[0] if names else "logit_diff"
 
 
 def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFrame]:
-    """Normalised logit difference per site (rows) and token role or position (columns) of
-    :func:`compose_lens.registry.patching.tables.patching_table`; returns the table with its ``site`` labels.
-
-    Rows below 1e-4 everywhere (an absent MLP, such as layer 1's: zero up to float rounding)
-    are left out; rows follow the forward pass, layer by layer.
+    """Normalised logit difference per site (rows, in forward-pass order) and token role or position
+    (columns) of :func:`compose_lens.registry.patching.tables.patching_table`; returns the table with its
+    ``site`` labels. Rows below 1e-4 everywhere (an absent MLP, such as layer 1's) are left out.
     """
     site = [f"{layer_name(b)} · {c}{'' if h < 0 else f' head {h}'}"
             for c, h, b in zip(table["component"], table["head"], table["block"])]
@@ -56,12 +52,9 @@ def patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFra
     heatmap(ax, values, labels, list(grid.index), title, aspect="auto", fontsize=8, rotation=35, vmax=lim,
             colorbar_label=patch_scale(table_metric(table)), annotate=by_role, bar_range=(low, lim))
     ax.set_xlabel("token role in the clean prompt" if by_role else "position (query roles named)")
-    ax.set_ylabel("patched activation", labelpad=PATCHING_LABEL_PAD)  # clear of the long site names
+    ax.set_ylabel("patched activation", labelpad=10)  # matplotlib's 4 touched the site names
     fig.tight_layout()
     return fig, table
-
-
-PATCHING_LABEL_PAD = 10  # points between the patching figure's y-label and its site names (matplotlib's 4 touched)
 
 
 # a block's order (a head's query, key, value and pattern before its output)
@@ -71,9 +64,8 @@ _ROLE_ORDER = ROLES[:5] + VARIANT_ROLES + QUERY_ROLES
 
 
 def path_patching_figure(table: pd.DataFrame, title: str) -> tuple[Figure, pd.DataFrame]:
-    """One bar per path of :func:`compose_lens.registry.patching.tables.path_patching` (the sender's
-    whole effect, receiver ``all``, last and grey), with its 95 % interval and value; 0 and 1
-    (the corrupted and the clean run) dotted."""
+    """One bar per path of :func:`compose_lens.registry.patching.tables.path_patching` (receiver ``all``, the
+    sender's whole effect, last and grey), with its 95 % interval and value; 0 and 1 dotted."""
     metric = table_metric(table)
     y = np.arange(len(table))
     value = table["mean"].to_numpy()

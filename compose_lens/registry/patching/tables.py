@@ -1,46 +1,29 @@
 """Activation patching: which activations carry the answer from a clean prompt to a corrupted one.
 
-The method (ROME; Wang et al.'s IOI; TransformerLens ``patching``):
+The method (ROME; Wang et al.'s IOI; TransformerLens ``patching``): take a **clean** prompt and a
+**corrupted** one that differ in one token and so in their answers (:mod:`compose_lens.data.pairs`: the
+one-token corruptions ``value``, ``variable``, ``constant``); run the corrupted prompt with one *site* (a
+component, a layer, a position, possibly a head) written from the clean run, the rest of the forward pass
+following from it; read the **logit difference** ``LD = logit[clean answer] - logit[corrupted answer]`` at
+``=``. The *normalised* logit difference of a site,
 
-1. Take a **clean** prompt and a **corrupted** one that differ in one token and so in their answers
-   (:mod:`compose_lens.data.pairs`: the one-token corruptions ``value``, ``variable``, ``constant``).
-2. Run the corrupted prompt, but at one *site* (a component, a layer, a position, possibly a head) write in
-   the activation the clean prompt had there; let the rest of the forward pass follow from it.
-3. Read the **logit difference** ``LD = logit[clean answer] - logit[corrupted answer]`` at ``=``. The
-   *normalised* logit difference of a site is
+    (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
 
-       (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
-
-   0 when the site carries nothing that distinguishes the two prompts, 1 when it alone restores the clean
-   answer. Over many prompt pairs we report the ratio of the mean differences (stable where single pairs
-   have small denominators) and a percentile bootstrap interval over the pairs.
+is 0 when the site carries nothing that distinguishes the two prompts, 1 when it alone restores the clean
+answer. Over many pairs it is the ratio of the mean differences (stable where single pairs have small
+denominators), with a percentile bootstrap interval over the pairs (:func:`normalised_with_ci`).
 
 Components, in TransformerLens's hook names (:data:`compose_lens.model.tl.PATCH_HOOKS`): the residual stream
-before / between / after a block (``resid_pre``, ``resid_mid``, ``resid_post``), the attention output
-``attn_out``, the MLP output ``mlp_out`` and the head output ``z`` (one site per head). Layers are named as
-everywhere in compose-lens: ``layer`` is the paper's number (from 1), ``block`` TransformerLens's ``blocks.N``
-(from 0): paper layer 1 is ``blocks.0``.
+before / between / after a block (``resid_pre``, ``resid_mid``, ``resid_post``), ``attn_out``, ``mlp_out``
+and the head output ``z`` (one site per head). ``layer`` is the paper's number (from 1), ``block``
+TransformerLens's ``blocks.N`` (from 0): paper layer 1 is ``blocks.0``.
 
-**Token roles.** :func:`patching_table` groups positions by the role they play in each clean prompt
-(:func:`compose_lens.data.pairs.position_roles`) and averages each prompt's positions of a role
-before the ratio of means (``by="role"``, the default); ``by="position"`` keeps absolute positions. Your own
-pairs replace the made ones (``pairs=``: a CSV / JSONL file, a DataFrame, a list of (clean, corrupted);
-:mod:`compose_lens.data.pairs`), and another metric than the logit difference (``metric=``: ``prob``, ``accuracy``
-or a function of the logits at ``=`` and the two answers; :mod:`compose_lens.analysis.metrics`), both through
-the same engines (below).
-
-**Every site at once.** :func:`patched_values` asks :meth:`compose_lens.model.forward.Forward.patched` for every
-site's patched answer in one batched operation: for the study's architecture the engine of
-:mod:`compose_lens.model.patch_engine` computes them from the weights, all sites of a kind at once; any other
-through the model's hooks, one forward of (sites x prompts) rows per (component, layer).
-``experiments/bench_patching.py`` checks both against the TransformerLens loop.
-
-**Finer tools, through the bridge's hooks.** :func:`head_patching_table` patches each head's query, key, value
-or attention pattern (or output) per position, the numbers of
-``transformer_lens.patching.get_act_patch_attn_head_{q,k,v,pattern}_by_pos``, by token role or position;
-:func:`path_patching` patches the path from a sender (a head's or an MLP's output) to one receiver (a later
-head's query, key or value, or an MLP's input) alone, by the two-step method of Wang et al. (2022)
-(:func:`path_patched_values`).
+**Every site at once.** :func:`patched_values` asks :meth:`compose_lens.model.forward.Forward.patched`: for the
+study's architecture :mod:`compose_lens.model.patch_engine` computes every site of a kind at once from the
+weights; any other runs through the hooks, one forward of (sites x prompts) rows per (component, layer).
+``experiments/bench_patching.py`` checks both against the TransformerLens loop. Finer, through the bridge's
+hooks: :func:`head_patching_table` (a head's query, key, value, pattern or output per position) and
+:func:`path_patching` (a sender's output reaching one receiver alone, Wang et al.'s two steps).
 """
 
 from __future__ import annotations
@@ -67,12 +50,8 @@ from compose_lens.model.patch_engine import COMPONENTS
 from compose_lens.training.subject import Subject
 
 
-# -- sites ------------------------------------------------------------------------------------
-
-
 def patch_site(component: str, layer: int, position: int, head: int | None = None) -> Site:
-    """The :class:`~compose_lens.model.forward.Site` of a patching table's row: ``component``
-    (:data:`COMPONENTS` or :data:`HEAD_COMPONENTS`) of ``blocks.{layer}`` at ``position``, one head or all."""
+    """The :class:`~compose_lens.model.forward.Site` of ``component`` of ``blocks.{layer}`` at ``position``."""
     return Site(tl.hook_name(component, layer), position, head)
 
 
@@ -87,20 +66,17 @@ def all_sites(cfg: ModelConfig, components=COMPONENTS) -> list[Site]:
     for component in components:
         if component not in COMPONENTS:
             raise ComposeLensError(f"component {component!r}: use one of {', '.join(COMPONENTS)}")
-        for layer in range(cfg.n_layers):
-            for position in range(cfg.n_ctx):
-                heads = range(cfg.n_heads) if component == "z" else [-1]
-                sites += [patch_site(component, layer, position, None if h < 0 else h) for h in heads]
+        heads = range(cfg.n_heads) if component == "z" else [None]
+        sites += [patch_site(component, layer, position, h) for layer in range(cfg.n_layers)
+                  for position in range(cfg.n_ctx) for h in heads]
     return sites
 
 
 def patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, sites: list[Site],
                    metric: metrics.MetricLike = metrics.DEFAULT, fast: bool | None = None,
                    chunk: int = 128) -> torch.Tensor:
-    """Logit differences (S, N) of the corrupted prompts with each site patched from the clean ones
-    (or another ``metric``: a name of :data:`compose_lens.analysis.metrics.METRICS` or a function),
-    every site at once through :meth:`compose_lens.model.forward.Forward.patched`: the batched engine
-    where it is exact, the bridge's hooks otherwise or with ``fast=False``."""
+    """Logit differences (or ``metric``) (S, N) of the corrupted prompts with each site patched from the
+    clean ones, every site at once (the module doc; the bridge's hooks with ``fast=False``)."""
     fn = metrics.resolve(metric)[1]
     return Forward(model, cfg, fast).patched(pairs.clean, pairs.corrupted, sites,
                                              lambda logits, rows: metrics.values(fn, logits, pairs.answers[rows]),
@@ -122,19 +98,12 @@ def baseline_logit_diffs(model: tl.Model, pairs: PromptPairs, cfg: ModelConfig |
         return metrics.values(fn, clean, pairs.answers), metrics.values(fn, corrupted, pairs.answers)
 
 
-# -- statistics and the table ----------------------------------------------------------------
-
-
 def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, *,
                        n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
                        present: torch.Tensor | None = None):
-    """Normalised logit difference per site, ratio of means over pairs, and its bootstrap interval.
-
-    ``patched`` (S, N), ``clean`` / ``corrupted`` (N,). The bootstrap resamples prompt
-    pairs with replacement (the same resample for every site) and recomputes the ratio.
-    ``present`` (S, N), optional: which pairs a row averages over (a token role that some
-    prompts lack); the denominator always uses every pair.
-    """
+    """Normalised logit difference per site (``patched`` (S, N)), the ratio of means over pairs, and its
+    bootstrap interval (the same resample of pairs for every site). ``present`` (S, N): which pairs a row
+    averages over (a token role some prompts lack); the denominator always uses every pair."""
     S, N = patched.shape
     mask = torch.ones(S, N, dtype=torch.float64) if present is None else present.double()
     gain = torch.nan_to_num(patched.double() - corrupted.double()) * mask
@@ -149,15 +118,10 @@ def normalised_with_ci(patched: torch.Tensor, clean: torch.Tensor, corrupted: to
     return tuple(stats.snap_to_zero(v).float() for v in (value, low, high))
 
 
-BY = ("role", "position")
-
-
 def group_by_role(sites: list[Site], patched: torch.Tensor, roles: torch.Tensor, names: tuple[str, ...] = ROLES):
     """Per (component, layer, head) and role: each prompt's mean patched logit difference over the
-    positions with that role, NaN where a prompt has none.
-
-    Returns (keys: (component, block, head, role) per row, values (R, N), positions per prompt (R, N)).
-    """
+    positions with that role, NaN where a prompt has none. Returns (keys: (component, block, head, role)
+    per row, values (R, N), positions per prompt (R, N))."""
     groups: dict[tuple[str, int, int], dict[int, int]] = {}
     for j, s in enumerate(sites):
         groups.setdefault((s.component, s.layer, head_column(s)), {})[s.position] = j
@@ -182,15 +146,11 @@ def _common_columns(table: pd.DataFrame, clean, corrupted, pairs: PromptPairs, b
     return table if metric_name == metrics.DEFAULT else table.rename(columns=metrics.column_names(metric_name))
 
 
-FEW_DIFFERING = 0.05  # below this share of pairs that the model tells apart, the normalisation is said to rest on them
-
-
 def warn_if_few_pairs_differ(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: str) -> int:
-    """How many pairs the model tells apart (clean and corrupted metric differ); a warning, one line,
-    where that is 1 or under 5 % of them: the normalised values then rest on those pairs (issue #45:
-    ``--metric accuracy`` of a barely trained model, normalised on 1 pair of 20 without a word)."""
+    """How many pairs the model tells apart (clean and corrupted metric differ); a one-line warning where
+    that is 1 or under 5 % of them (``--metric accuracy`` of a barely trained model, say)."""
     differing = int(((clean - corrupted).abs() > 1e-6).sum())
-    if differing <= 1 or differing < FEW_DIFFERING * len(clean):
+    if differing <= 1 or differing < 0.05 * len(clean):
         logging.getLogger(__name__).warning(
             f"only {differing} of {len(clean)} prompt pairs have a different clean and corrupted {metric_name}: the "
             f"normalised values rest on {'that pair' if differing == 1 else 'those pairs'}; use more pairs "
@@ -204,21 +164,20 @@ def patching_table(subject: Subject, *, n_pairs: int = 1000,
                    metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
     """The (component x layer[ x head]) sweep over ``n_pairs`` prompt pairs, by token role or position.
 
-    ``by="role"`` (default): one row per role of :data:`ROLES` (each prompt's positions
-    with that role averaged, then the ratio of means over the prompts that have it);
-    ``by="position"``: one row per absolute position, ``role`` being the query role or
-    ``context``. Columns: component, layer (the paper's, from 1), block (TransformerLens's
-    ``blocks.N``), head (-1 but for ``z``), role, [position | positions_per_prompt,
-    n_prompts], mean (normalised logit difference), ci_low, ci_high (95 % bootstrap),
-    logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs, corruption, by.
+    ``by="role"`` (default): one row per role of :data:`ROLES` (each prompt's positions with that role,
+    :func:`compose_lens.data.pairs.position_roles`, averaged, then the ratio of means over the prompts that
+    have it); ``by="position"``: one row per absolute position, ``role`` being the query role or ``context``.
+    ``pairs``: your own prompt pairs instead of ``n_pairs`` made by ``corruption`` (a pairs file, a DataFrame
+    with ``clean`` / ``corrupted`` columns or a list of (clean, corrupted),
+    :func:`compose_lens.data.pairs.as_prompt_pairs`; ``corruption`` reads ``user``). ``metric``:
+    ``logit_diff`` (default), ``prob``, ``accuracy`` or a function ``metric(logits, answers) -> (N,)``
+    (:mod:`compose_lens.analysis.metrics`).
 
-    ``pairs``: your own prompt pairs instead of ``n_pairs`` made by ``corruption``: a pairs
-    file, a DataFrame with ``clean`` / ``corrupted`` columns or a list of (clean, corrupted)
-    (:func:`compose_lens.data.pairs.as_prompt_pairs`; ``corruption`` reads ``user``).
-    ``metric``: ``logit_diff`` (default), ``prob``, ``accuracy`` or a function
-    ``metric(logits, answers) -> (N,)`` (:mod:`compose_lens.analysis.metrics`); ``mean`` is
-    then the normalised metric and the three logit-difference columns take its name
-    (``prob``, ``clean_prob``, ``corrupted_prob``).
+    Columns: component, layer (the paper's, from 1), block (``blocks.N``), head (-1 but for ``z``), role,
+    [position | positions_per_prompt, n_prompts], mean (normalised logit difference, or metric), ci_low,
+    ci_high (95 % bootstrap), logit_diff (mean patched), clean_logit_diff, corrupted_logit_diff, n_pairs,
+    corruption, by; with another ``metric`` the three logit-difference columns take its name (``prob``,
+    ``clean_prob``, ``corrupted_prob``).
     """
     return _sites_table(subject, subject.model, lambda cfg: all_sites(cfg, components), None, n_pairs, corruption,
                         seed, n_boot, by, pairs, metric)
@@ -226,10 +185,9 @@ def patching_table(subject: Subject, *, n_pairs: int = 1000,
 
 def _sites_table(subject: Subject, model: tl.Model, sites_of, fast: bool | None, n_pairs: int, corruption: str,
                  seed: int, n_boot: int, by: str, pairs, metric: metrics.MetricLike) -> pd.DataFrame:
-    """The table of :func:`patching_table` (and :func:`head_patching_table`): the sites ``sites_of(cfg)`` each
-    patched (:func:`patched_values`, ``fast``) and the unpatched (clean, corrupted) values, by role or position."""
+    """The table of :func:`patching_table` and :func:`head_patching_table`, of the sites ``sites_of(cfg)``."""
     config, split = subject.config, subject.split
-    if by not in BY:
+    if by not in ("role", "position"):
         raise ComposeLensError(f"by={by!r}: use role or position")
     metric_name, metric_fn = metrics.resolve(metric)
     pairs = make_prompt_pairs(split, n_pairs, corruption, seed) if pairs is None else as_prompt_pairs(split.task, pairs)
@@ -275,7 +233,6 @@ def _check_separable(clean: torch.Tensor, corrupted: torch.Tensor, metric_name: 
 
 
 def _bridge(subject: Subject, what: str) -> tl.Model:
-    """The subject's model, which must have the bridge's hooks."""
     if isinstance(subject.model, tl.Weights):
         raise ComposeLensError(f"{what} reads the TransformerLens bridge's hooks, and this model was loaded "
                                "without the bridge: load it with load_subject(..., bridge=True), the default")
@@ -283,8 +240,8 @@ def _bridge(subject: Subject, what: str) -> tl.Model:
 
 
 def head_sites(cfg: ModelConfig, components=HEAD_COMPONENTS) -> list[Site]:
-    """Every (component, layer, position, head) of the per-head components, layer-major; for
-    ``pattern`` the position is the destination (query) position, whose whole row is patched."""
+    """Every (component, layer, position, head) of the per-head components, layer-major (``pattern``: the
+    destination position, whose whole row is patched)."""
     for component in components:
         if component not in HEAD_COMPONENTS:
             raise ComposeLensError(f"component {component!r}: use one of {', '.join(HEAD_COMPONENTS)}")
@@ -299,19 +256,14 @@ def head_patching_table(subject: Subject, *,
     """Per-head patching of a head's query, key, value, attention pattern or output
     (:data:`HEAD_COMPONENTS`), one site per (layer, position, head), by token role or position.
 
-    What :func:`patching_table` does for whole components, for the inputs of each head, through the
-    bridge's hooks (``blocks.L.attn.hook_q`` / ``hook_k`` / ``hook_v`` / ``hook_pattern`` /
-    ``hook_z``): the clean prompt's query (say) of one head at one position written into the
-    corrupted run, everything downstream recomputed. A patched key or value changes what every
-    later query reads at that position; a patched query, what that position reads. ``pattern``
-    patches one destination position's whole row of the head's attention (which positions it
-    reads, not what it reads there), as ``transformer_lens.patching.get_act_patch_attn_head_pattern_by_pos``
-    does; the table's ``position`` / ``role`` is then the destination's. These are the numbers of
-    TransformerLens's ``get_act_patch_attn_head_{q,k,v}_by_pos``, ``..._pattern_by_pos`` and
-    ``..._out_by_pos`` (``z``), computed many sites per forward (:func:`patched_values` with ``fast=False``).
-
-    ``subject``: a :class:`~compose_lens.training.subject.Subject` with its bridge. The other arguments and the
-    columns are :func:`patching_table`'s.
+    What :func:`patching_table` does for whole components, for each head's inputs, through the bridge's
+    hooks (``blocks.L.attn.hook_q`` / ``_k`` / ``_v`` / ``_pattern`` / ``_z``): a patched key or value
+    changes what every later query reads at that position; a patched query, what that position reads;
+    ``pattern`` patches one destination position's whole row of the head's attention (which positions it
+    reads, not what it reads there), and the table's ``position`` / ``role`` is then the destination's.
+    These are the numbers of TransformerLens's ``get_act_patch_attn_head_{q,k,v,pattern,out}_by_pos``,
+    many sites per forward. ``subject`` needs its bridge; the other arguments and the columns are
+    :func:`patching_table`'s.
     """
     return _sites_table(subject, _bridge(subject, "per-head patching"), lambda cfg: head_sites(cfg, components),
                         False, n_pairs, corruption, seed, n_boot, by, pairs, metric)
@@ -323,8 +275,8 @@ RECEIVER_INPUTS = ("q", "k", "v")
 
 @dataclass(frozen=True)
 class PathEnd:
-    """One end of a path: a head (``head`` >= 0) or a block's MLP (``head`` -1). A sender is the
-    output of either; a receiver is a head's query, key or value (``input``) or the MLP's input."""
+    """One end of a path: a head (``head`` >= 0) or a block's MLP (``head`` -1); a sender is its output,
+    a receiver a head's query, key or value (``input``) or the MLP's input."""
 
     block: int
     head: int = -1
@@ -332,26 +284,26 @@ class PathEnd:
 
     @property
     def name(self) -> str:
-        """``blocks.0.head0``, ``blocks.1.head0.v``, ``blocks.1.mlp``: how the CLI and tables name it."""
+        """``blocks.0.head0``, ``blocks.1.head0.v``, ``blocks.1.mlp``."""
         part = "mlp" if self.head < 0 else f"head{self.head}"
         return f"blocks.{self.block}.{part}" + (f".{self.input}" if self.input else "")
 
     @property
     def writes_at(self) -> float:
-        """Where a sender's output joins the residual stream: after its block's attention (a head,
-        read by the MLP of the same block) or at the end of its block (an MLP)."""
+        """Where a sender's output joins the residual stream: after its block's attention (a head)
+        or at the end of its block (an MLP)."""
         return self.block + (0.5 if self.head >= 0 else 1.0)
 
     @property
     def reads_at(self) -> float:
-        """Where a receiver reads the residual stream: at its block's start (a head's q / k / v) or
-        after its block's attention (an MLP)."""
+        """Where a receiver reads the residual stream: at its block's start (q / k / v) or after its
+        block's attention (an MLP)."""
         return self.block + (0.0 if self.head >= 0 else 0.5)
 
 
 def path_end(text: str, side: str, cfg: ModelConfig | None = None) -> PathEnd:
     """Parse a sender (``blocks.L.headH``, ``blocks.L.mlp``) or a receiver (``blocks.L.headH.q|k|v``,
-    ``blocks.L.mlp``); with ``cfg``, check the model has it. One line of ComposeLensError otherwise."""
+    ``blocks.L.mlp``); with ``cfg``, check the model has it."""
     found = _PATH_END.fullmatch(text.strip())
     shape = "blocks.L.headH or blocks.L.mlp" if side == "sender" else "blocks.L.headH.q|k|v or blocks.L.mlp"
     if found is None:
@@ -407,20 +359,17 @@ def path_patched_values(model: tl.Model, cfg: ModelConfig, pairs: PromptPairs, s
 def path_patching(subject: Subject, sender: str = "blocks.0.head0", receivers=("blocks.1.head0.v",), *,
                   n_pairs: int = 1000, corruption: str = "value", seed: int = 0, n_boot: int = 1000, pairs=None,
                   metric: metrics.MetricLike = metrics.DEFAULT) -> pd.DataFrame:
-    """Path patching: how much of the clean answer the sender's output restores when it reaches
-    only the receiver (:func:`path_patched_values`), per receiver, normalised as
-    :func:`patching_table` normalises (0: the corrupted run, 1: the clean run), with a bootstrap
-    interval over the prompt pairs.
+    """Path patching: how much of the clean answer the sender's output restores when it reaches only the
+    receiver (:func:`path_patched_values`), per receiver, normalised as :func:`patching_table` normalises
+    (0: the corrupted run, 1: the clean run), with a bootstrap interval over the prompt pairs.
 
-    ``sender``: ``blocks.L.headH`` (a head's output) or ``blocks.L.mlp``; ``receivers``: one or
-    several of ``blocks.L.headH.q`` / ``.k`` / ``.v`` (the head's query, key or value) or
-    ``blocks.L.mlp`` (its input), each after the sender in the forward pass (one line of
-    ComposeLensError otherwise). A last row, receiver ``all``, is the sender patched alone: every
-    path from it at once. The paths to every receiver need not sum to it (the readers interact).
+    ``sender``: ``blocks.L.headH`` (a head's output) or ``blocks.L.mlp``; ``receivers``: one or several of
+    ``blocks.L.headH.q`` / ``.k`` / ``.v`` or ``blocks.L.mlp`` (its input), each after the sender in the
+    forward pass. A last row, receiver ``all``, is the sender patched alone: every path from it at once
+    (the paths to every receiver need not sum to it: the readers interact).
 
-    Columns: path, sender, receiver, mean, ci_low, ci_high, logit_diff (mean patched),
-    clean_logit_diff, corrupted_logit_diff, n_pairs, corruption (with ``metric``, the
-    logit-difference columns take its name, as in :func:`patching_table`).
+    Columns: path, sender, receiver, mean, ci_low, ci_high, logit_diff (mean patched), clean_logit_diff,
+    corrupted_logit_diff, n_pairs, corruption (with ``metric`` renamed as in :func:`patching_table`).
     """
     model, config, split = _bridge(subject, "path patching"), subject.config, subject.split
     source = path_end(sender, "sender", config.model)

@@ -36,7 +36,6 @@ def _attention(ctx: Context, settings: dict) -> Result:
 
 
 def _figures(ctx: Context, result: Result, settings: dict) -> list:
-    """Each view's heatmap, then the page of every view."""
     from compose_lens.registry.attention.figure import view_figure
     from compose_lens.registry.attention.interactive import views_page
 
@@ -99,7 +98,6 @@ def _check_count(settings: dict) -> None:
 
 
 def _check_parse(settings: dict, config) -> None:
-    """Each sequence parsed by the model's task: one line naming the first that is not a sequence of it."""
     from compose_lens.data.task import SequenceError, parse_sequence
     from compose_lens.core.errors import ComposeLensError
 

@@ -24,10 +24,9 @@ same rank, and DAS towards an arbitrary fixed answer per (source value, base con
 (the most expressive subspace: the hardest test).
 
 **Why TransformerLens's own DAS.** TransformerLens 4.3 ships the whole method
-(``transformer_lens.tools.analysis.interchange``: ``fit_das``, ``SubspaceInterchange``, ``random_basis``,
-``arbitrary_targets``, ``collect_activations``, ``intervened_logits``) for any hooked model with one position
-per example; this module only builds the study's pairs, sites and counterfactual answers, and tabulates
-(pyvene 0.1.8 would add a dependency for the same computation). ``fit_das`` refuses a model in train mode.
+(``transformer_lens.tools.analysis.interchange``) for any hooked model with one position per example; this
+module only builds the study's pairs, sites and counterfactual answers, and tabulates (pyvene 0.1.8 would add
+a dependency for the same computation). ``fit_das`` refuses a model in train mode.
 
 Pairs are 1-var sequences rendered from the training rows (both operand sides, every allowed variable), each
 base paired with a source that queries the same variable on the same side with a different value *and* a
@@ -118,8 +117,7 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     """``n`` base/source pairs of 1-var training sequences (see the module doc), unfiltered."""
     task = split.task
     rows = training_rows(split)
-    types = row_types(rows)
-    one_var = rows[torch.isin(types, torch.tensor([kind.index for kind in ONE_VAR]))]
+    one_var = rows[torch.isin(row_types(rows), torch.tensor([kind.index for kind in ONE_VAR]))]
     if len(one_var) == 0:
         raise ComposeLensError("the split has no 1-var training rows (variables_in_training is off): "
                                "DAS of the variable binding needs sequences with variables")
@@ -127,9 +125,8 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     left = one_var[:, 2] >= 0
     value = torch.where(left, one_var[:, 0], one_var[:, 1])
     constant = torch.where(left, one_var[:, 1], one_var[:, 0])
-    groups: dict[tuple[int, int], np.ndarray] = {}
-    for key in {(int(v), int(w)) for v, w in one_var[:, 2:].tolist()}:
-        groups[key] = np.flatnonzero(((one_var[:, 2] == key[0]) & (one_var[:, 3] == key[1])).numpy())
+    groups = {key: np.flatnonzero(((one_var[:, 2] == key[0]) & (one_var[:, 3] == key[1])).numpy())
+              for key in {(int(v), int(w)) for v, w in one_var[:, 2:].tolist()}}
     bases, sources = [], []
     for b in rng.integers(0, len(one_var), size=4 * n):
         group = groups[(int(one_var[b, 2]), int(one_var[b, 3]))]
@@ -181,7 +178,6 @@ def correct_pairs(model, pairs: BindingPairs, batch_size: int = 512) -> BindingP
 
 
 def site_hook(site: BindingSite, n_layers: int) -> str:
-    """The hook of ``site`` in a model of ``n_layers``."""
     return site.hook.format(last=n_layers - 1)
 
 

@@ -130,8 +130,7 @@ def _margins(resid: torch.Tensor, w_u: torch.Tensor, labels: torch.Tensor) -> to
 GROUPINGS = ("kind", "pool")  # what logit_attribution's rows are grouped by
 
 
-def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "kind"
-                      ) -> pd.DataFrame:
+def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "kind") -> pd.DataFrame:
     """One row per (group, component): its mean direct contribution to the answer margin, its share
     of the group's mean margin, and the group's mean margin and accuracy.
 

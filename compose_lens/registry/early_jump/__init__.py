@@ -39,7 +39,6 @@ def _early_jump(ctx, settings: dict) -> Result:
 
 
 def _bracket(settings: dict) -> None:
-    """Both ends of the bracket or neither (then the run's dynamics give it), the one before the other."""
     from compose_lens.core.errors import ComposeLensError
 
     before, after = settings["before"], settings["after"]
@@ -53,7 +52,6 @@ def _bracket(settings: dict) -> None:
 
 
 def _depth(settings: dict, config) -> None:
-    """The figure reads layer 1's attention and layer 2's identity matrix: a model of two layers or more."""
     from compose_lens.core.errors import ComposeLensError
 
     if config.model.n_layers < 2:
@@ -62,7 +60,6 @@ def _depth(settings: dict, config) -> None:
 
 
 def _figures(ctx, result: Result, settings: dict) -> list:
-    """The figure of the states before and after, computed now or read back from ``early_jump.json``."""
     import numpy as np
 
     from compose_lens.registry.early_jump.figure import early_jump_figure

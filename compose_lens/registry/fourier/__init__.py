@@ -97,7 +97,6 @@ def _fourier_lines(result: Result) -> list[str]:
 
 
 def _fourier_section(inp, result: Result, settings: dict) -> str:
-    """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
     import html
 
     from compose_lens.registry.fourier.features import fourier_neuron

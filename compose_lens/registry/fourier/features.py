@@ -17,8 +17,7 @@ from compose_lens.model import tl, weights
 from compose_lens.training.subject import Subject
 
 
-def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None
-                      ) -> tuple[pd.DataFrame, dict]:
+def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None) -> tuple[pd.DataFrame, dict]:
     """The number embeddings ``W_E[0..p-1]`` (p, d_model) in the Fourier basis over the token axis.
 
     Table: per frequency k = 1 .. p // 2 its ``share`` of the embeddings' non-constant squared norm (cos k

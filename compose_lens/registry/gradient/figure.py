@@ -18,8 +18,7 @@ GRADIENT_TITLES = {"qk0": "layer 1 (blocks.0) QK: binding, value -> its variable
                    "qk1": "layer 2 (blocks.1) QK: routing, = -> the operands' values"}
 
 
-def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = ""
-                           ) -> tuple[Figure, pd.DataFrame]:
+def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """The kept term's cosine with the full gradient over training, one panel per product, one colour per
     value of the column ``by`` (one line where ``by`` is None): the mean over its seeds bold, each seed faint
     where there is a ``seed`` column."""

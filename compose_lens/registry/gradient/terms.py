@@ -196,8 +196,7 @@ def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch
     return pd.DataFrame(rows)
 
 
-def shares_of_model(subject: Subject, n: int = 512, seed: int = 0
-                    ) -> pd.DataFrame:
+def shares_of_model(subject: Subject, n: int = 512, seed: int = 0) -> pd.DataFrame:
     """:func:`shares` of one model on a batch of ``n`` training sequences
     (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``: the same batch for every model of a run)."""
     model, config, split = subject.model, subject.config, subject.split

@@ -78,8 +78,7 @@ FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_fre
 LOCATE = "locate"  # mlp_block: find it (locate.fourier_subject)
 
 
-def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE,
-                  seed: int = 0) -> int | None:
+def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE, seed: int = 0) -> int | None:
     """The block whose MLP the Fourier measures read, or None where the model has no MLP:
     ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the located adder
     (:func:`compose_lens.analysis.locate.fourier_subject`), wherever it sits."""
@@ -108,8 +107,7 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
-def _probe_measures(subject: Subject, acts, heads: probes.Heads,
-                    probe_accuracy: float) -> dict[str, float]:
+def _probe_measures(subject: Subject, acts, heads: probes.Heads, probe_accuracy: float) -> dict[str, float]:
     """The probe measures of ``acts`` (collected for ``heads``) and the weight views of ``heads``."""
     model, config = subject.model, subject.config
     equals = probes.equals_measures(subject, acts=acts)  # the four from "=" in one pass (acts hold the heads)
@@ -127,8 +125,7 @@ def _probe_measures(subject: Subject, acts, heads: probes.Heads,
     }
 
 
-def probe_heads(subject: Subject, heads: probes.Heads | str = LOCATE,
-                seed: int = 0) -> probes.Heads:
+def probe_heads(subject: Subject, heads: probes.Heads | str = LOCATE, seed: int = 0) -> probes.Heads:
     """``heads`` as given, or (``"locate"``) :func:`compose_lens.analysis.locate.circuit_heads`."""
     return locate.circuit_heads(subject, seed) if heads == LOCATE else heads
 

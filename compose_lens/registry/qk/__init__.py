@@ -41,7 +41,6 @@ def _qk_figures(ctx: Context, result: Result, settings: dict) -> list:
 
 
 def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
-    """What the positional figure shows and marks, with where its rows peak."""
     from compose_lens.analysis.probes import positional_peaks, previous_position_fraction
     from compose_lens.views.drawing import layer_name
 
@@ -62,7 +61,6 @@ def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
 
 
 def _qk_section(inp, result: Result, settings: dict) -> str:
-    """The two figures the analysis draws, of the located binder and router."""
     import html
 
     heads, t = inp.context.heads, result.tables

@@ -89,7 +89,6 @@ def positional_qk_figure(positional: np.ndarray, block: int = 0) -> tuple[Figure
 
 
 def _identity_panel(ax: Axes, identity: np.ndarray, variables: Sequence[str], fontsize: float) -> None:
-    """The router's variable identity on ``ax``, in attention score, titled and labelled in words."""
     heatmap(ax, identity, list(variables), list(variables), f"{layer_name(1)}: variable identity,\n= carrying a "
             f"variable against the value tagged with one", fontsize=fontsize, rotation=0, colorbar_label=SCORE_LABEL)
     ax.set_xlabel("key: value tagged with variable")

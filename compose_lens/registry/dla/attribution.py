@@ -134,15 +134,12 @@ def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "
     """One row per (group, component): its mean direct contribution to the answer margin, its share
     of the group's mean margin, and the group's mean margin and accuracy.
 
-    ``by="kind"`` (default): the groups are the sequence kinds (``0var``, ``1var``, ``2var``).
-    ``by="pool"``: the groups are the pools the sequences were drawn from (column ``pool``, in
-    :func:`~compose_lens.data.sampler.pool_names` order), each with the ``kind`` its tokens have.
-    The same sequences either way: a kind's row is the mean of its pools' rows weighted by ``n``.
-    A pool's row also has its contribution's 95 % bootstrap interval over the pool's sequences
-    (``contribution_low``, ``contribution_high``).
-    Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the
-    answer's margin on the training pairs and against it on the held-out pairs, which the kinds'
-    means, each a mixture of both, hide."""
+    The groups are the sequence kinds (``by="kind"``: ``0var``, ``1var``, ``2var``) or the pools the same
+    sequences were drawn from (``by="pool"``: column ``pool``, in :func:`~compose_lens.data.sampler.pool_names`
+    order, each with the ``kind`` its tokens have, and the contribution's 95 % bootstrap interval,
+    ``contribution_low`` and ``contribution_high``); a kind's row is its pools' rows' mean weighted by ``n``.
+    Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the answer's
+    margin on the training pairs and against it on the held-out pairs, which the kinds' means hide."""
     model, config, split = subject.model, subject.config, subject.split
     if by not in GROUPINGS:
         raise ComposeLensError(f"by={by!r}: group the attribution by {' or '.join(GROUPINGS)}")

@@ -2,13 +2,11 @@
 section, findings and command), the command's :class:`Option` s, the :class:`Result` it computes and the
 :class:`Finding` s ``analyze`` prints; :func:`by_name` reads a tuple of them.
 
-An analysis reads one of two things (:attr:`Analysis.of`): **one model** (``"model"``: the probes,
-patching, the circuit, ...; its compute takes a :class:`compose_lens.report.context.Context`), or **a run's
-checkpoints** (``"run"``: the training dynamics, the early jump and the local learning coefficient; its compute takes a
-:class:`compose_lens.report.context.RunContext`: the run's source, split, seed and device). Both are declared,
-run, written and read back the same way; only the command's first argument differs (MODEL or RUN).
-
-Plain data: the command line imports this before torch (see :mod:`compose_lens.registry`).
+An analysis reads **one model** (:attr:`Analysis.of` ``"model"``: its compute takes a
+:class:`compose_lens.report.context.Context`) or **a run's checkpoints** (``"run"``: a
+:class:`compose_lens.report.context.RunContext`); both are declared, run, written and read back the same
+way, only the command's first argument differs (MODEL or RUN). Plain data: the command line imports this
+before torch (see :mod:`compose_lens.registry`).
 """
 
 
@@ -69,18 +67,15 @@ class Finding:
 
 @dataclass(frozen=True)
 class Option:
-    """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting``.
+    """An option of an analysis's own command: ``--flag VALUE`` sets the setting ``setting`` (docs/extending.md).
 
-    Its type is its default's (``kind`` where the default is None: a float, a string): a switch (a bool,
-    False by default), an integer (at least ``minimum``), a float (its range checked by the analysis's
-    ``validate``), or a string among ``choices``; ``many``: one or more such values (``das --ranks 4 16``;
-    integers may also be written with commas, ``--steps 1000,2000``);
-    ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` where it has any (checked
-    before the model loads); ``positional``: the command's values after MODEL, none or several, with
-    no flag (``attention MODEL 'b=7, b+23=?' ...``; ``flag`` names them in the help). A setting named
-    ``update`` is special to a run analysis's command: set, the command may write over its own earlier
-    ``--out`` and the compute reads that folder first (:attr:`compose_lens.report.context.RunContext.previous`: the
-    dynamics of a growing run)."""
+    Its type is its default's (``kind`` where the default is None): a switch (a bool, False by default), an
+    integer (at least ``minimum``), a float (its range checked by the analysis's ``validate``), or a string
+    among ``choices``; ``many``: one or more such values (integers may also be written with commas,
+    ``--steps 1000,2000``); ``pairs_file``: a path to a file of prompt pairs, or one of ``choices`` (checked
+    before the model loads); ``positional``: the values after MODEL, with no flag (``flag`` names them in
+    the help). A run analysis's setting named ``update`` lets its command write over its own earlier ``--out``
+    (:attr:`compose_lens.report.context.RunContext.previous`)."""
 
     flag: str
     setting: str
@@ -98,13 +93,11 @@ class Option:
 class Result:
     """What one analysis of one model found, as the files it writes and the facts ``summary.json`` keeps.
 
-    ``figures``: what its declaration draws of the tables and documents (:attr:`Analysis.draw`; set by
-    :mod:`compose_lens.report.context` on a result computed or read back, never by the compute), each
-    ``(stem, views function, its arguments, dpi)``, drawn once (:meth:`figure`) where the figures are written,
-    and shown by the report from the same drawing; an offline page is ``("<stem>.html", a function returning
-    its HTML, or (its HTML, the part of it a report section folds in), its arguments, None)``.
-    ``provenance``: what the tables' and documents' provenance records beside the settings (what the
-    analysis chose: the MLP the ablation read). ``value``: anything else its command prints (not written)."""
+    ``figures``: set by :mod:`compose_lens.report.context` from :attr:`Analysis.draw`, never by the compute;
+    each ``(stem, views function, its arguments, dpi)``, or an offline page ``("<stem>.html", a function
+    returning its HTML or (its HTML, the part a report section folds in), its arguments, None)``.
+    ``provenance``: what the files' provenance records beside the settings (what the analysis chose: the MLP
+    the ablation read). ``value``: anything else its command prints (not written)."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     documents: dict[str, dict] = field(default_factory=dict)
@@ -135,21 +128,19 @@ class Analysis:
     tables: tuple[str, ...] = ()
     documents: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()  # the stems of every figure and page it draws, here or in its section (patterns)
-    draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> its ``Result.figures``,
-    # drawn mostly of its tables and documents (fourier's also of the open context's grid): a result read back has
-    # them too
+    draw: Callable[[Any, Result, dict], list] | None = None  # (context, result, settings) -> its ``Result.figures``
     module: str | None = None  # the analysis module it presents (only the registry imports it)
     causal: bool = False  # left out by `analyze --skip-causal`
     section: Callable[[Any, Result | None, dict], str] | None = None  # (report inputs, result, settings) -> HTML
-    report_settings: Callable[[Any], dict | None] | None = None  # (report inputs) -> the settings its section reads
-    # with (None: the defaults); where it returns None, the section has nothing to read and is given no result
+    report_settings: Callable[[Any], dict | None] | None = None  # (report inputs) -> its section's settings
+    # (None: nothing to read, the section is given no result; the field unset: the defaults)
     anchor: str | None = None  # the section's anchor (default: the name)
     findings: tuple[Finding, ...] = ()
     command: str | None = None
     help: str = ""
     options: tuple[Option, ...] = ()
     guard: Callable[[dict, Any], None] | None = None  # (settings, config) -> None or a one-line refusal (memory,
-    # or settings the model's task cannot take: a sequence it cannot parse)
+    # a sequence the model's task cannot parse)
     validate: Callable[[dict], None] | None = None  # (settings) -> None or a one-line refusal, before any load
     describe: Callable[[Result], list[str]] | None = None  # what its command prints
     exports: tuple[str, ...] = ()  # its public API (compose_lens.NAME): names of ``module``, or "NAME=module[:attribute]"

@@ -1,20 +1,12 @@
 """The ``answer_lens`` analysis, whole in this folder: the worked example of docs/extending.md.
 
-How far the answer at ``=`` is made after each layer, pool by pool (``lens.py`` says how it is read). In the
+How far the answer at ``=`` is made after each layer, pool by pool (:mod:`.lens` says how it is read). In the
 study's model nothing can add before layer 2's MLP, so the answer should come on top only after the last layer.
 
-An analysis added as one folder of :mod:`compose_lens.registry` holds everything it is:
-
-* ``lens.py``: the numbers (:func:`~.lens.answer_lens`: a subject in, a DataFrame out; it reads the model
-  through ``subject.forward``, each partial stream through the logit lens's final norm and unembedding);
-* ``figure.py``: its figure, drawn from those numbers only;
-* this module: its declaration (:data:`ANSWER_LENS`), report section and the lines its command prints;
-* ``test_answer_lens.py``: its tests (``make test`` collects them here).
-
-The registry's scan finds the folder (:func:`compose_lens.registry.load`): ``compose-lens answer-lens``,
-``analyze``, the report and ``compose_lens.answer_lens`` take it up, and the API page lists its export,
-with no edit anywhere else. Like every declaration it imports torch, pandas and matplotlib only inside
-its functions: the command line reads it before torch.
+The folder is everything the analysis is: ``lens.py`` the numbers (a subject in, a DataFrame out),
+``figure.py`` its figure (of those numbers only), this module its declaration (:data:`ANSWER_LENS`), report
+section and the lines its command prints, ``test_answer_lens.py`` its tests. The registry's scan finds it
+(:func:`compose_lens.registry.load`), with no edit anywhere else.
 """
 
 from __future__ import annotations

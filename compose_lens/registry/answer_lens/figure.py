@@ -9,8 +9,7 @@ from compose_lens.views.drawing import OKABE_ITO, subplots
 
 def answer_lens_figure(table: pd.DataFrame):
     """Two panels over the stages (embeddings, after each layer): the answer's top-1 rate with its 95 %
-    interval, and its mean margin over the best other token; a line per pool. Returns
-    ``(figure, the data drawn)``, as every figure function does."""
+    interval, and its mean margin over the best other token; a line per pool."""
     fig, (top, margin) = subplots(1, 2, figsize=(9, 3.4))
     for i, (pool, rows) in enumerate(table.sort_values("order").groupby("pool", sort=False)):
         colour, dashes = OKABE_ITO[i % len(OKABE_ITO)], "-" if i < len(OKABE_ITO) else "--"

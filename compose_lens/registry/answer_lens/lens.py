@@ -1,12 +1,9 @@
 """The answer lens's numbers: how far the answer at ``=`` is made after each layer, pool by pool.
 
-The residual stream at ``=`` is read after the embeddings and after each layer
-(``blocks.L.hook_resid_post``, through the one :class:`~compose_lens.model.forward.Forward`) and put
-through the model's final normalisation and the unembedding
-(:meth:`compose_lens.model.forward.Forward.lens`, as the logit lens reads it). For each pool and each
-stage it gives the answer's mean logit, its mean margin over the best other token (positive: the answer
-is on top) and the top-1 rate with its Wilson 95 % interval. After the last layer the stream is the
-model's own, so the last stage's top-1 rate is the model's accuracy on that pool.
+The residual stream at ``=`` is read after the embeddings and after each layer (``blocks.L.hook_resid_post``,
+through the one :class:`~compose_lens.model.forward.Forward`) and put through the model's final normalisation
+and the unembedding (:meth:`compose_lens.model.forward.Forward.lens`, as the logit lens reads it). After the
+last layer the stream is the model's own, so the last stage's top-1 rate is the model's accuracy on that pool.
 """
 
 from __future__ import annotations

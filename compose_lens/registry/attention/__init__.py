@@ -1,23 +1,17 @@
-"""The ``attention`` analysis, whole in this folder (its tests in ``test_attention.py``): where both layers
-attend on readable sequences, as interactive views.
+"""The ``attention`` analysis, whole in this folder: where both layers attend on readable sequences, as
+interactive views.
 
-The analysis runs the model once on the sequences (:func:`.sequences.sequence_views`) and writes
-
-* ``figures/attention.html``: one interactive circuitsvis view per sequence, on a page that opens
-  offline (``interactive.py``, whose bundle the report's page inlines too: :func:`.interactive.views_page`);
-* ``figures/attention_<i>.png``: each sequence's patterns as a heatmap with the predicted cells
-  outlined (``figure.py``, whose colour scales the QK and early-jump heatmaps share: :func:`.figure.view_figure`);
-* ``attention.json``: every view (its text, tokens, words, patterns, answer, label, type, marks),
-  from which :func:`views` rebuilds the views (the report lays them out from it, saved or new);
-* ``attention.csv``: the same patterns as one table, a row per cell (:func:`.sequences.pattern_table`).
+It runs the model once on the sequences (:func:`.sequences.sequence_views`) and writes
+``figures/attention.html`` (one offline circuitsvis view per sequence, :mod:`.interactive`),
+``figures/attention_<i>.png`` (each sequence's heatmap with the predicted cells outlined, :mod:`.figure`),
+``attention.json`` (every view, from which :func:`views` rebuilds them) and ``attention.csv``
+(:func:`.sequences.pattern_table`).
 
 Its setting ``sequences`` holds readable sequences (``'b=7, e=5, b+23=?'`` or the token form); empty
-means one example from each of four pools (:func:`compose_lens.data.sampler.example_pools`: held-out
-constants, a 1-var training sequence, held-out 2-var, both variables in forbidden slots; a training
-pool of the same kind where the split lacks one), as the report shows. A sequence the model's task
-cannot parse, or more than 100, is refused in one line before any work: the count by ``validate``,
-the parse by ``guard`` (which sees the task). The report reads the sequences its reader gave, else the
-split's examples, and opens each view on the router (:func:`router_index`), its heatmap folded under it.
+means one example from each of four pools (:func:`compose_lens.data.sampler.example_pools`), as the report
+shows. A sequence the model's task cannot parse, or more than 100, is refused in one line before any work
+(the count by ``validate``, the parse by ``guard``, which sees the task). The report opens each view on the
+router (:func:`router_index`), its heatmap folded under it.
 """
 
 from __future__ import annotations
@@ -42,7 +36,6 @@ def _attention(ctx: Context, settings: dict) -> Result:
 
 
 def _figures(ctx: Context, result: Result, settings: dict) -> list:
-    """Each view's heatmap, then the page of every view."""
     from compose_lens.registry.attention.figure import view_figure
     from compose_lens.registry.attention.interactive import views_page
 
@@ -105,7 +98,6 @@ def _check_count(settings: dict) -> None:
 
 
 def _check_parse(settings: dict, config) -> None:
-    """Each sequence parsed by the model's task: one line naming the first that is not a sequence of it."""
     from compose_lens.data.task import SequenceError, parse_sequence
     from compose_lens.core.errors import ComposeLensError
 

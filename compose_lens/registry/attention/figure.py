@@ -18,14 +18,10 @@ from compose_lens.views.drawing import (ATTENTION_SCALE, MARK_STYLE, REPORT_WIDT
                                        matrix_frame, subplots)
 
 
-
 def attention_figure(patterns: np.ndarray, tokens: Sequence[str], marks: Mapping[int, Sequence] | None = None,
                      title: str = "", layer_names: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
-    """Attention patterns (layers, n, n) of one sequence, with marked cells.
-
-    ``marks[layer]`` is a list of ``(query_position, key_position, kind)`` with kind
-    ``operand``, ``value`` or ``previous`` (see :data:`MARK_STYLE`).
-    """
+    """Attention patterns (layers, n, n) of one sequence, with marked cells: ``marks[layer]`` lists
+    ``(query_position, key_position, kind)``, kind a key of :data:`MARK_STYLE`."""
     patterns = np.asarray(patterns, dtype=float)
     n_layers = patterns.shape[0]
     names = list(layer_names or [layer_name(i) for i in range(n_layers)])

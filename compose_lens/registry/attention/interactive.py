@@ -1,31 +1,17 @@
 """Attention patterns as interactive circuitsvis views that open offline: one view, a page of them,
-and a notebook cell.
+and a notebook cell, each made from :func:`compose_lens.registry.attention.sequences.sequence_views`
+entries. Like :mod:`compose_lens.registry.circuit.page`, this module lays out and computes nothing.
 
-**What a reader sees.** circuitsvis's ``AttentionHeads`` widget draws each head's pattern as a
-thumbnail; a click on one enlarges it, and hovering a token shows where it attends from (its row)
-and what attends to it (its column). :func:`view_html` is one readable sequence's view with a line
-that says what the model answered, the label and the sequence's type, above the widget
-(:func:`attention_view`).
+circuitsvis's ``AttentionHeads`` widget draws each head's pattern as a thumbnail; a click enlarges one,
+and hovering a token shows where it attends from (its row) and what attends to it (its column).
 
-**Offline.** circuitsvis's own HTML imports its JavaScript from a CDN (unpkg), so it shows nothing
-without a network. The installed package ships the same bundle, ``circuitsvis/dist/cdn/iife.js``,
-which defines a global ``CircuitsVis``. :func:`compose_lens.core.markup.offline_page` inlines that bundle *once* in a
-classic ``<script>`` (:func:`compose_lens.core.markup.circuitsvis_bundle`, with every ``</script`` inside it escaped so the
-bundle cannot close its own element) and each view is a ``<div>`` plus a one-line
-``CircuitsVis.render(id, CircuitsVis.AttentionHeads, props)`` call, so a page with many views stays
-one self-contained file that opens from disk. The run report (:mod:`compose_lens.report`) puts its
-views on its own page the same way.
-
-**Opening on a head.** circuitsvis always opens on the first head and takes no option for another;
-``focus`` adds a small script that clicks the named head's thumbnail once it is drawn, as a reader
-would (the report opens each view on the router, the head the study's routing claim is about).
-
-**In a notebook**, :func:`notebook_view` wraps one view with the bundle in an object Jupyter shows
-as HTML (``_repr_html_``): plain ``circuitsvis.attention`` output is blank offline, this is not.
-
-The views are made from :func:`compose_lens.registry.attention.sequences.sequence_views` entries (the
-``attention`` analysis, :mod:`compose_lens.registry.attention`, makes the page of them). Like
-:mod:`compose_lens.registry.circuit.page`, this module lays out what the analyses computed and computes nothing.
+**Offline.** circuitsvis's own HTML imports its JavaScript from a CDN, so it shows nothing without a
+network. The installed package ships the same bundle (``circuitsvis/dist/cdn/iife.js``, a global
+``CircuitsVis``): :func:`compose_lens.core.markup.offline_page` inlines it *once*
+(:func:`compose_lens.core.markup.circuitsvis_bundle`) and each view is a ``<div>`` plus a one-line
+``CircuitsVis.render(id, CircuitsVis.AttentionHeads, props)`` call, so a page of many views stays one
+self-contained file; the report puts its views on its page the same way. In a notebook,
+:func:`notebook_view` wraps a view with the bundle (plain ``circuitsvis.attention`` output is blank offline).
 """
 
 from __future__ import annotations
@@ -54,13 +40,10 @@ PAGE_TITLE = "compose-lens attention"
 
 def attention_view(patterns: torch.Tensor, tokens: Sequence[str], head_names: Sequence[str],
                    element_id: str | None = None, focus: int = 0) -> str:
-    """One interactive ``AttentionHeads`` view: a div and the call that draws into it.
-
-    ``patterns`` (heads, n, n); needs the bundle of :func:`offline_page` on the page. ``focus``: the
-    head the view opens on (its index in ``head_names``). circuitsvis always opens on the first head
-    and takes no option for it, so a small script clicks the thumbnail named ``head_names[focus]``
-    once the view is drawn (a click locks a head, as a reader's would).
-    """
+    """One interactive ``AttentionHeads`` view of ``patterns`` (heads, n, n): a div and the call that draws
+    into it (the page needs :func:`offline_page`'s bundle). circuitsvis always opens on the first head and
+    takes no option for another, so for ``focus`` (an index into ``head_names``) a small script clicks that
+    head's thumbnail once it is drawn, as a reader would."""
     element_id = element_id or f"circuits-vis-{uuid.uuid4().hex[:12]}"
     props = {"attention": [[[round(float(v), 5) for v in row] for row in head] for head in patterns.tolist()],
              "tokens": list(tokens), "attentionHeadNames": list(head_names), "maskUpperTri": True}

@@ -1,19 +1,9 @@
-"""Attention patterns: what both heads look at on sequences you type, and where the circuit says.
+"""Attention patterns: what both layers look at on sequences you type, and where the circuit says.
 
-:func:`sequence_views` parses each readable sequence
-(:func:`compose_lens.data.task.parse_sequence`), runs the model once
-(:func:`compose_lens.analysis.activations.attention_patterns`: every
-``blocks.{layer}.attn.hook_pattern``); it returns, per
-sequence, the patterns, the model's answer, the label and the cells the study's
-circuit predicts (:func:`marked_cells`); :func:`pattern_table` lays every view's
-patterns out as one table. :mod:`.interactive` turns a view into an
-offline circuitsvis widget, :mod:`.figure` into a heatmap; the
-``attention`` analysis (:mod:`compose_lens.registry.attention`) writes both.
-
-What to look for (SPEC section 6, items 1-3): in layer 1 each context value
-attends to the variable just before it (previous-token head) and ``=`` attends to
-the two operands; in layer 2 ``=`` attends to the two *values*, the operand
-itself for a constant and the assigned number for a variable.
+:func:`sequence_views` parses each readable sequence (:func:`compose_lens.data.task.parse_sequence`), runs
+the model once (:func:`compose_lens.analysis.activations.attention_patterns`) and returns, per sequence, the
+patterns, the model's answer, the label and the cells the study's circuit predicts (:func:`marked_cells`,
+SPEC section 6, items 1-3); :func:`pattern_table` lays every view's patterns out as one table.
 """
 
 from __future__ import annotations
@@ -30,13 +20,9 @@ from compose_lens.model import tl
 
 
 def marked_cells(task: TaskConfig, tokens: Sequence[int]) -> dict[int, list[tuple[int, int, str]]]:
-    """The cells the study's circuit predicts, per layer: ``(query, key, kind)``.
-
-    Layer 1 (index 0): ``=`` to each operand position (``operand``) and each
-    context value to its variable just before it (``previous``). Layer 2 (index 1):
-    ``=`` to each value position (``value``): the operand itself for a constant,
-    the number after the variable's assignment for a variable.
-    """
+    """The cells the study's circuit predicts, per layer: ``(query, key, kind)``. Layer 1 (index 0): ``=``
+    to each operand (``operand``) and each context value to its variable just before it (``previous``).
+    Layer 2: ``=`` to each value (``value``): a constant operand itself, else the number assigned to it."""
     tokens = [int(t) for t in tokens]
     n, C = task.seq_len, task.context_len
     last = n - 1

@@ -1,7 +1,5 @@
-"""The ``attention_entropy`` analysis, whole in this folder: each head's attention entropy at ``=`` by sequence kind.
-
-Its numbers are :mod:`.entropy`, its tests ``test_attention_entropy.py``, its declaration (no figure: a
-table) and report section this module.
+"""The ``attention_entropy`` analysis: each head's attention entropy at ``=`` by sequence kind (:mod:`.entropy`;
+no figure: a table).
 """
 
 from __future__ import annotations

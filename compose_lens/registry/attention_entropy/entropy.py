@@ -34,8 +34,7 @@ def entropy(pattern: torch.Tensor) -> torch.Tensor:
     return 0.0 - (pattern * pattern.clamp_min(1e-30).log()).sum(-1)  # 0.0 - x: no -0.0
 
 
-def attention_entropy(subject: Subject, pool_size: int = 200, seed: int = 0,
-                      n_boot: int = 1000) -> pd.DataFrame:
+def attention_entropy(subject: Subject, pool_size: int = 200, seed: int = 0, n_boot: int = 1000) -> pd.DataFrame:
     """One row per (layer, head, sequence kind): the mean entropy of the head's attention from ``=``,
     its 95 % bootstrap interval over the sequences, and the two reference values ``log 2`` (two
     positions) and ``log n`` (uniform over the ``n`` positions)."""

@@ -1,8 +1,5 @@
-"""The ``das`` analysis, whole in this folder: distributed alignment search for the variable-value binding,
-with its controls (minutes of fitting: its own command, not ``analyze``).
-
-:mod:`.search` fits and scores the subspaces (TransformerLens's ``fit_das``), :mod:`.figure` draws them,
-``test_das.py`` tests them, and this module declares the analysis.
+"""The ``das`` analysis: distributed alignment search for the variable-value binding, with its controls
+(:mod:`.search`; minutes of fitting: its own command, not ``analyze``).
 """
 
 from __future__ import annotations

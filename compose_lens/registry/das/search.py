@@ -1,64 +1,37 @@
-"""Distributed alignment search (DAS) for the variable-value binding, with its controls.
+"""Distributed alignment search (DAS) for the variable-value binding, with its controls (docs/methods.md).
 
-**The question.** In ``b=7, e=5, b+23=?`` the model must answer with the value *bound* to the
-queried variable ``b``. The study's story: layer 1's previous-token head tags the value token ``7``
-with its variable ``b``; layer 2's QK at ``=`` finds the value tagged with the queried variable and
-its OV moves that value to ``=``, where MLP2 adds it to the constant. If that is right, somewhere
-along this path a low-dimensional *subspace* of the residual stream holds "the value of the queried
-variable", and writing another sequence's value into that subspace should make the model answer
-with that value.
+**The question.** In ``b=7, e=5, b+23=?`` the model must answer with the value *bound* to the queried
+variable ``b``. If the study's circuit is right (layer 1 tags each value with its variable, layer 2 routes
+the queried variable's value to ``=``, MLP2 adds), some low-dimensional *subspace* of the residual stream
+along that path holds "the value of the queried variable".
 
-**The intervention** (an *interchange intervention*, Geiger et al.). Take a *base* sequence
-(``b=7, e=5, b+23=?``, answer 30) and a *source* that queries the same variable with another
-value and another constant (``c=2, b=40, 11+b=?``). Run the base, but at one site (a hook and a
-position) replace the base's coordinates inside a subspace ``B`` (an orthonormal ``d_model x k``
-basis) with the source's::
+**The intervention** (an *interchange intervention*, Geiger et al.). Run a *base* (``b=7, e=5, b+23=?``,
+answer 30), but at one site (a hook and a position) replace its coordinates inside a subspace ``B`` (an
+orthonormal ``d_model x k`` basis) with those of a *source* that queries the same variable with another value
+and another constant (``c=2, b=40, 11+b=?``)::
 
     h' = h_base + (h_source - h_base) B B^T
 
-If ``B`` holds the bound value, the model now answers ``40 + 23 = 4`` (mod 59): the source's value
-with the base's constant, a number neither run would give. The *interchange-intervention accuracy*
-(IIA) is the fraction of held-out pairs where it does. DAS *learns* ``B`` by gradient descent on
-that objective (cross-entropy towards the counterfactual answer, the basis kept orthonormal).
+If ``B`` holds the bound value, the model answers ``40 + 23 = 4`` (mod 59), a number neither run gives. The
+*interchange-intervention accuracy* (IIA) is how often it does on held-out pairs; DAS *learns* ``B`` by
+gradient descent towards that counterfactual answer, the basis kept orthonormal.
 
-**The sites** (:data:`SITES`), read in the study's words:
-
-* ``value_after_layer1``: the queried variable's value token in the context, after layer 1
-  (``blocks.0.hook_resid_post`` at the base's value position, the source's at its own). The value is
-  there from the embedding on, so DAS should find it, at a low rank.
-* ``equals_before_mlp2``: ``=`` after layer 2's routing, the MLP2 input
-  (``blocks.1.hook_resid_mid``). The routed value should be there, beside the constant.
-* ``query_variable_after_layer1``: the query's variable token (``b`` in ``+ b 23 =``) after layer 1.
-  It names *which* variable to fetch; layer 1 cannot have fetched the value yet (the value comes
-  after the variable in the context, and one attention layer at the query reads tokens, not
-  bindings). Base and source query the same variable, so interchanging anything here should change
-  nothing: the **placebo site**.
-
-**The controls** (DAS fits arbitrary label maps and finds effects in random models, Arora et
-al. 2024, so a learned IIA means little alone):
-
-* ``random subspace``: a random orthonormal basis of the same rank at the same site;
-* ``arbitrary labels``: DAS trained at the same site, pairs and budget, at the largest rank tried
-  (the most expressive subspace: the hardest test), towards a fixed but arbitrary answer per
-  (source value, base constant) instead of their sum
-  (:func:`transformer_lens.tools.analysis.interchange.arbitrary_targets`), scored against those
-  labels on held-out pairs. A subspace that reaches them would show the method's expressivity, not
-  the model's variable;
-* the placebo site above.
+**The sites** (:data:`SITES`) and **controls**: docs/methods.md. The placebo site, the query's variable token
+after layer 1, names *which* variable to fetch; one attention layer there reads tokens, not bindings, and base
+and source query the same variable, so interchanging anything there should change nothing. The controls
+(DAS fits arbitrary label maps and finds effects in random models, Arora et al. 2024): a random basis of the
+same rank, and DAS towards an arbitrary fixed answer per (source value, base constant) at the largest rank
+(the most expressive subspace: the hardest test).
 
 **Why TransformerLens's own DAS.** TransformerLens 4.3 ships the whole method
-(``transformer_lens.tools.analysis.interchange``: :func:`fit_das`, ``SubspaceInterchange``,
-``random_basis``, ``arbitrary_targets``, ``collect_activations``, ``intervened_logits``), for any
-model with the hook API and one position per example, which is what compose-lens models are. This
-module only builds the study's pairs, sites and counterfactual answers, and tabulates. (pyvene
-0.1.8 would serve too, but would add a dependency for the same computation.) ``fit_das`` refuses a
-model in train mode; :func:`compose_lens.training.subject.load_model` returns models in eval mode.
+(``transformer_lens.tools.analysis.interchange``) for any hooked model with one position per example; this
+module only builds the study's pairs, sites and counterfactual answers, and tabulates (pyvene 0.1.8 would add
+a dependency for the same computation). ``fit_das`` refuses a model in train mode.
 
-Pairs are 1-var sequences rendered from the training rows (both operand sides, every allowed
-variable), each base paired with a source that queries the same variable on the same side with a
-different value *and* a different constant (so the counterfactual answer is neither run's own).
-Only pairs whose base and source the model answers correctly are kept (:attr:`BindingPairs.kept`
-says how many); two thirds train DAS, the rest score it.
+Pairs are 1-var sequences rendered from the training rows (both operand sides, every allowed variable), each
+base paired with a source that queries the same variable on the same side with a different value *and* a
+different constant. Only pairs whose base and source the model answers correctly are kept
+(:attr:`BindingPairs.kept`); two thirds train DAS, the rest score it.
 """
 
 from __future__ import annotations
@@ -80,12 +53,9 @@ from compose_lens.model import tl
 
 @dataclass(frozen=True)
 class BindingSite:
-    """A named DAS site: where to intervene and what the study's circuit predicts there.
-
-    Where is a hook, which may name the last block (``{last}``; :func:`site_hook` gives it for a model),
-    at a token *role*, found per sequence of a pair (:meth:`BindingPairs.positions`): a role is not a
-    :class:`compose_lens.model.forward.Site` position (one index or ``'='`` for every sequence alike), so a
-    binding site is not one."""
+    """A named DAS site: a hook (``{last}``: the last block, :func:`site_hook`) at a token *role* found per
+    sequence of a pair (:meth:`BindingPairs.positions`; so not a :class:`compose_lens.model.forward.Site`,
+    whose position is one for every sequence), and what the study's circuit predicts there."""
 
     name: str
     hook: str
@@ -107,12 +77,8 @@ SITE_NAMES = tuple(s.name for s in SITES)
 
 @dataclass
 class BindingPairs:
-    """Base and source sequences that query the same variable with different values.
-
-    ``target`` is the counterfactual answer: the source's value plus the base's constant (mod p).
-    Positions are per sequence: the queried variable's value token in the context (``*_value_pos``)
-    and the query's variable token (``*_query_pos``).
-    """
+    """Base and source sequences that query the same variable with different values; ``target``: the
+    counterfactual answer (the source's value plus the base's constant, mod p). Positions are per sequence."""
 
     base: torch.Tensor
     source: torch.Tensor
@@ -151,8 +117,7 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     """``n`` base/source pairs of 1-var training sequences (see the module doc), unfiltered."""
     task = split.task
     rows = training_rows(split)
-    types = row_types(rows)
-    one_var = rows[torch.isin(types, torch.tensor([kind.index for kind in ONE_VAR]))]
+    one_var = rows[torch.isin(row_types(rows), torch.tensor([kind.index for kind in ONE_VAR]))]
     if len(one_var) == 0:
         raise ComposeLensError("the split has no 1-var training rows (variables_in_training is off): "
                                "DAS of the variable binding needs sequences with variables")
@@ -160,9 +125,8 @@ def binding_pairs(split: Split, n: int, seed: int = 0) -> BindingPairs:
     left = one_var[:, 2] >= 0
     value = torch.where(left, one_var[:, 0], one_var[:, 1])
     constant = torch.where(left, one_var[:, 1], one_var[:, 0])
-    groups: dict[tuple[int, int], np.ndarray] = {}
-    for key in {(int(v), int(w)) for v, w in one_var[:, 2:].tolist()}:
-        groups[key] = np.flatnonzero(((one_var[:, 2] == key[0]) & (one_var[:, 3] == key[1])).numpy())
+    groups = {key: np.flatnonzero(((one_var[:, 2] == key[0]) & (one_var[:, 3] == key[1])).numpy())
+              for key in {(int(v), int(w)) for v, w in one_var[:, 2:].tolist()}}
     bases, sources = [], []
     for b in rng.integers(0, len(one_var), size=4 * n):
         group = groups[(int(one_var[b, 2]), int(one_var[b, 3]))]
@@ -214,7 +178,6 @@ def correct_pairs(model, pairs: BindingPairs, batch_size: int = 512) -> BindingP
 
 
 def site_hook(site: BindingSite, n_layers: int) -> str:
-    """The hook of ``site`` in a model of ``n_layers``."""
     return site.hook.format(last=n_layers - 1)
 
 
@@ -279,12 +242,9 @@ class DasSettings:
 
 
 def das_table(loaded, settings: DasSettings = DasSettings(), progress: bool = False) -> tuple[pd.DataFrame, dict]:
-    """IIA of the learned subspace and its controls, per site and rank, on held-out pairs.
-
-    Returns the table (one row per site, rank and control: ``iia``, ``keeps_base_answer``, the
-    final training loss where one was trained) and a summary (pairs drawn, kept, train / test
-    sizes, the model's accuracy on the bases).
-    """
+    """IIA of the learned subspace and its controls, per site and rank, on held-out pairs: the table (one row
+    per site, rank and control: ``iia``, ``keeps_base_answer``, the final training loss where one was
+    trained) and a summary (pairs drawn, kept, train / test sizes, the sites, the settings)."""
     from transformer_lens.tools.analysis import interchange as ti
 
     model, config = loaded.model, loaded.config

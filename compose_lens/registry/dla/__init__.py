@@ -1,8 +1,4 @@
-"""The ``dla`` analysis, whole in this folder: direct logit attribution and the logit lens at ``=``.
-
-``attribution.py`` holds the numbers (its docstring says how they are read), ``figure.py`` the figure,
-``test_dla.py`` the tests; this module says how ``compose-lens dla``, ``analyze``, the report and the API run it.
-"""
+"""The ``dla`` analysis: direct logit attribution and the logit lens at ``=`` (:mod:`.attribution`)."""
 
 from __future__ import annotations
 

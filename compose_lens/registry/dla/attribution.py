@@ -15,31 +15,20 @@ other component's write, an indirect effect no direct term shows.
 
 :func:`logit_attribution` splits the answer's margin, the correct answer's logit minus the mean
 logit over the p answers (the mean removes what every answer gets alike), into one term per
-component: the token and position embeddings, each attention head (its ``hook_z`` at ``=`` through
-its slice of ``W_O``), each layer's output bias, each MLP (``hook_mlp_out``) and the unembedding
-bias. The terms add up to the margin exactly (:func:`check_sums`; tested), which is what makes the
-attribution *direct*: a component's term is what it writes straight into the answer, not what it
-does through later layers (for that, see :mod:`compose_lens.registry.patching`). In the paper model
-the study's story predicts that the layer-2 MLP writes most of the margin for every sequence kind,
-and the attention heads little directly (they move operands; the MLP adds).
+component: the token and position embeddings, each attention head (its ``hook_result`` at ``=``), each
+layer's output bias, each MLP (``hook_mlp_out``) and the unembedding bias, all read by the one forward
+(:class:`compose_lens.model.forward.Forward`). The terms add up to the margin exactly (:func:`check_sums`;
+tested), which is what makes the attribution *direct*: what a component writes straight into the answer,
+not what it does through later layers (for that, see :mod:`compose_lens.registry.patching`). The study's
+story predicts that the layer-2 MLP writes most of the margin for every sequence kind, and the attention
+heads little directly (they move operands; the MLP adds).
 
 :func:`logit_lens` unembeds the residual stream at ``=`` after each stage (embeddings, then each
-attention and each MLP) and reports the accuracy per sequence kind: where the answer becomes
-readable. With a final norm each partial stream goes through it with its own scale
-(:meth:`compose_lens.model.forward.Forward.lens`).
-
-Sequence kinds are read from the tokens (how many of the two operands are variables), so the
-nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``, ``1var``, ``2var``.
-``by="pool"`` keeps the nine apart (the ``dla`` analysis writes both tables): a kind mixes
-training pairs with held-out ones, and below the kinds' means layer 2's head writes *for* the
-answer on the training pairs and *against* it on the held-out (``add_restricted``) pools, a
-memorisation signature (docs/sweeps.md).
-Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
-
-The terms are read by the one forward (:class:`compose_lens.model.forward.Forward`): each head's write
-is its ``hook_result`` at ``=``, each MLP's its ``hook_mlp_out``, from the tables for the paper
-architecture (no hooks: a :class:`~compose_lens.model.tl.Weights` will do) and through
-``run_with_cache`` on a bridge for any other.
+attention and each MLP), each partial stream through the final norm with its own scale
+(:meth:`compose_lens.model.forward.Forward.lens`), and reports the accuracy per sequence kind: where the
+answer becomes readable. Sequence kinds are read from the tokens (how many of the two operands are
+variables), so the nine pools of :func:`compose_lens.data.sampler.make_pools` collapse to ``0var``,
+``1var``, ``2var``. Layers are named as the paper numbers them: ``layer 1 (blocks.0)``.
 """
 
 from __future__ import annotations
@@ -141,20 +130,16 @@ def _margins(resid: torch.Tensor, w_u: torch.Tensor, labels: torch.Tensor) -> to
 GROUPINGS = ("kind", "pool")  # what logit_attribution's rows are grouped by
 
 
-def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "kind"
-                      ) -> pd.DataFrame:
+def logit_attribution(subject: Subject, n: int = 600, seed: int = 0, by: str = "kind") -> pd.DataFrame:
     """One row per (group, component): its mean direct contribution to the answer margin, its share
     of the group's mean margin, and the group's mean margin and accuracy.
 
-    ``by="kind"`` (default): the groups are the sequence kinds (``0var``, ``1var``, ``2var``).
-    ``by="pool"``: the groups are the pools the sequences were drawn from (column ``pool``, in
-    :func:`~compose_lens.data.sampler.pool_names` order), each with the ``kind`` its tokens have.
-    The same sequences either way: a kind's row is the mean of its pools' rows weighted by ``n``.
-    A pool's row also has its contribution's 95 % bootstrap interval over the pool's sequences
-    (``contribution_low``, ``contribution_high``).
-    Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the
-    answer's margin on the training pairs and against it on the held-out pairs, which the kinds'
-    means, each a mixture of both, hide."""
+    The groups are the sequence kinds (``by="kind"``: ``0var``, ``1var``, ``2var``) or the pools the same
+    sequences were drawn from (``by="pool"``: column ``pool``, in :func:`~compose_lens.data.sampler.pool_names`
+    order, each with the ``kind`` its tokens have, and the contribution's 95 % bootstrap interval,
+    ``contribution_low`` and ``contribution_high``); a kind's row is its pools' rows' mean weighted by ``n``.
+    Split by pool, the memorisation signature shows (docs/sweeps.md): layer 2's head writes the answer's
+    margin on the training pairs and against it on the held-out pairs, which the kinds' means hide."""
     model, config, split = subject.model, subject.config, subject.split
     if by not in GROUPINGS:
         raise ComposeLensError(f"by={by!r}: group the attribution by {' or '.join(GROUPINGS)}")

@@ -20,9 +20,8 @@ def _wrap_component(label: str) -> str:
 
 def _attribution_by_pool(ax: Axes, by_pool: pd.DataFrame) -> pd.DataFrame:
     """Each component's direct contribution (logits, 95 % interval) in each pool, but the one that writes
-    nearly the whole margin (named in the title with its share): on one axis with it, a sign flip of
-    half a logit between pools (layer 2's direct term: + on training pairs, - on add-restricted ones)
-    was a sliver of a bar of 1.00 (issue 43)."""
+    nearly the whole margin (named in the title with its share): beside it, a sign flip of half a logit
+    between pools (layer 2's direct term: + on training pairs, - on add-restricted ones) would not show."""
     pools = list(dict.fromkeys(by_pool["pool"]))
     mean_share = by_pool.groupby("component", sort=False)["share"].mean()
     largest = mean_share.abs().idxmax() if mean_share.notna().any() else None  # no margin: no shares (all NaN)

@@ -1,13 +1,11 @@
-"""The ``early_jump`` analysis, in this folder: the study's "early generalisation" figure, ``jump.py``'s numbers
-(:func:`~compose_lens.registry.early_jump.jump.jump_states`) at the two checkpoints that bracket the
-variable-assignment jump, drawn by ``figure.py``. Like ``dynamics`` it reads a run's checkpoints (``of="run"``);
-this module says how the command, the report and the API run it (its command's test is in
-``registry/dynamics/test_dynamics.py``, on that file's tiny run).
-``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states: the pattern, the
-tokens, the identity matrix and the assignment accuracy at each step) and ``figures/early_jump.png``.
-Without ``--before`` / ``--after`` the bracket is the assignment phase's, read from the run's dynamics
-(``RUN/results/phases.json``, as ``compose-lens dynamics RUN --out RUN/results`` writes it). The report
-computes it on its second example sequence, at the bracket of the phases it measured (:func:`_asked`).
+"""The ``early_jump`` analysis: the study's "early generalisation" figure, :mod:`.jump`'s states at the two
+checkpoints that bracket the variable-assignment jump. Like ``dynamics`` it reads a run's checkpoints
+(``of="run"``; its command's test is in ``registry/dynamics/test_dynamics.py``, on that file's tiny run).
+
+``compose-lens early-jump RUN --out DIR`` writes ``early_jump.json`` (both states) and
+``figures/early_jump.png``. Without ``--before`` / ``--after`` the bracket is the assignment phase's, read
+from the run's dynamics (``RUN/results/phases.json``, as ``compose-lens dynamics RUN --out RUN/results``
+writes it). The report shows it on its second example sequence, at the bracket of the phases it measured.
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ def _early_jump(ctx, settings: dict) -> Result:
 
 
 def _bracket(settings: dict) -> None:
-    """Both ends of the bracket or neither (then the run's dynamics give it), the one before the other."""
     from compose_lens.core.errors import ComposeLensError
 
     before, after = settings["before"], settings["after"]
@@ -55,7 +52,6 @@ def _bracket(settings: dict) -> None:
 
 
 def _depth(settings: dict, config) -> None:
-    """The figure reads layer 1's attention and layer 2's identity matrix: a model of two layers or more."""
     from compose_lens.core.errors import ComposeLensError
 
     if config.model.n_layers < 2:
@@ -64,7 +60,6 @@ def _depth(settings: dict, config) -> None:
 
 
 def _figures(ctx, result: Result, settings: dict) -> list:
-    """The figure of the states before and after, computed now or read back from ``early_jump.json``."""
     import numpy as np
 
     from compose_lens.registry.early_jump.figure import early_jump_figure

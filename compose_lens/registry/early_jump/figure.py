@@ -14,10 +14,8 @@ from compose_lens.views.drawing import (ATTENTION_SCALE, REPORT_WIDTH_IN, SCORE_
 
 
 def early_jump_figure(before: Mapping, after: Mapping, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
-    """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump.
-
-    ``before`` / ``after``: ``{"step", "pattern0" (n, n), "tokens", "identity" (V, V), "accuracy"}``.
-    """
+    """Layer-1 attention on one sequence and the layer-2 identity matrix, before vs after a jump
+    (``before`` / ``after``: states of :func:`compose_lens.registry.early_jump.jump.jump_states`)."""
     fig, axes = subplots(2, 2, figsize=(REPORT_WIDTH_IN, 10))
     frames = []
     # one colour scale for both identity panels: "after" is read against "before"

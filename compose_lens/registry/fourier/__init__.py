@@ -1,7 +1,6 @@
-"""The ``fourier`` analysis, whole in this folder: the adder MLP's Fourier features (key frequencies, neuron fits,
-the readout and the embedding). ``features.py`` holds the numbers only it reads (the shared Fourier measures are
-:mod:`compose_lens.analysis.fourier`'s), ``figure.py`` its figures, ``test_embedding_fourier.py`` tests; this
-module says how ``compose-lens fourier``, ``analyze``, the report and the API run it.
+"""The ``fourier`` analysis: the adder MLP's Fourier features (key frequencies, neuron fits, the readout and
+the embedding). :mod:`.features` holds the numbers only it reads; the shared Fourier measures are
+:mod:`compose_lens.analysis.fourier`'s.
 """
 
 from __future__ import annotations
@@ -98,7 +97,6 @@ def _fourier_lines(result: Result) -> list[str]:
 
 
 def _fourier_section(inp, result: Result, settings: dict) -> str:
-    """The key frequencies the analysis found, and the adder's neuron best explained by one of them."""
     import html
 
     from compose_lens.registry.fourier.features import fourier_neuron

@@ -1,8 +1,7 @@
-"""The numbers only the fourier analysis reads (the shared Fourier measures are :mod:`compose_lens.analysis.fourier`'s):
-the number embeddings' frequencies (:func:`embedding_fourier`), the adder's neuron best explained by a key frequency
-(:func:`fourier_neuron`), the MLP's variance per frequency (:func:`frequency_variance_shares`) and each best neuron's
-pattern beside its ideal (:func:`best_neuron_patterns`; :func:`fourier.ideal_neuron`: the ReLU of the frequency-k
-part of its own pre-activation; a bare ``cos k(x + y)`` misses the ReLU's clipping and reads far lower).
+"""The numbers only the fourier analysis reads (the shared Fourier measures are :mod:`compose_lens.analysis.fourier`'s).
+
+A neuron's ideal is :func:`fourier.ideal_neuron`: the nonlinearity of the frequency-k part of its own
+pre-activation (a bare ``cos k(x + y)`` misses the ReLU's clipping and reads far lower).
 """
 
 from __future__ import annotations
@@ -18,22 +17,16 @@ from compose_lens.model import tl, weights
 from compose_lens.training.subject import Subject
 
 
-def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None
-                      ) -> tuple[pd.DataFrame, dict]:
+def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None = None) -> tuple[pd.DataFrame, dict]:
     """The number embeddings ``W_E[0..p-1]`` (p, d_model) in the Fourier basis over the token axis.
 
-    Table: one row per frequency k = 1 .. p // 2 with its ``share`` of the embeddings'
-    non-constant squared norm (the cos k and sin k rows together, summed over d_model; the
-    shares sum to 1), and ``key``: whether k is one of ``keys``. The constant (the mean
-    embedding, the same for every number) carries no information about which number it
-    is and is left out of the shares; its share of the whole squared norm is in the summary.
-
-    Summary: ``top_frequencies`` (those holding more than the uniform share ``1 / (p // 2)``,
-    largest first) and their ``top_share``, ``constant_share``, and, when ``keys`` (the MLP's
-    key frequencies, :func:`fourier.key_frequencies`) are given, ``key_share`` (their share),
-    ``key_share_if_uniform`` (``len(keys) / (p // 2)``, what a flat spectrum would give) and
-    ``overlap`` (the top frequencies that are keys); without ``keys`` those three are None.
-    """
+    Table: per frequency k = 1 .. p // 2 its ``share`` of the embeddings' non-constant squared norm (cos k
+    and sin k together, summed over d_model; the constant, the mean embedding, says nothing of which number
+    it is), and ``key``: whether k is one of ``keys`` (the MLP's key frequencies). Summary:
+    ``top_frequencies`` (above the uniform share ``1 / (p // 2)``, largest first), ``top_share``,
+    ``constant_share`` (of the whole squared norm), and, given ``keys``, ``key_share``,
+    ``key_share_if_uniform`` (what a flat spectrum would give) and ``overlap`` (the top frequencies that
+    are keys)."""
     p = config.task.modulus
     W_E = weights.detached_parameters(model)["embed.weight"][:p].double()  # rows: the numbers 0..p-1
     power = fourier.fft1d(W_E, dim=0).pow(2).sum(dim=1)  # (p,) per basis row
@@ -77,11 +70,8 @@ def fourier_neuron(subject: Subject, frequency: int | None = None,
                    seed: int = 0, block: int | None = None) -> FourierNeuron:
     """:func:`fourier.best_neurons`'s neuron for ``frequency`` (default: the key frequency whose best
     neuron it explains most), over all (x, y) of constant-operand sequences, in the MLP of ``block``
-    (default: :func:`compose_lens.analysis.locate.mlp_block`).
-
-    The ideal is :func:`fourier.ideal_neuron`: the nonlinearity applied to the
-    frequency-k part of the neuron's own pre-activation.
-    """
+    (default: :func:`compose_lens.analysis.locate.mlp_block`), beside its ideal (:func:`fourier.ideal_neuron`:
+    the nonlinearity of the frequency-k part of the neuron's own pre-activation)."""
     block = locate.mlp_block(subject, seed) if block is None else block
     grid = fourier.operand_grid(subject, "constant", seed, layer=block)
     keys = [frequency] if frequency is not None else fourier.key_frequencies(grid)
@@ -105,8 +95,7 @@ def frequency_variance_shares(grid: fourier.AdditionGrid) -> np.ndarray:
 
 
 def best_neuron_patterns(grid: fourier.AdditionGrid, best: pd.DataFrame) -> list[dict]:
-    """Per row of :func:`fourier.best_neurons`: the neuron's (p, p) pattern and its ideal neuron
-    (:func:`fourier.ideal_neuron`), with their correlation."""
+    """Per row of :func:`fourier.best_neurons`: the neuron's (p, p) pattern and its ideal, with their correlation."""
     out = []
     for row in best.itertuples():
         pattern = grid.mlp_post[:, :, row.neuron]

@@ -1,8 +1,6 @@
 """Figures of the adder MLP's Fourier features: neurons over the p x p grid of constant operands beside
-their ideal, the ReLU of their frequency-k part (:func:`fourier_neuron_figure`, :func:`best_neurons_figure`),
-and bars per frequency of the MLP's variance, its readout ``W_out W_U`` and the number embeddings
-(:func:`frequency_shares_figure`, :func:`readout_fourier_figure`, :func:`embedding_fourier_figure`), the
-key frequencies blue and hatched in every one (:func:`_key_bars`).
+their ideal, and bars per frequency of the MLP's variance, its readout ``W_out W_U`` and the number
+embeddings, the key frequencies blue and hatched in every one (:func:`_key_bars`).
 """
 
 from __future__ import annotations
@@ -96,9 +94,8 @@ def _frequency_bars(values: Sequence[float], frequencies: Sequence[int], keys: S
 
 def frequency_shares_figure(shares: Sequence[float], keys: Sequence[int]) -> tuple[Figure, pd.DataFrame]:
     """Bars: the share of the MLP2 post-ReLU variance at each frequency
-    (:func:`compose_lens.registry.fourier.features.frequency_variance_shares`, fractions of the non-constant
-    variance), key frequencies blue and hatched, and the rest, the cross terms that belong to no one
-    frequency, as a last bar: the bars sum to 1 (issue 43: they summed to ~0.88, the rest not shown)."""
+    (:func:`compose_lens.registry.fourier.features.frequency_variance_shares`), and the rest, the cross terms
+    that belong to no one frequency, as a last bar: the bars sum to 1."""
     shares = [float(v) for v in shares]
     remainder = max(0.0, 1.0 - sum(shares))
     in_keys = sum(shares[k] for k in keys if k < len(shares))
@@ -115,8 +112,7 @@ def readout_fourier_figure(norms: pd.Series, keys: Sequence[int]) -> tuple[Figur
 
 def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Figure, pd.DataFrame]:
     """Bars: the number embeddings' share of (non-constant) squared norm per frequency
-    (:func:`compose_lens.registry.fourier.features.embedding_fourier`), in :func:`_key_bars`'s palette, the
-    uniform share dashed."""
+    (:func:`compose_lens.registry.fourier.features.embedding_fourier`), the uniform share dashed."""
     keys = summary.get("key_frequencies") or []
     fig, ax = subplots(figsize=(7, 3))
     handles = _key_bars(ax, list(table["frequency"]), list(table["share"]), keys)
@@ -137,12 +133,10 @@ def embedding_fourier_figure(table: pd.DataFrame, summary: Mapping) -> tuple[Fig
 
 
 def best_neurons_figure(neurons: Sequence[Mapping], columns: int = 3) -> tuple[Figure, pd.DataFrame]:
-    """Each key frequency's best neuron: its (p, p) pattern beside its ideal neuron, the ReLU of the
-    frequency-k part of its pre-activation (:func:`compose_lens.registry.fourier.features.best_neuron_patterns`).
-
-    A compact grid, ``columns`` neurons (pattern and ideal side by side) to a row. Each panel is
-    divided by its neuron's largest activation, so one colour bar (0 to 1, viridis) serves every
-    panel; the maxima are in the data (``max_activation``)."""
+    """Each key frequency's best neuron beside its ideal
+    (:func:`compose_lens.registry.fourier.features.best_neuron_patterns`), ``columns`` neurons to a row. Each
+    panel is divided by its neuron's largest activation, so one colour bar (0 to 1) serves every panel; the
+    maxima are in the data (``max_activation``)."""
     n = len(neurons)
     columns = max(1, min(columns, n))
     rows = max(1, -(-n // columns))

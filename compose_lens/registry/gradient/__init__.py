@@ -1,8 +1,5 @@
-"""The ``gradient`` analysis, whole in this folder: the theory's gradient claim, the associative-memory term, on
-the final model and over the checkpoints.
-
-:mod:`.terms` splits each product's gradient into its named terms (float64, against autograd), :mod:`.figure`
-draws them, ``test_gradient.py`` tests them, and this module declares the analysis.
+"""The ``gradient`` analysis: the theory's gradient claim, the associative-memory term, on the final model and
+over the checkpoints (:mod:`.terms`).
 """
 
 from __future__ import annotations

@@ -18,13 +18,10 @@ GRADIENT_TITLES = {"qk0": "layer 1 (blocks.0) QK: binding, value -> its variable
                    "qk1": "layer 2 (blocks.1) QK: routing, = -> the operands' values"}
 
 
-def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = ""
-                           ) -> tuple[Figure, pd.DataFrame]:
-    """The theory's kept (associative-memory) term of the gradient over training: its cosine with
-    the full gradient (:mod:`compose_lens.registry.gradient.terms`), one panel per product
-    (``qk0``, ``ov0``, ``qk1``), one colour per value of the column ``by`` (all one line where
-    ``by`` is None): the mean over its seeds bold, each seed faint where there is a ``seed`` column.
-    A cosine near 1 is the claim holding."""
+def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: str = "") -> tuple[Figure, pd.DataFrame]:
+    """The kept term's cosine with the full gradient over training, one panel per product, one colour per
+    value of the column ``by`` (one line where ``by`` is None): the mean over its seeds bold, each seed faint
+    where there is a ``seed`` column."""
     kept = shares[shares["term"] == "kept"]
     groups = list(dict.fromkeys(kept[by])) if by else [None]
     fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.6), sharey=True)
@@ -54,9 +51,8 @@ def gradient_shares_figure(shares: pd.DataFrame, by: str | None = None, title: s
 
 def gradient_terms_figure(shares: pd.DataFrame, title: str = "") -> tuple[Figure, pd.DataFrame]:
     """The gradient's named terms at one model (:func:`compose_lens.registry.gradient.terms.shares_of_model`),
-    one panel per product (``qk0``, ``ov0``, ``qk1``): a bar per term, its cosine with the full gradient, the
-    theory's kept term first and in blue, its share ||term|| / ||full|| printed beside it. The kept term's
-    cosine near 1 is the claim holding. (:func:`gradient_shares_figure` draws the kept term over training.)"""
+    one panel per product: a bar per term, its cosine with the full gradient, the kept term first and in
+    blue, its share ||term|| / ||full|| printed beside it."""
     fig, axes = subplots(1, 3, figsize=(REPORT_WIDTH_IN, 3.4), sharex=True)
     for ax, matrix in zip(axes, GRADIENT_TITLES):
         part = shares[shares["matrix"] == matrix]

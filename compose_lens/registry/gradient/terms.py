@@ -1,5 +1,5 @@
 """The theory's gradient claim, measured: how much of the gradient that builds binding and
-routing is the one associative-memory term the theory keeps.
+routing is the one associative-memory term the theory keeps (docs/idealised.md derives every term).
 
 **The matrices.** The paper model's binding and routing live in three d_model x d_model
 products of one head's projections (:mod:`compose_lens.model.weights`, row-vector
@@ -11,62 +11,27 @@ convention, TransformerLens orientation):
 
 The theory (gradient flow on a disentangled transformer with orthogonal embeddings) treats
 each product as the parameter and keeps, of its gradient, one outer product of embeddings
-per pair of positions the circuit uses. This module writes the whole gradient of the
-loss L with respect to each product as a sum of named terms, one of which is that kept
-term; the terms sum to the full gradient exactly (up to float rounding; the test checks
-it against autograd). The gradient of the stored projections follows by the chain rule
+per pair of positions the circuit uses. :func:`decompose` writes the whole gradient of the
+loss with respect to each product as a sum of named terms that sum to it exactly (up to float
+rounding; the test checks it against autograd); the projections' gradients follow by the chain rule
 (``dL/dW_Q0 = (dL/dW_QK0) W_K0``), so a share of the product's gradient is what the
-projections see through it.
+projections see through it. With ``x = e + p`` (token plus position embedding) and ``o`` layer 1's output:
 
-**Derivation.** Write ``x_i = e_i + p_i`` for the residual input of layer 1 at position i
-(token embedding ``e_i = E[t_i]``, position embedding ``p_i = P[i]``), ``c = 1/sqrt(d_head)``.
+* ``qk0``: ``kept`` (``e_i^T e_j`` over the binding pairs: i a value, j = i - 1 its variable),
+  ``token_token_other`` (the same product over every other pair), ``positional`` (every product with ``p``);
+* ``ov0``: ``kept`` (the variable's token embedding moved to its value), ``token_other``, ``positional``;
+* ``qk1`` (only ``=``'s scores carry a gradient): ``kept`` (``=``'s token embedding against the token
+  embedding at the keys holding the operands' values), ``token_token_other``, ``positional`` (with ``p``,
+  no ``o``) and ``through_layer1`` (every product with ``o``: where routing by the variable that layer 1
+  moved would show).
 
-*Layer-1 QK.* The scores are ``s_ij = c x_i W_QK0 x_j^T`` (j <= i), linear in ``W_QK0``,
-so with ``g_ij = dL/ds_ij`` (zero where the causal mask removes a pair)::
-
-    dL/dW_QK0 = c sum_{b,i,j} g_ij x_i^T x_j
-              = c sum g_ij e_i^T e_j  +  c sum g_ij (e_i^T p_j + p_i^T e_j + p_i^T p_j).
-
-The **kept term** is the token-token outer product over the *binding pairs*: i a value
-position of the context, j = i - 1 its variable (a sequence is ``VAR VALUE`` assignments),
-``kept = c sum_{binding} g_ij e_i^T e_j``. The rest: ``token_token_other`` (the same
-product over every other pair) and ``positional`` (every product with a position
-embedding).
-
-*Layer-1 OV.* The head writes ``o_i = (sum_j A_ij x_j) W_OV0`` at position i (A the
-pattern), so with ``delta_i = dL/do_i``::
-
-    dL/dW_OV0 = sum_{b,i,j} A_ij x_j^T delta_i.
-
-Kept: the variable's token embedding moved to its value, ``sum_{binding} A_ij e_j^T delta_i``;
-the rest ``token_other`` (tokens moved along other pairs) and ``positional`` (position
-embeddings moved, every pair).
-
-*Layer-2 QK.* Only ``=`` (the last position q) is read, so only its scores carry a
-gradient: ``s_j = c r_q W_QK1 r_j^T`` with ``r_j = e_j + p_j + o_j`` the residual after
-layer 1, and ``g_j = dL/ds_j``::
-
-    dL/dW_QK1 = c sum_{b,j} g_j r_q^T r_j,
-
-nine products of the three components on each side. Kept: ``c sum_{routing} g_j e_q^T e_j``,
-the ``=`` token's embedding against the token embedding at the positions holding the
-operands' values (a constant operand: its own place in the query; a variable operand:
-the value assigned to it in the context). The rest: ``token_token_other`` (e_q against
-e_j at every other key), ``positional`` (products with a position embedding and no
-layer-1 output) and ``through_layer1`` (every product with a layer-1 output ``o``:
-where routing by the variable that layer 1 moved would show).
-
-**The shares.** :func:`shares` reports, per matrix and term, ``||term|| / ||full||``
-(Frobenius) and the cosine between the term and the full gradient; the kept term's
-cosine near 1 is the theory's claim holding, near 0 its failing.
-
+:func:`shares` reports, per matrix and term, ``||term|| / ||full||`` (Frobenius) and the cosine
+with the full gradient; the kept term's cosine near 1 is the claim holding, near 0 its failing.
 Covers the paper layout with one head per layer, no normalisation and untrained biases
 (:func:`problem` says why not, in one line), with either residual and embeddings.
 
-**Where it is read.** :func:`shares_of_model` (one model) is the registered analysis ``gradient``
-(``analyze`` and the report, :data:`compose_lens.registry.GRADIENT`, beside :func:`idealisation`,
-what the weights say of the idealisation); :func:`shares_over_training` (a run's checkpoints) is the
-report's figure and ``experiments/idealised.py``'s comparison.
+:func:`shares_of_model` (one model) is the registered analysis ``gradient``, beside :func:`idealisation`;
+:func:`shares_over_training` (a run's checkpoints) is the report's figure and ``experiments/idealised.py``'s.
 """
 
 from __future__ import annotations
@@ -105,7 +70,7 @@ def problem(cfg: ModelConfig) -> str | None:
 
 @dataclass(frozen=True)
 class Products:
-    """The three products as float64 leaves (TransformerLens orientation, see the module doc)."""
+    """The three products as float64 leaves (TransformerLens orientation)."""
 
     qk0: torch.Tensor
     ov0: torch.Tensor
@@ -231,8 +196,7 @@ def shares(params: dict[str, torch.Tensor], config: RunConfig, tokens: Int[torch
     return pd.DataFrame(rows)
 
 
-def shares_of_model(subject: Subject, n: int = 512, seed: int = 0
-                    ) -> pd.DataFrame:
+def shares_of_model(subject: Subject, n: int = 512, seed: int = 0) -> pd.DataFrame:
     """:func:`shares` of one model on a batch of ``n`` training sequences
     (:class:`~compose_lens.data.sampler.TrainingSampler`, ``seed``: the same batch for every model of a run)."""
     model, config, split = subject.model, subject.config, subject.split

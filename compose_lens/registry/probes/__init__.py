@@ -1,7 +1,6 @@
-"""The ``probes`` analysis, whole in this folder: the circuit summary's measures (previous-token attention, QK
-routing, the Fourier numbers) and the report's circuit-summary section. ``summary.py`` gathers them from the shared
-measures (:mod:`compose_lens.analysis.probes`, :mod:`compose_lens.analysis.fourier`; the dynamics folder reads its
-``circuit_measures``), ``test_summary.py`` tests them; this module says how ``analyze``, the report and the API run it.
+"""The ``probes`` analysis: the circuit summary's measures (previous-token attention, QK routing, the Fourier
+numbers; :mod:`.summary`, whose ``circuit_measures`` the dynamics also read) and the report's circuit-summary
+section.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ def _probes(ctx: Context, settings: dict) -> Result:
 
 
 def _probes_section(inp, result: Result, settings: dict) -> str:
-    """The summary in words (issue 43: raw keys, counts as 1800.0000, an unexplained cos_correlation):
-    each number with what it measures, counts as whole numbers, the JSON key kept for the files."""
+    """The summary in words: each number with what it measures, counts as whole numbers, the JSON key kept
+    for the files."""
     import html
     import json
 

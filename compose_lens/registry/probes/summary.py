@@ -1,41 +1,29 @@
 """Every probe and Fourier measure of one model, as numbers.
 
-* :func:`circuit_measures` is the cheap one (a fraction of a second for the
-  paper model on one CPU core): one float per measure, for the training-dynamics
-  tools, which call it on every checkpoint. It shares one forward pass of a mixed
-  batch between the activation probes and one forward pass of the constant-operand
-  grid between the Fourier measures.
-* :func:`circuit_summary` adds what a reader wants once: the key frequencies, the
-  probe's details, per-sequence-type scores, the best neuron per key frequency,
-  the readout's frequencies, and constants against variables.
+* :func:`circuit_measures` is the cheap one (a fraction of a second for the paper model on one CPU core):
+  one float per measure, for the training-dynamics tools, which call it on every checkpoint. It shares one
+  forward pass of a mixed batch between the activation probes and one of the constant-operand grid between
+  the Fourier measures.
+* :func:`circuit_summary` adds what a reader wants once: the key frequencies, the probe's details,
+  per-sequence-type scores, the best neuron per key frequency, the readout's frequencies, and constants
+  against variables.
 
 The keys of :func:`circuit_measures` are :data:`MEASURE_KEYS`, each said in words in :data:`MEASURE_WORDS`
 (all floats in [0, 1] except the losses and the count; a ``*_mass`` is the graded companion of the hit rate
 before it). ``variable_identity_score`` reads ``(E_var OV_binder) QK_router (E_var OV_binder)^T`` on the
 diagonal; ``key_frequency_strength`` reads MLP2's post-ReLU variance (the pre-activations, ReLU(f(x) + g(y))
-before the ReLU, hold more: experiments/claim_measures.py).
+before the ReLU, hold more: experiments/claim_measures.py). With no key frequency (early in training) the
+restricted loss keeps only the constant and the excluded losses remove nothing (they equal ``grid_loss``).
 
-With no key frequency (early in training) the restricted loss keeps only the
-constant and the excluded losses remove nothing (they equal ``grid_loss``).
-
-"MLP2" above is the MLP the Fourier measures read: ``mlp_block``, by default
-:func:`compose_lens.analysis.locate.fourier_subject` (``blocks.1`` in the paper's
-layout, the located adder in another, in whichever block it sits: before the last block
-its logits are read through :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`,
-its direct path with the later blocks held at their clean values). Where the model has no
-MLP the Fourier measures and ``ov_mlp_addition_accuracy`` are NaN, never a default block's.
-``ov_mlp_addition_accuracy`` feeds the MLP ``OV e_x + OV e_y`` of the router head (the
-paper's ``blocks.1`` head 0; NaN where no router is located).
-
-Likewise "layer 1" (layer 1 (blocks.0) in the figures, :func:`compose_lens.views.drawing.layer_name`)
-is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*:
-the head whose attention from ``=`` lands on the operands, SPEC 6.2) and "layer 2" the
-*router* head that the probes read (``QK_router``, ``OV_binder``: the roles' circuits,
-:mod:`compose_lens.analysis.probes`; ``heads``, by default
-:func:`compose_lens.analysis.locate.circuit_heads`: the paper's ``blocks.0`` head 0 and
-``blocks.1`` head 0 in the paper architecture, the located ones in another). Where no head
-plays a role, the measures that read it are NaN and :func:`circuit_summary`'s
-``circuit_heads`` says so (``circuit_heads["none"]``).
+"MLP2" is the MLP the Fourier measures read (:func:`fourier_block`: ``blocks.1`` in the paper's layout, the
+located adder in another; before the last block its logits are read through
+:class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`, its direct path with the later blocks held
+at their clean values). "Layer 1" is the *binder* head (and, for ``equals_to_operands_*``, the *gatherer*,
+whose attention from ``=`` lands on the operands, SPEC 6.2) and "layer 2" the *router* (:func:`probe_heads`:
+the paper's ``blocks.0`` head 0 and ``blocks.1`` head 0 in the paper architecture, the located ones in
+another). ``ov_mlp_addition_accuracy`` feeds the MLP ``OV e_x + OV e_y`` of the router. Where the model has
+no MLP, or no head plays a role, the measures that read it are NaN, never a default's
+(:func:`circuit_summary`'s ``circuit_heads["none"]`` names the roles).
 """
 
 from __future__ import annotations
@@ -52,8 +40,7 @@ from compose_lens.core.files import json_safe
 from compose_lens.data.split import Split
 from compose_lens.training.subject import Subject
 
-# each measure in words, for figure titles and the report's tables ("layer 1" is blocks.0, the binder;
-# "layer 2" blocks.1, the router; "MLP2" the adder's MLP, as the module doc says)
+# each measure in words, for figure titles and the report's tables (layers and MLP2 as the module doc says)
 MEASURE_WORDS = {
     "prev_token_weight_score": "layer 1 QK weights pick the previous position",
     "prev_token_attention_score": "layer 1: share of values whose attention peaks on their variable",
@@ -91,8 +78,7 @@ FOURIER_KEYS = ("ov_mlp_addition_accuracy", "key_frequency_strength", "n_key_fre
 LOCATE = "locate"  # mlp_block: find it (locate.fourier_subject)
 
 
-def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE,
-                  seed: int = 0) -> int | None:
+def fourier_block(subject: Subject, mlp_block: int | None | str = LOCATE, seed: int = 0) -> int | None:
     """The block whose MLP the Fourier measures read, or None where the model has no MLP:
     ``mlp_block`` as given, or (``"locate"``) the model's only MLP / the located adder
     (:func:`compose_lens.analysis.locate.fourier_subject`), wherever it sits."""
@@ -121,8 +107,7 @@ def _fourier_measures(grid: fourier.AdditionGrid, keys: list[int]) -> dict[str, 
     }
 
 
-def _probe_measures(subject: Subject, acts, heads: probes.Heads,
-                    probe_accuracy: float) -> dict[str, float]:
+def _probe_measures(subject: Subject, acts, heads: probes.Heads, probe_accuracy: float) -> dict[str, float]:
     """The probe measures of ``acts`` (collected for ``heads``) and the weight views of ``heads``."""
     model, config = subject.model, subject.config
     equals = probes.equals_measures(subject, acts=acts)  # the four from "=" in one pass (acts hold the heads)
@@ -140,8 +125,7 @@ def _probe_measures(subject: Subject, acts, heads: probes.Heads,
     }
 
 
-def probe_heads(subject: Subject, heads: probes.Heads | str = LOCATE,
-                seed: int = 0) -> probes.Heads:
+def probe_heads(subject: Subject, heads: probes.Heads | str = LOCATE, seed: int = 0) -> probes.Heads:
     """``heads`` as given, or (``"locate"``) :func:`compose_lens.analysis.locate.circuit_heads`."""
     return locate.circuit_heads(subject, seed) if heads == LOCATE else heads
 
@@ -166,16 +150,11 @@ def circuit_measures(subject: Subject, *, n: int = 600, seed: int = 0,
                      threads: int | None = 1, inputs: MeasureInputs | None = None,
                      mlp_block: int | None | str = LOCATE,
                      heads: probes.Heads | str = LOCATE) -> dict[str, float]:
-    """The cheap per-checkpoint measures (see the module docstring for the keys).
-
-    ``n`` sequences (every pool in equal parts) feed the activation probes; the
-    Fourier measures read the p^2 constant-operand grid. Deterministic given ``seed``.
-    ``inputs``: :func:`measure_inputs` of the same split, ``n`` and seed, rendered once
-    (the training-dynamics loop passes it; ~12 ms of each checkpoint's ~0.4 s).
-    ``mlp_block``: the MLP of the Fourier measures (see :func:`fourier_block`; the dynamics
-    tools fix it once per run); ``heads``: the binder and router the probes read (see
-    :func:`probe_heads`; the dynamics tools fix them once per run too).
-    """
+    """The cheap per-checkpoint measures (:data:`MEASURE_KEYS`), deterministic given ``seed``: ``n``
+    sequences (every pool in equal parts) feed the activation probes, the Fourier measures read the p^2
+    constant-operand grid. ``inputs``: :func:`measure_inputs` of the same split, ``n`` and seed, rendered once
+    (the training-dynamics loop passes it; ~12 ms of each checkpoint's ~0.4 s). ``mlp_block``
+    (:func:`fourier_block`) and ``heads`` (:func:`probe_heads`): the dynamics tools fix them once per run."""
     model, config = subject.model, subject.config
     if inputs is not None and (inputs.n, inputs.seed) != (n, seed):
         raise ValueError(f"inputs are for n={inputs.n}, seed={inputs.seed}; asked for n={n}, seed={seed}")
@@ -201,12 +180,10 @@ def circuit_measures(subject: Subject, *, n: int = 600, seed: int = 0,
 def circuit_summary(subject: Subject, seed: int = 0, *, n: int = 1800,
                     threads: int | None = 1, fourier_subject: locate.FourierSubject | None = None,
                     heads: probes.Heads | str = LOCATE) -> dict:
-    """Everything of :func:`circuit_measures`, plus the details (JSON-ready); ``fourier_subject``
-    says which MLP the Fourier part read (``fourier_subject``: a :func:`~compose_lens.analysis.locate.fourier_subject`
-    already found) and ``circuit_heads`` which heads the probes read (``heads``: see :func:`probe_heads`;
-    a role no head plays is listed in ``circuit_heads["none"]`` and its measures are NaN).
-    Refuses, in one line, a model without an MLP; the MLP is read wherever it sits
-    (``fourier_readout`` says how)."""
+    """Everything of :func:`circuit_measures`, plus the details (JSON-ready): ``fourier_subject`` says which
+    MLP the Fourier part read (the argument: a :func:`~compose_lens.analysis.locate.fourier_subject` already
+    found), ``fourier_readout`` how, and ``circuit_heads`` which heads the probes read (``heads``: see
+    :func:`probe_heads`). Refuses, in one line, a model without an MLP."""
     model, config = subject.model, subject.config
     with torch_threads(threads), torch.no_grad():
         fourier_subject = fourier_subject or locate.fourier_subject(subject, seed, score_single=False)
@@ -224,13 +201,10 @@ def circuit_summary(subject: Subject, seed: int = 0, *, n: int = 1800,
         ov = None if source is None else fourier.ov_grid(model, config, layer=layer, **source)
         variable = fourier.operand_grid(subject, "both", seed, layer=layer)
         readout = fourier.unembed_frequency_norms(fourier.unembed_fourier(grid))
-        measures = {
+        summary = {
             **_probe_measures(subject, acts, heads, probe.test_accuracy),
             "ov_mlp_addition_accuracy": float("nan") if ov is None else ov.accuracy(),
             **_fourier_measures(grid, keys),
-        }
-        summary = {
-            **measures,
             "fourier_subject": fourier_subject.to_dict(),
             "fourier_readout": fourier.readout_kind(config, layer),
             "circuit_heads": heads.to_dict(),

@@ -1,8 +1,6 @@
-"""The ``qk`` analysis, in this folder: the two QK views of the located heads, read from the weights only.
-
-``matrices.py`` holds the numbers (:func:`~compose_lens.registry.qk.matrices.qk_matrices`), ``figure.py`` the
-figures; this module says how ``analyze``, the report and the API run it. Its figures' tests are with the other
-figures' (``tests/unit/test_figures_issue43.py``, ``test_figures_for_print.py``, ``test_views_backend.py``).
+"""The ``qk`` analysis: the two QK views of the located heads, read from the weights only (:mod:`.matrices`).
+Its figures' tests are with the other figures' (``tests/unit/test_figures_issue43.py``,
+``test_figures_for_print.py``, ``test_views_backend.py``).
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ def _qk_figures(ctx: Context, result: Result, settings: dict) -> list:
 
 
 def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
-    """What the positional figure shows and marks, with where its rows peak (issue 43: the outlines sat one
-    below the diagonal, the peaks on it, and nothing said why)."""
     from compose_lens.analysis.probes import positional_peaks, previous_position_fraction
     from compose_lens.views.drawing import layer_name
 
@@ -65,7 +61,6 @@ def _positional_caption(positional, task, binder: tuple[int, int]) -> str:
 
 
 def _qk_section(inp, result: Result, settings: dict) -> str:
-    """The two figures the analysis draws, of the located binder and router."""
     import html
 
     heads, t = inp.context.heads, result.tables

@@ -20,11 +20,11 @@ from compose_lens.views.drawing import (ATTENTION_SCALE, MARK_STYLE, REPORT_WIDT
 
 
 def _positional_panel(ax: Axes, positional: np.ndarray, fontsize: float, block: int = 0) -> pd.DataFrame:
-    """The binder's attention from position alone (:func:`~compose_lens.analysis.probes.positional_attention`
-    of the positional scores) on ``ax``, in the unit and colours of an attention pattern, with the cells
-    where the study's previous-token head peaks outlined: for a query holding a value, the key one back,
-    its variable's. Any position after the first can hold a value (the padding is scattered, SPEC
-    section 3), so every row has one. The data: both matrices, one row per query."""
+    """The binder's attention from position alone (:func:`~compose_lens.analysis.probes.positional_attention`)
+    on ``ax``, in the unit and colours of an attention pattern, with the cells where the study's
+    previous-token head peaks outlined: for a query holding a value, the key one back, its variable's (any
+    position after the first can hold a value: the padding is scattered, SPEC section 3). The data:
+    :func:`positional_frame`."""
     scores = np.asarray(positional, dtype=float)
     n = len(scores)
     weights = positional_attention(scores).numpy()
@@ -55,14 +55,11 @@ def positional_frame(positional: np.ndarray, weights: np.ndarray | None = None) 
 
 def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: Sequence[str],
                        title: str = "") -> tuple[Figure, pd.DataFrame]:
-    """The binder's (layer 1's) attention from position alone beside the router's (layer 2's) variable identity.
-
-    Left: :func:`positional_qk_figure`'s panel, the softmax over the allowed keys of the positional
-    scores ``P QK_binder P^T / sqrt(d_head)`` (``positional``: those scores, query position row, key
-    position column), in attention weight; right: layer 2's score for a query ``=`` carrying one variable
-    against a key value tagged (through layer 1's OV) with another,
-    ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` (layer 1's OV, layer 2's QK),
-    in :data:`SCORE_LABEL`. The panels' titles say this in words; the matrix products are in this docstring."""
+    """The binder's (layer 1's) attention from position alone, the softmax over the allowed keys of
+    ``P QK_binder P^T / sqrt(d_head)`` (``positional``: those scores, query position row, key position
+    column), beside the router's (layer 2's) variable identity
+    ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)`` in :data:`SCORE_LABEL`, its diagonal
+    outlined."""
     fig, (a, b) = subplots(1, 2, figsize=(REPORT_WIDTH_IN, 5.4))
     left = _positional_panel(a, positional, fontsize=8)
     _identity_panel(b, identity, variables, fontsize=8)
@@ -79,20 +76,12 @@ def qk_heatmaps_figure(positional: np.ndarray, identity: np.ndarray, variables: 
 
 
 def positional_qk_figure(positional: np.ndarray, block: int = 0) -> tuple[Figure, pd.DataFrame]:
-    """The binder's (paper: layer 1's, blocks.0) attention from position alone over the context positions.
-
-    ``positional``: the positional scores ``P QK_binder P^T / sqrt(d_head)``
-    (:func:`~compose_lens.analysis.probes.positional_qk_scores`, query position row, key position
-    column). Drawn is their softmax over the keys each query may attend to, in attention weight on the
-    colour scale of every attention pattern (:data:`ATTENTION_LABEL`; issue 43: the scores were drawn
-    as logits while the early-jump figure draws layer 1 in attention weight), the cells above the
-    diagonal blank. Outlined, and named in the legend: the key one back, where the previous-token head
-    peaks when the query holds a value. On the paper model position alone puts most rows' peak on the
-    diagonal, not there: the look back comes from the tokens (issue 43 saw the outlines off the peak
-    with nothing saying why; the report's caption counts the rows).
-    The data: the scores and the weights (column ``matrix``), one row per query position. ``block``:
-    the binder's (the title's layer).
-    """
+    """The binder's (paper: layer 1's, blocks.0; ``block``) attention from position alone over the context
+    positions: the softmax over the keys each query may attend to of the positional scores
+    ``P QK_binder P^T / sqrt(d_head)`` (``positional``: :func:`~compose_lens.analysis.probes.positional_qk_scores`,
+    query position row, key position column), in attention weight, the cells above the diagonal blank
+    (:func:`_positional_panel`). On the paper model position alone puts most rows' peak on the diagonal, not
+    on the key one back: the look back comes from the tokens (the report's caption counts the rows)."""
     fig, ax = subplots(figsize=(5, 4.8))
     data = _positional_panel(ax, positional, fontsize=10, block=block)
     fig.tight_layout()
@@ -100,7 +89,6 @@ def positional_qk_figure(positional: np.ndarray, block: int = 0) -> tuple[Figure
 
 
 def _identity_panel(ax: Axes, identity: np.ndarray, variables: Sequence[str], fontsize: float) -> None:
-    """The router's variable identity on ``ax``, in attention score, titled and labelled in words."""
     heatmap(ax, identity, list(variables), list(variables), f"{layer_name(1)}: variable identity,\n= carrying a "
             f"variable against the value tagged with one", fontsize=fontsize, rotation=0, colorbar_label=SCORE_LABEL)
     ax.set_xlabel("key: value tagged with variable")
@@ -109,8 +97,8 @@ def _identity_panel(ax: Axes, identity: np.ndarray, variables: Sequence[str], fo
 
 def variable_identity_figure(identity: np.ndarray, variables: Sequence[str]) -> tuple[Figure, pd.DataFrame]:
     """Layer 2's (blocks.1) variable identity ``(E_var OV_binder) QK_router (E_var OV_binder)^T / sqrt(d_head)``
-    (layer 1's OV, layer 2's QK), in :data:`SCORE_LABEL`: a query variable's score for each key variable,
-    titled in words."""
+    (layer 1's OV, layer 2's QK), in :data:`SCORE_LABEL`: the score of a query ``=`` carrying one variable
+    against a key value tagged (through layer 1's OV) with another."""
     fig, ax = subplots(figsize=(5, 4.2))
     _identity_panel(ax, identity, variables, fontsize=10)
     fig.tight_layout()

@@ -13,10 +13,9 @@ from compose_lens.model import tl
 
 def qk_matrices(model: tl.Model, config: RunConfig,
                 heads: Heads = PAPER_HEADS) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(the binder's (paper: layer 1 (blocks.0)) positional scores over the context, the variable
-    identity of the binder's OV and the router's (layer 2 (blocks.1)) QK), both attention scores
-    (scaled by sqrt(d_head)); ``heads``: the paper's by default; None where no head
-    plays a role (the identity also needs the router above the binder)."""
+    """(the binder's positional scores over the context, the variable identity of the binder's OV and the
+    router's QK), both attention scores (scaled by sqrt(d_head)); None where no head plays a role (the
+    identity also needs the router above the binder)."""
     positional = None if heads.binder is None else positional_qk_scores(model, config, heads=heads).numpy()
     identity = (None if heads.binder is None or heads.router is None or heads.router[0] <= heads.binder[0]
                 else variable_identity_matrix(model, config, heads=heads).numpy())

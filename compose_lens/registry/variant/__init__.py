@@ -1,7 +1,5 @@
-"""The ``variant`` analysis, whole in this folder: what the circuit reads in a noisier context (reassignment,
-fillers, chains); it applies to variant tasks only.
-
-Its numbers are :mod:`.reading`, its tests ``test_variant.py``, its declaration and report section this module.
+"""The ``variant`` analysis: what the circuit reads in a noisier context (reassignment, fillers, chains;
+:mod:`.reading`); it applies to variant tasks only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the study's circuit reads in a noisier context (docs/variants.md): one table per question.
+"""What the study's circuit reads in a noisier context (docs/variants.md says what each table holds).
 
 The task variants (:mod:`compose_lens.data.variants`) put three new things in a context, and each
 asks the circuit a question the study's clean contexts cannot:
@@ -9,22 +9,11 @@ asks the circuit a question the study's clean contexts cannot:
   variable*, two or more positions back, or to whatever stands before the value?
 * **a chain's middle variable** (``c=b, b=7, c+1=?``): how much does ``=`` attend to it?
 
-:func:`attention_by_role` answers the first and third: every located head's (binder, router,
-gatherer) mean attention from ``=`` onto each position role of
-:func:`compose_lens.data.pairs.position_roles` (``queried value``, ``stale value``,
-``filler``, ``chain var``, ...), summed over the role's positions in a sequence and averaged over
-the sequences that have the role; a reassignment pool's sequences are used where the task
-reassigns, so every one of them has a stale value. :func:`binding_through_fillers` answers the
-second: the binder's attention from each context value to the variable it is assigned to
-(:func:`compose_lens.data.variants.bindings`), split by how many filler words stand between
-them (0: ``b 7``; 1: ``b is 7``), with the attention to the token right before the value beside it.
-
-Every number is read from the model's own attention patterns (:func:`compose_lens.analysis.locate.trace`,
-the forward :mod:`compose_lens.model.lastpos` or TransformerLens computes), at the components
-:func:`compose_lens.analysis.locate.locate` found; a role nothing plays is left out and said so.
-On the study's task (and on longer contexts alone, which add no new kind of token) there is
-nothing to read: the registry's ``applies`` is :attr:`compose_lens.core.config.TaskConfig.is_variant`, and
-``analyze`` and the report leave the analysis out.
+:func:`attention_by_role` answers the first and third (on the roles of
+:func:`compose_lens.data.pairs.position_roles`), :func:`binding_through_fillers` the second (on
+:func:`compose_lens.data.variants.bindings`). Every number is read from the model's own attention patterns
+(:func:`compose_lens.analysis.locate.trace`) at the components :func:`compose_lens.analysis.locate.locate`
+found; a role nothing plays is left out and said so.
 """
 
 from __future__ import annotations

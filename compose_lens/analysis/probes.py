@@ -246,8 +246,9 @@ class ProbeResult:
 def fit_linear_probe(features: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor, n_classes: int,
                      *, seed: int = 0, test_fraction: float = 0.3, weight_decay: float = 1e-3,
                      max_iter: int = 100) -> ProbeResult:
-    """Multinomial logistic regression (features (N, d) -> labels (N,)), L2-penalised, on standardised
-    features; whole sequences (``groups``) go to the seeded held-out set, none on both sides."""
+    """Multinomial logistic regression (features (N, d) -> labels (N,)), L2-penalised; L-BFGS fits weights
+    and biases on features standardised with the training statistics. Whole sequences (``groups``) go
+    to the seeded held-out set, none on both sides."""
     unique = groups.unique()
     order = unique[torch.randperm(len(unique), generator=streams.derived_generator(seed, streams.PROBE_TEST_SPLIT))]
     n_test_groups = max(1, int(round(test_fraction * len(unique))))

@@ -322,7 +322,8 @@ def build_model_report(subject, out: str | Path, examples: list[str] | None = No
     """Write the report of one model (a :class:`~compose_lens.training.subject.Subject`) to ``out``: every section
     that reads one model, its figures and files in ``OUT_files/`` beside the page, written through a stage.
     ``compare_with`` (a Subject of the same task and split, named ``compare_label``): a last section compares
-    the two (``compare_options``: those of :func:`compose_lens.report.compare.compare`)."""
+    the two (``compare_options``: those of :func:`compose_lens.report.compare.compare`). ``seed``: of the
+    sequences the analyses draw; ``progress``: a phase line per section on a terminal."""
     out = Path(out)
     with staged_companion(out.parent / (out.stem + "_files"), "report", keep=("results",)) as files_dir:
         report = Report(files_dir / "figures")
@@ -364,7 +365,8 @@ def _write_page(inputs: ReportInputs, sections, out: Path, title: str, banner: s
 
 def saved_dynamics_of(run_dir: Path, results_dir: Path, split_file=None) -> bool:
     """Whether the dynamics saved in ``results_dir`` beside a page written outside the run (``X_files/results``)
-    are ``run_dir``'s (that folder outlives its page: ``report RUN2 --out X`` must not show RUN's curves)."""
+    are ``run_dir``'s (that folder outlives its page: ``report RUN2 --out X`` must not show RUN's curves).
+    Anything unreadable: not."""
     try:
         doc = json.loads((results_dir / runs.PHASES_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):

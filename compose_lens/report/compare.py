@@ -211,7 +211,8 @@ def measure(subject: Subject, seed: int = 0, pool_size: int = POOL_SIZE, causal:
 
 
 def _analyses_of(config, causal: bool) -> list:
-    """The registered analyses whose findings :func:`measure` reads of a model of ``config``."""
+    """The registered analyses whose findings :func:`measure` reads of a model of ``config`` (the same-MLP
+    test aside)."""
     return [a for a in registry.ANALYSES if a.findings and a.reads(config) and (causal or not a.causal)]
 
 

@@ -94,9 +94,10 @@ class RunContext:
 
     ``source``: a run directory, its ``checkpoints/`` folder, a folder of the study's ``step_N.pth``
     files, or one model (``paper``: the LLC reads one model as a run of one checkpoint); ``split``: a
-    split file (None: the run's own); ``previous``: the folder of an earlier result of the same analysis,
-    which an ``update`` extends (the dynamics of a growing run). ``config``: the run's configuration, read
-    without loading weights."""
+    split file (None: the run's own); ``device``: where its checkpoints run; ``progress``: a progress bar
+    over them; ``previous``: the folder of an earlier result of the same analysis, which an ``update``
+    keeps and extends (the dynamics of a growing run). ``config``: the run's configuration, read from its
+    ``config.json`` without loading weights (the study's for a folder of ``.pth`` files)."""
 
     def __init__(self, source: str | Path, split: str | Path | None = None, seed: int = 0, device: str = "cpu",
                  progress: bool = True, previous: Path | None = None, renderer: Renderer | None = None):

@@ -344,8 +344,9 @@ def train_point(config: dict, run_dir: str, threads: int) -> dict:
 
 def train_points(configs: list[dict], run_dirs: list[str], threads: int) -> list[dict]:
     """:func:`train_point` for several points trained together (:class:`compose_lens.training.batched.BatchedTrainer`),
-    one outcome per point; if the batch fails, each point is trained again alone, so the error lands
-    on the point that has it."""
+    one outcome per point, never raising. A point another process holds is left alone (failed, as
+    there); if the batch fails, each point is trained again alone, so the error lands on the point that
+    has it."""
     if len(configs) == 1:
         return [train_point(configs[0], run_dirs[0], threads)]
     from compose_lens.training.batched import BatchedTrainer  # imports torch.func

@@ -9,8 +9,8 @@ A sweep trains many copies of one small architecture that differ only in their s
   directory is a run directory: every tool reads it, and ``Trainer(..., resume=True)`` continues it alone.
 * **The step is batched.** Every step the K runs' own tensors are stacked inside the graph
   (``torch.stack``: a copy, small beside the step, whose backward hands each run its slice of the
-  gradient), and the fast forward (:data:`compose_lens.model.forward.ANSWERS`, a pure function of a
-  parameter dict) is mapped over the stack and the K token batches with ``torch.func.vmap``. The table
+  gradient), and the fast forward (``ANSWERS[kind]`` of :data:`compose_lens.model.forward.ANSWERS`, a pure
+  function of a parameter dict) is mapped over the stack and the K token batches with ``torch.func.vmap``. The table
   forward's one in-place write (the last-position one-hot) was made out of place for it, with the same
   0 / 1 entries; the TransformerLens forward (hooks) does not map, and is refused. The cross-entropy is
   taken per run outside vmap, as ``Trainer.loss_on`` takes it (under vmap its mean rounds differently),

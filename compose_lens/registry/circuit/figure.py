@@ -54,7 +54,7 @@ def component_name(node: str, several_heads: bool = False) -> str:
 
 PORT_OFFSET = {"q": 1 / 3, "k": 0.0, "v": -1 / 3, "": 0.0}  # of half a node's height: q above, v below
 # |edge score|: green (weak) to dark violet (strong), viridis without its palest third, so the weakest
-# edge of a circuit stays visible on the white page (issue 43: pale yellow vanished); colour-blind safe
+# edge of a circuit stays visible on the white page; colour-blind safe
 EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), name="edge_score")
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
@@ -100,8 +100,7 @@ class CircuitLayout:
         the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips. ``aspect``:
         how long one y unit is drawn against one x unit (``arc3`` bends in the drawing's own units).
         Over the whole graph an edge that skips boxes bends just far enough to clear every box between
-        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port): a fixed bend ran the
-        embeddings' and layer 1's long edges through the boxes between."""
+        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port)."""
         target, port = receiver_node(receiver)
         (x0, y0), (x1, y1) = self.centre(sender, position), self.centre(target, position)
         skip = x1 - x0
@@ -191,18 +190,13 @@ def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
 
 
 def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[Figure, pd.DataFrame]:
-    """The found circuit as a graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges.
+    """The found circuit as a graph at :func:`circuit_layout`'s places, and the edges drawn.
 
-    Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
-    attention``). Without positions (``position`` -1) each component is one box; an attention box
-    takes its query, key and value inputs at three ports on its left edge (q top, k middle, v
-    bottom). With positions each row is one position of the sequence (an edge joins a sender and
-    a receiver at the same position, so it runs along its row) and every (component, position)
-    that an edge touches is a small box. Edge colour is the edge's |score| on a square-root scale
-    (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
-    negative), the others grey and dashed. Every arrow ends on its receiver's box; the colour bar
-    names the ``metric`` the scores share (the discovery's ``summary["metric"]``). Returns the
-    edges drawn (position -1: whole graph). The places are :func:`circuit_layout`'s."""
+    Without positions each component is one box, an attention box taking q, k and v at three ports
+    on its left edge (q top); with positions each row is one position and every (component, position)
+    an edge touches is a small box. Edge colour is |score| on a square-root scale (colour bar, which
+    names the ``metric``); edges of the found circuit are solid (dash-dotted where the score is
+    negative), the others grey and dashed."""
     layout = circuit_layout(table)
     edges, by_position, several, nodes = layout.edges, layout.by_position, layout.several, layout.nodes
     columns, positions, width, height = layout.columns, layout.positions, layout.width, layout.height

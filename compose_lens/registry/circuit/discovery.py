@@ -95,16 +95,14 @@ the located heads are labelled, not every head of their layer. Where no componen
 binder, the router or the adder, nothing is labelled and the summary says "none located" (no
 ROC-AUC), rather than scoring against the paper's blocks.
 
-**Why the methods are written here** (read from the libraries' own source and metadata; their
-scores were not compared with these numerically). TransformerLens 4.3's
-``transformer_lens.tools.analysis.attribution_patching.attribution_patch`` scores the edges of a
-``TransformerBridge`` by plain attribution only: EAP-IG (``ig_steps > 1``) raises
-``NotImplementedError``, there is no ACDC and no exact path patching, it takes the gradient at the
-corrupted run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores
-are defined, it runs one forward and backward per prompt pair where :class:`GraphModel` runs all
-pairs at once, and it has no per-position edges. auto-circuit (1.0.1, its last release, August
-2024) builds its patchable model from a ``HookedTransformer`` (``isinstance`` checks in
-``utils/graph_utils.py``), not TransformerLens 4's ``TransformerBridge``, and installs
+**Why the methods are written here** (from the libraries' own source and metadata; scores not
+compared numerically). TransformerLens 4.3's ``tools.analysis.attribution_patching.attribution_patch``
+scores a ``TransformerBridge``'s edges by plain attribution only (``ig_steps > 1`` raises
+``NotImplementedError``; no ACDC, no exact path patching, no per-position edges), at the corrupted
+run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores are
+defined, one forward and backward per pair where :class:`GraphModel` runs all pairs at once.
+auto-circuit (1.0.1, its last release, August 2024) builds on a ``HookedTransformer``
+(``isinstance`` checks in ``utils/graph_utils.py``), not a ``TransformerBridge``, and installs
 ``kaleido==0.2.1``, ``tracr-pypi``, ``word2word`` and ``blobfile`` with it. The graph here is small
 (16 edges on the paper model), and computed from the weights alone it gives all five methods on one graph.
 """
@@ -564,13 +562,10 @@ def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: fl
 
 def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, target: float = 0.95,
                     seed: int = 0, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> torch.Tensor:
-    """(resamples,) the circuit size read on each bootstrap resample of the prompt pairs.
-
-    ``ld``: (E + 1, N) the metric per pair with circuit k (its k top edges) kept, row k;
-    ``clean``, ``corrupted``: (N,) the metric per pair on the two unpatched runs. A resample draws
-    N pairs with replacement (as weights, one row per resample), recomputes each circuit's share
-    recovered from the resampled means, and takes the fewest edges that reach ``target`` (E where
-    none does). The edges' order is held: re-scoring each resample would run the method again."""
+    """(resamples,) the circuit size on each bootstrap resample of the prompt pairs: the fewest edges
+    whose share recovered, from the resampled means, reaches ``target`` (E where none does). ``ld``
+    (E + 1, N): the metric per pair with circuit k (its k top edges) kept; ``clean``, ``corrupted``
+    (N,): on the unpatched runs. The edges' order is held (re-scoring would run the method again)."""
     n = ld.shape[1]
     draws = torch.from_numpy(stats.bootstrap_draws(n, seed, resamples))  # (B, N) pair indices
     counts = torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(resamples, n,

@@ -200,20 +200,16 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     layout = circuit_layout(table)
     edges, by_position, several, nodes = layout.edges, layout.by_position, layout.several, layout.nodes
     columns, positions, width, height = layout.columns, layout.positions, layout.width, layout.height
-    centre = layout.centre
-    n_cols = len(columns)
     tallest = max(sum(1 for n in nodes if _node_depth(n) == d) for d in columns)
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
-    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
+    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * len(columns) + 2.2), fig_h))
     norm, cmap = layout.colour_scale(), EDGE_CMAP
-    lim = norm.vmax
     boxes = {}
     for node, position in layout.boxes():
-        x, y = centre(node, position)
-        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.05",
-                             facecolor="white", edgecolor="#555555", lw=0.8, zorder=3,
-                             gid=f"node {node}@{position}")
-        ax.add_patch(box)
+        x, y = layout.centre(node, position)
+        ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                    boxstyle="round,pad=0,rounding_size=0.05", facecolor="white", edgecolor="#555555",
+                                    lw=0.8, zorder=3, gid=f"node {node}@{position}"))
         boxes[(node, position)] = (x, y)
         if not by_position:
             ax.text(x, y, textwrap.fill(component_name(node, several), 11), ha="center", va="center", fontsize=8,
@@ -260,8 +256,8 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
     bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
-    handles = [Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
-               Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
+    handles = [Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, label="in the found circuit"),
+               Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, ls="-.", label="in it, negative score"),
                Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
     if by_position:
         handles.append(Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))

@@ -166,11 +166,9 @@ def _legend(by_position: bool) -> str:
 
     parts = [sample(strong, "none", 2.5) + " in the found circuit",
              sample(strong, "7 3 1.5 3", 2.5) + " in it, negative score",
-             sample(LEFT_OUT, "4 3", 1) + " left out"]
-    if by_position:
-        parts.append("attention inputs: q upper, k middle, v lower")
-    else:
-        parts.append("attention takes q, k and v at three ports on its left edge")
+             sample(LEFT_OUT, "4 3", 1) + " left out",
+             "attention inputs: q upper, k middle, v lower" if by_position
+             else "attention takes q, k and v at three ports on its left edge"]
     return '<div class="legend">' + " &nbsp; ".join(parts) + "</div>"
 
 

@@ -757,10 +757,8 @@ def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge_interchange(table: pd.DataFrame) -> dict:
-    """Test 1: failed if a cross-type swap falls short of a reference the model reaches, inconclusive
-    if none does but one's reference is below the floor, else passed; inconclusive whatever the
-    swaps if a control shows the effect. ``reason`` and ``deciding_condition`` say which condition
-    decided (module doc: not always the lowest score, which ``lowest_condition`` names)."""
+    """Test 1's status from :func:`interchange_conditions` and the controls (module doc), with the
+    condition that decided it, the lowest score and the weakest reference."""
     t = THRESHOLDS
     main = table[table["isolation"] == main_isolation(table)]
     controls = main[main["kind"] == "control"]

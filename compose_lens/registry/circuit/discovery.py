@@ -267,10 +267,7 @@ class GraphModel:
         return self._normalised(r, x)
 
     def _normalised(self, receiver: str, x: torch.Tensor) -> torch.Tensor:
-        """``x`` through the norm the receiver reads through: a head's ``ln1``, an MLP's ``ln2``, the logits'
-        ``ln_final`` (LayerNorm centres and divides by the scale, RMSNorm divides, both times the weight, plus
-        LayerNorm's bias; ``eps`` TransformerLens's 1e-5). Each receiver normalises its own input, so an edge
-        into a query moves that query's norm only, as patching that edge does."""
+        """``x`` through the norm the receiver reads through (module doc; ``eps`` TransformerLens's 1e-5)."""
         kind = self.cfg.normalization_type
         if kind is None:
             return x
@@ -474,10 +471,8 @@ def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | No
 
 def acdc(gm: GraphModel, pairs: PromptPairs, threshold: float = 0.01,
          base: Baseline | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy pruning from the logits backwards: (kept (E,) bool, score (E,) = metric change when tried).
-
-    An edge is corrupted for good where that changes the normalised metric by less than ``threshold``.
-    """
+    """ACDC's greedy pruning from the logits backwards (module doc): (kept (E,) bool, score (E,) = the
+    normalised metric's change when the edge was tried)."""
     base = base or baseline(gm, pairs)
     E = len(gm.graph)
     masks = torch.zeros(E)

@@ -475,8 +475,7 @@ def acdc(gm: GraphModel, pairs: PromptPairs, threshold: float = 0.01,
     normalised metric's change when the edge was tried)."""
     base = base or baseline(gm, pairs)
     E = len(gm.graph)
-    masks = torch.zeros(E)
-    score = torch.zeros(E)
+    masks, score = torch.zeros(E), torch.zeros(E)
     current = base.ld_clean
     for e in reversed(range(E)):  # edges are sorted by receiver depth: logits first when reversed
         trial = masks.clone()

@@ -442,7 +442,6 @@ class Interchanged:
     """Per-prompt outcomes of one interchange condition."""
 
     predicted: torch.Tensor  # (N,) bool: answer == donor operand + receiver's other operand
-    receiver: torch.Tensor  # (N,) bool: answer == the receiver's own answer
     donor: torch.Tensor  # (N,) bool: answer == the donor's own answer
 
 
@@ -466,7 +465,7 @@ def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, 
     donor_value = dp.value(side)[partner]
     predicted = (config.task.answer(donor_value, other) if side == "left"
                  else config.task.answer(other, donor_value))
-    return Interchanged(answer == predicted, answer == config.task.answer(rp.x, rp.y), answer == config.task.answer(dp.x[partner], dp.y[partner]))
+    return Interchanged(answer == predicted, answer == config.task.answer(dp.x[partner], dp.y[partner]))
 
 
 # (name, donor set, receiver set, kind); sets: const, var1, var2 (the side's operand a variable), random

@@ -106,12 +106,10 @@ def _circuit_settings(settings: dict) -> None:
 
 
 def circuit_memory(settings: dict, config) -> None:
-    """Per pair: up to five prompts rendered (``mixed``'s variable corruption draws four per pair;
-    ``resample`` draws a pool and its partners); kept: every node's output on the clean and the
-    corrupted prompt (the baseline the masked runs patch from), and one forward over all pairs
-    with its activations kept for the edge-mask gradient (EAP, EAP-IG), the masks and their
-    gradient (R, E) included. (The pools' faithfulness check, 4,500 prompts whatever
-    ``--n-pairs``, is a few MB: left out.)"""
+    """Per pair up to five prompts rendered (``mixed``'s variable corruption draws four, ``resample`` a
+    pool and its partners); kept: every node's clean and corrupted output (the baseline the masked runs
+    patch from), and one forward over all pairs with its activations, the masks and their gradient (R, E)
+    for EAP / EAP-IG. (The pools' check, 4,500 prompts whatever ``--n-pairs``, is a few MB: left out.)"""
     from compose_lens.data.safety import activation_bytes, check_sizes
 
     m, n = config.model, settings["n_pairs"]

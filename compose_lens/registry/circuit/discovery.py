@@ -1,137 +1,110 @@
 """Automatic circuit discovery on the edge graph of a model, scored against a circuit we know.
+The study's readings (every method on both models, with and without positions) are in
+docs/circuit-discovery.md.
 
 **The graph.** The residual stream is a plain sum, so every component reads the *sum of the
-outputs of every component before it* (through its own normalisation, where the model has one: a head's
-``ln1``, an MLP's ``ln2``, the logits' ``ln_final``; each receiver normalises its own input, so corrupting
-an edge into one receiver moves that receiver's norm only). Split that
-sum into its terms and the model is a graph (Elhage et al.; Conmy et al.'s ACDC):
+outputs of every component before it*, through its own normalisation where the model has one (a
+head's ``ln1``, an MLP's ``ln2``, the logits' ``ln_final``: corrupting an edge into one receiver
+moves that receiver's norm only). Split that sum into its terms and the model is a graph (Elhage
+et al.; Conmy et al.'s ACDC):
 
-* **senders** write into the residual stream: ``embed`` (token + position embedding,
-  one node), each head ``a{L}.h{H}`` (its output through its rows of W_O; the
-  layer's output bias is folded into head 0, it is the same in every run), each
-  MLP ``m{L}`` that exists (``cfg.mlp_blocks``);
-* **receivers** read the stream: each head's query, key and value inputs
-  ``a{L}.h{H}.q|k|v`` separately, each MLP's input ``m{L}``, and ``logits``;
-* an **edge** ``sender -> receiver`` exists when the sender comes earlier (heads of
-  a layer feed that layer's MLP; an MLP feeds every later layer).
+* **senders** write into the residual stream: ``embed`` (token + position embedding, one node),
+  each head ``a{L}.h{H}`` (its output through its rows of W_O; the layer's output bias, the same in
+  every run, is folded into head 0), each MLP ``m{L}`` that exists (``cfg.mlp_blocks``);
+* **receivers** read the stream: each head's query, key and value inputs ``a{L}.h{H}.q|k|v``
+  separately, each MLP's input ``m{L}``, and ``logits``;
+* an **edge** ``sender -> receiver`` exists when the sender comes earlier (heads of a layer feed
+  that layer's MLP; an MLP feeds every later layer).
 
-With ``positions=True`` every edge is split by position (the stream is per
-position, so an edge joins a sender and a receiver at the same position), and edges
-that cannot reach the answer are dropped: the metric reads the logits at the last
-position, so in the last layer only the keys and values are needed at every
+With ``positions=True`` every edge is split by position (an edge joins a sender and a receiver at
+the same position), and edges that cannot reach the answer are dropped: the metric reads the
+logits at the last position, so in the last layer only the keys and values are needed at every
 position and the rest at the last one.
 
-**Patching an edge.** Run the clean prompt, but let receiver ``r`` read the
-*corrupted* run's output of sender ``s`` in place of the clean one (every other
-term of its input stays clean, and everything downstream is recomputed). One mask
-``m_e`` in [0, 1] per edge does it: ``input_r = sum_s out_s + sum_e m_e (corr_s - out_s)``.
-The metric is the mean logit difference ``LD = logit[clean answer] - logit[corrupted
-answer]`` at the last position, and the score of an edge is the share of the
-clean-vs-corrupted difference lost by corrupting it alone,
+**Patching an edge.** Run the clean prompt, but let receiver ``r`` read the *corrupted* run's
+output of sender ``s`` in place of the clean one (every other term of its input stays clean, and
+everything downstream is recomputed). One mask ``m_e`` in [0, 1] per edge does it:
+``input_r = sum_s out_s + sum_e m_e (corr_s - out_s)``. The metric is the mean logit difference
+``LD = logit[clean answer] - logit[corrupted answer]`` at the last position (or another,
+``metric=``: :mod:`compose_lens.analysis.metrics`; the gradient methods need a differentiable one,
+so not ``accuracy``), and the score of an edge is the share of the clean-vs-corrupted difference
+lost by corrupting it alone,
 
     score_e = (LD_clean - LD_with_e_corrupted) / (LD_clean - LD_corrupted).
 
-* **exact** (path patching of one edge at a time): one forward per edge, all edges
-  batched as rows (:func:`exact_scores`); the ground truth.
-* **EAP** (Syed et al.): the first-order Taylor estimate of every edge at once from
-  one backward pass, ``dLD/dm_e`` at m = 0, which is
-  ``(corr_s - clean_s) . dLD/d input_r`` (:func:`eap_scores`).
-* **EAP-IG** (``eap-ig``): the same gradient averaged along the straight path from the
-  clean graph (all m = 0) to the fully corrupted one (all m = 1), midpoint Riemann sum of
-  ``steps`` points: integrated gradients in edge-mask space (every edge half-corrupted at
-  the midpoint, downstream senders included). By completeness the scores sum to the
-  effect of corrupting every edge, which EAP's do not (:func:`eap_ig_scores`).
-* **EAP-IG on the inputs** (``eap-ig-inputs``, Hanna et al. 2024's definition): only the
-  input embeddings move from clean to corrupted, every later sender is recomputed from
-  them, and an edge scores ``(corr_s - clean_s) . mean dLD/d input_r`` along that path.
-  Completeness holds for the embedding edges (they sum to the whole effect); later edges
-  are read at the same points (:func:`eap_ig_inputs_scores`). On the position graph it
-  follows exact patching more closely than the edge-mask path (the bench's table).
-* **ACDC** (Conmy et al.): start from the full graph, visit edges from the logits
-  backwards, corrupt an edge for good where that moves the metric by less than
-  ``threshold`` (a share of the clean-vs-corrupted difference) (:func:`acdc`).
+* **exact** (path patching of one edge at a time, all edges batched as rows): the ground truth.
+* **EAP** (Syed et al.): the first-order Taylor estimate of every edge at once from one backward
+  pass, ``dLD/dm_e`` at m = 0, which is ``(corr_s - clean_s) . dLD/d input_r``.
+* **EAP-IG** (``eap-ig``): the same gradient averaged along the straight path from the clean graph
+  (all m = 0) to the fully corrupted one (all m = 1), a midpoint Riemann sum: integrated gradients
+  in edge-mask space (every edge half-corrupted at the midpoint, downstream senders included). By
+  completeness the scores sum to the effect of corrupting every edge, which EAP's do not.
+* **EAP-IG on the inputs** (``eap-ig-inputs``, Hanna et al. 2024's definition): only the input
+  embeddings move from clean to corrupted, every later sender is recomputed from them, and an edge
+  scores ``(corr_s - clean_s) . mean dLD/d input_r`` along that path. Completeness holds for the
+  embedding edges; later edges are read at the same points. On the position graph it follows exact
+  patching more closely than the edge-mask path.
+* **ACDC** (Conmy et al.): start from the full graph, visit edges from the logits backwards,
+  corrupt an edge for good where that moves the metric by less than ``threshold`` (a share of the
+  clean-vs-corrupted difference).
 
 **Prompt pairs.** :func:`circuit_pairs` mixes the three one-token corruptions of
-:func:`compose_lens.data.pairs.make_prompt_pairs` (value, variable,
-constant) so every part of the circuit has something to carry. On an evaluation pool
-(:func:`pool_pairs`) each prompt is paired with another prompt of the same pool
-(resample corruption) where the answers differ. Your own pairs (``pairs=`` of :func:`discover`:
-:mod:`compose_lens.data.pairs`) go through the same methods, and every method reads another
-metric than the logit difference where asked (``metric=``: :mod:`compose_lens.analysis.metrics`;
-the gradient methods need a differentiable one, so not ``accuracy``).
+:func:`compose_lens.data.pairs.make_prompt_pairs` (value, variable, constant) so every part of the
+circuit has something to carry; :func:`resample_pairs` pairs each prompt with another prompt of
+its pool whose answer differs (:func:`pool_pairs`, the resample corruption). Your own pairs
+(``pairs=`` of :func:`discover`: :mod:`compose_lens.data.pairs`) go through the same methods.
 
 **Faithfulness** of a circuit C (:func:`faithfulness`): corrupt every edge outside C;
-*performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and
-the *distance from the full model* is the mean KL divergence of the full model's
-answer distribution from the circuit's, on the clean prompts. A method's circuit is the
-fewest edges of largest |score| that recover 95 %: of its own pairs (:func:`size_at`), or
-of every evaluation pool at once (:func:`size_on_pools`, the stricter one: a circuit found on
-pairs that never corrupt a binding can leave the binding out). The size on the method's pairs comes
-with its 95 % bootstrap interval over the pairs (:func:`size_with_interval`; ``circuit_edges_ci95``
-in :func:`discover`'s summary): the pairs resampled, the edges' ranking held, the size re-read.
+*performance recovered* is ``(LD_C - LD_corrupted) / (LD_clean - LD_corrupted)`` and the *distance
+from the full model* is the mean KL divergence of the full model's answer distribution from the
+circuit's, on the clean prompts. A method's circuit is the fewest edges of largest |score| that
+recover 95 %: of its own pairs (:func:`size_at`, with its bootstrap interval over the pairs,
+:func:`size_with_interval`), or of every evaluation pool at once (:func:`size_on_pools`, the
+stricter one: a circuit found on pairs that never corrupt a binding can leave the binding out).
 
-**The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in
-layer 2 only; SPEC section 6). Layer 1's previous-token head binds each value to its
-variable and its ``=`` position attends to the operands (analyses 1, 2): it needs queries,
-keys (positions, token kinds) and values (the tokens) from the embeddings, so ``embed ->
-a0.q, a0.k, a0.v`` are in. Layer 2 routes ``=`` to the operand values (analysis 3): its
-keys at a value position say which variable was bound there (``a0 -> a1.k``) and at a
-constant operand the token itself (``embed -> a1.k``); its query at ``=`` carries the
-operands layer 1 gathered (``a0 -> a1.q``); its values are the numbers (``embed ->
-a1.v``). MLP2 adds what layer 2 moved (``a1 -> m1``) and writes the answer (``m1 ->
-logits``); layer 2's direct path to the logits is kept (``a1 -> logits``).
+**The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in layer 2 only;
+SPEC section 6). Layer 1's previous-token head binds each value to its variable and its ``=``
+position attends to the operands (analyses 1, 2): it needs queries, keys (positions, token kinds)
+and values (the tokens) from the embeddings, so ``embed -> a0.q, a0.k, a0.v`` are in. Layer 2
+routes ``=`` to the operand values (analysis 3): its keys at a value position say which variable
+was bound there (``a0 -> a1.k``) and at a constant operand the token itself (``embed -> a1.k``);
+its query at ``=`` carries the operands layer 1 gathered (``a0 -> a1.q``); its values are the
+numbers (``embed -> a1.v``). MLP2 adds what layer 2 moved (``a1 -> m1``) and writes the answer
+(``m1 -> logits``); layer 2's direct path to the logits is kept (``a1 -> logits``). ``a0 -> m1``,
+the *constant path*: after layer 1 the ``=`` stream holds the gathered operand tokens, which MLP2
+reads; for a constant that is the number it adds, for a variable only its name. Exact path
+patching (resample pairs, 300 per pool) finds just that: 0.101 of the effect on 0-var prompts,
+0.058 on 1-var, 0.003 on 2-var on the paper model; 0.006, 0.006, -0.001 on the study's final
+checkpoint (the path fades over training, EAP-IG 0.12 at step 3,001 to 0.00 at 30,001).
+``paper_labels(graph, constant_path=False)`` leaves it out (the first labelling).
 
-``a0 -> m1`` (the *constant path*, in since the second labelling): analysis 2 puts the
-operand tokens into the stream at ``=`` after layer 1, and MLP2 reads that stream. For a
-constant operand the gathered token is the number MLP2 adds; for a variable it is the
-variable's name, which MLP2 cannot add. So the description predicts an edge that carries
-constants and nothing for two variables, and exact path patching shows just that (resample
-pairs, 300 per pool): on the paper model 0.101 of the effect on 0-var prompts, 0.058 on
-1-var, 0.003 on 2-var; on the study's final checkpoint 0.006, 0.006, -0.001 (the path fades
-over training, EAP-IG 0.12 at step 3,001 to 0.00 at 30,001). It is part of how the
-described circuit can compute, used to a degree that depends on the model, so it is
-labelled; ``paper_labels(graph, constant_path=False)`` gives the first labelling.
+Out: the ``=`` token's own embedding as a query or MLP input (the same token at the same position
+in every prompt, so no corruption moves it), layer 1's output as a layer-2 value or a logit input,
+and the embeddings' direct path to the logits and to MLP2. Every head of a layer gets its layer's
+labels. **With positions** an edge is labelled where the circuit uses it (a variable can sit at
+context positions 0-10, its value at 1-11; the operands at 13, 14; ``=`` at 15): layer 1's query at
+the value positions, its keys and values at the variable positions (the previous token of a value)
+and at the operands (what ``=`` gathers); layer 2's keys from layer 1 at the value positions and
+from the embeddings at the operands, its values at the value positions and the operands;
+everything into layer 2's query, MLP2 and the logits at ``=``. So the position-level circuit has as
+many binding edges as there are places a binding can be.
 
-Out: the ``=`` token's own embedding as a query or MLP input (the same token at the same
-position in every prompt, so no corruption moves it), layer 1's output as a layer-2
-value or a logit input, and the embeddings' direct path to the logits and to MLP2.
-Every head of a layer gets its layer's labels.
+**In other architectures** (:func:`circuit_labels`) the labelled circuit is the same edges by role,
+at the components :func:`compose_lens.analysis.locate.locate` finds (:func:`located_labels`); only
+the located heads are labelled, not every head of their layer. Where no component plays the
+binder, the router or the adder, nothing is labelled and the summary says "none located" (no
+ROC-AUC), rather than scoring against the paper's blocks.
 
-**With positions** an edge is labelled where the circuit uses it (a variable can sit at
-context positions 0-10, its value at 1-11; the operands at 13, 14; ``=`` at 15):
-layer 1's query at the value positions (its ``=`` query is the constant ``=`` token,
-out as above), its keys and values at the variable positions (the previous token of a
-value) and at the operands (what ``=`` gathers); layer 2's keys from layer 1 at the
-value positions and from the embeddings at the operands, its values at the value
-positions and the operands; everything into layer 2's query, MLP2 and the logits at
-``=``. A labelled edge at one position carries the circuit only in the prompts that put
-a value there, so the position-level circuit has as many binding edges as there are
-places a binding can be.
-
-**In other architectures** (:func:`circuit_labels`) the labelled circuit is the same edges by
-role, at the components that play them (:func:`located_labels`, roles from
-:func:`compose_lens.analysis.locate.locate`): the binder head's query, key and value inputs from
-the embeddings (layer 1's value-position query, variable-position keys and values), the gatherer
-head's keys and values at the operands, the router head's key from the binder and the
-embeddings, its value from the embeddings and its query from the gatherer, the router and the
-gatherer into the adder MLP, the adder and the router into the logits. Only the located heads
-are labelled, not every head of their layer. On the paper architecture the paper's labels are
-used unlocated (they are the located ones there: the test checks it); where no component plays
-the binder, the router or the adder, nothing is labelled and the summary says "none located"
-(no ROC-AUC), rather than scoring against the paper's blocks.
-
-**Why the methods are written here** (read from the libraries' own source and metadata; their scores
-were not compared with these numerically). TransformerLens 4.3's
-``transformer_lens.tools.analysis.attribution_patching.attribution_patch`` scores the edges of a
-``TransformerBridge`` by plain attribution only: EAP-IG (``ig_steps > 1``) raises
-``NotImplementedError``, there is no ACDC and no exact path patching, it takes the gradient at the
-corrupted run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores are
-defined, it runs one forward and backward per prompt pair where :class:`GraphModel` runs all pairs at
-once, and it has no per-position edges. auto-circuit (1.0.1, its last release, August 2024) builds its
-patchable model from a ``HookedTransformer`` (``isinstance`` checks in ``utils/graph_utils.py``), not
-TransformerLens 4's ``TransformerBridge``, and installs ``kaleido==0.2.1``, ``tracr-pypi``,
-``word2word`` and ``blobfile`` with it. The graph here is small (16 edges on the paper model,
-``experiments/results/circuit/eap_ig_paper``), and computed from the weights alone it gives all five methods on one graph.
+**Why the methods are written here** (from the libraries' own source and metadata; scores not
+compared numerically). TransformerLens 4.3's ``tools.analysis.attribution_patching.attribution_patch``
+scores a ``TransformerBridge``'s edges by plain attribution only (``ig_steps > 1`` raises
+``NotImplementedError``; no ACDC, no exact path patching, no per-position edges), at the corrupted
+run (denoising) where :func:`eap_scores` linearises at the clean run as the exact scores are
+defined, one forward and backward per pair where :class:`GraphModel` runs all pairs at once.
+auto-circuit (1.0.1, its last release, August 2024) builds on a ``HookedTransformer``
+(``isinstance`` checks in ``utils/graph_utils.py``), not a ``TransformerBridge``, and installs
+``kaleido==0.2.1``, ``tracr-pypi``, ``word2word`` and ``blobfile`` with it. The graph here is small
+(16 edges on the paper model), and computed from the weights alone it gives all five methods on one graph.
 """
 
 from __future__ import annotations
@@ -145,9 +118,7 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
-from compose_lens.core import capabilities
-
-from compose_lens.core import stats
+from compose_lens.core import capabilities, stats
 from compose_lens.analysis import locate, metrics
 from compose_lens.training.evaluate import learned
 from compose_lens.core.config import CIRCUIT_METHODS, ModelConfig
@@ -156,16 +127,13 @@ from compose_lens.data.sampler import make_pool, make_pools
 from compose_lens.model.forward import ANSWER, Site
 from compose_lens.data.split import Split
 from compose_lens.model import heads, weights
-from compose_lens.data.pairs import PromptPairs, make_prompt_pairs
-from compose_lens.data.pairs import as_prompt_pairs
+from compose_lens.data.pairs import PromptPairs, as_prompt_pairs, make_prompt_pairs
 from compose_lens.training.subject import Subject
 
 METHODS = CIRCUIT_METHODS
 
 
 # -- the graph --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Edge:
     sender: str
@@ -256,25 +224,20 @@ def build_graph(cfg: ModelConfig, positions: bool = False) -> Graph:
         for s in g.senders_before(r):
             if not positions:
                 g.edges.append(Edge(s, r))
-                continue
-            for p in _live_positions(cfg, r):
-                if s in last_layer_senders and p != cfg.n_ctx - 1:
-                    continue
-                g.edges.append(Edge(s, r, p))
+            else:  # a last-layer sender only at the last position, the only one the logits read
+                g.edges += [Edge(s, r, p) for p in _live_positions(cfg, r)
+                            if s not in last_layer_senders or p == cfg.n_ctx - 1]
     g.edges.sort(key=lambda e: (g.depth[e.receiver], g.receivers.index(e.receiver), g.depth[e.sender]))
     return g
 
 
 # -- the forward pass on the graph ------------------------------------------------------------
-
-
 class GraphModel:
     """A model's weights run as the edge graph, with per-row edge masks."""
 
     def __init__(self, params: dict[str, torch.Tensor], cfg: ModelConfig, positions: bool = False):
         self.p = {k: v.detach().float() for k, v in params.items()}
         self.cfg, self.graph = cfg, build_graph(cfg, positions)
-        self.act = weights.activation(cfg)
         n = cfg.n_ctx
         self.posmask = torch.stack([torch.ones(n) if e.position < 0 else
                                     torch.nn.functional.one_hot(torch.tensor(e.position), n).float()
@@ -304,10 +267,7 @@ class GraphModel:
         return self._normalised(r, x)
 
     def _normalised(self, receiver: str, x: torch.Tensor) -> torch.Tensor:
-        """``x`` through the norm the receiver reads through: a head's ``ln1``, an MLP's ``ln2``, the logits'
-        ``ln_final`` (LayerNorm centres and divides by the scale, RMSNorm divides, both times the weight, plus
-        LayerNorm's bias; ``eps`` TransformerLens's 1e-5). Each receiver normalises its own input, so an edge
-        into a query moves that query's norm only, as patching that edge does."""
+        """``x`` through the norm the receiver reads through (module doc; ``eps`` TransformerLens's 1e-5)."""
         kind = self.cfg.normalization_type
         if kind is None:
             return x
@@ -357,8 +317,6 @@ class GraphModel:
 
 
 # -- prompt pairs and the metric ----------------------------------------------------------------
-
-
 def concat_pairs(parts: list[PromptPairs], name: str) -> PromptPairs:
     cat = lambda attr: torch.cat([getattr(x, attr) for x in parts])  # noqa: E731
     return PromptPairs(cat("clean"), cat("corrupted"), cat("clean_labels"), cat("corrupted_labels"), name)
@@ -444,8 +402,6 @@ def _masked_runs(gm: GraphModel, pairs: PromptPairs, base: Baseline, masks: torc
 
 
 # -- the four methods --------------------------------------------------------------------------
-
-
 def exact_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | None = None) -> torch.Tensor:
     """(E,) normalised effect of corrupting each edge alone, by a patched forward per edge."""
     base = base or baseline(gm, pairs)
@@ -515,14 +471,11 @@ def eap_ig_inputs_scores(gm: GraphModel, pairs: PromptPairs, base: Baseline | No
 
 def acdc(gm: GraphModel, pairs: PromptPairs, threshold: float = 0.01,
          base: Baseline | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy pruning from the logits backwards: (kept (E,) bool, score (E,) = metric change when tried).
-
-    An edge is corrupted for good where that changes the normalised metric by less than ``threshold``.
-    """
+    """ACDC's greedy pruning from the logits backwards (module doc): (kept (E,) bool, score (E,) = the
+    normalised metric's change when the edge was tried)."""
     base = base or baseline(gm, pairs)
     E = len(gm.graph)
-    masks = torch.zeros(E)
-    score = torch.zeros(E)
+    masks, score = torch.zeros(E), torch.zeros(E)
     current = base.ld_clean
     for e in reversed(range(E)):  # edges are sorted by receiver depth: logits first when reversed
         trial = masks.clone()
@@ -561,8 +514,6 @@ def method_scores(gm: GraphModel, pairs: PromptPairs, method: str, *, steps: int
 
 
 # -- faithfulness ------------------------------------------------------------------------------
-
-
 def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """(R,) KL(full || circuit) of the answer distributions."""
     full = full_logits.log_softmax(-1)
@@ -605,13 +556,10 @@ def size_at(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: fl
 
 def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, target: float = 0.95,
                     seed: int = 0, resamples: int = stats.BOOTSTRAP_RESAMPLES) -> torch.Tensor:
-    """(resamples,) the circuit size read on each bootstrap resample of the prompt pairs.
-
-    ``ld``: (E + 1, N) the metric per pair with circuit k (its k top edges) kept, row k;
-    ``clean``, ``corrupted``: (N,) the metric per pair on the two unpatched runs. A resample draws
-    N pairs with replacement (as weights, one row per resample), recomputes each circuit's share
-    recovered from the resampled means, and takes the fewest edges that reach ``target`` (E where
-    none does). The edges' order is held: re-scoring each resample would run the method again."""
+    """(resamples,) the circuit size on each bootstrap resample of the prompt pairs: the fewest edges
+    whose share recovered, from the resampled means, reaches ``target`` (E where none does). ``ld``
+    (E + 1, N): the metric per pair with circuit k (its k top edges) kept; ``clean``, ``corrupted``
+    (N,): on the unpatched runs. The edges' order is held (re-scoring would run the method again)."""
     n = ld.shape[1]
     draws = torch.from_numpy(stats.bootstrap_draws(n, seed, resamples))  # (B, N) pair indices
     counts = torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(resamples, n,
@@ -627,10 +575,8 @@ def bootstrap_sizes(ld: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tens
 def size_with_interval(gm: GraphModel, pairs: PromptPairs, scores: torch.Tensor, target: float = 0.95,
                        base: Baseline | None = None, seed: int = 0,
                        resamples: int = stats.BOOTSTRAP_RESAMPLES) -> tuple[int, list[int]]:
-    """:func:`size_at`'s circuit size (the same number, from the same patched runs) and its 95 %
-    percentile bootstrap interval over the prompt pairs (:func:`bootstrap_sizes`; the interval's
-    ends rounded outwards to whole edges). How much the size depends on which pairs were drawn,
-    the ranking of the edges held fixed."""
+    """:func:`size_at`'s circuit size (from the same patched runs) and its 95 % bootstrap interval over
+    the prompt pairs (:func:`bootstrap_sizes`), its ends rounded outwards to whole edges."""
     base = base or baseline(gm, pairs)
     ld = _masked_runs(gm, pairs, base, (~top_k_circuits(scores)).float())  # (E + 1, N)
     recovered = ((ld.mean(1) - base.ld_corrupted) / base.denominator).tolist()
@@ -677,6 +623,10 @@ _PAPER_IN = {("embed", 0, "q"), ("embed", 0, "k"), ("embed", 0, "v"), ("embed", 
              ("a0", 1, "q"), ("a0", 1, "k"), ("a1", None, "m1"), ("a1", None, "logits"), ("m1", None, "logits"),
              ("a0", None, "m1")}
 CONSTANT_PATH = ("a0", None, "m1")  # layer 1's gathered constant operands read by MLP2 at "=" (module doc)
+# where a labelled edge carries the circuit (module doc; :func:`_role_positions`' sets); any other: at "="
+_PAPER_WHERE = {("embed", 0, "q"): "values", ("embed", 0, "k"): "variables+operands",
+                ("embed", 0, "v"): "variables+operands", ("a0", 1, "k"): "values", ("embed", 1, "k"): "operands",
+                ("embed", 1, "v"): "values+operands"}
 
 
 def _paper_key(e: Edge) -> tuple:
@@ -687,15 +637,13 @@ def _paper_key(e: Edge) -> tuple:
     return (sender, layer, kind)
 
 
-def _paper_positions(key: tuple, n_ctx: int) -> set[int]:
-    """Positions where a labelled edge of the paper's circuit carries it (module doc): context
-    ``0 .. n-5`` (a variable at ``0 .. n-6``, its value one later), operands ``n-3, n-2``, ``=`` last."""
+def _role_positions(name: str, n_ctx: int) -> set[int]:
+    """The positions of ``name``'s sets (``+`` joins several): a variable at ``0 .. n-6``, its value one
+    later, the operands at ``n-3, n-2``, ``=`` last."""
     n = n_ctx
-    variables, values, operands, eq = set(range(n - 5)), set(range(1, n - 4)), {n - 3, n - 2}, n - 1
-    where = {("embed", 0, "q"): values, ("embed", 0, "k"): variables | operands,
-             ("embed", 0, "v"): variables | operands, ("a0", 1, "k"): values,
-             ("embed", 1, "k"): operands, ("embed", 1, "v"): values | operands}
-    return where.get(key, {eq})
+    sets = {"variables": set(range(n - 5)), "values": set(range(1, n - 4)), "operands": {n - 3, n - 2},
+            "eq": {n - 1}}
+    return set().union(*(sets[part] for part in name.split("+")))
 
 
 def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
@@ -705,27 +653,21 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
     if not capabilities.has_paper_layout(graph.cfg):
         raise ComposeLensError("the paper's circuit is labelled for two-layer models with an MLP in layer 2 only")
     keys = _PAPER_IN if constant_path else _PAPER_IN - {CONSTANT_PATH}
+    n = graph.cfg.n_ctx
     return torch.tensor([_paper_key(e) in keys and
-                         (e.position < 0 or e.position in _paper_positions(_paper_key(e), graph.cfg.n_ctx))
+                         (e.position < 0 or e.position in _role_positions(_PAPER_WHERE.get(_paper_key(e), "eq"), n))
                          for e in graph.edges])
 
 
 # the paper's circuit by role: (sender role, receiver role, receiver input, positions), with "embed"
 # the embeddings; B binder head, G gatherer head (the paper's B), R router head, A adder MLP. Positions
 # name :func:`_role_positions`' sets. In the paper (B = G = a0.h0, R = a1.h0, A = m1) these are the
-# eleven edges of ``_PAPER_IN`` at :func:`_paper_positions` (test_circuit.py beside it checks it).
+# eleven edges of ``_PAPER_IN`` at ``_PAPER_WHERE`` (test_circuit.py beside it checks it).
 _ROLE_EDGES = (("embed", "B", "q", "values"), ("embed", "B", "k", "variables"), ("embed", "B", "v", "variables"),
                ("embed", "G", "k", "operands"), ("embed", "G", "v", "operands"),
                ("B", "R", "k", "values"), ("embed", "R", "k", "operands"), ("embed", "R", "v", "values+operands"),
                ("G", "R", "q", "eq"), ("R", "A", "", "eq"), ("G", "A", "", "eq"), ("A", "logits", "", "eq"),
                ("R", "logits", "", "eq"))
-
-
-def _role_positions(name: str, n_ctx: int) -> set[int]:
-    n = n_ctx
-    sets = {"variables": set(range(n - 5)), "values": set(range(1, n - 4)), "operands": {n - 3, n - 2},
-            "eq": {n - 1}}
-    return set().union(*(sets[part] for part in name.split("+")))
 
 
 @dataclass(frozen=True)
@@ -756,11 +698,9 @@ PAPER_ROLES = CircuitRoles(binder=(0, 0), router=(1, 0), adder=1, gatherer=(0, 0
 
 
 def located_labels(graph: Graph, roles: CircuitRoles, constant_path: bool = True) -> torch.Tensor:
-    """(E,) bool: the paper's circuit with each role at the component that plays it (``roles``, e.g.
-    :func:`compose_lens.analysis.locate.locate`'s), in any layout. The same edges as the paper's
-    labelling, by role (see the module doc): only the located heads are labelled (not every head of
-    their layer), and an edge the graph lacks (a sender not before its receiver) is not labelled.
-    On the paper architecture with :data:`PAPER_ROLES` it is :func:`paper_labels`."""
+    """(E,) bool: the paper's circuit by role (module doc), each role at the component ``roles`` names,
+    in any layout; an edge the graph lacks (a sender not before its receiver) is not labelled. On the
+    paper architecture with :data:`PAPER_ROLES` it is :func:`paper_labels`."""
     nodes = roles.nodes()
     wanted: dict[tuple[str, str], set[int] | None] = {}
     for sender, receiver, kind, where in _ROLE_EDGES:
@@ -785,20 +725,16 @@ class Labels:
 
 def circuit_labels(subject: Subject, graph: Graph, seed: int = 0,
                    location=None) -> Labels:
-    """The labelled circuit of a model: the paper architecture's is the paper's (:func:`paper_labels`,
-    not located, as every analysis of that architecture reads it); any other model's is
-    :func:`located_labels` at the components :func:`compose_lens.analysis.locate.locate` finds
-    (``location``: a locate result to reuse). Where no component plays the binder, the router or the
-    adder, there is no circuit to score against: ``labels`` None, ``name`` "none located: ...", never
-    the paper's blocks; nor in a model that does not bind (:func:`compose_lens.training.evaluate.learned`), the
-    paper architecture's included: its circuit is one that binds."""
-    config = subject.config
+    """The labelled circuit of a model (module doc): the paper architecture's :func:`paper_labels`, unlocated;
+    any other's :func:`located_labels` (``location``: a locate result to reuse). None ("none located:
+    ...") where a role is not located, or where the model does not bind
+    (:func:`compose_lens.training.evaluate.learned`), the paper architecture included."""
     knows = location.learned if location is not None and location.learned is not None else None
     if knows is None:
         knows = learned(subject, seed=seed)
     if not knows.binds:  # no circuit that binds to score against (locate's binding gate)
         return Labels(None, "none located: " + knows.missing())
-    if capabilities.is_paper_architecture(config.model):
+    if capabilities.is_paper_architecture(subject.config.model):
         return Labels(paper_labels(graph), "the paper's circuit")
     if location is None:
         location = locate.locate(subject, seed)

@@ -54,7 +54,7 @@ def component_name(node: str, several_heads: bool = False) -> str:
 
 PORT_OFFSET = {"q": 1 / 3, "k": 0.0, "v": -1 / 3, "": 0.0}  # of half a node's height: q above, v below
 # |edge score|: green (weak) to dark violet (strong), viridis without its palest third, so the weakest
-# edge of a circuit stays visible on the white page (issue 43: pale yellow vanished); colour-blind safe
+# edge of a circuit stays visible on the white page; colour-blind safe
 EDGE_CMAP = ListedColormap(colormaps["viridis_r"](np.linspace(0.35, 1.0, 256)), name="edge_score")
 EDGE_GAMMA = 0.5  # square-root colour scale: the many edges near 0.03 stay visible beside 0.3
 
@@ -100,8 +100,7 @@ class CircuitLayout:
         the q / k / v port), bent by matplotlib's ``arc3`` ``rad`` over the boxes it skips. ``aspect``:
         how long one y unit is drawn against one x unit (``arc3`` bends in the drawing's own units).
         Over the whole graph an edge that skips boxes bends just far enough to clear every box between
-        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port): a fixed bend ran the
-        embeddings' and layer 1's long edges through the boxes between."""
+        (:data:`EDGE_CLEARANCE`), over them (under them into a ``v`` port)."""
         target, port = receiver_node(receiver)
         (x0, y0), (x1, y1) = self.centre(sender, position), self.centre(target, position)
         skip = x1 - x0
@@ -191,35 +190,26 @@ def circuit_layout(table: pd.DataFrame) -> CircuitLayout:
 
 
 def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> tuple[Figure, pd.DataFrame]:
-    """The found circuit as a graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges.
+    """The found circuit as a graph at :func:`circuit_layout`'s places, and the edges drawn.
 
-    Columns are the components in forward order, named as the paper does (``layer 1 (blocks.0)
-    attention``). Without positions (``position`` -1) each component is one box; an attention box
-    takes its query, key and value inputs at three ports on its left edge (q top, k middle, v
-    bottom). With positions each row is one position of the sequence (an edge joins a sender and
-    a receiver at the same position, so it runs along its row) and every (component, position)
-    that an edge touches is a small box. Edge colour is the edge's |score| on a square-root scale
-    (colour bar, viridis); edges of the found circuit are solid (dash-dotted where the score is
-    negative), the others grey and dashed. Every arrow ends on its receiver's box; the colour bar
-    names the ``metric`` the scores share (the discovery's ``summary["metric"]``). Returns the
-    edges drawn (position -1: whole graph). The places are :func:`circuit_layout`'s."""
+    Without positions each component is one box, an attention box taking q, k and v at three ports
+    on its left edge (q top); with positions each row is one position and every (component, position)
+    an edge touches is a small box. Edge colour is |score| on a square-root scale (colour bar, which
+    names the ``metric``); edges of the found circuit are solid (dash-dotted where the score is
+    negative), the others grey and dashed."""
     layout = circuit_layout(table)
     edges, by_position, several, nodes = layout.edges, layout.by_position, layout.several, layout.nodes
     columns, positions, width, height = layout.columns, layout.positions, layout.width, layout.height
-    centre = layout.centre
-    n_cols = len(columns)
     tallest = max(sum(1 for n in nodes if _node_depth(n) == d) for d in columns)
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
-    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * n_cols + 2.2), fig_h))
+    fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * len(columns) + 2.2), fig_h))
     norm, cmap = layout.colour_scale(), EDGE_CMAP
-    lim = norm.vmax
     boxes = {}
     for node, position in layout.boxes():
-        x, y = centre(node, position)
-        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.05",
-                             facecolor="white", edgecolor="#555555", lw=0.8, zorder=3,
-                             gid=f"node {node}@{position}")
-        ax.add_patch(box)
+        x, y = layout.centre(node, position)
+        ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                    boxstyle="round,pad=0,rounding_size=0.05", facecolor="white", edgecolor="#555555",
+                                    lw=0.8, zorder=3, gid=f"node {node}@{position}"))
         boxes[(node, position)] = (x, y)
         if not by_position:
             ax.text(x, y, textwrap.fill(component_name(node, several), 11), ha="center", va="center", fontsize=8,
@@ -266,8 +256,8 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
     bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
-    handles = [Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
-               Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
+    handles = [Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, label="in the found circuit"),
+               Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, ls="-.", label="in it, negative score"),
                Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
     if by_position:
         handles.append(Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))

@@ -1,31 +1,20 @@
-"""The found circuit as an interactive page: hover for scores, a slider for the threshold, no network.
+"""The found circuit as an interactive page (``circuit.html``, beside ``circuit.png``): hover for scores,
+a slider for the threshold, one offline file (SVG, style and a few lines of JavaScript inline).
 
-The PNG of the circuit graph (:func:`compose_lens.registry.circuit.figure.circuit_figure`) shows every edge at once,
-coloured by its score. A reader of a circuit-discovery tool (circuit-tracer's graph viewer,
-auto-circuit's plots) also asks *how much* one edge carries and *what is left* when the weak edges
-go. This module writes the same graph as one offline HTML file (``circuit.html``, beside
-``circuit.png``) that answers both:
+* **the same picture** as :func:`compose_lens.registry.circuit.figure.circuit_figure`: the places of
+  :func:`~compose_lens.registry.circuit.figure.circuit_layout`, the PNG's colours, and each edge bent as
+  matplotlib's ``arc3`` bends it (a quadratic Bezier curve, control point ``rad`` times the chord's
+  length off its midpoint at right angles), which SVG's ``Q`` command draws.
+* **hover** an edge: its score, with its 95 % interval where the table has one (``ci_low``,
+  ``ci_high``), and whether it is in the found circuit; a component: its edges in and out, how many
+  are in the circuit, their summed score.
+* **the threshold slider** hides every edge whose |score| is below the threshold (a component left
+  with none fades). It runs on the colour bar's square-root scale, under it, so its thumb points at
+  the colour of the weakest edge still shown; the page opens at the threshold in its address's
+  fragment (``circuit.html#threshold=0.05``).
 
-* **the same picture.** The boxes and edges come from :func:`compose_lens.registry.circuit.figure.circuit_layout`,
-  the layout the PNG is drawn from: each component in its column, each edge from its sender's right
-  edge to its receiver's q / k / v port. An edge of the PNG is bent by matplotlib's ``arc3``
-  connection: a quadratic Bezier curve whose control point sits ``rad`` times the chord's length
-  off the chord's midpoint, at right angles to it. SVG's ``Q`` command draws that curve, so the
-  page bends each edge as the PNG does. Colours are the PNG's (:data:`compose_lens.registry.circuit.figure.EDGE_CMAP`
-  on the square-root scale of :meth:`~compose_lens.registry.circuit.figure.CircuitLayout.colour_scale`); edges of the
-  found circuit are solid (dash-dotted where the score is negative), the others grey and dashed.
-* **hover** an edge: sender -> receiver (and position), its score with its 95 % interval where the
-  table has one (``ci_low``, ``ci_high``), whether it is in the found circuit. Hover a component:
-  its edges in and out, how many are in the circuit, their summed score.
-* **the threshold slider** hides every edge whose |score| is below the threshold (a component none
-  of whose edges is left fades). The slider runs on the colour bar's square-root scale and sits
-  under it, so its thumb points at the colour of the weakest edge still shown. The page opens at
-  the threshold in its address's fragment (``circuit.html#threshold=0.05``), so a link, or a
-  test, can open it at one.
-* **offline**: one file, the SVG, its style and a few lines of JavaScript inline; nothing is fetched.
-
-:func:`circuit_view` is the view as an HTML fragment; :func:`circuit_page` the view as a whole page,
-with the fragment it holds (the report's circuit section folds that in: one view for both).
+:func:`circuit_view` is the view as an HTML fragment (the report's circuit section folds it in);
+:func:`circuit_page` the whole page, with the fragment it holds.
 """
 
 from __future__ import annotations
@@ -177,11 +166,9 @@ def _legend(by_position: bool) -> str:
 
     parts = [sample(strong, "none", 2.5) + " in the found circuit",
              sample(strong, "7 3 1.5 3", 2.5) + " in it, negative score",
-             sample(LEFT_OUT, "4 3", 1) + " left out"]
-    if by_position:
-        parts.append("attention inputs: q upper, k middle, v lower")
-    else:
-        parts.append("attention takes q, k and v at three ports on its left edge")
+             sample(LEFT_OUT, "4 3", 1) + " left out",
+             "attention inputs: q upper, k middle, v lower" if by_position
+             else "attention takes q, k and v at three ports on its left edge"]
     return '<div class="legend">' + " &nbsp; ".join(parts) + "</div>"
 
 
@@ -298,9 +285,8 @@ def _flow_words(rows: list, way: str) -> str:
 
 
 def circuit_view(table: pd.DataFrame, title: str, metric: str = "logit_diff") -> str:
-    """The graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges as an HTML fragment:
-    the SVG, the threshold slider under the colour bar, the hover tip and the script (see the
-    module doc). ``metric`` names what the scores are shares of, as the PNG's colour bar does."""
+    """The graph of :func:`compose_lens.registry.circuit.discovery.edge_table`'s edges as an HTML fragment
+    (module doc); ``metric`` names what the scores are shares of, as the PNG's colour bar does."""
     layout = circuit_layout(table)
     drawing = _Drawing(layout)
     vmax = float(drawing.norm.vmax)

@@ -20,16 +20,14 @@ def _same_mlp(ctx: Context, settings: dict) -> Result:
         report["prompt_sets"] = (f"rendered from the declared distribution, not from {ctx.split.prompts.source}: "
                                  f"the tests need a constant and a variable prompt of each pair, made to order")
     trimmed = {k: v for k, v in report.items() if k not in ("tables", "config", "code_version", "seed")}
-    # summary.json keeps the verdict; same_mlp.json keeps every test, and the CSVs the tables (the
-    # competence table alone where the model does not answer variable prompts, none where a role is not
-    # located: then there is nothing to test, and the verdict says why)
+    # summary.json keeps the verdict, same_mlp.json every test, the CSVs the tables (as many as ran)
     return Result(tables={f"same_mlp_{name}": table for name, table in tables.items()},
                   documents={"same_mlp": json_safe(report)}, facts={"same_mlp": json_safe(trimmed)})
 
 
 def _same_mlp_figures(ctx: Context, result: Result, settings: dict) -> list:
-    """The tests' figure, where a test ran: with no role located, or (issue 53's gate) a model that does not
-    answer variable prompts, only the competence table is there (issue #45: KeyError 'interchange')."""
+    """The tests' figure, where they ran (not where a role is not located or the model does not answer
+    variable prompts: then only the competence table is there)."""
     from compose_lens.registry.same_mlp.figure import same_mlp_figure
 
     ran = "same_mlp_interchange" in result.tables

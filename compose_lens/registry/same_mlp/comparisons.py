@@ -1,141 +1,104 @@
 """Does layer 2's MLP add a variable's value with the SAME representation and features it
 uses for a constant? Three tests whose predictions differ between "shared" and "not shared", and the
 correlational cosines the figure shows beside them (:func:`cosine_groups` on :func:`matched_prompts`).
+The study's readings are in docs/same-mlp.md.
 
-The model has one MLP at ``=`` (``blocks.1.mlp``, "MLP2"), so "one MLP serves both" is
-true by construction and patching the whole MLP2 input from a donor proves nothing (the
-output follows the donor whatever the receiver, random tokens included). The question
-is narrower: does an operand's value reach MLP2 in the same form, and get read by the
-same features, whether it came from a constant token or from a variable's assignment?
+The model has one MLP at ``=`` (``blocks.1.mlp``, "MLP2"), so "one MLP serves both" is true by
+construction, and patching the whole MLP2 input from a donor proves nothing (the output follows the
+donor whatever the receiver, random tokens included). The question is narrower: does an operand's
+value reach MLP2 in the same form, and get read by the same features, whether it came from a
+constant token or from a variable's assignment?
 
-**Isolating one operand.** With the attention patterns of a prompt held fixed, the
-layers before MLP2 are linear in the token embeddings, so the MLP2 input at ``=`` is a
-sum of one term per (token, position) plus position terms. The term of the token ``t``
-at position ``s`` is ``E[t] M_s`` with
+**Isolating one operand.** With the attention patterns of a prompt held fixed, the layers before
+MLP2 are linear in the token embeddings, so the MLP2 input at ``=`` is a sum of one term per
+(token, position) plus position terms. The term of the token ``t`` at position ``s`` is ``E[t] M_s`` with
 
     M_s = sum_h A0_h[=, s] OV1_h + sum_g A1_g[s] OV2_g + sum_{h,g} (A1_g A0_h)[s] OV1_h OV2_g
 
-(layer 1 at ``=`` reads s directly; layer 2 reads s directly; layer 2 reads a position
-whose layer-1 head read s). The *source* of an operand is the position holding its value:
-13 / 14 for a constant, the assigned number in the context for a variable. This
-``token`` isolation moves every path the value takes, including the layer-1 path at
-``=`` (layer 1's ``=`` attends to the operand tokens, so a constant also arrives
-through ``OV1``, a variable's value cannot). The narrower ``ov2`` isolation
-(``A1[s] resid_after_layer1[s] OV2``, the layer-2 attention term of s) misses that
-path and also moves the position and variable-tag parts of s. Both are measured (the
-``isolation`` column); the verdict uses :data:`ISOLATION`, ``token``. Measured on the
-study's final checkpoint (400 prompts per set): removing the ``token`` term of either
-operand leaves the receiver's answer at 1.5-2.5 % (chance 1.7 %) for constants, 1-var
-and 2-var prompts, so the term holds all of the operand the MLP uses; the layer-1 path
-is only 3 % of a constant's term (0.1 % of a variable's), and the two isolations agree
-(cosine 0.98-0.995, same interchange accuracies within 1 %). ``token`` is kept because
-it is complete by construction and holds the value's content only (no position or
-variable tag), which the probe of test 3 needs.
+(layer 1 at ``=`` reads s directly; layer 2 reads s directly; layer 2 reads a position whose
+layer-1 head read s). The *source* of an operand is the position holding its value: 13 / 14 for a
+constant, the assigned number in the context for a variable. This ``token`` isolation moves every
+path the value takes, including the layer-1 path at ``=`` (a constant also arrives through ``OV1``,
+a variable's value cannot). The narrower ``ov2`` isolation (``A1[s] resid_after_layer1[s] OV2``)
+misses that path and also moves the position and variable-tag parts of s. Both are measured (the
+``isolation`` column); the verdict uses :data:`ISOLATION`, ``token``: complete by construction and
+the value's content only, which the probe of test 3 needs. On the study's final checkpoint (400
+prompts per set) removing the ``token`` term of either operand leaves the answer at 1.5-2.5 %
+(chance 1.7 %) for constants, 1-var and 2-var prompts; the layer-1 path is 3 % of a constant's term
+(0.1 % of a variable's), and the two isolations agree (cosine 0.98-0.995, interchange within 1 %).
 
-**1. Operand interchange.** Receiver MLP2 input ``h_r - c_r + c_d``: the receiver's
-operand term replaced by the donor's. If both carry the value in the shared form, the
-answer becomes donor operand + receiver's *other* operand (chance 1/p otherwise),
-for left and right operands, constants into 1-var and 2-var prompts and back. Donors
-have a different operand and a different other operand than their receiver, so this
-answer differs from the receiver's and the donor's. Same-type interchanges (constant ->
-constant, variable -> variable) give each cross-type swap its reference. Controls that must not show
-the effect: a *random-token donor* (the term of a random non-source context token of the
-donor moved in place of its operand's) and a *random-token receiver* (the donor's
-operand term put in place of a random non-source context token of the receiver; the
-receiver's own operand stays).
+**1. Operand interchange.** Receiver MLP2 input ``h_r - c_r + c_d``: the receiver's operand term
+replaced by the donor's. If both carry the value in the shared form, the answer becomes donor
+operand + receiver's *other* operand (chance 1/p otherwise), for left and right operands, constants
+into 1-var and 2-var prompts and back. Donors differ from their receiver in both operands, so this
+answer is neither prompt's own. Same-type interchanges (constant -> constant, variable -> variable)
+give each cross-type swap its reference. Controls that must not show the effect: a *random-token
+donor* (the term of a random non-source context token of the donor moved in place of its
+operand's) and a *random-token receiver* (the donor's term put in place of a random non-source
+context token of the receiver, whose own operand stays).
 
-**2. Feature transfer.** Key frequencies and their neurons are found on the p x p grid
-of CONSTANT prompts (:mod:`compose_lens.analysis.fourier`). Each key frequency's output
-directions, each key frequency's neurons, and each of the busiest single neurons are
-mean-ablated one at a time on constant, 1-var and 2-var prompts; the damage (mean
-drop of the answer's logit margin, answer logit minus mean logit: graded, where
-accuracy saturates and the cross-entropy of a confident model is all tail) per
-ablation is a profile. Shared features give
-the same profile (Pearson and Spearman correlation near 1; a constants split-half gives
-the reference); features specific to constants give unrelated profiles (the null: the
-correlation with the units permuted, about 0).
+**2. Feature transfer.** Key frequencies and their neurons are found on the p x p grid of CONSTANT
+prompts (:mod:`compose_lens.analysis.fourier`). Each key frequency's output directions, each key
+frequency's neurons, and each of the busiest single neurons are mean-ablated one at a time on
+constant, 1-var and 2-var prompts; the damage per ablation (:func:`margin` lost) is a profile.
+Shared features give the same profile (Pearson and Spearman near 1; a constants split-half gives
+the reference); features specific to constants give unrelated profiles (the null: the correlation
+with the units permuted, about 0).
 
-**3. Representation transfer.** Fitted on constant operands' isolated terms, tested on
-held-out constants and on variables' values: (a) a ridge probe from the term to
-``cos, sin (2 pi k x / p)`` of the key frequencies, decoded to the nearest x (control: the
-terms of random non-source context tokens, chance); (b) the share of the terms' variance
-inside the constants' principal subspace (95 % of their variance; a random subspace of
-that size holds k / d). Both must hold. (b) is the sharp one: decoding alone survives a
-value delivered mostly elsewhere (a planted model with variables in an orthogonal
-subspace still decodes at 0.95 from the small shared part, while its subspace share is
-0.004 against 0.95 for held-out constants).
+**3. Representation transfer.** Fitted on constant operands' isolated terms, tested on held-out
+constants and on variables' values: (a) a ridge probe from the term to ``cos, sin (2 pi k x / p)``
+of the key frequencies, decoded to the nearest x (control: random non-source context tokens); (b)
+the share of the terms' variance inside the constants' principal subspace (95 % of their variance;
+a random subspace of that size holds k / d). Both must hold. (b) is the sharp one: a planted model
+with variables in an orthogonal subspace still decodes at 0.95 from the small shared part, while its
+subspace share is 0.004 against 0.95 for held-out constants.
 
-**Verdict.** Each test ``passed`` / ``failed`` / ``inconclusive`` against
-:data:`THRESHOLDS` (inconclusive: its reference is too low to test anything, e.g. a model
-that does not add constants, or a control shows the effect). ``supported`` needs all
-three passed, ``not supported`` follows from any failed test, else ``inconclusive``; the
-report's ``verdict_reason`` says which test decided and why.
-**Competence first**: the question is how a variable's value reaches the adder, so a model must
-answer variable prompts before any verdict means anything. Where it answers one of the sets the
-tests read (1-var left, 1-var right, 2-var; ``competence``) below
-:data:`compose_lens.training.evaluate.LEARNED` (0.9, the bar at which binding counts as learned),
-the verdict is ``inconclusive``, the tests are not run, and ``verdict_reason`` names the sets (a
-stalled model that passed two tests was no evidence of one MLP). Likewise where the model does not
-compose (modularity's rule, :func:`compose_lens.training.evaluate.headline_holds`: the study's headline on
-the exhaustive sets the split holds out): a model that answers its training slots but not unseen
-ones (the project's own example: 2-var union 0.597) has not learned what the question is about.
-A failure is evidence only on prompts the model answers: the feature-transfer and probe
-conditions read the model's 1-var (left, right) and 2-var prompts, and one that falls short
-on a set the model answers below ``THRESHOLDS["reference_min"]`` (``competence`` table: its own
-accuracy on those prompts) leaves its test *inconclusive*, not failed, and the reason names
-the set (a model at chance gets "inconclusive", not "not supported"). Nor is a probe failure
-evidence where the isolation it reads does not carry even a constant operand (its const->const
-interchange below ``THRESHOLDS["reference_min"]``, :func:`reconcile`): the 3-layer chain models' located router term.
-Intervals are percentile bootstraps over prompts (95 %).
+**Reading an interchange against its reference.** A cross-type swap a->b (per side) is read against
+the LOWER of its two same-type scores a->a and b->b (``reference``, ``reference_condition``): the
+donor's operand must be read out of one type and written into the other. It is a reference, not a
+ceiling (a cross-type swap can exceed it). Below ``THRESHOLDS["reference_min"]`` (0.5, 30 x chance at
+p = 59) the model cannot yet do the same-type swap, so the condition is *inconclusive* and the
+reason names the weak reference; else it *passes* at ``interchange_ratio`` (0.8) x the reference
+with its lower CI bound at ``interchange_ci_ratio`` (0.5) x, and *fails* otherwise. The test fails
+if any condition fails, is inconclusive if none fails but one has a weak reference (or a control
+shows the effect), and passes otherwise.
+
+**Verdict.** Each test ``passed`` / ``failed`` / ``inconclusive`` against :data:`THRESHOLDS`
+(inconclusive: its reference too low to test anything, or a control shows the effect).
+``supported`` needs all three passed, ``not supported`` follows from any failed test, else
+``inconclusive``; ``verdict_reason`` says which test decided and why. Each test names its
+**deciding condition** (``deciding_condition``): the failed condition furthest below its bar, else
+the one with the weakest reference, else the one closest to its bar; the interchange also keeps
+its lowest cross-type score (``lowest_condition``, ``lowest_value``) and weakest reference
+(``weakest_reference``, ``weakest_reference_condition``). Older reports' names (``worst_condition``,
+``ceiling``, ...) are read through :func:`upgrade`. Intervals are percentile bootstraps over
+prompts (95 %). Gates, each leaving the verdict ``inconclusive`` with the reason named:
+
+* **competence**: a model must answer the variable prompt sets the tests read (1-var left, 1-var
+  right, 2-var; ``competence``) at :data:`compose_lens.training.evaluate.LEARNED` (0.9) before the
+  tests run at all (a stalled model that passed two tests was no evidence of one MLP); likewise a
+  model that does not compose (:func:`compose_lens.training.evaluate.headline_holds`: it answers its
+  training slots but not unseen ones, e.g. 2-var union 0.597);
+* a feature-transfer or probe condition short of its bar on a set the model answers below
+  ``THRESHOLDS["reference_min"]`` (:func:`unable`) leaves its test inconclusive, not failed;
+* a probe failure where the isolation does not carry even a constant operand (its const->const
+  interchange below ``reference_min``, :func:`reconcile`: the 3-layer chain models' router term).
 
 **Other architectures** (:class:`Layout`, :func:`layout_of`). The paper architecture is read as
 above, without locating anything. Any other model (no normalisation) is first located
 (:func:`compose_lens.analysis.locate.locate`): the tests run on the located *adder* MLP
-(``blocks.A.mlp``, "MLP2" above) with the operands routed by the located *router* head
-(``blocks.R`` head r, R <= A). In the study's layout with more heads (two layers, an MLP in
-``blocks.1`` only) the ``token`` isolation stays exact (sum over every head). In a deeper model
-the MLPs before the adder make the residual nonlinear in the tokens, so an operand's term is the
-``router`` isolation: ``sum_r A_r[=, s] resid_pre_R(r)[s] OV_r``, what the router heads write at
-``=`` from the operand's source (the ``ov2`` isolation of the paper, at the located heads: every
-head whose router score reaches the threshold, in a block up to the adder's, for routing spread
-over several heads); and the
-logits of an edited adder input are read through the edit's direct path, the blocks after the
-adder held at their clean values (``logits + (h' + MLP(h') - h - MLP(h)) W_U``: exact when the
-adder is the last block, as in :class:`compose_lens.analysis.fourier.FrozenDownstreamReadout`
-otherwise). Where no MLP adds, no head routes, or the router sits above the adder, the tests do
-not run: the verdict is ``inconclusive`` and ``verdict_reason`` starts "none located", never a
-default block's numbers.
-
-**Reading an interchange against its reference.** A cross-type swap (say const -> var2)
-is expected to do about as well as the method does on the types it joins: the donor's
-operand must be read out of a constant prompt (const -> const shows how well) and written
-into a 2-var prompt (var2 -> var2 shows how well). So each cross-type score, per side, is
-read against its **reference**, the LOWER of its two same-type scores (``reference``, and
-which swap it is, ``reference_condition``). It is a reference, not a ceiling: a cross-type
-swap can exceed it (at the study's step 5001 var1->const (left) reaches 0.72 against its
-reference var1->var1 (left) 0.46).
-
-* the reference below ``THRESHOLDS["reference_min"]`` (0.5, 30 x chance at p = 59): the
-  model cannot yet do the same-type swap for one of the types, so the cross-type swap tests
-  nothing: that condition is *inconclusive*, and the reason names the weak reference;
-* else it *passes* when its accuracy is at least ``interchange_ratio`` (0.8) x the reference
-  and its lower CI bound at least ``interchange_ci_ratio`` (0.5) x the reference, and
-  *fails* otherwise (a failure against a strong reference is evidence, whatever the others).
-
-The test fails if any condition fails, is inconclusive if none fails but one has a weak
-reference (or a control shows the effect), and passes otherwise. Mid-training this matters:
-at the study's step 5001 const->var2 (right) reaches 0.59 while var2->var2 reaches only
-0.575 and var1->var1 (left) 0.46; against const->const (0.985) that read as "not
-supported", against its own weak references it is "inconclusive".
-
-Each test's summary names its **deciding condition** (``deciding_condition``): the failed
-condition furthest below its bar, else (inconclusive) the condition with the weakest
-reference, else the one closest to its bar. That is not always the lowest score: the
-interchange summary also keeps the lowest cross-type score (``lowest_condition``,
-``lowest_value``; 0.59, const->var2 (right), at step 5001) and the weakest reference
-(``weakest_reference``, ``weakest_reference_condition``). Reports written before these names
-(``worst_condition``, ``ceiling``, ``ceiling_condition``, ...) are read through
-:func:`upgrade`.
+(``blocks.A.mlp``, "MLP2" above) with the operands routed by the located *router* head (``blocks.R``
+head r, R <= A). In the study's layout with more heads (two layers, an MLP in ``blocks.1`` only) the
+``token`` isolation stays exact (sum over every head). In a deeper model the MLPs before the adder
+make the residual nonlinear in the tokens, so an operand's term is the ``router`` isolation:
+``sum_r A_r[=, s] resid_pre_R(r)[s] OV_r``, what the router heads write at ``=`` from the operand's
+source (the paper's ``ov2`` isolation at every head whose router score reaches the threshold, in a
+block up to the adder's); and the logits of an edited adder input are read through the edit's
+direct path, the blocks after the adder held at their clean values (``logits + (h' + MLP(h') - h -
+MLP(h)) W_U``: exact when the adder is the last block, as in
+:class:`compose_lens.analysis.fourier.FrozenDownstreamReadout` otherwise). Where no MLP adds, no head
+routes, or the router sits above the adder, the tests do not run: the verdict is ``inconclusive``
+and ``verdict_reason`` starts "none located", never a default block's numbers.
 """
 
 from __future__ import annotations
@@ -147,17 +110,14 @@ import pandas as pd
 import torch
 
 from compose_lens.analysis import locate
-from compose_lens.training.evaluate import LEARNED, composition_gap
+from compose_lens.training.evaluate import LEARNED, answer_logits, composition_gap, predictions
 from compose_lens.registry.ablation.ablations import (
     LastPositionMLP, fourier_ablation_logits, frequency_groups, neuron_ablation_logits, reference_tokens)
 from compose_lens.analysis.fourier import draw_variables, neuron_frequencies, operand_grid
 from compose_lens.analysis.probes import value_targets
-from compose_lens.core import capabilities
-from compose_lens.core import coverage
-from compose_lens.core import stats
+from compose_lens.core import capabilities, coverage, stats
 from compose_lens.core.config import ModelConfig, RunConfig
 from compose_lens.core.errors import ComposeLensError
-from compose_lens.training.evaluate import answer_logits, predictions
 from compose_lens.core.files import json_safe
 from compose_lens.data import streams
 from compose_lens.data.sampler import render
@@ -173,7 +133,6 @@ def mlp_in(block: int) -> str:
     return f"blocks.{block}.mlp.hook_in"
 
 
-MLP_IN = mlp_in(1)  # the paper architecture's adder input
 ISOLATION = "token"
 ISOLATIONS = ("token", "ov2")
 ROUTER_ISOLATION = "router"  # another architecture's operand term: what the located router writes at =
@@ -194,8 +153,6 @@ THRESHOLDS = {
 
 
 # -- where the tests read ----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Layout:
     """The components the tests read (see "Other architectures" in the module doc)."""
@@ -264,8 +221,6 @@ def _locate_layout(subject: Subject, seed: int) -> Layout:
 
 
 # -- prompts and their decomposition -----------------------------------------------------------
-
-
 @dataclass
 class Prompts:
     """Prompts of one kind: tokens, operand values and each operand's source position."""
@@ -281,23 +236,17 @@ class Prompts:
         return self.x if side == "left" else self.y
 
 
-def random_prompts(split: Split, n: int, seed: int = 0) -> Prompts:
-    """n random-token sequences (every position uniform over the vocabulary, ``=`` last);
-    their "operands" are the tokens at the two operand slots."""
-    task = split.task
-    g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 9)
-    tokens = torch.randint(0, task.d_vocab, (n, task.seq_len), generator=g)
-    tokens[:, -1] = task.equals_token
-    source = torch.tensor([task.seq_len - 3, task.seq_len - 2]).expand(n, 2)
-    return Prompts("random", "both", tokens, tokens[:, -3], tokens[:, -2], source)
-
-
 def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> Prompts:
     """n prompts on training pairs: ``const`` (0-var), ``var1`` (the ``side`` operand a
-    variable), ``var2`` (both variables), ``random`` (:func:`random_prompts`)."""
+    variable), ``var2`` (both variables); ``random``: every token uniform over the vocabulary,
+    ``=`` last, its "operands" the tokens at the two operand slots."""
     task = split.task
     if kind == "random":
-        return random_prompts(split, n, seed)
+        g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, 9)
+        tokens = torch.randint(0, task.d_vocab, (n, task.seq_len), generator=g)
+        tokens[:, -1] = task.equals_token
+        source = torch.tensor([task.seq_len - 3, task.seq_len - 2]).expand(n, 2)
+        return Prompts("random", "both", tokens, tokens[:, -3], tokens[:, -2], source)
     sequence_kind = SequenceKind.of_prompt(kind, side)
     index = PROMPT_KINDS.index(kind) * 2 + (side == "right")
     g = streams.derived_generator(seed, streams.SAME_MLP_TESTS, index)
@@ -309,8 +258,7 @@ def make_prompts(split: Split, kind: str, side: str, n: int, seed: int = 0) -> P
 
 def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(constant tokens, variable tokens, labels) for the same n training pairs (x, y), contexts
-    drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``). Kept for the
-    cosine-histogram figure (:func:`cosine_groups`); the tests above do not use it."""
+    drawn independently (``side`` ``left``: ``+ v y =``; ``right``: ``+ x w =``), for :func:`cosine_groups`."""
     task = split.task
     g = streams.derived_generator(seed, streams.SAME_MLP, 0 if side == "left" else 1)
     pairs = split.train_pairs[torch.randint(0, len(split.train_pairs), (n,), generator=g)]
@@ -326,13 +274,9 @@ def matched_prompts(split: Split, n: int, side: str, seed: int = 0) -> tuple[tor
 
 def cosine_groups(subject: Subject, n: int = 1000, seed: int = 0,
                   block: int | None = None) -> dict[str, np.ndarray]:
-    """Centred cosines of the MLP2 input at ``=`` (the input of ``block``'s MLP, default
-    :func:`compose_lens.analysis.locate.mlp_block`): constant vs variable prompt of the same (x, y)
-    (matched) against pairs with different answers (mismatched), for a left and a right variable.
-
-    The prompts come from :func:`matched_prompts`; the mean MLP2 input over all prompts is subtracted
-    first (raw cosines share a large offset).
-    """
+    """Cosines of the MLP2 input at ``=`` (``block``'s MLP, default :func:`compose_lens.analysis.locate.mlp_block`),
+    centred (raw cosines share a large offset): constant vs variable prompt of the same (x, y)
+    (matched) against pairs with different answers (mismatched), for a left and a right variable."""
     site = Site(mlp_in(locate.mlp_block(subject, seed) if block is None else block), ANSWER)
     forward = Forward(subject.model, subject.config.model)
     groups = {}
@@ -382,7 +326,7 @@ def decompose(model: tl.Model, cfg: ModelConfig, tokens: torch.Tensor, fast: boo
     if not layout.study:
         return _decompose_routed(forward, tokens, layout)
     p0, a1 = Site("blocks.0.attn.hook_pattern"), Site("blocks.1.attn.hook_pattern", ANSWER)
-    resid1, h = Site("blocks.0.hook_resid_post"), Site(MLP_IN, ANSWER)
+    resid1, h = Site("blocks.0.hook_resid_post"), Site(mlp_in(1), ANSWER)
     found = forward.read(tokens, [p0, a1, resid1, h], len(tokens))
     a1_heads = found[a1].transpose(0, 1)  # (H, N, n)
     through = torch.einsum("gbi,bhis->hgbs", a1_heads, found[p0])
@@ -414,13 +358,11 @@ class Circuits:
 
 def circuits(model: tl.Model, layout: Layout = PAPER_LAYOUT) -> Circuits:
     """The study layout's OV circuits of both blocks; another's: the router heads' OV (as ``ov2``)."""
+    E = weights.detached_parameters(model)["embed.weight"]
     if not layout.study:
-        return Circuits(weights.detached_parameters(model)["embed.weight"], [],
-                        [weights.ov_matrix(model, layer, head) for layer, head in layout.routers])
-    heads = tl.size(model, "n_heads")
-    return Circuits(weights.detached_parameters(model)["embed.weight"],
-                    [weights.ov_matrix(model, 0, h) for h in range(heads)],
-                    [weights.ov_matrix(model, 1, h) for h in range(heads)])
+        return Circuits(E, [], [weights.ov_matrix(model, layer, head) for layer, head in layout.routers])
+    heads = range(tl.size(model, "n_heads"))
+    return Circuits(E, [weights.ov_matrix(model, 0, h) for h in heads], [weights.ov_matrix(model, 1, h) for h in heads])
 
 
 def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str = ISOLATION) -> torch.Tensor:
@@ -446,8 +388,6 @@ def term(dec: Decomposition, circ: Circuits, pos: torch.Tensor, isolation: str =
 
 
 # -- statistics ---------------------------------------------------------------------------------
-
-
 def bootstrap_mean(values: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
     """Mean of ``values`` (N,) and its 95 % percentile bootstrap interval."""
     values = values.float()
@@ -469,8 +409,6 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # -- 1. operand interchange ---------------------------------------------------------------------
-
-
 def pair_donors(receiver: Prompts, donor: Prompts, side: str, seed: int = 0) -> torch.Tensor:
     """(N,) donor index per receiver: a donor whose ``side`` operand and other operand both
     differ from the receiver's (so the predicted answer is neither prompt's own), where possible."""
@@ -504,7 +442,6 @@ class Interchanged:
     """Per-prompt outcomes of one interchange condition."""
 
     predicted: torch.Tensor  # (N,) bool: answer == donor operand + receiver's other operand
-    receiver: torch.Tensor  # (N,) bool: answer == the receiver's own answer
     donor: torch.Tensor  # (N,) bool: answer == the donor's own answer
 
 
@@ -528,17 +465,7 @@ def interchange(model: tl.Model, config: RunConfig, parts: dict, receiver: str, 
     donor_value = dp.value(side)[partner]
     predicted = (config.task.answer(donor_value, other) if side == "left"
                  else config.task.answer(other, donor_value))
-    return Interchanged(answer == predicted, answer == config.task.answer(rp.x, rp.y), answer == config.task.answer(dp.x[partner], dp.y[partner]))
-
-
-def whole_input_donor_answer(model: tl.Model, config: RunConfig, parts: dict, receiver: str, donor: str,
-                             seed: int = 0) -> torch.Tensor:
-    """(N,) bool: the old test's patch (the WHOLE MLP2 input from the donor) gives the donor's answer.
-    True whatever the receiver: the reference for a test that cannot fail."""
-    (rp, rd), (dp, dd) = parts[receiver], parts[donor]
-    partner = pair_donors(rp, dp, "left", seed)
-    answer = rd.readout(model, config, dd.h[partner]).argmax(-1)
-    return answer == config.task.answer(dp.x[partner], dp.y[partner])
+    return Interchanged(answer == predicted, answer == config.task.answer(dp.x[partner], dp.y[partner]))
 
 
 # (name, donor set, receiver set, kind); sets: const, var1, var2 (the side's operand a variable), random
@@ -583,15 +510,17 @@ def interchange_table(model: tl.Model, config: RunConfig, parts: dict, seed: int
             out = interchange(model, config, parts, "random", names[donor], side, main, seed=seed, layout=layout)
             rows.append(_row("interchange", side, f"{donor}->random-token receiver", "control",
                              "donor's own answer", out.donor, chance, chance, seed, isolation=main))
-    whole = whole_input_donor_answer(model, config, parts, "random", "const", seed)
+    # the WHOLE MLP2 input from a constant donor into random-token receivers gives the donor's answer:
+    # the reference for a test that cannot fail
+    (rp, rd), (dp, dd) = parts["random"], parts["const"]
+    partner = pair_donors(rp, dp, "left", seed)
+    whole = rd.readout(model, config, dd.h[partner]).argmax(-1) == config.task.answer(dp.x[partner], dp.y[partner])
     rows.append(_row("interchange", "both", "const->random-token receiver, whole MLP2 input", "reference",
                      "donor's own answer", whole, chance, 1.0, seed, isolation="whole input"))
     return pd.DataFrame(rows)
 
 
 # -- 2. feature transfer ------------------------------------------------------------------------
-
-
 @dataclass
 class Features:
     """What the CONSTANT-prompt grid says MLP2 computes with."""
@@ -613,19 +542,16 @@ def constant_features(subject: Subject, seed: int = 0, n_neurons: int = 32,
 def damage_matrix(model: tl.Model, config: RunConfig, tokens: torch.Tensor, labels: torch.Tensor,
                   features: Features, reference: LastPositionMLP,
                   layout: Layout = PAPER_LAYOUT) -> tuple[torch.Tensor, list[str]]:
-    """(N, U) drop of the answer's logit margin per prompt and ablated unit (mean ablation),
-    one unit at a time: each key frequency's output directions, each key frequency's neurons,
-    each busy neuron. Returns the matrix and the unit names."""
+    """(N, U) drop of the answer's logit margin per prompt and ablated unit (mean ablation), one unit
+    at a time: each key frequency's output directions, each key frequency's neurons, each busy
+    neuron; and the unit names."""
     mlp = LastPositionMLP(model, config, tokens, None if layout.study else layout.adder)
     base = margin(mlp.logits(), labels)
-    columns, names = [], []
-    for k in features.keys:
-        columns.append(margin(fourier_ablation_logits(mlp, reference, k, "mean"), labels))
-        names.append(f"directions k={k}")
+    columns = [margin(fourier_ablation_logits(mlp, reference, k, "mean"), labels) for k in features.keys]
     groups = [features.groups[k] for k in features.groups] + [[i] for i in features.busiest]
-    names += [f"neurons k={k}" for k in features.groups] + [f"neuron {i}" for i in features.busiest]
-    for _, logits in neuron_ablation_logits(mlp, reference, groups, "mean"):
-        columns.append(margin(logits, labels))
+    names = ([f"directions k={k}" for k in features.keys] + [f"neurons k={k}" for k in features.groups]
+             + [f"neuron {i}" for i in features.busiest])
+    columns += [margin(logits, labels) for _, logits in neuron_ablation_logits(mlp, reference, groups, "mean")]
     if not columns:
         return torch.zeros(len(labels), 0), names
     return base.unsqueeze(1) - torch.stack(columns, 1), names
@@ -678,8 +604,6 @@ def feature_tables(subject: Subject, sets: dict[str, Prompts],
 
 
 # -- 3. representation transfer: a probe fitted on constants --------------------------------------
-
-
 def fourier_targets(x: torch.Tensor, p: int, keys: list[int]) -> torch.Tensor:
     """(N, 2K) cos and sin of ``2 pi k x / p`` for each key frequency (every frequency if none)."""
     ks = torch.tensor(keys or list(range(1, p // 2 + 1)), dtype=torch.float32)
@@ -729,10 +653,8 @@ def captured_share(X: torch.Tensor, V: torch.Tensor, seed: int = 0, n_boot: int 
 
 def probe_table(model: tl.Model, config: RunConfig, parts: dict, keys: list[int], seed: int = 0,
                 layout: Layout = PAPER_LAYOUT) -> pd.DataFrame:
-    """Test 3, fitted on constant operands' terms (``const_fit``, both sides) and tested on held-out
-    constants, the variables of 1-var and 2-var prompts, and random context tokens: the ridge probe's
-    decoding accuracy (``probe``) and the share of the terms' variance inside the constants' 95 %
-    principal subspace (``subspace``; a random subspace of that size would hold k / d)."""
+    """Test 3 (module doc), fitted on ``const_fit``'s operand terms: the probe's accuracy (``probe``) and
+    the subspace share (``subspace``) on each test set, and the random-token control."""
     p, circ, iso = config.task.modulus, circuits(model, layout), layout.isolation
 
     def operand_terms(name: str, sides: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -805,8 +727,6 @@ def _untested_reason(weak: list[str]) -> str:
 
 
 # -- the verdict ---------------------------------------------------------------------------------
-
-
 def main_isolation(table: pd.DataFrame) -> str:
     """The isolation the verdict reads: :data:`ISOLATION` where measured, else the router isolation."""
     return ISOLATION if (table["isolation"] == ISOLATION).any() else ROUTER_ISOLATION
@@ -836,10 +756,8 @@ def interchange_conditions(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge_interchange(table: pd.DataFrame) -> dict:
-    """Test 1: failed if a cross-type swap falls short of a reference the model reaches, inconclusive
-    if none does but one's reference is below the floor, else passed; inconclusive whatever the
-    swaps if a control shows the effect. ``reason`` and ``deciding_condition`` say which condition
-    decided (module doc: not always the lowest score, which ``lowest_condition`` names)."""
+    """Test 1's status from :func:`interchange_conditions` and the controls (module doc), with the
+    condition that decided it, the lowest score and the weakest reference."""
     t = THRESHOLDS
     main = table[table["isolation"] == main_isolation(table)]
     controls = main[main["kind"] == "control"]
@@ -954,11 +872,9 @@ def judge_probe(table: pd.DataFrame, competence: pd.DataFrame | None = None) -> 
 
 
 def reconcile(tests: dict) -> dict:
-    """The tests, with a probe-transfer failure made *inconclusive* where the isolation it reads does
-    not carry even a constant operand: the const->const interchange of that isolation's term below
-    ``THRESHOLDS["reference_min"]`` on a side means the term is not how the operand reaches the adder
-    (in a 3-layer chain model the located router's term at ``=`` swaps no constant: 0.000), so
-    whether variables' terms decode like constants' says nothing about the adder there."""
+    """The tests, with a probe-transfer failure made *inconclusive* where the isolation's const->const
+    interchange is below ``THRESHOLDS["reference_min"]``: a term that carries no constant operand is not
+    how operands reach the adder (a 3-layer chain model's router term swaps none: 0.000)."""
     probe, carried = tests["probe_transfer"], tests["interchange"].get("const_to_const")
     if probe["status"] != "failed" or carried is None or carried >= THRESHOLDS["reference_min"]:
         return tests
@@ -1005,8 +921,6 @@ def verdict_reason(tests: dict) -> str:
 
 
 # -- everything ---------------------------------------------------------------------------------
-
-
 def check_layout(config: RunConfig) -> None:
     """Refuse (one line) a model the same-MLP tests cannot read (:func:`compose_lens.core.coverage.same_mlp_problem`:
     one without an MLP). A model with normalisation is read, and its verdict is inconclusive
@@ -1067,9 +981,17 @@ def same_mlp_run(subject: Subject, seed: int = 0, *, n: int = 400,
         why = incompetence(competence) or composition_gap(subject, seed)
     if why:
         tables = {} if competence is None else {"competence": competence}
-        return tables, _untested(config, seed, n, layout, why, tables)
+        test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
+        tests = {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")}
+        return tables, _report(config, seed, n, layout, None, tests, "inconclusive", why, [], tables)
     tables = same_mlp_tables(subject, seed, n=n, layout=layout)
-    return tables, _judged(config, seed, n, layout, tables)
+    competence = tables.get("competence")
+    tests = reconcile({"interchange": judge_interchange(tables["interchange"]),
+                       "feature_transfer": judge_features(tables["feature_transfer"], competence),
+                       "probe_transfer": judge_probe(tables["probe"], competence)})
+    controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
+    return tables, _report(config, seed, n, layout, layout.isolation, tests, verdict(tests), verdict_reason(tests),
+                           controls.to_dict(orient="records"), tables)
 
 
 def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400, layout: Layout | None = None) -> dict:
@@ -1078,22 +1000,6 @@ def same_mlp_report(subject: Subject, seed: int = 0, *, n: int = 400, layout: La
     Where the tests were not run (a gate of the module doc): verdict ``inconclusive`` and
     ``verdict_reason`` says why."""
     return same_mlp_run(subject, seed, n=n, layout=layout)[1]
-
-
-def _untested(config: RunConfig, seed: int, n: int, layout: Layout, why: str, tables: dict) -> dict:
-    test = {"status": "inconclusive", "reason": why, "effect": None, "ci": None}
-    tests = {name: dict(test) for name in ("interchange", "feature_transfer", "probe_transfer")}
-    return _report(config, seed, n, layout, None, tests, "inconclusive", why, [], tables)
-
-
-def _judged(config: RunConfig, seed: int, n: int, layout: Layout, tables: dict) -> dict:
-    competence = tables.get("competence")
-    tests = reconcile({"interchange": judge_interchange(tables["interchange"]),
-                       "feature_transfer": judge_features(tables["feature_transfer"], competence),
-                       "probe_transfer": judge_probe(tables["probe"], competence)})
-    controls = tables["interchange"][tables["interchange"]["kind"].isin(["control", "reference"])]
-    return _report(config, seed, n, layout, layout.isolation, tests, verdict(tests), verdict_reason(tests),
-                   controls.to_dict(orient="records"), tables)
 
 
 def _report(config: RunConfig, seed: int, n: int, layout: Layout, isolation: str | None, tests: dict, said: str,

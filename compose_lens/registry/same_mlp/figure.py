@@ -67,10 +67,8 @@ SAME_MLP_KINDS = {"cross": "cross-type (constant <-> variable)", "same": "same-t
 def same_mlp_figure(report: dict) -> tuple[Figure, pd.DataFrame]:
     """The same-MLP tests of :mod:`compose_lens.registry.same_mlp.comparisons`, one panel per measure: operand
     interchange accuracy per condition and side (left, the full height), the constant vs variable
-    damage profiles (one point per ablated unit), the probe's decoding accuracy and the share of the
-    variables' variance in the constants' subspace (the probe table's two metrics, each on its own
-    axis). Bars carry 95 % intervals and their value; the "not shared" prediction is a black tick,
-    chance a dotted line; the colour of a bar is its kind of condition (legend at the bottom)."""
+    damage profiles (one point per ablated unit), the probe's accuracy and the variables' variance share
+    in the constants' subspace, each on its own axis (:func:`_interval_bars`; a bar's colour: its kind)."""
     tables = {name: pd.DataFrame(rows) for name, rows in report["tables"].items()}
     fig = StudyFigure(figsize=(REPORT_WIDTH_IN, 8.6))
     grid = fig.add_gridspec(3, 2, width_ratios=[1.25, 1], hspace=0.75, wspace=0.5)

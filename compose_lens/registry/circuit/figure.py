@@ -204,6 +204,7 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     fig_h = (0.3 * len(positions) + 2.0) if by_position else 1.2 * tallest + 1.9
     fig, ax = subplots(figsize=(min(REPORT_WIDTH_IN, 1.9 * len(columns) + 2.2), fig_h))
     norm, cmap = layout.colour_scale(), EDGE_CMAP
+    lim = norm.vmax  # read before the colorbar, which may rewrite it (all-NaN scores)
     boxes = {}
     for node, position in layout.boxes():
         x, y = layout.centre(node, position)
@@ -256,8 +257,8 @@ def circuit_figure(table: pd.DataFrame, title: str, metric: str = "logit_diff") 
     bar = fig.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.035, pad=0.02, shrink=0.9)
     bar.set_label(f"|edge score| (share of the\n{metric_words(metric)}; sqrt scale)", fontsize=8)
     bar.ax.tick_params(labelsize=8)
-    handles = [Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, label="in the found circuit"),
-               Line2D([], [], color=cmap(norm(norm.vmax)), lw=2, ls="-.", label="in it, negative score"),
+    handles = [Line2D([], [], color=cmap(norm(lim)), lw=2, label="in the found circuit"),
+               Line2D([], [], color=cmap(norm(lim)), lw=2, ls="-.", label="in it, negative score"),
                Line2D([], [], color="#bbbbbb", lw=0.8, ls=(0, (3, 2)), label="left out")]
     if by_position:
         handles.append(Line2D([], [], color="none", label="attention inputs: q upper, k middle, v lower"))

@@ -1,7 +1,7 @@
 """The analysis registry: one declaration per analysis, read by ``analyze``, the report, the CLI and the API.
 
 Each analysis, of one model or of a run's checkpoints (``of="run"``: ``dynamics``, ``early_jump``, ``llc``), is
-one :class:`Analysis` (:mod:`.analysis` says what one holds; docs/extending.md walks through every field) bound
+one :class:`Analysis` (:mod:`.analysis` says what one holds; docs/extending.md walks through the fields) bound
 to an upper-case name in the ``__init__.py`` of its folder here, which holds the whole analysis: numbers,
 figures, declaration and tests (``registry/answer_lens/`` is the worked example). :func:`load` scans the
 folders (nothing names an analysis by hand) and :data:`ANALYSES` holds them in the order ``analyze`` runs

@@ -249,7 +249,7 @@ PAPER_SUBJECT = NeuronSubject(1, "adder: blocks.1.mlp (the paper architecture's 
 def neuron_subject(subject: Subject, seed: int = 0,
                    adder: locate.Role | None = None) -> NeuronSubject:
     """Which MLP the neuron and Fourier-direction ablations read (the module doc); ``adder``: a located
-    adder to reuse."""
+    adder to reuse (else located here)."""
     config = subject.config
     if capabilities.is_paper_architecture(config.model):
         return PAPER_SUBJECT

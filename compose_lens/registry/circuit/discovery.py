@@ -32,21 +32,23 @@ lost by corrupting it alone,
 
     score_e = (LD_clean - LD_with_e_corrupted) / (LD_clean - LD_corrupted).
 
-* **exact** (path patching of one edge at a time, all edges batched as rows): the ground truth.
-* **EAP** (Syed et al.): the first-order Taylor estimate of every edge at once from one backward
-  pass, ``dLD/dm_e`` at m = 0, which is ``(corr_s - clean_s) . dLD/d input_r``.
-* **EAP-IG** (``eap-ig``): the same gradient averaged along the straight path from the clean graph
-  (all m = 0) to the fully corrupted one (all m = 1), a midpoint Riemann sum: integrated gradients
-  in edge-mask space (every edge half-corrupted at the midpoint, downstream senders included). By
-  completeness the scores sum to the effect of corrupting every edge, which EAP's do not.
-* **EAP-IG on the inputs** (``eap-ig-inputs``, Hanna et al. 2024's definition): only the input
-  embeddings move from clean to corrupted, every later sender is recomputed from them, and an edge
-  scores ``(corr_s - clean_s) . mean dLD/d input_r`` along that path. Completeness holds for the
-  embedding edges; later edges are read at the same points. On the position graph it follows exact
-  patching more closely than the edge-mask path.
-* **ACDC** (Conmy et al.): start from the full graph, visit edges from the logits backwards,
-  corrupt an edge for good where that moves the metric by less than ``threshold`` (a share of the
-  clean-vs-corrupted difference).
+* **exact** (:func:`exact_scores`; path patching of one edge at a time, all edges batched as rows):
+  the ground truth.
+* **EAP** (:func:`eap_scores`; Syed et al.): the first-order Taylor estimate of every edge at once
+  from one backward pass, ``dLD/dm_e`` at m = 0, which is ``(corr_s - clean_s) . dLD/d input_r``.
+* **EAP-IG** (``eap-ig``, :func:`eap_ig_scores`): the same gradient averaged along the straight path
+  from the clean graph (all m = 0) to the fully corrupted one (all m = 1), a midpoint Riemann sum:
+  integrated gradients in edge-mask space (every edge half-corrupted at the midpoint, downstream
+  senders included). By completeness the scores sum to the effect of corrupting every edge, which
+  EAP's do not.
+* **EAP-IG on the inputs** (``eap-ig-inputs``, :func:`eap_ig_inputs_scores`; Hanna et al. 2024's
+  definition): only the input embeddings move from clean to corrupted, every later sender is
+  recomputed from them, and an edge scores ``(corr_s - clean_s) . mean dLD/d input_r`` along that
+  path. Completeness holds for the embedding edges; later edges are read at the same points. On the
+  position graph it follows exact patching more closely than the edge-mask path.
+* **ACDC** (:func:`acdc`; Conmy et al.): start from the full graph, visit edges from the logits
+  backwards, corrupt an edge for good where that moves the metric by less than ``threshold`` (a
+  share of the clean-vs-corrupted difference).
 
 **Prompt pairs.** :func:`circuit_pairs` mixes the three one-token corruptions of
 :func:`compose_lens.data.pairs.make_prompt_pairs` (value, variable, constant) so every part of the
@@ -59,7 +61,7 @@ its pool whose answer differs (:func:`pool_pairs`, the resample corruption). You
 from the full model* is the mean KL divergence of the full model's answer distribution from the
 circuit's, on the clean prompts. A method's circuit is the fewest edges of largest |score| that
 recover 95 %: of its own pairs (:func:`size_at`, with its bootstrap interval over the pairs,
-:func:`size_with_interval`), or of every evaluation pool at once (:func:`size_on_pools`, the
+:func:`size_with_interval`; ``circuit_edges_ci95`` in :func:`discover`'s summary), or of every evaluation pool at once (:func:`size_on_pools`, the
 stricter one: a circuit found on pairs that never corrupt a binding can leave the binding out).
 
 **The paper's circuit** (:func:`paper_labels`, for two-layer models with an MLP in layer 2 only;

@@ -246,11 +246,12 @@ def sweep_onsets(rows: Sequence[dict]) -> pd.DataFrame:
     """One row per sweep point (``results.csv`` rows, which name the ``run_dir``): the onset step of each
     phase (empty where the curve never crosses and stays), its interpolated step, the last logged step, and
     ``addition_first``, the study's claim that arithmetic comes before binding (True when the addition onset
-    is at or before the assignment onset, empty when either is missing).
+    is at or before the assignment onset, False when after, empty when either is missing).
 
     Read it with the rule's levels in mind: addition's onset needs the held-out 0-var pool at 0.97,
-    assignment's a four-pool mean at 0.85, which includes held-out pairs; where the two curves rise together
-    (as at f = 0.4 and 0.5 in the first full-budget f sweep) the lower bar is met first.
+    assignment's a four-pool mean at 0.85, which includes held-out pairs, so it cannot pass 0.85 long before
+    held-out addition rises; where the two curves rise together (as at f = 0.4 and 0.5 in the first
+    full-budget f sweep) the lower bar is met first and ``addition_first`` is False.
     """
     out = []
     for row in rows:

@@ -25,8 +25,8 @@ def embedding_fourier(model: tl.Model, config: RunConfig, keys: list[int] | None
     it is), and ``key``: whether k is one of ``keys`` (the MLP's key frequencies). Summary:
     ``top_frequencies`` (above the uniform share ``1 / (p // 2)``, largest first), ``top_share``,
     ``constant_share`` (of the whole squared norm), and, given ``keys``, ``key_share``,
-    ``key_share_if_uniform`` (what a flat spectrum would give) and ``overlap`` (the top frequencies that
-    are keys)."""
+    ``key_share_if_uniform`` (``len(keys) / (p // 2)``, what a flat spectrum would give) and ``overlap``
+    (the top frequencies that are keys); without ``keys`` those three are None."""
     p = config.task.modulus
     W_E = weights.detached_parameters(model)["embed.weight"][:p].double()  # rows: the numbers 0..p-1
     power = fourier.fft1d(W_E, dim=0).pow(2).sum(dim=1)  # (p,) per basis row

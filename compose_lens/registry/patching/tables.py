@@ -303,7 +303,7 @@ class PathEnd:
 
 def path_end(text: str, side: str, cfg: ModelConfig | None = None) -> PathEnd:
     """Parse a sender (``blocks.L.headH``, ``blocks.L.mlp``) or a receiver (``blocks.L.headH.q|k|v``,
-    ``blocks.L.mlp``); with ``cfg``, check the model has it."""
+    ``blocks.L.mlp``); with ``cfg``, check the model has it. One line of ComposeLensError otherwise."""
     found = _PATH_END.fullmatch(text.strip())
     shape = "blocks.L.headH or blocks.L.mlp" if side == "sender" else "blocks.L.headH.q|k|v or blocks.L.mlp"
     if found is None:
@@ -365,7 +365,7 @@ def path_patching(subject: Subject, sender: str = "blocks.0.head0", receivers=("
 
     ``sender``: ``blocks.L.headH`` (a head's output) or ``blocks.L.mlp``; ``receivers``: one or several of
     ``blocks.L.headH.q`` / ``.k`` / ``.v`` or ``blocks.L.mlp`` (its input), each after the sender in the
-    forward pass. A last row, receiver ``all``, is the sender patched alone: every path from it at once
+    forward pass (one line of ComposeLensError otherwise). A last row, receiver ``all``, is the sender patched alone: every path from it at once
     (the paths to every receiver need not sum to it: the readers interact).
 
     Columns: path, sender, receiver, mean, ci_low, ci_high, logit_diff (mean patched), clean_logit_diff,

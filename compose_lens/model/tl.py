@@ -327,6 +327,7 @@ def convert_legacy_state_dict(state_dict: dict[str, torch.Tensor], cfg: ModelCon
 
 
 def load_state(model: TransformerBridge, state: dict[str, torch.Tensor]) -> None:
+    """Load a bridge-layout state dict strictly (every key, every shape)."""
     model.load_state_dict(state, strict=True)
 
 
@@ -350,6 +351,7 @@ def run_with_hooks(model: TransformerBridge, tokens: torch.Tensor,
 
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The model in eval mode inside the block, its own mode restored on exit."""
     was_training = model.training
     model.eval()
     try:
@@ -360,6 +362,7 @@ def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 @contextlib.contextmanager
 def hooks(model: TransformerBridge, fwd_hooks: list[tuple[str, Callable]]) -> Iterator[TransformerBridge]:
+    """Forward hooks on every forward pass inside the block, removed on exit."""
     with model.hooks(fwd_hooks=fwd_hooks):
         yield model
 

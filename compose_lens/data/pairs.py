@@ -259,8 +259,9 @@ def as_prompt_pairs(task: TaskConfig, pairs: Any, declaration: Any = None) -> Pr
 # -- the study's pairs and token roles --------------------------------------------------------------
 
 
-def _labels(split: Split, tokens: torch.Tensor) -> torch.Tensor:
-    return torch.tensor([label_of(split.task, row) for row in tokens.tolist()], dtype=torch.long)
+def labels_of(task: TaskConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """(B,) the answer of each sequence of ``tokens`` (B, n)."""
+    return torch.tensor([label_of(task, row) for row in tokens.tolist()], dtype=torch.long)
 
 
 def _constant_pairs(split: Split, n_pairs: int, seed: int, g: torch.Generator):
@@ -334,7 +335,7 @@ def make_prompt_pairs(split: Split, n_pairs: int, corruption: str = "value", see
         raise ComposeLensError(f"n_pairs={n_pairs}: ask for at least 2 prompt pairs")
     g = streams.derived_generator(seed, streams.PATCH_PAIRS, CORRUPTIONS.index(corruption))
     clean, corrupted = _PAIR_MAKERS[corruption](split, n_pairs, seed, g)
-    return PromptPairs(clean, corrupted, _labels(split, clean), _labels(split, corrupted), corruption)
+    return PromptPairs(clean, corrupted, labels_of(split.task, clean), labels_of(split.task, corrupted), corruption)
 
 
 

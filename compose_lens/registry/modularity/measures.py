@@ -70,11 +70,10 @@ from compose_lens.core import stats
 from compose_lens.analysis import locate
 from compose_lens.registry.same_mlp import comparisons as same_mlp
 from compose_lens.analysis.activations import torch_threads
-from compose_lens.data.pairs import PromptPairs, make_prompt_pairs
+from compose_lens.data.pairs import PromptPairs, labels_of, make_prompt_pairs
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data.sampler import make_pool
 from compose_lens.data.split import Split
-from compose_lens.data.task import label_of
 from compose_lens.registry.circuit import discovery as circuit
 from compose_lens.training.evaluate import exhaustive_accuracies, headline_holds
 from compose_lens.training.subject import Subject
@@ -117,8 +116,7 @@ def binding_pairs(split: Split, n_pairs: int = 120, seed: int = 0) -> PromptPair
         raise ComposeLensError("no 1-var prompt has a second assigned variable with another value to swap "
                                "its binding with")
     clean_t, corrupted_t = torch.tensor(clean), torch.tensor(corrupted)
-    labels = lambda rows: torch.tensor([label_of(task, r) for r in rows], dtype=torch.long)  # noqa: E731
-    return PromptPairs(clean_t, corrupted_t, labels(clean), labels(corrupted), "binding")
+    return PromptPairs(clean_t, corrupted_t, labels_of(task, clean_t), labels_of(task, corrupted_t), "binding")
 
 
 # -- (a) where each skill leaves a component ----------------------------------------------------

@@ -656,9 +656,10 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
         raise ComposeLensError("the paper's circuit is labelled for two-layer models with an MLP in layer 2 only")
     keys = _PAPER_IN if constant_path else _PAPER_IN - {CONSTANT_PATH}
     n = graph.cfg.n_ctx
-    return torch.tensor([_paper_key(e) in keys and
-                         (e.position < 0 or e.position in _role_positions(_PAPER_WHERE.get(_paper_key(e), "eq"), n))
-                         for e in graph.edges])
+    where = {key: _role_positions(name, n) for key, name in _PAPER_WHERE.items()}
+    eq = _role_positions("eq", n)
+    return torch.tensor([key in keys and (e.position < 0 or e.position in where.get(key, eq))
+                         for e, key in ((e, _paper_key(e)) for e in graph.edges)])
 
 
 # the paper's circuit by role: (sender role, receiver role, receiver input, positions), with "embed"

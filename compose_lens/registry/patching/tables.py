@@ -37,11 +37,11 @@ import torch
 
 from compose_lens.core import stats
 from compose_lens.analysis import metrics
-from compose_lens.data.pairs import QUERY_ROLES, ROLES, make_prompt_pairs, position_roles, role_names
+from compose_lens.data.pairs import (PromptPairs, QUERY_ROLES, ROLES, as_prompt_pairs, make_prompt_pairs,
+                                     position_roles, role_names)
 from compose_lens.core.config import HEAD_COMPONENTS, ModelConfig
 from compose_lens.core.errors import ComposeLensError
 from compose_lens.data import streams
-from compose_lens.data.pairs import PromptPairs, as_prompt_pairs
 from compose_lens.training.evaluate import answer_logits
 from compose_lens.model.forward import Forward, Site
 from compose_lens.data.safety import check_finite_logits

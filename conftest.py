@@ -22,8 +22,7 @@ SLOW_FILES = ("tests/unit/test_locate.py", "tests/unit/test_modularity.py",
               "compose_lens/registry/same_mlp/test_same_mlp.py", "tests/integration/test_zoo.py",
               "tests/integration/test_faults.py")
 # Files that read the same planted models run in the same process, one after the other, so that each model is built
-# once (:func:`paper`, test_locate.plant, :func:`orthogonal_plant`) and its exhaustive accuracies, minutes of
-# evaluation, computed once (Subject.once).
+# once (:func:`paper`, test_locate.plant, :func:`orthogonal_plant`) and its answers checked once (tests/planted.py).
 TOGETHER = {"tests/unit/test_modularity.py": "tests/unit/test_locate.py",
             "compose_lens/registry/same_mlp/test_same_mlp.py": "tests/unit/test_locate.py"}
 
@@ -108,11 +107,16 @@ def paper():
 @pytest.fixture(scope="session")
 def orthogonal_plant(paper):
     """The verdict zoo's planted model whose variables reach MLP2 in another subspace than constants
-    (experiments/zoo_planted.py), built once per session."""
+    (experiments/zoo_planted.py), built once per session, with the paper model's exhaustive accuracies once
+    its answers are checked (tests/planted.py)."""
     import importlib.util
+
+    from tests.planted import takes_the_papers_gate
 
     path = Path(__file__).resolve().parent / "experiments" / "zoo_planted.py"
     spec = importlib.util.spec_from_file_location("zoo_planted", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.orthogonal_subspaces(paper)[0]
+    subject = module.orthogonal_subspaces(paper)[0]
+    assert takes_the_papers_gate(subject, paper)
+    return subject

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.planted import takes_the_papers_gate
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,9 +27,23 @@ def zoo():
 
 @pytest.fixture(scope="module")
 def verdicts(zoo, tmp_path_factory):
+    """The fast subset's verdicts. A planted model that gives the paper model's answers takes the paper's
+    exhaustive accuracies (tests/planted.py): the scores read them as the full evaluation would."""
+    load = zoo.load
+
+    def planted_on_the_papers_gate(entry, paper):
+        subject, known = load(entry, paper)
+        if entry.how == "planted":
+            takes_the_papers_gate(subject, paper)
+        return subject, known
+
     out = tmp_path_factory.mktemp("zoo")
     fast = tuple(e for e in zoo.ENTRIES if e.fast)
-    zoo.score(fast, with_modularity=False, write_null=False, out=out, with_heads=False)
+    zoo.load = planted_on_the_papers_gate
+    try:
+        zoo.score(fast, with_modularity=False, write_null=False, out=out, with_heads=False)
+    finally:
+        zoo.load = load
     import pandas as pd
     return pd.read_csv(out / "verdicts.csv").set_index("model")
 

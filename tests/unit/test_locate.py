@@ -22,6 +22,7 @@ from compose_lens.model import tl
 from compose_lens.report.context import fourier_plan
 from compose_lens.report.context import run_analysis
 from compose_lens.training.subject import Subject, for_analyses, model_of
+from tests.planted import takes_the_papers_gate
 
 
 PROBE_KEYS = [k for k in MEASURE_KEYS if k not in FOURIER_KEYS]
@@ -211,10 +212,13 @@ def plant(paper, n_layers: int, n_heads: int, mlp_blocks: tuple[int, ...], binde
     layer-2 head at ``router``, its MLP at ``blocks.{adder}``. Every other head has random queries, keys
     and values but a zero output; every other MLP is live but nearly silent (output weights 1e-4). The
     same function as the paper model, its roles in known places; an analysis that reads a default
-    block or head reads one that does nothing. Built once per paper model and arguments (:data:`PLANTS`)."""
+    block or head reads one that does nothing. Built once per paper model and arguments (:data:`PLANTS`),
+    with the paper model's exhaustive accuracies once its answers are checked (tests/planted.py)."""
     key = (id(paper), n_layers, n_heads, mlp_blocks, binder, router, adder, seed)
     if key not in PLANTS:
-        PLANTS[key] = paper, _plant(paper, n_layers, n_heads, mlp_blocks, binder, router, adder, seed)
+        subject = _plant(paper, n_layers, n_heads, mlp_blocks, binder, router, adder, seed)
+        assert takes_the_papers_gate(subject, paper), subject.source
+        PLANTS[key] = paper, subject
     return PLANTS[key][1]  # (the paper model kept beside it: its id is not reused)
 
 
@@ -264,6 +268,15 @@ def paper_same_mlp(paper):
     from compose_lens.registry.same_mlp import comparisons as same_mlp
 
     return same_mlp.same_mlp_report(paper, n=60)
+
+
+def test_a_plant_that_answers_otherwise_does_not_take_the_papers_gate(paper):
+    """tests/planted.py gives a plant the paper model's exhaustive accuracies only after its answers are
+    checked: with the unembedding negated the answers differ, so nothing is given."""
+    subject = _plant(paper, seed=0, **FAMILIES["3x1 adder in blocks.1, an MLP after it"])
+    with torch.no_grad():
+        tl.parameters(subject.model)["unembed.weight"].mul_(-1.0)
+    assert not takes_the_papers_gate(subject, paper) and subject.computed == {}
 
 
 def test_each_family_is_located_in_its_planted_components(family, family_location):

@@ -249,3 +249,15 @@ def test_the_exhaustive_accuracies_are_evaluated_once_until_a_weight_changes(tin
     torch.optim.AdamW(trained, lr=1.0, fused=True).step()
     assert [t._version for t in trained] == versions  # what a cache keyed by the counters would not see
     assert evaluate.exhaustive_accuracies(subject) != again and len(calls) == 6
+
+
+def test_the_composition_gate_says_why_below_the_headline_and_nothing_at_or_above_it(paper):
+    """The same-MLP and modularity gate, on the paper model's exhaustive accuracies (0.994 and 0.993): it
+    composes at the study's 0.98; asked for more than its 2-var accuracy, it does not, and says why."""
+    from compose_lens.training import evaluate
+
+    two_var = evaluate.exhaustive_accuracies(paper)["two_var_union"]["accuracy"]
+    assert evaluate.composition_gap(paper) is None
+    assert evaluate.composition_gap(paper, at=two_var) is None
+    why = evaluate.composition_gap(paper, at=two_var + 1e-4)
+    assert why.startswith("the model has not learned to compose") and f"2-var union {two_var:.3f}" in why

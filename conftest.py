@@ -15,12 +15,15 @@ from compose_lens.data.split import Split
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "shared" / "reference"
 
-# The files that take minutes, longest first, run before every other file: make test runs each file whole in one
-# of two processes (--dist loadfile), and one of these started last would leave that process running alone for
-# minutes after the other has finished (--durations lists what each test took).
+# The slowest files, longest first (tests/unit/test_locate.py with the files of :data:`TOGETHER`), run before every
+# other file: make test runs each file whole in one of two processes (--dist loadfile), and one of these started last
+# would leave that process running alone long after the other has finished (--durations lists what each test took).
 SLOW_FILES = ("tests/unit/test_locate.py", "tests/unit/test_modularity.py",
-              "compose_lens/registry/same_mlp/test_same_mlp.py", "tests/integration/test_zoo.py",
-              "tests/integration/test_faults.py")
+              "compose_lens/registry/same_mlp/test_same_mlp.py", "tests/integration/test_faults.py",
+              "tests/integration/test_report.py", "tests/integration/test_sweep.py", "tests/integration/test_zoo.py",
+              "tests/integration/test_slurm.py", "tests/unit/test_figures_paper_style.py",
+              "tests/integration/test_bad_input.py", "tests/integration/test_analyze.py",
+              "tests/integration/test_layernorm.py")
 # Files that read the same planted models run in the same process, one after the other, so that each model is built
 # once (:func:`paper`, test_locate.plant, :func:`orthogonal_plant`) and its answers checked once (tests/planted.py).
 TOGETHER = {"tests/unit/test_modularity.py": "tests/unit/test_locate.py",

@@ -4,9 +4,9 @@ The same-MLP verdict and modularity are decided only for a model that composes: 
 on the exhaustive sets (:func:`compose_lens.training.evaluate.composition_gap`), 194,625 prompts. For
 the paper model the table forward answers them in about 2 s; for a planted model of three layers or
 several heads the plain forward takes up to 90 s on one core (88 s for test_locate's 3x2 plant), once
-per model. The tests' planted models
-(tests/unit/test_locate.py's ``plant``, experiments/zoo_planted.py) compute the paper model's function
-by construction, and what they test is where the roles are found, not that gate.
+per model. The tests' planted models (tests/unit/test_locate.py's ``plant``, experiments/zoo_planted.py)
+compute the paper model's function by construction, and what they test is where the roles are found,
+not that gate.
 
 :func:`takes_the_papers_gate` checks the construction on a random sample of each exhaustive set and,
 where the plant gives the paper model's answer on every sampled prompt, gives it the paper model's

@@ -659,7 +659,7 @@ def paper_labels(graph: Graph, constant_path: bool = True) -> torch.Tensor:
     where = {key: _role_positions(name, n) for key, name in _PAPER_WHERE.items()}
     eq = _role_positions("eq", n)
     return torch.tensor([key in keys and (e.position < 0 or e.position in where.get(key, eq))
-                         for e, key in ((e, _paper_key(e)) for e in graph.edges)])
+                         for e, key in zip(graph.edges, map(_paper_key, graph.edges))])
 
 
 # the paper's circuit by role: (sender role, receiver role, receiver input, positions), with "embed"

@@ -51,9 +51,10 @@ class Report:
         self.sections.append((anchor, title, body))
 
     def figure(self, fig_and_data, name: str, caption: str) -> str:
-        """Embed a (figure, data) pair; also save it as PNG + CSV under figure_dir (one render)."""
+        """Embed a (figure, data) pair; also save it as PNG + CSV under figure_dir. A figure already written
+        (an analysis's ``figures/`` file) is embedded as those bytes, not encoded again."""
         fig, data = fig_and_data
-        png = png_bytes(fig)
+        png = getattr(fig, "written_png", None) or png_bytes(fig)
         if self.figure_dir is not None:
             self.figure_dir.mkdir(parents=True, exist_ok=True)
             (self.figure_dir / f"{name}.png").write_bytes(png)

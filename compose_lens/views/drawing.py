@@ -68,12 +68,14 @@ def layer_name(block: int) -> str:
 class StudyFigure(Figure):
     """A matplotlib figure made without pyplot (no backend chosen, nothing kept open) that Jupyter shows
     inline. It remembers the style it was made in and its ``tight_layout`` settings, so that writing it
-    fits it to that style (:func:`compose_lens.views.figure_style.fit`) however late it is written."""
+    fits it to that style (:func:`compose_lens.views.figure_style.fit`) however late it is written, and the
+    PNG it was last written as (:func:`figure_bytes`), which the report embeds instead of encoding it again."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.study_style = current_style()
         self.study_layout: dict | None = None
+        self.written_png: bytes | None = None
 
     def tight_layout(self, **kwargs) -> None:
         self.study_layout = kwargs
@@ -107,6 +109,8 @@ def figure_bytes(fig: Figure, dpi: int = 110, fmt: str = "png") -> bytes:
     buffer = io.BytesIO()
     with rc_context(chosen.rc):  # what is read when writing (margin, PDF font type): a user's figure too
         fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
+    if fmt == "png" and isinstance(fig, StudyFigure):
+        fig.written_png = buffer.getvalue()
     if getattr(fig.canvas, "manager", None) is not None:  # made by pyplot (a caller's): release it there
         import matplotlib.pyplot as plt  # already imported by whoever made it
 

@@ -144,6 +144,22 @@ def test_report_is_one_self_contained_file(reported_run):
     assert (run_dir / "figures" / "accuracy_by_variable_count.csv").exists()
 
 
+def test_a_figure_the_report_computed_is_encoded_once_its_file_and_its_image_the_same_bytes(reported_run):
+    """Each analysis the report computed wrote its figures into results/<name>/figures/ at the declaration's dpi;
+    a section showing one of them embeds those very bytes and keeps the same file beside the page: one drawing
+    per name, encoded once (an image encoded again at the page's dpi, or drawn again, differs)."""
+    import base64
+
+    run_dir, page, _ = reported_run
+    images = {base64.b64decode(uri) for uri in re.findall(r'src="data:image/png;base64,([^"]+)"', page.read_text())}
+    written = {p.name: p for p in (run_dir / "results").glob("*/figures/*.png")}
+    shown = {p.name: p for p in (run_dir / "figures").glob("*.png") if p.name in written}
+    assert {"ablation.png", "patching.png", "circuit.png"} <= set(shown)
+    for name, path in shown.items():
+        assert path.read_bytes() == written[name].read_bytes(), f"{name}: the page's file is another drawing"
+        assert path.read_bytes() in images, f"{name} is not the image the page shows"
+
+
 def test_a_reported_run_holds_only_what_train_overwrite_may_delete(reported_run):
     """Every file the report and training wrote is in the layout ``train --overwrite`` checks
     (runs.run_layout): a figure or result added without a name there would make --overwrite refuse."""

@@ -43,23 +43,13 @@ def _ablation_memory(settings: dict, config) -> None:
 
 
 def _ablation_section(inp, result: Result, settings: dict) -> str:
-    import pandas as pd
-
-    from compose_lens.data.sampler import POOL_NAMES
-    from compose_lens.registry.ablation.figure import ablation_figure
-
-    table = result.tables["ablation"].copy()
-    table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
-    frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
-    shown = table[(~frequencies | (table["kind"] == "resample")) & (table["target"] != "neuron")]
-    return inp.report.figure(ablation_figure(shown, settings["pool_size"]), "ablation",
+    return inp.report.figure(result.figure("ablation"), "ablation",
                              f"Accuracy lost on each pool ({settings['pool_size']} sequences each) when a component "
-                             "is ablated: the heads and the MLP by zero, mean and resample ablation, each key "
-                             "frequency's neurons and Fourier directions by resample ablation (the other kinds and "
-                             "single neurons are in <code>ablation.csv</code>). A drop counts only beyond its own "
-                             "noise, its 95 % interval excluding 0 (the two accuracies' Newcombe interval); "
-                             "ablations with no such drop are left out (the title counts them), and a drawn cell "
-                             "within its noise is hatched.")
+                             "is ablated: the heads and the MLP, each key frequency's neurons and its Fourier "
+                             "directions, by zero, mean and resample ablation (single neurons are in "
+                             "<code>ablation.csv</code>). A drop counts only beyond its own noise, its 95 % interval "
+                             "excluding 0 (the two accuracies' Newcombe interval); ablations with no such drop are "
+                             "left out (the title counts them), and a drawn cell within its noise is hatched.")
 
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,

@@ -17,9 +17,18 @@ def _ablation(ctx: Context, settings: dict) -> Result:
 
 
 def _ablation_figures(ctx: Context, result: Result, settings: dict) -> list:
+    """One figure, the command's file and the report's image: the heads and the MLP by every kind of ablation,
+    each key frequency's neurons and Fourier directions by resample ablation only (the rest is in the table)."""
+    import pandas as pd
+
+    from compose_lens.data.sampler import POOL_NAMES
     from compose_lens.registry.ablation.figure import ablation_figure
 
-    return [("ablation", ablation_figure, (result.tables["ablation"], settings["pool_size"]), 120)]
+    table = result.tables["ablation"].copy()
+    table["pool"] = pd.Categorical(table["pool"], categories=list(POOL_NAMES), ordered=True)
+    frequencies = table["target"].isin(["frequency_neurons", "fourier_directions"])
+    shown = table[~frequencies | (table["kind"] == "resample")]
+    return [("ablation", ablation_figure, (shown, settings["pool_size"]), 120)]
 
 
 def _ablation_lines(result: Result) -> list[str]:
@@ -45,11 +54,12 @@ def _ablation_memory(settings: dict, config) -> None:
 def _ablation_section(inp, result: Result, settings: dict) -> str:
     return inp.report.figure(result.figure("ablation"), "ablation",
                              f"Accuracy lost on each pool ({settings['pool_size']} sequences each) when a component "
-                             "is ablated: the heads and the MLP, each key frequency's neurons and its Fourier "
-                             "directions, by zero, mean and resample ablation (single neurons are in "
-                             "<code>ablation.csv</code>). A drop counts only beyond its own noise, its 95 % interval "
-                             "excluding 0 (the two accuracies' Newcombe interval); ablations with no such drop are "
-                             "left out (the title counts them), and a drawn cell within its noise is hatched.")
+                             "is ablated: the heads and the MLP by zero, mean and resample ablation, each key "
+                             "frequency's neurons and Fourier directions by resample ablation (the other kinds and "
+                             "single neurons are in <code>ablation.csv</code>). A drop counts only beyond its own "
+                             "noise, its 95 % interval excluding 0 (the two accuracies' Newcombe interval); "
+                             "ablations with no such drop are left out (the title counts them), and a drawn cell "
+                             "within its noise is hatched.")
 
 
 ABLATION = Analysis(name="ablation", title="Ablation: accuracy lost per pool", compute=_ablation,

@@ -12,6 +12,7 @@ import functools
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -83,7 +84,10 @@ def code_version() -> str:
 def provenance(config: Any = None, seed: int | None = None, source: str | None = None,
                command: str | Sequence[str] | None = None, **extra: Any) -> dict:
     """The record every result file carries: config, seed, model source, code and package version,
-    and the command line (``command``, else the one registered by :func:`set_command`, if any).
+    the command line (``command``, else the one registered by :func:`set_command`, if any), and torch's
+    thread count where torch is loaded: it changes float rounding (an analysis command takes the cores the
+    load average leaves, :func:`compose_lens.core.cores.threads_now`), so two results whose last digits
+    differ say why.
 
     >>> provenance(seed=3, command=["compose-lens", "patch", "paper", "--out", "my dir"])["command"]
     "compose-lens patch paper --out 'my dir'"
@@ -96,6 +100,8 @@ def provenance(config: Any = None, seed: int | None = None, source: str | None =
         record["config"] = config.to_dict() if hasattr(config, "to_dict") else config
     if seed is not None:
         record["seed"] = seed
+    if "torch" in sys.modules:  # never imported for this: the command line's --help stays fast
+        record["torch_threads"] = sys.modules["torch"].get_num_threads()
     if source is not None:
         record["model"] = source
     record.update(extra)

@@ -33,6 +33,22 @@ def test_in_a_checkout_the_commit_is_recorded_with_the_version():
     assert record["compose_lens_version"] == provenance.VERSION
 
 
+def test_a_result_records_the_torch_threads_it_was_computed_with(tmp_path):
+    """The thread count changes float rounding (the same-MLP probe of the paper model differs in its 6th decimal
+    on one and two threads): a table written under one count records that count."""
+    import json
+
+    import pandas as pd
+
+    from compose_lens.analysis.activations import torch_threads
+    from compose_lens.training.runs import write_table
+
+    for threads in (1, 2):
+        with torch_threads(threads):
+            write_table(pd.DataFrame({"x": [1.0]}), tmp_path / f"t{threads}.csv", provenance.provenance(seed=0))
+        assert json.loads((tmp_path / f"t{threads}.provenance.json").read_text())["torch_threads"] == threads
+
+
 def test_installed_inside_a_users_repository_the_users_commit_is_not_recorded(tmp_path):
     """A venv's site-packages inside a git repository of the user's: code_version is the package
     version, not the user's HEAD."""

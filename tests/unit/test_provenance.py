@@ -34,7 +34,7 @@ def test_in_a_checkout_the_commit_is_recorded_with_the_version():
 
 
 def test_a_result_records_the_torch_threads_it_was_computed_with(tmp_path):
-    """The thread count changes float rounding (the same-MLP probe of the paper model differs in its 6th decimal
+    """The thread count changes float rounding (the same-MLP probe of the paper model differs in its last digits
     on one and two threads): a table written under one count records that count."""
     import json
 

@@ -278,7 +278,8 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     work. ``progress``: a progress bar over the analyses. ``renderer``: where the figures are drawn
     (:class:`compose_lens.views.drawing.Renderer`; default: here, as each analysis finishes); with a
     background one the analyses run on one torch thread, beside the figure worker (two threads made the
-    same-MLP step 2.6x slower). Same files either way, all written when this returns.
+    same-MLP step 2.6x slower), which can change a table's last digits (each records its ``torch_threads``).
+    Every file is written when this returns.
     """
     renderer = renderer or Renderer()
     steps = [a for a in registry.ANALYSES if a.of == "model" and a.in_analyze and (causal or not a.causal) and a.reads(loaded.config)]

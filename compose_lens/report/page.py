@@ -1,9 +1,9 @@
 """The offline HTML page of the report: sections that fail softly, figures as data URIs, circuitsvis inlined.
 
-:class:`Report` builds a page section by section: a failing section becomes a note on the page, and every
-figure is embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside the page). The page is
-:func:`compose_lens.core.markup.offline_page`, the circuitsvis bundle inlined once in its head
-(:mod:`compose_lens.registry.attention.interactive`), from the templates of :mod:`compose_lens.core.markup`.
+:class:`Report` builds a page section by section: a failing section becomes a note on the page (a full disk
+stops the page instead), and every figure is embedded as a base64 ``data:`` URI (and saved as PNG + CSV beside
+the page). The page is :func:`compose_lens.core.markup.offline_page`, the circuitsvis bundle inlined once in its
+head (:mod:`compose_lens.registry.attention.interactive`), from the templates of :mod:`compose_lens.core.markup`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Callable
 from markupsafe import Markup
 
 from compose_lens.core.markup import COMPARISON_STYLE, VIEW_STYLE, offline_page, render
+from compose_lens.data.safety import FULL
 from compose_lens.views.drawing import data_uri, png_bytes
 
 STYLE = """
@@ -42,9 +43,13 @@ class Report:
         self.problems: list[str] = []
 
     def section(self, anchor: str, title: str, build: Callable[[], str]) -> None:
+        """Add the section ``build`` makes, or a note of why it failed. A full disk is not the section's
+        failure: it stops the page at once (the command says so in one line), as nothing more can be saved."""
         try:
             body = build()
         except Exception as exc:  # one analysis failing must not lose the rest of the report
+            if isinstance(exc, OSError) and exc.errno in FULL:
+                raise
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.problems.append(f"{title}: {detail}")
             body = render("missing.html", detail=detail)

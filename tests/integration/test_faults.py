@@ -358,14 +358,14 @@ def test_a_full_disk_stops_train_with_one_line_and_resume_finishes_once_freed(tm
 
 
 def test_a_full_disk_during_report_leaves_no_part_of_the_page_or_its_files(tmp_path, reference_run):
-    """``report RUN --out X`` on a disk too small for the page: one line naming the output, and
-    neither ``X`` nor any part of ``X_files/`` (the figures written before the disk filled) is left;
+    """``report RUN --out X`` on a disk too small for its files: one line naming the output, and
+    neither ``X`` nor any part of ``X_files/`` (the sections' files written before the disk filled) is left;
     a user's file already in ``X_files/`` is kept as it was."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command here: cannot make a small file system")
-    mounted = mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk))  # the figures fit, the page not
+    mounted = mount("-t", "tmpfs", "-o", "size=300k", "tmpfs", str(disk))  # the first sections' files fit
     if mounted.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here ({mounted.stderr.strip()})")
     try:
@@ -385,6 +385,30 @@ def test_a_full_disk_during_report_leaves_no_part_of_the_page_or_its_files(tmp_p
                 assert not (disk / "X_files").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_stops_the_report_at_the_section_it_hits_and_any_other_failure_is_a_note():
+    """A section that fails is a note on the page and the next section is made; a full disk (or a used-up
+    quota) is not the section's failure: the page stops there, with nothing more computed to be lost."""
+    import errno
+
+    from compose_lens.report.page import Report
+
+    for full in (errno.ENOSPC, errno.EDQUOT):
+        report = Report(None)
+
+        def failing(exc):
+            def build():
+                raise exc
+            return build
+
+        report.section("a", "A", failing(ValueError("no key frequency")))
+        report.section("b", "B", failing(PermissionError(errno.EACCES, "Permission denied")))
+        with pytest.raises(OSError) as raised:
+            report.section("c", "C", failing(OSError(full, os.strerror(full))))
+        assert raised.value.errno == full
+        assert [title for _, title, _ in report.sections] == ["A", "B"]
+        assert [problem.split(":")[0] for problem in report.problems] == ["A", "B"]
 
 
 # -- 5. a read-only output --------------------------------------------------------------------------

@@ -171,11 +171,12 @@ class Trainer:
         self.stacked = 1  # runs trained together in this process (compose_lens.training.batched sets it)
         if self.compiled:
             self.forward = torch.compile(self.forward, dynamic=False)
-        self.provenance = provenance(self.config, t.seed)  # read now: the tree may change while the run trains
         self.tracker = tracking.metrics_logger(t.log_to, self.run_dir, self.config.to_dict())
         self.step, self.saved_step, self.elapsed = 0, 0, 0.0
         if self.governor is not None:
             torch.set_num_threads(self.governor.first_threads())
+        # read now (the tree may change while the run trains), with the threads the run keeps
+        self.provenance = provenance(self.config, t.seed)
         if self.resuming:
             self.step, self.elapsed = runs.load_resume_state(self.run_dir, self.model, self.optimizer, self.trainable)
             self.saved_step = self.step

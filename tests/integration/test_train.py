@@ -346,6 +346,27 @@ def test_compile_only_for_long_runs(tiny_config):
     assert not use_compile(long.replace(train=long.train.replace(compile="off")))
 
 
+def test_a_run_records_the_threads_it_trained_on_once_the_load_has_chosen_them(tiny_config, tmp_path, monkeypatch):
+    """With no thread count set, the trainer takes the cores the load leaves once it starts; its provenance
+    (``torch_threads``) is read after that choice, so it agrees with ``threads``, the count the run trained on."""
+    import torch
+
+    from compose_lens.core import cores
+    from compose_lens.training.train import Trainer
+
+    if cores.cpu_count() < 2:
+        pytest.skip("one core: the load cannot choose fewer threads than torch starts with")
+    monkeypatch.setattr(cores.ThreadGovernor, "first_threads", lambda self, probe_s=0.3: 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(cores.cpu_count())  # as a fresh process starts: the trainer's governor decides
+    try:
+        config = tiny_config.replace(train=tiny_config.train.replace(threads=0, steps=10))
+        results = Trainer(config, tmp_path / "run", progress=False).run()
+    finally:
+        torch.set_num_threads(before)
+    assert results["threads"] == 1 and results["torch_threads"] == 1
+
+
 def test_thread_rule_counts_only_other_processes():
     from compose_lens.core.cores import ThreadGovernor, threads_for
 

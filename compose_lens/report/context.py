@@ -286,13 +286,13 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
     for analysis in steps:
         guard(analysis, loaded.config)
     with Context(loaded, seed, renderer) as ctx:
-        record = ctx.record()
-        location = ctx.plan[0]
-        summary: dict = {"learned": location.learned.to_dict() if location.learned else None,
-                         "located": {r.role: r.component for r in location.roles()},
-                         "roles": {r.role: r.line() for r in location.roles()}}
-        bar = progress_lines.bar(steps, desc="analyze", unit="analysis", wanted=progress)
-        with torch_threads(1 if renderer.background else None):
+        with torch_threads(1 if renderer.background else None):  # the summary's facts and record too
+            record = ctx.record()
+            location = ctx.plan[0]
+            summary: dict = {"learned": location.learned.to_dict() if location.learned else None,
+                             "located": {r.role: r.component for r in location.roles()},
+                             "roles": {r.role: r.line() for r in location.roles()}}
+            bar = progress_lines.bar(steps, desc="analyze", unit="analysis", wanted=progress)
             for analysis in bar:
                 bar.set_postfix_str(analysis.name)
                 result = compute(analysis, ctx)

@@ -13,6 +13,7 @@ from compose_lens.registry.probes.summary import MEASURE_KEYS
 
 def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, monkeypatch):
     import pandas as pd
+    import torch
 
     from compose_lens.cli import main
     from compose_lens.training.runs import save_model
@@ -28,8 +29,15 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     save_model(tl.boot(tiny_config.model), tiny_config, tmp_path / "model")
     assert main(["fourier", str(tmp_path / "model"), "--out", str(tmp_path / "fourier")]) == 0
     assert (tmp_path / "fourier" / "figures" / "frequency_shares.png").exists()
-    assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # beside its figure worker, analyze computes on one thread: every record says which
+    try:
+        assert main(["analyze", str(tmp_path / "model"), "--out", str(tmp_path / "analysis"), "--skip-causal"]) == 0
+    finally:
+        torch.set_num_threads(before)
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
+    threads = {json.loads(p.read_text())["torch_threads"] for p in (tmp_path / "analysis").rglob("*.provenance.json")}
+    assert threads == {summary["provenance"]["torch_threads"]}
     for name, folder in (("frequency_shares", "fourier"), ("readout_fourier", "fourier"),
                          ("embedding_fourier", "fourier"), ("positional_qk", "qk"), ("logit_attribution", "dla")):
         assert (tmp_path / "analysis" / folder / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")

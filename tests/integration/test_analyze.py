@@ -38,6 +38,7 @@ def test_analyze_and_fourier_commands_write_their_files(tiny_config, tmp_path, m
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
     threads = {json.loads(p.read_text())["torch_threads"] for p in (tmp_path / "analysis").rglob("*.provenance.json")}
     assert threads == {summary["provenance"]["torch_threads"]}
+    assert not set(summary) & set(summary["provenance"]), "the record is under 'provenance', once"
     for name, folder in (("frequency_shares", "fourier"), ("readout_fourier", "fourier"),
                          ("embedding_fourier", "fourier"), ("positional_qk", "qk"), ("logit_attribution", "dla")):
         assert (tmp_path / "analysis" / folder / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")

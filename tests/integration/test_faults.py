@@ -394,14 +394,13 @@ def test_a_full_disk_stops_the_report_at_the_section_it_hits_and_any_other_failu
 
     from compose_lens.report.page import Report
 
+    def failing(exc):
+        def build():
+            raise exc
+        return build
+
     for full in (errno.ENOSPC, errno.EDQUOT):
         report = Report(None)
-
-        def failing(exc):
-            def build():
-                raise exc
-            return build
-
         report.section("a", "A", failing(ValueError("no key frequency")))
         report.section("b", "B", failing(PermissionError(errno.EACCES, "Permission denied")))
         with pytest.raises(OSError) as raised:

@@ -299,7 +299,5 @@ def write_analysis(loaded: Subject, out: Path, seed: int = 0, causal: bool = Tru
                 write(analysis, result, out / analysis.name, ctx, fmt=fmt)
                 summary.update(result.facts)
         renderer.wait()
-    for key in record:  # a fact made with a record of its own (the probes' summary) keeps it under "provenance"
-        summary.pop(key, None)
     write_document(summary, out / "summary.json", record)
     return summary

@@ -160,6 +160,18 @@ def test_a_figure_the_report_computed_is_encoded_once_its_file_and_its_image_the
         assert path.read_bytes() in images, f"{name} is not the image the page shows"
 
 
+def test_the_circuit_summary_lists_measures_not_the_record_of_how_they_were_made(reported_run):
+    """The summary's table shows what the model does; its record (seed, threads, version) is in the file's
+    provenance, never a row among the measures."""
+    from compose_lens.core.provenance import provenance
+
+    text = reported_run[1].read_text()
+    section = text[text.index('<h2 id="circuit">'):]
+    section = section[:section.index("</table>")]
+    assert "<td>n_sequences</td>" in section
+    assert not [key for key in provenance(seed=0, source="x") if f"<td>{key}</td>" in section]
+
+
 def test_a_reported_run_holds_only_what_train_overwrite_may_delete(reported_run):
     """Every file the report and training wrote is in the layout ``train --overwrite`` checks
     (runs.run_layout): a figure or result added without a name there would make --overwrite refuse."""

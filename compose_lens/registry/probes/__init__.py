@@ -15,8 +15,9 @@ def _probes(ctx: Context, settings: dict) -> Result:
 
     summary = circuit_summary(ctx.loaded, seed=ctx.seed, fourier_subject=ctx.plan[1], heads=ctx.heads)
     by_type = pd.DataFrame([{"type": k, **v} for k, v in summary["scores_by_type"].items()])
-    kept = {k: v for k, v in summary.items() if k not in ("config", "code_version", "seed")}
-    return Result(tables={"scores_by_type": by_type}, documents={"circuit_summary": kept}, facts=summary)
+    record = ctx.record()  # the summary's own record: its file keeps one under "provenance", as every file does
+    kept = {k: v for k, v in summary.items() if k not in record}
+    return Result(tables={"scores_by_type": by_type}, documents={"circuit_summary": kept}, facts=kept)
 
 
 def _probes_section(inp, result: Result, settings: dict) -> str:

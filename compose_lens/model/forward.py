@@ -396,7 +396,8 @@ class Forward:
 
     def _read_plain(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit]) -> dict[Site, torch.Tensor]:
         """The sites from :mod:`compose_lens.model.lastpos`'s plain-torch layers (no hooks): every layer
-        at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`)."""
+        at every position, the last layer's MLP at ``=`` only (see :func:`_plain_reads`), and its attention
+        at ``=`` only too where every read of it is there and nothing is edited."""
         found: dict[str, torch.Tensor] = {}
 
         def keep(name: str, value: torch.Tensor) -> torch.Tensor:
@@ -404,7 +405,10 @@ class Forward:
             return value
 
         params = weights.detached_parameters(self.model)
-        found["logits"] = lastpos.last_position_logits(params, self.cfg, tokens.cpu(), keep).unsqueeze(1)
+        last = f"blocks.{self.cfg.n_layers - 1}."  # its attention at every query only where a read or an edit needs it
+        every_query = bool(edits) or any(s.hook.startswith(last) and s.hook.endswith(_PLAIN_ANY[1:])
+                                         and s.position != ANSWER for s in sites)
+        found["logits"] = lastpos.last_position_logits(params, self.cfg, tokens.cpu(), keep, every_query).unsqueeze(1)
         return {site: _select(site, found[site.hook]).detach().float() for site in sites}
 
     def _read_hooks(self, tokens: torch.Tensor, sites: list[Site], edits: dict[str, Edit] | None = None

@@ -39,12 +39,14 @@ def attention_with_pattern(params: dict[str, torch.Tensor], cfg: ModelConfig, la
 
 
 def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, tokens: torch.Tensor,
-                         keep: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+                         keep: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
+                         every_query: bool = False) -> torch.Tensor:
     """Logits (B, d_vocab_out) at the last position. ``keep(hook, activation)``, where given, sees each
     activation as it is made and returns what goes on (read, or edited:
-    :meth:`compose_lens.model.forward.Forward.read`); the last layer's attention then runs at every query,
-    its MLP still at the last position only."""
-    every, keep = keep is not None, keep or (lambda name, value: value)
+    :meth:`compose_lens.model.forward.Forward.read`). The last layer's attention runs at the last query
+    only (its activations then have one position, the last) unless ``every_query``; its MLP always
+    runs at the last position only."""
+    every, keep = every_query, keep or (lambda name, value: value)
     n, last = tokens.shape[1], cfg.n_layers - 1
     resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
     for layer in range(cfg.n_layers):

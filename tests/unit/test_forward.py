@@ -81,12 +81,13 @@ def test_a_site_is_written_and_read_as_one_line():
         Site.parse("blocks.1 mlp")
 
 
-def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_architecture(tiny_task):
+def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_architecture(tiny_task, monkeypatch):
     """Three layers, two heads, an MLP in every layer: no tables; the plain-torch forward answers what it
-    computes (every layer at every position, the last MLP at "="), read and under an edit, as the bridge."""
+    computes (every layer at every position, the last MLP at "="), read and under an edit, as the bridge;
+    the last layer's attention runs at every query only where a read needs it."""
     from compose_lens.core.config import ModelConfig
     from compose_lens.data.split import Split
-    from compose_lens.model import tl
+    from compose_lens.model import lastpos, tl
 
     cfg = ModelConfig.for_task(tiny_task, d_model=32, d_head=8, d_mlp=64).replace(n_layers=3, n_heads=2,
                                                                                   mlp_blocks=(0, 1, 2))
@@ -103,6 +104,19 @@ def test_the_last_position_forward_reads_and_edits_as_the_bridge_on_another_arch
         a, b = plain.read(tokens, sites, edits=edits), hooked.read(tokens, sites, edits=edits)
         for site in sites:
             assert a[site].shape == b[site].shape and torch.allclose(a[site], b[site], atol=1e-5), (site, edits)
+    queries, attention = [], lastpos.attention_with_pattern  # (layer, at the last query only) per layer run
+
+    def counted(params, cfg_, layer, resid, last_only=False):
+        queries.append((layer, last_only))
+        return attention(params, cfg_, layer, resid, last_only)
+    monkeypatch.setattr(lastpos, "attention_with_pattern", counted)
+    at_answer, everywhere = Site("blocks.2.attn.hook_pattern", ANSWER), Site("blocks.2.attn.hook_pattern")
+    one_query = plain.read(tokens, [at_answer])[at_answer]
+    assert queries == [(0, False), (1, False), (2, True)]
+    every_query = plain.read(tokens, [everywhere])[everywhere]
+    assert queries[3:] == [(0, False), (1, False), (2, False)]
+    assert torch.allclose(every_query[:, :, -1], one_query, atol=1e-6)
+    monkeypatch.undo()
     edited = plain.read(tokens, [Site("logits", ANSWER)], edits=zero_mlp)[Site("logits", ANSWER)]
     assert (edited - plain.logits(tokens)).abs().max() > 1e-3  # the edit reaches the answer
     last_mlp = Site("blocks.2.mlp.hook_post")  # at every position: only the bridge has it

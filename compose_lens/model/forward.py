@@ -406,8 +406,8 @@ class Forward:
 
         params = weights.detached_parameters(self.model)
         last = f"blocks.{self.cfg.n_layers - 1}."  # its attention at every query only where a read or an edit needs it
-        every_query = bool(edits) or any(s.hook.startswith(last) and s.hook.endswith(_PLAIN_ANY[1:])
-                                         and s.position != ANSWER for s in sites)
+        every_query = bool(edits) or any(s.hook.startswith(last) and s.position != ANSWER and s.hook.endswith(
+            ("attn.hook_pattern", "hook_attn_out", "hook_resid_mid")) for s in sites)
         found["logits"] = lastpos.last_position_logits(params, self.cfg, tokens.cpu(), keep, every_query).unsqueeze(1)
         return {site: _select(site, found[site.hook]).detach().float() for site in sites}
 

@@ -46,11 +46,11 @@ def last_position_logits(params: dict[str, torch.Tensor], cfg: ModelConfig, toke
     :meth:`compose_lens.model.forward.Forward.read`). The last layer's attention runs at the last query
     only (its activations then have one position, the last) unless ``every_query``; its MLP always
     runs at the last position only."""
-    every, keep = every_query, keep or (lambda name, value: value)
+    keep = keep or (lambda name, value: value)
     n, last = tokens.shape[1], cfg.n_layers - 1
     resid = keep("hook_embed", params["embed.weight"][tokens]) + keep("hook_pos_embed", params["pos_embed.weight"][:n])
     for layer in range(cfg.n_layers):
-        block, last_only = f"blocks.{layer}.", layer == last and not every
+        block, last_only = f"blocks.{layer}.", layer == last and not every_query
         resid = keep(block + "hook_resid_pre", resid)
         kept = resid[:, -1:] if last_only else resid  # sliced before attention: the gradients sum in that order
         out, pattern = attention_with_pattern(params, cfg, layer, resid, last_only)

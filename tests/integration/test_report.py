@@ -397,8 +397,8 @@ def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path,
     """``report RUN --compare OTHER`` (issue 43: "compare ... a report section"): a last section holds
     every row of ``compose-lens compare`` for the run's final model (A) and OTHER (B), in the tables of
     compare.html (one builder), intervals and the changed rows' highlight included; the page without
-    --compare has no such section. The same command shows an ``--example`` and reads the run's saved
-    dynamics without writing them again."""
+    --compare has no such section. The same command shows an ``--example`` and leaves the run's saved
+    dynamics as they were (not written again)."""
     from compose_lens.report import compare as C
     from tests.unit.test_compare import PageRows
 

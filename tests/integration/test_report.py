@@ -397,8 +397,7 @@ def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path,
     """``report RUN --compare OTHER`` (issue 43: "compare ... a report section"): a last section holds
     every row of ``compose-lens compare`` for the run's final model (A) and OTHER (B), in the tables of
     compare.html (one builder), intervals and the changed rows' highlight included; the page without
-    --compare has no such section. The same command shows an ``--example`` and leaves the run's saved
-    dynamics as they were (not written again)."""
+    --compare has no such section. The same command shows an ``--example``."""
     from compose_lens.report import compare as C
     from tests.unit.test_compare import PageRows
 
@@ -407,10 +406,8 @@ def test_report_compare_adds_every_row_of_the_comparison(reported_run, tmp_path,
     assert "Compared with" not in plain_page.read_text(encoding="utf-8")
     other = run_dir / "checkpoints" / "step_000010"  # trained 10 steps: the final model differs from it
     page = tmp_path / "compared.html"
-    dynamics = (run_dir / "results" / "dynamics.csv").stat().st_mtime_ns
     assert main(["report", str(run_dir), "--out", str(page), "--quiet", "--compare", str(other),
                  "--example", "b=3, e=5, b+e=?"]) == 0
-    assert (run_dir / "results" / "dynamics.csv").stat().st_mtime_ns == dynamics
     text = page.read_text(encoding="utf-8")
     assert "b=3, e=5, b+e=?" in text
     assert f'<h2 id="compare">Compared with {other}</h2>' in text
